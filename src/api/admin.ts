@@ -1,0 +1,100 @@
+// The admin API: the tables, the summary, the catalog and node administration, behind the
+// admin token. Every body and query is parsed with its protocol schema; answers are the
+// protocol's view types.
+
+import { Hono } from "hono";
+import type { Logger } from "pino";
+import type { Controller } from "../control/controller";
+import { EventsQuery, ReplicasQuery } from "../protocol/admin";
+import { CatalogFile, ModelSpec } from "../protocol/catalog";
+import { SegmentName } from "../protocol/common";
+import { HttpError } from "./errors";
+
+/** The stored spec as a client would write it: durations back in words, so GET → PUT round-trips. */
+export function specToWire(spec: ModelSpec) {
+  const ms = spec.idle_timeout;
+  const idle = ms % 1000 === 0 ? `${ms / 1000}s` : `${ms}ms`;
+  return { ...spec, idle_timeout: idle };
+}
+
+async function jsonBody(req: Request): Promise<unknown> {
+  const type = req.headers.get("content-type") ?? "";
+  if (type && !/^application\/json\b/i.test(type)) throw new HttpError(415, "unsupported_media_type", `send the body as application/json, not ${type.slice(0, 60)}`);
+  const text = await req.text();
+  if (text.trim() === "") throw new HttpError(400, "invalid_request", "(body): empty body, expected JSON");
+  try {
+    return JSON.parse(text);
+  } catch (e) {
+    throw new HttpError(400, "invalid_json", `(body): malformed JSON: ${(e as Error).message}`);
+  }
+}
+
+function nodeName(raw: string): string {
+  const r = SegmentName.safeParse(raw);
+  if (!r.success) throw new HttpError(404, "not_found", `node "${raw.slice(0, 80)}" not found`);
+  return r.data;
+}
+
+export function adminRoutes(ctl: Controller, _log: Logger): Hono {
+  const app = new Hono();
+
+  app.get("/summary", (c) => c.json(ctl.summary()));
+
+  app.get("/nodes", (c) => c.json(ctl.nodes()));
+  app.get("/nodes/:name", (c) => c.json(ctl.node(nodeName(c.req.param("name")))));
+  for (const [action, state, verb] of [
+    ["cordon", "cordoned", "cordoned"],
+    ["uncordon", "none", "uncordoned"],
+    ["drain", "draining", "draining"],
+  ] as const) {
+    app.post(`/nodes/:name/${action}`, (c) => {
+      const name = nodeName(c.req.param("name"));
+      const { changed } = ctl.setNodeAdminState(name, state);
+      return c.json({ node: name, action, changed, message: `node/${name} ${changed ? verb : `already ${verb}`}` });
+    });
+  }
+
+  app.get("/replicas", (c) => {
+    const q = ReplicasQuery.parse(c.req.query());
+    return c.json(ctl.replicas(q.model));
+  });
+
+  app.get("/models", (c) => c.json(ctl.models()));
+  app.get("/models/:name{.+}", (c) => {
+    const { view, spec } = ctl.model(c.req.param("name"));
+    return c.json({ ...view, spec: specToWire(spec) });
+  });
+  app.put("/models/:name{.+}", async (c) => {
+    const name = c.req.param("name");
+    const body = await jsonBody(c.req.raw);
+    if (body !== null && typeof body === "object" && !Array.isArray(body)) {
+      const given = (body as { name?: unknown }).name;
+      if (given === undefined) (body as { name?: unknown }).name = name;
+      else if (given !== name)
+        throw new HttpError(400, "invalid_request", `name: "${String(given).slice(0, 80)}" does not match the URL's model name "${name}"`);
+    }
+    const spec = ModelSpec.parse(body);
+    const [result] = ctl.putModels([spec]);
+    const { view } = ctl.model(spec.name);
+    return c.json({ ...view, spec: specToWire(spec), result: result!.result, message: `model/${spec.name} ${result!.result}` }, result!.result === "created" ? 201 : 200);
+  });
+  app.delete("/models/:name{.+}", (c) => {
+    const name = ctl.deleteModel(c.req.param("name"));
+    return c.json({ name, result: "deleted", message: `model/${name} deleted` });
+  });
+
+  /** A whole catalog file (as JSON): every model created or replaced, all or none. */
+  app.post("/apply", async (c) => {
+    const file = CatalogFile.parse(await jsonBody(c.req.raw));
+    const results = ctl.putModels(file.models);
+    return c.json({ results: results.map((r) => ({ ...r, message: `model/${r.name} ${r.result}` })) });
+  });
+
+  app.get("/events", (c) => {
+    const q = EventsQuery.parse(c.req.query());
+    return c.json(ctl.events({ afterId: q.after, limit: q.limit, subject: q.subject }));
+  });
+
+  return app;
+}
+

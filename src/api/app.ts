@@ -1,0 +1,52 @@
+// The admin listener's Hono app: /healthz open, /api/v1 behind the admin token, /agent/v1
+// behind the join token, one error shape everywhere, a body limit on every route.
+
+import { Hono } from "hono";
+import { bodyLimit } from "hono/body-limit";
+import type { Logger } from "pino";
+import type { Controller } from "../control/controller";
+import { adminRoutes } from "./admin";
+import { agentRoutes } from "./agent";
+import { requireToken } from "./auth";
+import { errorBody, handleError } from "./errors";
+
+export interface AppOptions {
+  controller: Controller;
+  log: Logger;
+  adminToken: string;
+  joinToken: string;
+  version: string;
+  /** Largest accepted request body, bytes. */
+  maxBodyBytes?: number;
+}
+
+export function buildAdminApp(o: AppOptions): Hono {
+  const app = new Hono();
+  const maxSize = o.maxBodyBytes ?? 8 * 1024 * 1024;
+
+  app.use(async (c, next) => {
+    const started = performance.now();
+    await next();
+    const ms = Math.round((performance.now() - started) * 10) / 10;
+    const quiet = c.req.path === "/agent/v1/heartbeat" || c.req.path === "/healthz" || (c.req.method === "GET" && c.res.status < 400);
+    o.log[quiet ? "debug" : "info"]({ method: c.req.method, path: c.req.path, status: c.res.status, ms }, "request");
+  });
+  app.use(
+    bodyLimit({
+      maxSize,
+      onError: (c) => c.json(errorBody("body_too_large", `request body exceeds ${maxSize} bytes`), 413),
+    }),
+  );
+
+  app.get("/healthz", (c) => c.json({ status: "ok", version: o.version }));
+
+  app.use("/api/v1/*", requireToken("admin", o.adminToken));
+  app.route("/api/v1", adminRoutes(o.controller, o.log));
+
+  app.use("/agent/v1/*", requireToken("join", o.joinToken));
+  app.route("/agent/v1", agentRoutes(o.controller));
+
+  app.notFound((c) => c.json(errorBody("not_found", `no route ${c.req.method} ${c.req.path}`), 404));
+  app.onError((err, c) => handleError(err, c, o.log));
+  return app;
+}

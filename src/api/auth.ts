@@ -1,0 +1,31 @@
+// Bearer-token checks. Each listener's routes take exactly one kind of token; comparison runs
+// in constant time over digests, so neither content nor length leaks through timing.
+
+import { createHash, timingSafeEqual } from "node:crypto";
+import type { MiddlewareHandler } from "hono";
+import { errorBody } from "./errors";
+
+const digest = (s: string) => createHash("sha256").update(s).digest();
+
+export function tokenMatches(presented: string, expected: string): boolean {
+  return timingSafeEqual(digest(presented), digest(expected));
+}
+
+export function bearerToken(header: string | undefined): string | undefined {
+  if (!header) return undefined;
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
+  return m?.[1];
+}
+
+/** Refuses requests that do not carry `Authorization: Bearer <token>` for this kind. */
+export function requireToken(kind: "admin" | "join", expected: string): MiddlewareHandler {
+  return async (c, next) => {
+    const presented = bearerToken(c.req.header("authorization"));
+    if (presented === undefined || !tokenMatches(presented, expected)) {
+      const what = kind === "admin" ? "the admin token" : "the agent join token";
+      c.header("WWW-Authenticate", 'Bearer realm="llmgw"');
+      return c.json(errorBody("unauthorized", `missing or wrong bearer token: this route needs ${what}`), 401);
+    }
+    await next();
+  };
+}

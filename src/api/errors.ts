@@ -1,0 +1,46 @@
+// The admin and agent APIs' one error shape, and the mapping from what went wrong to a status
+// code: bad input 400 naming every field, missing names 404, conflicts 409. Nothing else leaks:
+// an unexpected error is logged with its stack and answered with a plain 500.
+
+import type { Context } from "hono";
+import type { Logger } from "pino";
+import { ZodError } from "zod";
+import type { ApiError } from "../protocol/views";
+import { ConflictError, NotFoundError } from "../store";
+
+export class HttpError extends Error {
+  constructor(
+    readonly status: 400 | 401 | 403 | 404 | 409 | 413 | 415 | 503,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export function issuePath(path: readonly PropertyKey[]): string {
+  return path.length === 0 ? "(body)" : path.map(String).join(".");
+}
+
+export function zodToApiError(err: ZodError, prefix: (string | number)[] = []): ApiError {
+  const issues = err.issues.map((i) => ({ path: issuePath([...prefix, ...i.path]), message: i.message }));
+  const first = issues[0];
+  const more = issues.length > 1 ? ` (and ${issues.length - 1} more problem${issues.length > 2 ? "s" : ""})` : "";
+  return {
+    error: { code: "invalid_request", message: first ? `${first.path}: ${first.message}${more}` : "invalid request", issues },
+  };
+}
+
+export function errorBody(code: string, message: string): ApiError {
+  return { error: { code, message } };
+}
+
+export function handleError(err: unknown, c: Context, log: Logger): Response {
+  if (err instanceof ZodError) return c.json(zodToApiError(err), 400);
+  if (err instanceof HttpError) return c.json(errorBody(err.code, err.message), err.status);
+  if (err instanceof NotFoundError) return c.json(errorBody("not_found", err.message), 404);
+  if (err instanceof ConflictError)
+    return c.json({ error: { code: "conflict", message: err.message, issues: [{ path: issuePath(err.path), message: err.message }] } }, 409);
+  log.error({ err, method: c.req.method, path: c.req.path }, "request failed");
+  return c.json(errorBody("internal", "internal error; see the server log"), 500);
+}

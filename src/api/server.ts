@@ -1,0 +1,103 @@
+// Assembles a running head node: store, controller, the admin/agent listener, and the control
+// loop. `llmgw serve`, `llmgw demo` and the integration tests all start it through here.
+
+import { join } from "node:path";
+import type { Logger } from "pino";
+import type { ServeConfig } from "../config";
+import { ensureDataDir, localUrl, resolveToken, writeServerInfo } from "../config/datadir";
+import { type Clock, systemClock } from "../control/clock";
+import { Controller } from "../control/controller";
+import { Store } from "../store";
+import { VERSION } from "../version";
+import { buildAdminApp } from "./app";
+
+export interface RunningServer {
+  adminUrl: string;
+  routerUrl: string;
+  adminToken: string;
+  joinToken: string;
+  dataDir: string;
+  controller: Controller;
+  store: Store;
+  stop(): Promise<void>;
+}
+
+export interface StartOptions {
+  config: ServeConfig;
+  log: Logger;
+  clock?: Clock;
+  /** Run the control loop on a timer (tests drive ticks by hand instead). */
+  loop?: boolean;
+}
+
+export async function startServer({ config, log, clock = systemClock, loop = true }: StartOptions): Promise<RunningServer> {
+  const dataDir = ensureDataDir(config.data_dir);
+  const admin = resolveToken(dataDir, "admin.token", config.admin_token, "llmgw_admin");
+  const join_ = resolveToken(dataDir, "join.token", config.join_token, "llmgw_join");
+  for (const [kind, t] of [["admin", admin], ["join", join_]] as const)
+    log.info({ kind, source: t.source, path: t.source === "given" ? undefined : t.path }, `${kind} token ${t.source}`);
+
+  const dbPath = join(dataDir, "llmgw.db");
+  const store = new Store({ path: dbPath });
+  log.info({ path: dbPath }, "store opened");
+
+  const controller = new Controller({
+    store,
+    clock,
+    log,
+    version: VERSION,
+    nodeTimeoutMs: config.node_timeout,
+    heartbeatIntervalMs: config.heartbeat_interval,
+  });
+  const app = buildAdminApp({ controller, log, adminToken: admin.token, joinToken: join_.token, version: VERSION });
+
+  let adminServer: ReturnType<typeof Bun.serve>;
+  try {
+    adminServer = Bun.serve({
+      hostname: config.admin_listen.host,
+      port: config.admin_listen.port,
+      fetch: app.fetch,
+      // Agents long-poll here (next issue); keep idle connections around a little longer.
+      idleTimeout: 120,
+    });
+  } catch (e) {
+    store.close();
+    throw new Error(`cannot listen on ${config.admin_listen.host}:${config.admin_listen.port} (admin): ${(e as Error).message}`);
+  }
+  const adminUrl = localUrl(config.admin_listen.host, adminServer.port!);
+  // The router listener arrives with the router issue; its address is recorded already so the
+  // CLI and agents need no change then.
+  const routerUrl = localUrl(config.listen.host, config.listen.port);
+  writeServerInfo(dataDir, { admin_url: adminUrl, router_url: routerUrl, pid: process.pid, version: VERSION, started_at: new Date().toISOString() });
+  log.info({ admin: `${config.admin_listen.host}:${adminServer.port}`, url: adminUrl, version: VERSION }, "admin API listening");
+
+  let timer: ReturnType<typeof setInterval> | undefined;
+  if (loop) {
+    timer = setInterval(() => {
+      try {
+        controller.tick();
+      } catch (e) {
+        log.error({ err: e }, "control loop tick failed");
+      }
+    }, config.reconcile_interval);
+  }
+
+  let stopped = false;
+  return {
+    adminUrl,
+    routerUrl,
+    adminToken: admin.token,
+    joinToken: join_.token,
+    dataDir,
+    controller,
+    store,
+    async stop() {
+      if (stopped) return;
+      stopped = true;
+      if (timer) clearInterval(timer);
+      await adminServer.stop(true);
+      store.close();
+      log.info("server stopped");
+    },
+  };
+}

@@ -1,0 +1,90 @@
+// How CLI commands reach the admin API: find the server and token (flags, environment, or the
+// data dir of a server running beside the CLI), call it, and turn every failure into one line
+// a person can act on. No zod here: quick commands must start quickly.
+
+import { DEFAULT_DATA_DIR, readServerInfo, readTokenFile } from "../config/datadir";
+import { type FlagSpecs, type FlagValues, UsageError } from "../config/flags";
+import type { ApiError } from "../protocol/views";
+
+export const CLIENT_FLAGS: FlagSpecs = {
+  server: { kind: "string", value: "URL", help: "admin API URL (env LLMGW_SERVER; default: the server recorded in the data dir)" },
+  token: { kind: "string", value: "TOKEN", help: "admin token (env LLMGW_TOKEN; default: <data-dir>/admin.token)" },
+  "data-dir": { kind: "string", value: "DIR", help: `data dir of a local server (env LLMGW_DATA_DIR; default ${DEFAULT_DATA_DIR})` },
+  help: { kind: "boolean", short: "h", help: "show this help" },
+};
+
+export const OUTPUT_FLAG: FlagSpecs = {
+  output: { kind: "string", short: "o", value: "FORMAT", help: "table (default), wide or json" },
+};
+
+export type OutputFormat = "table" | "wide" | "json";
+
+export function outputFormat(flags: FlagValues, allowed: OutputFormat[] = ["table", "wide", "json"]): OutputFormat {
+  const o = (flags.output as string | undefined) ?? "table";
+  if (!(allowed as string[]).includes(o)) throw new UsageError(`-o/--output must be one of ${allowed.join(", ")}, not "${o}"`);
+  return o as OutputFormat;
+}
+
+/** A failure to print as `error: …` and exit non-zero. */
+export class CliError extends Error {
+  readonly userFacing = true;
+  constructor(message: string, readonly exitCode = 1) {
+    super(message);
+  }
+}
+
+export interface Client {
+  server: string;
+  get<T>(path: string): Promise<T>;
+  send<T>(method: "POST" | "PUT" | "DELETE", path: string, body?: unknown): Promise<T>;
+}
+
+export function resolveClient(flags: FlagValues, env = process.env): Client {
+  const dataDir = (flags["data-dir"] as string | undefined) ?? env.LLMGW_DATA_DIR ?? DEFAULT_DATA_DIR;
+  let server = (flags.server as string | undefined) ?? env.LLMGW_SERVER;
+  if (!server) {
+    const info = readServerInfo(dataDir);
+    if (!info)
+      throw new CliError(`no server given and none recorded in ${dataDir}/server.json: pass --server URL (or LLMGW_SERVER), or run beside llmgw serve`);
+    server = info.admin_url;
+  }
+  if (!/^https?:\/\/[^\s/]+/.test(server)) throw new UsageError(`--server must be an http(s) URL like http://10.0.0.1:8001, not "${server}"`);
+  server = server.replace(/\/+$/, "");
+  const token = (flags.token as string | undefined) ?? env.LLMGW_TOKEN ?? readTokenFile(dataDir, "admin.token");
+  if (!token) throw new CliError(`no admin token: pass --token (or LLMGW_TOKEN), or run where ${dataDir}/admin.token is readable`);
+
+  const call = async <T>(method: string, path: string, body?: unknown): Promise<T> => {
+    let res: Response;
+    try {
+      res = await fetch(`${server}${path}`, {
+        method,
+        headers: { authorization: `Bearer ${token}`, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal: AbortSignal.timeout(30_000),
+      });
+    } catch (e) {
+      const err = e as Error & { code?: string };
+      const why = err.name === "TimeoutError" ? "no answer within 30s" : err.code === "ConnectionRefused" ? "connection refused" : err.message;
+      throw new CliError(`cannot reach the llmgw server at ${server}: ${why}`);
+    }
+    const text = await res.text();
+    let data: unknown;
+    try {
+      data = text ? JSON.parse(text) : undefined;
+    } catch {
+      throw new CliError(`the server at ${server} answered ${res.status} with something that is not JSON (is it an llmgw admin API?)`);
+    }
+    if (!res.ok) {
+      const e = (data as ApiError | undefined)?.error;
+      if (res.status === 401) throw new CliError(`the server at ${server} refused the admin token: ${e?.message ?? "unauthorized"}`);
+      const issues = e?.issues && e.issues.length > 1 ? `\n${e.issues.map((i) => `  - ${i.path}: ${i.message}`).join("\n")}` : "";
+      throw new CliError(`${e?.message ?? `HTTP ${res.status}`}${issues}`);
+    }
+    return data as T;
+  };
+  return {
+    server,
+    get: (path) => call("GET", path),
+    send: (method, path, body) => call(method, path, body),
+  };
+}

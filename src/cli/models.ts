@@ -1,0 +1,47 @@
+// `llmgw models`: the catalog with what each model has against what it wants, and why not.
+
+import type { ModelView } from "../protocol/views";
+import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
+import type { Command } from "./command";
+import { type Style, detectStyle, oneLine, paint, table } from "./render";
+
+export function modelStatus(m: ModelView): "parked" | "unplaceable" | "short" | "ok" {
+  if (m.parked) return "parked";
+  if (m.unplaceable) return "unplaceable";
+  return m.ready < m.desired ? "short" : "ok";
+}
+
+export function renderModels(models: ModelView[], style: Style, wide: boolean): string {
+  if (models.length === 0) return "No models in the catalog. Add some with `llmgw apply -f catalog.yaml`.\n";
+  const headers = ["NAME", "READY", "MIN", "MAX", "ON DEMAND", "STATUS", "REASON"];
+  if (wide) headers.splice(6, 0, "ALIASES", "TOTAL", "FAILURES", "REVISION");
+  const rows = models.map((m) => {
+    const st = modelStatus(m);
+    const color = st === "ok" ? "green" : st === "short" ? "yellow" : "red";
+    const row = [m.name, `${m.ready}/${m.desired}`, String(m.min), String(m.max), m.on_demand ? "yes" : "no", paint(style, color, st)];
+    if (wide) row.push(m.aliases.join(",") || "-", String(m.total), String(m.failures), String(m.revision));
+    row.push(m.reason ? oneLine(m.reason, wide ? 200 : 80) : "-");
+    return row;
+  });
+  return table(headers, rows, { right: [1, 2, 3] }) + "\n";
+}
+
+export const command: Command = {
+  name: "models",
+  summary: "List the catalog's models: ready against desired, parked or unplaceable, and why.",
+  usage: "llmgw models [NAME] [-o table|wide|json]",
+  flags: { ...OUTPUT_FLAG, ...CLIENT_FLAGS },
+  examples: ["llmgw models", "llmgw models -o wide", "llmgw models llama-3.1-8b -o json"],
+  async run({ flags, positionals }) {
+    const format = outputFormat(flags);
+    const client = resolveClient(flags);
+    const style = detectStyle();
+    if (positionals.length > 0) {
+      const m = await client.get<ModelView & { spec: unknown }>(`/api/v1/models/${encodeURIComponent(positionals[0]!)}`);
+      process.stdout.write(format === "json" ? `${JSON.stringify(m, null, 2)}\n` : renderModels([m], style, true));
+      return;
+    }
+    const models = await client.get<ModelView[]>("/api/v1/models");
+    process.stdout.write(format === "json" ? `${JSON.stringify(models, null, 2)}\n` : renderModels(models, style, format === "wide"));
+  },
+};

@@ -1,0 +1,87 @@
+// `llmgw nodes [NAME]`: the node table, or one node's GPUs in detail.
+
+import type { NodeView } from "../protocol/views";
+import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
+import type { Command } from "./command";
+import { type Style, ago, detectStyle, paint, table } from "./render";
+
+function stateText(style: Style, s: string): string {
+  return paint(style, s === "ready" ? "green" : s === "unreachable" ? "red" : "yellow", s);
+}
+
+function classes(n: NodeView): string {
+  const counts = new Map<string, number>();
+  for (const g of n.gpus) counts.set(g.class, (counts.get(g.class) ?? 0) + 1);
+  return [...counts].map(([c, k]) => `${k}x${c}`).join(",") || "-";
+}
+
+export function renderNodes(nodes: NodeView[], style: Style, wide: boolean, now = Date.now()): string {
+  if (nodes.length === 0) return "No nodes yet. Start `llmgw agent` on a GPU node (see `llmgw agent --help`).\n";
+  const headers = ["NAME", "STATE", "GPUS FREE", "UNHEALTHY", "CLASSES", "FABRICS", "MODELS", "HEARTBEAT"];
+  if (wide) headers.push("ADDRESS", "AGENT", "LABELS");
+  const rows = nodes.map((n) => {
+    const row = [
+      n.name,
+      stateText(style, n.state),
+      `${n.gpu_free}/${n.gpu_total}`,
+      n.gpu_unhealthy ? paint(style, "red", String(n.gpu_unhealthy)) : "0",
+      classes(n),
+      n.fabrics.join(",") || "-",
+      String(n.models.length),
+      ago(n.last_heartbeat, now),
+    ];
+    if (wide) row.push(n.address, n.agent_version, Object.entries(n.labels).map(([k, v]) => `${k}=${v}`).join(",") || "-");
+    return row;
+  });
+  return table(headers, rows, { right: [2, 3, 6] }) + "\n";
+}
+
+export function renderNode(n: NodeView, style: Style, now = Date.now()): string {
+  const lines = [
+    `Name:       ${n.name}`,
+    `State:      ${stateText(style, n.state)}${n.admin_state !== "none" && n.state === "unreachable" ? ` (${n.admin_state})` : ""}`,
+    `Address:    ${n.address}`,
+    `Fabrics:    ${n.fabrics.join(", ") || "-"}`,
+    `Labels:     ${Object.entries(n.labels).map(([k, v]) => `${k}=${v}`).join(", ") || "-"}`,
+    `Agent:      ${n.agent_version}, last heartbeat ${ago(n.last_heartbeat, now)}`,
+    `Weights:    ${n.models.join(", ") || "-"}`,
+    `GPUs:       ${n.gpu_free} free of ${n.gpu_total}${n.gpu_unhealthy ? `, ${n.gpu_unhealthy} unhealthy` : ""}`,
+  ];
+  if (n.gpus.length > 0)
+    lines.push(
+      table(
+        ["INDEX", "CLASS", "NAME", "MEMORY", "HEALTH", "IN USE BY", "UUID"],
+        n.gpus.map((g) => [
+          String(g.index),
+          g.class,
+          g.name,
+          `${Math.round(g.memory_mib / 1024)}GiB`,
+          g.healthy ? "ok" : paint(style, "red", "unhealthy"),
+          g.in_use_by ?? "-",
+          g.uuid,
+        ]),
+        { right: [0, 3], indent: "  " },
+      ),
+    );
+  return lines.join("\n") + "\n";
+}
+
+export const command: Command = {
+  name: "nodes",
+  summary: "List nodes with their state, GPUs and weights, or show one node.",
+  usage: "llmgw nodes [NAME] [-o table|wide|json]",
+  flags: { ...OUTPUT_FLAG, ...CLIENT_FLAGS },
+  examples: ["llmgw nodes", "llmgw nodes -o wide", "llmgw nodes gpu-01", "llmgw nodes -o json | jq '.[] | select(.state != \"ready\")'"],
+  async run({ flags, positionals }) {
+    const format = outputFormat(flags);
+    const client = resolveClient(flags);
+    const style = detectStyle();
+    if (positionals.length > 0) {
+      const n = await client.get<NodeView>(`/api/v1/nodes/${encodeURIComponent(positionals[0]!)}`);
+      process.stdout.write(format === "json" ? `${JSON.stringify(n, null, 2)}\n` : renderNode(n, style));
+      return;
+    }
+    const nodes = await client.get<NodeView[]>("/api/v1/nodes");
+    process.stdout.write(format === "json" ? `${JSON.stringify(nodes, null, 2)}\n` : renderNodes(nodes, style, format === "wide"));
+  },
+};

@@ -1,0 +1,90 @@
+// Terminal rendering shared by the CLI commands: colour decisions, aligned tables, usage bars.
+// Colour only on a terminal and never under NO_COLOR; piped output stays plain ASCII so scripts
+// and `grep` see stable characters.
+
+export interface Style {
+  color: boolean;
+}
+
+export function detectStyle(stream: { isTTY?: boolean } = process.stdout, env = process.env): Style {
+  if (env.NO_COLOR !== undefined && env.NO_COLOR !== "") return { color: false };
+  if (env.FORCE_COLOR !== undefined && env.FORCE_COLOR !== "" && env.FORCE_COLOR !== "0") return { color: true };
+  return { color: !!stream.isTTY && env.TERM !== "dumb" };
+}
+
+const CODES = { bold: 1, dim: 2, red: 31, green: 32, yellow: 33, blue: 34, magenta: 35, cyan: 36, gray: 90 } as const;
+export type Paint = keyof typeof CODES;
+
+export function paint(style: Style, what: Paint, text: string): string {
+  return style.color ? `\x1b[${CODES[what]}m${text}\x1b[0m` : text;
+}
+
+/** Visible width, ignoring colour escapes. */
+export function width(s: string): number {
+  // eslint-disable-next-line no-control-regex
+  return s.replace(/\x1b\[[0-9;]*m/g, "").length;
+}
+
+function pad(s: string, w: number, right: boolean): string {
+  const gap = " ".repeat(Math.max(0, w - width(s)));
+  return right ? gap + s : s + gap;
+}
+
+/** A kubectl-like table: upper-case headers, two spaces between columns; numeric columns right-aligned. */
+export function table(headers: string[], rows: string[][], opts: { right?: number[]; indent?: string } = {}): string {
+  const right = new Set(opts.right ?? []);
+  const widths = headers.map((h, i) => Math.max(width(h), ...rows.map((r) => width(r[i] ?? ""))));
+  const line = (cells: string[]) =>
+    (opts.indent ?? "") +
+    cells
+      .map((c, i) => (i === cells.length - 1 && !right.has(i) ? c : pad(c, widths[i]!, right.has(i))))
+      .join("  ")
+      .trimEnd();
+  return [line(headers), ...rows.map(line)].join("\n");
+}
+
+/**
+ * A usage bar of `cells` characters: used, unhealthy and free in distinguishable glyphs. With
+ * colour: solid blocks in colour; plain: '#' used, 'x' unhealthy, '.' free. Any non-zero part
+ * gets at least one cell so a single broken card is never rounded away.
+ */
+export function usageBar(style: Style, used: number, unhealthy: number, total: number, cells = 24): string {
+  if (total <= 0) return "[" + " ".repeat(cells) + "]";
+  const parts = [used, unhealthy];
+  const n = parts.map((p) => (p > 0 ? Math.max(1, Math.round((p / total) * cells)) : 0));
+  // Keep the bar exactly `cells` wide, trimming the largest part if rounding overshot.
+  while (n[0]! + n[1]! > cells) {
+    if (n[0]! >= n[1]!) n[0]!--;
+    else n[1]!--;
+  }
+  const free = cells - n[0]! - n[1]!;
+  if (!style.color) return `[${"#".repeat(n[0]!)}${"x".repeat(n[1]!)}${".".repeat(free)}]`;
+  return `[${paint(style, "cyan", "█".repeat(n[0]!))}${paint(style, "red", "█".repeat(n[1]!))}${paint(style, "gray", "░".repeat(free))}]`;
+}
+
+export function plural(n: number, word: string, pluralWord = `${word}s`): string {
+  return `${n} ${n === 1 ? word : pluralWord}`;
+}
+
+/** Compact duration for people: 45s, 12m, 3h05m, 2d04h. */
+export function human(seconds: number): string {
+  if (seconds < 0) return "-";
+  if (seconds < 60) return `${seconds}s`;
+  const m = Math.floor(seconds / 60);
+  if (m < 60) return `${m}m`;
+  const h = Math.floor(m / 60);
+  if (h < 24) return `${h}h${String(m % 60).padStart(2, "0")}m`;
+  return `${Math.floor(h / 24)}d${String(h % 24).padStart(2, "0")}h`;
+}
+
+export function ago(iso: string, now = Date.now()): string {
+  const t = Date.parse(iso);
+  if (Number.isNaN(t)) return "-";
+  return `${human(Math.max(0, Math.floor((now - t) / 1000)))} ago`;
+}
+
+/** Shortens long free text (reasons, errors) to one line of at most `max` characters. */
+export function oneLine(s: string, max = 100): string {
+  const flat = s.replace(/\s+/g, " ").trim();
+  return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;
+}

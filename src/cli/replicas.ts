@@ -1,0 +1,40 @@
+// `llmgw replicas [--model NAME]`: every replica with where it runs and how long it has gone
+// unasked-for ("-" when the router has never reported it: unknown is not idle).
+
+import type { ReplicaView } from "../protocol/views";
+import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
+import type { Command } from "./command";
+import { type Style, detectStyle, human, oneLine, paint, table } from "./render";
+
+export function placementText(r: ReplicaView): string {
+  return r.shards.map((s) => `${s.node}:${s.gpus.join(",")}`).join(" ") || "-";
+}
+
+export function renderReplicas(replicas: ReplicaView[], style: Style, wide: boolean): string {
+  if (replicas.length === 0) return "No replicas.\n";
+  const headers = ["ID", "MODEL", "PROFILE", "STATE", "GPUS", "IDLE", "FAILURES"];
+  if (wide) headers.push("ENDPOINT", "ERROR");
+  const rows = replicas.map((r) => {
+    const color = r.state === "ready" ? "green" : r.state === "failed" ? "red" : "yellow";
+    const row = [r.id, r.model, r.profile, paint(style, color, r.state), placementText(r), human(r.idle_seconds), String(r.failures)];
+    if (wide) row.push(r.endpoint ?? "-", r.error ? oneLine(r.error, 80) : "-");
+    return row;
+  });
+  return table(headers, rows, { right: [5, 6] }) + "\n";
+}
+
+export const command: Command = {
+  name: "replicas",
+  summary: "List replicas: model, state, GPUs, and how long each has gone unasked-for.",
+  usage: "llmgw replicas [--model NAME] [-o table|wide|json]",
+  flags: { model: { kind: "string", short: "m", value: "NAME", help: "only this model (name or alias)" }, ...OUTPUT_FLAG, ...CLIENT_FLAGS },
+  details: "IDLE is '-' when the router has not reported the replica yet (unknown is never idle).",
+  examples: ["llmgw replicas", "llmgw replicas --model llama-3.1-8b -o wide"],
+  async run({ flags }) {
+    const format = outputFormat(flags);
+    const client = resolveClient(flags);
+    const q = flags.model ? `?model=${encodeURIComponent(flags.model as string)}` : "";
+    const list = await client.get<ReplicaView[]>(`/api/v1/replicas${q}`);
+    process.stdout.write(format === "json" ? `${JSON.stringify(list, null, 2)}\n` : renderReplicas(list, detectStyle(), format === "wide"));
+  },
+};

@@ -1,0 +1,45 @@
+// `llmgw serve`: the head node. Loads the configuration, starts the control plane and the
+// admin/agent API, and stops cleanly on SIGINT/SIGTERM.
+
+import type { FlagSpecs } from "../config/flags";
+import type { Command } from "./command";
+
+export const SERVE_FLAGS: FlagSpecs = {
+  config: { kind: "string", short: "c", value: "FILE", help: "config file (.toml, .yaml or .json; env LLMGW_CONFIG)" },
+  "data-dir": { kind: "string", value: "DIR", help: "database, tokens and state (default ./llmgw-data; env LLMGW_DATA_DIR)" },
+  listen: { kind: "string", value: "HOST:PORT", help: "router (OpenAI API) listener (default 0.0.0.0:8000)" },
+  "admin-listen": { kind: "string", value: "HOST:PORT", help: "admin and agent API listener (default 0.0.0.0:8001)" },
+  "admin-token": { kind: "string", value: "TOKEN", help: "admin token (default: generated into <data-dir>/admin.token)" },
+  "join-token": { kind: "string", value: "TOKEN", help: "agent join token (default: generated into <data-dir>/join.token)" },
+  "node-timeout": { kind: "string", value: "DURATION", help: "no heartbeat for this long makes a node unreachable (default 15s)" },
+  "heartbeat-interval": { kind: "string", value: "DURATION", help: "how often agents heartbeat (default 5s)" },
+  "reconcile-interval": { kind: "string", value: "DURATION", help: "control loop tick (default 1s)" },
+  "log-level": { kind: "string", value: "LEVEL", help: "trace, debug, info, warn, error (default info)" },
+  help: { kind: "boolean", short: "h", help: "show this help" },
+};
+
+export const command: Command = {
+  name: "serve",
+  summary: "Run the head node: control plane, admin and agent API (and the router, from the router release on).",
+  usage: "llmgw serve [--data-dir DIR] [--admin-listen HOST:PORT] [--config FILE] …",
+  flags: SERVE_FLAGS,
+  details: "Every flag has an environment variable (LLMGW_ + the flag's name in capitals with _ for -) and a config file key (the flag's name with _ for -). Precedence: flags, environment, config file, defaults.",
+  examples: ["llmgw serve", "llmgw serve --data-dir /var/lib/llmgw --admin-listen 10.0.0.1:8001", "LLMGW_NODE_TIMEOUT=30s llmgw serve -c /etc/llmgw/serve.toml"],
+  async run({ flags }) {
+    const { loadConfig, ServeConfig } = await import("../config");
+    const { createLogger } = await import("../log");
+    const { startServer } = await import("../api/server");
+    const config = await loadConfig(ServeConfig, { flags, env: process.env });
+    const log = createLogger({ level: config.log_level, role: "serve" });
+    const server = await startServer({ config, log });
+    process.stderr.write(`llmgw serve: admin API on ${server.adminUrl} (data dir ${server.dataDir})\n`);
+    await new Promise<void>((resolve) => {
+      const stop = (sig: string) => {
+        log.info({ signal: sig }, "shutting down");
+        server.stop().then(resolve, resolve);
+      };
+      process.once("SIGINT", () => stop("SIGINT"));
+      process.once("SIGTERM", () => stop("SIGTERM"));
+    });
+  },
+};

@@ -1,0 +1,90 @@
+// `llmgw status`: the fleet in one screen. Aggregates, not a per-node list, so it reads the
+// same at 4 nodes and at 200: capacity per GPU class, whole free nodes per fabric, replica and
+// model counts, and the three lists that need a person: unplaceable, parked, idle.
+
+import type { Summary } from "../protocol/views";
+import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
+import type { Command } from "./command";
+import { type Style, detectStyle, human, oneLine, paint, plural, table, usageBar } from "./render";
+
+export function renderStatus(s: Summary, style: Style): string {
+  const out: string[] = [];
+  const n = s.nodes;
+  const nodeParts = [`${n.ready} ready`];
+  if (n.cordoned) nodeParts.push(paint(style, "yellow", `${n.cordoned} cordoned`));
+  if (n.draining) nodeParts.push(paint(style, "yellow", `${n.draining} draining`));
+  if (n.unreachable) nodeParts.push(paint(style, "red", `${n.unreachable} unreachable`));
+  out.push(`${paint(style, "bold", "llmgw")} ${s.version}`);
+  out.push(`Nodes     ${plural(n.total, "node")}: ${nodeParts.join(", ")}`);
+  if (s.store_error) out.push(paint(style, "red", `Store     ${s.store_error}`));
+
+  out.push("", paint(style, "bold", "GPUs"));
+  if (s.gpus.length === 0) out.push("  none reported yet");
+  else {
+    const legend = style.color
+      ? `${paint(style, "cyan", "█")} used  ${paint(style, "red", "█")} unhealthy  ${paint(style, "gray", "░")} free`
+      : "# used  x unhealthy  . free";
+    out.push(
+      table(
+        ["CLASS", "USAGE", "USED", "FREE", "UNHEALTHY", "TOTAL"],
+        s.gpus.map((g) => {
+          const free = g.total - g.used - g.unhealthy;
+          return [g.class, usageBar(style, g.used, g.unhealthy, g.total), String(g.used), String(free), g.unhealthy ? paint(style, "red", String(g.unhealthy)) : "0", String(g.total)];
+        }),
+        { right: [2, 3, 4, 5], indent: "  " },
+      ),
+    );
+    out.push(`  ${legend}`);
+  }
+
+  if (s.fabrics.length > 0) {
+    out.push("", paint(style, "bold", "Fabrics") + "  (a multi-node replica needs whole free nodes in one fabric)");
+    out.push(
+      table(
+        ["FABRIC", "NODES", "WHOLE FREE", "WITH WEIGHTS", "MODELS PRESENT"],
+        s.fabrics.map((f) => [f.fabric, String(f.nodes), String(f.largest_free_block), String(f.nodes_with_weights), String(f.models_present)]),
+        { right: [1, 2, 3, 4], indent: "  " },
+      ),
+    );
+  }
+
+  const r = s.replicas;
+  const rParts = [`${r.ready} ready`, `${r.starting} starting`];
+  if (r.draining) rParts.push(`${r.draining} draining`);
+  if (r.failed) rParts.push(paint(style, "red", `${r.failed} failed`));
+  const m = s.models;
+  out.push("");
+  out.push(`Replicas  ${rParts.join(" · ")}`);
+  out.push(`Models    ${m.total} total · ${m.satisfied} satisfied · ${m.short ? paint(style, "yellow", `${m.short} short`) : "0 short"}`);
+
+  if (s.unplaceable.length > 0) {
+    out.push("", paint(style, "bold", paint(style, "red", "Unplaceable")));
+    for (const name of s.unplaceable) out.push(`  ${name}${s.unplaceable_reasons[name] ? `  ${paint(style, "dim", oneLine(s.unplaceable_reasons[name]!, 110))}` : ""}`);
+  }
+  if (s.parked.length > 0) {
+    out.push("", paint(style, "bold", paint(style, "red", "Parked")) + "  (not retried until `llmgw models unpark NAME` or a catalog change)");
+    out.push(table(["MODEL", "FAILURES", "LAST ERROR"], s.parked.map((p) => [p.model, String(p.failures), oneLine(p.reason, 100)]), { right: [1], indent: "  " }));
+  }
+  if (s.idle_replicas.length > 0) {
+    const gpus = s.idle_replicas.reduce((a, x) => a + x.gpus, 0);
+    out.push("", paint(style, "bold", "Idle") + `  (ready, unasked-for 10m or more: ${plural(gpus, "GPU")} to reclaim)`);
+    const shown = s.idle_replicas.slice(0, 20);
+    out.push(table(["REPLICA", "MODEL", "IDLE", "GPUS"], shown.map((i) => [i.id, i.model, human(i.idle_seconds), String(i.gpus)]), { right: [2, 3], indent: "  " }));
+    if (s.idle_replicas.length > shown.length) out.push(`  … and ${s.idle_replicas.length - shown.length} more (llmgw replicas)`);
+  }
+  return out.join("\n") + "\n";
+}
+
+export const command: Command = {
+  name: "status",
+  summary: "Show the fleet summary: capacity, fabrics, replicas, models, and what needs attention.",
+  usage: "llmgw status [-o json] [--server URL] [--token TOKEN]",
+  flags: { ...OUTPUT_FLAG, ...CLIENT_FLAGS },
+  examples: ["./llmgw status", "llmgw status -o json | jq .gpus", "llmgw status --server http://head:8001 --token $TOKEN"],
+  async run({ flags }) {
+    const format = outputFormat(flags, ["table", "wide", "json"]);
+    const client = resolveClient(flags);
+    const s = await client.get<Summary>("/api/v1/summary");
+    process.stdout.write(format === "json" ? `${JSON.stringify(s, null, 2)}\n` : renderStatus(s, detectStyle()));
+  },
+};

@@ -1,0 +1,14 @@
+// `llmgw version`: this binary's release, and the server's when one is reachable.
+
+import { VERSION } from "../version";
+import type { Command } from "./command";
+
+export const command: Command = {
+  name: "version",
+  summary: "Print the llmgw version.",
+  usage: "llmgw version",
+  flags: {},
+  async run() {
+    process.stdout.write(`llmgw ${VERSION}\n`);
+  },
+};

@@ -1,0 +1,128 @@
+// Configuration for the long-running roles (serve, agent): one zod schema per role with every
+// default in it, filled from four layers in order of precedence: defaults, a config file
+// (TOML, YAML or JSON, `--config`), the environment (`LLMGW_*`) and flags. Every problem is
+// reported at once, each naming its key and where the bad value came from.
+
+import { z } from "zod";
+import { Duration } from "../protocol/common";
+import type { FlagValues } from "./flags";
+
+export const HostPort = z.string().transform((v, ctx) => {
+  const m = /^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]*):(\d{1,5})$/.exec(v.trim());
+  const port = m ? Number(m[2]) : NaN;
+  if (!m || port > 65535) {
+    ctx.addIssue({ code: "custom", message: `"${v}" is not host:port (e.g. 0.0.0.0:8001 or 127.0.0.1:0)` });
+    return z.NEVER;
+  }
+  const host = m[1] === "" ? "0.0.0.0" : m[1]!.replace(/^\[|\]$/g, "");
+  return { host, port };
+});
+export type HostPort = z.infer<typeof HostPort>;
+
+const Secret = z.string().min(16, "must be at least 16 characters").max(512).regex(/^[\x21-\x7e]+$/, "must be printable ASCII without spaces");
+const LogLevel = z.enum(["trace", "debug", "info", "warn", "error", "fatal", "silent"]);
+
+export const ServeConfig = z.strictObject({
+  data_dir: z.string().min(1).default("./llmgw-data"),
+  /** The router's OpenAI-compatible listener. */
+  listen: HostPort.prefault("0.0.0.0:8000"),
+  /** Admin API, agent API (and later the dashboard). */
+  admin_listen: HostPort.prefault("0.0.0.0:8001"),
+  admin_token: Secret.optional(),
+  join_token: Secret.optional(),
+  node_timeout: Duration.prefault("15s"),
+  heartbeat_interval: Duration.prefault("5s"),
+  reconcile_interval: Duration.prefault("1s"),
+  log_level: LogLevel.default("info"),
+});
+export type ServeConfig = z.infer<typeof ServeConfig>;
+
+/** Where each key's value came from, for error messages. */
+type Origin = Record<string, string>;
+
+export class ConfigError extends Error {
+  readonly userFacing = true;
+  constructor(readonly problems: string[]) {
+    super(`invalid configuration:\n${problems.map((p) => `  - ${p}`).join("\n")}`);
+  }
+}
+
+/** Reads a config file by extension: .toml, .yaml/.yml or .json. */
+export async function readConfigFile(path: string): Promise<Record<string, unknown>> {
+  const file = Bun.file(path);
+  if (!(await file.exists())) throw new ConfigError([`config file ${path}: not found`]);
+  const text = await file.text();
+  let data: unknown;
+  try {
+    if (/\.toml$/i.test(path)) data = Bun.TOML.parse(text);
+    else if (/\.ya?ml$/i.test(path)) data = Bun.YAML.parse(text);
+    else if (/\.json$/i.test(path)) data = JSON.parse(text);
+    else throw new Error("unknown extension: use .toml, .yaml, .yml or .json");
+  } catch (e) {
+    throw new ConfigError([`config file ${path}: ${(e as Error).message}`]);
+  }
+  if (data === null || data === undefined) return {};
+  if (typeof data !== "object" || Array.isArray(data)) throw new ConfigError([`config file ${path}: must be a table/mapping of keys`]);
+  return data as Record<string, unknown>;
+}
+
+export interface LoadInput {
+  flags: FlagValues;
+  env: Record<string, string | undefined>;
+  /** Path from --config or LLMGW_CONFIG. */
+  configPath?: string;
+}
+
+const envName = (key: string) => `LLMGW_${key.toUpperCase()}`;
+const flagName = (key: string) => `--${key.replace(/_/g, "-")}`;
+
+/** Builds a role's configuration from its layers; throws ConfigError listing every problem. */
+export async function loadConfig<S extends z.ZodObject>(schema: S, input: LoadInput): Promise<z.infer<S>> {
+  const keys = Object.keys(schema.shape);
+  const raw: Record<string, unknown> = {};
+  const origin: Origin = {};
+  const configPath = (input.flags["config"] as string | undefined) ?? input.configPath ?? input.env["LLMGW_CONFIG"];
+  if (configPath) {
+    const fileData = await readConfigFile(configPath);
+    for (const [k, v] of Object.entries(fileData)) {
+      const key = k.replace(/-/g, "_");
+      raw[key] = v;
+      origin[key] = `config file ${configPath}`;
+    }
+  }
+  for (const key of keys) {
+    const v = input.env[envName(key)];
+    if (v !== undefined && v !== "") {
+      raw[key] = listFromEnv(schema.shape[key], v);
+      origin[key] = `environment ${envName(key)}`;
+    }
+  }
+  for (const [name, v] of Object.entries(input.flags)) {
+    if (name === "config") continue;
+    const key = name.replace(/-/g, "_");
+    if (!keys.includes(key)) continue;
+    raw[key] = v;
+    origin[key] = `flag ${flagName(key)}`;
+  }
+  const result = schema.safeParse(raw);
+  if (result.success) return result.data as z.infer<S>;
+  const problems = result.error.issues.map((iss) => {
+    if (iss.code === "unrecognized_keys") {
+      return iss.keys.map((k) => `${k}${origin[k] ? ` (from ${origin[k]})` : ""}: unknown key`).join("; ");
+    }
+    const key = iss.path.map(String).join(".") || "(top level)";
+    const top = String(iss.path[0] ?? "");
+    return `${key}${origin[top] ? ` (from ${origin[top]})` : ""}: ${iss.message}`;
+  });
+  throw new ConfigError(problems);
+}
+
+/** Environment variables are strings; list-valued keys take comma-separated values there. */
+function listFromEnv(field: unknown, v: string): unknown {
+  let f = field as { def?: { type?: string; innerType?: unknown } } | undefined;
+  while (f?.def && (f.def.type === "default" || f.def.type === "optional")) f = f.def.innerType as typeof f;
+  if (f?.def?.type === "array") return v.split(",").map((s) => s.trim()).filter(Boolean);
+  if (f?.def?.type === "boolean") return v === "true" || v === "1" ? true : v === "false" || v === "0" ? false : v;
+  if (f?.def?.type === "number") return Number.isNaN(Number(v)) ? v : Number(v);
+  return v;
+}

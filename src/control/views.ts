@@ -1,0 +1,165 @@
+// The node, replica and model tables, derived from one store snapshot. A pure function: the
+// clock reading and the router's last-used map come in as arguments, so the same inputs give
+// the same tables, and the summary (summary.ts) is computed from these very tables.
+
+import type { GpuView, ModelView, NodeState, NodeView, ReplicaView, Tables } from "../protocol/views";
+import type { ModelRow, ModelStateRow, Snapshot } from "../store";
+
+export interface ViewInputs {
+  snapshot: Snapshot;
+  now: number;
+  /** Replica id → last time the router sent it a request (ms). Absent means unknown. */
+  lastUsed: ReadonlyMap<string, number>;
+  /** Without a heartbeat for this long a node is unreachable. */
+  nodeTimeoutMs: number;
+}
+
+/** Replica states that hold their GPUs. A failed replica's process is gone, so its cards are not. */
+export function holdsGpus(state: string): boolean {
+  return state === "starting" || state === "ready" || state === "draining";
+}
+
+export function nodeState(adminState: string, lastHeartbeat: number, now: number, timeoutMs: number): NodeState {
+  // Unreachable first: a cordoned node that stopped answering needs someone to look at the
+  // machine, not at its schedule.
+  if (now - lastHeartbeat > timeoutMs) return "unreachable";
+  if (adminState === "cordoned") return "cordoned";
+  if (adminState === "draining") return "draining";
+  return "ready";
+}
+
+/**
+ * How many replicas a model should have now. Against this, not `min`, a model is satisfied:
+ * an on-demand model's min is 0, yet once asked for it wants one.
+ */
+export function desiredReplicas(spec: ModelRow["spec"], state: ModelStateRow | undefined, now: number): number {
+  const { min, max } = spec.replicas;
+  if (spec.on_demand) {
+    const asked = state?.lastRequestedAt != null && now - state.lastRequestedAt < spec.idle_timeout;
+    if (!asked) return min;
+    return Math.min(Math.max(min, 1, state?.scaleTarget ?? 0), Math.max(max, 1));
+  }
+  const target = state?.scaleTarget ?? min;
+  return Math.min(Math.max(target, min), max);
+}
+
+/** Seconds since last use, or -1 when the router has never reported this replica. */
+export function idleSeconds(id: string, lastUsed: ReadonlyMap<string, number>, now: number): number {
+  const t = lastUsed.get(id);
+  if (t === undefined) return -1;
+  return Math.max(0, Math.floor((now - t) / 1000));
+}
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+export function buildTables({ snapshot, now, lastUsed, nodeTimeoutMs }: ViewInputs): Tables {
+  const holder = new Map<string, string>();
+  for (const r of snapshot.replicas) {
+    if (!holdsGpus(r.state)) continue;
+    for (const sh of r.shards) for (const g of sh.gpus) holder.set(`${sh.node}\u0000${g}`, r.id);
+  }
+
+  const gpusByNode = new Map<string, GpuView[]>();
+  for (const g of snapshot.gpus) {
+    let list = gpusByNode.get(g.node);
+    if (!list) gpusByNode.set(g.node, (list = []));
+    list.push({
+      index: g.index,
+      uuid: g.uuid,
+      name: g.name,
+      class: g.class,
+      memory_mib: g.memoryMib,
+      healthy: g.healthy,
+      parent: g.parent,
+      in_use_by: holder.get(`${g.node}\u0000${g.index}`) ?? null,
+    });
+  }
+  const weightsByNode = new Map<string, string[]>();
+  for (const w of snapshot.weights) {
+    let list = weightsByNode.get(w.node);
+    if (!list) weightsByNode.set(w.node, (list = []));
+    list.push(w.model);
+  }
+
+  const nodes: NodeView[] = snapshot.nodes.map((n) => {
+    const gpus = gpusByNode.get(n.name) ?? [];
+    let free = 0;
+    let unhealthy = 0;
+    for (const g of gpus) {
+      if (!g.healthy) unhealthy++;
+      else if (g.in_use_by === null) free++;
+    }
+    return {
+      name: n.name,
+      state: nodeState(n.adminState, n.lastHeartbeat, now, nodeTimeoutMs),
+      admin_state: n.adminState,
+      address: n.address,
+      fabrics: n.fabrics,
+      labels: n.labels,
+      agent_version: n.agentVersion,
+      gpus,
+      models: weightsByNode.get(n.name) ?? [],
+      last_heartbeat: iso(n.lastHeartbeat),
+      gpu_total: gpus.length,
+      gpu_free: free,
+      gpu_unhealthy: unhealthy,
+    };
+  });
+
+  const replicas: ReplicaView[] = snapshot.replicas.map((r) => ({
+    id: r.id,
+    model: r.model,
+    profile: r.profile,
+    state: r.state,
+    shards: r.shards,
+    endpoint: r.endpoint,
+    idle_seconds: idleSeconds(r.id, lastUsed, now),
+    failures: r.failures,
+    error: r.error,
+    created_at: iso(r.createdAt),
+    ready_at: r.readyAt === null ? null : iso(r.readyAt),
+  }));
+
+  const stateByModel = new Map(snapshot.modelState.map((s) => [s.model, s]));
+  const countByModel = new Map<string, { ready: number; total: number }>();
+  for (const r of snapshot.replicas) {
+    let c = countByModel.get(r.model);
+    if (!c) countByModel.set(r.model, (c = { ready: 0, total: 0 }));
+    c.total++;
+    if (r.state === "ready") c.ready++;
+  }
+
+  const models: ModelView[] = snapshot.models.map((m) => {
+    const st = stateByModel.get(m.name);
+    const c = countByModel.get(m.name) ?? { ready: 0, total: 0 };
+    const desired = desiredReplicas(m.spec, st, now);
+    const parked = st?.parked ?? false;
+    const short = parked || c.ready < desired;
+    // Short and unable to place more is the actionable case; short with nothing else on the
+    // way (no replica starting, draining or awaiting a retry) is just as stuck, even if
+    // placement has not said why.
+    const placementReason = st?.unplaceableReason ?? null;
+    const unplaceable = short && (placementReason !== null || (!parked && c.total <= c.ready));
+    let reason: string | null = null;
+    if (parked) reason = st?.reason ?? "parked";
+    else if (placementReason !== null && short) reason = placementReason;
+    else if (unplaceable) reason = `wants ${desired} replica${desired === 1 ? "" : "s"}, has ${c.ready} ready and none starting`;
+    return {
+      name: m.name,
+      aliases: m.spec.aliases,
+      desired,
+      ready: c.ready,
+      total: c.total,
+      min: m.spec.replicas.min,
+      max: m.spec.replicas.max,
+      on_demand: m.spec.on_demand,
+      parked,
+      failures: st?.failures ?? 0,
+      reason,
+      unplaceable,
+      revision: m.revision,
+    };
+  });
+
+  return { nodes, replicas, models };
+}

@@ -1,0 +1,76 @@
+// llmgw's entry point: subcommand dispatch only. Each command's code is loaded when it runs,
+// so `llmgw status` does not pay for the server's imports.
+
+import { UsageError } from "./config/flags";
+import type { Command } from "./cli/command";
+
+type Loader = () => Promise<Command>;
+
+const COMMANDS: Record<string, { summary: string; load: Loader }> = {
+  serve: { summary: "run the head node (control plane, admin API, router)", load: async () => (await import("./cli/serve")).command },
+  status: { summary: "fleet summary: capacity, fabrics, replicas, models, what needs attention", load: async () => (await import("./cli/status")).command },
+  nodes: { summary: "list nodes, or show one", load: async () => (await import("./cli/nodes")).command },
+  replicas: { summary: "list replicas with placement and idle time", load: async () => (await import("./cli/replicas")).command },
+  models: { summary: "list the catalog's models and whether they have what they want", load: async () => (await import("./cli/models")).command },
+  apply: { summary: "create or replace models from a catalog file", load: async () => (await import("./cli/apply")).command },
+  cordon: { summary: "stop placing replicas on a node", load: async () => (await import("./cli/node-admin")).cordon },
+  uncordon: { summary: "allow placement on a node again", load: async () => (await import("./cli/node-admin")).uncordon },
+  drain: { summary: "move a node's replicas away and leave it cordoned", load: async () => (await import("./cli/node-admin")).drain },
+  version: { summary: "print the version", load: async () => (await import("./cli/version")).command },
+};
+
+function topHelp(): string {
+  const w = Math.max(...Object.keys(COMMANDS).map((k) => k.length)) + 2;
+  return [
+    "llmgw: self-hosted LLM inference on a small GPU cluster, from one binary.",
+    "",
+    "Usage:",
+    "  llmgw COMMAND [flags]",
+    "",
+    "Commands:",
+    ...Object.entries(COMMANDS).map(([k, c]) => `  ${k.padEnd(w)}${c.summary}`),
+    "",
+    "Run `llmgw COMMAND --help` for a command's flags and examples.",
+    "",
+  ].join("\n");
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  if (!name || name === "help" || name === "--help" || name === "-h") {
+    const target = name === "help" ? rest[0] : undefined;
+    if (target && COMMANDS[target]) return main([target, "--help"]);
+    process.stdout.write(topHelp());
+    return name ? 0 : 2;
+  }
+  if (name === "--version" || name === "-v") return main(["version"]);
+  const entry = COMMANDS[name];
+  if (!entry) {
+    process.stderr.write(`error: unknown command "${name}"; run \`llmgw --help\` for the list\n`);
+    return 2;
+  }
+  const cmd = await entry.load();
+  try {
+    const { parseFor } = await import("./cli/command");
+    const parsed = parseFor(cmd, rest);
+    if (!parsed) return 0;
+    const code = await cmd.run({ ...parsed, argv: rest });
+    return typeof code === "number" ? code : 0;
+  } catch (e) {
+    const err = e as Error & { exitCode?: number };
+    if (e instanceof UsageError) {
+      process.stderr.write(`error: ${err.message}\nRun \`llmgw ${name} --help\` for usage.\n`);
+      return 2;
+    }
+    // Errors meant for people (bad config, unreachable server, API refusals) are one line;
+    // anything else is a bug and keeps its stack for the report.
+    if ((err as { userFacing?: boolean }).userFacing) process.stderr.write(`error: ${err.message}\n`);
+    else process.stderr.write(`error: ${err.stack ?? String(e)}\n`);
+    return err.exitCode ?? 1;
+  }
+}
+
+if (import.meta.main) {
+  const code = await main(process.argv.slice(2));
+  process.exitCode = code;
+}

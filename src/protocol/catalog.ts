@@ -1,0 +1,94 @@
+// The model catalog: what a model is, as written in `catalog.yaml`, sent to
+// `PUT /api/v1/models/{name}` and stored. One schema for every way in.
+
+import { z } from "zod";
+import { Duration, Name } from "./common";
+
+export const ENGINES = ["vllm", "sglang", "llama.cpp", "fake"] as const;
+export const Engine = z.enum(ENGINES);
+export type Engine = z.infer<typeof Engine>;
+
+export const CATALOG_LIMITS = { models: 2000, profiles: 16, aliases: 32, args: 256 } as const;
+
+export const Profile = z.strictObject({
+  name: Name,
+  engine: Engine,
+  gpu_class: z.string().min(1).max(128),
+  /** GPUs per shard; a shard lives on one node. */
+  gpus: z.number().int().min(1).max(64).default(1),
+  /** Shards, each on its own whole node, all in one fabric. */
+  nodes: z.number().int().min(1).max(64).default(1),
+  /** Router tier: lower is preferred; the router spills to the next tier when saturated. */
+  priority: z.number().int().min(0).max(1000).default(0),
+  args: z.array(z.string().max(4096)).max(CATALOG_LIMITS.args).default([]),
+  env: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "must be an environment variable name"), z.string().max(4096)).default({}),
+});
+export type Profile = z.infer<typeof Profile>;
+
+const ModelFields = z.strictObject({
+  name: Name,
+  aliases: z.array(Name).max(CATALOG_LIMITS.aliases).default([]),
+  replicas: z
+    .strictObject({
+      min: z.number().int().min(0).max(1000).default(1),
+      max: z.number().int().min(0).max(1000).optional(),
+    })
+    .default({ min: 1 }),
+  /** true: no replica until asked for, and back to none after idle_timeout. */
+  on_demand: z.boolean().default(false),
+  idle_timeout: Duration.prefault("30m"),
+  pool: z.string().min(1).max(64).default("default"),
+  weight: z.number().positive().max(1000).default(1),
+  placement: z.enum(["binpack", "spread"]).default("binpack"),
+  /** In-flight requests per replica the load-based scaler aims for (router issue). */
+  target_inflight: z.number().int().min(1).max(100000).optional(),
+  profiles: z.array(Profile).min(1, "a model needs at least one profile").max(CATALOG_LIMITS.profiles),
+});
+
+export const ModelSpec = ModelFields.superRefine((m, ctx) => {
+  const max = m.replicas.max;
+  if (max !== undefined && max < m.replicas.min)
+    ctx.addIssue({ code: "custom", path: ["replicas", "max"], message: `max (${max}) is below min (${m.replicas.min})` });
+  const seen = new Set<string>();
+  m.profiles.forEach((p, i) => {
+    if (seen.has(p.name)) ctx.addIssue({ code: "custom", path: ["profiles", i, "name"], message: `duplicate profile name "${p.name}"` });
+    seen.add(p.name);
+    if (p.engine === "llama.cpp" && p.nodes > 1)
+      ctx.addIssue({ code: "custom", path: ["profiles", i, "nodes"], message: "llama.cpp cannot run one replica across several nodes" });
+  });
+  m.aliases.forEach((a, i) => {
+    if (a === m.name) ctx.addIssue({ code: "custom", path: ["aliases", i], message: `alias "${a}" is the model's own name` });
+  });
+  if (new Set(m.aliases).size !== m.aliases.length)
+    ctx.addIssue({ code: "custom", path: ["aliases"], message: "aliases repeat" });
+}).transform((m) => ({
+  ...m,
+  // max defaults to min (or 1 for an on-demand model with min 0), so "max" always means something.
+  replicas: { min: m.replicas.min, max: m.replicas.max ?? Math.max(m.replicas.min, 1) },
+}));
+export type ModelSpec = z.infer<typeof ModelSpec>;
+/** What a caller may send: defaults not yet applied. */
+export type ModelSpecInput = z.input<typeof ModelSpec>;
+
+export const CatalogFile = z
+  .strictObject({ models: z.array(ModelSpec).max(CATALOG_LIMITS.models) })
+  .superRefine((c, ctx) => {
+    // Names and aliases share one namespace: a request names a model by either.
+    const owner = new Map<string, string>();
+    c.models.forEach((m, i) => {
+      const names = [m.name, ...m.aliases];
+      names.forEach((n, j) => {
+        const prev = owner.get(n);
+        if (prev !== undefined && prev !== m.name)
+          ctx.addIssue({
+            code: "custom",
+            path: ["models", i, j === 0 ? "name" : "aliases"],
+            message: `"${n}" is already used by model "${prev}"`,
+          });
+        else if (prev === m.name && j === 0)
+          ctx.addIssue({ code: "custom", path: ["models", i, "name"], message: `model "${n}" appears twice` });
+        else owner.set(n, m.name);
+      });
+    });
+  });
+export type CatalogFile = z.infer<typeof CatalogFile>;

@@ -1,0 +1,105 @@
+// The agent ↔ control-plane contract: what a node agent reports in each heartbeat and what
+// the control plane answers (the replicas the node should run). Both sides parse with these
+// schemas, so a change here is a protocol change.
+
+import { z } from "zod";
+import { Labels, Name, SegmentName } from "./common";
+
+/** Limits that keep one heartbeat from costing the head node more than a fleet's worth. */
+export const HEARTBEAT_LIMITS = { gpus: 256, models: 4096, replicas: 1024, fabrics: 16 } as const;
+
+/**
+ * One schedulable device. A card in MIG mode is reported as its instances, each with
+ * `parent` set to the card's uuid and a class of its own (e.g. "A100-80GB/3g.40gb"), never as
+ * the card itself. `index` is the agent's number for the device on this node, unique per node;
+ * shards name GPUs by it.
+ */
+export const GpuReport = z.object({
+  index: z.number().int().min(0).max(65535),
+  uuid: z.string().min(1).max(128),
+  name: z.string().max(256),
+  class: z.string().min(1).max(128),
+  memory_mib: z.number().int().min(0).max(16 * 1024 * 1024),
+  healthy: z.boolean(),
+  parent: z.string().min(1).max(128).nullable().default(null),
+});
+export type GpuReport = z.infer<typeof GpuReport>;
+
+export const ReplicaRunState = z.enum(["starting", "ready", "failed", "stopped"]);
+export type ReplicaRunState = z.infer<typeof ReplicaRunState>;
+
+/** What the agent knows about one replica process it runs (or ran). */
+export const ReplicaReport = z.object({
+  id: z.string().min(1).max(128),
+  state: ReplicaRunState,
+  port: z.number().int().min(0).max(65535).nullable().default(null),
+  /** Why it failed: the last lines of the engine's stderr. */
+  error: z.string().max(8192).nullable().default(null),
+});
+export type ReplicaReport = z.infer<typeof ReplicaReport>;
+
+export const HeartbeatRequest = z
+  .object({
+    node: SegmentName,
+    address: z.string().min(1).max(255),
+    agent_version: z.string().max(64).default("unknown"),
+    labels: Labels.default({}),
+    fabrics: z.array(Name).max(HEARTBEAT_LIMITS.fabrics).default([]),
+    gpus: z.array(GpuReport).max(HEARTBEAT_LIMITS.gpus).default([]),
+    /** Models whose weights are present on this node. */
+    models: z.array(Name).max(HEARTBEAT_LIMITS.models).default([]),
+    replicas: z.array(ReplicaReport).max(HEARTBEAT_LIMITS.replicas).default([]),
+  })
+  .superRefine((hb, ctx) => {
+    const seenIndex = new Map<number, number>();
+    const seenUuid = new Map<string, number>();
+    hb.gpus.forEach((g, i) => {
+      const prevIdx = seenIndex.get(g.index);
+      if (prevIdx !== undefined)
+        ctx.addIssue({ code: "custom", path: ["gpus", i, "index"], message: `duplicate GPU index ${g.index} (also gpus[${prevIdx}])` });
+      else seenIndex.set(g.index, i);
+      const prevUuid = seenUuid.get(g.uuid);
+      if (prevUuid !== undefined)
+        ctx.addIssue({ code: "custom", path: ["gpus", i, "uuid"], message: `duplicate GPU uuid (also gpus[${prevUuid}])` });
+      else seenUuid.set(g.uuid, i);
+    });
+  });
+export type HeartbeatRequest = z.infer<typeof HeartbeatRequest>;
+
+/** One shard of a replica that this node should run. */
+export const Assignment = z.object({
+  /** Replica id; several nodes share it for a multi-node replica. */
+  id: z.string().min(1).max(128),
+  model: Name,
+  /** Names the engine should answer to (the model's name first, then its aliases). */
+  served_names: z.array(z.string()).min(1),
+  profile: z.string(),
+  engine: z.enum(["vllm", "sglang", "llama.cpp", "fake"]),
+  /** Port the engine listens on; chosen by the control plane so the endpoint URL is known. */
+  port: z.number().int().min(1).max(65535),
+  /** Indices of this node's GPUs the shard runs on. */
+  gpus: z.array(z.number().int().min(0)),
+  /** UUIDs of those GPUs, for CUDA_VISIBLE_DEVICES (MIG instances need their UUIDs). */
+  gpu_uuids: z.array(z.string()),
+  args: z.array(z.string()).default([]),
+  env: z.record(z.string(), z.string()).default({}),
+  /** Position within a multi-node replica; rank 0 is the leader and serves HTTP. */
+  shard: z.object({
+    rank: z.number().int().min(0),
+    size: z.number().int().min(1),
+    leader_address: z.string(),
+    /** Port the leader uses for the engines' own rendezvous (torch distributed / NCCL init). */
+    leader_port: z.number().int().min(1).max(65535),
+  }),
+});
+export type Assignment = z.infer<typeof Assignment>;
+
+export const HeartbeatResponse = z.object({
+  /** Everything this node should be running now; anything else it runs should stop. */
+  assignments: z.array(Assignment),
+  /** How often the agent should heartbeat. */
+  heartbeat_interval_ms: z.number().int().positive(),
+  /** Bumps whenever the assignment set for the node changes; the long poll waits on it. */
+  generation: z.number().int().min(0),
+});
+export type HeartbeatResponse = z.infer<typeof HeartbeatResponse>;

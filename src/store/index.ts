@@ -1,0 +1,283 @@
+// Opening the embedded SQLite database and every query the rest of llmgw makes of it. Callers
+// get plain objects; drizzle stays inside src/store.
+
+import { Database } from "bun:sqlite";
+import { and, asc, desc, eq, gt, inArray } from "drizzle-orm";
+import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
+import type { ModelSpec } from "../protocol/catalog";
+import type { HeartbeatRequest } from "../protocol/heartbeat";
+import type { AdminState, ReplicaState } from "../protocol/views";
+import { embeddedMigrations } from "./migrations";
+import * as schema from "./schema";
+
+export type NodeRow = typeof schema.nodes.$inferSelect;
+export type GpuRow = typeof schema.gpus.$inferSelect;
+export type ReplicaRow = typeof schema.replicas.$inferSelect;
+export type ModelStateRow = typeof schema.modelState.$inferSelect;
+export type EventRow = typeof schema.events.$inferSelect;
+export interface ModelRow {
+  name: string;
+  spec: ModelSpec;
+  revision: number;
+  createdAt: number;
+  updatedAt: number;
+}
+
+/** Everything the control plane derives its views from, read in one transaction. */
+export interface Snapshot {
+  nodes: NodeRow[];
+  gpus: GpuRow[];
+  weights: { node: string; model: string }[];
+  models: ModelRow[];
+  replicas: ReplicaRow[];
+  modelState: ModelStateRow[];
+}
+
+/** A name or alias is already taken: both names are in the message. */
+export class ConflictError extends Error {
+  constructor(message: string, readonly path: (string | number)[] = []) {
+    super(message);
+  }
+}
+
+export class NotFoundError extends Error {}
+
+export interface OpenOptions {
+  /** File path, or ":memory:" for tests. */
+  path: string;
+  busyTimeoutMs?: number;
+}
+
+export class Store {
+  readonly db: BunSQLiteDatabase<typeof schema>;
+  readonly sqlite: Database;
+
+  constructor(opts: OpenOptions) {
+    this.sqlite = new Database(opts.path, { create: true, strict: true });
+    // WAL lets the CLI-facing reads run beside the reconciler's writes; the busy timeout
+    // turns a brief lock into a wait instead of an error; foreign keys keep GPUs and
+    // weights from outliving their node.
+    this.sqlite.exec("PRAGMA journal_mode = WAL");
+    this.sqlite.exec(`PRAGMA busy_timeout = ${Math.max(0, Math.floor(opts.busyTimeoutMs ?? 5000))}`);
+    this.sqlite.exec("PRAGMA foreign_keys = ON");
+    this.sqlite.exec("PRAGMA synchronous = NORMAL");
+    this.db = drizzle({ client: this.sqlite, schema });
+    this.migrate();
+  }
+
+  private migrate(): void {
+    // Same path drizzle's bun-sqlite migrator takes after reading files; see migrations.ts.
+    const dialect = (this.db as unknown as { dialect: { migrate(m: unknown, s: unknown, c: unknown): void } }).dialect;
+    const session = (this.db as unknown as { session: unknown }).session;
+    dialect.migrate(embeddedMigrations(), session, { migrationsFolder: "(embedded)" });
+  }
+
+  close(): void {
+    this.sqlite.close();
+  }
+
+  /** Upserts a node, its GPUs and its weights from one heartbeat, atomically. */
+  applyHeartbeat(hb: HeartbeatRequest, now: number): { created: boolean } {
+    return this.db.transaction((tx) => {
+      const existing = tx.select({ name: schema.nodes.name }).from(schema.nodes).where(eq(schema.nodes.name, hb.node)).get();
+      if (existing) {
+        tx.update(schema.nodes)
+          .set({ address: hb.address, labels: hb.labels, fabrics: hb.fabrics, lastHeartbeat: now, agentVersion: hb.agent_version })
+          .where(eq(schema.nodes.name, hb.node))
+          .run();
+      } else {
+        tx.insert(schema.nodes)
+          .values({
+            name: hb.node,
+            address: hb.address,
+            labels: hb.labels,
+            fabrics: hb.fabrics,
+            adminState: "none",
+            lastHeartbeat: now,
+            agentVersion: hb.agent_version,
+            registeredAt: now,
+          })
+          .run();
+      }
+      tx.delete(schema.gpus).where(eq(schema.gpus.node, hb.node)).run();
+      if (hb.gpus.length > 0)
+        tx.insert(schema.gpus)
+          .values(
+            hb.gpus.map((g) => ({
+              node: hb.node,
+              index: g.index,
+              uuid: g.uuid,
+              name: g.name,
+              class: g.class,
+              memoryMib: g.memory_mib,
+              healthy: g.healthy,
+              parent: g.parent,
+            })),
+          )
+          .run();
+      tx.delete(schema.weights).where(eq(schema.weights.node, hb.node)).run();
+      const models = [...new Set(hb.models)];
+      if (models.length > 0) tx.insert(schema.weights).values(models.map((m) => ({ node: hb.node, model: m }))).run();
+      return { created: !existing };
+    });
+  }
+
+  /** One consistent read of everything the views are built from. */
+  snapshot(): Snapshot {
+    return this.db.transaction(
+      (tx) => ({
+        nodes: tx.select().from(schema.nodes).orderBy(asc(schema.nodes.name)).all(),
+        gpus: tx.select().from(schema.gpus).orderBy(asc(schema.gpus.node), asc(schema.gpus.index)).all(),
+        weights: tx.select().from(schema.weights).orderBy(asc(schema.weights.node), asc(schema.weights.model)).all(),
+        models: tx.select().from(schema.models).orderBy(asc(schema.models.name)).all() as ModelRow[],
+        replicas: tx.select().from(schema.replicas).orderBy(asc(schema.replicas.id)).all(),
+        modelState: tx.select().from(schema.modelState).all(),
+      }),
+      { behavior: "deferred" },
+    );
+  }
+
+  // ---- nodes --------------------------------------------------------------------------
+
+  nodeExists(name: string): boolean {
+    return !!this.db.select({ n: schema.nodes.name }).from(schema.nodes).where(eq(schema.nodes.name, name)).get();
+  }
+
+  setAdminState(name: string, state: AdminState): { previous: AdminState } {
+    return this.db.transaction((tx) => {
+      const row = tx.select({ s: schema.nodes.adminState }).from(schema.nodes).where(eq(schema.nodes.name, name)).get();
+      if (!row) throw new NotFoundError(`node "${name}" not found`);
+      tx.update(schema.nodes).set({ adminState: state }).where(eq(schema.nodes.name, name)).run();
+      return { previous: row.s };
+    });
+  }
+
+  // ---- catalog ------------------------------------------------------------------------
+
+  /** The model a name or alias refers to, or undefined. */
+  resolveModel(nameOrAlias: string): ModelRow | undefined {
+    const direct = this.db.select().from(schema.models).where(eq(schema.models.name, nameOrAlias)).get() as ModelRow | undefined;
+    if (direct) return direct;
+    const alias = this.db.select().from(schema.modelAliases).where(eq(schema.modelAliases.alias, nameOrAlias)).get();
+    if (!alias) return undefined;
+    return this.db.select().from(schema.models).where(eq(schema.models.name, alias.model)).get() as ModelRow | undefined;
+  }
+
+  /**
+   * Creates or replaces models, all or none. A changed spec gets a new revision, and a new
+   * revision unparks the model: the operator changed something, so it deserves another try.
+   */
+  putModels(specs: ModelSpec[], now: number): { name: string; result: "created" | "configured" | "unchanged"; revision: number }[] {
+    return this.db.transaction((tx) => {
+      const out: { name: string; result: "created" | "configured" | "unchanged"; revision: number }[] = [];
+      for (const [i, spec] of specs.entries()) {
+        for (const [j, n] of [spec.name, ...spec.aliases].entries()) {
+          const asModel = j > 0 ? tx.select({ name: schema.models.name }).from(schema.models).where(eq(schema.models.name, n)).get() : undefined;
+          if (asModel) throw new ConflictError(`alias "${n}" of model "${spec.name}" is the name of model "${asModel.name}"`, specs.length > 1 ? ["models", i, "aliases"] : ["aliases"]);
+          const asAlias = tx.select().from(schema.modelAliases).where(eq(schema.modelAliases.alias, n)).get();
+          if (asAlias && asAlias.model !== spec.name)
+            throw new ConflictError(
+              j === 0 ? `name "${n}" is already an alias of model "${asAlias.model}"` : `alias "${n}" of model "${spec.name}" is already an alias of model "${asAlias.model}"`,
+              specs.length > 1 ? ["models", i, j === 0 ? "name" : "aliases"] : [j === 0 ? "name" : "aliases"],
+            );
+        }
+        const existing = tx.select().from(schema.models).where(eq(schema.models.name, spec.name)).get() as ModelRow | undefined;
+        if (existing && JSON.stringify(existing.spec) === JSON.stringify(spec)) {
+          out.push({ name: spec.name, result: "unchanged", revision: existing.revision });
+          continue;
+        }
+        const revision = existing ? existing.revision + 1 : 1;
+        if (existing) {
+          tx.update(schema.models).set({ spec, revision, updatedAt: now }).where(eq(schema.models.name, spec.name)).run();
+          tx.delete(schema.modelAliases).where(eq(schema.modelAliases.model, spec.name)).run();
+        } else {
+          tx.insert(schema.models).values({ name: spec.name, spec, revision, createdAt: now, updatedAt: now }).run();
+        }
+        if (spec.aliases.length > 0) tx.insert(schema.modelAliases).values(spec.aliases.map((a) => ({ alias: a, model: spec.name }))).run();
+        tx.insert(schema.modelState)
+          .values({ model: spec.name })
+          .onConflictDoUpdate({ target: schema.modelState.model, set: { failures: 0, parked: false, reason: null, unplaceableReason: null } })
+          .run();
+        out.push({ name: spec.name, result: existing ? "configured" : "created", revision });
+      }
+      return out;
+    });
+  }
+
+  deleteModel(name: string): void {
+    this.db.transaction((tx) => {
+      const row = tx.select({ n: schema.models.name }).from(schema.models).where(eq(schema.models.name, name)).get();
+      if (!row) throw new NotFoundError(`model "${name}" not found`);
+      tx.delete(schema.models).where(eq(schema.models.name, name)).run();
+      tx.delete(schema.modelState).where(eq(schema.modelState.model, name)).run();
+    });
+  }
+
+  updateModelState(model: string, patch: Partial<Omit<ModelStateRow, "model">>): void {
+    this.db
+      .insert(schema.modelState)
+      .values({ model, ...patch })
+      .onConflictDoUpdate({ target: schema.modelState.model, set: patch })
+      .run();
+  }
+
+  // ---- replicas -----------------------------------------------------------------------
+
+  insertReplica(r: typeof schema.replicas.$inferInsert): void {
+    this.db.insert(schema.replicas).values(r).run();
+  }
+
+  updateReplica(id: string, patch: Partial<Omit<ReplicaRow, "id">>): void {
+    this.db.update(schema.replicas).set(patch).where(eq(schema.replicas.id, id)).run();
+  }
+
+  deleteReplicas(ids: string[]): void {
+    if (ids.length > 0) this.db.delete(schema.replicas).where(inArray(schema.replicas.id, ids)).run();
+  }
+
+  setReplicaState(id: string, state: ReplicaState, now: number): void {
+    this.db.update(schema.replicas).set({ state, updatedAt: now }).where(eq(schema.replicas.id, id)).run();
+  }
+
+  // ---- events -------------------------------------------------------------------------
+
+  appendEvent(e: { at: number; kind: string; subject: string; message: string; data?: unknown }): number {
+    const row = this.db
+      .insert(schema.events)
+      .values({ at: e.at, kind: e.kind, subject: e.subject, message: e.message, data: e.data ?? null })
+      .returning({ id: schema.events.id })
+      .get();
+    return row.id;
+  }
+
+  /** Events after `afterId` (oldest first), or the newest `limit` when no cursor is given. */
+  listEvents(opts: { afterId?: number; limit: number; subject?: string }): EventRow[] {
+    const where = and(
+      opts.afterId !== undefined ? gt(schema.events.id, opts.afterId) : undefined,
+      opts.subject !== undefined ? eq(schema.events.subject, opts.subject) : undefined,
+    );
+    if (opts.afterId !== undefined)
+      return this.db.select().from(schema.events).where(where).orderBy(asc(schema.events.id)).limit(opts.limit).all();
+    return this.db.select().from(schema.events).where(where).orderBy(desc(schema.events.id)).limit(opts.limit).all().reverse();
+  }
+
+  // ---- meta ---------------------------------------------------------------------------
+
+  getMeta(key: string): string | undefined {
+    return this.db.select().from(schema.meta).where(eq(schema.meta.key, key)).get()?.value;
+  }
+
+  setMeta(key: string, value: string): void {
+    this.db.insert(schema.meta).values({ key, value }).onConflictDoUpdate({ target: schema.meta.key, set: { value } }).run();
+  }
+
+  /** Row counts per table, for tests and `llmgw backup` checks. */
+  counts(): Record<string, number> {
+    const out: Record<string, number> = {};
+    for (const t of ["nodes", "gpus", "weights", "models", "model_aliases", "replicas", "model_state", "events"]) {
+      out[t] = (this.sqlite.query(`SELECT count(*) AS n FROM ${t}`).get() as { n: number }).n;
+    }
+    return out;
+  }
+}
+

@@ -1,0 +1,114 @@
+// The control plane's tables. drizzle-kit generates the SQL migrations in drizzle/ from this
+// file; nothing outside src/store touches drizzle.
+
+
+import { index, integer, primaryKey, sqliteTable, text } from "drizzle-orm/sqlite-core";
+
+const json = <T>(name: string) => text(name, { mode: "json" }).$type<T>();
+
+export const nodes = sqliteTable("nodes", {
+  name: text("name").primaryKey(),
+  address: text("address").notNull(),
+  labels: json<Record<string, string>>("labels").notNull(),
+  fabrics: json<string[]>("fabrics").notNull(),
+  /** What an operator asked for; reachability is derived from last_heartbeat at read time. */
+  adminState: text("admin_state", { enum: ["none", "cordoned", "draining"] }).notNull().default("none"),
+  lastHeartbeat: integer("last_heartbeat").notNull(),
+  agentVersion: text("agent_version").notNull(),
+  registeredAt: integer("registered_at").notNull(),
+});
+
+export const gpus = sqliteTable(
+  "gpus",
+  {
+    node: text("node").notNull().references(() => nodes.name, { onDelete: "cascade" }),
+    index: integer("idx").notNull(),
+    uuid: text("uuid").notNull(),
+    name: text("name").notNull(),
+    class: text("class").notNull(),
+    memoryMib: integer("memory_mib").notNull(),
+    healthy: integer("healthy", { mode: "boolean" }).notNull(),
+    /** The physical card's uuid for a MIG instance; null for a whole card. */
+    parent: text("parent"),
+  },
+  (t) => [primaryKey({ columns: [t.node, t.index] })],
+);
+
+export const weights = sqliteTable(
+  "weights",
+  {
+    node: text("node").notNull().references(() => nodes.name, { onDelete: "cascade" }),
+    model: text("model").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.node, t.model] })],
+);
+
+export const models = sqliteTable("models", {
+  name: text("name").primaryKey(),
+  /** The validated ModelSpec as JSON: the catalog entry exactly as applied, defaults filled. */
+  spec: text("spec", { mode: "json" }).notNull(),
+  /** Bumped on every change; a new revision unparks. */
+  revision: integer("revision").notNull().default(1),
+  createdAt: integer("created_at").notNull(),
+  updatedAt: integer("updated_at").notNull(),
+});
+
+/** One row per alias, so the database itself refuses an alias owned twice. */
+export const modelAliases = sqliteTable("model_aliases", {
+  alias: text("alias").primaryKey(),
+  model: text("model").notNull().references(() => models.name, { onDelete: "cascade" }),
+});
+
+export const replicas = sqliteTable(
+  "replicas",
+  {
+    id: text("id").primaryKey(),
+    model: text("model").notNull(),
+    profile: text("profile").notNull(),
+    state: text("state", { enum: ["starting", "ready", "draining", "failed"] }).notNull(),
+    /** [{node, gpus:[indices]}]; shard 0 is the leader and serves HTTP. */
+    shards: json<{ node: string; gpus: number[] }[]>("shards").notNull(),
+    port: integer("port"),
+    endpoint: text("endpoint"),
+    failures: integer("failures").notNull().default(0),
+    error: text("error"),
+    createdAt: integer("created_at").notNull(),
+    updatedAt: integer("updated_at").notNull(),
+    readyAt: integer("ready_at"),
+  },
+  (t) => [index("replicas_model").on(t.model)],
+);
+
+/** Per-model state the reconciler keeps between ticks: failures, parking, demand, placement. */
+export const modelState = sqliteTable("model_state", {
+  model: text("model").primaryKey(),
+  failures: integer("failures").notNull().default(0),
+  parked: integer("parked", { mode: "boolean" }).notNull().default(false),
+  reason: text("reason"),
+  lastFailureAt: integer("last_failure_at"),
+  /** Last time a client asked for this model (on-demand models want a replica until idle_timeout). */
+  lastRequestedAt: integer("last_requested_at"),
+  /** Replicas the load-based scaler wants, between min and max; null = no signal. */
+  scaleTarget: integer("scale_target"),
+  /** Why placement could not give it what it wants, as last computed; null when it could. */
+  unplaceableReason: text("unplaceable_reason"),
+});
+
+export const events = sqliteTable(
+  "events",
+  {
+    id: integer("id").primaryKey({ autoIncrement: true }),
+    at: integer("at").notNull(),
+    kind: text("kind").notNull(),
+    subject: text("subject").notNull(),
+    message: text("message").notNull(),
+    data: text("data", { mode: "json" }),
+  },
+  (t) => [index("events_at").on(t.at)],
+);
+
+export const meta = sqliteTable("meta", {
+  key: text("key").primaryKey(),
+  value: text("value").notNull(),
+});
+
