@@ -64,7 +64,7 @@ export function resolveClient(flags: FlagValues, env = process.env): Client {
       });
     } catch (e) {
       const err = e as Error & { code?: string };
-      const why = err.name === "TimeoutError" ? "no answer within 30s" : err.code === "ConnectionRefused" ? "connection refused" : err.message;
+      const why = err.name === "TimeoutError" ? "no answer within 30s" : err.code === "ConnectionRefused" || err.code === "ECONNREFUSED" ? "connection refused" : err.message;
       throw new CliError(`cannot reach the llmgw server at ${server}: ${why}`);
     }
     const text = await res.text();

@@ -7,7 +7,7 @@ export const command: Command = {
   name: "version",
   summary: "Print the llmgw version.",
   usage: "llmgw version",
-  flags: {},
+  flags: { help: { kind: "boolean", short: "h", help: "show this help" } },
   async run() {
     process.stdout.write(`llmgw ${VERSION}\n`);
   },

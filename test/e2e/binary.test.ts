@@ -1,0 +1,105 @@
+// The compiled binary alone, copied into an empty directory: `serve` starts with no drizzle/
+// or node_modules beside it, takes heartbeats over plain HTTP, and the CLI beside it needs no
+// flags to print what was sent.
+
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { Summary } from "../../src/protocol/views";
+import { heartbeat } from "../helpers/fleet";
+import { run, scratchWithBinary, startServe } from "../helpers/binary";
+
+let dir: string;
+let bin: string;
+let serve: Awaited<ReturnType<typeof startServe>>;
+
+beforeAll(async () => {
+  ({ dir, bin } = scratchWithBinary());
+  serve = await startServe(bin, dir);
+});
+afterAll(() => {
+  serve?.proc.kill("SIGTERM");
+});
+
+const post = (body: unknown) =>
+  fetch(`${serve.adminUrl}/agent/v1/heartbeat`, { method: "POST", headers: { authorization: `Bearer ${serve.joinToken}`, "content-type": "application/json" }, body: JSON.stringify(body) });
+
+describe("compiled binary", () => {
+  test("version is stamped in", () => {
+    const r = run(bin, ["version"], { cwd: dir });
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/^llmgw \d+\.\d+\.\d+\n$/);
+  });
+
+  test("heartbeats go in; `status` beside the server prints their summary with no flags", async () => {
+    expect((await post(heartbeat({ name: "gpu-01", fabrics: ["ib-a"], gpus: ["H100-80GB", "H100-80GB", "H100-80GB", "H100-80GB"], unhealthy: [3], models: ["llama-3.1-8b"] }))).status).toBe(200);
+    expect((await post(heartbeat({ name: "gpu-02", fabrics: ["ib-a"], gpus: ["A100-80GB/3g.40gb", "A100-80GB/3g.40gb", "A100-80GB"] }))).status).toBe(200);
+    expect((await post(heartbeat({ name: "gpu-03", fabrics: ["ib-b"], gpus: ["L40S", "L40S"] }))).status).toBe(200);
+
+    const r = run(bin, ["status"], { cwd: dir });
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain("3 nodes: 3 ready");
+    expect(r.stdout).toMatch(/H100-80GB\s+\[#*x+\.+\]\s+0\s+3\s+1\s+4/);
+    expect(r.stdout).toMatch(/A100-80GB\/3g\.40gb\s+\[\.+\]\s+0\s+2\s+0\s+2/);
+    expect(r.stdout).toMatch(/ib-a\s+2\s+1\s+1\s+1/);
+    expect(r.stdout).not.toContain("\x1b["); // NO_COLOR / piped: plain characters
+
+    const j = run(bin, ["status", "-o", "json"], { cwd: dir });
+    const s = JSON.parse(j.stdout) as Summary;
+    expect(s.nodes.total).toBe(3);
+    expect(s.gpus.find((g) => g.class === "H100-80GB")).toEqual({ class: "H100-80GB", total: 4, used: 0, unhealthy: 1 });
+    expect(s.fabrics.map((f) => [f.fabric, f.largest_free_block])).toEqual([["ib-a", 1], ["ib-b", 1]]);
+    expect(JSON.stringify(s)).not.toContain(serve.adminToken);
+  });
+
+  test("apply a catalog, list models, cordon a node, all from the CLI", () => {
+    writeFileSync(
+      join(dir, "catalog.yaml"),
+      "models:\n  - name: llama-3.1-8b\n    aliases: [llama3-8b]\n    replicas: {min: 1}\n    profiles:\n      - {name: h100, engine: vllm, gpu_class: H100-80GB}\n",
+    );
+    const a = run(bin, ["apply", "-f", "catalog.yaml"], { cwd: dir });
+    expect(a.stdout).toBe("model/llama-3.1-8b created\n");
+    const m = run(bin, ["models"], { cwd: dir });
+    expect(m.stdout).toMatch(/llama-3\.1-8b\s+0\/1\s+1\s+1\s+no\s+unplaceable/);
+    expect(run(bin, ["cordon", "gpu-03"], { cwd: dir }).stdout).toBe("node/gpu-03 cordoned\n");
+    expect(run(bin, ["nodes"], { cwd: dir }).stdout).toMatch(/gpu-03\s+cordoned/);
+    const bad = run(bin, ["cordon", "nope"], { cwd: dir });
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toBe('error: node "nope" not found\n');
+  });
+
+  test("a bad catalog is refused with the field's path; nothing changes", () => {
+    writeFileSync(join(dir, "bad.yaml"), "models:\n  - name: x\n    profiles:\n      - {name: p, engine: tgi, gpu_class: H100-80GB, gpus: 0}\n");
+    const r = run(bin, ["apply", "-f", "bad.yaml"], { cwd: dir });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("models.0.profiles.0.engine");
+    expect(r.stderr).toContain("models.0.profiles.0.gpus");
+  });
+
+  test("usage errors exit 2 and name the flag; help works on each command", () => {
+    const r = run(bin, ["status", "-o", "yaml"], { cwd: dir });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('-o/--output must be one of table, wide, json, not "yaml"');
+    for (const c of ["serve", "status", "nodes", "replicas", "models", "apply", "cordon", "uncordon", "drain", "version"]) {
+      const h = run(bin, [c, "--help"], { cwd: dir });
+      expect(h.code).toBe(0);
+      expect(h.stdout).toContain(`llmgw ${c}`);
+    }
+  });
+
+  test("a bad configuration lists every problem and exits non-zero", () => {
+    const r = run(bin, ["serve", "--node-timeout", "soon", "--admin-listen", "x"], { cwd: dir, env: { LLMGW_DATA_DIR: join(dir, "other") } });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("node_timeout (from flag --node-timeout)");
+    expect(r.stderr).toContain("admin_listen (from flag --admin-listen)");
+  });
+
+  test("with the server gone, status exits non-zero with one line naming the URL", async () => {
+    serve.proc.kill("SIGTERM");
+    await serve.proc.exited;
+    const r = run(bin, ["status"], { cwd: dir });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toBe(`error: cannot reach the llmgw server at ${serve.adminUrl}: connection refused\n`);
+  });
+});

@@ -1,0 +1,53 @@
+// Runs the compiled binary (dist/llmgw) from a scratch directory holding nothing else, the way
+// an operator runs it after copying it to a head node.
+
+import { copyFileSync, existsSync, mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+export const BINARY = join(import.meta.dir, "../../dist/llmgw");
+
+export function scratchWithBinary(): { dir: string; bin: string } {
+  if (!existsSync(BINARY)) throw new Error(`${BINARY} is missing: run \`bun build.ts\` (npm test does) before the end-to-end tests`);
+  const dir = mkdtempSync(join(tmpdir(), "llmgw-e2e-"));
+  const bin = join(dir, "llmgw");
+  copyFileSync(BINARY, bin);
+  Bun.spawnSync(["chmod", "755", bin]);
+  return { dir, bin };
+}
+
+export function run(bin: string, args: string[], opts: { cwd: string; env?: Record<string, string> }) {
+  const p = Bun.spawnSync([bin, ...args], { cwd: opts.cwd, env: { PATH: process.env.PATH ?? "", NO_COLOR: "1", ...opts.env }, stdout: "pipe", stderr: "pipe" });
+  return { code: p.exitCode, stdout: p.stdout.toString(), stderr: p.stderr.toString() };
+}
+
+/** Polls until `check` returns a value; for real child processes, which no clock can hurry. */
+export async function until<T>(what: string, check: () => T | undefined | Promise<T | undefined>, timeoutMs = 15_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await check();
+    if (v !== undefined && v !== false) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await Bun.sleep(20);
+  }
+}
+
+export async function startServe(bin: string, dir: string, extra: string[] = []) {
+  const proc = Bun.spawn([bin, "serve", "--admin-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--node-timeout", "15s", ...extra], {
+    cwd: dir,
+    env: { PATH: process.env.PATH ?? "" },
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  const info = await until("server.json", () => {
+    try {
+      const i = JSON.parse(readFileSync(join(dir, "llmgw-data", "server.json"), "utf8")) as { admin_url: string; pid: number };
+      return i.pid === proc.pid ? i : undefined;
+    } catch {
+      return undefined;
+    }
+  });
+  const joinToken = readFileSync(join(dir, "llmgw-data", "join.token"), "utf8").trim();
+  const adminToken = readFileSync(join(dir, "llmgw-data", "admin.token"), "utf8").trim();
+  return { proc, adminUrl: info.admin_url, joinToken, adminToken };
+}

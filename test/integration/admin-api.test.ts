@@ -1,0 +1,210 @@
+// The admin and agent API over real HTTP: auth, validation naming fields, the catalog, node
+// administration, events, and tables that agree with the summary.
+
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { statSync } from "node:fs";
+import { join } from "node:path";
+import type { ModelView, NodeView, Summary } from "../../src/protocol/views";
+import { heartbeat } from "../helpers/fleet";
+import { type TestServer, testServer } from "../helpers/server";
+
+let s: TestServer;
+beforeAll(async () => {
+  s = await testServer();
+});
+afterAll(() => s.stop());
+
+const H = "H100-80GB";
+const modelBody = (extra: Record<string, unknown> = {}) => ({
+  replicas: { min: 1, max: 2 },
+  profiles: [{ name: "h100", engine: "vllm", gpu_class: H, gpus: 1 }],
+  ...extra,
+});
+
+describe("auth", () => {
+  test("secrets are generated 0600 in a 0700 data dir", () => {
+    expect(statSync(s.dataDir).mode & 0o777).toBe(0o700);
+    expect(statSync(join(s.dataDir, "admin.token")).mode & 0o777).toBe(0o600);
+    expect(statSync(join(s.dataDir, "join.token")).mode & 0o777).toBe(0o600);
+    expect(s.adminToken).not.toBe(s.joinToken);
+  });
+
+  test("admin routes refuse no token, a wrong token and the join token; /healthz is open", async () => {
+    for (const auth of [undefined, "Bearer wrong-token-wrong-token", `Bearer ${s.joinToken}`, s.adminToken]) {
+      const res = await fetch(`${s.adminUrl}/api/v1/summary`, { headers: auth ? { authorization: auth } : {} });
+      expect(res.status).toBe(401);
+      expect(((await res.json()) as { error: { code: string } }).error.code).toBe("unauthorized");
+    }
+    expect((await fetch(`${s.adminUrl}/healthz`)).status).toBe(200);
+  });
+
+  test("the agent route refuses the admin token", async () => {
+    expect((await s.agent(heartbeat({ name: "x" }), s.adminToken)).status).toBe(401);
+    expect((await s.agent(heartbeat({ name: "x" }), "")).status).toBe(401);
+  });
+});
+
+describe("heartbeat", () => {
+  test("registers a node with GPUs and weights; the answer carries assignments and the interval", async () => {
+    const res = await s.agent(heartbeat({ name: "gpu-01", fabrics: ["ib-a"], gpus: [H, H], models: ["llama"] }));
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual({ assignments: [], heartbeat_interval_ms: 5000, generation: 0 });
+    const node = (await (await s.admin("/api/v1/nodes/gpu-01")).json()) as NodeView;
+    expect(node.state).toBe("ready");
+    expect(node.gpus.map((g) => g.class)).toEqual([H, H]);
+    expect(node.models).toEqual(["llama"]);
+    expect(node.fabrics).toEqual(["ib-a"]);
+  });
+
+  test("a later heartbeat replaces GPUs and weights atomically, keeping the admin state", async () => {
+    await s.agent(heartbeat({ name: "gpu-02", gpus: [H, H, H] , models: ["a", "b"] }));
+    await s.admin("/api/v1/nodes/gpu-02/cordon", { method: "POST" });
+    await s.agent(heartbeat({ name: "gpu-02", gpus: [H], unhealthy: [0], models: ["b"] }));
+    const node = (await (await s.admin("/api/v1/nodes/gpu-02")).json()) as NodeView;
+    expect(node.gpus.length).toBe(1);
+    expect(node.gpus[0]!.healthy).toBe(false);
+    expect(node.models).toEqual(["b"]);
+    expect(node.state).toBe("cordoned");
+  });
+
+  test("bad bodies are 400 naming every bad field; unknown fields are ignored; nothing is stored", async () => {
+    const before = s.store.counts();
+    const bad = await s.agent({ node: "gpu-09", address: "x", gpus: [{ index: -1, uuid: "u", name: "n", class: "c", memory_mib: "lots", healthy: true }] });
+    expect(bad.status).toBe(400);
+    const body = (await bad.json()) as { error: { code: string; message: string; issues: { path: string }[] } };
+    expect(body.error.code).toBe("invalid_request");
+    expect(body.error.issues.map((i) => i.path).sort()).toEqual(["gpus.0.index", "gpus.0.memory_mib"]);
+    expect(body.error.message).toContain("gpus.0.");
+    const dup = await s.agent({ ...heartbeat({ name: "gpu-09", gpus: [H, H] }), gpus: heartbeat({ name: "gpu-09", gpus: [H, H] }).gpus.map((g) => ({ ...g, index: 0 })) });
+    expect(((await dup.json()) as { error: { issues: { path: string; message: string }[] } }).error.issues[0]).toEqual({ path: "gpus.1.index", message: "duplicate GPU index 0 (also gpus[0])" });
+    expect((await s.agent("{not json")).status).toBe(400);
+    expect(s.store.counts()).toEqual(before);
+    const extra = await s.agent({ ...heartbeat({ name: "gpu-10" }), future_field: { x: 1 } });
+    expect(extra.status).toBe(200);
+  });
+
+  test("a node without heartbeats past the timeout is unreachable, and ready again when it returns", async () => {
+    await s.agent(heartbeat({ name: "gpu-late", gpus: [H] }));
+    s.clock.advance(15_001);
+    expect(((await (await s.admin("/api/v1/nodes/gpu-late")).json()) as NodeView).state).toBe("unreachable");
+    await s.agent(heartbeat({ name: "gpu-late", gpus: [H] }));
+    expect(((await (await s.admin("/api/v1/nodes/gpu-late")).json()) as NodeView).state).toBe("ready");
+  });
+});
+
+describe("catalog", () => {
+  test("PUT creates (201) then replaces (200) with a new revision; unchanged stays", async () => {
+    const a = await s.admin("/api/v1/models/llama-3.1-8b", { method: "PUT", body: JSON.stringify(modelBody({ aliases: ["llama3-8b"] })) });
+    expect(a.status).toBe(201);
+    const b = await s.admin("/api/v1/models/llama-3.1-8b", { method: "PUT", body: JSON.stringify(modelBody({ aliases: ["llama3-8b"], replicas: { min: 2 } })) });
+    expect(b.status).toBe(200);
+    const bj = (await b.json()) as ModelView & { result: string; spec: { idle_timeout: string } };
+    expect(bj.result).toBe("configured");
+    expect(bj.revision).toBe(2);
+    expect(bj.spec.idle_timeout).toBe("1800s");
+    const c = (await (await s.admin("/api/v1/models/llama-3.1-8b", { method: "PUT", body: JSON.stringify(modelBody({ aliases: ["llama3-8b"], replicas: { min: 2 } })) })).json()) as { result: string; revision: number };
+    expect(c).toMatchObject({ result: "unchanged", revision: 2 });
+  });
+
+  test("GET by alias resolves to the model; GET → PUT round-trips unchanged", async () => {
+    const got = (await (await s.admin("/api/v1/models/llama3-8b")).json()) as ModelView & { spec: Record<string, unknown> };
+    expect(got.name).toBe("llama-3.1-8b");
+    const again = (await (await s.admin("/api/v1/models/llama-3.1-8b", { method: "PUT", body: JSON.stringify(got.spec) })).json()) as { result: string };
+    expect(again.result).toBe("unchanged");
+  });
+
+  test("an alias taken by another model is 409 naming both; a name that is another's alias too", async () => {
+    const r = await s.admin("/api/v1/models/other", { method: "PUT", body: JSON.stringify(modelBody({ aliases: ["llama3-8b"] })) });
+    expect(r.status).toBe(409);
+    expect(((await r.json()) as { error: { message: string } }).error.message).toBe('alias "llama3-8b" of model "other" is already an alias of model "llama-3.1-8b"');
+    const n = await s.admin("/api/v1/models/llama3-8b", { method: "PUT", body: JSON.stringify({ ...modelBody(), name: "llama3-8b" }) });
+    expect(n.status).toBe(409);
+  });
+
+  test("a bad model body is 400 naming each field; a body name that differs from the URL is refused", async () => {
+    const r = await s.admin("/api/v1/models/bad", { method: "PUT", body: JSON.stringify({ profiles: [{ name: "p", engine: "tgi", gpu_class: H, gpus: 0 }] }) });
+    expect(r.status).toBe(400);
+    const issues = ((await r.json()) as { error: { issues: { path: string }[] } }).error.issues.map((i) => i.path);
+    expect(issues).toEqual(expect.arrayContaining(["profiles.0.engine", "profiles.0.gpus"]));
+    const m = await s.admin("/api/v1/models/bad", { method: "PUT", body: JSON.stringify({ ...modelBody(), name: "other-name" }) });
+    expect(m.status).toBe(400);
+    expect(((await m.json()) as { error: { message: string } }).error.message).toContain("does not match");
+    expect((await s.admin("/api/v1/models/bad", { method: "PUT", body: "{" })).status).toBe(400);
+    expect((await s.admin("/api/v1/models/bad")).status).toBe(404);
+  });
+
+  test("apply: a whole file, all or none", async () => {
+    const ok = await s.admin("/api/v1/apply", { method: "POST", body: JSON.stringify({ models: [{ name: "m1", ...modelBody() }, { name: "m2", ...modelBody() }] }) });
+    expect(ok.status).toBe(200);
+    expect(((await ok.json()) as { results: { message: string }[] }).results.map((r) => r.message)).toEqual(["model/m1 created", "model/m2 created"]);
+    // m3 is fine, m4 steals an alias: neither lands.
+    const bad = await s.admin("/api/v1/apply", { method: "POST", body: JSON.stringify({ models: [{ name: "m3", ...modelBody() }, { name: "m4", ...modelBody({ aliases: ["llama3-8b"] }) }] }) });
+    expect(bad.status).toBe(409);
+    expect((await s.admin("/api/v1/models/m3")).status).toBe(404);
+    const invalid = await s.admin("/api/v1/apply", { method: "POST", body: JSON.stringify({ models: [{ name: "m5", ...modelBody({ replicas: { min: -1 } }) }] }) });
+    expect(((await invalid.json()) as { error: { issues: { path: string }[] } }).error.issues[0]!.path).toBe("models.0.replicas.min");
+  });
+
+  test("DELETE by name or alias; then 404", async () => {
+    await s.admin("/api/v1/models/tmp", { method: "PUT", body: JSON.stringify(modelBody({ aliases: ["tmp-alias"] })) });
+    expect((await s.admin("/api/v1/models/tmp-alias", { method: "DELETE" })).status).toBe(200);
+    expect((await s.admin("/api/v1/models/tmp")).status).toBe(404);
+    expect((await s.admin("/api/v1/models/tmp", { method: "DELETE" })).status).toBe(404);
+    // the alias is free again
+    expect((await s.admin("/api/v1/models/tmp2", { method: "PUT", body: JSON.stringify(modelBody({ aliases: ["tmp-alias"] })) })).status).toBe(201);
+  });
+
+  test("model names with a slash work in the URL", async () => {
+    const r = await s.admin("/api/v1/models/meta-llama/Llama-3.1-8B", { method: "PUT", body: JSON.stringify(modelBody()) });
+    expect(r.status).toBe(201);
+    expect(((await (await s.admin("/api/v1/models/meta-llama%2FLlama-3.1-8B")).json()) as ModelView).name).toBe("meta-llama/Llama-3.1-8B");
+  });
+});
+
+describe("nodes, events, summary", () => {
+  test("cordon, uncordon, drain change state with kubectl-style messages; unknown node 404", async () => {
+    await s.agent(heartbeat({ name: "gpu-03", gpus: [H] }));
+    const c = (await (await s.admin("/api/v1/nodes/gpu-03/cordon", { method: "POST" })).json()) as { message: string };
+    expect(c.message).toBe("node/gpu-03 cordoned");
+    expect(((await (await s.admin("/api/v1/nodes/gpu-03/cordon", { method: "POST" })).json()) as { message: string }).message).toBe("node/gpu-03 already cordoned");
+    expect(((await (await s.admin("/api/v1/nodes/gpu-03")).json()) as NodeView).state).toBe("cordoned");
+    await s.admin("/api/v1/nodes/gpu-03/uncordon", { method: "POST" });
+    expect(((await (await s.admin("/api/v1/nodes/gpu-03")).json()) as NodeView).state).toBe("ready");
+    await s.admin("/api/v1/nodes/gpu-03/drain", { method: "POST" });
+    expect(((await (await s.admin("/api/v1/nodes/gpu-03")).json()) as NodeView).state).toBe("draining");
+    expect((await s.admin("/api/v1/nodes/nope/cordon", { method: "POST" })).status).toBe(404);
+    expect((await s.admin("/api/v1/nodes/nope")).status).toBe(404);
+  });
+
+  test("events record what happened, newest last, and can be followed with ?after", async () => {
+    const all = (await (await s.admin("/api/v1/events?limit=1000")).json()) as { id: number; kind: string; subject: string }[];
+    expect(all.some((e) => e.kind === "node.registered" && e.subject === "node/gpu-01")).toBe(true);
+    expect(all.some((e) => e.kind === "node.cordoned" && e.subject === "node/gpu-03")).toBe(true);
+    expect(all.some((e) => e.kind === "model.created" && e.subject === "model/llama-3.1-8b")).toBe(true);
+    const last = all.at(-1)!.id;
+    await s.admin("/api/v1/nodes/gpu-03/uncordon", { method: "POST" });
+    const next = (await (await s.admin(`/api/v1/events?after=${last}`)).json()) as { kind: string }[];
+    expect(next.map((e) => e.kind)).toEqual(["node.uncordoned"]);
+    expect((await s.admin("/api/v1/events?limit=0")).status).toBe(400);
+  });
+
+  test("the summary counts what the tables list", async () => {
+    const summary = (await (await s.admin("/api/v1/summary")).json()) as Summary;
+    const nodes = (await (await s.admin("/api/v1/nodes")).json()) as NodeView[];
+    const models = (await (await s.admin("/api/v1/models")).json()) as ModelView[];
+    expect(summary.nodes.total).toBe(nodes.length);
+    expect(summary.models.total).toBe(models.length);
+    expect(summary.gpus.reduce((a, g) => a + g.total, 0)).toBe(nodes.reduce((a, n) => a + n.gpu_total, 0));
+    expect(summary.unplaceable).toEqual(models.filter((m) => m.unplaceable).map((m) => m.name).sort());
+    expect(summary.version).toMatch(/^\d+\.\d+\.\d+/);
+    expect(summary.store).toEqual([]);
+  });
+
+  test("unknown routes are 404 in the error shape; bodies over the limit are 413", async () => {
+    const r = await s.admin("/api/v1/nothing");
+    expect(r.status).toBe(404);
+    expect(((await r.json()) as { error: { code: string } }).error.code).toBe("not_found");
+    const big = await s.admin("/api/v1/apply", { method: "POST", body: "x".repeat(9 * 1024 * 1024) });
+    expect(big.status).toBe(413);
+  });
+});

@@ -1,0 +1,74 @@
+// The catalog schema: defaults, every field checked with its path, names and aliases one
+// namespace across the file.
+
+import { describe, expect, test } from "bun:test";
+import { CatalogFile, ModelSpec } from "../../src/protocol/catalog";
+
+const paths = (r: { success: boolean; error?: { issues: { path: PropertyKey[] }[] } }) => r.error?.issues.map((i) => i.path.join(".")) ?? [];
+
+describe("model spec", () => {
+  test("the issue's example parses, with defaults filled", () => {
+    const yaml = `
+models:
+  - name: llama-3.1-8b
+    aliases: [llama3-8b]
+    replicas: {min: 1, max: 2}
+    on_demand: false
+    idle_timeout: 30m
+    pool: default
+    weight: 1
+    placement: binpack
+    profiles:
+      - {name: h100, engine: vllm, gpu_class: H100-80GB, gpus: 1, nodes: 1, priority: 0,
+         args: ["--max-model-len", "8192"], env: {}}
+`;
+    const c = CatalogFile.parse(Bun.YAML.parse(yaml));
+    expect(c.models[0]!.idle_timeout).toBe(30 * 60_000);
+    expect(c.models[0]!.replicas).toEqual({ min: 1, max: 2 });
+    expect(c.models[0]!.profiles[0]!.args).toEqual(["--max-model-len", "8192"]);
+  });
+
+  test("max defaults to min, and to 1 for an on-demand model with min 0", () => {
+    expect(ModelSpec.parse({ name: "a", replicas: { min: 3 }, profiles: [{ name: "p", engine: "fake", gpu_class: "X" }] }).replicas).toEqual({ min: 3, max: 3 });
+    expect(ModelSpec.parse({ name: "a", on_demand: true, replicas: { min: 0 }, profiles: [{ name: "p", engine: "fake", gpu_class: "X" }] }).replicas).toEqual({ min: 0, max: 1 });
+  });
+
+  test("each problem has its path", () => {
+    const r = ModelSpec.safeParse({
+      name: "",
+      replicas: { min: 3, max: 1 },
+      idle_timeout: "later",
+      weight: -1,
+      surprise: true,
+      profiles: [
+        { name: "p", engine: "tgi", gpu_class: "X", gpus: 0 },
+        { name: "p", engine: "llama.cpp", gpu_class: "X", nodes: 2, env: { "bad name": "x" } },
+      ],
+    });
+    expect(r.success).toBe(false);
+    expect(paths(r)).toEqual(
+      expect.arrayContaining(["name", "idle_timeout", "weight", "profiles.0.engine", "profiles.0.gpus", "profiles.1.env.bad name", ""]),
+    );
+    const r2 = ModelSpec.safeParse({ name: "a", replicas: { min: 3, max: 1 }, aliases: ["a"], profiles: [{ name: "p", engine: "fake", gpu_class: "X" }, { name: "p", engine: "llama.cpp", gpu_class: "X", nodes: 2 }] });
+    expect(paths(r2)).toEqual(expect.arrayContaining(["replicas.max", "aliases.0", "profiles.1.name", "profiles.1.nodes"]));
+  });
+
+  test("a model needs a profile", () => {
+    expect(paths(ModelSpec.safeParse({ name: "a", profiles: [] }))).toEqual(["profiles"]);
+  });
+});
+
+describe("catalog file", () => {
+  const p = [{ name: "p", engine: "fake", gpu_class: "X" }];
+  test("an alias used by two models, or equal to another model's name, is rejected naming both", () => {
+    const r = CatalogFile.safeParse({ models: [{ name: "a", aliases: ["x"], profiles: p }, { name: "b", aliases: ["x"], profiles: p }, { name: "x", profiles: p }] });
+    expect(r.success).toBe(false);
+    const msgs = r.error!.issues.map((i) => `${i.path.join(".")}: ${i.message}`);
+    expect(msgs).toContain('models.1.aliases: "x" is already used by model "a"');
+    expect(msgs).toContain('models.2.name: "x" is already used by model "a"');
+  });
+  test("a model twice in one file is rejected", () => {
+    const r = CatalogFile.safeParse({ models: [{ name: "a", profiles: p }, { name: "a", profiles: p }] });
+    expect(r.error!.issues[0]!.message).toContain("appears twice");
+  });
+});

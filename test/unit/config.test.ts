@@ -1,0 +1,90 @@
+// Configuration layering and errors: defaults < file < environment < flags, and every problem
+// named at once with its key and source.
+
+import { describe, expect, test } from "bun:test";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { ConfigError, ServeConfig, loadConfig } from "../../src/config";
+import { UsageError, parseFlags } from "../../src/config/flags";
+import { SERVE_FLAGS } from "../../src/cli/serve";
+
+const dir = mkdtempSync(join(tmpdir(), "llmgw-cfg-"));
+const file = (name: string, text: string) => {
+  const p = join(dir, name);
+  writeFileSync(p, text);
+  return p;
+};
+
+describe("serve configuration", () => {
+  test("defaults", async () => {
+    const c = await loadConfig(ServeConfig, { flags: {}, env: {} });
+    expect(c.data_dir).toBe("./llmgw-data");
+    expect(c.listen).toEqual({ host: "0.0.0.0", port: 8000 });
+    expect(c.admin_listen).toEqual({ host: "0.0.0.0", port: 8001 });
+    expect(c.node_timeout).toBe(15_000);
+    expect(c.admin_token).toBeUndefined();
+  });
+
+  test("precedence: flags over environment over file over defaults", async () => {
+    const toml = file("a.toml", 'data_dir = "/from/file"\nnode_timeout = "20s"\nheartbeat_interval = "3s"\nlog_level = "warn"\n');
+    const c = await loadConfig(ServeConfig, {
+      flags: { config: toml, "data-dir": "/from/flag" },
+      env: { LLMGW_DATA_DIR: "/from/env", LLMGW_NODE_TIMEOUT: "30s" },
+    });
+    expect(c.data_dir).toBe("/from/flag");
+    expect(c.node_timeout).toBe(30_000);
+    expect(c.heartbeat_interval).toBe(3_000);
+    expect(c.log_level).toBe("warn");
+  });
+
+  test("YAML and JSON files, kebab-case keys accepted, LLMGW_CONFIG names the file", async () => {
+    const yaml = file("b.yaml", "admin-listen: 127.0.0.1:9001\nnode_timeout: 45s\n");
+    const c = await loadConfig(ServeConfig, { flags: {}, env: { LLMGW_CONFIG: yaml } });
+    expect(c.admin_listen).toEqual({ host: "127.0.0.1", port: 9001 });
+    expect(c.node_timeout).toBe(45_000);
+    const json = file("c.json", JSON.stringify({ node_timeout: 7 }));
+    expect((await loadConfig(ServeConfig, { flags: { config: json }, env: {} })).node_timeout).toBe(7_000);
+  });
+
+  test("every problem at once, each naming its key and where it came from", async () => {
+    const toml = file("bad.toml", 'node_timeout = "soon"\nlisten_port = 3\n');
+    const err = await loadConfig(ServeConfig, {
+      flags: { config: toml, "admin-listen": "nope" },
+      env: { LLMGW_ADMIN_TOKEN: "short", LLMGW_LOG_LEVEL: "loud" },
+    }).catch((e) => e);
+    expect(err).toBeInstanceOf(ConfigError);
+    const text = (err as ConfigError).message;
+    expect(text).toContain(`node_timeout (from config file ${toml}): "soon" is not a duration`);
+    expect(text).toContain("listen_port (from config file");
+    expect(text).toContain("unknown key");
+    expect(text).toContain('admin_listen (from flag --admin-listen): "nope" is not host:port');
+    expect(text).toContain("admin_token (from environment LLMGW_ADMIN_TOKEN): must be at least 16 characters");
+    expect(text).toContain("log_level (from environment LLMGW_LOG_LEVEL)");
+    expect((err as ConfigError).problems.length).toBe(5);
+  });
+
+  test("a broken or missing file is named", async () => {
+    const broken = file("broken.toml", "data_dir = [unclosed");
+    expect((await loadConfig(ServeConfig, { flags: { config: broken }, env: {} }).catch((e) => e)).message).toContain(broken);
+    expect((await loadConfig(ServeConfig, { flags: { config: join(dir, "none.toml") }, env: {} }).catch((e) => e)).message).toContain("not found");
+    const list = file("list.yaml", "- a\n- b\n");
+    expect((await loadConfig(ServeConfig, { flags: { config: list }, env: {} }).catch((e) => e)).message).toContain("mapping");
+  });
+});
+
+describe("flags", () => {
+  test("values, --flag=value, booleans, repeatable lists and positionals", () => {
+    const { flags, positionals } = parseFlags(["--data-dir", "/d", "--listen=:9000", "-h", "x"], SERVE_FLAGS);
+    expect(flags).toEqual({ "data-dir": "/d", listen: ":9000", help: true });
+    expect(positionals).toEqual(["x"]);
+    const l = parseFlags(["--label", "a=1", "--label", "b=2"], { label: { kind: "list" } });
+    expect(l.flags.label).toEqual(["a=1", "b=2"]);
+  });
+
+  test("unknown flags and missing values are usage errors naming the flag", () => {
+    expect(() => parseFlags(["--data-dri", "x"], SERVE_FLAGS)).toThrow(new UsageError("unknown flag --data-dri"));
+    expect(() => parseFlags(["--data-dir"], SERVE_FLAGS)).toThrow("--data-dir needs a value");
+    expect(() => parseFlags(["--data-dir", "--listen", "x"], SERVE_FLAGS)).toThrow("--data-dir needs a value");
+  });
+});
