@@ -1,0 +1,223 @@
+// Pins the exact command line and environment each engine gets for an assignment, single- and
+// multi-node, so a change to a launch template is a visible diff here.
+
+import { describe, expect, test } from "bun:test";
+import { LaunchError, renderLaunch, type LaunchOptions } from "../../src/agent/engines";
+import { Assignment } from "../../src/protocol/heartbeat";
+
+const opts: LaunchOptions = { host: "0.0.0.0", modelPath: "/models/llama-3-8b", selfExe: "/usr/local/bin/llmgw" };
+
+function assignment(over: Partial<Omit<Assignment, "shard">> & { shard?: Partial<Assignment["shard"]> } = {}): Assignment {
+  const { shard, ...rest } = over;
+  return Assignment.parse({
+    id: "r-1",
+    model: "llama-3-8b",
+    served_names: ["llama-3-8b", "llama3"],
+    profile: "default",
+    engine: "vllm",
+    port: 8100,
+    gpus: [0, 1],
+    gpu_uuids: ["GPU-aaaa", "GPU-bbbb"],
+    ...rest,
+    shard: { rank: 0, size: 1, leader_address: "", leader_port: 29500, ...shard },
+  });
+}
+
+describe("vllm", () => {
+  test("single node: tensor parallel over the shard's GPUs, every served name", () => {
+    const l = renderLaunch(assignment(), opts);
+    expect(l.cmd).toEqual([
+      "vllm", "serve", "/models/llama-3-8b",
+      "--host", "0.0.0.0", "--port", "8100",
+      "--served-model-name", "llama-3-8b", "llama3",
+      "--tensor-parallel-size", "2",
+    ]);
+    expect(l.env).toEqual({ CUDA_VISIBLE_DEVICES: "GPU-aaaa,GPU-bbbb" });
+    expect(l.servesHttp).toBe(true);
+  });
+
+  test("multi-node leader: pipeline parallel across nodes with the mp backend", () => {
+    const l = renderLaunch(assignment({ shard: { rank: 0, size: 2, leader_address: "10.0.0.5", leader_port: 29600 } }), opts);
+    expect(l.cmd).toEqual([
+      "vllm", "serve", "/models/llama-3-8b",
+      "--host", "0.0.0.0", "--port", "8100",
+      "--served-model-name", "llama-3-8b", "llama3",
+      "--tensor-parallel-size", "2",
+      "--pipeline-parallel-size", "2",
+      "--distributed-executor-backend", "mp",
+      "--nnodes", "2", "--node-rank", "0",
+      "--master-addr", "10.0.0.5", "--master-port", "29600",
+    ]);
+    expect(l.servesHttp).toBe(true);
+  });
+
+  test("multi-node worker runs headless and serves no HTTP", () => {
+    const l = renderLaunch(assignment({ shard: { rank: 2, size: 3, leader_address: "10.0.0.5", leader_port: 29600 } }), opts);
+    expect(l.cmd).toEqual([
+      "vllm", "serve", "/models/llama-3-8b",
+      "--host", "0.0.0.0", "--port", "8100",
+      "--served-model-name", "llama-3-8b", "llama3",
+      "--tensor-parallel-size", "2",
+      "--pipeline-parallel-size", "3",
+      "--distributed-executor-backend", "mp",
+      "--nnodes", "3", "--node-rank", "2",
+      "--master-addr", "10.0.0.5", "--master-port", "29600",
+      "--headless",
+    ]);
+    expect(l.servesHttp).toBe(false);
+  });
+
+  test("catalog args come last and catalog env is added", () => {
+    const l = renderLaunch(
+      assignment({ args: ["--max-model-len", "8192", "--enforce-eager"], env: { VLLM_LOGGING_LEVEL: "DEBUG", HF_HUB_OFFLINE: "1" } }),
+      opts,
+    );
+    expect(l.cmd.slice(-3)).toEqual(["--max-model-len", "8192", "--enforce-eager"]);
+    expect(l.cmd.indexOf("--tensor-parallel-size")).toBeLessThan(l.cmd.indexOf("--max-model-len"));
+    expect(l.env).toEqual({ VLLM_LOGGING_LEVEL: "DEBUG", HF_HUB_OFFLINE: "1", CUDA_VISIBLE_DEVICES: "GPU-aaaa,GPU-bbbb" });
+  });
+
+  test("multi-node catalog args still come after the rank flags", () => {
+    const l = renderLaunch(
+      assignment({ args: ["--dtype", "bfloat16"], shard: { rank: 1, size: 2, leader_address: "10.0.0.5", leader_port: 29600 } }),
+      opts,
+    );
+    expect(l.cmd.slice(-3)).toEqual(["--headless", "--dtype", "bfloat16"]);
+  });
+
+  test("a custom vllm executable (e.g. in a virtualenv)", () => {
+    const l = renderLaunch(assignment(), { ...opts, bin: { vllm: "/opt/venv/bin/vllm" } });
+    expect(l.cmd[0]).toBe("/opt/venv/bin/vllm");
+  });
+});
+
+describe("sglang", () => {
+  test("single node: one served name, tp over the shard's GPUs, metrics on", () => {
+    const l = renderLaunch(assignment({ engine: "sglang" }), opts);
+    expect(l.cmd).toEqual([
+      "python3", "-m", "sglang.launch_server",
+      "--model-path", "/models/llama-3-8b",
+      "--host", "0.0.0.0", "--port", "8100",
+      "--served-model-name", "llama-3-8b",
+      "--tp-size", "2", "--enable-metrics",
+    ]);
+    expect(l.env).toEqual({ CUDA_VISIBLE_DEVICES: "GPU-aaaa,GPU-bbbb" });
+    expect(l.servesHttp).toBe(true);
+  });
+
+  test("multi-node: tp is the total across nodes, rank and init address of the leader", () => {
+    const a = assignment({ engine: "sglang", gpus: [0, 1, 2, 3], gpu_uuids: ["G0", "G1", "G2", "G3"] });
+    const lead = renderLaunch({ ...a, shard: { rank: 0, size: 2, leader_address: "10.0.0.5", leader_port: 20000 } }, opts);
+    expect(lead.cmd).toEqual([
+      "python3", "-m", "sglang.launch_server",
+      "--model-path", "/models/llama-3-8b",
+      "--host", "0.0.0.0", "--port", "8100",
+      "--served-model-name", "llama-3-8b",
+      "--tp-size", "8", "--enable-metrics",
+      "--nnodes", "2", "--node-rank", "0",
+      "--dist-init-addr", "10.0.0.5:20000",
+    ]);
+    expect(lead.servesHttp).toBe(true);
+    const worker = renderLaunch({ ...a, shard: { rank: 1, size: 2, leader_address: "10.0.0.5", leader_port: 20000 } }, opts);
+    expect(worker.cmd.slice(-6)).toEqual(["--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "10.0.0.5:20000"]);
+    expect(worker.servesHttp).toBe(false);
+  });
+
+  test("an IPv6 leader address is bracketed", () => {
+    const l = renderLaunch(assignment({ engine: "sglang", shard: { rank: 1, size: 2, leader_address: "fd00::5", leader_port: 20000 } }), opts);
+    expect(l.cmd).toContain("[fd00::5]:20000");
+  });
+
+  test("args and env appended", () => {
+    const l = renderLaunch(assignment({ engine: "sglang", args: ["--mem-fraction-static", "0.8"], env: { NCCL_DEBUG: "INFO" } }), opts);
+    expect(l.cmd.slice(-2)).toEqual(["--mem-fraction-static", "0.8"]);
+    expect(l.env).toEqual({ NCCL_DEBUG: "INFO", CUDA_VISIBLE_DEVICES: "GPU-aaaa,GPU-bbbb" });
+  });
+});
+
+describe("llama.cpp", () => {
+  test("gguf file, all names as one comma-separated alias, every layer on GPU, metrics on", () => {
+    const l = renderLaunch(
+      assignment({ engine: "llama.cpp", gpus: [3], gpu_uuids: ["GPU-cccc"], args: ["-c", "8192"] }),
+      { ...opts, modelPath: "/models/qwen.Q4_K_M.gguf" },
+    );
+    expect(l.cmd).toEqual([
+      "llama-server", "-m", "/models/qwen.Q4_K_M.gguf",
+      "--host", "0.0.0.0", "--port", "8100",
+      "--alias", "llama-3-8b,llama3",
+      "-ngl", "999", "--metrics",
+      "-c", "8192",
+    ]);
+    expect(l.env).toEqual({ CUDA_VISIBLE_DEVICES: "GPU-cccc" });
+  });
+
+  test("multi-node is rejected with a clear error", () => {
+    const a = assignment({ engine: "llama.cpp", shard: { rank: 0, size: 2, leader_address: "10.0.0.5" } });
+    expect(() => renderLaunch(a, opts)).toThrow(LaunchError);
+    expect(() => renderLaunch(a, opts)).toThrow(/llama\.cpp cannot run one replica across 2 nodes/);
+  });
+
+  test("a served name containing a comma is rejected rather than split", () => {
+    const a = assignment({ engine: "llama.cpp", served_names: ["a,b"] });
+    expect(() => renderLaunch(a, opts)).toThrow(/--alias splits names/);
+  });
+});
+
+describe("fake", () => {
+  test("runs this binary's fake-engine with every name", () => {
+    const l = renderLaunch(assignment({ engine: "fake", gpus: [], gpu_uuids: [] }), opts);
+    expect(l.cmd).toEqual([
+      "/usr/local/bin/llmgw", "fake-engine", "--port", "8100", "--host", "0.0.0.0",
+      "--model", "llama-3-8b", "--model", "llama3",
+    ]);
+    expect(l.env).toEqual({ CUDA_VISIBLE_DEVICES: "" });
+  });
+
+  test("selfExe may be several words (bun plus the entry file)", () => {
+    const l = renderLaunch(assignment({ engine: "fake", args: ["--latency", "5ms"] }), { ...opts, selfExe: ["bun", "src/main.ts"] });
+    expect(l.cmd).toEqual([
+      "bun", "src/main.ts", "fake-engine", "--port", "8100", "--host", "0.0.0.0",
+      "--model", "llama-3-8b", "--model", "llama3", "--latency", "5ms",
+    ]);
+  });
+
+  test("an empty selfExe is an error", () => {
+    expect(() => renderLaunch(assignment({ engine: "fake" }), { ...opts, selfExe: [] })).toThrow(LaunchError);
+  });
+});
+
+describe("environment and validation", () => {
+  test("MIG instances are passed by their UUIDs", () => {
+    const mig = ["MIG-4b6f3c1e-7a2d-5e8f-9c0b-1d2e3f4a5b6c", "MIG-5c7a4d2f-8b3e-6f9a-0d1c-2e3f4a5b6c7d"];
+    const l = renderLaunch(assignment({ gpus: [4, 5], gpu_uuids: mig }), opts);
+    expect(l.env.CUDA_VISIBLE_DEVICES).toBe(mig.join(","));
+  });
+
+  test("the catalog cannot override the GPUs placement chose", () => {
+    const l = renderLaunch(assignment({ env: { CUDA_VISIBLE_DEVICES: "0,1,2,3,4,5,6,7" } }), opts);
+    expect(l.env.CUDA_VISIBLE_DEVICES).toBe("GPU-aaaa,GPU-bbbb");
+  });
+
+  test("arguments are never joined into a shell string", () => {
+    const l = renderLaunch(assignment({ served_names: ["m"], args: ["--chat-template", "a b; rm -rf /"] }), opts);
+    expect(l.cmd).toContain("a b; rm -rf /");
+  });
+
+  test("GPU indices and UUIDs must pair up", () => {
+    expect(() => renderLaunch(assignment({ gpus: [0, 1], gpu_uuids: ["GPU-aaaa"] }), opts)).toThrow(/one UUID per GPU/);
+  });
+
+  test("a rank outside the shard size is rejected", () => {
+    expect(() => renderLaunch(assignment({ shard: { rank: 2, size: 2, leader_address: "10.0.0.5" } }), opts)).toThrow(/rank 2/);
+  });
+
+  test("a multi-node shard needs the leader's address", () => {
+    expect(() => renderLaunch(assignment({ shard: { rank: 1, size: 2, leader_address: "" } }), opts)).toThrow(/leader's address/);
+  });
+
+  test("a shard with no GPUs still asks vLLM for tensor parallel size 1", () => {
+    const l = renderLaunch(assignment({ gpus: [], gpu_uuids: [] }), opts);
+    expect(l.cmd).toContain("--tensor-parallel-size");
+    expect(l.cmd[l.cmd.indexOf("--tensor-parallel-size") + 1]).toBe("1");
+  });
+});

@@ -1,0 +1,459 @@
+// The process runner against real child processes: a tiny HTTP server script run with bun that
+// answers /health (at once, after a delay, never), exits with an error, or ignores SIGTERM.
+
+import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { LaunchError } from "../../src/agent/engines";
+import { isAlive, lastLines, ProcessSet, ReplicaProcess, type LaunchSpec, type ReplicaProcessOptions } from "../../src/agent/runner";
+import { Assignment, type ReplicaReport } from "../../src/protocol/heartbeat";
+
+const SERVER = `
+const [port, mode = "ok", delay = "0"] = process.argv.slice(2);
+if (mode === "fail") {
+  console.log("loading weights from /models/x");
+  console.error("RuntimeError: CUDA out of memory");
+  process.exit(1);
+}
+if (mode === "ignore-term") process.on("SIGTERM", () => console.log("got SIGTERM, ignoring it"));
+const readyAt = Date.now() + Number(delay);
+Bun.serve({
+  hostname: "127.0.0.1",
+  port: Number(port),
+  fetch(req) {
+    const path = new URL(req.url).pathname;
+    if (path === "/health") {
+      const ok = mode !== "never" && Date.now() >= readyAt;
+      return new Response(ok ? "ok" : "loading", { status: ok ? 200 : 503 });
+    }
+    if (path === "/crash") {
+      setTimeout(() => { console.error("fatal: engine crashed"); process.exit(7); }, 5);
+      return new Response("bye");
+    }
+    return new Response("not found", { status: 404 });
+  },
+});
+console.log("fake server listening on " + port);
+`;
+
+const FAST = { healthInterval: 20, startTimeout: 15_000, healthTimeout: 500 } as const;
+
+let dir: string;
+let script: string;
+const cleanup: Array<() => Promise<void>> = [];
+
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), "llmgw-runner-"));
+  script = join(dir, "server.ts");
+  writeFileSync(script, SERVER);
+});
+
+afterEach(async () => {
+  for (const c of cleanup.splice(0)) await c();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+async function freePort(): Promise<number> {
+  const s = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response() });
+  const port = s.port!;
+  await s.stop(true);
+  return port;
+}
+
+function assignment(id: string, port: number, args: string[] = []): Assignment {
+  return Assignment.parse({
+    id,
+    model: "m",
+    served_names: ["m"],
+    profile: "p",
+    engine: "fake",
+    port,
+    gpus: [],
+    gpu_uuids: [],
+    args,
+    shard: { rank: 0, size: 1, leader_address: "", leader_port: 29500 },
+  });
+}
+
+/** Runs the test server; the assignment's args carry its mode and delay. */
+function serverLaunch(a: Assignment): LaunchSpec {
+  return { cmd: [process.execPath, script, String(a.port), ...a.args], env: {} };
+}
+
+function replica(a: Assignment, over: Partial<ReplicaProcessOptions> = {}): { rp: ReplicaProcess; events: ReplicaReport[] } {
+  const events: ReplicaReport[] = [];
+  const rp = new ReplicaProcess({
+    assignment: a,
+    launch: serverLaunch(a),
+    logDir: join(dir, "logs"),
+    ...FAST,
+    onChange: (r) => events.push(r),
+    ...over,
+  });
+  cleanup.push(() => rp.stop(0));
+  return { rp, events };
+}
+
+function processSet(over: Partial<ConstructorParameters<typeof ProcessSet>[0]> = {}): ProcessSet {
+  const set = new ProcessSet({ render: serverLaunch, logDir: join(dir, "logs"), stopGrace: 2_000, ...FAST, ...over });
+  cleanup.push(() => set.stopAll(0));
+  return set;
+}
+
+/** Waits for a real child process to get somewhere; fails the test with what it was waiting for. */
+async function until(what: string, cond: () => boolean, timeoutMs = 10_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await Bun.sleep(10);
+  }
+}
+
+describe("ReplicaProcess", () => {
+  test("becomes ready once /health answers 200, and reports it", async () => {
+    const port = await freePort();
+    const { rp, events } = replica(assignment("r-ready", port));
+    expect(rp.report()).toEqual({ id: "r-ready", state: "starting", port, error: null });
+    rp.start();
+    expect(rp.pid).toBeGreaterThan(0);
+    await until("ready", () => rp.currentState === "ready");
+    expect(rp.report()).toEqual({ id: "r-ready", state: "ready", port, error: null });
+    expect(events.map((e) => e.state)).toEqual(["ready"]);
+    await rp.stop(2_000);
+    expect(rp.report().state).toBe("stopped");
+    expect(events.map((e) => e.state)).toEqual(["ready", "stopped"]);
+    expect(isAlive(rp.pid!)).toBe(false);
+  });
+
+  test("stays starting while /health says 503, then becomes ready", async () => {
+    const port = await freePort();
+    const { rp } = replica(assignment("r-slow", port, ["ok", "400"]));
+    const t0 = Date.now();
+    rp.start();
+    await until("the server to answer", () => readLog(rp).includes("listening"));
+    expect(rp.currentState).toBe("starting");
+    await until("ready", () => rp.currentState === "ready");
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(400);
+  });
+
+  test("an engine that exits at start fails with its exit code and last output", async () => {
+    const port = await freePort();
+    const { rp, events } = replica(assignment("r-fail", port, ["fail"]));
+    rp.start();
+    await until("failed", () => rp.currentState === "failed");
+    const err = rp.report().error!;
+    expect(err).toStartWith("exited with code 1: ");
+    expect(err).toContain("RuntimeError: CUDA out of memory");
+    expect(err).toContain("loading weights from /models/x");
+    expect(events).toEqual([{ id: "r-fail", state: "failed", port, error: err }]);
+  });
+
+  test("an engine never healthy fails after the start timeout and is killed", async () => {
+    const port = await freePort();
+    const { rp } = replica(assignment("r-never", port, ["never"]), { startTimeout: 300 });
+    rp.start();
+    await until("failed", () => rp.currentState === "failed");
+    const err = rp.report().error!;
+    expect(err).toStartWith("not healthy after 300ms: ");
+    expect(err).toContain("fake server listening on");
+    await until("the process to be gone", () => !isAlive(rp.pid!));
+    // The kill that followed does not replace the reason.
+    expect(rp.report().error).toBe(err);
+  });
+
+  test("a ready engine that exits becomes failed with its output", async () => {
+    const port = await freePort();
+    const { rp, events } = replica(assignment("r-crash", port));
+    rp.start();
+    await until("ready", () => rp.currentState === "ready");
+    await fetch(`http://127.0.0.1:${port}/crash`).then((r) => r.text());
+    await until("failed", () => rp.currentState === "failed");
+    expect(rp.report().error).toStartWith("exited with code 7: ");
+    expect(rp.report().error).toContain("fatal: engine crashed");
+    expect(events.map((e) => e.state)).toEqual(["ready", "failed"]);
+  });
+
+  test("stop() sends SIGTERM, then SIGKILL to an engine that ignores it", async () => {
+    const port = await freePort();
+    const { rp } = replica(assignment("r-stubborn", port, ["ignore-term"]));
+    rp.start();
+    await until("ready", () => rp.currentState === "ready");
+    const t0 = Date.now();
+    const first = rp.stop(300);
+    expect(rp.stop(300)).toBe(first); // idempotent: the same stop
+    await first;
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(280);
+    expect(isAlive(rp.pid!)).toBe(false);
+    expect(readLog(rp)).toContain("got SIGTERM, ignoring it");
+    expect(rp.currentState).toBe("stopped");
+    await rp.stop(300); // and again after it finished
+  });
+
+  test("stop() of an engine that honours SIGTERM does not wait out the grace period", async () => {
+    const port = await freePort();
+    const { rp } = replica(assignment("r-polite", port));
+    rp.start();
+    await until("ready", () => rp.currentState === "ready");
+    const t0 = Date.now();
+    await rp.stop(10_000);
+    expect(Date.now() - t0).toBeLessThan(5_000);
+    expect(isAlive(rp.pid!)).toBe(false);
+  });
+
+  test("stop() before start() means it never starts", async () => {
+    const { rp } = replica(assignment("r-never-started", await freePort()));
+    await rp.stop(100);
+    rp.start();
+    expect(rp.pid).toBeNull();
+    expect(rp.currentState).toBe("stopped");
+  });
+
+  test("the log file gets stdout and stderr, appended across runs; a failure quotes only its own run", async () => {
+    const port = await freePort();
+    const a = assignment("r/log", port, ["fail"]);
+    const first = replica(a).rp;
+    first.start();
+    await until("failed", () => first.currentState === "failed");
+    const b = replica(assignment("r/log", port)).rp;
+    b.start();
+    await until("ready", () => b.currentState === "ready");
+    await fetch(`http://127.0.0.1:${port}/crash`).then((r) => r.text());
+    await until("failed", () => b.currentState === "failed");
+
+    // The id's slash does not escape the log directory.
+    expect(b.logPath).toBe(join(dir, "logs", "r_log.log"));
+    const log = readFileSync(b.logPath, "utf8");
+    expect(log).toContain("RuntimeError: CUDA out of memory");
+    expect(log).toContain("fake server listening on");
+    expect(log).toContain("fatal: engine crashed");
+    expect(log.match(/=== llmgw: starting replica r\/log/g)?.length).toBe(2);
+    expect(b.report().error).not.toContain("CUDA out of memory");
+  });
+
+  test("a command that cannot be spawned, or rendered, is a failed replica", async () => {
+    const missing = replica(assignment("r-enoent", await freePort()), { launch: { cmd: [join(dir, "no-such-engine")], env: {} } }).rp;
+    missing.start();
+    expect(missing.currentState).toBe("failed");
+    expect(missing.report().error).toMatch(/^could not start: .*no-such-engine/);
+
+    const bad = replica(assignment("r-render", await freePort()), {
+      launch: () => {
+        throw new LaunchError("replica r-render: llama.cpp cannot run one replica across 2 nodes");
+      },
+    }).rp;
+    bad.start();
+    expect(bad.report().error).toBe("could not start: replica r-render: llama.cpp cannot run one replica across 2 nodes");
+  });
+
+  test("env is merged over the agent's environment", async () => {
+    const port = await freePort();
+    const probe = join(dir, "env.ts");
+    writeFileSync(probe, `console.log("X=" + process.env.LLMGW_TEST_X + " PATH=" + (process.env.PATH ? "set" : "unset")); process.exit(3);`);
+    const { rp } = replica(assignment("r-env", port), { launch: { cmd: [process.execPath, probe], env: { LLMGW_TEST_X: "42" } } });
+    rp.start();
+    await until("failed", () => rp.currentState === "failed");
+    expect(rp.report().error).toContain("X=42 PATH=set");
+  });
+
+  test("health is polled with the injected fetch at the engine's port", async () => {
+    const port = await freePort();
+    const urls: string[] = [];
+    const fakeFetch = async (url: string) => {
+      urls.push(url);
+      return new Response(null, { status: urls.length >= 3 ? 200 : 503 });
+    };
+    const sleeper = join(dir, "sleep.ts");
+    writeFileSync(sleeper, "setInterval(() => {}, 1000);");
+    const { rp } = replica(assignment("r-fetch", port), { fetch: fakeFetch, launch: { cmd: [process.execPath, sleeper], env: {} } });
+    rp.start();
+    await until("ready", () => rp.currentState === "ready");
+    expect(urls).toHaveLength(3);
+    expect(new Set(urls)).toEqual(new Set([`http://127.0.0.1:${port}/health`]));
+  });
+
+  test("a shard without HTTP (headless worker) is ready while alive and failed when it exits", async () => {
+    const port = await freePort();
+    const { rp } = replica(assignment("r-headless", port, ["ok"]), {
+      launch: { cmd: [process.execPath, script, String(port), "never"], env: {}, servesHttp: false },
+      startTimeout: 100,
+    });
+    rp.start();
+    expect(rp.currentState).toBe("ready");
+    await Bun.sleep(200); // past the start timeout, which does not apply to it
+    expect(rp.currentState).toBe("ready");
+    process.kill(rp.pid!, "SIGKILL");
+    await until("failed", () => rp.currentState === "failed");
+    expect(rp.report().error).toStartWith("killed by signal SIGKILL");
+  });
+});
+
+describe("ProcessSet", () => {
+  test("reconcile starts missing replicas, stops unassigned ones and keeps the rest", async () => {
+    const set = processSet();
+    const [pa, pb, pc] = [await freePort(), await freePort(), await freePort()];
+    await set.reconcile([assignment("a", pa), assignment("b", pb)]);
+    expect(set.ids().sort()).toEqual(["a", "b"]);
+    await until("both ready", () => set.reports().every((r) => r.state === "ready"));
+    const a = set.get("a")!;
+    const b = set.get("b")!;
+
+    await set.reconcile([assignment("b", pb), assignment("c", pc)]);
+    expect(isAlive(a.pid!)).toBe(false);
+    expect(a.currentState).toBe("stopped");
+    expect(set.get("b")).toBe(b);
+    expect(isAlive(b.pid!)).toBe(true);
+    expect(set.ids().sort()).toEqual(["b", "c"]);
+    await until("c ready", () => set.get("c")?.currentState === "ready");
+    expect(set.reports().sort((x, y) => x.id.localeCompare(y.id))).toEqual([
+      { id: "b", state: "ready", port: pb, error: null },
+      { id: "c", state: "ready", port: pc, error: null },
+    ]);
+  });
+
+  test("a failed replica that stays assigned is kept failed, not restarted", async () => {
+    const set = processSet();
+    const a = assignment("f", await freePort(), ["fail"]);
+    await set.reconcile([a]);
+    await until("failed", () => set.get("f")?.currentState === "failed");
+    const rp = set.get("f")!;
+    await set.reconcile([a]);
+    expect(set.get("f")).toBe(rp);
+    expect(set.reports()[0]!.state).toBe("failed");
+  });
+
+  test("a render error shows up as a failed replica in the reports", async () => {
+    const set = processSet({
+      render: () => {
+        throw new LaunchError("replica x: llama.cpp cannot run one replica across 2 nodes");
+      },
+    });
+    await set.reconcile([assignment("x", await freePort())]);
+    expect(set.reports()).toEqual([
+      { id: "x", state: "failed", port: expect.any(Number), error: "could not start: replica x: llama.cpp cannot run one replica across 2 nodes" },
+    ]);
+  });
+
+  test("onChange sees every replica's transitions", async () => {
+    const seen: string[] = [];
+    const set = processSet({ onChange: (r) => seen.push(`${r.id}:${r.state}`) });
+    await set.reconcile([assignment("o", await freePort())]);
+    await until("ready", () => seen.includes("o:ready"));
+    await set.reconcile([]);
+    expect(seen).toEqual(["o:ready", "o:stopped"]);
+  });
+
+  test("stopAll leaves no process alive, including one that ignores SIGTERM", async () => {
+    const set = processSet();
+    await set.reconcile([assignment("s1", await freePort()), assignment("s2", await freePort(), ["ignore-term"]), assignment("s3", await freePort(), ["ok", "60000"])]);
+    await until("s1 and s2 ready", () => set.get("s1")?.currentState === "ready" && set.get("s2")?.currentState === "ready");
+    const pids = set.ids().map((id) => set.get(id)!.pid!);
+    expect(pids.every((p) => isAlive(p))).toBe(true);
+    await set.stopAll(200);
+    for (const p of pids) expect(isAlive(p)).toBe(false);
+    expect(set.reports()).toEqual([]);
+  });
+
+  test("concurrent reconciles do not start a replica twice", async () => {
+    const set = processSet();
+    const a = assignment("once", await freePort());
+    await Promise.all([set.reconcile([a]), set.reconcile([a]), set.reconcile([a])]);
+    await until("ready", () => set.get("once")?.currentState === "ready");
+    const log = readFileSync(set.get("once")!.logPath, "utf8");
+    expect(log.match(/=== llmgw: starting replica once/g)?.length).toBe(1);
+  });
+});
+
+describe("adoption across agent restarts", () => {
+  test("a kept engine is adopted by the next agent, health-polled, and watched for exit", async () => {
+    const stateDir = join(dir, "state");
+    const port = await freePort();
+    const first = processSet({ stateDir, keepAcrossRestarts: true });
+    await first.reconcile([assignment("keep/me", port)]);
+    await until("ready", () => first.get("keep/me")?.currentState === "ready");
+    const pid = first.get("keep/me")!.pid!;
+    const statePath = ReplicaProcess.statePath(stateDir, "keep/me");
+    expect(JSON.parse(readFileSync(statePath, "utf8"))).toMatchObject({ pid, port, assignment: { id: "keep/me" } });
+
+    first.detachAll(); // the agent exits, keeping its engines
+    expect(isAlive(pid)).toBe(true);
+
+    const seen: string[] = [];
+    const second = processSet({ stateDir, keepAcrossRestarts: true, onChange: (r) => seen.push(r.state) });
+    expect(await second.recover()).toEqual(["keep/me"]);
+    const adopted = second.get("keep/me")!;
+    expect(adopted.pid).toBe(pid);
+    await until("ready again", () => adopted.currentState === "ready");
+
+    // Same id assigned again: the adopted engine is kept, not restarted.
+    await second.reconcile([assignment("keep/me", port)]);
+    expect(second.get("keep/me")).toBe(adopted);
+
+    await fetch(`http://127.0.0.1:${port}/crash`).then((r) => r.text());
+    await until("failed", () => adopted.currentState === "failed");
+    expect(adopted.report().error).toStartWith("exited (adopted process; exit code unknown): ");
+    expect(adopted.report().error).toContain("fatal: engine crashed");
+    expect(seen).toEqual(["ready", "failed"]);
+    expect(existsSync(statePath)).toBe(false);
+  });
+
+  test("without keepAcrossRestarts, engines left behind are stopped on recovery", async () => {
+    const stateDir = join(dir, "state");
+    const first = processSet({ stateDir, keepAcrossRestarts: true });
+    await first.reconcile([assignment("stray", await freePort(), ["ignore-term"])]);
+    await until("ready", () => first.get("stray")?.currentState === "ready");
+    const pid = first.get("stray")!.pid!;
+    first.detachAll(); // e.g. the previous agent crashed
+
+    const second = processSet({ stateDir, keepAcrossRestarts: false, stopGrace: 200 });
+    expect(await second.recover()).toEqual([]);
+    expect(isAlive(pid)).toBe(false);
+    expect(second.reports()).toEqual([]);
+    expect(existsSync(ReplicaProcess.statePath(stateDir, "stray"))).toBe(false);
+  });
+
+  test("state files of dead or reused pids, and unreadable ones, are dropped", async () => {
+    const stateDir = join(dir, "state");
+    const a = assignment("gone", 8100);
+    // A pid that exited: spawn something short-lived and wait for it.
+    const p = Bun.spawn({ cmd: [process.execPath, "-e", "0"] });
+    await p.exited;
+    ReplicaProcess.writeState(stateDir, { pid: p.pid, port: 8100, assignment: a, log_offset: 0, serves_http: true, proc_start: null });
+    // Our own pid, but recorded with another start time: a reused pid, not our engine.
+    ReplicaProcess.writeState(stateDir, {
+      pid: process.pid,
+      port: 8101,
+      assignment: assignment("reused", 8101),
+      log_offset: 0,
+      serves_http: true,
+      proc_start: "1",
+    });
+    writeFileSync(join(stateDir, "junk.json"), "{not json");
+
+    const set = processSet({ stateDir, keepAcrossRestarts: true });
+    expect(await set.recover()).toEqual([]);
+    expect(set.reports()).toEqual([]);
+    expect(ReplicaProcess.readStates(stateDir)).toEqual([]);
+  });
+});
+
+describe("lastLines", () => {
+  test("returns the last n non-empty lines after the offset", () => {
+    const f = join(dir, "x.log");
+    writeFileSync(f, "old 1\nold 2\n");
+    const offset = readFileSync(f).length;
+    writeFileSync(f, "old 1\nold 2\nnew 1\n\nnew 2\r\nnew 3\n");
+    expect(lastLines(f, offset, 2)).toBe("new 2\nnew 3");
+    expect(lastLines(f, offset, 30)).toBe("new 1\nnew 2\nnew 3");
+    expect(lastLines(f, 10_000, 30)).toBe("");
+    expect(lastLines(join(dir, "missing.log"), 0, 30)).toBe("");
+  });
+});
+
+function readLog(rp: ReplicaProcess): string {
+  try {
+    return readFileSync(rp.logPath, "utf8");
+  } catch {
+    return "";
+  }
+}
