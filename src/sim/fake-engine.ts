@@ -1,0 +1,740 @@
+// The built-in OpenAI-compatible fake engine: stands in for vLLM where there are no GPUs, with
+// the same wire shapes, a slot limit with a FIFO queue, a simulated prefix cache and vLLM metrics.
+// Demos, tests and the router's benchmarks run against it, so the per-request path is kept small.
+
+import type { Server } from "bun";
+import { PrefixCache, ttftWithHits } from "./prefix-cache";
+
+export interface PrefixCacheOptions {
+  /** Cached blocks kept in the LRU; 0 disables the cache. */
+  blocks: number;
+  /** Prompt characters per block (vLLM's 16-token block is about 64 characters). */
+  blockChars: number;
+  /** Share of TTFT saved when the whole prompt hits, 0..1. */
+  hitSpeedup: number;
+}
+
+export interface FakeEngineOptions {
+  host?: string;
+  /** 0 picks a free port. */
+  port?: number;
+  /** Served model names; the first is the primary one and labels the metrics. */
+  models: string[];
+  ttftMs?: number;
+  tokenDelayMs?: number;
+  /** Completion tokens per response unless the request sets max_tokens / max_completion_tokens. */
+  tokens?: number;
+  /** Requests generated at once; the rest wait in FIFO order. */
+  slots?: number;
+  prefixCache?: Partial<PrefixCacheOptions>;
+  embeddingDim?: number;
+}
+
+export interface FakeEngineStats {
+  /** Valid inference requests received (chat, completions, embeddings). */
+  requests: number;
+  completed: number;
+  /** Requests whose client went away (or that stop() cut short) before they finished. */
+  aborted: number;
+  running: number;
+  waiting: number;
+  /** Prefix-cache blocks that hit / were looked up. */
+  prefixHits: number;
+  prefixQueries: number;
+}
+
+export interface FakeEngine {
+  url: string;
+  port: number;
+  stop(): Promise<void>;
+  stats(): FakeEngineStats;
+}
+
+/** Upper bound on completion tokens per request, whatever max_tokens asks for. */
+export const MAX_COMPLETION_TOKENS = 4096;
+
+const DEFAULTS = {
+  host: "127.0.0.1",
+  ttftMs: 20,
+  tokenDelayMs: 5,
+  tokens: 16,
+  slots: 8,
+  embeddingDim: 16,
+  prefixCache: { blocks: 4096, blockChars: 64, hitSpeedup: 0.8 } satisfies PrefixCacheOptions,
+};
+
+const FINGERPRINT = "fp_llmgw_fake";
+
+// Deterministic text: a fixed word cycle, pre-serialised once so streaming a token is a string concat.
+const WORDS =
+  "The quick brown fox jumps over the lazy dog while a small cluster answers every request from a warm replica".split(" ");
+const TOKEN_JSON: string[] = [];
+const CONTENT_END: number[] = [0];
+let fullText = "";
+for (let i = 0; i < MAX_COMPLETION_TOKENS; i++) {
+  const t = (i === 0 ? "" : " ") + WORDS[i % WORDS.length];
+  TOKEN_JSON.push(JSON.stringify(t));
+  fullText += t;
+  CONTENT_END.push(fullText.length);
+}
+const FULL_TEXT = fullText;
+
+const JSON_HEADERS = { "content-type": "application/json" };
+const SSE_HEADERS = { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" };
+const PROM_HEADERS = { "content-type": "text/plain; version=0.0.4; charset=utf-8" };
+const DONE_FRAME = "data: [DONE]\n\n";
+
+const enum Kind {
+  Chat,
+  Text,
+}
+
+/** One generation request from arrival to its last token or abort. */
+interface Job {
+  kind: Kind;
+  n: number;
+  emitted: number;
+  prompt: string;
+  promptTokens: number;
+  cachedTokens: number;
+  ttftMs: number;
+  done: boolean;
+  holding: boolean;
+  admitted: (() => void) | undefined;
+  admission: Promise<void> | undefined;
+  timer: ReturnType<typeof setTimeout> | undefined;
+  wake: (() => void) | undefined;
+  // SSE frame pieces, built once per stream.
+  pre: string;
+  usageTail: string;
+  includeUsage: boolean;
+}
+
+function fireWake(job: Job): void {
+  const wake = job.wake;
+  job.timer = undefined;
+  job.wake = undefined;
+  wake?.();
+}
+
+/**
+ * Ends a stream whose job was aborted. Without this, a pull() that enqueues nothing is called
+ * again at once, forever, when only request.signal (not cancel) reported the disconnect.
+ */
+function endStream(c: ReadableStreamDefaultController<string>): void {
+  try {
+    c.close();
+  } catch {
+    // Already cancelled by the consumer.
+  }
+}
+
+function approxTokens(chars: number): number {
+  return Math.ceil(chars / 4);
+}
+
+function errorResponse(status: number, message: string, type: string, param: string | null, code: string | null): Response {
+  return new Response(JSON.stringify({ error: { message, type, param, code } }), { status, headers: JSON_HEADERS });
+}
+
+function badRequest(message: string, param: string | null): Response {
+  return errorResponse(400, message, "invalid_request_error", param, null);
+}
+
+/** Path of an absolute request URL without building a URL object. */
+function pathOf(url: string): string {
+  const start = url.indexOf("/", url.indexOf("//") + 2);
+  if (start < 0) return "/";
+  const q = url.indexOf("?", start);
+  return q < 0 ? url.slice(start) : url.slice(start, q);
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/** The chat prompt as the cache sees it: every message's role and text, concatenated. */
+function chatPrompt(messages: unknown): string | Response {
+  if (!Array.isArray(messages) || messages.length === 0) {
+    return badRequest("`messages` is required and must be a non-empty array", "messages");
+  }
+  let prompt = "";
+  for (let i = 0; i < messages.length; i++) {
+    const m: unknown = messages[i];
+    if (!isObject(m) || typeof m.role !== "string") {
+      return badRequest(`\`messages[${i}].role\` is required and must be a string`, `messages[${i}].role`);
+    }
+    prompt += m.role;
+    const content = m.content;
+    if (typeof content === "string") prompt += content;
+    else if (Array.isArray(content)) {
+      for (const part of content) if (isObject(part) && typeof part.text === "string") prompt += part.text;
+    } else if (content !== undefined && content !== null) {
+      return badRequest(`\`messages[${i}].content\` must be a string or an array of content parts`, `messages[${i}].content`);
+    }
+  }
+  return prompt;
+}
+
+function textPrompt(prompt: unknown): string | Response {
+  if (typeof prompt === "string") return prompt;
+  if (Array.isArray(prompt) && prompt.length > 0) {
+    // A list of strings is a batch and a list of numbers is pre-tokenised; both just feed the cache key.
+    if (prompt.every((p) => typeof p === "string")) return prompt.join("");
+    if (prompt.every((p) => typeof p === "number")) return prompt.join(",");
+  }
+  return badRequest("`prompt` is required and must be a string or an array of strings", "prompt");
+}
+
+function labelValue(s: string): string {
+  return s.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n");
+}
+
+/** A unit vector derived from the text, so equal inputs embed equally across runs. */
+function embed(text: string, dim: number): number[] {
+  let s = Bun.hash.xxHash32(text) | 0;
+  const v = new Array<number>(dim);
+  let norm = 0;
+  for (let i = 0; i < dim; i++) {
+    // mulberry32
+    s = (s + 0x6d2b79f5) | 0;
+    let t = Math.imul(s ^ (s >>> 15), 1 | s);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    const x = ((t ^ (t >>> 14)) >>> 0) / 4294967296 - 0.5;
+    v[i] = x;
+    norm += x * x;
+  }
+  norm = Math.sqrt(norm) || 1;
+  for (let i = 0; i < dim; i++) v[i] = Math.fround(v[i]! / norm);
+  return v;
+}
+
+function checkOption(name: string, value: number, min: number, integer: boolean): void {
+  if (!Number.isFinite(value) || value < min || (integer && !Number.isInteger(value))) {
+    throw new Error(`fake engine option ${name} must be ${integer ? "an integer" : "a number"} >= ${min}, got ${value}`);
+  }
+}
+
+class Engine {
+  readonly served: Set<string>;
+  readonly primary: string;
+  readonly ttftMs: number;
+  readonly tokenDelayMs: number;
+  readonly tokens: number;
+  readonly slots: number;
+  readonly hitSpeedup: number;
+  readonly embeddingDim: number;
+  readonly cache: PrefixCache | undefined;
+  readonly modelsBody: string;
+
+  // Set iteration is insertion order: a FIFO queue with O(1) removal of a waiter that gives up.
+  private readonly queue = new Set<Job>();
+  private readonly live = new Set<Job>();
+  private readonly idPrefix = Math.random().toString(36).slice(2, 8);
+  private nextId = 0;
+  running = 0;
+  requests = 0;
+  completed = 0;
+  aborted = 0;
+  prefixHits = 0;
+  prefixQueries = 0;
+  promptTokensTotal = 0;
+  generationTokensTotal = 0;
+  cacheQueryTokens = 0;
+  cacheHitTokens = 0;
+
+  constructor(opts: FakeEngineOptions) {
+    if (!Array.isArray(opts.models) || opts.models.length === 0 || opts.models.some((m) => typeof m !== "string" || m === "")) {
+      throw new Error("fake engine option models must be a non-empty list of model names");
+    }
+    this.served = new Set(opts.models);
+    this.primary = opts.models[0]!;
+    this.ttftMs = opts.ttftMs ?? DEFAULTS.ttftMs;
+    this.tokenDelayMs = opts.tokenDelayMs ?? DEFAULTS.tokenDelayMs;
+    this.tokens = opts.tokens ?? DEFAULTS.tokens;
+    this.slots = opts.slots ?? DEFAULTS.slots;
+    this.embeddingDim = opts.embeddingDim ?? DEFAULTS.embeddingDim;
+    const pc = { ...DEFAULTS.prefixCache, ...opts.prefixCache };
+    checkOption("ttftMs", this.ttftMs, 0, false);
+    checkOption("tokenDelayMs", this.tokenDelayMs, 0, false);
+    checkOption("tokens", this.tokens, 1, true);
+    checkOption("slots", this.slots, 1, true);
+    checkOption("embeddingDim", this.embeddingDim, 1, true);
+    checkOption("prefixCache.blocks", pc.blocks, 0, true);
+    checkOption("prefixCache.blockChars", pc.blockChars, 1, true);
+    checkOption("prefixCache.hitSpeedup", pc.hitSpeedup, 0, false);
+    this.tokens = Math.min(this.tokens, MAX_COMPLETION_TOKENS);
+    this.hitSpeedup = Math.min(1, pc.hitSpeedup);
+    this.cache = pc.blocks > 0 ? new PrefixCache(pc.blocks, pc.blockChars) : undefined;
+    const created = Math.floor(Date.now() / 1000);
+    this.modelsBody = JSON.stringify({
+      object: "list",
+      data: opts.models.map((id) => ({ id, object: "model", created, owned_by: "llmgw-fake" })),
+    });
+  }
+
+  stats(): FakeEngineStats {
+    return {
+      requests: this.requests,
+      completed: this.completed,
+      aborted: this.aborted,
+      running: this.running,
+      waiting: this.queue.size,
+      prefixHits: this.prefixHits,
+      prefixQueries: this.prefixQueries,
+    };
+  }
+
+  fetch(req: Request, server: Server<undefined>): Response | Promise<Response> {
+    const path = pathOf(req.url);
+    const method = req.method;
+    if (method === "POST") {
+      if (path === "/v1/chat/completions") return this.generate(req, server, Kind.Chat);
+      if (path === "/v1/completions") return this.generate(req, server, Kind.Text);
+      if (path === "/v1/embeddings") return this.embeddings(req);
+    } else if (method === "GET") {
+      if (path === "/health") return new Response(null, { status: 200 });
+      if (path === "/v1/models") return new Response(this.modelsBody, { headers: JSON_HEADERS });
+      if (path === "/metrics") return new Response(this.metrics(), { headers: PROM_HEADERS });
+    }
+    return errorResponse(404, `Invalid URL (${method} ${path})`, "invalid_request_error", null, "not_found");
+  }
+
+  /** Parses the JSON object body and resolves the model, or says what is wrong with them. */
+  private async readBody(req: Request): Promise<Record<string, unknown> | Response> {
+    let body: unknown;
+    try {
+      body = await req.json();
+    } catch {
+      return badRequest("request body is not valid JSON", null);
+    }
+    if (!isObject(body)) return badRequest("request body must be a JSON object", null);
+    const model = body.model;
+    if (typeof model !== "string") return badRequest("`model` is required and must be a string", "model");
+    if (!this.served.has(model)) {
+      return errorResponse(
+        404,
+        `The model \`${model}\` does not exist. Served here: ${[...this.served].join(", ")}`,
+        "invalid_request_error",
+        "model",
+        "model_not_found",
+      );
+    }
+    return body;
+  }
+
+  private async generate(req: Request, server: Server<undefined>, kind: Kind): Promise<Response> {
+    const body = await this.readBody(req);
+    if (body instanceof Response) return body;
+    const prompt = kind === Kind.Chat ? chatPrompt(body.messages) : textPrompt(body.prompt);
+    if (typeof prompt !== "string") return prompt;
+
+    let n = this.tokens;
+    const maxField = body.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens";
+    const max = body[maxField];
+    if (max != null) {
+      if (typeof max !== "number" || !Number.isInteger(max) || max < 1) {
+        return badRequest(`\`${maxField}\` must be a positive integer`, maxField);
+      }
+      n = Math.min(max, MAX_COMPLETION_TOKENS);
+    }
+    const stream = body.stream;
+    if (stream != null && typeof stream !== "boolean") return badRequest("`stream` must be a boolean", "stream");
+    const so = body.stream_options;
+    const includeUsage = isObject(so) && so.include_usage === true;
+
+    this.requests++;
+    const model = body.model as string;
+    const job: Job = {
+      kind,
+      n,
+      emitted: 0,
+      prompt,
+      promptTokens: approxTokens(prompt.length),
+      cachedTokens: 0,
+      ttftMs: this.ttftMs,
+      done: false,
+      holding: false,
+      admitted: undefined,
+      admission: undefined,
+      timer: undefined,
+      wake: undefined,
+      pre: "",
+      usageTail: includeUsage ? ',"usage":null' : "",
+      includeUsage,
+    };
+    const id = (kind === Kind.Chat ? "chatcmpl-" : "cmpl-") + this.idPrefix + (this.nextId++).toString(36);
+    const created = Math.floor(Date.now() / 1000);
+    job.admission = this.admit(job);
+
+    if (stream === true) {
+      // Bun's idle timeout (10 s) would cut a slow or queued stream; the client decides when to give up.
+      server.timeout(req, 0);
+      job.pre =
+        `data: {"id":"${id}","object":"${kind === Kind.Chat ? "chat.completion.chunk" : "text_completion"}",` +
+        `"created":${created},"model":${JSON.stringify(model)},"system_fingerprint":"${FINGERPRINT}","choices":[`;
+      // Bun both aborts the signal and cancels the body on disconnect, and that has regressed in
+      // the past; either one alone must free the slot, and abort() is idempotent.
+      req.signal.addEventListener("abort", () => this.abort(job), { once: true });
+      const body = new ReadableStream<string>({
+        pull: (c) => this.step(job, c),
+        cancel: () => this.abort(job),
+      });
+      return new Response(body, { headers: SSE_HEADERS });
+    }
+
+    const delayed = job.admission !== undefined || job.ttftMs > 0 || (n > 1 && this.tokenDelayMs > 0);
+    if (delayed) {
+      server.timeout(req, 0);
+      req.signal.addEventListener("abort", () => this.abort(job), { once: true });
+      if (job.admission) await job.admission;
+      const total = job.done ? 0 : job.ttftMs + (n - 1) * this.tokenDelayMs;
+      if (total > 0) await this.wait(job, total);
+      // Nobody is listening any more; Bun drops whatever is returned.
+      if (job.done) return new Response(null, { status: 499 });
+    }
+    job.emitted = n;
+    this.finish(job);
+    const usage = this.usage(job);
+    const content = FULL_TEXT.slice(0, CONTENT_END[n]);
+    const choice =
+      kind === Kind.Chat
+        ? { index: 0, message: { role: "assistant", content }, logprobs: null, finish_reason: "stop" }
+        : { index: 0, text: content, logprobs: null, finish_reason: "stop" };
+    return new Response(
+      JSON.stringify({
+        id,
+        object: kind === Kind.Chat ? "chat.completion" : "text_completion",
+        created,
+        model,
+        system_fingerprint: FINGERPRINT,
+        choices: [choice],
+        usage,
+      }),
+      { headers: JSON_HEADERS },
+    );
+  }
+
+  /** Produces the next SSE frames; called by the stream only when it wants data, so backpressure holds. */
+  private async step(job: Job, c: ReadableStreamDefaultController<string>): Promise<void> {
+    let out = "";
+    if (job.emitted === 0) {
+      if (job.admission) await job.admission;
+      if (job.done) return endStream(c);
+      if (job.ttftMs > 0) {
+        await this.wait(job, job.ttftMs);
+        if (job.done) return endStream(c);
+      }
+      if (job.kind === Kind.Chat) {
+        out = job.pre + '{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]' + job.usageTail + "}\n\n";
+      }
+      out += this.tokenFrame(job, job.emitted++);
+    } else {
+      if (this.tokenDelayMs > 0) {
+        await this.wait(job, this.tokenDelayMs);
+        if (job.done) return endStream(c);
+      }
+      out = this.tokenFrame(job, job.emitted++);
+    }
+    // Without a delay there is nothing to pace, so the rest goes out in one write.
+    if (this.tokenDelayMs === 0) while (job.emitted < job.n) out += this.tokenFrame(job, job.emitted++);
+    if (job.emitted < job.n) {
+      c.enqueue(out);
+      return;
+    }
+    const choice = job.kind === Kind.Chat ? '{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}]' : '{"index":0,"text":"","logprobs":null,"finish_reason":"stop"}]';
+    out += job.pre + choice + job.usageTail + "}\n\n";
+    this.finish(job);
+    if (job.includeUsage) out += job.pre + '],"usage":' + JSON.stringify(this.usage(job)) + "}\n\n";
+    out += DONE_FRAME;
+    c.enqueue(out);
+    c.close();
+  }
+
+  private tokenFrame(job: Job, i: number): string {
+    const tok = TOKEN_JSON[i]!;
+    return job.kind === Kind.Chat
+      ? job.pre + '{"index":0,"delta":{"content":' + tok + '},"logprobs":null,"finish_reason":null}]' + job.usageTail + "}\n\n"
+      : job.pre + '{"index":0,"text":' + tok + ',"logprobs":null,"finish_reason":null}]' + job.usageTail + "}\n\n";
+  }
+
+  private usage(job: Job): Record<string, unknown> {
+    const usage: Record<string, unknown> = {
+      prompt_tokens: job.promptTokens,
+      completion_tokens: job.n,
+      total_tokens: job.promptTokens + job.n,
+    };
+    // As vLLM does: the details appear only when something was actually served from cache.
+    if (job.cachedTokens > 0) usage.prompt_tokens_details = { cached_tokens: job.cachedTokens };
+    return usage;
+  }
+
+  /** Takes a slot now (undefined) or queues the job and returns when it gets one. */
+  private admit(job: Job): Promise<void> | undefined {
+    this.live.add(job);
+    if (this.running < this.slots && this.queue.size === 0) {
+      this.start(job);
+      return undefined;
+    }
+    return new Promise<void>((resolve) => {
+      job.admitted = resolve;
+      this.queue.add(job);
+    });
+  }
+
+  /** Occupies a slot; the cache is consulted here, when the request is scheduled, as in vLLM. */
+  private start(job: Job): void {
+    this.running++;
+    job.holding = true;
+    const cache = this.cache;
+    if (cache === undefined) return;
+    const r = cache.lookup(job.prompt);
+    this.prefixQueries += r.queried;
+    this.prefixHits += r.hit;
+    job.cachedTokens = Math.min(job.promptTokens, approxTokens(r.hit * cache.blockChars));
+    this.cacheQueryTokens += job.promptTokens;
+    this.cacheHitTokens += job.cachedTokens;
+    if (r.hitFraction > 0) job.ttftMs = ttftWithHits(this.ttftMs, this.hitSpeedup, r.hitFraction);
+  }
+
+  private release(job: Job): void {
+    this.live.delete(job);
+    if (!job.holding) return;
+    job.holding = false;
+    this.running--;
+    while (this.running < this.slots && this.queue.size > 0) {
+      const next = this.queue.values().next().value!;
+      this.queue.delete(next);
+      this.start(next);
+      const admitted = next.admitted;
+      next.admitted = undefined;
+      admitted?.();
+    }
+  }
+
+  private finish(job: Job): void {
+    if (job.done) return;
+    job.done = true;
+    this.completed++;
+    this.promptTokensTotal += job.promptTokens;
+    this.generationTokensTotal += job.n;
+    this.release(job);
+  }
+
+  /** Client gone (or engine stopping): stop generating at once and hand the slot on. */
+  abort(job: Job): void {
+    if (job.done) return;
+    job.done = true;
+    this.aborted++;
+    this.generationTokensTotal += job.emitted;
+    if (this.queue.delete(job)) {
+      const admitted = job.admitted;
+      job.admitted = undefined;
+      admitted?.();
+    }
+    if (job.timer !== undefined) {
+      clearTimeout(job.timer);
+      fireWake(job);
+    }
+    this.release(job);
+  }
+
+  private wait(job: Job, ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      job.wake = resolve;
+      job.timer = setTimeout(fireWake, ms, job);
+    });
+  }
+
+  abortAll(): void {
+    for (const job of [...this.live]) this.abort(job);
+  }
+
+  private async embeddings(req: Request): Promise<Response> {
+    const body = await this.readBody(req);
+    if (body instanceof Response) return body;
+    const input = body.input;
+    let inputs: string[];
+    if (typeof input === "string") inputs = [input];
+    else if (Array.isArray(input) && input.length > 0 && input.every((s) => typeof s === "string")) inputs = input as string[];
+    else if (Array.isArray(input) && input.length > 0 && input.every((s) => typeof s === "number")) inputs = [input.join(",")];
+    else return badRequest("`input` is required and must be a string or a non-empty array of strings", "input");
+    const format = body.encoding_format;
+    if (format != null && format !== "float" && format !== "base64") {
+      return badRequest('`encoding_format` must be "float" or "base64"', "encoding_format");
+    }
+    this.requests++;
+    let promptTokens = 0;
+    const data = inputs.map((text, index) => {
+      promptTokens += approxTokens(text.length);
+      const v = embed(text, this.embeddingDim);
+      // The official Python client asks for base64 by default and decodes little-endian float32.
+      const embedding = format === "base64" ? Buffer.from(new Float32Array(v).buffer).toString("base64") : v;
+      return { object: "embedding", index, embedding };
+    });
+    this.completed++;
+    this.promptTokensTotal += promptTokens;
+    return new Response(
+      JSON.stringify({ object: "list", data, model: body.model, usage: { prompt_tokens: promptTokens, total_tokens: promptTokens } }),
+      { headers: JSON_HEADERS },
+    );
+  }
+
+  private metrics(): string {
+    const l = `{model_name="${labelValue(this.primary)}"}`;
+    const gauge = (name: string, help: string, value: number) => `# HELP ${name} ${help}\n# TYPE ${name} gauge\n${name}${l} ${value}\n`;
+    const counter = (name: string, help: string, value: number) => `# HELP ${name} ${help}\n# TYPE ${name} counter\n${name}${l} ${value}\n`;
+    return (
+      gauge("vllm:num_requests_running", "Number of requests in model execution batches.", this.running) +
+      gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", this.queue.size) +
+      // Running over slots: what a router wants from KV usage, and 1 exactly when requests start queueing.
+      gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", this.running / this.slots) +
+      counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", this.cacheQueryTokens) +
+      counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", this.cacheHitTokens) +
+      counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", this.promptTokensTotal) +
+      counter("vllm:generation_tokens_total", "Number of generation tokens processed.", this.generationTokensTotal) +
+      "# HELP vllm:request_success_total Count of successfully processed requests.\n" +
+      "# TYPE vllm:request_success_total counter\n" +
+      `vllm:request_success_total{finished_reason="stop",model_name="${labelValue(this.primary)}"} ${this.completed}\n`
+    );
+  }
+}
+
+/** Starts a fake engine; resolves once it listens. */
+export async function startFakeEngine(opts: FakeEngineOptions): Promise<FakeEngine> {
+  const engine = new Engine(opts);
+  const host = opts.host ?? DEFAULTS.host;
+  const server = Bun.serve({
+    hostname: host,
+    port: opts.port ?? 0,
+    development: false,
+    fetch: (req, srv) => engine.fetch(req, srv),
+    error: () => errorResponse(500, "internal error in the fake engine", "server_error", null, null),
+  });
+  const port = server.port!;
+  const url = `http://${host.includes(":") ? `[${host}]` : host}:${port}`;
+  let stopping: Promise<void> | undefined;
+  return {
+    url,
+    port,
+    stats: () => engine.stats(),
+    stop: () =>
+      (stopping ??= (async () => {
+        engine.abortAll();
+        await server.stop(true);
+      })()),
+  };
+}
+
+const USAGE = `usage: llmgw fake-engine --model NAME [--model NAME2 ...] [--port P] [--host H]
+                         [--ttft-ms N] [--token-delay-ms N] [--tokens N] [--slots N] [--cache-blocks N]`;
+
+class FlagError extends Error {}
+
+function numberFlag(flag: string, raw: string, min: number, max: number, integer: boolean): number {
+  const v = raw.trim() === "" ? NaN : Number(raw);
+  if (!Number.isFinite(v) || v < min || v > max || (integer && !Number.isInteger(v))) {
+    const what = integer ? "an integer" : "a number";
+    const range = max === Infinity ? `>= ${min}` : `from ${min} to ${max}`;
+    throw new FlagError(`${flag} must be ${what} ${range}, got "${raw}"`);
+  }
+  return v;
+}
+
+/** Parses `llmgw fake-engine` flags into engine options; throws FlagError naming the bad flag. */
+export function parseFakeEngineFlags(argv: string[]): FakeEngineOptions {
+  const opts: FakeEngineOptions = { models: [], port: 0 };
+  const args = argv[0] === "fake-engine" ? argv.slice(1) : argv;
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!;
+    const eq = arg.indexOf("=");
+    const flag = arg.startsWith("--") && eq > 0 ? arg.slice(0, eq) : arg;
+    const inline = arg.startsWith("--") && eq > 0 ? arg.slice(eq + 1) : undefined;
+    const value = (): string => {
+      if (inline !== undefined) return inline;
+      const next = args[i + 1];
+      if (next === undefined || next.startsWith("--")) throw new FlagError(`${flag} needs a value`);
+      i++;
+      return next;
+    };
+    switch (flag) {
+      case "--model": {
+        const m = value();
+        if (m === "") throw new FlagError("--model must not be empty");
+        opts.models.push(m);
+        break;
+      }
+      case "--host":
+        opts.host = value();
+        break;
+      case "--port":
+        opts.port = numberFlag(flag, value(), 0, 65535, true);
+        break;
+      case "--ttft-ms":
+        opts.ttftMs = numberFlag(flag, value(), 0, Infinity, false);
+        break;
+      case "--token-delay-ms":
+        opts.tokenDelayMs = numberFlag(flag, value(), 0, Infinity, false);
+        break;
+      case "--tokens":
+        opts.tokens = numberFlag(flag, value(), 1, MAX_COMPLETION_TOKENS, true);
+        break;
+      case "--slots":
+        opts.slots = numberFlag(flag, value(), 1, Infinity, true);
+        break;
+      case "--cache-blocks":
+        opts.prefixCache = { blocks: numberFlag(flag, value(), 0, Infinity, true) };
+        break;
+      default:
+        throw new FlagError(`unknown flag ${arg}`);
+    }
+  }
+  if (opts.models.length === 0) throw new FlagError("--model is required (give it once per served name)");
+  return opts;
+}
+
+/** `llmgw fake-engine`: runs until SIGTERM/SIGINT; resolves to the process exit code. */
+export async function fakeEngineMain(argv: string[]): Promise<number> {
+  // Lets tests make a model's engine fail on every start, as a broken model would.
+  const fail = process.env.LLMGW_FAKE_FAIL;
+  if (fail) {
+    process.stderr.write(fail.endsWith("\n") ? fail : `${fail}\n`);
+    return 1;
+  }
+  if (argv.includes("--help") || argv.includes("-h")) {
+    process.stdout.write(`${USAGE}\n`);
+    return 0;
+  }
+  let opts: FakeEngineOptions;
+  try {
+    opts = parseFakeEngineFlags(argv);
+  } catch (e) {
+    if (!(e instanceof FlagError)) throw e;
+    process.stderr.write(`llmgw fake-engine: ${e.message}\n${USAGE}\n`);
+    return 2;
+  }
+  let engine: FakeEngine;
+  try {
+    engine = await startFakeEngine(opts);
+  } catch (e) {
+    process.stderr.write(`llmgw fake-engine: cannot listen on ${opts.host ?? DEFAULTS.host}:${opts.port}: ${(e as Error).message}\n`);
+    return 1;
+  }
+  process.stdout.write(`llmgw fake-engine listening on ${engine.url} serving ${opts.models.join(", ")}\n`);
+  return await new Promise<number>((resolve) => {
+    const onSignal = () => {
+      process.off("SIGTERM", onSignal);
+      process.off("SIGINT", onSignal);
+      engine.stop().then(
+        () => resolve(0),
+        () => resolve(1),
+      );
+    };
+    process.on("SIGTERM", onSignal);
+    process.on("SIGINT", onSignal);
+  });
+}
+
+if (import.meta.main) {
+  fakeEngineMain(process.argv.slice(2)).then((code) => process.exit(code));
+}

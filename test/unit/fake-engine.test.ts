@@ -1,0 +1,568 @@
+// Tests of the built-in fake engine against a real server on 127.0.0.1 with real fetch: wire
+// shapes (checked against a real OpenAI stream), slots and queueing, prefix cache, aborts, CLI.
+
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { join } from "node:path";
+import { type FakeEngine, type FakeEngineOptions, startFakeEngine } from "../../src/sim/fake-engine";
+import { PrefixCache, ttftWithHits } from "../../src/sim/prefix-cache";
+import { readFixture } from "../fixtures/read";
+
+const ENGINE_MODULE = join(import.meta.dir, "../../src/sim/fake-engine.ts");
+
+const started: FakeEngine[] = [];
+async function engine(opts: Partial<FakeEngineOptions> = {}): Promise<FakeEngine> {
+  const e = await startFakeEngine({ models: ["m"], ...opts });
+  started.push(e);
+  return e;
+}
+afterAll(async () => {
+  await Promise.all(started.map((e) => e.stop()));
+});
+
+/** Polls until `cond` holds: state changes are observed, never slept for. */
+async function waitFor(cond: () => boolean | Promise<boolean>, what: string, timeoutMs = 4000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await cond())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await Bun.sleep(1);
+  }
+}
+
+function post(base: string, path: string, body: unknown, signal?: AbortSignal): Promise<Response> {
+  return fetch(base + path, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: typeof body === "string" ? body : JSON.stringify(body),
+    signal,
+  });
+}
+
+/** Yields each SSE `data:` payload; fails on anything that is not a well-formed data frame. */
+async function* ssePayloads(res: Response): AsyncGenerator<string> {
+  const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buf += value;
+    for (let i = buf.indexOf("\n\n"); i >= 0; i = buf.indexOf("\n\n")) {
+      const frame = buf.slice(0, i);
+      buf = buf.slice(i + 2);
+      if (!frame.startsWith("data: ")) throw new Error(`not an SSE data frame: ${JSON.stringify(frame)}`);
+      yield frame.slice(6);
+    }
+  }
+  if (buf !== "") throw new Error(`stream ended inside a frame: ${JSON.stringify(buf)}`);
+}
+
+async function allPayloads(res: Response): Promise<string[]> {
+  const out: string[] = [];
+  for await (const p of ssePayloads(res)) out.push(p);
+  return out;
+}
+
+function metricValue(text: string, name: string): number {
+  const line = text.split("\n").find((l) => l.startsWith(`${name}{`));
+  if (line === undefined) throw new Error(`metric ${name} missing`);
+  return Number(line.slice(line.lastIndexOf(" ") + 1));
+}
+
+const chat = (content: string, extra: Record<string, unknown> = {}) => ({
+  model: "m",
+  messages: [{ role: "user", content }],
+  ...extra,
+});
+
+type Json = Record<string, any>;
+const keys = (o: Json) => Object.keys(o).sort();
+
+describe("fake engine wire format", () => {
+  let e: FakeEngine;
+  beforeAll(async () => {
+    e = await engine({ models: ["m", "alias"], ttftMs: 1, tokenDelayMs: 0, tokens: 4 });
+  });
+
+  test("GET /health answers 200", async () => {
+    const res = await fetch(`${e.url}/health`);
+    expect(res.status).toBe(200);
+  });
+
+  test("GET /v1/models lists every served name in OpenAI's list shape", async () => {
+    const res = await fetch(`${e.url}/v1/models`);
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as Json;
+    expect(body.object).toBe("list");
+    expect(body.data.map((m: Json) => m.id)).toEqual(["m", "alias"]);
+    for (const m of body.data) {
+      expect(keys(m)).toEqual(["created", "id", "object", "owned_by"]);
+      expect(m.object).toBe("model");
+      expect(m.owned_by).toBe("llmgw-fake");
+      expect(Number.isInteger(m.created)).toBe(true);
+    }
+  });
+
+  test("non-streamed chat completion has OpenAI's shape, the requested model and usage", async () => {
+    const content = "x".repeat(36);
+    const res = await post(e.url, "/v1/chat/completions", { ...chat(content), model: "alias", max_tokens: 7 });
+    expect(res.status).toBe(200);
+    expect(res.headers.get("content-type")).toContain("application/json");
+    const body = (await res.json()) as Json;
+    expect(body.object).toBe("chat.completion");
+    expect(body.id).toStartWith("chatcmpl-");
+    expect(body.model).toBe("alias");
+    expect(Number.isInteger(body.created)).toBe(true);
+    expect(body.choices).toHaveLength(1);
+    const choice = body.choices[0];
+    expect(choice.index).toBe(0);
+    expect(choice.finish_reason).toBe("stop");
+    expect(choice.message.role).toBe("assistant");
+    expect(choice.message.content.split(" ")).toHaveLength(7);
+    // prompt = "user" + content = 40 characters, about 10 tokens.
+    expect(body.usage).toEqual({ prompt_tokens: 10, completion_tokens: 7, total_tokens: 17 });
+  });
+
+  test("the text is deterministic and max_completion_tokens is honoured too", async () => {
+    const a = (await (await post(e.url, "/v1/chat/completions", chat("a", { max_completion_tokens: 3 }))).json()) as Json;
+    const b = (await (await post(e.url, "/v1/chat/completions", chat("b", { max_completion_tokens: 3 }))).json()) as Json;
+    expect(a.choices[0].message.content).toBe(b.choices[0].message.content);
+    expect(a.usage.completion_tokens).toBe(3);
+    expect(a.id).not.toBe(b.id);
+  });
+
+  test("non-streamed text completion has the text_completion shape", async () => {
+    const res = await post(e.url, "/v1/completions", { model: "m", prompt: "12345678" });
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as Json;
+    expect(body.object).toBe("text_completion");
+    expect(body.model).toBe("m");
+    expect(keys(body.choices[0])).toEqual(["finish_reason", "index", "logprobs", "text"]);
+    expect(body.choices[0].text.split(" ")).toHaveLength(4);
+    expect(body.usage).toEqual({ prompt_tokens: 2, completion_tokens: 4, total_tokens: 6 });
+  });
+
+  test("streamed chat chunks have the keys of a real gpt-4o include_usage stream and end with [DONE]", async () => {
+    const fixture = readFixture("openai/langchain-openai-OPENAI_STREAM_DATA__gpt-4o-include_usage.jsonl")
+      .split("\n")
+      .filter((l) => l.trim() !== "");
+    expect(fixture.at(-1)).toBe("[DONE]");
+    const real = fixture.slice(0, -1).map((l) => JSON.parse(l) as Json);
+
+    const res = await post(e.url, "/v1/chat/completions", chat("hello", { stream: true, stream_options: { include_usage: true } }));
+    expect(res.status).toBe(200);
+    expect(res.headers.get("content-type")).toStartWith("text/event-stream");
+    const payloads = await allPayloads(res);
+    expect(payloads.at(-1)).toBe("[DONE]");
+    expect(payloads.filter((p) => p === "[DONE]")).toHaveLength(1);
+    const ours = payloads.slice(0, -1).map((p) => JSON.parse(p) as Json);
+
+    // Same sequence of kinds: role chunk, content chunks, stop chunk, usage chunk.
+    expect(ours).toHaveLength(1 + 4 + 1 + 1);
+    const shape = (c: Json) => ({
+      top: keys(c),
+      choice: c.choices.length ? keys(c.choices[0]) : [],
+      delta: c.choices.length ? keys(c.choices[0].delta) : [],
+      usage: c.usage === null ? null : keys(c.usage),
+    });
+    expect(shape(ours[0]!)).toEqual(shape(real[0]!));
+    for (const c of ours.slice(1, -2)) expect(shape(c)).toEqual(shape(real[1]!));
+    expect(shape(ours.at(-2)!)).toEqual(shape(real.at(-2)!));
+    expect(shape(ours.at(-1)!)).toEqual(shape(real.at(-1)!));
+
+    expect(ours[0]!.choices[0].delta).toEqual({ role: "assistant", content: "" });
+    expect(ours.at(-2)!.choices[0]).toMatchObject({ delta: {}, finish_reason: "stop" });
+    for (const c of ours) {
+      expect(c.object).toBe("chat.completion.chunk");
+      expect(c.id).toBe(ours[0]!.id);
+      expect(c.model).toBe("m");
+    }
+    const usage = ours.at(-1)!;
+    expect(usage.choices).toEqual([]);
+    expect(usage.usage).toEqual({ prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 });
+
+    // Streamed text equals the non-streamed text for the same request.
+    const text = ours.slice(1, -2).map((c) => c.choices[0].delta.content).join("");
+    const whole = (await (await post(e.url, "/v1/chat/completions", chat("hello"))).json()) as Json;
+    expect(text).toBe(whole.choices[0].message.content);
+  });
+
+  test("without include_usage the chunks carry no usage and no usage chunk is sent", async () => {
+    const res = await post(e.url, "/v1/chat/completions", chat("hi", { stream: true, max_tokens: 2 }));
+    const payloads = await allPayloads(res);
+    expect(payloads.at(-1)).toBe("[DONE]");
+    const chunks = payloads.slice(0, -1).map((p) => JSON.parse(p) as Json);
+    expect(chunks).toHaveLength(1 + 2 + 1);
+    for (const c of chunks) {
+      expect("usage" in c).toBe(false);
+      expect(c.choices).toHaveLength(1);
+    }
+  });
+
+  test("streamed text completion sends one chunk per token, a stop chunk, usage, [DONE]", async () => {
+    const res = await post(e.url, "/v1/completions", {
+      model: "m",
+      prompt: "abcd",
+      max_tokens: 3,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    const payloads = await allPayloads(res);
+    expect(payloads.at(-1)).toBe("[DONE]");
+    const chunks = payloads.slice(0, -1).map((p) => JSON.parse(p) as Json);
+    expect(chunks).toHaveLength(3 + 1 + 1);
+    for (const c of chunks.slice(0, 3)) {
+      expect(c.object).toBe("text_completion");
+      expect(c.choices[0].finish_reason).toBeNull();
+      expect(typeof c.choices[0].text).toBe("string");
+    }
+    expect(chunks[3]!.choices[0].finish_reason).toBe("stop");
+    expect(chunks[4]!.choices).toEqual([]);
+    expect(chunks[4]!.usage).toEqual({ prompt_tokens: 1, completion_tokens: 3, total_tokens: 4 });
+  });
+
+  test("an unknown model is a 404 in OpenAI's error shape with code model_not_found", async () => {
+    for (const path of ["/v1/chat/completions", "/v1/completions", "/v1/embeddings"]) {
+      const res = await post(e.url, path, { model: "nope", messages: [{ role: "user", content: "x" }], prompt: "x", input: "x" });
+      expect(res.status).toBe(404);
+      const body = (await res.json()) as Json;
+      expect(keys(body)).toEqual(["error"]);
+      expect(keys(body.error)).toEqual(["code", "message", "param", "type"]);
+      expect(body.error.code).toBe("model_not_found");
+      expect(body.error.param).toBe("model");
+      expect(body.error.message).toContain("nope");
+    }
+  });
+
+  test("bad JSON and missing or malformed fields are 400s that name the field", async () => {
+    const cases: [string, unknown, string | null][] = [
+      ["/v1/chat/completions", '{"model": "m", ', null],
+      ["/v1/chat/completions", "[1,2]", null],
+      ["/v1/chat/completions", { messages: [{ role: "user", content: "x" }] }, "model"],
+      ["/v1/chat/completions", { model: "m" }, "messages"],
+      ["/v1/chat/completions", { model: "m", messages: [] }, "messages"],
+      ["/v1/chat/completions", { model: "m", messages: [{ content: "x" }] }, "messages[0].role"],
+      ["/v1/chat/completions", { ...chat("x"), model: "m", max_tokens: 0 }, "max_tokens"],
+      ["/v1/chat/completions", { ...chat("x"), model: "m", max_completion_tokens: "9" }, "max_completion_tokens"],
+      ["/v1/chat/completions", { ...chat("x"), model: "m", stream: "yes" }, "stream"],
+      ["/v1/completions", { model: "m" }, "prompt"],
+      ["/v1/embeddings", { model: "m" }, "input"],
+    ];
+    for (const [path, body, param] of cases) {
+      const res = await post(e.url, path, body);
+      expect(res.status).toBe(400);
+      const err = ((await res.json()) as Json).error;
+      expect(err.type).toBe("invalid_request_error");
+      expect(err.param).toBe(param);
+      if (param !== null) expect(err.message).toContain(param);
+      else expect(err.message).toMatch(/JSON/);
+    }
+  });
+
+  test("unknown routes and methods are 404s in OpenAI's error shape", async () => {
+    for (const res of [await fetch(`${e.url}/v2/nothing`), await fetch(`${e.url}/v1/chat/completions`), await post(e.url, "/v1/models", {})]) {
+      expect(res.status).toBe(404);
+      const body = (await res.json()) as Json;
+      expect(keys(body.error)).toEqual(["code", "message", "param", "type"]);
+    }
+  });
+
+  test("embeddings: one deterministic unit vector of embeddingDim per input, float or base64", async () => {
+    const res = await post(e.url, "/v1/embeddings", { model: "m", input: ["alpha", "beta", "alpha"] });
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as Json;
+    expect(body.object).toBe("list");
+    expect(body.model).toBe("m");
+    expect(body.data).toHaveLength(3);
+    body.data.forEach((d: Json, i: number) => {
+      expect(d.object).toBe("embedding");
+      expect(d.index).toBe(i);
+      expect(d.embedding).toHaveLength(16);
+      const norm = Math.hypot(...(d.embedding as number[]));
+      expect(norm).toBeCloseTo(1, 5);
+    });
+    expect(body.data[0].embedding).toEqual(body.data[2].embedding);
+    expect(body.data[0].embedding).not.toEqual(body.data[1].embedding);
+    expect(body.usage).toEqual({ prompt_tokens: 2 + 1 + 2, total_tokens: 5 });
+
+    const one = (await (await post(e.url, "/v1/embeddings", { model: "alias", input: "alpha" })).json()) as Json;
+    expect(one.data[0].embedding).toEqual(body.data[0].embedding);
+    const b64 = (await (await post(e.url, "/v1/embeddings", { model: "alias", input: "alpha", encoding_format: "base64" })).json()) as Json;
+    const bytes = Buffer.from(b64.data[0].embedding as string, "base64");
+    const floats = Array.from(new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4));
+    expect(floats).toEqual(body.data[0].embedding);
+  });
+
+  test("GET /metrics exposes vLLM's metric names with HELP, TYPE and the primary model_name", async () => {
+    const res = await fetch(`${e.url}/metrics`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get("content-type")).toStartWith("text/plain");
+    const text = await res.text();
+    // The real names, as a vLLM server exposes them (test/fixtures would hold the sample; the
+    // names are the contract the router reads).
+    const expected: [string, "gauge" | "counter"][] = [
+      ["vllm:num_requests_running", "gauge"],
+      ["vllm:num_requests_waiting", "gauge"],
+      ["vllm:kv_cache_usage_perc", "gauge"],
+      ["vllm:prefix_cache_queries_total", "counter"],
+      ["vllm:prefix_cache_hits_total", "counter"],
+      ["vllm:request_success_total", "counter"],
+    ];
+    for (const [name, type] of expected) {
+      expect(text).toContain(`# HELP ${name} `);
+      expect(text).toContain(`# TYPE ${name} ${type}\n`);
+    }
+    expect(text).toContain('vllm:num_requests_running{model_name="m"} 0\n');
+    expect(metricValue(text, "vllm:request_success_total")).toBeGreaterThan(0);
+    // Every sample line is `name{labels} number`.
+    for (const line of text.split("\n").filter((l) => l !== "" && !l.startsWith("#"))) {
+      expect(line).toMatch(/^vllm:[a-z_]+\{[^}]*model_name="m"[^}]*\} [0-9.e+-]+$/);
+    }
+  });
+});
+
+describe("fake engine slots and queue", () => {
+  test("with slots=1 the second request waits: its first token comes after the first's [DONE]", async () => {
+    const e = await engine({ slots: 1, ttftMs: 3, tokenDelayMs: 1, tokens: 5 });
+    const events: string[] = [];
+    const consume = async (name: string) => {
+      const res = await post(e.url, "/v1/chat/completions", chat(name, { stream: true }));
+      let sawToken = false;
+      for await (const p of ssePayloads(res)) {
+        if (p === "[DONE]") events.push(`${name}:done`);
+        else if (!sawToken && (JSON.parse(p) as Json).choices[0]?.delta?.content) {
+          sawToken = true;
+          events.push(`${name}:first`);
+        }
+      }
+    };
+    const a = consume("A");
+    await waitFor(() => e.stats().running === 1, "A running");
+    const b = consume("B");
+    await waitFor(() => e.stats().waiting === 1, "B waiting");
+    await Promise.all([a, b]);
+    expect(events).toEqual(["A:first", "A:done", "B:first", "B:done"]);
+    expect(e.stats()).toMatchObject({ running: 0, waiting: 0, completed: 2, aborted: 0 });
+  });
+
+  test("metrics change under load: running, waiting and KV usage while slots are full", async () => {
+    const e = await engine({ slots: 2, ttftMs: 1, tokenDelayMs: 10, tokens: 1000 });
+    const ac = new AbortController();
+    const inflight = [1, 2, 3].map((i) =>
+      // Held unread until the abort below: releasing a body early would free its slot mid-check.
+      post(e.url, "/v1/chat/completions", chat(`load ${i}`, { stream: true }), ac.signal).catch(() => undefined),
+    );
+    await waitFor(() => e.stats().waiting === 1, "one request queued");
+    const text = await (await fetch(`${e.url}/metrics`)).text();
+    expect(metricValue(text, "vllm:num_requests_running")).toBe(2);
+    expect(metricValue(text, "vllm:num_requests_waiting")).toBe(1);
+    expect(metricValue(text, "vllm:kv_cache_usage_perc")).toBe(1);
+    ac.abort();
+    await Promise.all(inflight);
+    await waitFor(() => e.stats().running === 0 && e.stats().waiting === 0, "all slots freed");
+    const after = await (await fetch(`${e.url}/metrics`)).text();
+    expect(metricValue(after, "vllm:num_requests_running")).toBe(0);
+    expect(metricValue(after, "vllm:kv_cache_usage_perc")).toBe(0);
+    expect(e.stats().aborted).toBe(3);
+  });
+
+  test("non-streamed requests queue in arrival order too", async () => {
+    const e = await engine({ slots: 1, ttftMs: 1, tokenDelayMs: 20, tokens: 4000 });
+    // A long stream holds the only slot, so the queue's state does not depend on timing.
+    const holder = new AbortController();
+    const held = post(e.url, "/v1/chat/completions", chat("hold", { stream: true }), holder.signal).catch(() => {});
+    await waitFor(() => e.stats().running === 1, "holder running");
+    const order: string[] = [];
+    const run = (name: string) =>
+      post(e.url, "/v1/completions", { model: "m", prompt: name, max_tokens: 2 }).then(async (r) => {
+        expect(r.status).toBe(200);
+        await r.json();
+        order.push(name);
+      });
+    const a = run("A");
+    await waitFor(() => e.stats().waiting === 1, "A waiting");
+    const b = run("B");
+    await waitFor(() => e.stats().waiting === 2, "B waiting");
+    const c = run("C");
+    await waitFor(() => e.stats().waiting === 3, "C waiting");
+    holder.abort();
+    await Promise.all([held, a, b, c]);
+    expect(order).toEqual(["A", "B", "C"]);
+    expect(e.stats()).toMatchObject({ requests: 4, completed: 3, aborted: 1, running: 0, waiting: 0 });
+  });
+});
+
+describe("fake engine client aborts", () => {
+  test("a client that drops a stream mid-generation frees the slot at once and counts as aborted", async () => {
+    const e = await engine({ slots: 1, ttftMs: 1, tokenDelayMs: 20, tokens: 4000 });
+    const ac = new AbortController();
+    const res = await post(e.url, "/v1/chat/completions", chat("long", { stream: true }), ac.signal);
+    const reader = res.body!.getReader();
+    await reader.read();
+    expect(e.stats()).toMatchObject({ running: 1, aborted: 0 });
+    ac.abort();
+    await waitFor(() => e.stats().aborted === 1 && e.stats().running === 0, "abort to reach the engine");
+    // The slot is really free: a new request is admitted straight away and finishes.
+    const next = await post(e.url, "/v1/chat/completions", chat("next", { max_tokens: 1 }));
+    expect(next.status).toBe(200);
+    expect(e.stats()).toMatchObject({ completed: 1, aborted: 1, running: 0, waiting: 0 });
+  });
+
+  test("cancelling the response body (not the signal) also stops generation", async () => {
+    const e = await engine({ slots: 1, ttftMs: 1, tokenDelayMs: 20, tokens: 4000 });
+    const res = await post(e.url, "/v1/chat/completions", chat("long", { stream: true }));
+    const reader = res.body!.getReader();
+    await reader.read();
+    await reader.cancel();
+    await waitFor(() => e.stats().aborted === 1 && e.stats().running === 0, "cancel to reach the engine");
+  });
+
+  test("a queued request whose client leaves is removed from the queue", async () => {
+    const e = await engine({ slots: 1, ttftMs: 1, tokenDelayMs: 20, tokens: 4000 });
+    const first = new AbortController();
+    const running = post(e.url, "/v1/chat/completions", chat("first", { stream: true }), first.signal).catch(() => {});
+    await waitFor(() => e.stats().running === 1, "first running");
+    const queued = new AbortController();
+    const waiting = post(e.url, "/v1/chat/completions", chat("second"), queued.signal).catch(() => {});
+    await waitFor(() => e.stats().waiting === 1, "second queued");
+    queued.abort();
+    await waiting;
+    await waitFor(() => e.stats().aborted === 1 && e.stats().waiting === 0, "queued abort to reach the engine");
+    expect(e.stats().running).toBe(1);
+    first.abort();
+    await running;
+    await waitFor(() => e.stats().aborted === 2 && e.stats().running === 0, "running abort");
+    expect(e.stats().completed).toBe(0);
+  });
+
+  test("a non-streamed request dropped during generation frees its slot", async () => {
+    const e = await engine({ slots: 1, ttftMs: 60_000, tokenDelayMs: 0 });
+    const ac = new AbortController();
+    const p = post(e.url, "/v1/chat/completions", chat("slow"), ac.signal).catch((err: Error) => err.name);
+    await waitFor(() => e.stats().running === 1, "request running");
+    ac.abort();
+    expect(await p).toBe("AbortError");
+    await waitFor(() => e.stats().aborted === 1 && e.stats().running === 0, "abort to reach the engine");
+  });
+
+  test("stop() ends in-flight streams and resolves", async () => {
+    const e = await startFakeEngine({ models: ["m"], ttftMs: 1, tokenDelayMs: 20, tokens: 4000 });
+    const res = await post(e.url, "/v1/chat/completions", chat("x", { stream: true }));
+    const drained = allPayloads(res).catch(() => "closed");
+    await e.stop();
+    await drained;
+    expect(e.stats()).toMatchObject({ running: 0, waiting: 0, aborted: 1 });
+  });
+});
+
+describe("fake engine prefix cache", () => {
+  test("a repeated prompt hits its leading blocks: stats, metrics and usage say so", async () => {
+    const e = await engine({ ttftMs: 1, tokenDelayMs: 0, tokens: 2, prefixCache: { blocks: 64, blockChars: 16, hitSpeedup: 0.5 } });
+    const system = { role: "system", content: "You are a helpful assistant. ".repeat(8) };
+    const body = { model: "m", messages: [system, { role: "user", content: "what is a GPU?" }] };
+    const promptChars = "system".length + system.content.length + "user".length + "what is a GPU?".length;
+    const blocks = Math.floor(promptChars / 16);
+
+    const first = (await (await post(e.url, "/v1/chat/completions", body)).json()) as Json;
+    expect(first.usage.prompt_tokens_details).toBeUndefined();
+    expect(e.stats()).toMatchObject({ prefixQueries: blocks, prefixHits: 0 });
+
+    const second = (await (await post(e.url, "/v1/chat/completions", body)).json()) as Json;
+    expect(e.stats()).toMatchObject({ prefixQueries: 2 * blocks, prefixHits: blocks });
+    expect(second.usage.prompt_tokens_details.cached_tokens).toBe((blocks * 16) / 4);
+
+    // Same system prompt, different question: only the shared leading blocks hit.
+    await post(e.url, "/v1/chat/completions", { ...body, messages: [system, { role: "user", content: "and a TPU?" }] });
+    const sharedBlocks = Math.floor(("system".length + system.content.length + "user".length) / 16);
+    expect(e.stats().prefixHits).toBe(blocks + sharedBlocks);
+
+    // Same words after a different beginning: block hashes are chained, so nothing hits.
+    const before = e.stats().prefixHits;
+    await post(e.url, "/v1/chat/completions", { ...body, messages: [{ role: "system", content: "!" + system.content }, body.messages[1]] });
+    expect(e.stats().prefixHits).toBe(before);
+
+    const text = await (await fetch(`${e.url}/metrics`)).text();
+    expect(metricValue(text, "vllm:prefix_cache_hits_total")).toBeGreaterThan(0);
+    expect(metricValue(text, "vllm:prefix_cache_queries_total")).toBeGreaterThan(metricValue(text, "vllm:prefix_cache_hits_total"));
+  });
+
+  test("streamed requests report cached tokens in the usage chunk", async () => {
+    const e = await engine({ ttftMs: 1, tokenDelayMs: 0, tokens: 1, prefixCache: { blocks: 8, blockChars: 8, hitSpeedup: 1 } });
+    const body = chat("0123456789abcdef0123456789abcdef", { stream: true, stream_options: { include_usage: true } });
+    await allPayloads(await post(e.url, "/v1/chat/completions", body));
+    const payloads = await allPayloads(await post(e.url, "/v1/chat/completions", body));
+    const usage = JSON.parse(payloads.at(-2)!) as Json;
+    expect(usage.usage.prompt_tokens_details.cached_tokens).toBe(8);
+  });
+
+  test("cacheBlocks 0 disables the cache", async () => {
+    const e = await engine({ ttftMs: 0, tokenDelayMs: 0, tokens: 1, prefixCache: { blocks: 0 } });
+    await post(e.url, "/v1/completions", { model: "m", prompt: "x".repeat(500) });
+    await post(e.url, "/v1/completions", { model: "m", prompt: "x".repeat(500) });
+    expect(e.stats()).toMatchObject({ prefixHits: 0, prefixQueries: 0, completed: 2 });
+  });
+
+  test("PrefixCache counts leading hits only and evicts tails before heads", () => {
+    const c = new PrefixCache(3, 2);
+    expect(c.lookup("aabbcc")).toEqual({ queried: 3, hit: 0, hitFraction: 0 });
+    expect(c.lookup("aabbcc")).toEqual({ queried: 3, hit: 3, hitFraction: 1 });
+    expect(c.lookup("zzbbcc").hit).toBe(0);
+    // "zz.." pushed out the least recent blocks, which were the tails of "aabbcc".
+    expect(c.size).toBe(3);
+    expect(c.lookup("aabbc")).toEqual({ queried: 2, hit: 0, hitFraction: 0 });
+    expect(c.lookup("aabbx")).toEqual({ queried: 2, hit: 2, hitFraction: 0.8 });
+    expect(c.lookup("a")).toEqual({ queried: 0, hit: 0, hitFraction: 0 });
+  });
+
+  test("TTFT shrinks in proportion to the share of the prompt that hit", () => {
+    expect(ttftWithHits(100, 0.5, 1)).toBe(50);
+    expect(ttftWithHits(100, 0.8, 0.5)).toBeCloseTo(60);
+    expect(ttftWithHits(100, 0.8, 0)).toBe(100);
+    expect(ttftWithHits(100, 2, 1)).toBe(0);
+  });
+});
+
+describe("llmgw fake-engine command", () => {
+  const run = (args: string[], env: Record<string, string> = {}) =>
+    Bun.spawn(
+      [process.execPath, "-e", `import { fakeEngineMain } from ${JSON.stringify(ENGINE_MODULE)}; process.exit(await fakeEngineMain(${JSON.stringify(args)}));`],
+      { env: { ...process.env, LLMGW_FAKE_FAIL: "", ...env }, stdout: "pipe", stderr: "pipe" },
+    );
+
+  test("LLMGW_FAKE_FAIL makes every start fail with exit 1 and the message on stderr", async () => {
+    const p = run(["--model", "m", "--port", "0"], { LLMGW_FAKE_FAIL: "CUDA out of memory (simulated)" });
+    expect(await p.exited).toBe(1);
+    expect(await new Response(p.stderr).text()).toContain("CUDA out of memory (simulated)");
+  });
+
+  test("a bad flag value exits 2 with an error naming the flag", async () => {
+    for (const [args, flag] of [
+      [["--model", "m", "--slots", "zero"], "--slots"],
+      [["--model", "m", "--port", "70000"], "--port"],
+      [["--model", "m", "--ttft-ms", "-1"], "--ttft-ms"],
+      [["--model", "m", "--bogus", "1"], "--bogus"],
+      [["--port", "0"], "--model"],
+    ] as [string[], string][]) {
+      const p = run(args);
+      expect(await p.exited).toBe(2);
+      expect(await new Response(p.stderr).text()).toContain(flag);
+    }
+  });
+
+  test("it serves, logs its URL on one line and stops cleanly on SIGTERM", async () => {
+    const p = run(["--port", "0", "--model", "a", "--model=b", "--ttft-ms", "0", "--token-delay-ms", "0", "--tokens", "2", "--slots", "3", "--cache-blocks", "10"]);
+    const reader = p.stdout.getReader();
+    let out = "";
+    while (!out.includes("\n")) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      out += new TextDecoder().decode(value);
+    }
+    const url = /(http:\/\/127\.0\.0\.1:\d+)/.exec(out)?.[1];
+    expect(url).toBeDefined();
+    const models = (await (await fetch(`${url}/v1/models`)).json()) as Json;
+    expect(models.data.map((m: Json) => m.id)).toEqual(["a", "b"]);
+    const res = (await (await post(url!, "/v1/chat/completions", { model: "b", messages: [{ role: "user", content: "x" }] })).json()) as Json;
+    expect(res.usage.completion_tokens).toBe(2);
+    p.kill("SIGTERM");
+    expect(await p.exited).toBe(0);
+  });
+});
