@@ -1,0 +1,51 @@
+// Benchmark: wall time of `dist/llmgw status` (process start included) against a compiled
+// server holding 200 nodes (target: under 150 ms). Also times `llmgw version` in the same run,
+// the floor any command pays, so the figure reads as a ratio. Run after `bun build.ts`:
+//   bun test/bench/status-wall.ts
+
+import { heartbeat } from "../helpers/fleet";
+import { scratchWithBinary, startServe } from "../helpers/binary";
+
+const RUNS = 30;
+const { dir, bin } = scratchWithBinary();
+const serve = await startServe(bin, dir);
+try {
+  for (let i = 0; i < 200; i++) {
+    const hb = heartbeat({
+      name: `gpu-${i}`,
+      fabrics: [i < 120 ? "ib-a" : "ib-b"],
+      gpus: i % 5 === 2 ? ["A100-80GB/3g.40gb", "A100-80GB/3g.40gb", ...Array(7).fill("A100-80GB")] : Array(8).fill(i % 2 ? "H100-80GB" : "L40S"),
+      unhealthy: i % 13 === 0 ? [2] : [],
+      models: i % 3 ? ["llama-8b"] : [],
+    });
+    const r = await fetch(`${serve.adminUrl}/agent/v1/heartbeat`, { method: "POST", headers: { authorization: `Bearer ${serve.joinToken}` }, body: JSON.stringify(hb) });
+    if (!r.ok) throw new Error(`heartbeat ${r.status}`);
+  }
+
+  const time = (args: string[]) => {
+    const t: number[] = [];
+    for (let i = 0; i < RUNS + 3; i++) {
+      const s = performance.now();
+      const p = Bun.spawnSync([bin, ...args], { cwd: dir, env: { PATH: process.env.PATH ?? "", NO_COLOR: "1" }, stdout: "pipe", stderr: "pipe" });
+      const ms = performance.now() - s;
+      if (p.exitCode !== 0) throw new Error(`${args.join(" ")} failed: ${p.stderr.toString()}`);
+      if (i >= 3) t.push(ms);
+    }
+    t.sort((a, b) => a - b);
+    return { p50: t[Math.floor(RUNS / 2)]!, p95: t[Math.floor(RUNS * 0.95)]!, max: t.at(-1)! };
+  };
+  const v = time(["version"]);
+  const s = time(["status"]);
+  const j = time(["status", "-o", "json"]);
+  const row = (label: string, x: { p50: number; p95: number; max: number }) =>
+    console.log(`${label.padEnd(28)} p50 ${x.p50.toFixed(1)} ms   p95 ${x.p95.toFixed(1)} ms   max ${x.max.toFixed(1)} ms`);
+  console.log(`server: 200 nodes, ${RUNS} runs each, wall time including process start`);
+  row("llmgw version (floor)", v);
+  row("llmgw status", s);
+  row("llmgw status -o json", j);
+  console.log(`status / version at p50: ${(s.p50 / v.p50).toFixed(2)}×`);
+  console.log(`target < 150 ms: ${s.p50 < 150 ? "met" : "NOT met"} (${(s.p50 / 150).toFixed(2)}× the budget)`);
+} finally {
+  serve.proc.kill("SIGTERM");
+  await serve.proc.exited;
+}

@@ -1,0 +1,98 @@
+// CLI rendering: plain characters when piped or under NO_COLOR, colour on a terminal, bars
+// that never round a broken card away, and `-` for unknown idleness.
+
+import { describe, expect, test } from "bun:test";
+import { renderStatus } from "../../src/cli/status";
+import { renderReplicas } from "../../src/cli/replicas";
+import { detectStyle, human, table, usageBar } from "../../src/cli/render";
+import type { ReplicaView, Summary } from "../../src/protocol/views";
+
+const plain = { color: false };
+const color = { color: true };
+
+describe("style detection", () => {
+  test("NO_COLOR wins over a terminal; piped output is plain; FORCE_COLOR forces", () => {
+    expect(detectStyle({ isTTY: true }, { NO_COLOR: "1" })).toEqual(plain);
+    expect(detectStyle({ isTTY: true }, {})).toEqual(color);
+    expect(detectStyle({ isTTY: false }, {})).toEqual(plain);
+    expect(detectStyle({ isTTY: true }, { TERM: "dumb" })).toEqual(plain);
+    expect(detectStyle({ isTTY: false }, { FORCE_COLOR: "1" })).toEqual(color);
+  });
+});
+
+describe("usage bar", () => {
+  test("plain: # used, x unhealthy, . free, fixed width", () => {
+    expect(usageBar(plain, 4, 2, 8, 8)).toBe("[####xx..]");
+    expect(usageBar(plain, 0, 0, 8, 8)).toBe("[........]");
+    expect(usageBar(plain, 8, 0, 8, 8)).toBe("[########]");
+  });
+  test("one unhealthy card in a thousand still shows", () => {
+    expect(usageBar(plain, 0, 1, 1000, 10)).toBe("[x.........]");
+    expect(usageBar(plain, 999, 1, 1000, 10)).toBe("[#########x]");
+  });
+  test("colour uses escapes and blocks", () => {
+    const b = usageBar(color, 1, 1, 4, 4);
+    expect(b).toContain("\x1b[36m");
+    expect(b).toContain("█");
+  });
+});
+
+const summary: Summary = {
+  version: "1.2.3",
+  nodes: { total: 200, ready: 190, cordoned: 4, draining: 2, unreachable: 4 },
+  gpus: [
+    { class: "A100-80GB/3g.40gb", total: 40, used: 10, unhealthy: 0 },
+    { class: "H100-80GB", total: 800, used: 600, unhealthy: 3 },
+  ],
+  fabrics: [{ fabric: "ib-a", nodes: 120, nodes_with_weights: 100, models_present: 12, largest_free_block: 7 }],
+  replicas: { ready: 120, starting: 3, draining: 1, failed: 2 },
+  models: { total: 40, satisfied: 37, short: 3 },
+  unplaceable: ["huge"],
+  unplaceable_reasons: { huge: "needs 2 whole H100-80GB nodes in one fabric; ib-a has 1, ib-b has 0" },
+  parked: [{ model: "broken", failures: 5, reason: "exited with code 1:\nCUDA out of memory" }],
+  idle_replicas: [{ id: "r-1", model: "llama", idle_seconds: 7500, gpus: 8 }],
+  store: [],
+  control_planes: {},
+};
+
+describe("status view", () => {
+  test("every section, plain text", () => {
+    const out = renderStatus(summary, plain);
+    expect(out).not.toContain("\x1b[");
+    expect(out).toContain("llmgw 1.2.3");
+    expect(out).toContain("200 nodes: 190 ready, 4 cordoned, 2 draining, 4 unreachable");
+    expect(out).toMatch(/H100-80GB\s+\[#+x?\.+\]\s+600\s+197\s+3\s+800/);
+    expect(out).toMatch(/ib-a\s+120\s+7\s+100\s+12/);
+    expect(out).toContain("120 ready · 3 starting · 1 draining · 2 failed");
+    expect(out).toContain("40 total · 37 satisfied · 3 short");
+    expect(out).toContain("huge  needs 2 whole H100-80GB nodes in one fabric");
+    expect(out).toMatch(/broken\s+5\s+exited with code 1: CUDA out of memory/);
+    expect(out).toMatch(/r-1\s+llama\s+2h05m\s+8/);
+    expect(out).toContain("8 GPUs to reclaim");
+  });
+  test("an empty fleet says so instead of printing empty tables", () => {
+    const out = renderStatus({ ...summary, nodes: { total: 0, ready: 0, cordoned: 0, draining: 0, unreachable: 0 }, gpus: [], fabrics: [], unplaceable: [], parked: [], idle_replicas: [] }, plain);
+    expect(out).toContain("none reported yet");
+    expect(out).not.toContain("Fabrics");
+    expect(out).not.toContain("Idle");
+  });
+  test("colour on a terminal", () => {
+    expect(renderStatus(summary, color)).toContain("\x1b[31m4 unreachable");
+  });
+});
+
+describe("tables", () => {
+  test("unknown idleness is '-'; known is a duration", () => {
+    const r = (id: string, idle: number): ReplicaView => ({
+      id, model: "m", profile: "p", state: "ready", shards: [{ node: "n1", gpus: [0, 1] }], endpoint: null, idle_seconds: idle, failures: 0, error: null, created_at: "", ready_at: null,
+    });
+    const out = renderReplicas([r("a", -1), r("b", 45), r("c", 3700)], plain, false);
+    expect(out).toMatch(/a\s+m\s+p\s+ready\s+n1:0,1\s+-\s+0/);
+    expect(out).toMatch(/b\s+.*\s45s\s/);
+    expect(out).toMatch(/c\s+.*\s1h01m\s/);
+    expect(human(-5)).toBe("-");
+  });
+  test("columns align and numeric columns right-align", () => {
+    expect(table(["A", "NUM"], [["x", "1"], ["long", "100"]], { right: [1] })).toBe("A     NUM\nx       1\nlong  100");
+  });
+});
