@@ -83,6 +83,11 @@ export function adminRoutes(ctl: Controller, _log: Logger): Hono {
     return c.json({ name, result: "deleted", message: `model/${name} deleted` });
   });
 
+  app.post("/models/:name{.+}/unpark", (c) => {
+    const { model, changed } = ctl.unpark(c.req.param("name"));
+    return c.json({ name: model, changed, message: `model/${model} ${changed ? "unparked" : "was not parked"}` });
+  });
+
   /** A whole catalog file (as JSON): every model created or replaced, all or none. */
   app.post("/apply", async (c) => {
     const file = CatalogFile.parse(await jsonBody(c.req.raw));

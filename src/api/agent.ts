@@ -1,9 +1,10 @@
-// The agent API: heartbeats from node agents, behind the join token. A heartbeat reports the
-// node's inventory and replicas; the answer is what the node should run.
+// The agent API: heartbeats from node agents and the assignments long poll, behind the join
+// token. A heartbeat reports the node's inventory and replicas; every answer is the complete
+// set of replicas the node should run.
 
 import { Hono } from "hono";
 import type { Controller } from "../control/controller";
-import { HeartbeatRequest } from "../protocol/heartbeat";
+import { AssignmentsQuery, HeartbeatRequest } from "../protocol/heartbeat";
 import { HttpError } from "./errors";
 
 export function agentRoutes(ctl: Controller): Hono {
@@ -17,6 +18,10 @@ export function agentRoutes(ctl: Controller): Hono {
     }
     const hb = HeartbeatRequest.parse(body);
     return c.json(ctl.heartbeat(hb));
+  });
+  app.get("/assignments", async (c) => {
+    const q = AssignmentsQuery.parse(c.req.query());
+    return c.json(await ctl.waitForAssignments(q.node, q.generation, q.wait_ms, c.req.raw.signal));
   });
   return app;
 }

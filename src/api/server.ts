@@ -48,6 +48,15 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
     version: VERSION,
     nodeTimeoutMs: config.node_timeout,
     heartbeatIntervalMs: config.heartbeat_interval,
+    reconcile: {
+      startTimeoutMs: config.start_timeout,
+      maxFailures: config.max_failures,
+      backoffMs: config.restart_backoff,
+      backoffMaxMs: config.restart_backoff_max,
+      replaceAfterMs: config.replace_after,
+      // A replica an agent has not mentioned in a few heartbeats after placement is lost.
+      reportGraceMs: Math.max(3 * config.heartbeat_interval, 5_000),
+    },
   });
   const app = buildAdminApp({ controller, log, adminToken: admin.token, joinToken: join_.token, version: VERSION });
 
@@ -73,13 +82,19 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
 
   let timer: ReturnType<typeof setInterval> | undefined;
   if (loop) {
-    timer = setInterval(() => {
+    const tick = () => {
       try {
         controller.tick();
       } catch (e) {
+        // A failed tick (a locked or full disk, say) is logged and retried next time; the
+        // server stays up and keeps answering with what it has.
         log.error({ err: e }, "control loop tick failed");
       }
-    }, config.reconcile_interval);
+    };
+    timer = setInterval(tick, config.reconcile_interval);
+    // Heartbeats with news, catalog and node changes reconcile at once, not on the next tick.
+    controller.setWakeHandler(tick);
+    tick();
   }
 
   let stopped = false;

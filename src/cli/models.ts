@@ -1,5 +1,6 @@
 // `llmgw models`: the catalog with what each model has against what it wants, and why not.
 
+import { UsageError } from "../config/flags";
 import type { ModelView } from "../protocol/views";
 import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
 import type { Command } from "./command";
@@ -29,12 +30,19 @@ export function renderModels(models: ModelView[], style: Style, wide: boolean): 
 export const command: Command = {
   name: "models",
   summary: "List the catalog's models: ready against desired, parked or unplaceable, and why.",
-  usage: "llmgw models [NAME] [-o table|wide|json]",
+  usage: "llmgw models [NAME] [-o table|wide|json]\n  llmgw models unpark NAME",
   flags: { ...OUTPUT_FLAG, ...CLIENT_FLAGS },
-  examples: ["llmgw models", "llmgw models -o wide", "llmgw models llama-3.1-8b -o json"],
+  details: "`unpark` clears a parked model's failures so it is tried again (a catalog change or a new node does too).",
+  examples: ["llmgw models", "llmgw models -o wide", "llmgw models llama-3.1-8b -o json", "llmgw models unpark llama-3.1-8b"],
   async run({ flags, positionals }) {
     const format = outputFormat(flags);
     const client = resolveClient(flags);
+    if (positionals[0] === "unpark") {
+      if (positionals.length !== 2) throw new UsageError("models unpark takes exactly one model name");
+      const res = await client.send<{ message: string }>("POST", `/api/v1/models/${encodeURIComponent(positionals[1]!)}/unpark`);
+      process.stdout.write(`${res.message}\n`);
+      return;
+    }
     const style = detectStyle();
     if (positionals.length > 0) {
       const m = await client.get<ModelView & { spec: unknown }>(`/api/v1/models/${encodeURIComponent(positionals[0]!)}`);

@@ -33,9 +33,56 @@ export const ServeConfig = z.strictObject({
   node_timeout: Duration.prefault("15s"),
   heartbeat_interval: Duration.prefault("5s"),
   reconcile_interval: Duration.prefault("1s"),
+  /** A replica not ready this long after it was placed has failed. */
+  start_timeout: Duration.prefault("10m"),
+  /** Consecutive failed starts after which a model is parked. */
+  max_failures: z.coerce.number().int().min(1).max(1000).default(5),
+  /** First retry delay after a failure; doubles per consecutive failure, capped at restart_backoff_max. */
+  restart_backoff: Duration.prefault("2s"),
+  restart_backoff_max: Duration.prefault("5m"),
+  /** How long a node may stay unreachable before its replicas are replaced elsewhere. */
+  replace_after: Duration.prefault("30s"),
   log_level: LogLevel.default("info"),
 });
 export type ServeConfig = z.infer<typeof ServeConfig>;
+
+export const KeyValue = z.string().regex(/^[A-Za-z0-9_.\/-]{1,63}=[^\n]{0,256}$/, "must be key=value");
+
+export const AgentConfig = z.strictObject({
+  /** The head node's admin URL, e.g. http://10.0.0.1:8001. */
+  server: z.string().url("must be a URL like http://10.0.0.1:8001"),
+  /** The join token printed by `llmgw serve` (<data-dir>/join.token on the head node). */
+  token: Secret,
+  /** Node name; defaults to the hostname. */
+  name: z.string().min(1).max(128).regex(/^[A-Za-z0-9][A-Za-z0-9._:-]*$/, "may contain only letters, digits and . _ : -").optional(),
+  /** Address other machines reach this node's engines at; defaults to the first non-internal IPv4. */
+  address: z.string().min(1).max(255).optional(),
+  /** Host engines bind to. */
+  engine_host: z.string().default("0.0.0.0"),
+  fabric: z.array(z.string().min(1).max(128)).default([]),
+  label: z.array(KeyValue).default([]),
+  models_dir: z.string().default("/var/lib/llmgw/models"),
+  /** Engine logs and replica state files. */
+  state_dir: z.string().default("./llmgw-agent"),
+  /** Report this simulated inventory instead of asking nvidia-smi, e.g. H100-80GB:8,A100-80GB/3g.40gb:2. */
+  simulate: z.string().optional(),
+  /** GPU indices of the simulated inventory to report unhealthy. */
+  simulate_unhealthy: z.array(z.coerce.number().int().min(0)).default([]),
+  /** Models whose weights a simulated node reports as present (no models dir needed). */
+  simulate_models: z.array(z.string()).default([]),
+  /** GPU class overrides, "raw name or class=new class". */
+  gpu_class: z.array(z.string().regex(/^[^=]+=[^=]+$/, "must be name=class")).default([]),
+  nvidia_smi: z.string().default("nvidia-smi"),
+  /** Keep engines running when the agent stops, and re-adopt them when it starts again. */
+  keep_replicas: z.boolean().default(false),
+  /** Seconds between an engine's SIGTERM and SIGKILL. */
+  stop_grace: Duration.prefault("30s"),
+  /** How long an engine has to become healthy. */
+  start_timeout: Duration.prefault("10m"),
+  health_interval: Duration.prefault("2s"),
+  log_level: LogLevel.default("info"),
+});
+export type AgentConfig = z.infer<typeof AgentConfig>;
 
 /** Where each key's value came from, for error messages. */
 type Origin = Record<string, string>;

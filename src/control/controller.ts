@@ -1,16 +1,20 @@
 // The control plane's front door: the admin and agent APIs call it; it reads and writes the
-// store and derives every view from one snapshot. Placement and reconciliation hang off its
-// tick (next issue); the router meets it only through the interfaces in interfaces.ts.
+// store, derives every view from one snapshot, runs the reconcile step, hands agents their
+// assignments (with a long poll so a start does not wait a heartbeat interval) and publishes
+// ready replicas to the router. It meets the router only through the interfaces in
+// interfaces.ts.
 
+import { randomBytes } from "node:crypto";
 import type { Logger } from "pino";
 import type { ModelSpec } from "../protocol/catalog";
-import type { HeartbeatRequest, HeartbeatResponse } from "../protocol/heartbeat";
+import type { Assignment, HeartbeatRequest, HeartbeatResponse } from "../protocol/heartbeat";
 import type { AdminState, EventView, ModelView, NodeView, ReplicaView, Summary, Tables } from "../protocol/views";
-import { NotFoundError, type Store } from "../store";
+import { NotFoundError, type Snapshot, type Store } from "../store";
 import type { Clock } from "./clock";
-import type { UsageSource } from "./interfaces";
+import type { EndpointInfo, EndpointSink, UsageSource } from "./interfaces";
+import { DEFAULT_RECONCILE, type Plan, type ReconcileConfig, isEmpty, processReports, reconcile } from "./reconciler";
 import { summarize } from "./summary";
-import { buildTables } from "./views";
+import { buildTables, nodeState } from "./views";
 
 export interface ControllerOptions {
   store: Store;
@@ -19,33 +23,103 @@ export interface ControllerOptions {
   version: string;
   nodeTimeoutMs: number;
   heartbeatIntervalMs: number;
+  reconcile?: Partial<ReconcileConfig>;
 }
+
+type Waiter = { generation: number; resolve: () => void };
 
 export class Controller {
   private readonly store: Store;
   private readonly clock: Clock;
   private readonly log: Logger;
+  readonly config: ReconcileConfig;
   private usage: UsageSource | undefined;
+  private sink: EndpointSink | undefined;
   /** The router's last-used map as collected on the latest tick. */
   private lastUsed: ReadonlyMap<string, number> = new Map();
+  private lastPublished = "";
+  /** Per node: a counter bumped whenever its assignment set changes, and what it was computed from. */
+  private readonly generations = new Map<string, { generation: number; fingerprint: string; assignments: Assignment[] }>();
+  private readonly waiters = new Map<string, Set<Waiter>>();
+  /** Nodes last seen unreachable, so the event is written once per outage. */
+  private readonly unreachable = new Set<string>();
+  private wakeScheduled = false;
+  private onWake: (() => void) | undefined;
 
   constructor(readonly opts: ControllerOptions) {
     this.store = opts.store;
     this.clock = opts.clock;
     this.log = opts.log;
+    this.config = { ...DEFAULT_RECONCILE, nodeTimeoutMs: opts.nodeTimeoutMs, ...opts.reconcile };
   }
 
   /**
-   * A setter, not a constructor argument: a control plane without a router is fully working,
-   * it just cannot tell idle from busy, and says "unknown".
+   * Setters, not constructor arguments: a control plane without a router is fully working; it
+   * just cannot tell idle from busy (it says "unknown") and publishes to no one.
    */
   setUsageSource(u: UsageSource): void {
     this.usage = u;
   }
 
-  /** One control-plane step. Usage first, so idleness is as fresh as what is published. */
-  tick(): void {
+  setEndpointSink(s: EndpointSink): void {
+    this.sink = s;
+    this.lastPublished = "";
+  }
+
+  /** Called when something happened that deserves a reconcile before the next tick. */
+  setWakeHandler(fn: () => void): void {
+    this.onWake = fn;
+  }
+
+  private wake(): void {
+    if (!this.onWake || this.wakeScheduled) return;
+    this.wakeScheduled = true;
+    queueMicrotask(() => {
+      this.wakeScheduled = false;
+      this.onWake?.();
+    });
+  }
+
+  private newId = (): string => `r-${randomBytes(4).toString("hex")}`;
+
+  /** One control-plane step: collect usage, reconcile, hand out assignments, publish endpoints. */
+  /** Reads the router's last-used map: once a tick, so its cost does not grow with traffic. */
+  collectUsage(): void {
     if (this.usage) this.lastUsed = new Map(this.usage.lastUsed());
+  }
+
+  tick(): Plan {
+    // Usage first, so idleness is as fresh as what is published beside it.
+    this.collectUsage();
+    const now = this.clock.now();
+    const snapshot = this.store.snapshot();
+    this.noteReachability(snapshot, now);
+    const plan = reconcile({ snapshot, now, lastUsed: this.lastUsed, config: this.config, newId: this.newId });
+    const after = isEmpty(plan) ? snapshot : this.apply(plan, now);
+    this.refreshAssignments(after);
+    this.publish(after);
+    return plan;
+  }
+
+  private apply(plan: Plan, now: number): Snapshot {
+    this.store.applyPlan(plan, now);
+    for (const e of plan.events) this.log.info({ kind: e.kind, subject: e.subject }, e.message);
+    return this.store.snapshot();
+  }
+
+  private noteReachability(snapshot: Snapshot, now: number): void {
+    const events: Plan["events"] = [];
+    for (const n of snapshot.nodes) {
+      const gone = nodeState(n.adminState, n.lastHeartbeat, now, this.config.nodeTimeoutMs) === "unreachable";
+      if (gone && !this.unreachable.has(n.name)) {
+        this.unreachable.add(n.name);
+        events.push({ kind: "node.unreachable", subject: `node/${n.name}`, message: `node ${n.name} unreachable: no heartbeat for ${Math.round((now - n.lastHeartbeat) / 1000)}s` });
+      } else if (!gone) this.unreachable.delete(n.name);
+    }
+    for (const e of events) {
+      this.store.appendEvent({ at: now, ...e });
+      this.log.warn({ kind: e.kind, subject: e.subject }, e.message);
+    }
   }
 
   // ---- agents -------------------------------------------------------------------------
@@ -57,19 +131,137 @@ export class Controller {
       const gpus = hb.gpus.length;
       this.event("node.registered", `node/${hb.node}`, `node ${hb.node} registered with ${gpus} GPU${gpus === 1 ? "" : "s"} (${hb.address})`);
       this.log.info({ node: hb.node, address: hb.address, gpus, fabrics: hb.fabrics }, "node registered");
+      // New hardware is a reason to try parked models again.
+      for (const m of this.store.parkedModels()) this.unpark(m, `new node ${hb.node}`);
     }
-    return { assignments: [], heartbeat_interval_ms: this.opts.heartbeatIntervalMs, generation: 0 };
+    if (this.unreachable.delete(hb.node)) this.event("node.reachable", `node/${hb.node}`, `node ${hb.node} is heartbeating again`);
+    // Heartbeats are the busiest path: read only the replicas here, and recompute assignments
+    // only when a report changed something (the tick does it for everything else).
+    const plan = processReports({ snapshot: this.store.replicaSnapshot(), node: hb.node, reports: hb.replicas, now, config: this.config });
+    if (!isEmpty(plan)) {
+      this.refreshAssignments(this.apply(plan, now));
+      this.wake();
+    } else if (created) this.wake();
+    return this.response(hb.node);
+  }
+
+  /** What the node should run now, as the heartbeat answer carries it. */
+  response(node: string): HeartbeatResponse {
+    const g = this.generations.get(node);
+    return { assignments: g?.assignments ?? [], heartbeat_interval_ms: this.opts.heartbeatIntervalMs, generation: g?.generation ?? 0 };
+  }
+
+  /** The long poll: resolves when the node's assignments change, or after waitMs. */
+  async waitForAssignments(node: string, generation: number, waitMs: number, signal?: AbortSignal): Promise<HeartbeatResponse> {
+    const current = this.generations.get(node)?.generation ?? 0;
+    if (current !== generation || waitMs <= 0) return this.response(node);
+    await new Promise<void>((resolve) => {
+      let set = this.waiters.get(node);
+      if (!set) this.waiters.set(node, (set = new Set()));
+      const w: Waiter = { generation, resolve: () => done() };
+      const timer = setTimeout(() => done(), waitMs);
+      const done = () => {
+        clearTimeout(timer);
+        set!.delete(w);
+        signal?.removeEventListener("abort", done);
+        resolve();
+      };
+      signal?.addEventListener("abort", done);
+      set.add(w);
+    });
+    return this.response(node);
+  }
+
+  /** Recomputes every node's assignment set; bumps and wakes the nodes whose set changed. */
+  private refreshAssignments(snapshot: Snapshot): void {
+    const byNode = new Map<string, Assignment[]>();
+    const models = new Map(snapshot.models.map((m) => [m.name, m.spec as ModelSpec]));
+    const uuids = new Map(snapshot.gpus.map((g) => [`${g.node}\u0000${g.index}`, g.uuid]));
+    const address = new Map(snapshot.nodes.map((n) => [n.name, n.address]));
+    for (const r of snapshot.replicas) {
+      if (r.state !== "starting" && r.state !== "ready") continue;
+      const spec = models.get(r.model);
+      const profile = spec?.profiles.find((p) => p.name === r.profile);
+      if (!spec || !profile || r.port === null) continue;
+      r.shards.forEach((s, rank) => {
+        let list = byNode.get(s.node);
+        if (!list) byNode.set(s.node, (list = []));
+        list.push({
+          id: r.id,
+          model: r.model,
+          served_names: [spec.name, ...spec.aliases],
+          profile: profile.name,
+          engine: profile.engine,
+          port: r.port!,
+          gpus: s.gpus,
+          gpu_uuids: s.gpus.map((i) => uuids.get(`${s.node}\u0000${i}`) ?? `unknown-${i}`),
+          args: profile.args,
+          env: profile.env,
+          shard: { rank, size: r.shards.length, leader_address: address.get(r.shards[0]!.node) ?? "", leader_port: r.port! + 10_000 },
+        });
+      });
+    }
+    for (const n of snapshot.nodes) {
+      const assignments = byNode.get(n.name) ?? [];
+      const fingerprint = JSON.stringify(assignments);
+      const prev = this.generations.get(n.name);
+      if (prev && prev.fingerprint === fingerprint) continue;
+      this.generations.set(n.name, { generation: (prev?.generation ?? 0) + 1, fingerprint, assignments });
+      const set = this.waiters.get(n.name);
+      if (set) for (const w of [...set]) w.resolve();
+    }
+  }
+
+  // ---- router -------------------------------------------------------------------------
+
+  /** Ready replicas of models still in the catalog, named by the model's name and aliases. */
+  endpoints(snapshot: Snapshot): EndpointInfo[] {
+    const models = new Map(snapshot.models.map((m) => [m.name, m.spec as ModelSpec]));
+    const out: EndpointInfo[] = [];
+    for (const r of snapshot.replicas) {
+      if (r.state !== "ready" || !r.endpoint) continue;
+      const spec = models.get(r.model);
+      // A replica whose model left the catalog is being torn down; never route to it.
+      if (!spec) continue;
+      const profile = spec.profiles.find((p) => p.name === r.profile);
+      out.push({
+        id: r.id,
+        url: r.endpoint.replace(/\/+$/, ""),
+        models: [spec.name, ...spec.aliases],
+        engine: profile?.engine ?? "vllm",
+        pool: spec.pool,
+        weight: spec.weight,
+        priority: profile?.priority ?? 0,
+      });
+    }
+    return out;
+  }
+
+  private publish(snapshot: Snapshot): void {
+    if (!this.sink) return;
+    const eps = this.endpoints(snapshot);
+    // Unchanged lists are not re-published: replacing the table is cheap, but it resets the
+    // router's per-endpoint metric polling for no reason.
+    const fp = eps.map((e) => `${e.id}|${e.url}|${e.engine}|${e.pool}|${e.models.join(",")}|${e.weight}|${e.priority}`).join(";");
+    if (fp === this.lastPublished) return;
+    this.lastPublished = fp;
+    this.log.info({ count: eps.length }, "publishing endpoints");
+    this.sink.setEndpoints(eps);
+  }
+
+  /** A client asked for a model (router's demand signal): an on-demand model wants a replica. */
+  requestModel(nameOrAlias: string): boolean {
+    const row = this.store.resolveModel(nameOrAlias);
+    if (!row) return false;
+    this.store.updateModelState(row.name, { lastRequestedAt: this.clock.now() });
+    this.wake();
+    return true;
   }
 
   // ---- views --------------------------------------------------------------------------
 
   tables(): Tables {
-    return buildTables({
-      snapshot: this.store.snapshot(),
-      now: this.clock.now(),
-      lastUsed: this.lastUsed,
-      nodeTimeoutMs: this.opts.nodeTimeoutMs,
-    });
+    return buildTables({ snapshot: this.store.snapshot(), now: this.clock.now(), lastUsed: this.lastUsed, nodeTimeoutMs: this.config.nodeTimeoutMs });
   }
 
   summary(): Summary {
@@ -113,6 +305,7 @@ export class Controller {
       this.event(`model.${r.result}`, `model/${r.name}`, `model ${r.name} ${r.result} (revision ${r.revision})`);
       this.log.info({ model: r.name, revision: r.revision, result: r.result }, "catalog changed");
     }
+    this.wake();
     return results;
   }
 
@@ -122,7 +315,21 @@ export class Controller {
     this.store.deleteModel(row.name);
     this.event("model.deleted", `model/${row.name}`, `model ${row.name} deleted`);
     this.log.info({ model: row.name }, "model deleted");
+    this.wake();
     return row.name;
+  }
+
+  /** Clears a parked model so it is tried again; false when it was not parked. */
+  unpark(nameOrAlias: string, why = "unparked by an operator"): { model: string; changed: boolean } {
+    const row = this.store.resolveModel(nameOrAlias);
+    if (!row) throw new NotFoundError(`model "${nameOrAlias}" not found`);
+    const changed = this.store.unpark(row.name);
+    if (changed) {
+      this.event("model.unparked", `model/${row.name}`, `model ${row.name} unparked (${why}); it will be tried again`);
+      this.log.info({ model: row.name, why }, "model unparked");
+      this.wake();
+    }
+    return { model: row.name, changed };
   }
 
   // ---- node admin ---------------------------------------------------------------------
@@ -133,6 +340,7 @@ export class Controller {
     if (previous !== state) {
       this.event(`node.${verb}`, `node/${name}`, `node ${name} ${verb}`);
       this.log.info({ node: name, from: previous, to: state }, `node ${verb}`);
+      this.wake();
     }
     return { changed: previous !== state };
   }
@@ -144,12 +352,6 @@ export class Controller {
   }
 
   events(opts: { afterId?: number; limit: number; subject?: string }): EventView[] {
-    return this.store.listEvents(opts).map((e) => ({
-      id: e.id,
-      at: new Date(e.at).toISOString(),
-      kind: e.kind,
-      subject: e.subject,
-      message: e.message,
-    }));
+    return this.store.listEvents(opts).map((e) => ({ id: e.id, at: new Date(e.at).toISOString(), kind: e.kind, subject: e.subject, message: e.message }));
   }
 }

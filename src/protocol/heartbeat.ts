@@ -103,3 +103,15 @@ export const HeartbeatResponse = z.object({
   generation: z.number().int().min(0),
 });
 export type HeartbeatResponse = z.infer<typeof HeartbeatResponse>;
+
+/**
+ * `GET /agent/v1/assignments?node=…&generation=…&wait_ms=…`: the long poll. Answers with a
+ * HeartbeatResponse as soon as the node's assignment generation differs from the one given
+ * (a restarted server starts again from 0, so "differs", not "greater"), or after wait_ms.
+ */
+export const AssignmentsQuery = z.object({
+  node: SegmentName,
+  generation: z.coerce.number().int().min(0).default(0),
+  wait_ms: z.coerce.number().int().min(0).max(60_000).default(25_000),
+});
+export type AssignmentsQuery = z.infer<typeof AssignmentsQuery>;

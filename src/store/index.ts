@@ -137,6 +137,14 @@ export class Store {
     );
   }
 
+  /** Replicas and per-model state only: what a heartbeat's reports are checked against. */
+  replicaSnapshot(): Pick<Snapshot, "replicas" | "modelState"> {
+    return this.db.transaction(
+      (tx) => ({ replicas: tx.select().from(schema.replicas).all(), modelState: tx.select().from(schema.modelState).all() }),
+      { behavior: "deferred" },
+    );
+  }
+
   // ---- nodes --------------------------------------------------------------------------
 
   nodeExists(name: string): boolean {
@@ -237,6 +245,51 @@ export class Store {
 
   setReplicaState(id: string, state: ReplicaState, now: number): void {
     this.db.update(schema.replicas).set({ state, updatedAt: now }).where(eq(schema.replicas.id, id)).run();
+  }
+
+  /**
+   * Applies one reconcile plan in a single transaction: new replicas, state changes, removals,
+   * model state, node admin changes and the events that explain them, all or nothing.
+   */
+  applyPlan(
+    plan: {
+      create: { id: string; model: string; profile: string; shards: { node: string; gpus: number[] }[]; port: number; endpoint: string }[];
+      update: { id: string; patch: Partial<Omit<ReplicaRow, "id">> }[];
+      remove: string[];
+      modelState: Map<string, Partial<Omit<ModelStateRow, "model">>>;
+      nodeAdmin: { node: string; state: AdminState }[];
+      events: { kind: string; subject: string; message: string }[];
+    },
+    now: number,
+  ): void {
+    this.db.transaction((tx) => {
+      for (const r of plan.create)
+        tx.insert(schema.replicas)
+          .values({ id: r.id, model: r.model, profile: r.profile, state: "starting", shards: r.shards, port: r.port, endpoint: r.endpoint, createdAt: now, updatedAt: now })
+          .run();
+      for (const u of plan.update) tx.update(schema.replicas).set({ ...u.patch, updatedAt: now }).where(eq(schema.replicas.id, u.id)).run();
+      if (plan.remove.length > 0) tx.delete(schema.replicas).where(inArray(schema.replicas.id, plan.remove)).run();
+      for (const [model, patch] of plan.modelState) {
+        if (Object.keys(patch).length === 0) continue;
+        tx.insert(schema.modelState).values({ model, ...patch }).onConflictDoUpdate({ target: schema.modelState.model, set: patch }).run();
+      }
+      for (const n of plan.nodeAdmin) tx.update(schema.nodes).set({ adminState: n.state }).where(eq(schema.nodes.name, n.node)).run();
+      for (const e of plan.events) tx.insert(schema.events).values({ at: now, kind: e.kind, subject: e.subject, message: e.message }).run();
+    });
+  }
+
+  /** Clears a model's failures and parking; false when it was not parked. */
+  unpark(model: string): boolean {
+    return this.db.transaction((tx) => {
+      const st = tx.select().from(schema.modelState).where(eq(schema.modelState.model, model)).get();
+      if (!st?.parked) return false;
+      tx.update(schema.modelState).set({ parked: false, failures: 0, reason: null, lastFailureAt: null }).where(eq(schema.modelState.model, model)).run();
+      return true;
+    });
+  }
+
+  parkedModels(): string[] {
+    return this.db.select({ m: schema.modelState.model }).from(schema.modelState).where(eq(schema.modelState.parked, true)).all().map((r) => r.m);
   }
 
   // ---- events -------------------------------------------------------------------------

@@ -52,8 +52,13 @@ test("200 nodes: the summary equals what the tables say", async () => {
       ],
     }),
   });
-  // Replicas as the reconciler will place them: one per H100 node on GPUs 0-1, a 2-node one on H200s.
+  // A few nodes stop heartbeating.
+  s.clock.advance(10_000);
+  for (const p of plans.slice(10)) await s.agent(heartbeat({ name: p.name, gpus: p.classes, unhealthy: p.unhealthy, fabrics: [p.fabric], models: p.models }));
+  s.clock.advance(6_000); // nodes 0..9 now 17 s silent: unreachable
+
   const now = s.clock.now();
+  // Replicas written as the reconciler would place them (no tick runs here, so they stay as written): one per H100 node on GPUs 0-1, a 2-node one on H200s.
   const states = ["ready", "ready", "ready", "starting", "failed", "draining"] as const;
   let k = 0;
   for (const p of plans.filter((_, i) => i % 5 === 0).slice(0, 30)) {
@@ -65,13 +70,7 @@ test("200 nodes: the summary equals what the tables say", async () => {
   s.store.updateModelState("od", { lastRequestedAt: now });
   // The router's view: some replicas used recently, some long ago, the rest never seen.
   s.controller.setUsageSource({ lastUsed: () => new Map([["r-0", now - 30_000], ["r-1", now - 3_600_000], ["r-2", now - 700_000], ["r-huge", now - 86_400_000]]) });
-  s.controller.tick();
-  s.clock.advance(1000);
-  // A few nodes stop heartbeating.
-  s.clock.advance(10_000);
-  for (const p of plans.slice(10)) await s.agent(heartbeat({ name: p.name, gpus: p.classes, unhealthy: p.unhealthy, fabrics: [p.fabric], models: p.models }));
-  s.clock.advance(6_000); // nodes 0..9 now 17 s silent: unreachable
-
+  s.controller.collectUsage();
   const summary = (await (await s.admin("/api/v1/summary")).json()) as Summary;
   const nodes = (await (await s.admin("/api/v1/nodes")).json()) as NodeView[];
   const replicas = (await (await s.admin("/api/v1/replicas")).json()) as ReplicaView[];

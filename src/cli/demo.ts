@@ -1,0 +1,100 @@
+// `llmgw demo`: a whole simulated cluster in one process — the head node plus simulated GPU
+// nodes running the built-in fake engine — with a demo catalog, so anyone can watch llmgw place,
+// start, fail, park and drain replicas on a laptop.
+
+import { existsSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { UsageError } from "../config/flags";
+import type { Command } from "./command";
+
+export const command: Command = {
+  name: "demo",
+  summary: "Run a whole simulated cluster in one process: head node, simulated GPU nodes, fake engines, a demo catalog.",
+  usage: "llmgw demo [--nodes N] [--data-dir DIR] [--admin-listen HOST:PORT]",
+  flags: {
+    nodes: { kind: "string", value: "N", help: "simulated nodes (default 4: 2×H100 in ib-a; A100 with MIG and a broken card, L40S in ib-b)" },
+    "data-dir": { kind: "string", value: "DIR", help: "where the demo keeps its state (default ./llmgw-data; wiped at start)" },
+    "admin-listen": { kind: "string", value: "HOST:PORT", help: "admin API (default 127.0.0.1:8001)" },
+    listen: { kind: "string", value: "HOST:PORT", help: "router (default 127.0.0.1:8000)" },
+    "log-level": { kind: "string", value: "LEVEL", help: "server log level (default warn: the demo prints what matters)" },
+    help: { kind: "boolean", short: "h", help: "show this help" },
+  },
+  examples: ["llmgw demo", "llmgw demo --nodes 12", "llmgw status   # in another terminal, same directory"],
+  async run({ flags }) {
+    const nodesFlag = flags.nodes as string | undefined;
+    const count = nodesFlag === undefined ? undefined : Number(nodesFlag);
+    if (count !== undefined && (!Number.isInteger(count) || count < 1 || count > 200)) throw new UsageError(`--nodes must be a whole number from 1 to 200, not "${nodesFlag}"`);
+    const dataDir = (flags["data-dir"] as string | undefined) ?? process.env.LLMGW_DATA_DIR ?? "./llmgw-data";
+
+    const { Store } = await import("../store");
+    const dbPath = join(dataDir, "llmgw.db");
+    if (existsSync(dbPath)) {
+      // Never wipe a real server's data: only a previous demo's.
+      const s = new Store({ path: dbPath });
+      const mode = s.getMeta("mode");
+      const empty = s.counts().nodes === 0 && s.counts().models === 0;
+      s.close();
+      if (mode !== "demo" && !empty) throw new UsageError(`${dataDir} holds a real server's data; give the demo its own --data-dir`);
+      for (const f of ["llmgw.db", "llmgw.db-wal", "llmgw.db-shm"]) rmSync(join(dataDir, f), { force: true });
+      rmSync(join(dataDir, "agents"), { recursive: true, force: true });
+    }
+
+    const { createLogger } = await import("../log");
+    const { startCluster, demoNodes, demoCatalog } = await import("../sim/cluster");
+    const { ModelSpec } = await import("../protocol/catalog");
+    const log = createLogger({ level: (flags["log-level"] as string | undefined) ?? "warn", role: "demo" });
+    const nodes = demoNodes(count);
+    const cluster = await startCluster({
+      serve: {
+        data_dir: dataDir,
+        admin_listen: (flags["admin-listen"] as string | undefined) ?? "127.0.0.1:8001",
+        listen: (flags.listen as string | undefined) ?? "127.0.0.1:8000",
+        heartbeat_interval: "1s",
+        node_timeout: "5s",
+        replace_after: "10s",
+        restart_backoff: "1s",
+        start_timeout: "60s",
+      },
+      nodes,
+      log,
+      // Engine exits are the demo's point (one model fails on purpose); `llmgw events` tells
+      // them better than warnings scrolling past here.
+      agentLog: createLogger({ level: "error", role: "demo-agent" }),
+    });
+    cluster.server.store.setMeta("mode", "demo");
+    cluster.server.controller.putModels(demoCatalog().map((m) => ModelSpec.parse(m)));
+
+    const byFabric = new Map<string, string[]>();
+    for (const n of nodes) byFabric.set(n.fabric, [...(byFabric.get(n.fabric) ?? []), n.name]);
+    const dirFlag = flags["data-dir"] ? ` --data-dir ${dataDir}` : "";
+    process.stdout.write(
+      [
+        "llmgw demo: a simulated cluster is running.",
+        "",
+        `  admin API  ${cluster.server.adminUrl}   (token: ${join(dataDir, "admin.token")})`,
+        `  nodes      ${[...byFabric].map(([f, ns]) => `${ns.join(" ")} (${f})`).join(", ")}`,
+        "  catalog    llama-3.1-8b (min 2), qwen2.5-7b (on demand), llama-3.1-405b (2 nodes),",
+        "             deepseek-v3 (needs H200s: cannot fit), mistral-7b-broken (fails every start: parks)",
+        "",
+        "Try, in another terminal in this directory:",
+        `  llmgw status${dirFlag}            the fleet at a glance`,
+        `  llmgw models${dirFlag}            what each model has and why not`,
+        `  llmgw replicas -o wide${dirFlag}  where replicas run`,
+        `  llmgw events -f${dirFlag}         what the control plane does, as it does it`,
+        `  llmgw drain h100-1${dirFlag}      watch the 405b move… (it cannot: no other 2 whole H100 nodes)`,
+        `  llmgw cordon l40s-1${dirFlag}     stop placement on a node`,
+        "",
+        "Ctrl-C stops the cluster and every fake engine.",
+        "",
+      ].join("\n"),
+    );
+    await new Promise<void>((resolve) => {
+      const stop = () => {
+        process.stdout.write("\nstopping the demo cluster…\n");
+        cluster.stop().then(resolve, resolve);
+      };
+      process.once("SIGINT", stop);
+      process.once("SIGTERM", stop);
+    });
+  },
+};

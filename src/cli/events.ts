@@ -1,0 +1,58 @@
+// `llmgw events [-f]`: what the control plane did and why (placed, ready, failed, parked,
+// drained, node unreachable…), oldest first; -f keeps following.
+
+import type { EventView } from "../protocol/views";
+import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
+import type { Command } from "./command";
+import { type Style, detectStyle, paint } from "./render";
+
+function color(kind: string): "red" | "yellow" | "green" | "gray" {
+  if (/failed|parked|unreachable|lost|unplaceable/.test(kind)) return "red";
+  if (/stopping|drain|cordon|evict/.test(kind)) return "yellow";
+  if (/ready|registered|created|unparked|reachable/.test(kind)) return "green";
+  return "gray";
+}
+
+export function renderEvent(e: EventView, style: Style): string {
+  const t = e.at.replace("T", " ").replace(/\.\d+Z$/, "Z");
+  return `${paint(style, "dim", t)}  ${paint(style, color(e.kind), e.kind.padEnd(18))}  ${e.message}\n`;
+}
+
+export const command: Command = {
+  name: "events",
+  summary: "Show what the control plane did and why; -f to follow.",
+  usage: "llmgw events [-f] [--limit N] [--subject node/NAME|model/NAME|replica/ID] [-o json]",
+  flags: {
+    follow: { kind: "boolean", short: "f", help: "keep printing new events" },
+    limit: { kind: "string", short: "n", value: "N", help: "how many recent events to show first (default 50)" },
+    subject: { kind: "string", value: "SUBJECT", help: "only events about this, e.g. node/gpu-01 or model/llama" },
+    ...OUTPUT_FLAG,
+    ...CLIENT_FLAGS,
+  },
+  examples: ["llmgw events", "llmgw events -f", "llmgw events --subject model/llama-3.1-8b -n 200"],
+  async run({ flags }) {
+    const format = outputFormat(flags, ["table", "json"]);
+    const limit = Number(flags.limit ?? 50);
+    if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new (await import("../config/flags")).UsageError("--limit must be a whole number from 1 to 1000");
+    const client = resolveClient(flags);
+    const style = detectStyle();
+    const subject = flags.subject ? `&subject=${encodeURIComponent(flags.subject as string)}` : "";
+    const print = (list: EventView[]) => {
+      for (const e of list) process.stdout.write(format === "json" ? `${JSON.stringify(e)}\n` : renderEvent(e, style));
+    };
+    let list = await client.get<EventView[]>(`/api/v1/events?limit=${limit}${subject}`);
+    if (format === "json" && !flags.follow) {
+      process.stdout.write(`${JSON.stringify(list, null, 2)}\n`);
+      return;
+    }
+    print(list);
+    if (!flags.follow) return;
+    let after = list.at(-1)?.id ?? 0;
+    for (;;) {
+      await Bun.sleep(1000);
+      list = await client.get<EventView[]>(`/api/v1/events?after=${after}&limit=1000${subject}`);
+      print(list);
+      after = list.at(-1)?.id ?? after;
+    }
+  },
+};

@@ -1,0 +1,392 @@
+// One reconcile step as a pure function: from a store snapshot, the router's last-used map and
+// the time, decide what to change — replicas to place, fail, drain or forget, model state to
+// record, nodes whose drain finished — and the events that explain it. The controller applies
+// the plan in one transaction; nothing here reads a clock or touches the store.
+
+import type { ModelSpec, Profile } from "../protocol/catalog";
+import type { ReplicaReport } from "../protocol/heartbeat";
+import type { ModelStateRow, ReplicaRow, Snapshot } from "../store";
+import { type PlacementNode, type PlacementRequest, place } from "./placement";
+import { desiredReplicas, holdsGpus, nodeState } from "./views";
+
+export interface ReconcileConfig {
+  nodeTimeoutMs: number;
+  startTimeoutMs: number;
+  maxFailures: number;
+  backoffMs: number;
+  backoffMaxMs: number;
+  /** How long a node stays unreachable before its replicas are replaced elsewhere. */
+  replaceAfterMs: number;
+  /** A replica the agent has not reported this long after placement is taken as lost. */
+  reportGraceMs: number;
+  /** First port handed to engines on a node (per address); the rendezvous port is +10000. */
+  basePort: number;
+  portCount: number;
+}
+
+export const DEFAULT_RECONCILE: ReconcileConfig = {
+  nodeTimeoutMs: 15_000,
+  startTimeoutMs: 600_000,
+  maxFailures: 5,
+  backoffMs: 2_000,
+  backoffMaxMs: 300_000,
+  replaceAfterMs: 30_000,
+  reportGraceMs: 15_000,
+  basePort: 8100,
+  portCount: 900,
+};
+
+export interface NewReplica {
+  id: string;
+  model: string;
+  profile: string;
+  shards: { node: string; gpus: number[] }[];
+  port: number;
+  endpoint: string;
+}
+
+export interface PlanEvent {
+  kind: string;
+  subject: string;
+  message: string;
+}
+
+export interface Plan {
+  create: NewReplica[];
+  update: { id: string; patch: Partial<Pick<ReplicaRow, "state" | "error" | "readyAt" | "failures">> }[];
+  remove: string[];
+  modelState: Map<string, Partial<Omit<ModelStateRow, "model">>>;
+  nodeAdmin: { node: string; state: "none" | "cordoned" | "draining" }[];
+  events: PlanEvent[];
+}
+
+export function emptyPlan(): Plan {
+  return { create: [], update: [], remove: [], modelState: new Map(), nodeAdmin: [], events: [] };
+}
+
+export function isEmpty(p: Plan): boolean {
+  return p.create.length + p.update.length + p.remove.length + p.modelState.size + p.nodeAdmin.length + p.events.length === 0;
+}
+
+export interface ReconcileInput {
+  snapshot: Snapshot;
+  now: number;
+  lastUsed: ReadonlyMap<string, number>;
+  config: ReconcileConfig;
+  newId: () => string;
+}
+
+/** How long to wait before retrying a model after `failures` consecutive failures. */
+export function backoffDelay(failures: number, cfg: Pick<ReconcileConfig, "backoffMs" | "backoffMaxMs">): number {
+  if (failures <= 0) return 0;
+  return Math.min(cfg.backoffMaxMs, cfg.backoffMs * 2 ** Math.min(failures - 1, 30));
+}
+
+/** True while a model must wait before its next start. A clock that went backwards does not extend the wait. */
+export function inBackoff(st: ModelStateRow | undefined, now: number, cfg: ReconcileConfig): boolean {
+  if (!st || st.failures <= 0 || st.lastFailureAt == null) return false;
+  const elapsed = now - st.lastFailureAt;
+  return elapsed >= 0 && elapsed < backoffDelay(st.failures, cfg);
+}
+
+/** Records a failed start: counts it, and parks the model once it has failed too often in a row. */
+export function recordFailure(
+  plan: Plan,
+  model: string,
+  st: ModelStateRow | undefined,
+  error: string,
+  now: number,
+  cfg: Pick<ReconcileConfig, "maxFailures">,
+): void {
+  const pending = plan.modelState.get(model) ?? {};
+  const failures = (pending.failures ?? st?.failures ?? 0) + 1;
+  const parked = failures >= cfg.maxFailures;
+  plan.modelState.set(model, { ...pending, failures, lastFailureAt: now, reason: error, ...(parked ? { parked: true } : {}) });
+  if (parked && !(st?.parked ?? false))
+    plan.events.push({
+      kind: "model.parked",
+      subject: `model/${model}`,
+      message: `model ${model} parked after ${failures} failed starts; not retried until unparked or changed. Last error: ${oneLine(error)}`,
+    });
+}
+
+export function oneLine(s: string, max = 300): string {
+  const flat = s.replace(/\s+/g, " ").trim();
+  return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;
+}
+
+const key = (node: string, idx: number) => `${node}\u0000${idx}`;
+
+export function reconcile({ snapshot, now, lastUsed, config: cfg, newId }: ReconcileInput): Plan {
+  const plan = emptyPlan();
+  const nodes = new Map(snapshot.nodes.map((n) => [n.name, n]));
+  const state = new Map(snapshot.nodes.map((n) => [n.name, nodeState(n.adminState, n.lastHeartbeat, now, cfg.nodeTimeoutMs)]));
+  const models = new Map(snapshot.models.map((m) => [m.name, m]));
+  const mstate = new Map(snapshot.modelState.map((s) => [s.model, s]));
+  const removed = new Set<string>();
+  const newState = new Map<string, ReplicaRow["state"]>();
+  const stateOf = (r: ReplicaRow) => newState.get(r.id) ?? r.state;
+  const setState = (r: ReplicaRow, s: ReplicaRow["state"], extra: Partial<ReplicaRow> = {}) => {
+    newState.set(r.id, s);
+    plan.update.push({ id: r.id, patch: { state: s, ...extra } });
+  };
+  const remove = (r: ReplicaRow) => {
+    removed.add(r.id);
+    plan.remove.push(r.id);
+  };
+
+  // 1. Replicas whose nodes are gone for good, or that never became ready in time.
+  for (const r of snapshot.replicas) {
+    const lost = r.shards.find((s) => {
+      const n = nodes.get(s.node);
+      return !n || (state.get(s.node) === "unreachable" && now - n.lastHeartbeat > cfg.nodeTimeoutMs + cfg.replaceAfterMs);
+    });
+    if (lost) {
+      // Not the model's fault: no failure is counted, the replica is simply replaced.
+      if (r.state !== "failed")
+        plan.events.push({
+          kind: "replica.lost",
+          subject: `replica/${r.id}`,
+          message: `replica ${r.id} of ${r.model} lost: node ${lost.node} unreachable for over ${Math.round((cfg.nodeTimeoutMs + cfg.replaceAfterMs) / 1000)}s; replacing it`,
+        });
+      remove(r);
+      continue;
+    }
+    if (r.state === "starting" && now - r.createdAt > cfg.startTimeoutMs) {
+      const error = `not ready ${Math.round(cfg.startTimeoutMs / 1000)}s after it was placed${r.error ? `: ${r.error}` : ""}`;
+      setState(r, "failed", { error });
+      plan.events.push({ kind: "replica.failed", subject: `replica/${r.id}`, message: `replica ${r.id} of ${r.model} failed: ${oneLine(error)}` });
+      recordFailure(plan, r.model, mstate.get(r.model), error, now, cfg);
+    }
+  }
+
+  // 2. Replicas of models that left the catalog stop; failed ones are forgotten.
+  for (const r of snapshot.replicas) {
+    if (removed.has(r.id) || models.has(r.model)) continue;
+    if (stateOf(r) === "failed") remove(r);
+    else if (stateOf(r) !== "draining") {
+      setState(r, "draining");
+      plan.events.push({ kind: "replica.stopping", subject: `replica/${r.id}`, message: `stopping replica ${r.id}: model ${r.model} is no longer in the catalog` });
+    }
+  }
+
+  const live = snapshot.replicas.filter((r) => !removed.has(r.id));
+  const byModel = new Map<string, ReplicaRow[]>();
+  for (const r of live) {
+    let l = byModel.get(r.model);
+    if (!l) byModel.set(r.model, (l = []));
+    l.push(r);
+  }
+  const onDrainingNode = (r: ReplicaRow) => r.shards.some((s) => nodes.get(s.node)?.adminState === "draining");
+
+  // 3. Per model: drain moves, surplus, and what is short.
+  const requests: (PlacementRequest & { ready: number; desired: number })[] = [];
+  const satisfiedModels: string[] = [];
+  for (const m of snapshot.models) {
+    const spec = m.spec as ModelSpec;
+    const st = mstate.get(m.name);
+    const pending = plan.modelState.get(m.name);
+    const parked = pending?.parked ?? st?.parked ?? false;
+    const desired = desiredReplicas(spec, st, now);
+    const reps = byModel.get(m.name) ?? [];
+    const active = reps.filter((r) => stateOf(r) === "starting" || stateOf(r) === "ready");
+    const staying = active.filter((r) => !onDrainingNode(r));
+    const moving = active.filter((r) => onDrainingNode(r));
+    let readyStaying = staying.filter((r) => stateOf(r) === "ready").length;
+
+    // Drain: a replica on a draining node stops only once the replicas elsewhere cover what is
+    // wanted, so the model never has fewer ready than before the drain began. Starting ones
+    // have served nothing yet and stop at once.
+    for (const r of moving) {
+      if (stateOf(r) === "starting" || readyStaying >= desired) {
+        setState(r, "draining");
+        plan.events.push({ kind: "replica.stopping", subject: `replica/${r.id}`, message: `stopping replica ${r.id} of ${m.name}: its node ${r.shards[0]!.node} is draining and ${readyStaying} ready elsewhere cover it` });
+      }
+    }
+
+    // Surplus: starting ones first (they serve nothing yet), then the longest idle; a replica
+    // whose idleness is unknown counts as busy, never as idle.
+    if (staying.length > desired) {
+      const order = [...staying].sort((a, b) => {
+        const sa = stateOf(a) === "starting" ? 0 : 1;
+        const sb = stateOf(b) === "starting" ? 0 : 1;
+        if (sa !== sb) return sa - sb;
+        const ua = lastUsed.get(a.id) ?? Number.POSITIVE_INFINITY;
+        const ub = lastUsed.get(b.id) ?? Number.POSITIVE_INFINITY;
+        return ua - ub || (a.id < b.id ? -1 : 1);
+      });
+      for (const r of order.slice(0, staying.length - desired)) {
+        if (stateOf(r) === "ready") readyStaying--;
+        setState(r, "draining");
+        plan.events.push({ kind: "replica.stopping", subject: `replica/${r.id}`, message: `stopping replica ${r.id} of ${m.name}: it wants ${desired}, has ${staying.length}` });
+      }
+    }
+
+    // Failed records: keep only the newest for display; none once the model is satisfied.
+    const failed = reps.filter((r) => stateOf(r) === "failed").sort((a, b) => b.updatedAt - a.updatedAt);
+    const keepFailed = readyStaying >= desired && !parked ? 0 : 1;
+    for (const r of failed.slice(keepFailed)) remove(r);
+
+    const need = desired - Math.min(staying.filter((r) => stateOf(r) !== "draining").length, desired);
+    if (need <= 0 || parked) {
+      if (!parked) satisfiedModels.push(m.name);
+      continue;
+    }
+    if (inBackoff(pending && pending.failures !== undefined ? ({ ...st, ...pending } as ModelStateRow) : st, now, cfg)) continue;
+    requests.push({
+      model: m.name,
+      count: need,
+      profiles: spec.profiles as Profile[],
+      placement: spec.placement,
+      nodesInUse: new Set(active.flatMap((r) => r.shards.map((s) => s.node))),
+      ready: readyStaying,
+      desired,
+    });
+  }
+
+  // 4. Placement, over GPUs as they are once this step's removals are done.
+  const held = new Set<string>();
+  const usedPorts = new Map<string, Set<number>>(); // by address: simulated nodes may share one
+  const addressOf = (node: string) => nodes.get(node)?.address ?? node;
+  for (const r of live) {
+    if (removed.has(r.id)) continue;
+    if (holdsGpus(stateOf(r))) for (const s of r.shards) for (const g of s.gpus) held.add(key(s.node, g));
+    if (r.port !== null && r.state !== "failed")
+      for (const s of r.shards) {
+        const a = addressOf(s.node);
+        let set = usedPorts.get(a);
+        if (!set) usedPorts.set(a, (set = new Set()));
+        set.add(r.port);
+      }
+  }
+  const gpusByNode = new Map<string, PlacementNode["gpus"]>();
+  for (const g of snapshot.gpus) {
+    let l = gpusByNode.get(g.node);
+    if (!l) gpusByNode.set(g.node, (l = []));
+    l.push({ index: g.index, uuid: g.uuid, class: g.class, healthy: g.healthy, used: held.has(key(g.node, g.index)) });
+  }
+  const weightsByNode = new Map<string, Set<string>>();
+  for (const w of snapshot.weights) {
+    let s = weightsByNode.get(w.node);
+    if (!s) weightsByNode.set(w.node, (s = new Set()));
+    s.add(w.model);
+  }
+  const pnodes: PlacementNode[] = snapshot.nodes.map((n) => ({
+    name: n.name,
+    state: state.get(n.name)!,
+    fabrics: n.fabrics,
+    gpus: gpusByNode.get(n.name) ?? [],
+    weights: weightsByNode.get(n.name) ?? new Set(),
+  }));
+  // Every model gets its first replica before any gets its next.
+  requests.sort((a, b) => (a.ready === 0 ? 0 : 1) - (b.ready === 0 ? 0 : 1) || a.ready / a.desired - b.ready / b.desired || (a.model < b.model ? -1 : 1));
+  const result = requests.length > 0 ? place(pnodes, requests) : { placed: [], unplaceable: new Map<string, string>() };
+
+  for (const p of result.placed) {
+    const leader = p.shards[0]!.node;
+    const addresses = [...new Set(p.shards.map((s) => addressOf(s.node)))];
+    const port = freePort(addresses.map((a) => usedPorts.get(a)), cfg);
+    if (port === undefined) {
+      result.unplaceable.set(p.model, `no free engine port on ${addresses.join(", ")} (${cfg.portCount} in use)`);
+      continue;
+    }
+    for (const a of addresses) {
+      let set = usedPorts.get(a);
+      if (!set) usedPorts.set(a, (set = new Set()));
+      set.add(port);
+    }
+    const id = newId();
+    plan.create.push({ id, model: p.model, profile: p.profile, shards: p.shards, port, endpoint: `http://${urlHost(addressOf(leader))}:${port}` });
+    const where = p.shards.map((s) => `${s.node}:${s.gpus.join(",")}`).join(" ");
+    plan.events.push({ kind: "replica.placed", subject: `replica/${id}`, message: `placed replica ${id} of ${p.model} on ${where} (profile ${p.profile})` });
+  }
+
+  // 5. Placement reasons: recorded when they change, cleared when the model gets what it wants.
+  for (const [model, reason] of result.unplaceable) {
+    const st = mstate.get(model);
+    if (st?.unplaceableReason === reason) continue;
+    plan.modelState.set(model, { ...plan.modelState.get(model), unplaceableReason: reason });
+    plan.events.push({ kind: "model.unplaceable", subject: `model/${model}`, message: `cannot place ${model}: ${reason}` });
+  }
+  for (const r of requests) {
+    if (result.unplaceable.has(r.model)) continue;
+    if (mstate.get(r.model)?.unplaceableReason) plan.modelState.set(r.model, { ...plan.modelState.get(r.model), unplaceableReason: null });
+  }
+  for (const model of satisfiedModels) {
+    if (mstate.get(model)?.unplaceableReason) plan.modelState.set(model, { ...plan.modelState.get(model), unplaceableReason: null });
+  }
+
+  // 6. A draining node with nothing left on it is drained: cordoned and empty.
+  for (const n of snapshot.nodes) {
+    if (n.adminState !== "draining") continue;
+    const still = live.some((r) => !removed.has(r.id) && stateOf(r) !== "failed" && r.shards.some((s) => s.node === n.name));
+    if (!still) {
+      plan.nodeAdmin.push({ node: n.name, state: "cordoned" });
+      plan.events.push({ kind: "node.drained", subject: `node/${n.name}`, message: `node ${n.name} drained: cordoned and empty` });
+    }
+  }
+  return plan;
+}
+
+function freePort(sets: (Set<number> | undefined)[], cfg: ReconcileConfig): number | undefined {
+  for (let p = cfg.basePort; p < cfg.basePort + cfg.portCount; p++) if (sets.every((s) => !s?.has(p))) return p;
+  return undefined;
+}
+
+function urlHost(address: string): string {
+  return address.includes(":") && !address.startsWith("[") ? `[${address}]` : address;
+}
+
+export interface ReportsInput {
+  snapshot: Pick<Snapshot, "replicas" | "modelState">;
+  node: string;
+  reports: readonly ReplicaReport[];
+  now: number;
+  config: ReconcileConfig;
+}
+
+/**
+ * What one heartbeat's replica reports change. The leader's "ready" makes a replica ready;
+ * any shard's "failed" fails it; a replica the node should run but does not report, once past
+ * the grace period, is lost with the node's word for it.
+ */
+export function processReports({ snapshot, node, reports, now, config: cfg }: ReportsInput): Plan {
+  const plan = emptyPlan();
+  const byId = new Map(reports.map((r) => [r.id, r]));
+  const mstate = new Map(snapshot.modelState.map((s) => [s.model, s]));
+  for (const r of snapshot.replicas) {
+    if (!r.shards.some((s) => s.node === node)) continue;
+    const rep = byId.get(r.id);
+    const leader = r.shards[0]!.node === node;
+    const fail = (error: string) => {
+      plan.update.push({ id: r.id, patch: { state: "failed", error, failures: r.failures + 1 } });
+      plan.events.push({ kind: "replica.failed", subject: `replica/${r.id}`, message: `replica ${r.id} of ${r.model} failed on ${node}: ${oneLine(error)}` });
+      recordFailure(plan, r.model, mstate.get(r.model), error, now, cfg);
+    };
+    switch (r.state) {
+      case "starting":
+        if (rep?.state === "failed") fail(rep.error ?? `engine failed on ${node}`);
+        else if (rep?.state === "ready" && leader) {
+          plan.update.push({ id: r.id, patch: { state: "ready", readyAt: now, error: null } });
+          plan.events.push({ kind: "replica.ready", subject: `replica/${r.id}`, message: `replica ${r.id} of ${r.model} ready at ${r.endpoint ?? "?"}` });
+          const st = mstate.get(r.model);
+          if (st && st.failures > 0) plan.modelState.set(r.model, { failures: 0, lastFailureAt: null, reason: st.parked ? st.reason : null });
+        } else if ((!rep || rep.state === "stopped") && now - r.createdAt > cfg.reportGraceMs)
+          fail(`the agent on ${node} does not run it (${rep ? "stopped" : "not reported"} ${Math.round((now - r.createdAt) / 1000)}s after placement)`);
+        break;
+      case "ready":
+        if (!rep || rep.state === "failed" || rep.state === "stopped")
+          fail(rep?.error ?? `engine on ${node} ${rep ? "stopped" : "is no longer running"}`);
+        break;
+      case "draining":
+        if (!rep || rep.state === "stopped" || rep.state === "failed") {
+          plan.remove.push(r.id);
+          plan.events.push({ kind: "replica.stopped", subject: `replica/${r.id}`, message: `replica ${r.id} of ${r.model} stopped on ${node}` });
+        }
+        break;
+      case "failed":
+        break;
+    }
+  }
+  return plan;
+}

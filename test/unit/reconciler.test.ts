@@ -1,0 +1,412 @@
+// The reconcile loop driven by hand: a real (in-memory) store, the controller, a manual clock
+// and heartbeats as agents would send them. Each case pins one rule of #3: placement of what
+// is short, ready/failed from reports, backoff, parking, start timeouts, lost nodes, drain
+// without ever fewer ready, surplus order, catalog removal, placement reasons.
+
+import { beforeEach, describe, expect, test } from "bun:test";
+import pino from "pino";
+import { ManualClock } from "../../src/control/clock";
+import { Controller } from "../../src/control/controller";
+import type { EndpointInfo } from "../../src/control/interfaces";
+import type { HeartbeatResponse, ReplicaReport } from "../../src/protocol/heartbeat";
+import { Store } from "../../src/store";
+import { T0, heartbeat, model, type NodeDef } from "../helpers/fleet";
+
+const H = "H100-80GB";
+let store: Store;
+let clock: ManualClock;
+let ctl: Controller;
+let published: EndpointInfo[][];
+
+function setup(reconcile: Record<string, number> = {}) {
+  store = new Store({ path: ":memory:" });
+  clock = new ManualClock(T0);
+  ctl = new Controller({
+    store,
+    clock,
+    log: pino({ level: "silent" }),
+    version: "t",
+    nodeTimeoutMs: 15_000,
+    heartbeatIntervalMs: 1_000,
+    reconcile: { backoffMs: 2_000, backoffMaxMs: 60_000, maxFailures: 3, replaceAfterMs: 30_000, reportGraceMs: 5_000, startTimeoutMs: 120_000, ...reconcile },
+  });
+  published = [];
+  ctl.setEndpointSink({ setEndpoints: (e) => published.push(e) });
+}
+
+const nodesDef: NodeDef[] = [
+  { name: "a", fabrics: ["f1"], gpus: [H, H] },
+  { name: "b", fabrics: ["f1"], gpus: [H, H] },
+];
+
+/** Heartbeat a node reporting the given replica states; returns the answer. */
+function beat(def: NodeDef, reports: ReplicaReport[] = []): HeartbeatResponse {
+  return ctl.heartbeat({ ...heartbeat(def), replicas: reports });
+}
+const reps = () => ctl.replicas();
+const byModel = (m: string) => reps().filter((r) => r.model === m);
+const ready = (ids: string[], port = 0): ReplicaReport[] => ids.map((id) => ({ id, state: "ready", port, error: null }));
+const events = (kind: string) => ctl.events({ limit: 1000 }).filter((e) => e.kind === kind);
+
+/** Every node reports everything assigned to it as ready. */
+function allReady() {
+  for (const d of nodesDef) {
+    beat(d, ready(ctl.response(d.name).assignments.map((a) => a.id)));
+  }
+}
+
+beforeEach(() => setup());
+
+describe("placing what is short", () => {
+  test("min 2 becomes two starting replicas with distinct ports, assigned to their nodes", () => {
+    nodesDef.forEach((d) => beat(d));
+    ctl.putModels([model({ name: "m", replicas: { min: 2 } })]);
+    ctl.tick();
+    const r = byModel("m");
+    expect(r.map((x) => x.state)).toEqual(["starting", "starting"]);
+    expect(r.every((x) => x.shards[0]!.gpus.length === 1)).toBe(true);
+    const a = beat(nodesDef[0]!).assignments.concat(beat(nodesDef[1]!).assignments);
+    expect(a.length).toBe(2);
+    expect(a[0]!.served_names).toEqual(["m"]);
+    expect(a[0]!.gpu_uuids[0]).toMatch(/^GPU-/);
+    expect(events("replica.placed").length).toBe(2);
+  });
+
+  test("bin-packing: the second replica lands on the node already in use, keeping a whole node free", () => {
+    nodesDef.forEach((d) => beat(d));
+    ctl.putModels([model({ name: "m", replicas: { min: 2 } })]);
+    ctl.tick();
+    const nodes = new Set(byModel("m").map((r) => r.shards[0]!.node));
+    expect(nodes.size).toBe(1);
+    expect(ctl.summary().fabrics[0]!.largest_free_block).toBe(1);
+  });
+
+  test("spread puts replicas on different nodes", () => {
+    nodesDef.forEach((d) => beat(d));
+    ctl.putModels([model({ name: "m", replicas: { min: 2 }, placement: "spread" })]);
+    ctl.tick();
+    expect(new Set(byModel("m").map((r) => r.shards[0]!.node)).size).toBe(2);
+  });
+
+  test("ready from the agent makes a replica ready and published; endpoints carry names and aliases", () => {
+    nodesDef.forEach((d) => beat(d));
+    ctl.putModels([model({ name: "m", aliases: ["mm"] })]);
+    ctl.tick();
+    allReady();
+    ctl.tick();
+    const r = byModel("m")[0]!;
+    expect(r.state).toBe("ready");
+    const last = published.at(-1)!;
+    expect(last).toEqual([{ id: r.id, url: r.endpoint!, models: ["m", "mm"], engine: "vllm", pool: "default", weight: 1, priority: 0 }]);
+    expect(last[0]!.url.endsWith("/")).toBe(false);
+    const n = published.length;
+    ctl.tick();
+    expect(published.length).toBe(n); // unchanged list: not re-published
+  });
+
+  test("a model that cannot fit gets a reason, once, and loses it when it fits", () => {
+    nodesDef.forEach((d) => beat(d));
+    ctl.putModels([model({ name: "big", profiles: [{ name: "p", engine: "vllm", gpu_class: H, gpus: 4 }] })]);
+    ctl.tick();
+    ctl.tick();
+    const m = ctl.models()[0]!;
+    expect(m.unplaceable).toBe(true);
+    expect(m.reason).toContain("4");
+    expect(events("model.unplaceable").length).toBe(1);
+    expect(ctl.summary().unplaceable).toEqual(["big"]);
+    beat({ name: "c", fabrics: ["f1"], gpus: [H, H, H, H] });
+    ctl.tick();
+    expect(byModel("big").length).toBe(1);
+    expect(ctl.models()[0]!.reason).toBeNull();
+  });
+
+  test("an on-demand model wants a replica only while asked for within its idle_timeout", () => {
+    nodesDef.forEach((d) => beat(d));
+    ctl.putModels([model({ name: "od", on_demand: true, replicas: { min: 0 }, idle_timeout: "1m" })]);
+    ctl.tick();
+    expect(byModel("od").length).toBe(0);
+    expect(ctl.requestModel("od")).toBe(true);
+    ctl.tick();
+    expect(byModel("od").length).toBe(1);
+    clock.advance(61_000);
+    nodesDef.forEach((d) => beat(d, ready(byModel("od").map((r) => r.id))));
+    ctl.tick();
+    expect(byModel("od")[0]!.state).toBe("draining");
+  });
+});
+
+describe("failures, backoff and parking", () => {
+  function failAll(error = "exited with code 1: CUDA out of memory") {
+    for (const d of nodesDef) {
+      beat(d, ctl.response(d.name).assignments.map((a) => ({ id: a.id, state: "failed", port: a.port, error })));
+    }
+  }
+
+  test("a failed start is recorded with the agent's reason and retried only after the backoff", () => {
+    nodesDef.forEach((d) => beat(d));
+    ctl.putModels([model({ name: "m" })]);
+    ctl.tick();
+    failAll();
+    const r = byModel("m");
+    expect(r.map((x) => [x.state, x.error])).toEqual([["failed", "exited with code 1: CUDA out of memory"]]);
+    expect(ctl.models()[0]!.failures).toBe(1);
+    ctl.tick(); // within 2 s: no retry
+    expect(byModel("m").filter((x) => x.state === "starting").length).toBe(0);
+    expect(ctl.summary().unplaceable).toEqual([]); // short but retrying, not stuck
+    clock.advance(2_001);
+    ctl.tick();
+    expect(byModel("m").filter((x) => x.state === "starting").length).toBe(1);
+  });
+
+  test("after max_failures in a row the model is parked with its last error and not retried until unparked", () => {
+    nodesDef.forEach((d) => beat(d));
+    ctl.putModels([model({ name: "m" })]);
+    for (let i = 0; i < 3; i++) {
+      nodesDef.forEach((d) => beat(d));
+      ctl.tick();
+      failAll(`boom ${i}`);
+      clock.advance(60_000);
+    }
+    nodesDef.forEach((d) => beat(d));
+    ctl.tick();
+    const m = ctl.models()[0]!;
+    expect(m).toMatchObject({ parked: true, failures: 3, reason: "boom 2" });
+    expect(ctl.summary().parked).toEqual([{ model: "m", failures: 3, reason: "boom 2" }]);
+    expect(byModel("m").filter((x) => x.state !== "failed").length).toBe(0);
+    expect(events("model.parked").length).toBe(1);
+    clock.advance(3_600_000);
+    nodesDef.forEach((d) => beat(d));
+    ctl.tick();
+    expect(byModel("m").filter((x) => x.state === "starting").length).toBe(0);
+    expect(ctl.unpark("m").changed).toBe(true);
+    ctl.tick();
+    expect(byModel("m").filter((x) => x.state === "starting").length).toBe(1);
+  });
+
+  test("a catalog change unparks", () => {
+    nodesDef.forEach((d) => beat(d));
+    ctl.putModels([model({ name: "m" })]);
+    for (let i = 0; i < 3; i++) {
+      nodesDef.forEach((d) => beat(d));
+      ctl.tick();
+      failAll();
+      clock.advance(60_000);
+    }
+    expect(ctl.models()[0]!.parked).toBe(true);
+    ctl.putModels([model({ name: "m", weight: 2 })]);
+    expect(ctl.models()[0]!.parked).toBe(false);
+    nodesDef.forEach((d) => beat(d));
+    ctl.tick();
+    expect(byModel("m").some((x) => x.state === "starting")).toBe(true);
+  });
+
+  test("new hardware unparks", () => {
+    nodesDef.forEach((d) => beat(d));
+    ctl.putModels([model({ name: "m" })]);
+    for (let i = 0; i < 3; i++) {
+      nodesDef.forEach((d) => beat(d));
+      ctl.tick();
+      failAll();
+      clock.advance(60_000);
+    }
+    nodesDef.forEach((d) => beat(d));
+    expect(ctl.models()[0]!.parked).toBe(true);
+    beat({ name: "new", gpus: [H] });
+    expect(ctl.models()[0]!.parked).toBe(false);
+    expect(events("model.unparked")[0]!.message).toContain("new node new");
+  });
+
+  test("success resets the failure count", () => {
+    nodesDef.forEach((d) => beat(d));
+    ctl.putModels([model({ name: "m" })]);
+    ctl.tick();
+    failAll();
+    clock.advance(2_001);
+    ctl.tick();
+    allReady();
+    expect(ctl.models()[0]!.failures).toBe(0);
+  });
+
+  test("a replica not ready within the start timeout fails", () => {
+    nodesDef.forEach((d) => beat(d));
+    ctl.putModels([model({ name: "m" })]);
+    ctl.tick();
+    const id = byModel("m")[0]!.id;
+    // The agent keeps reporting it as starting.
+    for (let t = 0; t < 121; t += 10) {
+      clock.advance(10_000);
+      nodesDef.forEach((d) => beat(d, [{ id, state: "starting", port: 1, error: null }]));
+    }
+    ctl.tick();
+    const r = reps().find((x) => x.id === id)!;
+    expect(r.state).toBe("failed");
+    expect(r.error).toContain("not ready 120s after it was placed");
+  });
+
+  test("a ready replica the agent no longer reports has failed; a crash report carries its reason", () => {
+    nodesDef.forEach((d) => beat(d));
+    ctl.putModels([model({ name: "m", replicas: { min: 2 }, placement: "spread" })]);
+    ctl.tick();
+    allReady();
+    const [r1, r2] = byModel("m");
+    beat(nodesDef.find((d) => d.name === r1!.shards[0]!.node)!, []);
+    beat(nodesDef.find((d) => d.name === r2!.shards[0]!.node)!, [{ id: r2!.id, state: "failed", port: 1, error: "Segmentation fault" }]);
+    const after = byModel("m");
+    expect(after.find((x) => x.id === r1!.id)!.state).toBe("failed");
+    expect(after.find((x) => x.id === r2!.id)!.error).toBe("Segmentation fault");
+  });
+
+  test("a clock that jumps backwards does not extend a backoff", () => {
+    nodesDef.forEach((d) => beat(d));
+    ctl.putModels([model({ name: "m" })]);
+    ctl.tick();
+    failAll();
+    clock.advance(-3_600_000);
+    ctl.tick();
+    expect(byModel("m").some((x) => x.state === "starting")).toBe(true);
+  });
+});
+
+describe("lost nodes", () => {
+  test("replicas on a node unreachable past the grace period are replaced elsewhere, without counting a failure", () => {
+    nodesDef.forEach((d) => beat(d));
+    ctl.putModels([model({ name: "m", placement: "spread", replicas: { min: 2 } })]);
+    ctl.tick();
+    allReady();
+    const onA = byModel("m").find((r) => r.shards[0]!.node === "a")!;
+    // b keeps heartbeating; a goes silent.
+    const keepB = () => beat(nodesDef[1]!, ready(ctl.response("b").assignments.map((x) => x.id)));
+    for (let i = 0; i < 3; i++) {
+      clock.advance(10_000);
+      keepB();
+      ctl.tick();
+    }
+    // 30 s silent: unreachable (timeout 15 s), not yet replaced (grace 30 s more).
+    expect(ctl.node("a").state).toBe("unreachable");
+    expect(reps().some((r) => r.id === onA.id)).toBe(true);
+    expect(events("node.unreachable").length).toBe(1);
+    for (let i = 0; i < 2; i++) {
+      clock.advance(10_000);
+      keepB();
+      ctl.tick();
+    }
+    expect(reps().some((r) => r.id === onA.id)).toBe(false);
+    const now = byModel("m");
+    expect(now.length).toBe(2);
+    expect(now.every((r) => r.shards[0]!.node === "b")).toBe(true);
+    expect(ctl.models()[0]!.failures).toBe(0);
+    expect(events("replica.lost").length).toBe(1);
+    // When a returns, it is told to run nothing.
+    expect(beat(nodesDef[0]!, ready([onA.id])).assignments).toEqual([]);
+  });
+});
+
+describe("drain", () => {
+  test("replacements start first; the old replica stops only when they are ready; then the node is drained", () => {
+    nodesDef.forEach((d) => beat(d));
+    ctl.putModels([model({ name: "m", replicas: { min: 1 } })]);
+    ctl.tick();
+    allReady();
+    const old = byModel("m")[0]!;
+    const node = old.shards[0]!.node;
+    ctl.setNodeAdminState(node, "draining");
+    ctl.tick();
+    const fresh = byModel("m").find((r) => r.id !== old.id)!;
+    expect(fresh.shards[0]!.node).not.toBe(node);
+    expect(reps().find((r) => r.id === old.id)!.state).toBe("ready"); // still serving
+    expect(ctl.summary().replicas.ready).toBe(1);
+    ctl.tick();
+    expect(reps().find((r) => r.id === old.id)!.state).toBe("ready");
+    allReady(); // the replacement comes up…
+    ctl.tick(); // …and only now the old one stops
+    expect(reps().find((r) => r.id === old.id)!.state).toBe("draining");
+    expect(ctl.summary().replicas.ready).toBe(1);
+    // Its agent stops it and says so; the node is then drained: cordoned and empty.
+    const d = nodesDef.find((x) => x.name === node)!;
+    expect(beat(d).assignments).toEqual([]);
+    beat(d, [{ id: old.id, state: "stopped", port: null, error: null }]);
+    ctl.tick();
+    expect(ctl.node(node).state).toBe("cordoned");
+    expect(events("node.drained").length).toBe(1);
+    expect(byModel("m").map((r) => r.id)).toEqual([fresh.id]);
+  });
+
+  test("cordon only stops new placement", () => {
+    nodesDef.forEach((d) => beat(d));
+    ctl.putModels([model({ name: "m" })]);
+    ctl.tick();
+    allReady();
+    const r = byModel("m")[0]!;
+    ctl.setNodeAdminState(r.shards[0]!.node, "cordoned");
+    ctl.tick();
+    expect(reps().find((x) => x.id === r.id)!.state).toBe("ready");
+    ctl.putModels([model({ name: "m", replicas: { min: 2 } })]);
+    ctl.tick();
+    const second = byModel("m").find((x) => x.id !== r.id)!;
+    expect(second.shards[0]!.node).not.toBe(r.shards[0]!.node);
+  });
+});
+
+describe("surplus and catalog changes", () => {
+  test("surplus stops starting ones first, then the longest idle; unknown idleness counts as busy", () => {
+    const big: NodeDef = { name: "a", gpus: [H, H, H, H, H, H] };
+    beat(big);
+    ctl.putModels([model({ name: "m", replicas: { min: 4 } })]);
+    ctl.tick();
+    const ids = byModel("m").map((r) => r.id);
+    beat(big, ready(ids.slice(0, 3))); // three ready, one still starting
+    const [busy, idle, unknown] = ids;
+    ctl.setUsageSource({ lastUsed: () => new Map([[busy!, T0 - 1_000], [idle!, T0 - 3_600_000]]) });
+    ctl.putModels([model({ name: "m", replicas: { min: 2 } })]);
+    ctl.tick();
+    const draining = byModel("m").filter((r) => r.state === "draining").map((r) => r.id).sort();
+    expect(draining).toEqual([ids[3]!, idle!].sort());
+    expect(byModel("m").find((r) => r.id === unknown)!.state).toBe("ready");
+  });
+
+  test("a model removed from the catalog has its replicas stopped and never routed", () => {
+    nodesDef.forEach((d) => beat(d));
+    ctl.putModels([model({ name: "m" })]);
+    ctl.tick();
+    allReady();
+    ctl.tick();
+    expect(published.at(-1)!.length).toBe(1);
+    ctl.deleteModel("m");
+    ctl.tick();
+    expect(byModel("m").map((r) => r.state)).toEqual(["draining"]);
+    expect(published.at(-1)).toEqual([]);
+  });
+
+  test("the long poll answers at once when the generation differs and wakes when assignments change", async () => {
+    nodesDef.forEach((d) => beat(d));
+    const g0 = beat(nodesDef[0]!).generation;
+    const immediate = await ctl.waitForAssignments("a", g0 + 99, 10_000);
+    expect(immediate.generation).toBe(g0);
+    const waiting = ctl.waitForAssignments("a", g0, 10_000);
+    ctl.putModels([model({ name: "m" })]);
+    ctl.tick();
+    const res = await waiting;
+    expect(res.generation).toBeGreaterThan(g0);
+    expect(res.assignments.length).toBe(1);
+  });
+});
+
+describe("multi-node replicas", () => {
+  test("a two-node replica takes two whole nodes in one fabric, rank 0 leads", () => {
+    const defs: NodeDef[] = [
+      { name: "x1", fabrics: ["ib-a"], gpus: [H, H] },
+      { name: "x2", fabrics: ["ib-b"], gpus: [H, H] },
+      { name: "y1", fabrics: ["ib-b"], gpus: [H, H] },
+    ];
+    defs.forEach((d) => beat(d));
+    ctl.putModels([model({ name: "two", profiles: [{ name: "p", engine: "vllm", gpu_class: H, gpus: 2, nodes: 2 }] })]);
+    ctl.tick();
+    const r = byModel("two")[0]!;
+    expect(r.shards.map((s) => s.node).sort()).toEqual(["x2", "y1"]);
+    const a2 = beat(defs[1]!).assignments[0]!;
+    const a3 = beat(defs[2]!).assignments[0]!;
+    expect([a2.shard.rank, a3.shard.rank].sort()).toEqual([0, 1]);
+    expect(a2.shard.size).toBe(2);
+    expect(a2.shard.leader_address).toBe(a3.shard.leader_address);
+  });
+});
