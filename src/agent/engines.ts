@@ -105,8 +105,12 @@ export function renderLaunch(a: Assignment, opts: LaunchOptions): Launch {
     case "fake": {
       const self = typeof opts.selfExe === "string" ? [opts.selfExe] : [...opts.selfExe];
       if (self.length === 0) throw new LaunchError("selfExe is empty: cannot run the built-in fake engine");
-      cmd = [...self, "fake-engine", "--port", port, "--host", opts.host];
+      // Only rank 0 serves the replica's port: further shards of a simulated multi-node replica
+      // share an address with it on one machine, so they take any free port and are watched
+      // for liveness, like vLLM's headless workers.
+      cmd = [...self, "fake-engine", "--port", rank === 0 ? port : "0", "--host", opts.host];
       for (const n of names) cmd.push("--model", n);
+      if (rank > 0) servesHttp = false;
       break;
     }
   }

@@ -155,7 +155,7 @@ export class ReplicaProcess {
     closeSync(fd);
     this.pidValue = this.proc.pid;
     this.servesHttp = spec.servesHttp ?? true;
-    this.log.info({ replica: this.id, pid: this.proc.pid, port: this.port, cmd: spec.cmd }, "engine started");
+    this.log.info({ replica: this.id, engine_pid: this.proc.pid, port: this.port, cmd: spec.cmd }, "engine started");
     this.writeStateFile();
     const proc = this.proc;
     void proc.exited.then((code) => this.onExit(describeExit(code, proc.signalCode)));
@@ -176,10 +176,10 @@ export class ReplicaProcess {
         signalGroup(pid, "SIGTERM");
         const gone = await this.waitExit(graceMs);
         if (!gone) {
-          this.log.warn({ replica: this.id, pid, grace_ms: graceMs }, "engine ignored SIGTERM; sending SIGKILL");
+          this.log.warn({ replica: this.id, engine_pid: pid, grace_ms: graceMs }, "engine ignored SIGTERM; sending SIGKILL");
           signalGroup(pid, "SIGKILL");
           if (!(await this.waitExit(Math.max(graceMs, 10_000))))
-            this.log.error({ replica: this.id, pid }, "engine still alive after SIGKILL (stuck in the kernel?)");
+            this.log.error({ replica: this.id, engine_pid: pid }, "engine still alive after SIGKILL (stuck in the kernel?)");
         }
       }
       // Workers the leader left behind would keep holding GPU memory.
@@ -268,7 +268,7 @@ export class ReplicaProcess {
     rp.pidValue = s.pid;
     rp.logOffset = s.log_offset;
     rp.servesHttp = s.serves_http;
-    rp.log.info({ replica: rp.id, pid: s.pid, port: rp.port }, "adopted running engine");
+    rp.log.info({ replica: rp.id, engine_pid: s.pid, port: rp.port }, "adopted running engine");
     rp.beginWatching();
     return rp;
   }
@@ -340,7 +340,7 @@ export class ReplicaProcess {
     this.removeStateFile();
     // A start timeout already failed it; keep that reason rather than the kill that followed.
     if (this.state === "failed") return;
-    this.log.warn({ replica: this.id, pid: this.pidValue, how }, "engine exited");
+    this.log.warn({ replica: this.id, engine_pid: this.pidValue, how }, "engine exited");
     this.fail(how);
   }
 
@@ -472,7 +472,7 @@ export class ProcessSet {
           this.procs.set(rp.id, rp);
           adopted.push(rp.id);
         } else {
-          this.log.info({ replica: rp.id, pid: rp.pid }, "stopping engine left by a previous agent");
+          this.log.info({ replica: rp.id, engine_pid: rp.pid }, "stopping engine left by a previous agent");
           strays.push(rp.stop(this.stopGrace()));
         }
       }

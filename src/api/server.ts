@@ -56,6 +56,7 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
       replaceAfterMs: config.replace_after,
       // A replica an agent has not mentioned in a few heartbeats after placement is lost.
       reportGraceMs: Math.max(3 * config.heartbeat_interval, 5_000),
+      basePort: config.engine_base_port,
     },
   });
   const app = buildAdminApp({ controller, log, adminToken: admin.token, joinToken: join_.token, version: VERSION });

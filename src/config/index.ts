@@ -4,7 +4,7 @@
 // reported at once, each naming its key and where the bad value came from.
 
 import { z } from "zod";
-import { Duration } from "../protocol/common";
+import { Duration, Name, SegmentName } from "../protocol/common";
 import type { FlagValues } from "./flags";
 
 export const HostPort = z.string().transform((v, ctx) => {
@@ -42,6 +42,8 @@ export const ServeConfig = z.strictObject({
   restart_backoff_max: Duration.prefault("5m"),
   /** How long a node may stay unreachable before its replicas are replaced elsewhere. */
   replace_after: Duration.prefault("30s"),
+  /** Engines get ports from here up (900 of them per node address); their rendezvous ports the 900 after. */
+  engine_base_port: z.coerce.number().int().min(1024).max(63000).default(8100),
   log_level: LogLevel.default("info"),
 });
 export type ServeConfig = z.infer<typeof ServeConfig>;
@@ -59,7 +61,7 @@ export const AgentConfig = z.strictObject({
   address: z.string().min(1).max(255).optional(),
   /** Host engines bind to. */
   engine_host: z.string().default("0.0.0.0"),
-  fabric: z.array(z.string().min(1).max(128)).default([]),
+  fabric: z.array(Name).max(16).default([]),
   label: z.array(KeyValue).default([]),
   models_dir: z.string().default("/var/lib/llmgw/models"),
   /** Engine logs and replica state files. */
@@ -69,7 +71,7 @@ export const AgentConfig = z.strictObject({
   /** GPU indices of the simulated inventory to report unhealthy. */
   simulate_unhealthy: z.array(z.coerce.number().int().min(0)).default([]),
   /** Models whose weights a simulated node reports as present (no models dir needed). */
-  simulate_models: z.array(z.string()).default([]),
+  simulate_models: z.array(Name).default([]),
   /** GPU class overrides, "raw name or class=new class". */
   gpu_class: z.array(z.string().regex(/^[^=]+=[^=]+$/, "must be name=class")).default([]),
   nvidia_smi: z.string().default("nvidia-smi"),
@@ -159,6 +161,8 @@ export async function loadConfig<S extends z.ZodObject>(schema: S, input: LoadIn
     }
     const key = iss.path.map(String).join(".") || "(top level)";
     const top = String(iss.path[0] ?? "");
+    if (iss.code === "invalid_type" && raw[top] === undefined && iss.path.length === 1)
+      return `${key}: required (give ${flagName(top)}, ${envName(top)} or "${top}" in a config file)`;
     return `${key}${origin[top] ? ` (from ${origin[top]})` : ""}: ${iss.message}`;
   });
   throw new ConfigError(problems);

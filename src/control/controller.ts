@@ -43,6 +43,11 @@ export class Controller {
   private readonly waiters = new Map<string, Set<Waiter>>();
   /** Nodes last seen unreachable, so the event is written once per outage. */
   private readonly unreachable = new Set<string>();
+  /**
+   * Generations start from the boot time in seconds, so an agent that kept its number across a
+   * server restart never mistakes the new server's set for the one it already has.
+   */
+  private readonly generationBase: number;
   private wakeScheduled = false;
   private onWake: (() => void) | undefined;
 
@@ -51,6 +56,7 @@ export class Controller {
     this.clock = opts.clock;
     this.log = opts.log;
     this.config = { ...DEFAULT_RECONCILE, nodeTimeoutMs: opts.nodeTimeoutMs, ...opts.reconcile };
+    this.generationBase = Math.floor(opts.clock.now() / 1000);
   }
 
   /**
@@ -148,12 +154,12 @@ export class Controller {
   /** What the node should run now, as the heartbeat answer carries it. */
   response(node: string): HeartbeatResponse {
     const g = this.generations.get(node);
-    return { assignments: g?.assignments ?? [], heartbeat_interval_ms: this.opts.heartbeatIntervalMs, generation: g?.generation ?? 0 };
+    return { assignments: g?.assignments ?? [], heartbeat_interval_ms: this.opts.heartbeatIntervalMs, generation: g?.generation ?? this.generationBase };
   }
 
   /** The long poll: resolves when the node's assignments change, or after waitMs. */
   async waitForAssignments(node: string, generation: number, waitMs: number, signal?: AbortSignal): Promise<HeartbeatResponse> {
-    const current = this.generations.get(node)?.generation ?? 0;
+    const current = this.generations.get(node)?.generation ?? this.generationBase;
     if (current !== generation || waitMs <= 0) return this.response(node);
     await new Promise<void>((resolve) => {
       let set = this.waiters.get(node);
@@ -197,7 +203,7 @@ export class Controller {
           gpu_uuids: s.gpus.map((i) => uuids.get(`${s.node}\u0000${i}`) ?? `unknown-${i}`),
           args: profile.args,
           env: profile.env,
-          shard: { rank, size: r.shards.length, leader_address: address.get(r.shards[0]!.node) ?? "", leader_port: r.port! + 10_000 },
+          shard: { rank, size: r.shards.length, leader_address: address.get(r.shards[0]!.node) ?? "", leader_port: r.port! + this.config.portCount },
         });
       });
     }
@@ -206,7 +212,7 @@ export class Controller {
       const fingerprint = JSON.stringify(assignments);
       const prev = this.generations.get(n.name);
       if (prev && prev.fingerprint === fingerprint) continue;
-      this.generations.set(n.name, { generation: (prev?.generation ?? 0) + 1, fingerprint, assignments });
+      this.generations.set(n.name, { generation: (prev?.generation ?? this.generationBase) + 1, fingerprint, assignments });
       const set = this.waiters.get(n.name);
       if (set) for (const w of [...set]) w.resolve();
     }

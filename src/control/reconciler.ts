@@ -19,7 +19,7 @@ export interface ReconcileConfig {
   replaceAfterMs: number;
   /** A replica the agent has not reported this long after placement is taken as lost. */
   reportGraceMs: number;
-  /** First port handed to engines on a node (per address); the rendezvous port is +10000. */
+  /** First port handed to engines on a node (per address); a replica's rendezvous port is its port + portCount. */
   basePort: number;
   portCount: number;
 }

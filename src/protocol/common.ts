@@ -8,7 +8,9 @@ export const Name = z
   .string()
   .min(1, "must not be empty")
   .max(128, "must be at most 128 characters")
-  .regex(/^[A-Za-z0-9][A-Za-z0-9._:\/-]*$/, "may contain only letters, digits and . _ : / - and must start with a letter or digit");
+  .regex(/^[A-Za-z0-9][A-Za-z0-9._:\/-]*$/, "may contain only letters, digits and . _ : / - and must start with a letter or digit")
+  // Model names become paths under an agent's models dir: no way out of it.
+  .refine((s) => !s.split("/").some((seg) => seg === "" || seg === "." || seg === ".."), "must not contain empty, '.' or '..' path segments");
 
 /** A path-safe name (no slash), for things that appear as one URL segment. */
 export const SegmentName = Name.refine((s) => !s.includes("/"), "must not contain '/'");

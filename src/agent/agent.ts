@@ -1,0 +1,606 @@
+// The node agent daemon behind `llmgw agent`: tells the head node what this node has (GPUs,
+// weights, replicas) and runs exactly the engine processes the head node assigns to it.
+
+import { readdirSync, statSync } from "node:fs";
+import { hostname, networkInterfaces } from "node:os";
+import { isAbsolute, join, relative, resolve, sep } from "node:path";
+import type { Logger } from "pino";
+import type { AgentConfig } from "../config";
+import { Name } from "../protocol/common";
+import {
+  type Assignment,
+  type GpuReport,
+  HEARTBEAT_LIMITS,
+  HeartbeatRequest,
+  HeartbeatResponse,
+  type ReplicaReport,
+} from "../protocol/heartbeat";
+import { VERSION } from "../version";
+import { LaunchError, renderLaunch } from "./engines";
+import { type Discovery, type DiscoverOptions, discoverGpus, simulatedGpus } from "./gpus";
+import { ProcessSet, type LaunchSpec } from "./runner";
+import { scanWeights } from "./weights";
+
+/** Timings the agent owns; the heartbeat interval is not among them, the server sets it. */
+export const AGENT_TIMING = {
+  /** How often GPUs and weights are looked at again, so health changes reach the server. */
+  inventoryIntervalMs: 30_000,
+  /** Replica state changes closer together than this go out in one early heartbeat. */
+  changeDebounceMs: 50,
+  backoffInitialMs: 500,
+  backoffMaxMs: 10_000,
+  /** wait_ms of the assignments long poll. */
+  longPollWaitMs: 25_000,
+  /** Per request; a long poll gets this on top of its wait. */
+  requestTimeoutMs: 10_000,
+  /** Until the server has said otherwise. */
+  heartbeatIntervalMs: 5_000,
+};
+export type AgentTiming = typeof AGENT_TIMING;
+
+export type FetchLike = (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
+
+export interface NodeAgentOptions {
+  config: AgentConfig;
+  log: Logger;
+  /** How to run this binary's built-in fake engine (see engines.ts LaunchOptions.selfExe). */
+  selfExe: string[];
+  /** For talking to the head node (engines' health checks use the global fetch). */
+  fetch?: FetchLike;
+  timing?: Partial<AgentTiming>;
+  /** GPU discovery for the non-simulated path; tests stand in for nvidia-smi here. */
+  discover?: (opts: DiscoverOptions) => Promise<Discovery>;
+}
+
+/** A problem the operator has to fix (bad setting, refused token); main prints its message alone. */
+export class AgentError extends Error {
+  readonly userFacing = true;
+  constructor(
+    message: string,
+    /** True when start() gave up because stop() was called, not because something failed. */
+    readonly stopped = false,
+  ) {
+    super(message);
+  }
+}
+
+interface Inventory {
+  gpus: GpuReport[];
+  models: string[];
+}
+
+type Failure = { ok: false; kind: "aborted" | "unreachable" | "unauthorized" | "rejected" | "not_found" | "http" | "bad_answer"; message: string };
+type Outcome<T> = { ok: true; value: T } | Failure;
+
+export class NodeAgent {
+  readonly name: string;
+  readonly address: string;
+  private readonly config: AgentConfig;
+  private readonly log: Logger;
+  private readonly selfExe: string[];
+  private readonly fetchFn: FetchLike;
+  private readonly timing: AgentTiming;
+  private readonly discoverFn: (opts: DiscoverOptions) => Promise<Discovery>;
+  private readonly server: string;
+  private readonly labels: Record<string, string>;
+  private readonly classOverrides: Record<string, string>;
+  private readonly processSet: ProcessSet;
+
+  private inventory: Inventory = { gpus: [], models: [] };
+  private intervalMs: number;
+  private gen: number | null = null;
+  /**
+   * Bumps whenever an answer's assignments are applied. An answer whose request went out before
+   * the latest applied answer arrived may describe an older state (the heartbeat and the long
+   * poll race), so it is dropped; one sent after it cannot be older.
+   */
+  private epoch = 0;
+  private pendingSet: Assignment[] | null = null;
+  private applying: Promise<void> | null = null;
+
+  private started = false;
+  private stopping = false;
+  private stopped: Promise<void> | null = null;
+  private registered = false;
+  private registration: { resolve: () => void; reject: (e: Error) => void } | null = null;
+  private readonly abort = new AbortController();
+  private readonly sleepers = new Set<() => void>();
+  private wakeHeartbeat: (() => void) | null = null;
+  private heartbeatDue = false;
+  private debounce: ReturnType<typeof setTimeout> | null = null;
+  private loops: Promise<void>[] = [];
+
+  // What has been logged already, so a condition that lasts is said once, not every 30 s.
+  private lastDiscoveryError: string | undefined;
+  private lastWarnings = new Set<string>();
+  private readonly skippedWeights = new Set<string>();
+
+  constructor(opts: NodeAgentOptions) {
+    this.config = opts.config;
+    this.log = opts.log;
+    this.selfExe = opts.selfExe;
+    this.fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
+    this.timing = { ...AGENT_TIMING, ...opts.timing };
+    this.discoverFn = opts.discover ?? discoverGpus;
+    this.intervalMs = this.timing.heartbeatIntervalMs;
+    this.server = opts.config.server.replace(/\/+$/, "");
+    this.name = opts.config.name ?? hostname();
+    this.address = opts.config.address ?? defaultAddress();
+    this.labels = Object.fromEntries(opts.config.label.map(splitPair));
+    this.classOverrides = Object.fromEntries(opts.config.gpu_class.map(splitPair));
+
+    const engineHost = opts.config.engine_host;
+    this.processSet = new ProcessSet({
+      render: (a) => this.render(a),
+      logDir: join(opts.config.state_dir, "logs"),
+      stateDir: join(opts.config.state_dir, "replicas"),
+      keepAcrossRestarts: opts.config.keep_replicas,
+      stopGrace: opts.config.stop_grace,
+      startTimeout: opts.config.start_timeout,
+      healthInterval: opts.config.health_interval,
+      // 127.0.0.1 reaches an engine bound to every address; one bound to a single address only there.
+      healthHost: isWildcard(engineHost) ? "127.0.0.1" : engineHost.replace(/^\[|\]$/g, ""),
+      logger: opts.log.child({ component: "runner" }),
+      onChange: () => this.replicaChanged(),
+    });
+  }
+
+  /** The last assignment generation applied (null before the first answer). */
+  get generation(): number | null {
+    return this.gen;
+  }
+
+  reports(): ReplicaReport[] {
+    return this.processSet.reports();
+  }
+
+  /**
+   * Checks the settings, takes stock of the node, adopts (or stops) engines a previous agent
+   * left, and registers. Resolves after the first heartbeat the server accepted; retries an
+   * unreachable server for as long as it takes; rejects when the server refuses the token.
+   */
+  async start(): Promise<void> {
+    if (this.started) throw new Error("NodeAgent.start() called twice");
+    this.started = true;
+    const registered = new Promise<void>((resolve, reject) => {
+      this.registration = { resolve, reject };
+    });
+    // A stop() during the steps before the await below rejects it with nobody listening yet.
+    registered.catch(() => {});
+    try {
+      this.checkIdentity();
+      this.inventory = await this.takeInventory(true);
+      const adopted = await this.processSet.recover();
+      if (adopted.length > 0) this.log.info({ replicas: adopted }, `adopted ${adopted.length} running engine(s) from the previous agent`);
+      if (this.stopping) throw new AgentError("the agent was stopped before it registered", true);
+      this.log.info(
+        { node: this.name, address: this.address, server: this.server, gpus: this.inventory.gpus.length, models: this.inventory.models.length },
+        "registering with the server",
+      );
+      this.loops.push(this.heartbeatLoop(), this.inventoryLoop());
+      await registered;
+    } catch (e) {
+      await this.stop();
+      throw e;
+    }
+    this.loops.push(this.longPollLoop());
+  }
+
+  /**
+   * Ends both loops (aborting the long poll in flight), then stops every engine, or leaves them
+   * running for the next agent to adopt when keep_replicas is set. Idempotent.
+   */
+  stop(): Promise<void> {
+    this.stopped ??= (async () => {
+      this.stopping = true;
+      this.abort.abort();
+      if (this.debounce) clearTimeout(this.debounce);
+      for (const wake of [...this.sleepers]) wake();
+      this.registration?.reject(new AgentError("the agent was stopped before it registered", true));
+      await Promise.all(this.loops);
+      // A reconcile under way finishes first, so nothing it starts outlives the agent.
+      await this.applying;
+      if (this.config.keep_replicas) {
+        const kept = this.processSet.ids();
+        this.processSet.detachAll();
+        if (kept.length > 0) this.log.info({ replicas: kept }, "leaving engines running for the next agent (keep_replicas)");
+      } else await this.processSet.stopAll();
+      this.log.info("agent stopped");
+    })();
+    return this.stopped;
+  }
+
+  // ---- heartbeats -------------------------------------------------------------------------
+
+  private async heartbeatLoop(): Promise<void> {
+    let backoff = this.timing.backoffInitialMs;
+    let failing = false;
+    while (!this.stopping) {
+      this.heartbeatDue = false;
+      const result = await this.heartbeatOnce();
+      if (this.stopping || result === "fatal") return;
+      if (result === "ok") {
+        if (failing) this.log.info({ url: this.url("/agent/v1/heartbeat") }, "heartbeats reach the server again");
+        failing = false;
+        backoff = this.timing.backoffInitialMs;
+        // A change that came in while this heartbeat was on the wire goes out at once.
+        if (!this.heartbeatDue) await this.sleep(this.intervalMs, true);
+      } else {
+        failing = true;
+        this.logFailure("heartbeat", "/agent/v1/heartbeat", result, backoff);
+        // Not wakeable: replica changes must not defeat the backoff while the server is down.
+        await this.sleep(backoff, false);
+        backoff = Math.min(backoff * 2, this.timing.backoffMaxMs);
+      }
+    }
+  }
+
+  private async heartbeatOnce(): Promise<"ok" | "fatal" | Failure> {
+    const path = "/agent/v1/heartbeat";
+    const body: HeartbeatRequest = { ...this.identity(), ...this.inventory, replicas: this.processSet.reports() };
+    const sentEpoch = this.epoch;
+    const r = await this.request(path, { method: "POST", body: JSON.stringify(body) }, this.timing.requestTimeoutMs);
+    if (this.stopping) return "fatal";
+    if (!r.ok) {
+      if (r.kind === "unauthorized" && !this.registered) {
+        this.log.error({ url: this.url(path) }, `the server refused the join token: ${r.message}`);
+        this.registration?.reject(
+          new AgentError(
+            `the server refused the join token (${this.url(path)}: ${r.message}); use the token in <data-dir>/join.token on the head node`,
+          ),
+        );
+        return "fatal";
+      }
+      return r;
+    }
+    this.intervalMs = r.value.heartbeat_interval_ms;
+    // The same generation means the same set: applying it again would only cost a reconcile.
+    if (r.value.generation !== this.gen) this.accept(r.value, sentEpoch, "heartbeat");
+    if (!this.registered) {
+      this.registered = true;
+      this.log.info({ node: this.name, server: this.server, interval_ms: this.intervalMs }, "registered with the server");
+      this.registration?.resolve();
+    }
+    return "ok";
+  }
+
+  private replicaChanged(): void {
+    if (this.stopping || this.debounce) return;
+    this.debounce = setTimeout(() => {
+      this.debounce = null;
+      this.heartbeatDue = true;
+      this.wakeHeartbeat?.();
+    }, this.timing.changeDebounceMs);
+  }
+
+  // ---- assignments ------------------------------------------------------------------------
+
+  private async longPollLoop(): Promise<void> {
+    const path = "/agent/v1/assignments";
+    let backoff = this.timing.backoffInitialMs;
+    let failing = false;
+    while (!this.stopping) {
+      const asked = this.gen ?? 0;
+      const wait = this.timing.longPollWaitMs;
+      const query = `?node=${encodeURIComponent(this.name)}&generation=${asked}&wait_ms=${wait}`;
+      const sentEpoch = this.epoch;
+      const began = performance.now();
+      const r = await this.request(path + query, { method: "GET" }, wait + this.timing.requestTimeoutMs);
+      if (this.stopping) return;
+      if (r.ok) {
+        if (failing) this.log.info({ url: this.url(path) }, "the assignments long poll works again");
+        failing = false;
+        backoff = this.timing.backoffInitialMs;
+        this.intervalMs = r.value.heartbeat_interval_ms;
+        this.accept(r.value, sentEpoch, "long poll");
+        // An unchanged answer long before wait_ms means something in between does not hold
+        // requests open; without a pause this loop would spin.
+        if (r.value.generation === asked && performance.now() - began < Math.min(1_000, wait / 2)) await this.sleep(backoff, false);
+        continue;
+      }
+      failing = true;
+      this.logFailure("assignments long poll", path, r, backoff);
+      await this.sleep(backoff, false);
+      backoff = Math.min(backoff * 2, this.timing.backoffMaxMs);
+    }
+  }
+
+  private accept(res: HeartbeatResponse, sentEpoch: number, source: string): void {
+    if (sentEpoch !== this.epoch) {
+      // The long poll asks again with the generation now applied, so nothing newer is lost.
+      this.log.debug({ generation: res.generation, source }, "dropping an answer that may be older than the one applied");
+      return;
+    }
+    this.epoch++;
+    if (res.generation !== this.gen)
+      this.log.info({ generation: res.generation, replicas: res.assignments.map((a) => a.id), source }, "assignments changed");
+    this.gen = res.generation;
+    this.apply(res.assignments);
+  }
+
+  /** One reconcile at a time; sets that arrive meanwhile collapse into the newest. */
+  private apply(set: Assignment[]): void {
+    this.pendingSet = set;
+    if (this.applying) return;
+    const run = async () => {
+      while (this.pendingSet && !this.stopping) {
+        const next = this.pendingSet;
+        this.pendingSet = null;
+        const before = this.processSet.ids().join("\n");
+        try {
+          await this.processSet.reconcile(next);
+        } catch (e) {
+          this.log.error({ err: e }, "applying assignments failed");
+        }
+        // A new replica starts out "starting" without a state change to report it, and a stopped
+        // one just disappears: either way the server should hear now, not an interval later.
+        if (this.processSet.ids().join("\n") !== before) this.replicaChanged();
+      }
+      // Synchronously after the last check, so an apply() arriving now starts a new run.
+      this.applying = null;
+    };
+    this.applying = Promise.resolve().then(run);
+  }
+
+  private render(a: Assignment): LaunchSpec {
+    const host = this.config.engine_host;
+    // Otherwise the health check would find whatever else listens there and call the replica ready.
+    if (a.shard.rank === 0) assertPortFree(host, a.port, a.id);
+    if (this.config.simulate !== undefined) {
+      // A simulated node has no real engines: the built-in fake engine stands in whatever the
+      // profile says, answering to the same names. The profile's args are for the real engine.
+      return renderLaunch({ ...a, engine: "fake", args: [] }, { host, modelPath: a.model, selfExe: this.selfExe });
+    }
+    return renderLaunch(a, { host, modelPath: modelPathFor(this.config.models_dir, a.model, a.engine), selfExe: this.selfExe });
+  }
+
+  // ---- inventory ----------------------------------------------------------------------------
+
+  private async inventoryLoop(): Promise<void> {
+    while (!this.stopping) {
+      await this.sleep(this.timing.inventoryIntervalMs, false);
+      if (this.stopping) return;
+      try {
+        const next = await this.takeInventory(false);
+        if (this.stopping) return;
+        if (JSON.stringify(next) !== JSON.stringify(this.inventory)) {
+          this.log.info({ gpus: next.gpus.length, unhealthy: next.gpus.filter((g) => !g.healthy).length, models: next.models }, "inventory changed");
+          this.inventory = next;
+          this.heartbeatDue = true;
+          this.wakeHeartbeat?.();
+        }
+      } catch (e) {
+        this.log.warn({ err: e }, "taking inventory failed; reporting the previous one");
+      }
+    }
+  }
+
+  private async takeInventory(first: boolean): Promise<Inventory> {
+    const cfg = this.config;
+    if (cfg.simulate !== undefined) {
+      let gpus: GpuReport[];
+      try {
+        gpus = simulatedGpus(cfg.simulate, cfg.simulate_unhealthy, this.name);
+      } catch (e) {
+        throw new AgentError(`--simulate: ${(e as Error).message}`);
+      }
+      const models: string[] = [];
+      for (const m of cfg.simulate_models) {
+        if (Name.safeParse(m).success) models.push(m);
+        else if (first) this.log.warn({ model: m }, `--simulate-models: "${m}" is not a valid model name; left out`);
+      }
+      return { gpus, models: clipModels([...new Set(models)].sort()) };
+    }
+    const [found, models] = await Promise.all([
+      this.discoverFn({ nvidiaSmi: cfg.nvidia_smi, classOverrides: this.classOverrides }),
+      scanWeights(cfg.models_dir, (path, reason) => {
+        if (this.skippedWeights.has(path)) return;
+        this.skippedWeights.add(path);
+        this.log.warn({ path }, `weights left out of the report: ${reason}`);
+      }),
+    ]);
+    if (found.error !== this.lastDiscoveryError) {
+      if (found.error !== undefined) this.log.error({ nvidia_smi: cfg.nvidia_smi }, found.error);
+      else this.log.info({ gpus: found.gpus.length }, "GPU discovery works again");
+      this.lastDiscoveryError = found.error;
+    }
+    const warnings = new Set(found.warnings);
+    for (const w of warnings) if (!this.lastWarnings.has(w)) this.log.warn(w);
+    this.lastWarnings = warnings;
+    if (first && found.error === undefined) this.log.info({ gpus: found.gpus.length, models: models.length, models_dir: cfg.models_dir }, "inventory taken");
+    return { gpus: found.gpus, models: clipModels(models) };
+  }
+
+  // ---- plumbing -----------------------------------------------------------------------------
+
+  private identity(): Pick<HeartbeatRequest, "node" | "address" | "agent_version" | "labels" | "fabrics"> {
+    return { node: this.name, address: this.address, agent_version: VERSION, labels: this.labels, fabrics: this.config.fabric };
+  }
+
+  /** The parts of a heartbeat that only settings decide are checked here, naming the setting, not on the server. */
+  private checkIdentity(): void {
+    const parsed = HeartbeatRequest.safeParse(this.identity());
+    if (parsed.success) return;
+    const setting: Record<string, string> = { node: "--name (defaults to the hostname)", address: "--address", labels: "--label", fabrics: "--fabric" };
+    const problems = parsed.error.issues.map((i) => {
+      const top = String(i.path[0] ?? "");
+      const value = top === "node" ? ` "${this.name}"` : top === "fabrics" && typeof i.path[1] === "number" ? ` "${this.config.fabric[i.path[1]]}"` : "";
+      return `${setting[top] ?? top}${value}: ${i.message}`;
+    });
+    throw new AgentError(`invalid agent settings: ${problems.join("; ")}`);
+  }
+
+  private url(path: string): string {
+    return this.server + path;
+  }
+
+  private async request(path: string, init: RequestInit, timeoutMs: number): Promise<Outcome<HeartbeatResponse>> {
+    let res: Response;
+    try {
+      res = await this.fetchFn(this.url(path), {
+        ...init,
+        headers: { authorization: `Bearer ${this.config.token}`, "content-type": "application/json" },
+        signal: AbortSignal.any([this.abort.signal, AbortSignal.timeout(timeoutMs)]),
+      });
+    } catch (e) {
+      if (this.abort.signal.aborted) return { ok: false, kind: "aborted", message: "stopped" };
+      const err = e as Error;
+      const why = err.name === "TimeoutError" ? `no answer within ${Math.round(timeoutMs / 1000)}s` : err.message;
+      return { ok: false, kind: "unreachable", message: why };
+    }
+    let text: string;
+    try {
+      text = await res.text();
+    } catch (e) {
+      if (this.abort.signal.aborted) return { ok: false, kind: "aborted", message: "stopped" };
+      return { ok: false, kind: "unreachable", message: `connection lost while reading the answer: ${(e as Error).message}` };
+    }
+    if (!res.ok) {
+      const message = `${res.status} ${serverMessage(text) ?? res.statusText}`;
+      const kind = res.status === 401 || res.status === 403 ? "unauthorized" : res.status === 400 ? "rejected" : res.status === 404 ? "not_found" : "http";
+      return { ok: false, kind, message };
+    }
+    let json: unknown;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      return { ok: false, kind: "bad_answer", message: `the answer is not JSON: ${text.slice(0, 200)}` };
+    }
+    const parsed = HeartbeatResponse.safeParse(json);
+    if (!parsed.success) {
+      const first = parsed.error.issues[0];
+      return { ok: false, kind: "bad_answer", message: `the answer is not a heartbeat response: ${first?.path.join(".") || "(body)"}: ${first?.message}` };
+    }
+    return { ok: true, value: parsed.data };
+  }
+
+  private logFailure(what: string, path: string, r: Failure, retryMs: number): void {
+    const url = this.url(path.split("?")[0]!);
+    const retry = `retrying in ${retryMs >= 1000 ? `${retryMs / 1000}s` : `${retryMs}ms`}; running replicas are left as they are`;
+    switch (r.kind) {
+      case "aborted":
+        return;
+      case "unauthorized":
+        this.log.error({ url }, `${what}: the server refused the join token (${r.message}); was it changed on the head node? ${retry}`);
+        return;
+      case "rejected":
+        this.log.error({ url }, `${what}: the server rejected it: ${r.message}; ${retry}`);
+        return;
+      case "not_found":
+        this.log.warn({ url }, `${what}: ${url} answered ${r.message}; is the server an older llmgw? ${retry}`);
+        return;
+      default:
+        this.log.warn({ url }, `${what}: cannot reach ${url}: ${r.message}; ${retry}`);
+    }
+  }
+
+  /** Waits ms, or until stop(); a wakeable sleep also ends early for an early heartbeat. */
+  private sleep(ms: number, wakeable: boolean): Promise<void> {
+    if (this.stopping) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.sleepers.delete(done);
+        if (this.wakeHeartbeat === done) this.wakeHeartbeat = null;
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.sleepers.add(done);
+      if (wakeable) this.wakeHeartbeat = done;
+    });
+  }
+}
+
+// ---- helpers ------------------------------------------------------------------------------
+
+function splitPair(kv: string): [string, string] {
+  const eq = kv.indexOf("=");
+  return [kv.slice(0, eq).trim(), kv.slice(eq + 1).trim()];
+}
+
+function isWildcard(host: string): boolean {
+  return host === "" || host === "0.0.0.0" || host === "::" || host === "[::]";
+}
+
+/** The first non-internal IPv4 address: what another machine most likely reaches this one at. */
+function defaultAddress(): string {
+  for (const addrs of Object.values(networkInterfaces())) {
+    for (const a of addrs ?? []) if (a.family === "IPv4" && !a.internal) return a.address;
+  }
+  return "127.0.0.1";
+}
+
+function clipModels(models: string[]): string[] {
+  return models.length > HEARTBEAT_LIMITS.models ? models.slice(0, HEARTBEAT_LIMITS.models) : models;
+}
+
+/** The admin/agent API's error message from an error body, if it is one. */
+function serverMessage(text: string): string | undefined {
+  try {
+    const body = JSON.parse(text) as { error?: { message?: unknown } };
+    if (typeof body.error?.message === "string") return body.error.message;
+  } catch {
+    // Not JSON: a proxy's page, say.
+  }
+  const t = text.trim();
+  return t === "" ? undefined : t.slice(0, 300);
+}
+
+/** Throws LaunchError when something already listens on host:port. */
+function assertPortFree(host: string, port: number, replica: string): void {
+  let probe: ReturnType<typeof Bun.serve>;
+  try {
+    probe = Bun.serve({ hostname: host.replace(/^\[|\]$/g, "") || "0.0.0.0", port, fetch: () => new Response(null, { status: 503 }) });
+  } catch (e) {
+    throw new LaunchError(`replica ${replica}: port ${port} on ${host} is already in use on this node (${(e as Error).message}); the engine could not listen there`);
+  }
+  void probe.stop(true);
+}
+
+function isDir(path: string): boolean {
+  try {
+    return statSync(path).isDirectory();
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Where a model's weights are on this node: `<models_dir>/<model>`, else the newest snapshot of
+ * a Hugging Face cache entry (`models--org--name`, which scanWeights reports as org/name); for
+ * llama.cpp the first .gguf file inside (the first part of a split model sorts first), else the
+ * directory. Throws LaunchError when the name would lead outside the models directory.
+ */
+export function modelPathFor(modelsDir: string, model: string, engine: Assignment["engine"]): string {
+  const root = resolve(modelsDir);
+  let dir = resolve(root, model);
+  const rel = relative(root, dir);
+  // Name allows "." and "/", so "a/../../etc" is a valid name; it must not reach outside.
+  if (rel === "" || rel === ".." || rel.startsWith(`..${sep}`) || isAbsolute(rel))
+    throw new LaunchError(`model name "${model}" does not name a directory inside ${modelsDir}`);
+  if (!isDir(dir)) {
+    const snapshots = join(root, `models--${model.split("/").join("--")}`, "snapshots");
+    const newest = listDirs(snapshots)
+      .map((d) => ({ d, mtime: statSync(join(snapshots, d)).mtimeMs }))
+      .sort((a, b) => b.mtime - a.mtime)[0];
+    if (newest) dir = join(snapshots, newest.d);
+  }
+  if (engine !== "llama.cpp") return dir;
+  let files: string[] = [];
+  try {
+    files = readdirSync(dir).filter((f) => !f.startsWith(".") && f.toLowerCase().endsWith(".gguf")).sort();
+  } catch {
+    // No such directory: the engine says so, in the replica's failure reason.
+  }
+  return files[0] === undefined ? dir : join(dir, files[0]);
+}
+
+function listDirs(dir: string): string[] {
+  try {
+    return readdirSync(dir, { withFileTypes: true })
+      .filter((e) => e.isDirectory() || (e.isSymbolicLink() && isDir(join(dir, e.name))))
+      .map((e) => e.name);
+  } catch {
+    return [];
+  }
+}

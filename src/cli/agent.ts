@@ -1,0 +1,90 @@
+// `llmgw agent`: the daemon on each GPU node. Loads its settings, registers with the head node,
+// runs the engines it is assigned, and stops them (or leaves them for the next agent) on
+// SIGINT/SIGTERM.
+
+import { basename, join } from "node:path";
+import type { FlagSpecs } from "../config/flags";
+import type { Command } from "./command";
+
+export const AGENT_FLAGS: FlagSpecs = {
+  config: { kind: "string", short: "c", value: "FILE", help: "config file (.toml, .yaml or .json; env LLMGW_CONFIG)" },
+  server: { kind: "string", value: "URL", help: "the head node's admin URL, e.g. http://10.0.0.1:8001 (required)" },
+  token: { kind: "string", value: "TOKEN", help: "join token from <data-dir>/join.token on the head node (required; prefer env LLMGW_TOKEN)" },
+  name: { kind: "string", value: "NAME", help: "node name (default: the hostname)" },
+  address: { kind: "string", value: "ADDR", help: "address other machines reach this node's engines at (default: first non-internal IPv4)" },
+  "engine-host": { kind: "string", value: "HOST", help: "address engines listen on (default 0.0.0.0)" },
+  fabric: { kind: "list", value: "NAME", help: "network fabric this node is on, e.g. an InfiniBand island" },
+  label: { kind: "list", value: "KEY=VALUE", help: "label to report for this node" },
+  "models-dir": { kind: "string", value: "DIR", help: "where model weights are (default /var/lib/llmgw/models)" },
+  "state-dir": { kind: "string", value: "DIR", help: "engine logs and replica state files (default ./llmgw-agent)" },
+  simulate: { kind: "string", value: "SPEC", help: "report simulated GPUs instead of asking nvidia-smi, e.g. H100-80GB:8,A100-80GB/3g.40gb:2; engines run the built-in fake engine" },
+  "simulate-unhealthy": { kind: "list", value: "INDEX", help: "simulated GPU index to report unhealthy" },
+  "simulate-models": { kind: "list", value: "MODEL", help: "model whose weights a simulated node reports as present" },
+  "gpu-class": { kind: "list", value: "NAME=CLASS", help: "report GPUs of this name or class as another class" },
+  "nvidia-smi": { kind: "string", value: "PATH", help: "nvidia-smi to run (default: nvidia-smi on PATH)" },
+  "keep-replicas": { kind: "boolean", help: "leave engines running when the agent stops and adopt them when it starts again" },
+  "stop-grace": { kind: "string", value: "DURATION", help: "time between an engine's SIGTERM and SIGKILL (default 30s)" },
+  "start-timeout": { kind: "string", value: "DURATION", help: "how long an engine has to become healthy (default 10m)" },
+  "health-interval": { kind: "string", value: "DURATION", help: "how often a starting engine's /health is polled (default 2s)" },
+  "log-level": { kind: "string", value: "LEVEL", help: "trace, debug, info, warn, error (default info)" },
+  help: { kind: "boolean", short: "h", help: "show this help" },
+};
+
+/**
+ * How the agent runs this program's built-in fake engine: the compiled binary is self-contained;
+ * from source it is bun plus the entry point.
+ */
+export function selfExe(): string[] {
+  const compiled = Bun.main.startsWith("/$bunfs/") || !/^bun(-[a-z]+)?(\.exe)?$/i.test(basename(process.execPath));
+  return compiled ? [process.execPath] : [process.execPath, join(import.meta.dir, "..", "main.ts")];
+}
+
+export const command: Command = {
+  name: "agent",
+  summary: "Run the node agent on a GPU node: report GPUs and weights to the head node and run the engines it assigns.",
+  usage: "llmgw agent --server URL --token TOKEN [--name NAME] [--fabric NAME]… [--label KEY=VALUE]… [--simulate SPEC] …",
+  flags: AGENT_FLAGS,
+  details:
+    "Every flag has an environment variable (LLMGW_ + the flag's name in capitals with _ for -; repeatable flags take comma-separated values there) and a config file key (the flag's name with _ for -). Precedence: flags, environment, config file, defaults.\n\n" +
+    "The agent keeps running while the head node is unreachable (its engines keep serving) and reconnects by itself.",
+  examples: [
+    "LLMGW_TOKEN=$(ssh head cat /var/lib/llmgw/join.token) llmgw agent --server http://10.0.0.1:8001 --fabric ib-a",
+    "llmgw agent -c /etc/llmgw/agent.toml --models-dir /data/models --label rack=r12",
+    "llmgw agent --server http://127.0.0.1:8001 --token $(cat llmgw-data/join.token) --name sim-01 --simulate H100-80GB:8 --simulate-models llama-3.1-8b",
+  ],
+  async run({ flags }) {
+    const { loadConfig, AgentConfig } = await import("../config");
+    const { createLogger } = await import("../log");
+    const { NodeAgent, AgentError } = await import("../agent/agent");
+    const config = await loadConfig(AgentConfig, { flags, env: process.env });
+    const log = createLogger({ level: config.log_level, role: "agent" });
+    const agent = new NodeAgent({ config, log, selfExe: selfExe() });
+
+    let signalled = false;
+    const stopped = new Promise<void>((resolve) => {
+      const stop = (sig: string) => {
+        if (signalled) return;
+        signalled = true;
+        log.info({ signal: sig }, "shutting down");
+        agent.stop().then(resolve, (e) => {
+          log.error({ err: e }, "stopping the agent failed");
+          resolve();
+        });
+      };
+      process.once("SIGINT", () => stop("SIGINT"));
+      process.once("SIGTERM", () => stop("SIGTERM"));
+    });
+    try {
+      await agent.start();
+    } catch (e) {
+      // Ctrl-C while still waiting for the server is a normal way to give up.
+      if (e instanceof AgentError && e.stopped) {
+        await stopped;
+        return 0;
+      }
+      throw e;
+    }
+    process.stderr.write(`llmgw agent: node ${agent.name} (${agent.address}) registered with ${config.server}\n`);
+    await stopped;
+  },
+};
