@@ -547,7 +547,7 @@ describe("inventory", () => {
       [{ simulate: "H100-80GB:2", simulate_unhealthy: [5] }, /--simulate: unhealthy GPU index 5/],
     ] as const;
     for (const [cfg, message] of bad) {
-      const agent = makeAgent({ server, token, simulate: "H100-80GB:1", ...cfg });
+      const agent = makeAgent({ server, token, ...cfg });
       const err = await agent.start().then(
         () => undefined,
         (e: unknown) => e as Error,

@@ -1,0 +1,683 @@
+// Placement: which GPUs on which nodes the replicas the reconciler wants to add get, and for
+// each model it could not fully place, one reason a person can act on. A pure function of the
+// fleet and the requests — no I/O, clock or randomness — so the same tick gives the same answer.
+
+import type { Profile } from "../protocol/catalog";
+
+export interface PlacementGpu {
+  index: number;
+  uuid: string;
+  class: string;
+  healthy: boolean;
+  /** held by a replica already */
+  used: boolean;
+}
+
+export interface PlacementNode {
+  name: string;
+  state: "ready" | "cordoned" | "draining" | "unreachable";
+  fabrics: string[];
+  gpus: PlacementGpu[];
+  /** models whose weights are on this node */
+  weights: ReadonlySet<string>;
+}
+
+export interface PlacementRequest {
+  model: string;
+  /** replicas to add now */
+  count: number;
+  /** in preference order */
+  profiles: Profile[];
+  placement: "binpack" | "spread";
+  /** nodes already running a replica of this model (spread avoids them) */
+  nodesInUse: ReadonlySet<string>;
+}
+
+export interface Shard {
+  node: string;
+  /** GPU indices on that node, ascending */
+  gpus: number[];
+}
+
+export interface Placed {
+  model: string;
+  profile: string;
+  /** shard 0 is the leader of a multi-node replica */
+  shards: Shard[];
+}
+
+export interface PlacementResult {
+  placed: Placed[];
+  /** model → one reason a person can act on, for every request not fully placed */
+  unplaceable: Map<string, string>;
+}
+
+/** Fabrics listed by name in a multi-node reason before the rest are summed up. */
+const REASON_FABRICS = 6;
+
+/**
+ * The GPUs of one class. An entry is a node that has GPUs of the class (in any state); entries
+ * follow node-name order, so "the lowest entry" is "the first by name". Ready entries sit in
+ * buckets by (node whole?, free GPUs of the class), each a bitset over entries, so picking a
+ * node reads a few words instead of scanning every node of the class for every replica.
+ */
+interface ClassIndex {
+  id: number;
+  name: string;
+  node: Int32Array;
+  /** GPUs of the class on the entry's node, healthy or not */
+  total: Int32Array;
+  /** healthy, unused GPUs of the class on the entry's node */
+  free: Int32Array;
+  /** entry e's GPU indices are gpus[start[e]] … gpus[start[e + 1] - 1], ascending */
+  start: Int32Array;
+  gpus: Int32Array;
+  /** 1 while the GPU at the same position in `gpus` is healthy and unused */
+  avail: Uint8Array;
+  /** free counts run 0 … buckets - 1 (the most GPUs of the class any node has) */
+  buckets: number;
+  /** 32-bit words per bitset */
+  words: number;
+  /** bucket (whole, free) starts at ((whole * buckets) + free) * words */
+  bits: Uint32Array;
+  /** entries per bucket, so empty buckets are skipped without reading their words */
+  size: Int32Array;
+  /** node states and fabrics of the class, for reasons; they do not change within a call */
+  stats?: ClassStats;
+}
+
+interface ClassStats {
+  notReady: { cordoned: number; draining: number; unreachable: number };
+  /** fabric ids that have a ready node of the class */
+  fabrics: number[];
+}
+
+const byString = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
+
+/**
+ * The fleet as placement works on it: an internal copy in typed arrays, so the caller's objects
+ * stay untouched and the hot loops touch numbers, not objects. Node ids are positions in name
+ * order, so keeping the first of equal candidates breaks ties by name.
+ */
+class Fleet {
+  readonly names: string[];
+  readonly states: PlacementNode["state"][];
+  readonly ready: Uint8Array;
+  /** GPUs per node that are used or unhealthy: 0 means the node is whole */
+  readonly busy: Int32Array;
+  readonly fabricNames: string[];
+  /** node id's fabric ids (deduplicated, ascending) are fabList[fabOff[id]] … fabList[fabOff[id + 1] - 1] */
+  readonly fabOff: Int32Array;
+  readonly fabList: Int32Array;
+  readonly classes: ClassIndex[] = [];
+  readonly classId = new Map<string, number>();
+  /** node id's entries are (entClass[x], entPos[x]) for x in entOff[id] … entOff[id + 1] - 1 */
+  readonly entOff: Int32Array;
+  readonly entClass: Int32Array;
+  readonly entPos: Int32Array;
+  readonly byName = new Map<string, number>();
+  /** requested model → ids of nodes holding its weights */
+  readonly weights = new Map<string, number[]>();
+  /** bumped by every take, so a reason computed for one state is not reused for another */
+  generation = 0;
+
+  constructor(input: readonly PlacementNode[], requests: readonly PlacementRequest[]) {
+    const order = input.map((_, i) => i);
+    let sorted = true;
+    for (let i = 1; i < input.length && sorted; i++) sorted = input[i - 1]!.name < input[i]!.name;
+    if (!sorted) order.sort((a, b) => byString(input[a]!.name, input[b]!.name));
+    const n = order.length;
+    const nodes = order.map((i) => input[i]!);
+    this.names = nodes.map((x) => x.name);
+    this.states = nodes.map((x) => x.state);
+    this.ready = new Uint8Array(n);
+    this.busy = new Int32Array(n);
+
+    const fabricSet = new Set<string>();
+    for (const node of nodes) for (const f of node.fabrics) fabricSet.add(f);
+    this.fabricNames = [...fabricSet].sort(byString);
+    const fabricId = new Map(this.fabricNames.map((f, i) => [f, i]));
+    this.fabOff = new Int32Array(n + 1);
+    const fabList: number[] = [];
+
+    const requested = new Set<string>();
+    for (const r of requests) requested.add(r.model);
+
+    // First pass: every GPU flattened in node order (by index within a node), with its class.
+    let gpuCount = 0;
+    for (const node of nodes) gpuCount += node.gpus.length;
+    const gpuOff = new Int32Array(n + 1);
+    const gClass = new Int32Array(gpuCount);
+    const gIndex = new Int32Array(gpuCount);
+    const gFree = new Uint8Array(gpuCount);
+    let p = 0;
+    for (let id = 0; id < n; id++) {
+      const node = nodes[id]!;
+      this.byName.set(node.name, id);
+      this.ready[id] = node.state === "ready" ? 1 : 0;
+      if (node.fabrics.length === 1) fabList.push(fabricId.get(node.fabrics[0]!)!);
+      else if (node.fabrics.length > 1) fabList.push(...[...new Set(node.fabrics.map((f) => fabricId.get(f)!))].sort((a, b) => a - b));
+      this.fabOff[id + 1] = fabList.length;
+
+      // Whichever side is smaller: a node may hold hundreds of models while a tick asks about a few.
+      if (node.weights.size <= requested.size) {
+        for (const m of node.weights) if (requested.has(m)) this.addWeight(m, id);
+      } else {
+        for (const m of requested) if (node.weights.has(m)) this.addWeight(m, id);
+      }
+
+      let gpus = node.gpus;
+      for (let j = 1; j < gpus.length; j++) {
+        if (gpus[j - 1]!.index > gpus[j]!.index) {
+          gpus = [...gpus].sort((a, b) => a.index - b.index);
+          break;
+        }
+      }
+      let busy = 0;
+      for (const g of gpus) {
+        let c = this.classId.get(g.class);
+        if (c === undefined) {
+          c = this.classId.size;
+          this.classId.set(g.class, c);
+        }
+        const ok = g.healthy && !g.used;
+        if (!ok) busy++;
+        gClass[p] = c;
+        gIndex[p] = g.index;
+        gFree[p] = ok ? 1 : 0;
+        p++;
+      }
+      this.busy[id] = busy;
+      gpuOff[id + 1] = p;
+    }
+    this.fabList = Int32Array.from(fabList);
+
+    // Second pass: sizes, so each class gets its arrays in one allocation.
+    const nc = this.classId.size;
+    const lastNode = new Int32Array(nc).fill(-1);
+    const entries = new Int32Array(nc);
+    const perClass = new Int32Array(nc);
+    let allEntries = 0;
+    for (let id = 0; id < n; id++) {
+      for (let q = gpuOff[id]!; q < gpuOff[id + 1]!; q++) {
+        const c = gClass[q]!;
+        perClass[c]!++;
+        if (lastNode[c] !== id) {
+          lastNode[c] = id;
+          entries[c]!++;
+          allEntries++;
+        }
+      }
+    }
+    for (const [name, c] of this.classId) {
+      const e = entries[c]!;
+      this.classes[c] = {
+        id: c,
+        name,
+        node: new Int32Array(e),
+        total: new Int32Array(e),
+        free: new Int32Array(e),
+        start: new Int32Array(e + 1),
+        gpus: new Int32Array(perClass[c]!),
+        avail: new Uint8Array(perClass[c]!),
+        buckets: 0,
+        words: (e + 31) >>> 5,
+        bits: new Uint32Array(0),
+        size: new Int32Array(0),
+      };
+    }
+
+    // Third pass: fill. A node's GPUs of one class land next to each other in the class's
+    // arrays because nodes are filled one after another.
+    this.entOff = new Int32Array(n + 1);
+    this.entClass = new Int32Array(allEntries);
+    this.entPos = new Int32Array(allEntries);
+    lastNode.fill(-1);
+    const curEntry = new Int32Array(nc);
+    const nextEntry = new Int32Array(nc);
+    const cursor = new Int32Array(nc);
+    let x = 0;
+    for (let id = 0; id < n; id++) {
+      for (let q = gpuOff[id]!; q < gpuOff[id + 1]!; q++) {
+        const c = gClass[q]!;
+        const ci = this.classes[c]!;
+        if (lastNode[c] !== id) {
+          lastNode[c] = id;
+          const e = nextEntry[c]!++;
+          curEntry[c] = e;
+          ci.node[e] = id;
+          ci.start[e] = cursor[c]!;
+          this.entClass[x] = c;
+          this.entPos[x] = e;
+          x++;
+        }
+        const e = curEntry[c]!;
+        const at = cursor[c]!++;
+        ci.gpus[at] = gIndex[q]!;
+        ci.avail[at] = gFree[q]!;
+        ci.total[e]!++;
+        ci.free[e]! += gFree[q]!;
+      }
+      this.entOff[id + 1] = x;
+    }
+    for (let c = 0; c < nc; c++) {
+      const ci = this.classes[c]!;
+      const e = ci.node.length;
+      ci.start[e] = cursor[c]!;
+      let most = 0;
+      for (let i = 0; i < e; i++) if (ci.total[i]! > most) most = ci.total[i]!;
+      ci.buckets = most + 1;
+      ci.bits = new Uint32Array(2 * ci.buckets * ci.words);
+      ci.size = new Int32Array(2 * ci.buckets);
+      for (let i = 0; i < e; i++) {
+        const id = ci.node[i]!;
+        if (this.ready[id]) setBit(ci, this.busy[id] === 0 ? 1 : 0, ci.free[i]!, i);
+      }
+    }
+  }
+
+  private addWeight(model: string, id: number): void {
+    let list = this.weights.get(model);
+    if (!list) this.weights.set(model, (list = []));
+    list.push(id);
+  }
+
+  /** The entry of class c on node id, or -1. */
+  entryOf(id: number, c: number): number {
+    for (let x = this.entOff[id]!; x < this.entOff[id + 1]!; x++) if (this.entClass[x] === c) return this.entPos[x]!;
+    return -1;
+  }
+
+  /** Takes the k lowest free GPUs of entry e (on a ready node) and moves buckets to match. */
+  take(ci: ClassIndex, e: number, k: number): number[] {
+    const id = ci.node[e]!;
+    const out: number[] = [];
+    for (let j = ci.start[e]!; j < ci.start[e + 1]! && out.length < k; j++) {
+      if (ci.avail[j] === 0) continue;
+      ci.avail[j] = 0;
+      out.push(ci.gpus[j]!);
+    }
+    const wasWhole = this.busy[id] === 0;
+    clearBit(ci, wasWhole ? 1 : 0, ci.free[e]!, e);
+    ci.free[e]! -= k;
+    setBit(ci, 0, ci.free[e]!, e);
+    this.busy[id]! += k;
+    // The node is no longer whole, which moves its entries of every other class too.
+    if (wasWhole) {
+      for (let x = this.entOff[id]!; x < this.entOff[id + 1]!; x++) {
+        const other = this.classes[this.entClass[x]!]!;
+        if (other === ci) continue;
+        const oe = this.entPos[x]!;
+        clearBit(other, 1, other.free[oe]!, oe);
+        setBit(other, 0, other.free[oe]!, oe);
+      }
+    }
+    this.generation++;
+    return out;
+  }
+
+  inFabric(id: number, fabric: number): boolean {
+    for (let x = this.fabOff[id]!; x < this.fabOff[id + 1]!; x++) if (this.fabList[x] === fabric) return true;
+    return false;
+  }
+
+  stats(ci: ClassIndex): ClassStats {
+    if (ci.stats) return ci.stats;
+    const notReady = { cordoned: 0, draining: 0, unreachable: 0 };
+    const present = new Uint8Array(this.fabricNames.length);
+    for (let e = 0; e < ci.node.length; e++) {
+      const id = ci.node[e]!;
+      const s = this.states[id]!;
+      if (s !== "ready") notReady[s]++;
+      else for (let x = this.fabOff[id]!; x < this.fabOff[id + 1]!; x++) present[this.fabList[x]!] = 1;
+    }
+    const fabrics: number[] = [];
+    present.forEach((v, f) => v && fabrics.push(f));
+    return (ci.stats = { notReady, fabrics });
+  }
+}
+
+function setBit(ci: ClassIndex, whole: number, free: number, e: number): void {
+  const b = whole * ci.buckets + free;
+  ci.bits[b * ci.words + (e >>> 5)]! |= 1 << (e & 31);
+  ci.size[b]!++;
+}
+
+function clearBit(ci: ClassIndex, whole: number, free: number, e: number): void {
+  const b = whole * ci.buckets + free;
+  ci.bits[b * ci.words + (e >>> 5)]! &= ~(1 << (e & 31));
+  ci.size[b]!--;
+}
+
+/** The lowest entry in bucket (whole, free), or -1. */
+function firstIn(ci: ClassIndex, whole: number, free: number): number {
+  const b = whole * ci.buckets + free;
+  if (ci.size[b] === 0) return -1;
+  const base = b * ci.words;
+  for (let w = 0; w < ci.words; w++) {
+    const v = ci.bits[base + w]!;
+    if (v !== 0) return (w << 5) + 31 - Math.clz32(v & -v);
+  }
+  return -1;
+}
+
+/** What one request's scans need to know about its model, as flags indexed by node id. */
+interface Marks {
+  hasWeights: Uint8Array;
+  weightNodes: readonly number[];
+  /** nodes running the model already, or given a replica of it in this call */
+  inUse: Uint8Array;
+  inUseNodes: readonly number[];
+}
+
+/** The entry of class `ci` for one shard of k GPUs, or -1. */
+function pickSingle(fleet: Fleet, ci: ClassIndex, k: number, spread: boolean, m: Marks): number {
+  if (k >= ci.buckets) return -1;
+  const { id: c, free, node } = ci;
+
+  // Nodes with the weights first: no download. They are few, so they are scanned directly.
+  let best = -1;
+  let bestScore = Infinity;
+  for (const id of m.weightNodes) {
+    if (!fleet.ready[id]) continue;
+    const e = fleet.entryOf(id, c);
+    if (e < 0 || free[e]! < k) continue;
+    // binpack: partly used before whole, then the tightest fit; spread: away from the model's
+    // other replicas, then the emptiest. Smaller is better; equal scores go to the lower entry.
+    const score = spread ? m.inUse[id]! * 2 ** 40 - free[e]! : (fleet.busy[id] === 0 ? 2 ** 40 : 0) + free[e]!;
+    if (score < bestScore || (score === bestScore && e < best)) {
+      bestScore = score;
+      best = e;
+    }
+  }
+  if (best >= 0 && !(spread && m.inUse[node[best]!])) return best;
+  const heldWithWeights = best;
+
+  if (!spread) {
+    // A node already partly used keeps whole nodes whole for multi-node replicas; among those,
+    // the fewest free GPUs that still fit.
+    for (let whole = 0; whole < 2; whole++) {
+      for (let f = k; f < ci.buckets; f++) {
+        const e = firstIn(ci, whole, f);
+        if (e >= 0) return e;
+      }
+    }
+    return -1;
+  }
+
+  // spread: the emptiest node not running the model yet. Weight holders that qualify were
+  // taken above, so the ones met here are all in use.
+  const { bits, size, words } = ci;
+  for (let f = ci.buckets - 1; f >= k; f--) {
+    const b0 = f;
+    const b1 = ci.buckets + f;
+    if (size[b0] === 0 && size[b1] === 0) continue;
+    for (let w = 0; w < words; w++) {
+      let v = bits[b0 * words + w]! | bits[b1 * words + w]!;
+      while (v !== 0) {
+        const e = (w << 5) + 31 - Math.clz32(v & -v);
+        if (!m.inUse[node[e]!]) return e;
+        v &= v - 1;
+      }
+    }
+  }
+  // Every node with room runs the model already: a second replica there beats none.
+  if (heldWithWeights >= 0) return heldWithWeights;
+  best = -1;
+  for (const id of m.inUseNodes) {
+    if (!fleet.ready[id]) continue;
+    const e = fleet.entryOf(id, c);
+    if (e < 0 || free[e]! < k) continue;
+    if (best < 0 || free[e]! > free[best]! || (free[e] === free[best] && e < best)) best = e;
+  }
+  return best;
+}
+
+/** Entries of class `ci` for n whole nodes in one fabric, leader first, or null. */
+function pickMulti(fleet: Fleet, ci: ClassIndex, k: number, n: number, spread: boolean, m: Marks, scratch: Int32Array[]): number[] | null {
+  if (k >= ci.buckets) return null;
+  const [fabCount, fabWeights, fabFresh] = scratch as [Int32Array, Int32Array, Int32Array];
+  fabCount.fill(0);
+  fabWeights.fill(0);
+  fabFresh.fill(0);
+  // Whole ready nodes with at least k GPUs of the class are exactly the "whole" buckets from k up.
+  const cands: number[] = [];
+  for (let f = k; f < ci.buckets; f++) {
+    const b = ci.buckets + f;
+    if (ci.size[b] === 0) continue;
+    for (let w = 0; w < ci.words; w++) {
+      let v = ci.bits[b * ci.words + w]!;
+      while (v !== 0) {
+        const e = (w << 5) + 31 - Math.clz32(v & -v);
+        v &= v - 1;
+        const id = ci.node[e]!;
+        const from = fleet.fabOff[id]!;
+        const to = fleet.fabOff[id + 1]!;
+        if (from === to) continue;
+        cands.push(e);
+        for (let x = from; x < to; x++) {
+          const fb = fleet.fabList[x]!;
+          fabCount[fb]!++;
+          fabWeights[fb]! += m.hasWeights[id]!;
+          fabFresh[fb]! += 1 - m.inUse[id]!;
+        }
+      }
+    }
+  }
+
+  const better = (a: number, b: number): boolean => {
+    // Weights beyond n do not help this replica, so they count up to n.
+    const wa = Math.min(fabWeights[a]!, n);
+    const wb = Math.min(fabWeights[b]!, n);
+    if (spread) {
+      const fa = Math.min(fabFresh[a]!, n);
+      const fb = Math.min(fabFresh[b]!, n);
+      if (fa !== fb) return fa > fb;
+      if (wa !== wb) return wa > wb;
+      return fabCount[a]! > fabCount[b]!; // the roomiest fabric; ties keep the earlier name
+    }
+    if (wa !== wb) return wa > wb;
+    return fabCount[a]! < fabCount[b]!; // tightest fit leaves bigger blocks for bigger replicas
+  };
+  let fabric = -1;
+  for (let fb = 0; fb < fabCount.length; fb++) {
+    if (fabCount[fb]! < n) continue;
+    if (fabric < 0 || better(fb, fabric)) fabric = fb;
+  }
+  if (fabric < 0) return null;
+
+  // Within the fabric, one number per node, smaller is better; the entry (name order) breaks ties.
+  const score = (e: number) => {
+    const id = ci.node[e]!;
+    return spread
+      ? m.inUse[id]! * 2 ** 41 + (1 - m.hasWeights[id]!) * 2 ** 40 + e
+      : // Nodes with the fewest cards of the class first: bigger nodes stay for bigger shards.
+        (1 - m.hasWeights[id]!) * 2 ** 41 + ci.total[e]! * 2 ** 24 + e;
+  };
+  const pick = cands
+    .filter((e) => fleet.inFabric(ci.node[e]!, fabric))
+    .sort((a, b) => score(a) - score(b))
+    .slice(0, n);
+  // The leader: a node with the weights if any, then by name.
+  return pick.sort((a, b) => m.hasWeights[ci.node[b]!]! - m.hasWeights[ci.node[a]!]! || a - b);
+}
+
+/**
+ * Places `count` replicas per request, requests in the order given, each placement taking its
+ * GPUs from what later requests see. Per replica the first profile that fits wins. Order of
+ * preference, ties always to the node name:
+ * - binpack, one node: holds the weights › partly used (keeps whole nodes whole) › fewest free
+ *   GPUs of the class that still fit;
+ * - spread, one node: not running the model (nodesInUse, or placed in this call) › holds the
+ *   weights › most free GPUs of the class; when every node with room runs it, one of those;
+ * - several nodes, the fabric (candidates are its whole nodes with enough GPUs of the class;
+ *   counts capped at the nodes needed): binpack: most holding the weights › fewest candidates
+ *   (tightest fit); spread: most not running the model › most holding the weights › most
+ *   candidates. Within it, binpack: weights › fewest GPUs of the class; spread: not running
+ *   the model › weights. The leader (shard 0) is a weight holder if any, then the first by name.
+ * A model requested twice in one call keeps the first reason.
+ */
+export function place(nodes: readonly PlacementNode[], requests: readonly PlacementRequest[]): PlacementResult {
+  const fleet = new Fleet(nodes, requests);
+  const n = fleet.names.length;
+  const nf = fleet.fabricNames.length;
+  const placed: Placed[] = [];
+  const unplaceable = new Map<string, string>();
+  const reasons = new ReasonCache(fleet);
+
+  // Per-request flags, set from short lists and cleared the same way, so a request costs
+  // nothing for the nodes it does not concern.
+  const hasWeights = new Uint8Array(n);
+  const inUse = new Uint8Array(n);
+  const scratch = [new Int32Array(nf), new Int32Array(nf), new Int32Array(nf)];
+  /** model → nodes given a replica of it in this call, which spread avoids like nodesInUse */
+  const chosen = new Map<string, number[]>();
+
+  function tryProfile(p: Profile, spread: boolean, m: Marks): Shard[] | null {
+    const c = fleet.classId.get(p.gpu_class);
+    if (c === undefined) return null;
+    const ci = fleet.classes[c]!;
+    if (p.nodes <= 1) {
+      const e = pickSingle(fleet, ci, p.gpus, spread, m);
+      if (e < 0) return null;
+      return [{ node: fleet.names[ci.node[e]!]!, gpus: fleet.take(ci, e, p.gpus) }];
+    }
+    const picks = pickMulti(fleet, ci, p.gpus, p.nodes, spread, m, scratch);
+    if (!picks) return null;
+    return picks.map((e) => ({ node: fleet.names[ci.node[e]!]!, gpus: fleet.take(ci, e, p.gpus) }));
+  }
+
+  for (const req of requests) {
+    if (req.count <= 0) continue;
+    const spread = req.placement === "spread";
+    const weightNodes = fleet.weights.get(req.model) ?? [];
+    for (const id of weightNodes) hasWeights[id] = 1;
+    const inUseNodes: number[] = [];
+    const mark = (id: number) => {
+      if (inUse[id] === 0) {
+        inUse[id] = 1;
+        inUseNodes.push(id);
+      }
+    };
+    let mine = chosen.get(req.model);
+    if (!mine) chosen.set(req.model, (mine = []));
+    for (const name of req.nodesInUse) {
+      const id = fleet.byName.get(name);
+      if (id !== undefined) mark(id);
+    }
+    for (const id of mine) mark(id);
+    const marks: Marks = { hasWeights, weightNodes, inUse, inUseNodes };
+
+    // Capacity only shrinks within a call, so a profile that failed once stays failed for the
+    // rest of this request; skipping it keeps large counts cheap.
+    const failed = new Uint8Array(req.profiles.length);
+    let done = 0;
+    while (done < req.count) {
+      let shards: Shard[] | null = null;
+      let profile = "";
+      for (let i = 0; i < req.profiles.length && !shards; i++) {
+        if (failed[i]) continue;
+        const p = req.profiles[i]!;
+        shards = tryProfile(p, spread, marks);
+        if (shards) profile = p.name;
+        else failed[i] = 1;
+      }
+      if (!shards) break;
+      placed.push({ model: req.model, profile, shards });
+      for (const s of shards) {
+        const id = fleet.byName.get(s.node)!;
+        mine.push(id);
+        mark(id);
+      }
+      done++;
+    }
+    if (done < req.count && !unplaceable.has(req.model)) {
+      const prefix = done > 0 ? `placed ${done} of ${req.count}; ` : "";
+      unplaceable.set(req.model, prefix + reasons.explain(req.profiles));
+    }
+
+    for (const id of weightNodes) hasWeights[id] = 0;
+    for (const id of inUseNodes) inUse[id] = 0;
+  }
+  return { placed, unplaceable };
+}
+
+// ---- reasons ---------------------------------------------------------------------------------
+// Computed only for what failed, from the state after this call's earlier placements: the
+// numbers match what the person will see once these replicas start. On a full fleet many
+// requests fail in a row for the same shape with nothing placed between, so a reason is kept
+// until the next placement.
+
+const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? "" : "s"}`;
+
+class ReasonCache {
+  private readonly cache = new Map<string, { generation: number; text: string }>();
+  constructor(private readonly fleet: Fleet) {}
+
+  explain(profiles: readonly Profile[]): string {
+    if (profiles.length === 0) return "the model has no profiles";
+    if (profiles.length === 1) return this.profile(profiles[0]!);
+    return profiles.map((p) => `${p.name}: ${this.profile(p)}`).join("; ");
+  }
+
+  private profile(p: Profile): string {
+    const key = `${p.gpus}/${p.nodes}/${p.gpu_class}`;
+    const hit = this.cache.get(key);
+    if (hit && hit.generation === this.fleet.generation) return hit.text;
+    const text = profileReason(this.fleet, p);
+    this.cache.set(key, { generation: this.fleet.generation, text });
+    return text;
+  }
+}
+
+function profileReason(fleet: Fleet, p: Profile): string {
+  const cls = p.gpu_class;
+  const c = fleet.classId.get(cls);
+  if (c === undefined) return `no node has ${cls} GPUs`;
+  const ci = fleet.classes[c]!;
+  const { notReady, fabrics } = fleet.stats(ci);
+  const notReadyText = (["cordoned", "draining", "unreachable"] as const)
+    .filter((s) => notReady[s] > 0)
+    .map((s) => `${notReady[s]} ${s}`)
+    .join(", ");
+  let readyNodes = 0;
+  for (let b = 0; b < 2 * ci.buckets; b++) readyNodes += ci.size[b]!;
+  if (readyNodes === 0) return `no ready node has ${cls} GPUs (${notReadyText})`;
+  const notReadySuffix = notReadyText ? `; not ready: ${notReadyText}` : "";
+
+  if (p.nodes <= 1) {
+    // How many ready nodes have how many free cards, most first: shows how far off it is.
+    const parts: string[] = [];
+    for (let f = ci.buckets - 1; f >= 0; f--) {
+      const count = ci.size[f]! + ci.size[ci.buckets + f]!;
+      if (count === 0) continue;
+      const verb = count === 1 ? "has" : "have";
+      parts.push(parts.length === 0 ? `${plural(count, "node")} ${verb} ${f}` : `${count} ${verb} ${f}`);
+    }
+    return `no ${cls} node has ${plural(p.gpus, "free GPU")} (${parts.join(", ")}${notReadySuffix})`;
+  }
+
+  // Multi-node: whole nodes with enough cards of the class, per fabric that has ready nodes of it.
+  const need = `needs ${p.nodes} whole ${cls} nodes (${plural(p.gpus, "GPU")} each) in one fabric`;
+  if (fabrics.length === 0) return `${need}; no ready ${cls} node is in a fabric${notReadySuffix}`;
+  const whole = new Int32Array(fleet.fabricNames.length);
+  for (let f = p.gpus; f < ci.buckets; f++) {
+    const b = ci.buckets + f;
+    for (let w = 0; w < ci.words; w++) {
+      let v = ci.bits[b * ci.words + w]!;
+      while (v !== 0) {
+        const e = (w << 5) + 31 - Math.clz32(v & -v);
+        v &= v - 1;
+        const id = ci.node[e]!;
+        for (let x = fleet.fabOff[id]!; x < fleet.fabOff[id + 1]!; x++) whole[fleet.fabList[x]!]!++;
+      }
+    }
+  }
+  const listed = [...fabrics].sort((a, b) => whole[b]! - whole[a]! || a - b);
+  let text = listed
+    .slice(0, REASON_FABRICS)
+    .map((f) => `${fleet.fabricNames[f]} has ${whole[f]}`)
+    .join(", ");
+  if (listed.length > REASON_FABRICS) text += `, and ${plural(listed.length - REASON_FABRICS, "more fabric")}`;
+  return `${need}; ${text}${notReadySuffix}`;
+}
