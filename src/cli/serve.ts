@@ -14,6 +14,12 @@ export const SERVE_FLAGS: FlagSpecs = {
   "node-timeout": { kind: "string", value: "DURATION", help: "no heartbeat for this long makes a node unreachable (default 15s)" },
   "heartbeat-interval": { kind: "string", value: "DURATION", help: "how often agents heartbeat (default 5s)" },
   "reconcile-interval": { kind: "string", value: "DURATION", help: "control loop tick (default 1s)" },
+  "start-timeout": { kind: "string", value: "DURATION", help: "a replica not ready this long after placement has failed (default 10m)" },
+  "max-failures": { kind: "string", value: "N", help: "failed starts in a row after which a model is parked (default 5)" },
+  "restart-backoff": { kind: "string", value: "DURATION", help: "first retry delay after a failure, doubling each time (default 2s)" },
+  "restart-backoff-max": { kind: "string", value: "DURATION", help: "longest retry delay (default 5m)" },
+  "replace-after": { kind: "string", value: "DURATION", help: "how long a node may be unreachable before its replicas are replaced (default 30s)" },
+  "engine-base-port": { kind: "string", value: "PORT", help: "first port handed to engines on each node (default 8100)" },
   "log-level": { kind: "string", value: "LEVEL", help: "trace, debug, info, warn, error (default info)" },
   help: { kind: "boolean", short: "h", help: "show this help" },
 };

@@ -248,9 +248,10 @@ export function reconcile({ snapshot, now, lastUsed, config: cfg, newId }: Recon
   const held = new Set<string>();
   const usedPorts = new Map<string, Set<number>>(); // by address: simulated nodes may share one
   const addressOf = (node: string) => nodes.get(node)?.address ?? node;
-  for (const r of live) {
-    if (removed.has(r.id)) continue;
-    if (holdsGpus(stateOf(r))) for (const s of r.shards) for (const g of s.gpus) held.add(key(s.node, g));
+  for (const r of snapshot.replicas) {
+    if (!removed.has(r.id) && holdsGpus(stateOf(r))) for (const s of r.shards) for (const g of s.gpus) held.add(key(s.node, g));
+    // A replica lost with its node may still have an engine on that port (the node is only
+    // silent), so its port stays taken in this step even though the replica is gone.
     if (r.port !== null && r.state !== "failed")
       for (const s of r.shards) {
         const a = addressOf(s.node);
@@ -285,7 +286,8 @@ export function reconcile({ snapshot, now, lastUsed, config: cfg, newId }: Recon
   for (const p of result.placed) {
     const leader = p.shards[0]!.node;
     const addresses = [...new Set(p.shards.map((s) => addressOf(s.node)))];
-    const port = freePort(addresses.map((a) => usedPorts.get(a)), cfg);
+    const id = newId();
+    const port = freePort(addresses.map((a) => usedPorts.get(a)), cfg, id);
     if (port === undefined) {
       result.unplaceable.set(p.model, `no free engine port on ${addresses.join(", ")} (${cfg.portCount} in use)`);
       continue;
@@ -295,7 +297,6 @@ export function reconcile({ snapshot, now, lastUsed, config: cfg, newId }: Recon
       if (!set) usedPorts.set(a, (set = new Set()));
       set.add(port);
     }
-    const id = newId();
     plan.create.push({ id, model: p.model, profile: p.profile, shards: p.shards, port, endpoint: `http://${urlHost(addressOf(leader))}:${port}` });
     const where = p.shards.map((s) => `${s.node}:${s.gpus.join(",")}`).join(" ");
     plan.events.push({ kind: "replica.placed", subject: `replica/${id}`, message: `placed replica ${id} of ${p.model} on ${where} (profile ${p.profile})` });
@@ -328,8 +329,19 @@ export function reconcile({ snapshot, now, lastUsed, config: cfg, newId }: Recon
   return plan;
 }
 
-function freePort(sets: (Set<number> | undefined)[], cfg: ReconcileConfig): number | undefined {
-  for (let p = cfg.basePort; p < cfg.basePort + cfg.portCount; p++) if (sets.every((s) => !s?.has(p))) return p;
+/**
+ * A port free on every address the replica spans. The search starts at a point derived from the
+ * replica's id rather than at the lowest port, so a port that was just given up — whose engine
+ * may not have exited yet — is unlikely to be handed out again at once.
+ */
+function freePort(sets: (Set<number> | undefined)[], cfg: ReconcileConfig, id: string): number | undefined {
+  let h = 2166136261;
+  for (let i = 0; i < id.length; i++) h = Math.imul(h ^ id.charCodeAt(i), 16777619) >>> 0;
+  const start = h % cfg.portCount;
+  for (let k = 0; k < cfg.portCount; k++) {
+    const p = cfg.basePort + ((start + k) % cfg.portCount);
+    if (sets.every((s) => !s?.has(p))) return p;
+  }
   return undefined;
 }
 

@@ -39,7 +39,10 @@ export async function startServe(bin: string, dir: string, extra: string[] = [])
     stdout: "pipe",
     stderr: "pipe",
   });
-  const info = await until("server.json", () => {
+  let exited = false;
+  void proc.exited.then(() => (exited = true));
+  const info = await until("server.json", async () => {
+    if (exited) throw new Error(`serve exited with ${proc.exitCode}: ${await new Response(proc.stderr).text()}`);
     try {
       const i = JSON.parse(readFileSync(join(dir, "llmgw-data", "server.json"), "utf8")) as { admin_url: string; pid: number };
       return i.pid === proc.pid ? i : undefined;
