@@ -9,10 +9,12 @@ import { type Clock, systemClock } from "../control/clock";
 import { Controller } from "../control/controller";
 import { Store } from "../store";
 import { VERSION } from "../version";
+import { Router } from "../router/router";
 import { buildAdminApp } from "./app";
 
 export interface RunningServer {
   adminUrl: string;
+  router: Router;
   routerUrl: string;
   adminToken: string;
   joinToken: string;
@@ -75,9 +77,32 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
     throw new Error(`cannot listen on ${config.admin_listen.host}:${config.admin_listen.port} (admin): ${(e as Error).message}`);
   }
   const adminUrl = localUrl(config.admin_listen.host, adminServer.port!);
-  // The router listener arrives with the router issue; its address is recorded already so the
-  // CLI and agents need no change then.
-  const routerUrl = localUrl(config.listen.host, config.listen.port);
+
+  const router = new Router({
+    host: config.listen.host,
+    port: config.listen.port,
+    now: () => clock.now(),
+    maxBodyBytes: config.max_body_bytes,
+    maxAttempts: config.max_attempts,
+    firstByteTimeoutMs: config.first_byte_timeout,
+    idleTimeoutMs: config.stream_idle_timeout,
+    coldStartTimeoutMs: config.cold_start_timeout,
+    cooldownMs: config.endpoint_cooldown,
+    demand: controller,
+    log: log.child({ component: "router" }),
+  });
+  let routerAddr: { url: string; port: number };
+  try {
+    routerAddr = router.start();
+  } catch (e) {
+    await adminServer.stop(true);
+    store.close();
+    throw new Error(`cannot listen on ${config.listen.host}:${config.listen.port} (router): ${(e as Error).message}`);
+  }
+  controller.setEndpointSink(router);
+  controller.setUsageSource(router);
+  const routerUrl = localUrl(config.listen.host, routerAddr.port);
+  log.info({ listen: `${config.listen.host}:${routerAddr.port}`, url: routerUrl }, "router listening");
   writeServerInfo(dataDir, { admin_url: adminUrl, router_url: routerUrl, pid: process.pid, version: VERSION, started_at: new Date().toISOString() });
   log.info({ admin: `${config.admin_listen.host}:${adminServer.port}`, url: adminUrl, version: VERSION }, "admin API listening");
 
@@ -101,6 +126,7 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
   let stopped = false;
   return {
     adminUrl,
+    router,
     routerUrl,
     adminToken: admin.token,
     joinToken: join_.token,
@@ -111,6 +137,7 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
       if (stopped) return;
       stopped = true;
       if (timer) clearInterval(timer);
+      await router.stop();
       await adminServer.stop(true);
       store.close();
       log.info("server stopped");

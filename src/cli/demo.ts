@@ -89,12 +89,15 @@ export const command: Command = {
       ].join("\n"),
     );
     await new Promise<void>((resolve) => {
+      let stopping = false;
       const stop = () => {
+        if (stopping) return;
+        stopping = true;
         process.stdout.write("\nstopping the demo cluster…\n");
         cluster.stop().then(resolve, resolve);
       };
-      process.once("SIGINT", stop);
-      process.once("SIGTERM", stop);
+      process.on("SIGINT", stop);
+      process.on("SIGTERM", stop);
     });
   },
 };

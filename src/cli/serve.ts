@@ -20,13 +20,19 @@ export const SERVE_FLAGS: FlagSpecs = {
   "restart-backoff-max": { kind: "string", value: "DURATION", help: "longest retry delay (default 5m)" },
   "replace-after": { kind: "string", value: "DURATION", help: "how long a node may be unreachable before its replicas are replaced (default 30s)" },
   "engine-base-port": { kind: "string", value: "PORT", help: "first port handed to engines on each node (default 8100)" },
+  "first-byte-timeout": { kind: "string", value: "DURATION", help: "router: upstream's first byte within this (default 5m)" },
+  "stream-idle-timeout": { kind: "string", value: "DURATION", help: "router: longest quiet gap in a stream (default 2m)" },
+  "cold-start-timeout": { kind: "string", value: "DURATION", help: "router: wait this long for an on-demand model to start (default 5m)" },
+  "max-attempts": { kind: "string", value: "N", help: "router: attempts per request, retries only before the first byte (default 3)" },
+  "max-body-bytes": { kind: "string", value: "BYTES", help: "router: largest request body (default 8388608)" },
+  "endpoint-cooldown": { kind: "string", value: "DURATION", help: "router: pass a failing replica over this long (default 5s)" },
   "log-level": { kind: "string", value: "LEVEL", help: "trace, debug, info, warn, error (default info)" },
   help: { kind: "boolean", short: "h", help: "show this help" },
 };
 
 export const command: Command = {
   name: "serve",
-  summary: "Run the head node: control plane, admin and agent API (and the router, from the router release on).",
+  summary: "Run the head node: control plane, admin and agent API, and the OpenAI-compatible router.",
   usage: "llmgw serve [--data-dir DIR] [--admin-listen HOST:PORT] [--config FILE] …",
   flags: SERVE_FLAGS,
   details: "Every flag has an environment variable (LLMGW_ + the flag's name in capitals with _ for -) and a config file key (the flag's name with _ for -). Precedence: flags, environment, config file, defaults.",
@@ -40,12 +46,17 @@ export const command: Command = {
     const server = await startServer({ config, log });
     process.stderr.write(`llmgw serve: admin API on ${server.adminUrl} (data dir ${server.dataDir})\n`);
     await new Promise<void>((resolve) => {
+      let stopping = false;
       const stop = (sig: string) => {
+        // A second signal (a terminal's Ctrl-C reaches both this process and the one that
+        // started it) must not cut the graceful stop short.
+        if (stopping) return;
+        stopping = true;
         log.info({ signal: sig }, "shutting down");
         server.stop().then(resolve, resolve);
       };
-      process.once("SIGINT", () => stop("SIGINT"));
-      process.once("SIGTERM", () => stop("SIGTERM"));
+      process.on("SIGINT", () => stop("SIGINT"));
+      process.on("SIGTERM", () => stop("SIGTERM"));
     });
   },
 };

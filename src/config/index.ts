@@ -42,6 +42,18 @@ export const ServeConfig = z.strictObject({
   restart_backoff_max: Duration.prefault("5m"),
   /** How long a node may stay unreachable before its replicas are replaced elsewhere. */
   replace_after: Duration.prefault("30s"),
+  /** Router: upstream must send its first byte within this. */
+  first_byte_timeout: Duration.prefault("5m"),
+  /** Router: a stream quiet for this long between chunks is ended with an error event. */
+  stream_idle_timeout: Duration.prefault("2m"),
+  /** Router: how long a request for a cold on-demand model waits for its replica. */
+  cold_start_timeout: Duration.prefault("5m"),
+  /** Router: attempts per request (retries only before the first byte). */
+  max_attempts: z.coerce.number().int().min(1).max(10).default(3),
+  /** Router: largest request body, bytes. */
+  max_body_bytes: z.coerce.number().int().min(1024).max(1024 * 1024 * 1024).default(8 * 1024 * 1024),
+  /** Router: how long a replica that failed (connection error, 5xx) is passed over. */
+  endpoint_cooldown: Duration.prefault("5s"),
   /** Engines get ports from here up (900 of them per node address); their rendezvous ports the 900 after. */
   engine_base_port: z.coerce.number().int().min(1024).max(63000).default(8100),
   log_level: LogLevel.default("info"),

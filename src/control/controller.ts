@@ -11,7 +11,7 @@ import type { Assignment, HeartbeatRequest, HeartbeatResponse } from "../protoco
 import type { AdminState, EventView, ModelView, NodeView, ReplicaView, Summary, Tables } from "../protocol/views";
 import { NotFoundError, type Snapshot, type Store } from "../store";
 import type { Clock } from "./clock";
-import type { EndpointInfo, EndpointSink, UsageSource } from "./interfaces";
+import type { CatalogEntry, EndpointInfo, EndpointSink, UsageSource } from "./interfaces";
 import { DEFAULT_RECONCILE, type Plan, type ReconcileConfig, isEmpty, processReports, reconcile } from "./reconciler";
 import { summarize } from "./summary";
 import { buildTables, nodeState } from "./views";
@@ -24,6 +24,8 @@ export interface ControllerOptions {
   nodeTimeoutMs: number;
   heartbeatIntervalMs: number;
   reconcile?: Partial<ReconcileConfig>;
+  /** Load must stay low this long before a model scales down. */
+  scaleDownDelayMs?: number;
 }
 
 type Waiter = { generation: number; resolve: () => void };
@@ -38,6 +40,7 @@ export class Controller {
   /** The router's last-used map as collected on the latest tick. */
   private lastUsed: ReadonlyMap<string, number> = new Map();
   private lastPublished = "";
+  private lastCatalog = "";
   /** Per node: a counter bumped whenever its assignment set changes, and what it was computed from. */
   private readonly generations = new Map<string, { generation: number; fingerprint: string; assignments: Assignment[] }>();
   private readonly waiters = new Map<string, Set<Waiter>>();
@@ -49,6 +52,9 @@ export class Controller {
    */
   private readonly generationBase: number;
   private wakeScheduled = false;
+  private readonly demandWritten = new Map<string, number>();
+  private readonly lowSince = new Map<string, number>();
+  readonly scaleDownDelayMs: number;
   private onWake: (() => void) | undefined;
 
   constructor(readonly opts: ControllerOptions) {
@@ -57,6 +63,7 @@ export class Controller {
     this.log = opts.log;
     this.config = { ...DEFAULT_RECONCILE, nodeTimeoutMs: opts.nodeTimeoutMs, ...opts.reconcile };
     this.generationBase = Math.floor(opts.clock.now() / 1000);
+    this.scaleDownDelayMs = opts.scaleDownDelayMs ?? 60_000;
   }
 
   /**
@@ -70,6 +77,7 @@ export class Controller {
   setEndpointSink(s: EndpointSink): void {
     this.sink = s;
     this.lastPublished = "";
+    this.lastCatalog = "";
   }
 
   /** Called when something happened that deserves a reconcile before the next tick. */
@@ -98,7 +106,8 @@ export class Controller {
     // Usage first, so idleness is as fresh as what is published beside it.
     this.collectUsage();
     const now = this.clock.now();
-    const snapshot = this.store.snapshot();
+    let snapshot = this.store.snapshot();
+    if (this.scale(snapshot, now)) snapshot = this.store.snapshot();
     this.noteReachability(snapshot, now);
     const plan = reconcile({ snapshot, now, lastUsed: this.lastUsed, config: this.config, newId: this.newId });
     const after = isEmpty(plan) ? snapshot : this.apply(plan, now);
@@ -245,6 +254,15 @@ export class Controller {
 
   private publish(snapshot: Snapshot): void {
     if (!this.sink) return;
+    const catalog: CatalogEntry[] = snapshot.models.map((m) => {
+      const spec = m.spec as ModelSpec;
+      return { name: m.name, aliases: spec.aliases, on_demand: spec.on_demand, pool: spec.pool, created: Math.floor(m.createdAt / 1000) };
+    });
+    const cfp = JSON.stringify(catalog);
+    if (cfp !== this.lastCatalog) {
+      this.lastCatalog = cfp;
+      this.sink.setCatalog(catalog);
+    }
     const eps = this.endpoints(snapshot);
     // Unchanged lists are not re-published: replacing the table is cheap, but it resets the
     // router's per-endpoint metric polling for no reason.
@@ -255,13 +273,59 @@ export class Controller {
     this.sink.setEndpoints(eps);
   }
 
-  /** A client asked for a model (router's demand signal): an on-demand model wants a replica. */
+  /**
+   * A client asked for a model nothing serves (the router's demand signal): an on-demand model
+   * then wants a replica. Written at most once a second per model, however many ask.
+   */
   requestModel(nameOrAlias: string): boolean {
+    const now = this.clock.now();
+    const last = this.demandWritten.get(nameOrAlias);
+    if (last !== undefined && now - last >= 0 && now - last < 1000) return true;
     const row = this.store.resolveModel(nameOrAlias);
     if (!row) return false;
-    this.store.updateModelState(row.name, { lastRequestedAt: this.clock.now() });
+    this.demandWritten.set(nameOrAlias, now);
+    this.store.updateModelState(row.name, { lastRequestedAt: now });
     this.wake();
     return true;
+  }
+
+  /**
+   * Load-based scaling between min and max: the router's in-flight count per model against the
+   * model's target_inflight per replica. Up at once; down only after the load has stayed low
+   * for scaleDownDelayMs, and only when one replica fewer would still be under 80% of target,
+   * so replicas do not flap. Returns whether anything was written.
+   */
+  private scale(snapshot: Snapshot, now: number): boolean {
+    if (!this.usage) return false;
+    const inflight = this.usage.inflightByModel();
+    const state = new Map(snapshot.modelState.map((m) => [m.model, m]));
+    let wrote = false;
+    for (const m of snapshot.models) {
+      const spec = m.spec as ModelSpec;
+      const per = spec.target_inflight;
+      if (per === undefined || spec.replicas.max <= spec.replicas.min) continue;
+      const load = inflight.get(m.name) ?? 0;
+      const current = state.get(m.name)?.scaleTarget ?? spec.replicas.min;
+      const wanted = Math.min(spec.replicas.max, Math.max(spec.replicas.min, Math.ceil(load / per)));
+      let next = current;
+      if (wanted > current) {
+        next = wanted;
+        this.lowSince.delete(m.name);
+      } else if (wanted < current && load < (current - 1) * per * 0.8) {
+        const since = this.lowSince.get(m.name);
+        if (since === undefined || now < since) this.lowSince.set(m.name, now);
+        else if (now - since >= this.scaleDownDelayMs) {
+          next = current - 1;
+          this.lowSince.set(m.name, now);
+        }
+      } else this.lowSince.delete(m.name);
+      if (next !== current) {
+        this.store.updateModelState(m.name, { scaleTarget: next });
+        this.event("model.scaled", `model/${m.name}`, `model ${m.name} scaled ${next > current ? "up" : "down"} to ${next} (in flight ${load}, target ${per} per replica)`);
+        wrote = true;
+      }
+    }
+    return wrote;
   }
 
   // ---- views --------------------------------------------------------------------------

@@ -179,6 +179,22 @@ export function reconcile({ snapshot, now, lastUsed, config: cfg, newId }: Recon
   }
   const onDrainingNode = (r: ReplicaRow) => r.shards.some((s) => nodes.get(s.node)?.adminState === "draining");
 
+  // An on-demand model is wanted while it is used, not only while it is asked for cold: the
+  // router's last-used stamps of its replicas count as asking.
+  const usedAt = new Map<string, number>();
+  for (const r of snapshot.replicas) {
+    const t = lastUsed.get(r.id);
+    if (t !== undefined && t > (usedAt.get(r.model) ?? 0)) usedAt.set(r.model, t);
+  }
+  for (const m of snapshot.models) {
+    if (!(m.spec as ModelSpec).on_demand) continue;
+    const t = usedAt.get(m.name);
+    const st = mstate.get(m.name);
+    if (t === undefined || t > now || (st?.lastRequestedAt != null && st.lastRequestedAt >= t - 1000)) continue;
+    plan.modelState.set(m.name, { ...plan.modelState.get(m.name), lastRequestedAt: t });
+    mstate.set(m.name, { ...(st ?? emptyState(m.name)), lastRequestedAt: t });
+  }
+
   // 3. Per model: drain moves, surplus, and what is short.
   const requests: (PlacementRequest & { ready: number; desired: number })[] = [];
   const satisfiedModels: string[] = [];
@@ -334,6 +350,10 @@ export function reconcile({ snapshot, now, lastUsed, config: cfg, newId }: Recon
  * replica's id rather than at the lowest port, so a port that was just given up — whose engine
  * may not have exited yet — is unlikely to be handed out again at once.
  */
+function emptyState(model: string): ModelStateRow {
+  return { model, failures: 0, parked: false, reason: null, lastFailureAt: null, lastRequestedAt: null, scaleTarget: null, unplaceableReason: null };
+}
+
 function freePort(sets: (Set<number> | undefined)[], cfg: ReconcileConfig, id: string): number | undefined {
   let h = 2166136261;
   for (let i = 0; i < id.length; i++) h = Math.imul(h ^ id.charCodeAt(i), 16777619) >>> 0;

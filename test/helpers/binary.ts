@@ -41,16 +41,22 @@ export async function startServe(bin: string, dir: string, extra: string[] = [])
   });
   let exited = false;
   void proc.exited.then(() => (exited = true));
+  const spawnedAt = Date.now() - 1000;
+  // serve starts itself again (to lift Bun's fetch limit), so the pid in server.json is the
+  // child's: recognise this start by its time instead.
   const info = await until("server.json", async () => {
     if (exited) throw new Error(`serve exited with ${proc.exitCode}: ${await new Response(proc.stderr).text()}`);
     try {
-      const i = JSON.parse(readFileSync(join(dir, "llmgw-data", "server.json"), "utf8")) as { admin_url: string; pid: number };
-      return i.pid === proc.pid ? i : undefined;
+      const i = JSON.parse(readFileSync(join(dir, "llmgw-data", "server.json"), "utf8")) as { admin_url: string; router_url: string; pid: number; started_at: string };
+      return Date.parse(i.started_at) >= spawnedAt ? i : undefined;
     } catch {
       return undefined;
     }
+  }).catch((e) => {
+    proc.kill("SIGKILL");
+    throw e;
   });
   const joinToken = readFileSync(join(dir, "llmgw-data", "join.token"), "utf8").trim();
   const adminToken = readFileSync(join(dir, "llmgw-data", "admin.token"), "utf8").trim();
-  return { proc, adminUrl: info.admin_url, joinToken, adminToken };
+  return { proc, adminUrl: info.admin_url, routerUrl: info.router_url, servePid: info.pid, joinToken, adminToken };
 }

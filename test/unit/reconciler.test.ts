@@ -31,7 +31,7 @@ function setup(reconcile: Record<string, number> = {}) {
     reconcile: { backoffMs: 2_000, backoffMaxMs: 60_000, maxFailures: 3, replaceAfterMs: 30_000, reportGraceMs: 5_000, startTimeoutMs: 120_000, ...reconcile },
   });
   published = [];
-  ctl.setEndpointSink({ setEndpoints: (e) => published.push(e) });
+  ctl.setEndpointSink({ setEndpoints: (e) => published.push(e), setCatalog: () => {} });
 }
 
 const nodesDef: NodeDef[] = [
@@ -356,7 +356,7 @@ describe("surplus and catalog changes", () => {
     const ids = byModel("m").map((r) => r.id);
     beat(big, ready(ids.slice(0, 3))); // three ready, one still starting
     const [busy, idle, unknown] = ids;
-    ctl.setUsageSource({ lastUsed: () => new Map([[busy!, T0 - 1_000], [idle!, T0 - 3_600_000]]) });
+    ctl.setUsageSource({ lastUsed: () => new Map([[busy!, T0 - 1_000], [idle!, T0 - 3_600_000]]), inflightByModel: () => new Map() });
     ctl.putModels([model({ name: "m", replicas: { min: 2 } })]);
     ctl.tick();
     const draining = byModel("m").filter((r) => r.state === "draining").map((r) => r.id).sort();

@@ -1,0 +1,50 @@
+// What the control plane and the router tell each other, in process today and over a wire
+// once they are split: the endpoint list and catalog (control → router), and last-used times,
+// in-flight counts and demand (router → control). Plain types; the two sides never import
+// each other, only this file.
+
+export interface EndpointInfo {
+  /** Replica id. */
+  id: string;
+  /** Base URL without a trailing slash. */
+  url: string;
+  /** The model's name first, then its aliases: clients may use any of them. */
+  models: string[];
+  engine: string;
+  pool: string;
+  weight: number;
+  /** The profile's priority tier; lower is preferred. */
+  priority: number;
+}
+
+/** A catalog model as the router needs it: to list it, to tell unknown from not running. */
+export interface CatalogEntry {
+  name: string;
+  aliases: string[];
+  on_demand: boolean;
+  pool: string;
+  /** Created time, seconds since the epoch, for /v1/models. */
+  created: number;
+}
+
+/** Control → router: replaces the router's table wholesale. */
+export interface EndpointSink {
+  setEndpoints(endpoints: EndpointInfo[]): void;
+  setCatalog(models: CatalogEntry[]): void;
+}
+
+/**
+ * Router → control, read once a tick: when each replica was last sent a request (ms since
+ * epoch; absent means unknown, never idle) and how many requests each model has in flight.
+ * Snapshots, not an event stream: per-request notification would cost per request and carry
+ * no more than the newest stamp.
+ */
+export interface UsageSource {
+  lastUsed(): ReadonlyMap<string, number>;
+  inflightByModel(): ReadonlyMap<string, number>;
+}
+
+/** Router → control: a client asked for this model (name or alias) and nothing serves it. */
+export interface DemandSink {
+  requestModel(nameOrAlias: string): void;
+}

@@ -1,0 +1,535 @@
+// The router's balancer: which replica serves the next request attempt. Priority tiers, then
+// consistent hashing with bounded loads over a prefix key within a tier; it also keeps what the
+// control plane reads back (last-used stamps, in-flight per model) and the engine metrics.
+
+import type { EndpointInfo, UsageSource } from "../protocol/routing";
+
+export interface BalancerOptions {
+  /** Injected clock, ms. Default Date.now. */
+  now?: () => number;
+  /** Bounded-load factor c: no endpoint takes more than ceil(c × its share of the load). Default 1.25. */
+  loadFactor?: number;
+  /** Virtual nodes per unit of weight on the hash ring. Default 40 (weight 2 → 80). */
+  vnodesPerWeight?: number;
+  /** Saturated at ≥ inflight requests in flight or ≥ queue waiting in the engine. Defaults 64 / 8. */
+  saturation?: { inflight: number; queue: number };
+  /** KV-cache usage (0..1) above which an endpoint is passed over while others are not. Default 0.95. */
+  kvHigh?: number;
+  /** Engine waiting count above which the same applies. Default 4. */
+  queueHigh?: number;
+}
+
+/** One per endpoint id. The balancer owns `inflight` and `lastUsed`; the metrics poller writes through setMetrics. */
+export interface EndpointState {
+  readonly id: string;
+  readonly url: string;
+  readonly info: EndpointInfo;
+  inflight: number;
+  /** ms of the last acquire; 0 = never. */
+  lastUsed: number;
+  cooldownUntil: number;
+  /** Engine metrics, -1 unknown. */
+  waiting: number;
+  running: number;
+  kvUsage: number;
+}
+
+export interface Lease {
+  readonly endpoint: EndpointState;
+  /** Un-counts the request; only the first call does anything. */
+  release(): void;
+}
+
+const DEFAULTS = {
+  loadFactor: 1.25,
+  vnodesPerWeight: 40,
+  saturation: { inflight: 64, queue: 8 },
+  kvHigh: 0.95,
+  queueHigh: 4,
+};
+
+// Ring steps taken before giving up on the ring order and scanning the tier's members. With
+// c = 1.25 at most 80% of endpoints can be at their bound, so 64 steps fail by chance about
+// once in 10^6; past that the tier is degenerate (mostly cooling, excluded or hot) and a linear
+// scan is cheaper than walking every virtual node.
+const WALK_LIMIT = 64;
+// Ring entries are sorted packed as hash × 2^20 + member index, exact in a float64 (32+20 bits).
+const MEMBER_BITS = 2 ** 20;
+// Top bits of a key index a table of ring offsets, so the binary search covers one bucket
+// instead of the whole ring. About one bucket per vnode (2^ceil(log2 size) of them): the search
+// is then a step or two at 4 endpoints and at 400 alike, and the table no bigger than the ring.
+const MIN_BUCKET_BITS = 4;
+const MAX_BUCKET_BITS = 16;
+
+const EMPTY_TIERS: readonly Tier[] = [];
+
+/** Endpoints of one priority that serve one model name in one scope (a pool, or any pool). */
+interface Tier {
+  readonly priority: number;
+  readonly members: readonly State[];
+  readonly totalWeight: number;
+  /** Sorted vnodes as pairs [hash, member index]: the pair a search ends on shares a cache line. */
+  readonly ring: Uint32Array;
+  /** bucket b → first ring index whose hash's top bits (32 − shift of them) are ≥ b. */
+  readonly buckets: Uint32Array;
+  readonly shift: number;
+  // Kept incrementally on acquire/release/setMetrics so a pick never sums over members.
+  inflight: number;
+  hotCount: number;
+  satCount: number;
+}
+
+interface ModelTiers {
+  any: Tier[];
+  pools: Map<string, Tier[]>;
+}
+
+class State implements EndpointState {
+  // The fields a pick reads are declared first so they sit together in the object: at 400
+  // endpoints the states no longer all fit in L1. hot and sat are cached verdicts so tiers can
+  // count them; waiting and kvUsage are accessors so that a poller writing the fields directly
+  // cannot leave the counts stale.
+  sat = false;
+  hot = false;
+  cooldownUntil = 0;
+  inflight = 0;
+  /** vnodes / vnodesPerWeight: the share of a tier's load the bound allows this endpoint. */
+  weight = 1;
+  /** Every distinct tier this endpoint is in, for the counters; empty once removed. */
+  tiers: readonly Tier[] = EMPTY_TIERS;
+  lastUsed = 0;
+  /** Set with lastUsed: an injected clock may read 0, which must still count as known. */
+  acquired = false;
+  readonly id: string;
+  url: string;
+  info: EndpointInfo;
+  running = -1;
+  vnodes: Uint32Array = new Uint32Array(0);
+  private _waiting = -1;
+  private _kvUsage = -1;
+
+  constructor(
+    info: EndpointInfo,
+    private readonly cfg: Limits,
+  ) {
+    this.id = info.id;
+    this.url = info.url;
+    this.info = info;
+  }
+
+  get waiting(): number {
+    return this._waiting;
+  }
+  set waiting(v: number) {
+    this._waiting = v;
+    this.refresh();
+  }
+  get kvUsage(): number {
+    return this._kvUsage;
+  }
+  set kvUsage(v: number) {
+    this._kvUsage = v;
+    this.refresh();
+  }
+
+  /** Recomputes hot and saturated and moves the tiers' counts when either flips. */
+  refresh(): void {
+    const c = this.cfg;
+    const hot = this._waiting > c.queueHigh || this._kvUsage > c.kvHigh;
+    const sat = this.inflight >= c.satInflight || this._waiting >= c.satQueue;
+    if (hot !== this.hot) {
+      this.hot = hot;
+      const d = hot ? 1 : -1;
+      for (const t of this.tiers) t.hotCount += d;
+    }
+    if (sat !== this.sat) {
+      this.sat = sat;
+      const d = sat ? 1 : -1;
+      for (const t of this.tiers) t.satCount += d;
+    }
+  }
+}
+
+interface Limits {
+  readonly satInflight: number;
+  readonly satQueue: number;
+  readonly kvHigh: number;
+  readonly queueHigh: number;
+}
+
+class LeaseImpl implements Lease {
+  private open = true;
+  constructor(
+    readonly endpoint: State,
+    private readonly owner: Balancer,
+  ) {}
+  release(): void {
+    if (!this.open) return;
+    this.open = false;
+    this.owner.uncount(this.endpoint);
+  }
+}
+
+export class Balancer implements UsageSource {
+  private readonly now: () => number;
+  private readonly loadFactor: number;
+  private readonly vnodesPerWeight: number;
+  private readonly limits: Limits;
+  private states = new Map<string, State>();
+  private list: readonly State[] = [];
+  private models = new Map<string, ModelTiers>();
+  // Removed endpoints still serving requests: their models still have work in flight, and an
+  // id that comes back before they finish (a list published without it for a tick) is the same
+  // replica with the same requests on it.
+  private readonly orphans = new Map<string, State>();
+  // Scratch for pick(): one set of fields reused instead of a result object per call.
+  private best: State | undefined;
+  private bestLoad = 0;
+  private firstHot: State | undefined;
+  private bestHot: State | undefined;
+  private bestHotLoad = 0;
+
+  constructor(opts: BalancerOptions = {}) {
+    this.now = opts.now ?? Date.now;
+    this.loadFactor = opts.loadFactor ?? DEFAULTS.loadFactor;
+    this.vnodesPerWeight = opts.vnodesPerWeight ?? DEFAULTS.vnodesPerWeight;
+    const sat = opts.saturation ?? DEFAULTS.saturation;
+    this.limits = {
+      satInflight: sat.inflight,
+      satQueue: sat.queue,
+      kvHigh: opts.kvHigh ?? DEFAULTS.kvHigh,
+      queueHigh: opts.queueHigh ?? DEFAULTS.queueHigh,
+    };
+    if (!(this.loadFactor >= 1)) throw new Error(`loadFactor must be at least 1, got ${this.loadFactor}`);
+    if (!(this.vnodesPerWeight > 0)) throw new Error(`vnodesPerWeight must be positive, got ${this.vnodesPerWeight}`);
+  }
+
+  /**
+   * Replaces the endpoint table. Ids that stay keep their state (in flight, last used, metrics,
+   * cooldown), as does an id removed and back while requests on it were still in flight; all
+   * rings are rebuilt here so acquire only reads them.
+   */
+  setEndpoints(list: EndpointInfo[]): void {
+    const next = new Map<string, State>();
+    const ordered: State[] = [];
+    for (const info of list) {
+      if (next.has(info.id)) continue; // a duplicate id would count one replica twice
+      let s = this.states.get(info.id) ?? this.orphans.get(info.id);
+      if (s === undefined) s = new State(info, this.limits);
+      else {
+        s.info = info;
+        s.url = info.url;
+      }
+      const want = vnodeCount(info.weight, this.vnodesPerWeight);
+      if (s.vnodes.length !== want) s.vnodes = vnodePositions(info.id, want);
+      s.weight = want / this.vnodesPerWeight;
+      next.set(info.id, s);
+      ordered.push(s);
+    }
+    for (const [id, s] of this.states) {
+      if (next.has(id)) continue;
+      s.tiers = EMPTY_TIERS;
+      if (s.inflight > 0) this.orphans.set(id, s);
+    }
+    for (const s of ordered) this.orphans.delete(s.id);
+
+    // Group members per (name, scope, priority), keeping list order so equal memberships give
+    // equal signatures: an alias, or the only pool, then shares the name's Tier and its ring.
+    const groups = new Map<string, { any: Map<number, State[]>; pools: Map<string, Map<number, State[]>> }>();
+    for (const s of ordered) {
+      const { models, pool, priority } = s.info;
+      for (let i = 0; i < models.length; i++) {
+        const name = models[i]!;
+        if (models.indexOf(name) !== i) continue;
+        let g = groups.get(name);
+        if (g === undefined) groups.set(name, (g = { any: new Map(), pools: new Map() }));
+        push(g.any, priority, s);
+        let p = g.pools.get(pool);
+        if (p === undefined) g.pools.set(pool, (p = new Map()));
+        push(p, priority, s);
+      }
+    }
+    const memo = new Map<string, Tier>();
+    const tiersOf = new Map<State, Set<Tier>>();
+    const build = (byPriority: Map<number, State[]>): Tier[] => {
+      const out: Tier[] = [];
+      for (const priority of [...byPriority.keys()].sort((a, b) => a - b)) {
+        const members = byPriority.get(priority)!;
+        const sig = `${priority}\n${members.map((m) => m.id).join("\n")}`;
+        let t = memo.get(sig);
+        if (t === undefined) {
+          memo.set(sig, (t = this.buildTier(priority, members)));
+          for (const m of members) {
+            let set = tiersOf.get(m);
+            if (set === undefined) tiersOf.set(m, (set = new Set()));
+            set.add(t);
+          }
+        }
+        out.push(t);
+      }
+      return out;
+    };
+    const models = new Map<string, ModelTiers>();
+    for (const [name, g] of groups) {
+      const pools = new Map<string, Tier[]>();
+      for (const [pool, byPriority] of g.pools) pools.set(pool, build(byPriority));
+      models.set(name, { any: build(g.any), pools });
+    }
+    for (const s of ordered) s.tiers = [...(tiersOf.get(s) ?? [])];
+
+    this.states = next;
+    this.list = ordered;
+    this.models = models;
+  }
+
+  private buildTier(priority: number, members: State[]): Tier {
+    let total = 0;
+    let size = 0;
+    for (const m of members) {
+      total += m.weight;
+      size += m.vnodes.length;
+    }
+    if (members.length >= MEMBER_BITS) throw new Error(`too many endpoints in one tier: ${members.length}`);
+    const packed = new Float64Array(size);
+    let k = 0;
+    for (let i = 0; i < members.length; i++) for (const h of members[i]!.vnodes) packed[k++] = h * MEMBER_BITS + i;
+    packed.sort();
+    const ring = new Uint32Array(2 * size);
+    for (let j = 0; j < size; j++) {
+      const p = packed[j]!;
+      const m = p % MEMBER_BITS;
+      ring[2 * j] = (p - m) / MEMBER_BITS;
+      ring[2 * j + 1] = m;
+    }
+    const bits = Math.max(MIN_BUCKET_BITS, Math.min(MAX_BUCKET_BITS, Math.ceil(Math.log2(size))));
+    const shift = 32 - bits;
+    const nb = 1 << bits;
+    const buckets = new Uint32Array(nb + 1);
+    let j = 0;
+    for (let b = 0; b <= nb; b++) {
+      while (j < size && ring[2 * j]! >>> shift < b) j++;
+      buckets[b] = j;
+    }
+    let inflight = 0;
+    let hotCount = 0;
+    let satCount = 0;
+    for (const m of members) {
+      inflight += m.inflight;
+      if (m.hot) hotCount++;
+      if (m.sat) satCount++;
+    }
+    return { priority, members, totalWeight: total, ring, buckets, shift, inflight, hotCount, satCount };
+  }
+
+  /**
+   * Picks an endpoint for one request attempt, counts it in flight and stamps its last use, all
+   * in this one synchronous step. undefined: nothing serves the model in this pool once the
+   * excluded ids are left out. When every candidate is saturated or cooling down, one of them is
+   * still returned (the least loaded, else the one whose cooldown ends first): a blip on the only
+   * replica should slow requests down, not answer them as if the model were not running.
+   */
+  acquire(model: string, key: number, pool?: string, exclude?: ReadonlySet<string>): Lease | undefined {
+    const entry = this.models.get(model);
+    if (entry === undefined) return undefined;
+    const tiers = pool === undefined ? entry.any : entry.pools.get(pool);
+    if (tiers === undefined) return undefined;
+    const now = this.now();
+    const k = mix32(key);
+    const ex = exclude !== undefined && exclude.size > 0 ? exclude : undefined;
+    let s: State | undefined;
+    for (let i = 0; i < tiers.length && s === undefined; i++) s = this.pick(tiers[i]!, k, ex, now);
+    if (s === undefined) s = lastResort(tiers, ex, now);
+    if (s === undefined) return undefined;
+    s.inflight++;
+    s.lastUsed = now;
+    s.acquired = true;
+    const ts = s.tiers;
+    for (let i = 0; i < ts.length; i++) ts[i]!.inflight++;
+    if (!s.sat && s.inflight >= this.limits.satInflight) s.refresh();
+    return new LeaseImpl(s, this);
+  }
+
+  /** @internal Lease.release's second half; exactly once per acquire. */
+  uncount(s: State): void {
+    s.inflight--;
+    const ts = s.tiers;
+    for (let i = 0; i < ts.length; i++) ts[i]!.inflight--;
+    if (s.sat) s.refresh();
+    if (s.inflight === 0 && ts === EMPTY_TIERS && this.orphans.get(s.id) === s) this.orphans.delete(s.id);
+  }
+
+  /**
+   * Bounded-load consistent hashing within one tier: the first endpoint clockwise from the key
+   * that is usable and under its bound, not hot unless every usable one is. undefined when every
+   * member is saturated, cooling down or excluded (the caller spills to the next tier).
+   */
+  private pick(t: Tier, key: number, ex: ReadonlySet<string> | undefined, now: number): State | undefined {
+    const members = t.members;
+    const n = members.length;
+    if (t.satCount === n) return undefined;
+    const ring = t.ring;
+    const len = ring.length >>> 1;
+    // The paper's bound ceil(c·(T+1)/n), with each member's share w/W in place of 1/n so weights
+    // hold under load too (as HAProxy does); identical when weights are equal.
+    const perWeight = (this.loadFactor * (t.inflight + 1)) / t.totalWeight;
+    // When every member is hot, hotness ranks nothing; skip the two-class bookkeeping.
+    const allHot = t.hotCount === n;
+
+    const b = key >>> t.shift;
+    let lo = t.buckets[b]!;
+    let hi = t.buckets[b + 1]!;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (ring[2 * mid]! < key) lo = mid + 1;
+      else hi = mid;
+    }
+    let pos = lo === len ? 0 : lo;
+
+    this.best = undefined;
+    this.bestLoad = Infinity;
+    this.firstHot = undefined;
+    this.bestHot = undefined;
+    this.bestHotLoad = Infinity;
+    const steps = len < WALK_LIMIT ? len : WALK_LIMIT;
+    for (let i = 0; i < steps; i++) {
+      const m = ring[2 * pos + 1]!;
+      if (++pos === len) pos = 0;
+      const s = members[m]!;
+      if (this.consider(s, perWeight, allHot, ex, now)) return s;
+    }
+    // Every vnode lies on the ring, so a walk over all of it has seen every member.
+    if (steps < len) {
+      for (let m = 0; m < n; m++) {
+        const s = members[m]!;
+        if (this.consider(s, perWeight, allHot, ex, now)) return s;
+      }
+    }
+    return this.best ?? this.firstHot ?? this.bestHot;
+  }
+
+  /** true: take `s` now. Otherwise records it among the fallbacks of the current pick. */
+  private consider(s: State, perWeight: number, allHot: boolean, ex: ReadonlySet<string> | undefined, now: number): boolean {
+    if (s.sat || s.cooldownUntil > now || (ex !== undefined && ex.has(s.id))) return false;
+    // inflight + 1 ≤ ceil(x) ⇔ inflight < x for an integer inflight.
+    const within = s.inflight < perWeight * s.weight;
+    const load = s.inflight / s.weight;
+    if (allHot || !s.hot) {
+      if (within) return true;
+      if (load < this.bestLoad) {
+        this.bestLoad = load;
+        this.best = s;
+      }
+    } else {
+      if (within && this.firstHot === undefined) this.firstHot = s;
+      if (load < this.bestHotLoad) {
+        this.bestHotLoad = load;
+        this.bestHot = s;
+      }
+    }
+    return false;
+  }
+
+  /** Whether any endpoint at all serves the model (name or alias), in the pool if one is given. */
+  has(model: string, pool?: string): boolean {
+    const entry = this.models.get(model);
+    if (entry === undefined) return false;
+    return (pool === undefined ? entry.any : entry.pools.get(pool)) !== undefined;
+  }
+
+  /** Passes the endpoint over until now+ms; never shortens a cooldown already running. */
+  cooldown(id: string, ms: number): void {
+    const s = this.states.get(id);
+    if (s === undefined) return;
+    const until = this.now() + ms;
+    if (until > s.cooldownUntil) s.cooldownUntil = until;
+  }
+
+  /** Engine metrics from the poller; fields left out keep their value, -1 means unknown. */
+  setMetrics(id: string, m: { running?: number; waiting?: number; kvUsage?: number }): void {
+    const s = this.states.get(id);
+    if (s === undefined) return;
+    if (m.running !== undefined) s.running = m.running;
+    if (m.waiting !== undefined) s.waiting = m.waiting;
+    if (m.kvUsage !== undefined) s.kvUsage = m.kvUsage;
+  }
+
+  /** The current table, in setEndpoints order. Replaced, never mutated, by setEndpoints. */
+  endpoints(): readonly EndpointState[] {
+    return this.list;
+  }
+
+  /** id → ms of the last acquire. An endpoint never acquired since this router started is absent: unknown, not idle. */
+  lastUsed(): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const s of this.list) if (s.acquired) out.set(s.id, s.lastUsed);
+    return out;
+  }
+
+  /** Model name (first of info.models) → requests in flight, including on endpoints removed mid-request. */
+  inflightByModel(): Map<string, number> {
+    const out = new Map<string, number>();
+    const add = (s: State) => {
+      const name = s.info.models[0];
+      if (name !== undefined) out.set(name, (out.get(name) ?? 0) + s.inflight);
+    };
+    for (const s of this.list) add(s);
+    for (const s of this.orphans.values()) add(s);
+    return out;
+  }
+}
+
+/**
+ * Every candidate saturated or cooling (or excluded): the best tier that has anyone not cooling
+ * gives its least loaded; if all are cooling, the one that recovers first.
+ */
+function lastResort(tiers: readonly Tier[], ex: ReadonlySet<string> | undefined, now: number): State | undefined {
+  let soonest: State | undefined;
+  for (const t of tiers) {
+    let best: State | undefined;
+    let bestLoad = Infinity;
+    for (const s of t.members) {
+      if (ex !== undefined && ex.has(s.id)) continue;
+      if (s.cooldownUntil > now) {
+        if (soonest === undefined || s.cooldownUntil < soonest.cooldownUntil) soonest = s;
+        continue;
+      }
+      const load = s.inflight / s.weight;
+      if (load < bestLoad) {
+        bestLoad = load;
+        best = s;
+      }
+    }
+    if (best !== undefined) return best;
+  }
+  return soonest;
+}
+
+function push<K>(m: Map<K, State[]>, k: K, s: State): void {
+  const a = m.get(k);
+  if (a === undefined) m.set(k, [s]);
+  else a.push(s);
+}
+
+function vnodeCount(weight: number, perWeight: number): number {
+  const v = Math.round(perWeight * weight);
+  return Number.isFinite(v) && v >= 1 ? v : 1;
+}
+
+/** Ring positions depend only on the id and the vnode's index, so a weight change or a new peer moves no one else's keys. */
+function vnodePositions(id: string, count: number): Uint32Array {
+  const out = new Uint32Array(count);
+  let base = 0x811c9dc5;
+  for (let i = 0; i < id.length; i++) base = Math.imul(base ^ id.charCodeAt(i), 0x01000193);
+  for (let i = 0; i < count; i++) out[i] = mix32(Math.imul(base ^ mix32(i + 1), 0x01000193));
+  return out;
+}
+
+/** murmur3's finaliser: spreads keys (FNV output, or small integers from a caller) over the whole ring. */
+function mix32(x: number): number {
+  x ^= x >>> 16;
+  x = Math.imul(x, 0x85ebca6b);
+  x ^= x >>> 13;
+  x = Math.imul(x, 0xc2b2ae35);
+  x ^= x >>> 16;
+  return x >>> 0;
+}

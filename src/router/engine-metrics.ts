@@ -1,0 +1,498 @@
+// The router's view of engine load: a small Prometheus text-format parser, the mapping from
+// vLLM / SGLang / llama.cpp metric names to one {running, waiting, kvUsage} figure, and a poller
+// that refreshes those figures off the request path so the balancer can pass over busy replicas.
+
+/** One sample line of a Prometheus text exposition. */
+export interface PromSample {
+  name: string;
+  /** Null-prototype object: label names come from the network and must not reach Object.prototype. */
+  labels: Record<string, string>;
+  value: number;
+  /** Milliseconds since the epoch, when the line carries one. */
+  timestamp?: number;
+}
+
+/** What a replica's engine says about its load; -1 in a field means the engine did not say. */
+export interface EngineLoad {
+  running: number;
+  waiting: number;
+  /** KV cache in use, 0..1. */
+  kvUsage: number;
+}
+
+export const UNKNOWN_LOAD: Readonly<EngineLoad> = Object.freeze({ running: -1, waiting: -1, kvUsage: -1 });
+
+export class PrometheusParseError extends Error {
+  constructor(
+    readonly line: number,
+    readonly reason: string,
+    lineText: string,
+  ) {
+    const shown = lineText.length > 120 ? `${lineText.slice(0, 120)}…` : lineText;
+    super(`metrics line ${line}: ${reason}: ${JSON.stringify(shown)}`);
+    this.name = "PrometheusParseError";
+  }
+}
+
+const TAB = 9;
+const CR = 13;
+const SPACE = 32;
+const QUOTE = 34;
+const HASH = 35;
+const COMMA = 44;
+const EQUALS = 61;
+const BACKSLASH = 92;
+const LBRACE = 123;
+const RBRACE = 125;
+
+function isBlank(c: number): boolean {
+  // CR counts as a blank so CRLF expositions parse without a separate pass.
+  return c === SPACE || c === TAB || c === CR;
+}
+
+function isLabelStart(c: number): boolean {
+  return (c >= 97 && c <= 122) || (c >= 65 && c <= 90) || c === 95;
+}
+
+function isLabelChar(c: number): boolean {
+  return isLabelStart(c) || (c >= 48 && c <= 57);
+}
+
+function isNameStart(c: number): boolean {
+  return isLabelStart(c) || c === 58;
+}
+
+function isNameChar(c: number): boolean {
+  return isLabelChar(c) || c === 58;
+}
+
+/** A sample value as Go's ParseFloat reads it, which is what Prometheus clients write. */
+function parseValue(tok: string): number | undefined {
+  const n = Number(tok);
+  if (!Number.isNaN(n)) return n;
+  switch (tok.toLowerCase()) {
+    case "nan":
+      return NaN;
+    case "+inf":
+    case "inf":
+    case "+infinity":
+    case "infinity":
+      return Infinity;
+    case "-inf":
+    case "-infinity":
+      return -Infinity;
+    default:
+      return undefined;
+  }
+}
+
+/** Lines skipped on purpose: blank, comment, or a name the caller did not ask for. */
+const SKIP = 0;
+
+/**
+ * Parses the line text[start, end) (no newline). Returns the sample, SKIP, or an error reason:
+ * strings rather than exceptions so the lenient load reader pays nothing for a bad line.
+ */
+function parseLine(text: string, start: number, end: number, only: ((name: string) => boolean) | undefined): PromSample | typeof SKIP | string {
+  let i = start;
+  while (i < end && isBlank(text.charCodeAt(i))) i++;
+  if (i === end) return SKIP;
+  let c = text.charCodeAt(i);
+  // HELP, TYPE, OpenMetrics' EOF and free comments alike: nothing in them changes a sample.
+  if (c === HASH) return SKIP;
+  if (!isNameStart(c)) return "metric name expected";
+  const nameStart = i++;
+  while (i < end && isNameChar(text.charCodeAt(i))) i++;
+  const name = text.slice(nameStart, i);
+  if (only !== undefined && !only(name)) return SKIP;
+
+  const labels: Record<string, string> = Object.create(null);
+  while (i < end && isBlank(text.charCodeAt(i))) i++;
+  if (i < end && text.charCodeAt(i) === LBRACE) {
+    i++;
+    for (;;) {
+      while (i < end && isBlank(text.charCodeAt(i))) i++;
+      if (i >= end) return "unterminated label set";
+      c = text.charCodeAt(i);
+      if (c === RBRACE) {
+        i++;
+        break;
+      }
+      if (!isLabelStart(c)) return "label name expected";
+      const ls = i++;
+      while (i < end && isLabelChar(text.charCodeAt(i))) i++;
+      const lname = text.slice(ls, i);
+      while (i < end && isBlank(text.charCodeAt(i))) i++;
+      if (i >= end || text.charCodeAt(i) !== EQUALS) return `"=" expected after label ${lname}`;
+      i++;
+      while (i < end && isBlank(text.charCodeAt(i))) i++;
+      if (i >= end || text.charCodeAt(i) !== QUOTE) return `quoted value expected for label ${lname}`;
+      i++;
+      let value = "";
+      let chunk = i;
+      for (;;) {
+        if (i >= end) return `unterminated value of label ${lname}`;
+        const ch = text.charCodeAt(i);
+        if (ch === QUOTE) {
+          value += text.slice(chunk, i);
+          i++;
+          break;
+        }
+        if (ch === BACKSLASH) {
+          if (i + 1 >= end) return `unterminated value of label ${lname}`;
+          value += text.slice(chunk, i);
+          const next = text.charCodeAt(i + 1);
+          // The format defines \\, \" and \n; any other escape is kept as written rather than
+          // failing the whole scrape over one odd label.
+          value += next === 110 ? "\n" : next === BACKSLASH ? "\\" : next === QUOTE ? '"' : text.slice(i, i + 2);
+          i += 2;
+          chunk = i;
+          continue;
+        }
+        i++;
+      }
+      if (lname in labels) return `label ${lname} repeated`;
+      labels[lname] = value;
+      while (i < end && isBlank(text.charCodeAt(i))) i++;
+      if (i >= end) return "unterminated label set";
+      if (text.charCodeAt(i) === COMMA) {
+        i++;
+        continue;
+      }
+      if (text.charCodeAt(i) === RBRACE) {
+        i++;
+        break;
+      }
+      return '"," or "}" expected after a label';
+    }
+    while (i < end && isBlank(text.charCodeAt(i))) i++;
+  }
+
+  if (i >= end) return "value expected";
+  let ts = i;
+  while (i < end && !isBlank(text.charCodeAt(i))) i++;
+  const value = parseValue(text.slice(ts, i));
+  if (value === undefined) return `bad value ${JSON.stringify(text.slice(ts, i))}`;
+  const sample: PromSample = { name, labels, value };
+
+  while (i < end && isBlank(text.charCodeAt(i))) i++;
+  // An OpenMetrics exemplar (`# {...} v`) may follow the value or timestamp; it is not load.
+  if (i < end && text.charCodeAt(i) !== HASH) {
+    ts = i;
+    while (i < end && !isBlank(text.charCodeAt(i))) i++;
+    const t = Number(text.slice(ts, i));
+    if (!Number.isInteger(t)) return `bad timestamp ${JSON.stringify(text.slice(ts, i))}`;
+    sample.timestamp = t;
+    while (i < end && isBlank(text.charCodeAt(i))) i++;
+    if (i < end && text.charCodeAt(i) !== HASH) return "unexpected text after the timestamp";
+  }
+  return sample;
+}
+
+/**
+ * Parses a Prometheus text exposition (format 0.0.4, and OpenMetrics' sample lines) into its
+ * samples, in order. `only` skips every other metric before its labels are parsed, which is most
+ * of the cost. Throws PrometheusParseError naming the first malformed line.
+ */
+export function parsePrometheus(text: string, only?: (name: string) => boolean): PromSample[] {
+  const out: PromSample[] = [];
+  let lineNo = 0;
+  for (let start = 0; start < text.length; ) {
+    let end = text.indexOf("\n", start);
+    if (end < 0) end = text.length;
+    lineNo++;
+    const r = parseLine(text, start, end, only);
+    if (typeof r === "string") throw new PrometheusParseError(lineNo, r, text.slice(start, end));
+    if (r !== SKIP) out.push(r);
+    start = end + 1;
+  }
+  return out;
+}
+
+const VLLM = 0;
+const SGLANG = 1;
+const LLAMACPP = 2;
+const FAMILIES = 3;
+
+const RUNNING = 0;
+const WAITING = 1;
+const KV = 2;
+/** Read only when the family's preferred KV metric is absent (vLLM v0's gpu_cache_usage_perc). */
+const KV_FALLBACK = 3;
+const ROLES = 4;
+
+/** Metric name → accumulator slot (family * ROLES + role). Names are matched, never HELP text. */
+const WANTED = new Map<string, number>([
+  ["vllm:num_requests_running", VLLM * ROLES + RUNNING],
+  ["vllm:num_requests_waiting", VLLM * ROLES + WAITING],
+  ["vllm:kv_cache_usage_perc", VLLM * ROLES + KV],
+  ["vllm:gpu_cache_usage_perc", VLLM * ROLES + KV_FALLBACK],
+  ["sglang:num_running_reqs", SGLANG * ROLES + RUNNING],
+  ["sglang:num_queue_reqs", SGLANG * ROLES + WAITING],
+  // Requests waiting for their grammar to compile are as much a queue as the main one.
+  ["sglang:num_grammar_queue_reqs", SGLANG * ROLES + WAITING],
+  ["sglang:token_usage", SGLANG * ROLES + KV],
+  ["llamacpp:requests_processing", LLAMACPP * ROLES + RUNNING],
+  ["llamacpp:requests_deferred", LLAMACPP * ROLES + WAITING],
+  // Removed upstream by llama.cpp #13660; builds after it give no KV figure at all.
+  ["llamacpp:kv_cache_usage_ratio", LLAMACPP * ROLES + KV],
+]);
+
+function familyOfHint(engine: string | undefined): number {
+  switch (engine?.toLowerCase().replace(/[^a-z]/g, "")) {
+    case "vllm":
+    case "fake":
+      return VLLM;
+    case "sglang":
+      return SGLANG;
+    case "llamacpp":
+      return LLAMACPP;
+    default:
+      return -1;
+  }
+}
+
+/**
+ * Reads one engine's load out of its /metrics text. The engine is recognised by the metric
+ * names present; the hint (the replica's engine) only breaks a tie when several families
+ * appear. Counts are summed over label sets (data-parallel engines, several model names); KV
+ * usage takes the fullest label set, since one full pool is enough to make a replica queue.
+ * Malformed lines of the metrics we read are ignored, and other lines are not even parsed.
+ */
+export function readEngineLoad(text: string, engine?: string): EngineLoad {
+  const n = FAMILIES * ROLES;
+  const sum = new Float64Array(n);
+  const max = new Float64Array(n);
+  const count = new Uint32Array(n);
+  for (let start = 0; start < text.length; ) {
+    let end = text.indexOf("\n", start);
+    if (end < 0) end = text.length;
+    let s = start;
+    while (s < end && isBlank(text.charCodeAt(s))) s++;
+    const c = text.charCodeAt(s);
+    // Every name we want starts with l, s or v: comments and most other lines stop here.
+    if (c === 118 || c === 115 || c === 108) {
+      let nameEnd = s;
+      while (nameEnd < end) {
+        const ch = text.charCodeAt(nameEnd);
+        if (ch === LBRACE || isBlank(ch)) break;
+        nameEnd++;
+      }
+      const slot = WANTED.get(text.slice(s, nameEnd));
+      if (slot !== undefined) {
+        const r = parseLine(text, start, end, undefined);
+        if (typeof r === "object") {
+          const v = r.value;
+          if (Number.isFinite(v) && v >= 0) {
+            sum[slot]! += v;
+            if (count[slot] === 0 || v > max[slot]!) max[slot] = v;
+            count[slot]!++;
+          }
+        }
+      }
+    }
+    start = end + 1;
+  }
+
+  const present = (f: number): boolean => {
+    for (let r = 0; r < ROLES; r++) if (count[f * ROLES + r]! > 0) return true;
+    return false;
+  };
+  let family = familyOfHint(engine);
+  if (family < 0 || !present(family)) {
+    family = -1;
+    for (let f = 0; f < FAMILIES; f++) {
+      if (present(f)) {
+        family = f;
+        break;
+      }
+    }
+  }
+  if (family < 0) return { ...UNKNOWN_LOAD };
+  const b = family * ROLES;
+  const kvSlot = count[b + KV]! > 0 ? b + KV : b + KV_FALLBACK;
+  return {
+    running: count[b + RUNNING]! > 0 ? sum[b + RUNNING]! : -1,
+    waiting: count[b + WAITING]! > 0 ? sum[b + WAITING]! : -1,
+    kvUsage: count[kvSlot]! > 0 ? max[kvSlot]! : -1,
+  };
+}
+
+/** The endpoint fields the poller reads; the router's endpoint table satisfies it structurally. */
+export interface MetricsEndpoint {
+  id: string;
+  url: string;
+  info: { engine: string };
+}
+
+/** Structurally a subset of a pino logger. */
+export interface EngineMetricsLog {
+  debug(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+  info?(obj: object, msg: string): void;
+}
+
+export interface EngineMetricsPollerOptions {
+  endpoints: () => readonly MetricsEndpoint[];
+  /** Called once per endpoint per round, with UNKNOWN_LOAD's values when it could not be read. */
+  apply: (id: string, load: EngineLoad) => void;
+  intervalMs?: number;
+  timeoutMs?: number;
+  fetch?: typeof fetch;
+  log?: EngineMetricsLog;
+}
+
+const NO_LOG: EngineMetricsLog = { debug() {}, warn() {} };
+
+/**
+ * Polls every endpoint's /metrics each interval, all at once, each with a timeout. A round that
+ * is still running when the next is due makes that one skip, so a hanging engine can never pile
+ * up requests. Anything short of a readable exposition counts as unknown: the endpoint gets -1s,
+ * every failure is logged at debug, and a warning goes out once per endpoint per outage.
+ */
+export class EngineMetricsPoller {
+  private readonly endpoints: () => readonly MetricsEndpoint[];
+  private readonly apply: (id: string, load: EngineLoad) => void;
+  private readonly intervalMs: number;
+  private readonly timeoutMs: number;
+  private readonly fetchFn: typeof fetch;
+  private readonly log: EngineMetricsLog;
+  private timer: ReturnType<typeof setInterval> | undefined;
+  private round: Promise<void> | undefined;
+  /** Aborts the current round's requests when stop() is called. */
+  private roundAbort: AbortController | undefined;
+  /** Endpoints inside an outage that has already been warned about. */
+  private readonly down = new Set<string>();
+  /** Bumped by stop(), so a round that outlives it applies nothing. */
+  private generation = 0;
+  /** Rounds not started because the previous one was still running. */
+  skippedRounds = 0;
+
+  constructor(opts: EngineMetricsPollerOptions) {
+    this.endpoints = opts.endpoints;
+    this.apply = opts.apply;
+    this.intervalMs = opts.intervalMs ?? 1000;
+    this.timeoutMs = opts.timeoutMs ?? 500;
+    this.fetchFn = opts.fetch ?? fetch;
+    this.log = opts.log ?? NO_LOG;
+    for (const [k, v] of [
+      ["intervalMs", this.intervalMs],
+      ["timeoutMs", this.timeoutMs],
+    ] as const) {
+      if (!Number.isFinite(v) || v <= 0) throw new Error(`EngineMetricsPoller ${k} must be a positive number of milliseconds, got ${v}`);
+    }
+  }
+
+  /** Polls now and then every interval until stop(). Calling it twice changes nothing. */
+  start(): void {
+    if (this.timer !== undefined) return;
+    this.timer = setInterval(() => this.tick(), this.intervalMs);
+    // Metrics are no reason to keep a process alive that has nothing else to do.
+    this.timer.unref?.();
+    this.tick();
+  }
+
+  /** Stops the timer and abandons the round in flight; nothing is applied after this returns. */
+  stop(): void {
+    if (this.timer !== undefined) clearInterval(this.timer);
+    this.timer = undefined;
+    this.generation++;
+    this.roundAbort?.abort();
+    // Its requests are aborted, so a later start() or pollOnce() begins afresh instead of joining it.
+    this.round = undefined;
+    this.roundAbort = undefined;
+  }
+
+  /** One round over every endpoint; joins the round in flight instead of starting another. */
+  pollOnce(): Promise<void> {
+    if (this.round !== undefined) return this.round;
+    const round = this.runRound().finally(() => {
+      if (this.round === round) {
+        this.round = undefined;
+        this.roundAbort = undefined;
+      }
+    });
+    this.round = round;
+    return round;
+  }
+
+  private tick(): void {
+    if (this.round !== undefined) {
+      this.skippedRounds++;
+      return;
+    }
+    void this.pollOnce();
+  }
+
+  private async runRound(): Promise<void> {
+    let list: readonly MetricsEndpoint[];
+    try {
+      list = this.endpoints();
+    } catch (e) {
+      this.log.warn({ err: errorText(e) }, "engine metrics: cannot list endpoints");
+      return;
+    }
+    // Forget endpoints that left, so one that comes back later and fails is warned about again.
+    if (this.down.size > 0) {
+      const ids = new Set(list.map((ep) => ep.id));
+      for (const id of this.down) if (!ids.has(id)) this.down.delete(id);
+    }
+    const abort = new AbortController();
+    const gen = this.generation;
+    this.roundAbort = abort;
+    await Promise.all(list.map((ep) => this.pollEndpoint(ep, abort.signal, gen)));
+  }
+
+  private async pollEndpoint(ep: MetricsEndpoint, stopSignal: AbortSignal, gen: number): Promise<void> {
+    const url = `${ep.url.replace(/\/+$/, "")}/metrics`;
+    let load: EngineLoad | undefined;
+    let failure: string | undefined;
+    try {
+      const res = await this.fetchFn(url, {
+        // Plain text, not OpenMetrics: prometheus_client (vLLM, SGLang) negotiates on Accept.
+        headers: { accept: "text/plain" },
+        signal: AbortSignal.any([stopSignal, AbortSignal.timeout(this.timeoutMs)]),
+      });
+      if (!res.ok) {
+        failure = `HTTP ${res.status}`;
+        await res.body?.cancel().catch(() => {});
+      } else {
+        const l = readEngineLoad(await res.text(), ep.info.engine);
+        if (l.running < 0 && l.waiting < 0 && l.kvUsage < 0) failure = "no vLLM, SGLang or llama.cpp load metrics in the response";
+        else load = l;
+      }
+    } catch (e) {
+      failure = errorText(e);
+    }
+    if (gen !== this.generation) return;
+    if (load !== undefined) {
+      if (this.down.delete(ep.id)) {
+        // Called as methods: pino's need their `this`.
+        if (this.log.info) this.log.info({ endpoint: ep.id, url }, "engine metrics readable again");
+        else this.log.debug({ endpoint: ep.id, url }, "engine metrics readable again");
+      }
+      this.safeApply(ep.id, load);
+      return;
+    }
+    const fields = { endpoint: ep.id, url, err: failure };
+    this.log.debug(fields, "engine metrics unavailable; load unknown");
+    if (!this.down.has(ep.id)) {
+      this.down.add(ep.id);
+      this.log.warn(fields, "engine metrics unavailable; routing this replica without load figures until they return");
+    }
+    this.safeApply(ep.id, { ...UNKNOWN_LOAD });
+  }
+
+  private safeApply(id: string, load: EngineLoad): void {
+    try {
+      this.apply(id, load);
+    } catch (e) {
+      this.log.warn({ endpoint: id, err: errorText(e) }, "engine metrics: applying a load figure failed");
+    }
+  }
+}
+
+function errorText(e: unknown): string {
+  if (e instanceof Error) return e.name === "TimeoutError" ? "timed out" : `${e.name}: ${e.message}`;
+  return String(e);
+}

@@ -1,0 +1,557 @@
+// Tests of the router's engine-metrics reader: the Prometheus parser on its edge cases, load
+// figures read off real vLLM / SGLang / llama.cpp expositions (numbers checked by eye against the
+// fixtures), the fake engine under load, and the poller against real servers on 127.0.0.1.
+
+import { afterAll, describe, expect, test } from "bun:test";
+import type { Server } from "bun";
+import type { Logger } from "pino";
+import {
+  type EngineLoad,
+  type EngineMetricsLog,
+  EngineMetricsPoller,
+  type MetricsEndpoint,
+  PrometheusParseError,
+  parsePrometheus,
+  readEngineLoad,
+  UNKNOWN_LOAD,
+} from "../../src/router/engine-metrics";
+import { createLogger } from "../../src/log";
+import { type FakeEngine, startFakeEngine } from "../../src/sim/fake-engine";
+import { readFixture } from "../fixtures/read";
+
+const VLLM = readFixture("metrics/vllm/datadog-vllm_metrics.prom");
+const SGLANG = readFixture("metrics/sglang/datadog-sglang_metrics.prom");
+const LLAMA_LEGACY = readFixture("metrics/llamacpp/llama-server-metrics-legacy-with-kvcache.prom");
+const LLAMA_BEFORE = readFixture("metrics/llamacpp/llama-server-metrics-pr11512-before.prom");
+const LLAMA_AFTER = readFixture("metrics/llamacpp/llama-server-metrics-pr11512-after.prom");
+
+// A pino logger must fit where the poller wants a log (checked by tsc, not at run time).
+const _pinoFits = (l: Logger): EngineMetricsLog => l;
+void _pinoFits;
+
+/** Polls until `cond` holds: state changes are observed, never slept for. */
+async function waitFor(cond: () => boolean, what: string, timeoutMs = 4000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await Bun.sleep(2);
+  }
+}
+
+describe("parsePrometheus", () => {
+  test("labels with escaped quotes, backslashes, newlines, commas, braces and hashes", () => {
+    const text = String.raw`m{a="x\"y",b="c,d",c="back\\slash",d="line\nbreak",e="}{#",f=""} 1`;
+    const [s] = parsePrometheus(text);
+    expect(s!.name).toBe("m");
+    expect({ ...s!.labels }).toEqual({ a: 'x"y', b: "c,d", c: "back\\slash", d: "line\nbreak", e: "}{#", f: "" });
+    expect(s!.value).toBe(1);
+    expect(s!.timestamp).toBeUndefined();
+  });
+
+  test("an unknown escape is kept as written", () => {
+    const [s] = parsePrometheus(String.raw`m{path="C:\temp"} 1`);
+    expect(s!.labels.path).toBe(String.raw`C:\temp`);
+  });
+
+  test("NaN, infinities, exponents and timestamps", () => {
+    const samples = parsePrometheus(
+      ["a NaN", "b +Inf", "c -Inf", "d 6.634254336e+09", "e 1.5 1712345678901", "f -0.5 -12", "g .5", 'h{le="+Inf"} 3'].join("\n"),
+    );
+    const v = Object.fromEntries(samples.map((s) => [s.name, s.value]));
+    expect(v.a).toBeNaN();
+    expect(v.b).toBe(Infinity);
+    expect(v.c).toBe(-Infinity);
+    expect(v.d).toBe(6634254336);
+    expect(v.e).toBe(1.5);
+    expect(v.f).toBe(-0.5);
+    expect(v.g).toBe(0.5);
+    expect(samples[4]!.timestamp).toBe(1712345678901);
+    expect(samples[5]!.timestamp).toBe(-12);
+    expect(samples[7]!.labels.le).toBe("+Inf");
+  });
+
+  test("comments, HELP/TYPE with odd text, blank lines, CRLF, tabs, no trailing newline", () => {
+    const text =
+      '# HELP m A {weird} "help" text, with \\ backslash\r\n# TYPE m gauge\r\n\r\n   \r\n# just a comment\r\n' +
+      'm{a="1"}\t2\r\n\tn 3\r\n# EOF\r\no{b="x"} 4';
+    const samples = parsePrometheus(text);
+    expect(samples.map((s) => [s.name, s.value])).toEqual([
+      ["m", 2],
+      ["n", 3],
+      ["o", 4],
+    ]);
+    expect(samples[2]!.labels.b).toBe("x");
+  });
+
+  test("empty and trailing-comma label sets, spaces inside braces, exemplars", () => {
+    const samples = parsePrometheus('a{} 1\nb{x="1",} 2\nc{ x = "1" , y="2" } 3\nd_bucket{le="1"} 4 # {trace_id="abc"} 0.5 1.0\ne 5 100 # {t="z"} 1');
+    expect(samples.map((s) => s.value)).toEqual([1, 2, 3, 4, 5]);
+    expect({ ...samples[2]!.labels }).toEqual({ x: "1", y: "2" });
+    expect(samples[3]!.timestamp).toBeUndefined();
+    expect(samples[4]!.timestamp).toBe(100);
+  });
+
+  test("label names cannot reach Object.prototype", () => {
+    const [s] = parsePrometheus('m{__proto__="x",constructor="y"} 1');
+    const labels: Record<string, string> = s!.labels;
+    expect(labels["__proto__"]).toBe("x");
+    expect(labels["constructor"]).toBe("y");
+    expect(Object.keys(labels)).toEqual(["__proto__", "constructor"]);
+    expect(({} as Record<string, unknown>).x).toBeUndefined();
+  });
+
+  test.each([
+    ['m{a="unterminated} 1', "unterminated value of label a"],
+    ["m notanumber", "bad value"],
+    ["m{a=1} 2", "quoted value expected"],
+    ['m{a="1" b="2"} 3', '"," or "}" expected'],
+    ["m 1 2 3", "unexpected text after the timestamp"],
+    ["m 1 1.5", "bad timestamp"],
+    ["9metric 1", "metric name expected"],
+    ['m{a="1",a="2"} 3', "label a repeated"],
+    ["m", "value expected"],
+    ['m{a="1"', "unterminated label set"],
+    ["<html><body>nope</body></html>", "metric name expected"],
+  ])("rejects %p", (line, reason) => {
+    let err: unknown;
+    try {
+      parsePrometheus(`# HELP m x\nok 1\n${line}\n`);
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(PrometheusParseError);
+    expect((err as PrometheusParseError).line).toBe(3);
+    expect((err as PrometheusParseError).message).toContain(reason);
+  });
+
+  test("`only` skips other metrics before parsing them, malformed ones included", () => {
+    const samples = parsePrometheus('junk{{{ 1\nwanted{a="b"} 2\nother x y z\n', (n) => n === "wanted");
+    expect(samples).toHaveLength(1);
+    expect(samples[0]!.value).toBe(2);
+  });
+
+  test("parses every real fixture whole, sample counts matching their non-comment lines", () => {
+    expect(parsePrometheus(VLLM)).toHaveLength(185);
+    expect(parsePrometheus(SGLANG)).toHaveLength(43);
+    expect(parsePrometheus(LLAMA_LEGACY)).toHaveLength(10);
+    expect(parsePrometheus(LLAMA_BEFORE)).toHaveLength(2);
+    expect(parsePrometheus(LLAMA_AFTER)).toHaveLength(2);
+  });
+
+  test("values and labels read off the vLLM fixture by eye", () => {
+    const samples = parsePrometheus(VLLM);
+    const find = (name: string) => samples.find((s) => s.name === name)!;
+    expect(find("process_virtual_memory_bytes").value).toBe(6634254336);
+    expect(find("process_max_fds").value).toBe(1048576);
+    expect(find("process_cpu_seconds_total").value).toBe(10.950000000000001);
+    expect({ ...find("python_info").labels }).toEqual({
+      implementation: "CPython",
+      major: "3",
+      minor: "10",
+      patchlevel: "12",
+      version: "3.10.12",
+    });
+    expect(find("vllm:cache_config_info").labels.num_gpu_blocks).toBe("7281");
+    const ttftInf = samples.find((s) => s.name === "vllm:time_to_first_token_seconds_bucket" && s.labels.le === "+Inf")!;
+    expect(ttftInf.value).toBe(1);
+    expect(ttftInf.labels.model_name).toBe("facebook/opt-125m");
+    expect(samples.filter((s) => s.name === "vllm:engine_sleep_state").map((s) => [s.labels.sleep_state, s.value])).toEqual([
+      ["awake", 1],
+      ["weights_offloaded", 0],
+      ["discard_all", 0],
+    ]);
+  });
+});
+
+describe("readEngineLoad on real expositions", () => {
+  test("vLLM (DataDog fixture, v0 and v1 names mixed): idle, KV 0", () => {
+    // vllm:num_requests_running 0.0, vllm:num_requests_waiting 0.0, kv_cache_usage_perc 0.0 (gpu_cache_usage_perc 0.0).
+    expect(readEngineLoad(VLLM, "vllm")).toEqual({ running: 0, waiting: 0, kvUsage: 0 });
+    expect(readEngineLoad(VLLM)).toEqual({ running: 0, waiting: 0, kvUsage: 0 });
+  });
+
+  test("SGLang v0.5.10 (DataDog fixture): idle, token_usage 0.25", () => {
+    // sglang:num_running_reqs 0, sglang:num_queue_reqs 0, sglang:token_usage 0.25.
+    expect(readEngineLoad(SGLANG, "sglang")).toEqual({ running: 0, waiting: 0, kvUsage: 0.25 });
+  });
+
+  test("llama.cpp before #13660: kv_cache_usage_ratio 0.491063", () => {
+    expect(readEngineLoad(LLAMA_LEGACY, "llama.cpp")).toEqual({ running: 0, waiting: 0, kvUsage: 0.491063 });
+  });
+
+  test("llama.cpp around #11512 (HELP text changed, names did not): no KV figure", () => {
+    expect(readEngineLoad(LLAMA_BEFORE, "llama.cpp")).toEqual({ running: 0, waiting: 0, kvUsage: -1 });
+    expect(readEngineLoad(LLAMA_AFTER, "llama.cpp")).toEqual({ running: 0, waiting: 0, kvUsage: -1 });
+  });
+
+  test("the engine is recognised by metric names, whatever the hint says", () => {
+    expect(readEngineLoad(SGLANG, "vllm")).toEqual({ running: 0, waiting: 0, kvUsage: 0.25 });
+    expect(readEngineLoad(LLAMA_LEGACY, "sglang").kvUsage).toBe(0.491063);
+    expect(readEngineLoad(LLAMA_LEGACY, "something-else").kvUsage).toBe(0.491063);
+    expect(readEngineLoad(SGLANG).kvUsage).toBe(0.25);
+  });
+
+  test("busy vLLM: the fixture with its gauges set, and a second model_name label set", () => {
+    const busy = VLLM.replace('vllm:num_requests_running{model_name="facebook/opt-125m"} 0.0', 'vllm:num_requests_running{model_name="facebook/opt-125m"} 3.0\nvllm:num_requests_running{model_name="other"} 2.0')
+      .replace('vllm:num_requests_waiting{model_name="facebook/opt-125m"} 0.0', 'vllm:num_requests_waiting{model_name="facebook/opt-125m"} 7.0\nvllm:num_requests_waiting{model_name="other"} 1.0')
+      .replace('vllm:kv_cache_usage_perc{model_name="facebook/opt-125m"} 0.0', 'vllm:kv_cache_usage_perc{model_name="facebook/opt-125m"} 0.625\nvllm:kv_cache_usage_perc{model_name="other"} 0.25')
+      .replace('vllm:gpu_cache_usage_perc{model_name="facebook/opt-125m"} 0.0', 'vllm:gpu_cache_usage_perc{model_name="facebook/opt-125m"} 0.9');
+    expect(busy).not.toBe(VLLM);
+    // Counts add up; KV is the fullest pool; the v1 kv_cache_usage_perc wins over v0's gpu_cache_usage_perc.
+    expect(readEngineLoad(busy, "vllm")).toEqual({ running: 5, waiting: 8, kvUsage: 0.625 });
+  });
+
+  test("busy SGLang with data-parallel ranks", () => {
+    const busy = SGLANG.replace('sglang:num_running_reqs{model_name="facebook/opt-125m",tp_rank="0"} 0', 'sglang:num_running_reqs{model_name="facebook/opt-125m",tp_rank="0"} 12\nsglang:num_running_reqs{model_name="facebook/opt-125m",tp_rank="4"} 9')
+      .replace('sglang:num_queue_reqs{model_name="facebook/opt-125m",tp_rank="0"} 0', 'sglang:num_queue_reqs{model_name="facebook/opt-125m",tp_rank="0"} 4\nsglang:num_grammar_queue_reqs{model_name="facebook/opt-125m",tp_rank="0"} 1');
+    expect(readEngineLoad(busy, "sglang")).toEqual({ running: 21, waiting: 5, kvUsage: 0.25 });
+  });
+});
+
+describe("readEngineLoad on synthetic cases", () => {
+  test("old vLLM: gpu_cache_usage_perc stands in for kv_cache_usage_perc", () => {
+    const text = "vllm:num_requests_running{model_name=\"m\"} 4.0\nvllm:num_requests_waiting{model_name=\"m\"} 2.0\nvllm:gpu_cache_usage_perc{model_name=\"m\"} 0.75\n";
+    expect(readEngineLoad(text)).toEqual({ running: 4, waiting: 2, kvUsage: 0.75 });
+  });
+
+  test("data-parallel vLLM: engine labels summed, KV the fullest", () => {
+    const text = [
+      'vllm:num_requests_running{engine="0",model_name="m"} 3',
+      'vllm:num_requests_running{engine="1",model_name="m"} 4',
+      'vllm:num_requests_waiting{engine="0",model_name="m"} 0',
+      'vllm:num_requests_waiting{engine="1",model_name="m"} 6',
+      'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5',
+      'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.95',
+    ].join("\n");
+    expect(readEngineLoad(text, "vllm")).toEqual({ running: 7, waiting: 6, kvUsage: 0.95 });
+  });
+
+  test("metrics missing one by one are -1, not 0", () => {
+    expect(readEngineLoad("vllm:num_requests_running 2\n")).toEqual({ running: 2, waiting: -1, kvUsage: -1 });
+    expect(readEngineLoad("sglang:token_usage 0.5")).toEqual({ running: -1, waiting: -1, kvUsage: 0.5 });
+  });
+
+  test("NaN, negative and infinite values count as absent", () => {
+    const text = "vllm:num_requests_running NaN\nvllm:num_requests_waiting -1\nvllm:kv_cache_usage_perc +Inf\n";
+    expect(readEngineLoad(text)).toEqual({ running: -1, waiting: -1, kvUsage: -1 });
+    // A new-name KV gauge with no usable sample lets the old name answer.
+    expect(readEngineLoad("vllm:num_requests_running 1\nvllm:kv_cache_usage_perc NaN\nvllm:gpu_cache_usage_perc 0.4")).toEqual({ running: 1, waiting: -1, kvUsage: 0.4 });
+  });
+
+  test("nothing recognisable is unknown", () => {
+    expect(readEngineLoad("")).toEqual({ ...UNKNOWN_LOAD });
+    expect(readEngineLoad("<html><body>502 Bad Gateway</body></html>")).toEqual({ ...UNKNOWN_LOAD });
+    expect(readEngineLoad('{"error":"not found"}', "vllm")).toEqual({ ...UNKNOWN_LOAD });
+    expect(readEngineLoad("process_open_fds 49.0\n# HELP vllm:num_requests_running x\n# TYPE vllm:num_requests_running gauge\n")).toEqual({ ...UNKNOWN_LOAD });
+  });
+
+  test("names are matched whole, and malformed lines of wanted metrics are ignored", () => {
+    const text = [
+      "vllm:num_requests_running_total 99",
+      "vllm:num_requests_runningx 99",
+      'vllm:num_requests_running{model_name="broken} 50',
+      'vllm:num_requests_running{model_name="ok"} 2 1712345678901',
+      "vllm:num_requests_waiting garbage",
+      "  vllm:num_requests_waiting 3",
+      "total junk {{{",
+    ].join("\r\n");
+    expect(readEngineLoad(text)).toEqual({ running: 2, waiting: 3, kvUsage: -1 });
+  });
+
+  test("several engines in one text: the hint breaks the tie, else vLLM, SGLang, llama.cpp in that order", () => {
+    const text = "llamacpp:requests_processing 1\nsglang:num_running_reqs 2\nvllm:num_requests_running 3\n";
+    expect(readEngineLoad(text, "llama.cpp").running).toBe(1);
+    expect(readEngineLoad(text, "sglang").running).toBe(2);
+    expect(readEngineLoad(text, "vllm").running).toBe(3);
+    expect(readEngineLoad(text).running).toBe(3);
+    expect(readEngineLoad("llamacpp:requests_processing 1\nsglang:num_running_reqs 2\n").running).toBe(2);
+  });
+});
+
+describe("the fake engine's /metrics", () => {
+  let engine: FakeEngine | undefined;
+  afterAll(async () => {
+    await engine?.stop();
+  });
+
+  test("reads as running / waiting / KV under load, directly and through the poller", async () => {
+    engine = await startFakeEngine({ models: ["fake-model"], slots: 2, ttftMs: 60_000 });
+    const idle = readEngineLoad(await (await fetch(`${engine.url}/metrics`)).text(), "fake");
+    expect(idle).toEqual({ running: 0, waiting: 0, kvUsage: 0 });
+
+    const abort = new AbortController();
+    const pending = Array.from({ length: 5 }, () =>
+      fetch(`${engine!.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: "fake-model", stream: true, messages: [{ role: "user", content: "hi" }] }),
+        signal: abort.signal,
+      }).catch(() => undefined),
+    );
+    await waitFor(() => engine!.stats().running === 2 && engine!.stats().waiting === 3, "2 running and 3 waiting");
+
+    const load = readEngineLoad(await (await fetch(`${engine.url}/metrics`)).text(), "fake");
+    expect(load).toEqual({ running: 2, waiting: 3, kvUsage: 1 });
+
+    const applied: [string, EngineLoad][] = [];
+    const poller = new EngineMetricsPoller({
+      endpoints: () => [{ id: "r1", url: engine!.url, info: { engine: "fake" } }],
+      apply: (id, l) => applied.push([id, l]),
+    });
+    await poller.pollOnce();
+    expect(applied).toEqual([["r1", { running: 2, waiting: 3, kvUsage: 1 }]]);
+
+    abort.abort();
+    await Promise.all(pending);
+    await waitFor(() => engine!.stats().running === 0 && engine!.stats().waiting === 0, "the engine to drain");
+    await poller.pollOnce();
+    expect(applied[1]).toEqual(["r1", { running: 0, waiting: 0, kvUsage: 0 }]);
+  });
+});
+
+describe("EngineMetricsPoller against real servers", () => {
+  const servers: Server<undefined>[] = [];
+  const hanging: (() => void)[] = [];
+  afterAll(async () => {
+    for (const release of hanging) release();
+    await Promise.all(servers.map((s) => s.stop(true)));
+  });
+
+  function serve(fetchFn: (req: Request) => Response | Promise<Response>): { url: string; hits: number[] } {
+    const hits: number[] = [];
+    const server = Bun.serve({
+      hostname: "127.0.0.1",
+      port: 0,
+      fetch: (req) => {
+        hits.push(performance.now());
+        return fetchFn(req);
+      },
+    });
+    servers.push(server);
+    return { url: `http://127.0.0.1:${server.port}`, hits };
+  }
+
+  /** A handler that never answers (until the test ends). */
+  const hang = (): Promise<Response> =>
+    new Promise<Response>((resolve) => hanging.push(() => resolve(new Response("late"))));
+
+  async function closedPortUrl(): Promise<string> {
+    const s = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response("") });
+    const url = `http://127.0.0.1:${s.port}`;
+    await s.stop(true);
+    return url;
+  }
+
+  interface LogLine {
+    level: "debug" | "warn" | "info";
+    fields: Record<string, unknown>;
+    msg: string;
+  }
+  function recordingLog(): { log: EngineMetricsLog; lines: LogLine[] } {
+    const lines: LogLine[] = [];
+    const at = (level: LogLine["level"]) => (fields: object, msg: string) => lines.push({ level, fields: fields as Record<string, unknown>, msg });
+    return { log: { debug: at("debug"), warn: at("warn"), info: at("info") }, lines };
+  }
+
+  test("healthy, 500, hanging, slow body, garbled and unreachable endpoints, one outage warning each", async () => {
+    let failing = true;
+    const healthy = serve(() => new Response(SGLANG, { headers: { "content-type": "text/plain; version=0.0.4" } }));
+    const flaky = serve(() => (failing ? new Response("Internal Server Error", { status: 500 }) : new Response(LLAMA_LEGACY)));
+    const hung = serve(hang);
+    const slowBody = serve(
+      () =>
+        new Response(
+          new ReadableStream<string>({
+            // Headers and the first lines arrive at once, then the body stalls: the timeout must cover the body too.
+            start: (c) => c.enqueue("vllm:num_requests_running 1\n"),
+          }),
+        ),
+    );
+    const garbled = serve(() => new Response("<html><body>hello</body></html>", { headers: { "content-type": "text/html" } }));
+    const unreachable = await closedPortUrl();
+
+    const endpoints: MetricsEndpoint[] = [
+      { id: "healthy", url: `${healthy.url}/`, info: { engine: "sglang" } },
+      { id: "flaky", url: flaky.url, info: { engine: "llama.cpp" } },
+      { id: "hung", url: hung.url, info: { engine: "vllm" } },
+      { id: "slow-body", url: slowBody.url, info: { engine: "vllm" } },
+      { id: "garbled", url: garbled.url, info: { engine: "vllm" } },
+      { id: "unreachable", url: unreachable, info: { engine: "vllm" } },
+    ];
+    const applied = new Map<string, EngineLoad>();
+    const { log, lines } = recordingLog();
+    const poller = new EngineMetricsPoller({ endpoints: () => endpoints, apply: (id, l) => applied.set(id, l), timeoutMs: 150, log });
+
+    const t0 = performance.now();
+    await poller.pollOnce();
+    const took = performance.now() - t0;
+    // Concurrent: one timeout's worth, not one per slow endpoint.
+    expect(took).toBeGreaterThanOrEqual(140);
+    expect(took).toBeLessThan(1000);
+
+    expect(Object.fromEntries(applied)).toEqual({
+      healthy: { running: 0, waiting: 0, kvUsage: 0.25 },
+      flaky: { ...UNKNOWN_LOAD },
+      hung: { ...UNKNOWN_LOAD },
+      "slow-body": { ...UNKNOWN_LOAD },
+      garbled: { ...UNKNOWN_LOAD },
+      unreachable: { ...UNKNOWN_LOAD },
+    });
+    const warned = () => lines.filter((l) => l.level === "warn").map((l) => [l.fields.endpoint, l.fields.err]);
+    expect(warned()).toHaveLength(5);
+    const why = Object.fromEntries(warned());
+    expect(why.flaky).toBe("HTTP 500");
+    expect(why.hung).toBe("timed out");
+    expect(why["slow-body"]).toBe("timed out");
+    expect(why.garbled).toContain("no vLLM, SGLang or llama.cpp load metrics");
+    expect(String(why.unreachable)).not.toBe("");
+    expect(lines.filter((l) => l.level === "debug")).toHaveLength(5);
+    expect(healthy.hits).toHaveLength(1);
+
+    // Same outage: debug again, no second warning.
+    await poller.pollOnce();
+    expect(warned()).toHaveLength(5);
+    expect(lines.filter((l) => l.level === "debug")).toHaveLength(10);
+
+    // Recovery is reported, and the next outage warns again.
+    failing = false;
+    await poller.pollOnce();
+    expect(applied.get("flaky")).toEqual({ running: 0, waiting: 0, kvUsage: 0.491063 });
+    expect(lines.filter((l) => l.level === "info").map((l) => l.fields.endpoint)).toEqual(["flaky"]);
+    failing = true;
+    await poller.pollOnce();
+    expect(applied.get("flaky")).toEqual({ ...UNKNOWN_LOAD });
+    expect(warned().filter(([id]) => id === "flaky")).toHaveLength(2);
+    expect(warned()).toHaveLength(6);
+  });
+
+  test("rounds never overlap: a hanging endpoint gets one request per timeout, skipped ticks in between", async () => {
+    const hung = serve(hang);
+    const healthy = serve(() => new Response("vllm:num_requests_running 1\nvllm:num_requests_waiting 0\n"));
+    const applied: [string, EngineLoad][] = [];
+    const timeoutMs = 120;
+    const poller = new EngineMetricsPoller({
+      endpoints: () => [
+        { id: "hung", url: hung.url, info: { engine: "vllm" } },
+        { id: "ok", url: healthy.url, info: { engine: "vllm" } },
+      ],
+      apply: (id, l) => applied.push([id, l]),
+      intervalMs: 10,
+      timeoutMs,
+    });
+    poller.start();
+    poller.start(); // a second start must not add a second timer
+    await waitFor(() => applied.filter(([id]) => id === "hung").length >= 3, "three rounds", 5000);
+    poller.stop();
+
+    for (let i = 1; i < hung.hits.length; i++) {
+      expect(hung.hits[i]! - hung.hits[i - 1]!).toBeGreaterThanOrEqual(timeoutMs - 15);
+    }
+    // The healthy endpoint is asked once per round too, not once per tick (the round stop() cut
+    // short may have reached one server and not the other).
+    expect(Math.abs(healthy.hits.length - hung.hits.length)).toBeLessThanOrEqual(1);
+    expect(poller.skippedRounds).toBeGreaterThan(3);
+    for (const [id, l] of applied) expect(l).toEqual(id === "hung" ? { ...UNKNOWN_LOAD } : { running: 1, waiting: 0, kvUsage: -1 });
+
+  });
+
+  test("pollOnce during a round joins it instead of starting another", async () => {
+    const hung = serve(hang);
+    const poller = new EngineMetricsPoller({
+      endpoints: () => [{ id: "hung", url: hung.url, info: { engine: "vllm" } }],
+      apply: () => {},
+      timeoutMs: 80,
+    });
+    const a = poller.pollOnce();
+    const b = poller.pollOnce();
+    expect(b).toBe(a);
+    await a;
+    expect(hung.hits).toHaveLength(1);
+    // Once it is over, the next call is a new round.
+    await poller.pollOnce();
+    expect(hung.hits).toHaveLength(2);
+  });
+
+  test("stop() stops the timer and drops the round in flight", async () => {
+    const healthy = serve(() => new Response("sglang:num_running_reqs 2\nsglang:num_queue_reqs 1\nsglang:token_usage 0.5\n"));
+    let applies = 0;
+    const poller = new EngineMetricsPoller({
+      endpoints: () => [{ id: "ok", url: healthy.url, info: { engine: "sglang" } }],
+      apply: (_id, l) => {
+        expect(l).toEqual({ running: 2, waiting: 1, kvUsage: 0.5 });
+        applies++;
+      },
+      intervalMs: 15,
+    });
+    poller.start();
+    await waitFor(() => applies >= 3, "three applied rounds");
+    poller.stop();
+    const appliedAtStop = applies;
+    await Bun.sleep(30); // lets a request sent just before stop() land
+    const hitsAfterStop = healthy.hits.length;
+    await Bun.sleep(100);
+    expect(healthy.hits.length).toBe(hitsAfterStop);
+    expect(applies).toBe(appliedAtStop);
+
+    // A round cut short by stop() resolves at once and applies nothing, even with a long timeout.
+    const hung = serve(hang);
+    const applied: string[] = [];
+    const p2 = new EngineMetricsPoller({
+      endpoints: () => [{ id: "hung", url: hung.url, info: { engine: "vllm" } }],
+      apply: (id) => applied.push(id),
+      timeoutMs: 10_000,
+    });
+    const round = p2.pollOnce();
+    await waitFor(() => hung.hits.length === 1, "the request to arrive");
+    const t0 = performance.now();
+    p2.stop();
+    await round;
+    expect(performance.now() - t0).toBeLessThan(1000);
+    expect(applied).toEqual([]);
+  });
+
+  test("works with the process's pino logger", async () => {
+    let failing = true;
+    const flaky = serve(() => (failing ? new Response("no", { status: 503 }) : new Response("vllm:num_requests_running 1\n")));
+    const out: Record<string, unknown>[] = [];
+    const logger = createLogger({ level: "debug", role: "test", destination: { write: (s: string) => void out.push(JSON.parse(s)) } });
+    const poller = new EngineMetricsPoller({ endpoints: () => [{ id: "r", url: flaky.url, info: { engine: "vllm" } }], apply: () => {}, log: logger });
+    await poller.pollOnce();
+    failing = false;
+    await poller.pollOnce();
+    expect(out.map((l) => [l.level, l.endpoint, l.msg])).toEqual([
+      [20, "r", "engine metrics unavailable; load unknown"],
+      [40, "r", "engine metrics unavailable; routing this replica without load figures until they return"],
+      [30, "r", "engine metrics readable again"],
+    ]);
+    expect(out[0]!.err).toBe("HTTP 503");
+  });
+
+  test("a throwing apply or endpoint list is logged, not thrown", async () => {
+    const healthy = serve(() => new Response("vllm:num_requests_running 1\n"));
+    const { log, lines } = recordingLog();
+    const bad = new EngineMetricsPoller({
+      endpoints: () => [{ id: "ok", url: healthy.url, info: { engine: "vllm" } }],
+      apply: () => {
+        throw new Error("table gone");
+      },
+      log,
+    });
+    await bad.pollOnce();
+    const noList = new EngineMetricsPoller({
+      endpoints: () => {
+        throw new Error("no table yet");
+      },
+      apply: () => {},
+      log,
+    });
+    await noList.pollOnce();
+    expect(lines.filter((l) => l.level === "warn").map((l) => l.fields.err)).toEqual(["Error: table gone", "Error: no table yet"]);
+  });
+
+  test("rejects a non-positive interval or timeout", () => {
+    const base = { endpoints: () => [], apply: () => {} };
+    expect(() => new EngineMetricsPoller({ ...base, intervalMs: 0 })).toThrow("intervalMs must be a positive number");
+    expect(() => new EngineMetricsPoller({ ...base, timeoutMs: -1 })).toThrow("timeoutMs must be a positive number");
+  });
+});
