@@ -72,6 +72,10 @@ export function renderStatus(s: Summary, style: Style): string {
     out.push(table(["REPLICA", "MODEL", "IDLE", "GPUS"], shown.map((i) => [i.id, i.model, human(i.idle_seconds), String(i.gpus)]), { right: [2, 3], indent: "  " }));
     if (s.idle_replicas.length > shown.length) out.push(`  … and ${s.idle_replicas.length - shown.length} more (llmgw replicas)`);
   }
+  if (s.evictions.length > 0) {
+    out.push("", paint(style, "bold", "Evicted") + "  (last hour: idle replicas stopped to make room for on-demand models)");
+    out.push(table(["REPLICA", "MODEL", "WAS IDLE", "FOR", "AT"], s.evictions.map((e) => [e.replica, e.model, human(e.idle_seconds), e.for_model, e.at.slice(11, 19)]), { indent: "  " }));
+  }
   return out.join("\n") + "\n";
 }
 

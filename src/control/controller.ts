@@ -335,7 +335,15 @@ export class Controller {
   }
 
   summary(): Summary {
-    return summarize(this.tables(), { version: this.opts.version });
+    const now = this.clock.now();
+    const evictions = this.store
+      .listEvents({ kind: "replica.evicted", since: now - 3_600_000, limit: 50 })
+      .reverse()
+      .map((e) => {
+        const d = (e.data ?? {}) as { replica?: string; model?: string; for_model?: string; idle_seconds?: number };
+        return { at: new Date(e.at).toISOString(), replica: d.replica ?? "", model: d.model ?? "", for_model: d.for_model ?? "", idle_seconds: d.idle_seconds ?? -1 };
+      });
+    return summarize(this.tables(), { version: this.opts.version, evictions });
   }
 
   nodes(): NodeView[] {

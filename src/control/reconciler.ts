@@ -49,6 +49,7 @@ export interface PlanEvent {
   kind: string;
   subject: string;
   message: string;
+  data?: unknown;
 }
 
 export interface Plan {
@@ -298,6 +299,52 @@ export function reconcile({ snapshot, now, lastUsed, config: cfg, newId }: Recon
   // Every model gets its first replica before any gets its next.
   requests.sort((a, b) => (a.ready === 0 ? 0 : 1) - (b.ready === 0 ? 0 : 1) || a.ready / a.desired - b.ready / b.desired || (a.model < b.model ? -1 : 1));
   const result = requests.length > 0 ? place(pnodes, requests) : { placed: [], unplaceable: new Map<string, string>() };
+
+  // Make room: an on-demand model asked for and placed nowhere may take the GPUs of the
+  // longest-idle replica that frees enough of them. Never a replica whose idleness is unknown
+  // (a restarted router would otherwise offer up the whole fleet), never one idle for less than
+  // its own model's idle_timeout, never taking a model below its min, never one of a model of
+  // higher priority (a lower profile priority number) than the one asking.
+  const placedCount = new Map<string, number>();
+  for (const p of result.placed) placedCount.set(p.model, (placedCount.get(p.model) ?? 0) + 1);
+  const evictedFrom = new Map<string, number>();
+  for (const req of requests) {
+    const spec = models.get(req.model)?.spec as ModelSpec | undefined;
+    if (!spec?.on_demand || (placedCount.get(req.model) ?? 0) > 0 || !result.unplaceable.has(req.model)) continue;
+    const taken = new Set(held);
+    for (const p of result.placed) for (const sh of p.shards) for (const g of sh.gpus) taken.add(key(sh.node, g));
+    const myPriority = Math.min(...spec.profiles.map((p) => p.priority));
+    const candidates = live
+      .filter((r) => !removed.has(r.id) && stateOf(r) === "ready" && !onDrainingNode(r))
+      .map((r) => ({ r, used: lastUsed.get(r.id), m: models.get(r.model)?.spec as ModelSpec | undefined }))
+      .filter((c): c is { r: ReplicaRow; used: number; m: ModelSpec } => {
+        if (c.used === undefined || !c.m || c.r.model === req.model) return false;
+        if (now - c.used < c.m.idle_timeout) return false;
+        if (Math.min(...c.m.profiles.map((p) => p.priority)) < myPriority) return false;
+        const active = (byModel.get(c.r.model) ?? []).filter((x) => stateOf(x) === "ready" || stateOf(x) === "starting").length;
+        return active - (evictedFrom.get(c.r.model) ?? 0) - 1 >= c.m.replicas.min;
+      })
+      .sort((a, b) => a.used - b.used || (a.r.id < b.r.id ? -1 : 1));
+    for (const c of candidates) {
+      const freed = new Set(c.r.shards.flatMap((sh) => sh.gpus.map((g) => key(sh.node, g))));
+      const trial = pnodes.map((n) => ({ ...n, gpus: n.gpus.map((g) => ({ ...g, used: taken.has(key(n.name, g.index)) && !freed.has(key(n.name, g.index)) })) }));
+      const attempt = place(trial, [{ ...req, count: 1 }]);
+      const got = attempt.placed[0];
+      if (!got) continue;
+      setState(c.r, "draining");
+      evictedFrom.set(c.r.model, (evictedFrom.get(c.r.model) ?? 0) + 1);
+      const idleMin = Math.floor((now - c.used) / 60_000);
+      plan.events.push({
+        kind: "replica.evicted",
+        subject: `replica/${c.r.id}`,
+        message: `evicted replica ${c.r.id} of ${c.r.model} (idle ${idleMin}m) to make room for ${req.model}`,
+        data: { replica: c.r.id, model: c.r.model, for_model: req.model, idle_seconds: Math.floor((now - c.used) / 1000) },
+      });
+      result.placed.push(got);
+      result.unplaceable.delete(req.model);
+      break;
+    }
+  }
 
   for (const p of result.placed) {
     const leader = p.shards[0]!.node;

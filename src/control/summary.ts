@@ -13,6 +13,7 @@ export const IDLE_THRESHOLD_SECONDS = 600;
 
 export interface SummaryExtras {
   version: string;
+  evictions?: Summary["evictions"];
   store?: Summary["store"];
   storeError?: string;
   controlPlanes?: Summary["control_planes"];
@@ -118,6 +119,7 @@ export function summarize(t: Tables, extras: SummaryExtras): Summary {
     unplaceable_reasons: unplaceableReasons,
     parked,
     idle_replicas: idle,
+    evictions: extras.evictions ?? [],
     store: extras.store ?? [],
     control_planes: extras.controlPlanes ?? {},
   };

@@ -86,6 +86,8 @@ export interface ReplicaTotals { ready: number; starting: number; draining: numb
 export interface ModelTotals { total: number; satisfied: number; short: number }
 export interface ParkedModel { model: string; failures: number; reason: string }
 export interface IdleReplica { id: string; model: string; idle_seconds: number; gpus: number }
+/** A replica stopped to make room for an on-demand model (recent ones, in the summary). */
+export interface Eviction { at: string; replica: string; model: string; for_model: string; idle_seconds: number }
 export interface StoreMember { name: string; host: string; role: string; state: string; lag: number }
 export interface ControlPlane { name: string; address: string; state: string; this?: boolean }
 export interface ControlPlanes { members?: ControlPlane[]; floating?: string; floating_up?: boolean }
@@ -102,6 +104,8 @@ export interface Summary {
   unplaceable_reasons: Record<string, string>;
   parked: ParkedModel[];
   idle_replicas: IdleReplica[];
+  /** Replicas stopped in the last hour to make room for on-demand models, newest first. */
+  evictions: Eviction[];
   /** Members of a replicated store; empty for the embedded database. */
   store: StoreMember[];
   store_error?: string;

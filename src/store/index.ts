@@ -2,7 +2,7 @@
 // get plain objects; drizzle stays inside src/store.
 
 import { Database } from "bun:sqlite";
-import { and, asc, desc, eq, gt, inArray } from "drizzle-orm";
+import { and, asc, desc, eq, gt, gte, inArray } from "drizzle-orm";
 import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
 import type { ModelSpec } from "../protocol/catalog";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
@@ -258,7 +258,7 @@ export class Store {
       remove: string[];
       modelState: Map<string, Partial<Omit<ModelStateRow, "model">>>;
       nodeAdmin: { node: string; state: AdminState }[];
-      events: { kind: string; subject: string; message: string }[];
+      events: { kind: string; subject: string; message: string; data?: unknown }[];
     },
     now: number,
   ): void {
@@ -274,7 +274,7 @@ export class Store {
         tx.insert(schema.modelState).values({ model, ...patch }).onConflictDoUpdate({ target: schema.modelState.model, set: patch }).run();
       }
       for (const n of plan.nodeAdmin) tx.update(schema.nodes).set({ adminState: n.state }).where(eq(schema.nodes.name, n.node)).run();
-      for (const e of plan.events) tx.insert(schema.events).values({ at: now, kind: e.kind, subject: e.subject, message: e.message }).run();
+      for (const e of plan.events) tx.insert(schema.events).values({ at: now, kind: e.kind, subject: e.subject, message: e.message, data: e.data ?? null }).run();
     });
   }
 
@@ -304,10 +304,12 @@ export class Store {
   }
 
   /** Events after `afterId` (oldest first), or the newest `limit` when no cursor is given. */
-  listEvents(opts: { afterId?: number; limit: number; subject?: string }): EventRow[] {
+  listEvents(opts: { afterId?: number; limit: number; subject?: string; kind?: string; since?: number }): EventRow[] {
     const where = and(
       opts.afterId !== undefined ? gt(schema.events.id, opts.afterId) : undefined,
       opts.subject !== undefined ? eq(schema.events.subject, opts.subject) : undefined,
+      opts.kind !== undefined ? eq(schema.events.kind, opts.kind) : undefined,
+      opts.since !== undefined ? gte(schema.events.at, opts.since) : undefined,
     );
     if (opts.afterId !== undefined)
       return this.db.select().from(schema.events).where(where).orderBy(asc(schema.events.id)).limit(opts.limit).all();

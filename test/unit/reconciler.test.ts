@@ -410,3 +410,74 @@ describe("multi-node replicas", () => {
     expect(a2.shard.leader_address).toBe(a3.shard.leader_address);
   });
 });
+
+describe("make room for an on-demand model", () => {
+  const one: NodeDef = { name: "solo", gpus: [H, H] };
+  /** A has two ready replicas filling the node (scaled above its min of 1); B is on demand. */
+  function fill(aIdleTimeout = "30m", aPriority = 1) {
+    beat(one);
+    ctl.putModels([
+      model({ name: "a", replicas: { min: 1, max: 2 }, idle_timeout: aIdleTimeout, profiles: [{ name: "p", engine: "vllm", gpu_class: H, gpus: 1, priority: aPriority }] }),
+      model({ name: "b", on_demand: true, replicas: { min: 0 }, profiles: [{ name: "p", engine: "vllm", gpu_class: H, gpus: 1, priority: 1 }] }),
+    ]);
+    store.updateModelState("a", { scaleTarget: 2 });
+    ctl.tick();
+    beat(one, ready(ctl.response("solo").assignments.map((x) => x.id)));
+    return byModel("a").map((r) => r.id);
+  }
+  const usage = (m: Map<string, number>) => ctl.setUsageSource({ lastUsed: () => m, inflightByModel: () => new Map() });
+
+  test("the longest-idle replica past its model's idle_timeout is stopped and the asked-for model placed on its GPUs", () => {
+    const [a1, a2] = fill();
+    usage(new Map([[a1!, T0 - 2 * 3_600_000], [a2!, T0 - 3_600_000]]));
+    ctl.requestModel("b");
+    ctl.tick();
+    expect(reps().find((r) => r.id === a1)!.state).toBe("draining");
+    expect(reps().find((r) => r.id === a2)!.state).toBe("ready");
+    const b = byModel("b")[0]!;
+    expect(b.shards).toEqual(reps().find((r) => r.id === a1)!.shards);
+    expect(events("replica.evicted")[0]!.message).toBe(`evicted replica ${a1} of a (idle 120m) to make room for b`);
+    expect(ctl.summary().evictions).toEqual([{ at: new Date(T0).toISOString(), replica: a1!, model: "a", for_model: "b", idle_seconds: 7200 }]);
+    // The agent is told to stop a1 and start b in one set: it stops before it starts.
+    expect(ctl.response("solo").assignments.map((x) => x.id).sort()).toEqual([a2!, b.id].sort());
+  });
+
+  test("never a replica whose idleness is unknown", () => {
+    const [a1] = fill();
+    usage(new Map([[a1!, T0 - 3_600_000]])); // a2 never seen by the router
+    store.updateModelState("a", { scaleTarget: 2 });
+    ctl.requestModel("b");
+    ctl.tick();
+    // a1 is evictable, a2 (unknown) is not: exactly a1 goes.
+    expect(events("replica.evicted").length).toBe(1);
+    expect(events("replica.evicted")[0]!.message).toContain(a1!);
+  });
+
+  test("never one idle for less than its model's idle_timeout, never below min, never a higher-priority model", () => {
+    let [a1, a2] = fill("3h");
+    usage(new Map([[a1!, T0 - 3_600_000], [a2!, T0 - 3_600_000]]));
+    ctl.requestModel("b");
+    ctl.tick();
+    expect(events("replica.evicted")).toEqual([]);
+    expect(ctl.models().find((m) => m.name === "b")!.unplaceable).toBe(true);
+
+    setup();
+    [a1, a2] = fill("30m");
+    store.updateModelState("a", { scaleTarget: 1 });
+    ctl.tick(); // a back to its min of 1: the surplus one stops
+    const left = byModel("a").filter((r) => r.state === "ready").map((r) => r.id);
+    usage(new Map(left.map((id) => [id, T0 - 3_600_000])));
+    ctl.requestModel("b");
+    ctl.tick();
+    expect(events("replica.evicted")).toEqual([]);
+
+    setup();
+    // a's profile priority 0 is higher than b's 1: a is never evicted for b... unless b ranks as high.
+    [a1, a2] = fill("30m", 0);
+    ctl.putModels([model({ name: "b", on_demand: true, replicas: { min: 0 }, profiles: [{ name: "p", engine: "vllm", gpu_class: H, gpus: 1, priority: 5 }] })]);
+    usage(new Map([[a1!, T0 - 3_600_000], [a2!, T0 - 3_600_000]]));
+    ctl.requestModel("b");
+    ctl.tick();
+    expect(events("replica.evicted")).toEqual([]);
+  });
+});

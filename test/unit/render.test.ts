@@ -51,6 +51,7 @@ const summary: Summary = {
   unplaceable_reasons: { huge: "needs 2 whole H100-80GB nodes in one fabric; ib-a has 1, ib-b has 0" },
   parked: [{ model: "broken", failures: 5, reason: "exited with code 1:\nCUDA out of memory" }],
   idle_replicas: [{ id: "r-1", model: "llama", idle_seconds: 7500, gpus: 8 }],
+  evictions: [{ at: "2026-01-01T12:34:56.000Z", replica: "r-9", model: "mistral", for_model: "qwen", idle_seconds: 2700 }],
   store: [],
   control_planes: {},
 };
@@ -69,6 +70,7 @@ describe("status view", () => {
     expect(out).toMatch(/broken\s+5\s+exited with code 1: CUDA out of memory/);
     expect(out).toMatch(/r-1\s+llama\s+2h05m\s+8/);
     expect(out).toContain("8 GPUs to reclaim");
+    expect(out).toMatch(/r-9\s+mistral\s+45m\s+qwen\s+12:34:56/);
   });
   test("an empty fleet says so instead of printing empty tables", () => {
     const out = renderStatus({ ...summary, nodes: { total: 0, ready: 0, cordoned: 0, draining: 0, unreachable: 0 }, gpus: [], fabrics: [], unplaceable: [], parked: [], idle_replicas: [] }, plain);
