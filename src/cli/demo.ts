@@ -16,6 +16,7 @@ export const command: Command = {
     "data-dir": { kind: "string", value: "DIR", help: "where the demo keeps its state (default ./llmgw-data; wiped at start)" },
     "admin-listen": { kind: "string", value: "HOST:PORT", help: "admin API (default 127.0.0.1:8001)" },
     listen: { kind: "string", value: "HOST:PORT", help: "router (default 127.0.0.1:8000)" },
+    "engine-base-port": { kind: "string", value: "PORT", help: "first port for the fake engines (default 8100)" },
     "log-level": { kind: "string", value: "LEVEL", help: "server log level (default warn: the demo prints what matters)" },
     help: { kind: "boolean", short: "h", help: "show this help" },
   },
@@ -54,6 +55,7 @@ export const command: Command = {
         replace_after: "10s",
         restart_backoff: "1s",
         start_timeout: "60s",
+        ...(flags["engine-base-port"] ? { engine_base_port: flags["engine-base-port"] } : {}),
       },
       nodes,
       log,
@@ -71,6 +73,7 @@ export const command: Command = {
       [
         "llmgw demo: a simulated cluster is running.",
         "",
+        `  OpenAI API ${cluster.server.routerUrl}/v1   (e.g. curl ${cluster.server.routerUrl}/v1/models)`,
         `  admin API  ${cluster.server.adminUrl}   (token: ${join(dataDir, "admin.token")})`,
         `  nodes      ${[...byFabric].map(([f, ns]) => `${ns.join(" ")} (${f})`).join(", ")}`,
         "  catalog    llama-3.1-8b (min 2), qwen2.5-7b (on demand), llama-3.1-405b (2 nodes),",

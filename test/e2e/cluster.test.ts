@@ -13,6 +13,7 @@ import { run, scratchWithBinary, startServe, until } from "../helpers/binary";
 let dir: string;
 let bin: string;
 let serve: Awaited<ReturnType<typeof startServe>>;
+let serveArgs: string[];
 const agents: Record<string, Bun.Subprocess> = {};
 
 function freeBase(): number {
@@ -65,10 +66,13 @@ const alive = (pid: number) => {
 
 beforeAll(async () => {
   ({ dir, bin } = scratchWithBinary());
-  serve = await startServe(bin, dir, [
+  // Fixed ports, so a restarted server is where agents and clients left it.
+  serveArgs = [
     "--heartbeat-interval", "300ms", "--node-timeout", "2s", "--replace-after", "1s", "--restart-backoff", "100ms",
     "--reconcile-interval", "200ms", "--engine-base-port", String(freeBase()), "--log-level", "warn",
-  ]);
+    "--admin-listen", `127.0.0.1:${freeBase()}`, "--listen", `127.0.0.1:${freeBase()}`,
+  ];
+  serve = await startServe(bin, dir, serveArgs);
   startAgent("a");
   startAgent("b");
   await until("both agents registered", async () => (await api<NodeView[]>("/api/v1/nodes")).filter((n) => n.state === "ready").length === 2);
@@ -185,4 +189,31 @@ describe("a simulated cluster run by the compiled binary", () => {
     await until("b ready again", async () => (await api<NodeView>("/api/v1/nodes/b")).state === "ready");
     expect((await readyOf("chat")).length).toBe(2);
   }, 60_000);
+
+  test("after a server restart, replicas are re-adopted from heartbeats and their idleness is unknown again", async () => {
+    const before = await readyOf("chat");
+    expect(before.length).toBe(2);
+    // Traffic through the router stamps a replica.
+    const res = await fetch(`${serve.routerUrl}/v1/chat/completions`, { method: "POST", body: JSON.stringify({ model: "chat", messages: [{ role: "user", content: "hi" }] }) });
+    expect(res.status).toBe(200);
+    const used = await until("a stamped replica", async () => (await replicas()).find((r) => r.idle_seconds >= 0));
+    expect(before.map((r) => r.id)).toContain(used.id);
+
+    serve.proc.kill("SIGTERM");
+    await serve.proc.exited;
+    serve = await startServe(bin, dir, serveArgs);
+    const after = await until("both replicas ready again", async () => {
+      const r = await readyOf("chat");
+      return r.length === 2 ? r : undefined;
+    });
+    // Same replicas, not new ones: the agents kept running them and said so.
+    expect(after.map((r) => r.id).sort()).toEqual(before.map((r) => r.id).sort());
+    expect(after.every((r) => r.idle_seconds === -1)).toBe(true);
+    expect(run(bin, ["replicas"], { cwd: dir }).stdout).toMatch(new RegExp(`${used.id}\\s+chat\\s+h100\\s+ready\\s+\\S+\\s+-\\s`));
+    const s = JSON.parse(run(bin, ["status", "-o", "json"], { cwd: dir }).stdout) as Summary;
+    expect(s.idle_replicas).toEqual([]);
+    // And the router serves again.
+    const again = await fetch(`${serve.routerUrl}/v1/chat/completions`, { method: "POST", body: JSON.stringify({ model: "chat-alias", messages: [{ role: "user", content: "hi" }] }) });
+    expect(again.status).toBe(200);
+  }, 40_000);
 });
