@@ -5,7 +5,7 @@
 import { Hono } from "hono";
 import type { Logger } from "pino";
 import type { Controller } from "../control/controller";
-import { EventsQuery, ReplicasQuery } from "../protocol/admin";
+import { CreateKeyBody, EventsQuery, ReplicasQuery } from "../protocol/admin";
 import { CatalogFile, ModelSpec } from "../protocol/catalog";
 import { SegmentName } from "../protocol/common";
 import { HttpError } from "./errors";
@@ -93,6 +93,18 @@ export function adminRoutes(ctl: Controller, _log: Logger): Hono {
     const file = CatalogFile.parse(await jsonBody(c.req.raw));
     const results = ctl.putModels(file.models);
     return c.json({ results: results.map((r) => ({ ...r, message: `model/${r.name} ${r.result}` })) });
+  });
+
+  app.get("/keys", (c) => c.json(ctl.listApiKeys()));
+  app.post("/keys", async (c) => {
+    const body = CreateKeyBody.parse(await jsonBody(c.req.raw));
+    const k = ctl.createApiKey(body.name, body.pool);
+    return c.json({ ...k, message: `key/${k.name} created; this is the only time the key is shown` }, 201);
+  });
+  app.delete("/keys/:name", (c) => {
+    const name = c.req.param("name");
+    ctl.revokeApiKey(name);
+    return c.json({ name, message: `key/${name} revoked` });
   });
 
   app.get("/events", (c) => {

@@ -2,6 +2,7 @@
 // loop. `llmgw serve`, `llmgw demo` and the integration tests all start it through here.
 
 import { join } from "node:path";
+import type { Hono } from "hono";
 import type { Logger } from "pino";
 import type { ServeConfig } from "../config";
 import { ensureDataDir, localUrl, resolveToken, writeServerInfo } from "../config/datadir";
@@ -14,6 +15,8 @@ import { buildAdminApp } from "./app";
 
 export interface RunningServer {
   adminUrl: string;
+  /** The admin listener's Hono app (its `routes` list every route it serves). */
+  adminApp: Hono;
   router: Router;
   routerUrl: string;
   adminToken: string;
@@ -88,6 +91,8 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
     idleTimeoutMs: config.stream_idle_timeout,
     coldStartTimeoutMs: config.cold_start_timeout,
     cooldownMs: config.endpoint_cooldown,
+    requireApiKey: config.require_api_key,
+    adminToken: admin.token,
     demand: controller,
     log: log.child({ component: "router" }),
   });
@@ -126,6 +131,7 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
   let stopped = false;
   return {
     adminUrl,
+    adminApp: app,
     router,
     routerUrl,
     adminToken: admin.token,

@@ -52,6 +52,8 @@ export const ServeConfig = z.strictObject({
   max_attempts: z.coerce.number().int().min(1).max(10).default(3),
   /** Router: largest request body, bytes. */
   max_body_bytes: z.coerce.number().int().min(1024).max(1024 * 1024 * 1024).default(8 * 1024 * 1024),
+  /** Router: require a client API key (`llmgw keys create`) on /v1/*. */
+  require_api_key: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(false),
   /** Router: how long a replica that failed (connection error, 5xx) is passed over. */
   endpoint_cooldown: Duration.prefault("5s"),
   /** Engines get ports from here up (900 of them per node address); their rendezvous ports the 900 after. */

@@ -4,7 +4,7 @@
 // ready replicas to the router. It meets the router only through the interfaces in
 // interfaces.ts.
 
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import type { Logger } from "pino";
 import type { ModelSpec } from "../protocol/catalog";
 import type { Assignment, HeartbeatRequest, HeartbeatResponse } from "../protocol/heartbeat";
@@ -29,6 +29,8 @@ export interface ControllerOptions {
 }
 
 type Waiter = { generation: number; resolve: () => void };
+
+const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
 
 export class Controller {
   private readonly store: Store;
@@ -78,6 +80,7 @@ export class Controller {
     this.sink = s;
     this.lastPublished = "";
     this.lastCatalog = "";
+    this.publishKeys();
   }
 
   /** Called when something happened that deserves a reconcile before the next tick. */
@@ -408,6 +411,31 @@ export class Controller {
       this.wake();
     }
     return { model: row.name, changed };
+  }
+
+  // ---- API keys -----------------------------------------------------------------------
+
+  /** Creates a client API key; the key itself is returned this once and never stored. */
+  createApiKey(name: string, pool?: string): { name: string; key: string; pool: string | null } {
+    const key = `sk-llmgw-${randomBytes(24).toString("base64url")}`;
+    this.store.createApiKey({ name, hash: sha256(key), pool: pool ?? null, createdAt: this.clock.now() });
+    this.event("key.created", `key/${name}`, `API key ${name} created${pool ? ` for pool ${pool}` : ""}`);
+    this.publishKeys();
+    return { name, key, pool: pool ?? null };
+  }
+
+  listApiKeys(): { name: string; pool: string | null; created_at: string }[] {
+    return this.store.listApiKeys().map((k) => ({ name: k.name, pool: k.pool, created_at: new Date(k.createdAt).toISOString() }));
+  }
+
+  revokeApiKey(name: string): void {
+    this.store.revokeApiKey(name);
+    this.event("key.revoked", `key/${name}`, `API key ${name} revoked`);
+    this.publishKeys();
+  }
+
+  private publishKeys(): void {
+    this.sink?.setApiKeys(this.store.listApiKeys().map((k) => ({ name: k.name, sha256: k.hash, pool: k.pool })));
   }
 
   // ---- node admin ---------------------------------------------------------------------

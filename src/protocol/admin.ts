@@ -12,3 +12,10 @@ export const EventsQuery = z.object({
 export type EventsQuery = z.infer<typeof EventsQuery>;
 
 export const ReplicasQuery = z.object({ model: z.string().min(1).max(256).optional() });
+
+export const CreateKeyBody = z.strictObject({
+  name: z.string().min(1).max(64).regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, "may contain only letters, digits and . _ - and must start with a letter or digit"),
+  /** Bind the key to one pool: its requests see only that pool's models. */
+  pool: z.string().min(1).max(64).optional(),
+});
+export type CreateKeyBody = z.infer<typeof CreateKeyBody>;

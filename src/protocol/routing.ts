@@ -27,10 +27,18 @@ export interface CatalogEntry {
   created: number;
 }
 
+/** A client API key as the router checks it: never the key itself, only its SHA-256 (hex). */
+export interface ApiKeyEntry {
+  name: string;
+  sha256: string;
+  pool: string | null;
+}
+
 /** Control → router: replaces the router's table wholesale. */
 export interface EndpointSink {
   setEndpoints(endpoints: EndpointInfo[]): void;
   setCatalog(models: CatalogEntry[]): void;
+  setApiKeys(keys: ApiKeyEntry[]): void;
 }
 
 /**

@@ -5,7 +5,8 @@
 // with a hand-written dispatch: this is the hot path, and framework routing costs throughput.
 
 import type { Server } from "bun";
-import type { CatalogEntry, DemandSink, EndpointInfo, EndpointSink, UsageSource } from "../protocol/routing";
+import { createHash, timingSafeEqual } from "node:crypto";
+import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, UsageSource } from "../protocol/routing";
 import { Balancer, type Lease } from "./balancer";
 import { EngineMetricsPoller } from "./engine-metrics";
 import { openAIError, sseErrorFrame } from "./errors";
@@ -29,10 +30,10 @@ export interface RouterOptions {
   cooldownMs?: number;
   /** Engine /metrics polling interval; 0 turns polling off. */
   metricsIntervalMs?: number;
-  /** Client API keys: returns the key's binding, or undefined when the token is not a key. Off when absent. */
-  apiKeys?: (token: string) => { name: string; pool?: string } | undefined;
-  /** Token that opens GET /metrics; open when absent. */
-  metricsToken?: string;
+  /** Require a client API key (created with `llmgw keys create`) on /v1/*. Off by default. */
+  requireApiKey?: boolean;
+  /** The admin token: it alone opens GET /metrics. */
+  adminToken?: string;
   demand?: DemandSink;
   log?: { info(o: object, m?: string): void; warn(o: object, m?: string): void; debug(o: object, m?: string): void };
   tls?: { cert: string; key: string };
@@ -40,7 +41,24 @@ export interface RouterOptions {
   serverIdleTimeoutSec?: number;
 }
 
+/**
+ * Every route the router serves and who may call it. Dispatch goes through this table, and a
+ * test walks it to check each route refuses callers without the right token: a route added
+ * here without thinking about auth fails that test.
+ */
+export const ROUTER_ROUTES = [
+  { method: "POST", path: "/v1/", prefix: true, auth: "client" },
+  { method: "GET", path: "/v1/models", prefix: false, auth: "client" },
+  { method: "GET", path: "/v1/models/", prefix: true, auth: "client" },
+  { method: "GET", path: "/metrics", prefix: false, auth: "admin" },
+  { method: "GET", path: "/healthz", prefix: false, auth: "none" },
+  { method: "GET", path: "/health", prefix: false, auth: "none" },
+] as const;
+type RouteDef = (typeof ROUTER_ROUTES)[number];
+
 const RETRY_STATUS = new Set([429, 502, 503, 504]);
+const sha256hex = (s: string) => createHash("sha256").update(s).digest("hex");
+const digest = (s: string) => createHash("sha256").update(s).digest();
 const HOP_BY_HOP = new Set(["connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host", "authorization", "x-llmgw-pool", "proxy-connection", "te", "upgrade", "trailer"]);
 const enc = new TextEncoder();
 /** Bodies up to this size are buffered when not streamed: one write instead of a stream is faster. */
@@ -49,11 +67,12 @@ const BUFFER_LIMIT = 1024 * 1024;
 export class Router implements EndpointSink, UsageSource {
   readonly balancer: Balancer;
   private catalog = new Map<string, CatalogEntry>();
+  private keys = new Map<string, ApiKeyEntry>();
   private catalogList: CatalogEntry[] = [];
   private server: Server<undefined> | undefined;
   private poller: EngineMetricsPoller | undefined;
   private readonly waiters = new Set<() => void>();
-  private readonly o: Required<Omit<RouterOptions, "apiKeys" | "metricsToken" | "demand" | "log" | "tls" | "serverIdleTimeoutSec">> & RouterOptions;
+  private readonly o: Required<Omit<RouterOptions, "requireApiKey" | "adminToken" | "demand" | "log" | "tls" | "serverIdleTimeoutSec">> & RouterOptions;
 
   // metrics
   private readonly registry = new Registry();
@@ -106,6 +125,10 @@ export class Router implements EndpointSink, UsageSource {
     this.catalogList = models;
   }
 
+  setApiKeys(keys: ApiKeyEntry[]): void {
+    this.keys = new Map(keys.map((k) => [k.sha256, k]));
+  }
+
   lastUsed(): ReadonlyMap<string, number> {
     return this.balancer.lastUsed();
   }
@@ -149,56 +172,69 @@ export class Router implements EndpointSink, UsageSource {
     await this.server?.stop(true);
   }
 
+  private route(method: string, path: string): RouteDef | undefined {
+    for (const r of ROUTER_ROUTES) if (r.method === method && (r.prefix ? path.startsWith(r.path) && path.length > r.path.length : path === r.path)) return r;
+    return undefined;
+  }
+
   private handle(req: Request, server: Server<undefined>): Response | Promise<Response> {
     const url = req.url;
     const start = url.indexOf("/", url.indexOf("//") + 2);
     const q = url.indexOf("?", start);
     const path = q < 0 ? url.slice(start) : url.slice(start, q);
-    if (req.method === "POST" && path.startsWith("/v1/")) return this.proxy(req, server, url.slice(start));
-    if (req.method === "GET") {
-      if (path === "/v1/models") return this.listModels(req);
-      if (path === "/healthz" || path === "/health") return new Response('{"status":"ok"}', { headers: { "content-type": "application/json" } });
-      if (path === "/metrics") {
-        if (this.o.metricsToken && !this.bearerIs(req, this.o.metricsToken)) return openAIError(401, "GET /metrics needs the admin token as a bearer token", { code: "invalid_api_key" });
-        return new Response(this.registry.render(), { headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" } });
-      }
-      if (path.startsWith("/v1/models/")) return this.getModel(req, decodeURIComponent(path.slice("/v1/models/".length)));
+    const route = this.route(req.method, path);
+    if (!route) return openAIError(404, `no route ${req.method} ${path}; the router serves POST /v1/* and GET /v1/models`, { code: "not_found" });
+    let pool: string | undefined;
+    if (route.auth === "admin") {
+      if (!this.o.adminToken || !this.bearerIs(req, this.o.adminToken)) return openAIError(401, `${req.method} ${path} needs the admin token as a bearer token`, { code: "invalid_api_key" });
+    } else if (route.auth === "client") {
+      const auth = this.authorize(req);
+      if (auth instanceof Response) return auth;
+      pool = auth.pool;
     }
-    return openAIError(404, `no route ${req.method} ${path}; the router serves POST /v1/* and GET /v1/models`, { code: "not_found" });
+    switch (route.path) {
+      case "/v1/":
+        return this.proxy(req, server, url.slice(start), pool);
+      case "/v1/models":
+        return this.listModels(pool);
+      case "/v1/models/":
+        return this.getModel(decodeURIComponent(path.slice("/v1/models/".length)), pool);
+      case "/metrics":
+        return new Response(this.registry.render(), { headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" } });
+      default:
+        return new Response('{"status":"ok"}', { headers: { "content-type": "application/json" } });
+    }
   }
 
+  /** Constant-time comparison of a bearer token against a secret. */
   private bearerIs(req: Request, token: string): boolean {
-    const h = req.headers.get("authorization");
-    return h !== null && h.length === token.length + 7 && h.slice(7) === token && /^bearer /i.test(h);
+    const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.get("authorization") ?? "");
+    return m !== null && timingSafeEqual(digest(m[1]!), digest(token));
   }
 
-  /** Checks the client's API key when keys are on; returns an error response, or the key's pool. */
+  /** Checks the client's API key when keys are required; returns an error response, or the key's pool. */
   private authorize(req: Request): Response | { pool?: string } {
-    if (!this.o.apiKeys) return {};
-    const h = req.headers.get("authorization");
-    const m = h ? /^Bearer\s+(\S+)\s*$/i.exec(h) : null;
-    const key = m ? this.o.apiKeys(m[1]!) : undefined;
-    if (!key) return openAIError(401, "Incorrect or missing API key: send Authorization: Bearer <key>", { code: "invalid_api_key" });
+    if (!this.o.requireApiKey) return {};
+    const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.get("authorization") ?? "");
+    // Keys are looked up by their SHA-256: the secret itself is never compared or kept.
+    const key = m ? this.keys.get(sha256hex(m[1]!)) : undefined;
+    if (!key) return openAIError(401, "Incorrect or missing API key: send Authorization: Bearer <key> (create one with `llmgw keys create NAME`)", { code: "invalid_api_key" });
     return key.pool ? { pool: key.pool } : {};
   }
 
-  private listModels(req: Request): Response {
-    const auth = this.authorize(req);
-    if (auth instanceof Response) return auth;
+  private listModels(pool: string | undefined): Response {
     const data = [];
     for (const m of this.catalogList) {
-      if (auth.pool && m.pool !== auth.pool) continue;
+      if (pool && m.pool !== pool) continue;
       data.push({ id: m.name, object: "model", created: m.created, owned_by: "llmgw" });
       for (const a of m.aliases) data.push({ id: a, object: "model", created: m.created, owned_by: "llmgw", root: m.name });
     }
     return Response.json({ object: "list", data });
   }
 
-  private getModel(req: Request, id: string): Response {
-    const auth = this.authorize(req);
-    if (auth instanceof Response) return auth;
+  private getModel(id: string, pool: string | undefined): Response {
     const m = this.catalog.get(id);
-    if (!m || (auth.pool && m.pool !== auth.pool)) return openAIError(404, `The model '${id}' does not exist`, { code: "model_not_found", param: "model" });
+    if (!m || (pool && m.pool !== pool)) return openAIError(404, `The model '${id}' does not exist`, { code: "model_not_found", param: "model" });
     return Response.json({ id, object: "model", created: m.created, owned_by: "llmgw", ...(id !== m.name ? { root: m.name } : {}) });
   }
 
@@ -223,11 +259,10 @@ export class Router implements EndpointSink, UsageSource {
     });
   }
 
-  private async proxy(req: Request, server: Server<undefined>, pathAndQuery: string): Promise<Response> {
+  private async proxy(req: Request, server: Server<undefined>, pathAndQuery: string, keyPool: string | undefined): Promise<Response> {
     const t0 = performance.now();
-    const auth = this.authorize(req);
-    if (auth instanceof Response) return auth;
-    const pool = auth.pool ?? req.headers.get("x-llmgw-pool") ?? undefined;
+    // A key bound to a pool decides the pool; otherwise the client may pick one by header.
+    const pool = keyPool ?? req.headers.get("x-llmgw-pool") ?? undefined;
 
     const max = this.o.maxBodyBytes;
     const declared = Number(req.headers.get("content-length") ?? 0);

@@ -316,6 +316,24 @@ export class Store {
     return this.db.select().from(schema.events).where(where).orderBy(desc(schema.events.id)).limit(opts.limit).all().reverse();
   }
 
+  // ---- API keys -----------------------------------------------------------------------
+
+  createApiKey(k: { name: string; hash: string; pool: string | null; createdAt: number }): void {
+    const existing = this.db.select({ n: schema.apiKeys.name }).from(schema.apiKeys).where(eq(schema.apiKeys.name, k.name)).get();
+    if (existing) throw new ConflictError(`an API key named "${k.name}" already exists; revoke it first or pick another name`, ["name"]);
+    this.db.insert(schema.apiKeys).values(k).run();
+  }
+
+  listApiKeys(): { name: string; hash: string; pool: string | null; createdAt: number }[] {
+    return this.db.select().from(schema.apiKeys).orderBy(asc(schema.apiKeys.name)).all();
+  }
+
+  revokeApiKey(name: string): void {
+    const row = this.db.select({ n: schema.apiKeys.name }).from(schema.apiKeys).where(eq(schema.apiKeys.name, name)).get();
+    if (!row) throw new NotFoundError(`API key "${name}" not found`);
+    this.db.delete(schema.apiKeys).where(eq(schema.apiKeys.name, name)).run();
+  }
+
   // ---- meta ---------------------------------------------------------------------------
 
   getMeta(key: string): string | undefined {
@@ -329,7 +347,7 @@ export class Store {
   /** Row counts per table, for tests and `llmgw backup` checks. */
   counts(): Record<string, number> {
     const out: Record<string, number> = {};
-    for (const t of ["nodes", "gpus", "weights", "models", "model_aliases", "replicas", "model_state", "events"]) {
+    for (const t of ["nodes", "gpus", "weights", "models", "model_aliases", "replicas", "model_state", "events", "api_keys"]) {
       out[t] = (this.sqlite.query(`SELECT count(*) AS n FROM ${t}`).get() as { n: number }).n;
     }
     return out;

@@ -112,3 +112,12 @@ export const meta = sqliteTable("meta", {
   value: text("value").notNull(),
 });
 
+
+/** Client API keys for the router: only a SHA-256 of each key is kept; the key is shown once. */
+export const apiKeys = sqliteTable("api_keys", {
+  name: text("name").primaryKey(),
+  hash: text("hash").notNull().unique(),
+  /** When set, requests with this key see only this pool's models. */
+  pool: text("pool"),
+  createdAt: integer("created_at").notNull(),
+});

@@ -16,11 +16,11 @@ export interface TestServer extends RunningServer {
   agent(body: unknown, token?: string): Promise<Response>;
 }
 
-export async function testServer(overrides: Record<string, unknown> = {}): Promise<TestServer> {
+export async function testServer(overrides: Record<string, unknown> = {}, log: pino.Logger = pino({ level: "silent" })): Promise<TestServer> {
   const dataDir = mkdtempSync(join(tmpdir(), "llmgw-test-"));
   const config = ServeConfig.parse({ data_dir: dataDir, admin_listen: "127.0.0.1:0", listen: "127.0.0.1:0", ...overrides });
   const clock = new ManualClock(T0);
-  const server = await startServer({ config, log: pino({ level: "silent" }), clock, loop: false });
+  const server = await startServer({ config, log, clock, loop: false });
   return Object.assign(server, {
     clock,
     admin: (path: string, init: RequestInit = {}) =>

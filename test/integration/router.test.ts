@@ -289,10 +289,11 @@ describe("cold start and usage", () => {
 
 describe("router metrics", () => {
   test("/metrics has requests by model and status, latency histograms, in-flight, retries, upstream errors", async () => {
-    const { url } = router({}, [ep("dead", closedPort()), ep("a", e1.url)]);
+    const { url } = router({ adminToken: "admin-token-0123456789" }, [ep("dead", closedPort()), ep("a", e1.url)]);
     await post(url, chat());
     await post(url, chat("m", { messages: [{ role: "user", content: "other" }] }));
-    const text = await (await fetch(`${url}/metrics`)).text();
+    expect((await fetch(`${url}/metrics`)).status).toBe(401);
+    const text = await (await fetch(`${url}/metrics`, { headers: { authorization: "Bearer admin-token-0123456789" } })).text();
     expect(text).toContain('llmgw_router_requests_total{model="m",status="200"} 2');
     expect(text).toContain("llmgw_router_time_to_first_byte_seconds_bucket");
     expect(text).toContain("llmgw_router_request_duration_seconds_count");

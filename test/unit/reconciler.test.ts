@@ -31,7 +31,7 @@ function setup(reconcile: Record<string, number> = {}) {
     reconcile: { backoffMs: 2_000, backoffMaxMs: 60_000, maxFailures: 3, replaceAfterMs: 30_000, reportGraceMs: 5_000, startTimeoutMs: 120_000, ...reconcile },
   });
   published = [];
-  ctl.setEndpointSink({ setEndpoints: (e) => published.push(e), setCatalog: () => {} });
+  ctl.setEndpointSink({ setEndpoints: (e) => published.push(e), setCatalog: () => {}, setApiKeys: () => {} });
 }
 
 const nodesDef: NodeDef[] = [
