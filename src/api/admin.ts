@@ -107,6 +107,17 @@ export function adminRoutes(ctl: Controller, _log: Logger): Hono {
     return c.json({ name, message: `key/${name} revoked` });
   });
 
+  /** A consistent copy of the database, taken while the server runs, as a download. */
+  app.get("/backup", async (c) => {
+    const path = await ctl.backup();
+    const file = Bun.file(path);
+    const bytes = await file.arrayBuffer();
+    await file.delete();
+    c.header("content-type", "application/vnd.sqlite3");
+    c.header("content-disposition", 'attachment; filename="llmgw.db"');
+    return c.body(bytes);
+  });
+
   app.get("/events", (c) => {
     const q = EventsQuery.parse(c.req.query());
     return c.json(ctl.events({ afterId: q.after, limit: q.limit, subject: q.subject }));

@@ -9,6 +9,7 @@ import { ensureDataDir, localUrl, resolveToken, writeServerInfo } from "../confi
 import { type Clock, systemClock } from "../control/clock";
 import { Controller } from "../control/controller";
 import { Store } from "../store";
+import { storeFailure } from "../store/errors";
 import { VERSION } from "../version";
 import { Router } from "../router/router";
 import { buildAdminApp } from "./app";
@@ -43,7 +44,7 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
     log.info({ kind, source: t.source, path: t.source === "given" ? undefined : t.path }, `${kind} token ${t.source}`);
 
   const dbPath = join(dataDir, "llmgw.db");
-  const store = new Store({ path: dbPath });
+  const store = new Store({ path: dbPath, busyTimeoutMs: config.db_busy_timeout });
   log.info({ path: dbPath }, "store opened");
 
   const controller = new Controller({
@@ -51,6 +52,7 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
     clock,
     log,
     version: VERSION,
+    dataDir,
     nodeTimeoutMs: config.node_timeout,
     heartbeatIntervalMs: config.heartbeat_interval,
     reconcile: {
@@ -113,13 +115,19 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
 
   let timer: ReturnType<typeof setInterval> | undefined;
   if (loop) {
+    let failing: string | undefined;
     const tick = () => {
       try {
         controller.tick();
+        if (failing) log.info({ was: failing }, "control loop recovered: the store is writable again");
+        failing = undefined;
       } catch (e) {
-        // A failed tick (a locked or full disk, say) is logged and retried next time; the
-        // server stays up and keeps answering with what it has.
-        log.error({ err: e }, "control loop tick failed");
+        // A failed tick (a locked or full disk, say) is logged once per cause and retried
+        // next tick; the server stays up and keeps serving what it has.
+        const sf = storeFailure(e);
+        const cause = sf?.code ?? (e as Error).message;
+        if (cause !== failing) log.error(sf ? { code: sf.code } : { err: e }, `control loop tick failed: ${sf?.message ?? (e as Error).message}`);
+        failing = cause;
       }
     };
     timer = setInterval(tick, config.reconcile_interval);

@@ -35,6 +35,7 @@ export class CliError extends Error {
 
 export interface Client {
   server: string;
+  token: string;
   get<T>(path: string): Promise<T>;
   send<T>(method: "POST" | "PUT" | "DELETE", path: string, body?: unknown): Promise<T>;
 }
@@ -84,6 +85,7 @@ export function resolveClient(flags: FlagValues, env = process.env): Client {
   };
   return {
     server,
+    token,
     get: (path) => call("GET", path),
     send: (method, path, body) => call(method, path, body),
   };

@@ -58,6 +58,8 @@ export const ServeConfig = z.strictObject({
   endpoint_cooldown: Duration.prefault("5s"),
   /** Engines get ports from here up (900 of them per node address); their rendezvous ports the 900 after. */
   engine_base_port: z.coerce.number().int().min(1024).max(63000).default(8100),
+  /** How long a write waits for a database lock held elsewhere before failing. */
+  db_busy_timeout: Duration.prefault("5s"),
   log_level: LogLevel.default("info"),
 });
 export type ServeConfig = z.infer<typeof ServeConfig>;

@@ -24,6 +24,8 @@ export interface ControllerOptions {
   nodeTimeoutMs: number;
   heartbeatIntervalMs: number;
   reconcile?: Partial<ReconcileConfig>;
+  /** Where temporary files (backups) go. */
+  dataDir?: string;
   /** Load must stay low this long before a model scales down. */
   scaleDownDelayMs?: number;
 }
@@ -284,10 +286,16 @@ export class Controller {
     const now = this.clock.now();
     const last = this.demandWritten.get(nameOrAlias);
     if (last !== undefined && now - last >= 0 && now - last < 1000) return true;
-    const row = this.store.resolveModel(nameOrAlias);
-    if (!row) return false;
-    this.demandWritten.set(nameOrAlias, now);
-    this.store.updateModelState(row.name, { lastRequestedAt: now });
+    try {
+      const row = this.store.resolveModel(nameOrAlias);
+      if (!row) return false;
+      this.demandWritten.set(nameOrAlias, now);
+      this.store.updateModelState(row.name, { lastRequestedAt: now });
+    } catch (e) {
+      // The router's request path must not fail because the store cannot take a write now.
+      this.log.warn({ model: nameOrAlias, err: (e as Error).message }, "could not record demand for a model");
+      return false;
+    }
     this.wake();
     return true;
   }
@@ -411,6 +419,14 @@ export class Controller {
       this.wake();
     }
     return { model: row.name, changed };
+  }
+
+  /** A consistent copy of the database in a temporary file beside it; the caller deletes it. */
+  async backup(): Promise<string> {
+    const path = `${this.opts.dataDir ?? "."}/backup-${process.pid}-${Date.now()}.db`;
+    this.store.backupTo(path);
+    this.log.info({ path }, "database backed up");
+    return path;
   }
 
   // ---- API keys -----------------------------------------------------------------------

@@ -344,6 +344,14 @@ export class Store {
     this.db.insert(schema.meta).values({ key, value }).onConflictDoUpdate({ target: schema.meta.key, set: { value } }).run();
   }
 
+  /**
+   * Writes a consistent copy of the whole database to `path` while the server keeps running
+   * (SQLite's VACUUM INTO reads one snapshot). The target must not exist.
+   */
+  backupTo(path: string): void {
+    this.sqlite.query("VACUUM INTO ?").run(path);
+  }
+
   /** Row counts per table, for tests and `llmgw backup` checks. */
   counts(): Record<string, number> {
     const out: Record<string, number> = {};

@@ -3,7 +3,7 @@
 // flags to print what was sent.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Summary } from "../../src/protocol/views";
 import { heartbeat } from "../helpers/fleet";
@@ -94,6 +94,28 @@ describe("compiled binary", () => {
     expect(r.code).toBe(1);
     expect(r.stderr).toContain("node_timeout (from flag --node-timeout)");
     expect(r.stderr).toContain("admin_listen (from flag --admin-listen)");
+  });
+
+  test("llmgw backup writes a copy while the server runs; serve on the restored copy shows the same fleet", async () => {
+    const b = run(bin, ["backup", "fleet.db"], { cwd: dir });
+    expect(b.code).toBe(0);
+    expect(b.stdout).toMatch(/^backup written to fleet\.db \(\d+ bytes\)\n$/);
+    expect(run(bin, ["backup", "fleet.db"], { cwd: dir }).stderr).toContain("exists; pass --force");
+    const before = JSON.parse(run(bin, ["status", "-o", "json"], { cwd: dir }).stdout) as Summary;
+    const restoredDir = join(dir, "restored");
+    mkdirSync(join(restoredDir, "llmgw-data"), { recursive: true });
+    copyFileSync(join(dir, "fleet.db"), join(restoredDir, "llmgw-data", "llmgw.db"));
+    const second = await startServe(bin, restoredDir);
+    try {
+      const after = JSON.parse(run(bin, ["status", "-o", "json"], { cwd: restoredDir }).stdout) as Summary;
+      expect(after.nodes.total).toBe(before.nodes.total);
+      expect(after.gpus).toEqual(before.gpus);
+      expect(after.fabrics).toEqual(before.fabrics);
+      expect(after.models).toEqual(before.models);
+    } finally {
+      second.proc.kill("SIGTERM");
+      await second.proc.exited;
+    }
   });
 
   test("with the server gone, status exits non-zero with one line naming the URL", async () => {
