@@ -22,6 +22,13 @@ const COMMANDS: Record<string, { summary: string; load: Loader }> = {
   agent: { summary: "run the node agent on a GPU node", load: async () => (await import("./cli/agent")).command },
   demo: { summary: "run a whole simulated cluster in one process", load: async () => (await import("./cli/demo")).command },
   "fake-engine": { summary: "run the built-in OpenAI-compatible fake engine", load: async () => (await import("./cli/fake-engine")).command },
+  "join-command": { summary: "print the command that joins a GPU node to this head node", load: async () => (await import("./cli/join-command")).command },
+  install: { summary: "install serve or agent as a systemd service", load: async () => (await import("./cli/install")).install },
+  uninstall: { summary: "remove the systemd service written by install", load: async () => (await import("./cli/install")).uninstall },
+  completion: {
+    summary: "print a shell completion script (bash or zsh)",
+    load: async () => (await import("./cli/completion")).completionCommand(() => Promise.all(Object.values(COMMANDS).map((c) => c.load()))),
+  },
   version: { summary: "print the version", load: async () => (await import("./cli/version")).command },
 };
 
