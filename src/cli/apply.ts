@@ -3,7 +3,9 @@
 // path of every problem (e.g. models.1.profiles.0.gpus).
 
 import { UsageError } from "../config/flags";
+import { parseDuration } from "../protocol/duration";
 import { CLIENT_FLAGS, CliError, resolveClient } from "./client";
+import { waitForModels } from "./wait";
 import type { Command } from "./command";
 
 export async function readCatalogFile(path: string): Promise<unknown> {
@@ -22,15 +24,27 @@ export const command: Command = {
   name: "apply",
   summary: "Create or replace the models in a catalog file (YAML or JSON).",
   usage: "llmgw apply -f FILE",
-  flags: { file: { kind: "string", short: "f", value: "FILE", help: "catalog file (.yaml, .yml or .json; - for stdin)" }, ...CLIENT_FLAGS },
+  flags: {
+    file: { kind: "string", short: "f", value: "FILE", help: "catalog file (.yaml, .yml or .json; - for stdin)" },
+    wait: { kind: "boolean", short: "w", help: "follow the models until each is ready or parked (exit 1 if any is parked)" },
+    timeout: { kind: "string", value: "DURATION", help: "give up waiting after this long (default 30m)" },
+    ...CLIENT_FLAGS,
+  },
   details: "Models not in the file are left alone; remove one with DELETE /api/v1/models/NAME.",
-  examples: ["llmgw apply -f catalog.yaml"],
+  examples: ["llmgw apply -f catalog.yaml", "llmgw apply -f catalog.yaml --wait"],
   async run({ flags }) {
     const file = flags.file as string | undefined;
     if (!file) throw new UsageError("apply needs -f FILE");
     const data = await readCatalogFile(file);
     const client = resolveClient(flags);
-    const res = await client.send<{ results: { message: string }[] }>("POST", "/api/v1/apply", data);
+    const timeout = parseDuration((flags.timeout as string | undefined) ?? "30m");
+    if (timeout === undefined) throw new UsageError(`--timeout must be a duration like 10m, not "${flags.timeout}"`);
+    const res = await client.send<{ results: { name: string; message: string }[] }>("POST", "/api/v1/apply", data);
     for (const r of res.results) process.stdout.write(`${r.message}\n`);
+    if (!flags.wait) return;
+    const final = await waitForModels(client, res.results.map((r) => r.name), timeout);
+    const parked = final.filter((m) => m.parked);
+    if (parked.length > 0) throw new CliError(`${parked.map((m) => m.name).join(", ")} parked: see \`llmgw models\` for why`);
+    process.stdout.write("all models ready\n");
   },
 };

@@ -2,21 +2,35 @@
 // the API action they call.
 
 import { UsageError } from "../config/flags";
+import { parseDuration } from "../protocol/duration";
 import { CLIENT_FLAGS, resolveClient } from "./client";
+import { waitForDrain } from "./wait";
 import type { Command } from "./command";
 
 function nodeCommand(action: "cordon" | "uncordon" | "drain", summary: string): Command {
+  const drain = action === "drain";
   return {
     name: action,
     summary,
-    usage: `llmgw ${action} NODE [--server URL] [--token TOKEN]`,
-    flags: { ...CLIENT_FLAGS },
-    examples: [`llmgw ${action} gpu-03`],
+    usage: `llmgw ${action} NODE${drain ? " [--wait [--timeout DURATION]]" : ""} [--server URL] [--token TOKEN]`,
+    flags: {
+      ...(drain
+        ? {
+            wait: { kind: "boolean" as const, short: "w", help: "follow the replicas as they move, until the node is empty" },
+            timeout: { kind: "string" as const, value: "DURATION", help: "give up waiting after this long (default 30m)" },
+          }
+        : {}),
+      ...CLIENT_FLAGS,
+    },
+    examples: drain ? ["llmgw drain gpu-03", "llmgw drain gpu-03 --wait"] : [`llmgw ${action} gpu-03`],
     async run({ flags, positionals }) {
       if (positionals.length !== 1) throw new UsageError(`${action} takes exactly one node name`);
+      const timeout = parseDuration((flags.timeout as string | undefined) ?? "30m");
+      if (timeout === undefined) throw new UsageError(`--timeout must be a duration like 10m, not "${flags.timeout}"`);
       const client = resolveClient(flags);
       const res = await client.send<{ message: string }>("POST", `/api/v1/nodes/${encodeURIComponent(positionals[0]!)}/${action}`);
       process.stdout.write(`${res.message}\n`);
+      if (drain && flags.wait) await waitForDrain(client, positionals[0]!, timeout);
     },
   };
 }

@@ -216,4 +216,38 @@ describe("a simulated cluster run by the compiled binary", () => {
     const again = await fetch(`${serve.routerUrl}/v1/chat/completions`, { method: "POST", body: JSON.stringify({ model: "chat-alias", messages: [{ role: "user", content: "hi" }] }) });
     expect(again.status).toBe(200);
   }, 40_000);
+
+  test("drain --wait follows the replicas until the node is empty; apply --wait until ready or parked", async () => {
+    run(bin, ["uncordon", "a"], { cwd: dir });
+    await until("a ready", async () => (await api<NodeView>("/api/v1/nodes/a")).state === "ready");
+    const onB = (await readyOf("chat")).filter((r) => r.shards[0]!.node === "b").length;
+    const d = run(bin, ["drain", "b", "--wait", "--timeout", "30s"], { cwd: dir });
+    expect(d.code).toBe(0);
+    expect(d.stdout.startsWith("node/b draining\n")).toBe(true);
+    expect(d.stdout.trim().endsWith("node/b drained")).toBe(true);
+    if (onB > 0) expect(d.stdout).toContain("placed replica");
+    expect((await api<NodeView>("/api/v1/nodes/b")).state).toBe("cordoned");
+    run(bin, ["uncordon", "b"], { cwd: dir });
+
+    writeFileSync(join(dir, "more.yaml"), `models:
+  - name: extra
+    replicas: {min: 1}
+    profiles: [{name: h100, engine: vllm, gpu_class: H100-80GB, gpus: 1}]
+`);
+    const ok = run(bin, ["apply", "-f", "more.yaml", "--wait", "--timeout", "30s"], { cwd: dir });
+    expect(ok.code).toBe(0);
+    expect(ok.stdout).toContain("model/extra created");
+    expect(ok.stdout).toContain("model/extra ready 1/1");
+    expect(ok.stdout.trim().endsWith("all models ready")).toBe(true);
+
+    writeFileSync(join(dir, "bad.yaml"), `models:
+  - name: doomed
+    replicas: {min: 1}
+    profiles: [{name: h100, engine: vllm, gpu_class: H100-80GB, gpus: 1, env: {LLMGW_FAKE_FAIL: "ImportError: libcudart.so.12 not found"}}]
+`);
+    const bad = run(bin, ["apply", "-f", "bad.yaml", "--wait", "--timeout", "30s"], { cwd: dir });
+    expect(bad.code).toBe(1);
+    expect(bad.stdout).toContain("model/doomed parked: exited with code 1: ImportError: libcudart.so.12 not found");
+    expect(bad.stderr).toBe("error: doomed parked: see `llmgw models` for why\n");
+  }, 60_000);
 });
