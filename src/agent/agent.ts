@@ -1,8 +1,11 @@
 // The node agent daemon behind `llmgw agent`: tells the head node what this node has (GPUs,
 // weights, replicas) and runs exactly the engine processes the head node assigns to it.
 
-import { readdirSync, statSync } from "node:fs";
+import { X509Certificate } from "node:crypto";
+import { readFileSync, readdirSync, statSync } from "node:fs";
+import { isIP } from "node:net";
 import { hostname, networkInterfaces } from "node:os";
+import { type PeerCertificate, connect as tlsConnect, rootCertificates } from "node:tls";
 import { isAbsolute, join, relative, resolve, sep } from "node:path";
 import type { Logger } from "pino";
 import type { AgentConfig } from "../config";
@@ -38,7 +41,7 @@ export const AGENT_TIMING = {
 };
 export type AgentTiming = typeof AGENT_TIMING;
 
-export type FetchLike = (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
+export type FetchLike = (input: string | URL | Request, init?: BunFetchRequestInit) => Promise<Response>;
 
 export interface NodeAgentOptions {
   config: AgentConfig;
@@ -69,7 +72,16 @@ interface Inventory {
   models: string[];
 }
 
-type Failure = { ok: false; kind: "aborted" | "unreachable" | "unauthorized" | "rejected" | "not_found" | "http" | "bad_answer"; message: string };
+type Failure = {
+  ok: false;
+  kind: "aborted" | "unreachable" | "unauthorized" | "untrusted" | "rejected" | "not_found" | "http" | "bad_answer";
+  message: string;
+};
+
+/** The code of the error the pin check hands to fetch (which rejects with that very error). */
+const PIN_MISMATCH = "LLMGW_PIN_MISMATCH";
+/** Certificate verification failures, as Bun's fetch reports them in `code`. */
+const CERT_ERROR = /CERT|SELF_SIGNED|LEAF_SIGNATURE|ISSUER|ALTNAME|HOSTNAME_MISMATCH/;
 type Outcome<T> = { ok: true; value: T } | Failure;
 
 export class NodeAgent {
@@ -109,6 +121,12 @@ export class NodeAgent {
   private heartbeatDue = false;
   private debounce: ReturnType<typeof setTimeout> | null = null;
   private loops: Promise<void>[] = [];
+
+  // An https server: the connections to it (one pool, one certificate check per connection).
+  private session: Bun.FetchSession | undefined;
+  /** Pinned without --server-ca: the server's certificate must be fetched and checked first. */
+  private needsProbe = false;
+  private probing: Promise<Failure | undefined> | null = null;
 
   // What has been logged already, so a condition that lasts is said once, not every 30 s.
   private lastDiscoveryError: string | undefined;
@@ -169,6 +187,7 @@ export class NodeAgent {
     registered.catch(() => {});
     try {
       this.checkIdentity();
+      this.setUpTls();
       this.inventory = await this.takeInventory(true);
       const adopted = await this.processSet.recover();
       if (adopted.length > 0) this.log.info({ replicas: adopted }, `adopted ${adopted.length} running engine(s) from the previous agent`);
@@ -205,6 +224,7 @@ export class NodeAgent {
         this.processSet.detachAll();
         if (kept.length > 0) this.log.info({ replicas: kept }, "leaving engines running for the next agent (keep_replicas)");
       } else await this.processSet.stopAll();
+      this.session?.close();
       this.log.info("agent stopped");
     })();
     return this.stopped;
@@ -242,6 +262,12 @@ export class NodeAgent {
     const r = await this.request(path, { method: "POST", body: JSON.stringify(body) }, this.timing.requestTimeoutMs);
     if (this.stopping) return "fatal";
     if (!r.ok) {
+      if (r.kind === "untrusted" && !this.registered) {
+        // Retrying cannot make a certificate trusted: the operator has to give a CA or the pin.
+        this.log.error({ url: this.url(path) }, r.message);
+        this.registration?.reject(new AgentError(`${r.message} (server ${this.server})`));
+        return "fatal";
+      }
       if (r.kind === "unauthorized" && !this.registered) {
         this.log.error({ url: this.url(path) }, `the server refused the join token: ${r.message}`);
         this.registration?.reject(
@@ -435,15 +461,27 @@ export class NodeAgent {
   }
 
   private async request(path: string, init: RequestInit, timeoutMs: number): Promise<Outcome<HeartbeatResponse>> {
+    if (this.needsProbe) {
+      const failed = await this.probe(timeoutMs);
+      if (failed) return failed;
+    }
     let res: Response;
     try {
       res = await this.fetchFn(this.url(path), {
         ...init,
         headers: { authorization: `Bearer ${this.config.token}`, "content-type": "application/json" },
         signal: AbortSignal.any([this.abort.signal, AbortSignal.timeout(timeoutMs)]),
+        ...(this.session ? { session: this.session } : {}),
       });
     } catch (e) {
       if (this.abort.signal.aborted) return { ok: false, kind: "aborted", message: "stopped" };
+      const untrusted = this.certificateFailure(e);
+      if (untrusted) {
+        // Pinned without a CA, the certificate may have changed since the probe: probing
+        // again names the fingerprint the server has now.
+        const changed = this.needsProbe ? await this.probe(timeoutMs) : undefined;
+        return changed?.kind === "untrusted" ? changed : untrusted;
+      }
       const err = e as Error;
       const why = err.name === "TimeoutError" ? `no answer within ${Math.round(timeoutMs / 1000)}s` : err.message;
       return { ok: false, kind: "unreachable", message: why };
@@ -474,11 +512,107 @@ export class NodeAgent {
     return { ok: true, value: parsed.data };
   }
 
+  // ---- TLS --------------------------------------------------------------------------------
+
+  /**
+   * How the server's certificate is trusted: --server-ca replaces the system's CAs;
+   * --server-fingerprint is checked on every new connection by the session's
+   * checkServerIdentity, which Bun's fetch calls only once the chain has verified. A pin
+   * without a CA therefore needs the certificate itself as the trust anchor: probe() gets it
+   * over node:tls, compares the fingerprint, and trusts that certificate from then on.
+   */
+  private setUpTls(): void {
+    if (!/^https:/i.test(this.server)) return;
+    const { server_ca: caPath, server_fingerprint: pin } = this.config;
+    let ca: string | undefined;
+    if (caPath !== undefined) {
+      try {
+        ca = readFileSync(caPath, "utf8");
+      } catch (e) {
+        const err = e as NodeJS.ErrnoException;
+        const why = err.code === "ENOENT" ? "no such file" : err.code === "EACCES" ? "permission denied" : err.message;
+        throw new AgentError(`--server-ca ${caPath}: cannot read it (${why})`);
+      }
+      try {
+        new X509Certificate(ca);
+      } catch (e) {
+        throw new AgentError(`--server-ca ${caPath}: not a PEM certificate (${(e as Error).message})`);
+      }
+    }
+    if (pin !== undefined && ca === undefined) {
+      this.needsProbe = true;
+      return;
+    }
+    if (ca !== undefined || pin !== undefined) this.useTls(ca);
+  }
+
+  private useTls(ca: string | string[] | undefined): void {
+    const pin = this.config.server_fingerprint;
+    this.session?.close();
+    this.session = new Bun.FetchSession({
+      tls: {
+        ...(ca !== undefined ? { ca } : {}),
+        // The pin replaces the host name check: it names the one certificate to accept, and
+        // agents often reach the head node by an address its certificate does not list.
+        ...(pin !== undefined ? { checkServerIdentity: (_host: string, cert: PeerCertificate) => pinCheck(pin, cert) } : {}),
+      },
+    });
+  }
+
+  /** One probe at a time; the heartbeat and the long poll share its outcome. */
+  private probe(timeoutMs: number): Promise<Failure | undefined> {
+    this.probing ??= (async (): Promise<Failure | undefined> => {
+      const pin = this.config.server_fingerprint!;
+      const u = new URL(this.server);
+      const host = u.hostname.replace(/^\[|\]$/g, "");
+      let cert: PeerCertificate;
+      try {
+        cert = await peerCertificate(host, Number(u.port || 443), timeoutMs, this.abort.signal);
+      } catch (e) {
+        if (this.abort.signal.aborted) return { ok: false, kind: "aborted", message: "stopped" };
+        return { ok: false, kind: "unreachable", message: (e as Error).message };
+      }
+      const mismatch = pinCheck(pin, cert);
+      if (mismatch) return { ok: false, kind: "untrusted", message: mismatch.message };
+      // Beside the system's CAs, so a pinned certificate a public CA signed verifies as well.
+      this.useTls([...rootCertificates, derToPem(cert.raw)]);
+      this.needsProbe = false;
+      return undefined;
+    })().finally(() => {
+      this.probing = null;
+    });
+    return this.probing;
+  }
+
+  /** A fetch error that says the server's certificate was not accepted, as the operator's to-do. */
+  private certificateFailure(e: unknown): Failure | undefined {
+    const err = e as Error & { code?: string };
+    const code = typeof err.code === "string" ? err.code : "";
+    if (code !== PIN_MISMATCH && !CERT_ERROR.test(code)) return undefined;
+    const { server_ca: caPath, server_fingerprint: pin } = this.config;
+    const pinOnly = pin !== undefined && caPath === undefined;
+    if (pinOnly) this.needsProbe = true;
+    let message: string;
+    if (code === PIN_MISMATCH) message = err.message;
+    else if (pinOnly)
+      message = `the server's certificate matches --server-fingerprint but does not verify (${err.message}, ${code}): a pin alone trusts a self-signed certificate; for one a private CA signed, give that CA with --server-ca as well`;
+    else if (/ALTNAME|HOSTNAME/.test(code))
+      message = `the server's TLS certificate is not valid for ${new URL(this.server).hostname} (${err.message}); use a --server name or address its certificate lists, or pin the certificate with --server-fingerprint`;
+    else if (caPath !== undefined)
+      message = `the server's TLS certificate is not trusted by --server-ca ${caPath} (${err.message}, ${code}); give the head node's --tls-cert, or the CA that signed it`;
+    else
+      message = `the server's TLS certificate is not trusted (${err.message}, ${code}); give --server-ca FILE (the head node's --tls-cert, or the CA that signed it) or pin it with --server-fingerprint SHA256 (llmgw serve prints it)`;
+    return { ok: false, kind: "untrusted", message };
+  }
+
   private logFailure(what: string, path: string, r: Failure, retryMs: number): void {
     const url = this.url(path.split("?")[0]!);
     const retry = `retrying in ${retryMs >= 1000 ? `${retryMs / 1000}s` : `${retryMs}ms`}; running replicas are left as they are`;
     switch (r.kind) {
       case "aborted":
+        return;
+      case "untrusted":
+        this.log.error({ url }, `${what}: ${r.message}; ${retry}`);
         return;
       case "unauthorized":
         this.log.error({ url }, `${what}: the server refused the join token (${r.message}); was it changed on the head node? ${retry}`);
@@ -516,6 +650,41 @@ export class NodeAgent {
 function splitPair(kv: string): [string, string] {
   const eq = kv.indexOf("=");
   return [kv.slice(0, eq).trim(), kv.slice(eq + 1).trim()];
+}
+
+/** The pin check: undefined when the certificate is the pinned one, else the error to fail with. */
+function pinCheck(pin: string, cert: PeerCertificate): Error | undefined {
+  const got = (cert.fingerprint256 ?? "").toUpperCase();
+  if (got === pin) return undefined;
+  const err = new Error(`the server's certificate does not match --server-fingerprint: expected ${pin}, got ${got || "(none)"}`);
+  return Object.assign(err, { code: PIN_MISMATCH });
+}
+
+/** The server's leaf certificate, without judging it (the pin does that). */
+function peerCertificate(host: string, port: number, timeoutMs: number, signal: AbortSignal): Promise<PeerCertificate> {
+  return new Promise((resolve, reject) => {
+    const socket = tlsConnect({ host, port, rejectUnauthorized: false, ...(isIP(host) ? {} : { servername: host }) });
+    const done = (e: Error | undefined, cert?: PeerCertificate) => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", onAbort);
+      socket.destroy();
+      if (e) reject(e);
+      else resolve(cert!);
+    };
+    const onAbort = () => done(new Error("stopped"));
+    const timer = setTimeout(() => done(new Error(`no TLS handshake within ${Math.round(timeoutMs / 1000)}s`)), timeoutMs);
+    signal.addEventListener("abort", onAbort, { once: true });
+    socket.once("secureConnect", () => {
+      const cert = socket.getPeerCertificate();
+      if (!cert?.raw) done(new Error(`the TLS handshake with ${host}:${port} gave no certificate`));
+      else done(undefined, cert);
+    });
+    socket.once("error", (e) => done(new Error(`TLS handshake with ${host}:${port} failed: ${e.message}`)));
+  });
+}
+
+function derToPem(der: Buffer): string {
+  return `-----BEGIN CERTIFICATE-----\n${der.toString("base64").match(/.{1,64}/g)!.join("\n")}\n-----END CERTIFICATE-----\n`;
 }
 
 function isWildcard(host: string): boolean {

@@ -1,10 +1,12 @@
 // Assembles a running head node: store, controller, the admin/agent listener, and the control
 // loop. `llmgw serve`, `llmgw demo` and the integration tests all start it through here.
 
-import { join } from "node:path";
+import { X509Certificate, createPrivateKey } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { join, resolve } from "node:path";
 import type { Hono } from "hono";
 import type { Logger } from "pino";
-import type { ServeConfig } from "../config";
+import { ConfigError, type ServeConfig } from "../config";
 import { ensureDataDir, localUrl, resolveToken, writeServerInfo } from "../config/datadir";
 import { type Clock, systemClock } from "../control/clock";
 import { Controller } from "../control/controller";
@@ -25,7 +27,17 @@ export interface RunningServer {
   dataDir: string;
   controller: Controller;
   store: Store;
+  /** Set when both listeners serve HTTPS. */
+  tls?: ServerTls;
   stop(): Promise<void>;
+}
+
+export interface ServerTls {
+  /** Absolute paths of the certificate and key files. */
+  certPath: string;
+  keyPath: string;
+  /** The leaf certificate's SHA-256 fingerprint (AA:BB:…), what agents pin with --server-fingerprint. */
+  fingerprint256: string;
 }
 
 export interface StartOptions {
@@ -37,6 +49,8 @@ export interface StartOptions {
 }
 
 export async function startServer({ config, log, clock = systemClock, loop = true }: StartOptions): Promise<RunningServer> {
+  // Before anything is opened, so a bad certificate costs nothing to report.
+  const tls = loadTls(config);
   const dataDir = ensureDataDir(config.data_dir);
   const admin = resolveToken(dataDir, "admin.token", config.admin_token, "llmgw_admin");
   const join_ = resolveToken(dataDir, "join.token", config.join_token, "llmgw_join");
@@ -74,6 +88,7 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
       hostname: config.admin_listen.host,
       port: config.admin_listen.port,
       fetch: app.fetch,
+      ...(tls ? { tls: { cert: tls.cert, key: tls.key } } : {}),
       // Agents long-poll here (next issue); keep idle connections around a little longer.
       idleTimeout: 120,
     });
@@ -81,7 +96,8 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
     store.close();
     throw new Error(`cannot listen on ${config.admin_listen.host}:${config.admin_listen.port} (admin): ${(e as Error).message}`);
   }
-  const adminUrl = localUrl(config.admin_listen.host, adminServer.port!);
+  const scheme = tls ? "https" : "http";
+  const adminUrl = localUrl(config.admin_listen.host, adminServer.port!, scheme);
 
   const router = new Router({
     host: config.listen.host,
@@ -97,6 +113,7 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
     adminToken: admin.token,
     demand: controller,
     log: log.child({ component: "router" }),
+    ...(tls ? { tls: { cert: tls.certPath, key: tls.keyPath } } : {}),
   });
   let routerAddr: { url: string; port: number };
   try {
@@ -108,9 +125,17 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
   }
   controller.setEndpointSink(router);
   controller.setUsageSource(router);
-  const routerUrl = localUrl(config.listen.host, routerAddr.port);
+  const routerUrl = localUrl(config.listen.host, routerAddr.port, scheme);
+  if (tls) log.info({ cert: tls.certPath, key: tls.keyPath, fingerprint256: tls.fingerprint256 }, "TLS on: the router and the admin/agent API serve HTTPS");
   log.info({ listen: `${config.listen.host}:${routerAddr.port}`, url: routerUrl }, "router listening");
-  writeServerInfo(dataDir, { admin_url: adminUrl, router_url: routerUrl, pid: process.pid, version: VERSION, started_at: new Date().toISOString() });
+  writeServerInfo(dataDir, {
+    admin_url: adminUrl,
+    router_url: routerUrl,
+    pid: process.pid,
+    version: VERSION,
+    started_at: new Date().toISOString(),
+    ...(tls ? { tls_cert: tls.certPath, tls_fingerprint: tls.fingerprint256 } : {}),
+  });
   log.info({ admin: `${config.admin_listen.host}:${adminServer.port}`, url: adminUrl, version: VERSION }, "admin API listening");
 
   let timer: ReturnType<typeof setInterval> | undefined;
@@ -147,6 +172,7 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
     dataDir,
     controller,
     store,
+    ...(tls ? { tls: { certPath: tls.certPath, keyPath: tls.keyPath, fingerprint256: tls.fingerprint256 } } : {}),
     async stop() {
       if (stopped) return;
       stopped = true;
@@ -157,4 +183,36 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
       log.info("server stopped");
     },
   };
+}
+
+/** Reads and checks tls_cert/tls_key; every problem names the key and the file. */
+function loadTls(config: ServeConfig): (ServerTls & { cert: string; key: string }) | undefined {
+  if (config.tls_cert === undefined || config.tls_key === undefined) return undefined;
+  const certPath = resolve(config.tls_cert);
+  const keyPath = resolve(config.tls_key);
+  const read = (key: string, path: string) => {
+    try {
+      return readFileSync(path, "utf8");
+    } catch (e) {
+      const err = e as NodeJS.ErrnoException;
+      const why = err.code === "ENOENT" ? "no such file" : err.code === "EACCES" ? "permission denied" : err.code === "EISDIR" ? "is a directory" : err.message;
+      throw new ConfigError([`${key} ${path}: cannot read it (${why})`]);
+    }
+  };
+  const cert = read("tls_cert", certPath);
+  const key = read("tls_key", keyPath);
+  let x509: X509Certificate;
+  try {
+    x509 = new X509Certificate(cert);
+  } catch (e) {
+    throw new ConfigError([`tls_cert ${certPath}: not a PEM certificate (${(e as Error).message})`]);
+  }
+  let matches: boolean;
+  try {
+    matches = x509.checkPrivateKey(createPrivateKey(key));
+  } catch (e) {
+    throw new ConfigError([`tls_key ${keyPath}: not an unencrypted PEM private key (${(e as Error).message})`]);
+  }
+  if (!matches) throw new ConfigError([`tls_key ${keyPath} is not the private key of the certificate in tls_cert ${certPath}`]);
+  return { certPath, keyPath, cert, key, fingerprint256: x509.fingerprint256 };
 }

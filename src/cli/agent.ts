@@ -8,7 +8,9 @@ import type { Command } from "./command";
 
 export const AGENT_FLAGS: FlagSpecs = {
   config: { kind: "string", short: "c", value: "FILE", help: "config file (.toml, .yaml or .json; env LLMGW_CONFIG)" },
-  server: { kind: "string", value: "URL", help: "the head node's admin URL, e.g. http://10.0.0.1:8001 (required)" },
+  server: { kind: "string", value: "URL", help: "the head node's admin URL, e.g. http://10.0.0.1:8001, or https://… when it serves TLS (required)" },
+  "server-ca": { kind: "string", value: "FILE", help: "PEM CA to trust for an https --server, e.g. the head node's self-signed --tls-cert" },
+  "server-fingerprint": { kind: "string", value: "SHA256", help: "pin: the server's certificate must have this SHA-256 fingerprint (as `openssl x509 -noout -fingerprint -sha256` prints it)" },
   token: { kind: "string", value: "TOKEN", help: "join token from <data-dir>/join.token on the head node (required; prefer env LLMGW_TOKEN)" },
   name: { kind: "string", value: "NAME", help: "node name (default: the hostname)" },
   address: { kind: "string", value: "ADDR", help: "address other machines reach this node's engines at (default: first non-internal IPv4)" },
@@ -49,6 +51,7 @@ export const command: Command = {
     "The agent keeps running while the head node is unreachable (its engines keep serving) and reconnects by itself.",
   examples: [
     "LLMGW_TOKEN=$(ssh head cat /var/lib/llmgw/join.token) llmgw agent --server http://10.0.0.1:8001 --fabric ib-a",
+    "llmgw agent --server https://10.0.0.1:8001 --server-fingerprint 9E:3D:…:C4 --fabric ib-a",
     "llmgw agent -c /etc/llmgw/agent.toml --models-dir /data/models --label rack=r12",
     "llmgw agent --server http://127.0.0.1:8001 --token $(cat llmgw-data/join.token) --name sim-01 --simulate H100-80GB:8 --simulate-models llama-3.1-8b",
   ],

@@ -20,7 +20,7 @@ export const command: Command = {
     const file = positionals[0]!;
     if (existsSync(file) && !flags.force) throw new CliError(`${file} exists; pass --force to overwrite it`);
     const client = resolveClient(flags);
-    const res = await fetch(`${client.server}/api/v1/backup`, { headers: { authorization: `Bearer ${client.token}` } }).catch((e: Error) => {
+    const res = await fetch(`${client.server}/api/v1/backup`, { headers: { authorization: `Bearer ${client.token}` }, ...(client.tls ? { tls: client.tls } : {}) }).catch((e: Error) => {
       throw new CliError(`cannot reach the llmgw server at ${client.server}: ${e.message}`);
     });
     if (!res.ok) {

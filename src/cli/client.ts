@@ -2,13 +2,16 @@
 // data dir of a server running beside the CLI), call it, and turn every failure into one line
 // a person can act on. No zod here: quick commands must start quickly.
 
-import { DEFAULT_DATA_DIR, readServerInfo, readTokenFile } from "../config/datadir";
+import { readFileSync } from "node:fs";
+import { checkServerIdentity, rootCertificates } from "node:tls";
+import { DEFAULT_DATA_DIR, type ServerInfo, readServerInfo, readTokenFile } from "../config/datadir";
 import { type FlagSpecs, type FlagValues, UsageError } from "../config/flags";
 import type { ApiError } from "../protocol/views";
 
 export const CLIENT_FLAGS: FlagSpecs = {
   server: { kind: "string", value: "URL", help: "admin API URL (env LLMGW_SERVER; default: the server recorded in the data dir)" },
   token: { kind: "string", value: "TOKEN", help: "admin token (env LLMGW_TOKEN; default: <data-dir>/admin.token)" },
+  ca: { kind: "string", value: "FILE", help: "PEM CA to trust for an https server, e.g. its self-signed certificate (env LLMGW_CA; default: the one a local server records)" },
   "data-dir": { kind: "string", value: "DIR", help: `data dir of a local server (env LLMGW_DATA_DIR; default ${DEFAULT_DATA_DIR})` },
   help: { kind: "boolean", short: "h", help: "show this help" },
 };
@@ -36,6 +39,8 @@ export class CliError extends Error {
 export interface Client {
   server: string;
   token: string;
+  /** TLS options for an https server (its CA); pass them to any fetch of your own to it. */
+  tls?: BunFetchRequestInitTLS;
   get<T>(path: string): Promise<T>;
   send<T>(method: "POST" | "PUT" | "DELETE", path: string, body?: unknown): Promise<T>;
 }
@@ -43,14 +48,17 @@ export interface Client {
 export function resolveClient(flags: FlagValues, env = process.env): Client {
   const dataDir = (flags["data-dir"] as string | undefined) ?? env.LLMGW_DATA_DIR ?? DEFAULT_DATA_DIR;
   let server = (flags.server as string | undefined) ?? env.LLMGW_SERVER;
+  let info: ServerInfo | undefined;
   if (!server) {
-    const info = readServerInfo(dataDir);
+    info = readServerInfo(dataDir);
     if (!info)
       throw new CliError(`no server given and none recorded in ${dataDir}/server.json: pass --server URL (or LLMGW_SERVER), or run beside llmgw serve`);
     server = info.admin_url;
   }
   if (!/^https?:\/\/[^\s/]+/.test(server)) throw new UsageError(`--server must be an http(s) URL like http://10.0.0.1:8001, not "${server}"`);
   server = server.replace(/\/+$/, "");
+  const caPath = (flags.ca as string | undefined) ?? env.LLMGW_CA;
+  const tls = /^https:/i.test(server) ? clientTls(server, caPath, info ?? readServerInfo(dataDir)) : undefined;
   const token = (flags.token as string | undefined) ?? env.LLMGW_TOKEN ?? readTokenFile(dataDir, "admin.token");
   if (!token) throw new CliError(`no admin token: pass --token (or LLMGW_TOKEN), or run where ${dataDir}/admin.token is readable`);
 
@@ -62,10 +70,16 @@ export function resolveClient(flags: FlagValues, env = process.env): Client {
         headers: { authorization: `Bearer ${token}`, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
         body: body === undefined ? undefined : JSON.stringify(body),
         signal: AbortSignal.timeout(30_000),
+        ...(tls ? { tls } : {}),
       });
     } catch (e) {
       const err = e as Error & { code?: string };
-      const why = err.name === "TimeoutError" ? "no answer within 30s" : err.code === "ConnectionRefused" || err.code === "ECONNREFUSED" ? "connection refused" : err.message;
+      const why =
+        err.name === "TimeoutError"
+          ? "no answer within 30s"
+          : err.code === "ConnectionRefused" || err.code === "ECONNREFUSED"
+            ? "connection refused"
+            : certificateProblem(err, server, caPath) ?? err.message;
       throw new CliError(`cannot reach the llmgw server at ${server}: ${why}`);
     }
     const text = await res.text();
@@ -86,7 +100,47 @@ export function resolveClient(flags: FlagValues, env = process.env): Client {
   return {
     server,
     token,
+    ...(tls ? { tls } : {}),
     get: (path) => call("GET", path),
     send: (method, path, body) => call(method, path, body),
   };
+}
+
+/**
+ * Whom to trust at an https server: --ca (or LLMGW_CA) alone, as curl's --cacert; else, for the
+ * URL a server beside the CLI recorded, the certificate it recorded, accepted for whatever
+ * address the URL uses (it is the server's own file); else the system's CAs.
+ */
+function clientTls(server: string, caPath: string | undefined, info: ServerInfo | undefined): BunFetchRequestInitTLS | undefined {
+  if (caPath) {
+    try {
+      return { ca: readFileSync(caPath, "utf8") };
+    } catch (e) {
+      throw new CliError(`--ca ${caPath}: cannot read it (${(e as Error).message})`);
+    }
+  }
+  if (!info?.tls_cert || info.admin_url.replace(/\/+$/, "") !== server) return undefined;
+  let pem: string;
+  try {
+    pem = readFileSync(info.tls_cert, "utf8");
+  } catch {
+    return undefined; // Not readable by this user: the system's CAs may still do.
+  }
+  const fingerprint = info.tls_fingerprint;
+  return {
+    ca: [...rootCertificates, pem],
+    checkServerIdentity: (host, cert) => (fingerprint && cert.fingerprint256 === fingerprint ? undefined : checkServerIdentity(host, cert)),
+  };
+}
+
+function certificateProblem(err: Error & { code?: string }, server: string, caPath: string | undefined): string | undefined {
+  const code = err.code ?? "";
+  if (/ALTNAME|HOSTNAME_MISMATCH/.test(code))
+    return `its TLS certificate is not valid for ${new URL(server).hostname} (${err.message}); use a --server name or address the certificate lists`;
+  if (/CERT|SELF_SIGNED|LEAF_SIGNATURE|ISSUER/.test(code))
+    return caPath
+      ? `its TLS certificate is not trusted by --ca ${caPath} (${err.message}, ${code})`
+      : `its TLS certificate is not trusted (${err.message}, ${code}); pass --ca FILE (or LLMGW_CA) with the server's certificate or the CA that signed it`;
+  if (/^http:/i.test(server) && /ECONNRESET/.test(code)) return `${err.message} (does the server use TLS? then use https://)`;
+  return undefined;
 }

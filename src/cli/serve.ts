@@ -27,6 +27,8 @@ export const SERVE_FLAGS: FlagSpecs = {
   "max-body-bytes": { kind: "string", value: "BYTES", help: "router: largest request body (default 8388608)" },
   "require-api-key": { kind: "boolean", help: "router: /v1/* needs a client key from `llmgw keys create` (default off)" },
   "endpoint-cooldown": { kind: "string", value: "DURATION", help: "router: pass a failing replica over this long (default 5s)" },
+  "tls-cert": { kind: "string", value: "FILE", help: "PEM certificate: both listeners serve HTTPS (with --tls-key; env LLMGW_TLS_CERT)" },
+  "tls-key": { kind: "string", value: "FILE", help: "PEM private key of --tls-cert (env LLMGW_TLS_KEY)" },
   "log-level": { kind: "string", value: "LEVEL", help: "trace, debug, info, warn, error (default info)" },
   help: { kind: "boolean", short: "h", help: "show this help" },
 };
@@ -37,7 +39,7 @@ export const command: Command = {
   usage: "llmgw serve [--data-dir DIR] [--admin-listen HOST:PORT] [--config FILE] …",
   flags: SERVE_FLAGS,
   details: "Every flag has an environment variable (LLMGW_ + the flag's name in capitals with _ for -) and a config file key (the flag's name with _ for -). Precedence: flags, environment, config file, defaults.",
-  examples: ["llmgw serve", "llmgw serve --data-dir /var/lib/llmgw --admin-listen 10.0.0.1:8001", "LLMGW_NODE_TIMEOUT=30s llmgw serve -c /etc/llmgw/serve.toml"],
+  examples: ["llmgw serve", "llmgw serve --data-dir /var/lib/llmgw --admin-listen 10.0.0.1:8001", "LLMGW_NODE_TIMEOUT=30s llmgw serve -c /etc/llmgw/serve.toml", "llmgw serve --tls-cert /etc/llmgw/cert.pem --tls-key /etc/llmgw/key.pem"],
   async run({ flags }) {
     const { loadConfig, ServeConfig } = await import("../config");
     const { createLogger } = await import("../log");
@@ -46,6 +48,8 @@ export const command: Command = {
     const log = createLogger({ level: config.log_level, role: "serve" });
     const server = await startServer({ config, log });
     process.stderr.write(`llmgw serve: admin API on ${server.adminUrl} (data dir ${server.dataDir})\n`);
+    if (server.tls)
+      process.stderr.write(`llmgw serve: TLS on; agents can pin the certificate with --server-fingerprint ${server.tls.fingerprint256}\n`);
     await new Promise<void>((resolve) => {
       let stopping = false;
       const stop = (sig: string) => {

@@ -50,6 +50,10 @@ export interface ServerInfo {
   pid: number;
   version: string;
   started_at: string;
+  /** When the listeners serve HTTPS: the certificate file (absolute), which a CLI here trusts for these URLs. */
+  tls_cert?: string;
+  /** Its SHA-256 fingerprint, for pinning agents (--server-fingerprint). */
+  tls_fingerprint?: string;
 }
 
 export const SERVER_INFO_FILE = "server.json";
@@ -76,7 +80,7 @@ export function readTokenFile(dataDir: string, file: string): string | undefined
 }
 
 /** The URL a local client should use for a listener bound to host:port. */
-export function localUrl(host: string, port: number): string {
+export function localUrl(host: string, port: number, scheme: "http" | "https" = "http"): string {
   const h = host === "0.0.0.0" || host === "" ? "127.0.0.1" : host === "::" ? "[::1]" : host.includes(":") ? `[${host}]` : host;
-  return `http://${h}:${port}`;
+  return `${scheme}://${h}:${port}`;
 }

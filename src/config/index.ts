@@ -61,8 +61,31 @@ export const ServeConfig = z.strictObject({
   /** How long a write waits for a database lock held elsewhere before failing. */
   db_busy_timeout: Duration.prefault("5s"),
   log_level: LogLevel.default("info"),
+  /** PEM certificate (chain) both listeners serve HTTPS with; needs tls_key. */
+  tls_cert: z.string().min(1).optional(),
+  /** PEM private key of tls_cert. */
+  tls_key: z.string().min(1).optional(),
+}).superRefine((c, ctx) => {
+  // Whether the files exist and match is checked when the server starts (startServer).
+  if ((c.tls_cert === undefined) !== (c.tls_key === undefined)) {
+    const missing = c.tls_cert === undefined ? "tls_cert" : "tls_key";
+    ctx.addIssue({ code: "custom", path: [missing], message: "tls_cert and tls_key go together: give both (--tls-cert FILE --tls-key FILE) or neither" });
+  }
 });
 export type ServeConfig = z.infer<typeof ServeConfig>;
+
+/**
+ * A SHA-256 certificate fingerprint as `openssl x509 -noout -fingerprint -sha256` prints it
+ * (with or without its "sha256 Fingerprint=" prefix and colons), normalised to AA:BB:… form.
+ */
+export const Sha256Fingerprint = z.string().transform((v, ctx) => {
+  const hex = v.trim().replace(/^(sha-?256\s*)?(fingerprint\s*)?[=:]?\s*/i, "").replace(/[:\s]/g, "");
+  if (!/^[0-9a-fA-F]{64}$/.test(hex)) {
+    ctx.addIssue({ code: "custom", message: `"${v}" is not a SHA-256 fingerprint: 64 hex digits, colons optional (openssl x509 -in CERT -noout -fingerprint -sha256)` });
+    return z.NEVER;
+  }
+  return hex.toUpperCase().match(/../g)!.join(":");
+});
 
 export const KeyValue = z.string().regex(/^[A-Za-z0-9_.\/-]{1,63}=[^\n]{0,256}$/, "must be key=value");
 
@@ -99,6 +122,14 @@ export const AgentConfig = z.strictObject({
   start_timeout: Duration.prefault("10m"),
   health_interval: Duration.prefault("2s"),
   log_level: LogLevel.default("info"),
+  /** PEM CA (or the server's own self-signed certificate) to trust for an https server. */
+  server_ca: z.string().min(1).optional(),
+  /** Pin: the SHA-256 fingerprint the server's certificate must have. */
+  server_fingerprint: Sha256Fingerprint.optional(),
+}).superRefine((c, ctx) => {
+  if (/^https:/i.test(c.server)) return;
+  for (const key of ["server_ca", "server_fingerprint"] as const)
+    if (c[key] !== undefined) ctx.addIssue({ code: "custom", path: [key], message: `only applies to an https:// server, and server is ${c.server}` });
 });
 export type AgentConfig = z.infer<typeof AgentConfig>;
 

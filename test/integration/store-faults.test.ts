@@ -83,7 +83,7 @@ describe("backup", () => {
       const a = (await (await s.admin("/api/v1/summary")).json()) as Summary;
       const b = (await (await restored.admin("/api/v1/summary")).json()) as Summary;
       expect(b).toEqual(a);
-      expect(restored.store.counts()).toEqual({ ...s.store.counts(), events: restored.store.counts().events });
+      expect(restored.store.counts()).toEqual({ ...s.store.counts(), events: restored.store.counts().events! });
       const models = async (t: TestServer) => (await (await t.admin("/api/v1/models")).json()) as unknown;
       expect(await models(restored)).toEqual(await models(s));
     } finally {
