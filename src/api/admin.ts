@@ -1,14 +1,16 @@
 // The admin API: the tables, the summary, the catalog and node administration, behind the
-// admin token. Every body and query is parsed with its protocol schema; answers are the
-// protocol's view types.
+// admin token. Every body and query is parsed with the schema its entry in openapi.ts
+// documents; answers are the protocol's view types.
 
 import { Hono } from "hono";
 import type { Logger } from "pino";
 import type { Controller } from "../control/controller";
-import { CreateKeyBody, EventsQuery, ReplicasQuery } from "../protocol/admin";
-import { CatalogFile, ModelSpec } from "../protocol/catalog";
+import type { ModelSpec } from "../protocol/catalog";
 import { SegmentName } from "../protocol/common";
+import type { ApiKeyRevoked, ApplyResult, CreatedApiKey, ModelDeleted, ModelDetail, ModelPutResult, NodeActionResult, UnparkResult } from "../protocol/views";
+import { VERSION } from "../version";
 import { HttpError } from "./errors";
+import { openApiDocument, ROUTES } from "./openapi";
 
 /** The stored spec as a client would write it: durations back in words, so GET → PUT round-trips. */
 export function specToWire(spec: ModelSpec) {
@@ -38,6 +40,8 @@ function nodeName(raw: string): string {
 export function adminRoutes(ctl: Controller, _log: Logger): Hono {
   const app = new Hono();
 
+  app.get("/openapi.json", (c) => c.json(openApiDocument(VERSION)));
+
   app.get("/summary", (c) => c.json(ctl.summary()));
 
   app.get("/nodes", (c) => c.json(ctl.nodes()));
@@ -50,19 +54,19 @@ export function adminRoutes(ctl: Controller, _log: Logger): Hono {
     app.post(`/nodes/:name/${action}`, (c) => {
       const name = nodeName(c.req.param("name"));
       const { changed } = ctl.setNodeAdminState(name, state);
-      return c.json({ node: name, action, changed, message: `node/${name} ${changed ? verb : `already ${verb}`}` });
+      return c.json({ node: name, action, changed, message: `node/${name} ${changed ? verb : `already ${verb}`}` } satisfies NodeActionResult);
     });
   }
 
   app.get("/replicas", (c) => {
-    const q = ReplicasQuery.parse(c.req.query());
+    const q = ROUTES.listReplicas.query.parse(c.req.query());
     return c.json(ctl.replicas(q.model));
   });
 
   app.get("/models", (c) => c.json(ctl.models()));
   app.get("/models/:name{.+}", (c) => {
     const { view, spec } = ctl.model(c.req.param("name"));
-    return c.json({ ...view, spec: specToWire(spec) });
+    return c.json({ ...view, spec: specToWire(spec) } satisfies ModelDetail);
   });
   app.put("/models/:name{.+}", async (c) => {
     const name = c.req.param("name");
@@ -73,38 +77,39 @@ export function adminRoutes(ctl: Controller, _log: Logger): Hono {
       else if (given !== name)
         throw new HttpError(400, "invalid_request", `name: "${String(given).slice(0, 80)}" does not match the URL's model name "${name}"`);
     }
-    const spec = ModelSpec.parse(body);
+    const spec = ROUTES.putModel.body.parse(body);
     const [result] = ctl.putModels([spec]);
     const { view } = ctl.model(spec.name);
-    return c.json({ ...view, spec: specToWire(spec), result: result!.result, message: `model/${spec.name} ${result!.result}` }, result!.result === "created" ? 201 : 200);
+    const answer = { ...view, spec: specToWire(spec), result: result!.result, message: `model/${spec.name} ${result!.result}` } satisfies ModelPutResult;
+    return c.json(answer, result!.result === "created" ? 201 : 200);
   });
   app.delete("/models/:name{.+}", (c) => {
     const name = ctl.deleteModel(c.req.param("name"));
-    return c.json({ name, result: "deleted", message: `model/${name} deleted` });
+    return c.json({ name, result: "deleted", message: `model/${name} deleted` } satisfies ModelDeleted);
   });
 
   app.post("/models/:name{.+}/unpark", (c) => {
     const { model, changed } = ctl.unpark(c.req.param("name"));
-    return c.json({ name: model, changed, message: `model/${model} ${changed ? "unparked" : "was not parked"}` });
+    return c.json({ name: model, changed, message: `model/${model} ${changed ? "unparked" : "was not parked"}` } satisfies UnparkResult);
   });
 
   /** A whole catalog file (as JSON): every model created or replaced, all or none. */
   app.post("/apply", async (c) => {
-    const file = CatalogFile.parse(await jsonBody(c.req.raw));
+    const file = ROUTES.apply.body.parse(await jsonBody(c.req.raw));
     const results = ctl.putModels(file.models);
-    return c.json({ results: results.map((r) => ({ ...r, message: `model/${r.name} ${r.result}` })) });
+    return c.json({ results: results.map((r) => ({ ...r, message: `model/${r.name} ${r.result}` })) } satisfies ApplyResult);
   });
 
   app.get("/keys", (c) => c.json(ctl.listApiKeys()));
   app.post("/keys", async (c) => {
-    const body = CreateKeyBody.parse(await jsonBody(c.req.raw));
+    const body = ROUTES.createKey.body.parse(await jsonBody(c.req.raw));
     const k = ctl.createApiKey(body.name, body.pool);
-    return c.json({ ...k, message: `key/${k.name} created; this is the only time the key is shown` }, 201);
+    return c.json({ ...k, message: `key/${k.name} created; this is the only time the key is shown` } satisfies CreatedApiKey, 201);
   });
   app.delete("/keys/:name", (c) => {
     const name = c.req.param("name");
     ctl.revokeApiKey(name);
-    return c.json({ name, message: `key/${name} revoked` });
+    return c.json({ name, message: `key/${name} revoked` } satisfies ApiKeyRevoked);
   });
 
   /** A consistent copy of the database, taken while the server runs, as a download. */
@@ -119,7 +124,7 @@ export function adminRoutes(ctl: Controller, _log: Logger): Hono {
   });
 
   app.get("/events", (c) => {
-    const q = EventsQuery.parse(c.req.query());
+    const q = ROUTES.events.query.parse(c.req.query());
     return c.json(ctl.events({ afterId: q.after, limit: q.limit, subject: q.subject }));
   });
 

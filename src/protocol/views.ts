@@ -1,77 +1,94 @@
-// The admin API's answers: the node, replica and model tables and the fleet summary. Plain
-// types (the server builds them, it never parses them), so the CLI imports them type-only and
-// pays nothing at start-up. Field names of the summary are the Go predecessor's.
+// The admin API's answers: the node, replica and model tables, the fleet summary and the small
+// replies of the write routes. zod schemas so the OpenAPI document (api/openapi.ts) describes
+// exactly these shapes and tests can check real answers against them; the server builds these
+// objects and never parses them. The CLI imports only the inferred types (`import type`), so
+// `llmgw status` loads no zod. Field names of the summary are the Go predecessor's.
 
-export type NodeState = "ready" | "cordoned" | "draining" | "unreachable";
-export type AdminState = "none" | "cordoned" | "draining";
-export type ReplicaState = "starting" | "ready" | "draining" | "failed";
+import { z } from "zod";
+import { ModelSpec, type ModelSpecInput } from "./catalog";
 
-export interface GpuView {
-  index: number;
-  uuid: string;
-  name: string;
-  class: string;
-  memory_mib: number;
-  healthy: boolean;
-  parent: string | null;
+export const NodeStateSchema = z.enum(["ready", "cordoned", "draining", "unreachable"]);
+export type NodeState = z.infer<typeof NodeStateSchema>;
+export const AdminStateSchema = z.enum(["none", "cordoned", "draining"]);
+export type AdminState = z.infer<typeof AdminStateSchema>;
+export const ReplicaStateSchema = z.enum(["starting", "ready", "draining", "failed"]);
+export type ReplicaState = z.infer<typeof ReplicaStateSchema>;
+
+/** A UTC time as the server writes it (`Date.toISOString()`). */
+const IsoTime = z.iso.datetime();
+
+export const GpuViewSchema = z.object({
+  index: z.number().int(),
+  uuid: z.string(),
+  name: z.string(),
+  class: z.string(),
+  memory_mib: z.number().int(),
+  healthy: z.boolean(),
+  /** UUID of the card a MIG instance belongs to; null for a whole card. */
+  parent: z.string().nullable().describe("UUID of the card a MIG instance belongs to; null for a whole card."),
   /** Id of the replica holding it, or null. */
-  in_use_by: string | null;
-}
+  in_use_by: z.string().nullable().describe("Id of the replica holding it, or null."),
+});
+export type GpuView = z.infer<typeof GpuViewSchema>;
 
-export interface NodeView {
-  name: string;
-  state: NodeState;
-  admin_state: AdminState;
-  address: string;
-  fabrics: string[];
-  labels: Record<string, string>;
-  agent_version: string;
-  gpus: GpuView[];
+export const NodeViewSchema = z.object({
+  name: z.string(),
+  state: NodeStateSchema,
+  admin_state: AdminStateSchema,
+  address: z.string(),
+  fabrics: z.array(z.string()),
+  labels: z.record(z.string(), z.string()),
+  agent_version: z.string(),
+  gpus: z.array(GpuViewSchema),
   /** Models whose weights this node holds. */
-  models: string[];
+  models: z.array(z.string()).describe("Models whose weights this node holds."),
   /** ISO time of the last heartbeat. */
-  last_heartbeat: string;
-  gpu_total: number;
-  gpu_free: number;
-  gpu_unhealthy: number;
-}
+  last_heartbeat: IsoTime.describe("Time of the last heartbeat."),
+  gpu_total: z.number().int(),
+  gpu_free: z.number().int(),
+  gpu_unhealthy: z.number().int(),
+});
+export type NodeView = z.infer<typeof NodeViewSchema>;
 
-export interface ShardView {
-  node: string;
-  gpus: number[];
-}
+export const ShardViewSchema = z.object({
+  node: z.string(),
+  gpus: z.array(z.number().int()),
+});
+export type ShardView = z.infer<typeof ShardViewSchema>;
 
-export interface ReplicaView {
-  id: string;
-  model: string;
-  profile: string;
-  state: ReplicaState;
-  shards: ShardView[];
-  endpoint: string | null;
+export const ReplicaViewSchema = z.object({
+  id: z.string(),
+  model: z.string(),
+  profile: z.string(),
+  state: ReplicaStateSchema,
+  shards: z.array(ShardViewSchema),
+  endpoint: z.string().nullable(),
   /** Seconds since the router last sent it a request; negative when unknown. */
-  idle_seconds: number;
-  failures: number;
-  error: string | null;
-  created_at: string;
-  ready_at: string | null;
-}
+  idle_seconds: z.number().describe("Seconds since the router last sent it a request; negative when unknown."),
+  failures: z.number().int(),
+  error: z.string().nullable(),
+  created_at: IsoTime,
+  ready_at: IsoTime.nullable(),
+});
+export type ReplicaView = z.infer<typeof ReplicaViewSchema>;
 
-export interface ModelView {
-  name: string;
-  aliases: string[];
-  desired: number;
-  ready: number;
-  total: number;
-  min: number;
-  max: number;
-  on_demand: boolean;
-  parked: boolean;
-  failures: number;
+export const ModelViewSchema = z.object({
+  name: z.string(),
+  aliases: z.array(z.string()),
+  desired: z.number().int(),
+  ready: z.number().int(),
+  total: z.number().int(),
+  min: z.number().int(),
+  max: z.number().int(),
+  on_demand: z.boolean(),
+  parked: z.boolean(),
+  failures: z.number().int(),
   /** Why it is parked or cannot be placed; null when neither. */
-  reason: string | null;
-  unplaceable: boolean;
-  revision: number;
-}
+  reason: z.string().nullable().describe("Why it is parked or cannot be placed; null when neither."),
+  unplaceable: z.boolean(),
+  revision: z.number().int(),
+});
+export type ModelView = z.infer<typeof ModelViewSchema>;
 
 export interface Tables {
   nodes: NodeView[];
@@ -79,52 +96,161 @@ export interface Tables {
   models: ModelView[];
 }
 
-export interface NodeTotals { total: number; ready: number; cordoned: number; draining: number; unreachable: number }
-export interface ClassUse { class: string; total: number; used: number; unhealthy: number }
-export interface FabricUse { fabric: string; nodes: number; nodes_with_weights: number; models_present: number; largest_free_block: number }
-export interface ReplicaTotals { ready: number; starting: number; draining: number; failed: number }
-export interface ModelTotals { total: number; satisfied: number; short: number }
-export interface ParkedModel { model: string; failures: number; reason: string }
-export interface IdleReplica { id: string; model: string; idle_seconds: number; gpus: number }
+export const NodeTotalsSchema = z.object({ total: z.number().int(), ready: z.number().int(), cordoned: z.number().int(), draining: z.number().int(), unreachable: z.number().int() });
+export type NodeTotals = z.infer<typeof NodeTotalsSchema>;
+export const ClassUseSchema = z.object({ class: z.string(), total: z.number().int(), used: z.number().int(), unhealthy: z.number().int() });
+export type ClassUse = z.infer<typeof ClassUseSchema>;
+export const FabricUseSchema = z.object({
+  fabric: z.string(),
+  nodes: z.number().int(),
+  nodes_with_weights: z.number().int(),
+  models_present: z.number().int(),
+  largest_free_block: z.number().int(),
+});
+export type FabricUse = z.infer<typeof FabricUseSchema>;
+export const ReplicaTotalsSchema = z.object({ ready: z.number().int(), starting: z.number().int(), draining: z.number().int(), failed: z.number().int() });
+export type ReplicaTotals = z.infer<typeof ReplicaTotalsSchema>;
+export const ModelTotalsSchema = z.object({ total: z.number().int(), satisfied: z.number().int(), short: z.number().int() });
+export type ModelTotals = z.infer<typeof ModelTotalsSchema>;
+export const ParkedModelSchema = z.object({ model: z.string(), failures: z.number().int(), reason: z.string() });
+export type ParkedModel = z.infer<typeof ParkedModelSchema>;
+export const IdleReplicaSchema = z.object({ id: z.string(), model: z.string(), idle_seconds: z.number(), gpus: z.number().int() });
+export type IdleReplica = z.infer<typeof IdleReplicaSchema>;
 /** A replica stopped to make room for an on-demand model (recent ones, in the summary). */
-export interface Eviction { at: string; replica: string; model: string; for_model: string; idle_seconds: number }
-export interface StoreMember { name: string; host: string; role: string; state: string; lag: number }
-export interface ControlPlane { name: string; address: string; state: string; this?: boolean }
-export interface ControlPlanes { members?: ControlPlane[]; floating?: string; floating_up?: boolean }
+export const EvictionSchema = z
+  .object({ at: IsoTime, replica: z.string(), model: z.string(), for_model: z.string(), idle_seconds: z.number() })
+  .describe("A replica stopped to make room for an on-demand model.");
+export type Eviction = z.infer<typeof EvictionSchema>;
+export const StoreMemberSchema = z.object({ name: z.string(), host: z.string(), role: z.string(), state: z.string(), lag: z.number() });
+export type StoreMember = z.infer<typeof StoreMemberSchema>;
+export const ControlPlaneSchema = z.object({ name: z.string(), address: z.string(), state: z.string(), this: z.boolean().optional() });
+export type ControlPlane = z.infer<typeof ControlPlaneSchema>;
+export const ControlPlanesSchema = z.object({ members: z.array(ControlPlaneSchema).optional(), floating: z.string().optional(), floating_up: z.boolean().optional() });
+export type ControlPlanes = z.infer<typeof ControlPlanesSchema>;
 
-export interface Summary {
-  version: string;
-  nodes: NodeTotals;
-  gpus: ClassUse[];
-  fabrics: FabricUse[];
-  replicas: ReplicaTotals;
-  models: ModelTotals;
+export const SummarySchema = z.object({
+  version: z.string(),
+  nodes: NodeTotalsSchema,
+  gpus: z.array(ClassUseSchema),
+  fabrics: z.array(FabricUseSchema),
+  replicas: ReplicaTotalsSchema,
+  models: ModelTotalsSchema,
   /** Names of models short of replicas that cannot get more; reasons in `unplaceable_reasons`. */
-  unplaceable: string[];
-  unplaceable_reasons: Record<string, string>;
-  parked: ParkedModel[];
-  idle_replicas: IdleReplica[];
+  unplaceable: z.array(z.string()).describe("Names of models short of replicas that cannot get more; reasons in `unplaceable_reasons`."),
+  unplaceable_reasons: z.record(z.string(), z.string()),
+  parked: z.array(ParkedModelSchema),
+  idle_replicas: z.array(IdleReplicaSchema),
   /** Replicas stopped in the last hour to make room for on-demand models, newest first. */
-  evictions: Eviction[];
+  evictions: z.array(EvictionSchema).describe("Replicas stopped in the last hour to make room for on-demand models, newest first."),
   /** Members of a replicated store; empty for the embedded database. */
-  store: StoreMember[];
-  store_error?: string;
-  control_planes: ControlPlanes;
-}
+  store: z.array(StoreMemberSchema).describe("Members of a replicated store; empty for the embedded database."),
+  store_error: z.string().optional(),
+  control_planes: ControlPlanesSchema,
+});
+export type Summary = z.infer<typeof SummarySchema>;
 
-export interface EventView {
-  id: number;
-  at: string;
-  kind: string;
-  subject: string;
-  message: string;
-}
+export const EventViewSchema = z.object({
+  id: z.number().int(),
+  at: IsoTime,
+  kind: z.string(),
+  subject: z.string(),
+  message: z.string(),
+});
+export type EventView = z.infer<typeof EventViewSchema>;
+
+// ---- replies of the write routes ------------------------------------------------------
+// Every one carries `message`, the sentence the CLI prints.
+
+/** `POST /nodes/{name}/cordon|uncordon|drain`. */
+export const NodeActionResultSchema = z.object({
+  node: z.string(),
+  action: z.enum(["cordon", "uncordon", "drain"]),
+  /** false when the node was already in that state. */
+  changed: z.boolean().describe("false when the node was already in that state."),
+  message: z.string(),
+});
+export type NodeActionResult = z.infer<typeof NodeActionResultSchema>;
+
+/**
+ * The stored spec as a client would write it: every default filled in, durations in words, so
+ * GET → PUT round-trips. Its document schema is the ModelSpec request body's (see openapi.ts);
+ * here it checks that it is one.
+ */
+export const ModelSpecWireSchema = z.custom<ModelSpecInput>((v) => ModelSpec.safeParse(v).success, "not a valid model spec");
+
+/** `GET /models/{name}`: the table row and the spec behind it. */
+export const ModelDetailSchema = ModelViewSchema.extend({ spec: ModelSpecWireSchema });
+export type ModelDetail = z.infer<typeof ModelDetailSchema>;
+
+export const PutResultSchema = z.enum(["created", "configured", "unchanged"]);
+
+/** `PUT /models/{name}`: the model as now stored, and what the write did. */
+export const ModelPutResultSchema = ModelDetailSchema.extend({ result: PutResultSchema, message: z.string() });
+export type ModelPutResult = z.infer<typeof ModelPutResultSchema>;
+
+/** `DELETE /models/{name}`. */
+export const ModelDeletedSchema = z.object({ name: z.string(), result: z.literal("deleted"), message: z.string() });
+export type ModelDeleted = z.infer<typeof ModelDeletedSchema>;
+
+/** `POST /models/{name}/unpark`. */
+export const UnparkResultSchema = z.object({
+  name: z.string(),
+  /** false when the model was not parked. */
+  changed: z.boolean().describe("false when the model was not parked."),
+  message: z.string(),
+});
+export type UnparkResult = z.infer<typeof UnparkResultSchema>;
+
+/** `POST /apply`: one entry per model of the file, in its order. */
+export const ApplyResultSchema = z.object({
+  results: z.array(z.object({ name: z.string(), result: PutResultSchema, revision: z.number().int(), message: z.string() })),
+});
+export type ApplyResult = z.infer<typeof ApplyResultSchema>;
+
+/** A client API key as listed: never the key itself. */
+export const ApiKeyViewSchema = z.object({
+  name: z.string(),
+  /** The one pool the key's requests see; null for every pool. */
+  pool: z.string().nullable().describe("The one pool the key's requests see; null for every pool."),
+  created_at: IsoTime,
+});
+export type ApiKeyView = z.infer<typeof ApiKeyViewSchema>;
+
+/** `POST /keys`: the only answer that ever carries the key. */
+export const CreatedApiKeySchema = z.object({
+  name: z.string(),
+  /** The key itself; shown this once, stored only as a hash. */
+  key: z.string().describe("The key itself; shown this once, stored only as a hash."),
+  pool: z.string().nullable(),
+  message: z.string(),
+});
+export type CreatedApiKey = z.infer<typeof CreatedApiKeySchema>;
+
+/** `DELETE /keys/{name}`. */
+export const ApiKeyRevokedSchema = z.object({ name: z.string(), message: z.string() });
+export type ApiKeyRevoked = z.infer<typeof ApiKeyRevokedSchema>;
+
+/** `GET /healthz`: open, for load balancers and install scripts. */
+export const HealthSchema = z.object({ status: z.literal("ok"), version: z.string() });
+export type Health = z.infer<typeof HealthSchema>;
 
 /** The admin API's one error shape. `issues` lists every problem with its path, for bad bodies. */
-export interface ApiError {
-  error: {
-    code: string;
-    message: string;
-    issues?: { path: string; message: string }[];
-  };
-}
+export const ApiErrorSchema = z
+  .object({
+    error: z.object({
+      /** Machine-readable: invalid_request, invalid_json, unauthorized, not_found, conflict, … */
+      code: z.string().describe("Machine-readable: invalid_request, invalid_json, unauthorized, not_found, conflict, body_too_large, unsupported_media_type, store_full, store_busy, store_unavailable, internal."),
+      message: z.string(),
+      issues: z
+        .array(
+          z.object({
+            /** Dotted path into the body or query ("profiles.0.gpus"), or "(body)" for the whole. */
+            path: z.string().describe('Dotted path into the body or query ("profiles.0.gpus"), or "(body)" for the whole.'),
+            message: z.string(),
+          }),
+        )
+        .optional(),
+    }),
+  })
+  .describe("The admin API's one error shape. `issues` lists every problem with its path, for bad bodies.");
+export type ApiError = z.infer<typeof ApiErrorSchema>;

@@ -1,0 +1,503 @@
+// Every route of the admin listener (admin API, agent API, /healthz) with the zod schemas it
+// parses and answers, and the OpenAPI 3.1 document built from them. Handlers parse with the
+// schemas held here, and a test compares this table with the routes Hono actually registered,
+// so the document cannot fall behind the code.
+
+import { z } from "zod";
+import { CreateKeyBody, EventsQuery, ReplicasQuery } from "../protocol/admin";
+import { CatalogFile, ModelSpec } from "../protocol/catalog";
+import { Duration, Labels, Name, SegmentName } from "../protocol/common";
+import { Assignment, AssignmentsQuery, GpuReport, HeartbeatRequest, HeartbeatResponse, ReplicaReport } from "../protocol/heartbeat";
+import * as V from "../protocol/views";
+
+type Method = "get" | "post" | "put" | "delete";
+type ErrorStatus = 400 | 401 | 404 | 409 | 413 | 415 | 503;
+
+interface Success {
+  status: 200 | 201;
+  description: string;
+  /** A zod schema named in INPUTS or OUTPUTS, or an array of one. */
+  schema?: z.ZodType;
+  /** For answers that are not JSON described by zod (a download, this document). */
+  contentType?: string;
+  jsonSchema?: Record<string, unknown>;
+  headers?: Record<string, { description: string; schema: Record<string, unknown> }>;
+}
+
+export interface RouteDoc {
+  method: Method;
+  /** OpenAPI style: `{name}` for a parameter. */
+  path: string;
+  summary: string;
+  description?: string;
+  tags: string[];
+  /** Which bearer token the route takes; none for /healthz. */
+  auth: "admin" | "join" | "none";
+  /** Path parameters: their schema and what they name. */
+  params?: Record<string, { schema: z.ZodType; description: string }>;
+  /** The query schema the handler parses; each property becomes a query parameter. */
+  query?: z.ZodObject;
+  /** Descriptions of the query parameters (the protocol schemas carry them as comments). */
+  queryDocs?: Record<string, string>;
+  /** The body schema the handler parses (documented as its input: before defaults). */
+  body?: z.ZodType;
+  /** Body fields the URL supplies, so the body may leave them out; documented as `component`. */
+  bodyFromUrl?: { fields: string[]; component: string; description: string };
+  ok: Success[];
+  errors: ErrorStatus[];
+}
+
+const NODE_NAME = { schema: SegmentName, description: "The node's name, as its agent reports it." };
+const MODEL_NAME = {
+  schema: z.string().min(1),
+  description: "The model's name or one of its aliases. Names may contain `/`: send it as is or escaped as %2F.",
+};
+const WRITE_ERRORS: ErrorStatus[] = [400, 401, 409, 413, 415, 503];
+
+/** The admin listener's routes, keyed by operationId. */
+export const ROUTES = {
+  health: {
+    method: "get",
+    path: "/healthz",
+    summary: "Liveness and version; needs no token",
+    tags: ["meta"],
+    auth: "none",
+    ok: [{ status: 200, description: "The server is up.", schema: V.HealthSchema }],
+    errors: [],
+  },
+  openApi: {
+    method: "get",
+    path: "/api/v1/openapi.json",
+    summary: "This document",
+    tags: ["meta"],
+    auth: "admin",
+    ok: [{ status: 200, description: "The OpenAPI 3.1 document of this listener.", contentType: "application/json", jsonSchema: { type: "object" } }],
+    errors: [401],
+  },
+  summary: {
+    method: "get",
+    path: "/api/v1/summary",
+    summary: "Fleet summary: capacity, fabrics, replicas, models, what needs attention",
+    tags: ["fleet"],
+    auth: "admin",
+    ok: [{ status: 200, description: "Derived from the same state as the tables.", schema: V.SummarySchema }],
+    errors: [401],
+  },
+  listNodes: {
+    method: "get",
+    path: "/api/v1/nodes",
+    summary: "The node table",
+    tags: ["nodes"],
+    auth: "admin",
+    ok: [{ status: 200, description: "Every node, by name.", schema: z.array(V.NodeViewSchema) }],
+    errors: [401],
+  },
+  getNode: {
+    method: "get",
+    path: "/api/v1/nodes/{name}",
+    summary: "One node with its GPUs",
+    tags: ["nodes"],
+    auth: "admin",
+    params: { name: NODE_NAME },
+    ok: [{ status: 200, description: "The node.", schema: V.NodeViewSchema }],
+    errors: [401, 404],
+  },
+  cordonNode: nodeAction("cordon", "Stop placing replicas on a node"),
+  uncordonNode: nodeAction("uncordon", "Allow placement on a node again"),
+  drainNode: nodeAction("drain", "Move a node's replicas away and leave it cordoned"),
+  listReplicas: {
+    method: "get",
+    path: "/api/v1/replicas",
+    summary: "The replica table, optionally of one model",
+    tags: ["replicas"],
+    auth: "admin",
+    query: ReplicasQuery,
+    queryDocs: { model: "Only this model's replicas (name or alias)." },
+    ok: [{ status: 200, description: "Replicas with placement and idle time.", schema: z.array(V.ReplicaViewSchema) }],
+    errors: [400, 401],
+  },
+  listModels: {
+    method: "get",
+    path: "/api/v1/models",
+    summary: "The catalog's models and whether they have what they want",
+    tags: ["models"],
+    auth: "admin",
+    ok: [{ status: 200, description: "Every model, by name.", schema: z.array(V.ModelViewSchema) }],
+    errors: [401],
+  },
+  getModel: {
+    method: "get",
+    path: "/api/v1/models/{name}",
+    summary: "One model: its table row and its stored spec",
+    tags: ["models"],
+    auth: "admin",
+    params: { name: MODEL_NAME },
+    ok: [{ status: 200, description: "`spec` is in the form PUT accepts, so GET → PUT round-trips.", schema: V.ModelDetailSchema }],
+    errors: [401, 404],
+  },
+  putModel: {
+    method: "put",
+    path: "/api/v1/models/{name}",
+    summary: "Create or replace one model",
+    tags: ["models"],
+    auth: "admin",
+    params: { name: { schema: Name, description: "The model's name (not an alias). Names may contain `/`." } },
+    body: ModelSpec,
+    bodyFromUrl: {
+      fields: ["name"],
+      component: "ModelSpecPut",
+      description: "A ModelSpec whose `name` may be left out: it defaults to the URL's, and must match it when given.",
+    },
+    ok: [
+      { status: 200, description: "Replaced (`configured`) or identical (`unchanged`).", schema: V.ModelPutResultSchema },
+      { status: 201, description: "Created.", schema: V.ModelPutResultSchema },
+    ],
+    errors: WRITE_ERRORS,
+  },
+  deleteModel: {
+    method: "delete",
+    path: "/api/v1/models/{name}",
+    summary: "Remove a model from the catalog; its replicas stop",
+    tags: ["models"],
+    auth: "admin",
+    params: { name: MODEL_NAME },
+    ok: [{ status: 200, description: "Deleted.", schema: V.ModelDeletedSchema }],
+    errors: [401, 404, 503],
+  },
+  unparkModel: {
+    method: "post",
+    path: "/api/v1/models/{name}/unpark",
+    summary: "Clear a parked model so it is tried again",
+    tags: ["models"],
+    auth: "admin",
+    params: { name: MODEL_NAME },
+    ok: [{ status: 200, description: "Unparked, or it was not parked (`changed: false`).", schema: V.UnparkResultSchema }],
+    errors: [401, 404, 503],
+  },
+  apply: {
+    method: "post",
+    path: "/api/v1/apply",
+    summary: "Create or replace every model of a catalog file, all or none",
+    tags: ["models"],
+    auth: "admin",
+    body: CatalogFile,
+    ok: [{ status: 200, description: "One result per model, in the file's order.", schema: V.ApplyResultSchema }],
+    errors: WRITE_ERRORS,
+  },
+  listKeys: {
+    method: "get",
+    path: "/api/v1/keys",
+    summary: "Client API keys (never the keys themselves)",
+    tags: ["keys"],
+    auth: "admin",
+    ok: [{ status: 200, description: "Every key, by name.", schema: z.array(V.ApiKeyViewSchema) }],
+    errors: [401],
+  },
+  createKey: {
+    method: "post",
+    path: "/api/v1/keys",
+    summary: "Create a client API key for the router",
+    tags: ["keys"],
+    auth: "admin",
+    body: CreateKeyBody,
+    ok: [{ status: 201, description: "Created; the only answer that shows the key.", schema: V.CreatedApiKeySchema }],
+    errors: WRITE_ERRORS,
+  },
+  revokeKey: {
+    method: "delete",
+    path: "/api/v1/keys/{name}",
+    summary: "Revoke a client API key",
+    tags: ["keys"],
+    auth: "admin",
+    params: { name: { schema: z.string().min(1), description: "The key's name." } },
+    ok: [{ status: 200, description: "Revoked.", schema: V.ApiKeyRevokedSchema }],
+    errors: [401, 404, 503],
+  },
+  backup: {
+    method: "get",
+    path: "/api/v1/backup",
+    summary: "A consistent copy of the database, taken while the server runs",
+    tags: ["meta"],
+    auth: "admin",
+    ok: [
+      {
+        status: 200,
+        description: "The SQLite database file, as an attachment.",
+        contentType: "application/vnd.sqlite3",
+        headers: { "Content-Disposition": { description: 'attachment; filename="llmgw.db"', schema: { type: "string" } } },
+      },
+    ],
+    errors: [401, 503],
+  },
+  events: {
+    method: "get",
+    path: "/api/v1/events",
+    summary: "What the control plane did and why, oldest first",
+    tags: ["fleet"],
+    auth: "admin",
+    query: EventsQuery,
+    queryDocs: {
+      after: "Only events after this id (for following).",
+      limit: "At most this many events.",
+      subject: 'Only events about this subject, e.g. "node/gpu-01" or "model/llama".',
+    },
+    ok: [{ status: 200, description: "Events, oldest first.", schema: z.array(V.EventViewSchema) }],
+    errors: [400, 401],
+  },
+  heartbeat: {
+    method: "post",
+    path: "/agent/v1/heartbeat",
+    summary: "A node agent reports its inventory and replicas; the answer is what it should run",
+    tags: ["agent"],
+    auth: "join",
+    body: HeartbeatRequest,
+    ok: [{ status: 200, description: "The complete set of replicas the node should run.", schema: HeartbeatResponse }],
+    errors: [400, 401, 413, 503],
+  },
+  assignments: {
+    method: "get",
+    path: "/agent/v1/assignments",
+    summary: "Long poll: answers when the node's assignments change, or after wait_ms",
+    tags: ["agent"],
+    auth: "join",
+    query: AssignmentsQuery,
+    queryDocs: {
+      node: "The asking node.",
+      generation: "The generation the agent has; the answer comes as soon as the server's differs.",
+      wait_ms: "How long to wait for a change before answering anyway.",
+    },
+    ok: [{ status: 200, description: "What the node should run now.", schema: HeartbeatResponse }],
+    errors: [400, 401],
+  },
+} satisfies Record<string, RouteDoc>;
+
+function nodeAction<A extends "cordon" | "uncordon" | "drain">(action: A, summary: string) {
+  return {
+    method: "post",
+    path: `/api/v1/nodes/{name}/${action}`,
+    summary,
+    tags: ["nodes"],
+    auth: "admin",
+    params: { name: NODE_NAME },
+    ok: [{ status: 200, description: "Done, or it already was (`changed: false`).", schema: V.NodeActionResultSchema }],
+    errors: [401, 404, 503],
+  } satisfies RouteDoc;
+}
+
+// ---- components -----------------------------------------------------------------------
+
+/** Request schemas, documented as what clients send (before defaults and transforms). */
+const INPUTS: [z.ZodType, string, string?][] = [
+  [ModelSpec, "ModelSpec", "A model of the catalog. Also: replicas.max ≥ replicas.min; profile names are unique; a llama.cpp profile has nodes = 1; aliases are distinct and not the model's own name."],
+  [CatalogFile, "CatalogFile", "A whole catalog. Names and aliases share one namespace: no name or alias may be used by two models."],
+  [CreateKeyBody, "CreateKeyBody"],
+  [HeartbeatRequest, "HeartbeatRequest", "GPU indices and uuids are unique within a heartbeat."],
+  [GpuReport, "GpuReport"],
+  [ReplicaReport, "ReplicaReport"],
+];
+
+/** Answer schemas, documented as the server sends them. */
+const OUTPUTS: [z.ZodType, string][] = [
+  [V.HealthSchema, "Health"],
+  [V.SummarySchema, "Summary"],
+  [V.NodeTotalsSchema, "NodeTotals"],
+  [V.ClassUseSchema, "ClassUse"],
+  [V.FabricUseSchema, "FabricUse"],
+  [V.ReplicaTotalsSchema, "ReplicaTotals"],
+  [V.ModelTotalsSchema, "ModelTotals"],
+  [V.ParkedModelSchema, "ParkedModel"],
+  [V.IdleReplicaSchema, "IdleReplica"],
+  [V.EvictionSchema, "Eviction"],
+  [V.StoreMemberSchema, "StoreMember"],
+  [V.ControlPlanesSchema, "ControlPlanes"],
+  [V.ControlPlaneSchema, "ControlPlane"],
+  [V.NodeViewSchema, "NodeView"],
+  [V.GpuViewSchema, "GpuView"],
+  [V.ReplicaViewSchema, "ReplicaView"],
+  [V.ShardViewSchema, "ShardView"],
+  [V.ModelViewSchema, "ModelView"],
+  [V.ModelDetailSchema, "ModelDetail"],
+  [V.ModelPutResultSchema, "ModelPutResult"],
+  [V.ModelDeletedSchema, "ModelDeleted"],
+  [V.UnparkResultSchema, "UnparkResult"],
+  [V.ApplyResultSchema, "ApplyResult"],
+  [V.NodeActionResultSchema, "NodeActionResult"],
+  [V.ApiKeyViewSchema, "ApiKeyView"],
+  [V.CreatedApiKeySchema, "CreatedApiKey"],
+  [V.ApiKeyRevokedSchema, "ApiKeyRevoked"],
+  [V.EventViewSchema, "EventView"],
+  [HeartbeatResponse, "HeartbeatResponse"],
+  [Assignment, "Assignment"],
+  [V.ApiErrorSchema, "ApiError"],
+];
+
+const REF = (name: string) => `#/components/schemas/${name}`;
+
+/**
+ * Refinements zod cannot export, written as JSON Schema so the document says them too. Keyed
+ * by the protocol's own schema objects, so a refinement moved elsewhere drops out, not wrong.
+ */
+const REFINED = new Map<unknown, Record<string, unknown>>([
+  [Name, { not: { pattern: "(^|/)\\.{0,2}(/|$)" }, description: "Letters, digits and . _ : / -; no empty, '.' or '..' path segments." }],
+  [SegmentName, { not: { pattern: "/|^\\.{1,2}$" }, description: "Letters, digits and . _ : -; no '/'." }],
+  [Labels, { maxProperties: 64 }],
+  [Duration, { minimum: 0, description: 'A duration such as "250ms", "15s", "30m" or "1h30m", or a number of seconds.' }],
+]);
+
+type Json = Record<string, unknown>;
+
+function generate(entries: [z.ZodType, string, string?][], io: "input" | "output"): Record<string, Json> {
+  const registry = z.registry<{ id: string }>();
+  for (const [schema, id] of entries) registry.add(schema, { id });
+  const { schemas } = z.toJSONSchema(registry, {
+    target: "draft-2020-12",
+    io,
+    uri: REF,
+    override: ({ zodSchema, jsonSchema }) => {
+      const extra = REFINED.get(zodSchema);
+      if (extra) Object.assign(jsonSchema, extra);
+    },
+    // The model detail's spec is a ModelSpec as a client would send it: point at that schema.
+    unrepresentable: ({ zodSchema }) => (zodSchema === V.ModelSpecWireSchema ? { $ref: REF("ModelSpec") } : "throw"),
+  });
+  const out: Record<string, Json> = {};
+  for (const [id, s] of Object.entries(schemas)) out[id] = tidy(s as Json) as Json;
+  for (const [, id, description] of entries) if (description) out[id]!.description = description;
+  return out;
+}
+
+/** Drops what a reader of the document does not need: per-schema $schema/$id, JS's safe-integer bounds, zod's date-time regex (format says it). */
+function tidy(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(tidy);
+  if (v === null || typeof v !== "object") return v;
+  const o: Json = {};
+  for (const [k, x] of Object.entries(v)) {
+    if (k === "$schema" || k === "$id") continue;
+    if ((k === "minimum" || k === "maximum") && Math.abs(x as number) === Number.MAX_SAFE_INTEGER) continue;
+    if (k === "pattern" && (v as Json).format === "date-time") continue;
+    o[k] = tidy(x);
+  }
+  return o;
+}
+
+function schemaRef(schema: z.ZodType, names: Map<z.ZodType, string>, where: string): Json {
+  const name = names.get(schema);
+  if (name) return { $ref: REF(name) };
+  if (schema instanceof z.ZodArray) return { type: "array", items: schemaRef(schema.element as z.ZodType, names, where) };
+  throw new Error(`openapi: ${where} uses a schema that is not a named component`);
+}
+
+/** A schema of one property on its own (a parameter), as a client writes it. */
+function paramSchema(schema: z.ZodType): Json {
+  return tidy(z.toJSONSchema(schema, { target: "draft-2020-12", io: "input", override: ({ zodSchema, jsonSchema }) => Object.assign(jsonSchema, REFINED.get(zodSchema) ?? {}) })) as Json;
+}
+
+const ERRORS: Record<ErrorStatus, { name: string; description: string }> = {
+  400: { name: "BadRequest", description: "The body or query is invalid; `issues` names every problem with its path." },
+  401: { name: "Unauthorized", description: "Missing or wrong bearer token." },
+  404: { name: "NotFound", description: "No such node, model or key." },
+  409: { name: "Conflict", description: "The request conflicts with what is stored (a name already in use); `issues` says where." },
+  413: { name: "PayloadTooLarge", description: "The body exceeds the server's limit." },
+  415: { name: "UnsupportedMediaType", description: "The body is not application/json." },
+  503: { name: "StoreUnavailable", description: "The database cannot be written (disk full, locked, unwritable); nothing was changed. Retry after the Retry-After seconds." },
+};
+
+let cached: { version: string; doc: Json } | undefined;
+
+/** The OpenAPI 3.1 document of the admin listener. */
+export function openApiDocument(version: string): Json {
+  if (cached?.version === version) return cached.doc;
+  const names = new Map<z.ZodType, string>();
+  for (const [s, id] of [...INPUTS, ...OUTPUTS]) names.set(s, id);
+  const schemas: Record<string, Json> = { ...generate(INPUTS, "input"), ...generate(OUTPUTS, "output") };
+
+  const paths: Record<string, Record<string, Json>> = {};
+  for (const [operationId, r] of Object.entries(ROUTES) as [string, RouteDoc][]) {
+    const parameters: Json[] = [];
+    for (const [name, p] of Object.entries(r.params ?? {}))
+      parameters.push({ name, in: "path", required: true, description: p.description, schema: paramSchema(p.schema) });
+    if (r.query) {
+      const q = paramSchema(r.query) as { properties: Record<string, Json>; required?: string[] };
+      for (const [name, schema] of Object.entries(q.properties)) {
+        const description = r.queryDocs?.[name];
+        parameters.push({ name, in: "query", required: q.required?.includes(name) ?? false, ...(description ? { description } : {}), schema });
+      }
+    }
+
+    let requestBody: Json | undefined;
+    if (r.body) {
+      let ref = schemaRef(r.body, names, `${operationId}'s body`);
+      if (r.bodyFromUrl) {
+        const base = schemas[names.get(r.body)!]!;
+        const required = (base.required as string[] | undefined)?.filter((f) => !r.bodyFromUrl!.fields.includes(f));
+        schemas[r.bodyFromUrl.component] = { ...base, required, description: r.bodyFromUrl.description };
+        ref = { $ref: REF(r.bodyFromUrl.component) };
+      }
+      requestBody = { required: true, content: { "application/json": { schema: ref } } };
+    }
+
+    const responses: Record<string, Json> = {};
+    for (const ok of r.ok) {
+      const type = ok.contentType ?? "application/json";
+      const media = ok.schema ? { schema: schemaRef(ok.schema, names, `${operationId}'s answer`) } : ok.jsonSchema ? { schema: ok.jsonSchema } : {};
+      responses[String(ok.status)] = { description: ok.description, ...(ok.headers ? { headers: ok.headers } : {}), content: { [type]: media } };
+    }
+    for (const status of r.errors) responses[String(status)] = { $ref: `#/components/responses/${ERRORS[status].name}` };
+    responses["500"] = { $ref: "#/components/responses/Internal" };
+
+    (paths[r.path] ??= {})[r.method] = {
+      operationId,
+      summary: r.summary,
+      ...(r.description ? { description: r.description } : {}),
+      tags: r.tags,
+      security: r.auth === "none" ? [] : [{ [r.auth === "admin" ? "adminToken" : "joinToken"]: [] }],
+      ...(parameters.length ? { parameters } : {}),
+      ...(requestBody ? { requestBody } : {}),
+      responses,
+    };
+  }
+
+  const errorContent = { "application/json": { schema: { $ref: REF("ApiError") } } };
+  const responses: Record<string, Json> = {
+    Internal: { description: "Something unexpected failed; the server log has the details.", content: errorContent },
+  };
+  for (const { name, description } of Object.values(ERRORS))
+    responses[name] = {
+      description,
+      ...(name === "StoreUnavailable" ? { headers: { "Retry-After": { description: "Seconds to wait before retrying.", schema: { type: "integer" } } } } : {}),
+      ...(name === "Unauthorized" ? { headers: { "WWW-Authenticate": { schema: { type: "string" } } } } : {}),
+      content: errorContent,
+    };
+
+  const doc: Json = {
+    openapi: "3.1.0",
+    info: {
+      title: "llmgw admin API",
+      version,
+      description:
+        "The head node's admin listener: the admin API under /api/v1 (admin token), the node agents' API under /agent/v1 (join token) and /healthz. Errors share one shape, ApiError. The OpenAI-compatible router is a separate listener and not described here.",
+    },
+    jsonSchemaDialect: "https://spec.openapis.org/oas/3.1/dialect/base",
+    tags: [
+      { name: "fleet", description: "The summary and the event log." },
+      { name: "nodes", description: "GPU nodes and their administration." },
+      { name: "replicas", description: "Running model replicas." },
+      { name: "models", description: "The model catalog." },
+      { name: "keys", description: "Client API keys for the router." },
+      { name: "agent", description: "Node agents: heartbeats and assignments." },
+      { name: "meta", description: "Health, this document, backups." },
+    ],
+    security: [{ adminToken: [] }],
+    paths,
+    components: {
+      schemas,
+      responses,
+      securitySchemes: {
+        adminToken: { type: "http", scheme: "bearer", description: "The admin token (admin.token in the server's data dir)." },
+        joinToken: { type: "http", scheme: "bearer", description: "The agent join token (join.token in the server's data dir)." },
+      },
+    },
+  };
+  cached = { version, doc };
+  return doc;
+}
