@@ -18,6 +18,7 @@ const COMMANDS: Record<string, { summary: string; load: Loader }> = {
   drain: { summary: "move a node's replicas away and leave it cordoned", load: async () => (await import("./cli/node-admin")).drain },
   backup: { summary: "write a consistent copy of the database while the server runs", load: async () => (await import("./cli/backup")).command },
   keys: { summary: "create, list and revoke client API keys for the router", load: async () => (await import("./cli/keys")).command },
+  logs: { summary: "show a replica's engine log (-f to follow)", load: async () => (await import("./cli/logs")).command },
   events: { summary: "show what the control plane did and why (-f to follow)", load: async () => (await import("./cli/events")).command },
   agent: { summary: "run the node agent on a GPU node", load: async () => (await import("./cli/agent")).command },
   demo: { summary: "run a whole simulated cluster in one process", load: async () => (await import("./cli/demo")).command },

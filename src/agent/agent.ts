@@ -21,7 +21,9 @@ import {
 import { VERSION } from "../version";
 import { LaunchError, renderLaunch } from "./engines";
 import { type Discovery, type DiscoverOptions, discoverGpus, simulatedGpus } from "./gpus";
-import { ProcessSet, type LaunchSpec } from "./runner";
+import { logsToken } from "../protocol/heartbeat";
+import { startLogServer } from "./logs";
+import { ProcessSet, fileSafe, type LaunchSpec } from "./runner";
 import { scanWeights } from "./weights";
 
 /** Timings the agent owns; the heartbeat interval is not among them, the server sets it. */
@@ -172,6 +174,30 @@ export class NodeAgent {
     return this.processSet.reports();
   }
 
+  private logServer: { port: number; stop(): void } | undefined;
+
+  /**
+   * The engine-log listener for `llmgw logs`. Optional: a port that cannot be had is logged
+   * and the agent goes on without it (the head node then says logs are unavailable).
+   */
+  private startLogs(): void {
+    const listen = this.config.logs_listen;
+    if (!listen) return;
+    const logDir = join(this.config.state_dir, "logs");
+    try {
+      this.logServer = startLogServer({
+        host: listen.host,
+        port: listen.port,
+        token: logsToken(this.config.token),
+        fileFor: (id) => join(logDir, `${fileSafe(id)}.log`),
+        log: this.log,
+      });
+      this.log.info({ port: this.logServer.port }, "engine logs served for `llmgw logs`");
+    } catch (e) {
+      this.log.warn({ listen: `${listen.host}:${listen.port}`, err: (e as Error).message }, "cannot serve engine logs: `llmgw logs` will not reach this node");
+    }
+  }
+
   /**
    * Checks the settings, takes stock of the node, adopts (or stops) engines a previous agent
    * left, and registers. Resolves after the first heartbeat the server accepted; retries an
@@ -196,6 +222,7 @@ export class NodeAgent {
         { node: this.name, address: this.address, server: this.server, gpus: this.inventory.gpus.length, models: this.inventory.models.length },
         "registering with the server",
       );
+      this.startLogs();
       this.loops.push(this.heartbeatLoop(), this.inventoryLoop());
       await registered;
     } catch (e) {
@@ -224,6 +251,7 @@ export class NodeAgent {
         this.processSet.detachAll();
         if (kept.length > 0) this.log.info({ replicas: kept }, "leaving engines running for the next agent (keep_replicas)");
       } else await this.processSet.stopAll();
+      this.logServer?.stop();
       this.session?.close();
       this.log.info("agent stopped");
     })();
@@ -257,7 +285,7 @@ export class NodeAgent {
 
   private async heartbeatOnce(): Promise<"ok" | "fatal" | Failure> {
     const path = "/agent/v1/heartbeat";
-    const body: HeartbeatRequest = { ...this.identity(), ...this.inventory, replicas: this.processSet.reports() };
+    const body: HeartbeatRequest = { ...this.identity(), ...this.inventory, replicas: this.processSet.reports(), logs_port: this.logServer?.port ?? null };
     const sentEpoch = this.epoch;
     const r = await this.request(path, { method: "POST", body: JSON.stringify(body) }, this.timing.requestTimeoutMs);
     if (this.stopping) return "fatal";

@@ -3,6 +3,7 @@
 // documents; answers are the protocol's view types.
 
 import { Hono } from "hono";
+import { getBunServer } from "hono/bun";
 import type { Logger } from "pino";
 import type { Controller } from "../control/controller";
 import type { ModelSpec } from "../protocol/catalog";
@@ -10,6 +11,7 @@ import { SegmentName } from "../protocol/common";
 import type { ApiKeyRevoked, ApplyResult, CreatedApiKey, ModelDeleted, ModelDetail, ModelPutResult, NodeActionResult, UnparkResult } from "../protocol/views";
 import { VERSION } from "../version";
 import { HttpError } from "./errors";
+import { logsToken } from "../protocol/heartbeat";
 import { openApiDocument, ROUTES } from "./openapi";
 
 /** The stored spec as a client would write it: durations back in words, so GET → PUT round-trips. */
@@ -37,7 +39,7 @@ function nodeName(raw: string): string {
   return r.data;
 }
 
-export function adminRoutes(ctl: Controller, _log: Logger): Hono {
+export function adminRoutes(ctl: Controller, _log: Logger, joinToken: string): Hono {
   const app = new Hono();
 
   app.get("/openapi.json", (c) => c.json(openApiDocument(VERSION)));
@@ -110,6 +112,24 @@ export function adminRoutes(ctl: Controller, _log: Logger): Hono {
     const name = c.req.param("name");
     ctl.revokeApiKey(name);
     return c.json({ name, message: `key/${name} revoked` } satisfies ApiKeyRevoked);
+  });
+
+  /** A replica's engine log, fetched from its node's agent; ?follow=1 keeps streaming. */
+  app.get("/replicas/:id/logs", async (c) => {
+    const q = ROUTES.replicaLogs.query.parse(c.req.query());
+    const src = ctl.logSource(c.req.param("id"));
+    const url = `${src.url}?tail=${q.tail}${q.follow ? "&follow=1" : ""}`;
+    // A followed log stays open far past Bun's idle timeout.
+    if (q.follow) (getBunServer(c) as { timeout?(req: Request, seconds: number): void } | undefined)?.timeout?.(c.req.raw, 0);
+    let res: Response;
+    try {
+      res = await fetch(url, { headers: { authorization: `Bearer ${logsToken(joinToken)}` }, signal: c.req.raw.signal });
+    } catch (e) {
+      throw new HttpError(503, "agent_unreachable", `cannot reach the agent on ${src.node} for logs: ${(e as Error).message}`);
+    }
+    if (res.status === 404) throw new HttpError(404, "not_found", (await res.text()).trim());
+    if (!res.ok) throw new HttpError(503, "agent_unreachable", `the agent on ${src.node} answered ${res.status} for logs`);
+    return new Response(res.body, { headers: { "content-type": "text/plain; charset=utf-8", "cache-control": "no-cache" } });
   });
 
   /** A consistent copy of the database, taken while the server runs, as a download. */

@@ -4,7 +4,7 @@
 // so the document cannot fall behind the code.
 
 import { z } from "zod";
-import { CreateKeyBody, EventsQuery, ReplicasQuery } from "../protocol/admin";
+import { CreateKeyBody, EventsQuery, LogsQuery, ReplicasQuery } from "../protocol/admin";
 import { CatalogFile, ModelSpec } from "../protocol/catalog";
 import { Duration, Labels, Name, SegmentName } from "../protocol/common";
 import { Assignment, AssignmentsQuery, GpuReport, HeartbeatRequest, HeartbeatResponse, ReplicaReport } from "../protocol/heartbeat";
@@ -212,6 +212,19 @@ export const ROUTES = {
     params: { name: { schema: z.string().min(1), description: "The key's name." } },
     ok: [{ status: 200, description: "Revoked.", schema: V.ApiKeyRevokedSchema }],
     errors: [401, 404, 503],
+  },
+  replicaLogs: {
+    method: "get",
+    path: "/api/v1/replicas/{id}/logs",
+    summary: "A replica's engine log, fetched from its node's agent",
+    description: "Plain text. With follow=1 the response stays open and carries new lines as the engine writes them.",
+    tags: ["fleet"],
+    auth: "admin",
+    params: { id: { schema: z.string().min(1), description: "The replica's id." } },
+    query: LogsQuery,
+    queryDocs: { tail: "Lines from the end of the log to start with.", follow: "1 to keep streaming new lines." },
+    ok: [{ status: 200, description: "The log, as text.", contentType: "text/plain", jsonSchema: { type: "string" } }],
+    errors: [400, 401, 404, 503],
   },
   backup: {
     method: "get",

@@ -18,6 +18,7 @@ export const AGENT_FLAGS: FlagSpecs = {
   fabric: { kind: "list", value: "NAME", help: "network fabric this node is on, e.g. an InfiniBand island" },
   label: { kind: "list", value: "KEY=VALUE", help: "label to report for this node" },
   "models-dir": { kind: "string", value: "DIR", help: "where model weights are (default /var/lib/llmgw/models)" },
+  "logs-listen": { kind: "string", value: "HOST:PORT", help: "where the head node fetches engine logs for `llmgw logs` (default 0.0.0.0:8002; off to disable)" },
   "state-dir": { kind: "string", value: "DIR", help: "engine logs and replica state files (default ./llmgw-agent)" },
   simulate: { kind: "string", value: "SPEC", help: "report simulated GPUs instead of asking nvidia-smi, e.g. H100-80GB:8,A100-80GB/3g.40gb:2; engines run the built-in fake engine" },
   "simulate-unhealthy": { kind: "list", value: "INDEX", help: "simulated GPU index to report unhealthy" },

@@ -103,6 +103,8 @@ export const AgentConfig = z.strictObject({
   fabric: z.array(Name).max(16).default([]),
   label: z.array(KeyValue).default([]),
   models_dir: z.string().default("/var/lib/llmgw/models"),
+  /** Where the head node fetches engine logs from (`llmgw logs`); "off" for none. */
+  logs_listen: z.union([z.literal("off").transform(() => undefined), HostPort]).prefault("0.0.0.0:8002"),
   /** Engine logs and replica state files. */
   state_dir: z.string().default("./llmgw-agent"),
   /** Report this simulated inventory instead of asking nvidia-smi, e.g. H100-80GB:8,A100-80GB/3g.40gb:2. */

@@ -57,6 +57,8 @@ export class Controller {
   private readonly generationBase: number;
   private wakeScheduled = false;
   private readonly demandWritten = new Map<string, number>();
+  /** Each node's engine-log port, as its last heartbeat said (in memory: the next heartbeat refills it). */
+  private readonly logsPorts = new Map<string, number>();
   private readonly lowSince = new Map<string, number>();
   readonly scaleDownDelayMs: number;
   private onWake: (() => void) | undefined;
@@ -146,6 +148,8 @@ export class Controller {
 
   heartbeat(hb: HeartbeatRequest): HeartbeatResponse {
     const now = this.clock.now();
+    if (hb.logs_port !== null) this.logsPorts.set(hb.node, hb.logs_port);
+    else this.logsPorts.delete(hb.node);
     const { created } = this.store.applyHeartbeat(hb, now);
     if (created) {
       const gpus = hb.gpus.length;
@@ -427,6 +431,19 @@ export class Controller {
     this.store.backupTo(path);
     this.log.info({ path }, "database backed up");
     return path;
+  }
+
+  /** Where a replica's engine log can be read: its leader node's log listener. */
+  logSource(id: string): { url: string; node: string } {
+    const snap = this.store.snapshot();
+    const r = snap.replicas.find((x) => x.id === id);
+    if (!r) throw new NotFoundError(`replica "${id}" not found`);
+    const node = r.shards[0]!.node;
+    const address = snap.nodes.find((n) => n.name === node)?.address;
+    const port = this.logsPorts.get(node);
+    if (!address || port === undefined) throw new NotFoundError(`the agent on ${node} does not serve engine logs (started with --logs-listen off, or not heartbeating)`);
+    const host = address.includes(":") && !address.startsWith("[") ? `[${address}]` : address;
+    return { url: `http://${host}:${port}/logs/${encodeURIComponent(id)}`, node };
   }
 
   // ---- API keys -----------------------------------------------------------------------

@@ -19,3 +19,11 @@ export const CreateKeyBody = z.strictObject({
   pool: z.string().min(1).max(64).optional(),
 });
 export type CreateKeyBody = z.infer<typeof CreateKeyBody>;
+
+export const LogsQuery = z.object({
+  /** Lines from the end of the log to start with. */
+  tail: z.coerce.number().int().min(0).max(100_000).default(200),
+  /** Keep the stream open and send new lines as the engine writes them. */
+  follow: z.enum(["0", "1", "true", "false"]).default("0").transform((v) => v === "1" || v === "true"),
+});
+export type LogsQuery = z.infer<typeof LogsQuery>;

@@ -49,6 +49,8 @@ export const HeartbeatRequest = z
     /** Models whose weights are present on this node. */
     models: z.array(Name).max(HEARTBEAT_LIMITS.models).default([]),
     replicas: z.array(ReplicaReport).max(HEARTBEAT_LIMITS.replicas).default([]),
+    /** Port of the agent's engine-log listener (`llmgw logs`), or null when it has none. */
+    logs_port: z.number().int().min(1).max(65535).nullable().default(null),
   })
   .superRefine((hb, ctx) => {
     const seenIndex = new Map<number, number>();
@@ -115,3 +117,11 @@ export const AssignmentsQuery = z.object({
   wait_ms: z.coerce.number().int().min(0).max(60_000).default(25_000),
 });
 export type AssignmentsQuery = z.infer<typeof AssignmentsQuery>;
+
+/**
+ * The bearer token the head node presents to an agent's log listener: derived from the join
+ * token, so the join token itself never travels towards a node.
+ */
+export function logsToken(joinToken: string): string {
+  return new Bun.CryptoHasher("sha256").update(`llmgw-logs\u0000${joinToken}`).digest("hex");
+}

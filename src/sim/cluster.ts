@@ -116,6 +116,7 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
         state_dir: join(server.dataDir, "agents", n.name),
         stop_grace: "2s",
         health_interval: "250ms",
+        logs_listen: "127.0.0.1:0",
         ...o.agent,
       });
       const agent = new NodeAgent({ config: cfg, log: (o.agentLog ?? o.log).child({ node: n.name }), selfExe: selfExe() });

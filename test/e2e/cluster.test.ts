@@ -28,7 +28,7 @@ function freeBase(): number {
 function startAgent(name: string) {
   agents[name] = Bun.spawn(
     [bin, "agent", "--server", serve.adminUrl, "--token", serve.joinToken, "--name", name, "--address", "127.0.0.1", "--engine-host", "127.0.0.1",
-      "--fabric", "f1", "--simulate", "H100-80GB:2", "--state-dir", join(dir, `agent-${name}`), "--stop-grace", "1s", "--health-interval", "100ms", "--log-level", "warn"],
+      "--fabric", "f1", "--simulate", "H100-80GB:2", "--logs-listen", "127.0.0.1:0", "--state-dir", join(dir, `agent-${name}`), "--stop-grace", "1s", "--health-interval", "100ms", "--log-level", "warn"],
     { cwd: dir, env: { PATH: process.env.PATH ?? "" }, stdout: "ignore", stderr: "pipe" },
   );
 }

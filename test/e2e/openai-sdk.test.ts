@@ -5,7 +5,7 @@
 // is ready, and idleness shown as unknown until traffic.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { readdirSync, readFileSync } from "node:fs";
+import { appendFileSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
 import type { ReplicaView, Summary } from "../../src/protocol/views";
@@ -182,4 +182,24 @@ describe("the OpenAI SDK against llmgw demo", () => {
     expect(r.choices[0]!.message.content!.length).toBeGreaterThan(0);
     expect((await replicas()).filter((x) => x.model === "qwen2.5-7b" && x.state === "ready").length).toBe(1);
   }, 30_000);
+
+  test("llmgw logs shows a replica's engine log through the control plane, and -f follows it", async () => {
+    const r = (await replicas()).find((x) => x.model === "llama-3.1-8b" && x.state === "ready")!;
+    const once = run(bin, ["logs", r.id], { cwd: dir });
+    expect(once.code).toBe(0);
+    expect(once.stdout).toContain("llmgw fake-engine listening on");
+    expect(run(bin, ["logs", "r-nope"], { cwd: dir }).stderr).toBe('error: replica "r-nope" not found\n');
+    const follow = Bun.spawn([bin, "logs", r.id, "-f", "--tail", "1"], { cwd: dir, env: { PATH: process.env.PATH ?? "" }, stdout: "pipe" });
+    try {
+      const reader = follow.stdout.getReader();
+      let seen = new TextDecoder().decode((await reader.read()).value);
+      // The engine writes a line; the follower sees it.
+      const node = r.shards[0]!.node;
+      appendFileSync(join(dataDir(), "agents", node, "logs", `${r.id}.log`), "INFO 12-01 engine says hello\n");
+      while (!seen.includes("engine says hello")) seen += new TextDecoder().decode((await reader.read()).value);
+      expect(seen).toContain("engine says hello");
+    } finally {
+      follow.kill();
+    }
+  });
 });

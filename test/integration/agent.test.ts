@@ -57,6 +57,7 @@ function makeAgent(config: Record<string, unknown>, extra: Partial<NodeAgentOpti
     state_dir: tempDir("llmgw-agent-"),
     health_interval: "50ms",
     stop_grace: "5s",
+    logs_listen: "127.0.0.1:0",
     ...config,
   });
   const agent = new NodeAgent({ config: cfg, log: pino({ level: "silent" }), selfExe: SELF_EXE, timing: FAST, ...extra });

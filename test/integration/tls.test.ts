@@ -84,6 +84,7 @@ function makeAgent(server: TestServer, config: Record<string, unknown>, name = "
     address: "10.9.0.1",
     state_dir: mkdtempSync(join(tmpdir(), "llmgw-agent-")),
     simulate: "H100-80GB:2",
+    logs_listen: "127.0.0.1:0",
     ...config,
   });
   const agent = new NodeAgent({ config: cfg, log, selfExe: [process.execPath], timing: FAST });

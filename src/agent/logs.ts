@@ -1,0 +1,93 @@
+// The agent's engine-log listener: the head node fetches a replica's log from here for
+// `llmgw logs`, optionally following it as the engine writes. Bearer-protected with a token
+// derived from the join token; serves only files of replicas this agent runs or ran.
+
+import { closeSync, existsSync, fstatSync, openSync, readSync, statSync } from "node:fs";
+
+export interface LogServerOptions {
+  host: string;
+  port: number;
+  token: string;
+  /** The log file of a replica id, or undefined when this agent has none. */
+  fileFor: (id: string) => string | undefined;
+  pollMs?: number;
+  log?: { warn(o: object, m?: string): void };
+}
+
+/** The last `n` lines of a file (reading at most the last few MB). */
+export function tailLines(path: string, n: number): { text: string; end: number } {
+  const fd = openSync(path, "r");
+  try {
+    const size = fstatSync(fd).size;
+    if (n === 0) return { text: "", end: size };
+    const want = Math.min(size, 4 * 1024 * 1024);
+    const buf = Buffer.alloc(want);
+    readSync(fd, buf, 0, want, size - want);
+    const lines = buf.toString("utf8").split("\n");
+    if (lines.at(-1) === "") lines.pop();
+    return { text: lines.slice(-n).map((l) => `${l}\n`).join(""), end: size };
+  } finally {
+    closeSync(fd);
+  }
+}
+
+function readFrom(path: string, from: number): { chunk: Uint8Array; end: number } {
+  const fd = openSync(path, "r");
+  try {
+    const size = fstatSync(fd).size;
+    if (size <= from) return { chunk: new Uint8Array(0), end: size < from ? 0 : from };
+    const buf = Buffer.alloc(Math.min(size - from, 1024 * 1024));
+    const got = readSync(fd, buf, 0, buf.length, from);
+    return { chunk: buf.subarray(0, got), end: from + got };
+  } finally {
+    closeSync(fd);
+  }
+}
+
+export function startLogServer(o: LogServerOptions): { port: number; stop(): void } {
+  const pollMs = o.pollMs ?? 250;
+  const server = Bun.serve({
+    hostname: o.host,
+    port: o.port,
+    fetch(req, srv) {
+      const url = new URL(req.url);
+      const m = /^\/logs\/([^/]+)$/.exec(url.pathname);
+      if (req.method !== "GET" || !m) return new Response("not found\n", { status: 404 });
+      if (req.headers.get("authorization") !== `Bearer ${o.token}`) return new Response("unauthorized\n", { status: 401 });
+      const id = decodeURIComponent(m[1]!);
+      const path = o.fileFor(id);
+      if (!path || !existsSync(path)) return new Response(`no log for replica ${id} on this node\n`, { status: 404 });
+      const tail = Math.max(0, Math.min(100_000, Number(url.searchParams.get("tail") ?? 200) || 0));
+      const first = tailLines(path, tail);
+      if (url.searchParams.get("follow") !== "1") return new Response(first.text, { headers: { "content-type": "text/plain; charset=utf-8" } });
+      srv.timeout(req, 0);
+      let pos = first.end;
+      let sentFirst = false;
+      const enc = new TextEncoder();
+      return new Response(
+        new ReadableStream<Uint8Array>({
+          async pull(c) {
+            if (!sentFirst) {
+              sentFirst = true;
+              if (first.text) return c.enqueue(enc.encode(first.text));
+            }
+            // Poll for growth: the engine writes the file, not us. A replaced (truncated)
+            // file is read again from its start.
+            for (;;) {
+              if (req.signal.aborted) return c.close();
+              if (!existsSync(path)) return c.close();
+              if (statSync(path).size !== pos) {
+                const { chunk, end } = readFrom(path, pos);
+                pos = end;
+                if (chunk.length > 0) return c.enqueue(chunk);
+              }
+              await Bun.sleep(pollMs);
+            }
+          },
+        }),
+        { headers: { "content-type": "text/plain; charset=utf-8", "cache-control": "no-cache" } },
+      );
+    },
+  });
+  return { port: server.port!, stop: () => void server.stop(true) };
+}
