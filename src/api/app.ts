@@ -41,7 +41,7 @@ export function buildAdminApp(o: AppOptions): Hono {
   app.get("/healthz", (c) => c.json({ status: "ok", version: o.version }));
 
   app.use("/api/v1/*", requireToken("admin", o.adminToken));
-  app.route("/api/v1", adminRoutes(o.controller, o.log));
+  app.route("/api/v1", adminRoutes(o.controller, o.log, o.joinToken));
 
   app.use("/agent/v1/*", requireToken("join", o.joinToken));
   app.route("/agent/v1", agentRoutes(o.controller));
