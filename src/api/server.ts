@@ -25,6 +25,8 @@ export interface RunningServer {
   adminToken: string;
   joinToken: string;
   dataDir: string;
+  /** The join token was generated just now: this data dir's first start. */
+  firstStart: boolean;
   controller: Controller;
   store: Store;
   /** Set when both listeners serve HTTPS. */
@@ -169,6 +171,7 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
     routerUrl,
     adminToken: admin.token,
     joinToken: join_.token,
+    firstStart: join_.source === "generated",
     dataDir,
     controller,
     store,

@@ -47,7 +47,14 @@ export const command: Command = {
     const config = await loadConfig(ServeConfig, { flags, env: process.env });
     const log = createLogger({ level: config.log_level, role: "serve" });
     const server = await startServer({ config, log });
-    process.stderr.write(`llmgw serve: admin API on ${server.adminUrl} (data dir ${server.dataDir})\n`);
+    process.stderr.write(`llmgw serve: admin API on ${server.adminUrl}, OpenAI API on ${server.routerUrl}/v1 (data dir ${server.dataDir})\n`);
+    if (server.firstStart) {
+      // First start: say how GPU nodes join. `llmgw join-command` prints it again later.
+      const { joinCommand, primaryAddress } = await import("./join-command");
+      process.stderr.write(
+        `\nTo add a GPU node, run this on it (keep the token secret; \`llmgw join-command\` prints it again):\n\n  ${joinCommand(server.adminUrl, server.joinToken, primaryAddress())}\n\n`,
+      );
+    }
     if (server.tls)
       process.stderr.write(`llmgw serve: TLS on; agents can pin the certificate with --server-fingerprint ${server.tls.fingerprint256}\n`);
     await new Promise<void>((resolve) => {
