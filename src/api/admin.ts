@@ -10,7 +10,7 @@ import type { ModelSpec } from "../protocol/catalog";
 import { SegmentName } from "../protocol/common";
 import type { ApiKeyRevoked, ApplyResult, CreatedApiKey, ModelDeleted, ModelDetail, ModelPutResult, NodeActionResult, UnparkResult } from "../protocol/views";
 import { VERSION } from "../version";
-import { HttpError } from "./errors";
+import { HttpError, parseJsonBody } from "./errors";
 import { logsToken } from "../protocol/heartbeat";
 import { openApiDocument, ROUTES } from "./openapi";
 
@@ -24,13 +24,7 @@ export function specToWire(spec: ModelSpec) {
 async function jsonBody(req: Request): Promise<unknown> {
   const type = req.headers.get("content-type") ?? "";
   if (type && !/^application\/json\b/i.test(type)) throw new HttpError(415, "unsupported_media_type", `send the body as application/json, not ${type.slice(0, 60)}`);
-  const text = await req.text();
-  if (text.trim() === "") throw new HttpError(400, "invalid_request", "(body): empty body, expected JSON");
-  try {
-    return JSON.parse(text);
-  } catch (e) {
-    throw new HttpError(400, "invalid_json", `(body): malformed JSON: ${(e as Error).message}`);
-  }
+  return parseJsonBody(await req.text());
 }
 
 function nodeName(raw: string): string {
@@ -77,7 +71,11 @@ export function adminRoutes(ctl: Controller, _log: Logger, joinToken: string): H
       const given = (body as { name?: unknown }).name;
       if (given === undefined) (body as { name?: unknown }).name = name;
       else if (given !== name)
-        throw new HttpError(400, "invalid_request", `name: "${String(given).slice(0, 80)}" does not match the URL's model name "${name}"`);
+        throw new HttpError(
+          400,
+          "invalid_request",
+          typeof given === "string" ? `name: "${given.slice(0, 80)}" does not match the URL's model name "${name}"` : `name: must be a string (the model's name, "${name}")`,
+        );
     }
     const spec = ROUTES.putModel.body.parse(body);
     const [result] = ctl.putModels([spec]);

@@ -5,18 +5,12 @@
 import { Hono } from "hono";
 import type { Controller } from "../control/controller";
 import { AssignmentsQuery, HeartbeatRequest } from "../protocol/heartbeat";
-import { HttpError } from "./errors";
+import { parseJsonBody } from "./errors";
 
 export function agentRoutes(ctl: Controller): Hono {
   const app = new Hono();
   app.post("/heartbeat", async (c) => {
-    let body: unknown;
-    try {
-      body = await c.req.json();
-    } catch (e) {
-      throw new HttpError(400, "invalid_json", `(body): malformed JSON: ${(e as Error).message}`);
-    }
-    const hb = HeartbeatRequest.parse(body);
+    const hb = HeartbeatRequest.parse(parseJsonBody(await c.req.text()));
     return c.json(ctl.heartbeat(hb));
   });
   app.get("/assignments", async (c) => {

@@ -6,6 +6,7 @@ import type { Context } from "hono";
 import type { Logger } from "pino";
 import { ZodError } from "zod";
 import type { ApiError } from "../protocol/views";
+import { loneSurrogatePath } from "../protocol/common";
 import { ConflictError, NotFoundError } from "../store";
 import { storeFailure } from "../store/errors";
 
@@ -50,4 +51,21 @@ export function handleError(err: unknown, c: Context, log: Logger): Response {
   }
   log.error({ err, method: c.req.method, path: c.req.path }, "request failed");
   return c.json(errorBody("internal", "internal error; see the server log"), 500);
+}
+
+/**
+ * Parses a JSON body, refusing strings with lone surrogates (see loneSurrogatePath); the rest
+ * is checked by the route's schema.
+ */
+export function parseJsonBody(text: string): unknown {
+  if (text.trim() === "") throw new HttpError(400, "invalid_request", "(body): empty body, expected JSON");
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (e) {
+    throw new HttpError(400, "invalid_json", `(body): malformed JSON: ${(e as Error).message}`);
+  }
+  const bad = loneSurrogatePath(v);
+  if (bad) throw new HttpError(400, "invalid_request", `${issuePath(bad).toWellFormed()}: holds invalid Unicode (a lone surrogate)`);
+  return v;
 }

@@ -91,8 +91,11 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
       port: config.admin_listen.port,
       fetch: app.fetch,
       ...(tls ? { tls: { cert: tls.cert, key: tls.key } } : {}),
-      // Agents long-poll here (next issue); keep idle connections around a little longer.
+      // Agents long-poll here; keep idle connections around a little longer.
       idleTimeout: 120,
+      // Hono's bodyLimit answers 413 in the API's error shape (from Content-Length, or while
+      // reading a chunked body); Bun's own limit, which answers with an empty body, stays out of its way.
+      maxRequestBodySize: Number.MAX_SAFE_INTEGER,
     });
   } catch (e) {
     store.close();

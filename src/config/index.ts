@@ -148,7 +148,10 @@ export class ConfigError extends Error {
 /** Reads a config file by extension: .toml, .yaml/.yml or .json. */
 export async function readConfigFile(path: string): Promise<Record<string, unknown>> {
   const file = Bun.file(path);
-  if (!(await file.exists())) throw new ConfigError([`config file ${path}: not found`]);
+  if (!(await file.exists())) {
+    const { existsSync } = await import("node:fs");
+    throw new ConfigError([`config file ${path}: ${existsSync(path) ? "is a directory, not a file" : "not found"}`]);
+  }
   const text = await file.text();
   let data: unknown;
   try {
@@ -177,8 +180,9 @@ const flagName = (key: string) => `--${key.replace(/_/g, "-")}`;
 /** Builds a role's configuration from its layers; throws ConfigError listing every problem. */
 export async function loadConfig<S extends z.ZodObject>(schema: S, input: LoadInput): Promise<z.infer<S>> {
   const keys = Object.keys(schema.shape);
-  const raw: Record<string, unknown> = {};
-  const origin: Origin = {};
+  // No prototype: a "__proto__" key in a config file must be an unknown key, not a prototype.
+  const raw: Record<string, unknown> = Object.create(null);
+  const origin: Origin = Object.create(null);
   const configPath = (input.flags["config"] as string | undefined) ?? input.configPath ?? input.env["LLMGW_CONFIG"];
   if (configPath) {
     const fileData = await readConfigFile(configPath);

@@ -2,7 +2,7 @@
 // `PUT /api/v1/models/{name}` and stored. One schema for every way in.
 
 import { z } from "zod";
-import { Duration, Name } from "./common";
+import { Duration, Name, safeRecord } from "./common";
 
 export const ENGINES = ["vllm", "sglang", "llama.cpp", "fake"] as const;
 export const Engine = z.enum(ENGINES);
@@ -21,7 +21,7 @@ export const Profile = z.strictObject({
   /** Router tier: lower is preferred; the router spills to the next tier when saturated. */
   priority: z.number().int().min(0).max(1000).default(0),
   args: z.array(z.string().max(4096)).max(CATALOG_LIMITS.args).default([]),
-  env: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "must be an environment variable name"), z.string().max(4096)).default({}),
+  env: safeRecord(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "must be an environment variable name"), z.string().max(4096)).default({}),
 });
 export type Profile = z.infer<typeof Profile>;
 

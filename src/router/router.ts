@@ -143,8 +143,9 @@ export class Router implements EndpointSink, UsageSource {
     this.server = Bun.serve({
       hostname: this.o.host,
       port: this.o.port,
-      // Our own limit answers 413 in OpenAI's shape; Bun's own, set above it, is the backstop.
-      maxRequestBodySize: Math.max(this.o.maxBodyBytes * 2, this.o.maxBodyBytes + 1024 * 1024),
+      // Our own limit answers 413 in OpenAI's shape: from Content-Length before reading, or
+      // while reading a chunked body. Bun's own limit is kept out of its way.
+      maxRequestBodySize: Number.MAX_SAFE_INTEGER,
       ...(this.o.serverIdleTimeoutSec !== undefined ? { idleTimeout: this.o.serverIdleTimeoutSec } : {}),
       ...(this.o.tls ? { tls: { cert: Bun.file(this.o.tls.cert), key: Bun.file(this.o.tls.key) } } : {}),
       fetch: (req, server) => this.handle(req, server),
@@ -197,8 +198,15 @@ export class Router implements EndpointSink, UsageSource {
         return this.proxy(req, server, url.slice(start), pool);
       case "/v1/models":
         return this.listModels(pool);
-      case "/v1/models/":
-        return this.getModel(decodeURIComponent(path.slice("/v1/models/".length)), pool);
+      case "/v1/models/": {
+        let id: string;
+        try {
+          id = decodeURIComponent(path.slice("/v1/models/".length));
+        } catch {
+          return openAIError(400, "the model id in the path is not valid percent-encoding", { param: "model", code: "invalid_request" });
+        }
+        return this.getModel(id, pool);
+      }
       case "/metrics":
         return new Response(this.registry.render(), { headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" } });
       default:
@@ -267,8 +275,8 @@ export class Router implements EndpointSink, UsageSource {
     const max = this.o.maxBodyBytes;
     const declared = Number(req.headers.get("content-length") ?? 0);
     if (declared > max) return openAIError(413, `request body is ${declared} bytes; the limit is ${max}`, { code: "request_too_large" });
-    const buf = await req.arrayBuffer();
-    if (buf.byteLength > max) return openAIError(413, `request body is over the limit of ${max} bytes`, { code: "request_too_large" });
+    const buf = declared > 0 ? await req.arrayBuffer() : await readCapped(req, max);
+    if (buf === undefined || buf.byteLength > max) return openAIError(413, `request body is over the limit of ${max} bytes`, { code: "request_too_large" });
     let body: Record<string, unknown>;
     try {
       body = JSON.parse(new TextDecoder().decode(buf));
@@ -277,7 +285,8 @@ export class Router implements EndpointSink, UsageSource {
     }
     if (typeof body !== "object" || body === null || Array.isArray(body)) return openAIError(400, "the request body must be a JSON object", { code: "invalid_request" });
     const model = body.model;
-    if (typeof model !== "string" || model === "") return openAIError(400, "you must provide a model parameter", { param: "model", code: "missing_model" });
+    if (model === undefined || model === "") return openAIError(400, "you must provide a model parameter", { param: "model", code: "missing_model" });
+    if (typeof model !== "string") return openAIError(400, `model must be a string, not ${model === null ? "null" : Array.isArray(model) ? "an array" : typeof model}`, { param: "model", code: "invalid_type" });
 
     if (!this.balancer.has(model, pool)) {
       const entry = this.catalog.get(model);
@@ -489,6 +498,25 @@ export class Router implements EndpointSink, UsageSource {
     });
     return new Response(body, { status, headers: outHeaders });
   }
+}
+
+/** Reads a body without a Content-Length, giving up (undefined) as soon as it passes `max` bytes. */
+async function readCapped(req: Request, max: number): Promise<ArrayBuffer | undefined> {
+  if (!req.body) return new ArrayBuffer(0);
+  const parts: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of req.body) {
+    size += chunk.byteLength;
+    if (size > max) return undefined;
+    parts.push(chunk);
+  }
+  const out = new Uint8Array(size);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.byteLength;
+  }
+  return out.buffer;
 }
 
 function forwardHeaders(h: Headers): Headers {

@@ -1,0 +1,643 @@
+// Property-based fuzzing of the router's OpenAI-compatible listener against a real head node
+// with a catalog but no replicas: every malformed or hostile request is answered with a 4xx in
+// OpenAI's error shape naming the problem, a request for a known model gets a prompt 503
+// model_not_ready with Retry-After (nothing can serve it), the server stays up, and the store
+// changes only by the demand a known model's request records.
+
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import fc from "fast-check";
+import { diffDumps, dumpStore, dumpText, storeWrites } from "../helpers/dump";
+import { type TestServer, testServer } from "../helpers/server";
+
+const SEED = Number(process.env.FUZZ_SEED ?? 424242);
+/** Multiplies every run count: FUZZ_SCALE=10 for a long soak, 0.1 for a quick look. */
+const SCALE = Number(process.env.FUZZ_SCALE ?? 1);
+const runs = (n: number) => Math.max(1, Math.round(n * SCALE));
+
+// ---- JSON with tokens JSON.stringify cannot write ---------------------------------------
+
+/** Text written into the JSON as is: NaN, 1e999, -0, deep nesting, huge arrays. */
+class Raw {
+  constructor(readonly text: string) {}
+  toString() {
+    return `Raw(${this.text.length > 40 ? `${this.text.slice(0, 40)}…[${this.text.length}]` : this.text})`;
+  }
+}
+
+function toJson(v: unknown): string {
+  if (v instanceof Raw) return v.text;
+  // NaN and Infinity come out as bare words: malformed JSON, on purpose.
+  if (typeof v === "number") return Object.is(v, -0) ? "-0" : String(v);
+  if (Array.isArray(v)) return `[${v.map(toJson).join(",")}]`;
+  if (v !== null && typeof v === "object") {
+    const o = v as Record<string, unknown>;
+    return `{${Object.keys(o)
+      .map((k) => `${JSON.stringify(k)}:${toJson(o[k])}`)
+      .join(",")}}`;
+  }
+  return JSON.stringify(v) ?? "null";
+}
+
+/** Sets an own property, even "__proto__", without touching any prototype. */
+function own(o: Record<string, unknown>, k: string, v: unknown): void {
+  Object.defineProperty(o, k, { value: v, enumerable: true, writable: true, configurable: true });
+}
+
+// ---- hostile values ---------------------------------------------------------------------
+
+const MB = "x".repeat(1 << 20);
+const HUGE = {
+  string1MB: MB,
+  numbers100k: new Raw(`[${new Array(100_000).fill("0").join(",")}]`),
+  strings100k: new Raw(`[${new Array(100_000).fill('"a"').join(",")}]`),
+  deepArray: new Raw("[".repeat(10_000) + "]".repeat(10_000)),
+  deepObject: new Raw('{"a":'.repeat(10_000) + "1" + "}".repeat(10_000)),
+};
+
+const NUMBERS: unknown[] = [-1, -0, 0, 0.5, 1.5, -1.5, 1e308, -1e308, 2 ** 31, 2 ** 53 + 2, 65536, 1e21, 5e-324, NaN, Infinity, -Infinity];
+const RAW_NUMBERS = ["1e999", "-1e999", "NaN", "Infinity", "0x10", "01", "+1", ".5", "1.", "-", "1e", "1_000"].map((t) => new Raw(t));
+const STRINGS = [
+  "", " ", "\u0000", "a\u0000b", "😀", "👩‍👩‍👧‍👦", "\u202eevil", "مرحبا بالعالم", "\ud800", "\udfff", "a\ud800b", "../../etc/passwd", "a/../b", "/abs",
+  "a//b", "x".repeat(129), "x".repeat(257), "x".repeat(4097), "__proto__", "constructor", "prototype", "30 m", "-5s", "1e309s", "true", "null", "NaN",
+  "Infinity", "\n", "a b", "%00", "<script>alert(1)</script>", "'; DROP TABLE models; --", "\ufeff", "a=b", "=", "A".repeat(64), "1",
+];
+/** Objects built by JSON.parse, so "__proto__" is an own key as on the wire. */
+const OBJECTS: unknown[] = [
+  null, true, false, [], {}, [1], ["a"], [null], [[[]]], { a: 1 },
+  JSON.parse('{"__proto__":{"polluted":1}}'), JSON.parse('{"constructor":{"prototype":{"polluted":1}}}'), JSON.parse('{"toString":1}'),
+  JSON.parse('{"toString":1,"valueOf":1}'), JSON.parse('{"__proto__":null}'), JSON.parse('{"hasOwnProperty":"x"}'),
+];
+
+const hostile: fc.Arbitrary<unknown> = fc.oneof(
+  { weight: 8, arbitrary: fc.constantFrom(...NUMBERS, ...RAW_NUMBERS) },
+  { weight: 8, arbitrary: fc.constantFrom(...STRINGS) },
+  { weight: 8, arbitrary: fc.constantFrom(...OBJECTS) },
+  { weight: 3, arbitrary: fc.double() },
+  { weight: 3, arbitrary: fc.integer() },
+  { weight: 3, arbitrary: fc.string({ unit: "binary", maxLength: 40 }) },
+  { weight: 3, arbitrary: fc.jsonValue({ maxDepth: 2 }) },
+  { weight: 1, arbitrary: fc.constantFrom<unknown>(...Object.values(HUGE)) },
+);
+
+const EXTRA_KEYS = ["__proto__", "constructor", "prototype", "toString", "hasOwnProperty", "extra", "", "\u0000", "😀", "x".repeat(300)];
+
+// ---- mutators of a valid value ------------------------------------------------------------
+
+type Path = (string | number)[];
+
+function allPaths(v: unknown, at: Path = []): Path[] {
+  const out: Path[] = [at];
+  if (Array.isArray(v)) v.forEach((x, i) => out.push(...allPaths(x, [...at, i])));
+  else if (v !== null && typeof v === "object") for (const [k, x] of Object.entries(v)) out.push(...allPaths(x, [...at, k]));
+  return out;
+}
+
+function containerAt(root: unknown, path: Path): unknown {
+  let cur = root;
+  for (const k of path) {
+    if (cur === null || typeof cur !== "object" || !Object.prototype.hasOwnProperty.call(cur, k)) return undefined;
+    cur = (cur as Record<string | number, unknown>)[k];
+  }
+  return cur;
+}
+
+type Op = { op: "set"; path: Path; value: unknown } | { op: "delete"; path: Path } | { op: "add"; path: Path; key: string; value: unknown } | { op: "dup"; path: Path };
+
+function applyOp(root: unknown, o: Op): void {
+  const parentPath = o.op === "add" || o.op === "dup" ? o.path : o.path.slice(0, -1);
+  const parent = containerAt(root, parentPath);
+  if (parent === null || typeof parent !== "object") return;
+  if (o.op === "dup") {
+    // The same element again, by reference: serialising writes it twice.
+    if (Array.isArray(parent) && parent.length > 0) parent.push(parent[0]);
+    return;
+  }
+  if (o.op === "add") {
+    if (Array.isArray(parent)) parent.push(o.value);
+    else own(parent as Record<string, unknown>, o.key, o.value);
+    return;
+  }
+  const key = o.path[o.path.length - 1]!;
+  if (o.op === "delete") {
+    if (Array.isArray(parent) && typeof key === "number") parent.splice(key, 1);
+    else delete (parent as Record<string | number, unknown>)[key];
+    return;
+  }
+  if (Array.isArray(parent) && typeof key === "number") parent[key] = o.value;
+  else own(parent as Record<string, unknown>, String(key), o.value);
+}
+
+const describeOp = (o: Op): string => {
+  const p = o.path.join(".") || "(root)";
+  const show = (v: unknown) => (v instanceof Raw ? String(v) : typeof v === "string" && v.length > 40 ? `"${v.slice(0, 40)}…"[${v.length}]` : toJson(v).slice(0, 60));
+  if (o.op === "set") return `set ${p} = ${show(o.value)}`;
+  if (o.op === "delete") return `delete ${p}`;
+  if (o.op === "dup") return `duplicate first element of ${p}`;
+  return `add ${p}[${JSON.stringify(o.key.slice(0, 20))}] = ${show(o.value)}`;
+};
+
+/** One to three mutations of a valid value: a bad value in one field, a missing field, an extra key, a duplicate element. */
+function mutated(valid: unknown): fc.Arbitrary<{ value: unknown; note: string }> {
+  const paths = allPaths(valid);
+  const fields = paths.filter((p) => p.length > 0);
+  const objects = paths.filter((p) => {
+    const v = containerAt(valid, p);
+    return v !== null && typeof v === "object";
+  });
+  const arrays = paths.filter((p) => Array.isArray(containerAt(valid, p)));
+  const top = fields.filter((p) => p.length === 1);
+  const ops: fc.Arbitrary<Op>[] = [
+    // Top-level fields get as many hits as all the nested ones together.
+    fc.record({ path: fc.oneof(fc.constantFrom(...fields), fc.constantFrom(...top)), value: hostile }).map((r): Op => ({ op: "set", ...r })),
+    fc.constantFrom(...fields).map((path): Op => ({ op: "delete", path })),
+    fc.record({ path: fc.constantFrom(...objects), key: fc.oneof(fc.constantFrom(...EXTRA_KEYS), fc.string({ maxLength: 10 })), value: hostile }).map((r): Op => ({ op: "add", ...r })),
+  ];
+  if (arrays.length > 0) ops.push(fc.constantFrom(...arrays).map((path): Op => ({ op: "dup", path })));
+  const one = fc.oneof({ weight: 6, arbitrary: ops[0]! }, { weight: 2, arbitrary: ops[1]! }, { weight: 2, arbitrary: ops[2]! }, ...(ops[3] ? [{ weight: 1, arbitrary: ops[3] }] : []));
+  // Mostly one mutation, so the server's answer is about that one; sometimes a few at once.
+  const list = fc.oneof({ weight: 4, arbitrary: one.map((o) => [o]) }, { weight: 1, arbitrary: fc.array(one, { minLength: 2, maxLength: 3 }) });
+  return list.map((list) => {
+    const value = structuredClone(valid);
+    for (const o of list) applyOp(value, o);
+    return { value, note: list.map(describeOp).join("; ") };
+  });
+}
+
+// ---- mutators of the JSON text ------------------------------------------------------------
+
+const enc = new TextEncoder();
+const INVALID_UTF8 = [[0xff], [0xfe, 0xff], [0xc3, 0x28], [0xed, 0xa0, 0x80], [0xf8, 0x88, 0x80, 0x80, 0x80], [0x80], [0xe2, 0x82]];
+const TRAILING = ["}", "]", ",", "x", "\u0000", " {}", '\n{"a":1}', "//c", "/*", "garbage", "]]]]", ",,", "\ufeff"];
+const LEADING = ["\ufeff", "\ufeff\ufeff", "x", ",", "[", ")]}'\n", "\u0000", "/*c*/"];
+
+interface Body {
+  bytes: Uint8Array;
+  note: string;
+}
+const textBody = (text: string, note: string): Body => ({ bytes: enc.encode(text), note });
+
+function textMutations(text: string): fc.Arbitrary<Body> {
+  const n = Math.max(1, text.length);
+  const brackets = [...text.matchAll(/[{}[\]]/g)].map((m) => m.index!);
+  return fc.oneof(
+    fc.nat({ max: n - 1 }).map((i) => textBody(text.slice(0, i), `truncated at ${i} of ${text.length}`)),
+    fc.constantFrom(...TRAILING).map((g) => textBody(text + g, `trailing ${JSON.stringify(g)}`)),
+    fc.constantFrom(...LEADING).map((g) => textBody(g + text, `leading ${JSON.stringify(g)}`)),
+    fc.nat({ max: Math.max(0, brackets.length - 1) }).map((i) => {
+      const at = brackets[i] ?? 0;
+      const swap: Record<string, string> = { "{": "[", "}": "]", "[": "{", "]": ")" };
+      return textBody(text.slice(0, at) + (swap[text[at] ?? "{"] ?? "(") + text.slice(at + 1), `wrong bracket at ${at}`);
+    }),
+    fc.record({ i: fc.nat({ max: n }), bad: fc.constantFrom(...INVALID_UTF8) }).map(({ i, bad }) => {
+      const head = enc.encode(text.slice(0, i));
+      const tail = enc.encode(text.slice(i));
+      const bytes = new Uint8Array(head.length + bad.length + tail.length);
+      bytes.set(head);
+      bytes.set(bad, head.length);
+      bytes.set(tail, head.length + bad.length);
+      return { bytes, note: `invalid UTF-8 ${bad.map((b) => b.toString(16)).join(" ")} at ${i}` };
+    }),
+    fc.record({ i: fc.nat({ max: n }), c: fc.constantFrom("{", "}", "[", "]", ":", ",", '"', "\\", " ", "\u0000", "'") }).map(({ i, c }) =>
+      textBody(text.slice(0, i) + c + text.slice(i), `inserted ${JSON.stringify(c)} at ${i}`),
+    ),
+    fc.nat({ max: n - 1 }).map((i) => textBody(text.slice(0, i) + text.slice(i + 1), `deleted char ${i}`)),
+    fc.constant(textBody(text.replace(/"/g, "'"), "single quotes")),
+    fc.constant(textBody(text.replace(/}$/, ",}"), "trailing comma")),
+  );
+}
+
+/** Bodies that have nothing to do with the expected shape. */
+const garbage: fc.Arbitrary<Body> = fc.oneof(
+  { weight: 4, arbitrary: fc.json({ maxDepth: 3 }).map((t) => textBody(t, "fc.json")) },
+  { weight: 3, arbitrary: fc.anything({ maxDepth: 2, maxKeys: 5 }).map((v) => textBody(toJson(v), "fc.anything")) },
+  { weight: 2, arbitrary: fc.string({ unit: "binary", maxLength: 100 }).map((t) => textBody(t, "random text")) },
+  { weight: 2, arbitrary: fc.uint8Array({ maxLength: 100 }).map((bytes) => ({ bytes, note: "random bytes" })) },
+  {
+    weight: 3,
+    arbitrary: fc
+      .constantFrom("", " ", "\n\t", "null", "true", "0", "-0", "[]", "{}", '""', "{", "}", "[", "{]", '{"a"}', "\u0000", "\ufeff", "undefined", "NaN", "'x'", "{'a':1}", "[1,]", '{"a":1,}', "1e999")
+      .map((t) => textBody(t, "small garbage")),
+  },
+  { weight: 1, arbitrary: fc.constantFrom(HUGE.deepArray.text, HUGE.deepObject.text, "[".repeat(200_000)).map((t) => textBody(t, `deep nesting, ${t.length} chars`)) },
+);
+
+const CONTENT_TYPES = ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/jsonp", "application/xml", "*/*", "json", "", "application/json; charset=latin1", "APPLICATION/JSON"];
+const contentType: fc.Arbitrary<string | null> = fc.oneof(
+  { weight: 14, arbitrary: fc.constant("application/json") },
+  { weight: 2, arbitrary: fc.constantFrom<string | null>(...CONTENT_TYPES, null) },
+);
+
+/** Near-valid bodies (one field mutated, JSON text damaged) and pure garbage. */
+function bodies(valid: unknown): fc.Arbitrary<Body> {
+  return fc.oneof(
+    { weight: 10, arbitrary: mutated(valid).map(({ value, note }) => textBody(toJson(value), note)) },
+    { weight: 4, arbitrary: textMutations(JSON.stringify(valid)) },
+    { weight: 3, arbitrary: garbage },
+    { weight: 1, arbitrary: fc.constant(textBody(JSON.stringify(valid), "valid")) },
+  );
+}
+
+
+// ---- paths and queries ----------------------------------------------------------------------
+
+const enc1 = (s: string) => encodeURIComponent(s);
+const SEGMENTS = [
+  "", ".", "..", "%00", "a%00b", "%2e%2e", "%2F", "..%2F..%2Fetc%2Fpasswd", "%ZZ", "%E0%A4%A", "%", "%ED%A0%80", "%FF%FE", "__proto__", "constructor", "toString",
+  "hasOwnProperty", "%F0%9F%98%80", "%E2%80%AE", "x".repeat(129), "x".repeat(3000), "-x", "x%20y", "x%3Fy", "x%23y", ";", "@", "~", "%0A", "%0D%0Aset-cookie:x",
+  "unpark", "cordon", "drain",
+];
+function segment(known: string[]): fc.Arbitrary<string> {
+  return fc.oneof(
+    { weight: 6, arbitrary: fc.constantFrom(...SEGMENTS) },
+    { weight: 2, arbitrary: fc.string({ unit: "grapheme", maxLength: 20 }).map(enc1) },
+    { weight: 2, arbitrary: fc.record({ k: fc.constantFrom(...known), s: fc.constantFrom("%00", "x", "/", "/..", "%2F", ".", "%20", "\u00e9") }).map(({ k, s }) => enc1(k) + s) },
+    { weight: 1, arbitrary: fc.constantFrom(...known).map(enc1) },
+  );
+}
+function pathParam(known: string[]): fc.Arbitrary<string> {
+  return fc.array(segment(known), { minLength: 1, maxLength: 3 }).map((s) => s.join("/"));
+}
+
+const QUERY_VALUES = [
+  "abc", "-1", "0", "1", "-0", "1.5", "1e308", "-1e308", "1e999", "NaN", "Infinity", "-Infinity", "0x10", "1_000", "%201", "1%20", "", "%00", "%ZZ", "%",
+  "9007199254740993", "99999999999999999999", "true", "null", "[]", "{}", "%F0%9F%98%80", "x".repeat(300), "1000", "1001", "60000", "60001", "%ED%A0%80",
+];
+function query(keys: string[]): fc.Arbitrary<string> {
+  const key = fc.oneof({ weight: 6, arbitrary: fc.constantFrom(...keys) }, { weight: 1, arbitrary: fc.constantFrom("__proto__", "constructor", "toString", "", "a[]", "%00", "limit[0]") });
+  const value = fc.oneof({ weight: 5, arbitrary: fc.constantFrom(...QUERY_VALUES) }, { weight: 1, arbitrary: fc.string({ unit: "grapheme", maxLength: 12 }).map(enc1) }, { weight: 1, arbitrary: fc.integer().map(String) }, { weight: 1, arbitrary: fc.double().map(String) });
+  const pair = fc.oneof({ weight: 8, arbitrary: fc.tuple(key, value).map(([k, v]) => `${k}=${v}`) }, { weight: 1, arbitrary: key }, { weight: 1, arbitrary: value.map((v) => `=${v}`) });
+  return fc.oneof(
+    { weight: 12, arbitrary: fc.tuple(fc.array(pair, { minLength: 1, maxLength: 4 }), fc.constantFrom("&", "&", "&", ";", "&&")).map(([ps, sep]) => `?${ps.join(sep)}`) },
+    { weight: 1, arbitrary: fc.constantFrom("", "?", "?&", "??", "?=", "?&&&") },
+  );
+}
+
+// ---- the server, its catalog, and the checks -----------------------------------------------
+
+let s: TestServer;
+const MAX_BODY = 2 * 1024 * 1024;
+/** The catalog: name or alias → the pool its model is in. */
+const CATALOG = new Map<string, string>([
+  ["llama", "default"],
+  ["llama-alias", "default"],
+  ["org/mistral", "default"],
+  ["embed", "batch"],
+  ["embed-small", "batch"],
+]);
+const MODEL_NAMES = [...CATALOG.keys()];
+
+beforeAll(async () => {
+  s = await testServer({ max_body_bytes: MAX_BODY, cold_start_timeout: "1s" });
+  const put = async (name: string, extra: Record<string, unknown>) => {
+    const r = await s.admin(`/api/v1/models/${name}`, { method: "PUT", body: JSON.stringify({ profiles: [{ name: "p", engine: "vllm", gpu_class: "H100-80GB" }], ...extra }) });
+    if (r.status >= 300) throw new Error(`seeding ${name}: ${r.status} ${await r.text()}`);
+  };
+  await put("llama", { aliases: ["llama-alias"] });
+  await put("org/mistral", {});
+  await put("embed", { aliases: ["embed-small"], pool: "batch" });
+  // No nodes, so nothing is placed: the tick only publishes the catalog to the router.
+  s.controller.tick();
+  console.log(`router fuzz: seed ${SEED}, scale ${SCALE}`);
+});
+
+interface Req {
+  method: string;
+  path: string;
+  body?: Uint8Array;
+  ct?: string | null;
+  pool?: string;
+  note?: string;
+}
+interface Res {
+  status: number;
+  text: string;
+  headers?: Headers;
+}
+
+async function exec(r: Req): Promise<Res> {
+  const headers: Record<string, string> = {};
+  if (r.ct !== null && r.ct !== undefined) headers["content-type"] = r.ct;
+  if (r.pool !== undefined) headers["x-llmgw-pool"] = r.pool;
+  try {
+    const res = await fetch(`${s.routerUrl}${r.path}`, { method: r.method, headers, body: r.body, signal: AbortSignal.timeout(10_000) });
+    return { status: res.status, text: await res.text(), headers: res.headers };
+  } catch (e) {
+    return { status: 0, text: `no answer: ${(e as Error).name}: ${(e as Error).message}` };
+  }
+}
+
+/** What is wrong with an error answer in OpenAI's shape; empty when it is a proper one. */
+function openAIErrorProblems(res: Res): string[] {
+  if (res.status === 0) return [res.text];
+  const p: string[] = [];
+  if (res.status >= 500) p.push(`answered ${res.status}`);
+  else if (res.status < 400) p.push(`answered ${res.status} to a bad request`);
+  if (res.status === 431) return p;
+  let j: unknown;
+  try {
+    j = JSON.parse(res.text);
+  } catch {
+    return [...p, "error body is not JSON"];
+  }
+  const e = (j as { error?: unknown } | null)?.error as Record<string, unknown> | undefined;
+  if (!e || typeof e !== "object") return [...p, "no error object"];
+  const keys = Object.keys(e).sort().join(",");
+  if (keys !== "code,message,param,type") p.push(`error has keys ${keys}, not code,message,param,type`);
+  if (typeof e.message !== "string" || e.message.trim() === "") p.push("error.message empty");
+  else if (/internal error/i.test(e.message) && res.status < 500) p.push("message says internal error");
+  if (typeof e.type !== "string" || e.type === "") p.push("error.type missing");
+  if (e.param !== null && typeof e.param !== "string") p.push("error.param neither a string nor null");
+  if (e.code !== null && typeof e.code !== "string") p.push("error.code neither a string nor null");
+  return p;
+}
+
+interface Finding {
+  count: number;
+  example: string;
+  size: number;
+}
+interface Stat {
+  cases: number;
+  rejected: number;
+  accepted: number;
+}
+const findings = new Map<string, Finding>();
+const stats = new Map<string, Stat>();
+let total = 0;
+let snapshot = "";
+let writes = -1;
+let sinceHealth = 0;
+let sinceDump = 0;
+
+function clip(s: string, n = 300): string {
+  return s.length > n ? `${s.slice(0, n)}…[${s.length} chars]` : s;
+}
+function describeReq(r: Req): string {
+  const body = r.body ? clip(JSON.stringify(new TextDecoder().decode(r.body))) : "(none)";
+  return `${r.method} ${clip(r.path, 200)} content-type=${r.ct === undefined || r.ct === null ? "(none)" : JSON.stringify(r.ct)} body=${body}${r.note ? ` [${clip(r.note, 300)}]` : ""}`;
+}
+/** Records a problem; "kind — detail": the kind groups findings, the detail goes with the example. */
+function found(problem: string, r: Req, res: Res, extra = ""): void {
+  const cut = problem.indexOf(" — ");
+  const kind = cut < 0 ? problem : problem.slice(0, cut);
+  const detail = cut < 0 ? extra : [problem.slice(cut + 3), extra].filter(Boolean).join("\n    ");
+  const example = `${describeReq(r)}\n    → ${res.status} ${clip(res.text)}${detail ? `\n    ${detail}` : ""}`;
+  const size = (r.body?.length ?? 0) + r.path.length;
+  const f = findings.get(kind);
+  if (!f) findings.set(kind, { count: 1, example, size });
+  else {
+    f.count++;
+    // Keep the smallest input: a poor man's shrink.
+    if (size < f.size) Object.assign(f, { example, size });
+  }
+}
+
+let expected503 = 0;
+
+async function health(): Promise<void> {
+  sinceHealth = 0;
+  const r = await fetch(`${s.routerUrl}/healthz`, { signal: AbortSignal.timeout(5000) }).catch((e: Error) => e);
+  if (r instanceof Error || r.status !== 200) throw new Error(`the router's /healthz does not answer after fuzzing: ${r instanceof Error ? r.message : r.status}`);
+}
+
+interface Verdict {
+  /** Accepted, or the expected 503 for a known model (which records demand in the store). */
+  accepted: boolean;
+  problems: string[];
+}
+type Judge = (res: Res) => Verdict;
+
+async function run(endpoint: string, r: Req, judge: Judge): Promise<void> {
+  if (snapshot === "") {
+    snapshot = dumpText(s.store);
+    writes = storeWrites(s.store);
+  }
+  const res = await exec(r);
+  const v = judge(res);
+  // FUZZ_DEBUG=1 prints every case, to see what the generators make.
+  if (process.env.FUZZ_DEBUG) console.log(`DEBUG ${endpoint} ${res.status} ${describeReq(r)}`);
+  total++;
+  const st = stats.get(endpoint) ?? { cases: 0, rejected: 0, accepted: 0 };
+  st.cases++;
+  if (v.accepted) st.accepted++;
+  else st.rejected++;
+  stats.set(endpoint, st);
+  for (const p of v.problems) found(`${endpoint}: ${p}`, r, res);
+  // The full dump when anything was written (and every 25 cases regardless); otherwise the
+  // store cannot have changed.
+  const w = storeWrites(s.store);
+  if (w !== writes || ++sinceDump >= 25) {
+    const now = dumpText(s.store);
+    if (!v.accepted && now !== snapshot) found(`${endpoint}: store changed by a rejected request`, r, res, diffDumps(JSON.parse(snapshot), dumpStore(s.store)).join("\n    "));
+    snapshot = now;
+    writes = w;
+    sinceDump = 0;
+  }
+  if (++sinceHealth >= 250) await health();
+}
+
+/** What the router must answer to a POST body, from the body alone: 400, 404, 413 or 503. */
+function expectedStatus(r: Req): number {
+  const bytes = r.body ?? new Uint8Array();
+  if (bytes.length > MAX_BODY) return 413;
+  let body: unknown;
+  try {
+    body = JSON.parse(new TextDecoder().decode(bytes));
+  } catch {
+    return 400;
+  }
+  if (body === null || typeof body !== "object" || Array.isArray(body)) return 400;
+  const model = (body as { model?: unknown }).model;
+  if (typeof model !== "string" || model === "") return 400;
+  const pool = CATALOG.get(model);
+  if (pool === undefined || (r.pool !== undefined && r.pool !== pool)) return 404;
+  return 503;
+}
+
+/** A POST to /v1/*: the status the body calls for, in OpenAI's shape; 503 only as model_not_ready with Retry-After. */
+function judgePost(r: Req): Judge {
+  return (res) => {
+    const want = expectedStatus(r);
+    const problems = res.status === 503 && want === 503 ? [] : openAIErrorProblems(res);
+    if (res.status !== want && res.status !== 0) problems.push(`answered another status than the body calls for — ${res.status} where ${want} was due`);
+    if (res.status === 400) {
+      // A model given with the wrong type is not a missing model: the message should say which.
+      const body = (() => {
+        try {
+          return JSON.parse(new TextDecoder().decode(r.body ?? new Uint8Array())) as unknown;
+        } catch {
+          return undefined;
+        }
+      })();
+      const given = body !== null && typeof body === "object" && !Array.isArray(body) && Object.prototype.hasOwnProperty.call(body, "model");
+      let message = "";
+      try {
+        message = (JSON.parse(res.text) as { error?: { message?: string } }).error?.message ?? "";
+      } catch {
+        // not JSON: reported by openAIErrorProblems
+      }
+      const model = given ? (body as { model: unknown }).model : undefined;
+      if (given && typeof model !== "string" && /must provide a model/i.test(message)) problems.push(`says "${message}" for a model that is present but not a string`);
+    }
+    if (res.status === 503 && want === 503) {
+      let e: { code?: string; message?: string } | undefined;
+      try {
+        e = (JSON.parse(res.text) as { error?: { code?: string; message?: string } }).error;
+      } catch {
+        problems.push("503 body is not JSON");
+      }
+      if (e?.code !== "model_not_ready") problems.push(`503 with another code than model_not_ready — ${e?.code}`);
+      if (!res.headers?.get("retry-after")) problems.push("503 without Retry-After");
+      if (!e?.message) problems.push("503 without a message");
+      expected503++;
+      return { accepted: true, problems };
+    }
+    return { accepted: false, problems };
+  };
+}
+
+afterAll(async () => {
+  if (s) {
+    await health();
+    await s.stop();
+  }
+  const rows = [...stats].map(([e, st]) => `  ${e.padEnd(44)} ${String(st.cases).padStart(6)} cases  ${String(st.rejected).padStart(6)} rejected  ${String(st.accepted).padStart(5)} accepted`);
+  console.log(`router fuzz (seed ${SEED}):\n${rows.join("\n")}\n  (accepted = 503 model_not_ready for a known model: ${expected503}; 200 for reads)\nrouter fuzz total: ${total} cases`);
+});
+
+function report(prefix: string): string[] {
+  const out: string[] = [];
+  for (const [k, f] of findings) if (k.startsWith(prefix)) out.push(`${k} (${f.count}×)\n    ${f.example}`);
+  if (out.length) console.log(`FINDINGS ${prefix}\n${out.join("\n")}`);
+  return out;
+}
+
+/**
+ * Runs a property. A bad answer is recorded as a finding (the smallest input kept), not thrown,
+ * so one bug does not stop the run and every kind of problem shows up in one go; the test then
+ * asserts there are none. fast-check reports the seed only if the harness itself throws.
+ */
+const assertRuns = <T>(arb: fc.Arbitrary<T>, numRuns: number, fn: (v: T) => Promise<void>, seedOffset: number) =>
+  fc.assert(
+    fc.asyncProperty(arb, async (v) => {
+      await fn(v);
+    }),
+    { numRuns: runs(numRuns), seed: SEED + seedOffset },
+  );
+// ---- the properties ------------------------------------------------------------------------
+
+const MODEL_VARIANTS = [
+  ...MODEL_NAMES, "LLAMA", " llama", "llama ", "llama\u0000", "llama/", "org/", "gpt-4", "", "__proto__", "constructor", "toString", "hasOwnProperty", "valueOf",
+  "embed-small\n", "llama-alias\u200b", "x".repeat(100_000),
+];
+const validRequests = [
+  { path: "/v1/chat/completions", body: { model: "llama", messages: [{ role: "user", content: "hi" }], max_tokens: 16, temperature: 0.7, stream: false } },
+  { path: "/v1/completions", body: { model: "org/mistral", prompt: "Once upon a time", max_tokens: 16, stream: true } },
+  { path: "/v1/embeddings", body: { model: "embed", input: ["a", "b"] } },
+];
+const POOLS = [undefined, undefined, undefined, undefined, "default", "batch", "", "nope", "\u00e9", "x".repeat(300)];
+
+test("POST /v1/chat/completions, /v1/completions, /v1/embeddings: bad bodies are 400/404/413 in OpenAI's shape; known models 503", async () => {
+  // The model field decides everything the router does with a body, so it gets its own mutator.
+  const modelMutation = fc.record({ v: fc.constantFrom(...validRequests), m: fc.oneof(fc.constantFrom<unknown>(...MODEL_VARIANTS), hostile) }).map(({ v, m }) => ({
+    v,
+    b: textBody(toJson({ ...v.body, model: m }), `model = ${m instanceof Raw ? String(m) : clip(JSON.stringify(m) ?? "undefined", 60)}`),
+  }));
+  const arb = fc.record({
+    vb: fc.oneof({ weight: 2, arbitrary: modelMutation }, { weight: 3, arbitrary: fc.constantFrom(...validRequests).chain((v) => bodies(v.body).map((b) => ({ v, b }))) }),
+    path: fc.oneof({ weight: 8, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: fc.constantFrom("/v1/x", "/v1/chat/completions?x=%ZZ", "/v1/models", "/v1/%00", "/v1/chat/completions/", "/v1//completions") }),
+    ct: contentType,
+    pool: fc.constantFrom(...POOLS),
+  });
+  await assertRuns(
+    arb,
+    2400,
+    async ({ vb, path, ct, pool }) => {
+      const r: Req = { method: "POST", path: path ?? vb.v.path, body: vb.b.bytes, ct, ...(pool !== undefined ? { pool } : {}), note: vb.b.note };
+      await run(`POST ${vb.v.path}`, r, judgePost(r));
+    },
+    21,
+  );
+  const all = validRequests.map((v) => stats.get(`POST ${v.path}`)!);
+  const cases = all.reduce((a, st) => a + st.cases, 0);
+  // Known models are 503 (counted as accepted); the rest must be most of the cases.
+  expect(all.reduce((a, st) => a + st.rejected, 0) / cases).toBeGreaterThan(0.5);
+  expect(validRequests.flatMap((v) => report(`POST ${v.path}`))).toEqual([]);
+}, 120_000);
+
+test("GET /v1/models and /v1/models/{id}: garbage queries and hostile ids are answered, 404 in OpenAI's shape for unknown ids", async () => {
+  const ids = fc.oneof({ weight: 3, arbitrary: pathParam(MODEL_NAMES) }, { weight: 1, arbitrary: fc.constantFrom(...MODEL_NAMES.map(encodeURIComponent), ...MODEL_NAMES) });
+  const arb = fc.oneof(
+    query(["limit", "after", "model", "pool"]).map((q) => ({ kind: "list" as const, path: `/v1/models${q}` })),
+    ids.map((id) => ({ kind: "one" as const, path: `/v1/models/${id}`, id })),
+  );
+  await assertRuns(
+    arb,
+    900,
+    async (c) => {
+      if (c.kind === "list") {
+        await run("GET /v1/models", { method: "GET", path: c.path }, (res) => {
+          if (res.status !== 200) return { accepted: false, problems: [`answered ${res.status}`, ...openAIErrorProblems(res)] };
+          const j = JSON.parse(res.text) as { object?: string; data?: { id: string }[] };
+          const got = (j.data ?? []).map((d) => d.id).sort();
+          return { accepted: true, problems: j.object === "list" && JSON.stringify(got) === JSON.stringify([...MODEL_NAMES].sort()) ? [] : ["the list is not the catalog"] };
+        });
+        return;
+      }
+      // The id as the router sees it: after the URL parser removed dot segments, then decoded.
+      const pathname = new URL(c.path, "http://x").pathname;
+      let id: string | undefined;
+      try {
+        id = pathname.startsWith("/v1/models/") ? decodeURIComponent(pathname.slice("/v1/models/".length)) : undefined;
+      } catch {
+        id = undefined; // not decodable: no model has that name
+      }
+      await run("GET /v1/models/{id}", { method: "GET", path: c.path }, (res) => {
+        const known = id !== undefined && CATALOG.has(id);
+        if (res.status === 200) return { accepted: true, problems: known || pathname === "/v1/models" ? [] : [`200 for an unknown id`] };
+        const problems = openAIErrorProblems(res);
+        if (res.status !== 404 && res.status !== 400 && res.status < 500) problems.push(`answered ${res.status}, not 404 (or 400 for an id that cannot be decoded)`);
+        return { accepted: false, problems };
+      });
+    },
+    22,
+  );
+  expect([...report("GET /v1/models")]).toEqual([]);
+}, 60_000);
+
+test("wrong methods and unknown paths on the router are 404 in OpenAI's shape", async () => {
+  const routes = ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/v1/models/llama", "/", "/v2/chat/completions", "/v1", "/metrics/x", "/healthz/x", "/%00"];
+  const methods = ["GET", "PUT", "DELETE", "PATCH", "OPTIONS", "POST"];
+  await assertRuns(
+    fc.record({ route: fc.constantFrom(...routes), method: fc.constantFrom(...methods) }).filter(({ route, method }) => !(method === "POST" && route.startsWith("/v1/")) && !(method === "GET" && route.startsWith("/v1/models"))),
+    300,
+    async ({ route, method }) => {
+      await run("wrong method", { method, path: route }, (res) => ({ accepted: false, problems: openAIErrorProblems(res) }));
+    },
+    23,
+  );
+  expect(report("wrong method")).toEqual([]);
+}, 60_000);
+
+test("bodies over the limit are 413 request_too_large, also when nothing declares their length up front", async () => {
+  const pad = (n: number) => enc.encode(JSON.stringify({ model: "llama", messages: [], pad: "x".repeat(n) }));
+  for (const [label, body] of [["3 MiB", pad(3 * 1024 * 1024)], ["5 MiB", pad(5 * 1024 * 1024)]] as const) {
+    const r: Req = { method: "POST", path: "/v1/chat/completions", body, ct: "application/json", note: label };
+    await run(`POST /v1/chat/completions (${label})`, r, judgePost(r));
+    // The same bytes streamed in chunks: no Content-Length to refuse early on.
+    const chunked = new ReadableStream<Uint8Array>({
+      start(c) {
+        for (let i = 0; i < body.length; i += 256 * 1024) c.enqueue(body.subarray(i, i + 256 * 1024));
+        c.close();
+      },
+    });
+    const res = await fetch(`${s.routerUrl}/v1/chat/completions`, { method: "POST", body: chunked, signal: AbortSignal.timeout(10_000) }).catch((e: Error) => e);
+    total++;
+    if (res instanceof Error) found(`POST /v1/chat/completions (${label}, chunked): no answer`, r, { status: 0, text: res.message });
+    else {
+      const text = await res.text();
+      if (res.status !== 413) found(`POST /v1/chat/completions (${label}, chunked): answered ${res.status}, not 413`, r, { status: res.status, text });
+    }
+  }
+  expect(report("POST /v1/chat/completions (")).toEqual([]);
+}, 60_000);
