@@ -9,6 +9,7 @@ import { adminRoutes } from "./admin";
 import { agentRoutes } from "./agent";
 import { requireToken } from "./auth";
 import { errorBody, handleError } from "./errors";
+import { uiRoutes } from "./ui";
 
 export interface AppOptions {
   controller: Controller;
@@ -45,6 +46,9 @@ export function buildAdminApp(o: AppOptions): Hono {
 
   app.use("/agent/v1/*", requireToken("join", o.joinToken));
   app.route("/agent/v1", agentRoutes(o.controller));
+
+  // The dashboard: admin token only, by cookie from its login form or by bearer header.
+  app.route("/ui", uiRoutes({ controller: o.controller, adminToken: o.adminToken }));
 
   app.notFound((c) => c.json(errorBody("not_found", `no route ${c.req.method} ${c.req.path}`), 404));
   app.onError((err, c) => handleError(err, c, o.log));

@@ -1,0 +1,386 @@
+// The dashboard at /ui end to end: the compiled binary in demo mode and a headless Chromium
+// (playwright-core, Debian's chromium). Login by form and by ?token= link, the cookie's
+// attributes, who is refused, the numbers on the page against `llmgw status -o json` (read
+// from data-testid attributes, not prose), the page updating itself after a cordon and a
+// catalog change, escaping of user input, the security headers, and a clean console: no
+// errors, no failed requests, nothing fetched from anywhere but 127.0.0.1.
+
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { type Browser, type BrowserContext, type Page, chromium } from "playwright-core";
+import type { Summary } from "../../src/protocol/views";
+import { run, scratchWithBinary, until } from "../helpers/binary";
+
+const CHROMIUM = "/usr/bin/chromium";
+const OUT = join(import.meta.dir, "out");
+
+let dir: string;
+let bin: string;
+let demo: Bun.Subprocess;
+let adminUrl: string;
+let adminToken: string;
+let joinToken: string;
+let clientKey: string;
+let browser: Browser;
+/** The signed-in context and page the later tests share. */
+let ctx: BrowserContext;
+let page: Page;
+
+const problems: string[] = [];
+/** The page's global object inside page.evaluate (this project's types carry no DOM lib). */
+type Win = { __marker?: number; __xss?: number; document: { cookie: string }; history: { length: number } };
+const requested: string[] = [];
+
+function freePort(): number {
+  const s = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response() });
+  const p = s.port!;
+  void s.stop(true);
+  return p;
+}
+
+const cli = (...args: string[]) => {
+  const r = run(bin, args, { cwd: dir });
+  if (r.code !== 0) throw new Error(`llmgw ${args.join(" ")} exited ${r.code}: ${r.stderr}`);
+  return r.stdout;
+};
+const status = () => JSON.parse(cli("status", "-o", "json")) as Summary;
+
+/** Contexts being closed by the test: requests it cuts off then are not the page's fault. */
+const closing = new WeakSet<BrowserContext>();
+async function close(c: BrowserContext): Promise<void> {
+  closing.add(c);
+  await c.close();
+}
+
+/** Every page of a context reports its console errors, page errors, failed and off-host requests here. */
+function watch(c: BrowserContext, label: string, opts: { allow401?: boolean } = {}): void {
+  c.on("request", (r) => {
+    requested.push(r.url());
+    const u = new URL(r.url());
+    if (u.protocol !== "about:" && u.hostname !== "127.0.0.1") problems.push(`${label}: request left 127.0.0.1: ${r.url()}`);
+  });
+  c.on("requestfailed", (r) => {
+    if (!closing.has(c)) problems.push(`${label}: request failed: ${r.url()} ${r.failure()?.errorText}`);
+  });
+  c.on("page", (p) => {
+    p.on("pageerror", (e) => problems.push(`${label}: page error: ${e.message}`));
+    p.on("console", (m) => {
+      if (m.type() !== "error" && m.type() !== "warning") return;
+      // The login form is served with 401 on purpose; Chromium notes that status in the console.
+      if (opts.allow401 && /status of 401/.test(m.text())) return;
+      problems.push(`${label}: console ${m.type()}: ${m.text()}`);
+    });
+  });
+}
+
+async function newContext(label: string, opts: { allow401?: boolean } = {}): Promise<BrowserContext> {
+  const c = await browser.newContext({ viewport: { width: 1400, height: 900 } });
+  watch(c, label, opts);
+  return c;
+}
+
+/** What the tests compare: the summary's numbers and names, in a fixed order. */
+interface Numbers {
+  nodes: Summary["nodes"];
+  gpus: { class: string; total: number; used: number; unhealthy: number }[];
+  fabrics: { fabric: string; nodes: number; largest_free_block: number }[];
+  replicas: Summary["replicas"];
+  models: Summary["models"];
+  unplaceable: string[];
+  parked: string[];
+}
+
+function fromSummary(s: Summary): Numbers {
+  return {
+    nodes: s.nodes,
+    gpus: s.gpus.map((g) => ({ class: g.class, total: g.total, used: g.used, unhealthy: g.unhealthy })).sort((a, b) => a.class.localeCompare(b.class)),
+    fabrics: s.fabrics.map((f) => ({ fabric: f.fabric, nodes: f.nodes, largest_free_block: f.largest_free_block })).sort((a, b) => a.fabric.localeCompare(b.fabric)),
+    replicas: s.replicas,
+    models: s.models,
+    unplaceable: [...s.unplaceable].sort(),
+    parked: s.parked.map((p) => p.model).sort(),
+  };
+}
+
+async function fromPage(p: Page): Promise<Numbers> {
+  const num = async (id: string) => Number(await p.locator(`[data-testid="${id}"]`).textContent());
+  const field = async (row: ReturnType<Page["locator"]>, name: string) => Number(await row.locator(`[data-field="${name}"]`).textContent());
+  const gpus: Numbers["gpus"] = [];
+  for (const row of await p.locator('[data-testid="gpu-class"]').all())
+    gpus.push({ class: (await row.getAttribute("data-class"))!, total: await field(row, "total"), used: await field(row, "used"), unhealthy: await field(row, "unhealthy") });
+  const fabrics: Numbers["fabrics"] = [];
+  for (const row of await p.locator('[data-testid="fabric"]').all())
+    fabrics.push({ fabric: (await row.getAttribute("data-fabric"))!, nodes: await field(row, "nodes"), largest_free_block: await field(row, "largest_free_block") });
+  const names = async (id: string) => (await p.locator(`[data-testid="${id}"]`).evaluateAll((els) => els.map((e) => e.getAttribute("data-model")!))).sort();
+  return {
+    nodes: { total: await num("nodes-total"), ready: await num("nodes-ready"), cordoned: await num("nodes-cordoned"), draining: await num("nodes-draining"), unreachable: await num("nodes-unreachable") },
+    gpus: gpus.sort((a, b) => a.class.localeCompare(b.class)),
+    fabrics: fabrics.sort((a, b) => a.fabric.localeCompare(b.fabric)),
+    replicas: { ready: await num("replicas-ready"), starting: await num("replicas-starting"), draining: await num("replicas-draining"), failed: await num("replicas-failed") },
+    models: { total: await num("models-total"), satisfied: await num("models-satisfied"), short: await num("models-short") },
+    unplaceable: await names("unplaceable"),
+    parked: await names("parked"),
+  };
+}
+
+/**
+ * The demo keeps moving (replicas start, a broken model fails until parked), so compare at a
+ * moment the CLI sees the same numbers before and after reading the page.
+ */
+async function pageMatchesStatus(p: Page, timeoutMs = 20_000): Promise<Numbers> {
+  let last = "";
+  return until(
+    "the page to show the numbers of `llmgw status -o json`",
+    async () => {
+      const before = fromSummary(status());
+      const shown = await fromPage(p);
+      const after = fromSummary(status());
+      last = `status ${JSON.stringify(after)}\npage   ${JSON.stringify(shown)}`;
+      return Bun.deepEquals(before, after) && Bun.deepEquals(shown, after) ? after : undefined;
+    },
+    timeoutMs,
+  ).catch((e) => {
+    throw new Error(`${(e as Error).message}\n${last}`);
+  });
+}
+
+beforeAll(async () => {
+  if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: apt-get install -y --no-install-recommends chromium`);
+  ({ dir, bin } = scratchWithBinary());
+  // Engines take ports from here up; below the kernel's ephemeral range, so no port another
+  // socket was handed (the listeners below, other tests' clients) is in the way.
+  const base = 20_000 + Math.floor(Math.random() * 10_000);
+  demo = Bun.spawn([bin, "demo", "--admin-listen", `127.0.0.1:${freePort()}`, "--listen", `127.0.0.1:${freePort()}`, "--engine-base-port", String(base)], {
+    cwd: dir,
+    env: { PATH: process.env.PATH ?? "" },
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  const dataDir = join(dir, "llmgw-data");
+  const info = await until("the demo's server.json", () => {
+    try {
+      return JSON.parse(readFileSync(join(dataDir, "server.json"), "utf8")) as { admin_url: string };
+    } catch {
+      return undefined;
+    }
+  });
+  adminUrl = info.admin_url;
+  adminToken = readFileSync(join(dataDir, "admin.token"), "utf8").trim();
+  joinToken = readFileSync(join(dataDir, "join.token"), "utf8").trim();
+  let seen: Summary | undefined;
+  await until("four nodes and three ready replicas", () => {
+    seen = status();
+    return seen.nodes.ready === 4 && seen.replicas.ready >= 3;
+  }, 30_000).catch(async (e) => {
+    demo.kill("SIGTERM");
+    throw new Error(`${(e as Error).message}: last status ${JSON.stringify(seen)}\ndemo stderr: ${(await new Response(demo.stderr as ReadableStream).text()).slice(-2000)}`);
+  });
+  clientKey = cli("keys", "create", "dashboard-test").trim();
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-quic"],
+  });
+  mkdirSync(OUT, { recursive: true });
+}, 60_000);
+
+afterAll(async () => {
+  await browser?.close();
+  demo?.kill("SIGTERM");
+  await demo?.exited;
+});
+
+describe("the dashboard at /ui", () => {
+  test("without a session, /ui is the login form with no fleet data, and strict security headers", async () => {
+    const c = await newContext("anonymous", { allow401: true });
+    const p = await c.newPage();
+    const res = await p.goto(`${adminUrl}/ui`);
+    expect(res!.status()).toBe(401);
+    await p.locator('[data-testid="login-form"]').waitFor();
+    expect(await p.locator('[data-testid="summary"]').count()).toBe(0);
+    const html = await res!.text();
+    for (const leak of ["h100-1", "llama-3.1-8b", "H100-80GB", "ib-a", adminToken]) expect(html).not.toContain(leak);
+
+    const h = res!.headers();
+    const nonce = /script-src 'nonce-([^']+)'/.exec(h["content-security-policy"] ?? "")?.[1];
+    expect(nonce).toBeDefined();
+    expect(h["content-security-policy"]).toContain(`style-src 'nonce-${nonce}'`);
+    expect(h["content-security-policy"]).toContain("default-src 'self'");
+    expect(h["content-security-policy"]).toContain("frame-ancestors 'none'");
+    expect(h["content-security-policy"]).not.toContain("unsafe-inline");
+    expect(h["x-content-type-options"]).toBe("nosniff");
+    expect(h["referrer-policy"]).toBe("no-referrer");
+    expect(h["cache-control"]).toBe("no-store");
+    // A fresh nonce per response.
+    const again = await fetch(`${adminUrl}/ui`);
+    expect(again.headers.get("content-security-policy")).not.toContain(nonce!);
+    await close(c);
+  });
+
+  test("the join token, a client API key, a wrong token and a forged cookie are all refused", async () => {
+    for (const token of [joinToken, clientKey, "wrong-token", `${adminToken}x`]) {
+      for (const path of ["/ui", "/ui/fragment"]) {
+        const res = await fetch(`${adminUrl}${path}`, { headers: { authorization: `Bearer ${token}` } });
+        expect({ path, status: res.status }).toEqual({ path, status: 401 });
+        const body = await res.text();
+        expect(body).not.toContain("h100-1");
+        expect(body).not.toContain(token);
+      }
+      const login = await fetch(`${adminUrl}/ui/login`, { method: "POST", body: new URLSearchParams({ token }), redirect: "manual" });
+      expect(login.status).toBe(401);
+      expect(login.headers.get("set-cookie")).toBeNull();
+      const link = await fetch(`${adminUrl}/ui?token=${encodeURIComponent(token)}`, { redirect: "manual" });
+      expect(link.status).toBe(401);
+      expect(link.headers.get("set-cookie")).toBeNull();
+    }
+    for (const cookie of ["llmgw_ui=" + adminToken, "llmgw_ui=", "llmgw_ui=AAAA"]) {
+      const res = await fetch(`${adminUrl}/ui/fragment`, { headers: { cookie } });
+      expect(res.status).toBe(401);
+    }
+    // Scripts may use the admin token as a bearer token.
+    const ok = await fetch(`${adminUrl}/ui/fragment`, { headers: { authorization: `Bearer ${adminToken}` } });
+    expect(ok.status).toBe(200);
+    expect(await ok.text()).toContain('data-node="h100-1"');
+  });
+
+  test("a wrong token fails in the form; the admin token signs in with an HttpOnly, SameSite=Strict cookie that is not the token", async () => {
+    ctx = await newContext("signed-in", { allow401: true });
+    page = await ctx.newPage();
+    await page.goto(`${adminUrl}/ui`);
+    await page.locator("#token").fill("not-the-admin-token");
+    await Promise.all([page.waitForURL(`${adminUrl}/ui/login`), page.locator('button[type="submit"]').click()]);
+    await page.locator('[data-testid="login-error"]').waitFor();
+    expect(await page.locator('[data-testid="summary"]').count()).toBe(0);
+    expect(await ctx.cookies()).toEqual([]);
+
+    await page.locator("#token").fill(adminToken);
+    const [res] = await Promise.all([page.waitForResponse((r) => r.url() === `${adminUrl}/ui`), page.locator('button[type="submit"]').click()]);
+    expect(res.status()).toBe(200);
+    await page.locator('[data-testid="summary"]').waitFor();
+    expect(page.url()).toBe(`${adminUrl}/ui`);
+    const cookies = await ctx.cookies();
+    expect(cookies.length).toBe(1);
+    const [cookie] = cookies;
+    expect(cookie!.httpOnly).toBe(true);
+    expect(cookie!.sameSite).toBe("Strict");
+    expect(cookie!.path).toBe("/ui");
+    expect(cookie!.value).not.toContain(adminToken);
+    expect(cookie!.value.length).toBeGreaterThan(30);
+    // Not readable by page script.
+    expect(await page.evaluate(() => (globalThis as unknown as Win).document.cookie)).toBe("");
+  });
+
+  test("the numbers on the page equal `llmgw status -o json`", async () => {
+    const n = await pageMatchesStatus(page);
+    // The demo's shape, so the comparison is not vacuous.
+    expect(n.nodes.total).toBe(4);
+    expect(n.gpus.map((g) => g.class)).toEqual(["A100-80GB", "A100-80GB/3g.40gb", "H100-80GB", "L40S"]);
+    expect(n.gpus.find((g) => g.class === "A100-80GB")!.unhealthy).toBe(1);
+    expect(n.fabrics.map((f) => f.fabric)).toEqual(["ib-a", "ib-b"]);
+    expect(n.unplaceable).toContain("deepseek-v3");
+    expect(await page.locator('[data-testid="version"]').textContent()).toBe(status().version);
+    // The tables are there too, and the events newest first.
+    expect(await page.locator('[data-testid="node-row"]').count()).toBe(4);
+    expect(await page.locator('[data-testid="model-row"]').count()).toBe(5);
+    expect(await page.locator('[data-testid="replica-row"]').count()).toBeGreaterThanOrEqual(3);
+    const ids = await page.locator('[data-testid="event"]').evaluateAll((els) => els.map((e) => Number(e.getAttribute("data-id"))));
+    expect(ids.length).toBeGreaterThan(5);
+    expect(ids.length).toBeLessThanOrEqual(50);
+    expect(ids).toEqual([...ids].sort((a, b) => b - a));
+  }, 30_000);
+
+  test("after a cordon the page updates by itself, without a reload", async () => {
+    await page.evaluate(() => ((globalThis as unknown as Win).__marker = 42));
+    const loads: string[] = [];
+    const onLoad = () => loads.push("load");
+    page.on("load", onLoad);
+    cli("cordon", "h100-2");
+    const t = performance.now();
+    await page.locator('[data-testid="node-row"][data-node="h100-2"] [data-field="state"]', { hasText: "cordoned" }).waitFor({ timeout: 6_000 });
+    expect(performance.now() - t).toBeLessThan(6_000);
+    expect(await page.locator('[data-testid="nodes-cordoned"]').textContent()).toBe("1");
+    expect(await page.evaluate(() => (globalThis as unknown as Win).__marker)).toBe(42);
+    expect(loads).toEqual([]);
+    const n = await pageMatchesStatus(page);
+    expect(n.nodes.cordoned).toBe(1);
+    cli("uncordon", "h100-2");
+    await page.locator('[data-testid="nodes-cordoned"]', { hasText: /^0$/ }).waitFor({ timeout: 6_000 });
+    page.off("load", onLoad);
+  }, 30_000);
+
+  test("a model applied shows up by itself; its user-supplied text is escaped, never run", async () => {
+    const evil = `<img src=x onerror="window.__xss=1">`;
+    const file = join(dir, "evil.json");
+    writeFileSync(
+      file,
+      JSON.stringify({ models: [{ name: "escape-test", replicas: { min: 1 }, profiles: [{ name: "p", engine: "vllm", gpu_class: `H100 ${evil} <script>window.__xss=2</script>`, gpus: 1 }] }] }),
+    );
+    cli("apply", "-f", file);
+    const row = page.locator('[data-testid="unplaceable"][data-model="escape-test"]');
+    await row.waitFor({ timeout: 6_000 });
+    expect(await row.textContent()).toContain(evil);
+    expect(await page.locator('[data-testid="model-row"][data-model="escape-test"] [data-field="status"]').textContent()).toBe("unplaceable");
+    expect(await page.locator("main img").count()).toBe(0);
+    expect(await page.locator("main script").count()).toBe(0);
+    expect(await page.evaluate(() => (globalThis as unknown as Win).__xss)).toBeUndefined();
+    await pageMatchesStatus(page);
+  }, 30_000);
+
+  test("a screenshot of the signed-in page", async () => {
+    await page.screenshot({ path: join(OUT, "dashboard.png"), fullPage: true });
+  });
+
+  test("?token= signs in and redirects to /ui without the token in the address or history", async () => {
+    const c = await newContext("link");
+    const p = await c.newPage();
+    const icon = p.waitForResponse((r) => r.url() === `${adminUrl}/ui/icon.svg`);
+    const res = await p.goto(`${adminUrl}/ui?token=${encodeURIComponent(adminToken)}`);
+    expect(res!.status()).toBe(200);
+    expect(p.url()).toBe(`${adminUrl}/ui`);
+    expect(res!.request().redirectedFrom()?.response()).toBeDefined();
+    expect((await res!.request().redirectedFrom()!.response())!.status()).toBe(303);
+    await p.locator('[data-testid="summary"]').waitFor();
+    // The redirect replaced the ?token= entry: one step back is the blank page the tab began with.
+    expect(await p.evaluate(() => (globalThis as unknown as Win).history.length)).toBe(2);
+    expect((await icon).status()).toBe(200); // loaded, so going back cuts nothing off
+    await p.goBack();
+    expect(p.url()).toBe("about:blank");
+    expect((await c.cookies())[0]!.value).not.toContain(adminToken);
+
+    // Followed from another site (a Strict cookie is not sent on such a redirect): still lands signed in.
+    const c2 = await newContext("cross-site link");
+    const p2 = await c2.newPage();
+    await p2.setContent(`<a id="go" href="${adminUrl}/ui?token=${encodeURIComponent(adminToken)}">dashboard</a>`);
+    await p2.locator("#go").click();
+    await p2.locator('[data-testid="summary"]').waitFor({ timeout: 5_000 });
+    await until("the query stripped", () => p2.url() === `${adminUrl}/ui`, 2_000);
+    // The cookie rides along on the page's own refreshes.
+    expect(await p2.evaluate(async () => (await fetch("/ui/fragment")).status)).toBe(200);
+    await close(c);
+    await close(c2);
+
+    // A wrong token: the form, with the query stripped from the address bar.
+    const c3 = await newContext("wrong link", { allow401: true });
+    const p3 = await c3.newPage();
+    const bad = await p3.goto(`${adminUrl}/ui?token=wrong-token-in-link`);
+    expect(bad!.status()).toBe(401);
+    await p3.locator('[data-testid="login-error"]').waitFor();
+    await until("the query stripped", () => p3.url() === `${adminUrl}/ui`, 2_000);
+    await close(c3);
+  }, 20_000);
+
+  test("log out clears the cookie; the page and the fragment then refuse", async () => {
+    await Promise.all([page.waitForURL(`${adminUrl}/ui`), page.locator('[data-testid="logout"]').click()]);
+    await page.locator('[data-testid="login-form"]').waitFor();
+    expect(await ctx.cookies()).toEqual([]);
+    const status = await page.evaluate(async () => (await fetch("/ui/fragment")).status);
+    expect(status).toBe(401);
+    await close(ctx);
+  });
+
+  test("no console errors, no page errors, no failed requests, nothing outside 127.0.0.1", () => {
+    expect(requested.length).toBeGreaterThan(10);
+    expect(requested.filter((u) => u.endsWith("/ui/fragment")).length).toBeGreaterThan(3);
+    expect(problems).toEqual([]);
+  });
+});
