@@ -12,7 +12,7 @@ import type { AdminState, EventView, ModelView, NodeView, ReplicaView, Summary, 
 import { NotFoundError, type Snapshot, type Store } from "../store";
 import type { Clock } from "./clock";
 import type { CatalogEntry, EndpointInfo, EndpointSink, UsageSource } from "./interfaces";
-import { DEFAULT_RECONCILE, type Plan, type ReconcileConfig, isEmpty, processReports, reconcile } from "./reconciler";
+import { DEFAULT_RECONCILE, type Plan, type ReconcileConfig, isEmpty, observedFrom, processReports, reconcile } from "./reconciler";
 import { summarize } from "./summary";
 import { buildTables, nodeState } from "./views";
 
@@ -62,13 +62,31 @@ export class Controller {
   private readonly lowSince = new Map<string, number>();
   readonly scaleDownDelayMs: number;
   private onWake: (() => void) | undefined;
+  /**
+   * Time the control plane has watched without a gap: since it started, or since its clock last
+   * jumped (backwards, or forwards further than any plausible pause). Silence, start times and
+   * idleness are only counted from then: a node cannot have missed heartbeats while nobody was
+   * listening, and a day the clock skipped is not a day a replica sat idle.
+   */
+  private lastSeen: number | undefined;
+  private jumpedAt = Number.NEGATIVE_INFINITY;
+  private watchedSince: number;
+  private observe(now: number): { watchedSince: number; jumpedAt: number } {
+    const jump = Math.max(60_000, 2 * (this.config.nodeTimeoutMs + this.config.replaceAfterMs));
+    if (this.lastSeen !== undefined && (now < this.lastSeen || now - this.lastSeen > jump)) this.jumpedAt = this.watchedSince = now;
+    this.lastSeen = now;
+    return { watchedSince: this.watchedSince, jumpedAt: this.jumpedAt };
+  }
 
   constructor(readonly opts: ControllerOptions) {
     this.store = opts.store;
     this.clock = opts.clock;
     this.log = opts.log;
     this.config = { ...DEFAULT_RECONCILE, nodeTimeoutMs: opts.nodeTimeoutMs, ...opts.reconcile };
-    this.generationBase = Math.floor(opts.clock.now() / 1000);
+    // Boot time in ms × 1000: a restarted server's numbers never meet the ones its agents hold
+    // from the last run unless that run made a thousand changes a millisecond.
+    this.generationBase = opts.clock.now() * 1000;
+    this.watchedSince = opts.clock.now();
     this.scaleDownDelayMs = opts.scaleDownDelayMs ?? 60_000;
   }
 
@@ -113,10 +131,11 @@ export class Controller {
     // Usage first, so idleness is as fresh as what is published beside it.
     this.collectUsage();
     const now = this.clock.now();
+    const seen = this.observe(now);
     let snapshot = this.store.snapshot();
     if (this.scale(snapshot, now)) snapshot = this.store.snapshot();
     this.noteReachability(snapshot, now);
-    const plan = reconcile({ snapshot, now, lastUsed: this.lastUsed, config: this.config, newId: this.newId });
+    const plan = reconcile({ snapshot, now, lastUsed: this.lastUsed, config: this.config, newId: this.newId, ...seen });
     const after = isEmpty(plan) ? snapshot : this.apply(plan, now);
     this.refreshAssignments(after);
     this.publish(after);
@@ -132,7 +151,7 @@ export class Controller {
   private noteReachability(snapshot: Snapshot, now: number): void {
     const events: Plan["events"] = [];
     for (const n of snapshot.nodes) {
-      const gone = nodeState(n.adminState, n.lastHeartbeat, now, this.config.nodeTimeoutMs) === "unreachable";
+      const gone = nodeState(n.adminState, observedFrom(n.lastHeartbeat, now, this.watchedSince), now, this.config.nodeTimeoutMs) === "unreachable";
       if (gone && !this.unreachable.has(n.name)) {
         this.unreachable.add(n.name);
         events.push({ kind: "node.unreachable", subject: `node/${n.name}`, message: `node ${n.name} unreachable: no heartbeat for ${Math.round((now - n.lastHeartbeat) / 1000)}s` });
@@ -148,6 +167,7 @@ export class Controller {
 
   heartbeat(hb: HeartbeatRequest): HeartbeatResponse {
     const now = this.clock.now();
+    const seen = this.observe(now);
     if (hb.logs_port !== null) this.logsPorts.set(hb.node, hb.logs_port);
     else this.logsPorts.delete(hb.node);
     const { created } = this.store.applyHeartbeat(hb, now);
@@ -161,7 +181,7 @@ export class Controller {
     if (this.unreachable.delete(hb.node)) this.event("node.reachable", `node/${hb.node}`, `node ${hb.node} is heartbeating again`);
     // Heartbeats are the busiest path: read only the replicas here, and recompute assignments
     // only when a report changed something (the tick does it for everything else).
-    const plan = processReports({ snapshot: this.store.replicaSnapshot(), node: hb.node, reports: hb.replicas, now, config: this.config });
+    const plan = processReports({ snapshot: this.store.replicaSnapshot(), node: hb.node, reports: hb.replicas, now, config: this.config, watchedSince: seen.watchedSince });
     if (!isEmpty(plan)) {
       this.refreshAssignments(this.apply(plan, now));
       this.wake();
@@ -346,7 +366,7 @@ export class Controller {
   // ---- views --------------------------------------------------------------------------
 
   tables(): Tables {
-    return buildTables({ snapshot: this.store.snapshot(), now: this.clock.now(), lastUsed: this.lastUsed, nodeTimeoutMs: this.config.nodeTimeoutMs });
+    return buildTables({ snapshot: this.store.snapshot(), now: this.clock.now(), lastUsed: this.lastUsed, nodeTimeoutMs: this.config.nodeTimeoutMs, watchedSince: this.watchedSince });
   }
 
   summary(): Summary {

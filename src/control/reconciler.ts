@@ -7,7 +7,9 @@ import type { ModelSpec, Profile } from "../protocol/catalog";
 import type { ReplicaReport } from "../protocol/heartbeat";
 import type { ModelStateRow, ReplicaRow, Snapshot } from "../store";
 import { type PlacementNode, type PlacementRequest, place } from "./placement";
-import { desiredReplicas, holdsGpus, nodeState } from "./views";
+import { desiredReplicas, holdsGpus, nodeState, observedFrom } from "./views";
+
+export { observedFrom };
 
 export interface ReconcileConfig {
   nodeTimeoutMs: number;
@@ -75,7 +77,12 @@ export interface ReconcileInput {
   lastUsed: ReadonlyMap<string, number>;
   config: ReconcileConfig;
   newId: () => string;
+  /** Since when the control plane has watched without a gap (its start, or its clock's last jump). */
+  watchedSince?: number;
+  /** When the clock last jumped (forward past any plausible gap, or backward). */
+  jumpedAt?: number;
 }
+
 
 /** How long to wait before retrying a model after `failures` consecutive failures. */
 export function backoffDelay(failures: number, cfg: Pick<ReconcileConfig, "backoffMs" | "backoffMaxMs">): number {
@@ -118,10 +125,11 @@ export function oneLine(s: string, max = 300): string {
 
 const key = (node: string, idx: number) => `${node}\u0000${idx}`;
 
-export function reconcile({ snapshot, now, lastUsed, config: cfg, newId }: ReconcileInput): Plan {
+export function reconcile({ snapshot, now, lastUsed, config: cfg, newId, watchedSince = Number.NEGATIVE_INFINITY, jumpedAt = Number.NEGATIVE_INFINITY }: ReconcileInput): Plan {
   const plan = emptyPlan();
   const nodes = new Map(snapshot.nodes.map((n) => [n.name, n]));
-  const state = new Map(snapshot.nodes.map((n) => [n.name, nodeState(n.adminState, n.lastHeartbeat, now, cfg.nodeTimeoutMs)]));
+  const hb = (n: { lastHeartbeat: number }) => observedFrom(n.lastHeartbeat, now, watchedSince);
+  const state = new Map(snapshot.nodes.map((n) => [n.name, nodeState(n.adminState, hb(n), now, cfg.nodeTimeoutMs)]));
   const models = new Map(snapshot.models.map((m) => [m.name, m]));
   const mstate = new Map(snapshot.modelState.map((s) => [s.model, s]));
   const removed = new Set<string>();
@@ -140,7 +148,7 @@ export function reconcile({ snapshot, now, lastUsed, config: cfg, newId }: Recon
   for (const r of snapshot.replicas) {
     const lost = r.shards.find((s) => {
       const n = nodes.get(s.node);
-      return !n || (state.get(s.node) === "unreachable" && now - n.lastHeartbeat > cfg.nodeTimeoutMs + cfg.replaceAfterMs);
+      return !n || (state.get(s.node) === "unreachable" && now - hb(n) > cfg.nodeTimeoutMs + cfg.replaceAfterMs);
     });
     if (lost) {
       // Not the model's fault: no failure is counted, the replica is simply replaced.
@@ -153,7 +161,7 @@ export function reconcile({ snapshot, now, lastUsed, config: cfg, newId }: Recon
       remove(r);
       continue;
     }
-    if (r.state === "starting" && now - r.createdAt > cfg.startTimeoutMs) {
+    if (r.state === "starting" && now - observedFrom(r.createdAt, now, watchedSince) > cfg.startTimeoutMs) {
       const error = `not ready ${Math.round(cfg.startTimeoutMs / 1000)}s after it was placed${r.error ? `: ${r.error}` : ""}`;
       setState(r, "failed", { error });
       plan.events.push({ kind: "replica.failed", subject: `replica/${r.id}`, message: `replica ${r.id} of ${r.model} failed: ${oneLine(error)}` });
@@ -316,7 +324,10 @@ export function reconcile({ snapshot, now, lastUsed, config: cfg, newId }: Recon
     const myPriority = Math.min(...spec.profiles.map((p) => p.priority));
     const candidates = live
       .filter((r) => !removed.has(r.id) && stateOf(r) === "ready" && !onDrainingNode(r))
-      .map((r) => ({ r, used: lastUsed.get(r.id), m: models.get(r.model)?.spec as ModelSpec | undefined }))
+      .map((r) => {
+        const u = lastUsed.get(r.id);
+        return { r, used: u === undefined ? u : observedFrom(u, now, jumpedAt), m: models.get(r.model)?.spec as ModelSpec | undefined };
+      })
       .filter((c): c is { r: ReplicaRow; used: number; m: ModelSpec } => {
         if (c.used === undefined || !c.m || c.r.model === req.model) return false;
         if (now - c.used < c.m.idle_timeout) return false;
@@ -422,6 +433,7 @@ export interface ReportsInput {
   reports: readonly ReplicaReport[];
   now: number;
   config: ReconcileConfig;
+  watchedSince?: number;
 }
 
 /**
@@ -429,7 +441,7 @@ export interface ReportsInput {
  * any shard's "failed" fails it; a replica the node should run but does not report, once past
  * the grace period, is lost with the node's word for it.
  */
-export function processReports({ snapshot, node, reports, now, config: cfg }: ReportsInput): Plan {
+export function processReports({ snapshot, node, reports, now, config: cfg, watchedSince = Number.NEGATIVE_INFINITY }: ReportsInput): Plan {
   const plan = emptyPlan();
   const byId = new Map(reports.map((r) => [r.id, r]));
   const mstate = new Map(snapshot.modelState.map((s) => [s.model, s]));
@@ -450,7 +462,7 @@ export function processReports({ snapshot, node, reports, now, config: cfg }: Re
           plan.events.push({ kind: "replica.ready", subject: `replica/${r.id}`, message: `replica ${r.id} of ${r.model} ready at ${r.endpoint ?? "?"}` });
           const st = mstate.get(r.model);
           if (st && st.failures > 0) plan.modelState.set(r.model, { failures: 0, lastFailureAt: null, reason: st.parked ? st.reason : null });
-        } else if ((!rep || rep.state === "stopped") && now - r.createdAt > cfg.reportGraceMs)
+        } else if ((!rep || rep.state === "stopped") && now - observedFrom(r.createdAt, now, watchedSince) > cfg.reportGraceMs)
           fail(`the agent on ${node} does not run it (${rep ? "stopped" : "not reported"} ${Math.round((now - r.createdAt) / 1000)}s after placement)`);
         break;
       case "ready":

@@ -12,6 +12,16 @@ export interface ViewInputs {
   lastUsed: ReadonlyMap<string, number>;
   /** Without a heartbeat for this long a node is unreachable. */
   nodeTimeoutMs: number;
+  /** Since when the control plane has watched without a gap (see Controller). */
+  watchedSince?: number;
+}
+
+/**
+ * A time stamped before `since` (or in the future, after the clock went back) counts from
+ * `since`: a gap the control plane did not watch is no evidence of silence or idleness.
+ */
+export function observedFrom(t: number, now: number, since: number): number {
+  return t > now ? Math.min(now, since) : Math.max(t, since);
 }
 
 /** Replica states that hold their GPUs. A failed replica's process is gone, so its cards are not. */
@@ -52,7 +62,7 @@ export function idleSeconds(id: string, lastUsed: ReadonlyMap<string, number>, n
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
-export function buildTables({ snapshot, now, lastUsed, nodeTimeoutMs }: ViewInputs): Tables {
+export function buildTables({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSince = Number.NEGATIVE_INFINITY }: ViewInputs): Tables {
   const holder = new Map<string, string>();
   for (const r of snapshot.replicas) {
     if (!holdsGpus(r.state)) continue;
@@ -91,7 +101,7 @@ export function buildTables({ snapshot, now, lastUsed, nodeTimeoutMs }: ViewInpu
     }
     return {
       name: n.name,
-      state: nodeState(n.adminState, n.lastHeartbeat, now, nodeTimeoutMs),
+      state: nodeState(n.adminState, observedFrom(n.lastHeartbeat, now, watchedSince), now, nodeTimeoutMs),
       admin_state: n.adminState,
       address: n.address,
       fabrics: n.fabrics,

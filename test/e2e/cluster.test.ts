@@ -9,6 +9,7 @@ import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { ModelView, NodeView, ReplicaView, Summary } from "../../src/protocol/views";
 import { run, scratchWithBinary, startServe, until } from "../helpers/binary";
+import { freePort } from "../helpers/ports";
 
 let dir: string;
 let bin: string;
@@ -16,14 +17,6 @@ let serve: Awaited<ReturnType<typeof startServe>>;
 let serveArgs: string[];
 const agents: Record<string, Bun.Subprocess> = {};
 
-function freeBase(): number {
-  for (;;) {
-    const probe = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response() });
-    const p = probe.port!;
-    void probe.stop(true);
-    if (p <= 63_000) return p;
-  }
-}
 
 function startAgent(name: string) {
   agents[name] = Bun.spawn(
@@ -69,8 +62,8 @@ beforeAll(async () => {
   // Fixed ports, so a restarted server is where agents and clients left it.
   serveArgs = [
     "--heartbeat-interval", "300ms", "--node-timeout", "2s", "--replace-after", "1s", "--restart-backoff", "100ms",
-    "--reconcile-interval", "200ms", "--engine-base-port", String(freeBase()), "--log-level", "warn",
-    "--admin-listen", `127.0.0.1:${freeBase()}`, "--listen", `127.0.0.1:${freeBase()}`,
+    "--reconcile-interval", "200ms", "--engine-base-port", String(freePort(900)), "--log-level", "warn",
+    "--admin-listen", `127.0.0.1:${freePort()}`, "--listen", `127.0.0.1:${freePort()}`,
   ];
   serve = await startServe(bin, dir, serveArgs);
   startAgent("a");

@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { type Browser, type BrowserContext, type Page, chromium } from "playwright-core";
 import type { Summary } from "../../src/protocol/views";
 import { run, scratchWithBinary, until } from "../helpers/binary";
+import { freePort } from "../helpers/ports";
 
 const CHROMIUM = "/usr/bin/chromium";
 const OUT = join(import.meta.dir, "out");
@@ -32,12 +33,6 @@ const problems: string[] = [];
 type Win = { __marker?: number; __xss?: number; document: { cookie: string }; history: { length: number } };
 const requested: string[] = [];
 
-function freePort(): number {
-  const s = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response() });
-  const p = s.port!;
-  void s.stop(true);
-  return p;
-}
 
 const cli = (...args: string[]) => {
   const r = run(bin, args, { cwd: dir });
@@ -148,9 +143,7 @@ async function pageMatchesStatus(p: Page, timeoutMs = 20_000): Promise<Numbers> 
 beforeAll(async () => {
   if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: apt-get install -y --no-install-recommends chromium`);
   ({ dir, bin } = scratchWithBinary());
-  // Engines take ports from here up; below the kernel's ephemeral range, so no port another
-  // socket was handed (the listeners below, other tests' clients) is in the way.
-  const base = 20_000 + Math.floor(Math.random() * 10_000);
+  const base = freePort(900);
   demo = Bun.spawn([bin, "demo", "--admin-listen", `127.0.0.1:${freePort()}`, "--listen", `127.0.0.1:${freePort()}`, "--engine-base-port", String(base)], {
     cwd: dir,
     env: { PATH: process.env.PATH ?? "" },

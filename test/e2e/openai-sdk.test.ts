@@ -10,6 +10,7 @@ import { join } from "node:path";
 import OpenAI from "openai";
 import type { ReplicaView, Summary } from "../../src/protocol/views";
 import { run, scratchWithBinary, until } from "../helpers/binary";
+import { freePort } from "../helpers/ports";
 
 let dir: string;
 let bin: string;
@@ -19,12 +20,6 @@ let adminUrl: string;
 let adminToken: string;
 const dataDir = () => join(dir, "llmgw-data");
 
-function freePort(): number {
-  const s = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response() });
-  const p = s.port!;
-  void s.stop(true);
-  return p;
-}
 
 const api = async <T>(path: string): Promise<T> => (await (await fetch(`${adminUrl}${path}`, { headers: { authorization: `Bearer ${adminToken}` } })).json()) as T;
 const replicas = () => api<ReplicaView[]>("/api/v1/replicas");
@@ -45,8 +40,7 @@ function enginePid(replicaId: string): number | undefined {
 
 beforeAll(async () => {
   ({ dir, bin } = scratchWithBinary());
-  let base = freePort();
-  if (base > 60_000) base = 20_000 + (base % 20_000);
+  const base = freePort(900);
   demo = Bun.spawn([bin, "demo", "--admin-listen", `127.0.0.1:${freePort()}`, "--listen", `127.0.0.1:${freePort()}`, "--engine-base-port", String(base)], {
     cwd: dir,
     env: { PATH: process.env.PATH ?? "" },

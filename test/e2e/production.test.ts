@@ -8,6 +8,7 @@ import { copyFileSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Summary } from "../../src/protocol/views";
 import { run, scratchWithBinary, startServe, until } from "../helpers/binary";
+import { freePort } from "../helpers/ports";
 
 const procs: Bun.Subprocess[] = [];
 afterAll(async () => {
@@ -15,19 +16,12 @@ afterAll(async () => {
   await Promise.all(procs.map((p) => p.exited));
 });
 
-function freePort(): number {
-  const s = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response() });
-  const p = s.port!;
-  void s.stop(true);
-  return p;
-}
 
 test("head node, join command, two GPU nodes, a catalog, status", async () => {
   const { dir: head, bin } = scratchWithBinary();
   // 1. The unit install would write runs `llmgw serve --data-dir …`; here it runs in the foreground.
   expect(run(bin, ["install", "serve", "--print"], { cwd: head }).stdout).toContain(`ExecStart=${bin} serve --data-dir /var/lib/llmgw`);
-  let base = freePort();
-  if (base > 60_000) base = 20_000 + (base % 20_000);
+  const base = freePort(900);
   const serve = await startServe(bin, head, ["--engine-base-port", String(base), "--heartbeat-interval", "500ms"]);
   procs.push(serve.proc);
 

@@ -40,6 +40,7 @@ export function heartbeat(d: NodeDef): HeartbeatRequest {
     gpus: gpuReports(d.name, d.gpus ?? [], d.unhealthy),
     models: d.models ?? [],
     replicas: [],
+    logs_port: null,
   };
 }
 

@@ -1,0 +1,769 @@
+// Fault injection against the compiled binary: `serve` and simulated agents as real processes
+// running the built-in fake engine, each case in its own scratch directory. What each case
+// breaks, and what must hold afterwards:
+//   1. `serve` SIGKILLed while streams run through its router and a catalog change is being
+//      acted on: every client stream ends at once (no hang); the database opens clean; after a
+//      restart on the same data dir the replicas come back with the same ids and the same engine
+//      processes (none started twice), and the changed model converges. 1b: the same when the
+//      server stays away for longer than node-timeout + replace-after.
+//   2. An agent SIGKILLed: its node goes unreachable and its replicas are replaced on the other
+//      node within node-timeout + replace-after; restarted, the agent stops the engines it left
+//      behind (adopted first with --keep-replicas, stopped because no longer assigned): no
+//      replica ever runs twice.
+//   3. An engine crashing after it was ready is replaced after the restart backoff; one crashing
+//      at every start parks its model with its stderr, with growing backoff; a new revision
+//      unparks it.
+//   4. An engine killed mid-stream: the client gets an SSE error event within 1 s, the router's
+//      lease is released, the endpoint is passed over, and the replica is replaced.
+
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { Database } from "bun:sqlite";
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import type { EventView, ModelView, NodeView, ReplicaView } from "../../src/protocol/views";
+import { run, scratchWithBinary, until } from "../helpers/binary";
+import { freePort } from "../helpers/ports";
+
+// ---- processes ------------------------------------------------------------------------------
+
+/** Process state letter from /proc (R, S, Z, …), or null when there is no such process. */
+function procState(pid: number): string | null {
+  try {
+    const s = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return s.slice(s.lastIndexOf(")") + 2).split(" ")[0] ?? null;
+  } catch {
+    return null;
+  }
+}
+/** Alive and not a zombie (a killed engine stays a zombie until its agent reaps it). */
+const running = (pid: number) => {
+  const s = procState(pid);
+  return s !== null && s !== "Z";
+};
+
+/** Rejects with a message naming what hung, instead of letting the test time out silently. */
+function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  return Promise.race([
+    p.finally(() => clearTimeout(timer)),
+    new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms);
+    }),
+  ]);
+}
+
+const PROFILE = { name: "h100", engine: "vllm", gpu_class: "H100-80GB", gpus: 1 };
+
+/**
+ * One scratch cluster: `serve` on fixed ports (so a restarted server is where agents and
+ * clients left it) and simulated agents with two H100s each. Remembers every process it
+ * started and every engine it saw, and kills them all in cleanup().
+ */
+class Cluster {
+  readonly dir: string;
+  readonly bin: string;
+  readonly serveArgs: string[];
+  serve!: { proc: Bun.Subprocess; adminUrl: string; routerUrl: string; childPid: number; adminToken: string; joinToken: string };
+  readonly agents = new Map<string, Bun.Subprocess>();
+  private readonly spawned: Bun.Subprocess[] = [];
+  private readonly servePids = new Set<number>();
+  private readonly enginePidsSeen = new Set<number>();
+  private serveStarts = 0;
+  private agentStarts = 0;
+
+  constructor(flags: string[]) {
+    ({ dir: this.dir, bin: this.bin } = scratchWithBinary());
+    this.serveArgs = [
+      "--heartbeat-interval", "300ms", "--restart-backoff", "100ms", "--reconcile-interval", "200ms",
+      "--engine-base-port", String(freePort(900)), "--log-level", "info",
+      "--admin-listen", `127.0.0.1:${freePort()}`, "--listen", `127.0.0.1:${freePort()}`,
+      ...flags,
+    ];
+  }
+
+  /** Like helpers/binary.ts startServe, with the logs in files (pipes nobody reads would fill up). */
+  async startServe(): Promise<void> {
+    const n = ++this.serveStarts;
+    const spawnedAt = Date.now() - 1000;
+    const proc = Bun.spawn([this.bin, "serve", ...this.serveArgs], {
+      cwd: this.dir,
+      env: { PATH: process.env.PATH ?? "" },
+      stdout: Bun.file(join(this.dir, `serve-${n}.log`)),
+      stderr: Bun.file(join(this.dir, `serve-${n}.stderr`)),
+    });
+    this.spawned.push(proc);
+    const data = join(this.dir, "llmgw-data");
+    const info = await until("server.json of this start", () => {
+      if (proc.exitCode !== null) throw new Error(`serve exited with ${proc.exitCode}; see ${this.dir}/serve-${n}.log`);
+      try {
+        const i = JSON.parse(readFileSync(join(data, "server.json"), "utf8")) as { admin_url: string; router_url: string; pid: number; started_at: string };
+        // Not the file an earlier start (perhaps killed a moment ago) left behind.
+        return Date.parse(i.started_at) >= spawnedAt && !this.servePids.has(i.pid) ? i : undefined;
+      } catch {
+        return undefined;
+      }
+    });
+    this.servePids.add(proc.pid);
+    this.servePids.add(info.pid);
+    this.serve = {
+      proc,
+      adminUrl: info.admin_url,
+      routerUrl: info.router_url,
+      childPid: info.pid,
+      adminToken: readFileSync(join(data, "admin.token"), "utf8").trim(),
+      joinToken: readFileSync(join(data, "join.token"), "utf8").trim(),
+    };
+  }
+
+  startAgent(name: string, extra: string[] = []): Bun.Subprocess {
+    const n = ++this.agentStarts;
+    const p = Bun.spawn(
+      [this.bin, "agent", "--server", this.serve.adminUrl, "--token", this.serve.joinToken, "--name", name, "--address", "127.0.0.1", "--engine-host", "127.0.0.1",
+        "--fabric", "f1", "--simulate", "H100-80GB:2", "--state-dir", this.stateDir(name), "--stop-grace", "1s", "--health-interval", "100ms", "--log-level", "info", ...extra],
+      { cwd: this.dir, env: { PATH: process.env.PATH ?? "" }, stdout: Bun.file(join(this.dir, `agent-${name}-${n}.log`)), stderr: Bun.file(join(this.dir, `agent-${name}-${n}.stderr`)) },
+    );
+    this.agents.set(name, p);
+    this.spawned.push(p);
+    return p;
+  }
+
+  stateDir(name: string): string {
+    return join(this.dir, `agent-${name}`);
+  }
+
+  /** Every agent log of this node, all starts, as parsed pino lines. */
+  agentLog(name: string): { msg?: string; replica?: string; engine_pid?: number }[] {
+    const out: { msg?: string; replica?: string; engine_pid?: number }[] = [];
+    for (const f of readdirSync(this.dir).filter((x) => x.startsWith(`agent-${name}-`) && x.endsWith(".log")))
+      for (const line of readFileSync(join(this.dir, f), "utf8").split("\n")) {
+        try {
+          out.push(JSON.parse(line));
+        } catch {
+          // not a log line
+        }
+      }
+    return out;
+  }
+
+  // ---- admin API --------------------------------------------------------------------------
+
+  async api<T>(path: string, init: RequestInit = {}): Promise<T> {
+    const r = await fetch(`${this.serve.adminUrl}${path}`, { ...init, headers: { authorization: `Bearer ${this.serve.adminToken}`, "content-type": "application/json" } });
+    return (await r.json()) as T;
+  }
+  async putModel(name: string, body: object): Promise<number> {
+    const r = await fetch(`${this.serve.adminUrl}/api/v1/models/${name}`, { method: "PUT", body: JSON.stringify(body), headers: { authorization: `Bearer ${this.serve.adminToken}`, "content-type": "application/json" } });
+    await r.arrayBuffer();
+    return r.status;
+  }
+  replicas = () => this.api<ReplicaView[]>("/api/v1/replicas");
+  readyOf = async (model: string) => (await this.replicas()).filter((r) => r.model === model && r.state === "ready");
+  nodes = () => this.api<NodeView[]>("/api/v1/nodes");
+  model = async (name: string) => (await this.api<ModelView[]>("/api/v1/models")).find((m) => m.name === name);
+  events = async (kind?: string) => (await this.api<(EventView & { kind: string })[]>("/api/v1/events?limit=1000")).filter((e) => kind === undefined || e.kind === kind);
+
+  // ---- engines ----------------------------------------------------------------------------
+
+  /** Replica id → {pid, port} from one agent's state files. */
+  stateFiles(name: string): Map<string, { pid: number; port: number }> {
+    const d = join(this.stateDir(name), "replicas");
+    const out = new Map<string, { pid: number; port: number }>();
+    if (!existsSync(d)) return out;
+    for (const f of readdirSync(d).filter((x) => x.endsWith(".json"))) {
+      try {
+        const s = JSON.parse(readFileSync(join(d, f), "utf8")) as { pid: number; port: number; assignment: { id: string } };
+        out.set(s.assignment.id, { pid: s.pid, port: s.port });
+        this.enginePidsSeen.add(s.pid);
+      } catch {
+        // being rewritten; the next poll reads it
+      }
+    }
+    return out;
+  }
+
+  /** Fake engines of this cluster's binary that are alive (not zombies), from `ps`, with their port. */
+  engines(): { pid: number; port: number }[] {
+    const ps = Bun.spawnSync(["ps", "-eo", "pid=,stat=,args="], { stdout: "pipe" }).stdout.toString();
+    const out: { pid: number; port: number }[] = [];
+    for (const line of ps.split("\n")) {
+      const m = /^\s*(\d+)\s+(\S+)\s+(.*)$/.exec(line);
+      if (!m || m[2]!.startsWith("Z")) continue;
+      const args = m[3]!;
+      if (!args.startsWith(`${this.bin} fake-engine `)) continue;
+      const port = Number(/--port (\d+)/.exec(args)?.[1] ?? -1);
+      const pid = Number(m[1]);
+      this.enginePidsSeen.add(pid);
+      out.push({ pid, port });
+    }
+    return out;
+  }
+
+  /** `ps` lines of this cluster's binary running `cmd` (serve, agent). */
+  processesOf(cmd: string): number[] {
+    const ps = Bun.spawnSync(["ps", "-eo", "pid=,stat=,args="], { stdout: "pipe" }).stdout.toString();
+    return ps
+      .split("\n")
+      .map((l) => /^\s*(\d+)\s+(\S+)\s+(.*)$/.exec(l))
+      .filter((m): m is RegExpExecArray => m !== null && !m[2]!.startsWith("Z") && m[3]!.startsWith(`${this.bin} ${cmd} `))
+      .map((m) => Number(m[1]));
+  }
+
+  /**
+   * Replica id → engine pids alive for it, across `ps` and every agent's state files: an engine
+   * runs a replica's port, and ports are unique per address (all agents share 127.0.0.1 here).
+   * Also the engines that belong to no replica the server knows.
+   */
+  async enginesByReplica(): Promise<{ byId: Map<string, number[]>; strays: { pid: number; port: number }[]; list: ReplicaView[] }> {
+    const list = await this.replicas();
+    const idByPort = new Map(list.filter((r) => r.endpoint).map((r) => [Number(new URL(r.endpoint!).port), r.id]));
+    const byId = new Map<string, number[]>(list.map((r) => [r.id, []]));
+    const strays: { pid: number; port: number }[] = [];
+    for (const e of this.engines()) {
+      const id = idByPort.get(e.port);
+      if (id === undefined) strays.push(e);
+      else byId.get(id)!.push(e.pid);
+    }
+    return { byId, strays, list };
+  }
+
+  /** Kills everything this cluster started: agents, both serve processes, and every engine. */
+  async cleanup(): Promise<void> {
+    for (const p of this.agents.values()) {
+      p.kill("SIGCONT");
+      p.kill("SIGTERM");
+    }
+    for (const pid of this.servePids) if (running(pid)) process.kill(pid, "SIGTERM");
+    await Promise.race([Promise.all(this.spawned.map((p) => p.exited)), Bun.sleep(5_000)]);
+    for (const p of this.spawned) if (p.exitCode === null && p.signalCode === null) p.kill("SIGKILL");
+    for (const pid of this.servePids) if (running(pid)) process.kill(pid, "SIGKILL");
+    // Engines of agents killed with SIGKILL have nobody to stop them.
+    for (const name of this.agents.keys()) this.stateFiles(name);
+    this.engines();
+    for (const pid of [...this.enginePidsSeen, ...this.processesOf("fake-engine"), ...this.processesOf("agent"), ...this.processesOf("serve")]) {
+      if (!running(pid)) continue;
+      // Only our own: a pid seen earlier may have been reused by now.
+      const args = (() => {
+        try {
+          return readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+        } catch {
+          return [];
+        }
+      })();
+      if (args[0] === this.bin) process.kill(pid, "SIGKILL");
+    }
+    // The binary copy is 100+ MB; the logs stay for a look after a failure.
+    rmSync(this.bin, { force: true });
+  }
+}
+
+// ---- streaming clients -------------------------------------------------------------------------
+
+interface StreamEnd {
+  /** done: [DONE] arrived; eof: ended without it; error: the read rejected. */
+  kind: "done" | "eof" | "error";
+  at: number;
+  text: string;
+  error?: string;
+  /** When an SSE error event (data: {"error": …}) was first seen. */
+  errorEventAt?: number;
+}
+interface OpenStream {
+  status: number;
+  replica: string | null;
+  end: Promise<StreamEnd>;
+}
+
+/** A long streaming chat (max_tokens 4096: about 20 s of the fake engine's tokens) through the router; resolves once its first bytes arrived. */
+async function openStream(routerUrl: string, prompt: string): Promise<OpenStream> {
+  const res = await fetch(`${routerUrl}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "chat", stream: true, max_tokens: 4096, messages: [{ role: "user", content: prompt }] }),
+  });
+  const reader = res.body!.getReader();
+  const dec = new TextDecoder();
+  let text = "";
+  let errorEventAt: number | undefined;
+  const take = (v: Uint8Array | undefined) => {
+    if (!v) return;
+    text += dec.decode(v, { stream: true });
+    if (errorEventAt === undefined && text.includes('data: {"error"')) errorEventAt = Date.now();
+  };
+  // The first content chunk: the stream is really flowing through the router.
+  while (!text.includes('"content":"The')) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    take(value);
+  }
+  const end = (async (): Promise<StreamEnd> => {
+    try {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) return { kind: text.includes("data: [DONE]") ? "done" : "eof", at: Date.now(), text, errorEventAt };
+        take(value);
+      }
+    } catch (e) {
+      return { kind: "error", at: Date.now(), text, error: String(e), errorEventAt };
+    }
+  })();
+  return { status: res.status, replica: res.headers.get("x-llmgw-replica"), end };
+}
+
+/** Sum of a Prometheus counter's samples whose labels include all of `labels`. */
+function metric(text: string, name: string, labels: Record<string, string>): number {
+  let sum = 0;
+  for (const line of text.split("\n")) {
+    if (!line.startsWith(`${name}{`)) continue;
+    if (!Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`))) continue;
+    sum += Number(line.slice(line.lastIndexOf(" ") + 1));
+  }
+  return sum;
+}
+
+// ---- 1 ----------------------------------------------------------------------------------------
+
+describe("serve killed with SIGKILL while requests stream and a reconcile is in flight", () => {
+  // Long node timeouts: this case is about the server dying, not about nodes; a slow restart on
+  // a loaded machine must not turn into replicas lost with their nodes.
+  let c: Cluster;
+  beforeAll(async () => {
+    c = new Cluster(["--node-timeout", "5s", "--replace-after", "5s"]);
+    await c.startServe();
+    c.startAgent("a");
+    c.startAgent("b");
+    await until("both agents registered", async () => (await c.nodes()).filter((n) => n.state === "ready").length === 2);
+  }, 30_000);
+  afterAll(() => c?.cleanup(), 30_000);
+
+  test("streams end at once, the database opens clean, replicas come back with the same ids and engines, the changed model converges", async () => {
+    const spec = (min: number) => ({ replicas: { min }, placement: "spread", profiles: [PROFILE] });
+    expect(await c.putModel("chat", spec(2))).toBe(201);
+    const before = await until("2 ready replicas", async () => {
+      const r = await c.readyOf("chat");
+      return r.length === 2 ? r : undefined;
+    });
+    const enginesBefore = await until("both engines' pids", () => {
+      const m = new Map([...c.stateFiles("a"), ...c.stateFiles("b")]);
+      return before.every((r) => m.has(r.id)) ? m : undefined;
+    });
+    for (const r of before) expect(running(enginesBefore.get(r.id)!.pid)).toBe(true);
+    await until("the router routing chat", async () => (await fetch(`${c.serve.routerUrl}/v1/chat/completions`, { method: "POST", body: JSON.stringify({ model: "chat", max_tokens: 2, messages: [{ role: "user", content: "hi" }] }) })).status === 200);
+
+    const streams = await Promise.all([1, 2, 3, 4, 5, 6].map((i) => openStream(c.serve.routerUrl, `stream ${i}: tell me everything`)));
+    expect(streams.map((s) => s.status)).toEqual([200, 200, 200, 200, 200, 200]);
+    expect(new Set(streams.map((s) => s.replica))).toEqual(new Set(before.map((r) => r.id)));
+
+    // A catalog change, applied (the answer came back: it is in the database) and being acted
+    // on — placed, and the agents' long polls woken with their new sets — as the server dies.
+    expect(await c.putModel("chat", spec(3))).toBe(200);
+    const parent = c.serve.proc;
+    const child = c.serve.childPid;
+    process.kill(child, "SIGKILL");
+    const killedAt = Date.now();
+
+    // The parent only relays to its child: with the child gone it must exit by itself (with the
+    // child's status), not linger holding the terminal or a supervisor's attention.
+    const parentCode = await within(parent.exited, 5_000, "the serve parent exiting after its child was killed").catch((e) => {
+      parent.kill("SIGKILL");
+      throw e;
+    });
+    expect(parent.signalCode).toBeNull(); // it exited, it was not killed
+    expect(parentCode).toBe(137);
+    parent.kill("SIGKILL"); // and, as asked: the parent killed too (a no-op now)
+
+    // Every client finds out at once: an error or an early end, never a hang, never a [DONE].
+    const ends = await within(Promise.all(streams.map((s) => s.end)), 5_000, "every client stream ending after serve was killed");
+    for (const e of ends) {
+      expect(e.kind).not.toBe("done");
+      expect(e.at - killedAt).toBeLessThan(3_000);
+    }
+    // Nothing of that server is left.
+    expect(running(child)).toBe(false);
+    expect(c.processesOf("serve")).toEqual([]);
+
+    // The database as the kill left it: copied (with its WAL) and checked before anything
+    // opens it again.
+    const data = join(c.dir, "llmgw-data");
+    const copy = join(c.dir, "db-after-kill");
+    mkdirSync(copy, { recursive: true });
+    for (const f of ["llmgw.db", "llmgw.db-wal", "llmgw.db-shm"]) if (existsSync(join(data, f))) copyFileSync(join(data, f), join(copy, f));
+    const db = new Database(join(copy, "llmgw.db"));
+    expect(db.query("PRAGMA integrity_check").all()).toEqual([{ integrity_check: "ok" }]);
+    const chatRow = db.query("SELECT spec FROM models WHERE name = 'chat'").get() as { spec: string };
+    expect(JSON.parse(chatRow.spec).replicas.min).toBe(3);
+    db.close();
+
+    // Restart on the same data dir, ports and flags.
+    await c.startServe();
+    const status = run(c.bin, ["status"], { cwd: c.dir });
+    expect(status.code).toBe(0);
+    expect(status.stdout).toContain("2 nodes");
+
+    // The changed model converges: 3 ready, the 2 from before among them under the same ids.
+    const after = await until(
+      "chat converged to 3 ready, the old 2 among them",
+      async () => {
+        const r = await c.readyOf("chat");
+        return r.length === 3 && before.every((b) => r.some((x) => x.id === b.id)) ? r : undefined;
+      },
+      20_000,
+    );
+    expect(after.length).toBe(3);
+    expect(await c.model("chat")).toMatchObject({ desired: 3, ready: 3, failures: 0, parked: false });
+
+    // Nobody started again what was running: same engine process per old replica, one engine
+    // per replica, nothing else running.
+    const now = new Map([...c.stateFiles("a"), ...c.stateFiles("b")]);
+    for (const r of before) {
+      expect(now.get(r.id)?.pid).toBe(enginesBefore.get(r.id)!.pid);
+      expect(running(enginesBefore.get(r.id)!.pid)).toBe(true);
+    }
+    const { byId, strays, list } = await c.enginesByReplica();
+    expect(list.length).toBe(3);
+    expect([...byId.values()].map((pids) => pids.length)).toEqual([1, 1, 1]);
+    expect(strays).toEqual([]);
+    // Started once each, by either agent: the agents' own logs say so.
+    for (const r of list) {
+      const starts = [...c.agentLog("a"), ...c.agentLog("b")].filter((l) => l.msg === "engine started" && l.replica === r.id);
+      expect(starts.length).toBe(1);
+    }
+    // Nothing failed on the way: in particular the replica placed just before the kill was
+    // started by its agent once the new server answered, not failed for "not reported".
+    expect((await c.events("replica.failed")).map((e) => e.message)).toEqual([]);
+    // And placed once each: the restart did not place anything again.
+    const placed = (await c.events("replica.placed")).filter((e) => e.message.includes(" of chat "));
+    expect(placed.length).toBe(3);
+    // The engines noticed their clients were gone: no generation is left running for nobody.
+    for (const r of after) {
+      const em = await (await fetch(`${r.endpoint}/metrics`)).text();
+      expect(metric(em, "vllm:num_requests_running", {})).toBe(0);
+    }
+    // The router serves again.
+    const again = await fetch(`${c.serve.routerUrl}/v1/chat/completions`, { method: "POST", body: JSON.stringify({ model: "chat", max_tokens: 4, messages: [{ role: "user", content: "back?" }] }) });
+    expect(again.status).toBe(200);
+  }, 60_000);
+});
+
+// ---- 1b ---------------------------------------------------------------------------------------
+
+describe("serve down for longer than node-timeout + replace-after", () => {
+  // The head node is away (killed, rebooted, upgraded) for longer than it takes to declare a
+  // silent node's replicas lost. The agents never went silent — the server was not listening —
+  // and kept their engines serving. Back, it must re-adopt the replicas from the agents'
+  // heartbeats, not declare them lost on its first tick (before any agent could reach it) and
+  // tell every agent to stop every engine.
+  const NODE_TIMEOUT = 2_000;
+  const REPLACE_AFTER = 1_000;
+  let c: Cluster;
+  beforeAll(async () => {
+    c = new Cluster(["--node-timeout", "2s", "--replace-after", "1s"]);
+    await c.startServe();
+    c.startAgent("a");
+    c.startAgent("b");
+    await until("both agents registered", async () => (await c.nodes()).filter((n) => n.state === "ready").length === 2);
+  }, 30_000);
+  afterAll(() => c?.cleanup(), 30_000);
+
+  test("back, it keeps every replica: same ids, same engines, none lost", async () => {
+    expect(await c.putModel("chat", { replicas: { min: 2 }, placement: "spread", profiles: [PROFILE] })).toBe(201);
+    const before = await until("2 ready replicas", async () => {
+      const r = await c.readyOf("chat");
+      return r.length === 2 ? r : undefined;
+    });
+    const engines = await until("both engines' pids", () => {
+      const m = new Map([...c.stateFiles("a"), ...c.stateFiles("b")]);
+      return before.every((r) => m.has(r.id)) ? m : undefined;
+    });
+    process.kill(c.serve.childPid, "SIGKILL");
+    await c.serve.proc.exited;
+    // Away for longer than node-timeout + replace-after: the duration is the thing tested.
+    await Bun.sleep(NODE_TIMEOUT + REPLACE_AFTER + 1_500);
+    await c.startServe();
+    await until("both nodes ready again", async () => (await c.nodes()).filter((n) => n.state === "ready").length === 2);
+    const after = await until("2 ready replicas", async () => {
+      const r = await c.readyOf("chat");
+      return r.length === 2 ? r : undefined;
+    });
+    expect(after.map((r) => r.id).sort()).toEqual(before.map((r) => r.id).sort());
+    for (const r of before) expect(running(engines.get(r.id)!.pid)).toBe(true);
+    expect(await c.events("replica.lost")).toEqual([]);
+  }, 30_000);
+});
+
+// ---- 2 ----------------------------------------------------------------------------------------
+
+describe("an agent killed with SIGKILL", () => {
+  const NODE_TIMEOUT = 2_000;
+  const REPLACE_AFTER = 1_000;
+  const SLACK = 3_000; // a heartbeat interval, a tick, an engine's start, a loaded machine
+  let c: Cluster;
+  beforeAll(async () => {
+    c = new Cluster(["--node-timeout", "2s", "--replace-after", "1s"]);
+    await c.startServe();
+    c.startAgent("a");
+    c.startAgent("b");
+    await until("both agents registered", async () => (await c.nodes()).filter((n) => n.state === "ready").length === 2);
+  }, 30_000);
+  afterAll(() => c?.cleanup(), 30_000);
+
+  /** For every replica the server has, exactly one engine alive; no engine the server does not know. */
+  async function oneEngineEach() {
+    const { byId, strays } = await c.enginesByReplica();
+    for (const [id, pids] of byId) expect({ id, engines: pids.length }).toEqual({ id, engines: 1 });
+    expect(strays).toEqual([]);
+    // The same through the state files: no replica id recorded by both agents.
+    const a = c.stateFiles("a");
+    const b = c.stateFiles("b");
+    expect([...a.keys()].filter((id) => b.has(id))).toEqual([]);
+  }
+
+  test("its node goes unreachable, its replicas are replaced in time; back, it stops the engines it left behind", async () => {
+    expect(await c.putModel("chat", { replicas: { min: 2 }, placement: "spread", profiles: [PROFILE] })).toBe(201);
+    const ready = await until("2 ready replicas, one per node", async () => {
+      const r = await c.readyOf("chat");
+      return r.length === 2 && new Set(r.map((x) => x.shards[0]!.node)).size === 2 ? r : undefined;
+    });
+    const onA = ready.find((r) => r.shards[0]!.node === "a")!;
+    const orphan = await until("a's engine pid", () => c.stateFiles("a").get(onA.id));
+
+    const agentA = c.agents.get("a")!;
+    agentA.kill("SIGKILL");
+    const killedAt = Date.now();
+    await agentA.exited;
+    // Engines run in their own session: they outlive their agent.
+    expect(running(orphan.pid)).toBe(true);
+
+    await until("node a unreachable", async () => (await c.nodes()).find((n) => n.name === "a")?.state === "unreachable", NODE_TIMEOUT + SLACK);
+    const unreachableAfter = Date.now() - killedAt;
+    const moved = await until(
+      "a's replica replaced on b",
+      async () => {
+        const all = await c.replicas();
+        const r = all.filter((x) => x.model === "chat" && x.state === "ready");
+        return r.length === 2 && r.every((x) => x.shards[0]!.node === "b") && !all.some((x) => x.id === onA.id) ? r : undefined;
+      },
+      NODE_TIMEOUT + REPLACE_AFTER + SLACK,
+    );
+    const replacedAfter = Date.now() - killedAt;
+    expect(unreachableAfter).toBeGreaterThan(NODE_TIMEOUT - 500); // not before the timeout
+    expect(replacedAfter).toBeLessThan(NODE_TIMEOUT + REPLACE_AFTER + SLACK);
+    expect(moved.some((r) => r.id === onA.id)).toBe(false);
+    expect((await c.events("replica.lost")).map((e) => e.subject)).toContain(`replica/${onA.id}`);
+    expect((await c.model("chat"))!.failures).toBe(0); // lost with its node: not the model's fault
+
+    // Meanwhile a's old engine still runs, unknown to the server: the one moment a replica's
+    // work runs twice (under two ids), until a's agent is back to stop it.
+    expect(running(orphan.pid)).toBe(true);
+
+    // Back with the same name and state dir, without --keep-replicas: its start-up recovery
+    // stops what the previous agent left, before it even registers.
+    c.startAgent("a");
+    await until("a's orphaned engine stopped", () => !running(orphan.pid), 10_000);
+    await until("node a ready again", async () => (await c.nodes()).find((n) => n.name === "a")?.state === "ready");
+    expect(c.agentLog("a").some((l) => l.msg === "stopping engine left by a previous agent" && l.replica === onA.id)).toBe(true);
+    expect([...c.stateFiles("a").keys()]).toEqual([]);
+    expect((await c.readyOf("chat")).map((r) => r.id).sort()).toEqual(moved.map((r) => r.id).sort());
+    await oneEngineEach();
+  }, 40_000);
+
+  test("with --keep-replicas the restarted agent adopts its orphaned engines, then stops them as no longer assigned", async () => {
+    // Both replicas are on b now; kill b.
+    const onB = (await c.readyOf("chat")).filter((r) => r.shards[0]!.node === "b");
+    expect(onB.length).toBe(2);
+    const orphans = await until("b's engine pids", () => {
+      const m = c.stateFiles("b");
+      return onB.every((r) => m.has(r.id)) ? onB.map((r) => m.get(r.id)!.pid) : undefined;
+    });
+    const agentB = c.agents.get("b")!;
+    agentB.kill("SIGKILL");
+    const killedAt = Date.now();
+    await agentB.exited;
+    await until(
+      "b's replicas replaced on a",
+      async () => {
+        const all = await c.replicas();
+        const r = all.filter((x) => x.model === "chat" && x.state === "ready");
+        return r.length === 2 && r.every((x) => x.shards[0]!.node === "a") && !all.some((x) => onB.some((o) => o.id === x.id)) ? r : undefined;
+      },
+      NODE_TIMEOUT + REPLACE_AFTER + SLACK,
+    );
+    expect(Date.now() - killedAt).toBeLessThan(NODE_TIMEOUT + REPLACE_AFTER + SLACK);
+    expect(orphans.every(running)).toBe(true);
+
+    c.startAgent("b", ["--keep-replicas"]);
+    await until("b's orphaned engines stopped", () => orphans.every((p) => !running(p)), 10_000);
+    await until("node b ready again", async () => (await c.nodes()).find((n) => n.name === "b")?.state === "ready");
+    const log = c.agentLog("b");
+    for (const r of onB) {
+      expect(log.some((l) => l.msg === "adopted running engine" && l.replica === r.id)).toBe(true);
+      expect(log.some((l) => l.msg === "replica no longer assigned; stopping" && l.replica === r.id)).toBe(true);
+    }
+    // Its stop finishes a moment after the engine is gone (the exit of a process it did not
+    // start is seen by polling), and then the state files go too.
+    await until("b's state files removed", () => c.stateFiles("b").size === 0, 5_000);
+    expect((await c.readyOf("chat")).length).toBe(2);
+    await oneEngineEach();
+  }, 40_000);
+});
+
+// ---- 3 ----------------------------------------------------------------------------------------
+
+describe("engines that crash", () => {
+  const BACKOFF = 100;
+  let c: Cluster;
+  beforeAll(async () => {
+    c = new Cluster(["--node-timeout", "5s", "--replace-after", "5s"]);
+    await c.startServe();
+    c.startAgent("a");
+    c.startAgent("b");
+    await until("both agents registered", async () => (await c.nodes()).filter((n) => n.state === "ready").length === 2);
+  }, 30_000);
+  afterAll(() => c?.cleanup(), 30_000);
+
+  const at = (e: EventView) => Date.parse(e.at);
+
+  test("an engine that crashes after becoming ready is replaced, after the restart backoff", async () => {
+    expect(await c.putModel("chat", { replicas: { min: 1 }, profiles: [PROFILE] })).toBe(201);
+    const [first] = await until("a ready replica", async () => {
+      const r = await c.readyOf("chat");
+      return r.length === 1 ? r : undefined;
+    });
+    const node = first!.shards[0]!.node;
+    const { pid } = await until("its engine pid", () => c.stateFiles(node).get(first!.id));
+    process.kill(pid, "SIGKILL");
+    const [second] = await until("a ready replacement", async () => {
+      const r = await c.readyOf("chat");
+      return r.length === 1 && r[0]!.id !== first!.id ? r : undefined;
+    });
+    const failed = (await c.events("replica.failed")).find((e) => e.subject === `replica/${first!.id}`)!;
+    expect(failed.message).toContain("killed by signal SIGKILL");
+    const placed = (await c.events("replica.placed")).find((e) => e.subject === `replica/${second!.id}`)!;
+    expect(at(placed) - at(failed)).toBeGreaterThanOrEqual(BACKOFF);
+    // Ready again: the failure no longer counts against the model.
+    await until("failures reset", async () => (await c.model("chat"))!.failures === 0);
+    expect(running(pid)).toBe(false);
+  }, 30_000);
+
+  test("an engine that crashes at every start parks its model with its stderr, backing off more each time; a new revision unparks it", async () => {
+    const MESSAGE = "RuntimeError: CUDA error: no kernel image is available for execution on the device";
+    expect(await c.putModel("broken", { replicas: { min: 1 }, profiles: [{ ...PROFILE, env: { LLMGW_FAKE_FAIL: MESSAGE } }] })).toBe(201);
+    const m = await until("broken parked", async () => {
+      const x = await c.model("broken");
+      return x?.parked ? x : undefined;
+    }, 30_000);
+    expect(m.failures).toBe(5);
+    expect(m.reason).toContain(MESSAGE);
+    expect(m.reason).toContain("exited with code 1");
+    const of = (e: EventView) => e.message.includes(" of broken ");
+    const placed = (await c.events("replica.placed")).filter(of).sort((x, y) => at(x) - at(y));
+    const failed = (await c.events("replica.failed")).filter(of).sort((x, y) => at(x) - at(y));
+    expect(placed.length).toBe(5);
+    expect(failed.length).toBe(5);
+    // Each retry waits the backoff, doubling: 100, 200, 400, 800 ms after the failure before it.
+    for (let i = 1; i < 5; i++) expect(at(placed[i]!) - at(failed[i - 1]!)).toBeGreaterThanOrEqual(BACKOFF * 2 ** (i - 1));
+    expect((await c.events("model.parked")).filter((e) => e.subject === "model/broken").length).toBe(1);
+    // Parked: nothing runs or starts for it.
+    expect((await c.replicas()).filter((r) => r.model === "broken" && (r.state === "starting" || r.state === "ready"))).toEqual([]);
+
+    // A new revision without the failing env: unparked, and it comes up.
+    expect(await c.putModel("broken", { replicas: { min: 1 }, profiles: [PROFILE] })).toBe(200);
+    await until("broken ready", async () => (await c.readyOf("broken")).length === 1, 15_000);
+    expect(await c.model("broken")).toMatchObject({ parked: false, failures: 0, ready: 1, revision: 2 });
+  }, 45_000);
+});
+
+// ---- 4 ----------------------------------------------------------------------------------------
+
+describe("an engine killed mid-stream", () => {
+  let c: Cluster;
+  beforeAll(async () => {
+    c = new Cluster(["--node-timeout", "5s", "--replace-after", "5s"]);
+    await c.startServe();
+    c.startAgent("a");
+    c.startAgent("b");
+    await until("both agents registered", async () => (await c.nodes()).filter((n) => n.state === "ready").length === 2);
+  }, 30_000);
+  afterAll(() => c?.cleanup(), 30_000);
+
+  test("the client gets an error event within 1 s; the lease is released; the endpoint is passed over; the replica is replaced", async () => {
+    expect(await c.putModel("chat", { replicas: { min: 2 }, placement: "spread", profiles: [PROFILE] })).toBe(201);
+    const ready = await until("2 ready replicas", async () => {
+      const r = await c.readyOf("chat");
+      return r.length === 2 ? r : undefined;
+    });
+    const prompt = "a long story about a fox, please";
+    const ask = (stream: boolean) =>
+      fetch(`${c.serve.routerUrl}/v1/chat/completions`, { method: "POST", body: JSON.stringify({ model: "chat", stream, max_tokens: stream ? 4096 : 4, messages: [{ role: "user", content: prompt }] }) });
+    // The router's /metrics takes the admin token.
+    const metrics = async () => (await fetch(`${c.serve.routerUrl}/metrics`, { headers: { authorization: `Bearer ${c.serve.adminToken}` } })).text();
+    let seen = "";
+    await until("the router routing chat to both", async () => {
+      const r = await ask(false);
+      await r.arrayBuffer();
+      const m = (seen = `${r.status}\n${await metrics()}`);
+      return r.status === 200 && ready.every((x) => m.includes(`endpoint="${x.id}"`));
+    }).catch((e) => {
+      throw new Error(`${(e as Error).message}; last seen: ${seen}`);
+    });
+    const m0 = await metrics();
+
+    const s = await openStream(c.serve.routerUrl, prompt);
+    expect(s.status).toBe(200);
+    const victim = ready.find((r) => r.id === s.replica)!;
+    const survivor = ready.find((r) => r.id !== s.replica)!;
+    expect(victim).toBeDefined();
+    const node = victim.shards[0]!.node;
+    const { pid } = c.stateFiles(node).get(victim.id)!;
+    expect(metric(await metrics(), "llmgw_router_inflight_requests", { endpoint: victim.id })).toBe(1);
+
+    // The victim's agent is held still for a moment, so the control plane does not hear of the
+    // crash yet and keeps the replica published: what follows is the router's own doing, not
+    // the endpoint disappearing from its table.
+    const agent = c.agents.get(node)!;
+    agent.kill("SIGSTOP");
+    let end: StreamEnd;
+    let afterKill: { m: string; replica: string | null; status: number };
+    try {
+      process.kill(pid, "SIGKILL");
+      const killedAt = Date.now();
+      end = await within(s.end, 5_000, "the stream ending after its engine was killed");
+      expect(end.errorEventAt).toBeDefined();
+      expect(end.errorEventAt! - killedAt).toBeLessThan(1_000);
+      // Before the control plane could react: the replica is still published.
+      const m = await metrics();
+      expect(m).toContain(`llmgw_router_inflight_requests{endpoint="${victim.id}",model="chat"} 0`);
+      // The same prompt again: it would hash to the victim; it goes to the survivor.
+      const r = await ask(false);
+      await r.arrayBuffer();
+      afterKill = { m: await metrics(), replica: r.headers.get("x-llmgw-replica"), status: r.status };
+    } finally {
+      agent.kill("SIGCONT");
+    }
+    expect(end.kind).not.toBe("done");
+    const frame = end.text.split("\n\n").find((f) => f.startsWith('data: {"error"'))!;
+    const err = JSON.parse(frame.slice("data: ".length)) as { error: { message: string; type: string; code: string } };
+    expect(err.error.message).toContain(victim.id);
+    expect(err.error.code).toBe("upstream_error");
+    // Nothing after the error event: no [DONE] pretending the answer was complete.
+    expect(end.text.slice(end.text.indexOf(frame) + frame.length).trim()).toBe("");
+
+    expect(afterKill.status).toBe(200);
+    expect(afterKill.replica).toBe(survivor.id);
+    // Passed over, not tried and retried: no retry and no connection error since the kill.
+    const retries = (t: string) => metric(t, "llmgw_router_retries_total", { model: "chat" });
+    const connects = (t: string) => metric(t, "llmgw_router_upstream_errors_total", { model: "chat", kind: "connect" });
+    expect(retries(afterKill.m)).toBe(retries(m0));
+    expect(connects(afterKill.m)).toBe(connects(m0));
+    expect(metric(afterKill.m, "llmgw_router_upstream_errors_total", { model: "chat", kind: "mid_stream" })).toBe(1);
+    expect(metric(afterKill.m, "llmgw_router_inflight_requests", {})).toBe(0);
+
+    // The control plane hears of it and replaces the replica.
+    const after = await until("a new ready replica", async () => {
+      const r = await c.readyOf("chat");
+      return r.length === 2 && r.some((x) => x.id !== victim.id && x.id !== survivor.id) && !r.some((x) => x.id === victim.id) ? r : undefined;
+    });
+    expect(after.map((r) => r.id)).toContain(survivor.id);
+    expect((await c.events("replica.failed")).map((e) => e.subject)).toContain(`replica/${victim.id}`);
+  }, 40_000);
+});
+
