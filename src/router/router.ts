@@ -61,6 +61,7 @@ const sha256hex = (s: string) => createHash("sha256").update(s).digest("hex");
 const digest = (s: string) => createHash("sha256").update(s).digest();
 const HOP_BY_HOP = new Set(["connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host", "authorization", "x-llmgw-pool", "proxy-connection", "te", "upgrade", "trailer"]);
 const enc = new TextEncoder();
+const dec = new TextDecoder();
 /** Bodies up to this size are buffered when not streamed: one write instead of a stream is faster. */
 const BUFFER_LIMIT = 1024 * 1024;
 
@@ -279,7 +280,7 @@ export class Router implements EndpointSink, UsageSource {
     if (buf === undefined || buf.byteLength > max) return openAIError(413, `request body is over the limit of ${max} bytes`, { code: "request_too_large" });
     let body: Record<string, unknown>;
     try {
-      body = JSON.parse(new TextDecoder().decode(buf));
+      body = JSON.parse(dec.decode(buf));
     } catch (e) {
       return openAIError(400, `We could not parse the JSON body of your request: ${(e as Error).message}`, { code: "invalid_json" });
     }
