@@ -481,3 +481,50 @@ describe("make room for an on-demand model", () => {
     expect(events("replica.evicted")).toEqual([]);
   });
 });
+
+describe("load-based scaling", () => {
+  test("up at once when in-flight passes the target; down only after load stays low for the delay, one step at a time", () => {
+    const big: NodeDef = { name: "a", gpus: [H, H, H, H] };
+    beat(big);
+    ctl.putModels([model({ name: "m", replicas: { min: 1, max: 4 }, target_inflight: 4 })]);
+    let load = 0;
+    ctl.setUsageSource({ lastUsed: () => new Map(), inflightByModel: () => new Map([["m", load]]) });
+    ctl.tick();
+    expect(ctl.models()[0]!.desired).toBe(1);
+    load = 9; // needs ceil(9/4) = 3
+    ctl.tick();
+    expect(ctl.models()[0]!.desired).toBe(3);
+    expect(byModel("m").length).toBe(3);
+    expect(events("model.scaled")[0]!.message).toBe("model m scaled up to 3 (in flight 9, target 4 per replica)");
+    // A dip that one replica fewer could not carry at 80% of target: no change, ever.
+    load = 7; // (3-1)*4*0.8 = 6.4 ≤ 7
+    clock.advance(120_000);
+    beat(big, ready(ctl.response("a").assignments.map((x) => x.id)));
+    ctl.tick();
+    expect(ctl.models()[0]!.desired).toBe(3);
+    // Low load: nothing for the first minute, then one step down.
+    load = 1;
+    ctl.tick();
+    clock.advance(30_000);
+    beat(big, ready(ctl.response("a").assignments.map((x) => x.id)));
+    ctl.tick();
+    expect(ctl.models()[0]!.desired).toBe(3);
+    clock.advance(31_000);
+    beat(big, ready(ctl.response("a").assignments.map((x) => x.id)));
+    ctl.tick();
+    expect(ctl.models()[0]!.desired).toBe(2);
+    // Load back up: straight up again.
+    load = 16;
+    ctl.tick();
+    expect(ctl.models()[0]!.desired).toBe(4);
+  });
+
+  test("a model without target_inflight, or with max = min, is never scaled", () => {
+    beat({ name: "a", gpus: [H, H] });
+    ctl.putModels([model({ name: "m", replicas: { min: 1, max: 2 } }), model({ name: "n", replicas: { min: 1 }, target_inflight: 1 })]);
+    ctl.setUsageSource({ lastUsed: () => new Map(), inflightByModel: () => new Map([["m", 50], ["n", 50]]) });
+    ctl.tick();
+    expect(ctl.models().map((m) => m.desired)).toEqual([1, 1]);
+    expect(events("model.scaled")).toEqual([]);
+  });
+});
