@@ -1,0 +1,50 @@
+// The router alone in its own process, for the network benches: a Router on 127.0.0.1 with a
+// static endpoint list and a one-model catalog, nothing else of `llmgw serve` (no store, no
+// control plane), so a bench measures the proxy path and nothing beside it. Prints its URL and
+// runs until SIGTERM/SIGINT.
+//   BUN_CONFIG_MAX_HTTP_REQUESTS=65535 LLMGW_BENCH_ENDPOINTS='[{"id":"e0","url":"http://127.0.0.1:9000"}]' \
+//     bun test/bench/lib/router-main.ts --port 0 --model m [--metrics-ms 1000] [--gc-ms N]
+// Endpoints may also be given as --endpoints JSON; each needs id and url, the rest defaults.
+// --gc-ms forces a full collection every N ms: a diagnostic, to tell garbage from live memory.
+
+import { Router } from "../../../src/router/router";
+import type { EndpointInfo } from "../../../src/protocol/routing";
+
+const args = process.argv.slice(2);
+// The last occurrence wins, so a caller can append flags to override earlier ones.
+const flag = (name: string): string | undefined => {
+  const i = args.lastIndexOf(name);
+  return i >= 0 ? args[i + 1] : undefined;
+};
+const model = flag("--model") ?? "m";
+const port = Number(flag("--port") ?? 0);
+const metricsIntervalMs = Number(flag("--metrics-ms") ?? 1000);
+const raw = flag("--endpoints") ?? process.env.LLMGW_BENCH_ENDPOINTS;
+if (!raw) {
+  console.error("router-main: give the endpoints as --endpoints JSON or LLMGW_BENCH_ENDPOINTS");
+  process.exit(2);
+}
+const endpoints: EndpointInfo[] = (JSON.parse(raw) as Partial<EndpointInfo>[]).map((e, i) => ({
+  id: e.id ?? `e${i}`,
+  url: e.url!.replace(/\/+$/, ""),
+  models: e.models ?? [model],
+  engine: e.engine ?? "vllm",
+  pool: e.pool ?? "default",
+  weight: e.weight ?? 1,
+  priority: e.priority ?? 0,
+}));
+
+const router = new Router({ host: "127.0.0.1", port, metricsIntervalMs });
+router.setCatalog([{ name: model, aliases: [], on_demand: false, pool: "default", created: 0 }]);
+router.setEndpoints(endpoints);
+const { url } = router.start();
+console.log(`router listening on ${url} (${endpoints.length} endpoints, BUN_CONFIG_MAX_HTTP_REQUESTS=${process.env.BUN_CONFIG_MAX_HTTP_REQUESTS ?? "unset"})`);
+
+const gcMs = Number(flag("--gc-ms") ?? 0);
+if (gcMs > 0) setInterval(() => Bun.gc(true), gcMs);
+
+const stop = () => {
+  router.stop().finally(() => process.exit(0));
+};
+process.on("SIGTERM", stop);
+process.on("SIGINT", stop);

@@ -1,0 +1,195 @@
+// Benchmark: proxy throughput. wrk (one thread, 64 keep-alive connections, pinned to core 0)
+// POSTs chat requests for 10 s per target (two 5 s rounds, the targets taking turns) to a fake
+// engine (ttft 0, no token delay): directly, through llmgw's router (its own process,
+// lib/router-main.ts), through nginx (one worker, keep-alive upstream, proxy_buffering off), and
+// for reference through a bare Bun.serve+fetch proxy (lib/bare-proxy.ts: Bun's floor with fetch)
+// and a Bun.serve proxy whose upstream client is a hand-rolled HTTP/1.1 over Bun.connect
+// (lib/raw-proxy.ts: Bun without fetch). Every proxy and the engine share core 1. Two
+// workloads: (a) small non-streamed answers (4 tokens), (b) streamed answers of 20 tokens (22 SSE
+// events; at token delay 0 the fake engine writes them in one write). Prints req/s, latency, the
+// CPU each process spent per request, the share of core 1 other people's processes took meanwhile
+// (the machine is shared: above a few %, a figure is noise), and the ratios llmgw/nginx (target
+// ≥ 0.8) and llmgw/direct. --ablate adds bare-proxy variants that each add one piece of the
+// router's per-request work (lib/bare-proxy.ts flags), to see what the router's own cost is made
+// of (another minute). Needs wrk, nginx and taskset on PATH and 2+ cores. About 2.5 minutes:
+//   bun test/bench/proxy.ts [seconds-per-target, default 10] [--ablate]
+
+import { groupCpuSeconds, othersMeter } from "./lib/cpu";
+import { BUN, type Child, cleanupOnExit, fakeEngineProc, killAll, nginxProc, routerProc, spawnChild, table } from "./lib/procs";
+
+const DURATION_S = Number(process.argv.slice(2).find((a) => !a.startsWith("--")) ?? 10);
+const ABLATE = process.argv.includes("--ablate");
+const WARMUP_S = 2;
+const ROUNDS = 2;
+const CONNECTIONS = 64;
+const MODEL = "m";
+const PROXY_CPUS = "1";
+const LOAD_CPUS = "0";
+
+interface Workload {
+  key: string;
+  title: string;
+  body: object;
+}
+const WORKLOADS: Workload[] = [
+  { key: "small", title: "(a) small non-streamed chat, 4 tokens", body: { model: MODEL, messages: [{ role: "user", content: "Say hello to the benchmark." }], max_tokens: 4 } },
+  { key: "stream", title: "(b) streamed chat, 20 tokens", body: { model: MODEL, messages: [{ role: "user", content: "Say hello to the benchmark." }], max_tokens: 20, stream: true } },
+];
+
+interface WrkResult {
+  rps: number;
+  p50: string;
+  p99: string;
+  non2xx: number;
+  errors: string;
+  requests: number;
+}
+
+async function wrk(url: string, script: string, seconds: number): Promise<WrkResult> {
+  const c = await spawnChild("wrk", ["wrk", "-t1", `-c${CONNECTIONS}`, `-d${seconds}s`, "--latency", "-s", script, `${url}/v1/chat/completions`], {
+    cpus: LOAD_CPUS,
+    waitUrl: false,
+  });
+  await c.proc.exited;
+  await c.outputDone;
+  const out = c.lines.join("\n");
+  if (c.proc.exitCode !== 0) throw new Error(`wrk failed (${c.proc.exitCode}): ${out}\n${c.stderr()}`);
+  const num = (re: RegExp) => Number(re.exec(out)?.[1] ?? NaN);
+  const sock = /Socket errors: (.*)/.exec(out)?.[1] ?? "";
+  return {
+    rps: num(/Requests\/sec:\s+([\d.]+)/),
+    p50: /\s50%\s+(\S+)/.exec(out)?.[1] ?? "?",
+    p99: /\s99%\s+(\S+)/.exec(out)?.[1] ?? "?",
+    non2xx: num(/Non-2xx or 3xx responses:\s+(\d+)/) || 0,
+    errors: sock,
+    requests: num(/(\d+) requests in/),
+  };
+}
+
+/** One request by hand first: a proxy that answers errors fast would otherwise look fast. */
+async function check(url: string, w: Workload): Promise<void> {
+  const r = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(w.body) });
+  const text = await r.text();
+  const ok = r.status === 200 && ((w.body as { stream?: boolean }).stream ? text.includes("data: [DONE]") : text.includes('"finish_reason":"stop"'));
+  if (!ok) throw new Error(`${url} answered ${r.status}: ${text.slice(0, 300)}`);
+}
+
+cleanupOnExit();
+const dir = (await Bun.$`mktemp -d /tmp/llmgw-bench-proxy.XXXXXX`.text()).trim();
+try {
+  const engine = await fakeEngineProc("engine", { model: MODEL, ttftMs: 0, tokenDelayMs: 0, tokens: 4, slots: 4096 }, { cpus: PROXY_CPUS });
+  const router = await routerProc("router", MODEL, [engine.url], { cpus: PROXY_CPUS });
+  const nginx = await nginxProc("nginx", engine.url, { cpus: PROXY_CPUS });
+  const bareEnv = { BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" };
+  const bare = await spawnChild("bare", [BUN, "test/bench/lib/bare-proxy.ts", engine.url], { cpus: PROXY_CPUS, env: bareEnv });
+  const bareBuf = await spawnChild("bare-buffered", [BUN, "test/bench/lib/bare-proxy.ts", engine.url, "--buffer"], { cpus: PROXY_CPUS, env: bareEnv });
+  const raw = await spawnChild("raw", [BUN, "test/bench/lib/raw-proxy.ts", engine.url], { cpus: PROXY_CPUS });
+  const core1 = [engine, router, nginx, bare, bareBuf, raw];
+  const ablations: Record<string, [string, string, Child][]> = { small: [], stream: [] };
+  if (ABLATE) {
+    const variant = async (flags: string[]) => {
+      const c = await spawnChild(`bare ${flags.join(" ")}`, [BUN, "test/bench/lib/bare-proxy.ts", engine.url, ...flags], { cpus: PROXY_CPUS, env: bareEnv });
+      core1.push(c);
+      return c;
+    };
+    const sig = await variant(["--buffer", "--signal"]);
+    const hdr = await variant(["--buffer", "--headers"]);
+    const all = await variant(["--buffer", "--signal", "--headers"]);
+    const wrap = await variant(["--wrap"]);
+    const wrapAll = await variant(["--wrap", "--signal", "--headers"]);
+    ablations.small!.push(["  + abort signal, timer", sig.url, sig], ["  + header copies", hdr.url, hdr], ["  + both", all.url, all]);
+    ablations.stream!.push(["  + JS stream wrapper", wrap.url, wrap], ["  + wrapper, signal, headers", wrapAll.url, wrapAll]);
+  }
+
+  const info = (await Bun.$`uname -r`.text()).trim();
+  console.log(`proxy throughput: wrk -t1 -c${CONNECTIONS}, ${DURATION_S} s per target in ${ROUNDS} interleaved rounds, on core ${LOAD_CPUS}; engine and proxies on core ${PROXY_CPUS}; Bun ${Bun.version}, ${(await Bun.$`nginx -v 2>&1`.text()).trim()}, Linux ${info}`);
+
+  for (const w of WORKLOADS) {
+    const script = `${dir}/${w.key}.lua`;
+    await Bun.write(script, `wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = ${JSON.stringify(JSON.stringify(w.body))}\n`);
+    const targets: [string, string, Child | undefined][] = [
+      ["direct", engine.url, undefined],
+      ["llmgw router", router.url, router],
+      ["nginx (1 worker)", nginx.url, nginx],
+      ["bare Bun proxy (streams body)", bare.url, bare],
+    ];
+    if (w.key === "small") targets.push(["bare Bun proxy (buffers body)", bareBuf.url, bareBuf]);
+    targets.push(...ablations[w.key]!);
+    targets.push(["Bun.serve + raw-socket client", raw.url, raw]);
+    // Each target is measured in ROUNDS slices of the duration, the targets taking turns, so a
+    // slow spell of the (shared, virtual) machine is spread over all of them instead of one.
+    interface Acc {
+      requests: number;
+      seconds: number;
+      perRound: number[];
+      p50: string[];
+      p99: string[];
+      non2xx: number;
+      errors: string[];
+      pCpu: number;
+      eCpu: number;
+      others: number[];
+    }
+    const acc = new Map<string, Acc>();
+    for (const [name, url] of targets) {
+      await check(url, w);
+      await wrk(url, script, WARMUP_S);
+      acc.set(name, { requests: 0, seconds: 0, perRound: [], p50: [], p99: [], non2xx: 0, errors: [], pCpu: 0, eCpu: 0, others: [] });
+    }
+    const slice = DURATION_S / ROUNDS;
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const [name, url, proxy] of targets) {
+        const a = acc.get(name)!;
+        const p0 = proxy ? groupCpuSeconds(proxy.pid) : 0;
+        const e0 = groupCpuSeconds(engine.pid);
+        const others = othersMeter(() => core1.map((c) => c.pid), 1);
+        const r = await wrk(url, script, slice);
+        a.others.push(others());
+        a.pCpu += proxy ? groupCpuSeconds(proxy.pid) - p0 : 0;
+        a.eCpu += groupCpuSeconds(engine.pid) - e0;
+        a.requests += r.requests;
+        a.seconds += r.requests / r.rps;
+        a.perRound.push(r.rps);
+        a.p50.push(r.p50);
+        a.p99.push(r.p99);
+        a.non2xx += r.non2xx;
+        if (r.errors) a.errors.push(r.errors);
+      }
+    }
+    const rows: (string | number)[][] = [["target", "req/s", "per round", "p50", "p99", "non-2xx", "socket errors", "proxy µs CPU/req", "engine µs CPU/req", "others on core 1"]];
+    const rps = new Map<string, number>();
+    for (const [name, , proxy] of targets) {
+      const a = acc.get(name)!;
+      const mean = a.requests / a.seconds;
+      rps.set(name, mean);
+      const per = (s: number) => (a.requests > 0 ? ((s * 1e6) / a.requests).toFixed(1) : "-");
+      rows.push([
+        name,
+        Math.round(mean),
+        a.perRound.map((x) => `${(x / 1000).toFixed(1)}k`).join(" "),
+        a.p50.join(" "),
+        a.p99.join(" "),
+        a.non2xx,
+        a.errors.length ? a.errors.join("; ") : "none",
+        proxy ? per(a.pCpu) : "-",
+        per(a.eCpu),
+        a.others.map((o) => `${(o * 100).toFixed(0)}%`).join(" "),
+      ]);
+    }
+    const l = rps.get("llmgw router")!;
+    console.log(`\n${w.title}`);
+    console.log(table(rows));
+    console.log(
+      `llmgw/nginx = ${(l / rps.get("nginx (1 worker)")!).toFixed(2)} (target ≥ 0.8)   llmgw/direct = ${(l / rps.get("direct")!).toFixed(2)}   llmgw/bare Bun proxy = ${(l / rps.get("bare Bun proxy (streams body)")!).toFixed(2)}` +
+        (w.key === "small" ? `   llmgw/bare buffered = ${(l / rps.get("bare Bun proxy (buffers body)")!).toFixed(2)}` : ""),
+    );
+  }
+} catch (e) {
+  console.error(e instanceof Error ? e.message : e);
+  process.exitCode = 1;
+} finally {
+  await killAll();
+  await Bun.$`rm -rf ${dir}`.quiet().nothrow();
+}
+// Nothing of ours may outlive the bench, and no stray timer may hold it open.
+process.exit();
