@@ -1,5 +1,13 @@
 // The affinity key of an OpenAI request: a 32-bit hash of its leading prompt content, so
 // requests that share a prompt prefix land on the replica whose engine already caches it.
+//
+// For chat, the leading content is the conversation's opening: every message up to and
+// including the first user message (system and developer prompts, few-shot turns before it).
+// Each later turn only extends the same prompt, so every turn of a conversation keeps one key
+// and goes back to the engine holding its whole history; a key over the full history would
+// change every turn and move the conversation away from its cache (measured in
+// test/bench/affinity.ts). Conversations sharing a system prompt still differ by their
+// opening question, so one long system prompt does not pile a whole group onto one replica.
 
 // Prompt text goes through Bun's native CRC-32 (chained by seed, so parts hash exactly like their
 // concatenation): an FNV-1a loop in JS is a serial multiply per character, about 1 µs for a 1 KB
@@ -84,8 +92,8 @@ function mixPrompt(prompt: unknown): boolean {
 
 /**
  * 32-bit hash of the request's leading prompt content, at most `maxChars` characters of it:
- * role and content of every chat message in order, else the completion `prompt`, else the
- * embeddings `input`. 0 when the body has none of them.
+ * role and content of the chat messages in order up to and including the first user message,
+ * else the completion `prompt`, else the embeddings `input`. 0 when the body has none of them.
  */
 export function prefixKey(body: unknown, maxChars = 2048): number {
   if (body === null || typeof body !== "object") return 0;
@@ -103,6 +111,7 @@ export function prefixKey(body: unknown, maxChars = 2048): number {
       mixCode(SEP_ROLE);
       mixContent(msg.content);
       mixCode(SEP_MESSAGE);
+      if (msg.role === "user") break;
     }
     return h >>> 0;
   }

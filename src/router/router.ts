@@ -59,7 +59,10 @@ type RouteDef = (typeof ROUTER_ROUTES)[number];
 const RETRY_STATUS = new Set([429, 502, 503, 504]);
 const sha256hex = (s: string) => createHash("sha256").update(s).digest("hex");
 const digest = (s: string) => createHash("sha256").update(s).digest();
-const HOP_BY_HOP = new Set(["connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host", "authorization", "x-llmgw-pool", "proxy-connection", "te", "upgrade", "trailer"]);
+// Named lists rather than "everything but hop-by-hop": building headers is per-request work on
+// the hot path, and engines need (and send) only a few.
+const PASS_UP = ["accept", "x-request-id", "traceparent", "tracestate", "user-agent"] as const;
+const PASS_DOWN = ["content-type", "cache-control", "x-request-id", "openai-processing-ms"] as const;
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 /** Bodies up to this size are buffered when not streamed: one write instead of a stream is faster. */
@@ -73,6 +76,8 @@ export class Router implements EndpointSink, UsageSource {
   private server: Server<undefined> | undefined;
   private poller: EngineMetricsPoller | undefined;
   private readonly waiters = new Set<() => void>();
+  private readonly watches = new Set<Watch>();
+  private sweeper: ReturnType<typeof setInterval> | undefined;
   private readonly o: Required<Omit<RouterOptions, "requireApiKey" | "adminToken" | "demand" | "log" | "tls" | "serverIdleTimeoutSec">> & RouterOptions;
 
   // metrics
@@ -155,6 +160,10 @@ export class Router implements EndpointSink, UsageSource {
         return openAIError(500, "internal error in the router; see the server log");
       },
     });
+    // Deadline granularity: a quarter of the shortest timeout, within 10–250 ms.
+    const every = Math.max(10, Math.min(250, Math.min(this.o.firstByteTimeoutMs, this.o.idleTimeoutMs) / 4));
+    this.sweeper = setInterval(() => this.sweep(), every);
+    this.sweeper.unref?.();
     if (this.o.metricsIntervalMs > 0) {
       this.poller = new EngineMetricsPoller({
         endpoints: () => this.balancer.endpoints(),
@@ -170,6 +179,7 @@ export class Router implements EndpointSink, UsageSource {
 
   async stop(): Promise<void> {
     this.poller?.stop();
+    if (this.sweeper) clearInterval(this.sweeper);
     for (const w of [...this.waiters]) w();
     await this.server?.stop(true);
   }
@@ -341,7 +351,7 @@ export class Router implements EndpointSink, UsageSource {
     req: Request,
     lease: Lease,
     pathAndQuery: string,
-    headers: Headers,
+    headers: Record<string, string>,
     payload: string | ArrayBuffer,
     stream: boolean,
     model: string,
@@ -355,24 +365,30 @@ export class Router implements EndpointSink, UsageSource {
       ac.abort();
     };
     req.signal.addEventListener("abort", onClientAbort);
-    let timer: ReturnType<typeof setTimeout> | undefined = setTimeout(() => {
-      why ??= "first_byte";
-      ac.abort();
-    }, this.o.firstByteTimeoutMs);
+    // Timeouts are deadlines checked by one sweep for all requests, not a timer per request
+    // and per chunk: moving a deadline is a number store on the hot path.
+    const watch: Watch = {
+      deadline: performance.now() + this.o.firstByteTimeoutMs,
+      expire: () => {
+        why ??= "first_byte";
+        ac.abort();
+      },
+    };
+    this.watches.add(watch);
     let released = false;
     const finish = (status: number) => {
       if (released) return;
       released = true;
-      if (timer) clearTimeout(timer);
+      this.watches.delete(watch);
       req.signal.removeEventListener("abort", onClientAbort);
       lease.release();
       this.requests.inc([model, String(status)]);
       this.duration.observe([model], (performance.now() - t0) / 1000);
     };
     const fail = (kind: string, error: string, cool: boolean) => {
-      if (timer) clearTimeout(timer);
-      req.signal.removeEventListener("abort", onClientAbort);
       released = true;
+      this.watches.delete(watch);
+      req.signal.removeEventListener("abort", onClientAbort);
       lease.release();
       if (cool) this.balancer.cooldown(ep.id, this.o.cooldownMs);
       this.upstreamErrors.inc([model, kind]);
@@ -397,15 +413,10 @@ export class Router implements EndpointSink, UsageSource {
       // A busy engine is healthy; a 5xx one is passed over for a while. A client's 4xx never counts.
       return fail(kind, `${ep.id} answered ${res.status}${text ? `: ${text.slice(0, 200)}` : ""}`, res.status !== 429);
     }
-
     // Any other 5xx is the engine's own answer and goes to the client, but the replica is
     // passed over for a while: a client's 4xx never counts against it.
     if (res.status >= 500) this.balancer.cooldown(ep.id, this.o.cooldownMs);
-    const outHeaders = new Headers();
-    res.headers.forEach((v, k) => {
-      if (!HOP_BY_HOP.has(k)) outHeaders.set(k, v);
-    });
-    outHeaders.set("x-llmgw-replica", ep.id);
+    const outHeaders = responseHeaders(res.headers, ep.id);
 
     const len = Number(res.headers.get("content-length") ?? -1);
     if (!stream && len >= 0 && len <= BUFFER_LIMIT) {
@@ -437,41 +448,46 @@ export class Router implements EndpointSink, UsageSource {
       }
       return fail(why === "first_byte" ? "timeout" : "reset", `${ep.id} failed before its first byte: ${(e as Error).message}`, true);
     }
-    clearTimeout(timer);
-    timer = undefined;
     this.ttfb.observe([model], (performance.now() - t0) / 1000);
     const sse = (res.headers.get("content-type") ?? "").includes("text/event-stream");
     const status = res.status;
     const idleMs = this.o.idleTimeoutMs;
+    watch.deadline = performance.now() + idleMs;
+    watch.expire = () => {
+      why ??= "idle";
+      ac.abort();
+    };
     const cooldown = () => this.balancer.cooldown(ep.id, this.o.cooldownMs);
     const countError = (kind: string) => this.upstreamErrors.inc([model, kind]);
 
+    // A "direct" stream: chunks go straight to the socket, with no queue between us and it.
     const body = new ReadableStream<Uint8Array>({
-      start(c) {
-        if (first.value) c.enqueue(first.value);
-        if (first.done) {
+      type: "direct",
+      async pull(c: ReadableStreamDirectController) {
+        try {
+          if (first.value) await c.write(first.value);
+          if (!first.done) {
+            c.flush();
+            for (;;) {
+              const { value, done } = await reader.read();
+              if (done) break;
+              watch.deadline = performance.now() + idleMs;
+              // Awaiting a full buffer is the backpressure: a slow client slows the upstream read.
+              // 0 means the client has gone: stop reading from the engine at once.
+              let wrote = c.write(value);
+              if (typeof wrote !== "number") wrote = await wrote;
+              if (wrote === 0 && value.byteLength > 0) throw new ClientGone();
+              c.flush();
+            }
+          }
           c.close();
           finish(status);
-        }
-      },
-      async pull(c) {
-        if (released) return;
-        const idle = setTimeout(() => {
-          why ??= "idle";
-          ac.abort();
-        }, idleMs);
-        try {
-          const { value, done } = await reader.read();
-          clearTimeout(idle);
-          if (done) {
-            c.close();
-            finish(status);
-            return;
-          }
-          c.enqueue(value);
         } catch (e) {
-          clearTimeout(idle);
-          if (why === "client") {
+          if (e instanceof ClientGone) {
+            why ??= "client";
+            ac.abort();
+          }
+          if (why === "client" || released) {
             finish(499);
             return;
           }
@@ -482,9 +498,9 @@ export class Router implements EndpointSink, UsageSource {
           if (why !== "idle") cooldown();
           try {
             if (sse) {
-              c.enqueue(enc.encode(sseErrorFrame(what)));
+              c.write(enc.encode(sseErrorFrame(what)));
               c.close();
-            } else c.error(new Error(what));
+            } else c.close(new Error(what));
           } catch {
             // the client is already gone
           }
@@ -496,9 +512,26 @@ export class Router implements EndpointSink, UsageSource {
         ac.abort();
         finish(499);
       },
-    });
+    } satisfies Bun.DirectUnderlyingSource<Uint8Array>);
     return new Response(body, { status, headers: outHeaders });
   }
+
+  /** Expires the deadlines that have passed; one sweep for every request in flight. */
+  private sweep(): void {
+    const now = performance.now();
+    for (const w of this.watches) if (now > w.deadline) {
+      this.watches.delete(w);
+      w.expire();
+    }
+  }
+}
+
+/** The client went away while a chunk was being written to it. */
+class ClientGone extends Error {}
+
+interface Watch {
+  deadline: number;
+  expire: () => void;
 }
 
 /** Reads a body without a Content-Length, giving up (undefined) as soon as it passes `max` bytes. */
@@ -520,11 +553,22 @@ async function readCapped(req: Request, max: number): Promise<ArrayBuffer | unde
   return out.buffer;
 }
 
-function forwardHeaders(h: Headers): Headers {
-  const out = new Headers();
-  h.forEach((v, k) => {
-    if (!HOP_BY_HOP.has(k)) out.set(k, v);
-  });
-  out.set("content-type", "application/json");
+/** Headers passed upstream: the body's type, and what identifies or traces the request. */
+function forwardHeaders(h: Headers): Record<string, string> {
+  const out: Record<string, string> = { "content-type": "application/json" };
+  for (const k of PASS_UP) {
+    const v = h.get(k);
+    if (v !== null) out[k] = v;
+  }
+  return out;
+}
+
+/** Headers passed back to the client: what describes the body, plus which replica answered. */
+function responseHeaders(h: Headers, replica: string): Record<string, string> {
+  const out: Record<string, string> = { "x-llmgw-replica": replica };
+  for (const k of PASS_DOWN) {
+    const v = h.get(k);
+    if (v !== null) out[k] = v;
+  }
   return out;
 }

@@ -563,14 +563,21 @@ describe("prefixKey", () => {
     expect(a).toBe(a >>> 0);
   });
 
-  test("different when any message differs within maxChars, including a later one or a role", () => {
-    const base = prefixKey(chat(sys, { role: "user", content: "hi" }, { role: "assistant", content: "hello" }));
-    expect(prefixKey(chat(sys, { role: "user", content: "hi" }, { role: "assistant", content: "hellO" }))).not.toBe(base);
-    expect(prefixKey(chat(sys, { role: "user", content: "hi" }, { role: "user", content: "hello" }))).not.toBe(base);
-    expect(prefixKey(chat(sys, { role: "user", content: "hi" }))).not.toBe(base);
+  test("one key for every turn of a conversation: its opening, up to the first user message", () => {
+    const opening = prefixKey(chat(sys, { role: "user", content: "hi" }));
+    expect(prefixKey(chat(sys, { role: "user", content: "hi" }, { role: "assistant", content: "hello" }, { role: "user", content: "more" }))).toBe(opening);
+    expect(prefixKey(chat(sys, { role: "user", content: "hi" }, { role: "assistant", content: "hellO" }))).toBe(opening);
+  });
+
+  test("different when the opening differs: the system prompt, the first question, a few-shot turn or a role", () => {
+    const base = prefixKey(chat(sys, { role: "user", content: "hi" }));
+    expect(prefixKey(chat(sys, { role: "user", content: "hI" }))).not.toBe(base);
+    expect(prefixKey(chat({ role: "system", content: "You are terse." }, { role: "user", content: "hi" }))).not.toBe(base);
+    expect(prefixKey(chat(sys, { role: "assistant", content: "example" }, { role: "user", content: "hi" }))).not.toBe(base);
+    expect(prefixKey(chat({ role: "developer", content: sys.content }, { role: "user", content: "hi" }))).not.toBe(base);
     // Where one message ends and the next begins matters, not just the characters.
     expect(prefixKey(chat({ role: "a", content: "bc" }, { role: "d", content: "" }))).not.toBe(prefixKey(chat({ role: "a", content: "b" }, { role: "cd", content: "" })));
-    expect(prefixKey(chat({ role: "user", content: "ab" }, { role: "user", content: "c" }))).not.toBe(prefixKey(chat({ role: "user", content: "a" }, { role: "user", content: "bc" })));
+    expect(prefixKey(chat({ role: "system", content: "ab" }, { role: "user", content: "c" }))).not.toBe(prefixKey(chat({ role: "system", content: "a" }, { role: "user", content: "bc" })));
   });
 
   test("text parts hash like the same string; other parts count by type only", () => {
