@@ -115,6 +115,7 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
     coldStartTimeoutMs: config.cold_start_timeout,
     cooldownMs: config.endpoint_cooldown,
     requireApiKey: config.require_api_key,
+    loadFactor: config.balance_load_factor,
     adminToken: admin.token,
     demand: controller,
     log: log.child({ component: "router" }),

@@ -52,6 +52,12 @@ export const ServeConfig = z.strictObject({
   max_attempts: z.coerce.number().int().min(1).max(10).default(3),
   /** Router: largest request body, bytes. */
   max_body_bytes: z.coerce.number().int().min(1024).max(1024 * 1024 * 1024).default(8 * 1024 * 1024),
+  /**
+   * Router: bounded-load factor of prefix affinity. An endpoint takes a request for its prefix
+   * while it has fewer than this × the mean in flight; higher keeps conversations on their
+   * cache longer, lower spreads load more evenly.
+   */
+  balance_load_factor: z.coerce.number().min(1).max(10).default(1.25),
   /** Router: require a client API key (`llmgw keys create`) on /v1/*. */
   require_api_key: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(false),
   /** Router: how long a replica that failed (connection error, 5xx) is passed over. */

@@ -19,6 +19,8 @@ const FNV_PRIME = 0x01000193;
 // because only prompt text decides where the cacheable prefix ends.
 const SEP_ROLE = 0x1e;
 const SEP_MESSAGE = 0x1f;
+/** Characters of the first user message hashed even when the messages before it used up maxChars. */
+const FIRST_USER_CHARS = 1024;
 
 // Module-level rather than returned in a tuple: the hot path reads two numbers per field and
 // allocating a pair per message would be the only garbage this function makes.
@@ -103,15 +105,21 @@ export function prefixKey(body: unknown, maxChars = 2048): number {
   const messages = b.messages;
   if (Array.isArray(messages)) {
     if (messages.length === 0) return 0;
-    for (let i = 0; i < messages.length && budget > 0; i++) {
+    for (let i = 0; i < messages.length; i++) {
       const m: unknown = messages[i];
       if (m === null || typeof m !== "object") continue;
       const msg = m as { role?: unknown; content?: unknown };
+      const user = msg.role === "user";
+      // Past the budget only the first user message is still read.
+      if (budget === 0 && !user) continue;
+      // The first user message always counts, with a budget of its own: a system prompt longer
+      // than maxChars must not leave every conversation behind it with the same key.
+      if (user && budget < FIRST_USER_CHARS) budget = FIRST_USER_CHARS;
       if (typeof msg.role === "string") mixShort(msg.role);
       mixCode(SEP_ROLE);
       mixContent(msg.content);
       mixCode(SEP_MESSAGE);
-      if (msg.role === "user") break;
+      if (user) break;
     }
     return h >>> 0;
   }

@@ -37,6 +37,8 @@ export interface RouterOptions {
   demand?: DemandSink;
   log?: { info(o: object, m?: string): void; warn(o: object, m?: string): void; debug(o: object, m?: string): void };
   tls?: { cert: string; key: string };
+  /** Bounded-load factor of the prefix-affinity hashing (default 1.25). */
+  loadFactor?: number;
   /** Bun.serve's idle timeout for requests the router does not proxy (tests lower it). */
   serverIdleTimeoutSec?: number;
 }
@@ -78,7 +80,7 @@ export class Router implements EndpointSink, UsageSource {
   private readonly waiters = new Set<() => void>();
   private readonly watches = new Set<Watch>();
   private sweeper: ReturnType<typeof setInterval> | undefined;
-  private readonly o: Required<Omit<RouterOptions, "requireApiKey" | "adminToken" | "demand" | "log" | "tls" | "serverIdleTimeoutSec">> & RouterOptions;
+  private readonly o: Required<Omit<RouterOptions, "requireApiKey" | "adminToken" | "demand" | "log" | "tls" | "serverIdleTimeoutSec" | "loadFactor">> & RouterOptions;
 
   // metrics
   private readonly registry = new Registry();
@@ -100,7 +102,7 @@ export class Router implements EndpointSink, UsageSource {
       metricsIntervalMs: 1_000,
       ...opts,
     };
-    this.balancer = new Balancer({ now: this.o.now });
+    this.balancer = new Balancer({ now: this.o.now, ...(this.o.loadFactor !== undefined ? { loadFactor: this.o.loadFactor } : {}) });
     const buckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
     this.requests = this.registry.add(new Counter("llmgw_router_requests_total", "Requests by model and HTTP status.", ["model", "status"]));
     this.ttfb = this.registry.add(new Histogram("llmgw_router_time_to_first_byte_seconds", "Time from request to the upstream's first body byte.", ["model"], buckets));

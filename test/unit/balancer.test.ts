@@ -592,7 +592,10 @@ describe("prefixKey", () => {
   test("ignores content beyond maxChars, across message boundaries", () => {
     const long = "x".repeat(3000);
     expect(prefixKey(chat({ role: "user", content: long + "A" }))).toBe(prefixKey(chat({ role: "user", content: long + "B" })));
-    expect(prefixKey(chat({ role: "system", content: long }, { role: "user", content: "one" }))).toBe(prefixKey(chat({ role: "system", content: long }, { role: "user", content: "two" })));
+    expect(prefixKey(chat({ role: "system", content: long + "A" }, { role: "user", content: "one" }))).toBe(prefixKey(chat({ role: "system", content: long + "B" }, { role: "user", content: "one" })));
+    // …but the first user message always counts: a long shared system prompt does not make
+    // every conversation behind it one key.
+    expect(prefixKey(chat({ role: "system", content: long }, { role: "user", content: "one" }))).not.toBe(prefixKey(chat({ role: "system", content: long }, { role: "user", content: "two" })));
     // 6 role characters plus 10 content characters fill a budget of 16.
     const m = (tail: string) => chat({ role: "system", content: "0123456789" + tail });
     expect(prefixKey(m("a"), 16)).toBe(prefixKey(m("b"), 16));
