@@ -9,6 +9,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
+import { EXTRA_KEYS, type Op, type Path, Raw, allPaths, applyOp, containerAt, mutated, own } from "../helpers/fuzz";
 import { specToWire } from "../../src/api/admin";
 import { AgentConfig, ConfigError, loadConfig, ServeConfig } from "../../src/config";
 import { CatalogFile, ModelSpec } from "../../src/protocol/catalog";
@@ -20,13 +21,6 @@ const runs = (n: number) => Math.max(1, Math.round(n * SCALE));
 
 // ---- JSON with tokens JSON.stringify cannot write ---------------------------------------
 
-/** Text written into the JSON as is: NaN, 1e999, -0, deep nesting, huge arrays. */
-class Raw {
-  constructor(readonly text: string) {}
-  toString() {
-    return `Raw(${this.text.length > 40 ? `${this.text.slice(0, 40)}…[${this.text.length}]` : this.text})`;
-  }
-}
 
 function toJson(v: unknown): string {
   if (v instanceof Raw) return v.text;
@@ -44,10 +38,6 @@ function toJson(v: unknown): string {
   return JSON.stringify(v) ?? "null";
 }
 
-/** Sets an own property, even "__proto__", without touching any prototype. */
-function own(o: Record<string, unknown>, k: string, v: unknown): void {
-  Object.defineProperty(o, k, { value: v, enumerable: true, writable: true, configurable: true });
-}
 
 // ---- hostile values ---------------------------------------------------------------------
 // In process, values need not survive JSON: NaN, -0, bigints, dates, maps, symbols, null
@@ -87,53 +77,13 @@ const hostile: fc.Arbitrary<unknown> = fc.oneof(
   { weight: 1, arbitrary: fc.constantFrom(...HUGE) },
 );
 
-const EXTRA_KEYS = ["__proto__", "constructor", "prototype", "toString", "hasOwnProperty", "extra", "", "\u0000", "😀", "x".repeat(300)];
 
 // ---- mutators of a valid value ------------------------------------------------------------
 
-type Path = (string | number)[];
 
-function allPaths(v: unknown, at: Path = []): Path[] {
-  const out: Path[] = [at];
-  if (Array.isArray(v)) v.forEach((x, i) => out.push(...allPaths(x, [...at, i])));
-  else if (v !== null && typeof v === "object") for (const [k, x] of Object.entries(v)) out.push(...allPaths(x, [...at, k]));
-  return out;
-}
 
-function containerAt(root: unknown, path: Path): unknown {
-  let cur = root;
-  for (const k of path) {
-    if (cur === null || typeof cur !== "object" || !Object.prototype.hasOwnProperty.call(cur, k)) return undefined;
-    cur = (cur as Record<string | number, unknown>)[k];
-  }
-  return cur;
-}
 
-type Op = { op: "set"; path: Path; value: unknown } | { op: "delete"; path: Path } | { op: "add"; path: Path; key: string; value: unknown } | { op: "dup"; path: Path };
 
-function applyOp(root: unknown, o: Op): void {
-  const parentPath = o.op === "add" || o.op === "dup" ? o.path : o.path.slice(0, -1);
-  const parent = containerAt(root, parentPath);
-  if (parent === null || typeof parent !== "object") return;
-  if (o.op === "dup") {
-    // The same element again, by reference: serialising writes it twice.
-    if (Array.isArray(parent) && parent.length > 0) parent.push(parent[0]);
-    return;
-  }
-  if (o.op === "add") {
-    if (Array.isArray(parent)) parent.push(o.value);
-    else own(parent as Record<string, unknown>, o.key, o.value);
-    return;
-  }
-  const key = o.path[o.path.length - 1]!;
-  if (o.op === "delete") {
-    if (Array.isArray(parent) && typeof key === "number") parent.splice(key, 1);
-    else delete (parent as Record<string | number, unknown>)[key];
-    return;
-  }
-  if (Array.isArray(parent) && typeof key === "number") parent[key] = o.value;
-  else own(parent as Record<string, unknown>, String(key), o.value);
-}
 
 const describeOp = (o: Op): string => {
   const p = o.path.join(".") || "(root)";
@@ -152,32 +102,6 @@ const describeOp = (o: Op): string => {
   return `add ${p}[${JSON.stringify(o.key.slice(0, 20))}] = ${show(o.value)}`;
 };
 
-/** One to three mutations of a valid value: a bad value in one field, a missing field, an extra key, a duplicate element. */
-function mutated(valid: unknown): fc.Arbitrary<{ value: unknown; note: string }> {
-  const paths = allPaths(valid);
-  const fields = paths.filter((p) => p.length > 0);
-  const objects = paths.filter((p) => {
-    const v = containerAt(valid, p);
-    return v !== null && typeof v === "object";
-  });
-  const arrays = paths.filter((p) => Array.isArray(containerAt(valid, p)));
-  const top = fields.filter((p) => p.length === 1);
-  const ops: fc.Arbitrary<Op>[] = [
-    // Top-level fields get as many hits as all the nested ones together.
-    fc.record({ path: fc.oneof(fc.constantFrom(...fields), fc.constantFrom(...top)), value: hostile }).map((r): Op => ({ op: "set", ...r })),
-    fc.constantFrom(...fields).map((path): Op => ({ op: "delete", path })),
-    fc.record({ path: fc.constantFrom(...objects), key: fc.oneof(fc.constantFrom(...EXTRA_KEYS), fc.string({ maxLength: 10 })), value: hostile }).map((r): Op => ({ op: "add", ...r })),
-  ];
-  if (arrays.length > 0) ops.push(fc.constantFrom(...arrays).map((path): Op => ({ op: "dup", path })));
-  const one = fc.oneof({ weight: 6, arbitrary: ops[0]! }, { weight: 2, arbitrary: ops[1]! }, { weight: 2, arbitrary: ops[2]! }, ...(ops[3] ? [{ weight: 1, arbitrary: ops[3] }] : []));
-  // Mostly one mutation, so the server's answer is about that one; sometimes a few at once.
-  const list = fc.oneof({ weight: 4, arbitrary: one.map((o) => [o]) }, { weight: 1, arbitrary: fc.array(one, { minLength: 2, maxLength: 3 }) });
-  return list.map((list) => {
-    const value = structuredClone(valid);
-    for (const o of list) applyOp(value, o);
-    return { value, note: list.map(describeOp).join("; ") };
-  });
-}
 
 
 // ---- bookkeeping ----------------------------------------------------------------------------
