@@ -8,10 +8,9 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import fc from "fast-check";
 import { CreateKeyBody } from "../../src/protocol/admin";
 import { CatalogFile, ModelSpec } from "../../src/protocol/catalog";
-import { SEED, SCALE, runs, own, hostile, enc, garbage, contentType, bodies } from "../helpers/fuzz";
-import { diffDumps, dumpStore, dumpText, storeWrites } from "../helpers/dump";
 import { heartbeat } from "../helpers/fleet";
 import { type TestServer, testServer } from "../helpers/server";
+import { SEED, SCALE, own, hostile, enc, garbage, contentType, bodies, clip, apiErrorProblems, judgeWrite, judgeRead, serverView, FuzzHarness, assertRuns, type Req } from "../helpers/fuzz";
 
 
 // ---- paths and queries ----------------------------------------------------------------------
@@ -86,198 +85,8 @@ beforeAll(async () => {
   console.log(`admin fuzz: seed ${SEED}, scale ${SCALE}`);
 });
 
-interface Req {
-  method: string;
-  path: string;
-  body?: Uint8Array;
-  ct?: string | null;
-  note?: string;
-}
-interface Res {
-  status: number;
-  text: string;
-  headers?: Headers;
-}
-
-async function exec(r: Req): Promise<Res> {
-  const headers: Record<string, string> = { authorization: `Bearer ${s.adminToken}` };
-  if (r.ct !== null && r.ct !== undefined) headers["content-type"] = r.ct;
-  try {
-    const res = await fetch(`${s.adminUrl}${r.path}`, { method: r.method, headers, body: r.body, signal: AbortSignal.timeout(10_000) });
-    return { status: res.status, text: await res.text(), headers: res.headers };
-  } catch (e) {
-    return { status: 0, text: `no answer: ${(e as Error).name}: ${(e as Error).message}` };
-  }
-}
-
-/** What is wrong with an error answer of the admin API; empty when it is a proper one. */
-function apiErrorProblems(res: Res): string[] {
-  if (res.status === 0) return [res.text];
-  const p: string[] = [];
-  if (res.status >= 500) p.push(`answered ${res.status}`);
-  else if (res.status < 400) p.push(`answered ${res.status} to a bad request`);
-  // Bun's own answer to an over-long request line or header, before the app sees it.
-  if (res.status === 431) return p;
-  let j: unknown;
-  try {
-    j = JSON.parse(res.text);
-  } catch {
-    return [...p, "error body is not JSON"];
-  }
-  const e = (j as { error?: unknown } | null)?.error as { code?: unknown; message?: unknown; issues?: unknown } | undefined;
-  if (!e || typeof e !== "object") return [...p, "no error object"];
-  if (typeof e.code !== "string" || e.code === "") p.push("error.code missing");
-  if (typeof e.message !== "string" || e.message.trim() === "") p.push("error.message empty");
-  else if (/internal error/i.test(e.message) && res.status < 500) p.push(`message says internal error`);
-  if (e.issues !== undefined) {
-    if (!Array.isArray(e.issues) || e.issues.length === 0) p.push("issues is not a non-empty list");
-    else
-      for (const i of e.issues as { path?: unknown; message?: unknown }[])
-        if (typeof i?.path !== "string" || i.path === "" || typeof i.message !== "string" || i.message === "") {
-          p.push("an issue without a path or message");
-          break;
-        }
-  }
-  if (e.code === "invalid_request" && typeof e.message === "string") {
-    const first = Array.isArray(e.issues) ? (e.issues[0] as { path?: string } | undefined)?.path : undefined;
-    if (first !== undefined && !e.message.startsWith(`${first}: `)) p.push("message does not start with the first issue's path");
-    if (first === undefined && !/^\S+: \S/.test(e.message)) p.push("invalid_request message names no field");
-  }
-  return p;
-}
-
-interface Finding {
-  count: number;
-  example: string;
-  size: number;
-}
-interface Stat {
-  cases: number;
-  rejected: number;
-  accepted: number;
-}
-const findings = new Map<string, Finding>();
-const stats = new Map<string, Stat>();
-let total = 0;
-let snapshot = "";
-let writes = -1;
-let sinceHealth = 0;
-let sinceDump = 0;
-
-function clip(s: string, n = 300): string {
-  return s.length > n ? `${s.slice(0, n)}…[${s.length} chars]` : s;
-}
-function describeReq(r: Req): string {
-  const body = r.body ? clip(JSON.stringify(new TextDecoder().decode(r.body))) : "(none)";
-  return `${r.method} ${clip(r.path, 200)} content-type=${r.ct === undefined || r.ct === null ? "(none)" : JSON.stringify(r.ct)} body=${body}${r.note ? ` [${clip(r.note, 300)}]` : ""}`;
-}
-/** Records a problem; "kind — detail": the kind groups findings, the detail goes with the example. */
-function found(problem: string, r: Req, res: Res, extra = ""): void {
-  const cut = problem.indexOf(" — ");
-  const kind = cut < 0 ? problem : problem.slice(0, cut);
-  const detail = cut < 0 ? extra : [problem.slice(cut + 3), extra].filter(Boolean).join("\n    ");
-  const example = `${describeReq(r)}\n    → ${res.status} ${clip(res.text)}${detail ? `\n    ${detail}` : ""}`;
-  const size = (r.body?.length ?? 0) + r.path.length;
-  const f = findings.get(kind);
-  if (!f) findings.set(kind, { count: 1, example, size });
-  else {
-    f.count++;
-    // Keep the smallest input: a poor man's shrink.
-    if (size < f.size) Object.assign(f, { example, size });
-  }
-}
-
-async function health(): Promise<void> {
-  sinceHealth = 0;
-  const r = await fetch(`${s.adminUrl}/healthz`, { signal: AbortSignal.timeout(5000) }).catch((e: Error) => e);
-  if (r instanceof Error || r.status !== 200) throw new Error(`/healthz does not answer after fuzzing: ${r instanceof Error ? r.message : r.status}`);
-}
-
-interface Verdict {
-  accepted: boolean;
-  problems: string[];
-}
-type Judge = (res: Res) => Verdict | Promise<Verdict>;
-/**
- * Sends one request, judges the answer, and checks the store: a rejected request (or any GET)
- * must leave every table as it was. `after` runs after an accepted request (to restore seeds).
- */
-async function run(endpoint: string, r: Req, judge: Judge, opts: { readOnly?: boolean; after?: () => Promise<void> } = {}): Promise<void> {
-  if (snapshot === "") {
-    snapshot = dumpText(s.store);
-    writes = storeWrites(s.store);
-  }
-  const res = await exec(r);
-  const v = await judge(res);
-  // FUZZ_DEBUG=1 prints every case, to see what the generators make.
-  if (process.env.FUZZ_DEBUG) console.log(`DEBUG ${endpoint} ${res.status} ${describeReq(r)}`);
-  total++;
-  const st = stats.get(endpoint) ?? { cases: 0, rejected: 0, accepted: 0 };
-  st.cases++;
-  if (v.accepted) st.accepted++;
-  else st.rejected++;
-  stats.set(endpoint, st);
-  for (const p of v.problems) found(`${endpoint}: ${p}`, r, res);
-  // The full dump when anything was written (and every 25 cases regardless); otherwise the
-  // store cannot have changed.
-  const w = storeWrites(s.store);
-  if (w !== writes || ++sinceDump >= 25) {
-    const now = dumpText(s.store);
-    if ((!v.accepted || opts.readOnly) && now !== snapshot) {
-      found(`${endpoint}: store changed by a ${v.accepted ? "read" : "rejected request"}`, r, res, diffDumps(JSON.parse(snapshot), dumpStore(s.store)).join("\n    "));
-    }
-    snapshot = now;
-    writes = w;
-    sinceDump = 0;
-  }
-  if (v.accepted && opts.after) {
-    await opts.after();
-    snapshot = dumpText(s.store);
-    writes = storeWrites(s.store);
-  }
-  if (++sinceHealth >= 250) await health();
-}
-
-/**
- * A mutating endpoint: 2xx is accepted (and must be allowed by the oracle, and `verify` then
- * checks what was stored), anything else must be a proper error.
- */
-function judgeWrite(ok: number[], oracle?: () => boolean | undefined, verify?: () => Promise<string[]>): Judge {
-  return async (res) => {
-    if (ok.includes(res.status)) {
-      const local = oracle?.();
-      if (local === false) return { accepted: true, problems: [`accepted (${res.status}) a body its schema rejects`] };
-      return { accepted: true, problems: verify ? await verify() : [] };
-    }
-    const problems = apiErrorProblems(res);
-    if (res.status === 400 && oracle?.() === true) problems.push("rejected (400) a body its schema accepts");
-    return { accepted: false, problems };
-  };
-}
-/** A read: 200 is fine; otherwise a proper error. */
-function judgeRead(res: Res): Verdict {
-  if (res.status === 200) {
-    try {
-      JSON.parse(res.text);
-      return { accepted: true, problems: [] };
-    } catch {
-      return { accepted: true, problems: ["200 with a body that is not JSON"] };
-    }
-  }
-  return { accepted: false, problems: apiErrorProblems(res) };
-}
-
-/** The body as the server will see it: the same decoding, the same JSON parser. */
-function serverView(r: Req): { ok: true; value: unknown } | { ok: false } {
-  if (r.ct && !/^application\/json\b/i.test(r.ct)) return { ok: false };
-  const text = new TextDecoder().decode(r.body ?? new Uint8Array());
-  if (text.trim() === "") return { ok: false };
-  try {
-    return { ok: true, value: JSON.parse(text) };
-  } catch {
-    return { ok: false };
-  }
-}
+const h = new FuzzHarness({ server: () => s, base: (s) => s.adminUrl, headers: (s) => ({ authorization: `Bearer ${s.adminToken}` }) });
+const { exec, health, run, report, findings, stats } = h;
 
 /** After an accepted write: GET the model back; its spec must parse again to exactly what was accepted. */
 async function storedAsAccepted(want: ModelSpec): Promise<string[]> {
@@ -319,29 +128,8 @@ afterAll(async () => {
     await health();
     await s.stop();
   }
-  const rows = [...stats].map(([e, st]) => `  ${e.padEnd(44)} ${String(st.cases).padStart(6)} cases  ${String(st.rejected).padStart(6)} rejected  ${String(st.accepted).padStart(5)} accepted`);
-  console.log(`admin fuzz (seed ${SEED}):\n${rows.join("\n")}\nadmin fuzz total: ${total} cases`);
+  console.log(`admin fuzz (seed ${SEED}):\n${h.rows()}\nadmin fuzz total: ${h.total} cases`);
 });
-
-function report(prefix: string): string[] {
-  const out: string[] = [];
-  for (const [k, f] of findings) if (k.startsWith(prefix)) out.push(`${k} (${f.count}×)\n    ${f.example}`);
-  if (out.length) console.log(`FINDINGS ${prefix}\n${out.join("\n")}`);
-  return out;
-}
-
-/**
- * Runs a property. A bad answer is recorded as a finding (the smallest input kept), not thrown,
- * so one bug does not stop the run and every kind of problem shows up in one go; the test then
- * asserts there are none. fast-check reports the seed only if the harness itself throws.
- */
-const assertRuns = <T>(arb: fc.Arbitrary<T>, numRuns: number, fn: (v: T) => Promise<void>, seedOffset: number) =>
-  fc.assert(
-    fc.asyncProperty(arb, async (v) => {
-      await fn(v);
-    }),
-    { numRuns: runs(numRuns), seed: SEED + seedOffset },
-  );
 
 // ---- the properties ------------------------------------------------------------------------
 
@@ -352,7 +140,7 @@ test("the harness notices a write: a request that changes the store, judged reje
   expect(findings.get("self-check: store changed by a rejected request")?.count).toBe(2);
   findings.delete("self-check: store changed by a rejected request");
   stats.delete("self-check");
-  total -= 2;
+  h.total -= 2;
 });
 
 test("PUT /api/v1/models/{name}: bad bodies are 4xx naming the field, and change nothing", async () => {
@@ -522,7 +310,7 @@ test("made-up methods on a raw socket get a 4xx or a closed connection, never a 
   const runtimeAnswers = new Set(["505"]);
   for (const m of ["FOO", "get", "Put", "DELETE ", "\u0000", "G\tET", "BREW", "GET\r\n"]) {
     const out = await sendRaw(`${m} /api/v1/models/llama HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${s.adminToken}\r\nConnection: close\r\n\r\n`);
-    total++;
+    h.total++;
     const status = /^HTTP\/1\.1 (\d{3})/.exec(out)?.[1];
     if (out.startsWith("TIMEOUT") || (status !== undefined && !status.startsWith("4") && !runtimeAnswers.has(status))) bad.push(`${JSON.stringify(m)} → ${clip(out, 200)}`);
   }

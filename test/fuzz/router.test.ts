@@ -6,9 +6,8 @@
 
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import fc from "fast-check";
-import { SEED, SCALE, runs, Raw, toJson, own, hostile, enc, textBody, garbage, contentType, bodies } from "../helpers/fuzz";
-import { diffDumps, dumpStore, dumpText, storeWrites } from "../helpers/dump";
 import { type TestServer, testServer } from "../helpers/server";
+import { SEED, SCALE, Raw, toJson, own, hostile, enc, textBody, garbage, contentType, bodies, clip, FuzzHarness, assertRuns, type Req, type Res, type Judge } from "../helpers/fuzz";
 
 // ---- paths and queries ----------------------------------------------------------------------
 
@@ -72,31 +71,12 @@ beforeAll(async () => {
   console.log(`router fuzz: seed ${SEED}, scale ${SCALE}`);
 });
 
-interface Req {
-  method: string;
-  path: string;
-  body?: Uint8Array;
-  ct?: string | null;
-  pool?: string;
-  note?: string;
-}
-interface Res {
-  status: number;
-  text: string;
-  headers?: Headers;
-}
-
-async function exec(r: Req): Promise<Res> {
-  const headers: Record<string, string> = {};
-  if (r.ct !== null && r.ct !== undefined) headers["content-type"] = r.ct;
-  if (r.pool !== undefined) headers["x-llmgw-pool"] = r.pool;
-  try {
-    const res = await fetch(`${s.routerUrl}${r.path}`, { method: r.method, headers, body: r.body, signal: AbortSignal.timeout(10_000) });
-    return { status: res.status, text: await res.text(), headers: res.headers };
-  } catch (e) {
-    return { status: 0, text: `no answer: ${(e as Error).name}: ${(e as Error).message}` };
-  }
-}
+const h = new FuzzHarness({
+  server: () => s,
+  base: (s) => s.routerUrl,
+  headers: (_s, r): Record<string, string> => (r.pool !== undefined ? { "x-llmgw-pool": r.pool } : {}),
+});
+const { found, health, run, report, stats } = h;
 
 /** What is wrong with an error answer in OpenAI's shape; empty when it is a proper one. */
 function openAIErrorProblems(res: Res): string[] {
@@ -123,90 +103,7 @@ function openAIErrorProblems(res: Res): string[] {
   return p;
 }
 
-interface Finding {
-  count: number;
-  example: string;
-  size: number;
-}
-interface Stat {
-  cases: number;
-  rejected: number;
-  accepted: number;
-}
-const findings = new Map<string, Finding>();
-const stats = new Map<string, Stat>();
-let total = 0;
-let snapshot = "";
-let writes = -1;
-let sinceHealth = 0;
-let sinceDump = 0;
-
-function clip(s: string, n = 300): string {
-  return s.length > n ? `${s.slice(0, n)}…[${s.length} chars]` : s;
-}
-function describeReq(r: Req): string {
-  const body = r.body ? clip(JSON.stringify(new TextDecoder().decode(r.body))) : "(none)";
-  return `${r.method} ${clip(r.path, 200)} content-type=${r.ct === undefined || r.ct === null ? "(none)" : JSON.stringify(r.ct)} body=${body}${r.note ? ` [${clip(r.note, 300)}]` : ""}`;
-}
-/** Records a problem; "kind — detail": the kind groups findings, the detail goes with the example. */
-function found(problem: string, r: Req, res: Res, extra = ""): void {
-  const cut = problem.indexOf(" — ");
-  const kind = cut < 0 ? problem : problem.slice(0, cut);
-  const detail = cut < 0 ? extra : [problem.slice(cut + 3), extra].filter(Boolean).join("\n    ");
-  const example = `${describeReq(r)}\n    → ${res.status} ${clip(res.text)}${detail ? `\n    ${detail}` : ""}`;
-  const size = (r.body?.length ?? 0) + r.path.length;
-  const f = findings.get(kind);
-  if (!f) findings.set(kind, { count: 1, example, size });
-  else {
-    f.count++;
-    // Keep the smallest input: a poor man's shrink.
-    if (size < f.size) Object.assign(f, { example, size });
-  }
-}
-
 let expected503 = 0;
-
-async function health(): Promise<void> {
-  sinceHealth = 0;
-  const r = await fetch(`${s.routerUrl}/healthz`, { signal: AbortSignal.timeout(5000) }).catch((e: Error) => e);
-  if (r instanceof Error || r.status !== 200) throw new Error(`the router's /healthz does not answer after fuzzing: ${r instanceof Error ? r.message : r.status}`);
-}
-
-interface Verdict {
-  /** Accepted, or the expected 503 for a known model (which records demand in the store). */
-  accepted: boolean;
-  problems: string[];
-}
-type Judge = (res: Res) => Verdict;
-
-async function run(endpoint: string, r: Req, judge: Judge): Promise<void> {
-  if (snapshot === "") {
-    snapshot = dumpText(s.store);
-    writes = storeWrites(s.store);
-  }
-  const res = await exec(r);
-  const v = judge(res);
-  // FUZZ_DEBUG=1 prints every case, to see what the generators make.
-  if (process.env.FUZZ_DEBUG) console.log(`DEBUG ${endpoint} ${res.status} ${describeReq(r)}`);
-  total++;
-  const st = stats.get(endpoint) ?? { cases: 0, rejected: 0, accepted: 0 };
-  st.cases++;
-  if (v.accepted) st.accepted++;
-  else st.rejected++;
-  stats.set(endpoint, st);
-  for (const p of v.problems) found(`${endpoint}: ${p}`, r, res);
-  // The full dump when anything was written (and every 25 cases regardless); otherwise the
-  // store cannot have changed.
-  const w = storeWrites(s.store);
-  if (w !== writes || ++sinceDump >= 25) {
-    const now = dumpText(s.store);
-    if (!v.accepted && now !== snapshot) found(`${endpoint}: store changed by a rejected request`, r, res, diffDumps(JSON.parse(snapshot), dumpStore(s.store)).join("\n    "));
-    snapshot = now;
-    writes = w;
-    sinceDump = 0;
-  }
-  if (++sinceHealth >= 250) await health();
-}
 
 /** What the router must answer to a POST body, from the body alone: 400, 404, 413 or 503. */
 function expectedStatus(r: Req): number {
@@ -273,29 +170,9 @@ afterAll(async () => {
     await health();
     await s.stop();
   }
-  const rows = [...stats].map(([e, st]) => `  ${e.padEnd(44)} ${String(st.cases).padStart(6)} cases  ${String(st.rejected).padStart(6)} rejected  ${String(st.accepted).padStart(5)} accepted`);
-  console.log(`router fuzz (seed ${SEED}):\n${rows.join("\n")}\n  (accepted = 503 model_not_ready for a known model: ${expected503}; 200 for reads)\nrouter fuzz total: ${total} cases`);
+  console.log(`router fuzz (seed ${SEED}):\n${h.rows()}\n  (accepted = 503 model_not_ready for a known model: ${expected503}; 200 for reads)\nrouter fuzz total: ${h.total} cases`);
 });
 
-function report(prefix: string): string[] {
-  const out: string[] = [];
-  for (const [k, f] of findings) if (k.startsWith(prefix)) out.push(`${k} (${f.count}×)\n    ${f.example}`);
-  if (out.length) console.log(`FINDINGS ${prefix}\n${out.join("\n")}`);
-  return out;
-}
-
-/**
- * Runs a property. A bad answer is recorded as a finding (the smallest input kept), not thrown,
- * so one bug does not stop the run and every kind of problem shows up in one go; the test then
- * asserts there are none. fast-check reports the seed only if the harness itself throws.
- */
-const assertRuns = <T>(arb: fc.Arbitrary<T>, numRuns: number, fn: (v: T) => Promise<void>, seedOffset: number) =>
-  fc.assert(
-    fc.asyncProperty(arb, async (v) => {
-      await fn(v);
-    }),
-    { numRuns: runs(numRuns), seed: SEED + seedOffset },
-  );
 // ---- the properties ------------------------------------------------------------------------
 
 const MODEL_VARIANTS = [
@@ -404,7 +281,7 @@ test("bodies over the limit are 413 request_too_large, also when nothing declare
       },
     });
     const res = await fetch(`${s.routerUrl}/v1/chat/completions`, { method: "POST", body: chunked, signal: AbortSignal.timeout(10_000) }).catch((e: Error) => e);
-    total++;
+    h.total++;
     if (res instanceof Error) found(`POST /v1/chat/completions (${label}, chunked): no answer`, r, { status: 0, text: res.message });
     else {
       const text = await res.text();

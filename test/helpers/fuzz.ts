@@ -2,6 +2,8 @@
 // valid bodies, damaged JSON text and plain garbage, with fast-check.
 
 import fc from "fast-check";
+import { diffDumps, dumpStore, dumpText, storeWrites } from "./dump";
+import type { TestServer } from "./server";
 
 export const SEED = Number(process.env.FUZZ_SEED ?? 424242);
 /** Multiplies every run count: FUZZ_SCALE=10 for a long soak, 0.1 for a quick look. */
@@ -230,3 +232,254 @@ export function bodies(valid: unknown): fc.Arbitrary<Body> {
     { weight: 1, arbitrary: fc.constant(textBody(JSON.stringify(valid), "valid")) },
   );
 }
+
+// ---- the harness: send, judge, record findings, watch the store ---------------------------
+
+
+export interface Req {
+  method: string;
+  path: string;
+  body?: Uint8Array;
+  ct?: string | null;
+  note?: string;
+  /** Agent API: use the admin token (to read back what an accepted heartbeat stored). */
+  admin?: boolean;
+  /** Router: the x-llmgw-pool header. */
+  pool?: string;
+}
+export interface Res {
+  status: number;
+  text: string;
+  headers?: Headers;
+}
+export interface Verdict {
+  /** Accepted (2xx), or for the router the expected 503 for a known model. */
+  accepted: boolean;
+  problems: string[];
+}
+export type Judge = (res: Res) => Verdict | Promise<Verdict>;
+interface Finding {
+  count: number;
+  example: string;
+  size: number;
+}
+export interface Stat {
+  cases: number;
+  rejected: number;
+  accepted: number;
+}
+
+export function clip(s: string, n = 300): string {
+  return s.length > n ? `${s.slice(0, n)}…[${s.length} chars]` : s;
+}
+export function describeReq(r: Req): string {
+  const body = r.body ? clip(JSON.stringify(new TextDecoder().decode(r.body))) : "(none)";
+  return `${r.method} ${clip(r.path, 200)} content-type=${r.ct === undefined || r.ct === null ? "(none)" : JSON.stringify(r.ct)} body=${body}${r.note ? ` [${clip(r.note, 300)}]` : ""}`;
+}
+
+/** What is wrong with an error answer in the admin and agent API's shape; empty when it is a proper one. */
+export function apiErrorProblems(res: Res): string[] {
+  if (res.status === 0) return [res.text];
+  const p: string[] = [];
+  if (res.status >= 500) p.push(`answered ${res.status}`);
+  else if (res.status < 400) p.push(`answered ${res.status} to a bad request`);
+  // Bun's own answer to an over-long request line or header, before the app sees it.
+  if (res.status === 431) return p;
+  let j: unknown;
+  try {
+    j = JSON.parse(res.text);
+  } catch {
+    return [...p, "error body is not JSON"];
+  }
+  const e = (j as { error?: unknown } | null)?.error as { code?: unknown; message?: unknown; issues?: unknown } | undefined;
+  if (!e || typeof e !== "object") return [...p, "no error object"];
+  if (typeof e.code !== "string" || e.code === "") p.push("error.code missing");
+  if (typeof e.message !== "string" || e.message.trim() === "") p.push("error.message empty");
+  else if (/internal error/i.test(e.message) && res.status < 500) p.push(`message says internal error`);
+  if (e.issues !== undefined) {
+    if (!Array.isArray(e.issues) || e.issues.length === 0) p.push("issues is not a non-empty list");
+    else
+      for (const i of e.issues as { path?: unknown; message?: unknown }[])
+        if (typeof i?.path !== "string" || i.path === "" || typeof i.message !== "string" || i.message === "") {
+          p.push("an issue without a path or message");
+          break;
+        }
+  }
+  if (e.code === "invalid_request" && typeof e.message === "string") {
+    const first = Array.isArray(e.issues) ? (e.issues[0] as { path?: string } | undefined)?.path : undefined;
+    if (first !== undefined && !e.message.startsWith(`${first}: `)) p.push("message does not start with the first issue's path");
+    if (first === undefined && !/^\S+: \S/.test(e.message)) p.push("invalid_request message names no field");
+  }
+  return p;
+}
+
+/**
+ * A mutating endpoint: 2xx is accepted (and must be allowed by the oracle, and `verify` then
+ * checks what was stored), anything else must be a proper error.
+ */
+export function judgeWrite(ok: number[], oracle?: () => boolean | undefined, verify?: () => Promise<string[]>): Judge {
+  return async (res) => {
+    if (ok.includes(res.status)) {
+      const local = oracle?.();
+      if (local === false) return { accepted: true, problems: [`accepted (${res.status}) a body its schema rejects`] };
+      return { accepted: true, problems: verify ? await verify() : [] };
+    }
+    const problems = apiErrorProblems(res);
+    if (res.status === 400 && oracle?.() === true) problems.push("rejected (400) a body its schema accepts");
+    return { accepted: false, problems };
+  };
+}
+
+/** A read: 200 is fine; otherwise a proper error. */
+export function judgeRead(res: Res): Verdict {
+  if (res.status === 200) {
+    try {
+      JSON.parse(res.text);
+      return { accepted: true, problems: [] };
+    } catch {
+      return { accepted: true, problems: ["200 with a body that is not JSON"] };
+    }
+  }
+  return { accepted: false, problems: apiErrorProblems(res) };
+}
+
+/**
+ * The body as the server will see it: the same decoding, the same JSON parser. The admin API
+ * refuses other content types; the agent API parses whatever the content type says.
+ */
+export function serverView(r: Req, opts: { anyContentType?: boolean } = {}): { ok: true; value: unknown } | { ok: false } {
+  if (!opts.anyContentType && r.ct && !/^application\/json\b/i.test(r.ct)) return { ok: false };
+  const text = new TextDecoder().decode(r.body ?? new Uint8Array());
+  if (text.trim() === "") return { ok: false };
+  try {
+    return { ok: true, value: JSON.parse(text) };
+  } catch {
+    return { ok: false };
+  }
+}
+
+/**
+ * Sends fuzzed requests to one listener of a real server, judges the answers, records problems
+ * as findings (the smallest input of each kind kept) instead of throwing, and checks that a
+ * rejected request (or any read) leaves every table of the store as it was.
+ */
+export class FuzzHarness {
+  readonly findings = new Map<string, Finding>();
+  readonly stats = new Map<string, Stat>();
+  total = 0;
+  private snapshot = "";
+  private writes = -1;
+  private sinceHealth = 0;
+  private sinceDump = 0;
+
+  constructor(
+    private readonly o: {
+      server: () => TestServer;
+      /** The listener's base URL. */
+      base: (s: TestServer) => string;
+      /** The headers a request carries (the token of the listener's kind). */
+      headers: (s: TestServer, r: Req) => Record<string, string>;
+    },
+  ) {}
+
+  exec = async (r: Req): Promise<Res> => {
+    const s = this.o.server();
+    const headers = this.o.headers(s, r);
+    if (r.ct !== null && r.ct !== undefined) headers["content-type"] = r.ct;
+    try {
+      const res = await fetch(`${this.o.base(s)}${r.path}`, { method: r.method, headers, body: r.body, signal: AbortSignal.timeout(10_000) });
+      return { status: res.status, text: await res.text(), headers: res.headers };
+    } catch (e) {
+      return { status: 0, text: `no answer: ${(e as Error).name}: ${(e as Error).message}` };
+    }
+  };
+
+  /** Records a problem; "kind — detail": the kind groups findings, the detail goes with the example. */
+  found = (problem: string, r: Req, res: Res, extra = ""): void => {
+    const cut = problem.indexOf(" — ");
+    const kind = cut < 0 ? problem : problem.slice(0, cut);
+    const detail = cut < 0 ? extra : [problem.slice(cut + 3), extra].filter(Boolean).join("\n    ");
+    const example = `${describeReq(r)}\n    → ${res.status} ${clip(res.text)}${detail ? `\n    ${detail}` : ""}`;
+    const size = (r.body?.length ?? 0) + r.path.length;
+    const f = this.findings.get(kind);
+    if (!f) this.findings.set(kind, { count: 1, example, size });
+    else {
+      f.count++;
+      // Keep the smallest input: a poor man's shrink.
+      if (size < f.size) Object.assign(f, { example, size });
+    }
+  };
+
+  health = async (): Promise<void> => {
+    this.sinceHealth = 0;
+    const base = this.o.base(this.o.server());
+    const r = await fetch(`${base}/healthz`, { signal: AbortSignal.timeout(5000) }).catch((e: Error) => e);
+    if (r instanceof Error || r.status !== 200) throw new Error(`${base}/healthz does not answer after fuzzing: ${r instanceof Error ? r.message : r.status}`);
+  };
+
+  /**
+   * Sends one request, judges the answer, and checks the store: a rejected request (or any GET)
+   * must leave every table as it was. `after` runs after an accepted request (to restore seeds).
+   */
+  run = async (endpoint: string, r: Req, judge: Judge, opts: { readOnly?: boolean; after?: () => Promise<void> } = {}): Promise<void> => {
+    const store = this.o.server().store;
+    if (this.snapshot === "") {
+      this.snapshot = dumpText(store);
+      this.writes = storeWrites(store);
+    }
+    const res = await this.exec(r);
+    const v = await judge(res);
+    // FUZZ_DEBUG=1 prints every case, to see what the generators make.
+    if (process.env.FUZZ_DEBUG) console.log(`DEBUG ${endpoint} ${res.status} ${describeReq(r)}`);
+    this.total++;
+    const st = this.stats.get(endpoint) ?? { cases: 0, rejected: 0, accepted: 0 };
+    st.cases++;
+    if (v.accepted) st.accepted++;
+    else st.rejected++;
+    this.stats.set(endpoint, st);
+    for (const p of v.problems) this.found(`${endpoint}: ${p}`, r, res);
+    // The full dump when anything was written (and every 25 cases regardless); otherwise the
+    // store cannot have changed.
+    const w = storeWrites(store);
+    if (w !== this.writes || ++this.sinceDump >= 25) {
+      const now = dumpText(store);
+      if ((!v.accepted || opts.readOnly) && now !== this.snapshot)
+        this.found(`${endpoint}: store changed by a ${v.accepted ? "read" : "rejected request"}`, r, res, diffDumps(JSON.parse(this.snapshot), dumpStore(store)).join("\n    "));
+      this.snapshot = now;
+      this.writes = w;
+      this.sinceDump = 0;
+    }
+    if (v.accepted && opts.after) {
+      await opts.after();
+      this.snapshot = dumpText(store);
+      this.writes = storeWrites(store);
+    }
+    if (++this.sinceHealth >= 250) await this.health();
+  };
+
+  /** The findings whose kind starts with `prefix`, printed; the tests assert there are none. */
+  report = (prefix: string): string[] => {
+    const out: string[] = [];
+    for (const [k, f] of this.findings) if (k.startsWith(prefix)) out.push(`${k} (${f.count}×)\n    ${f.example}`);
+    if (out.length) console.log(`FINDINGS ${prefix}\n${out.join("\n")}`);
+    return out;
+  };
+
+  /** One line per endpoint: cases, rejected, accepted. */
+  rows(): string {
+    return [...this.stats].map(([e, st]) => `  ${e.padEnd(44)} ${String(st.cases).padStart(6)} cases  ${String(st.rejected).padStart(6)} rejected  ${String(st.accepted).padStart(5)} accepted`).join("\n");
+  }
+}
+
+/**
+ * Runs a property. A bad answer is recorded as a finding (the smallest input kept), not thrown,
+ * so one bug does not stop the run and every kind of problem shows up in one go; the test then
+ * asserts there are none. fast-check reports the seed only if the harness itself throws.
+ */
+export const assertRuns = <T>(arb: fc.Arbitrary<T>, numRuns: number, fn: (v: T) => Promise<void>, seedOffset: number) =>
+  fc.assert(
+    fc.asyncProperty(arb, async (v) => {
+      await fn(v);
+    }),
+    { numRuns: runs(numRuns), seed: SEED + seedOffset },
+  );
