@@ -12,6 +12,7 @@ import { EngineMetricsPoller } from "./engine-metrics";
 import { openAIError, sseErrorFrame } from "./errors";
 import { prefixKey } from "./prefix-key";
 import { Counter, Gauge, Histogram, Registry } from "./prom";
+import { type Exchange, type ExchangeHandler, type ExtraHeaders, type UpstreamHead, UpstreamError, UpstreamPool } from "./upstream";
 
 export interface RouterOptions {
   host: string;
@@ -64,7 +65,7 @@ const digest = (s: string) => createHash("sha256").update(s).digest();
 // Named lists rather than "everything but hop-by-hop": building headers is per-request work on
 // the hot path, and engines need (and send) only a few.
 const PASS_UP = ["accept", "x-request-id", "traceparent", "tracestate", "user-agent"] as const;
-const PASS_DOWN = ["content-type", "cache-control", "x-request-id", "openai-processing-ms"] as const;
+const PASS_DOWN = new Set(["content-type", "cache-control", "x-request-id", "openai-processing-ms"]);
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 /** Bodies up to this size are buffered when not streamed: one write instead of a stream is faster. */
@@ -78,17 +79,25 @@ export class Router implements EndpointSink, UsageSource {
   private server: Server<undefined> | undefined;
   private poller: EngineMetricsPoller | undefined;
   private readonly waiters = new Set<() => void>();
-  private readonly watches = new Set<Watch>();
+  /** @internal Deadlines of the attempts in flight, expired by one sweep. */
+  readonly watches = new Set<Watch>();
+  /** @internal Keep-alive sockets to the engines. */
+  readonly upstream = new UpstreamPool();
   private sweeper: ReturnType<typeof setInterval> | undefined;
   private readonly o: Required<Omit<RouterOptions, "requireApiKey" | "adminToken" | "demand" | "log" | "tls" | "serverIdleTimeoutSec" | "loadFactor">> & RouterOptions;
 
   // metrics
   private readonly registry = new Registry();
-  private readonly requests: Counter;
+  // @internal: Attempt (below) records into these.
+  readonly requests: Counter;
   private readonly retries: Counter;
-  private readonly upstreamErrors: Counter;
-  private readonly ttfb: Histogram;
-  private readonly duration: Histogram;
+  readonly upstreamErrors: Counter;
+  readonly ttfb: Histogram;
+  readonly duration: Histogram;
+  readonly firstByteTimeoutMs: number;
+  readonly idleTimeoutMs: number;
+  readonly cooldownMs: number;
+  readonly maxAttempts: number;
 
   constructor(opts: RouterOptions) {
     this.o = {
@@ -102,6 +111,10 @@ export class Router implements EndpointSink, UsageSource {
       metricsIntervalMs: 1_000,
       ...opts,
     };
+    this.firstByteTimeoutMs = this.o.firstByteTimeoutMs;
+    this.idleTimeoutMs = this.o.idleTimeoutMs;
+    this.cooldownMs = this.o.cooldownMs;
+    this.maxAttempts = this.o.maxAttempts;
     this.balancer = new Balancer({ now: this.o.now, ...(this.o.loadFactor !== undefined ? { loadFactor: this.o.loadFactor } : {}) });
     const buckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
     this.requests = this.registry.add(new Counter("llmgw_router_requests_total", "Requests by model and HTTP status.", ["model", "status"]));
@@ -184,6 +197,7 @@ export class Router implements EndpointSink, UsageSource {
     if (this.sweeper) clearInterval(this.sweeper);
     for (const w of [...this.waiters]) w();
     await this.server?.stop(true);
+    this.upstream.close();
   }
 
   private route(method: string, path: string): RouteDef | undefined {
@@ -288,11 +302,11 @@ export class Router implements EndpointSink, UsageSource {
     const max = this.o.maxBodyBytes;
     const declared = Number(req.headers.get("content-length") ?? 0);
     if (declared > max) return openAIError(413, `request body is ${declared} bytes; the limit is ${max}`, { code: "request_too_large" });
-    const buf = declared > 0 ? await req.arrayBuffer() : await readCapped(req, max);
-    if (buf === undefined || buf.byteLength > max) return openAIError(413, `request body is over the limit of ${max} bytes`, { code: "request_too_large" });
+    const bytes = declared > 0 ? new Uint8Array(await req.arrayBuffer()) : await readCapped(req, max);
+    if (bytes === undefined || bytes.byteLength > max) return openAIError(413, `request body is over the limit of ${max} bytes`, { code: "request_too_large" });
     let body: Record<string, unknown>;
     try {
-      body = JSON.parse(dec.decode(buf));
+      body = JSON.parse(dec.decode(bytes));
     } catch (e) {
       return openAIError(400, `We could not parse the JSON body of your request: ${(e as Error).message}`, { code: "invalid_json" });
     }
@@ -323,199 +337,20 @@ export class Router implements EndpointSink, UsageSource {
     server.timeout(req, 0);
     const key = prefixKey(body);
     const stream = body.stream === true;
-    const headers = forwardHeaders(req.headers);
-    let exclude: Set<string> | undefined;
-    let lastError = "no replica answered";
-    for (let attempt = 0; attempt < this.o.maxAttempts; attempt++) {
-      const lease = this.balancer.acquire(model, key, pool, exclude);
-      if (!lease) break;
-      const ep = lease.endpoint;
-      const canonical = ep.info.models[0] ?? model;
-      // SGLang serves one name; any alias is sent to it as the model's own name.
-      const payload = ep.info.engine === "sglang" && model !== canonical ? JSON.stringify({ ...body, model: canonical }) : buf;
-      const outcome = await this.attempt(req, lease, pathAndQuery, headers, payload, stream, canonical, t0);
-      if (outcome instanceof Response) return outcome;
-      lastError = outcome.error;
-      this.retries.inc([canonical, outcome.kind]);
-      (exclude ??= new Set()).add(ep.id);
-      if (req.signal.aborted) break;
-    }
+    const extra = forwardHeaders(req.headers);
+    return new Promise<Response>((resolve) => new Call(this, req, model, pool, key, stream, extra, body, bytes, pathAndQuery, t0, resolve).next());
+  }
+
+  /** @internal For Call: retries are counted by replica model and reason. */
+  countRetry(model: string, kind: string): void {
+    this.retries.inc([model, kind]);
+  }
+
+  /** @internal For Call: the request gave up after every attempt failed. */
+  gaveUp(model: string, lastError: string): Response {
     const name = this.catalog.get(model)?.name ?? model;
     this.requests.inc([name, "502"]);
     return openAIError(502, `upstream failure for model '${model}': ${lastError}`, { code: "upstream_error" });
-  }
-
-  /**
-   * One try at one replica. Returns the client's response, or why it should be retried elsewhere
-   * (only ever before a byte was sent to the client).
-   */
-  private async attempt(
-    req: Request,
-    lease: Lease,
-    pathAndQuery: string,
-    headers: Record<string, string>,
-    payload: string | ArrayBuffer,
-    stream: boolean,
-    model: string,
-    t0: number,
-  ): Promise<Response | { kind: string; error: string }> {
-    const ep = lease.endpoint;
-    const ac = new AbortController();
-    let why: "client" | "first_byte" | "idle" | undefined;
-    const onClientAbort = () => {
-      why ??= "client";
-      ac.abort();
-    };
-    req.signal.addEventListener("abort", onClientAbort);
-    // Timeouts are deadlines checked by one sweep for all requests, not a timer per request
-    // and per chunk: moving a deadline is a number store on the hot path.
-    const watch: Watch = {
-      deadline: performance.now() + this.o.firstByteTimeoutMs,
-      expire: () => {
-        why ??= "first_byte";
-        ac.abort();
-      },
-    };
-    this.watches.add(watch);
-    let released = false;
-    const finish = (status: number) => {
-      if (released) return;
-      released = true;
-      this.watches.delete(watch);
-      req.signal.removeEventListener("abort", onClientAbort);
-      lease.release();
-      this.requests.inc([model, String(status)]);
-      this.duration.observe([model], (performance.now() - t0) / 1000);
-    };
-    const fail = (kind: string, error: string, cool: boolean) => {
-      released = true;
-      this.watches.delete(watch);
-      req.signal.removeEventListener("abort", onClientAbort);
-      lease.release();
-      if (cool) this.balancer.cooldown(ep.id, this.o.cooldownMs);
-      this.upstreamErrors.inc([model, kind]);
-      return { kind, error };
-    };
-
-    let res: Response;
-    try {
-      res = await fetch(ep.url + pathAndQuery, { method: "POST", headers, body: payload, signal: ac.signal, redirect: "manual" });
-    } catch (e) {
-      if (why === "client") {
-        finish(499);
-        return new Response(null, { status: 499 });
-      }
-      const msg = why === "first_byte" ? `no answer from ${ep.id} within ${this.o.firstByteTimeoutMs / 1000}s` : `cannot reach ${ep.id}: ${(e as Error).message}`;
-      return fail(why === "first_byte" ? "timeout" : "connect", msg, true);
-    }
-
-    if (RETRY_STATUS.has(res.status)) {
-      const text = await res.text().catch(() => "");
-      const kind = res.status === 429 ? "busy" : `http_${res.status}`;
-      // A busy engine is healthy; a 5xx one is passed over for a while. A client's 4xx never counts.
-      return fail(kind, `${ep.id} answered ${res.status}${text ? `: ${text.slice(0, 200)}` : ""}`, res.status !== 429);
-    }
-    // Any other 5xx is the engine's own answer and goes to the client, but the replica is
-    // passed over for a while: a client's 4xx never counts against it.
-    if (res.status >= 500) this.balancer.cooldown(ep.id, this.o.cooldownMs);
-    const outHeaders = responseHeaders(res.headers, ep.id);
-
-    const len = Number(res.headers.get("content-length") ?? -1);
-    if (!stream && len >= 0 && len <= BUFFER_LIMIT) {
-      // Small and whole: read it all, then answer in one write. Dying mid-body is still
-      // before the client saw a byte, so it is retried like a refused connection.
-      let data: ArrayBuffer;
-      try {
-        data = await res.arrayBuffer();
-      } catch (e) {
-        if (why === "client") {
-          finish(499);
-          return new Response(null, { status: 499 });
-        }
-        return fail("reset", `${ep.id} failed while answering: ${(e as Error).message}`, true);
-      }
-      this.ttfb.observe([model], (performance.now() - t0) / 1000);
-      finish(res.status);
-      return new Response(data, { status: res.status, headers: outHeaders });
-    }
-
-    const reader = res.body!.getReader();
-    let first: { done: boolean; value?: Uint8Array };
-    try {
-      first = await reader.read();
-    } catch (e) {
-      if (why === "client") {
-        finish(499);
-        return new Response(null, { status: 499 });
-      }
-      return fail(why === "first_byte" ? "timeout" : "reset", `${ep.id} failed before its first byte: ${(e as Error).message}`, true);
-    }
-    this.ttfb.observe([model], (performance.now() - t0) / 1000);
-    const sse = (res.headers.get("content-type") ?? "").includes("text/event-stream");
-    const status = res.status;
-    const idleMs = this.o.idleTimeoutMs;
-    watch.deadline = performance.now() + idleMs;
-    watch.expire = () => {
-      why ??= "idle";
-      ac.abort();
-    };
-    const cooldown = () => this.balancer.cooldown(ep.id, this.o.cooldownMs);
-    const countError = (kind: string) => this.upstreamErrors.inc([model, kind]);
-
-    // A "direct" stream: chunks go straight to the socket, with no queue between us and it.
-    const body = new ReadableStream<Uint8Array>({
-      type: "direct",
-      async pull(c: ReadableStreamDirectController) {
-        try {
-          if (first.value) await c.write(first.value);
-          if (!first.done) {
-            c.flush();
-            for (;;) {
-              const { value, done } = await reader.read();
-              if (done) break;
-              watch.deadline = performance.now() + idleMs;
-              // Awaiting a full buffer is the backpressure: a slow client slows the upstream read.
-              // 0 means the client has gone: stop reading from the engine at once.
-              let wrote = c.write(value);
-              if (typeof wrote !== "number") wrote = await wrote;
-              if (wrote === 0 && value.byteLength > 0) throw new ClientGone();
-              c.flush();
-            }
-          }
-          c.close();
-          finish(status);
-        } catch (e) {
-          if (e instanceof ClientGone) {
-            why ??= "client";
-            ac.abort();
-          }
-          if (why === "client" || released) {
-            finish(499);
-            return;
-          }
-          // The replica died or went quiet mid-stream: bytes already reached the client, so
-          // no retry. End the stream with an error event it can see, never a silent cut.
-          const what = why === "idle" ? `no data from replica ${ep.id} for ${idleMs / 1000}s` : `replica ${ep.id} failed mid-stream: ${(e as Error).message}`;
-          countError(why === "idle" ? "idle_timeout" : "mid_stream");
-          if (why !== "idle") cooldown();
-          try {
-            if (sse) {
-              c.write(enc.encode(sseErrorFrame(what)));
-              c.close();
-            } else c.close(new Error(what));
-          } catch {
-            // the client is already gone
-          }
-          finish(502);
-        }
-      },
-      cancel() {
-        why ??= "client";
-        ac.abort();
-        finish(499);
-      },
-    } satisfies Bun.DirectUnderlyingSource<Uint8Array>);
-    return new Response(body, { status, headers: outHeaders });
   }
 
   /** Expires the deadlines that have passed; one sweep for every request in flight. */
@@ -525,20 +360,352 @@ export class Router implements EndpointSink, UsageSource {
       this.watches.delete(w);
       w.expire();
     }
+    this.upstream.sweep();
   }
 }
 
-/** The client went away while a chunk was being written to it. */
-class ClientGone extends Error {}
+/** Why an attempt should be retried elsewhere (only ever before a byte reached the client). */
+interface Failure {
+  kind: string;
+  error: string;
+}
 
 interface Watch {
   deadline: number;
-  expire: () => void;
+  expire(): void;
+}
+
+/**
+ * One client request through the proxy: attempts on replicas one after the other, each on
+ * another replica, until one answers or maxAttempts is reached. Callback-driven rather than a
+ * loop of awaits: the hot path makes one promise per request, not one per attempt.
+ */
+class Call {
+  private attempts = 0;
+  private exclude: Set<string> | undefined;
+  private lastError = "no replica answered";
+
+  constructor(
+    readonly r: Router,
+    readonly req: Request,
+    private readonly model: string,
+    private readonly pool: string | undefined,
+    private readonly key: number,
+    readonly stream: boolean,
+    private readonly extra: ExtraHeaders,
+    private readonly body: Record<string, unknown>,
+    private readonly bytes: Uint8Array,
+    private readonly path: string,
+    readonly t0: number,
+    readonly resolve: (res: Response) => void,
+  ) {}
+
+  next(): void {
+    const r = this.r;
+    const lease = this.attempts < r.maxAttempts ? r.balancer.acquire(this.model, this.key, this.pool, this.exclude) : undefined;
+    if (lease === undefined) {
+      this.resolve(r.gaveUp(this.model, this.lastError));
+      return;
+    }
+    this.attempts++;
+    const ep = lease.endpoint;
+    const canonical = ep.info.models[0] ?? this.model;
+    // SGLang serves one name; any alias is sent to it as the model's own name.
+    const payload = ep.info.engine === "sglang" && this.model !== canonical ? enc.encode(JSON.stringify({ ...this.body, model: canonical })) : this.bytes;
+    new Attempt(this, lease, canonical).start(this.path, payload, this.extra);
+  }
+
+  /** An attempt failed before any byte reached the client: try another replica. */
+  failed(endpointId: string, model: string, f: Failure): void {
+    this.lastError = f.error;
+    this.r.countRetry(model, f.kind);
+    (this.exclude ??= new Set()).add(endpointId);
+    if (this.req.signal.aborted) this.attempts = Number.MAX_SAFE_INTEGER;
+    this.next();
+  }
+}
+
+/**
+ * One try at one replica: sends the request through the upstream pool and turns the engine's
+ * answer into the client's Response, or into a Failure the caller retries elsewhere. The lease
+ * is released exactly once, whatever happens. Retries happen only before any byte reached the
+ * client; after that, a failure ends the client's stream with an error event.
+ */
+class Attempt implements ExchangeHandler, Watch {
+  deadline: number;
+  private ex: Exchange | undefined;
+  private why: "client" | "first_byte" | "idle" | undefined;
+  private settled = false;
+  private released = false;
+  private status = 0;
+  private headers: Record<string, string> | undefined;
+  /** "buffer": whole small body, one write. "stream": passed on as it comes. "retry": a status to retry on; its body is kept for the message. */
+  private mode: "buffer" | "stream" | "retry" = "stream";
+  private parts: Uint8Array[] = [];
+  private ended = false;
+  private sse = false;
+  private ctrl: ReadableStreamDirectController | undefined;
+  private endPull: (() => void) | undefined;
+  private readonly onClientAbort = () => this.kill("client");
+  private readonly r: Router;
+  private readonly req: Request;
+  private readonly stream: boolean;
+  private readonly t0: number;
+
+  constructor(
+    private readonly call: Call,
+    private readonly lease: Lease,
+    private readonly model: string,
+  ) {
+    this.r = call.r;
+    this.req = call.req;
+    this.stream = call.stream;
+    this.t0 = call.t0;
+    this.deadline = performance.now() + this.r.firstByteTimeoutMs;
+  }
+
+  start(path: string, payload: Uint8Array, extra: ExtraHeaders): void {
+    // Timeouts are deadlines checked by one sweep for all requests, not a timer per request
+    // and per chunk: moving a deadline is a number store on the hot path.
+    this.r.watches.add(this);
+    this.req.signal.addEventListener("abort", this.onClientAbort);
+    this.ex = this.r.upstream.post(this.lease.endpoint.url, path, payload, extra, this);
+  }
+
+  expire(): void {
+    this.kill(this.settled ? "idle" : "first_byte");
+  }
+
+  /** Drops the upstream exchange for a reason of ours (client gone, deadline passed). */
+  private kill(why: "client" | "first_byte" | "idle"): void {
+    if (this.released) return;
+    this.why ??= why;
+    this.ex?.abort();
+    this.onError(new UpstreamError("reset", "aborted"), this.settled);
+  }
+
+  onHead(head: UpstreamHead): void {
+    const status = head.status;
+    this.status = status;
+    if (RETRY_STATUS.has(status)) {
+      this.mode = "retry";
+      return;
+    }
+    // Any other 5xx is the engine's own answer and goes to the client, but the replica is
+    // passed over for a while: a client's 4xx never counts against it.
+    if (status >= 500) this.r.balancer.cooldown(this.lease.endpoint.id, this.r.cooldownMs);
+    const out: Record<string, string> = { "x-llmgw-replica": this.lease.endpoint.id };
+    for (const [k, v] of head.headers) if (PASS_DOWN.has(k)) out[k] = v;
+    this.headers = out;
+    this.sse = (out["content-type"] ?? "").includes("text/event-stream");
+    const len = head.contentLength;
+    this.mode = !this.stream && len >= 0 && len <= BUFFER_LIMIT ? "buffer" : "stream";
+  }
+
+  onData(chunk: Uint8Array): void {
+    if (this.mode !== "stream") {
+      // Small and whole (or a retry's message): kept until the end. Dying mid-body is still
+      // before the client saw a byte, so it is retried like a refused connection.
+      // Views are kept, not copied: each socket read arrives in a fresh buffer (upstream.ts).
+      if (this.mode === "buffer" || this.parts.length < 4) this.parts.push(chunk);
+      return;
+    }
+    const c = this.ctrl;
+    if (c === undefined) {
+      this.parts.push(chunk);
+      if (!this.settled) this.respond();
+      return;
+    }
+    this.write(c, chunk);
+  }
+
+  /** A whole read from the engine was written: one flush sends it, however many chunks it held. */
+  onReadEnd(): void {
+    const c = this.ctrl;
+    if (c === undefined || this.released) return;
+    this.deadline = performance.now() + this.r.idleTimeoutMs;
+    if (!this.blocked) c.flush();
+  }
+
+  /** A write is waiting for the client to take more: flushing again would not help. */
+  private blocked = false;
+
+  onEnd(): void {
+    this.ended = true;
+    if (this.mode === "retry") {
+      const text = dec.decode(concat(this.parts)).slice(0, 200);
+      const kind = this.status === 429 ? "busy" : `http_${this.status}`;
+      // A busy engine is healthy; a 5xx one is passed over for a while.
+      this.fail(kind, `${this.lease.endpoint.id} answered ${this.status}${text ? `: ${text}` : ""}`, this.status !== 429);
+      return;
+    }
+    if (this.mode === "buffer") {
+      this.r.ttfb.observe([this.model], (performance.now() - this.t0) / 1000);
+      this.finish(this.status);
+      this.settle(new Response(concat(this.parts), { status: this.status, headers: this.headers! }));
+      return;
+    }
+    if (!this.settled) this.respond();
+    else if (this.ctrl !== undefined) {
+      this.ctrl.close();
+      this.finish(this.status);
+      this.endPull?.();
+    }
+  }
+
+  onError(err: UpstreamError, _received: boolean): void {
+    if (this.released) return;
+    this.ex = undefined;
+    const ep = this.lease.endpoint;
+    if (!this.settled) {
+      if (this.why === "client") {
+        this.finish(499);
+        this.settle(new Response(null, { status: 499 }));
+        return;
+      }
+      if (this.why === "first_byte") this.fail("timeout", `no answer from ${ep.id} within ${this.r.firstByteTimeoutMs / 1000}s`, true);
+      else if (err.kind === "connect") this.fail("connect", `cannot reach ${ep.id}: ${err.message}`, true);
+      else this.fail("reset", `${ep.id} failed before its first byte: ${err.message}`, true);
+      return;
+    }
+    if (this.why === "client") {
+      this.finish(499);
+      this.endPull?.();
+      return;
+    }
+    // The replica died or went quiet mid-stream: bytes already reached the client, so no
+    // retry. End the stream with an error event it can see, never a silent cut.
+    const idleMs = this.r.idleTimeoutMs;
+    const what = this.why === "idle" ? `no data from replica ${ep.id} for ${idleMs / 1000}s` : `replica ${ep.id} failed mid-stream: ${err.message}`;
+    this.r.upstreamErrors.inc([this.model, this.why === "idle" ? "idle_timeout" : "mid_stream"]);
+    if (this.why !== "idle") this.r.balancer.cooldown(ep.id, this.r.cooldownMs);
+    const c = this.ctrl;
+    if (c !== undefined) {
+      try {
+        if (this.sse) {
+          c.write(enc.encode(sseErrorFrame(what)));
+          c.close();
+        } else c.close(new Error(what));
+      } catch {
+        // the client is already gone
+      }
+    } else this.failure = what;
+    this.finish(502);
+    this.endPull?.();
+  }
+
+  /** Set when the stream failed before the client pulled: pull reports it then. */
+  private failure: string | undefined;
+
+  /** The first bytes of a streamed answer are here (or it ended empty): answer the client. */
+  private respond(): void {
+    this.r.ttfb.observe([this.model], (performance.now() - this.t0) / 1000);
+    this.deadline = performance.now() + this.r.idleTimeoutMs;
+    this.req.signal.removeEventListener("abort", this.onClientAbort);
+    // A "direct" stream: chunks go straight to the socket, with no queue between us and it.
+    const body = new ReadableStream<Uint8Array>({
+      type: "direct",
+      pull: (c: ReadableStreamDirectController) => this.pull(c),
+      cancel: () => this.kill("client"),
+    } satisfies Bun.DirectUnderlyingSource<Uint8Array>);
+    this.settle(new Response(body, { status: this.status, headers: this.headers! }));
+  }
+
+  private pull(c: ReadableStreamDirectController): Promise<void> | void {
+    if (this.released && this.why === "client") return;
+    this.ctrl = c;
+    const parts = this.parts;
+    this.parts = [];
+    for (const p of parts) this.write(c, p);
+    if (!this.blocked) c.flush();
+    if (this.failure !== undefined) {
+      try {
+        if (this.sse) {
+          c.write(enc.encode(sseErrorFrame(this.failure)));
+          c.close();
+        } else c.close(new Error(this.failure));
+      } catch {}
+      return;
+    }
+    if (this.ended) {
+      c.close();
+      this.finish(this.status);
+      return;
+    }
+    if (this.released) return;
+    return new Promise<void>((resolve) => {
+      this.endPull = resolve;
+    });
+  }
+
+  /** One chunk to the client. A full buffer pauses the engine's socket: that is the backpressure. */
+  private write(c: ReadableStreamDirectController, chunk: Uint8Array): void {
+    const wrote = c.write(chunk);
+    if (typeof wrote === "number") {
+      // 0 means the client has gone: stop reading from the engine at once.
+      if (wrote === 0 && chunk.byteLength > 0) this.kill("client");
+      return;
+    }
+    this.blocked = true;
+    this.ex?.pause();
+    wrote.then(
+      (n) => {
+        this.blocked = false;
+        if (n === 0 && chunk.byteLength > 0) this.kill("client");
+        else if (!this.released) {
+          this.ex?.resume();
+          c.flush();
+        }
+      },
+      () => this.kill("client"),
+    );
+  }
+
+  private settle(o: Response | Failure): void {
+    this.settled = true;
+    if (o instanceof Response) this.call.resolve(o);
+    else this.call.failed(this.lease.endpoint.id, this.model, o);
+  }
+
+  private finish(status: number): void {
+    if (this.released) return;
+    this.released = true;
+    this.r.watches.delete(this);
+    this.req.signal.removeEventListener("abort", this.onClientAbort);
+    this.lease.release();
+    this.r.requests.inc([this.model, String(status)]);
+    this.r.duration.observe([this.model], (performance.now() - this.t0) / 1000);
+  }
+
+  private fail(kind: string, error: string, cool: boolean): void {
+    if (this.released) return;
+    this.released = true;
+    this.ex?.abort();
+    this.r.watches.delete(this);
+    this.req.signal.removeEventListener("abort", this.onClientAbort);
+    this.lease.release();
+    if (cool) this.r.balancer.cooldown(this.lease.endpoint.id, this.r.cooldownMs);
+    this.r.upstreamErrors.inc([this.model, kind]);
+    this.settle({ kind, error });
+  }
+}
+
+function concat(parts: Uint8Array[]): Uint8Array {
+  if (parts.length === 1) return parts[0]!;
+  let n = 0;
+  for (const p of parts) n += p.byteLength;
+  const out = new Uint8Array(n);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.byteLength;
+  }
+  return out;
 }
 
 /** Reads a body without a Content-Length, giving up (undefined) as soon as it passes `max` bytes. */
-async function readCapped(req: Request, max: number): Promise<ArrayBuffer | undefined> {
-  if (!req.body) return new ArrayBuffer(0);
+async function readCapped(req: Request, max: number): Promise<Uint8Array | undefined> {
+  if (!req.body) return new Uint8Array(0);
   const parts: Uint8Array[] = [];
   let size = 0;
   for await (const chunk of req.body) {
@@ -546,31 +713,15 @@ async function readCapped(req: Request, max: number): Promise<ArrayBuffer | unde
     if (size > max) return undefined;
     parts.push(chunk);
   }
-  const out = new Uint8Array(size);
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.byteLength;
-  }
-  return out.buffer;
+  return parts.length === 0 ? new Uint8Array(0) : concat(parts);
 }
 
-/** Headers passed upstream: the body's type, and what identifies or traces the request. */
-function forwardHeaders(h: Headers): Record<string, string> {
-  const out: Record<string, string> = { "content-type": "application/json" };
+/** Headers passed upstream: what identifies or traces the request (the pool adds Host, Content-Type, Content-Length). */
+function forwardHeaders(h: Headers): [string, string][] {
+  const out: [string, string][] = [];
   for (const k of PASS_UP) {
     const v = h.get(k);
-    if (v !== null) out[k] = v;
-  }
-  return out;
-}
-
-/** Headers passed back to the client: what describes the body, plus which replica answered. */
-function responseHeaders(h: Headers, replica: string): Record<string, string> {
-  const out: Record<string, string> = { "x-llmgw-replica": replica };
-  for (const k of PASS_DOWN) {
-    const v = h.get(k);
-    if (v !== null) out[k] = v;
+    if (v !== null) out.push([k, v]);
   }
   return out;
 }
