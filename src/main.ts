@@ -33,23 +33,6 @@ const COMMANDS: Record<string, { summary: string; load: Loader }> = {
   version: { summary: "print the version", load: async () => (await import("./cli/version")).command },
 };
 
-/** Commands that run the router, whose upstream fetches must not queue behind Bun's default limit. */
-const ROUTING_COMMANDS = new Set(["serve", "demo"]);
-
-/**
- * Bun lets only 256 fetches run at once unless BUN_CONFIG_MAX_HTTP_REQUESTS is set before the
- * process starts (setting it later has no effect); beyond that, streams through the router
- * would queue behind each other. So a routing command starts itself again with the limit
- * raised, passing signals through and exiting with the child's code.
- */
-async function reexecWithFetchLimit(argv: string[]): Promise<number> {
-  const compiled = Bun.main.startsWith("/$bunfs/") || Bun.main.startsWith("B:/~BUN/");
-  const cmd = compiled ? [process.execPath, ...argv] : [process.execPath, Bun.main, ...argv];
-  const child = Bun.spawn(cmd, { env: { ...process.env, BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" }, stdio: ["inherit", "inherit", "inherit"] });
-  for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"] as const) process.on(sig, () => child.kill(sig));
-  return await child.exited;
-}
-
 function topHelp(): string {
   const w = Math.max(...Object.keys(COMMANDS).map((k) => k.length)) + 2;
   return [
@@ -76,9 +59,6 @@ export async function main(argv: string[]): Promise<number> {
   }
   if (name === "--version" || name === "-v") return main(["version"]);
   const entry = COMMANDS[name];
-  if (entry && ROUTING_COMMANDS.has(name) && !process.env.BUN_CONFIG_MAX_HTTP_REQUESTS && !rest.includes("--help") && !rest.includes("-h")) {
-    return reexecWithFetchLimit(argv);
-  }
   if (!entry) {
     process.stderr.write(`error: unknown command "${name}"; run \`llmgw --help\` for the list\n`);
     return 2;

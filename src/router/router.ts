@@ -294,51 +294,69 @@ export class Router implements EndpointSink, UsageSource {
     });
   }
 
-  private async proxy(req: Request, server: Server<undefined>, pathAndQuery: string, keyPool: string | undefined): Promise<Response> {
+  /**
+   * POST /v1/*: reads and checks the body, then hands the request to a Call. Written with
+   * callbacks around one promise rather than as an async function: the promise Bun.serve waits
+   * on is resolved directly with the Response, with no promise adopted in between.
+   */
+  private proxy(req: Request, server: Server<undefined>, pathAndQuery: string, keyPool: string | undefined): Response | Promise<Response> {
     const t0 = performance.now();
     // A key bound to a pool decides the pool; otherwise the client may pick one by header.
     const pool = keyPool ?? req.headers.get("x-llmgw-pool") ?? undefined;
-
     const max = this.o.maxBodyBytes;
     const declared = Number(req.headers.get("content-length") ?? 0);
     if (declared > max) return openAIError(413, `request body is ${declared} bytes; the limit is ${max}`, { code: "request_too_large" });
-    const bytes = declared > 0 ? new Uint8Array(await req.arrayBuffer()) : await readCapped(req, max);
-    if (bytes === undefined || bytes.byteLength > max) return openAIError(413, `request body is over the limit of ${max} bytes`, { code: "request_too_large" });
+    return new Promise<Response>((resolve) => {
+      (declared > 0 ? req.bytes() : readCapped(req, max)).then(
+        (bytes) => this.forward(req, server, pathAndQuery, pool, t0, bytes, resolve),
+        (e: Error) => resolve(openAIError(400, `could not read the request body: ${e.message}`, { code: "invalid_request" })),
+      );
+    });
+  }
+
+  private forward(req: Request, server: Server<undefined>, pathAndQuery: string, pool: string | undefined, t0: number, bytes: Uint8Array | undefined, resolve: (r: Response) => void): void {
+    const max = this.o.maxBodyBytes;
+    if (bytes === undefined || bytes.byteLength > max) return resolve(openAIError(413, `request body is over the limit of ${max} bytes`, { code: "request_too_large" }));
     let body: Record<string, unknown>;
     try {
       body = JSON.parse(dec.decode(bytes));
     } catch (e) {
-      return openAIError(400, `We could not parse the JSON body of your request: ${(e as Error).message}`, { code: "invalid_json" });
+      return resolve(openAIError(400, `We could not parse the JSON body of your request: ${(e as Error).message}`, { code: "invalid_json" }));
     }
-    if (typeof body !== "object" || body === null || Array.isArray(body)) return openAIError(400, "the request body must be a JSON object", { code: "invalid_request" });
+    if (typeof body !== "object" || body === null || Array.isArray(body)) return resolve(openAIError(400, "the request body must be a JSON object", { code: "invalid_request" }));
     const model = body.model;
-    if (model === undefined || model === "") return openAIError(400, "you must provide a model parameter", { param: "model", code: "missing_model" });
-    if (typeof model !== "string") return openAIError(400, `model must be a string, not ${model === null ? "null" : Array.isArray(model) ? "an array" : typeof model}`, { param: "model", code: "invalid_type" });
-
-    if (!this.balancer.has(model, pool)) {
-      const entry = this.catalog.get(model);
-      if (!entry || (pool !== undefined && entry.pool !== pool))
-        return openAIError(404, `The model '${model}' does not exist${pool ? ` in pool '${pool}'` : ""}`, { param: "model", code: "model_not_found" });
-      // Nothing serves it: tell the control plane someone wants it. An on-demand model is
-      // worth waiting for; any other is starting, failing or unplaceable, and the client is
-      // better served by a prompt 503 it can retry.
-      this.o.demand?.requestModel(model);
-      server.timeout(req, 0);
-      if (!entry.on_demand || !(await this.waitForEndpoint(model, pool, req.signal))) {
-        this.requests.inc([entry.name, "503"]);
-        return openAIError(503, `no replica of '${model}' is ready${entry.on_demand ? ` after waiting ${Math.round(this.o.coldStartTimeoutMs / 1000)}s for one to start` : ""}; try again shortly`, {
-          code: "model_not_ready",
-          headers: { "retry-after": entry.on_demand ? "30" : "10" },
-        });
-      }
-    }
+    if (model === undefined || model === "") return resolve(openAIError(400, "you must provide a model parameter", { param: "model", code: "missing_model" }));
+    if (typeof model !== "string")
+      return resolve(openAIError(400, `model must be a string, not ${model === null ? "null" : Array.isArray(model) ? "an array" : typeof model}`, { param: "model", code: "invalid_type" }));
 
     // Generation can take long before anything is written; our own timeouts govern instead.
     server.timeout(req, 0);
-    const key = prefixKey(body);
-    const stream = body.stream === true;
-    const extra = forwardHeaders(req.headers);
-    return new Promise<Response>((resolve) => new Call(this, req, model, pool, key, stream, extra, body, bytes, pathAndQuery, t0, resolve).next());
+    const send = () => {
+      const key = prefixKey(body);
+      const stream = body.stream === true;
+      const extra = forwardHeaders(req.headers);
+      new Call(this, req, model, pool, key, stream, extra, body, bytes, pathAndQuery, t0, resolve).next();
+    };
+    if (this.balancer.has(model, pool)) return send();
+
+    const entry = this.catalog.get(model);
+    if (!entry || (pool !== undefined && entry.pool !== pool))
+      return resolve(openAIError(404, `The model '${model}' does not exist${pool ? ` in pool '${pool}'` : ""}`, { param: "model", code: "model_not_found" }));
+    // Nothing serves it: tell the control plane someone wants it. An on-demand model is worth
+    // waiting for; any other is starting, failing or unplaceable, and the client is better
+    // served by a prompt 503 it can retry.
+    this.o.demand?.requestModel(model);
+    const notReady = () => {
+      this.requests.inc([entry.name, "503"]);
+      resolve(
+        openAIError(503, `no replica of '${model}' is ready${entry.on_demand ? ` after waiting ${Math.round(this.o.coldStartTimeoutMs / 1000)}s for one to start` : ""}; try again shortly`, {
+          code: "model_not_ready",
+          headers: { "retry-after": entry.on_demand ? "30" : "10" },
+        }),
+      );
+    };
+    if (!entry.on_demand) return notReady();
+    void this.waitForEndpoint(model, pool, req.signal).then((ok) => (ok ? send() : notReady()));
   }
 
   /** @internal For Call: retries are counted by replica model and reason. */

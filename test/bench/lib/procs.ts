@@ -218,7 +218,7 @@ export function routerProc(name: string, model: string, engineUrls: string[], o:
   const endpoints = engineUrls.map((url, i) => ({ id: `e${i}`, url, models: [model], engine: "vllm", pool: "default", weight: 1, priority: 0 }));
   return spawnChild(name, [BUN, "test/bench/lib/router-main.ts", "--port", "0", "--model", model, "--metrics-ms", String(o.metricsIntervalMs ?? 1000), ...(o.extraArgs ?? [])], {
     ...o,
-    env: { BUN_CONFIG_MAX_HTTP_REQUESTS: "65535", LLMGW_BENCH_ENDPOINTS: JSON.stringify(endpoints), ...o.env },
+    env: { LLMGW_BENCH_ENDPOINTS: JSON.stringify(endpoints), ...o.env },
   });
 }
 

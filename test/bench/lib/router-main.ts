@@ -2,7 +2,7 @@
 // static endpoint list and a one-model catalog, nothing else of `llmgw serve` (no store, no
 // control plane), so a bench measures the proxy path and nothing beside it. Prints its URL and
 // runs until SIGTERM/SIGINT.
-//   BUN_CONFIG_MAX_HTTP_REQUESTS=65535 LLMGW_BENCH_ENDPOINTS='[{"id":"e0","url":"http://127.0.0.1:9000"}]' \
+//   LLMGW_BENCH_ENDPOINTS='[{"id":"e0","url":"http://127.0.0.1:9000"}]' \
 //     bun test/bench/lib/router-main.ts --port 0 --model m [--metrics-ms 1000] [--gc-ms N]
 // Endpoints may also be given as --endpoints JSON; each needs id and url, the rest defaults.
 // --gc-ms forces a full collection every N ms: a diagnostic, to tell garbage from live memory.
@@ -38,7 +38,7 @@ const router = new Router({ host: "127.0.0.1", port, metricsIntervalMs });
 router.setCatalog([{ name: model, aliases: [], on_demand: false, pool: "default", created: 0 }]);
 router.setEndpoints(endpoints);
 const { url } = router.start();
-console.log(`router listening on ${url} (${endpoints.length} endpoints, BUN_CONFIG_MAX_HTTP_REQUESTS=${process.env.BUN_CONFIG_MAX_HTTP_REQUESTS ?? "unset"})`);
+console.log(`router listening on ${url} (${endpoints.length} endpoints)`);
 
 const gcMs = Number(flag("--gc-ms") ?? 0);
 if (gcMs > 0) setInterval(() => Bun.gc(true), gcMs);
