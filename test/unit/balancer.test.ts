@@ -1,6 +1,7 @@
 // The balancer's contract, each rule pinned by a case that breaks if the rule does: counting and
 // releasing, last-used stamps (unknown ≠ idle), tiers and spill, pools, exclusion, cooldown, hot
-// endpoints, affinity and bounded loads; and prefixKey's notion of "same leading prompt".
+// endpoints, affinity and bounded loads, the sticky table (a key follows the endpoint that served
+// it last, within limits); and prefixKey's notion of "same leading prompt".
 
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
