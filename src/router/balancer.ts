@@ -1,6 +1,15 @@
-// The router's balancer: which replica serves the next request attempt. Priority tiers, then
-// consistent hashing with bounded loads over a prefix key within a tier; it also keeps what the
-// control plane reads back (last-used stamps, in-flight per model) and the engine metrics.
+// The router's balancer: which replica serves the next request attempt. Priority tiers, then,
+// within a tier, prefix affinity: a key (src/router/prefix-key.ts, one per conversation) goes
+// back to the endpoint that served it last while that endpoint is usable and under a loose load
+// bound (stickyLoadFactor, 2 × its share of the tier's in flight); otherwise, and for a key not
+// seen before, consistent hashing with bounded loads (loadFactor, 1.25) places it, and the table
+// remembers the new endpoint, whose cache now holds the conversation's latest turn. Plain CHWBL
+// moved almost half the repeat turns of test/bench/affinity.ts off the engine of their previous
+// turn (at ~4 in flight per engine its bound of 5 is often reached) and sent the turn after a
+// move back to the ring home, whose cache lacked the moved turn. Total load stays even because
+// keys are placed by the tight bound and held only to the loose one (measured there too). It
+// also keeps what the control plane reads back (last-used stamps, in-flight per model) and the
+// engine metrics.
 
 import type { EndpointInfo, UsageSource } from "../protocol/routing";
 
@@ -9,6 +18,14 @@ export interface BalancerOptions {
   now?: () => number;
   /** Bounded-load factor c: no endpoint takes more than ceil(c × its share of the load). Default 1.25. */
   loadFactor?: number;
+  /**
+   * The looser factor a key's remembered endpoint is held to: a key stays with the endpoint that
+   * served it last (the one caching its freshest prefix) while that endpoint has fewer than
+   * ceil(this × its share) in flight. Default 2 (or loadFactor if larger); at least loadFactor.
+   */
+  stickyLoadFactor?: number;
+  /** Slots of the key → endpoint table (a power of two ≥ 2; two-way set associative, fixed memory). Default 65,536. */
+  stickySlots?: number;
   /** Virtual nodes per unit of weight on the hash ring. Default 40 (weight 2 → 80). */
   vnodesPerWeight?: number;
   /** Saturated at ≥ inflight requests in flight or ≥ queue waiting in the engine. Defaults 64 / 8. */
@@ -42,6 +59,8 @@ export interface Lease {
 
 const DEFAULTS = {
   loadFactor: 1.25,
+  stickyLoadFactor: 2,
+  stickySlots: 1 << 16,
   vnodesPerWeight: 40,
   saturation: { inflight: 64, queue: 8 },
   kvHigh: 0.95,
@@ -173,7 +192,19 @@ class LeaseImpl implements Lease {
 export class Balancer implements UsageSource {
   private readonly now: () => number;
   private readonly loadFactor: number;
+  private readonly stickyLoadFactor: number;
   private readonly vnodesPerWeight: number;
+  // The sticky table: mixed key → the endpoint that served it last, two-way set associative with
+  // the set picked by the mixed key's low bits (slots 2j and 2j+1), least recently written out.
+  // Memory is fixed and a lookup is a few array reads. Slot key 0 is empty: mix32 is a
+  // bijection with mix32(0) = 0, and key 0 (no key) is never stored. An endpoint removed from
+  // the table may stay in a slot, but with no tiers, and a remembered endpoint is only used from
+  // a tier it is in.
+  private readonly stickyMask: number;
+  private readonly stickyKeys: Uint32Array;
+  private readonly stickyStates: (State | undefined)[];
+  /** Per set: which of its two slots was written last. */
+  private readonly stickyRecent: Uint8Array;
   private readonly limits: Limits;
   private states = new Map<string, State>();
   private list: readonly State[] = [];
@@ -192,6 +223,13 @@ export class Balancer implements UsageSource {
   constructor(opts: BalancerOptions = {}) {
     this.now = opts.now ?? Date.now;
     this.loadFactor = opts.loadFactor ?? DEFAULTS.loadFactor;
+    this.stickyLoadFactor = opts.stickyLoadFactor ?? Math.max(DEFAULTS.stickyLoadFactor, this.loadFactor);
+    const slots = opts.stickySlots ?? DEFAULTS.stickySlots;
+    if (!(Number.isInteger(slots) && slots >= 2 && (slots & (slots - 1)) === 0 && slots <= 1 << 24)) throw new Error(`stickySlots must be a power of two from 2 to 2^24, got ${slots}`);
+    this.stickyMask = slots - 2;
+    this.stickyKeys = new Uint32Array(slots);
+    this.stickyStates = new Array<State | undefined>(slots).fill(undefined);
+    this.stickyRecent = new Uint8Array(slots >>> 1);
     this.vnodesPerWeight = opts.vnodesPerWeight ?? DEFAULTS.vnodesPerWeight;
     const sat = opts.saturation ?? DEFAULTS.saturation;
     this.limits = {
@@ -201,6 +239,7 @@ export class Balancer implements UsageSource {
       queueHigh: opts.queueHigh ?? DEFAULTS.queueHigh,
     };
     if (!(this.loadFactor >= 1)) throw new Error(`loadFactor must be at least 1, got ${this.loadFactor}`);
+    if (!(this.stickyLoadFactor >= this.loadFactor)) throw new Error(`stickyLoadFactor must be at least loadFactor (${this.loadFactor}), got ${this.stickyLoadFactor}`);
     if (!(this.vnodesPerWeight > 0)) throw new Error(`vnodesPerWeight must be positive, got ${this.vnodesPerWeight}`);
   }
 
@@ -336,10 +375,26 @@ export class Balancer implements UsageSource {
     const now = this.now();
     const k = mix32(key);
     const ex = exclude !== undefined && exclude.size > 0 ? exclude : undefined;
+    // The key's slot in its set if it has one, else the set's least recently written slot.
+    const sk = this.stickyKeys;
+    const base = k & this.stickyMask;
+    let slot = -1;
+    let remembered: State | undefined;
+    if (key !== 0) {
+      if (sk[base] === k) slot = base;
+      else if (sk[base + 1] === k) slot = base + 1;
+      if (slot >= 0) remembered = this.stickyStates[slot];
+      else slot = base + 1 - this.stickyRecent[base >>> 1]!;
+    }
     let s: State | undefined;
-    for (let i = 0; i < tiers.length && s === undefined; i++) s = this.pick(tiers[i]!, k, ex, now);
+    for (let i = 0; i < tiers.length && s === undefined; i++) s = this.pick(tiers[i]!, k, remembered, ex, now);
     if (s === undefined) s = lastResort(tiers, ex, now);
     if (s === undefined) return undefined;
+    if (slot >= 0) {
+      sk[slot] = k;
+      this.stickyStates[slot] = s;
+      this.stickyRecent[base >>> 1] = slot - base;
+    }
     s.inflight++;
     s.lastUsed = now;
     s.acquired = true;
@@ -359,21 +414,23 @@ export class Balancer implements UsageSource {
   }
 
   /**
-   * Bounded-load consistent hashing within one tier: the first endpoint clockwise from the key
-   * that is usable and under its bound, not hot unless every usable one is. undefined when every
+   * One tier's pick: the key's remembered endpoint if it is a member and keeps the key (see
+   * keeps); else bounded-load consistent hashing, the first endpoint clockwise from the key that
+   * is usable and under its bound, not hot unless every usable one is. undefined when every
    * member is saturated, cooling down or excluded (the caller spills to the next tier).
    */
-  private pick(t: Tier, key: number, ex: ReadonlySet<string> | undefined, now: number): State | undefined {
+  private pick(t: Tier, key: number, remembered: State | undefined, ex: ReadonlySet<string> | undefined, now: number): State | undefined {
     const members = t.members;
     const n = members.length;
     if (t.satCount === n) return undefined;
+    // When every member is hot, hotness ranks nothing; skip the two-class bookkeeping.
+    const allHot = t.hotCount === n;
+    if (remembered !== undefined && this.keeps(remembered, t, allHot, ex, now)) return remembered;
     const ring = t.ring;
     const len = ring.length >>> 1;
     // The paper's bound ceil(c·(T+1)/n), with each member's share w/W in place of 1/n so weights
     // hold under load too (as HAProxy does); identical when weights are equal.
     const perWeight = (this.loadFactor * (t.inflight + 1)) / t.totalWeight;
-    // When every member is hot, hotness ranks nothing; skip the two-class bookkeeping.
-    const allHot = t.hotCount === n;
 
     const b = key >>> t.shift;
     let lo = t.buckets[b]!;
@@ -405,6 +462,18 @@ export class Balancer implements UsageSource {
       }
     }
     return this.best ?? this.firstHot ?? this.bestHot;
+  }
+
+  /**
+   * Whether a key's remembered endpoint serves it again from tier `t`: a member of `t` (never an
+   * endpoint since removed), usable, not hot unless all are, and under the sticky bound.
+   */
+  private keeps(s: State, t: Tier, allHot: boolean, ex: ReadonlySet<string> | undefined, now: number): boolean {
+    if (s.sat || s.cooldownUntil > now || (!allHot && s.hot) || (ex !== undefined && ex.has(s.id))) return false;
+    const ts = s.tiers;
+    let member = false;
+    for (let i = 0; i < ts.length; i++) if (ts[i] === t) member = true;
+    return member && s.inflight < ((this.stickyLoadFactor * (t.inflight + 1)) / t.totalWeight) * s.weight;
   }
 
   /** true: take `s` now. Otherwise records it among the fallbacks of the current pick. */

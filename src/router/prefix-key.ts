@@ -3,8 +3,9 @@
 //
 // For chat, the leading content is the conversation's opening: every message up to and
 // including the first user message (system and developer prompts, few-shot turns before it).
-// Each later turn only extends the same prompt, so every turn of a conversation keeps one key
-// and goes back to the engine holding its whole history; a key over the full history would
+// Each later turn only extends the same prompt, so every turn of a conversation keeps one key,
+// and the balancer (src/router/balancer.ts) sends it back to the engine that served the
+// conversation's last turn, which holds its whole history; a key over the full history would
 // change every turn and move the conversation away from its cache (measured in
 // test/bench/affinity.ts). Conversations sharing a system prompt still differ by their
 // opening question, so one long system prompt does not pile a whole group onto one replica.

@@ -14,10 +14,12 @@
 // key sees the group, not the conversation).
 // For diagnosis it counts the turns sent to another engine than the conversation's previous turn
 // ("moved"), split by whether the router's prefix key of the prompt changed since that turn
-// (whatever key the policy itself used; a prompt shorter than 2,048 characters changes key every
-// turn) or stayed (a move by load), and runs what-ifs: the router's Balancer driven by the client
-// with load factor 2 instead of 1.25, and with a key fixed for the conversation's life (system
-// prompt + first user message, whole) at load factors 1.25, 1.5 and 2. About a minute:
+// (whatever key the policy itself used; the router's key is the conversation's opening, so it
+// never changes here) or stayed (a move by load), and runs what-ifs: the router's Balancer driven
+// by the client with other settings. "no table" gives it a 2-slot sticky table, which 200 live
+// conversations thrash, so it is plain bounded-load hashing (c = 1.25) as before the table;
+// "sticky s" holds a key to its last endpoint up to s × its share in flight (the default is 2);
+// "c" is the bound for keys placed anew. About a minute:
 //   bun test/bench/affinity.ts
 
 import { Balancer } from "../../src/router/balancer";
@@ -164,14 +166,13 @@ async function runPolicy(systemChars: number, cacheBlocks: number, policy: strin
         return counted(best);
       };
     } else if (policy.startsWith("what-if")) {
-      // The router's balancer driven directly, with another load factor or another key.
+      // The router's balancer driven directly, with other settings.
       const loadFactor = Number(/c=([\d.]+)/.exec(policy)![1]);
-      const stableKey = policy.includes("conversation key");
-      const b = new Balancer({ loadFactor });
+      const sticky = /sticky ([\d.]+)/.exec(policy);
+      const b = new Balancer({ loadFactor, ...(sticky ? { stickyLoadFactor: Number(sticky[1]) } : {}), ...(policy.includes("no table") ? { stickySlots: 2 } : {}) });
       b.setEndpoints(engines.map((e, i): EndpointInfo => ({ id: `e${i}`, url: e.url, models: [MODEL], engine: "vllm", pool: "default", weight: 1, priority: 0 })));
       dispatch = (c) => {
-        // System prompt and first user message, all of them: fixed for a conversation's whole life.
-        const key = stableKey ? prefixKey({ messages: c.messages.slice(0, 2) }, Number.MAX_SAFE_INTEGER) : prefixKey({ messages: c.messages });
+        const key = prefixKey({ messages: c.messages });
         const lease = b.acquire(MODEL, key)!;
         return { url: lease.endpoint.url, engine: Number(lease.endpoint.id.slice(1)), done: () => lease.release() };
       };
@@ -267,11 +268,11 @@ const POLICIES = [
   "least-loaded",
   "llmgw router",
   "sticky oracle",
-  // Diagnostics: which of the router's choices costs hit rate.
-  "what-if balancer c=2, router key",
-  "what-if balancer c=1.25, conversation key",
-  "what-if balancer c=1.5, conversation key",
-  "what-if balancer c=2, conversation key",
+  // Diagnostics: what the sticky table and its bounds are worth.
+  "what-if balancer c=1.25, no table",
+  "what-if balancer c=1.25, sticky 1.5",
+  "what-if balancer c=1.25, sticky 3",
+  "what-if balancer c=1.1, sticky 2",
 ];
 for (const systemChars of [1200, 3000]) {
   const { distinct, ceiling } = workloadBlocks(systemChars);
