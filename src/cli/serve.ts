@@ -25,7 +25,7 @@ export const SERVE_FLAGS: FlagSpecs = {
   "cold-start-timeout": { kind: "string", value: "DURATION", help: "router: wait this long for an on-demand model to start (default 5m)" },
   "max-attempts": { kind: "string", value: "N", help: "router: attempts per request, retries only before the first byte (default 3)" },
   "max-body-bytes": { kind: "string", value: "BYTES", help: "router: largest request body (default 8388608)" },
-  "balance-load-factor": { kind: "string", value: "F", help: "router: prefix-affinity load bound, × the mean in flight (default 1.25)" },
+  "balance-load-factor": { kind: "string", value: "F", help: "router: load bound for placing a conversation, × its share of the requests in flight (default 1.25); a conversation stays on its replica up to max(2, F) × its share" },
   "require-api-key": { kind: "boolean", help: "router: /v1/* needs a client key from `llmgw keys create` (default off)" },
   "endpoint-cooldown": { kind: "string", value: "DURATION", help: "router: pass a failing replica over this long (default 5s)" },
   "tls-cert": { kind: "string", value: "FILE", help: "PEM certificate: both listeners serve HTTPS (with --tls-key; env LLMGW_TLS_CERT)" },
