@@ -1,7 +1,8 @@
 // The router: one OpenAI-compatible endpoint in front of every replica. It keeps the endpoint
 // table the control plane publishes (EndpointSink), answers which replicas anyone wants
 // (UsageSource), picks a replica per request through the balancer, and proxies the request with
-// streaming, retries before the first byte, timeouts and clean cancellation. Plain Bun.serve
+// streaming, retries before the first byte, timeouts and clean cancellation. Engines are reached
+// through the router's own keep-alive HTTP/1.1 client (upstream.ts), not fetch. Plain Bun.serve
 // with a hand-written dispatch: this is the hot path, and framework routing costs throughput.
 
 import type { Server } from "bun";
@@ -308,7 +309,15 @@ export class Router implements EndpointSink, UsageSource {
     if (declared > max) return openAIError(413, `request body is ${declared} bytes; the limit is ${max}`, { code: "request_too_large" });
     return new Promise<Response>((resolve) => {
       (declared > 0 ? req.bytes() : readCapped(req, max)).then(
-        (bytes) => this.forward(req, server, pathAndQuery, pool, t0, bytes, resolve),
+        (bytes) => {
+          try {
+            this.forward(req, server, pathAndQuery, pool, t0, bytes, resolve);
+          } catch (e) {
+            // A bug of ours must still answer the client rather than leave it hanging.
+            this.o.log?.warn({ err: (e as Error).message }, "router request failed");
+            resolve(openAIError(500, "internal error in the router; see the server log"));
+          }
+        },
         (e: Error) => resolve(openAIError(400, `could not read the request body: ${e.message}`, { code: "invalid_request" })),
       );
     });

@@ -73,6 +73,7 @@ interface Origin {
 }
 
 const enc = new TextEncoder();
+const DEAD_ORIGIN: Origin = { key: "", hostname: "", port: 0, tls: false, host: "", hostLine: "", base: "", idle: [] };
 const latin1 = new TextDecoder("latin1");
 const EMPTY = new Uint8Array(0);
 
@@ -447,7 +448,19 @@ export class UpstreamPool {
    * to `handler`. Errors arrive through handler.onError, never as exceptions.
    */
   post(baseUrl: string, path: string, body: Uint8Array, extra: ExtraHeaders, handler: ExchangeHandler): Exchange {
-    const origin = this.origin(baseUrl);
+    let origin: Origin;
+    try {
+      origin = this.origin(baseUrl);
+    } catch (e) {
+      // Not a URL we can reach: reported like any connect error, never thrown at the caller.
+      const ex = new Exchange(DEAD_ORIGIN, EMPTY, 0, handler);
+      queueMicrotask(() => {
+        if (ex.done) return;
+        ex.done = true;
+        handler.onError(e instanceof UpstreamError ? e : new UpstreamError("connect", `bad endpoint URL ${JSON.stringify(baseUrl)}: ${(e as Error).message}`), false);
+      });
+      return ex;
+    }
     let head = `POST ${origin.base}${path} HTTP/1.1\r\n${origin.hostLine}content-length: ${body.length}\r\n`;
     for (let i = 0; i < extra.length; i++) head += `${extra[i]![0]}: ${extra[i]![1]}\r\n`;
     head += "\r\n";

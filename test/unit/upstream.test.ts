@@ -210,6 +210,15 @@ describe("errors", () => {
     expect(r.received).toBe(false);
   });
 
+  test("an endpoint URL we cannot speak to is a connect error through the handler, never a throw", async () => {
+    const p = pool();
+    for (const url of ["ftp://127.0.0.1:21", "not a url"]) {
+      const r = await send(p, url);
+      expect(r.error?.kind).toBe("connect");
+      expect(r.received).toBe(false);
+    }
+  });
+
   test("not HTTP, a bad Content-Length, a bad chunk size, a head too large: protocol errors, socket dropped", async () => {
     const answers = [
       "SSH-2.0-OpenSSH\r\n\r\n",
