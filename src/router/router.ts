@@ -527,6 +527,7 @@ class Attempt implements ExchangeHandler, Watch {
     this.sse = (out["content-type"] ?? "").includes("text/event-stream");
     const len = head.contentLength;
     this.mode = !this.stream && len >= 0 && len <= BUFFER_LIMIT ? "buffer" : "stream";
+    if (this.mode === "stream") this.prepared = this.prepare();
   }
 
   onData(chunk: Uint8Array): void {
@@ -624,18 +625,31 @@ class Attempt implements ExchangeHandler, Watch {
   /** Set when the stream failed before the client pulled: pull reports it then. */
   private failure: string | undefined;
 
-  /** The first bytes of a streamed answer are here (or it ended empty): answer the client. */
-  private respond(): void {
-    this.r.ttfb.observe([this.model], (performance.now() - this.t0) / 1000);
-    this.deadline = performance.now() + this.r.idleTimeoutMs;
-    this.req.signal.removeEventListener("abort", this.onClientAbort);
+  /**
+   * The client's response for a streamed answer, made as soon as the engine's head is in so
+   * that little is left to do when the first token arrives.
+   */
+  private prepared: Response | undefined;
+
+  private prepare(): Response {
     // A "direct" stream: chunks go straight to the socket, with no queue between us and it.
     const body = new ReadableStream<Uint8Array>({
       type: "direct",
       pull: (c: ReadableStreamDirectController) => this.pull(c),
       cancel: () => this.kill("client"),
     } satisfies Bun.DirectUnderlyingSource<Uint8Array>);
-    this.settle(new Response(body, { status: this.status, headers: this.headers! }));
+    return new Response(body, { status: this.status, headers: this.headers! });
+  }
+
+  /**
+   * The first bytes of a streamed answer are here (or it ended empty): answer the client. The
+   * client-abort listener stays until finish(): removing it here would be work on the path
+   * time to first byte is measured on, and cancel() and the listener both end in kill(), once.
+   */
+  private respond(): void {
+    this.r.ttfb.observe([this.model], (performance.now() - this.t0) / 1000);
+    this.deadline = performance.now() + this.r.idleTimeoutMs;
+    this.settle(this.prepared ?? this.prepare());
   }
 
   private pull(c: ReadableStreamDirectController): Promise<void> | void {

@@ -102,6 +102,13 @@ class Conn {
   private keepAlive = true;
   private received = false;
   private paused = false;
+  // The response head as parsed so far (lines arrive over several reads).
+  private headBytes = 0;
+  private hStatus = 0;
+  private hHeaders: [string, string][] = [];
+  private hLength = -1;
+  private hChunked = false;
+  private hKeepAlive = true;
   private pending: Uint8Array | undefined;
 
   constructor(
@@ -118,6 +125,7 @@ class Conn {
     this.rest = EMPTY;
     this.keepAlive = true;
     this.received = false;
+    this.resetHead();
     if (ex.paused) this.pause();
     this.write(ex.msg, ex.msgLength);
   }
@@ -167,18 +175,30 @@ class Conn {
       if (this.ex !== ex) return;
       switch (this.state) {
         case HEAD: {
-          const end = headEnd(data, p);
+          // Lines are parsed as they arrive: engines often send the status line and some
+          // headers before the first token, and the rest with it, so little is left to do on
+          // the first token's arrival (the moment time to first byte is measured from).
+          let end: number;
+          if (this.headBytes > 0 && data[p] === 13 && data[p + 1] === 10) end = p; // the blank line, at a read boundary
+          else end = headEnd(data, p);
           if (end < 0) {
-            if (n - p > this.pool.maxHeadBytes) throw new UpstreamError("protocol", `response head over ${this.pool.maxHeadBytes} bytes`);
+            const cr = lastLineEnd(data, p);
+            this.headBytes += n - p;
+            if (this.headBytes > this.pool.maxHeadBytes) throw new UpstreamError("protocol", `response head over ${this.pool.maxHeadBytes} bytes`);
+            if (cr > p) {
+              this.headLines(latin1.decode(data.subarray(p, cr)));
+              p = cr + 2;
+            }
             this.rest = data.slice(p);
             return;
           }
-          const head = this.parseHead(latin1.decode(data.subarray(p, end)));
-          p = end + 4;
+          if (end > p) this.headLines(latin1.decode(data.subarray(p, end)));
+          p = end + (end === p && this.headBytes > 0 ? 2 : 4);
+          const head = this.headDone();
           if (head === undefined) continue; // a 1xx interim response: the real one follows
           ex.handler.onHead(head);
           if (this.ex !== ex) return;
-          // parseHead set the body state (narrowing does not see through the call).
+          // headDone set the body state (narrowing does not see through the call).
           if ((this.state as number) === DONE) {
             this.finish();
             return;
@@ -259,38 +279,49 @@ class Conn {
     }
   }
 
-  /** Parses a response head; undefined for a 1xx interim response. Sets the body state. */
-  private parseHead(text: string): UpstreamHead | undefined {
+  /** Complete lines of a response head, CRLF-separated, the status line first. */
+  private headLines(text: string): void {
     const lines = text.split("\r\n");
-    const m = /^HTTP\/1\.([01]) (\d{3})(?: |$)/.exec(lines[0]!);
-    if (!m) throw new UpstreamError("protocol", `not an HTTP/1.x status line: ${JSON.stringify(lines[0]!.slice(0, 80))}`);
-    const status = Number(m[2]);
-    if (status < 200 && status !== 101) return undefined;
-    if (status === 101) throw new UpstreamError("protocol", "the engine switched protocols");
-    const headers: [string, string][] = [];
-    let length = -1;
-    let chunked = false;
-    let keepAlive = m[1] === "1";
-    for (let i = 1; i < lines.length; i++) {
+    let i = 0;
+    if (this.hStatus === 0) {
+      const m = /^HTTP\/1\.([01]) (\d{3})(?: |$)/.exec(lines[0]!);
+      if (!m) throw new UpstreamError("protocol", `not an HTTP/1.x status line: ${JSON.stringify(lines[0]!.slice(0, 80))}`);
+      this.hStatus = Number(m[2]);
+      if (this.hStatus === 101) throw new UpstreamError("protocol", "the engine switched protocols");
+      this.hKeepAlive = m[1] === "1";
+      i = 1;
+    }
+    for (; i < lines.length; i++) {
       const line = lines[i]!;
       const colon = line.indexOf(":");
       if (colon <= 0) throw new UpstreamError("protocol", `malformed header line: ${JSON.stringify(line.slice(0, 80))}`);
       const name = line.slice(0, colon).trim().toLowerCase();
       const value = line.slice(colon + 1).trim();
       if (name === "content-length") {
-        if (!/^\d+$/.test(value) || (length >= 0 && Number(value) !== length)) throw new UpstreamError("protocol", `bad content-length: ${JSON.stringify(value)}`);
-        length = Number(value);
+        if (!/^\d+$/.test(value) || (this.hLength >= 0 && Number(value) !== this.hLength)) throw new UpstreamError("protocol", `bad content-length: ${JSON.stringify(value)}`);
+        this.hLength = Number(value);
       } else if (name === "transfer-encoding") {
-        chunked = value.toLowerCase().split(",").pop()!.trim() === "chunked";
-        if (!chunked) throw new UpstreamError("protocol", `unsupported transfer-encoding: ${value}`);
+        this.hChunked = value.toLowerCase().split(",").pop()!.trim() === "chunked";
+        if (!this.hChunked) throw new UpstreamError("protocol", `unsupported transfer-encoding: ${value}`);
       } else if (name === "connection") {
         const v = value.toLowerCase();
-        if (v.includes("close")) keepAlive = false;
-        else if (v.includes("keep-alive")) keepAlive = true;
+        if (v.includes("close")) this.hKeepAlive = false;
+        else if (v.includes("keep-alive")) this.hKeepAlive = true;
       }
-      headers.push([name, value]);
+      this.hHeaders.push([name, value]);
     }
-    this.keepAlive = keepAlive;
+  }
+
+  /** The blank line ending a head: undefined for a 1xx interim response (the real one follows). Sets the body state. */
+  private headDone(): UpstreamHead | undefined {
+    const status = this.hStatus;
+    if (status === 0) throw new UpstreamError("protocol", "empty response head");
+    const headers = this.hHeaders;
+    let length = this.hLength;
+    const chunked = this.hChunked;
+    this.keepAlive = this.hKeepAlive;
+    this.resetHead();
+    if (status < 200) return undefined;
     if (status === 204 || status === 304) {
       this.state = DONE;
       length = 0;
@@ -305,6 +336,15 @@ class Conn {
       this.state = BODY_CLOSE;
     }
     return { status, headers, contentLength: length };
+  }
+
+  private resetHead(): void {
+    this.headBytes = 0;
+    this.hStatus = 0;
+    this.hHeaders = [];
+    this.hLength = -1;
+    this.hChunked = false;
+    this.hKeepAlive = true;
   }
 
   /** The response is complete: tell the caller, then pool or close the socket. */
@@ -610,6 +650,13 @@ function headEnd(d: Uint8Array, from: number): number {
     i = d.indexOf(13, i + 1);
   }
   return -1;
+}
+
+/** Where the last complete line in d[from..] ends (the index of its CR); -1 if there is none. */
+function lastLineEnd(d: Uint8Array, from: number): number {
+  let i = d.lastIndexOf(10);
+  while (i > from && d[i - 1] !== 13) i = d.lastIndexOf(10, i - 1);
+  return i > from ? i - 1 : -1;
 }
 
 /** The hex size of a chunk-size line [from, nl), ignoring extensions; throws on anything else. */

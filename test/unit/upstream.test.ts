@@ -151,6 +151,29 @@ describe("requests and framing", () => {
     expect(srv.connections()).toBe(1);
   });
 
+  test("a head split in two at every possible byte (mid-line, between CR and LF, at the blank line) parses the same", async () => {
+    const head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nX-Request-Id: r1\r\nTransfer-Encoding: chunked\r\n\r\n";
+    const msg = `${head}5\r\nhello\r\n0\r\n\r\n`;
+    let split = 0;
+    const srv = rawServer((s) => {
+      const at = split;
+      s.write(msg.slice(0, at));
+      s.flush();
+      setTimeout(() => s.write(msg.slice(at)), 1);
+    });
+    const p = pool();
+    for (split = 1; split < head.length + 3; split++) {
+      const r = await send(p, srv.url);
+      expect({ split, error: r.error?.message, status: r.head?.status, body: r.body }).toEqual({ split, error: undefined, status: 200, body: "hello" });
+      expect(r.head!.headers).toEqual([
+        ["content-type", "text/event-stream"],
+        ["x-request-id", "r1"],
+        ["transfer-encoding", "chunked"],
+      ]);
+    }
+    expect(srv.connections()).toBe(1);
+  });
+
   test("a whole response in one packet, and a Content-Length body split in pieces", async () => {
     const srv = rawServer((s, _req, n) => {
       const body = '{"n":' + n + ',"pad":"' + "p".repeat(5000) + '"}';
