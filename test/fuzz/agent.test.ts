@@ -9,25 +9,8 @@ import fc from "fast-check";
 import { HeartbeatRequest } from "../../src/protocol/heartbeat";
 import type { NodeView } from "../../src/protocol/views";
 import { type TestServer, testServer } from "../helpers/server";
-import { SEED, SCALE, hostile, enc, garbage, contentType, bodies, clip, apiErrorProblems, judgeWrite, judgeRead, serverView, FuzzHarness, assertRuns, type Req } from "../helpers/fuzz";
+import { SEED, SCALE, query, hostile, enc, garbage, contentType, bodies, clip, apiErrorProblems, judgeWrite, judgeRead, serverView, FuzzHarness, assertRuns, type Req } from "../helpers/fuzz";
 
-
-// ---- queries -------------------------------------------------------------------------------
-
-const enc1 = (s: string) => encodeURIComponent(s);
-const QUERY_VALUES = [
-  "abc", "-1", "0", "1", "-0", "1.5", "1e308", "-1e308", "1e999", "NaN", "Infinity", "-Infinity", "0x10", "1_000", "%201", "1%20", "", "%00", "%ZZ", "%",
-  "9007199254740993", "99999999999999999999", "true", "null", "[]", "{}", "%F0%9F%98%80", "x".repeat(300), "1000", "1001", "60000", "60001", "%ED%A0%80",
-];
-function query(keys: string[]): fc.Arbitrary<string> {
-  const key = fc.oneof({ weight: 6, arbitrary: fc.constantFrom(...keys) }, { weight: 1, arbitrary: fc.constantFrom("__proto__", "constructor", "toString", "", "a[]", "%00", "limit[0]") });
-  const value = fc.oneof({ weight: 5, arbitrary: fc.constantFrom(...QUERY_VALUES) }, { weight: 1, arbitrary: fc.string({ unit: "grapheme", maxLength: 12 }).map(enc1) }, { weight: 1, arbitrary: fc.integer().map(String) }, { weight: 1, arbitrary: fc.double().map(String) });
-  const pair = fc.oneof({ weight: 8, arbitrary: fc.tuple(key, value).map(([k, v]) => `${k}=${v}`) }, { weight: 1, arbitrary: key }, { weight: 1, arbitrary: value.map((v) => `=${v}`) });
-  return fc.oneof(
-    { weight: 12, arbitrary: fc.tuple(fc.array(pair, { minLength: 1, maxLength: 4 }), fc.constantFrom("&", "&", "&", ";", "&&")).map(([ps, sep]) => `?${ps.join(sep)}`) },
-    { weight: 1, arbitrary: fc.constantFrom("", "?", "?&", "??", "?=", "?&&&") },
-  );
-}
 
 // ---- the server, its seed, and the checks -------------------------------------------------
 

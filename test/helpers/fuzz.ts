@@ -483,3 +483,37 @@ export const assertRuns = <T>(arb: fc.Arbitrary<T>, numRuns: number, fn: (v: T) 
     }),
     { numRuns: runs(numRuns), seed: SEED + seedOffset },
   );
+
+// ---- paths and queries (shared by the admin, agent and router fuzzers) ----------------------
+
+export const enc1 = (s: string) => encodeURIComponent(s);
+export const SEGMENTS = [
+  "", ".", "..", "%00", "a%00b", "%2e%2e", "%2F", "..%2F..%2Fetc%2Fpasswd", "%ZZ", "%E0%A4%A", "%", "%ED%A0%80", "%FF%FE", "__proto__", "constructor", "toString",
+  "hasOwnProperty", "%F0%9F%98%80", "%E2%80%AE", "x".repeat(129), "x".repeat(3000), "-x", "x%20y", "x%3Fy", "x%23y", ";", "@", "~", "%0A", "%0D%0Aset-cookie:x",
+  "unpark", "cordon", "drain",
+];
+export function segment(known: string[]): fc.Arbitrary<string> {
+  return fc.oneof(
+    { weight: 6, arbitrary: fc.constantFrom(...SEGMENTS) },
+    { weight: 2, arbitrary: fc.string({ unit: "grapheme", maxLength: 20 }).map(enc1) },
+    { weight: 2, arbitrary: fc.record({ k: fc.constantFrom(...known), s: fc.constantFrom("%00", "x", "/", "/..", "%2F", ".", "%20", "\u00e9") }).map(({ k, s }) => enc1(k) + s) },
+    { weight: 1, arbitrary: fc.constantFrom(...known).map(enc1) },
+  );
+}
+export function pathParam(known: string[]): fc.Arbitrary<string> {
+  return fc.array(segment(known), { minLength: 1, maxLength: 3 }).map((s) => s.join("/"));
+}
+
+export const QUERY_VALUES = [
+  "abc", "-1", "0", "1", "-0", "1.5", "1e308", "-1e308", "1e999", "NaN", "Infinity", "-Infinity", "0x10", "1_000", "%201", "1%20", "", "%00", "%ZZ", "%",
+  "9007199254740993", "99999999999999999999", "true", "null", "[]", "{}", "%F0%9F%98%80", "x".repeat(300), "1000", "1001", "60000", "60001", "%ED%A0%80",
+];
+export function query(keys: string[]): fc.Arbitrary<string> {
+  const key = fc.oneof({ weight: 6, arbitrary: fc.constantFrom(...keys) }, { weight: 1, arbitrary: fc.constantFrom("__proto__", "constructor", "toString", "", "a[]", "%00", "limit[0]") });
+  const value = fc.oneof({ weight: 5, arbitrary: fc.constantFrom(...QUERY_VALUES) }, { weight: 1, arbitrary: fc.string({ unit: "grapheme", maxLength: 12 }).map(enc1) }, { weight: 1, arbitrary: fc.integer().map(String) }, { weight: 1, arbitrary: fc.double().map(String) });
+  const pair = fc.oneof({ weight: 8, arbitrary: fc.tuple(key, value).map(([k, v]) => `${k}=${v}`) }, { weight: 1, arbitrary: key }, { weight: 1, arbitrary: value.map((v) => `=${v}`) });
+  return fc.oneof(
+    { weight: 12, arbitrary: fc.tuple(fc.array(pair, { minLength: 1, maxLength: 4 }), fc.constantFrom("&", "&", "&", ";", "&&")).map(([ps, sep]) => `?${ps.join(sep)}`) },
+    { weight: 1, arbitrary: fc.constantFrom("", "?", "?&", "??", "?=", "?&&&") },
+  );
+}
