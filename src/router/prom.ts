@@ -26,13 +26,22 @@ abstract class Metric {
   }
 }
 
+/** One labelled series of a counter: held by a caller that counts it often. */
+export interface CounterSeries {
+  v: number;
+}
+
 export class Counter extends Metric {
   private readonly values = new Map<string, { labels: string[]; v: number }>();
   inc(labels: readonly string[], by = 1): void {
+    this.series(labels).v += by;
+  }
+  /** The series for these labels, created at 0; keep it to count without a lookup. */
+  series(labels: readonly string[]): CounterSeries {
     const k = labels.join("\u0000");
-    const e = this.values.get(k);
-    if (e) e.v += by;
-    else this.values.set(k, { labels: [...labels], v: by });
+    let e = this.values.get(k);
+    if (!e) this.values.set(k, (e = { labels: [...labels], v: 0 }));
+    return e;
   }
   get(labels: readonly string[]): number {
     return this.values.get(labels.join("\u0000"))?.v ?? 0;
@@ -58,8 +67,27 @@ export class Gauge extends Metric {
   }
 }
 
+/** One labelled series of a histogram. Counts are cumulative, as the exposition format has them. */
+export class HistogramSeries {
+  readonly counts: number[];
+  sum = 0;
+  count = 0;
+  constructor(
+    readonly labels: string[],
+    private readonly buckets: readonly number[],
+  ) {
+    this.counts = new Array(buckets.length).fill(0);
+  }
+  observe(value: number): void {
+    const b = this.buckets;
+    for (let i = 0; i < b.length; i++) if (value <= b[i]!) this.counts[i]!++;
+    this.sum += value;
+    this.count++;
+  }
+}
+
 export class Histogram extends Metric {
-  private readonly series = new Map<string, { labels: string[]; counts: number[]; sum: number; count: number }>();
+  private readonly series = new Map<string, HistogramSeries>();
   constructor(
     name: string,
     help: string,
@@ -69,12 +97,14 @@ export class Histogram extends Metric {
     super(name, help, labelNames);
   }
   observe(labels: readonly string[], value: number): void {
+    this.child(labels).observe(value);
+  }
+  /** The series for these labels; keep it to observe without a lookup. */
+  child(labels: readonly string[]): HistogramSeries {
     const k = labels.join("\u0000");
     let s = this.series.get(k);
-    if (!s) this.series.set(k, (s = { labels: [...labels], counts: new Array(this.buckets.length).fill(0), sum: 0, count: 0 }));
-    for (let i = 0; i < this.buckets.length; i++) if (value <= this.buckets[i]!) s.counts[i]!++;
-    s.sum += value;
-    s.count++;
+    if (!s) this.series.set(k, (s = new HistogramSeries([...labels], this.buckets)));
+    return s;
   }
   render(out: string[]): void {
     this.header(out, "histogram");

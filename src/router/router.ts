@@ -12,7 +12,7 @@ import { Balancer, type Lease } from "./balancer";
 import { EngineMetricsPoller } from "./engine-metrics";
 import { openAIError, sseErrorFrame } from "./errors";
 import { prefixKey } from "./prefix-key";
-import { Counter, Gauge, Histogram, Registry } from "./prom";
+import { Counter, type CounterSeries, Gauge, Histogram, type HistogramSeries, Registry } from "./prom";
 import { type Exchange, type ExchangeHandler, type ExtraHeaders, type UpstreamHead, UpstreamError, UpstreamPool } from "./upstream";
 
 export interface RouterOptions {
@@ -368,6 +368,18 @@ export class Router implements EndpointSink, UsageSource {
     void this.waitForEndpoint(model, pool, req.signal).then((ok) => (ok ? send() : notReady()));
   }
 
+  private readonly perModel = new Map<string, ModelSeries>();
+
+  /** @internal The metric series of one model, looked up once per attempt rather than per observation. */
+  seriesOf(model: string): ModelSeries {
+    let m = this.perModel.get(model);
+    if (m === undefined) {
+      m = { ttfb: this.ttfb.child([model]), duration: this.duration.child([model]), ok: this.requests.series([model, "200"]) };
+      this.perModel.set(model, m);
+    }
+    return m;
+  }
+
   /** @internal For Call: retries are counted by replica model and reason. */
   countRetry(model: string, kind: string): void {
     this.retries.inc([model, kind]);
@@ -389,6 +401,13 @@ export class Router implements EndpointSink, UsageSource {
     }
     this.upstream.sweep();
   }
+}
+
+/** A model's hot metric series: time to first byte, duration, and the count of 200s. */
+interface ModelSeries {
+  ttfb: HistogramSeries;
+  duration: HistogramSeries;
+  ok: CounterSeries;
 }
 
 /** Why an attempt should be retried elsewhere (only ever before a byte reached the client). */
@@ -475,6 +494,7 @@ class Attempt implements ExchangeHandler, Watch {
   private endPull: (() => void) | undefined;
   private readonly onClientAbort = () => this.kill("client");
   private readonly r: Router;
+  private readonly m: ModelSeries;
   private readonly req: Request;
   private readonly stream: boolean;
   private readonly t0: number;
@@ -485,6 +505,7 @@ class Attempt implements ExchangeHandler, Watch {
     private readonly model: string,
   ) {
     this.r = call.r;
+    this.m = call.r.seriesOf(model);
     this.req = call.req;
     this.stream = call.stream;
     this.t0 = call.t0;
@@ -568,7 +589,7 @@ class Attempt implements ExchangeHandler, Watch {
       return;
     }
     if (this.mode === "buffer") {
-      this.r.ttfb.observe([this.model], (performance.now() - this.t0) / 1000);
+      this.m.ttfb.observe((performance.now() - this.t0) / 1000);
       this.finish(this.status);
       this.settle(new Response(concat(this.parts), { status: this.status, headers: this.headers! }));
       return;
@@ -647,7 +668,7 @@ class Attempt implements ExchangeHandler, Watch {
    * time to first byte is measured on, and cancel() and the listener both end in kill(), once.
    */
   private respond(): void {
-    this.r.ttfb.observe([this.model], (performance.now() - this.t0) / 1000);
+    this.m.ttfb.observe((performance.now() - this.t0) / 1000);
     this.deadline = performance.now() + this.r.idleTimeoutMs;
     this.settle(this.prepared ?? this.prepare());
   }
@@ -714,8 +735,9 @@ class Attempt implements ExchangeHandler, Watch {
     this.r.watches.delete(this);
     this.req.signal.removeEventListener("abort", this.onClientAbort);
     this.lease.release();
-    this.r.requests.inc([this.model, String(status)]);
-    this.r.duration.observe([this.model], (performance.now() - this.t0) / 1000);
+    if (status === 200) this.m.ok.v++;
+    else this.r.requests.inc([this.model, String(status)]);
+    this.m.duration.observe((performance.now() - this.t0) / 1000);
   }
 
   private fail(kind: string, error: string, cool: boolean): void {

@@ -4,7 +4,8 @@
 // lib/router-main.ts), through nginx (one worker, keep-alive upstream, proxy_buffering off), and
 // for reference through a bare Bun.serve+fetch proxy (lib/bare-proxy.ts: Bun's floor with fetch)
 // and a Bun.serve proxy whose upstream client is a hand-rolled HTTP/1.1 over Bun.connect
-// (lib/raw-proxy.ts: Bun without fetch). Every proxy and the engine share core 1. Two
+// (lib/raw-proxy.ts: Bun without fetch; llmgw's router is built the same way, so this is its
+// floor: Bun.serve and one socket write each way, with none of the router's work). Every proxy and the engine share core 1. Two
 // workloads: (a) small non-streamed answers (4 tokens), (b) streamed answers of 20 tokens (22 SSE
 // events; at token delay 0 the fake engine writes them in one write). Prints req/s, latency, the
 // CPU each process spent per request, the share of core 1 other people's processes took meanwhile
@@ -181,7 +182,8 @@ try {
     console.log(table(rows));
     console.log(
       `llmgw/nginx = ${(l / rps.get("nginx (1 worker)")!).toFixed(2)} (target ≥ 0.8)   llmgw/direct = ${(l / rps.get("direct")!).toFixed(2)}   llmgw/bare Bun proxy = ${(l / rps.get("bare Bun proxy (streams body)")!).toFixed(2)}` +
-        (w.key === "small" ? `   llmgw/bare buffered = ${(l / rps.get("bare Bun proxy (buffers body)")!).toFixed(2)}` : ""),
+        (w.key === "small" ? `   llmgw/bare buffered = ${(l / rps.get("bare Bun proxy (buffers body)")!).toFixed(2)}` : "") +
+        `   llmgw/Bun.serve+raw client = ${(l / rps.get("Bun.serve + raw-socket client")!).toFixed(2)}   Bun.serve+raw client/nginx = ${(rps.get("Bun.serve + raw-socket client")! / rps.get("nginx (1 worker)")!).toFixed(2)}`,
     );
   }
 } catch (e) {
