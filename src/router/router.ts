@@ -559,21 +559,26 @@ class Attempt implements ExchangeHandler, Watch {
       if (this.mode === "buffer" || this.parts.length < 4) this.parts.push(chunk);
       return;
     }
-    const c = this.ctrl;
-    if (c === undefined) {
-      this.parts.push(chunk);
-      if (!this.settled) this.respond();
-      return;
-    }
-    this.write(c, chunk);
+    // Chunks of one read are gathered and written together at its end (onReadEnd): one write
+    // and one flush per read from the engine, however many chunks it held.
+    this.parts.push(chunk);
+    if (!this.settled) this.respond();
   }
 
-  /** A whole read from the engine was written: one flush sends it, however many chunks it held. */
   onReadEnd(): void {
     const c = this.ctrl;
     if (c === undefined || this.released) return;
     this.deadline = performance.now() + this.r.idleTimeoutMs;
+    this.drain(c);
     if (!this.blocked) c.flush();
+  }
+
+  /** Writes what the engine sent since the last write. */
+  private drain(c: ReadableStreamDirectController): void {
+    const parts = this.parts;
+    if (parts.length === 0) return;
+    this.parts = [];
+    this.write(c, concat(parts));
   }
 
   /** A write is waiting for the client to take more: flushing again would not help. */
@@ -596,6 +601,7 @@ class Attempt implements ExchangeHandler, Watch {
     }
     if (!this.settled) this.respond();
     else if (this.ctrl !== undefined) {
+      this.drain(this.ctrl);
       this.ctrl.close();
       this.finish(this.status);
       this.endPull?.();
@@ -631,6 +637,7 @@ class Attempt implements ExchangeHandler, Watch {
     const c = this.ctrl;
     if (c !== undefined) {
       try {
+        this.drain(c);
         if (this.sse) {
           c.write(enc.encode(sseErrorFrame(what)));
           c.close();
@@ -676,9 +683,7 @@ class Attempt implements ExchangeHandler, Watch {
   private pull(c: ReadableStreamDirectController): Promise<void> | void {
     if (this.released && this.why === "client") return;
     this.ctrl = c;
-    const parts = this.parts;
-    this.parts = [];
-    for (const p of parts) this.write(c, p);
+    this.drain(c);
     if (!this.blocked) c.flush();
     if (this.failure !== undefined) {
       try {
