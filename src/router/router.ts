@@ -577,8 +577,10 @@ class Attempt implements ExchangeHandler, Watch {
   private drain(c: ReadableStreamDirectController): void {
     const parts = this.parts;
     if (parts.length === 0) return;
-    this.parts = [];
-    this.write(c, concat(parts));
+    const data = concat(parts);
+    // Emptied in place: a new array per read would be garbage at every read of every stream.
+    parts.length = 0;
+    this.write(c, data);
   }
 
   /** A write is waiting for the client to take more: flushing again would not help. */
