@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import fc from "fast-check";
 import { type TestServer, testServer } from "../helpers/server";
-import { SEED, SCALE, pathParam, query, Raw, toJson, own, hostile, enc, textBody, garbage, contentType, bodies, clip, FuzzHarness, assertRuns, type Req, type Res, type Judge } from "../helpers/fuzz";
+import { SEED, SCALE, pathParam, query, Raw, toJson, own, hostile, enc, textBody, garbage, contentType, bodies, clip, FuzzHarness, errorAnswer, assertRuns, type Req, type Res, type Judge } from "../helpers/fuzz";
 
 // ---- the server, its catalog, and the checks -----------------------------------------------
 
@@ -46,19 +46,8 @@ const { found, health, run, report, stats } = h;
 
 /** What is wrong with an error answer in OpenAI's shape; empty when it is a proper one. */
 function openAIErrorProblems(res: Res): string[] {
-  if (res.status === 0) return [res.text];
-  const p: string[] = [];
-  if (res.status >= 500) p.push(`answered ${res.status}`);
-  else if (res.status < 400) p.push(`answered ${res.status} to a bad request`);
-  if (res.status === 431) return p;
-  let j: unknown;
-  try {
-    j = JSON.parse(res.text);
-  } catch {
-    return [...p, "error body is not JSON"];
-  }
-  const e = (j as { error?: unknown } | null)?.error as Record<string, unknown> | undefined;
-  if (!e || typeof e !== "object") return [...p, "no error object"];
+  const { problems: p, error: e } = errorAnswer(res);
+  if (e === undefined) return p;
   const keys = Object.keys(e).sort().join(",");
   if (keys !== "code,message,param,type") p.push(`error has keys ${keys}, not code,message,param,type`);
   if (typeof e.message !== "string" || e.message.trim() === "") p.push("error.message empty");

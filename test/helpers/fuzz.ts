@@ -277,22 +277,33 @@ export function describeReq(r: Req): string {
   return `${r.method} ${clip(r.path, 200)} content-type=${r.ct === undefined || r.ct === null ? "(none)" : JSON.stringify(r.ct)} body=${body}${r.note ? ` [${clip(r.note, 300)}]` : ""}`;
 }
 
-/** What is wrong with an error answer in the admin and agent API's shape; empty when it is a proper one. */
-export function apiErrorProblems(res: Res): string[] {
-  if (res.status === 0) return [res.text];
-  const p: string[] = [];
-  if (res.status >= 500) p.push(`answered ${res.status}`);
-  else if (res.status < 400) p.push(`answered ${res.status} to a bad request`);
+/**
+ * The checks every error answer shares, whatever its shape: a 4xx (not a success, not a 5xx),
+ * a JSON body with an `error` object. `error` is absent when there is nothing more to check.
+ */
+export function errorAnswer(res: Res): { problems: string[]; error?: Record<string, unknown> } {
+  if (res.status === 0) return { problems: [res.text] };
+  const problems: string[] = [];
+  if (res.status >= 500) problems.push(`answered ${res.status}`);
+  else if (res.status < 400) problems.push(`answered ${res.status} to a bad request`);
   // Bun's own answer to an over-long request line or header, before the app sees it.
-  if (res.status === 431) return p;
+  if (res.status === 431) return { problems };
   let j: unknown;
   try {
     j = JSON.parse(res.text);
   } catch {
-    return [...p, "error body is not JSON"];
+    return { problems: [...problems, "error body is not JSON"] };
   }
-  const e = (j as { error?: unknown } | null)?.error as { code?: unknown; message?: unknown; issues?: unknown } | undefined;
-  if (!e || typeof e !== "object") return [...p, "no error object"];
+  const error = (j as { error?: unknown } | null)?.error as Record<string, unknown> | undefined;
+  if (!error || typeof error !== "object") return { problems: [...problems, "no error object"] };
+  return { problems, error };
+}
+
+/** What is wrong with an error answer in the admin and agent API's shape; empty when it is a proper one. */
+export function apiErrorProblems(res: Res): string[] {
+  const { problems: p, error } = errorAnswer(res);
+  if (error === undefined) return p;
+  const e = error as { code?: unknown; message?: unknown; issues?: unknown };
   if (typeof e.code !== "string" || e.code === "") p.push("error.code missing");
   if (typeof e.message !== "string" || e.message.trim() === "") p.push("error.message empty");
   else if (/internal error/i.test(e.message) && res.status < 500) p.push(`message says internal error`);
