@@ -1,16 +1,32 @@
 // Errors in OpenAI's shape, so every client SDK turns them into its own error types:
 // {"error": {"message", "type", "param", "code"}}.
 
+/** A whole answer: what the router's listener writes in one go. */
+export interface Reply {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+}
+
 const JSON_HEADERS = { "content-type": "application/json" };
 
 export function openAIError(
   status: number,
   message: string,
   opts: { type?: string; param?: string | null; code?: string | null; headers?: Record<string, string> } = {},
-): Response {
+): Reply {
+  return { status, headers: opts.headers ? { ...JSON_HEADERS, ...opts.headers } : JSON_HEADERS, body: openAIErrorBody(status, message, opts) };
+}
+
+/** The JSON body of an OpenAI-shaped error. */
+export function openAIErrorBody(status: number, message: string, opts: { type?: string; param?: string | null; code?: string | null } = {}): string {
   const type = opts.type ?? (status >= 500 ? "server_error" : status === 401 ? "authentication_error" : "invalid_request_error");
-  const body = JSON.stringify({ error: { message, type, param: opts.param ?? null, code: opts.code ?? null } });
-  return new Response(body, { status, headers: opts.headers ? { ...JSON_HEADERS, ...opts.headers } : JSON_HEADERS });
+  return JSON.stringify({ error: { message, type, param: opts.param ?? null, code: opts.code ?? null } });
+}
+
+/** A JSON answer. */
+export function jsonReply(value: unknown, status = 200): Reply {
+  return { status, headers: JSON_HEADERS, body: JSON.stringify(value) };
 }
 
 /** The SSE frame that ends a stream whose upstream died: an error event, then the end. */

@@ -2,15 +2,16 @@
 // table the control plane publishes (EndpointSink), answers which replicas anyone wants
 // (UsageSource), picks a replica per request through the balancer, and proxies the request with
 // streaming, retries before the first byte, timeouts and clean cancellation. Engines are reached
-// through the router's own keep-alive HTTP/1.1 client (upstream.ts), not fetch. Plain Bun.serve
-// with a hand-written dispatch: this is the hot path, and framework routing costs throughput.
+// through the router's own keep-alive HTTP/1.1 client (upstream.ts), not fetch, and clients
+// through its own HTTP/1.1 server (http1.ts), not Bun.serve, with a hand-written dispatch: this
+// is the hot path, and Request/Response objects and framework routing cost throughput.
 
-import type { Server } from "bun";
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, UsageSource } from "../protocol/routing";
 import { Balancer, type Lease } from "./balancer";
 import { EngineMetricsPoller } from "./engine-metrics";
-import { openAIError, sseErrorFrame } from "./errors";
+import { type Reply, jsonReply, openAIError, openAIErrorBody, sseErrorFrame } from "./errors";
+import { type ClientExchange, Http1Server, type RequestHeaders } from "./http1";
 import { prefixKey } from "./prefix-key";
 import { Counter, type CounterSeries, Gauge, Histogram, type HistogramSeries, Registry } from "./prom";
 import { type Exchange, type ExchangeHandler, type ExtraHeaders, type UpstreamHead, UpstreamError, UpstreamPool } from "./upstream";
@@ -41,7 +42,7 @@ export interface RouterOptions {
   tls?: { cert: string; key: string };
   /** Bounded-load factor of the prefix-affinity hashing (default 1.25). */
   loadFactor?: number;
-  /** Bun.serve's idle timeout for requests the router does not proxy (tests lower it). */
+  /** How long a client connection may sit idle, or a request stall while arriving (default 10 s; tests lower it). */
   serverIdleTimeoutSec?: number;
 }
 
@@ -77,7 +78,7 @@ export class Router implements EndpointSink, UsageSource {
   private catalog = new Map<string, CatalogEntry>();
   private keys = new Map<string, ApiKeyEntry>();
   private catalogList: CatalogEntry[] = [];
-  private server: Server<undefined> | undefined;
+  private server: Http1Server | undefined;
   private poller: EngineMetricsPoller | undefined;
   private readonly waiters = new Set<() => void>();
   /** @internal Deadlines of the attempts in flight, expired by one sweep. */
@@ -162,20 +163,17 @@ export class Router implements EndpointSink, UsageSource {
   // ---- serving ------------------------------------------------------------------------
 
   start(): { url: string; port: number } {
-    this.server = Bun.serve({
+    this.server = new Http1Server({
       hostname: this.o.host,
       port: this.o.port,
-      // Our own limit answers 413 in OpenAI's shape: from Content-Length before reading, or
-      // while reading a chunked body. Bun's own limit is kept out of its way.
-      maxRequestBodySize: Number.MAX_SAFE_INTEGER,
-      ...(this.o.serverIdleTimeoutSec !== undefined ? { idleTimeout: this.o.serverIdleTimeoutSec } : {}),
+      maxBodyBytes: this.o.maxBodyBytes,
+      ...(this.o.serverIdleTimeoutSec !== undefined ? { idleTimeoutMs: this.o.serverIdleTimeoutSec * 1000 } : {}),
       ...(this.o.tls ? { tls: { cert: Bun.file(this.o.tls.cert), key: Bun.file(this.o.tls.key) } } : {}),
-      fetch: (req, server) => this.handle(req, server),
-      error: (err) => {
-        this.o.log?.warn({ err: err.message }, "router request failed");
-        return openAIError(500, "internal error in the router; see the server log");
-      },
+      errorBody: (status, message, code) => openAIErrorBody(status, message, { code }),
+      handler: (ex) => this.handle(ex),
+      onHandlerError: (err) => this.o.log?.warn({ err: (err as Error).message }, "router request failed"),
     });
+    const port = this.server.listen();
     // Deadline granularity: a quarter of the shortest timeout, within 10–250 ms.
     const every = Math.max(10, Math.min(250, Math.min(this.o.firstByteTimeoutMs, this.o.idleTimeoutMs) / 4));
     this.sweeper = setInterval(() => this.sweep(), every);
@@ -189,7 +187,6 @@ export class Router implements EndpointSink, UsageSource {
       });
       this.poller.start();
     }
-    const port = this.server.port!;
     return { url: `http://${this.o.host.includes(":") ? `[${this.o.host}]` : this.o.host}:${port}`, port };
   }
 
@@ -197,7 +194,8 @@ export class Router implements EndpointSink, UsageSource {
     this.poller?.stop();
     if (this.sweeper) clearInterval(this.sweeper);
     for (const w of [...this.waiters]) w();
-    await this.server?.stop(true);
+    this.server?.stop();
+    this.server = undefined;
     this.upstream.close();
   }
 
@@ -206,158 +204,128 @@ export class Router implements EndpointSink, UsageSource {
     return undefined;
   }
 
-  private handle(req: Request, server: Server<undefined>): Response | Promise<Response> {
-    const url = req.url;
-    const start = url.indexOf("/", url.indexOf("//") + 2);
-    const q = url.indexOf("?", start);
-    const path = q < 0 ? url.slice(start) : url.slice(start, q);
-    const route = this.route(req.method, path);
-    if (!route) return openAIError(404, `no route ${req.method} ${path}; the router serves POST /v1/* and GET /v1/models`, { code: "not_found" });
+  private handle(ex: ClientExchange): void {
+    const path = ex.path;
+    const route = this.route(ex.method, path);
+    if (!route) return send(ex, openAIError(404, `no route ${ex.method} ${path}; the router serves POST /v1/* and GET /v1/models`, { code: "not_found" }));
     let pool: string | undefined;
     if (route.auth === "admin") {
-      if (!this.o.adminToken || !this.bearerIs(req, this.o.adminToken)) return openAIError(401, `${req.method} ${path} needs the admin token as a bearer token`, { code: "invalid_api_key" });
+      if (!this.o.adminToken || !this.bearerIs(ex, this.o.adminToken)) return send(ex, openAIError(401, `${ex.method} ${path} needs the admin token as a bearer token`, { code: "invalid_api_key" }));
     } else if (route.auth === "client") {
-      const auth = this.authorize(req);
-      if (auth instanceof Response) return auth;
+      const auth = this.authorize(ex);
+      if ("status" in auth) return send(ex, auth);
       pool = auth.pool;
     }
     switch (route.path) {
       case "/v1/":
-        return this.proxy(req, server, url.slice(start), pool);
+        return this.proxy(ex, pool);
       case "/v1/models":
-        return this.listModels(pool);
+        return send(ex, this.listModels(pool));
       case "/v1/models/": {
         let id: string;
         try {
           id = decodeURIComponent(path.slice("/v1/models/".length));
         } catch {
-          return openAIError(400, "the model id in the path is not valid percent-encoding", { param: "model", code: "invalid_request" });
+          return send(ex, openAIError(400, "the model id in the path is not valid percent-encoding", { param: "model", code: "invalid_request" }));
         }
-        return this.getModel(id, pool);
+        return send(ex, this.getModel(id, pool));
       }
       case "/metrics":
-        return new Response(this.registry.render(), { headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" } });
+        return ex.respond(200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" }, this.registry.render());
       default:
-        return new Response('{"status":"ok"}', { headers: { "content-type": "application/json" } });
+        return send(ex, jsonReply({ status: "ok" }));
     }
   }
 
   /** Constant-time comparison of a bearer token against a secret. */
-  private bearerIs(req: Request, token: string): boolean {
-    const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.get("authorization") ?? "");
+  private bearerIs(ex: ClientExchange, token: string): boolean {
+    const m = /^Bearer\s+(\S+)\s*$/i.exec(ex.headers.get("authorization") ?? "");
     return m !== null && timingSafeEqual(digest(m[1]!), digest(token));
   }
 
-  /** Checks the client's API key when keys are required; returns an error response, or the key's pool. */
-  private authorize(req: Request): Response | { pool?: string } {
+  /** Checks the client's API key when keys are required; returns an error reply, or the key's pool. */
+  private authorize(ex: ClientExchange): Reply | { pool?: string } {
     if (!this.o.requireApiKey) return {};
-    const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.get("authorization") ?? "");
+    const m = /^Bearer\s+(\S+)\s*$/i.exec(ex.headers.get("authorization") ?? "");
     // Keys are looked up by their SHA-256: the secret itself is never compared or kept.
     const key = m ? this.keys.get(sha256hex(m[1]!)) : undefined;
     if (!key) return openAIError(401, "Incorrect or missing API key: send Authorization: Bearer <key> (create one with `llmgw keys create NAME`)", { code: "invalid_api_key" });
     return key.pool ? { pool: key.pool } : {};
   }
 
-  private listModels(pool: string | undefined): Response {
+  private listModels(pool: string | undefined): Reply {
     const data = [];
     for (const m of this.catalogList) {
       if (pool && m.pool !== pool) continue;
       data.push({ id: m.name, object: "model", created: m.created, owned_by: "llmgw" });
       for (const a of m.aliases) data.push({ id: a, object: "model", created: m.created, owned_by: "llmgw", root: m.name });
     }
-    return Response.json({ object: "list", data });
+    return jsonReply({ object: "list", data });
   }
 
-  private getModel(id: string, pool: string | undefined): Response {
+  private getModel(id: string, pool: string | undefined): Reply {
     const m = this.catalog.get(id);
     if (!m || (pool && m.pool !== pool)) return openAIError(404, `The model '${id}' does not exist`, { code: "model_not_found", param: "model" });
-    return Response.json({ id, object: "model", created: m.created, owned_by: "llmgw", ...(id !== m.name ? { root: m.name } : {}) });
+    return jsonReply({ id, object: "model", created: m.created, owned_by: "llmgw", ...(id !== m.name ? { root: m.name } : {}) });
   }
 
   /** Waits until the model has an endpoint, the deadline passes, or the client goes away. */
-  private waitForEndpoint(model: string, pool: string | undefined, signal: AbortSignal): Promise<boolean> {
-    return new Promise((resolve) => {
-      if (this.balancer.has(model, pool)) return resolve(true);
-      const done = (ok: boolean) => {
-        clearTimeout(timer);
-        this.waiters.delete(check);
-        signal.removeEventListener("abort", onAbort);
-        resolve(ok);
-      };
-      const check = () => {
-        if (this.balancer.has(model, pool)) done(true);
-        else if (!this.server) done(false);
-      };
-      const onAbort = () => done(false);
-      const timer = setTimeout(() => done(false), this.o.coldStartTimeoutMs);
-      this.waiters.add(check);
-      signal.addEventListener("abort", onAbort);
-    });
+  private waitForEndpoint(model: string, pool: string | undefined, ex: ClientExchange, then: (ok: boolean) => void): void {
+    if (this.balancer.has(model, pool)) return then(true);
+    const done = (ok: boolean) => {
+      clearTimeout(timer);
+      this.waiters.delete(check);
+      ex.onAbort = undefined;
+      then(ok);
+    };
+    const check = () => {
+      if (this.balancer.has(model, pool)) done(true);
+      else if (!this.server) done(false);
+    };
+    const timer = setTimeout(() => done(false), this.o.coldStartTimeoutMs);
+    this.waiters.add(check);
+    ex.onAbort = () => done(false);
   }
 
   /**
-   * POST /v1/*: reads and checks the body, then hands the request to a Call. Written with
-   * callbacks around one promise rather than as an async function: the promise Bun.serve waits
-   * on is resolved directly with the Response, with no promise adopted in between.
+   * POST /v1/*: checks the body (read whole by the server, within the size limit), then hands
+   * the request to a Call.
    */
-  private proxy(req: Request, server: Server<undefined>, pathAndQuery: string, keyPool: string | undefined): Response | Promise<Response> {
+  private proxy(ex: ClientExchange, keyPool: string | undefined): void {
     const t0 = performance.now();
     // A key bound to a pool decides the pool; otherwise the client may pick one by header.
-    const pool = keyPool ?? req.headers.get("x-llmgw-pool") ?? undefined;
-    const max = this.o.maxBodyBytes;
-    const declared = Number(req.headers.get("content-length") ?? 0);
-    if (declared > max) return openAIError(413, `request body is ${declared} bytes; the limit is ${max}`, { code: "request_too_large" });
-    return new Promise<Response>((resolve) => {
-      (declared > 0 ? req.bytes() : readCapped(req, max)).then(
-        (bytes) => {
-          try {
-            this.forward(req, server, pathAndQuery, pool, t0, bytes, resolve);
-          } catch (e) {
-            // A bug of ours must still answer the client rather than leave it hanging.
-            this.o.log?.warn({ err: (e as Error).message }, "router request failed");
-            resolve(openAIError(500, "internal error in the router; see the server log"));
-          }
-        },
-        (e: Error) => resolve(openAIError(400, `could not read the request body: ${e.message}`, { code: "invalid_request" })),
-      );
-    });
-  }
-
-  private forward(req: Request, server: Server<undefined>, pathAndQuery: string, pool: string | undefined, t0: number, bytes: Uint8Array | undefined, resolve: (r: Response) => void): void {
-    const max = this.o.maxBodyBytes;
-    if (bytes === undefined || bytes.byteLength > max) return resolve(openAIError(413, `request body is over the limit of ${max} bytes`, { code: "request_too_large" }));
+    const pool = keyPool ?? ex.headers.get("x-llmgw-pool");
     let body: Record<string, unknown>;
     try {
-      body = JSON.parse(dec.decode(bytes));
+      body = JSON.parse(dec.decode(ex.body));
     } catch (e) {
-      return resolve(openAIError(400, `We could not parse the JSON body of your request: ${(e as Error).message}`, { code: "invalid_json" }));
+      return send(ex, openAIError(400, `We could not parse the JSON body of your request: ${(e as Error).message}`, { code: "invalid_json" }));
     }
-    if (typeof body !== "object" || body === null || Array.isArray(body)) return resolve(openAIError(400, "the request body must be a JSON object", { code: "invalid_request" }));
+    if (typeof body !== "object" || body === null || Array.isArray(body)) return send(ex, openAIError(400, "the request body must be a JSON object", { code: "invalid_request" }));
     const model = body.model;
-    if (model === undefined || model === "") return resolve(openAIError(400, "you must provide a model parameter", { param: "model", code: "missing_model" }));
+    if (model === undefined || model === "") return send(ex, openAIError(400, "you must provide a model parameter", { param: "model", code: "missing_model" }));
     if (typeof model !== "string")
-      return resolve(openAIError(400, `model must be a string, not ${model === null ? "null" : Array.isArray(model) ? "an array" : typeof model}`, { param: "model", code: "invalid_type" }));
+      return send(ex, openAIError(400, `model must be a string, not ${model === null ? "null" : Array.isArray(model) ? "an array" : typeof model}`, { param: "model", code: "invalid_type" }));
 
-    // Generation can take long before anything is written; our own timeouts govern instead.
-    server.timeout(req, 0);
-    const send = () => {
+    const go = () => {
       const key = prefixKey(body);
       const stream = body.stream === true;
-      const extra = forwardHeaders(req.headers);
-      new Call(this, req, model, pool, key, stream, extra, body, bytes, pathAndQuery, t0, resolve).next();
+      const extra = forwardHeaders(ex.headers);
+      new Call(this, ex, model, pool, key, stream, extra, body, ex.body, ex.target, t0).next();
     };
-    if (this.balancer.has(model, pool)) return send();
+    if (this.balancer.has(model, pool)) return go();
 
     const entry = this.catalog.get(model);
     if (!entry || (pool !== undefined && entry.pool !== pool))
-      return resolve(openAIError(404, `The model '${model}' does not exist${pool ? ` in pool '${pool}'` : ""}`, { param: "model", code: "model_not_found" }));
+      return send(ex, openAIError(404, `The model '${model}' does not exist${pool ? ` in pool '${pool}'` : ""}`, { param: "model", code: "model_not_found" }));
     // Nothing serves it: tell the control plane someone wants it. An on-demand model is worth
     // waiting for; any other is starting, failing or unplaceable, and the client is better
     // served by a prompt 503 it can retry.
     this.o.demand?.requestModel(model);
     const notReady = () => {
       this.requests.inc([entry.name, "503"]);
-      resolve(
+      send(
+        ex,
         openAIError(503, `no replica of '${model}' is ready${entry.on_demand ? ` after waiting ${Math.round(this.o.coldStartTimeoutMs / 1000)}s for one to start` : ""}; try again shortly`, {
           code: "model_not_ready",
           headers: { "retry-after": entry.on_demand ? "30" : "10" },
@@ -365,7 +333,7 @@ export class Router implements EndpointSink, UsageSource {
       );
     };
     if (!entry.on_demand) return notReady();
-    void this.waitForEndpoint(model, pool, req.signal).then((ok) => (ok ? send() : notReady()));
+    this.waitForEndpoint(model, pool, ex, (ok) => (ok && !ex.aborted ? go() : notReady()));
   }
 
   private readonly perModel = new Map<string, ModelSeries>();
@@ -386,7 +354,7 @@ export class Router implements EndpointSink, UsageSource {
   }
 
   /** @internal For Call: the request gave up after every attempt failed. */
-  gaveUp(model: string, lastError: string): Response {
+  gaveUp(model: string, lastError: string): Reply {
     const name = this.catalog.get(model)?.name ?? model;
     this.requests.inc([name, "502"]);
     return openAIError(502, `upstream failure for model '${model}': ${lastError}`, { code: "upstream_error" });
@@ -424,7 +392,7 @@ interface Watch {
 /**
  * One client request through the proxy: attempts on replicas one after the other, each on
  * another replica, until one answers or maxAttempts is reached. Callback-driven rather than a
- * loop of awaits: the hot path makes one promise per request, not one per attempt.
+ * loop of awaits: the hot path makes no promise at all.
  */
 class Call {
   private attempts = 0;
@@ -433,7 +401,7 @@ class Call {
 
   constructor(
     readonly r: Router,
-    readonly req: Request,
+    readonly ex: ClientExchange,
     private readonly model: string,
     private readonly pool: string | undefined,
     private readonly key: number,
@@ -443,14 +411,13 @@ class Call {
     private readonly bytes: Uint8Array,
     private readonly path: string,
     readonly t0: number,
-    readonly resolve: (res: Response) => void,
   ) {}
 
   next(): void {
     const r = this.r;
-    const lease = this.attempts < r.maxAttempts ? r.balancer.acquire(this.model, this.key, this.pool, this.exclude) : undefined;
+    const lease = this.attempts < r.maxAttempts && !this.ex.aborted ? r.balancer.acquire(this.model, this.key, this.pool, this.exclude) : undefined;
     if (lease === undefined) {
-      this.resolve(r.gaveUp(this.model, this.lastError));
+      send(this.ex, r.gaveUp(this.model, this.lastError));
       return;
     }
     this.attempts++;
@@ -466,36 +433,36 @@ class Call {
     this.lastError = f.error;
     this.r.countRetry(model, f.kind);
     (this.exclude ??= new Set()).add(endpointId);
-    if (this.req.signal.aborted) this.attempts = Number.MAX_SAFE_INTEGER;
     this.next();
   }
 }
 
 /**
- * One try at one replica: sends the request through the upstream pool and turns the engine's
- * answer into the client's Response, or into a Failure the caller retries elsewhere. The lease
- * is released exactly once, whatever happens. Retries happen only before any byte reached the
+ * One try at one replica: sends the request through the upstream pool and passes the engine's
+ * answer to the client, or turns it into a Failure the caller retries elsewhere. The lease is
+ * released exactly once, whatever happens. Retries happen only before any byte reached the
  * client; after that, a failure ends the client's stream with an error event.
  */
 class Attempt implements ExchangeHandler, Watch {
   deadline: number;
-  private ex: Exchange | undefined;
+  private up: Exchange | undefined;
   private why: "client" | "first_byte" | "idle" | undefined;
+  /** The client has been promised this answer: no retry from here on. */
   private settled = false;
+  /** The answer's head has been written to the client. */
+  private started = false;
   private released = false;
   private status = 0;
   private headers: Record<string, string> | undefined;
   /** "buffer": whole small body, one write. "stream": passed on as it comes. "retry": a status to retry on; its body is kept for the message. */
   private mode: "buffer" | "stream" | "retry" = "stream";
   private parts: Uint8Array[] = [];
-  private ended = false;
   private sse = false;
-  private ctrl: ReadableStreamDirectController | undefined;
-  private endPull: (() => void) | undefined;
-  private readonly onClientAbort = () => this.kill("client");
+  /** A write is waiting for the client to take more: the engine's socket is paused. */
+  private blocked = false;
   private readonly r: Router;
   private readonly m: ModelSeries;
-  private readonly req: Request;
+  private readonly ex: ClientExchange;
   private readonly stream: boolean;
   private readonly t0: number;
 
@@ -506,7 +473,7 @@ class Attempt implements ExchangeHandler, Watch {
   ) {
     this.r = call.r;
     this.m = call.r.seriesOf(model);
-    this.req = call.req;
+    this.ex = call.ex;
     this.stream = call.stream;
     this.t0 = call.t0;
     this.deadline = performance.now() + this.r.firstByteTimeoutMs;
@@ -516,8 +483,8 @@ class Attempt implements ExchangeHandler, Watch {
     // Timeouts are deadlines checked by one sweep for all requests, not a timer per request
     // and per chunk: moving a deadline is a number store on the hot path.
     this.r.watches.add(this);
-    this.req.signal.addEventListener("abort", this.onClientAbort);
-    this.ex = this.r.upstream.post(this.lease.endpoint.url, path, payload, extra, this);
+    this.ex.onAbort = () => this.kill("client");
+    this.up = this.r.upstream.post(this.lease.endpoint.url, path, payload, extra, this);
   }
 
   expire(): void {
@@ -528,7 +495,7 @@ class Attempt implements ExchangeHandler, Watch {
   private kill(why: "client" | "first_byte" | "idle"): void {
     if (this.released) return;
     this.why ??= why;
-    this.ex?.abort();
+    this.up?.abort();
     this.onError(new UpstreamError("reset", "aborted"), this.settled);
   }
 
@@ -548,46 +515,57 @@ class Attempt implements ExchangeHandler, Watch {
     this.sse = (out["content-type"] ?? "").includes("text/event-stream");
     const len = head.contentLength;
     this.mode = !this.stream && len >= 0 && len <= BUFFER_LIMIT ? "buffer" : "stream";
-    if (this.mode === "stream") this.prepared = this.prepare();
   }
 
   onData(chunk: Uint8Array): void {
+    // Small and whole (or a retry's message): kept until the end. Dying mid-body is still
+    // before the client saw a byte, so it is retried like a refused connection.
+    // Views are kept, not copied: each socket read arrives in a fresh buffer (upstream.ts).
     if (this.mode !== "stream") {
-      // Small and whole (or a retry's message): kept until the end. Dying mid-body is still
-      // before the client saw a byte, so it is retried like a refused connection.
-      // Views are kept, not copied: each socket read arrives in a fresh buffer (upstream.ts).
       if (this.mode === "buffer" || this.parts.length < 4) this.parts.push(chunk);
       return;
     }
     // Chunks of one read are gathered and written together at its end (onReadEnd): one write
-    // and one flush per read from the engine, however many chunks it held.
+    // per read from the engine, however many chunks it held.
     this.parts.push(chunk);
-    if (!this.settled) this.respond();
+    if (!this.settled) {
+      this.settled = true;
+      this.m.ttfb.observe((performance.now() - this.t0) / 1000);
+    }
   }
 
   onReadEnd(): void {
-    const c = this.ctrl;
-    if (c === undefined || this.released) return;
+    if (this.released || this.parts.length === 0) return;
     this.deadline = performance.now() + this.r.idleTimeoutMs;
-    this.drain(c);
-    if (!this.blocked) c.flush();
+    this.drain();
   }
 
-  /** Writes what the engine sent since the last write. */
-  private drain(c: ReadableStreamDirectController): void {
+  /** Writes what the engine sent since the last write (with the head, the first time). */
+  private drain(): void {
     const parts = this.parts;
-    if (parts.length === 0) return;
-    const data = concat(parts);
+    const data = parts.length === 0 ? undefined : concat(parts);
     // Emptied in place: a new array per read would be garbage at every read of every stream.
     parts.length = 0;
-    this.write(c, data);
+    let ok: boolean;
+    if (!this.started) {
+      this.started = true;
+      ok = this.ex.stream(this.status, this.headers!, data);
+    } else {
+      if (data === undefined) return;
+      ok = this.ex.write(data);
+    }
+    if (ok || this.ex.aborted || this.blocked) return;
+    // The client is not taking it as fast as the engine sends: stop reading from the engine
+    // until it has (backpressure).
+    this.blocked = true;
+    this.up?.pause();
+    this.ex.onDrain = () => {
+      this.blocked = false;
+      this.up?.resume();
+    };
   }
 
-  /** A write is waiting for the client to take more: flushing again would not help. */
-  private blocked = false;
-
   onEnd(): void {
-    this.ended = true;
     if (this.mode === "retry") {
       const text = dec.decode(concat(this.parts)).slice(0, 200);
       const kind = this.status === 429 ? "busy" : `http_${this.status}`;
@@ -597,37 +575,35 @@ class Attempt implements ExchangeHandler, Watch {
     }
     if (this.mode === "buffer") {
       this.m.ttfb.observe((performance.now() - this.t0) / 1000);
+      this.settled = true;
+      const ex = this.ex;
+      const body = concat(this.parts);
       this.finish(this.status);
-      this.settle(new Response(concat(this.parts), { status: this.status, headers: this.headers! }));
+      ex.respond(this.status, this.headers!, body);
       return;
     }
-    if (!this.settled) this.respond();
-    else if (this.ctrl !== undefined) {
-      this.drain(this.ctrl);
-      this.ctrl.close();
-      this.finish(this.status);
-      this.endPull?.();
+    if (!this.settled) {
+      // Ended with an empty body.
+      this.settled = true;
+      this.m.ttfb.observe((performance.now() - this.t0) / 1000);
     }
+    this.drain();
+    this.finish(this.status);
+    this.ex.end();
   }
 
   onError(err: UpstreamError, _received: boolean): void {
     if (this.released) return;
-    this.ex = undefined;
+    this.up = undefined;
     const ep = this.lease.endpoint;
+    if (this.why === "client") {
+      this.finish(499);
+      return;
+    }
     if (!this.settled) {
-      if (this.why === "client") {
-        this.finish(499);
-        this.settle(new Response(null, { status: 499 }));
-        return;
-      }
       if (this.why === "first_byte") this.fail("timeout", `no answer from ${ep.id} within ${this.r.firstByteTimeoutMs / 1000}s`, true);
       else if (err.kind === "connect") this.fail("connect", `cannot reach ${ep.id}: ${err.message}`, true);
       else this.fail("reset", `${ep.id} failed before its first byte: ${err.message}`, true);
-      return;
-    }
-    if (this.why === "client") {
-      this.finish(499);
-      this.endPull?.();
       return;
     }
     // The replica died or went quiet mid-stream: bytes already reached the client, so no
@@ -636,111 +612,25 @@ class Attempt implements ExchangeHandler, Watch {
     const what = this.why === "idle" ? `no data from replica ${ep.id} for ${idleMs / 1000}s` : `replica ${ep.id} failed mid-stream: ${err.message}`;
     this.r.upstreamErrors.inc([this.model, this.why === "idle" ? "idle_timeout" : "mid_stream"]);
     if (this.why !== "idle") this.r.balancer.cooldown(ep.id, this.r.cooldownMs);
-    const c = this.ctrl;
-    if (c !== undefined) {
-      try {
-        this.drain(c);
-        if (this.sse) {
-          c.write(enc.encode(sseErrorFrame(what)));
-          c.close();
-        } else c.close(new Error(what));
-      } catch {
-        // the client is already gone
-      }
-    } else this.failure = what;
     this.finish(502);
-    this.endPull?.();
-  }
-
-  /** Set when the stream failed before the client pulled: pull reports it then. */
-  private failure: string | undefined;
-
-  /**
-   * The client's response for a streamed answer, made as soon as the engine's head is in so
-   * that little is left to do when the first token arrives.
-   */
-  private prepared: Response | undefined;
-
-  private prepare(): Response {
-    // A "direct" stream: chunks go straight to the socket, with no queue between us and it.
-    const body = new ReadableStream<Uint8Array>({
-      type: "direct",
-      pull: (c: ReadableStreamDirectController) => this.pull(c),
-      cancel: () => this.kill("client"),
-    } satisfies Bun.DirectUnderlyingSource<Uint8Array>);
-    return new Response(body, { status: this.status, headers: this.headers! });
-  }
-
-  /**
-   * The first bytes of a streamed answer are here (or it ended empty): answer the client. The
-   * client-abort listener stays until finish(): removing it here would be work on the path
-   * time to first byte is measured on, and cancel() and the listener both end in kill(), once.
-   */
-  private respond(): void {
-    this.m.ttfb.observe((performance.now() - this.t0) / 1000);
-    this.deadline = performance.now() + this.r.idleTimeoutMs;
-    this.settle(this.prepared ?? this.prepare());
-  }
-
-  private pull(c: ReadableStreamDirectController): Promise<void> | void {
-    if (this.released && this.why === "client") return;
-    this.ctrl = c;
-    this.drain(c);
-    if (!this.blocked) c.flush();
-    if (this.failure !== undefined) {
-      try {
-        if (this.sse) {
-          c.write(enc.encode(sseErrorFrame(this.failure)));
-          c.close();
-        } else c.close(new Error(this.failure));
-      } catch {}
-      return;
+    if (this.sse) {
+      this.parts.push(enc.encode(sseErrorFrame(what)));
+      this.drain();
+      this.ex.end();
+    } else {
+      // Not SSE: there is no error event to send, so the body is cut short of its end, which
+      // the client's HTTP library reports as an error.
+      this.drain();
+      this.ex.destroy();
     }
-    if (this.ended) {
-      c.close();
-      this.finish(this.status);
-      return;
-    }
-    if (this.released) return;
-    return new Promise<void>((resolve) => {
-      this.endPull = resolve;
-    });
-  }
-
-  /** One chunk to the client. A full buffer pauses the engine's socket: that is the backpressure. */
-  private write(c: ReadableStreamDirectController, chunk: Uint8Array): void {
-    const wrote = c.write(chunk);
-    if (typeof wrote === "number") {
-      // 0 means the client has gone: stop reading from the engine at once.
-      if (wrote === 0 && chunk.byteLength > 0) this.kill("client");
-      return;
-    }
-    this.blocked = true;
-    this.ex?.pause();
-    wrote.then(
-      (n) => {
-        this.blocked = false;
-        if (n === 0 && chunk.byteLength > 0) this.kill("client");
-        else if (!this.released) {
-          this.ex?.resume();
-          c.flush();
-        }
-      },
-      () => this.kill("client"),
-    );
-  }
-
-  private settle(o: Response | Failure): void {
-    this.settled = true;
-    if (o instanceof Response) this.call.resolve(o);
-    else this.call.failed(this.lease.endpoint.id, this.model, o);
   }
 
   private finish(status: number): void {
     if (this.released) return;
     this.released = true;
     this.r.watches.delete(this);
-    this.req.signal.removeEventListener("abort", this.onClientAbort);
+    this.ex.onAbort = undefined;
+    this.ex.onDrain = undefined;
     this.lease.release();
     if (status === 200) this.m.ok.v++;
     else this.r.requests.inc([this.model, String(status)]);
@@ -750,14 +640,19 @@ class Attempt implements ExchangeHandler, Watch {
   private fail(kind: string, error: string, cool: boolean): void {
     if (this.released) return;
     this.released = true;
-    this.ex?.abort();
+    this.up?.abort();
     this.r.watches.delete(this);
-    this.req.signal.removeEventListener("abort", this.onClientAbort);
+    this.ex.onAbort = undefined;
     this.lease.release();
     if (cool) this.r.balancer.cooldown(this.lease.endpoint.id, this.r.cooldownMs);
     this.r.upstreamErrors.inc([this.model, kind]);
-    this.settle({ kind, error });
+    this.call.failed(this.lease.endpoint.id, this.model, { kind, error });
   }
+}
+
+/** A whole reply to the client. */
+function send(ex: ClientExchange, r: Reply): void {
+  ex.respond(r.status, r.headers, r.body);
 }
 
 function concat(parts: Uint8Array[]): Uint8Array {
@@ -773,25 +668,12 @@ function concat(parts: Uint8Array[]): Uint8Array {
   return out;
 }
 
-/** Reads a body without a Content-Length, giving up (undefined) as soon as it passes `max` bytes. */
-async function readCapped(req: Request, max: number): Promise<Uint8Array | undefined> {
-  if (!req.body) return new Uint8Array(0);
-  const parts: Uint8Array[] = [];
-  let size = 0;
-  for await (const chunk of req.body) {
-    size += chunk.byteLength;
-    if (size > max) return undefined;
-    parts.push(chunk);
-  }
-  return parts.length === 0 ? new Uint8Array(0) : concat(parts);
-}
-
 /** Headers passed upstream: what identifies or traces the request (the pool adds Host, Content-Type, Content-Length). */
-function forwardHeaders(h: Headers): [string, string][] {
+function forwardHeaders(h: RequestHeaders): [string, string][] {
   const out: [string, string][] = [];
   for (const k of PASS_UP) {
     const v = h.get(k);
-    if (v !== null) out.push([k, v]);
+    if (v !== undefined) out.push([k, v]);
   }
   return out;
 }

@@ -74,7 +74,16 @@ interface Origin {
 
 const enc = new TextEncoder();
 const DEAD_ORIGIN: Origin = { key: "", hostname: "", port: 0, tls: false, host: "", hostLine: "", base: "", idle: [] };
-const latin1 = new TextDecoder("latin1");
+/** Bytes as latin1 text, read straight from the array (a TextDecoder would need a view of it first). */
+const latin1Slice = (Buffer.prototype as unknown as { latin1Slice(this: Uint8Array, start: number, end: number): string }).latin1Slice;
+
+/**
+ * Bytes [a, b) of a socket read. Small parts are copied: the first view of an array fresh from
+ * the socket costs more than copying a few KiB out of it. Big ones are views.
+ */
+function part(d: Uint8Array, a: number, b: number): Uint8Array {
+  return a === 0 && b === d.length ? d : b - a <= 16384 ? d.slice(a, b) : d.subarray(a, b);
+}
 const EMPTY = new Uint8Array(0);
 
 // Parser states.
@@ -186,13 +195,13 @@ class Conn {
             this.headBytes += n - p;
             if (this.headBytes > this.pool.maxHeadBytes) throw new UpstreamError("protocol", `response head over ${this.pool.maxHeadBytes} bytes`);
             if (cr > p) {
-              this.headLines(latin1.decode(data.subarray(p, cr)));
+              this.headLines(latin1Slice.call(data, p, cr));
               p = cr + 2;
             }
             this.rest = data.slice(p);
             return;
           }
-          if (end > p) this.headLines(latin1.decode(data.subarray(p, end)));
+          if (end > p) this.headLines(latin1Slice.call(data, p, end));
           p = end + (end === p && this.headBytes > 0 ? 2 : 4);
           const head = this.headDone();
           if (head === undefined) continue; // a 1xx interim response: the real one follows
@@ -207,7 +216,7 @@ class Conn {
         }
         case BODY_LENGTH: {
           const take = Math.min(this.remaining, n - p);
-          ex.handler.onData(data.subarray(p, p + take));
+          ex.handler.onData(part(data, p, p + take));
           p += take;
           this.remaining -= take;
           if (this.ex !== ex) return;
@@ -218,7 +227,7 @@ class Conn {
           return;
         }
         case BODY_CLOSE:
-          ex.handler.onData(data.subarray(p));
+          ex.handler.onData(part(data, p, data.length));
           return;
         case CHUNK_SIZE: {
           const nl = data.indexOf(10, p);
@@ -238,7 +247,7 @@ class Conn {
         }
         case CHUNK_DATA: {
           const take = Math.min(this.remaining, n - p);
-          ex.handler.onData(data.subarray(p, p + take));
+          ex.handler.onData(part(data, p, p + take));
           p += take;
           this.remaining -= take;
           if (this.remaining === 0) this.state = CHUNK_CRLF;

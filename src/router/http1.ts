@@ -1,0 +1,788 @@
+// The router's public listener: a strict HTTP/1.1 server on Bun.listen. The router reads every
+// request body whole before it picks a replica, then either answers in one write or passes an
+// engine's stream on chunk by chunk, so a server that hands it (method, target, headers, body)
+// and takes back bytes is all it needs. Bun.serve builds a Request and a Response per request
+// and costs about 40% more CPU per small request here; on a head node where the proxy may share
+// cores with an engine, that is throughput (see test/bench/proxy.ts).
+//
+// Parsing is strict because the bytes come from anyone who can reach the port, possibly through
+// another proxy that frames requests differently:
+// - lines end in CRLF (a bare CR or LF is refused), no obs-fold, header names are tokens with
+//   no whitespace before the colon, values carry no control characters;
+// - one Host on HTTP/1.1; Content-Length is digits, and copies must agree;
+// - Transfer-Encoding is "chunked" alone (anything else: 501), never with Content-Length and
+//   never on HTTP/1.0 (400): the request smuggling rules of RFC 9112 §6.3;
+// - heads over maxHeadBytes get 431, bodies over maxBodyBytes 413 (from Content-Length before
+//   reading, or while reading chunks), a head not whole within headTimeoutMs gets 408;
+// - `Expect: 100-continue` is answered when the body is wanted; other expectations get 417.
+// Every refusal closes the connection: after a framing error nothing that follows can be trusted.
+// Pipelined requests are answered one at a time, in order.
+
+import type { Socket, TCPSocketListener } from "bun";
+
+export interface Http1Options {
+  hostname: string;
+  port: number;
+  tls?: { cert: string | Bun.BunFile; key: string | Bun.BunFile };
+  /** Request line and headers together (default 16 KiB): over it, 431. */
+  maxHeadBytes?: number;
+  /** Header lines per request (default 100): over it, 431. */
+  maxHeaders?: number;
+  /** Request body limit: over it, 413. */
+  maxBodyBytes: number;
+  /** A connection with no request under way is closed after this long; so is one whose request stops arriving for this long. Default 10 s. */
+  idleTimeoutMs?: number;
+  /** A request's head must arrive whole within this of its first byte (slow-header clients). Default 30 s. */
+  headTimeoutMs?: number;
+  /** The body of an error the server answers by itself (bad framing, limits): the router's own shape. */
+  errorBody: (status: number, message: string, code: string) => string;
+  /** Called once per request, with its body read; the handler answers through the Exchange. */
+  handler: (ex: ClientExchange) => void;
+  /** A handler threw before answering: the client got 500, this gets the error. */
+  onHandlerError?: (err: unknown) => void;
+}
+
+const REASONS: Record<number, string> = {
+  100: "Continue", 200: "OK", 201: "Created", 202: "Accepted", 204: "No Content", 206: "Partial Content",
+  301: "Moved Permanently", 302: "Found", 304: "Not Modified", 307: "Temporary Redirect", 308: "Permanent Redirect",
+  400: "Bad Request", 401: "Unauthorized", 402: "Payment Required", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
+  408: "Request Timeout", 409: "Conflict", 410: "Gone", 411: "Length Required", 413: "Content Too Large", 414: "URI Too Long",
+  415: "Unsupported Media Type", 417: "Expectation Failed", 422: "Unprocessable Content", 429: "Too Many Requests",
+  431: "Request Header Fields Too Large", 499: "Client Closed Request",
+  500: "Internal Server Error", 501: "Not Implemented", 502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout",
+  505: "HTTP Version Not Supported",
+};
+
+const enc = new TextEncoder();
+const EMPTY = new Uint8Array(0);
+const LAST_CHUNK = enc.encode("0\r\n\r\n");
+const CONTINUE = enc.encode("HTTP/1.1 100 Continue\r\n\r\n");
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+/** Control characters other than HTAB, CR and LF, anywhere in a head. */
+const BAD_CTL = /[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]/;
+/** A CR not followed by LF, or an LF not preceded by CR. */
+const BARE_CRLF = /\r(?!\n)|(?<!\r)\n/;
+const TARGET = /^[\x21-\x7e]+$/;
+
+// Connection states.
+const HEAD = 0;
+const BODY_LENGTH = 1;
+const BODY_CHUNKED = 2;
+const BUSY = 3;
+const CLOSED = 4;
+
+/**
+ * A request's headers as sent, looked up case-insensitively. Names are lower-cased only when
+ * looked up: a request carries a handful, and the router reads fewer.
+ */
+export class RequestHeaders {
+  /** @internal */
+  constructor(
+    readonly names: string[],
+    readonly values: string[],
+  ) {}
+
+  /** The value of a header (repeated ones joined with ", "), or undefined. `name` is lower-case. */
+  get(name: string): string | undefined {
+    let out: string | undefined;
+    const names = this.names;
+    for (let i = 0; i < names.length; i++) {
+      const n = names[i]!;
+      if (n.length !== name.length || (n !== name && n.toLowerCase() !== name)) continue;
+      out = out === undefined ? this.values[i]! : `${out}, ${this.values[i]!}`;
+    }
+    return out;
+  }
+
+  /** [lower-case name, value] for every header line, in order. */
+  entries(): [string, string][] {
+    return this.names.map((n, i) => [n.toLowerCase(), this.values[i]!]);
+  }
+}
+
+const latin1Slice = (Buffer.prototype as unknown as { latin1Slice(this: Uint8Array, start: number, end: number): string }).latin1Slice;
+
+/** Thrown by the parser: answered with this status, and the connection closed. */
+class Refusal {
+  constructor(
+    readonly status: number,
+    readonly message: string,
+    readonly code: string,
+  ) {}
+}
+
+let dateAt = 0;
+let dateLine = "";
+/** "date: <IMF-fixdate>\r\n", recomputed at most once a second. */
+function date(): string {
+  const now = Date.now();
+  if (now - dateAt >= 1000) {
+    dateAt = now - (now % 1000);
+    dateLine = `date: ${new Date(dateAt).toUTCString()}\r\n`;
+  }
+  return dateLine;
+}
+
+/**
+ * One request and its answer. Read the request from the fields; answer with respond() (whole),
+ * or with stream() then write() … end(). `onAbort` is called once if the client goes away
+ * before the answer is done; `onDrain` when a write() that returned false has gone out.
+ */
+export class ClientExchange {
+  aborted = false;
+  onAbort: (() => void) | undefined;
+  onDrain: (() => void) | undefined;
+  /** 0: not answered, 1: streaming, 2: done. */
+  private state = 0;
+  private chunked = true;
+
+  constructor(
+    private readonly conn: Conn,
+    readonly method: string,
+    /** The request target as sent: path and query (absolute-form is reduced to them). */
+    readonly target: string,
+    /** The target's path, before any '?'. */
+    readonly path: string,
+    readonly headers: RequestHeaders,
+    readonly body: Uint8Array,
+    private readonly http10: boolean,
+  ) {}
+
+  get answered(): boolean {
+    return this.state !== 0;
+  }
+
+  /** The whole answer in one write. */
+  respond(status: number, headers: Record<string, string>, body: string | Uint8Array): void {
+    if (this.state !== 0 || this.aborted) return;
+    this.state = 2;
+    const c = this.conn;
+    const size = typeof body === "string" ? byteLength(body) : body.byteLength;
+    let head = `HTTP/1.1 ${status} ${REASONS[status] ?? "Status"}\r\n${date()}`;
+    for (const k in headers) head += `${k}: ${headers[k]}\r\n`;
+    head += `content-length: ${size}\r\n${c.keepAlive ? (this.http10 ? "connection: keep-alive\r\n" : "") : "connection: close\r\n"}\r\n`;
+    // One write: a string is encoded by the socket itself, with no buffer of ours in between.
+    if (this.method === "HEAD" || size === 0) c.writeString(head, byteLength(head));
+    else if (typeof body === "string") c.writeString(head + body, byteLength(head) + size);
+    else c.write(withHead(head, body));
+    c.done(this);
+  }
+
+  /** Starts a streamed answer (chunked; close-delimited for HTTP/1.0), optionally with its first bytes. */
+  stream(status: number, headers: Record<string, string>, first?: Uint8Array): boolean {
+    if (this.state !== 0 || this.aborted) return false;
+    this.state = 1;
+    const c = this.conn;
+    if (this.http10) {
+      this.chunked = false;
+      c.keepAlive = false;
+    }
+    let head = `HTTP/1.1 ${status} ${REASONS[status] ?? "Status"}\r\n${date()}`;
+    for (const k in headers) head += `${k}: ${headers[k]}\r\n`;
+    head += this.chunked ? (c.keepAlive ? "transfer-encoding: chunked\r\n\r\n" : "transfer-encoding: chunked\r\nconnection: close\r\n\r\n") : "connection: close\r\n\r\n";
+    if (first === undefined || first.byteLength === 0) return c.writeString(head, byteLength(head));
+    return c.write(this.chunked ? withHead(`${head}${first.byteLength.toString(16)}\r\n`, first, true) : withHead(head, first));
+  }
+
+  /** More of a streamed answer; false when it did not all go out yet (wait for onDrain). */
+  write(chunk: Uint8Array): boolean {
+    if (this.state !== 1 || this.aborted || chunk.byteLength === 0) return !this.aborted;
+    return this.conn.write(this.chunked ? frame(chunk) : chunk);
+  }
+
+  /** Ends a streamed answer; the connection goes on to the next request once it is sent. */
+  end(): void {
+    if (this.state !== 1) return;
+    this.state = 2;
+    if (!this.aborted && this.chunked) this.conn.write(LAST_CHUNK);
+    this.conn.done(this);
+  }
+
+  /**
+   * Cuts the connection without ending the answer: a streamed body stops short of its last
+   * chunk, which every HTTP client reports as an error rather than a complete answer.
+   */
+  destroy(): void {
+    if (this.state === 2) return;
+    this.state = 2;
+    this.conn.kill();
+  }
+
+  /** @internal The client is gone. */
+  abort(): void {
+    if (this.aborted || this.state === 2) return;
+    this.aborted = true;
+    this.state = 2;
+    const f = this.onAbort;
+    this.onAbort = undefined;
+    f?.();
+  }
+}
+
+/** A chunk of a chunked body in one buffer. */
+function frame(data: Uint8Array): Uint8Array {
+  return withHead(`${data.byteLength.toString(16)}\r\n`, data, true);
+}
+
+/** `head` (text), then `data`, then CRLF if `crlf`, in one buffer. */
+function withHead(head: string, data: Uint8Array, crlf = false): Uint8Array {
+  // Sized exactly: a view of a bigger buffer would cost more than it saves.
+  const n = byteLength(head);
+  const out = new Uint8Array(n + data.byteLength + (crlf ? 2 : 0));
+  enc.encodeInto(head, out);
+  out.set(data, n);
+  if (crlf) {
+    out[out.length - 2] = 13;
+    out[out.length - 1] = 10;
+  }
+  return out;
+}
+
+function join(a: Uint8Array, b: Uint8Array): Uint8Array {
+  const out = new Uint8Array(a.byteLength + b.byteLength);
+  out.set(a);
+  out.set(b, a.byteLength);
+  return out;
+}
+
+/** One client connection: parses requests off it and writes their answers, one at a time. @internal (exported for micro-benchmarks) */
+export class Conn {
+  state = HEAD;
+  keepAlive = true;
+  /** Bytes received and not yet consumed. */
+  private buf: Uint8Array = EMPTY;
+  /** Where the unconsumed bytes of buf start. Tracked as an offset: a view per request costs more than the parse. */
+  private pos = 0;
+  /** Where the search for the end of the head resumes. */
+  private scanned = 0;
+  /** When the connection is dropped unless something happens first (on the server's coarse clock). */
+  deadline: number;
+  private headDeadline = Number.POSITIVE_INFINITY;
+  private current: ClientExchange | undefined;
+  private pending: Uint8Array[] | undefined;
+  private closing = false;
+  private processing = false;
+  // The request whose body is being read.
+  private req: { method: string; target: string; path: string; headers: RequestHeaders; http10: boolean; expect: boolean } | undefined;
+  private need = 0;
+  private chunks: Uint8Array[] = [];
+  private bodySize = 0;
+  private trailers = false;
+
+  constructor(
+    readonly socket: Socket<Conn>,
+    readonly server: Http1Server,
+  ) {
+    this.deadline = server.now + server.idleTimeoutMs;
+  }
+
+  onData(d: Uint8Array): void {
+    if (this.state === CLOSED || this.closing) return;
+    if (this.pos >= this.buf.byteLength) {
+      this.buf = d;
+      this.pos = 0;
+    } else {
+      this.buf = join(this.buf.subarray(this.pos), d);
+      this.pos = 0;
+    }
+    if (this.state === BUSY) {
+      // Pipelined ahead of the answer: kept for later, within bounds.
+      if (this.buf.byteLength - this.pos > this.server.maxHeadBytes + this.server.maxBodyBytes) this.socket.pause();
+      return;
+    }
+    this.process();
+  }
+
+  /** Parses and dispatches what has arrived, until it runs out or a request is under way. */
+  private process(): void {
+    if (this.processing) return;
+    this.processing = true;
+    try {
+      while (this.state !== CLOSED && !this.closing && this.state !== BUSY) {
+        if (this.state === HEAD) {
+          if (!this.parseHead()) break;
+        } else if (this.state === BODY_LENGTH) {
+          if (!this.readLength()) break;
+        } else if (!this.readChunked()) break;
+      }
+    } catch (e) {
+      if (!(e instanceof Refusal)) throw e;
+      this.refuse(e);
+    } finally {
+      this.processing = false;
+    }
+    if (this.state === HEAD || this.state === BODY_LENGTH || this.state === BODY_CHUNKED) {
+      this.deadline = Math.min(this.server.now + this.server.idleTimeoutMs, this.headDeadline);
+    }
+  }
+
+  private parseHead(): boolean {
+    const r = this.buf;
+    let start = this.pos;
+    // Empty lines before a request line are ignored (RFC 9112 §2.2).
+    while (start + 1 < r.byteLength && r[start] === 13 && r[start + 1] === 10) start += 2;
+    if (start !== this.pos) {
+      this.pos = start;
+      this.scanned = start;
+    }
+    if (start >= r.byteLength) return false;
+    if (this.headDeadline === Number.POSITIVE_INFINITY) this.headDeadline = this.server.now + this.server.headTimeoutMs;
+    const end = headEnd(r, Math.max(start, this.scanned - 3));
+    const max = this.server.maxHeadBytes;
+    if (end < 0) {
+      this.scanned = r.byteLength;
+      if (r.byteLength - start > max) throw new Refusal(431, `the request head is over ${max} bytes`, "request_header_fields_too_large");
+      return false;
+    }
+    if (end - start > max) throw new Refusal(431, `the request head is over ${max} bytes`, "request_header_fields_too_large");
+    const text = latin1Slice.call(r, start, end);
+    this.pos = end + 4;
+    this.scanned = 0;
+    this.headDeadline = Number.POSITIVE_INFINITY;
+    this.startRequest(text);
+    return true;
+  }
+
+  private startRequest(text: string): void {
+    if (BAD_CTL.test(text)) throw new Refusal(400, "the request head holds a control character", "bad_request");
+    if (BARE_CRLF.test(text)) throw new Refusal(400, "a line of the request head does not end in CRLF", "bad_request");
+    let eol = text.indexOf("\r\n");
+    if (eol < 0) eol = text.length;
+    const sp1 = text.indexOf(" ");
+    const sp2 = text.indexOf(" ", sp1 + 1);
+    if (sp1 <= 0 || sp2 < 0 || sp2 >= eol || text.lastIndexOf(" ", eol) !== sp2) throw new Refusal(400, "malformed request line", "bad_request");
+    const method = text.slice(0, sp1);
+    let target = text.slice(sp1 + 1, sp2);
+    const version = text.slice(sp2 + 1, eol);
+    if (!TOKEN.test(method)) throw new Refusal(400, "malformed request method", "bad_request");
+    if (version !== "HTTP/1.1" && version !== "HTTP/1.0") {
+      if (/^HTTP\/\d\.\d$/.test(version)) throw new Refusal(505, `${version} is not supported; use HTTP/1.1`, "http_version_not_supported");
+      throw new Refusal(400, "malformed request line", "bad_request");
+    }
+    const http10 = version === "HTTP/1.0";
+    if (!TARGET.test(target)) throw new Refusal(400, "malformed request target", "bad_request");
+    if (target.charCodeAt(0) !== 47) {
+      // absolute-form (RFC 9112 §3.2.2): only its path and query matter here.
+      const m = /^https?:\/\/[^/?#]+(.*)$/i.exec(target);
+      if (m === null) throw new Refusal(400, "the request target must be a path", "bad_request");
+      target = m[1] === "" || m[1]![0] === "?" ? `/${m[1]}` : m[1]!;
+    }
+    // Header lines, with the few that frame the request picked out on the way.
+    const names: string[] = [];
+    const values: string[] = [];
+    let hosts = 0;
+    let cl: string | undefined;
+    let te: string | undefined;
+    let conn: string | undefined;
+    let expectValue: string | undefined;
+    const maxHeaders = this.server.maxHeaders;
+    let at = eol + 2;
+    while (at < text.length) {
+      let end = text.indexOf("\r\n", at);
+      if (end < 0) end = text.length;
+      const c0 = text.charCodeAt(at);
+      if (c0 === 32 || c0 === 9) throw new Refusal(400, "folded header lines are not accepted", "bad_request");
+      const colon = text.indexOf(":", at);
+      if (colon <= at || colon > end) throw new Refusal(400, "malformed header line", "bad_request");
+      const name = text.slice(at, colon);
+      if (!TOKEN.test(name)) throw new Refusal(400, `malformed header name ${JSON.stringify(name.slice(0, 40))}`, "bad_request");
+      const value = trimOws(text, colon + 1, end);
+      if (names.length === maxHeaders) throw new Refusal(431, `more than ${maxHeaders} header lines`, "request_header_fields_too_large");
+      names.push(name);
+      values.push(value);
+      at = end + 2;
+      // Only names of these lengths can be one of the framing headers.
+      const len = name.length;
+      if (len !== 4 && len !== 6 && len !== 10 && len !== 14 && len !== 17) continue;
+      const lower = name.toLowerCase();
+      if (lower === "host") hosts++;
+      else if (lower === "content-length") {
+        if (cl !== undefined && cl !== value) throw new Refusal(400, "conflicting Content-Length headers", "bad_request");
+        cl = value;
+      } else if (lower === "transfer-encoding") te = te === undefined ? value : `${te}, ${value}`;
+      else if (lower === "connection") conn = conn === undefined ? value : `${conn}, ${value}`;
+      else if (lower === "expect") expectValue = expectValue === undefined ? value : `${expectValue}, ${value}`;
+    }
+    if (hosts > 1 || (!http10 && hosts === 0)) throw new Refusal(400, hosts > 1 ? "more than one Host header" : "HTTP/1.1 requests need a Host header", "bad_request");
+    const headers = new RequestHeaders(names, values);
+
+    this.keepAlive = http10 ? conn !== undefined && hasToken(conn.toLowerCase(), "keep-alive") : !(conn !== undefined && hasToken(conn.toLowerCase(), "close"));
+    let expect = false;
+    const ex = expectValue;
+    if (ex !== undefined) {
+      if (ex.toLowerCase() !== "100-continue") throw new Refusal(417, `Expect: ${ex.slice(0, 40)} is not supported`, "expectation_failed");
+      expect = !http10;
+    }
+    const path = target.indexOf("?") < 0 ? target : target.slice(0, target.indexOf("?"));
+    this.req = { method, target, path, headers, http10, expect };
+    const max = this.server.maxBodyBytes;
+    if (te !== undefined) {
+      if (http10) throw new Refusal(400, "Transfer-Encoding is not allowed in HTTP/1.0", "bad_request");
+      if (cl !== undefined) throw new Refusal(400, "a request may not carry both Transfer-Encoding and Content-Length", "bad_request");
+      if (te.toLowerCase() !== "chunked") throw new Refusal(501, `Transfer-Encoding: ${te.slice(0, 40)} is not supported; send chunked or a Content-Length`, "not_implemented");
+      this.state = BODY_CHUNKED;
+      this.chunks = [];
+      this.bodySize = 0;
+      this.need = -1;
+      this.trailers = false;
+      this.continue_();
+      return;
+    }
+    if (cl !== undefined) {
+      if (!/^\d{1,16}$/.test(cl)) throw new Refusal(400, "Content-Length must be a number of bytes", "bad_request");
+      const n = Number(cl);
+      if (n > max) throw new Refusal(413, `request body is ${n} bytes; the limit is ${max}`, "request_too_large");
+      if (n > 0) {
+        this.need = n;
+        this.state = BODY_LENGTH;
+        this.continue_();
+        return;
+      }
+    }
+    this.dispatch(EMPTY);
+  }
+
+  /** `Expect: 100-continue` is answered once the body is wanted and has not started arriving. */
+  private continue_(): void {
+    if (this.req!.expect && this.pos >= this.buf.byteLength) this.write(CONTINUE);
+  }
+
+  private readLength(): boolean {
+    const r = this.buf;
+    const at = this.pos;
+    if (r.byteLength - at < this.need) return false;
+    const end = at + this.need;
+    // A small body is copied: cheaper than a view of a buffer fresh from the socket. A big one
+    // is a view (each read arrives in a buffer of its own).
+    const body = at === 0 && end === r.byteLength ? r : this.need <= 65536 ? r.slice(at, end) : r.subarray(at, end);
+    this.pos = end;
+    this.dispatch(body);
+    return true;
+  }
+
+  /**
+   * Chunked request bodies (RFC 9112 §7.1): size lines with optional extensions, data and its
+   * CRLF, then trailer lines (read and dropped) up to an empty line.
+   */
+  private readChunked(): boolean {
+    const max = this.server.maxBodyBytes;
+    if (this.pos > 0) {
+      this.buf = this.buf.subarray(this.pos);
+      this.pos = 0;
+    }
+    for (;;) {
+      const r = this.buf;
+      if (this.need > 0) {
+        // Inside a chunk's data.
+        if (r.byteLength === 0) return false;
+        const take = Math.min(this.need, r.byteLength);
+        this.chunks.push(r.subarray(0, take));
+        this.need -= take;
+        this.buf = take === r.byteLength ? EMPTY : r.subarray(take);
+        if (this.need === 0) this.need = -2; // its CRLF comes next
+        continue;
+      }
+      if (this.need === -2) {
+        if (r.byteLength < 2) return false;
+        if (r[0] !== 13 || r[1] !== 10) throw new Refusal(400, "a chunk of the request body is not followed by CRLF", "bad_request");
+        this.buf = r.subarray(2);
+        this.need = -1;
+        continue;
+      }
+      // A size line or a trailer line.
+      const nl = lineEnd(r);
+      if (nl < 0) {
+        if (r.byteLength > 4096) throw new Refusal(400, "a chunk-size or trailer line is too long", "bad_request");
+        return false;
+      }
+      const line = latin1Slice.call(r, 0, nl);
+      this.buf = r.subarray(nl + 2);
+      if (this.trailers) {
+        if (line.length === 0) {
+          const body = this.chunks.length === 1 ? this.chunks[0]! : concat(this.chunks, this.bodySize);
+          this.chunks = [];
+          this.dispatch(body);
+          return true;
+        }
+        if (BAD_CTL.test(line) || line.indexOf(":") <= 0) throw new Refusal(400, "malformed trailer line", "bad_request");
+        continue;
+      }
+      const m = /^([0-9a-fA-F]{1,15})[ \t]*(?:;[^\r\n]*)?$/.exec(line);
+      if (m === null || BAD_CTL.test(line)) throw new Refusal(400, "malformed chunk-size line in the request body", "bad_request");
+      const size = parseInt(m[1]!, 16);
+      if (size === 0) {
+        this.trailers = true;
+        continue;
+      }
+      this.bodySize += size;
+      if (this.bodySize > max) throw new Refusal(413, `request body is over the limit of ${max} bytes`, "request_too_large");
+      this.need = size;
+    }
+  }
+
+  private dispatch(body: Uint8Array): void {
+    const q = this.req!;
+    this.req = undefined;
+    this.state = BUSY;
+    this.deadline = Number.POSITIVE_INFINITY;
+    const ex = new ClientExchange(this, q.method, q.target, q.path, q.headers, body, q.http10);
+    this.current = ex;
+    try {
+      this.server.handler(ex);
+    } catch (e) {
+      this.server.onHandlerError?.(e);
+      if (!ex.answered) ex.respond(500, { "content-type": "application/json" }, this.server.errorBody(500, "internal error in the router; see the server log", "internal_error"));
+      else ex.destroy();
+    }
+  }
+
+  /** The exchange is answered: on to the next request, or close. */
+  done(ex: ClientExchange): void {
+    if (ex !== this.current) return;
+    this.current = undefined;
+    if (this.state === CLOSED) return;
+    if (!this.keepAlive) {
+      this.close();
+      return;
+    }
+    this.state = HEAD;
+    this.headDeadline = Number.POSITIVE_INFINITY;
+    this.deadline = this.server.now + this.server.idleTimeoutMs;
+    if (this.pos < this.buf.byteLength) {
+      this.socket.resume();
+      // Later, not inside the handler that answered: pipelined requests are handled in turn.
+      if (!this.processing) queueMicrotask(() => this.process());
+    }
+  }
+
+  /** Answers a request the server refuses by itself, and closes the connection. */
+  private refuse(e: Refusal): void {
+    this.keepAlive = false;
+    this.buf = EMPTY;
+    this.pos = 0;
+    const body = enc.encode(this.server.errorBody(e.status, e.message, e.code));
+    const head = `HTTP/1.1 ${e.status} ${REASONS[e.status] ?? "Error"}\r\n${date()}content-type: application/json\r\ncontent-length: ${body.byteLength}\r\nconnection: close\r\n\r\n`;
+    this.write(join(enc.encode(head), body));
+    this.close();
+  }
+
+  /** Writes now, or queues behind what the socket has not taken yet. */
+  write(data: Uint8Array): boolean {
+    if (this.state === CLOSED) return false;
+    if (this.pending !== undefined) {
+      this.pending.push(data);
+      return false;
+    }
+    const n = this.socket.write(data);
+    if (n === data.byteLength) return true;
+    if (n < 0) return false; // closed: the close handler says so
+    this.pending = [data.subarray(n)];
+    return false;
+  }
+
+  /** write() for text: the socket encodes it; only a partial write makes bytes of our own. */
+  writeString(text: string, size: number): boolean {
+    if (this.state === CLOSED) return false;
+    if (this.pending !== undefined) {
+      this.pending.push(enc.encode(text));
+      return false;
+    }
+    const n = this.socket.write(text);
+    if (n === size) return true;
+    if (n < 0) return false; // closed: the close handler says so
+    this.pending = [enc.encode(text).subarray(n)];
+    return false;
+  }
+
+  onDrain(): void {
+    const p = this.pending;
+    if (p === undefined) return;
+    this.pending = undefined;
+    for (let i = 0; i < p.length; i++) {
+      const d = p[i]!;
+      const n = this.socket.write(d);
+      if (n < 0) return;
+      if (n < d.byteLength) {
+        this.pending = [d.subarray(n), ...p.slice(i + 1)];
+        return;
+      }
+    }
+    if (this.closing) {
+      this.socket.end();
+      return;
+    }
+    this.current?.onDrain?.();
+  }
+
+  /** Graceful: once what is queued has gone out, the write side is shut; the client closes. */
+  close(): void {
+    if (this.closing || this.state === CLOSED) return;
+    this.closing = true;
+    this.buf = EMPTY;
+    this.pos = 0;
+    // A client that never closes its side is cut after the idle timeout.
+    this.deadline = this.server.now + this.server.idleTimeoutMs;
+    if (this.pending === undefined) this.socket.end();
+  }
+
+  /** Abrupt: the socket is dropped now. */
+  kill(): void {
+    if (this.state === CLOSED) return;
+    this.socket.terminate();
+  }
+
+  onClose(): void {
+    if (this.state === CLOSED) return;
+    this.state = CLOSED;
+    this.server.conns.delete(this);
+    this.buf = EMPTY;
+    this.pos = 0;
+    this.pending = undefined;
+    const ex = this.current;
+    this.current = undefined;
+    ex?.abort();
+  }
+
+  /** The deadline passed: a request that stopped arriving gets 408; an idle connection just closes. */
+  expire(): void {
+    if (this.closing || (this.state === HEAD && this.pos >= this.buf.byteLength)) {
+      this.socket.terminate();
+      return;
+    }
+    if (this.state === HEAD || this.state === BODY_LENGTH || this.state === BODY_CHUNKED) this.refuse(new Refusal(408, "the request did not arrive in time", "request_timeout"));
+  }
+}
+
+export class Http1Server {
+  readonly conns = new Set<Conn>();
+  /**
+   * performance.now() as of the last sweep: deadlines are set from it, so the hot path reads
+   * no clock. They are off by at most one sweep interval (a quarter of the timeout, at most 1 s).
+   */
+  now = performance.now();
+  readonly maxHeadBytes: number;
+  readonly maxHeaders: number;
+  readonly maxBodyBytes: number;
+  readonly idleTimeoutMs: number;
+  readonly headTimeoutMs: number;
+  readonly handler: (ex: ClientExchange) => void;
+  readonly errorBody: Http1Options["errorBody"];
+  readonly onHandlerError: Http1Options["onHandlerError"];
+  private listener: TCPSocketListener<Conn> | undefined;
+  private sweeper: ReturnType<typeof setInterval> | undefined;
+
+  constructor(private readonly o: Http1Options) {
+    this.maxHeadBytes = o.maxHeadBytes ?? 16 * 1024;
+    this.maxHeaders = o.maxHeaders ?? 100;
+    this.maxBodyBytes = o.maxBodyBytes;
+    this.idleTimeoutMs = o.idleTimeoutMs ?? 10_000;
+    this.headTimeoutMs = o.headTimeoutMs ?? 30_000;
+    this.handler = o.handler;
+    this.errorBody = o.errorBody;
+    this.onHandlerError = o.onHandlerError;
+  }
+
+  /** Starts listening; returns the port (useful with port 0). */
+  listen(): number {
+    const server = this;
+    this.listener = Bun.listen<Conn>({
+      hostname: this.o.hostname,
+      port: this.o.port,
+      ...(this.o.tls ? { tls: this.o.tls } : {}),
+      socket: {
+        binaryType: "uint8array",
+        open(s) {
+          const c = new Conn(s, server);
+          s.data = c;
+          server.conns.add(c);
+        },
+        data(s, d) {
+          s.data.onData(d);
+        },
+        drain(s) {
+          s.data.onDrain();
+        },
+        close(s) {
+          s.data?.onClose();
+        },
+        end(s) {
+          // The client shut its side: whatever it asked for, it can no longer be told.
+          s.data?.onClose();
+          s.terminate();
+        },
+        error(s) {
+          s.data?.onClose();
+        },
+        handshake(s, ok) {
+          if (!ok) s.terminate();
+        },
+      },
+    });
+    // Deadlines (idle, slow heads) are checked once a second for every connection.
+    const tick = Math.max(10, Math.min(1000, Math.min(this.idleTimeoutMs, this.headTimeoutMs) / 4));
+    this.sweeper = setInterval(() => this.sweep(), tick);
+    this.sweeper.unref?.();
+    return this.listener.port;
+  }
+
+  private sweep(): void {
+    const now = performance.now();
+    this.now = now;
+    for (const c of this.conns) if (now > c.deadline) c.expire();
+  }
+
+  /** Stops listening and drops every connection. */
+  stop(): void {
+    if (this.sweeper) clearInterval(this.sweeper);
+    this.listener?.stop(true);
+    for (const c of [...this.conns]) c.kill();
+  }
+}
+
+/** Index of the CRLFCRLF that ends a head, searching from `from`; -1 when not there yet. */
+function headEnd(d: Uint8Array, from: number): number {
+  let i = d.indexOf(13, from);
+  while (i >= 0 && i + 3 < d.length) {
+    if (d[i + 1] === 10 && d[i + 2] === 13 && d[i + 3] === 10) return i;
+    i = d.indexOf(13, i + 1);
+  }
+  return -1;
+}
+
+/** Index of the CR of the first CRLF; -1 when there is none yet. */
+function lineEnd(d: Uint8Array): number {
+  let i = d.indexOf(10);
+  if (i < 0) return -1;
+  if (i === 0 || d[i - 1] !== 13) throw new Refusal(400, "a line of the request body does not end in CRLF", "bad_request");
+  return i - 1;
+}
+
+const NON_ASCII = /[^\x00-\x7f]/;
+
+/** UTF-8 size of a string; most are ASCII, where it is the length. */
+function byteLength(s: string): number {
+  return NON_ASCII.test(s) ? Buffer.byteLength(s) : s.length;
+}
+
+function trimOws(s: string, from: number, to: number): string {
+  let a = from;
+  let b = to;
+  while (a < b && (s.charCodeAt(a) === 32 || s.charCodeAt(a) === 9)) a++;
+  while (b > a && (s.charCodeAt(b - 1) === 32 || s.charCodeAt(b - 1) === 9)) b--;
+  return s.slice(a, b);
+}
+
+function hasToken(list: string, token: string): boolean {
+  for (const t of list.split(",")) if (t.trim() === token) return true;
+  return false;
+}
+
+function concat(parts: Uint8Array[], size: number): Uint8Array {
+  const out = new Uint8Array(size);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.byteLength;
+  }
+  return out;
+}
