@@ -34,6 +34,12 @@ export interface Http1Options {
   idleTimeoutMs?: number;
   /** A request's head must arrive whole within this of its first byte (slow-header clients). Default 30 s. */
   headTimeoutMs?: number;
+  /**
+   * An answer still going out is cut if the socket takes none of it for this long (default
+   * 60 s, as nginx's send_timeout). Longer than the idle timeout: a client reading slowly
+   * leaves the kernel's buffers full, and the server sees no progress until they empty.
+   */
+  sendTimeoutMs?: number;
   /** The body of an error the server answers by itself (bad framing, limits): the router's own shape. */
   errorBody: (status: number, message: string, code: string) => string;
   /** Called once per request, with its body read; the handler answers through the Exchange. */
@@ -160,9 +166,12 @@ export class ClientExchange {
     const size = typeof body === "string" ? byteLength(body) : body.byteLength;
     let head = `HTTP/1.1 ${status} ${REASONS[status] ?? "Status"}\r\n${date()}`;
     for (const k in headers) head += `${k}: ${headers[k]}\r\n`;
-    head += `content-length: ${size}\r\n${c.keepAlive ? (this.http10 ? "connection: keep-alive\r\n" : "") : "connection: close\r\n"}\r\n`;
+    // 204 and 304 carry no body and no Content-Length (RFC 9110 §8.6).
+    const bodiless = status === 204 || status === 304;
+    if (!bodiless) head += `content-length: ${size}\r\n`;
+    head += `${c.keepAlive ? (this.http10 ? "connection: keep-alive\r\n" : "") : "connection: close\r\n"}\r\n`;
     // One write: a string is encoded by the socket itself, with no buffer of ours in between.
-    if (this.method === "HEAD" || size === 0) c.writeString(head, byteLength(head));
+    if (this.method === "HEAD" || size === 0 || bodiless) c.writeString(head, byteLength(head));
     else if (typeof body === "string") c.writeString(head + body, byteLength(head) + size);
     else c.write(withHead(head, body));
     c.done(this);
@@ -255,6 +264,8 @@ export class Conn {
   private pos = 0;
   /** Where the search for the end of the head resumes. */
   private scanned = 0;
+  /** Empty lines skipped before the request line being read. */
+  private emptyLines = 0;
   /** When the connection is dropped unless something happens first (on the server's coarse clock). */
   deadline: number;
   private headDeadline = Number.POSITIVE_INFINITY;
@@ -268,6 +279,8 @@ export class Conn {
   private chunks: Uint8Array[] = [];
   private bodySize = 0;
   private trailers = false;
+  /** Bytes of chunk-size and trailer lines in the body being read. */
+  private overhead = 0;
 
   constructor(
     readonly socket: Socket<Conn>,
@@ -280,11 +293,12 @@ export class Conn {
     if (this.state === CLOSED || this.closing) return;
     if (this.pos >= this.buf.byteLength) {
       this.buf = d;
-      this.pos = 0;
+      this.scanned = 0;
     } else {
       this.buf = join(this.buf.subarray(this.pos), d);
-      this.pos = 0;
+      this.scanned = Math.max(0, this.scanned - this.pos);
     }
+    this.pos = 0;
     if (this.state === BUSY) {
       // Pipelined ahead of the answer: kept for later, within bounds.
       if (this.buf.byteLength - this.pos > this.server.maxHeadBytes + this.server.maxBodyBytes) this.socket.pause();
@@ -319,17 +333,24 @@ export class Conn {
   private parseHead(): boolean {
     const r = this.buf;
     let start = this.pos;
-    // Empty lines before a request line are ignored (RFC 9112 §2.2).
-    while (start + 1 < r.byteLength && r[start] === 13 && r[start + 1] === 10) start += 2;
+    if (start >= r.byteLength) return false;
+    // From the first byte of a request on, its head has headTimeoutMs to arrive, empty lines included.
+    if (this.headDeadline === Number.POSITIVE_INFINITY) this.headDeadline = this.server.now + this.server.headTimeoutMs;
+    // Empty lines before a request line are ignored (RFC 9112 §2.2), a few of them.
+    while (start + 1 < r.byteLength && r[start] === 13 && r[start + 1] === 10) {
+      start += 2;
+      if (++this.emptyLines > 8) throw new Refusal(400, "too many empty lines before the request line", "bad_request");
+    }
     if (start !== this.pos) {
       this.pos = start;
       this.scanned = start;
     }
     if (start >= r.byteLength) return false;
-    if (this.headDeadline === Number.POSITIVE_INFINITY) this.headDeadline = this.server.now + this.server.headTimeoutMs;
     const end = headEnd(r, Math.max(start, this.scanned - 3));
     const max = this.server.maxHeadBytes;
     if (end < 0) {
+      // A line ending in a bare LF will never end the head the way we read it: refused now, not at the timeout.
+      for (let i = Math.max(start, this.scanned); i < r.byteLength; i++) if (r[i] === 10 && (i === start || r[i - 1] !== 13)) throw new Refusal(400, "a line of the request head does not end in CRLF", "bad_request");
       this.scanned = r.byteLength;
       if (r.byteLength - start > max) throw new Refusal(431, `the request head is over ${max} bytes`, "request_header_fields_too_large");
       return false;
@@ -338,6 +359,7 @@ export class Conn {
     const text = latin1Slice.call(r, start, end);
     this.pos = end + 4;
     this.scanned = 0;
+    this.emptyLines = 0;
     this.headDeadline = Number.POSITIVE_INFINITY;
     this.startRequest(text);
     return true;
@@ -360,7 +382,7 @@ export class Conn {
       throw new Refusal(400, "malformed request line", "bad_request");
     }
     const http10 = version === "HTTP/1.0";
-    if (!TARGET.test(target)) throw new Refusal(400, "malformed request target", "bad_request");
+    if (!TARGET.test(target) || target.includes("#")) throw new Refusal(400, "malformed request target", "bad_request");
     if (target.charCodeAt(0) !== 47) {
       // absolute-form (RFC 9112 §3.2.2): only its path and query matter here.
       const m = /^https?:\/\/[^/?#]+(.*)$/i.exec(target);
@@ -397,7 +419,12 @@ export class Conn {
       const lower = name.toLowerCase();
       if (lower === "host") hosts++;
       else if (lower === "content-length") {
-        if (cl !== undefined && cl !== value) throw new Refusal(400, "conflicting Content-Length headers", "bad_request");
+        if (cl !== undefined) {
+          if (cl !== value) throw new Refusal(400, "conflicting Content-Length headers", "bad_request");
+          // The same value again: kept once, so the handler sees one value (RFC 9110 §8.6).
+          names.pop();
+          values.pop();
+        }
         cl = value;
       } else if (lower === "transfer-encoding") te = te === undefined ? value : `${te}, ${value}`;
       else if (lower === "connection") conn = conn === undefined ? value : `${conn}, ${value}`;
@@ -423,6 +450,7 @@ export class Conn {
       this.state = BODY_CHUNKED;
       this.chunks = [];
       this.bodySize = 0;
+      this.overhead = 0;
       this.need = -1;
       this.trailers = false;
       this.continue_();
@@ -434,6 +462,8 @@ export class Conn {
       if (n > max) throw new Refusal(413, `request body is ${n} bytes; the limit is ${max}`, "request_too_large");
       if (n > 0) {
         this.need = n;
+        this.chunks = [];
+        this.bodySize = 0;
         this.state = BODY_LENGTH;
         this.continue_();
         return;
@@ -450,11 +480,30 @@ export class Conn {
   private readLength(): boolean {
     const r = this.buf;
     const at = this.pos;
-    if (r.byteLength - at < this.need) return false;
+    const avail = r.byteLength - at;
+    if (avail < this.need) {
+      // A big body is gathered read by read, not joined again at every read.
+      if (avail > 0 && this.bodySize + this.need > 65536) {
+        this.chunks.push(at === 0 ? r : r.subarray(at));
+        this.bodySize += avail;
+        this.need -= avail;
+        this.buf = EMPTY;
+        this.pos = 0;
+      }
+      return false;
+    }
     const end = at + this.need;
-    // A small body is copied: cheaper than a view of a buffer fresh from the socket. A big one
-    // is a view (each read arrives in a buffer of its own).
-    const body = at === 0 && end === r.byteLength ? r : this.need <= 65536 ? r.slice(at, end) : r.subarray(at, end);
+    let body: Uint8Array;
+    if (this.chunks.length > 0) {
+      this.chunks.push(r.subarray(at, end));
+      body = concat(this.chunks, this.bodySize + this.need);
+      this.chunks = [];
+      this.bodySize = 0;
+    } else {
+      // A small body is copied: cheaper than a view of a buffer fresh from the socket. A big
+      // one is a view (each read arrives in a buffer of its own).
+      body = at === 0 && end === r.byteLength ? r : this.need <= 65536 ? r.slice(at, end) : r.subarray(at, end);
+    }
     this.pos = end;
     this.dispatch(body);
     return true;
@@ -497,6 +546,9 @@ export class Conn {
       }
       const line = latin1Slice.call(r, 0, nl);
       this.buf = r.subarray(nl + 2);
+      // Extensions and trailers are read and dropped, but not without limit (CVE-2024-22019).
+      this.overhead += nl + 2;
+      if (this.overhead > this.server.maxHeadBytes) throw new Refusal(400, `chunk extensions and trailers of the request body are over ${this.server.maxHeadBytes} bytes`, "bad_request");
       if (this.trailers) {
         if (line.length === 0) {
           const body = this.chunks.length === 1 ? this.chunks[0]! : concat(this.chunks, this.bodySize);
@@ -547,7 +599,7 @@ export class Conn {
     }
     this.state = HEAD;
     this.headDeadline = Number.POSITIVE_INFINITY;
-    this.deadline = this.server.now + this.server.idleTimeoutMs;
+    this.deadline = this.server.now + (this.pending === undefined ? this.server.idleTimeoutMs : this.server.sendTimeoutMs);
     if (this.pos < this.buf.byteLength) {
       this.socket.resume();
       // Later, not inside the handler that answered: pipelined requests are handled in turn.
@@ -598,6 +650,8 @@ export class Conn {
     const p = this.pending;
     if (p === undefined) return;
     this.pending = undefined;
+    // The client is reading: an answer it takes slowly is not cut, only one it stops taking.
+    if (this.current === undefined) this.deadline = this.server.now + this.server.sendTimeoutMs;
     for (let i = 0; i < p.length; i++) {
       const d = p[i]!;
       const n = this.socket.write(d);
@@ -607,6 +661,7 @@ export class Conn {
         return;
       }
     }
+    if (this.current === undefined) this.deadline = this.server.now + this.server.idleTimeoutMs;
     if (this.closing) {
       this.socket.end();
       return;
@@ -621,7 +676,7 @@ export class Conn {
     this.buf = EMPTY;
     this.pos = 0;
     // A client that never closes its side is cut after the idle timeout.
-    this.deadline = this.server.now + this.server.idleTimeoutMs;
+    this.deadline = this.server.now + (this.pending === undefined ? this.server.idleTimeoutMs : this.server.sendTimeoutMs);
     if (this.pending === undefined) this.socket.end();
   }
 
@@ -665,6 +720,7 @@ export class Http1Server {
   readonly maxBodyBytes: number;
   readonly idleTimeoutMs: number;
   readonly headTimeoutMs: number;
+  readonly sendTimeoutMs: number;
   readonly handler: (ex: ClientExchange) => void;
   readonly errorBody: Http1Options["errorBody"];
   readonly onHandlerError: Http1Options["onHandlerError"];
@@ -677,6 +733,7 @@ export class Http1Server {
     this.maxBodyBytes = o.maxBodyBytes;
     this.idleTimeoutMs = o.idleTimeoutMs ?? 10_000;
     this.headTimeoutMs = o.headTimeoutMs ?? 30_000;
+    this.sendTimeoutMs = o.sendTimeoutMs ?? 60_000;
     this.handler = o.handler;
     this.errorBody = o.errorBody;
     this.onHandlerError = o.onHandlerError;
@@ -718,7 +775,8 @@ export class Http1Server {
         },
       },
     });
-    // Deadlines (idle, slow heads) are checked once a second for every connection.
+    // Deadlines (idle, slow heads) are checked by one sweep over every connection, at a quarter
+    // of the shortest timeout (at most once a second).
     const tick = Math.max(10, Math.min(1000, Math.min(this.idleTimeoutMs, this.headTimeoutMs) / 4));
     this.sweeper = setInterval(() => this.sweep(), tick);
     this.sweeper.unref?.();

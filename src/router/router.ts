@@ -66,7 +66,7 @@ const sha256hex = (s: string) => createHash("sha256").update(s).digest("hex");
 const digest = (s: string) => createHash("sha256").update(s).digest();
 // Named lists rather than "everything but hop-by-hop": building headers is per-request work on
 // the hot path, and engines need (and send) only a few.
-const PASS_UP = ["accept", "x-request-id", "traceparent", "tracestate", "user-agent"] as const;
+const PASS_UP_SET = new Set(["accept", "x-request-id", "traceparent", "tracestate", "user-agent"]);
 const PASS_DOWN = new Set(["content-type", "cache-control", "x-request-id", "openai-processing-ms"]);
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -671,9 +671,14 @@ function concat(parts: Uint8Array[]): Uint8Array {
 /** Headers passed upstream: what identifies or traces the request (the pool adds Host, Content-Type, Content-Length). */
 function forwardHeaders(h: RequestHeaders): [string, string][] {
   const out: [string, string][] = [];
-  for (const k of PASS_UP) {
-    const v = h.get(k);
-    if (v !== undefined) out.push([k, v]);
+  const names = h.names;
+  for (let i = 0; i < names.length; i++) {
+    const n = names[i]!;
+    // One pass over the request's headers; only names of the right lengths are compared.
+    const len = n.length;
+    if (len !== 6 && len !== 10 && len !== 11 && len !== 12) continue;
+    const lower = n.toLowerCase();
+    if (PASS_UP_SET.has(lower)) out.push([lower, h.values[i]!]);
   }
   return out;
 }

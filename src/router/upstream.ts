@@ -290,29 +290,43 @@ class Conn {
 
   /** Complete lines of a response head, CRLF-separated, the status line first. */
   private headLines(text: string): void {
-    const lines = text.split("\r\n");
-    let i = 0;
+    const n = text.length;
+    let at = 0;
     if (this.hStatus === 0) {
-      const m = /^HTTP\/1\.([01]) (\d{3})(?: |$)/.exec(lines[0]!);
-      if (!m) throw new UpstreamError("protocol", `not an HTTP/1.x status line: ${JSON.stringify(lines[0]!.slice(0, 80))}`);
-      this.hStatus = Number(m[2]);
+      // "HTTP/1.x NNN", then a space and a reason phrase, or the end of the line.
+      let eol = text.indexOf("\r\n");
+      if (eol < 0) eol = n;
+      const minor = text.charCodeAt(7);
+      const d0 = text.charCodeAt(9) - 48;
+      const d1 = text.charCodeAt(10) - 48;
+      const d2 = text.charCodeAt(11) - 48;
+      if (
+        eol < 12 || !text.startsWith("HTTP/1.") || (minor !== 48 && minor !== 49) || text.charCodeAt(8) !== 32 ||
+        !(d0 >= 0 && d0 <= 9 && d1 >= 0 && d1 <= 9 && d2 >= 0 && d2 <= 9) || (eol > 12 && text.charCodeAt(12) !== 32)
+      )
+        throw new UpstreamError("protocol", `not an HTTP/1.x status line: ${JSON.stringify(text.slice(0, Math.min(eol, 80)))}`);
+      this.hStatus = d0 * 100 + d1 * 10 + d2;
       if (this.hStatus === 101) throw new UpstreamError("protocol", "the engine switched protocols");
-      this.hKeepAlive = m[1] === "1";
-      i = 1;
+      this.hKeepAlive = minor === 49;
+      at = eol + 2;
     }
-    for (; i < lines.length; i++) {
-      const line = lines[i]!;
-      const colon = line.indexOf(":");
-      if (colon <= 0) throw new UpstreamError("protocol", `malformed header line: ${JSON.stringify(line.slice(0, 80))}`);
-      const name = line.slice(0, colon).trim().toLowerCase();
-      const value = line.slice(colon + 1).trim();
-      if (name === "content-length") {
+    while (at < n) {
+      let end = text.indexOf("\r\n", at);
+      if (end < 0) end = n;
+      const colon = text.indexOf(":", at);
+      if (colon <= at || colon > end) throw new UpstreamError("protocol", `malformed header line: ${JSON.stringify(text.slice(at, Math.min(end, at + 80)))}`);
+      // Engines send lower-case names, for which toLowerCase allocates nothing.
+      const name = trimOws(text, at, colon).toLowerCase();
+      const value = trimOws(text, colon + 1, end);
+      at = end + 2;
+      const len = name.length;
+      if (len === 14 && name === "content-length") {
         if (!/^\d+$/.test(value) || (this.hLength >= 0 && Number(value) !== this.hLength)) throw new UpstreamError("protocol", `bad content-length: ${JSON.stringify(value)}`);
         this.hLength = Number(value);
-      } else if (name === "transfer-encoding") {
+      } else if (len === 17 && name === "transfer-encoding") {
         this.hChunked = value.toLowerCase().split(",").pop()!.trim() === "chunked";
         if (!this.hChunked) throw new UpstreamError("protocol", `unsupported transfer-encoding: ${value}`);
-      } else if (name === "connection") {
+      } else if (len === 10 && name === "connection") {
         const v = value.toLowerCase();
         if (v.includes("close")) this.hKeepAlive = false;
         else if (v.includes("keep-alive")) this.hKeepAlive = true;
@@ -650,6 +664,15 @@ const SOCKET_HANDLER = {
     s.data.onClose(err);
   },
 };
+
+/** s[from, to) without leading and trailing spaces and tabs. */
+function trimOws(s: string, from: number, to: number): string {
+  let a = from;
+  let b = to;
+  while (a < b && (s.charCodeAt(a) === 32 || s.charCodeAt(a) === 9)) a++;
+  while (b > a && (s.charCodeAt(b - 1) === 32 || s.charCodeAt(b - 1) === 9)) b--;
+  return s.slice(a, b);
+}
 
 /** Index of the CRLFCRLF that ends a head, searching from `from`; -1 when not there yet. */
 function headEnd(d: Uint8Array, from: number): number {
