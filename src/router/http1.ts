@@ -64,6 +64,9 @@ const EMPTY = new Uint8Array(0);
 const LAST_CHUNK = enc.encode("0\r\n\r\n");
 const CONTINUE = enc.encode("HTTP/1.1 100 Continue\r\n\r\n");
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+/** 1 for the characters of a token (RFC 9110 §5.6.2). */
+const TCHAR = new Uint8Array(256);
+for (const c of "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") TCHAR[c.charCodeAt(0)] = 1;
 /** Control characters other than HTAB, CR and LF, anywhere in a head. */
 const BAD_CTL = /[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]/;
 /** A CR not followed by LF, or an LF not preceded by CR. */
@@ -77,10 +80,7 @@ const BODY_CHUNKED = 2;
 const BUSY = 3;
 const CLOSED = 4;
 
-/**
- * A request's headers as sent, looked up case-insensitively. Names are lower-cased only when
- * looked up: a request carries a handful, and the router reads fewer.
- */
+/** A request's headers in the order sent: lower-case names, values as sent (trimmed). */
 export class RequestHeaders {
   /** @internal */
   constructor(
@@ -93,8 +93,7 @@ export class RequestHeaders {
     let out: string | undefined;
     const names = this.names;
     for (let i = 0; i < names.length; i++) {
-      const n = names[i]!;
-      if (n.length !== name.length || (n !== name && n.toLowerCase() !== name)) continue;
+      if (names[i] !== name) continue;
       out = out === undefined ? this.values[i]! : `${out}, ${this.values[i]!}`;
     }
     return out;
@@ -102,8 +101,32 @@ export class RequestHeaders {
 
   /** [lower-case name, value] for every header line, in order. */
   entries(): [string, string][] {
-    return this.names.map((n, i) => [n.toLowerCase(), this.values[i]!]);
+    return this.names.map((n, i) => [n, this.values[i]!]);
   }
+}
+
+/** Response headers rendered once ("name: value\r\n" lines) with their size in bytes. */
+export interface HeaderBlock {
+  text: string;
+  bytes: number;
+}
+
+/** Renders response headers for respond()/stream(); a caller answering often with the same ones keeps the block. */
+export function headerBlock(headers: Record<string, string>): HeaderBlock {
+  let text = "";
+  for (const k in headers) text += `${k}: ${headers[k]}\r\n`;
+  return { text, bytes: byteLength(text) };
+}
+
+const STATUS_LINES = new Map<number, string>();
+/** "HTTP/1.1 200 OK\r\n", made once per status. */
+function statusLine(status: number): string {
+  let l = STATUS_LINES.get(status);
+  if (l === undefined) {
+    l = `HTTP/1.1 ${status} ${REASONS[status] ?? "Status"}\r\n`;
+    STATUS_LINES.set(status, l);
+  }
+  return l;
 }
 
 const latin1Slice = (Buffer.prototype as unknown as { latin1Slice(this: Uint8Array, start: number, end: number): string }).latin1Slice;
@@ -117,17 +140,21 @@ class Refusal {
   ) {}
 }
 
-let dateAt = 0;
 let dateLine = "";
-/** "date: <IMF-fixdate>\r\n", recomputed at most once a second. */
+let dateSecond = 0;
+/** "date: <IMF-fixdate>\r\n", kept current by each server's sweep (so the hot path reads no clock). */
 function date(): string {
-  const now = Date.now();
-  if (now - dateAt >= 1000) {
-    dateAt = now - (now % 1000);
-    dateLine = `date: ${new Date(dateAt).toUTCString()}\r\n`;
-  }
   return dateLine;
 }
+
+function refreshDate(): void {
+  const now = Date.now();
+  const second = now - (now % 1000);
+  if (second === dateSecond) return;
+  dateSecond = second;
+  dateLine = `date: ${new Date(second).toUTCString()}\r\n`;
+}
+refreshDate();
 
 /**
  * One request and its answer. Read the request from the fields; answer with respond() (whole),
@@ -159,26 +186,29 @@ export class ClientExchange {
   }
 
   /** The whole answer in one write. */
-  respond(status: number, headers: Record<string, string>, body: string | Uint8Array): void {
+  respond(status: number, headers: Record<string, string> | HeaderBlock, body: string | Uint8Array): void {
     if (this.state !== 0 || this.aborted) return;
     this.state = 2;
     const c = this.conn;
+    const h = isBlock(headers) ? headers : headerBlock(headers);
     const size = typeof body === "string" ? byteLength(body) : body.byteLength;
-    let head = `HTTP/1.1 ${status} ${REASONS[status] ?? "Status"}\r\n${date()}`;
-    for (const k in headers) head += `${k}: ${headers[k]}\r\n`;
     // 204 and 304 carry no body and no Content-Length (RFC 9110 §8.6).
     const bodiless = status === 204 || status === 304;
-    if (!bodiless) head += `content-length: ${size}\r\n`;
-    head += `${c.keepAlive ? (this.http10 ? "connection: keep-alive\r\n" : "") : "connection: close\r\n"}\r\n`;
+    const tail = `${bodiless ? "" : `content-length: ${size}\r\n`}${c.keepAlive ? (this.http10 ? "connection: keep-alive\r\n" : "") : "connection: close\r\n"}\r\n`;
+    const line = statusLine(status);
+    const d = date();
+    const head = line + d + h.text + tail;
+    // All of it ASCII but the header values, whose size the block knows.
+    const headBytes = line.length + d.length + h.bytes + tail.length;
     // One write: a string is encoded by the socket itself, with no buffer of ours in between.
-    if (this.method === "HEAD" || size === 0 || bodiless) c.writeString(head, byteLength(head));
-    else if (typeof body === "string") c.writeString(head + body, byteLength(head) + size);
-    else c.write(withHead(head, body));
+    if (this.method === "HEAD" || size === 0 || bodiless) c.writeString(head, headBytes);
+    else if (typeof body === "string") c.writeString(head + body, headBytes + size);
+    else c.write(withHead(head, body, false, headBytes));
     c.done(this);
   }
 
   /** Starts a streamed answer (chunked; close-delimited for HTTP/1.0), optionally with its first bytes. */
-  stream(status: number, headers: Record<string, string>, first?: Uint8Array): boolean {
+  stream(status: number, headers: Record<string, string> | HeaderBlock, first?: Uint8Array): boolean {
     if (this.state !== 0 || this.aborted) return false;
     this.state = 1;
     const c = this.conn;
@@ -186,8 +216,8 @@ export class ClientExchange {
       this.chunked = false;
       c.keepAlive = false;
     }
-    let head = `HTTP/1.1 ${status} ${REASONS[status] ?? "Status"}\r\n${date()}`;
-    for (const k in headers) head += `${k}: ${headers[k]}\r\n`;
+    const h = isBlock(headers) ? headers : headerBlock(headers);
+    let head = statusLine(status) + date() + h.text;
     head += this.chunked ? (c.keepAlive ? "transfer-encoding: chunked\r\n\r\n" : "transfer-encoding: chunked\r\nconnection: close\r\n\r\n") : "connection: close\r\n\r\n";
     if (first === undefined || first.byteLength === 0) return c.writeString(head, byteLength(head));
     return c.write(this.chunked ? withHead(`${head}${first.byteLength.toString(16)}\r\n`, first, true) : withHead(head, first));
@@ -233,10 +263,14 @@ function frame(data: Uint8Array): Uint8Array {
   return withHead(`${data.byteLength.toString(16)}\r\n`, data, true);
 }
 
-/** `head` (text), then `data`, then CRLF if `crlf`, in one buffer. */
-function withHead(head: string, data: Uint8Array, crlf = false): Uint8Array {
+function isBlock(h: Record<string, string> | HeaderBlock): h is HeaderBlock {
+  return typeof h.text === "string" && typeof (h as HeaderBlock).bytes === "number";
+}
+
+/** `head` (text, `headBytes` long in UTF-8 when known), then `data`, then CRLF if `crlf`, in one buffer. */
+function withHead(head: string, data: Uint8Array, crlf = false, headBytes = -1): Uint8Array {
   // Sized exactly: a view of a bigger buffer would cost more than it saves.
-  const n = byteLength(head);
+  const n = headBytes >= 0 ? headBytes : byteLength(head);
   const out = new Uint8Array(n + data.byteLength + (crlf ? 2 : 0));
   enc.encodeInto(head, out);
   out.set(data, n);
@@ -383,13 +417,15 @@ export class Conn {
     }
     const http10 = version === "HTTP/1.0";
     if (!TARGET.test(target) || target.includes("#")) throw new Refusal(400, "malformed request target", "bad_request");
-    if (target.charCodeAt(0) !== 47) {
+    if (text.charCodeAt(sp1 + 1) !== 47) {
       // absolute-form (RFC 9112 §3.2.2): only its path and query matter here.
       const m = /^https?:\/\/[^/?#]+(.*)$/i.exec(target);
       if (m === null) throw new Refusal(400, "the request target must be a path", "bad_request");
       target = m[1] === "" || m[1]![0] === "?" ? `/${m[1]}` : m[1]!;
     }
-    // Header lines, with the few that frame the request picked out on the way.
+    // Header lines, with the few that frame the request picked out on the way. Names are taken
+    // from a lower-cased copy of the head: one conversion instead of one per name.
+    const lowerText = text.toLowerCase();
     const names: string[] = [];
     const values: string[] = [];
     let hosts = 0;
@@ -406,8 +442,8 @@ export class Conn {
       if (c0 === 32 || c0 === 9) throw new Refusal(400, "folded header lines are not accepted", "bad_request");
       const colon = text.indexOf(":", at);
       if (colon <= at || colon > end) throw new Refusal(400, "malformed header line", "bad_request");
-      const name = text.slice(at, colon);
-      if (!TOKEN.test(name)) throw new Refusal(400, `malformed header name ${JSON.stringify(name.slice(0, 40))}`, "bad_request");
+      for (let i = at; i < colon; i++) if (TCHAR[text.charCodeAt(i)] !== 1) throw new Refusal(400, `malformed header name ${JSON.stringify(text.slice(at, Math.min(colon, at + 40)))}`, "bad_request");
+      const name = lowerText.slice(at, colon);
       const value = trimOws(text, colon + 1, end);
       if (names.length === maxHeaders) throw new Refusal(431, `more than ${maxHeaders} header lines`, "request_header_fields_too_large");
       names.push(name);
@@ -416,9 +452,8 @@ export class Conn {
       // Only names of these lengths can be one of the framing headers.
       const len = name.length;
       if (len !== 4 && len !== 6 && len !== 10 && len !== 14 && len !== 17) continue;
-      const lower = name.toLowerCase();
-      if (lower === "host") hosts++;
-      else if (lower === "content-length") {
+      if (name === "host") hosts++;
+      else if (name === "content-length") {
         if (cl !== undefined) {
           if (cl !== value) throw new Refusal(400, "conflicting Content-Length headers", "bad_request");
           // The same value again: kept once, so the handler sees one value (RFC 9110 §8.6).
@@ -426,9 +461,9 @@ export class Conn {
           values.pop();
         }
         cl = value;
-      } else if (lower === "transfer-encoding") te = te === undefined ? value : `${te}, ${value}`;
-      else if (lower === "connection") conn = conn === undefined ? value : `${conn}, ${value}`;
-      else if (lower === "expect") expectValue = expectValue === undefined ? value : `${expectValue}, ${value}`;
+      } else if (name === "transfer-encoding") te = te === undefined ? value : `${te}, ${value}`;
+      else if (name === "connection") conn = conn === undefined ? value : `${conn}, ${value}`;
+      else if (name === "expect") expectValue = expectValue === undefined ? value : `${expectValue}, ${value}`;
     }
     if (hosts > 1 || (!http10 && hosts === 0)) throw new Refusal(400, hosts > 1 ? "more than one Host header" : "HTTP/1.1 requests need a Host header", "bad_request");
     const headers = new RequestHeaders(names, values);
@@ -440,7 +475,8 @@ export class Conn {
       if (ex.toLowerCase() !== "100-continue") throw new Refusal(417, `Expect: ${ex.slice(0, 40)} is not supported`, "expectation_failed");
       expect = !http10;
     }
-    const path = target.indexOf("?") < 0 ? target : target.slice(0, target.indexOf("?"));
+    const q = target.indexOf("?");
+    const path = q < 0 ? target : target.slice(0, q);
     this.req = { method, target, path, headers, http10, expect };
     const max = this.server.maxBodyBytes;
     if (te !== undefined) {
@@ -457,8 +493,8 @@ export class Conn {
       return;
     }
     if (cl !== undefined) {
-      if (!/^\d{1,16}$/.test(cl)) throw new Refusal(400, "Content-Length must be a number of bytes", "bad_request");
-      const n = Number(cl);
+      const n = digits(cl);
+      if (n < 0) throw new Refusal(400, "Content-Length must be a number of bytes", "bad_request");
       if (n > max) throw new Refusal(413, `request body is ${n} bytes; the limit is ${max}`, "request_too_large");
       if (n > 0) {
         this.need = n;
@@ -786,6 +822,7 @@ export class Http1Server {
   private sweep(): void {
     const now = performance.now();
     this.now = now;
+    refreshDate();
     for (const c of this.conns) if (now > c.deadline) c.expire();
   }
 
@@ -816,6 +853,19 @@ function lineEnd(d: Uint8Array): number {
 }
 
 const NON_ASCII = /[^\x00-\x7f]/;
+
+/** The value of 1 to 15 decimal digits; -1 for anything else. */
+function digits(s: string): number {
+  const n = s.length;
+  if (n === 0 || n > 15) return -1;
+  let v = 0;
+  for (let i = 0; i < n; i++) {
+    const c = s.charCodeAt(i) - 48;
+    if (c < 0 || c > 9) return -1;
+    v = v * 10 + c;
+  }
+  return v;
+}
 
 /** UTF-8 size of a string; most are ASCII, where it is the length. */
 function byteLength(s: string): number {

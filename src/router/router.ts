@@ -11,7 +11,7 @@ import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink,
 import { Balancer, type Lease } from "./balancer";
 import { EngineMetricsPoller } from "./engine-metrics";
 import { type Reply, jsonReply, openAIError, openAIErrorBody, sseErrorFrame } from "./errors";
-import { type ClientExchange, Http1Server, type RequestHeaders } from "./http1";
+import { type ClientExchange, type HeaderBlock, Http1Server, type RequestHeaders } from "./http1";
 import { prefixKey } from "./prefix-key";
 import { Counter, type CounterSeries, Gauge, Histogram, type HistogramSeries, Registry } from "./prom";
 import { type Exchange, type ExchangeHandler, type ExtraHeaders, type UpstreamHead, UpstreamError, UpstreamPool } from "./upstream";
@@ -66,9 +66,10 @@ const sha256hex = (s: string) => createHash("sha256").update(s).digest("hex");
 const digest = (s: string) => createHash("sha256").update(s).digest();
 // Named lists rather than "everything but hop-by-hop": building headers is per-request work on
 // the hot path, and engines need (and send) only a few.
-const PASS_UP_SET = new Set(["accept", "x-request-id", "traceparent", "tracestate", "user-agent"]);
+const PASS_UP = new Set(["accept", "x-request-id", "traceparent", "tracestate", "user-agent"]);
 const PASS_DOWN = new Set(["content-type", "cache-control", "x-request-id", "openai-processing-ms"]);
 const enc = new TextEncoder();
+const NON_ASCII = /[^\x00-\x7f]/;
 const dec = new TextDecoder();
 /** Bodies up to this size are buffered when not streamed: one write instead of a stream is faster. */
 const BUFFER_LIMIT = 1024 * 1024;
@@ -82,7 +83,13 @@ export class Router implements EndpointSink, UsageSource {
   private poller: EngineMetricsPoller | undefined;
   private readonly waiters = new Set<() => void>();
   /** @internal Deadlines of the attempts in flight, expired by one sweep. */
-  readonly watches = new Set<Watch>();
+  readonly watches = new WatchList();
+  /**
+   * @internal performance.now() as of the last sweep, plus one sweep interval: deadlines are
+   * set from it, so they never fire early and the hot path reads no clock for them.
+   */
+  clock = performance.now();
+  private tick = 250;
   /** @internal Keep-alive sockets to the engines. */
   readonly upstream = new UpstreamPool();
   private sweeper: ReturnType<typeof setInterval> | undefined;
@@ -176,6 +183,8 @@ export class Router implements EndpointSink, UsageSource {
     const port = this.server.listen();
     // Deadline granularity: a quarter of the shortest timeout, within 10–250 ms.
     const every = Math.max(10, Math.min(250, Math.min(this.o.firstByteTimeoutMs, this.o.idleTimeoutMs) / 4));
+    this.tick = every;
+    this.clock = performance.now() + every;
     this.sweeper = setInterval(() => this.sweep(), every);
     this.sweeper.unref?.();
     if (this.o.metricsIntervalMs > 0) {
@@ -348,6 +357,28 @@ export class Router implements EndpointSink, UsageSource {
     return m;
   }
 
+  private readonly blocks = new Map<string, Map<string, HeaderBlock>>();
+
+  /** @internal The answer headers for a replica and a content type, rendered once. */
+  replicaHeaders(id: string, type: string | undefined): HeaderBlock {
+    let byType = this.blocks.get(id);
+    if (byType === undefined) {
+      // Replicas come and go: the cache is dropped when it outgrows the fleet, not kept forever.
+      if (this.blocks.size > 4096) this.blocks.clear();
+      byType = new Map();
+      this.blocks.set(id, byType);
+    }
+    const key = type ?? "";
+    let b = byType.get(key);
+    if (b === undefined) {
+      const text = `x-llmgw-replica: ${id}\r\n${type !== undefined ? `content-type: ${type}\r\n` : ""}`;
+      b = { text, bytes: NON_ASCII.test(text) ? Buffer.byteLength(text) : text.length };
+      if (byType.size > 16) byType.clear();
+      byType.set(key, b);
+    }
+    return b;
+  }
+
   /** @internal For Call: retries are counted by replica model and reason. */
   countRetry(model: string, kind: string): void {
     this.retries.inc([model, kind]);
@@ -363,10 +394,8 @@ export class Router implements EndpointSink, UsageSource {
   /** Expires the deadlines that have passed; one sweep for every request in flight. */
   private sweep(): void {
     const now = performance.now();
-    for (const w of this.watches) if (now > w.deadline) {
-      this.watches.delete(w);
-      w.expire();
-    }
+    this.clock = now + this.tick;
+    this.watches.expire(now);
     this.upstream.sweep();
   }
 }
@@ -387,6 +416,49 @@ interface Failure {
 interface Watch {
   deadline: number;
   expire(): void;
+  /** Links of the WatchList the watch is on. */
+  wPrev: Watch | undefined;
+  wNext: Watch | undefined;
+  watched: boolean;
+}
+
+/**
+ * The attempts in flight, as an intrusive list: adding and removing one is a few stores, with
+ * no hashing and no allocation (a Set costs more per request than the rest of the bookkeeping).
+ */
+class WatchList {
+  private head: Watch | undefined;
+  size = 0;
+
+  add(w: Watch): void {
+    if (w.watched) return;
+    w.watched = true;
+    w.wPrev = undefined;
+    w.wNext = this.head;
+    if (this.head !== undefined) this.head.wPrev = w;
+    this.head = w;
+    this.size++;
+  }
+
+  delete(w: Watch): void {
+    if (!w.watched) return;
+    w.watched = false;
+    if (w.wPrev !== undefined) w.wPrev.wNext = w.wNext;
+    else this.head = w.wNext;
+    if (w.wNext !== undefined) w.wNext.wPrev = w.wPrev;
+    w.wPrev = w.wNext = undefined;
+    this.size--;
+  }
+
+  /** Removes and expires every watch whose deadline is before `now`. */
+  expire(now: number): void {
+    const due: Watch[] = [];
+    for (let w = this.head; w !== undefined; w = w.wNext) if (now > w.deadline) due.push(w);
+    for (const w of due) {
+      this.delete(w);
+      w.expire();
+    }
+  }
 }
 
 /**
@@ -445,6 +517,9 @@ class Call {
  */
 class Attempt implements ExchangeHandler, Watch {
   deadline: number;
+  wPrev: Watch | undefined = undefined;
+  wNext: Watch | undefined = undefined;
+  watched = false;
   private up: Exchange | undefined;
   private why: "client" | "first_byte" | "idle" | undefined;
   /** The client has been promised this answer: no retry from here on. */
@@ -453,7 +528,7 @@ class Attempt implements ExchangeHandler, Watch {
   private started = false;
   private released = false;
   private status = 0;
-  private headers: Record<string, string> | undefined;
+  private headers: HeaderBlock | undefined;
   /** "buffer": whole small body, one write. "stream": passed on as it comes. "retry": a status to retry on; its body is kept for the message. */
   private mode: "buffer" | "stream" | "retry" = "stream";
   private parts: Uint8Array[] = [];
@@ -476,7 +551,7 @@ class Attempt implements ExchangeHandler, Watch {
     this.ex = call.ex;
     this.stream = call.stream;
     this.t0 = call.t0;
-    this.deadline = performance.now() + this.r.firstByteTimeoutMs;
+    this.deadline = this.r.clock + this.r.firstByteTimeoutMs;
   }
 
   start(path: string, payload: Uint8Array, extra: ExtraHeaders): void {
@@ -509,10 +584,22 @@ class Attempt implements ExchangeHandler, Watch {
     // Any other 5xx is the engine's own answer and goes to the client, but the replica is
     // passed over for a while: a client's 4xx never counts against it.
     if (status >= 500) this.r.balancer.cooldown(this.lease.endpoint.id, this.r.cooldownMs);
-    const out: Record<string, string> = { "x-llmgw-replica": this.lease.endpoint.id };
-    for (const [k, v] of head.headers) if (PASS_DOWN.has(k)) out[k] = v;
-    this.headers = out;
-    this.sse = (out["content-type"] ?? "").includes("text/event-stream");
+    // The headers the client gets, as text. Usually only Content-Type is passed on, and the
+    // text for it is made once per replica and type.
+    let type: string | undefined;
+    let more = false;
+    for (const [k, v] of head.headers) {
+      if (!PASS_DOWN.has(k)) continue;
+      if (k === "content-type" && type === undefined) type = v;
+      else more = true;
+    }
+    const id = this.lease.endpoint.id;
+    if (more) {
+      let text = `x-llmgw-replica: ${id}\r\n`;
+      for (const [k, v] of head.headers) if (PASS_DOWN.has(k)) text += `${k}: ${v}\r\n`;
+      this.headers = { text, bytes: NON_ASCII.test(text) ? Buffer.byteLength(text) : text.length };
+    } else this.headers = this.r.replicaHeaders(id, type);
+    this.sse = type !== undefined && type.includes("text/event-stream");
     const len = head.contentLength;
     this.mode = !this.stream && len >= 0 && len <= BUFFER_LIMIT ? "buffer" : "stream";
   }
@@ -536,7 +623,7 @@ class Attempt implements ExchangeHandler, Watch {
 
   onReadEnd(): void {
     if (this.released || this.parts.length === 0) return;
-    this.deadline = performance.now() + this.r.idleTimeoutMs;
+    this.deadline = this.r.clock + this.r.idleTimeoutMs;
     this.drain();
   }
 
@@ -574,11 +661,12 @@ class Attempt implements ExchangeHandler, Watch {
       return;
     }
     if (this.mode === "buffer") {
-      this.m.ttfb.observe((performance.now() - this.t0) / 1000);
+      const now = performance.now();
+      this.m.ttfb.observe((now - this.t0) / 1000);
       this.settled = true;
       const ex = this.ex;
       const body = concat(this.parts);
-      this.finish(this.status);
+      this.finish(this.status, now);
       ex.respond(this.status, this.headers!, body);
       return;
     }
@@ -625,7 +713,7 @@ class Attempt implements ExchangeHandler, Watch {
     }
   }
 
-  private finish(status: number): void {
+  private finish(status: number, now = performance.now()): void {
     if (this.released) return;
     this.released = true;
     this.r.watches.delete(this);
@@ -634,7 +722,7 @@ class Attempt implements ExchangeHandler, Watch {
     this.lease.release();
     if (status === 200) this.m.ok.v++;
     else this.r.requests.inc([this.model, String(status)]);
-    this.m.duration.observe((performance.now() - this.t0) / 1000);
+    this.m.duration.observe((now - this.t0) / 1000);
   }
 
   private fail(kind: string, error: string, cool: boolean): void {
@@ -674,11 +762,7 @@ function forwardHeaders(h: RequestHeaders): [string, string][] {
   const names = h.names;
   for (let i = 0; i < names.length; i++) {
     const n = names[i]!;
-    // One pass over the request's headers; only names of the right lengths are compared.
-    const len = n.length;
-    if (len !== 6 && len !== 10 && len !== 11 && len !== 12) continue;
-    const lower = n.toLowerCase();
-    if (PASS_UP_SET.has(lower)) out.push([lower, h.values[i]!]);
+    if (PASS_UP.has(n)) out.push([n, h.values[i]!]);
   }
   return out;
 }
