@@ -229,11 +229,25 @@ export class ClientExchange {
     return this.conn.write(this.chunked ? frame(chunk) : chunk);
   }
 
-  /** Ends a streamed answer; the connection goes on to the next request once it is sent. */
-  end(): void {
+  /** Ends a streamed answer, with its last bytes if given; the connection goes on to the next request once it is sent. */
+  end(last?: Uint8Array): void {
     if (this.state !== 1) return;
     this.state = 2;
-    if (!this.aborted && this.chunked) this.conn.write(LAST_CHUNK);
+    if (!this.aborted) {
+      const more = last !== undefined && last.byteLength > 0;
+      // The last bytes and the end of the body in one write.
+      if (!this.chunked) {
+        if (more) this.conn.write(last);
+      } else if (more) {
+        const f = withHead(`${last.byteLength.toString(16)}\r\n`, last, false);
+        const out = new Uint8Array(f.byteLength + 2 + LAST_CHUNK.byteLength);
+        out.set(f);
+        out[f.byteLength] = 13;
+        out[f.byteLength + 1] = 10;
+        out.set(LAST_CHUNK, f.byteLength + 2);
+        this.conn.write(out);
+      } else this.conn.write(LAST_CHUNK);
+    }
     this.conn.done(this);
   }
 

@@ -675,9 +675,13 @@ class Attempt implements ExchangeHandler, Watch {
       this.settled = true;
       this.m.ttfb.observe((performance.now() - this.t0) / 1000);
     }
-    this.drain();
+    const ex = this.ex;
+    const data = concat(this.parts);
+    this.parts.length = 0;
     this.finish(this.status);
-    this.ex.end();
+    // The whole answer came in one read: it goes out whole, in one write.
+    if (!this.started) ex.respond(this.status, this.headers!, data);
+    else ex.end(data);
   }
 
   onError(err: UpstreamError, _received: boolean): void {
