@@ -799,6 +799,8 @@ export class Http1Server {
       socket: {
         binaryType: "uint8array",
         open(s) {
+          // Answers go out as written, not held back for more (Nagle).
+          s.setNoDelay(true);
           const c = new Conn(s, server);
           s.data = c;
           server.conns.add(c);

@@ -244,7 +244,7 @@ describe("retries and failures", () => {
   test("a long stream is not cut by the server's idle timeout", async () => {
     const slow = await startFakeEngine({ models: ["m"], ttftMs: 1, tokenDelayMs: 300, tokens: 5 });
     engines.push(slow);
-    // Bun.serve's idle timeout, lowered to 1 s here, would cut a 1.5 s stream if not disabled per request.
+    // The listener's idle timeout, lowered to 1 s here, must not apply while a request is being answered.
     const { url } = router({ serverIdleTimeoutSec: 1 }, [ep("slow", slow.url, { models: ["m"] })]);
     const text = await (await post(url, chat("m", { stream: true }))).text();
     expect(text.trim().endsWith("data: [DONE]")).toBe(true);
