@@ -311,13 +311,14 @@ class Conn {
       this.hKeepAlive = minor === 49;
       at = eol + 2;
     }
+    // Names come from a lower-cased copy: one conversion for the head, not one per name.
+    const lower = at < n ? text.toLowerCase() : text;
     while (at < n) {
       let end = text.indexOf("\r\n", at);
       if (end < 0) end = n;
       const colon = text.indexOf(":", at);
       if (colon <= at || colon > end) throw new UpstreamError("protocol", `malformed header line: ${JSON.stringify(text.slice(at, Math.min(end, at + 80)))}`);
-      // Engines send lower-case names, for which toLowerCase allocates nothing.
-      const name = trimOws(text, at, colon).toLowerCase();
+      const name = trimOws(lower, at, colon);
       const value = trimOws(text, colon + 1, end);
       at = end + 2;
       const len = name.length;
