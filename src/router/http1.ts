@@ -19,6 +19,7 @@
 // Pipelined requests are answered one at a time, in order.
 
 import type { Socket, TCPSocketListener } from "bun";
+import { concat, headEnd, latin1Slice, trimOws } from "./bytes";
 
 export interface Http1Options {
   hostname: string;
@@ -128,8 +129,6 @@ function statusLine(status: number): string {
   }
   return l;
 }
-
-const latin1Slice = (Buffer.prototype as unknown as { latin1Slice(this: Uint8Array, start: number, end: number): string }).latin1Slice;
 
 /** Thrown by the parser: answered with this status, and the connection closed. */
 class Refusal {
@@ -546,7 +545,7 @@ export class Conn {
     let body: Uint8Array;
     if (this.chunks.length > 0) {
       this.chunks.push(r.subarray(at, end));
-      body = concat(this.chunks, this.bodySize + this.need);
+      body = concat(this.chunks);
       this.chunks = [];
       this.bodySize = 0;
     } else {
@@ -601,7 +600,7 @@ export class Conn {
       if (this.overhead > this.server.maxHeadBytes) throw new Refusal(400, `chunk extensions and trailers of the request body are over ${this.server.maxHeadBytes} bytes`, "bad_request");
       if (this.trailers) {
         if (line.length === 0) {
-          const body = this.chunks.length === 1 ? this.chunks[0]! : concat(this.chunks, this.bodySize);
+          const body = concat(this.chunks);
           this.chunks = [];
           this.dispatch(body);
           return true;
@@ -850,16 +849,6 @@ export class Http1Server {
   }
 }
 
-/** Index of the CRLFCRLF that ends a head, searching from `from`; -1 when not there yet. */
-function headEnd(d: Uint8Array, from: number): number {
-  let i = d.indexOf(13, from);
-  while (i >= 0 && i + 3 < d.length) {
-    if (d[i + 1] === 10 && d[i + 2] === 13 && d[i + 3] === 10) return i;
-    i = d.indexOf(13, i + 1);
-  }
-  return -1;
-}
-
 /** Index of the CR of the first CRLF; -1 when there is none yet. */
 function lineEnd(d: Uint8Array): number {
   let i = d.indexOf(10);
@@ -888,25 +877,8 @@ function byteLength(s: string): number {
   return NON_ASCII.test(s) ? Buffer.byteLength(s) : s.length;
 }
 
-function trimOws(s: string, from: number, to: number): string {
-  let a = from;
-  let b = to;
-  while (a < b && (s.charCodeAt(a) === 32 || s.charCodeAt(a) === 9)) a++;
-  while (b > a && (s.charCodeAt(b - 1) === 32 || s.charCodeAt(b - 1) === 9)) b--;
-  return s.slice(a, b);
-}
-
 function hasToken(list: string, token: string): boolean {
   for (const t of list.split(",")) if (t.trim() === token) return true;
   return false;
 }
 
-function concat(parts: Uint8Array[], size: number): Uint8Array {
-  const out = new Uint8Array(size);
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.byteLength;
-  }
-  return out;
-}

@@ -15,6 +15,7 @@ import { type ClientExchange, type HeaderBlock, Http1Server, type RequestHeaders
 import { prefixKey } from "./prefix-key";
 import { Counter, type CounterSeries, Gauge, Histogram, type HistogramSeries, Registry } from "./prom";
 import { type Exchange, type ExchangeHandler, type ExtraHeaders, type UpstreamHead, UpstreamError, UpstreamPool } from "./upstream";
+import { concat } from "./bytes";
 
 export interface RouterOptions {
   host: string;
@@ -745,19 +746,6 @@ class Attempt implements ExchangeHandler, Watch {
 /** A whole reply to the client. */
 function send(ex: ClientExchange, r: Reply): void {
   ex.respond(r.status, r.headers, r.body);
-}
-
-function concat(parts: Uint8Array[]): Uint8Array {
-  if (parts.length === 1) return parts[0]!;
-  let n = 0;
-  for (const p of parts) n += p.byteLength;
-  const out = new Uint8Array(n);
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.byteLength;
-  }
-  return out;
 }
 
 /** Headers passed upstream: what identifies or traces the request (the pool adds Host, Content-Type, Content-Length). */

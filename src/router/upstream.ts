@@ -13,6 +13,7 @@
 // response on a connection both sides keep alive; one aborted or broken mid-way is closed.
 
 import type { Socket } from "bun";
+import { headEnd, latin1Slice, trimOws } from "./bytes";
 
 /** Why an exchange failed. "connect": never reached the engine; "reset": the connection broke; "protocol": the engine sent something that is not HTTP/1.1. */
 export type UpstreamErrorKind = "connect" | "reset" | "protocol";
@@ -75,8 +76,6 @@ interface Origin {
 
 const enc = new TextEncoder();
 const DEAD_ORIGIN: Origin = { key: "", hostname: "", port: 0, tls: false, host: "", hostLine: "", base: "", idle: [] };
-/** Bytes as latin1 text, read straight from the array (a TextDecoder would need a view of it first). */
-const latin1Slice = (Buffer.prototype as unknown as { latin1Slice(this: Uint8Array, start: number, end: number): string }).latin1Slice;
 
 /**
  * Bytes [a, b) of a socket read. Small parts are copied: the first view of an array fresh from
@@ -666,25 +665,6 @@ const SOCKET_HANDLER = {
     s.data.onClose(err);
   },
 };
-
-/** s[from, to) without leading and trailing spaces and tabs. */
-function trimOws(s: string, from: number, to: number): string {
-  let a = from;
-  let b = to;
-  while (a < b && (s.charCodeAt(a) === 32 || s.charCodeAt(a) === 9)) a++;
-  while (b > a && (s.charCodeAt(b - 1) === 32 || s.charCodeAt(b - 1) === 9)) b--;
-  return s.slice(a, b);
-}
-
-/** Index of the CRLFCRLF that ends a head, searching from `from`; -1 when not there yet. */
-function headEnd(d: Uint8Array, from: number): number {
-  let i = d.indexOf(13, from);
-  while (i >= 0 && i + 3 < d.length) {
-    if (d[i + 1] === 10 && d[i + 2] === 13 && d[i + 3] === 10) return i;
-    i = d.indexOf(13, i + 1);
-  }
-  return -1;
-}
 
 /** Where the last complete line in d[from..] ends (the index of its CR); -1 if there is none. */
 function lastLineEnd(d: Uint8Array, from: number): number {
