@@ -63,8 +63,10 @@ const REASONS: Record<number, string> = {
 const enc = new TextEncoder();
 const EMPTY = new Uint8Array(0);
 const LAST_CHUNK = enc.encode("0\r\n\r\n");
+const CRLF = enc.encode("\r\n");
+/** The CRLF ending a chunk, then the last chunk. */
+const CRLF_LAST = enc.encode("\r\n0\r\n\r\n");
 const CONTINUE = enc.encode("HTTP/1.1 100 Continue\r\n\r\n");
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 /** 1 for the characters of a token (RFC 9110 §5.6.2). */
 const TCHAR = new Uint8Array(256);
 for (const c of "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") TCHAR[c.charCodeAt(0)] = 1;
@@ -202,7 +204,7 @@ export class ClientExchange {
     // One write: a string is encoded by the socket itself, with no buffer of ours in between.
     if (this.method === "HEAD" || size === 0 || bodiless) c.writeString(head, headBytes);
     else if (typeof body === "string") c.writeString(head + body, headBytes + size);
-    else c.write(withHead(head, body, false, headBytes));
+    else c.write(withHead(head, body, undefined, headBytes));
     c.done(this);
   }
 
@@ -216,10 +218,16 @@ export class ClientExchange {
       c.keepAlive = false;
     }
     const h = isBlock(headers) ? headers : headerBlock(headers);
-    let head = statusLine(status) + date() + h.text;
-    head += this.chunked ? (c.keepAlive ? "transfer-encoding: chunked\r\n\r\n" : "transfer-encoding: chunked\r\nconnection: close\r\n\r\n") : "connection: close\r\n\r\n";
-    if (first === undefined || first.byteLength === 0) return c.writeString(head, byteLength(head));
-    return c.write(this.chunked ? withHead(`${head}${first.byteLength.toString(16)}\r\n`, first, true) : withHead(head, first));
+    const line = statusLine(status);
+    const d = date();
+    const tail = this.chunked ? (c.keepAlive ? "transfer-encoding: chunked\r\n\r\n" : "transfer-encoding: chunked\r\nconnection: close\r\n\r\n") : "connection: close\r\n\r\n";
+    const head = line + d + h.text + tail;
+    // As in respond(): only the header values may be other than ASCII, and the block knows their size.
+    const headBytes = line.length + d.length + h.bytes + tail.length;
+    if (first === undefined || first.byteLength === 0) return c.writeString(head, headBytes);
+    if (!this.chunked) return c.write(withHead(head, first, undefined, headBytes));
+    const size = `${first.byteLength.toString(16)}\r\n`;
+    return c.write(withHead(head + size, first, CRLF, headBytes + size.length));
   }
 
   /** More of a streamed answer; false when it did not all go out yet (wait for onDrain). */
@@ -237,15 +245,8 @@ export class ClientExchange {
       // The last bytes and the end of the body in one write.
       if (!this.chunked) {
         if (more) this.conn.write(last);
-      } else if (more) {
-        const f = withHead(`${last.byteLength.toString(16)}\r\n`, last, false);
-        const out = new Uint8Array(f.byteLength + 2 + LAST_CHUNK.byteLength);
-        out.set(f);
-        out[f.byteLength] = 13;
-        out[f.byteLength + 1] = 10;
-        out.set(LAST_CHUNK, f.byteLength + 2);
-        this.conn.write(out);
-      } else this.conn.write(LAST_CHUNK);
+      } else if (more) this.conn.write(withHead(`${last.byteLength.toString(16)}\r\n`, last, CRLF_LAST));
+      else this.conn.write(LAST_CHUNK);
     }
     this.conn.done(this);
   }
@@ -273,25 +274,29 @@ export class ClientExchange {
 
 /** A chunk of a chunked body in one buffer. */
 function frame(data: Uint8Array): Uint8Array {
-  return withHead(`${data.byteLength.toString(16)}\r\n`, data, true);
+  return withHead(`${data.byteLength.toString(16)}\r\n`, data, CRLF);
 }
 
 function isBlock(h: Record<string, string> | HeaderBlock): h is HeaderBlock {
   return typeof h.text === "string" && typeof (h as HeaderBlock).bytes === "number";
 }
 
-/** `head` (text, `headBytes` long in UTF-8 when known), then `data`, then CRLF if `crlf`, in one buffer. */
-function withHead(head: string, data: Uint8Array, crlf = false, headBytes = -1): Uint8Array {
+/** `head` (text, `headBytes` long in UTF-8 when known), then `data`, then `tail`, in one buffer. */
+function withHead(head: string, data: Uint8Array, tail?: Uint8Array, headBytes = -1): Uint8Array {
   // Sized exactly: a view of a bigger buffer would cost more than it saves.
   const n = headBytes >= 0 ? headBytes : byteLength(head);
-  const out = new Uint8Array(n + data.byteLength + (crlf ? 2 : 0));
+  const out = new Uint8Array(n + data.byteLength + (tail === undefined ? 0 : tail.byteLength));
   enc.encodeInto(head, out);
   out.set(data, n);
-  if (crlf) {
-    out[out.length - 2] = 13;
-    out[out.length - 1] = 10;
-  }
+  if (tail !== undefined) out.set(tail, n + data.byteLength);
   return out;
+}
+
+/** Whether s[from, to) is a token: one or more of TCHAR. */
+function isToken(s: string, from: number, to: number): boolean {
+  if (to <= from) return false;
+  for (let i = from; i < to; i++) if (TCHAR[s.charCodeAt(i)] !== 1) return false;
+  return true;
 }
 
 function join(a: Uint8Array, b: Uint8Array): Uint8Array {
@@ -423,7 +428,7 @@ export class Conn {
     const method = text.slice(0, sp1);
     let target = text.slice(sp1 + 1, sp2);
     const version = text.slice(sp2 + 1, eol);
-    if (!TOKEN.test(method)) throw new Refusal(400, "malformed request method", "bad_request");
+    if (!isToken(text, 0, sp1)) throw new Refusal(400, "malformed request method", "bad_request");
     if (version !== "HTTP/1.1" && version !== "HTTP/1.0") {
       if (/^HTTP\/\d\.\d$/.test(version)) throw new Refusal(505, `${version} is not supported; use HTTP/1.1`, "http_version_not_supported");
       throw new Refusal(400, "malformed request line", "bad_request");
@@ -455,7 +460,7 @@ export class Conn {
       if (c0 === 32 || c0 === 9) throw new Refusal(400, "folded header lines are not accepted", "bad_request");
       const colon = text.indexOf(":", at);
       if (colon <= at || colon > end) throw new Refusal(400, "malformed header line", "bad_request");
-      for (let i = at; i < colon; i++) if (TCHAR[text.charCodeAt(i)] !== 1) throw new Refusal(400, `malformed header name ${JSON.stringify(text.slice(at, Math.min(colon, at + 40)))}`, "bad_request");
+      if (!isToken(text, at, colon)) throw new Refusal(400, `malformed header name ${JSON.stringify(text.slice(at, Math.min(colon, at + 40)))}`, "bad_request");
       const name = lowerText.slice(at, colon);
       const value = trimOws(text, colon + 1, end);
       if (names.length === maxHeaders) throw new Refusal(431, `more than ${maxHeaders} header lines`, "request_header_fields_too_large");
