@@ -238,6 +238,7 @@ export class Controller {
           engine: profile.engine,
           port: r.port!,
           gpus: s.gpus,
+          engine_key: null,
           gpu_uuids: s.gpus.map((i) => uuids.get(`${s.node}\u0000${i}`) ?? `unknown-${i}`),
           args: profile.args,
           env: profile.env,

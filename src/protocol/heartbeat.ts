@@ -85,6 +85,11 @@ export const Assignment = z.object({
   gpu_uuids: z.array(z.string()),
   args: z.array(z.string()).default([]),
   env: z.record(z.string(), z.string()).default({}),
+  /**
+   * The replica's engine key, chosen by the head node: the agent passes it to the engine's own
+   * `--api-key` flag and the router presents it, so the engine answers only the router.
+   */
+  engine_key: z.string().min(16).max(256).nullable().default(null),
   /** Position within a multi-node replica; rank 0 is the leader and serves HTTP. */
   shard: z.object({
     rank: z.number().int().min(0),

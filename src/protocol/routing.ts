@@ -15,6 +15,11 @@ export interface EndpointInfo {
   weight: number;
   /** The profile's priority tier; lower is preferred. */
   priority: number;
+  /**
+   * The replica's own engine key: the router presents it as `Authorization: Bearer <key>` to
+   * the engine, in place of whatever the client sent. Absent for engines started without one.
+   */
+  key?: string;
 }
 
 /** A catalog model as the router needs it: to list it, to tell unknown from not running. */
