@@ -182,7 +182,7 @@ describe("malformed engine responses", () => {
   test("malformed framing after the stream started: the client's SSE stream ends with an error event naming the replica; the replica is cooled down", async () => {
     for (const bad of ["2\nzz\r\n", "5\r\nhelloXX", "zz\r\n", "4;\x00\r\nabcd\r\n"]) {
       const e = engine(() => (s) => {
-        s.write(Buffer.from("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n10\r\ndata: {\"a\":1}\n\n\r\n", "latin1"));
+        s.write(Buffer.from("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\nf\r\ndata: {\"a\":1}\n\n\r\n", "latin1"));
         setTimeout(() => s.write(Buffer.from(bad, "latin1")), 20);
       });
       const { r, port } = router([ep("rep-s", e.url)]);
