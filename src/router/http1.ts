@@ -19,7 +19,7 @@
 // Pipelined requests are answered one at a time, in order.
 
 import type { Socket, TCPSocketListener } from "bun";
-import { concat, headEnd, latin1Slice, trimOws } from "./bytes";
+import { concat, headEnd, latin1Bytes, latin1Slice, trimOws } from "./bytes";
 
 export interface Http1Options {
   hostname: string;
@@ -112,6 +112,8 @@ export class RequestHeaders {
 export interface HeaderBlock {
   text: string;
   bytes: number;
+  /** The text is bytes, one per character (header values passed on as received): written as latin1, not UTF-8; `bytes` is then its length. */
+  latin1?: boolean;
 }
 
 /** Renders response headers for respond()/stream(); a caller answering often with the same ones keeps the block. */
@@ -202,7 +204,8 @@ export class ClientExchange {
     // All of it ASCII but the header values, whose size the block knows.
     const headBytes = line.length + d.length + h.bytes + tail.length;
     // One write: a string is encoded by the socket itself, with no buffer of ours in between.
-    if (this.method === "HEAD" || size === 0 || bodiless) c.writeString(head, headBytes);
+    if (h.latin1 === true) c.write(latin1Bytes(head, this.method === "HEAD" || size === 0 || bodiless ? undefined : typeof body === "string" ? enc.encode(body) : body));
+    else if (this.method === "HEAD" || size === 0 || bodiless) c.writeString(head, headBytes);
     else if (typeof body === "string") c.writeString(head + body, headBytes + size);
     else c.write(withHead(head, body, undefined, headBytes));
     c.done(this);
@@ -224,6 +227,10 @@ export class ClientExchange {
     const head = line + d + h.text + tail;
     // As in respond(): only the header values may be other than ASCII, and the block knows their size.
     const headBytes = line.length + d.length + h.bytes + tail.length;
+    if (h.latin1 === true) {
+      if (first === undefined || first.byteLength === 0) return c.write(latin1Bytes(head));
+      return c.write(this.chunked ? latin1Bytes(`${head}${first.byteLength.toString(16)}\r\n`, first, CRLF) : latin1Bytes(head, first));
+    }
     if (first === undefined || first.byteLength === 0) return c.writeString(head, headBytes);
     if (!this.chunked) return c.write(withHead(head, first, undefined, headBytes));
     const size = `${first.byteLength.toString(16)}\r\n`;

@@ -48,19 +48,52 @@ export interface RouterOptions {
 }
 
 /**
+ * The inference endpoints passed on to engines: OpenAI's, and the rerank, score, classify and
+ * tokenize ones at least two of vLLM, SGLang and llama-server serve under the same path.
+ * Nothing else reaches an engine: an engine's other paths are its admin surface (vLLM's
+ * /v1/load_lora_adapter, SGLang's /update_weights, llama-server's /slots), not the clients'.
+ */
+export const INFERENCE_PATHS = [
+  "/v1/chat/completions",
+  "/v1/completions",
+  "/v1/embeddings",
+  "/v1/responses",
+  "/v1/rerank", // vLLM, SGLang, llama-server
+  "/rerank", // vLLM, llama-server
+  "/v1/score", // vLLM, SGLang
+  "/classify", // vLLM, SGLang
+  "/tokenize", // vLLM, SGLang, llama-server
+  "/detokenize", // vLLM, SGLang, llama-server
+] as const;
+
+/**
  * Every route the router serves and who may call it. Dispatch goes through this table, and a
  * test walks it to check each route refuses callers without the right token: a route added
  * here without thinking about auth fails that test.
  */
 export const ROUTER_ROUTES = [
-  { method: "POST", path: "/v1/", prefix: true, auth: "client" },
-  { method: "GET", path: "/v1/models", prefix: false, auth: "client" },
-  { method: "GET", path: "/v1/models/", prefix: true, auth: "client" },
-  { method: "GET", path: "/metrics", prefix: false, auth: "admin" },
-  { method: "GET", path: "/healthz", prefix: false, auth: "none" },
-  { method: "GET", path: "/health", prefix: false, auth: "none" },
+  ...INFERENCE_PATHS.map((path) => ({ method: "POST", path, prefix: false, auth: "client", kind: "proxy" }) as const),
+  { method: "GET", path: "/v1/models", prefix: false, auth: "client", kind: "models" },
+  { method: "GET", path: "/v1/models/", prefix: true, auth: "client", kind: "model" },
+  { method: "GET", path: "/metrics", prefix: false, auth: "admin", kind: "metrics" },
+  { method: "GET", path: "/healthz", prefix: false, auth: "none", kind: "health" },
+  { method: "GET", path: "/health", prefix: false, auth: "none", kind: "health" },
 ] as const;
 type RouteDef = (typeof ROUTER_ROUTES)[number];
+/** Exact routes by method, then path: one lookup per request, however long the table grows. */
+const EXACT_ROUTES = new Map<string, Map<string, RouteDef>>();
+for (const r of ROUTER_ROUTES) {
+  if (r.prefix) continue;
+  let byPath = EXACT_ROUTES.get(r.method);
+  if (byPath === undefined) EXACT_ROUTES.set(r.method, (byPath = new Map()));
+  byPath.set(r.path, r);
+}
+const PREFIX_ROUTES = ROUTER_ROUTES.filter((r) => r.prefix);
+/** A dot segment ("." or "..", plain or percent-encoded) or an encoded slash or backslash, in a path. */
+const DOT_SEGMENT = /(?:^|\/|%2f|%5c|\\)(?:\.|%2e){1,2}(?:$|\/|%2f|%5c|\\)/i;
+const ENCODED_SLASH = /%2f|%5c|\\/i;
+/** What an engine key may be: visible ASCII, so it can never end the Authorization line early. */
+const KEY_CHARS = /^[\x21-\x7e]{1,512}$/;
 
 const RETRY_STATUS = new Set([429, 502, 503, 504]);
 const sha256hex = (s: string) => createHash("sha256").update(s).digest("hex");
@@ -142,8 +175,19 @@ export class Router implements EndpointSink, UsageSource {
   // ---- EndpointSink / UsageSource ------------------------------------------------------
 
   setEndpoints(endpoints: EndpointInfo[]): void {
-    this.balancer.setEndpoints(endpoints);
-    for (const w of [...this.waiters]) w();
+    // A key that could break the request head (a CR, a LF, a space) is a bug upstream of here;
+    // such an endpoint is left out rather than sent a mangled or injected header.
+    const usable = endpoints.filter((e) => e.key === undefined || KEY_CHARS.test(e.key));
+    if (usable.length !== endpoints.length) this.o.log?.warn({ endpoints: endpoints.filter((e) => !usable.includes(e)).map((e) => e.id) }, "endpoints left out: engine key is not visible ASCII");
+    this.balancer.setEndpoints(usable);
+    // Each waiter on its own: one that throws must not leave the others waiting.
+    for (const w of [...this.waiters]) {
+      try {
+        w();
+      } catch (e) {
+        this.o.log?.warn({ err: (e as Error).message }, "cold-start waiter failed");
+      }
+    }
   }
 
   setCatalog(models: CatalogEntry[]): void {
@@ -210,14 +254,21 @@ export class Router implements EndpointSink, UsageSource {
   }
 
   private route(method: string, path: string): RouteDef | undefined {
-    for (const r of ROUTER_ROUTES) if (r.method === method && (r.prefix ? path.startsWith(r.path) && path.length > r.path.length : path === r.path)) return r;
+    const r = EXACT_ROUTES.get(method)?.get(path);
+    if (r !== undefined) return r;
+    for (const p of PREFIX_ROUTES) if (p.method === method && path.startsWith(p.path) && path.length > p.path.length) return p;
     return undefined;
   }
 
   private handle(ex: ClientExchange): void {
     const path = ex.path;
+    // Dot segments are refused, not resolved: a path that means something else once normalised
+    // (by an engine, or a proxy in front of one) is how an allow-list is walked around.
+    if ((path.includes(".") || path.includes("%") || path.includes("\\")) && (DOT_SEGMENT.test(path) || (ENCODED_SLASH.test(path) && !path.startsWith("/v1/models/"))))
+      return send(ex, openAIError(400, "the request path may not hold dot segments or encoded slashes", { code: "invalid_path" }));
     const route = this.route(ex.method, path);
-    if (!route) return send(ex, openAIError(404, `no route ${ex.method} ${path}; the router serves POST /v1/* and GET /v1/models`, { code: "not_found" }));
+    if (!route)
+      return send(ex, openAIError(404, `no route ${ex.method} ${path.slice(0, 200)}; the router serves POST ${INFERENCE_PATHS.join(", ")} and GET /v1/models`, { code: "not_found" }));
     let pool: string | undefined;
     if (route.auth === "admin") {
       if (!this.o.adminToken || !this.bearerIs(ex, this.o.adminToken)) return send(ex, openAIError(401, `${ex.method} ${path} needs the admin token as a bearer token`, { code: "invalid_api_key" }));
@@ -226,12 +277,12 @@ export class Router implements EndpointSink, UsageSource {
       if ("status" in auth) return send(ex, auth);
       pool = auth.pool;
     }
-    switch (route.path) {
-      case "/v1/":
+    switch (route.kind) {
+      case "proxy":
         return this.proxy(ex, pool);
-      case "/v1/models":
+      case "models":
         return send(ex, this.listModels(pool));
-      case "/v1/models/": {
+      case "model": {
         let id: string;
         try {
           id = decodeURIComponent(path.slice("/v1/models/".length));
@@ -240,7 +291,7 @@ export class Router implements EndpointSink, UsageSource {
         }
         return send(ex, this.getModel(id, pool));
       }
-      case "/metrics":
+      case "metrics":
         return ex.respond(200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" }, this.registry.render());
       default:
         return send(ex, jsonReply({ status: "ok" }));
@@ -286,7 +337,11 @@ export class Router implements EndpointSink, UsageSource {
       clearTimeout(timer);
       this.waiters.delete(check);
       ex.onAbort = undefined;
-      then(ok);
+      try {
+        then(ok);
+      } catch (e) {
+        this.internalError(ex, e);
+      }
     };
     const check = () => {
       if (this.balancer.has(model, pool)) done(true);
@@ -298,7 +353,7 @@ export class Router implements EndpointSink, UsageSource {
   }
 
   /**
-   * POST /v1/*: checks the body (read whole by the server, within the size limit), then hands
+   * POST to an inference path: checks the body (read whole by the server, within the size limit), then hands
    * the request to a Call.
    */
   private proxy(ex: ClientExchange, keyPool: string | undefined): void {
@@ -373,7 +428,7 @@ export class Router implements EndpointSink, UsageSource {
     let b = byType.get(key);
     if (b === undefined) {
       const text = `x-llmgw-replica: ${id}\r\n${type !== undefined ? `content-type: ${type}\r\n` : ""}`;
-      b = { text, bytes: NON_ASCII.test(text) ? Buffer.byteLength(text) : text.length };
+      b = block(text);
       if (byType.size > 16) byType.clear();
       byType.set(key, b);
     }
@@ -396,8 +451,27 @@ export class Router implements EndpointSink, UsageSource {
   private sweep(): void {
     const now = performance.now();
     this.clock = now + this.tick;
-    this.watches.expire(now);
-    this.upstream.sweep();
+    this.watches.expire(now, (e) => this.o.log?.warn({ err: (e as Error).message }, "deadline expiry failed"));
+    try {
+      this.upstream.sweep();
+    } catch (e) {
+      this.o.log?.warn({ err: (e as Error).message }, "upstream idle sweep failed");
+    }
+  }
+
+  /**
+   * @internal A bug of the router's own met while handling one request: logged, and that
+   * request alone answered 500 (or cut, if its answer had started). Whoever calls this has
+   * released any lease the request held.
+   */
+  internalError(ex: ClientExchange, e: unknown): void {
+    this.o.log?.warn({ err: (e as Error)?.message, stack: (e as Error)?.stack }, "router request failed");
+    try {
+      if (!ex.answered) send(ex, openAIError(500, "internal error in the router; see the server log", { code: "internal_error" }));
+      else ex.destroy();
+    } catch {
+      // Nothing more can be told to this client.
+    }
   }
 }
 
@@ -451,13 +525,17 @@ class WatchList {
     this.size--;
   }
 
-  /** Removes and expires every watch whose deadline is before `now`. */
-  expire(now: number): void {
+  /** Removes and expires every watch whose deadline is before `now`; one that throws does not keep the others from expiring. */
+  expire(now: number, onError: (e: unknown) => void): void {
     const due: Watch[] = [];
     for (let w = this.head; w !== undefined; w = w.wNext) if (now > w.deadline) due.push(w);
     for (const w of due) {
       this.delete(w);
-      w.expire();
+      try {
+        w.expire();
+      } catch (e) {
+        onError(e);
+      }
     }
   }
 }
@@ -488,17 +566,25 @@ class Call {
 
   next(): void {
     const r = this.r;
-    const lease = this.attempts < r.maxAttempts && !this.ex.aborted ? r.balancer.acquire(this.model, this.key, this.pool, this.exclude) : undefined;
-    if (lease === undefined) {
-      send(this.ex, r.gaveUp(this.model, this.lastError));
-      return;
+    let attempt: Attempt | undefined;
+    try {
+      const lease = this.attempts < r.maxAttempts && !this.ex.aborted ? r.balancer.acquire(this.model, this.key, this.pool, this.exclude) : undefined;
+      if (lease === undefined) {
+        send(this.ex, r.gaveUp(this.model, this.lastError));
+        return;
+      }
+      this.attempts++;
+      const ep = lease.endpoint;
+      const canonical = ep.info.models[0] ?? this.model;
+      attempt = new Attempt(this, lease, canonical);
+      // SGLang serves one name; any alias is sent to it as the model's own name.
+      const payload = ep.info.engine === "sglang" && this.model !== canonical ? enc.encode(JSON.stringify({ ...this.body, model: canonical })) : this.bytes;
+      attempt.start(this.path, payload, this.extra);
+    } catch (e) {
+      // Whatever threw, the lease taken for this attempt goes back and this request alone ends.
+      if (attempt !== undefined) attempt.crash(e);
+      else r.internalError(this.ex, e);
     }
-    this.attempts++;
-    const ep = lease.endpoint;
-    const canonical = ep.info.models[0] ?? this.model;
-    // SGLang serves one name; any alias is sent to it as the model's own name.
-    const payload = ep.info.engine === "sglang" && this.model !== canonical ? enc.encode(JSON.stringify({ ...this.body, model: canonical })) : this.bytes;
-    new Attempt(this, lease, canonical).start(this.path, payload, this.extra);
   }
 
   /** An attempt failed before any byte reached the client: try another replica. */
@@ -560,11 +646,39 @@ class Attempt implements ExchangeHandler, Watch {
     // and per chunk: moving a deadline is a number store on the hot path.
     this.r.watches.add(this);
     this.ex.onAbort = () => this.kill("client");
-    this.up = this.r.upstream.post(this.lease.endpoint.url, path, payload, extra, this);
+    this.up = this.r.upstream.post(this.lease.endpoint.url, path, payload, extra, this, this.lease.endpoint.info.key);
+  }
+
+  /**
+   * A throw of the router's own while handling this attempt: the lease goes back, the engine's
+   * request is dropped, and this client alone is answered 500 (or cut mid-answer). No retry and
+   * no cooldown: the replica did nothing wrong.
+   */
+  crash(e: unknown): void {
+    const up = this.up;
+    this.up = undefined;
+    try {
+      up?.abort();
+    } catch {
+      // The socket is going away either way.
+    }
+    if (!this.released) {
+      this.released = true;
+      this.r.watches.delete(this);
+      this.ex.onAbort = undefined;
+      this.ex.onDrain = undefined;
+      this.lease.release();
+      this.r.requests.inc([this.model, "500"]);
+    }
+    this.r.internalError(this.ex, e);
   }
 
   expire(): void {
-    this.kill(this.settled ? "idle" : "first_byte");
+    try {
+      this.kill(this.settled ? "idle" : "first_byte");
+    } catch (e) {
+      this.crash(e);
+    }
   }
 
   /** Drops the upstream exchange for a reason of ours (client gone, deadline passed). */
@@ -575,7 +689,50 @@ class Attempt implements ExchangeHandler, Watch {
     this.onError(new UpstreamError("reset", "aborted"), this.settled);
   }
 
+  // The engine's callbacks, each guarded: a throw of the router's own ends this request alone
+  // (crash) and never unwinds into the upstream socket's handlers, where it would be taken for
+  // the engine's fault.
   onHead(head: UpstreamHead): void {
+    try {
+      this.headIn(head);
+    } catch (e) {
+      this.crash(e);
+    }
+  }
+
+  onData(chunk: Uint8Array): void {
+    try {
+      this.dataIn(chunk);
+    } catch (e) {
+      this.crash(e);
+    }
+  }
+
+  onReadEnd(): void {
+    try {
+      this.readEnd();
+    } catch (e) {
+      this.crash(e);
+    }
+  }
+
+  onEnd(): void {
+    try {
+      this.end();
+    } catch (e) {
+      this.crash(e);
+    }
+  }
+
+  onError(err: UpstreamError, received: boolean): void {
+    try {
+      this.error(err, received);
+    } catch (e) {
+      this.crash(e);
+    }
+  }
+
+  private headIn(head: UpstreamHead): void {
     const status = head.status;
     this.status = status;
     if (RETRY_STATUS.has(status)) {
@@ -598,14 +755,14 @@ class Attempt implements ExchangeHandler, Watch {
     if (more) {
       let text = `x-llmgw-replica: ${id}\r\n`;
       for (const [k, v] of head.headers) if (PASS_DOWN.has(k)) text += `${k}: ${v}\r\n`;
-      this.headers = { text, bytes: NON_ASCII.test(text) ? Buffer.byteLength(text) : text.length };
+      this.headers = block(text);
     } else this.headers = this.r.replicaHeaders(id, type);
     this.sse = type !== undefined && type.includes("text/event-stream");
     const len = head.contentLength;
     this.mode = !this.stream && len >= 0 && len <= BUFFER_LIMIT ? "buffer" : "stream";
   }
 
-  onData(chunk: Uint8Array): void {
+  private dataIn(chunk: Uint8Array): void {
     // Small and whole (or a retry's message): kept until the end. Dying mid-body is still
     // before the client saw a byte, so it is retried like a refused connection.
     // Views are kept, not copied: each socket read arrives in a fresh buffer (upstream.ts).
@@ -622,7 +779,7 @@ class Attempt implements ExchangeHandler, Watch {
     }
   }
 
-  onReadEnd(): void {
+  private readEnd(): void {
     if (this.released || this.parts.length === 0) return;
     this.deadline = this.r.clock + this.r.idleTimeoutMs;
     this.drain();
@@ -653,12 +810,12 @@ class Attempt implements ExchangeHandler, Watch {
     };
   }
 
-  onEnd(): void {
+  private end(): void {
     if (this.mode === "retry") {
       const text = dec.decode(concat(this.parts)).slice(0, 200);
       const kind = this.status === 429 ? "busy" : `http_${this.status}`;
       // A busy engine is healthy; a 5xx one is passed over for a while.
-      this.fail(kind, `${this.lease.endpoint.id} answered ${this.status}${text ? `: ${text}` : ""}`, this.status !== 429);
+      this.fail(kind, `replica ${this.lease.endpoint.id} answered ${this.status}${text ? `: ${text}` : ""}`, this.status !== 429);
       return;
     }
     if (this.mode === "buffer") {
@@ -685,7 +842,7 @@ class Attempt implements ExchangeHandler, Watch {
     else ex.end(data);
   }
 
-  onError(err: UpstreamError, _received: boolean): void {
+  private error(err: UpstreamError, _received: boolean): void {
     if (this.released) return;
     this.up = undefined;
     const ep = this.lease.endpoint;
@@ -693,17 +850,22 @@ class Attempt implements ExchangeHandler, Watch {
       this.finish(499);
       return;
     }
-    if (!this.settled) {
-      if (this.why === "first_byte") this.fail("timeout", `no answer from ${ep.id} within ${this.r.firstByteTimeoutMs / 1000}s`, true);
-      else if (err.kind === "connect") this.fail("connect", `cannot reach ${ep.id}: ${err.message}`, true);
-      else this.fail("reset", `${ep.id} failed before its first byte: ${err.message}`, true);
+    // Not a byte written to the client yet (the chunks of this read are still held): the
+    // attempt fails and the request may go elsewhere, as before the first byte.
+    if (!this.settled || !this.started) {
+      // Messages name the replica, never its address: they go to the client.
+      if (this.why === "first_byte") this.fail("timeout", `no answer from replica ${ep.id} within ${this.r.firstByteTimeoutMs / 1000}s`, true);
+      else if (err.kind === "connect") this.fail("connect", `cannot reach replica ${ep.id} (${err.message})`, true);
+      else if (err.kind === "protocol") this.fail("protocol", `replica ${ep.id} sent a malformed response: ${err.message}`, true);
+      else this.fail("reset", `replica ${ep.id} failed before its first byte: ${err.message}`, true);
       return;
     }
     // The replica died or went quiet mid-stream: bytes already reached the client, so no
     // retry. End the stream with an error event it can see, never a silent cut.
     const idleMs = this.r.idleTimeoutMs;
-    const what = this.why === "idle" ? `no data from replica ${ep.id} for ${idleMs / 1000}s` : `replica ${ep.id} failed mid-stream: ${err.message}`;
-    this.r.upstreamErrors.inc([this.model, this.why === "idle" ? "idle_timeout" : "mid_stream"]);
+    const what =
+      this.why === "idle" ? `no data from replica ${ep.id} for ${idleMs / 1000}s` : err.kind === "protocol" ? `replica ${ep.id} sent a malformed response: ${err.message}` : `replica ${ep.id} failed mid-stream: ${err.message}`;
+    this.r.upstreamErrors.inc([this.model, this.why === "idle" ? "idle_timeout" : err.kind === "protocol" ? "protocol" : "mid_stream"]);
     if (this.why !== "idle") this.r.balancer.cooldown(ep.id, this.r.cooldownMs);
     this.finish(502);
     if (this.sse) {
@@ -741,6 +903,14 @@ class Attempt implements ExchangeHandler, Watch {
     this.r.upstreamErrors.inc([this.model, kind]);
     this.call.failed(this.lease.endpoint.id, this.model, { kind, error });
   }
+}
+
+/**
+ * Answer headers made of an engine's header values: latin1 text (as upstream.ts read them), so
+ * a value with bytes >= 0x80 goes out as those bytes, not as their UTF-8 encoding.
+ */
+function block(text: string): HeaderBlock {
+  return NON_ASCII.test(text) ? { text, bytes: text.length, latin1: true } : { text, bytes: text.length };
 }
 
 /** A whole reply to the client. */

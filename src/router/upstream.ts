@@ -5,17 +5,26 @@
 // nginx's throughput with fetch and 0.74 with a client like this one. (The router's listener
 // is its own too, http1.ts, for the same reason.)
 //
-// Deliberately small: the router sends POSTs (and nothing else) to engines it trusts to speak
-// HTTP/1.1. It writes a request in one go, and parses the answer as it arrives: the status
-// line, the headers the router passes on, then a body framed by Content-Length, chunked
-// transfer coding, or the end of the connection. Decoded body bytes go to the caller as they
+// Deliberately small: the router sends POSTs (and nothing else) to engines. It writes a request
+// in one go, and parses the answer as it arrives: the status line, the headers the router
+// passes on, then a body framed by Content-Length, chunked transfer coding, or the end of the
+// connection. The parser is as strict as the router's own server (http1.ts): an engine is a
+// program the router does not control, and a header value holding a bare LF would otherwise
+// become a header line of the client's answer. Lines end in CRLF, no controls, no obs-fold,
+// names are tokens, Content-Length is digits and copies agree, Transfer-Encoding is "chunked"
+// alone and never with Content-Length, chunk framing is exact; anything else is a protocol
+// error and the socket is closed. Decoded body bytes go to the caller as they
 // come, with pause/resume for backpressure. A socket goes back to the pool only after a whole
 // response on a connection both sides keep alive; one aborted or broken mid-way is closed.
 
 import type { Socket } from "bun";
-import { headEnd, latin1Slice, trimOws } from "./bytes";
+import { BAD_HEAD_BYTE, headEnd, isToken, latin1Slice, latin1Write, trimOws } from "./bytes";
 
-/** Why an exchange failed. "connect": never reached the engine; "reset": the connection broke; "protocol": the engine sent something that is not HTTP/1.1. */
+/**
+ * Why an exchange failed. "connect": never reached the engine; "reset": the connection broke;
+ * "protocol": the engine sent something that is not HTTP/1.1. Messages never name the
+ * engine's address: the router passes them on to clients.
+ */
 export type UpstreamErrorKind = "connect" | "reset" | "protocol";
 
 export class UpstreamError extends Error {
@@ -74,7 +83,6 @@ interface Origin {
   readonly idle: Conn[];
 }
 
-const enc = new TextEncoder();
 const DEAD_ORIGIN: Origin = { key: "", hostname: "", port: 0, tls: false, host: "", hostLine: "", base: "", idle: [] };
 
 /**
@@ -191,6 +199,8 @@ class Conn {
           if (this.headBytes > 0 && data[p] === 13 && data[p + 1] === 10) end = p; // the blank line, at a read boundary
           else end = headEnd(data, p);
           if (end < 0) {
+            // A line ending in a bare LF never ends the head the way it is read: refused now, not at the timeout.
+            for (let i = data.indexOf(10, p); i >= 0; i = data.indexOf(10, i + 1)) if (i === p || data[i - 1] !== 13) throw new UpstreamError("protocol", "a line of the response head does not end in CRLF");
             const cr = lastLineEnd(data, p);
             this.headBytes += n - p;
             if (this.headBytes > this.pool.maxHeadBytes) throw new UpstreamError("protocol", `response head over ${this.pool.maxHeadBytes} bytes`);
@@ -236,7 +246,8 @@ class Conn {
             this.rest = data.slice(p);
             return;
           }
-          const size = chunkSize(data, p, nl);
+          if (nl === p || data[nl - 1] !== 13) throw new UpstreamError("protocol", "chunk-size line does not end in CRLF");
+          const size = chunkSize(data, p, nl - 1);
           p = nl + 1;
           if (size === 0) this.state = TRAILERS;
           else {
@@ -271,7 +282,12 @@ class Conn {
             this.rest = data.slice(p);
             return;
           }
-          const empty = nl === p || (nl === p + 1 && data[p] === 13);
+          if (nl === p || data[nl - 1] !== 13) throw new UpstreamError("protocol", "trailer line does not end in CRLF");
+          const empty = nl === p + 1;
+          if (!empty) {
+            const line = latin1Slice.call(data, p, nl - 1);
+            if (BAD_HEAD_BYTE.test(line) || !isToken(line, 0, line.indexOf(":"))) throw new UpstreamError("protocol", "malformed trailer line");
+          }
           p = nl + 1;
           if (empty) {
             if (p < n) this.keepAlive = false;
@@ -290,6 +306,8 @@ class Conn {
 
   /** Complete lines of a response head, CRLF-separated, the status line first. */
   private headLines(text: string): void {
+    // Controls, bare CR and bare LF, anywhere: with them gone, lines split on CRLF alone.
+    if (BAD_HEAD_BYTE.test(text)) throw new UpstreamError("protocol", "the response head holds a control character or a bare CR or LF");
     const n = text.length;
     let at = 0;
     if (this.hStatus === 0) {
@@ -315,18 +333,23 @@ class Conn {
     while (at < n) {
       let end = text.indexOf("\r\n", at);
       if (end < 0) end = n;
+      const c0 = text.charCodeAt(at);
+      if (c0 === 32 || c0 === 9) throw new UpstreamError("protocol", "folded header line (obs-fold)");
       const colon = text.indexOf(":", at);
       if (colon <= at || colon > end) throw new UpstreamError("protocol", `malformed header line: ${JSON.stringify(text.slice(at, Math.min(end, at + 80)))}`);
-      const name = trimOws(lower, at, colon);
+      if (!isToken(text, at, colon)) throw new UpstreamError("protocol", `malformed header name ${JSON.stringify(text.slice(at, Math.min(colon, at + 40)))}`);
+      const name = lower.slice(at, colon);
       const value = trimOws(text, colon + 1, end);
       at = end + 2;
       const len = name.length;
       if (len === 14 && name === "content-length") {
-        if (!/^\d+$/.test(value) || (this.hLength >= 0 && Number(value) !== this.hLength)) throw new UpstreamError("protocol", `bad content-length: ${JSON.stringify(value)}`);
-        this.hLength = Number(value);
+        const v = digits(value);
+        if (v < 0 || (this.hLength >= 0 && v !== this.hLength)) throw new UpstreamError("protocol", `bad content-length: ${JSON.stringify(value.slice(0, 40))}`);
+        this.hLength = v;
       } else if (len === 17 && name === "transfer-encoding") {
-        this.hChunked = value.toLowerCase().split(",").pop()!.trim() === "chunked";
-        if (!this.hChunked) throw new UpstreamError("protocol", `unsupported transfer-encoding: ${value}`);
+        // As the server: "chunked" alone, over all the lines that carry it.
+        if (this.hChunked || value.toLowerCase() !== "chunked") throw new UpstreamError("protocol", `unsupported transfer-encoding: ${JSON.stringify(value.slice(0, 40))}`);
+        this.hChunked = true;
       } else if (len === 10 && name === "connection") {
         const v = value.toLowerCase();
         if (v.includes("close")) this.hKeepAlive = false;
@@ -343,6 +366,8 @@ class Conn {
     const headers = this.hHeaders;
     let length = this.hLength;
     const chunked = this.hChunked;
+    // Both framings at once is how responses are smuggled (RFC 9112 §6.3): refused, not resolved.
+    if (chunked && length >= 0) throw new UpstreamError("protocol", "a response with both Transfer-Encoding and Content-Length");
     this.keepAlive = this.hKeepAlive;
     this.resetHead();
     if (status < 200) return undefined;
@@ -422,7 +447,7 @@ class Conn {
     this.ex = undefined;
     ex.conn = undefined;
     ex.done = true;
-    const why = err?.message ?? "connection closed by the engine";
+    const why = err !== undefined ? `connection error ${errorCode(err)}` : "connection closed by the engine";
     ex.handler.onError(new UpstreamError("reset", this.received ? `${why} mid-response` : `${why} before answering`), this.received);
   }
 
@@ -511,7 +536,7 @@ export class UpstreamPool {
    * Sends `POST path` with `body` to the engine at baseUrl (http or https) and streams the answer
    * to `handler`. Errors arrive through handler.onError, never as exceptions.
    */
-  post(baseUrl: string, path: string, body: Uint8Array, extra: ExtraHeaders, handler: ExchangeHandler): Exchange {
+  post(baseUrl: string, path: string, body: Uint8Array, extra: ExtraHeaders, handler: ExchangeHandler, key?: string): Exchange {
     let origin: Origin;
     try {
       origin = this.origin(baseUrl);
@@ -521,24 +546,20 @@ export class UpstreamPool {
       queueMicrotask(() => {
         if (ex.done) return;
         ex.done = true;
-        handler.onError(e instanceof UpstreamError ? e : new UpstreamError("connect", `bad endpoint URL ${JSON.stringify(baseUrl)}: ${(e as Error).message}`), false);
+        handler.onError(e instanceof UpstreamError ? e : new UpstreamError("connect", "the endpoint URL is not valid"), false);
       });
       return ex;
     }
     let head = `POST ${origin.base}${path} HTTP/1.1\r\n${origin.hostLine}content-length: ${body.length}\r\n`;
+    if (key !== undefined) head += `authorization: Bearer ${key}\r\n`;
     for (let i = 0; i < extra.length; i++) head += `${extra[i]![0]}: ${extra[i]![1]}\r\n`;
     head += "\r\n";
-    // One buffer, one write: head and body in the same packet. An ASCII head (the usual case)
-    // is as many bytes as characters; anything else is encoded at its real size.
-    let msg = new Uint8Array(head.length + body.length);
-    let { read, written } = enc.encodeInto(head, msg);
-    if (read !== head.length) {
-      const h = enc.encode(head);
-      msg = new Uint8Array(h.length + body.length);
-      msg.set(h);
-      written = h.length;
-    }
-    msg.set(body, written);
+    // One buffer, one write: head and body in the same packet. The head is latin1, a byte per
+    // character: header values are the client's bytes as the server read them (latin1Slice),
+    // and go out as those same bytes.
+    const msg = new Uint8Array(head.length + body.length);
+    latin1Write.call(msg, head, 0);
+    msg.set(body, head.length);
     const ex = new Exchange(origin, msg, msg.length, handler);
     this.dispatch(ex, false);
     return ex;
@@ -583,7 +604,7 @@ export class UpstreamPool {
         this.conns.delete(c);
         if (ex.done) return;
         ex.done = true;
-        ex.handler.onError(new UpstreamError("connect", `cannot connect to ${origin.key}: ${e.message}`), false);
+        ex.handler.onError(new UpstreamError("connect", `cannot connect: ${errorCode(e)}`), false);
       },
     );
   }
@@ -666,6 +687,25 @@ const SOCKET_HANDLER = {
   },
 };
 
+/** A socket error as its code (ECONNREFUSED, ENOTFOUND, ...): Bun's messages may name the host. */
+function errorCode(e: Error): string {
+  const code = (e as { code?: unknown }).code;
+  return typeof code === "string" && /^[A-Z0-9_]{1,40}$/.test(code) ? code : "(no code)";
+}
+
+/** The value of 1 to 15 decimal digits; -1 for anything else (as the server reads Content-Length). */
+function digits(s: string): number {
+  const n = s.length;
+  if (n === 0 || n > 15) return -1;
+  let v = 0;
+  for (let i = 0; i < n; i++) {
+    const c = s.charCodeAt(i) - 48;
+    if (c < 0 || c > 9) return -1;
+    v = v * 10 + c;
+  }
+  return v;
+}
+
 /** Where the last complete line in d[from..] ends (the index of its CR); -1 if there is none. */
 function lastLineEnd(d: Uint8Array, from: number): number {
   let i = d.lastIndexOf(10);
@@ -673,7 +713,7 @@ function lastLineEnd(d: Uint8Array, from: number): number {
   return i > from ? i - 1 : -1;
 }
 
-/** The hex size of a chunk-size line [from, nl), ignoring extensions; throws on anything else. */
+/** The hex size of a chunk-size line [from, cr), ignoring extensions; throws on anything else. */
 function chunkSize(d: Uint8Array, from: number, nl: number): number {
   let size = 0;
   let digits = 0;
@@ -689,11 +729,15 @@ function chunkSize(d: Uint8Array, from: number, nl: number): number {
     size = size * 16 + v;
   }
   if (digits === 0) throw new UpstreamError("protocol", "chunk-size line without a size");
-  // What may follow the digits: whitespace, ";extensions", then the CR.
+  // What may follow the digits: whitespace, then ";extensions" without controls.
   for (; i < nl; i++) {
     const c = d[i]!;
     if (c === 59) break; // ';'
-    if (c !== 32 && c !== 9 && !(c === 13 && i === nl - 1)) throw new UpstreamError("protocol", "malformed chunk-size line");
+    if (c !== 32 && c !== 9) throw new UpstreamError("protocol", "malformed chunk-size line");
+  }
+  for (; i < nl; i++) {
+    const c = d[i]!;
+    if ((c < 32 && c !== 9) || c === 127) throw new UpstreamError("protocol", "control character in a chunk extension");
   }
   return size;
 }

@@ -7,6 +7,8 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import fc from "fast-check";
 import { type TestServer, testServer } from "../helpers/server";
+import { Router, INFERENCE_PATHS } from "../../src/router/router";
+import { MALFORMED, chatRequest, engineAnswer, rawEngine, rawRequest } from "../helpers/raw-http";
 import { SEED, SCALE, pathParam, query, Raw, toJson, own, hostile, enc, textBody, garbage, contentType, bodies, clip, FuzzHarness, errorAnswer, assertRuns, type Req, type Res, type Judge } from "../helpers/fuzz";
 
 // ---- the server, its catalog, and the checks -----------------------------------------------
@@ -64,6 +66,8 @@ let expected503 = 0;
 function expectedStatus(r: Req): number {
   const bytes = r.body ?? new Uint8Array();
   if (bytes.length > MAX_BODY) return 413;
+  // Only the inference endpoints are passed on; any other path is 404 whatever the body.
+  if (!(INFERENCE_PATHS as readonly string[]).includes(r.path.split("?")[0]!)) return 404;
   let body: unknown;
   try {
     body = JSON.parse(new TextDecoder().decode(bytes));
@@ -244,4 +248,179 @@ test("bodies over the limit are 413 request_too_large, also when nothing declare
     }
   }
   expect(report("POST /v1/chat/completions (")).toEqual([]);
+}, 60_000);
+
+// ---- header bytes and hostile engines, against a router with a raw-socket engine -----------
+
+/** A router in front of one raw engine whose next answer the property sets. */
+function rawRig() {
+  let answer: string | ((s: import("bun").Socket<{ buf: string }>) => void) = engineAnswer();
+  // Each answer ends its connection: a head cut short by random bytes leaves a body that runs
+  // to the close, and that close must come.
+  const e = rawEngine(() => {
+    const a = answer;
+    return typeof a === "string"
+      ? (s) => {
+          s.write(Buffer.from(a, "latin1"));
+          s.end();
+        }
+      : a;
+  });
+  const r = new Router({ host: "127.0.0.1", port: 0, metricsIntervalMs: 0, cooldownMs: 60_000, maxAttempts: 1 });
+  r.setCatalog([{ name: "m", aliases: [], on_demand: false, pool: "default", created: 1 }]);
+  r.setEndpoints([{ id: "rep-f", url: e.url, models: ["m"], engine: "vllm", pool: "default", weight: 1, priority: 0 }]);
+  const { port } = r.start();
+  return {
+    e,
+    r,
+    port,
+    set: (a: typeof answer) => {
+      answer = a;
+    },
+    inflight: () => r.balancer.endpoints().reduce((n, x) => n + x.inflight, 0),
+    stop: async () => {
+      await r.stop();
+      e.stop();
+    },
+  };
+}
+/** A byte string, weighted toward the bytes that matter in a head: controls, CR, LF, colon, space, obs-text. */
+const headByte = fc.oneof(
+  { weight: 3, arbitrary: fc.integer({ min: 0x20, max: 0x7e }) },
+  { weight: 2, arbitrary: fc.constantFrom(0x00, 0x09, 0x0a, 0x0d, 0x20, 0x3a, 0x7f, 0x80, 0xe9, 0xff) },
+  { weight: 1, arbitrary: fc.integer({ min: 0, max: 255 }) },
+);
+const headText = (max: number) => fc.array(headByte, { minLength: 0, maxLength: max }).map((a) => String.fromCharCode(...a));
+const headerLine = fc.oneof(
+  fc.record({ n: headText(12), v: headText(24) }).map(({ n, v }) => `${n}: ${v}`),
+  fc.record({ n: fc.constantFrom("User-Agent", "X-Request-Id", "Accept", "X-Llmgw-Pool", "Traceparent"), v: headText(24) }).map(({ n, v }) => `${n}: ${v}`),
+  headText(30),
+);
+/** The header lines a client may get from the router: its own, and the engine headers it passes on. */
+const ROUTER_ANSWER_HEADERS = new Set(["date", "x-llmgw-replica", "content-type", "cache-control", "x-request-id", "openai-processing-ms", "content-length", "transfer-encoding", "connection", "retry-after"]);
+
+test("request header lines of random bytes (names and values): a 2xx or a 4xx, never a 5xx; no lease left taken; the next request served", async () => {
+  const rig = rawRig();
+  const problems: string[] = [];
+  try {
+    await assertRuns(
+      fc.array(headerLine, { minLength: 1, maxLength: 4 }),
+      600,
+      async (lines) => {
+        h.total++;
+        const res = await rawRequest(rig.port, chatRequest(lines));
+        if (res.status >= 500 || res.status === 0) problems.push(`${JSON.stringify(lines)}: ${res.status}`);
+        if (rig.inflight() !== 0) problems.push(`${JSON.stringify(lines)}: in-flight ${rig.inflight()}`);
+        const next = await rawRequest(rig.port, chatRequest());
+        if (next.status !== 200) problems.push(`${JSON.stringify(lines)}: the next request got ${next.status}`);
+      },
+      31,
+    );
+  } finally {
+    await rig.stop();
+  }
+  expect(problems.slice(0, 10)).toEqual([]);
+}, 120_000);
+
+test("engine header lines of random bytes: 200 or 502 (the engine's fault), never a 500; no header reaches the client that the router does not pass on; no lease left taken", async () => {
+  const rig = rawRig();
+  const problems: string[] = [];
+  try {
+    await assertRuns(
+      fc.record({ lines: fc.array(headerLine, { minLength: 1, maxLength: 4 }), stream: fc.boolean() }),
+      600,
+      async ({ lines, stream }) => {
+        h.total++;
+        rig.set(
+          stream
+            ? `HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n${lines.join("\r\n")}\r\nTransfer-Encoding: chunked\r\n\r\n6\r\ndata:\n\r\n0\r\n\r\n`
+            : engineAnswer(["Content-Type: application/json", ...lines]),
+        );
+        const res = await rawRequest(rig.port, chatRequest());
+        rig.set(engineAnswer());
+        const what = JSON.stringify(lines);
+        if (res.status !== 200 && res.status !== 502) problems.push(`${what}: ${res.status}`);
+        for (const [n] of res.headers) if (!ROUTER_ANSWER_HEADERS.has(n)) problems.push(`${what}: header ${JSON.stringify(n)} reached the client`);
+        for (const [n, v] of res.headers) if (/[\x00-\x08\x0a-\x1f\x7f]/.test(v)) problems.push(`${what}: control byte in ${n}`);
+        if (rig.inflight() !== 0) problems.push(`${what}: in-flight ${rig.inflight()}`);
+        const next = await rawRequest(rig.port, chatRequest());
+        if (next.status !== 200) problems.push(`${what}: the next request got ${next.status}`);
+      },
+      32,
+    );
+  } finally {
+    await rig.stop();
+  }
+  expect(problems.slice(0, 10)).toEqual([]);
+}, 120_000);
+
+test("malformed engine responses split at random read boundaries: always 502 upstream_error naming the replica, never served", async () => {
+  const rig = rawRig();
+  const problems: string[] = [];
+  try {
+    await assertRuns(
+      fc.record({ row: fc.constantFrom(...MALFORMED), cuts: fc.array(fc.integer({ min: 1, max: 200 }), { maxLength: 4 }) }),
+      300,
+      async ({ row: [what, bytes], cuts }) => {
+        h.total++;
+        const at = [...new Set(cuts.filter((c) => c < bytes.length))].sort((a, b) => a - b);
+        rig.set((s) => {
+          let from = 0;
+          const pieces = [...at, bytes.length].map((to) => {
+            const p = bytes.slice(from, to);
+            from = to;
+            return p;
+          });
+          const next = (i: number) => {
+            if (i >= pieces.length) return;
+            s.write(Buffer.from(pieces[i]!, "latin1"));
+            setTimeout(() => next(i + 1), 2);
+          };
+          next(0);
+        });
+        const res = await rawRequest(rig.port, chatRequest());
+        rig.set(engineAnswer());
+        // A cut that lets a first body byte reach the client before the fault shows: the answer
+        // has started, and is cut short (no last chunk) instead.
+        const cutShort = res.status === 200 && res.headers.some(([n, v]) => n === "transfer-encoding" && v === "chunked") && !res.body.endsWith("0\r\n\r\n");
+        if (cutShort) return;
+        if (res.status !== 502) problems.push(`${what} cut at ${at}: ${res.status}`);
+        else if (!res.body.includes("replica rep-f") || res.body.includes("127.0.0.1")) problems.push(`${what}: message ${res.body}`);
+        if (res.headers.some(([n]) => n === "set-cookie")) problems.push(`${what}: set-cookie reached the client`);
+        if (rig.inflight() !== 0) problems.push(`${what}: in-flight ${rig.inflight()}`);
+      },
+      33,
+    );
+  } finally {
+    await rig.stop();
+  }
+  expect(problems.slice(0, 10)).toEqual([]);
+}, 120_000);
+
+test("paths with dot segments, encoded dots and slashes, and engine admin paths never reach an engine: 400 or 404 in OpenAI's shape", async () => {
+  const rig = rawRig();
+  const seg = fc.constantFrom("v1", "chat", "completions", ".", "..", "%2e", "%2E%2e", ".%2e", "%2f", "%5c", "load_lora_adapter", "slots", "update_weights", "", "x");
+  const problems: string[] = [];
+  try {
+    await assertRuns(
+      fc.array(seg, { minLength: 1, maxLength: 5 }).map((a) => `/${a.join("/")}`),
+      400,
+      async (path) => {
+        h.total++;
+        const before = rig.e.requests.length;
+        const res = await rawRequest(rig.port, chatRequest([], { path }));
+        const known = (INFERENCE_PATHS as readonly string[]).includes(path);
+        if (known ? res.status !== 200 : res.status !== 400 && res.status !== 404) problems.push(`${path}: ${res.status}`);
+        if (!known && rig.e.requests.length !== before) problems.push(`${path}: reached the engine`);
+        if (!known && res.status !== 0) {
+          const p = openAIErrorProblems({ status: res.status, text: res.body } as Res);
+          if (p.length > 0) problems.push(`${path}: ${p.join("; ")}`);
+        }
+      },
+      34,
+    );
+  } finally {
+    await rig.stop();
+  }
+  expect(problems.slice(0, 10)).toEqual([]);
 }, 60_000);

@@ -7,6 +7,7 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import type { Socket, TCPSocketListener } from "bun";
 import { type ExchangeHandler, type UpstreamHead, UpstreamError, UpstreamPool } from "../../src/router/upstream";
+import { rawEngine } from "../helpers/raw-http";
 
 const cleanups: (() => unknown)[] = [];
 afterEach(async () => {
@@ -126,6 +127,28 @@ describe("requests and framing", () => {
     expect(seen[0]!.headers["host"]).toBe(`127.0.0.1:${server.port}`);
     expect(seen[0]!.headers["x-request-id"]).toBe("abc");
     expect(seen[0]!.headers["user-agent"]).toBe("ua/1");
+  });
+
+  test("the request head is latin1: header values with bytes >= 0x80 go out as those bytes, and a key as Authorization: Bearer", async () => {
+    const srv = rawEngine(() => "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-V: caf\xe9\r\n\r\nok");
+    cleanups.push(() => srv.stop());
+    const p = pool();
+    // A body longer than the head: the head's UTF-8 size once overran the buffer sized for it.
+    const r = await new Promise<Result>((resolve) => {
+      const out: Result = { head: undefined, body: "", chunks: 0, error: undefined, received: undefined, ended: false };
+      p.post(srv.url, "/v1/chat/completions", new TextEncoder().encode("x".repeat(5000)), [["user-agent", "caf\xe9\xff"]], {
+        onHead: (h) => (out.head = h),
+        onData: () => {},
+        onEnd: () => resolve(out),
+        onError: (e) => resolve({ ...out, error: e }),
+      }, "engine-key-1");
+    });
+    expect(r.error).toBeUndefined();
+    expect(srv.requests[0]!.headers).toContainEqual(["user-agent", " caf\xe9\xff"]);
+    expect(srv.requests[0]!.headers.filter(([n]) => n === "authorization")).toEqual([["authorization", " Bearer engine-key-1"]]);
+    expect(srv.requests[0]!.body).toBe("x".repeat(5000));
+    // The engine's value comes back as latin1 text: one character per byte.
+    expect(r.head!.headers).toContainEqual(["x-v", "caf\xe9"]);
   });
 
   test("a path in the endpoint URL prefixes every request path", async () => {
@@ -261,6 +284,25 @@ describe("errors", () => {
     expect(msgs[1]).toContain("content-length");
     expect(msgs[2]).toContain("chunk");
     expect(msgs[3]).toContain("1024");
+    expect(p.stats().open).toBe(0);
+  });
+
+  test("as strict as the server: a bare LF, obs-fold, a bad name, TE with CL, a chunk-size line without CR: protocol errors, socket dropped", async () => {
+    const answers = [
+      "HTTP/1.1 200 OK\r\nX-A: a\nSet-Cookie: x=y\r\nContent-Length: 0\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nX-A: a\r\n b\r\nContent-Length: 0\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nX A: a\r\nContent-Length: 0\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n0\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\nok\r\n0\r\n\r\n",
+      "HTTP/1.1 200 OK\nContent-Length: 0\n\n",
+    ];
+    const srv = rawServer((s, _req, n) => s.write(answers[n - 1]!));
+    const p = pool();
+    for (let i = 0; i < answers.length; i++) {
+      const r = await send(p, srv.url);
+      expect({ i, kind: r.error?.kind }).toEqual({ i, kind: "protocol" });
+      expect(r.error!.message).not.toContain("127.0.0.1");
+    }
     expect(p.stats().open).toBe(0);
   });
 
