@@ -2,7 +2,7 @@
 // nodes running the built-in fake engine — with a demo catalog, so anyone can watch llmgw place,
 // start, fail, park and drain replicas on a laptop.
 
-import { existsSync, rmSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { UsageError } from "../config/flags";
 import type { Command } from "./command";
@@ -37,8 +37,13 @@ export const command: Command = {
       s.close();
       if (mode !== "demo" && !empty) throw new UsageError(`${dataDir} holds a real server's data; give the demo its own --data-dir`);
       for (const f of ["llmgw.db", "llmgw.db-wal", "llmgw.db-shm"]) rmSync(join(dataDir, f), { force: true });
-      rmSync(join(dataDir, "agents"), { recursive: true, force: true });
     }
+    // A demo killed with SIGKILL could not stop its engines: stop what it left before taking its ports.
+    const leftovers = stopLeftoverEngines(join(dataDir, "agents"));
+    if (leftovers > 0) process.stderr.write(`llmgw demo: stopped ${leftovers} fake engine(s) a previous demo left running\n`);
+    rmSync(join(dataDir, "agents"), { recursive: true, force: true });
+    // Engines started from here exit by themselves if this process dies without stopping them.
+    process.env.LLMGW_EXIT_WITH_PARENT = String(process.pid);
 
     const { createLogger } = await import("../log");
     const { startCluster, demoNodes, demoCatalog } = await import("../sim/cluster");
@@ -104,3 +109,44 @@ export const command: Command = {
     });
   },
 };
+
+/**
+ * Kills the fake engines that a previous demo's simulated agents recorded in their replica
+ * state files (agents/<node>/replicas/*.json) and that still run: only processes whose command
+ * line is an llmgw fake engine, so a reused pid is never touched. Returns how many it stopped.
+ */
+export function stopLeftoverEngines(agentsDir: string): number {
+  let stopped = 0;
+  let nodes: string[];
+  try {
+    nodes = readdirSync(agentsDir);
+  } catch {
+    return 0;
+  }
+  for (const node of nodes) {
+    const dir = join(agentsDir, node, "replicas");
+    let files: string[];
+    try {
+      files = readdirSync(dir).filter((f) => f.endsWith(".json"));
+    } catch {
+      continue;
+    }
+    for (const f of files) {
+      try {
+        const pid = (JSON.parse(readFileSync(join(dir, f), "utf8")) as { pid?: unknown }).pid;
+        if (typeof pid !== "number" || !Number.isInteger(pid) || pid <= 1) continue;
+        const cmdline = readFileSync(`/proc/${pid}/cmdline`, "latin1").split("\0");
+        if (!cmdline.includes("fake-engine")) continue;
+        try {
+          process.kill(-pid, "SIGKILL");
+        } catch {
+          process.kill(pid, "SIGKILL");
+        }
+        stopped++;
+      } catch {
+        // Unreadable state file or a process already gone: nothing to stop.
+      }
+    }
+  }
+  return stopped;
+}

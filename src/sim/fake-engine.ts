@@ -722,7 +722,18 @@ export async function fakeEngineMain(argv: string[]): Promise<number> {
   }
   process.stdout.write(`llmgw fake-engine listening on ${engine.url} serving ${opts.models.join(", ")}\n`);
   return await new Promise<number>((resolve) => {
+    // The demo asks its engines to go with it: a demo killed with SIGKILL cannot stop them,
+    // and they run in their own session, so nothing else would.
+    const parent = Number(process.env.LLMGW_EXIT_WITH_PARENT);
+    const watch = Number.isInteger(parent) && parent > 1 ? setInterval(() => {
+      try {
+        process.kill(parent, 0);
+      } catch {
+        onSignal();
+      }
+    }, 500) : undefined;
     const onSignal = () => {
+      if (watch) clearInterval(watch);
       process.off("SIGTERM", onSignal);
       process.off("SIGINT", onSignal);
       engine.stop().then(
