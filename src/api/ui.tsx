@@ -148,6 +148,8 @@ export function uiRoutes(o: UiOptions): Hono<Env> {
   // Logging out changes state, so it is a POST with the session's CSRF token: a link or an
   // image on another page cannot end (or, with a GET, prefetch away) a session.
   app.get("/logout", (c) => {
+    // Behind the sign-in like every route; signed in, still not a way to log out.
+    if (!authed(c)) return login(c);
     c.header("Allow", "POST");
     return c.text("log out with the button on /ui (POST /ui/logout with the page's CSRF token)", 405);
   });
@@ -155,6 +157,8 @@ export function uiRoutes(o: UiOptions): Hono<Env> {
   app.post("/logout", async (c) => {
     const session = sessionOf(c);
     if (!session) {
+      // A script signed in by bearer header holds no session: nothing to revoke.
+      if (authed(c)) return c.text("no dashboard session to log out of (this request is signed in by bearer header)", 400);
       endSession(c);
       return login(c);
     }

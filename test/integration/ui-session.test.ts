@@ -127,6 +127,11 @@ describe("logout", () => {
     const page = await fetch(`${s.adminUrl}/ui`, { headers: { authorization: `Bearer ${s.adminToken}` } });
     expect(page.status).toBe(200);
     expect(await page.text()).not.toContain('name="csrf"');
+    const out = await fetch(`${s.adminUrl}/ui/logout`, { method: "POST", headers: { authorization: `Bearer ${s.adminToken}` } });
+    expect(out.status).toBe(400);
+    // Not signed in at all: GET and POST /ui/logout are the sign-in form, like every /ui route.
+    expect((await fetch(`${s.adminUrl}/ui/logout`)).status).toBe(401);
+    expect((await fetch(`${s.adminUrl}/ui/logout`, { method: "POST" })).status).toBe(401);
   });
 });
 
