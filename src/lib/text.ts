@@ -20,6 +20,10 @@ const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u206
 // eslint-disable-next-line no-control-regex
 const UNSAFE_MULTILINE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
 
+// Non-global twins for finding the first: no lastIndex state shared between calls.
+const FIND = new RegExp(UNSAFE.source);
+const FIND_MULTILINE = new RegExp(UNSAFE_MULTILINE.source);
+
 function escape(ch: string): string {
   const c = ch.charCodeAt(0);
   if ((c >= 0x09 && c <= 0x0d) || c === 0x2028 || c === 0x2029) return " ";
@@ -62,8 +66,7 @@ export function safeDeep<T>(v: T, depth = 0): T {
 
 /** The first character `safeText` would replace, with its position, or undefined. */
 export function firstUnsafe(s: string, opts: SafeTextOptions = {}): { at: number; code: string } | undefined {
-  const re = new RegExp((opts.multiline ? UNSAFE_MULTILINE : UNSAFE).source);
-  const m = re.exec(opts.multiline ? s.replace(/\r\n?/g, "\n") : s);
+  const m = (opts.multiline ? FIND_MULTILINE : FIND).exec(opts.multiline ? s.replace(/\r\n?/g, "\n") : s);
   if (!m) return undefined;
   return { at: m.index, code: `U+${m[0].charCodeAt(0).toString(16).toUpperCase().padStart(4, "0")}` };
 }
