@@ -4,6 +4,11 @@
 // the logout URL that changes nothing.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { ManualClock } from "../../src/control/clock";
+import { SESSION_MAX, SessionStore } from "../../src/api/sessions";
 import { UI_COOKIE } from "../../src/api/ui";
 import { SESSION_ABSOLUTE_MS, SESSION_IDLE_MS } from "../../src/api/sessions";
 import { type TestServer, testServer } from "../helpers/server";
@@ -159,5 +164,42 @@ describe("expiry, by the injected clock", () => {
     s.clock.advance(step);
     expect(await fragment(a.cookie)).toBe(401);
     expect((await fetch(`${s.adminUrl}/ui`, { headers: { cookie: a.cookie } })).status).toBe(401);
+  });
+});
+
+describe("transport and bounds", () => {
+  test("over TLS the cookie is Secure", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "llmgw-ui-tls-"));
+    try {
+      const cert = join(dir, "c.pem");
+      const key = join(dir, "c.key");
+      const gen = Bun.spawnSync(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1", "-days", "1", "-keyout", key, "-out", cert], { stderr: "pipe" });
+      expect(gen.exitCode).toBe(0);
+      const t = await testServer({ tls_cert: cert, tls_key: key });
+      try {
+        const r = await fetch(`${t.adminUrl}/ui/login`, { method: "POST", body: new URLSearchParams({ token: t.adminToken }), redirect: "manual", tls: { ca: readFileSync(cert, "utf8") } });
+        expect(r.status).toBe(303);
+        expect(r.headers.get("set-cookie")).toContain("Secure");
+      } finally {
+        await t.stop();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test("the store keeps at most SESSION_MAX sessions, ending the oldest, and forgets expired ones", () => {
+    const clock = new ManualClock(0);
+    const store = new SessionStore({ clock, max: 3 });
+    const ids = [store.create().id, store.create().id, store.create().id];
+    const fourth = store.create().id;
+    expect(store.size).toBe(3);
+    expect(store.touch(ids[0])).toBeUndefined();
+    expect(store.touch(ids[1])).toBeDefined();
+    expect(store.touch(fourth)).toBeDefined();
+    clock.advance(store.idleMs);
+    store.create();
+    expect(store.size).toBe(1);
+    expect(SESSION_MAX).toBeGreaterThanOrEqual(100);
   });
 });
