@@ -27,7 +27,7 @@ export interface UiOptions {
   adminToken: string;
   /** Time for session expiry; the controller's clock when not given. */
   clock?: Clock;
-  /** The session store; one of its own when not given (tests pass one to look inside). */
+  /** The session store; one of its own (in memory, per listener) when not given. */
   sessions?: SessionStore;
 }
 
