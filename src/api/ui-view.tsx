@@ -607,7 +607,11 @@ const Shell: FC<{ nonce: string; title: string; head?: unknown; children?: unkno
 /** A ?token= must not stay in the address bar: the page drops it as it loads. */
 const STRIP_QUERY = `history.replaceState(null,"","/ui");`;
 
-export const DashboardPage: FC<{ nonce: string; d: DashboardData; stripQuery?: boolean }> = ({ nonce, d, stripQuery }) => (
+/**
+ * The page. `csrf` is the session's CSRF token, carried by every form that changes state (log
+ * out); a script signed in by bearer header has no session and gets no such form.
+ */
+export const DashboardPage: FC<{ nonce: string; d: DashboardData; csrf?: string; stripQuery?: boolean }> = ({ nonce, d, csrf, stripQuery }) => (
   <Shell
     nonce={nonce}
     title="llmgw dashboard"
@@ -626,9 +630,14 @@ export const DashboardPage: FC<{ nonce: string; d: DashboardData; stripQuery?: b
         <span class="stale-note" role="status">
           connection lost, retrying…
         </span>
-        <a class="logout" href="/ui/logout" data-testid="logout">
-          Log out
-        </a>
+        {csrf !== undefined && (
+          <form class="logout" method="post" action="/ui/logout" data-testid="logout-form">
+            <input type="hidden" name="csrf" value={csrf} />
+            <button type="submit" data-testid="logout">
+              Log out
+            </button>
+          </form>
+        )}
       </header>
       <main id="main" data-testid="main">
         <Dashboard d={d} />
@@ -687,6 +696,7 @@ code,.mono{font-family:var(--mono);font-size:12.5px}
 .stale-note{display:none;color:var(--bad);font-weight:600;font-size:12.5px}
 .stale .stale-note{display:inline}.stale .dot{background:var(--bad)}.stale .live{display:none}
 .logout{margin-left:auto;font-size:13px}
+.logout button{font:inherit;color:inherit;background:none;border:1px solid var(--line);border-radius:6px;padding:2px 10px;cursor:pointer}
 main{max-width:1400px;margin:0 auto;padding:16px 24px 40px}
 .updated{display:flex;justify-content:space-between;color:var(--muted);font-size:12.5px;margin:0 0 12px}
 .cards{display:grid;grid-template-columns:repeat(auto-fit,minmax(220px,1fr));gap:12px;margin-bottom:12px}

@@ -3,6 +3,7 @@
 // path of every problem (e.g. models.1.profiles.0.gpus).
 
 import { UsageError } from "../config/flags";
+import { safeText } from "../lib/text";
 import { parseDuration } from "../protocol/duration";
 import { CLIENT_FLAGS, CliError, resolveClient } from "./client";
 import { waitForModels } from "./wait";
@@ -40,7 +41,7 @@ export const command: Command = {
     const timeout = parseDuration((flags.timeout as string | undefined) ?? "30m");
     if (timeout === undefined) throw new UsageError(`--timeout must be a duration like 10m, not "${flags.timeout}"`);
     const res = await client.send<{ results: { name: string; message: string }[] }>("POST", "/api/v1/apply", data);
-    for (const r of res.results) process.stdout.write(`${r.message}\n`);
+    for (const r of res.results) process.stdout.write(`${safeText(r.message)}\n`);
     if (!flags.wait) return;
     const final = await waitForModels(client, res.results.map((r) => r.name), timeout);
     const parked = final.filter((m) => m.parked);

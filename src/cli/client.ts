@@ -6,6 +6,7 @@ import { readFileSync } from "node:fs";
 import { checkServerIdentity, rootCertificates } from "node:tls";
 import { DEFAULT_DATA_DIR, type ServerInfo, readServerInfo, readTokenFile } from "../config/datadir";
 import { type FlagSpecs, type FlagValues, UsageError } from "../config/flags";
+import { safeText } from "../lib/text";
 import type { ApiError } from "../protocol/views";
 
 export const CLIENT_FLAGS: FlagSpecs = {
@@ -28,11 +29,14 @@ export function outputFormat(flags: FlagValues, allowed: OutputFormat[] = ["tabl
   return o as OutputFormat;
 }
 
-/** A failure to print as `error: …` and exit non-zero. */
+/**
+ * A failure to print as `error: …` and exit non-zero. Its message often quotes the server (and
+ * through it a node or an engine), so it is sanitised here, once, for every command.
+ */
 export class CliError extends Error {
   readonly userFacing = true;
   constructor(message: string, readonly exitCode = 1) {
-    super(message);
+    super(safeText(message, { multiline: true }));
   }
 }
 

@@ -4,6 +4,7 @@
 import type { EventView } from "../protocol/views";
 import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
 import type { Command } from "./command";
+import { safeDeep } from "../lib/text";
 import { type Style, detectStyle, paint } from "./render";
 
 function color(kind: string): "red" | "yellow" | "green" | "gray" {
@@ -13,7 +14,9 @@ function color(kind: string): "red" | "yellow" | "green" | "gray" {
   return "gray";
 }
 
-export function renderEvent(e: EventView, style: Style): string {
+export function renderEvent(event: EventView, style: Style): string {
+  // Messages quote what nodes and engines said (errors, names).
+  const e = safeDeep(event);
   const t = e.at.replace("T", " ").replace(/\.\d+Z$/, "Z");
   return `${paint(style, "dim", t)}  ${paint(style, color(e.kind), e.kind.padEnd(18))}  ${e.message}\n`;
 }

@@ -4,6 +4,7 @@
 import { UsageError } from "../config/flags";
 import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
 import type { Command } from "./command";
+import { safeDeep, safeText } from "../lib/text";
 import { table } from "./render";
 
 export const command: Command = {
@@ -23,19 +24,19 @@ export const command: Command = {
         if (!name) throw new UsageError("keys create needs a NAME");
         const res = await client.send<{ name: string; key: string; pool: string | null; message: string }>("POST", "/api/v1/keys", { name, ...(flags.pool ? { pool: flags.pool } : {}) });
         if (format === "json") process.stdout.write(`${JSON.stringify(res, null, 2)}\n`);
-        else process.stdout.write(`${res.key}\n`), process.stderr.write(`${res.message}\n`);
+        else process.stdout.write(`${res.key}\n`), process.stderr.write(`${safeText(res.message)}\n`);
         return;
       }
       case "list": {
         const keys = await client.get<{ name: string; pool: string | null; created_at: string }[]>("/api/v1/keys");
         if (format === "json") process.stdout.write(`${JSON.stringify(keys, null, 2)}\n`);
-        else process.stdout.write(keys.length ? `${table(["NAME", "POOL", "CREATED"], keys.map((k) => [k.name, k.pool ?? "(any)", k.created_at]))}\n` : "No API keys. Create one with `llmgw keys create NAME`.\n");
+        else process.stdout.write(keys.length ? `${table(["NAME", "POOL", "CREATED"], safeDeep(keys).map((k) => [k.name, k.pool ?? "(any)", k.created_at]))}\n` : "No API keys. Create one with `llmgw keys create NAME`.\n");
         return;
       }
       case "revoke": {
         if (!name) throw new UsageError("keys revoke needs a NAME");
         const res = await client.send<{ message: string }>("DELETE", `/api/v1/keys/${encodeURIComponent(name)}`);
-        process.stdout.write(`${res.message}\n`);
+        process.stdout.write(`${safeText(res.message)}\n`);
         return;
       }
       default:

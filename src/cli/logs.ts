@@ -1,7 +1,10 @@
 // `llmgw logs REPLICA [-f]`: a replica's engine log, fetched through the control plane from
-// the agent that runs it; -f follows it as the engine writes.
+// the agent that runs it; -f follows it as the engine writes. The engine's bytes are its own:
+// they are printed through the sanitiser (newlines and tabs kept, a CR made a newline, every
+// other control spelled out), so a log cannot drive the operator's terminal.
 
 import { UsageError } from "../config/flags";
+import { SafeTextStream } from "../lib/text";
 import { CLIENT_FLAGS, CliError, resolveClient } from "./client";
 import type { Command } from "./command";
 
@@ -28,6 +31,8 @@ export const command: Command = {
       const body = (await res.json().catch(() => undefined)) as { error?: { message?: string } } | undefined;
       throw new CliError(body?.error?.message ?? `HTTP ${res.status}`);
     }
-    for await (const chunk of res.body!) process.stdout.write(chunk);
+    const safe = new SafeTextStream();
+    for await (const chunk of res.body!) process.stdout.write(safe.push(chunk));
+    process.stdout.write(safe.end());
   },
 };

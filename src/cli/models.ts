@@ -4,6 +4,7 @@ import { UsageError } from "../config/flags";
 import type { ModelView } from "../protocol/views";
 import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
 import type { Command } from "./command";
+import { safeDeep, safeText } from "../lib/text";
 import { type Style, detectStyle, oneLine, paint, table } from "./render";
 
 export function modelStatus(m: ModelView): "parked" | "unplaceable" | "short" | "ok" {
@@ -12,7 +13,9 @@ export function modelStatus(m: ModelView): "parked" | "unplaceable" | "short" | 
   return m.ready < m.desired ? "short" : "ok";
 }
 
-export function renderModels(models: ModelView[], style: Style, wide: boolean): string {
+export function renderModels(list: ModelView[], style: Style, wide: boolean): string {
+  // Reasons quote engines' errors; names and classes come from catalog files.
+  const models = safeDeep(list);
   if (models.length === 0) return "No models in the catalog. Add some with `llmgw apply -f catalog.yaml`.\n";
   const headers = ["NAME", "READY", "MIN", "MAX", "ON DEMAND", "STATUS", "REASON"];
   if (wide) headers.splice(6, 0, "ALIASES", "TOTAL", "FAILURES", "REVISION");
@@ -40,7 +43,7 @@ export const command: Command = {
     if (positionals[0] === "unpark") {
       if (positionals.length !== 2) throw new UsageError("models unpark takes exactly one model name");
       const res = await client.send<{ message: string }>("POST", `/api/v1/models/${encodeURIComponent(positionals[1]!)}/unpark`);
-      process.stdout.write(`${res.message}\n`);
+      process.stdout.write(`${safeText(res.message)}\n`);
       return;
     }
     const style = detectStyle();

@@ -2,6 +2,7 @@
 // the API action they call.
 
 import { UsageError } from "../config/flags";
+import { safeText } from "../lib/text";
 import { parseDuration } from "../protocol/duration";
 import { CLIENT_FLAGS, resolveClient } from "./client";
 import { waitForDrain } from "./wait";
@@ -29,7 +30,7 @@ function nodeCommand(action: "cordon" | "uncordon" | "drain", summary: string): 
       if (timeout === undefined) throw new UsageError(`--timeout must be a duration like 10m, not "${flags.timeout}"`);
       const client = resolveClient(flags);
       const res = await client.send<{ message: string }>("POST", `/api/v1/nodes/${encodeURIComponent(positionals[0]!)}/${action}`);
-      process.stdout.write(`${res.message}\n`);
+      process.stdout.write(`${safeText(res.message)}\n`);
       if (drain && flags.wait) await waitForDrain(client, positionals[0]!, timeout);
     },
   };

@@ -3,6 +3,7 @@
 import type { NodeView } from "../protocol/views";
 import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
 import type { Command } from "./command";
+import { safeDeep } from "../lib/text";
 import { type Style, ago, detectStyle, paint, table } from "./render";
 
 function stateText(style: Style, s: string): string {
@@ -15,7 +16,9 @@ function classes(n: NodeView): string {
   return [...counts].map(([c, k]) => `${k}x${c}`).join(",") || "-";
 }
 
-export function renderNodes(nodes: NodeView[], style: Style, wide: boolean, now = Date.now()): string {
+export function renderNodes(list: NodeView[], style: Style, wide: boolean, now = Date.now()): string {
+  // What a node reports (GPU names, classes, labels, versions) is its own word: sanitised.
+  const nodes = safeDeep(list);
   if (nodes.length === 0) return "No nodes yet. Start `llmgw agent` on a GPU node (see `llmgw agent --help`).\n";
   const headers = ["NAME", "STATE", "GPUS FREE", "UNHEALTHY", "CLASSES", "FABRICS", "MODELS", "HEARTBEAT"];
   if (wide) headers.push("ADDRESS", "AGENT", "LABELS");
@@ -36,7 +39,8 @@ export function renderNodes(nodes: NodeView[], style: Style, wide: boolean, now 
   return table(headers, rows, { right: [2, 3, 6] }) + "\n";
 }
 
-export function renderNode(n: NodeView, style: Style, now = Date.now()): string {
+export function renderNode(node: NodeView, style: Style, now = Date.now()): string {
+  const n = safeDeep(node);
   const lines = [
     `Name:       ${n.name}`,
     `State:      ${stateText(style, n.state)}${n.admin_state !== "none" && n.state === "unreachable" ? ` (${n.admin_state})` : ""}`,

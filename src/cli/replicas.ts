@@ -4,13 +4,16 @@
 import type { ReplicaView } from "../protocol/views";
 import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
 import type { Command } from "./command";
+import { safeDeep } from "../lib/text";
 import { type Style, detectStyle, human, oneLine, paint, table } from "./render";
 
 export function placementText(r: ReplicaView): string {
   return r.shards.map((s) => `${s.node}:${s.gpus.join(",")}`).join(" ") || "-";
 }
 
-export function renderReplicas(replicas: ReplicaView[], style: Style, wide: boolean): string {
+export function renderReplicas(list: ReplicaView[], style: Style, wide: boolean): string {
+  // Errors are engines' stderr; ids and endpoints are what nodes reported.
+  const replicas = safeDeep(list);
   if (replicas.length === 0) return "No replicas.\n";
   const headers = ["ID", "MODEL", "PROFILE", "STATE", "GPUS", "IDLE", "FAILURES"];
   if (wide) headers.push("ENDPOINT", "ERROR");

@@ -3,6 +3,7 @@
 
 import type { EventView, ModelView, NodeView, ReplicaView } from "../protocol/views";
 import { type Client, CliError } from "./client";
+import { safeText } from "../lib/text";
 import { oneLine } from "./render";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -19,7 +20,7 @@ async function follow(client: Client, deadlineMs: number, intervalMs: number, do
     const events = await client.get<EventView[]>(`/api/v1/events?after=${after}&limit=1000`);
     for (const e of events) {
       after = e.id;
-      if (relevant(e)) process.stdout.write(`  ${e.message}\n`);
+      if (relevant(e)) process.stdout.write(`  ${safeText(e.message)}\n`);
     }
     if (await done()) return;
     if (Date.now() > end) throw new CliError(`still not done after ${Math.round(deadlineMs / 1000)}s; it goes on in the background (llmgw events -f to watch)`);
@@ -57,7 +58,7 @@ export async function waitForModels(client: Client, names: string[], deadlineMs:
       last = (await client.get<ModelView[]>("/api/v1/models")).filter((m) => want.has(m.name));
       for (const m of last) {
         const line = m.parked ? `parked: ${oneLine(m.reason ?? "", 140)}` : m.ready >= m.desired ? `ready ${m.ready}/${m.desired}` : m.unplaceable && m.reason ? `waiting: ${oneLine(m.reason, 140)}` : `starting ${m.ready}/${m.desired}`;
-        if (shown.get(m.name) !== line) process.stdout.write(`model/${m.name} ${line}\n`);
+        if (shown.get(m.name) !== line) process.stdout.write(safeText(`model/${m.name} ${line}`) + "\n");
         shown.set(m.name, line);
       }
       return last.length === want.size && last.every((m) => m.parked || (m.ready >= m.desired && !m.unplaceable));

@@ -2,6 +2,7 @@
 // bodies. Catalog bodies use protocol/catalog.ts.
 
 import { z } from "zod";
+import { Printable } from "./common";
 
 export const EventsQuery = z.object({
   /** Return events after this id, oldest first (for following). */
@@ -16,7 +17,7 @@ export const ReplicasQuery = z.object({ model: z.string().min(1).max(256).option
 export const CreateKeyBody = z.strictObject({
   name: z.string().min(1).max(64).regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, "may contain only letters, digits and . _ - and must start with a letter or digit"),
   /** Bind the key to one pool: its requests see only that pool's models. */
-  pool: z.string().min(1).max(64).optional(),
+  pool: Printable(64).min(1).optional(),
 });
 export type CreateKeyBody = z.infer<typeof CreateKeyBody>;
 

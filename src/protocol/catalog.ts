@@ -2,7 +2,7 @@
 // `PUT /api/v1/models/{name}` and stored. One schema for every way in.
 
 import { z } from "zod";
-import { Duration, Name, safeRecord } from "./common";
+import { Duration, Name, Printable, safeRecord } from "./common";
 
 export const ENGINES = ["vllm", "sglang", "llama.cpp", "fake"] as const;
 export const Engine = z.enum(ENGINES);
@@ -13,7 +13,7 @@ export const CATALOG_LIMITS = { models: 2000, profiles: 16, aliases: 32, args: 2
 export const Profile = z.strictObject({
   name: Name,
   engine: Engine,
-  gpu_class: z.string().min(1).max(128),
+  gpu_class: Printable(128).min(1),
   /** GPUs per shard; a shard lives on one node. */
   gpus: z.number().int().min(1).max(64).default(1),
   /** Shards, each on its own whole node, all in one fabric. */
@@ -37,7 +37,7 @@ const ModelFields = z.strictObject({
   /** true: no replica until asked for, and back to none after idle_timeout. */
   on_demand: z.boolean().default(false),
   idle_timeout: Duration.prefault("30m"),
-  pool: z.string().min(1).max(64).default("default"),
+  pool: Printable(64).min(1).default("default"),
   weight: z.number().positive().max(1000).default(1),
   placement: z.enum(["binpack", "spread"]).default("binpack"),
   /** In-flight requests per replica the load-based scaler aims for (router issue). */

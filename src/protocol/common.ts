@@ -1,7 +1,41 @@
-// Small zod building blocks shared by several wire messages: names, durations, labels.
+// Small zod building blocks shared by several wire messages: names, durations, labels, and
+// the printable text that anything shown to an operator must be.
 
 import { z } from "zod";
+import { firstUnsafe, safeText } from "../lib/text";
 import { parseDuration } from "./duration";
+
+/**
+ * One line of printable text of at most `max` characters: no C0/C1 control, no DEL, no bidi
+ * override or isolate, no line separator (see lib/text.ts), since it ends up in an operator's
+ * terminal. Refused, not repaired, naming the character and where it is.
+ */
+export function Printable(max: number) {
+  return z
+    .string()
+    .max(max, `must be at most ${max} characters`)
+    .superRefine((s, ctx) => {
+      const bad = firstUnsafe(s);
+      if (bad) ctx.addIssue({ code: "custom", message: `must be printable text: control or bidi character ${bad.code} at position ${bad.at}` });
+    });
+}
+
+/**
+ * Text that may span lines, such as the tail of an engine's stderr: accepted whatever it holds
+ * and neutralised, not refused, since one colour code or progress bar from an engine must not
+ * cost a node its heartbeat. Newline and tab stay, CR becomes a newline, every other control
+ * is spelled out (`\x1b`); the result keeps its last `max` characters (the end of a log is
+ * where the reason is).
+ */
+export function PrintableMultiline(max: number) {
+  return z
+    .string()
+    .max(max, `must be at most ${max} characters`)
+    .overwrite((s) => {
+      const clean = safeText(s, { multiline: true });
+      return clean.length > max ? clean.slice(-max) : clean;
+    });
+}
 
 /** Node, model, profile and replica names: what fits in a URL path segment and a log line. */
 export const Name = z
@@ -48,7 +82,19 @@ export function safeRecord<V extends z.ZodType>(key: z.ZodString, value: V) {
   }, z.record(key, value));
 }
 
-export const Labels = safeRecord(z.string().min(1).max(63), z.string().max(256))
+/**
+ * Node labels. Keys are checked here rather than by the record's key schema, whose issue would
+ * say only "Invalid key in record"; the path names the key as it can be shown (sanitised).
+ */
+export const Labels = safeRecord(z.string(), Printable(256))
+  .superRefine((r, ctx) => {
+    for (const k of Object.keys(r)) {
+      const bad = firstUnsafe(k);
+      const problem =
+        k.length === 0 ? "label key must not be empty" : k.length > 63 ? "label key must be at most 63 characters" : bad ? `label key must be printable text: control or bidi character ${bad.code} at position ${bad.at}` : undefined;
+      if (problem) ctx.addIssue({ code: "custom", path: [safeText(k.slice(0, 80))], message: problem });
+    }
+  })
   .refine((r) => Object.keys(r).length <= 64, "at most 64 labels");
 
 /**

@@ -3,7 +3,7 @@
 // schemas, so a change here is a protocol change.
 
 import { z } from "zod";
-import { Labels, Name, SegmentName } from "./common";
+import { Labels, Name, Printable, PrintableMultiline, SegmentName } from "./common";
 
 /** Limits that keep one heartbeat from costing the head node more than a fleet's worth. */
 export const HEARTBEAT_LIMITS = { gpus: 256, models: 4096, replicas: 1024, fabrics: 16 } as const;
@@ -16,12 +16,12 @@ export const HEARTBEAT_LIMITS = { gpus: 256, models: 4096, replicas: 1024, fabri
  */
 export const GpuReport = z.object({
   index: z.number().int().min(0).max(65535),
-  uuid: z.string().min(1).max(128),
-  name: z.string().max(256),
-  class: z.string().min(1).max(128),
+  uuid: Printable(128).min(1),
+  name: Printable(256),
+  class: Printable(128).min(1),
   memory_mib: z.number().int().min(0).max(16 * 1024 * 1024),
   healthy: z.boolean(),
-  parent: z.string().min(1).max(128).nullable().default(null),
+  parent: Printable(128).min(1).nullable().default(null),
 });
 export type GpuReport = z.infer<typeof GpuReport>;
 
@@ -30,19 +30,23 @@ export type ReplicaRunState = z.infer<typeof ReplicaRunState>;
 
 /** What the agent knows about one replica process it runs (or ran). */
 export const ReplicaReport = z.object({
-  id: z.string().min(1).max(128),
+  id: Printable(128).min(1),
   state: ReplicaRunState,
   port: z.number().int().min(0).max(65535).nullable().default(null),
-  /** Why it failed: the last lines of the engine's stderr. */
-  error: z.string().max(8192).nullable().default(null),
+  /**
+   * Why it failed: the last lines of the engine's stderr. Neutralised rather than refused (see
+   * PrintableMultiline): the agent should send it clean, but an engine's escape codes must not
+   * cost the node its heartbeat.
+   */
+  error: PrintableMultiline(8192).nullable().default(null),
 });
 export type ReplicaReport = z.infer<typeof ReplicaReport>;
 
 export const HeartbeatRequest = z
   .object({
     node: SegmentName,
-    address: z.string().min(1).max(255),
-    agent_version: z.string().max(64).default("unknown"),
+    address: Printable(255).min(1),
+    agent_version: Printable(64).default("unknown"),
     labels: Labels.default({}),
     fabrics: z.array(Name).max(HEARTBEAT_LIMITS.fabrics).default([]),
     gpus: z.array(GpuReport).max(HEARTBEAT_LIMITS.gpus).default([]),

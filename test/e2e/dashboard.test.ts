@@ -1,9 +1,10 @@
 // The dashboard at /ui end to end: the compiled binary in demo mode and a headless Chromium
 // (playwright-core, Debian's chromium). Login by form and by ?token= link, the cookie's
-// attributes, who is refused, the numbers on the page against `llmgw status -o json` (read
-// from data-testid attributes, not prose), the page updating itself after a cordon and a
-// catalog change, escaping of user input, the security headers, and a clean console: no
-// errors, no failed requests, nothing fetched from anywhere but 127.0.0.1.
+// attributes, who is refused, logging out by POST, the numbers on the page against
+// `llmgw status -o json` (read from data-testid attributes, not prose), the page updating
+// itself after a cordon and a catalog change, escaping of user input, the security headers,
+// and a clean console: no errors, no failed requests, nothing fetched from anywhere but
+// 127.0.0.1.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -362,12 +363,20 @@ describe("the dashboard at /ui", () => {
     await close(c3);
   }, 20_000);
 
-  test("log out clears the cookie; the page and the fragment then refuse", async () => {
+  test("log out (a POST carrying the page's CSRF token) clears the cookie and revokes the session; GET /ui/logout does nothing", async () => {
+    const [held] = await ctx.cookies();
+    const replay = { headers: { cookie: `${held!.name}=${held!.value}` }, redirect: "manual" as const };
+    // A plain link to the logout URL (a GET) is refused and logs no one out.
+    expect((await fetch(`${adminUrl}/ui/logout`, replay)).status).toBe(405);
+    expect((await fetch(`${adminUrl}/ui/fragment`, replay)).status).toBe(200);
+    expect(await page.locator('[data-testid="logout-form"] input[name="csrf"]').getAttribute("value")).toMatch(/^[A-Za-z0-9_-]{43}$/);
     await Promise.all([page.waitForURL(`${adminUrl}/ui`), page.locator('[data-testid="logout"]').click()]);
     await page.locator('[data-testid="login-form"]').waitFor();
     expect(await ctx.cookies()).toEqual([]);
     const status = await page.evaluate(async () => (await fetch("/ui/fragment")).status);
     expect(status).toBe(401);
+    // The cookie as it was, replayed: the server has forgotten the session.
+    expect((await fetch(`${adminUrl}/ui/fragment`, replay)).status).toBe(401);
     await close(ctx);
   });
 
