@@ -575,3 +575,53 @@ describe("properties", () => {
     );
   });
 });
+
+describe("MIG compute instances share their GPU instance's memory", () => {
+  // The agent's report of the constructed H200 sample (test/fixtures/nvidia-smi, built in the
+  // format of real captures): GPU instance 3g.71gb split into 1c and 2c compute instances.
+  // Index 1 (2c) stands for the GPU instance; index 0 (1c) names it as parent.
+  const GI = "H200-141GB/3g.71gb";
+  const CI = "H200-141GB/1c.3g.71gb";
+  function h200(name: string, used: number[] = []): PlacementNode {
+    const gpus = [
+      { index: 0, uuid: "MIG-ci0", class: CI, parent: "MIG-ci1" },
+      { index: 1, uuid: "MIG-ci1", class: GI, parent: "GPU-card" },
+      { index: 2, uuid: "MIG-gi3", class: "H200-141GB/2g.35gb", parent: "GPU-card" },
+    ];
+    return { name, state: "ready", fabrics: [], weights: new Set(), gpus: gpus.map((g) => ({ ...g, healthy: true, used: used.includes(g.index) })) };
+  }
+
+  test("two replicas that each need the 71 GB instance never share it", () => {
+    const r = place([h200("a")], [req("big", [prof("gi", GI)], { count: 2 }), req("other", [prof("ci", CI)])]);
+    expect(where(r)).toEqual(["gi@a:1"]);
+    expect(r.unplaceable.has("big")).toBe(true);
+    // The compute instance beside it is inside the same memory: not offered while the GPU instance is held.
+    expect(r.unplaceable.has("other")).toBe(true);
+  });
+
+  test("held in the store: the GPU instance blocks its compute instances, and the reverse", () => {
+    expect(where(place([h200("a", [1])], [req("m", [prof("ci", CI)])]))).toEqual([]);
+    expect(where(place([h200("a", [0])], [req("m", [prof("gi", GI)])]))).toEqual([]);
+    // The other GPU instance on the card is its own memory.
+    expect(where(place([h200("a", [0, 1])], [req("m", [prof("g2", "H200-141GB/2g.35gb")])]))).toEqual(["g2@a:2"]);
+  });
+
+  test("a compute instance taken first keeps the GPU instance from a profile that wants it whole", () => {
+    const r = place([h200("a")], [req("small", [prof("ci", CI)]), req("big", [prof("gi", GI)])]);
+    expect(where(r)).toEqual(["ci@a:0"]);
+    expect(r.unplaceable.get("big")).toContain("no H200-141GB/3g.71gb node has 1 free GPU");
+  });
+
+  test("profiles that ask for the compute-instance class explicitly may share the GPU instance", () => {
+    const gpus = [
+      { index: 0, uuid: "MIG-a", class: GI, parent: "GPU-card" },
+      { index: 1, uuid: "MIG-b", class: CI, parent: "MIG-a" },
+      { index: 2, uuid: "MIG-c", class: CI, parent: "MIG-a" },
+    ].map((g) => ({ ...g, healthy: true, used: false }));
+    const n: PlacementNode = { name: "a", state: "ready", fabrics: [], weights: new Set(), gpus };
+    const r = place([n], [req("x", [prof("ci", CI)]), req("y", [prof("ci", CI)])]);
+    expect(where(r)).toEqual(["ci@a:1", "ci@a:2"]);
+    // …and with one of them already held.
+    expect(where(place([{ ...n, gpus: gpus.map((g) => ({ ...g, used: g.index === 1 })) }], [req("y", [prof("ci", CI)])]))).toEqual(["ci@a:2"]);
+  });
+});
