@@ -135,7 +135,7 @@ export class Store {
       if (models.length > 0) tx.insert(schema.weights).values(models.map((m) => ({ node: hb.node, model: m }))).run();
       const reasons = new Map<number, string>();
       for (const g of hb.gpus) if (!g.healthy && g.reason) reasons.set(g.index, g.reason);
-      if (hb.discovery_error || reasons.size > 0) this.discovery.set(hb.node, { error: hb.discovery_error ?? null, reasons });
+      if (hb.discovery_error || reasons.size > 0) this.discovery.set(hb.node, { error: hb.discovery_error || null, reasons });
       else this.discovery.delete(hb.node);
       return { created: !existing };
     });
