@@ -683,6 +683,8 @@ describe("what held-out samples showed", () => {
     const failed: RunResult = { exitCode: 9, stdout: `${text} ${"x".repeat(3000)}\n`, stderr: "" };
     const d = await discoverGpus({ run: fakeSmi({ query: failed, list: failed }) });
     expect(d.error).toContain("couldn't communicate with the NVIDIA driver");
+    expect(d.error!.length).toBeLessThanOrEqual(1024);
+    expect(d.error).toEndWith(": this node reports no GPUs");
     expect(HeartbeatRequest.safeParse({ node: "n1", address: "10.0.0.1", gpus: [], discovery_error: d.error }).success).toBe(true);
   });
 });
