@@ -165,6 +165,7 @@ describe("parseQueryGpuCsv", () => {
         const text = lines.join("\n");
         parseQueryGpuCsv(text);
         parseListGpus(text);
+        parseMigDevices(text);
       }),
     );
     expect(parseQueryGpuCsv("No devices were found")).toEqual([]);

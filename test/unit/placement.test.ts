@@ -624,4 +624,34 @@ describe("MIG compute instances share their GPU instance's memory", () => {
     // …and with one of them already held.
     expect(where(place([{ ...n, gpus: gpus.map((g) => ({ ...g, used: g.index === 1 })) }], [req("y", [prof("ci", CI)])]))).toEqual(["ci@a:2"]);
   });
+
+  test("property: a GPU instance and a compute instance inside it are never held by two replicas", () => {
+    const group = fc.record({ siblings: fc.integer({ min: 1, max: 3 }), used: fc.array(fc.boolean(), { minLength: 4, maxLength: 4 }) });
+    fc.assert(
+      fc.property(fc.array(group, { minLength: 1, maxLength: 3 }), fc.array(fc.boolean(), { minLength: 1, maxLength: 6 }), (groups, asks) => {
+        const gpus: PlacementNode["gpus"] = [];
+        const leadOf = new Map<number, number>();
+        groups.forEach((g, k) => {
+          const lead = gpus.length;
+          gpus.push({ index: lead, uuid: `MIG-${k}`, class: GI, healthy: true, used: g.used[0]!, parent: "GPU-card" });
+          for (let j = 1; j <= g.siblings; j++) {
+            leadOf.set(gpus.length, lead);
+            gpus.push({ index: gpus.length, uuid: `MIG-${k}-${j}`, class: CI, healthy: true, used: g.used[j]!, parent: `MIG-${k}` });
+          }
+        });
+        // Held as the store has it: never a GPU instance together with a compute instance inside it.
+        for (const [sib, lead] of leadOf) if (gpus[sib]!.used && gpus[lead]!.used) gpus[sib]!.used = false;
+        const n: PlacementNode = { name: "a", state: "ready", fabrics: [], weights: new Set(), gpus };
+        const r = place([n], asks.map((whole, i) => req(`m${i}`, [whole ? prof("gi", GI) : prof("ci", CI)])));
+        const holder = new Map<number, string>();
+        for (const g of gpus) if (g.used) holder.set(g.index, "held");
+        for (const p of r.placed)
+          for (const i of p.shards[0]!.gpus) {
+            expect(holder.has(i)).toBe(false);
+            holder.set(i, p.model);
+          }
+        for (const [sib, lead] of leadOf) expect(holder.has(sib) && holder.has(lead)).toBe(false);
+      }),
+    );
+  });
 });
