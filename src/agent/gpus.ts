@@ -478,6 +478,9 @@ export function buildGpuReports(
     // others keep their own class and name it as parent, so placement and totals know.
     const layout = busId !== null ? migLayout.get(busId) : undefined;
     const giOf = (mig: ListedMig, ci: { gi: string }): string => {
+      // Drivers before R470 spell the instances out in the uuid: MIG-GPU-<card>/<gi>/<ci>.
+      const spelled = /^MIG-GPU-[^/]+\/(\d+)\/\d+$/.exec(mig.uuid);
+      if (spelled) return `gi${spelled[1]}`;
       const known = layout?.find((m) => m.device === mig.device);
       // Without -q, every compute instance of one profile on a card counts as one GPU instance:
       // too few slots at worst, never two replicas in one instance's memory.

@@ -606,6 +606,28 @@ describe("what held-out samples showed", () => {
     expect(memoryOnce(d.gpus)).toBe(126976);
   });
 
+  test("older drivers name the GPU instance in the MIG uuid (MIG-GPU-…/gi/ci): two 3g instances stay two", () => {
+    const card = "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77";
+    const listing = parseListGpus(
+      `GPU 0: A100-SXM4-80GB (UUID: ${card})\n` +
+        [
+          ["1c.3g.40gb", 0, "1/0"],
+          ["2c.3g.40gb", 1, "1/1"],
+          ["1c.3g.40gb", 2, "2/0"],
+          ["2c.3g.40gb", 3, "2/1"],
+        ]
+          .map(([p, d, gc]) => `  MIG ${p} Device ${d}: (UUID: MIG-${card}/${gc})`)
+          .join("\n"),
+    );
+    const gpus = buildGpuReports([{ smiIndex: 0, uuid: card, busId: null, name: "NVIDIA A100-SXM4-80GB", memoryMiB: 81920, migMode: "enabled", healthy: true, problem: null }], listing);
+    expect(gpus.map((g) => [g.class, g.parent])).toEqual([
+      ["A100-80GB/1c.3g.40gb", `MIG-${card}/1/1`],
+      ["A100-80GB/3g.40gb", card],
+      ["A100-80GB/1c.3g.40gb", `MIG-${card}/2/1`],
+      ["A100-80GB/3g.40gb", card],
+    ]);
+  });
+
   test("nvidia-smi -q is asked only when compute instances are listed; the real H100 -q parses", async () => {
     const calls: string[][] = [];
     await discoverGpus({ run: fakeSmi({ query: ok(fx.h100Csv), list: ok(fx.h100L) }, calls) });
