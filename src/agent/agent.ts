@@ -72,6 +72,8 @@ export class AgentError extends Error {
 interface Inventory {
   gpus: GpuReport[];
   models: string[];
+  /** Sent in the heartbeat so the head node can say why this node reports no (or fewer) GPUs. */
+  discovery_error?: string;
 }
 
 type Failure = {
@@ -462,7 +464,7 @@ export class NodeAgent {
     for (const w of warnings) if (!this.lastWarnings.has(w)) this.log.warn(w);
     this.lastWarnings = warnings;
     if (first && found.error === undefined) this.log.info({ gpus: found.gpus.length, models: models.length, models_dir: cfg.models_dir }, "inventory taken");
-    return { gpus: found.gpus, models: clipModels(models) };
+    return { gpus: found.gpus, models: clipModels(models), ...(found.error !== undefined ? { discovery_error: found.error } : {}) };
   }
 
   // ---- plumbing -----------------------------------------------------------------------------

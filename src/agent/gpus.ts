@@ -2,7 +2,7 @@
 // GpuReport list a heartbeat carries; also builds the simulated inventory behind `--simulate`.
 // The parsers are pure and tested on real nvidia-smi captures (test/fixtures/nvidia-smi).
 
-import { HEARTBEAT_LIMITS } from "../protocol/heartbeat";
+import { DISCOVERY_ERROR_MAX, HEARTBEAT_LIMITS, REASON_MAX } from "../protocol/heartbeat";
 import type { GpuReport } from "../protocol/heartbeat";
 
 // ───────────────────────────── parsing `nvidia-smi --query-gpu` ─────────────────────────────
@@ -13,12 +13,24 @@ export const QUERY_FIELDS = ["index", "uuid", "name", "memory.total", "mig.mode.
 /**
  * What discovery asks for. pstate and temperature.gpu are not used for themselves: they are
  * live readings, and a GPU that needs a reset reports `[GPU requires reset]` there while the
- * cached fields (name, memory.total) still read fine.
+ * cached fields (name, memory.total) still read fine. Pending row remaps and page retirements
+ * take effect only after a reset, so a card with one pending is taken out of service.
  */
-export const DISCOVERY_FIELDS = [...QUERY_FIELDS, "pci.bus_id", "pstate", "temperature.gpu"] as const;
+export const DISCOVERY_FIELDS = [
+  ...QUERY_FIELDS,
+  "pci.bus_id",
+  "pstate",
+  "temperature.gpu",
+  "remapped_rows.pending",
+  "retired_pages.pending",
+] as const;
 
-/** Drivers older than MIG (< 450) reject the whole query over one unknown field. */
-const PRE_MIG_FIELDS = ["index", "uuid", "name", "memory.total", "pci.bus_id", "pstate", "temperature.gpu"] as const;
+/**
+ * Fields an older driver may not know; it rejects the whole query over one of them ("Field … is
+ * not a valid field to query"), so discovery asks again without the one it named (pre-450
+ * drivers lack mig.mode.current, pre-Ampere ones remapped_rows.*).
+ */
+const OPTIONAL_FIELDS = new Set(["mig.mode.current", "remapped_rows.pending", "retired_pages.pending"]);
 
 /** One GPU row of `--query-gpu` output, or a GPU nvidia-smi could not open at all. */
 export interface QueryGpuRow {
@@ -64,6 +76,14 @@ const HEALTH_FLAGS: Record<string, (v: string) => boolean> = {
   "remapped_rows.pending": (v) => /^yes$/i.test(v),
   "remapped_rows.failure": (v) => /^yes$/i.test(v),
   "retired_pages.pending": (v) => /^yes$/i.test(v),
+};
+
+/** What a raised health flag means, for the operator reading the reason. */
+const HEALTH_FLAG_MEANING: Record<string, string> = {
+  gpu_recovery_action: "the driver asks for this recovery",
+  "remapped_rows.pending": "a row remapping waits for a GPU reset",
+  "remapped_rows.failure": "row remapping failed: the GPU needs service",
+  "retired_pages.pending": "a page retirement waits for a GPU reset",
 };
 
 function fieldKey(header: string): string {
@@ -150,7 +170,7 @@ export function parseQueryGpuCsv(text: string, columns: readonly string[] = QUER
       const v = fields[i]!;
       const flag = HEALTH_FLAGS[key];
       if (ERROR_VALUE.test(v)) problem = `${key} reads ${v}`;
-      else if (flag && !ABSENT_VALUE.test(v) && flag(v)) problem = `${key} is ${v}`;
+      else if (flag && !ABSENT_VALUE.test(v) && flag(v)) problem = `${key} is ${v}: ${HEALTH_FLAG_MEANING[key]}`;
     }
     const rawUuid = get("uuid");
     const uuid = readable(rawUuid);
@@ -236,6 +256,67 @@ export function parseListGpus(text: string): ListedGpu[] {
   return out;
 }
 
+// ───────────────────────────── parsing `nvidia-smi -q` (MIG layout) ─────────────────────────────
+
+/** One MIG device of `nvidia-smi -q`: its device number (as in `-L`) and the instances it is. */
+export interface MigDeviceInfo {
+  device: number;
+  /** GPU instance id: compute instances with the same one share its memory. */
+  gi: number;
+  /** Compute instance id within the GPU instance. */
+  ci: number;
+}
+
+/**
+ * Reads which GPU instance each MIG device belongs to out of `nvidia-smi -q`, per card bus id.
+ * `-L` names compute instances ("1c.3g.71gb") but not their GPU instance; only `-q` (its "MIG
+ * Device" blocks: Index, GPU Instance ID, Compute Instance ID) tells two 3g.71gb instances apart.
+ */
+export function parseMigDevices(text: string): Map<string, MigDeviceInfo[]> {
+  const out = new Map<string, MigDeviceInfo[]>();
+  let card: MigDeviceInfo[] | undefined;
+  let cur: Partial<MigDeviceInfo> | undefined;
+  const flush = () => {
+    if (card && cur && cur.device !== undefined && cur.gi !== undefined && cur.ci !== undefined) card.push(cur as MigDeviceInfo);
+    cur = undefined;
+  };
+  for (const line of text.split(/\r?\n/)) {
+    const gpu = /^GPU\s+([0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$/.exec(line);
+    if (gpu) {
+      flush();
+      const bus = canonicalBusId(gpu[1]!)!;
+      card = out.get(bus) ?? [];
+      out.set(bus, card);
+      continue;
+    }
+    if (/^\s+MIG Device\s*$/.test(line)) {
+      flush();
+      cur = {};
+      continue;
+    }
+    if (!cur) continue;
+    const kv = /^\s+(Index|GPU Instance ID|Compute Instance ID)\s*:\s*(\d+)\s*$/.exec(line);
+    if (!kv) continue;
+    const n = Number(kv[2]);
+    if (kv[1] === "Index") cur.device = n;
+    else if (kv[1] === "GPU Instance ID") cur.gi = n;
+    else cur.ci = n;
+  }
+  flush();
+  return out;
+}
+
+/** "2c.3g.71gb" → compute slices 2 and GPU instance profile "3g.71gb"; null for a whole GPU instance. */
+function computeInstanceOf(profile: string): { slices: number; gi: string } | null {
+  const m = /^(\d+)c\.(.+)$/.exec(profile);
+  return m ? { slices: Number(m[1]), gi: m[2]! } : null;
+}
+
+/** True when the listing has compute instances, whose GPU instances only `-q` can name. */
+export function listsComputeInstances(listing: readonly ListedGpu[]): boolean {
+  return listing.some((l) => l.migs.some((m) => computeInstanceOf(m.profile) !== null));
+}
+
 // ─────────────────────────────────── class normalisation ───────────────────────────────────
 
 // Brand, form-factor and memory-technology words: they do not change what a replica can run.
@@ -297,6 +378,11 @@ function classFor(name: string, memoryMiB: number | null, overrides: Record<stri
   return overrides[name.trim()] ?? overrides[normal] ?? normal;
 }
 
+/** A family sold in several sizes needs the memory reading for its class ("H100" alone would be invented). */
+function classNeedsMemory(name: string): boolean {
+  return normaliseClass(name, null) !== normaliseClass(name, 81920);
+}
+
 /** "3g.40gb" → 40960; also "1g.10gb+me", "1c.3g.40gb". */
 export function migProfileMiB(profile: string): number | null {
   const m = /(\d+)g\.(\d+)gb/i.exec(profile);
@@ -317,6 +403,7 @@ export function buildGpuReports(
   listing: readonly ListedGpu[],
   overrides: Record<string, string> = {},
   warn: (message: string) => void = () => {},
+  migLayout: ReadonlyMap<string, readonly MigDeviceInfo[]> = new Map(),
 ): GpuReport[] {
   const used = new Set<number>();
   const claim = (pred: (l: ListedGpu) => boolean): ListedGpu | undefined => {
@@ -361,38 +448,79 @@ export function buildGpuReports(
         : row.healthy && row.problem === null
           ? null
           : (row.problem ?? "reported unhealthy");
-    const problem = rowProblem ?? listed?.problem ?? null;
-    const label = `GPU ${smiIndex ?? "?"}${busId ? ` (${busId})` : ""}${name ? ` ${name}` : ""}`;
-    if (problem !== null) warn(`${label} is unhealthy: ${problem}`);
-
     const memoryMiB = row?.memoryMiB ?? null;
-    const cardClass = classFor(name, memoryMiB, overrides);
     const migs = listed?.migs ?? [];
-    if (migs.length > 0 || row?.migMode === "enabled") {
-      if (migs.length === 0) warn(`${label} is in MIG mode but lists no MIG instances: it offers nothing to schedule`);
-      for (const mig of migs) {
-        const migClass = `${cardClass}/${mig.profile}`;
-        reports.push({
-          index: reports.length,
-          uuid: unique(mig.uuid),
-          name: clip(`${name || "unknown GPU"} MIG ${mig.profile}`, 256),
+    const inMig = migs.length > 0 || row?.migMode === "enabled";
+    // A class is never made up from a missing reading: "H100" beside "H100-80GB" siblings would
+    // look like capacity of its own. A whole card without its memory is not placed at all.
+    const noMemory =
+      row !== undefined && memoryMiB === null && (!inMig || classNeedsMemory(name)) ? "memory.total not reported" : null;
+    let problem = rowProblem ?? listed?.problem ?? noMemory;
+    const label = `GPU ${smiIndex ?? "?"}${busId ? ` (${busId})` : ""}${name ? ` ${name}` : ""}`;
+    const cardClass = noMemory !== null && classNeedsMemory(name) ? "unknown" : classFor(name, memoryMiB, overrides);
+    const push = (g: Omit<GpuReport, "index" | "reason">, reason: string | null) => {
+      const report: GpuReport = { index: reports.length, ...g };
+      if (!g.healthy && reason !== null) report.reason = clip(reason, REASON_MAX);
+      reports.push(report);
+    };
+    if (inMig && migs.length === 0) {
+      // Reported rather than dropped: a card that vanished would look like one that was never there.
+      problem ??= "MIG mode with no GPU instances";
+      warn(`${label} is in MIG mode but lists no MIG instances: it offers nothing to schedule`);
+    } else if (problem !== null) warn(`${label} is unhealthy: ${problem}`);
+    if (!inMig || migs.length === 0) {
+      push({ uuid, name: clip(name, 256), class: clip(cardClass, 128), memory_mib: memoryMiB ?? 0, healthy: problem === null, parent: null }, problem);
+      return;
+    }
+
+    // Compute instances of one GPU instance share its memory. The largest stands for the GPU
+    // instance (its class, so a profile asking for "3g.71gb" gets the whole instance); the
+    // others keep their own class and name it as parent, so placement and totals know.
+    const layout = busId !== null ? migLayout.get(busId) : undefined;
+    const giOf = (mig: ListedMig, ci: { gi: string }): string => {
+      // Drivers before R470 spell the instances out in the uuid: MIG-GPU-<card>/<gi>/<ci>.
+      const spelled = /^MIG-GPU-[^/]+\/(\d+)\/\d+$/.exec(mig.uuid);
+      if (spelled) return `gi${spelled[1]}`;
+      const known = layout?.find((m) => m.device === mig.device);
+      // Without -q, every compute instance of one profile on a card counts as one GPU instance:
+      // too few slots at worst, never two replicas in one instance's memory.
+      return known ? `gi${known.gi}` : `profile ${ci.gi}`;
+    };
+    const groups = new Map<string, ListedMig[]>();
+    for (const mig of migs) {
+      const ci = computeInstanceOf(mig.profile);
+      if (!ci) continue;
+      const key = giOf(mig, ci);
+      groups.set(key, [...(groups.get(key) ?? []), mig]);
+    }
+    const leadOf = new Map<ListedMig, ListedMig>();
+    for (const members of groups.values()) {
+      let lead = members[0]!;
+      for (const m of members) if (computeInstanceOf(m.profile)!.slices > computeInstanceOf(lead.profile)!.slices) lead = m;
+      for (const m of members) leadOf.set(m, lead);
+    }
+    const uuidOf = new Map<ListedMig, string>();
+    for (const mig of migs) uuidOf.set(mig, unique(mig.uuid));
+    for (const mig of migs) {
+      const ci = computeInstanceOf(mig.profile);
+      const lead = leadOf.get(mig);
+      const standsForGi = ci !== null && lead === mig;
+      const profile = standsForGi ? ci.gi : mig.profile;
+      const migClass = `${cardClass}/${profile}`;
+      const shares = ci !== null && lead !== undefined && lead !== mig;
+      const detail = standsForGi ? ` (compute instance ${mig.profile})` : shares ? ` (shares GPU instance ${ci.gi} memory)` : "";
+      push(
+        {
+          uuid: uuidOf.get(mig)!,
+          name: clip(`${name || "unknown GPU"} MIG ${profile}${detail}`, 256),
           class: clip(overrides[migClass] ?? migClass, 128),
           memory_mib: migProfileMiB(mig.profile) ?? 0,
           healthy: problem === null && mig.problem === null,
-          parent: uuid,
-        });
-      }
-      return;
+          parent: shares ? uuidOf.get(lead)! : uuid,
+        },
+        problem ?? mig.problem,
+      );
     }
-    reports.push({
-      index: reports.length,
-      uuid,
-      name: clip(name, 256),
-      class: clip(cardClass, 128),
-      memory_mib: memoryMiB ?? 0,
-      healthy: problem === null,
-      parent: null,
-    });
   });
   return reports;
 }
@@ -459,12 +587,13 @@ async function attempt(run: Runner, argv: string[]): Promise<Attempt> {
 
 /** The line of nvidia-smi's output that best says what went wrong. */
 function firstComplaint(r: RunResult): string {
-  const lines = `${r.stderr}\n${r.stdout}`.split(/\r?\n/).map((l) => l.trim()).filter((l) => l !== "");
-  return (
-    lines.find((l) => /error|fail|unable|not found|no devices|not a valid|couldn't|cannot/i.test(l)) ??
-    lines[0] ??
-    "no output"
-  );
+  // A CSV header names fields such as remapped_rows.failure: it is output, not a complaint.
+  const lines = `${r.stderr}\n${r.stdout}`
+    .split(/\r?\n/)
+    .map((l) => l.trim())
+    .filter((l) => l !== "" && !isHeader(l.split(",").map((f) => f.trim())));
+  const line = lines.find((l) => /error|fail|unable|not found|no devices|not a valid|couldn't|cannot/i.test(l)) ?? lines[0] ?? "no output";
+  return line.length > 300 ? `${line.slice(0, 299)}…` : line;
 }
 
 /**
@@ -477,7 +606,8 @@ export async function discoverGpus(opts: DiscoverOptions = {}): Promise<Discover
   const run = opts.run ?? spawnRunner(opts.timeoutMs ?? 30_000);
   const queryArgv = (fields: readonly string[]) => [smi, `--query-gpu=${fields.join(",")}`, "--format=csv,nounits"];
 
-  let [query, list] = await Promise.all([attempt(run, queryArgv(DISCOVERY_FIELDS)), attempt(run, [smi, "-L"])]);
+  let fields: string[] = [...DISCOVERY_FIELDS];
+  let [query, list] = await Promise.all([attempt(run, queryArgv(fields)), attempt(run, [smi, "-L"])]);
   if (("missing" in query && query.missing) || ("missing" in list && list.missing)) {
     const where = smi.includes("/") ? `at ${smi}` : smi === "nvidia-smi" ? "on PATH" : `on PATH (looked for "${smi}")`;
     return {
@@ -486,8 +616,16 @@ export async function discoverGpus(opts: DiscoverOptions = {}): Promise<Discover
       warnings: [],
     };
   }
-  if ("ok" in query && query.ok.exitCode !== 0 && /not a valid field/i.test(`${query.ok.stdout}${query.ok.stderr}`)) {
-    query = await attempt(run, queryArgv(PRE_MIG_FIELDS));
+  // An older driver rejects the whole query over one field it does not know: ask again without
+  // the field it names (or, if it names none we can drop, without every optional one).
+  for (let tries = 0; tries < OPTIONAL_FIELDS.size && "ok" in query && query.ok.exitCode !== 0; tries++) {
+    const text = `${query.ok.stdout}${query.ok.stderr}`;
+    if (!/not a valid field/i.test(text)) break;
+    const named = /Field "([^"]+)" is not a valid field/i.exec(text)?.[1];
+    const next = named !== undefined && OPTIONAL_FIELDS.has(named) ? fields.filter((f) => f !== named) : fields.filter((f) => !OPTIONAL_FIELDS.has(f));
+    if (next.length === fields.length) break;
+    fields = next;
+    query = await attempt(run, queryArgv(fields));
   }
 
   // Both commands usually fail the same way (driver not loaded); say it once, not twice.
@@ -504,9 +642,16 @@ export async function discoverGpus(opts: DiscoverOptions = {}): Promise<Discover
   };
   const rows = parseQueryGpuCsv(outputOf(query, `${smi} --query-gpu`));
   const listing = parseListGpus(outputOf(list, `${smi} -L`));
+  // Only compute instances need it, and -q is slow and long: asked for only then. Failing, the
+  // grouping falls back to the conservative one (see buildGpuReports), so it is not an error.
+  let migLayout = new Map<string, MigDeviceInfo[]>();
+  if (listsComputeInstances(listing)) {
+    const q = await attempt(run, [smi, "-q"]);
+    if ("ok" in q && q.ok.exitCode === 0) migLayout = parseMigDevices(q.ok.stdout);
+  }
 
   const warnings: string[] = [];
-  const gpus = buildGpuReports(rows, listing, opts.classOverrides ?? {}, (w) => warnings.push(w));
+  const gpus = buildGpuReports(rows, listing, opts.classOverrides ?? {}, (w) => warnings.push(w), migLayout);
   if (gpus.length > HEARTBEAT_LIMITS.gpus) {
     fail(smi, `found ${gpus.length} GPUs; a heartbeat carries at most ${HEARTBEAT_LIMITS.gpus}, the rest are left out`);
     gpus.length = HEARTBEAT_LIMITS.gpus;
@@ -514,13 +659,18 @@ export async function discoverGpus(opts: DiscoverOptions = {}): Promise<Discover
   const seen = [...failures]
     .map(([detail, whats]) => `${whats.length > 1 ? smi : whats[0]} ${detail}`.replace(/[.\s]+$/, ""))
     .join("; ");
+  // The heartbeat bounds the error; the front of it is what says what went wrong.
+  const bounded = (why: string, tail: string) => {
+    const room = DISCOVERY_ERROR_MAX - tail.length;
+    return `${why.length > room ? `${why.slice(0, room - 1)}…` : why}${tail}`;
+  };
   if (gpus.length === 0) {
     const why = seen || (warnings.length > 0 ? warnings.join("; ") : `${smi} listed no GPUs`);
-    return { gpus, error: `${why}: this node reports no GPUs`, warnings };
+    return { gpus, error: bounded(why, ": this node reports no GPUs"), warnings };
   }
   if (seen) {
     const unhealthy = gpus.filter((g) => !g.healthy).length;
-    return { gpus, error: `${seen} (kept the ${gpus.length} GPUs it could list, ${unhealthy} marked unhealthy)`, warnings };
+    return { gpus, error: bounded(seen, ` (kept the ${gpus.length} GPUs it could list, ${unhealthy} marked unhealthy)`), warnings };
   }
   return { gpus, warnings };
 }

@@ -4,7 +4,7 @@ import type { NodeView } from "../protocol/views";
 import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
 import type { Command } from "./command";
 import { safeDeep } from "../lib/text";
-import { type Style, ago, detectStyle, paint, table } from "./render";
+import { type Style, ago, detectStyle, oneLine, paint, table } from "./render";
 
 function stateText(style: Style, s: string): string {
   return paint(style, s === "ready" ? "green" : s === "unreachable" ? "red" : "yellow", s);
@@ -36,7 +36,23 @@ export function renderNodes(list: NodeView[], style: Style, wide: boolean, now =
     if (wide) row.push(n.address, n.agent_version, Object.entries(n.labels).map(([k, v]) => `${k}=${v}`).join(",") || "-");
     return row;
   });
-  return table(headers, rows, { right: [2, 3, 6] }) + "\n";
+  return table(headers, rows, { right: [2, 3, 6] }) + "\n" + problems(nodes, style);
+}
+
+/** Shown per node at most, so a fleet of broken cards still fits a screen. */
+const PROBLEMS_PER_NODE = 3;
+
+/** Below the table: why a node reports no (or fewer) GPUs, and each unhealthy GPU's reason. */
+function problems(nodes: NodeView[], style: Style): string {
+  const lines: string[] = [];
+  for (const n of nodes) {
+    // Older servers send neither field.
+    if (n.discovery_error) lines.push(`${n.name}: ${paint(style, "red", oneLine(n.discovery_error, 240))}`);
+    const bad = n.gpus.filter((g) => !g.healthy && g.reason);
+    for (const g of bad.slice(0, PROBLEMS_PER_NODE)) lines.push(`${n.name}: GPU ${g.index} ${paint(style, "yellow", oneLine(g.reason!, 160))}`);
+    if (bad.length > PROBLEMS_PER_NODE) lines.push(`${n.name}: … and ${bad.length - PROBLEMS_PER_NODE} more unhealthy GPUs (llmgw nodes ${n.name})`);
+  }
+  return lines.length > 0 ? `\n${lines.join("\n")}\n` : "";
 }
 
 export function renderNode(node: NodeView, style: Style, now = Date.now()): string {
@@ -49,12 +65,14 @@ export function renderNode(node: NodeView, style: Style, now = Date.now()): stri
     `Labels:     ${Object.entries(n.labels).map(([k, v]) => `${k}=${v}`).join(", ") || "-"}`,
     `Agent:      ${n.agent_version}, last heartbeat ${ago(n.last_heartbeat, now)}`,
     `Weights:    ${n.models.join(", ") || "-"}`,
-    `GPUs:       ${n.gpu_free} free of ${n.gpu_total}${n.gpu_unhealthy ? `, ${n.gpu_unhealthy} unhealthy` : ""}`,
+    `GPUs:       ${n.gpu_free} free of ${n.gpu_total}${n.gpu_unhealthy ? `, ${n.gpu_unhealthy} unhealthy` : ""}${n.gpu_memory_mib ? `, ${Math.round(n.gpu_memory_mib / 1024)}GiB memory` : ""}`,
   ];
+  if (n.discovery_error) lines.push(`Discovery:  ${paint(style, "red", oneLine(n.discovery_error, 1024))}`);
+  const reasons = n.gpus.some((g) => !g.healthy && g.reason);
   if (n.gpus.length > 0)
     lines.push(
       table(
-        ["INDEX", "CLASS", "NAME", "MEMORY", "HEALTH", "IN USE BY", "UUID"],
+        ["INDEX", "CLASS", "NAME", "MEMORY", "HEALTH", "IN USE BY", "UUID", ...(reasons ? ["REASON"] : [])],
         n.gpus.map((g) => [
           String(g.index),
           g.class,
@@ -63,6 +81,7 @@ export function renderNode(node: NodeView, style: Style, now = Date.now()): stri
           g.healthy ? "ok" : paint(style, "red", "unhealthy"),
           g.in_use_by ?? "-",
           g.uuid,
+          ...(reasons ? [g.healthy ? "" : oneLine(g.reason ?? "-", 160)] : []),
         ]),
         { right: [0, 3], indent: "  " },
       ),

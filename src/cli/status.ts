@@ -20,6 +20,7 @@ export function renderStatus(summary: Summary, style: Style): string {
   out.push(`${paint(style, "bold", "llmgw")} ${s.version}`);
   out.push(`Nodes     ${plural(n.total, "node")}: ${nodeParts.join(", ")}`);
   if (s.store_error) out.push(paint(style, "red", `Store     ${s.store_error}`));
+  out.push(...discoveryLines(s, style));
 
   out.push("", paint(style, "bold", "GPUs"));
   if (s.gpus.length === 0) out.push("  none reported yet");
@@ -80,6 +81,36 @@ export function renderStatus(summary: Summary, style: Style): string {
     out.push(table(["REPLICA", "MODEL", "WAS IDLE", "FOR", "AT"], s.evictions.map((e) => [e.replica, e.model, human(e.idle_seconds), e.for_model, e.at.slice(11, 19)]), { indent: "  " }));
   }
   return out.join("\n") + "\n";
+}
+
+/** Nodes named per line before the rest are counted. */
+const NAMED = 5;
+
+/**
+ * Under the node totals: nodes whose GPU discovery failed (a ready node with no GPUs looks
+ * healthy otherwise) and unhealthy GPUs by reason. Absent fields (an older server) show nothing.
+ */
+function discoveryLines(s: Summary, style: Style): string[] {
+  const lines: string[] = [];
+  const problems = s.gpu_discovery ?? [];
+  for (const [none, what] of [
+    [true, "reports no GPUs"],
+    [false, "reports incomplete GPU discovery"],
+  ] as const) {
+    const group = problems.filter((p) => (p.gpus === 0) === none);
+    if (group.length === 0) continue;
+    const verb = group.length === 1 ? what : what.replace("reports", "report");
+    // The first node's own words, then who else; the agent's "this node reports no GPUs" tail is said already.
+    const first = group[0]!;
+    const words = oneLine(first.error.replace(/: this node reports no GPUs$/, ""), 200);
+    const others = group.length > 1 ? ` (also ${group.slice(1, NAMED).map((p) => p.node).join(", ")}${group.length > NAMED ? ", …" : ""})` : "";
+    lines.push(paint(style, none ? "red" : "yellow", `          ${plural(group.length, "node")} ${verb}: ${first.node}: ${words}${others}`));
+  }
+  for (const u of s.unhealthy_gpus ?? []) {
+    const nodes = `${u.nodes.join(", ")}${u.gpus > u.nodes.length && u.nodes.length >= NAMED ? ", …" : ""}`;
+    lines.push(paint(style, "yellow", `          ${plural(u.gpus, "unhealthy GPU")}: ${oneLine(u.reason, 160)} (${nodes})`));
+  }
+  return lines;
 }
 
 export const command: Command = {

@@ -11,6 +11,13 @@ export interface PlacementGpu {
   healthy: boolean;
   /** held by a replica already */
   used: boolean;
+  /**
+   * The card's uuid for a MIG instance, or the uuid of another GPU of the same node whose memory
+   * this one shares (a compute instance beside the one standing for its GPU instance). Such a
+   * GPU and that one are never given to two replicas, except that GPUs sharing one parent may
+   * each go to a profile asking for their class (compute instances asked for explicitly).
+   */
+  parent?: string | null;
 }
 
 export interface PlacementNode {
@@ -72,6 +79,8 @@ interface ClassIndex {
   /** entry e's GPU indices are gpus[start[e]] … gpus[start[e + 1] - 1], ascending */
   start: Int32Array;
   gpus: Int32Array;
+  /** the flattened position (Fleet's numbering) of the GPU at the same position in `gpus` */
+  gpos: Int32Array;
   /** 1 while the GPU at the same position in `gpus` is healthy and unused */
   avail: Uint8Array;
   /** free counts run 0 … buckets - 1 (the most GPUs of the class any node has) */
@@ -120,6 +129,13 @@ class Fleet {
   readonly weights = new Map<string, number[]>();
   /** bumped by every take, so a reason computed for one state is not reused for another */
   generation = 0;
+  /** Flattened GPU p's class, and its position and entry within that class's arrays. */
+  private readonly gClass: Int32Array;
+  private readonly gAt: Int32Array;
+  private readonly gEnt: Int32Array;
+  /** GPUs that share GPU p's memory: linkList[linkOff[p]] … linkList[linkOff[p + 1] - 1] */
+  private readonly linkOff: Int32Array;
+  private readonly linkList: Int32Array;
 
   constructor(input: readonly PlacementNode[], requests: readonly PlacementRequest[]) {
     const order = input.map((_, i) => i);
@@ -150,6 +166,10 @@ class Fleet {
     const gClass = new Int32Array(gpuCount);
     const gIndex = new Int32Array(gpuCount);
     const gFree = new Uint8Array(gpuCount);
+    const gUsed = new Uint8Array(gpuCount);
+    /** (GPU, the GPU whose memory it shares) pairs, as flattened positions */
+    const shares: number[] = [];
+    let sharesFrom = 0;
     let p = 0;
     for (let id = 0; id < n; id++) {
       const node = nodes[id]!;
@@ -174,6 +194,16 @@ class Fleet {
         }
       }
       let busy = 0;
+      let uuidAt: Map<string, number> | undefined;
+      for (const g of gpus) {
+        if (g.parent == null) continue;
+        if (!uuidAt) {
+          uuidAt = new Map();
+          gpus.forEach((x, j) => uuidAt!.set(x.uuid, p + j));
+        }
+        const lead = uuidAt.get(g.parent);
+        if (lead !== undefined && lead !== p + gpus.indexOf(g)) shares.push(p + gpus.indexOf(g), lead);
+      }
       for (const g of gpus) {
         let c = this.classId.get(g.class);
         if (c === undefined) {
@@ -185,12 +215,43 @@ class Fleet {
         gClass[p] = c;
         gIndex[p] = g.index;
         gFree[p] = ok ? 1 : 0;
+        gUsed[p] = g.used ? 1 : 0;
         p++;
       }
+      // A held GPU holds the memory it shares: the GPU instance standing for it, or every compute
+      // instance inside it. Blocked ones count as busy, so the node is not whole either.
+      for (let x = sharesFrom; x < shares.length; x += 2) {
+        const a = shares[x]!;
+        const b = shares[x + 1]!;
+        if (gUsed[a] && gFree[b]) {
+          gFree[b] = 0;
+          busy++;
+        }
+        if (gUsed[b] && gFree[a]) {
+          gFree[a] = 0;
+          busy++;
+        }
+      }
+      sharesFrom = shares.length;
       this.busy[id] = busy;
       gpuOff[id + 1] = p;
     }
     this.fabList = Int32Array.from(fabList);
+    this.gClass = gClass;
+    this.gAt = new Int32Array(gpuCount);
+    this.gEnt = new Int32Array(gpuCount);
+    const degree = new Int32Array(gpuCount + 1);
+    for (let x = 0; x < shares.length; x++) degree[shares[x]! + 1]!++;
+    for (let q = 0; q < gpuCount; q++) degree[q + 1]! += degree[q]!;
+    this.linkOff = degree.slice();
+    this.linkList = new Int32Array(shares.length);
+    const fill = degree.slice(0, gpuCount);
+    for (let x = 0; x < shares.length; x += 2) {
+      const a = shares[x]!;
+      const b = shares[x + 1]!;
+      this.linkList[fill[a]!++] = b;
+      this.linkList[fill[b]!++] = a;
+    }
 
     // Second pass: sizes, so each class gets its arrays in one allocation.
     const nc = this.classId.size;
@@ -219,6 +280,7 @@ class Fleet {
         free: new Int32Array(e),
         start: new Int32Array(e + 1),
         gpus: new Int32Array(perClass[c]!),
+        gpos: new Int32Array(perClass[c]!),
         avail: new Uint8Array(perClass[c]!),
         buckets: 0,
         words: (e + 31) >>> 5,
@@ -253,6 +315,9 @@ class Fleet {
         }
         const e = curEntry[c]!;
         const at = cursor[c]!++;
+        this.gAt[q] = at;
+        this.gEnt[q] = e;
+        ci.gpos[at] = q;
         ci.gpus[at] = gIndex[q]!;
         ci.avail[at] = gFree[q]!;
         ci.total[e]!++;
@@ -292,10 +357,12 @@ class Fleet {
   take(ci: ClassIndex, e: number, k: number): number[] {
     const id = ci.node[e]!;
     const out: number[] = [];
+    const taken: number[] = [];
     for (let j = ci.start[e]!; j < ci.start[e + 1]! && out.length < k; j++) {
       if (ci.avail[j] === 0) continue;
       ci.avail[j] = 0;
       out.push(ci.gpus[j]!);
+      taken.push(ci.gpos[j]!);
     }
     const wasWhole = this.busy[id] === 0;
     clearBit(ci, wasWhole ? 1 : 0, ci.free[e]!, e);
@@ -312,8 +379,23 @@ class Fleet {
         setBit(other, 0, other.free[oe]!, oe);
       }
     }
+    // The node is not whole any more, so blocking only moves the blocked GPU's own entry.
+    for (const q of taken) for (let x = this.linkOff[q]!; x < this.linkOff[q + 1]!; x++) this.block(this.linkList[x]!);
     this.generation++;
     return out;
+  }
+
+  /** Takes GPU q (flattened position) out of what is free, on a node that is no longer whole. */
+  private block(q: number): void {
+    const ci = this.classes[this.gClass[q]!]!;
+    const at = this.gAt[q]!;
+    if (ci.avail[at] === 0) return;
+    const e = this.gEnt[q]!;
+    ci.avail[at] = 0;
+    clearBit(ci, 0, ci.free[e]!, e);
+    ci.free[e]!--;
+    setBit(ci, 0, ci.free[e]!, e);
+    this.busy[ci.node[e]!]!++;
   }
 
   inFabric(id: number, fabric: number): boolean {

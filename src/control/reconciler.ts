@@ -289,7 +289,7 @@ export function reconcile({ snapshot, now, lastUsed, config: cfg, newId, watched
   for (const g of snapshot.gpus) {
     let l = gpusByNode.get(g.node);
     if (!l) gpusByNode.set(g.node, (l = []));
-    l.push({ index: g.index, uuid: g.uuid, class: g.class, healthy: g.healthy, used: held.has(key(g.node, g.index)) });
+    l.push({ index: g.index, uuid: g.uuid, class: g.class, healthy: g.healthy, used: held.has(key(g.node, g.index)), parent: g.parent });
   }
   const weightsByNode = new Map<string, Set<string>>();
   for (const w of snapshot.weights) {

@@ -2,7 +2,10 @@
 // of the tables the admin API serves, so the summary and the tables cannot disagree; it is a
 // different question asked of the same facts.
 
-import type { ClassUse, FabricUse, IdleReplica, ParkedModel, Summary, Tables } from "../protocol/views";
+import type { ClassUse, DiscoveryProblem, FabricUse, IdleReplica, ParkedModel, Summary, Tables, UnhealthyGpus } from "../protocol/views";
+
+/** Nodes named per unhealthy reason: enough to start looking, bounded at any fleet size. */
+const REASON_NODES = 5;
 
 /**
  * How long a ready replica must go unasked-for to be named idle. Minutes, not seconds: a
@@ -24,9 +27,12 @@ export function summarize(t: Tables, extras: SummaryExtras): Summary {
   const byClass = new Map<string, ClassUse>();
   const byFabric = new Map<string, FabricUse>();
   const modelsByFabric = new Map<string, Set<string>>();
+  const byReason = new Map<string, UnhealthyGpus>();
+  const discovery: DiscoveryProblem[] = [];
 
   for (const n of t.nodes) {
     nodes[n.state]++;
+    if (n.discovery_error !== null) discovery.push({ node: n.name, gpus: n.gpus.length, error: n.discovery_error });
     // Per device, not per card: a card in MIG mode contributes its instances, each in its
     // own class, and whole cards beside them keep theirs.
     for (const g of n.gpus) {
@@ -35,8 +41,14 @@ export function summarize(t: Tables, extras: SummaryExtras): Summary {
       u.total++;
       // Unhealthy is neither used nor free, even under a replica: counting it as either is
       // how a cluster looks like it has room, or load, that it does not.
-      if (!g.healthy) u.unhealthy++;
-      else if (g.in_use_by !== null) u.used++;
+      if (!g.healthy) {
+        u.unhealthy++;
+        const reason = g.reason ?? "no reason given";
+        let r = byReason.get(reason);
+        if (!r) byReason.set(reason, (r = { reason, gpus: 0, nodes: [] }));
+        r.gpus++;
+        if (r.nodes.length < REASON_NODES && r.nodes.at(-1) !== n.name) r.nodes.push(n.name);
+      } else if (g.in_use_by !== null) u.used++;
     }
     // A whole free node is what a multi-node replica needs; one busy or broken card spoils it.
     const wholeFree = n.state === "ready" && n.gpu_total > 0 && n.gpu_free === n.gpu_total;
@@ -122,6 +134,8 @@ export function summarize(t: Tables, extras: SummaryExtras): Summary {
     evictions: extras.evictions ?? [],
     store: extras.store ?? [],
     control_planes: extras.controlPlanes ?? {},
+    unhealthy_gpus: [...byReason.values()].sort((a, b) => b.gpus - a.gpus || (a.reason < b.reason ? -1 : 1)),
+    gpu_discovery: discovery.sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0)),
   };
   if (extras.storeError) s.store_error = extras.storeError;
   return s;

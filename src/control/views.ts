@@ -82,7 +82,26 @@ export function buildTables({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSin
       healthy: g.healthy,
       parent: g.parent,
       in_use_by: holder.get(`${g.node}\u0000${g.index}`) ?? null,
+      reason: g.healthy ? null : (snapshot.discovery?.get(g.node)?.reasons.get(g.index) ?? null),
     });
+  }
+  // A GPU naming another of its node as parent shares that one's memory (MIG compute instances):
+  // whichever is held holds the other too, as placement sees it, so free counts agree with it.
+  const memoryByNode = new Map<string, number>();
+  for (const [node, list] of gpusByNode) {
+    let memory = 0;
+    const byUuid = list.some((g) => g.parent !== null) ? new Map(list.map((g) => [g.uuid, g])) : undefined;
+    const direct = (g: GpuView) => holder.get(`${node}\u0000${g.index}`) ?? null;
+    for (const g of list) {
+      const shared = g.parent !== null && g.parent !== g.uuid ? byUuid?.get(g.parent) : undefined;
+      if (!shared) {
+        memory += g.memory_mib;
+        continue;
+      }
+      g.in_use_by ??= direct(shared);
+      shared.in_use_by ??= direct(g);
+    }
+    memoryByNode.set(node, memory);
   }
   const weightsByNode = new Map<string, string[]>();
   for (const w of snapshot.weights) {
@@ -113,6 +132,8 @@ export function buildTables({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSin
       gpu_total: gpus.length,
       gpu_free: free,
       gpu_unhealthy: unhealthy,
+      gpu_memory_mib: memoryByNode.get(n.name) ?? 0,
+      discovery_error: snapshot.discovery?.get(n.name)?.error ?? null,
     };
   });
 

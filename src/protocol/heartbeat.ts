@@ -8,11 +8,21 @@ import { Labels, Name, Printable, PrintableMultiline, SegmentName } from "./comm
 /** Limits that keep one heartbeat from costing the head node more than a fleet's worth. */
 export const HEARTBEAT_LIMITS = { gpus: 256, models: 4096, replicas: 1024, fabrics: 16 } as const;
 
+/** Longest `reason` a GPU report carries, and longest node-wide discovery error. */
+export const REASON_MAX = 256;
+export const DISCOVERY_ERROR_MAX = 1024;
+
 /**
- * One schedulable device. A card in MIG mode is reported as its instances, each with
+ * One schedulable device. A card in MIG mode is reported as its GPU instances, each with
  * `parent` set to the card's uuid and a class of its own (e.g. "A100-80GB/3g.40gb"), never as
- * the card itself. `index` is the agent's number for the device on this node, unique per node;
- * shards name GPUs by it.
+ * the card itself. A GPU instance split into compute instances is one memory domain: its
+ * largest compute instance stands for it (class of the GPU instance, e.g. "H200-141GB/3g.71gb"),
+ * and each other compute instance is reported with its own class ("H200-141GB/1c.3g.71gb") and
+ * `parent` set to that device's uuid, because it shares that device's memory: placement never
+ * puts a replica beside one that holds the GPU instance, and totals count the memory once.
+ * A card in MIG mode with no instances is reported as the card itself, unhealthy, with a reason.
+ * `index` is the agent's number for the device on this node, unique per node; shards name GPUs
+ * by it.
  */
 export const GpuReport = z.object({
   index: z.number().int().min(0).max(65535),
@@ -22,6 +32,8 @@ export const GpuReport = z.object({
   memory_mib: z.number().int().min(0).max(16 * 1024 * 1024),
   healthy: z.boolean(),
   parent: Printable(128).min(1).nullable().default(null),
+  /** Why the device is unhealthy (or cannot be scheduled), quoting nvidia-smi where it can. */
+  reason: PrintableMultiline(REASON_MAX).nullable().optional(),
 });
 export type GpuReport = z.infer<typeof GpuReport>;
 
@@ -55,6 +67,11 @@ export const HeartbeatRequest = z
     replicas: z.array(ReplicaReport).max(HEARTBEAT_LIMITS.replicas).default([]),
     /** Port of the agent's engine-log listener (`llmgw logs`), or null when it has none. */
     logs_port: z.number().int().min(1).max(65535).nullable().default(null),
+    /**
+     * Why GPU discovery failed or is incomplete (nvidia-smi missing, the driver not answering),
+     * absent when it went well: a node reporting no GPUs says why.
+     */
+    discovery_error: PrintableMultiline(DISCOVERY_ERROR_MAX).nullable().optional(),
   })
   .superRefine((hb, ctx) => {
     const seenIndex = new Map<number, number>();

@@ -26,8 +26,10 @@ export const GpuViewSchema = z.object({
   healthy: z.boolean(),
   /** UUID of the card a MIG instance belongs to; null for a whole card. */
   parent: z.string().nullable().describe("UUID of the card a MIG instance belongs to; null for a whole card."),
-  /** Id of the replica holding it, or null. */
-  in_use_by: z.string().nullable().describe("Id of the replica holding it, or null."),
+  /** Id of the replica holding it (or holding the memory it shares), or null. */
+  in_use_by: z.string().nullable().describe("Id of the replica holding it (or holding the GPU instance memory it shares), or null."),
+  /** Why it is unhealthy, as the node reported it; null when healthy or not said. */
+  reason: z.string().nullable().describe("Why it is unhealthy, as the node reported it; null when healthy or not said."),
 });
 export type GpuView = z.infer<typeof GpuViewSchema>;
 
@@ -47,6 +49,10 @@ export const NodeViewSchema = z.object({
   gpu_total: z.number().int(),
   gpu_free: z.number().int(),
   gpu_unhealthy: z.number().int(),
+  /** Memory of its GPUs in MiB, each GPU instance's once (compute instances share it). */
+  gpu_memory_mib: z.number().int().describe("Memory of its GPUs in MiB, each GPU instance's once (compute instances share it)."),
+  /** Why GPU discovery failed or is incomplete on this node, as it last reported; null when it went well. */
+  discovery_error: z.string().nullable().describe("Why GPU discovery failed or is incomplete on this node, as it last reported; null when it went well."),
 });
 export type NodeView = z.infer<typeof NodeViewSchema>;
 
@@ -128,6 +134,13 @@ export type ControlPlane = z.infer<typeof ControlPlaneSchema>;
 export const ControlPlanesSchema = z.object({ members: z.array(ControlPlaneSchema).optional(), floating: z.string().optional(), floating_up: z.boolean().optional() });
 export type ControlPlanes = z.infer<typeof ControlPlanesSchema>;
 
+/** Unhealthy GPUs grouped by the reason their nodes gave. */
+export const UnhealthyGpusSchema = z.object({ reason: z.string(), gpus: z.number().int(), nodes: z.array(z.string()).describe("The first few nodes, by name.") });
+export type UnhealthyGpus = z.infer<typeof UnhealthyGpusSchema>;
+/** A node whose GPU discovery failed or is incomplete. */
+export const DiscoveryProblemSchema = z.object({ node: z.string(), gpus: z.number().int(), error: z.string() });
+export type DiscoveryProblem = z.infer<typeof DiscoveryProblemSchema>;
+
 export const SummarySchema = z.object({
   version: z.string(),
   nodes: NodeTotalsSchema,
@@ -146,6 +159,10 @@ export const SummarySchema = z.object({
   store: z.array(StoreMemberSchema).describe("Members of a replicated store; empty for the embedded database."),
   store_error: z.string().optional(),
   control_planes: ControlPlanesSchema,
+  /** Unhealthy GPUs by reason, most first. */
+  unhealthy_gpus: z.array(UnhealthyGpusSchema).optional().describe("Unhealthy GPUs by reason, most first."),
+  /** Nodes whose GPU discovery failed or is incomplete, by name. */
+  gpu_discovery: z.array(DiscoveryProblemSchema).optional().describe("Nodes whose GPU discovery failed or is incomplete, by name."),
 });
 export type Summary = z.infer<typeof SummarySchema>;
 

@@ -221,6 +221,25 @@ const KV = 2;
 const KV_FALLBACK = 3;
 const ROLES = 4;
 
+/**
+ * Labels that tell apart the ranks of one data-parallel group (SGLang's schedulers: tp_rank,
+ * pp_rank, moe_ep_rank; see scheduler_metrics_mixin.py). With --enable-metrics-for-all-schedulers
+ * every rank reports its group's queue, so within a group one rank's value is the group's
+ * (the fullest, should one lag); only groups (dp_rank, engines, models) add up.
+ */
+const RANK_LABELS = new Set(["tp_rank", "pp_rank", "moe_ep_rank", "attn_tp_rank", "attn_cp_rank"]);
+
+/** The sample's group: its name and labels without the rank labels, or null when it has none of them. */
+function groupKey(sample: PromSample): string | null {
+  let ranked = false;
+  const rest: string[] = [];
+  for (const k in sample.labels) {
+    if (RANK_LABELS.has(k)) ranked = true;
+    else rest.push(`${k}\u0000${sample.labels[k]}`);
+  }
+  return ranked ? `${sample.name}\u0001${rest.sort().join("\u0001")}` : null;
+}
+
 /** Metric name → accumulator slot (family * ROLES + role). Names are matched, never HELP text. */
 const WANTED = new Map<string, number>([
   ["vllm:num_requests_running", VLLM * ROLES + RUNNING],
@@ -255,8 +274,9 @@ function familyOfHint(engine: string | undefined): number {
 /**
  * Reads one engine's load out of its /metrics text. The engine is recognised by the metric
  * names present; the hint (the replica's engine) only breaks a tie when several families
- * appear. Counts are summed over label sets (data-parallel engines, several model names); KV
- * usage takes the fullest label set, since one full pool is enough to make a replica queue.
+ * appear. Counts are summed over label sets (data-parallel engines, several model names), but the
+ * ranks of one data-parallel group count once (see RANK_LABELS); KV usage takes the fullest label
+ * set, since one full pool is enough to make a replica queue.
  * Malformed lines of the metrics we read are ignored, and other lines are not even parsed.
  */
 export function readEngineLoad(text: string, engine?: string): EngineLoad {
@@ -264,6 +284,8 @@ export function readEngineLoad(text: string, engine?: string): EngineLoad {
   const sum = new Float64Array(n);
   const max = new Float64Array(n);
   const count = new Uint32Array(n);
+  /** slot → group → the group's value, for samples that carry rank labels */
+  let groups: Map<string, number>[] | undefined;
   for (let start = 0; start < text.length; ) {
     let end = text.indexOf("\n", start);
     if (end < 0) end = text.length;
@@ -284,7 +306,13 @@ export function readEngineLoad(text: string, engine?: string): EngineLoad {
         if (typeof r === "object") {
           const v = r.value;
           if (Number.isFinite(v) && v >= 0) {
-            sum[slot]! += v;
+            const key = groupKey(r);
+            if (key === null) sum[slot]! += v;
+            else {
+              groups ??= Array.from({ length: n }, () => new Map<string, number>());
+              const g = groups[slot]!;
+              g.set(key, Math.max(v, g.get(key) ?? 0));
+            }
             if (count[slot] === 0 || v > max[slot]!) max[slot] = v;
             count[slot]!++;
           }
@@ -293,6 +321,8 @@ export function readEngineLoad(text: string, engine?: string): EngineLoad {
     }
     start = end + 1;
   }
+
+  if (groups) for (let slot = 0; slot < n; slot++) for (const v of groups[slot]!.values()) sum[slot]! += v;
 
   const present = (f: number): boolean => {
     for (let r = 0; r < ROLES; r++) if (count[f * ROLES + r]! > 0) return true;
@@ -322,7 +352,8 @@ export function readEngineLoad(text: string, engine?: string): EngineLoad {
 export interface MetricsEndpoint {
   id: string;
   url: string;
-  info: { engine: string };
+  /** `key`: the replica's engine key; an engine started with one may guard /metrics with it. */
+  info: { engine: string; key?: string };
 }
 
 /** Structurally a subset of a pino logger. */
@@ -450,7 +481,7 @@ export class EngineMetricsPoller {
     try {
       const res = await this.fetchFn(url, {
         // Plain text, not OpenMetrics: prometheus_client (vLLM, SGLang) negotiates on Accept.
-        headers: { accept: "text/plain" },
+        headers: ep.info.key ? { accept: "text/plain", authorization: `Bearer ${ep.info.key}` } : { accept: "text/plain" },
         signal: AbortSignal.any([stopSignal, AbortSignal.timeout(this.timeoutMs)]),
       });
       if (!res.ok) {

@@ -23,6 +23,13 @@ export interface ModelRow {
   updatedAt: number;
 }
 
+/** What a node's last heartbeat said about its GPU discovery: the node's error, each GPU's reason. */
+export interface NodeDiscovery {
+  error: string | null;
+  /** GPU index → why it is unhealthy */
+  reasons: ReadonlyMap<number, string>;
+}
+
 /** Everything the control plane derives its views from, read in one transaction. */
 export interface Snapshot {
   nodes: NodeRow[];
@@ -31,6 +38,8 @@ export interface Snapshot {
   models: ModelRow[];
   replicas: ReplicaRow[];
   modelState: ModelStateRow[];
+  /** Per node, as last heartbeated; absent for nodes not heard from since this process started. */
+  discovery?: ReadonlyMap<string, NodeDiscovery>;
 }
 
 /** A name or alias is already taken: both names are in the message. */
@@ -51,6 +60,12 @@ export interface OpenOptions {
 export class Store {
   readonly db: BunSQLiteDatabase<typeof schema>;
   readonly sqlite: Database;
+  /**
+   * Discovery errors and GPU reasons are kept in memory, not in a table: only people read them,
+   * every heartbeat (seconds apart) carries them again, so a restarted head node knows them
+   * after one interval, and the health they explain (gpus.healthy) is stored. No migration.
+   */
+  private readonly discovery = new Map<string, NodeDiscovery>();
 
   constructor(opts: OpenOptions) {
     this.sqlite = new Database(opts.path, { create: true, strict: true });
@@ -118,6 +133,10 @@ export class Store {
       tx.delete(schema.weights).where(eq(schema.weights.node, hb.node)).run();
       const models = [...new Set(hb.models)];
       if (models.length > 0) tx.insert(schema.weights).values(models.map((m) => ({ node: hb.node, model: m }))).run();
+      const reasons = new Map<number, string>();
+      for (const g of hb.gpus) if (!g.healthy && g.reason) reasons.set(g.index, g.reason);
+      if (hb.discovery_error || reasons.size > 0) this.discovery.set(hb.node, { error: hb.discovery_error || null, reasons });
+      else this.discovery.delete(hb.node);
       return { created: !existing };
     });
   }
@@ -132,6 +151,7 @@ export class Store {
         models: tx.select().from(schema.models).orderBy(asc(schema.models.name)).all() as ModelRow[],
         replicas: tx.select().from(schema.replicas).orderBy(asc(schema.replicas.id)).all(),
         modelState: tx.select().from(schema.modelState).all(),
+        discovery: new Map(this.discovery),
       }),
       { behavior: "deferred" },
     );

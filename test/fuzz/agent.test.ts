@@ -24,8 +24,9 @@ const validHeartbeat = (node: string) => ({
   fabrics: ["ib-a"],
   gpus: [
     { index: 0, uuid: `GPU-${node}-0`, name: "NVIDIA H100 80GB HBM3", class: "H100-80GB", memory_mib: 81559, healthy: true, parent: null },
-    { index: 1, uuid: `MIG-${node}-1`, name: "NVIDIA A100 MIG 3g.40gb", class: "A100-80GB/3g.40gb", memory_mib: 40192, healthy: false, parent: `GPU-${node}-card` },
+    { index: 1, uuid: `MIG-${node}-1`, name: "NVIDIA A100 MIG 3g.40gb", class: "A100-80GB/3g.40gb", memory_mib: 40192, healthy: false, parent: `GPU-${node}-card`, reason: "remapped_rows.pending is Yes: a row remapping waits for a GPU reset" },
   ],
+  discovery_error: "nvidia-smi -L exited with status 15: Unable to determine the device handle for GPU 0000:0B:00.0: Unknown Error (kept the 2 GPUs it could list, 1 marked unhealthy)",
   models: ["llama", "org/mistral"],
   replicas: [{ id: "r-0000aaaa", state: "ready", port: 8100, error: null }],
 });
@@ -71,6 +72,11 @@ async function storedAsSent(input: unknown): Promise<string[]> {
   const gpus = (g: { index: number; uuid: string; class: string; memory_mib: number; healthy: boolean; parent: string | null }[]) =>
     [...g].sort((x, y) => x.index - y.index).map((x) => [x.index, x.uuid, x.class, x.memory_mib, x.healthy, x.parent]);
   if (!sameJson(gpus(node.gpus), gpus(hb.gpus))) p.push(`GPUs stored differ from those sent — stored ${JSON.stringify(gpus(node.gpus))}, sent ${clip(JSON.stringify(gpus(hb.gpus)), 300)}`);
+  // Reasons are shown for unhealthy GPUs only; an empty one says nothing.
+  const reasons = (g: { index: number; healthy: boolean; reason?: string | null }[]) =>
+    [...g].sort((x, y) => x.index - y.index).map((x) => (!x.healthy && x.reason ? x.reason : null));
+  if (!sameJson(reasons(node.gpus), reasons(hb.gpus))) p.push(`GPU reasons stored differ from those sent — stored ${JSON.stringify(reasons(node.gpus))}, sent ${clip(JSON.stringify(reasons(hb.gpus)), 300)}`);
+  if (node.discovery_error !== (hb.discovery_error || null)) p.push(`discovery_error stored differs from the one sent — stored ${JSON.stringify(node.discovery_error)}, sent ${clip(JSON.stringify(hb.discovery_error), 200)}`);
   return p;
 }
 

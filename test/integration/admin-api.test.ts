@@ -208,3 +208,42 @@ describe("nodes, events, summary", () => {
     expect(big.status).toBe(413);
   });
 });
+
+describe("GPU discovery problems reach the node view", () => {
+  // The driver failure of test/fixtures/nvidia-smi/unhealthy-gpu-outputs.txt
+  // (ci-for-research/self-hosted-runners#40), as the agent words it.
+  const DRIVER =
+    "nvidia-smi exited with status 9: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running: this node reports no GPUs";
+
+  test("a heartbeat's discovery error and GPU reasons are in the node, the node list and the summary; a good heartbeat clears them", async () => {
+    expect((await s.agent({ ...heartbeat({ name: "gpu-dead" }), discovery_error: DRIVER })).status).toBe(200);
+    const hb = heartbeat({ name: "gpu-mig", gpus: [H, H], unhealthy: [1] });
+    hb.gpus[1]!.reason = "MIG mode with no GPU instances";
+    expect((await s.agent(hb)).status).toBe(200);
+
+    const dead = (await (await s.admin("/api/v1/nodes/gpu-dead")).json()) as NodeView;
+    expect(dead).toMatchObject({ state: "ready", gpu_total: 0, discovery_error: DRIVER });
+    const mig = (await (await s.admin("/api/v1/nodes/gpu-mig")).json()) as NodeView;
+    expect(mig.discovery_error).toBeNull();
+    expect(mig.gpus.map((g) => [g.healthy, g.reason])).toEqual([[true, null], [false, "MIG mode with no GPU instances"]]);
+    const list = (await (await s.admin("/api/v1/nodes")).json()) as NodeView[];
+    expect(list.find((n) => n.name === "gpu-dead")!.discovery_error).toBe(DRIVER);
+    const summary = (await (await s.admin("/api/v1/summary")).json()) as Summary;
+    expect(summary.gpu_discovery).toContainEqual({ node: "gpu-dead", gpus: 0, error: DRIVER });
+    expect(summary.unhealthy_gpus).toContainEqual({ reason: "MIG mode with no GPU instances", gpus: 1, nodes: ["gpu-mig"] });
+
+    expect((await s.agent(heartbeat({ name: "gpu-dead", gpus: [H] }))).status).toBe(200);
+    expect(((await (await s.admin("/api/v1/nodes/gpu-dead")).json()) as NodeView).discovery_error).toBeNull();
+  });
+
+  test("an oversized discovery error or GPU reason is refused naming the field", async () => {
+    const long = await s.agent({ ...heartbeat({ name: "gpu-long" }), discovery_error: "x".repeat(5000) });
+    expect(long.status).toBe(400);
+    expect(JSON.stringify(await long.json())).toContain("discovery_error");
+    const hb = heartbeat({ name: "gpu-long", gpus: [H], unhealthy: [0] });
+    hb.gpus[0]!.reason = "y".repeat(1000);
+    const r = await s.agent(hb);
+    expect(r.status).toBe(400);
+    expect(JSON.stringify(await r.json())).toContain("gpus.0.reason");
+  });
+});

@@ -11,6 +11,7 @@ import {
   discoverGpus,
   normaliseClass,
   parseListGpus,
+  parseMigDevices,
   parseQueryGpuCsv,
   simulatedGpus,
   type QueryGpuRow,
@@ -29,6 +30,11 @@ const fx = {
   h200Csv: readFixture("nvidia-smi/query-gpu-all-fields__h200-idle__590.48.01.csv"),
   gpustack: readFixture("nvidia-smi/query-gpu-csv-noheader__gpustack-docstring__rtx4080super.csv"),
   unhealthy: readFixture("nvidia-smi/unhealthy-gpu-outputs.txt"),
+  // Constructed in the format of the captures above (see their headers): an H200 whose 3g.71gb
+  // GPU instance is split into compute instances 1c.3g.71gb and 2c.3g.71gb.
+  h200CiL: readFixture("nvidia-smi/L__h200-mig-compute-instances__constructed.txt"),
+  h200CiQ: readFixture("nvidia-smi/q__h200-mig-compute-instances__constructed.txt"),
+  h100Q: readFixture("nvidia-smi/q__h100-mig-idle__590.48.01.txt"),
 };
 // The COMMAND line in the gpustack fixture's header: a noheader query of other fields than ours.
 const GPUSTACK_COLUMNS = ["index", "name", "memory.total", "memory.used", "utilization.gpu", "temperature.gpu"];
@@ -43,10 +49,10 @@ function expectValidHeartbeat(gpus: GpuReport[]) {
 }
 
 /** A runner answering like nvidia-smi would, from canned outputs; records what it was asked. */
-function fakeSmi(answers: { query: RunResult | Error; list: RunResult | Error }, calls: string[][] = []): Runner {
+function fakeSmi(answers: { query: RunResult | Error; list: RunResult | Error; q?: RunResult | Error }, calls: string[][] = []): Runner {
   return async (argv) => {
     calls.push(argv);
-    const a = argv.includes("-L") ? answers.list : answers.query;
+    const a = argv.includes("-L") ? answers.list : argv.includes("-q") ? (answers.q ?? new Error("no -q answer")) : answers.query;
     if (a instanceof Error) throw a;
     return a;
   };
@@ -159,6 +165,7 @@ describe("parseQueryGpuCsv", () => {
         const text = lines.join("\n");
         parseQueryGpuCsv(text);
         parseListGpus(text);
+        parseMigDevices(text);
       }),
     );
     expect(parseQueryGpuCsv("No devices were found")).toEqual([]);
@@ -259,15 +266,15 @@ describe("buildGpuReports", () => {
     const warnings: string[] = [];
     const gpus = buildGpuReports([], parseListGpus(fx.l40sL), {}, (w) => warnings.push(w));
     expect(gpus).toEqual([
-      { index: 0, uuid: ZERO_GPU, name: "NVIDIA L40S", class: "L40S", memory_mib: 0, healthy: false, parent: null },
+      { index: 0, uuid: ZERO_GPU, name: "NVIDIA L40S", class: "L40S", memory_mib: 0, healthy: false, parent: null, reason: "nvidia-smi --query-gpu gave no row for it (memory and health unknown)" },
     ]);
     expect(warnings.join()).toContain("no row");
   });
 
-  test("a MIG-mode card with no instances offers nothing, and says so", () => {
+  test("a MIG-mode card with no instances offers nothing: reported unhealthy, and says so", () => {
     const warnings: string[] = [];
     const gpus = buildGpuReports(parseQueryGpuCsv(fx.h100Csv), [], {}, (w) => warnings.push(w));
-    expect(gpus).toEqual([]);
+    expect(gpus).toMatchObject([{ class: "H100-80GB", healthy: false, parent: null, reason: "MIG mode with no GPU instances" }]);
     expect(warnings.join()).toContain("MIG mode but lists no MIG instances");
   });
 
@@ -359,7 +366,9 @@ describe("unhealthy nvidia-smi outputs (unhealthy-gpu-outputs.txt)", () => {
 
   test("[GPU requires reset] in a --query-gpu row (with header)", () => {
     const gpus = buildGpuReports(parseQueryGpuCsv(block(queryCsv[0]!).body), []);
-    expect(gpus).toEqual([{ index: 0, uuid: "GPU-unknown-0", name: "", class: "unknown", memory_mib: 0, healthy: false, parent: null }]);
+    expect(gpus).toEqual([
+      { index: 0, uuid: "GPU-unknown-0", name: "", class: "unknown", memory_mib: 0, healthy: false, parent: null, reason: "temperature.gpu reads [GPU requires reset]" },
+    ]);
   });
 
   test.each(Object.entries(translated))("%s: replayed as a query row, unhealthy", (key, t) => {
@@ -409,7 +418,7 @@ describe("discoverGpus", () => {
     const calls: string[][] = [];
     const d = await discoverGpus({ run: fakeSmi({ query: ok(mixedCsv()), list: ok(mixedL()) }, calls), classOverrides: { "NVIDIA H200": "H200" } });
     expect(calls.map((c) => c.slice(1).join(" ")).sort()).toEqual([
-      "--query-gpu=index,uuid,name,memory.total,mig.mode.current,pci.bus_id,pstate,temperature.gpu --format=csv,nounits",
+      "--query-gpu=index,uuid,name,memory.total,mig.mode.current,pci.bus_id,pstate,temperature.gpu,remapped_rows.pending,retired_pages.pending --format=csv,nounits",
       "-L",
     ]);
     expect(d.error).toBeUndefined();
@@ -546,5 +555,159 @@ describe("simulatedGpus", () => {
         expectValidHeartbeat(gpus);
       }),
     );
+  });
+});
+
+describe("what held-out samples showed", () => {
+  // The H200 capture's row with MIG mode switched on, as it reads on the card of the constructed
+  // compute-instance sample (same name, bus id and memory).
+  const h200MigCsv = () => {
+    const [header, row] = fx.h200Csv.trim().split("\n") as [string, string];
+    const names = header.split(", ");
+    const fields = row.split(", ");
+    for (const f of ["mig.mode.current", "mig.mode.pending"]) fields[names.indexOf(f)] = "Enabled";
+    return `${header}\n${fields.join(", ")}\n`;
+  };
+  /** Memory of the node's devices as totals count it: a device sharing another's memory adds none. */
+  const memoryOnce = (gpus: GpuReport[]) =>
+    gpus.filter((g) => !gpus.some((o) => o.uuid === g.parent)).reduce((a, g) => a + g.memory_mib, 0);
+
+  test("the switched-on H200 row really reads MIG mode enabled", () => {
+    expect(parseQueryGpuCsv(h200MigCsv())).toMatchObject([{ migMode: "enabled", memoryMiB: 143771, busId: "00000000:83:00.0" }]);
+  });
+
+  test("compute instances of one GPU instance: its memory counted once, the largest CI stands for it", async () => {
+    const calls: string[][] = [];
+    const d = await discoverGpus({ run: fakeSmi({ query: ok(h200MigCsv()), list: ok(fx.h200CiL), q: ok(fx.h200CiQ) }, calls) });
+    expect(d.error).toBeUndefined();
+    const lead = "MIG-00000001-0000-0000-0000-000000000001";
+    expect(d.gpus.map((g) => [g.index, g.class, g.memory_mib, g.uuid, g.parent])).toEqual([
+      [0, "H200-141GB/1c.3g.71gb", 72704, "MIG-00000000-0000-0000-0000-000000000000", lead],
+      [1, "H200-141GB/3g.71gb", 72704, lead, ZERO_GPU],
+      [2, "H200-141GB/2g.35gb", 35840, "MIG-00000002-0000-0000-0000-000000000002", ZERO_GPU],
+      [3, "H200-141GB/1g.18gb", 18432, "MIG-00000003-0000-0000-0000-000000000003", ZERO_GPU],
+    ]);
+    // Summed naively the card has 199680 MiB; counted once it has what its instances really hold.
+    expect(d.gpus.reduce((a, g) => a + g.memory_mib, 0)).toBe(199680);
+    expect(memoryOnce(d.gpus)).toBe(126976);
+    expect(memoryOnce(d.gpus)).toBeLessThanOrEqual(143771);
+    expect(calls.some((c) => c.includes("-q"))).toBe(true);
+    expectValidHeartbeat(d.gpus);
+  });
+
+  test("without nvidia-smi -q, compute instances of one profile on a card are grouped (never split wrongly)", async () => {
+    const d = await discoverGpus({ run: fakeSmi({ query: ok(h200MigCsv()), list: ok(fx.h200CiL), q: { exitCode: 4, stdout: "", stderr: "Insufficient Permissions" } }) });
+    expect(d.gpus.map((g) => [g.class, g.parent])).toEqual([
+      ["H200-141GB/1c.3g.71gb", "MIG-00000001-0000-0000-0000-000000000001"],
+      ["H200-141GB/3g.71gb", ZERO_GPU],
+      ["H200-141GB/2g.35gb", ZERO_GPU],
+      ["H200-141GB/1g.18gb", ZERO_GPU],
+    ]);
+    expect(memoryOnce(d.gpus)).toBe(126976);
+  });
+
+  test("older drivers name the GPU instance in the MIG uuid (MIG-GPU-…/gi/ci): two 3g instances stay two", () => {
+    const card = "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77";
+    const listing = parseListGpus(
+      `GPU 0: A100-SXM4-80GB (UUID: ${card})\n` +
+        [
+          ["1c.3g.40gb", 0, "1/0"],
+          ["2c.3g.40gb", 1, "1/1"],
+          ["1c.3g.40gb", 2, "2/0"],
+          ["2c.3g.40gb", 3, "2/1"],
+        ]
+          .map(([p, d, gc]) => `  MIG ${p} Device ${d}: (UUID: MIG-${card}/${gc})`)
+          .join("\n"),
+    );
+    const gpus = buildGpuReports([{ smiIndex: 0, uuid: card, busId: null, name: "NVIDIA A100-SXM4-80GB", memoryMiB: 81920, migMode: "enabled", healthy: true, problem: null }], listing);
+    expect(gpus.map((g) => [g.class, g.parent])).toEqual([
+      ["A100-80GB/1c.3g.40gb", `MIG-${card}/1/1`],
+      ["A100-80GB/3g.40gb", card],
+      ["A100-80GB/1c.3g.40gb", `MIG-${card}/2/1`],
+      ["A100-80GB/3g.40gb", card],
+    ]);
+  });
+
+  test("nvidia-smi -q is asked only when compute instances are listed; the real H100 -q parses", async () => {
+    const calls: string[][] = [];
+    await discoverGpus({ run: fakeSmi({ query: ok(fx.h100Csv), list: ok(fx.h100L) }, calls) });
+    expect(calls.some((c) => c.includes("-q"))).toBe(false);
+    expect(parseMigDevices(fx.h100Q).get("00000000:00:09.0")).toEqual([
+      { device: 0, gi: 2, ci: 0 },
+      { device: 1, gi: 3, ci: 0 },
+      { device: 2, gi: 9, ci: 0 },
+      { device: 3, gi: 10, ci: 0 },
+    ]);
+    expect(parseMigDevices(fx.h200CiQ).get("00000000:83:00.0")!.map((m) => [m.gi, m.ci])).toEqual([[2, 0], [2, 1], [3, 0], [9, 0]]);
+  });
+
+  test("a card in MIG mode with no instances is reported, unhealthy, with its reason", async () => {
+    const d = await discoverGpus({ run: fakeSmi({ query: ok(h200MigCsv()), list: ok(fx.h200L) }) });
+    expect(d.gpus).toEqual([
+      { index: 0, uuid: ZERO_GPU, name: "NVIDIA H200", class: "H200-141GB", memory_mib: 143771, healthy: false, parent: null, reason: "MIG mode with no GPU instances" },
+    ]);
+    expectValidHeartbeat(d.gpus);
+  });
+
+  test("memory.total [N/A] on a healthy card: kept out with a reason, no invented class", () => {
+    const header = "index, uuid, name, memory.total [MiB], mig.mode.current";
+    const rows = parseQueryGpuCsv(`${header}\n0, GPU-a, NVIDIA H100 PCIe, 81559 MiB, Disabled\n1, GPU-b, NVIDIA H100 PCIe, [N/A], Disabled\n`);
+    const gpus = buildGpuReports(rows, []);
+    expect(gpus.map((g) => [g.class, g.memory_mib, g.healthy, g.reason])).toEqual([
+      ["H100-80GB", 81559, true, undefined],
+      ["unknown", 0, false, "memory.total not reported"],
+    ]);
+    // A name that carries its size needs no memory reading for its class, yet still gets no placement.
+    const named = buildGpuReports(parseQueryGpuCsv(`${header}\n0, GPU-c, NVIDIA H100 80GB HBM3, [N/A], Disabled\n`), []);
+    expect(named[0]).toMatchObject({ class: "H100-80GB", healthy: false, reason: "memory.total not reported" });
+  });
+
+  test("pending row remaps and retired pages are asked for and make the card unhealthy, with the reason", async () => {
+    const header = "index, uuid, name, memory.total [MiB], mig.mode.current, pci.bus_id, pstate, temperature.gpu, remapped_rows.pending, retired_pages.pending";
+    const csv = `${header}\n0, GPU-a, NVIDIA H100 80GB HBM3, 81559 MiB, Disabled, 00000000:0B:00.0, P0, 30, No, [N/A]\n1, GPU-b, NVIDIA H100 80GB HBM3, 81559 MiB, Disabled, 00000000:0C:00.0, P0, 30, Yes, [N/A]\n2, GPU-c, NVIDIA H100 80GB HBM3, 81559 MiB, Disabled, 00000000:0D:00.0, P0, 30, No, Yes\n`;
+    const d = await discoverGpus({ run: fakeSmi({ query: ok(csv), list: ok("") }) });
+    expect(d.gpus.map((g) => [g.healthy, g.reason])).toEqual([
+      [true, undefined],
+      [false, "remapped_rows.pending is Yes: a row remapping waits for a GPU reset"],
+      [false, "retired_pages.pending is Yes: a page retirement waits for a GPU reset"],
+    ]);
+  });
+
+  test("a driver that does not know remapped_rows/retired_pages: asked again without the field it names", async () => {
+    const queries: string[] = [];
+    const run: Runner = async (argv) => {
+      if (argv.includes("-L")) return ok("GPU 0: Tesla V100-SXM2-16GB (UUID: GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77)\n");
+      const q = argv.find((a) => a.startsWith("--query-gpu="))!;
+      queries.push(q);
+      for (const f of ["remapped_rows.pending", "retired_pages.pending"])
+        if (q.includes(f)) return { exitCode: 2, stdout: `Field "${f}" is not a valid field to query.\n`, stderr: "" };
+      return ok("index, uuid, name, memory.total [MiB], mig.mode.current, pci.bus_id, pstate, temperature.gpu\n0, GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77, Tesla V100-SXM2-16GB, 16160, [N/A], 00000000:00:1E.0, P0, 35\n");
+    };
+    const d = await discoverGpus({ run });
+    expect(queries).toHaveLength(3);
+    expect(queries.at(-1)).toContain("mig.mode.current");
+    expect(queries.at(-1)).not.toContain("pending");
+    expect(d).toEqual({
+      gpus: [{ index: 0, uuid: "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77", name: "Tesla V100-SXM2-16GB", class: "V100-16GB", memory_mib: 16160, healthy: true, parent: null }],
+      warnings: [],
+    });
+  });
+
+  test("unhealthy reports carry their reason; a long one is clipped to what the heartbeat allows", () => {
+    const { body } = { body: "Unable to determine the device handle for GPU 0000:0B:00.0: Unknown Error" };
+    expect(buildGpuReports(parseQueryGpuCsv(body), [])[0]!.reason).toBe(body);
+    const long = buildGpuReports([{ smiIndex: 0, uuid: "GPU-x", busId: null, name: "NVIDIA L40S", memoryMiB: 46068, migMode: null, healthy: false, problem: "x".repeat(5000) }], []);
+    expect(long[0]!.reason!.length).toBeLessThanOrEqual(256);
+    expectValidHeartbeat(long);
+  });
+
+  test("a driver that cannot be reached: the error is short enough for the heartbeat", async () => {
+    const text = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.";
+    const failed: RunResult = { exitCode: 9, stdout: `${text} ${"x".repeat(3000)}\n`, stderr: "" };
+    const d = await discoverGpus({ run: fakeSmi({ query: failed, list: failed }) });
+    expect(d.error).toContain("couldn't communicate with the NVIDIA driver");
+    expect(d.error!.length).toBeLessThanOrEqual(1024);
+    expect(d.error).toEndWith(": this node reports no GPUs");
+    expect(HeartbeatRequest.safeParse({ node: "n1", address: "10.0.0.1", gpus: [], discovery_error: d.error }).success).toBe(true);
   });
 });

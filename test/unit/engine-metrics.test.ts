@@ -21,6 +21,7 @@ import { readFixture } from "../fixtures/read";
 
 const VLLM = readFixture("metrics/vllm/datadog-vllm_metrics.prom");
 const SGLANG = readFixture("metrics/sglang/datadog-sglang_metrics.prom");
+const SGLANG_DP_TP = readFixture("metrics/sglang/sglang-all-schedulers-dp2-tp2__constructed.prom");
 const LLAMA_LEGACY = readFixture("metrics/llamacpp/llama-server-metrics-legacy-with-kvcache.prom");
 const LLAMA_BEFORE = readFixture("metrics/llamacpp/llama-server-metrics-pr11512-before.prom");
 const LLAMA_AFTER = readFixture("metrics/llamacpp/llama-server-metrics-pr11512-after.prom");
@@ -202,9 +203,27 @@ describe("readEngineLoad on real expositions", () => {
   });
 
   test("busy SGLang with data-parallel ranks", () => {
-    const busy = SGLANG.replace('sglang:num_running_reqs{model_name="facebook/opt-125m",tp_rank="0"} 0', 'sglang:num_running_reqs{model_name="facebook/opt-125m",tp_rank="0"} 12\nsglang:num_running_reqs{model_name="facebook/opt-125m",tp_rank="4"} 9')
+    const busy = SGLANG.replace('sglang:num_running_reqs{model_name="facebook/opt-125m",tp_rank="0"} 0', 'sglang:num_running_reqs{model_name="facebook/opt-125m",tp_rank="0",dp_rank="0"} 12\nsglang:num_running_reqs{model_name="facebook/opt-125m",tp_rank="4",dp_rank="1"} 9')
       .replace('sglang:num_queue_reqs{model_name="facebook/opt-125m",tp_rank="0"} 0', 'sglang:num_queue_reqs{model_name="facebook/opt-125m",tp_rank="0"} 4\nsglang:num_grammar_queue_reqs{model_name="facebook/opt-125m",tp_rank="0"} 1');
     expect(readEngineLoad(busy, "sglang")).toEqual({ running: 21, waiting: 5, kvUsage: 0.25 });
+  });
+});
+
+describe("SGLang with --enable-metrics-for-all-schedulers", () => {
+  test("TP ranks of one data-parallel group count once; data-parallel groups add up", () => {
+    // Summed over every line it would read 14 running and 8 waiting: the load doubled.
+    expect(readEngineLoad(SGLANG_DP_TP, "sglang")).toEqual({ running: 7, waiting: 4, kvUsage: 0.5 });
+  });
+
+  test("tensor parallel only: four ranks saying the same queue are one queue", () => {
+    const ranks = [0, 1, 2, 3].map((r) => `sglang:num_queue_reqs{engine_type="unified",model_name="m",moe_ep_rank="0",pp_rank="0",tp_rank="${r}"} 6`);
+    const running = [0, 1, 2, 3].map((r) => `sglang:num_running_reqs{engine_type="unified",model_name="m",moe_ep_rank="${r}",pp_rank="0",tp_rank="${r}"} 9`);
+    expect(readEngineLoad([...ranks, ...running].join("\n"), "sglang")).toMatchObject({ running: 9, waiting: 6 });
+  });
+
+  test("one rank lagging: the group takes its fullest rank, not the sum", () => {
+    const text = 'sglang:num_queue_reqs{dp_rank="0",model_name="m",tp_rank="0"} 4\nsglang:num_queue_reqs{dp_rank="0",model_name="m",tp_rank="1"} 3\nsglang:num_queue_reqs{dp_rank="1",model_name="m",tp_rank="0"} 2';
+    expect(readEngineLoad(text, "sglang").waiting).toBe(6);
   });
 });
 
@@ -470,6 +489,33 @@ describe("EngineMetricsPoller against real servers", () => {
     // Once it is over, the next call is a new round.
     await poller.pollOnce();
     expect(hung.hits).toHaveLength(2);
+  });
+
+  test("an endpoint with an engine key is polled with it as a bearer token; one without, with none", async () => {
+    const seen = new Map<string, string | null>();
+    const guarded = serve((req) => {
+      const auth = req.headers.get("authorization");
+      seen.set(new URL(req.url).searchParams.get("x") ?? "guarded", auth);
+      // An engine started with --api-key may guard /metrics too.
+      if (auth !== "Bearer replica-key-0123456789") return new Response("unauthorized", { status: 401 });
+      return new Response("sglang:num_running_reqs 2\nsglang:num_queue_reqs 1\nsglang:token_usage 0.5\n");
+    });
+    const open = serve((req) => {
+      seen.set("open", req.headers.get("authorization"));
+      return new Response("sglang:num_running_reqs 1\n");
+    });
+    const applied = new Map<string, EngineLoad>();
+    const poller = new EngineMetricsPoller({
+      endpoints: () => [
+        { id: "guarded", url: guarded.url, info: { engine: "sglang", key: "replica-key-0123456789" } },
+        { id: "open", url: open.url, info: { engine: "sglang" } },
+      ],
+      apply: (id, l) => applied.set(id, l),
+    });
+    await poller.pollOnce();
+    expect(seen.get("guarded")).toBe("Bearer replica-key-0123456789");
+    expect(seen.get("open")).toBeNull();
+    expect(applied.get("guarded")).toEqual({ running: 2, waiting: 1, kvUsage: 0.5 });
   });
 
   test("stop() stops the timer and drops the round in flight", async () => {

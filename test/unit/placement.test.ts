@@ -575,3 +575,83 @@ describe("properties", () => {
     );
   });
 });
+
+describe("MIG compute instances share their GPU instance's memory", () => {
+  // The agent's report of the constructed H200 sample (test/fixtures/nvidia-smi, built in the
+  // format of real captures): GPU instance 3g.71gb split into 1c and 2c compute instances.
+  // Index 1 (2c) stands for the GPU instance; index 0 (1c) names it as parent.
+  const GI = "H200-141GB/3g.71gb";
+  const CI = "H200-141GB/1c.3g.71gb";
+  function h200(name: string, used: number[] = []): PlacementNode {
+    const gpus = [
+      { index: 0, uuid: "MIG-ci0", class: CI, parent: "MIG-ci1" },
+      { index: 1, uuid: "MIG-ci1", class: GI, parent: "GPU-card" },
+      { index: 2, uuid: "MIG-gi3", class: "H200-141GB/2g.35gb", parent: "GPU-card" },
+    ];
+    return { name, state: "ready", fabrics: [], weights: new Set(), gpus: gpus.map((g) => ({ ...g, healthy: true, used: used.includes(g.index) })) };
+  }
+
+  test("two replicas that each need the 71 GB instance never share it", () => {
+    const r = place([h200("a")], [req("big", [prof("gi", GI)], { count: 2 }), req("other", [prof("ci", CI)])]);
+    expect(where(r)).toEqual(["gi@a:1"]);
+    expect(r.unplaceable.has("big")).toBe(true);
+    // The compute instance beside it is inside the same memory: not offered while the GPU instance is held.
+    expect(r.unplaceable.has("other")).toBe(true);
+  });
+
+  test("held in the store: the GPU instance blocks its compute instances, and the reverse", () => {
+    expect(where(place([h200("a", [1])], [req("m", [prof("ci", CI)])]))).toEqual([]);
+    expect(where(place([h200("a", [0])], [req("m", [prof("gi", GI)])]))).toEqual([]);
+    // The other GPU instance on the card is its own memory.
+    expect(where(place([h200("a", [0, 1])], [req("m", [prof("g2", "H200-141GB/2g.35gb")])]))).toEqual(["g2@a:2"]);
+  });
+
+  test("a compute instance taken first keeps the GPU instance from a profile that wants it whole", () => {
+    const r = place([h200("a")], [req("small", [prof("ci", CI)]), req("big", [prof("gi", GI)])]);
+    expect(where(r)).toEqual(["ci@a:0"]);
+    expect(r.unplaceable.get("big")).toContain("no H200-141GB/3g.71gb node has 1 free GPU");
+  });
+
+  test("profiles that ask for the compute-instance class explicitly may share the GPU instance", () => {
+    const gpus = [
+      { index: 0, uuid: "MIG-a", class: GI, parent: "GPU-card" },
+      { index: 1, uuid: "MIG-b", class: CI, parent: "MIG-a" },
+      { index: 2, uuid: "MIG-c", class: CI, parent: "MIG-a" },
+    ].map((g) => ({ ...g, healthy: true, used: false }));
+    const n: PlacementNode = { name: "a", state: "ready", fabrics: [], weights: new Set(), gpus };
+    const r = place([n], [req("x", [prof("ci", CI)]), req("y", [prof("ci", CI)])]);
+    expect(where(r)).toEqual(["ci@a:1", "ci@a:2"]);
+    // …and with one of them already held.
+    expect(where(place([{ ...n, gpus: gpus.map((g) => ({ ...g, used: g.index === 1 })) }], [req("y", [prof("ci", CI)])]))).toEqual(["ci@a:2"]);
+  });
+
+  test("property: a GPU instance and a compute instance inside it are never held by two replicas", () => {
+    const group = fc.record({ siblings: fc.integer({ min: 1, max: 3 }), used: fc.array(fc.boolean(), { minLength: 4, maxLength: 4 }) });
+    fc.assert(
+      fc.property(fc.array(group, { minLength: 1, maxLength: 3 }), fc.array(fc.boolean(), { minLength: 1, maxLength: 6 }), (groups, asks) => {
+        const gpus: PlacementNode["gpus"] = [];
+        const leadOf = new Map<number, number>();
+        groups.forEach((g, k) => {
+          const lead = gpus.length;
+          gpus.push({ index: lead, uuid: `MIG-${k}`, class: GI, healthy: true, used: g.used[0]!, parent: "GPU-card" });
+          for (let j = 1; j <= g.siblings; j++) {
+            leadOf.set(gpus.length, lead);
+            gpus.push({ index: gpus.length, uuid: `MIG-${k}-${j}`, class: CI, healthy: true, used: g.used[j]!, parent: `MIG-${k}` });
+          }
+        });
+        // Held as the store has it: never a GPU instance together with a compute instance inside it.
+        for (const [sib, lead] of leadOf) if (gpus[sib]!.used && gpus[lead]!.used) gpus[sib]!.used = false;
+        const n: PlacementNode = { name: "a", state: "ready", fabrics: [], weights: new Set(), gpus };
+        const r = place([n], asks.map((whole, i) => req(`m${i}`, [whole ? prof("gi", GI) : prof("ci", CI)])));
+        const holder = new Map<number, string>();
+        for (const g of gpus) if (g.used) holder.set(g.index, "held");
+        for (const p of r.placed)
+          for (const i of p.shards[0]!.gpus) {
+            expect(holder.has(i)).toBe(false);
+            holder.set(i, p.model);
+          }
+        for (const [sib, lead] of leadOf) expect(holder.has(sib) && holder.has(lead)).toBe(false);
+      }),
+    );
+  });
+});

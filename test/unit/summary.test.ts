@@ -348,3 +348,56 @@ describe("the summary agrees with the tables it is built from", () => {
     );
   });
 });
+
+describe("what discovery reports", () => {
+  const CI = "H200-141GB/1c.3g.71gb";
+  const GI = "H200-141GB/3g.71gb";
+  /** n1: the constructed H200 sample as the agent reports it (test/fixtures/nvidia-smi). */
+  function h200Snapshot(replicas: ReplicaDef[] = []) {
+    const snap = snapshot({ nodes: [{ name: "n1", gpus: [CI, GI, "H200-141GB/2g.35gb"] }], replicas });
+    const mem = [72704, 72704, 35840];
+    snap.gpus = snap.gpus.map((g, i) => ({ ...g, memoryMib: mem[i]!, parent: i === 0 ? snap.gpus[1]!.uuid : "GPU-n1-card" }));
+    return snap;
+  }
+  const tablesOf = (snap: ReturnType<typeof snapshot>) => buildTables({ snapshot: snap, now: T0, lastUsed: new Map(), nodeTimeoutMs: TIMEOUT });
+
+  test("compute instances of one GPU instance: its memory counted once", () => {
+    const tables = tablesOf(h200Snapshot());
+    // 72704 + 72704 + 35840 summed naively; the compute instance shares the GPU instance's memory.
+    expect(tables.nodes[0]!.gpu_memory_mib).toBe(72704 + 35840);
+  });
+
+  test("a held GPU instance holds the compute instance inside it, and the reverse", () => {
+    const held = tablesOf(h200Snapshot([{ id: "r1", model: "m", shards: [{ node: "n1", gpus: [1] }] }]));
+    expect(held.nodes[0]!.gpus.map((g) => g.in_use_by)).toEqual(["r1", "r1", null]);
+    expect(held.nodes[0]!.gpu_free).toBe(1);
+    const s = summarize(held, { version: "x" });
+    expect(s.gpus.find((c) => c.class === CI)).toEqual({ class: CI, total: 1, used: 1, unhealthy: 0 });
+    const ci = tablesOf(h200Snapshot([{ id: "r2", model: "m", shards: [{ node: "n1", gpus: [0] }] }]));
+    expect(ci.nodes[0]!.gpus.map((g) => g.in_use_by)).toEqual(["r2", "r2", null]);
+  });
+
+  test("an unschedulable card counts as unhealthy in its class, with its reason; a node's discovery error is listed", () => {
+    const snap = snapshot({ nodes: [{ name: "n1", gpus: [H, "unknown"], unhealthy: [1] }, { name: "n2", gpus: ["H200-141GB"], unhealthy: [0] }, { name: "d" }] });
+    const error = "nvidia-smi exited with status 9: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver: this node reports no GPUs";
+    snap.discovery = new Map([
+      ["n1", { error: null, reasons: new Map([[1, "memory.total not reported"]]) }],
+      ["n2", { error: null, reasons: new Map([[0, "MIG mode with no GPU instances"]]) }],
+      ["d", { error, reasons: new Map() }],
+    ]);
+    const tables = tablesOf(snap);
+    expect(tables.nodes.map((n) => [n.name, n.discovery_error])).toEqual([["n1", null], ["n2", null], ["d", error]]);
+    expect(tables.nodes[0]!.gpus.map((g) => g.reason)).toEqual([null, "memory.total not reported"]);
+    const s = summarize(tables, { version: "x" });
+    expect(s.gpus).toEqual([
+      { class: H, total: 1, used: 0, unhealthy: 0 },
+      { class: "H200-141GB", total: 1, used: 0, unhealthy: 1 },
+      { class: "unknown", total: 1, used: 0, unhealthy: 1 },
+    ]);
+    expect(s.unhealthy_gpus).toEqual([
+      { reason: "MIG mode with no GPU instances", gpus: 1, nodes: ["n2"] },
+      { reason: "memory.total not reported", gpus: 1, nodes: ["n1"] },
+    ]);
+    expect(s.gpu_discovery).toEqual([{ node: "d", gpus: 0, error }]);
+  });
+});
