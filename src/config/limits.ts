@@ -16,9 +16,15 @@ export interface ListenerCaps {
   admin: Caps;
 }
 
-/** Descriptors kept out of the caps: the store, log files, engine metrics polls, DNS, the listeners themselves. */
+/** Shed connections whose 503 is still going out, at most, per listener (http1.ts MAX_LINGERING). */
+const LINGERING = 16;
+
+/**
+ * Descriptors kept out of the caps: the store, log files, engine metrics polls, DNS, the
+ * listeners themselves, and the shed connections still saying 503 on each listener.
+ */
 export function reserveFor(limit: number): number {
-  return Math.max(64, Math.floor(limit / 20));
+  return Math.max(64, Math.floor(limit / 20)) + 2 * LINGERING;
 }
 
 /**

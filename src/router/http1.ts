@@ -25,9 +25,10 @@
 // - while a request is in flight, reading stops as soon as anything pipelined behind it arrives
 //   (one read is kept), and resumes when it is answered: the rest waits in the kernel;
 // - caps on open connections, in total and per source address: one over either is shed at
-//   once with a short 503 and closed (TLS: closed), never left waiting, so a flood costs the
-//   process at most the caps' descriptors (see src/config/limits.ts for fitting them under the
-//   open-file limit).
+//   once, never left waiting: a short 503 with the write side shut behind it, dropped when the
+//   client closes or 2 s later (TLS, or many shed at once: just closed), so a flood costs the
+//   process at most the caps' descriptors and a few (see src/config/limits.ts for fitting them
+//   under the open-file limit).
 
 import type { Socket, TCPSocketListener } from "bun";
 import { concat, headEnd, latin1Slice, trimOws } from "./bytes";
@@ -54,7 +55,7 @@ export interface Http1Options {
   bodyTimeoutMs?: number;
   /** Bytes per second that earn a body one more second past bodyTimeoutMs (default 8 KiB/s); 0: bodyTimeoutMs is the whole budget. */
   bodyMinRate?: number;
-  /** Open connections at most (default: no cap). One more is shed at once: a short 503 and closed (TLS: closed). */
+  /** Open connections at most (default: no cap). One more is shed at once: a short 503, then closed (TLS: closed). */
   maxConnections?: number;
   /** Open connections from one source address at most (default: no cap); shed as over maxConnections. */
   maxConnectionsPerAddress?: number;
@@ -854,6 +855,8 @@ export class Http1Server {
   readonly perAddress = new Map<string, number>();
   /** Connections shed at a cap since the start, by cap. */
   readonly shed = { total: 0, address: 0 };
+  /** Shed connections whose 503 is going out, with when they are cut regardless. */
+  private readonly lingering = new Map<Socket<Conn>, number>();
   private readonly clock: { now(): number };
   /**
    * The clock as of the last sweep: deadlines are set from it, so the hot path reads no
@@ -904,9 +907,12 @@ export class Http1Server {
   }
 
   /**
-   * A new connection: taken, or shed at once when a cap is reached. Shedding answers a short
-   * 503 and closes in the same step, so a flood never holds more than the caps' descriptors
-   * (on TLS nothing can be said before a handshake, so the connection is just closed).
+   * A new connection: taken, or shed at once when a cap is reached: a short 503, the write side
+   * shut behind it, and the socket dropped when the client closes or after SHED_LINGER_MS.
+   * Dropping it at once would reset the connection and lose the 503 on the way. At most
+   * MAX_LINGERING such sockets wait at a time; past that, and on TLS (where nothing can be said
+   * before a handshake), a shed connection is just closed. So a flood holds at most the caps'
+   * descriptors plus MAX_LINGERING.
    */
   private admit(s: Socket<Conn>): void {
     const address = s.remoteAddress ?? "";
@@ -914,9 +920,14 @@ export class Http1Server {
     const cap: "total" | "address" | undefined = this.conns.size >= this.maxConnections ? "total" : n >= this.maxConnectionsPerAddress ? "address" : undefined;
     if (cap !== undefined) {
       this.shed[cap]++;
-      if (this.o.tls === undefined) s.write(statusLine(503) + date() + (cap === "total" ? this.shedTotal : this.shedAddress));
-      s.terminate();
       this.o.onShed?.(cap, address);
+      if (this.o.tls !== undefined || this.lingering.size >= MAX_LINGERING) {
+        s.terminate();
+        return;
+      }
+      s.write(statusLine(503) + date() + (cap === "total" ? this.shedTotal : this.shedAddress));
+      s.end();
+      this.lingering.set(s, this.now + SHED_LINGER_MS);
       return;
     }
     // Answers go out as written, not held back for more (Nagle).
@@ -954,7 +965,8 @@ export class Http1Server {
           s.data?.onDrain();
         },
         close(s) {
-          s.data?.onClose();
+          if (s.data === undefined) server.lingering.delete(s);
+          else s.data.onClose();
         },
         end(s) {
           // The client shut its side: whatever it asked for, it can no longer be told.
@@ -962,7 +974,8 @@ export class Http1Server {
           s.terminate();
         },
         error(s) {
-          s.data?.onClose();
+          if (s.data === undefined) server.lingering.delete(s);
+          else s.data.onClose();
         },
         handshake(s, ok) {
           if (!ok) s.terminate();
@@ -983,6 +996,7 @@ export class Http1Server {
     this.now = now;
     refreshDate();
     for (const c of this.conns) if (now > c.deadline) c.expire();
+    if (this.lingering.size > 0) for (const [s, until] of this.lingering) if (now > until) s.terminate();
   }
 
   /** Stops listening and drops every connection. */
@@ -990,8 +1004,14 @@ export class Http1Server {
     if (this.sweeper) clearInterval(this.sweeper);
     this.listener?.stop(true);
     for (const c of [...this.conns]) c.kill();
+    for (const s of [...this.lingering.keys()]) s.terminate();
   }
 }
+
+/** How long a shed connection's 503 may take to go out before the socket is dropped anyway. */
+const SHED_LINGER_MS = 2000;
+/** Shed connections waiting for their 503 to go out, at most (src/config/limits.ts reserves descriptors for them). */
+const MAX_LINGERING = 16;
 
 /** Index of the CR of the first CRLF; -1 when there is none yet. */
 function lineEnd(d: Uint8Array): number {
