@@ -119,6 +119,27 @@ describe("admin/agent listener", () => {
     expect(c.text()).toContain('"code":"request_timeout"');
   });
 
+  test("a head trickled a byte per idle period is cut at head_timeout with 408, on both listeners", async () => {
+    const s = await start({ head_timeout: "30s" });
+    // The router's listener is its own; read it from the router for the test.
+    const routerListener = (s.router as unknown as { server: typeof s.adminListener }).server;
+    for (const [url, listener] of [[s.adminUrl, s.adminListener], [s.routerUrl, routerListener]] as const) {
+      // Each listener reads the clock at its sweeps: bring this one up to the present first.
+      listener.sweep();
+      const c = await raw(port(url));
+      const head = "GET /healthz HTTP/1.1\r\nHost: h\r\n";
+      for (let i = 0; i < 4; i++) {
+        c.sock.write(head[i]!);
+        await settle(() => listener.conns.size === 1 && unparsed([...listener.conns][0]!) === i + 1, `byte ${i} to arrive`);
+        if (i === 3) expect(c.text()).toBe("");
+        s.listenerClock.advance(9_000);
+        listener.sweep();
+      }
+      await settle(() => c.closed(), "the connection to be cut");
+      expect(c.text()).toStartWith("HTTP/1.1 408 ");
+    }
+  });
+
   test("heartbeats keep being answered while the router listener is at its connection cap", async () => {
     const s = await start({ max_connections: 4 });
     const rp = port(s.routerUrl);

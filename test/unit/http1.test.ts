@@ -2,7 +2,9 @@
 // raw TCP sockets that send exactly the bytes a test needs (split anywhere, pipelined, broken,
 // slow) and read back every byte the server sends, and `fetch` for the ordinary cases. Checks
 // framing, keep-alive, pipelining, chunked bodies, the request-smuggling refusals, limits,
-// Expect, timeouts, streamed answers with backpressure, aborts, and a seeded fuzz run.
+// Expect, timeouts, streamed answers with backpressure, aborts, a seeded fuzz run, and slow and
+// greedy clients (head and body deadlines on an injected clock, a pipelining flood's memory,
+// connection caps in total and per source address).
 
 import { afterEach, describe, expect, test } from "bun:test";
 import type { Socket } from "bun";
