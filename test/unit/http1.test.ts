@@ -1653,6 +1653,25 @@ describe("slow and greedy clients", () => {
     expect((await c.response()).text).toBe("/b");
   });
 
+  test("a busy request with Connection: close and one pipelined behind it: answered, closed, and the server sees the client go at once", async () => {
+    let first: ClientExchange | undefined;
+    const s = serve((ex) => {
+      if (ex.path === "/busy") first = ex;
+      else ex.respond(200, {}, ex.path);
+    });
+    const c = await Client.open(s.port);
+    c.write("GET /busy HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
+    await until(() => first !== undefined, 2000, () => "the busy request");
+    c.write("GET /a HTTP/1.1\r\nHost: h\r\n\r\n");
+    await settle(() => unparsed(onlyConn(s)) > 0, "the pipelined request");
+    first!.respond(200, {}, "busy");
+    expect((await c.response()).text).toBe("busy");
+    await c.waitClosed();
+    c.socket.end();
+    // Well before the idle timeout (5 s here): a socket paused for pipelining still sees the close.
+    await settle(() => s.server.conns.size === 0, "the server to forget the connection", 1000);
+  });
+
   test("past maxConnections a new connection gets a short 503 and is closed at once; a freed slot is taken again", async () => {
     const shed: string[] = [];
     const s = serve(echo, { maxConnections: 3, onShed: (cap) => void shed.push(cap) });
