@@ -8,18 +8,30 @@ import type { Hono } from "hono";
 import type { Logger } from "pino";
 import { ConfigError, type ServeConfig } from "../config";
 import { ensureDataDir, localUrl, resolveToken, writeServerInfo } from "../config/datadir";
+import { type ListenerCaps, fitCaps, openFileLimit } from "../config/limits";
 import { type Clock, systemClock } from "../control/clock";
 import { Controller } from "../control/controller";
 import { Store } from "../store";
 import { storeFailure } from "../store/errors";
 import { VERSION } from "../version";
+import { Http1Server } from "../router/http1";
 import { Router } from "../router/router";
 import { buildAdminApp } from "./app";
+import { type FetchApp, serveApp } from "./listener";
+
+/** Largest request body on the admin listener (a catalog, a heartbeat), bytes. */
+const ADMIN_MAX_BODY = 8 * 1024 * 1024;
+/** The admin API's error code for the listener's own refusals, where the names differ. */
+const ADMIN_CODES: Record<string, string> = { request_too_large: "body_too_large", internal: "internal" };
 
 export interface RunningServer {
   adminUrl: string;
   /** The admin listener's Hono app (its `routes` list every route it serves). */
   adminApp: Hono;
+  /** The admin/agent listener. */
+  adminListener: Http1Server;
+  /** Connection caps in force on both listeners, after fitting them under the open-file limit. */
+  caps: ListenerCaps;
   router: Router;
   routerUrl: string;
   adminToken: string;
@@ -48,9 +60,11 @@ export interface StartOptions {
   clock?: Clock;
   /** Run the control loop on a timer (tests drive ticks by hand instead). */
   loop?: boolean;
+  /** Monotonic clock of both listeners' deadlines (default performance.now); tests pass a manual one and sweep. */
+  listenerClock?: { now(): number };
 }
 
-export async function startServer({ config, log, clock = systemClock, loop = true }: StartOptions): Promise<RunningServer> {
+export async function startServer({ config, log, clock = systemClock, loop = true, listenerClock }: StartOptions): Promise<RunningServer> {
   // Before anything is opened, so a bad certificate costs nothing to report.
   const tls = loadTls(config);
   const dataDir = ensureDataDir(config.data_dir);
@@ -82,27 +96,55 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
       basePort: config.engine_base_port,
     },
   });
-  const app = buildAdminApp({ controller, log, adminToken: admin.token, joinToken: join_.token, version: VERSION });
+  const app = buildAdminApp({ controller, log, adminToken: admin.token, joinToken: join_.token, version: VERSION, maxBodyBytes: ADMIN_MAX_BODY });
+  const scheme = tls ? "https" : "http";
 
-  let adminServer: ReturnType<typeof Bun.serve>;
+  // Each listener has caps of its own, so a flood on one never takes the other's connections,
+  // and together they stay under the open-file limit, so accept() never fails for want of a
+  // descriptor: past a cap a connection is shed at once instead.
+  const wanted: ListenerCaps = {
+    router: { total: config.max_connections, perAddress: config.max_connections_per_address },
+    admin: { total: config.admin_max_connections, perAddress: config.admin_max_connections_per_address },
+  };
+  const fdLimit = openFileLimit();
+  const caps = fitCaps(wanted, fdLimit);
+  if (caps.lowered)
+    log.warn(
+      { open_file_limit: fdLimit, wanted: { router: wanted.router.total, admin: wanted.admin.total }, caps: { router: caps.router.total, admin: caps.admin.total } },
+      `connection caps lowered to fit the open-file limit of ${fdLimit}: router ${caps.router.total}, admin/agent ${caps.admin.total}; raise the limit (ulimit -n, systemd LimitNOFILE) to keep --max-connections ${wanted.router.total} and --admin-max-connections ${wanted.admin.total}`,
+    );
+  else log.debug({ open_file_limit: fdLimit ?? "unknown", caps }, "connection caps");
+  const shedLog = shedLogger(log, clock);
+  const deadlines = {
+    headTimeoutMs: config.head_timeout,
+    bodyTimeoutMs: config.body_timeout,
+    bodyMinRate: config.body_min_rate,
+    ...(listenerClock ? { clock: listenerClock } : {}),
+  };
+
+  const adminListener = new Http1Server({
+    hostname: config.admin_listen.host,
+    port: config.admin_listen.port,
+    ...(tls ? { tls: { cert: tls.cert, key: tls.key } } : {}),
+    maxBodyBytes: ADMIN_MAX_BODY,
+    // Agents keep their connection between heartbeats; a long poll is a request under way, never idle.
+    idleTimeoutMs: 120_000,
+    ...deadlines,
+    maxConnections: caps.admin.total,
+    maxConnectionsPerAddress: caps.admin.perAddress,
+    onShed: (cap, address) => shedLog("admin", cap, address),
+    errorBody: adminErrorBody,
+    handler: serveApp(app as unknown as FetchApp, { scheme, errorBody: adminErrorBody, onError: (err) => log.error({ err }, "admin request failed") }),
+    onHandlerError: (err) => log.error({ err }, "admin request failed"),
+  });
+  let adminPort: number;
   try {
-    adminServer = Bun.serve({
-      hostname: config.admin_listen.host,
-      port: config.admin_listen.port,
-      fetch: app.fetch,
-      ...(tls ? { tls: { cert: tls.cert, key: tls.key } } : {}),
-      // Agents long-poll here; keep idle connections around a little longer.
-      idleTimeout: 120,
-      // Hono's bodyLimit answers 413 in the API's error shape (from Content-Length, or while
-      // reading a chunked body); Bun's own limit, which answers with an empty body, stays out of its way.
-      maxRequestBodySize: Number.MAX_SAFE_INTEGER,
-    });
+    adminPort = adminListener.listen();
   } catch (e) {
     store.close();
     throw new Error(`cannot listen on ${config.admin_listen.host}:${config.admin_listen.port} (admin): ${(e as Error).message}`);
   }
-  const scheme = tls ? "https" : "http";
-  const adminUrl = localUrl(config.admin_listen.host, adminServer.port!, scheme);
+  const adminUrl = localUrl(config.admin_listen.host, adminPort, scheme);
 
   const router = new Router({
     host: config.listen.host,
@@ -120,12 +162,18 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
     demand: controller,
     log: log.child({ component: "router" }),
     ...(tls ? { tls: { cert: tls.certPath, key: tls.keyPath } } : {}),
+    listener: {
+      ...deadlines,
+      maxConnections: caps.router.total,
+      maxConnectionsPerAddress: caps.router.perAddress,
+      onShed: (cap, address) => shedLog("router", cap, address),
+    },
   });
   let routerAddr: { url: string; port: number };
   try {
     routerAddr = router.start();
   } catch (e) {
-    await adminServer.stop(true);
+    adminListener.stop();
     store.close();
     throw new Error(`cannot listen on ${config.listen.host}:${config.listen.port} (router): ${(e as Error).message}`);
   }
@@ -142,7 +190,7 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
     started_at: new Date().toISOString(),
     ...(tls ? { tls_cert: tls.certPath, tls_fingerprint: tls.fingerprint256 } : {}),
   });
-  log.info({ admin: `${config.admin_listen.host}:${adminServer.port}`, url: adminUrl, version: VERSION }, "admin API listening");
+  log.info({ admin: `${config.admin_listen.host}:${adminPort}`, url: adminUrl, version: VERSION }, "admin API listening");
 
   let timer: ReturnType<typeof setInterval> | undefined;
   if (loop) {
@@ -171,6 +219,8 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
   return {
     adminUrl,
     adminApp: app,
+    adminListener,
+    caps,
     router,
     routerUrl,
     adminToken: admin.token,
@@ -185,10 +235,35 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
       stopped = true;
       if (timer) clearInterval(timer);
       await router.stop();
-      await adminServer.stop(true);
+      adminListener.stop();
       store.close();
       log.info("server stopped");
     },
+  };
+}
+
+/** The admin API's error shape for what the listener refuses by itself (framing, limits, caps). */
+function adminErrorBody(_status: number, message: string, code: string): string {
+  return JSON.stringify({ error: { code: ADMIN_CODES[code] ?? code, message } });
+}
+
+/**
+ * Logs shed connections at most once per listener and cap every 10 s, with how many: a flood
+ * must not turn into a flood of log lines.
+ */
+function shedLogger(log: Logger, clock: Clock): (listener: "router" | "admin", cap: "total" | "address", address: string) => void {
+  const last = new Map<string, { at: number; count: number }>();
+  return (listener, cap, address) => {
+    const key = `${listener}:${cap}`;
+    const now = clock.now();
+    const l = last.get(key);
+    if (l !== undefined && now - l.at < 10_000) {
+      l.count++;
+      return;
+    }
+    const suppressed = l?.count ?? 0;
+    last.set(key, { at: now, count: 0 });
+    log.warn({ listener, cap, address, suppressed }, `${listener} listener at its ${cap === "total" ? "connection cap" : "per-address connection cap"}: shedding new connections`);
   };
 }
 

@@ -28,6 +28,13 @@ export const SERVE_FLAGS: FlagSpecs = {
   "balance-load-factor": { kind: "string", value: "F", help: "router: load bound for placing a conversation, × its share of the requests in flight (default 1.25); a conversation stays on its replica up to max(2, F) × its share" },
   "require-api-key": { kind: "boolean", help: "router: /v1/* needs a client key from `llmgw keys create` (default off)" },
   "endpoint-cooldown": { kind: "string", value: "DURATION", help: "router: pass a failing replica over this long (default 5s)" },
+  "head-timeout": { kind: "string", value: "DURATION", help: "both listeners: a request's head must arrive within this of its first byte, or 408 (default 30s)" },
+  "body-timeout": { kind: "string", value: "DURATION", help: "both listeners: a request's body must arrive within this of its head, plus 1 s per --body-min-rate bytes received, or 408 (default 30s)" },
+  "body-min-rate": { kind: "string", value: "BYTES", help: "both listeners: bytes/s of body that earn one more second past --body-timeout; 0 makes --body-timeout the whole budget (default 8192)" },
+  "max-connections": { kind: "string", value: "N", help: "router listener: open connections at most; past it new ones get 503 and are closed (default 8192)" },
+  "max-connections-per-address": { kind: "string", value: "N", help: "router listener: open connections from one source address at most (default 2048)" },
+  "admin-max-connections": { kind: "string", value: "N", help: "admin/agent listener: open connections at most, apart from the router's (default 2048)" },
+  "admin-max-connections-per-address": { kind: "string", value: "N", help: "admin/agent listener: open connections from one source address at most (default 512)" },
   "tls-cert": { kind: "string", value: "FILE", help: "PEM certificate: both listeners serve HTTPS (with --tls-key; env LLMGW_TLS_CERT)" },
   "tls-key": { kind: "string", value: "FILE", help: "PEM private key of --tls-cert (env LLMGW_TLS_KEY)" },
   "log-level": { kind: "string", value: "LEVEL", help: "trace, debug, info, warn, error (default info)" },
@@ -39,7 +46,8 @@ export const command: Command = {
   summary: "Run the head node: control plane, admin and agent API, and the OpenAI-compatible router.",
   usage: "llmgw serve [--data-dir DIR] [--admin-listen HOST:PORT] [--config FILE] …",
   flags: SERVE_FLAGS,
-  details: "Every flag has an environment variable (LLMGW_ + the flag's name in capitals with _ for -) and a config file key (the flag's name with _ for -). Precedence: flags, environment, config file, defaults.",
+  details:
+    "Every flag has an environment variable (LLMGW_ + the flag's name in capitals with _ for -) and a config file key (the flag's name with _ for -). Precedence: flags, environment, config file, defaults.\n\nThe connection caps of both listeners together must fit under the process's open-file limit (a router connection may hold a second descriptor to its engine): when they do not, they are lowered at start in proportion, with a warning, so accept() never runs out of descriptors.",
   examples: ["llmgw serve", "llmgw serve --data-dir /var/lib/llmgw --admin-listen 10.0.0.1:8001", "LLMGW_NODE_TIMEOUT=30s llmgw serve -c /etc/llmgw/serve.toml", "llmgw serve --tls-cert /etc/llmgw/cert.pem --tls-key /etc/llmgw/key.pem"],
   async run({ flags }) {
     const { loadConfig, ServeConfig } = await import("../config");

@@ -62,6 +62,21 @@ export const ServeConfig = z.strictObject({
   require_api_key: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(false),
   /** Router: how long a replica that failed (connection error, 5xx) is passed over. */
   endpoint_cooldown: Duration.prefault("5s"),
+  /** Both listeners: a request head must arrive whole within this of its first byte. */
+  head_timeout: Duration.prefault("30s"),
+  /** Both listeners: a request body must arrive within this of its head, plus 1 s per body_min_rate bytes received. */
+  body_timeout: Duration.prefault("30s"),
+  /** Both listeners: bytes per second of body that earn it one more second past body_timeout; 0 makes body_timeout the whole budget. */
+  body_min_rate: z.coerce.number().int().min(0).max(1024 * 1024 * 1024).default(8192),
+  /**
+   * Router listener: open client connections at most, and from one source address (clients
+   * behind one proxy or NAT share an address). Past either, a connection is shed with a 503.
+   */
+  max_connections: z.coerce.number().int().min(1).max(1_000_000).default(8192),
+  max_connections_per_address: z.coerce.number().int().min(1).max(1_000_000).default(2048),
+  /** Admin/agent listener: the same caps, its own, so a flood on the router never starves heartbeats. */
+  admin_max_connections: z.coerce.number().int().min(1).max(1_000_000).default(2048),
+  admin_max_connections_per_address: z.coerce.number().int().min(1).max(1_000_000).default(512),
   /** Engines get ports from here up (900 of them per node address); their rendezvous ports the 900 after. */
   engine_base_port: z.coerce.number().int().min(1024).max(63000).default(8100),
   /** How long a write waits for a database lock held elsewhere before failing. */

@@ -17,6 +17,18 @@
 // - `Expect: 100-continue` is answered when the body is wanted; other expectations get 417.
 // Every refusal closes the connection: after a framing error nothing that follows can be trusted.
 // Pipelined requests are answered one at a time, in order.
+//
+// Slow and greedy clients are bounded, since anyone can open connections:
+// - a head has headTimeoutMs from its first byte; a body bodyTimeoutMs from the end of its head
+//   plus a second per bodyMinRate bytes received (a minimum rate after a grace), so a body
+//   trickled a byte per idle period is cut with 408 however often it moves;
+// - while a request is in flight, reading stops as soon as anything pipelined behind it arrives
+//   (one read is kept), and resumes when it is answered: the rest waits in the kernel;
+// - caps on open connections, in total and per source address: one over either is shed at
+//   once, never left waiting: a short 503 with the write side shut behind it, dropped when the
+//   client closes or 2 s later (TLS, or many shed at once: just closed), so a flood costs the
+//   process at most the caps' descriptors and a few (see src/config/limits.ts for fitting them
+//   under the open-file limit).
 
 import type { Socket, TCPSocketListener } from "bun";
 import { concat, headEnd, latin1Bytes, latin1Slice, trimOws } from "./bytes";
@@ -35,6 +47,22 @@ export interface Http1Options {
   idleTimeoutMs?: number;
   /** A request's head must arrive whole within this of its first byte (slow-header clients). Default 30 s. */
   headTimeoutMs?: number;
+  /**
+   * A request body must arrive within this of the end of its head, plus one second for every
+   * bodyMinRate bytes of it received so far (default 30 s): a body trickled in a byte at a
+   * time is cut however often it moves, and a big one on a slow link is not.
+   */
+  bodyTimeoutMs?: number;
+  /** Bytes per second that earn a body one more second past bodyTimeoutMs (default 8 KiB/s); 0: bodyTimeoutMs is the whole budget. */
+  bodyMinRate?: number;
+  /** Open connections at most (default: no cap). One more is shed at once: a short 503, then closed (TLS: closed). */
+  maxConnections?: number;
+  /** Open connections from one source address at most (default: no cap); shed as over maxConnections. */
+  maxConnectionsPerAddress?: number;
+  /** A connection was shed; `cap` says which cap it hit. */
+  onShed?: (cap: "total" | "address", address: string) => void;
+  /** Monotonic milliseconds (default performance.now). Deadlines are read from it at each sweep(); tests pass a manual clock and call sweep(). */
+  clock?: { now(): number };
   /**
    * An answer still going out is cut if the socket takes none of it for this long (default
    * 60 s, as nginx's send_timeout). Longer than the idle timeout: a client reading slowly
@@ -186,6 +214,19 @@ export class ClientExchange {
 
   get answered(): boolean {
     return this.state !== 0;
+  }
+
+  /** The client's address (IPv4-mapped IPv6 as the socket reports it). */
+  get remoteAddress(): string {
+    return this.conn.address;
+  }
+
+  get remotePort(): number {
+    return this.conn.socket.remotePort;
+  }
+
+  get remoteFamily(): "IPv4" | "IPv6" {
+    return this.conn.socket.remoteFamily;
   }
 
   /** The whole answer in one write. */
@@ -340,16 +381,26 @@ export class Conn {
   private trailers = false;
   /** Bytes of chunk-size and trailer lines in the body being read. */
   private overhead = 0;
+  /** Reads are paused: bytes pipelined behind the request in flight wait in the kernel, not here. */
+  private paused = false;
+  /** Bytes received on the connection in all. @internal */
+  bytesIn = 0;
+  /** When the body being read started (server clock), and bytesIn at its first byte. */
+  private bodyStart = 0;
+  private bodyFrom = 0;
 
   constructor(
     readonly socket: Socket<Conn>,
     readonly server: Http1Server,
+    /** The peer's address, as counted against maxConnectionsPerAddress. */
+    readonly address: string,
   ) {
     this.deadline = server.now + server.idleTimeoutMs;
   }
 
   onData(d: Uint8Array): void {
     if (this.state === CLOSED || this.closing) return;
+    this.bytesIn += d.byteLength;
     if (this.pos >= this.buf.byteLength) {
       this.buf = d;
       this.scanned = 0;
@@ -359,11 +410,18 @@ export class Conn {
     }
     this.pos = 0;
     if (this.state === BUSY) {
-      // Pipelined ahead of the answer: kept for later, within bounds.
-      if (this.buf.byteLength - this.pos > this.server.maxHeadBytes + this.server.maxBodyBytes) this.socket.pause();
+      // Pipelined behind the request in flight: this read is kept, and no more is read until
+      // that request is answered. What a client pipelines beyond waits in its socket buffers.
+      this.pauseReads();
       return;
     }
     this.process();
+  }
+
+  private pauseReads(): void {
+    if (this.paused) return;
+    this.paused = true;
+    this.socket.pause();
   }
 
   /** Parses and dispatches what has arrived, until it runs out or a request is under way. */
@@ -384,9 +442,22 @@ export class Conn {
     } finally {
       this.processing = false;
     }
-    if (this.state === HEAD || this.state === BODY_LENGTH || this.state === BODY_CHUNKED) {
-      this.deadline = Math.min(this.server.now + this.server.idleTimeoutMs, this.headDeadline);
-    }
+    const st = this.state;
+    if (st === HEAD) this.deadline = Math.min(this.server.now + this.server.idleTimeoutMs, this.headDeadline);
+    else if (st === BODY_LENGTH || st === BODY_CHUNKED) this.deadline = Math.min(this.server.now + this.server.idleTimeoutMs, this.bodyDeadline());
+  }
+
+  /** The body's deadline: its grace, and one second more per bodyMinRate bytes that came. */
+  private bodyDeadline(): number {
+    const s = this.server;
+    const earned = s.bodyMinRate > 0 ? ((this.bytesIn - this.bodyFrom) * 1000) / s.bodyMinRate : 0;
+    return this.bodyStart + s.bodyTimeoutMs + earned;
+  }
+
+  /** The head is read and a body follows: its deadline starts now, counting the bytes of it already here. */
+  private beginBody(): void {
+    this.bodyStart = this.server.now;
+    this.bodyFrom = this.bytesIn - (this.buf.byteLength - this.pos);
   }
 
   private parseHead(): boolean {
@@ -514,6 +585,7 @@ export class Conn {
       this.overhead = 0;
       this.need = -1;
       this.trailers = false;
+      this.beginBody();
       this.continue_();
       return;
     }
@@ -526,6 +598,7 @@ export class Conn {
         this.chunks = [];
         this.bodySize = 0;
         this.state = BODY_LENGTH;
+        this.beginBody();
         this.continue_();
         return;
       }
@@ -640,6 +713,8 @@ export class Conn {
     this.deadline = Number.POSITIVE_INFINITY;
     const ex = new ClientExchange(this, q.method, q.target, q.path, q.headers, body, q.http10);
     this.current = ex;
+    // The next request is already here: read no more until this one is answered.
+    if (this.pos < this.buf.byteLength) this.pauseReads();
     try {
       this.server.handler(ex);
     } catch (e) {
@@ -661,10 +736,17 @@ export class Conn {
     this.state = HEAD;
     this.headDeadline = Number.POSITIVE_INFINITY;
     this.deadline = this.server.now + (this.pending === undefined ? this.server.idleTimeoutMs : this.server.sendTimeoutMs);
-    if (this.pos < this.buf.byteLength) {
+    if (this.paused) {
+      this.paused = false;
       this.socket.resume();
+    }
+    if (this.pos < this.buf.byteLength) {
       // Later, not inside the handler that answered: pipelined requests are handled in turn.
       if (!this.processing) queueMicrotask(() => this.process());
+    } else {
+      // Nothing left of the last read: let it go rather than hold it while idle.
+      this.buf = EMPTY;
+      this.pos = 0;
     }
   }
 
@@ -750,7 +832,7 @@ export class Conn {
   onClose(): void {
     if (this.state === CLOSED) return;
     this.state = CLOSED;
-    this.server.conns.delete(this);
+    this.server.release(this);
     this.buf = EMPTY;
     this.pos = 0;
     this.pending = undefined;
@@ -765,23 +847,42 @@ export class Conn {
       this.socket.terminate();
       return;
     }
-    if (this.state === HEAD || this.state === BODY_LENGTH || this.state === BODY_CHUNKED) this.refuse(new Refusal(408, "the request did not arrive in time", "request_timeout"));
+    const s = this.server;
+    if (this.state === HEAD) this.refuse(new Refusal(408, `the request head did not arrive in time (idle ${s.idleTimeoutMs} ms at most, ${s.headTimeoutMs} ms in all)`, "request_timeout"));
+    else if (this.state === BODY_LENGTH || this.state === BODY_CHUNKED)
+      this.refuse(
+        new Refusal(408, `the request body did not arrive in time (idle ${s.idleTimeoutMs} ms at most; ${s.bodyTimeoutMs} ms in all${s.bodyMinRate > 0 ? `, plus 1 s per ${s.bodyMinRate} bytes received` : ""})`, "request_timeout"),
+      );
   }
 }
 
 export class Http1Server {
   readonly conns = new Set<Conn>();
+  /** Open connections by source address. */
+  readonly perAddress = new Map<string, number>();
+  /** Connections shed at a cap since the start, by cap. */
+  readonly shed = { total: 0, address: 0 };
+  /** Shed connections whose 503 is going out, with when they are cut regardless. */
+  private readonly lingering = new Map<Socket<Conn>, number>();
+  private readonly clock: { now(): number };
   /**
-   * performance.now() as of the last sweep: deadlines are set from it, so the hot path reads
-   * no clock. They are off by at most one sweep interval (a quarter of the timeout, at most 1 s).
+   * The clock as of the last sweep: deadlines are set from it, so the hot path reads no
+   * clock. They are off by at most one sweep interval (a quarter of the timeout, at most 1 s).
    */
-  now = performance.now();
+  now: number;
   readonly maxHeadBytes: number;
   readonly maxHeaders: number;
   readonly maxBodyBytes: number;
   readonly idleTimeoutMs: number;
   readonly headTimeoutMs: number;
+  readonly bodyTimeoutMs: number;
+  readonly bodyMinRate: number;
   readonly sendTimeoutMs: number;
+  readonly maxConnections: number;
+  readonly maxConnectionsPerAddress: number;
+  /** The answer to a connection shed at a cap after its status and date lines, made once. */
+  private readonly shedTotal: string;
+  private readonly shedAddress: string;
   readonly handler: (ex: ClientExchange) => void;
   readonly errorBody: Http1Options["errorBody"];
   readonly onHandlerError: Http1Options["onHandlerError"];
@@ -794,10 +895,62 @@ export class Http1Server {
     this.maxBodyBytes = o.maxBodyBytes;
     this.idleTimeoutMs = o.idleTimeoutMs ?? 10_000;
     this.headTimeoutMs = o.headTimeoutMs ?? 30_000;
+    this.bodyTimeoutMs = o.bodyTimeoutMs ?? 30_000;
+    this.bodyMinRate = o.bodyMinRate ?? 8192;
     this.sendTimeoutMs = o.sendTimeoutMs ?? 60_000;
+    this.maxConnections = o.maxConnections ?? Number.POSITIVE_INFINITY;
+    this.maxConnectionsPerAddress = o.maxConnectionsPerAddress ?? Number.POSITIVE_INFINITY;
     this.handler = o.handler;
     this.errorBody = o.errorBody;
     this.onHandlerError = o.onHandlerError;
+    this.clock = o.clock ?? { now: () => performance.now() };
+    this.now = this.clock.now();
+    const shedAnswer = (message: string) => {
+      const body = o.errorBody(503, message, "overloaded");
+      return `content-type: application/json\r\ncontent-length: ${byteLength(body)}\r\nretry-after: 1\r\nconnection: close\r\n\r\n${body}`;
+    };
+    this.shedTotal = shedAnswer(`the server is at its cap of ${this.maxConnections} open connections; try again shortly`);
+    this.shedAddress = shedAnswer(`your address is at its cap of ${this.maxConnectionsPerAddress} open connections; close some or try again shortly`);
+  }
+
+  /**
+   * A new connection: taken, or shed at once when a cap is reached: a short 503, the write side
+   * shut behind it, and the socket dropped when the client closes or after SHED_LINGER_MS.
+   * Dropping it at once would reset the connection and lose the 503 on the way. At most
+   * MAX_LINGERING such sockets wait at a time; past that, and on TLS (where nothing can be said
+   * before a handshake), a shed connection is just closed. So a flood holds at most the caps'
+   * descriptors plus MAX_LINGERING.
+   */
+  private admit(s: Socket<Conn>): void {
+    const address = s.remoteAddress ?? "";
+    const n = this.perAddress.get(address) ?? 0;
+    const cap: "total" | "address" | undefined = this.conns.size >= this.maxConnections ? "total" : n >= this.maxConnectionsPerAddress ? "address" : undefined;
+    if (cap !== undefined) {
+      this.shed[cap]++;
+      this.o.onShed?.(cap, address);
+      if (this.o.tls !== undefined || this.lingering.size >= MAX_LINGERING) {
+        s.terminate();
+        return;
+      }
+      s.write(statusLine(503) + date() + (cap === "total" ? this.shedTotal : this.shedAddress));
+      s.end();
+      this.lingering.set(s, this.now + SHED_LINGER_MS);
+      return;
+    }
+    // Answers go out as written, not held back for more (Nagle).
+    s.setNoDelay(true);
+    const c = new Conn(s, this, address);
+    s.data = c;
+    this.conns.add(c);
+    this.perAddress.set(address, n + 1);
+  }
+
+  /** @internal A connection is gone: it no longer counts against the caps. */
+  release(c: Conn): void {
+    if (!this.conns.delete(c)) return;
+    const n = this.perAddress.get(c.address) ?? 1;
+    if (n <= 1) this.perAddress.delete(c.address);
+    else this.perAddress.set(c.address, n - 1);
   }
 
   /** Starts listening; returns the port (useful with port 0). */
@@ -810,20 +963,17 @@ export class Http1Server {
       socket: {
         binaryType: "uint8array",
         open(s) {
-          // Answers go out as written, not held back for more (Nagle).
-          s.setNoDelay(true);
-          const c = new Conn(s, server);
-          s.data = c;
-          server.conns.add(c);
+          server.admit(s);
         },
         data(s, d) {
-          s.data.onData(d);
+          s.data?.onData(d);
         },
         drain(s) {
-          s.data.onDrain();
+          s.data?.onDrain();
         },
         close(s) {
-          s.data?.onClose();
+          if (s.data === undefined) server.lingering.delete(s);
+          else s.data.onClose();
         },
         end(s) {
           // The client shut its side: whatever it asked for, it can no longer be told.
@@ -831,7 +981,8 @@ export class Http1Server {
           s.terminate();
         },
         error(s) {
-          s.data?.onClose();
+          if (s.data === undefined) server.lingering.delete(s);
+          else s.data.onClose();
         },
         handshake(s, ok) {
           if (!ok) s.terminate();
@@ -840,17 +991,19 @@ export class Http1Server {
     });
     // Deadlines (idle, slow heads) are checked by one sweep over every connection, at a quarter
     // of the shortest timeout (at most once a second).
-    const tick = Math.max(10, Math.min(1000, Math.min(this.idleTimeoutMs, this.headTimeoutMs) / 4));
+    const tick = Math.max(10, Math.min(1000, Math.min(this.idleTimeoutMs, this.headTimeoutMs, this.bodyTimeoutMs) / 4));
     this.sweeper = setInterval(() => this.sweep(), tick);
     this.sweeper.unref?.();
     return this.listener.port;
   }
 
-  private sweep(): void {
-    const now = performance.now();
+  /** Reads the clock and expires every connection past its deadline (run on a timer; tests with a manual clock call it). */
+  sweep(): void {
+    const now = this.clock.now();
     this.now = now;
     refreshDate();
     for (const c of this.conns) if (now > c.deadline) c.expire();
+    if (this.lingering.size > 0) for (const [s, until] of this.lingering) if (now > until) s.terminate();
   }
 
   /** Stops listening and drops every connection. */
@@ -858,8 +1011,14 @@ export class Http1Server {
     if (this.sweeper) clearInterval(this.sweeper);
     this.listener?.stop(true);
     for (const c of [...this.conns]) c.kill();
+    for (const s of [...this.lingering.keys()]) s.terminate();
   }
 }
+
+/** How long a shed connection's 503 may take to go out before the socket is dropped anyway. */
+const SHED_LINGER_MS = 2000;
+/** Shed connections waiting for their 503 to go out, at most (src/config/limits.ts reserves descriptors for them). */
+const MAX_LINGERING = 16;
 
 /** Index of the CR of the first CRLF; -1 when there is none yet. */
 function lineEnd(d: Uint8Array): number {

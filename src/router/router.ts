@@ -11,7 +11,7 @@ import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink,
 import { Balancer, type Lease } from "./balancer";
 import { EngineMetricsPoller } from "./engine-metrics";
 import { type Reply, jsonReply, openAIError, openAIErrorBody, sseErrorFrame } from "./errors";
-import { type ClientExchange, type HeaderBlock, Http1Server, type RequestHeaders } from "./http1";
+import { type ClientExchange, type HeaderBlock, Http1Server, type Http1Options, type RequestHeaders } from "./http1";
 import { prefixKey } from "./prefix-key";
 import { Counter, type CounterSeries, Gauge, Histogram, type HistogramSeries, Registry } from "./prom";
 import { type Exchange, type ExchangeHandler, type ExtraHeaders, type UpstreamHead, UpstreamError, UpstreamPool } from "./upstream";
@@ -45,6 +45,8 @@ export interface RouterOptions {
   loadFactor?: number;
   /** How long a client connection may sit idle, or a request stall while arriving (default 10 s; tests lower it). */
   serverIdleTimeoutSec?: number;
+  /** The client listener's deadlines, connection caps and clock (see Http1Options). */
+  listener?: Pick<Http1Options, "headTimeoutMs" | "bodyTimeoutMs" | "bodyMinRate" | "maxConnections" | "maxConnectionsPerAddress" | "onShed" | "clock">;
 }
 
 /**
@@ -127,7 +129,7 @@ export class Router implements EndpointSink, UsageSource {
   /** @internal Keep-alive sockets to the engines. */
   readonly upstream = new UpstreamPool();
   private sweeper: ReturnType<typeof setInterval> | undefined;
-  private readonly o: Required<Omit<RouterOptions, "requireApiKey" | "adminToken" | "demand" | "log" | "tls" | "serverIdleTimeoutSec" | "loadFactor">> & RouterOptions;
+  private readonly o: Required<Omit<RouterOptions, "requireApiKey" | "adminToken" | "demand" | "log" | "tls" | "serverIdleTimeoutSec" | "loadFactor" | "listener">> & RouterOptions;
 
   // metrics
   private readonly registry = new Registry();
@@ -220,6 +222,7 @@ export class Router implements EndpointSink, UsageSource {
       port: this.o.port,
       maxBodyBytes: this.o.maxBodyBytes,
       ...(this.o.serverIdleTimeoutSec !== undefined ? { idleTimeoutMs: this.o.serverIdleTimeoutSec * 1000 } : {}),
+      ...this.o.listener,
       ...(this.o.tls ? { tls: { cert: Bun.file(this.o.tls.cert), key: Bun.file(this.o.tls.key) } } : {}),
       errorBody: (status, message, code) => openAIErrorBody(status, message, { code }),
       handler: (ex) => this.handle(ex),

@@ -2,11 +2,15 @@
 // raw TCP sockets that send exactly the bytes a test needs (split anywhere, pipelined, broken,
 // slow) and read back every byte the server sends, and `fetch` for the ordinary cases. Checks
 // framing, keep-alive, pipelining, chunked bodies, the request-smuggling refusals, limits,
-// Expect, timeouts, streamed answers with backpressure, aborts, and a seeded fuzz run.
+// Expect, timeouts, streamed answers with backpressure, aborts, a seeded fuzz run, and slow and
+// greedy clients (head and body deadlines on an injected clock, a pipelining flood's memory,
+// connection caps in total and per source address).
 
 import { afterEach, describe, expect, test } from "bun:test";
 import type { Socket } from "bun";
-import { type ClientExchange, type Http1Options, Http1Server } from "../../src/router/http1";
+import { connect as netConnect, type Socket as NetSocket } from "node:net";
+import { ManualClock } from "../../src/control/clock";
+import { type ClientExchange, type Conn, type Http1Options, Http1Server } from "../../src/router/http1";
 
 const cleanups: (() => unknown)[] = [];
 afterEach(async () => {
@@ -1471,4 +1475,249 @@ describe("fuzz", () => {
     const r = await c.response();
     expect([r.status, r.text, r.headers.get("x-len")]).toEqual([200, "ok", "13"]);
   }, 20000);
+});
+
+// ---- slow and greedy clients: deadlines on the injected clock, pipelining, connection caps
+
+/** Waits for I/O (not time) until f() holds: the event loop turns, the clock stands still. */
+async function settle(f: () => boolean, what: string, ms = 3000): Promise<void> {
+  const t0 = performance.now();
+  while (!f()) {
+    if (performance.now() - t0 > ms) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setImmediate(r));
+  }
+}
+
+/** Bytes a connection holds unparsed (read from its fields, so it reads the same on any version of the server). */
+function unparsed(c: Conn): number {
+  const f = c as unknown as { buf: Uint8Array; pos: number };
+  return f.buf.byteLength - f.pos;
+}
+
+function onlyConn(s: Served): Conn {
+  expect(s.server.conns.size).toBe(1);
+  return [...s.server.conns][0]!;
+}
+
+/** A raw client from a chosen source address (127.0.0.x are all loopback on Linux). */
+async function fromAddress(port: number, localAddress: string): Promise<{ sock: NetSocket; text: () => string; closed: () => boolean }> {
+  let got = "";
+  let closed = false;
+  const sock = netConnect({ host: "127.0.0.1", port, localAddress });
+  sock.on("data", (d) => {
+    got += d.toString("latin1");
+    fire();
+  });
+  sock.on("close", () => {
+    closed = true;
+    fire();
+  });
+  sock.on("error", () => {});
+  await new Promise<void>((resolve, reject) => {
+    sock.once("connect", () => resolve());
+    sock.once("error", reject);
+  });
+  cleanups.push(() => sock.destroy());
+  return { sock, text: () => got, closed: () => closed };
+}
+
+describe("slow and greedy clients", () => {
+  test("a body trickled one byte per idle period is cut at its deadline with 408 (body_timeout, then the minimum rate)", async () => {
+    const clock = new ManualClock(0);
+    const s = serve(echo, { clock, idleTimeoutMs: 10_000, headTimeoutMs: 30_000, bodyTimeoutMs: 30_000, bodyMinRate: 1024 });
+    const c = await Client.open(s.port);
+    const head = "POST /slow HTTP/1.1\r\nHost: h\r\nContent-Length: 100\r\n\r\n";
+    c.write(head);
+    await settle(() => s.server.conns.size === 1 && (onlyConn(s) as unknown as { state: number }).state === 1, "the head to be read");
+    // One byte every 9 s: never idle for 10 s, so only the body's own deadline can cut it.
+    for (let i = 1; i <= 3; i++) {
+      c.write("x");
+      await settle(() => unparsed(onlyConn(s)) === i, `byte ${i}`);
+      clock.advance(9_000);
+      s.server.sweep();
+    }
+    // 27 s in, 3 bytes: within the 30 s (and the 3 ms those bytes earned).
+    expect(c.received).toBe(0);
+    expect(s.server.conns.size).toBe(1);
+    c.write("x");
+    await settle(() => unparsed(onlyConn(s)) === 4, "byte 4");
+    clock.advance(9_000);
+    s.server.sweep();
+    const r = await c.response();
+    expect(r.status).toBe(408);
+    expect(r.headers.get("connection")).toBe("close");
+    const j = JSON.parse(r.text) as { error: { code: string; message: string } };
+    expect(j.error.code).toBe("request_timeout");
+    expect(j.error.message).toContain("body");
+    await c.waitClosed();
+    expect(s.calls).toHaveLength(0);
+  });
+
+  test("a big body at a steady rate above bodyMinRate goes on past bodyTimeoutMs and is served", async () => {
+    const clock = new ManualClock(0);
+    const s = serve((ex) => ex.respond(200, {}, String(ex.body.byteLength)), { clock, maxBodyBytes: 256 * 1024, idleTimeoutMs: 10_000, bodyTimeoutMs: 30_000, bodyMinRate: 1024 });
+    const c = await Client.open(s.port);
+    const total = 80 * 2048;
+    const head = `POST /big HTTP/1.1\r\nHost: h\r\nContent-Length: ${total}\r\n\r\n`;
+    c.write(head);
+    await settle(() => s.server.conns.size === 1 && onlyConn(s).bytesIn === head.length, "the head to be read");
+    // 2 KiB a second for 80 s: twice the minimum rate, well past the 30 s grace.
+    const chunk = "y".repeat(2048);
+    for (let i = 1; i < 80; i++) {
+      c.write(chunk);
+      await settle(() => onlyConn(s).bytesIn === head.length + i * 2048, `second ${i}`);
+      clock.advance(1_000);
+      s.server.sweep();
+    }
+    expect(c.received).toBe(0);
+    c.write(chunk);
+    const r = await c.response();
+    expect([r.status, r.text]).toEqual([200, String(total)]);
+  });
+
+  test("a head trickled one byte per idle period is cut at headTimeoutMs on the injected clock", async () => {
+    const clock = new ManualClock(0);
+    const s = serve(echo, { clock, idleTimeoutMs: 10_000, headTimeoutMs: 30_000 });
+    const c = await Client.open(s.port);
+    const head = "GET / HTTP/1.1\r\nHost: h\r\nX-Slow: abcdefgh\r\n\r\n";
+    for (let i = 0; i < 3; i++) {
+      c.write(head[i]!);
+      await settle(() => s.server.conns.size === 1 && unparsed(onlyConn(s)) === i + 1, `byte ${i}`);
+      clock.advance(9_000);
+      s.server.sweep();
+    }
+    expect(c.received).toBe(0);
+    c.write(head[3]!);
+    await settle(() => unparsed(onlyConn(s)) === 4, "byte 3");
+    clock.advance(9_000);
+    s.server.sweep();
+    const r = await c.response();
+    expect(r.status).toBe(408);
+    expect((JSON.parse(r.text) as { error: { message: string } }).error.message).toContain("head");
+  });
+
+  test("a pipelining flood behind a busy request stays within one read per connection, and memory goes back after the sockets close", async () => {
+    const held: ClientExchange[] = [];
+    // The router's own limits: 8 MiB bodies, 16 KiB heads.
+    const s = serve((ex) => void held.push(ex), { maxBodyBytes: 8 * 1024 * 1024, maxHeadBytes: 16 * 1024 });
+    Bun.gc(true);
+    const rss0 = process.memoryUsage().rss;
+    const n = 16;
+    const clients = await Promise.all(Array.from({ length: n }, () => Client.open(s.port)));
+    for (const c of clients) c.write("GET /busy HTTP/1.1\r\nHost: h\r\n\r\n");
+    await until(() => held.length === n, 3000, () => `${n} requests in flight (${held.length})`);
+    // Each pushes pipelined requests for as long as the server takes them (or 12 MiB).
+    const data = Buffer.from("GET / HTTP/1.1\r\nHost: h\r\n\r\n".repeat(16 * 1024));
+    const pushed = new Array<number>(n).fill(0);
+    const t0 = performance.now();
+    while (performance.now() - t0 < 1500) {
+      let moved = 0;
+      for (let i = 0; i < n; i++) {
+        if (pushed[i]! >= 12 * 1024 * 1024) continue;
+        const w = clients[i]!.socket.write(data);
+        if (w > 0) moved += w;
+        pushed[i]! += Math.max(0, w);
+      }
+      if (moved === 0) await Bun.sleep(5);
+      else await new Promise((r) => setImmediate(r));
+    }
+    const buffered = [...s.server.conns].map(unparsed);
+    const rssPeak = process.memoryUsage().rss;
+    // One read (Bun hands at most 512 KiB) behind the request in flight, per connection.
+    for (const b of buffered) expect(b).toBeLessThanOrEqual(512 * 1024 + 16 * 1024);
+    expect(held).toHaveLength(n);
+    expect(rssPeak - rss0).toBeLessThan(n * 2 * 1024 * 1024 + 64 * 1024 * 1024);
+    for (const c of clients) c.socket.terminate();
+    await settle(() => s.server.conns.size === 0, "the connections to close");
+    held.length = 0;
+    Bun.gc(true);
+    const rssAfter = process.memoryUsage().rss;
+    expect(rssAfter - rss0).toBeLessThan(64 * 1024 * 1024);
+  }, 20000);
+
+  test("pipelined requests are still all answered in order once the busy one finishes", async () => {
+    let first: ClientExchange | undefined;
+    const s = serve((ex) => {
+      if (ex.path === "/busy") first = ex;
+      else ex.respond(200, {}, ex.path);
+    });
+    const c = await Client.open(s.port);
+    c.write("GET /busy HTTP/1.1\r\nHost: h\r\n\r\n");
+    await until(() => first !== undefined, 2000, () => "the busy request");
+    c.write("GET /a HTTP/1.1\r\nHost: h\r\n\r\n");
+    await settle(() => unparsed(onlyConn(s)) > 0, "the pipelined request");
+    c.write("GET /b HTTP/1.1\r\nHost: h\r\n\r\n");
+    first!.respond(200, {}, "busy");
+    expect((await c.response()).text).toBe("busy");
+    expect((await c.response()).text).toBe("/a");
+    expect((await c.response()).text).toBe("/b");
+  });
+
+  test("a busy request with Connection: close and one pipelined behind it: answered, closed, and the server sees the client go at once", async () => {
+    let first: ClientExchange | undefined;
+    const s = serve((ex) => {
+      if (ex.path === "/busy") first = ex;
+      else ex.respond(200, {}, ex.path);
+    });
+    const c = await Client.open(s.port);
+    c.write("GET /busy HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
+    await until(() => first !== undefined, 2000, () => "the busy request");
+    c.write("GET /a HTTP/1.1\r\nHost: h\r\n\r\n");
+    await settle(() => unparsed(onlyConn(s)) > 0, "the pipelined request");
+    first!.respond(200, {}, "busy");
+    expect((await c.response()).text).toBe("busy");
+    await c.waitClosed();
+    c.socket.end();
+    // Well before the idle timeout (5 s here): a socket paused for pipelining still sees the close.
+    await settle(() => s.server.conns.size === 0, "the server to forget the connection", 1000);
+  });
+
+  test("past maxConnections a new connection gets a short 503 and is closed at once; a freed slot is taken again", async () => {
+    const shed: string[] = [];
+    const s = serve(echo, { maxConnections: 3, onShed: (cap) => void shed.push(cap) });
+    const open: Client[] = [];
+    for (let i = 0; i < 3; i++) {
+      const c = await Client.open(s.port);
+      c.write(`GET /${i} HTTP/1.1\r\nHost: h\r\n\r\n`);
+      expect((await c.response()).status).toBe(200);
+      open.push(c);
+    }
+    const over = await Client.open(s.port);
+    const r = await over.response();
+    expect(r.status).toBe(503);
+    expect(r.headers.get("connection")).toBe("close");
+    expect(r.headers.get("retry-after")).toBe("1");
+    expect((JSON.parse(r.text) as { error: { code: string } }).error.code).toBe("overloaded");
+    await over.waitClosed();
+    expect(shed).toEqual(["total"]);
+    expect(s.server.conns.size).toBe(3);
+    // The ones admitted are served on.
+    open[0]!.write("GET /again HTTP/1.1\r\nHost: h\r\n\r\n");
+    expect((await open[0]!.response()).status).toBe(200);
+    open[1]!.socket.terminate();
+    await settle(() => s.server.conns.size === 2, "a slot to free");
+    const next = await Client.open(s.port);
+    next.write("GET /next HTTP/1.1\r\nHost: h\r\n\r\n");
+    expect((await next.response()).status).toBe(200);
+  });
+
+  test("the per-address cap sheds a third connection from 127.0.0.2 while 127.0.0.1 is still served", async () => {
+    const s = serve(echo, { maxConnectionsPerAddress: 2 });
+    const req = "GET / HTTP/1.1\r\nHost: h\r\n\r\n";
+    const a = [await fromAddress(s.port, "127.0.0.2"), await fromAddress(s.port, "127.0.0.2")];
+    for (const c of a) {
+      c.sock.write(req);
+      await until(() => c.text().startsWith("HTTP/1.1 200 "), 2000, () => "an answer from 127.0.0.2");
+    }
+    expect(s.server.perAddress.get("127.0.0.2")).toBe(2);
+    const third = await fromAddress(s.port, "127.0.0.2");
+    await until(() => third.closed(), 2000, () => "the third connection to be shed");
+    expect(third.text()).toStartWith("HTTP/1.1 503 ");
+    expect(s.server.shed.address).toBe(1);
+    const other = await fromAddress(s.port, "127.0.0.1");
+    other.sock.write(req);
+    await until(() => other.text().startsWith("HTTP/1.1 200 "), 2000, () => "an answer to 127.0.0.1");
+    expect(s.server.perAddress.get("127.0.0.2")).toBe(2);
+    expect(s.server.perAddress.get("127.0.0.1")).toBe(1);
+  });
 });
