@@ -1,7 +1,15 @@
 // `llmgw serve`: the head node. Loads the configuration, starts the control plane and the
 // admin/agent API, and stops cleanly on SIGINT/SIGTERM.
 
+import { join } from "node:path";
+import type { ServeConfig } from "../config";
+import type { NodePolicy } from "../control/controller";
 import type { FlagSpecs } from "../config/flags";
+
+/** The node-admission settings of a serve configuration, as the controller takes them. */
+export function nodePolicyOf(config: ServeConfig): NodePolicy {
+  return { approveNodes: config.approve_nodes, maxNodes: config.max_nodes, heartbeatRate: config.heartbeat_rate, heartbeatBurst: config.heartbeat_burst };
+}
 import type { Command } from "./command";
 
 export const SERVE_FLAGS: FlagSpecs = {
@@ -28,6 +36,10 @@ export const SERVE_FLAGS: FlagSpecs = {
   "balance-load-factor": { kind: "string", value: "F", help: "router: load bound for placing a conversation, × its share of the requests in flight (default 1.25); a conversation stays on its replica up to max(2, F) × its share" },
   "require-api-key": { kind: "boolean", help: "router: /v1/* needs a client key from `llmgw keys create` (default off)" },
   "endpoint-cooldown": { kind: "string", value: "DURATION", help: "router: pass a failing replica over this long (default 5s)" },
+  "approve-nodes": { kind: "boolean", help: "a new node waits as pending (no replicas placed on it) until `llmgw nodes approve NAME` (default off)" },
+  "max-nodes": { kind: "string", value: "N", help: "nodes accepted in all; a new node beyond is refused (default 5000)" },
+  "heartbeat-rate": { kind: "string", value: "N", help: "agent API requests (heartbeats, assignment polls) per second per node before 429 (default 10; an agent needs well under 1)" },
+  "heartbeat-burst": { kind: "string", value: "N", help: "requests per node allowed at once above --heartbeat-rate (default 100)" },
   "tls-cert": { kind: "string", value: "FILE", help: "PEM certificate: both listeners serve HTTPS (with --tls-key; env LLMGW_TLS_CERT)" },
   "tls-key": { kind: "string", value: "FILE", help: "PEM private key of --tls-cert (env LLMGW_TLS_KEY)" },
   "log-level": { kind: "string", value: "LEVEL", help: "trace, debug, info, warn, error (default info)" },
@@ -48,13 +60,13 @@ export const command: Command = {
     const config = await loadConfig(ServeConfig, { flags, env: process.env });
     const log = createLogger({ level: config.log_level, role: "serve" });
     const server = await startServer({ config, log });
+    // Synchronously after the listener opened: no heartbeat is handled before this.
+    server.controller.setNodePolicy(nodePolicyOf(config));
     process.stderr.write(`llmgw serve: admin API on ${server.adminUrl}, OpenAI API on ${server.routerUrl}/v1 (data dir ${server.dataDir})\n`);
     if (server.firstStart) {
       // First start: say how GPU nodes join. `llmgw join-command` prints it again later.
-      const { joinCommand, primaryAddress } = await import("./join-command");
-      process.stderr.write(
-        `\nTo add a GPU node, run this on it (keep the token secret; \`llmgw join-command\` prints it again):\n\n  ${joinCommand(server.adminUrl, server.joinToken, primaryAddress())}\n\n`,
-      );
+      const { joinInstructions, primaryAddress } = await import("./join-command");
+      process.stderr.write(`\n${joinInstructions(server.adminUrl, join(server.dataDir, "join.token"), primaryAddress())}\n`);
     }
     if (server.tls)
       process.stderr.write(`llmgw serve: TLS on; agents can pin the certificate with --server-fingerprint ${server.tls.fingerprint256}\n`);
