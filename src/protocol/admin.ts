@@ -55,7 +55,8 @@ export type NodeApproved = z.infer<typeof NodeApprovedSchema>;
 export const NodeAddressResultSchema = z.object({ node: z.string(), address: z.string().nullable(), changed: z.boolean(), message: z.string() });
 export type NodeAddressResult = z.infer<typeof NodeAddressResultSchema>;
 
-export const NodeAddressListSchema = z.array(z.object({ node: z.string(), address: z.string() }));
+export const NodeAddressSchema = z.object({ node: z.string(), address: z.string() });
+export const NodeAddressListSchema = z.array(NodeAddressSchema);
 
 /** `POST /join-token/rotate`: where the new token is; the token itself is not in the answer. */
 export const JoinTokenRotatedSchema = z.object({ path: z.string(), message: z.string() });
