@@ -88,7 +88,7 @@ interface Inventory {
 
 type Failure = {
   ok: false;
-  kind: "aborted" | "unreachable" | "unauthorized" | "untrusted" | "rejected" | "not_found" | "taken" | "limited" | "http" | "bad_answer";
+  kind: "aborted" | "unreachable" | "unauthorized" | "forbidden" | "untrusted" | "rejected" | "not_found" | "taken" | "limited" | "http" | "bad_answer";
   message: string;
 };
 
@@ -322,6 +322,12 @@ export class NodeAgent {
     const joining = this.credential === undefined;
     const r = await this.request(path, { method: "POST", body: JSON.stringify(body) }, this.timing.requestTimeoutMs);
     if (this.stopping) return "fatal";
+    if (!r.ok && r.kind === "forbidden" && !this.registered) {
+      // A wrong address, the node limit, another node's name: retrying changes nothing.
+      this.log.error({ url: this.url(path) }, `the server refused this node: ${r.message}`);
+      this.registration?.reject(new AgentError(`the server refused node ${this.name} (${this.url(path)}): ${r.message}`));
+      return "fatal";
+    }
     if (!r.ok && r.kind === "taken" && !this.registered) {
       this.log.error({ url: this.url(path) }, r.message);
       this.registration?.reject(new AgentError(`the server refused to let the join token speak for node ${this.name}: ${r.message}`));
@@ -650,8 +656,10 @@ export class NodeAgent {
     if (!res.ok) {
       const message = `${res.status} ${serverMessage(text) ?? res.statusText}`;
       const kind =
-        res.status === 401 || res.status === 403
+        res.status === 401
           ? "unauthorized"
+          : res.status === 403
+            ? "forbidden"
           : res.status === 409
             ? "taken"
             : res.status === 429
@@ -788,6 +796,7 @@ export class NodeAgent {
         );
         return;
       case "taken":
+      case "forbidden":
       case "limited":
         this.log.error({ url }, `${what}: ${r.message}; ${retry}`);
         return;

@@ -3,12 +3,14 @@
 // allowed, and the operator can delete, approve, rotate, cap and rate-limit.
 
 import { afterEach, describe, expect, test } from "bun:test";
-import { mkdtempSync, readFileSync, statSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pino from "pino";
 import { NodeAgent } from "../../src/agent/agent";
 import { bearerMatches } from "../../src/agent/logs";
+import { fileSafe } from "../../src/agent/runner";
+import { selfSignedCertificate } from "../../src/agent/selfsigned";
 import { AgentConfig } from "../../src/config";
 import { heartbeat } from "../helpers/fleet";
 import { type TestServer, testServer } from "../helpers/server";
@@ -251,5 +253,74 @@ describe("the agent", () => {
     expect(bearerMatches(null, "abc")).toBe(false);
     expect(bearerMatches("Bearer ", undefined)).toBe(false);
     expect(bearerMatches("Bearer x", "")).toBe(false);
+  });
+});
+
+describe("engine logs", () => {
+  /** A head node, an agent with a log listener, and a replica of that agent's whose log has a line. */
+  async function withLog(tls: boolean) {
+    const dir = mkdtempSync(join(tmpdir(), "llmgw-nt-logs-"));
+    let o: Record<string, unknown> = {};
+    if (tls) {
+      const c = selfSignedCertificate(["127.0.0.1"]);
+      writeFileSync(join(dir, "cert.pem"), c.cert);
+      writeFileSync(join(dir, "key.pem"), c.key);
+      o = { tls_cert: join(dir, "cert.pem"), tls_key: join(dir, "key.pem") };
+    }
+    const s = await server({ heartbeat_interval: "200ms", ...o });
+    const stateDir = join(dir, "agent");
+    const agent = new NodeAgent({
+      config: AgentConfig.parse({
+        server: s.adminUrl,
+        token: s.joinToken,
+        name: "log-01",
+        address: "127.0.0.1",
+        simulate: "H100-80GB:1",
+        state_dir: stateDir,
+        logs_listen: "127.0.0.1:0",
+        ...(tls ? { server_ca: join(dir, "cert.pem") } : {}),
+      }),
+      log: pino({ level: "silent" }),
+      selfExe: [process.execPath],
+    });
+    await agent.start();
+    s.store.insertReplica({ id: "r-log1", model: "m", profile: "p", state: "ready", shards: [{ node: "log-01", gpus: [0] }], port: 9, endpoint: null, createdAt: 0, updatedAt: 0 });
+    mkdirSync(join(stateDir, "logs"), { recursive: true });
+    writeFileSync(join(stateDir, "logs", `${fileSafe("r-log1")}.log`), "engine says hello\n");
+    return { s, agent, stateDir };
+  }
+
+  test("over TLS when the head node's agent API is: the head node pins the listener's own certificate; plain HTTP and other tokens are refused", async () => {
+    const { s, agent, stateDir } = await withLog(true);
+    try {
+      const src = s.controller.logSource("r-log1");
+      expect(src.url).toStartWith("https://127.0.0.1:");
+      expect(src.cert).toContain("BEGIN CERTIFICATE");
+      expect(statSync(join(stateDir, "logs-tls.key")).mode & 0o777).toBe(0o600);
+      const res = await s.admin("/api/v1/replicas/r-log1/logs");
+      expect(res.status).toBe(200);
+      expect(await res.text()).toBe("engine says hello\n");
+      // Plain HTTP to the TLS listener gets nothing.
+      const plain = await fetch(src.url.replace("https:", "http:")).then((r) => r.status, () => "refused");
+      expect(plain).not.toBe(200);
+      // The join token and the admin token open nothing there; only the token derived from this node's credential.
+      for (const t of [s.joinToken, s.adminToken])
+        expect((await fetch(src.url, { headers: { authorization: `Bearer ${t}` }, tls: { ca: src.cert! } })).status).toBe(401);
+      expect((await fetch(src.url, { headers: { authorization: `Bearer ${src.token}` }, tls: { ca: src.cert! } })).status).toBe(200);
+    } finally {
+      await agent.stop();
+    }
+  });
+
+  test("over plain HTTP with a plain head node, behind the credential-derived token", async () => {
+    const { s, agent } = await withLog(false);
+    try {
+      const src = s.controller.logSource("r-log1");
+      expect(src.url).toStartWith("http://127.0.0.1:");
+      expect(await (await s.admin("/api/v1/replicas/r-log1/logs")).text()).toBe("engine says hello\n");
+      expect((await fetch(src.url, { headers: { authorization: `Bearer ${s.joinToken}` } })).status).toBe(401);
+    } finally {
+      await agent.stop();
+    }
   });
 });
