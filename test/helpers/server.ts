@@ -48,7 +48,11 @@ export async function testServer(overrides: Record<string, unknown> = {}, log: p
       const hb = typeof body === "object" && body !== null ? (body as { node?: unknown; address?: unknown }) : {};
       const node = typeof hb.node === "string" ? hb.node : undefined;
       if (token === undefined && node !== undefined && typeof hb.address === "string" && SegmentName.safeParse(node).success && hb.address.length <= 255)
-        server.store.setAllowedAddress(node, hb.address, clock.now());
+        try {
+          if (server.store.nodeTrust(node).allowedAddress !== hb.address) server.store.setAllowedAddress(node, hb.address, clock.now());
+        } catch {
+          // A store that cannot take the write (a test of a locked or full disk) refuses the heartbeat too.
+        }
       const presented = token ?? (node !== undefined ? credentials.get(node) : undefined) ?? server.joinToken;
       const res = await fetch(`${server.adminUrl}/agent/v1/heartbeat`, {
         ...tls,
