@@ -17,7 +17,7 @@ export function primaryAddress(): string | undefined {
  * The agent command line, reading the join token from a file on the node: a token on a command
  * line ends up in shell history and in `ps`.
  */
-export function joinCommand(adminUrl: string, tokenFile = "/etc/llmgw/join.token", address?: string): string {
+export function joinCommand(adminUrl: string, tokenFile: string, address?: string): string {
   const url = new URL(adminUrl);
   // A server listening on all addresses records 127.0.0.1 for local use; GPU nodes need a real one.
   if ((url.hostname === "127.0.0.1" || url.hostname === "localhost") && address) url.hostname = address;
@@ -27,11 +27,11 @@ export function joinCommand(adminUrl: string, tokenFile = "/etc/llmgw/join.token
 /** What `serve` prints on first start and `join-command` prints: where the token is, and the command. */
 export function joinInstructions(adminUrl: string, tokenPath: string, address?: string): string {
   return [
-    `To add a GPU node: copy the join token in ${tokenPath} on this head node to the node (0600, e.g. /etc/llmgw/join.token), then run there:`,
+    `To add a GPU node: the join token is in ${tokenPath} on this head node. Copy that file to the node (same path, mode 0600), then run there:`,
     "",
-    `  ${joinCommand(adminUrl, "/etc/llmgw/join.token", address)}`,
+    `  ${joinCommand(adminUrl, tokenPath, address)}`,
     "",
-    `(or LLMGW_TOKEN="$(cat /etc/llmgw/join.token)" llmgw agent --server …). The token admits new nodes only; each node then gets its own credential. Keep it secret; \`llmgw join-token rotate\` replaces it.`,
+    `(or LLMGW_TOKEN="$(cat ${tokenPath})" llmgw agent --server …). The token admits new nodes only; each node then gets its own credential and no longer needs it. Keep it secret; \`llmgw join-token rotate\` replaces it.`,
     "",
   ].join("\n");
 }
