@@ -115,6 +115,14 @@ describe("addresses", () => {
     expect((await post(s, { ...local("gpu-01"), address: "::ffff:127.0.0.1" }, cred)).status).toBe(200);
   });
 
+  test("a host name as address is refused unless it is the one allowed", async () => {
+    const s = await server();
+    const hb = { ...local("gpu-01"), address: "gpu-01.example" };
+    expect((await post(s, hb, s.joinToken)).status).toBe(403);
+    expect((await s.admin("/api/v1/nodes/gpu-01/address", { method: "PUT", body: JSON.stringify({ address: "gpu-01.example" }) })).status).toBe(200);
+    expect((await post(s, hb, s.joinToken)).status).toBe(200);
+  });
+
   test("the allowance body is validated with the field named", async () => {
     const s = await server();
     const r = await s.admin("/api/v1/nodes/gpu-01/address", { method: "PUT", body: JSON.stringify({ address: "a b" }) });
@@ -244,6 +252,11 @@ describe("the agent", () => {
     const c = make({ state_dir: join(stateDir, "..", "other") });
     const err = await c.start().then(() => undefined, (e: Error) => e);
     expect(err?.message).toContain("llmgw nodes delete sim-01");
+    // Deleted on the head node: the stored credential is refused, and the agent says which file to remove.
+    expect((await s.admin("/api/v1/nodes/sim-01", { method: "DELETE" })).status).toBe(200);
+    const d = make();
+    const gone = await d.start().then(() => undefined, (e: Error) => e);
+    expect(gone?.message).toContain(file);
   });
 
   test("the log listener compares tokens in constant time (digests) and refuses before the node has a credential", () => {
