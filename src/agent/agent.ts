@@ -566,7 +566,9 @@ export class NodeAgent {
     try {
       text = readFileSync(this.credentialPath, "utf8");
     } catch {
-      if (this.joinToken() === undefined)
+      // Read once, here: a token file that goes away later cannot fail a heartbeat in flight.
+      this.joinTokenValue = this.readJoinToken();
+      if (this.joinTokenValue === undefined)
         throw new AgentError(`no join token: give --token-file FILE (or env LLMGW_TOKEN) with the head node's <data-dir>/join.token; the node has no credential yet (${this.credentialPath})`);
       return;
     }
@@ -588,8 +590,15 @@ export class NodeAgent {
     writePrivate(this.credentialPath, `${JSON.stringify({ node: this.name, server: this.server, credential })}\n`);
   }
 
+  private joinTokenValue: string | undefined;
+
+  /** What a request presents until the node has its credential. */
+  private joinToken(): string {
+    return this.joinTokenValue ?? "";
+  }
+
   /** --token, else the first line of --token-file. */
-  private joinToken(): string | undefined {
+  private readJoinToken(): string | undefined {
     if (this.config.token) return this.config.token;
     const file = this.config.token_file;
     if (!file) return undefined;
