@@ -5,7 +5,7 @@ import { UsageError, type FlagSpecs, type FlagValues } from "../config/flags";
 import type { JoinTokenRotated, NodeAddressResult, NodeApproved, NodeDeleted } from "../protocol/admin";
 import { parseDuration } from "../protocol/duration";
 import type { NodeView, ReplicaView } from "../protocol/views";
-import { CLIENT_FLAGS, CliError, resolveClient } from "./client";
+import { CLIENT_FLAGS, CliError, OUTPUT_FLAG, resolveClient } from "./client";
 import type { Command } from "./command";
 import { waitForDrain } from "./wait";
 
@@ -25,6 +25,11 @@ export const NODES_DETAILS =
   "  llmgw nodes allow-address NAME --clear   withdraw it\n" +
   "A deleted node joins again only with the join token after its agent's <state-dir>/node.credential is removed.";
 
+/** The answer's message, or with -o json the whole answer. */
+function say(flags: FlagValues, r: { message: string }): void {
+  process.stdout.write(flags.output === "json" ? `${JSON.stringify(r, null, 2)}\n` : `${r.message}\n`);
+}
+
 export async function runNodeVerb(verb: (typeof NODE_VERBS)[number], args: string[], flags: FlagValues): Promise<void> {
   const client = resolveClient(flags);
   const name = args[0];
@@ -33,19 +38,19 @@ export async function runNodeVerb(verb: (typeof NODE_VERBS)[number], args: strin
   if (verb === "approve") {
     if (args.length !== 1) throw new UsageError("nodes approve takes exactly one node name");
     const r = await client.send<NodeApproved>("POST", `${path}/approve`);
-    process.stdout.write(`${r.message}\n`);
+    say(flags, r);
     return;
   }
   if (verb === "allow-address") {
     if (flags.clear) {
       if (args.length !== 1) throw new UsageError("nodes allow-address NAME --clear takes no address");
       const r = await client.send<NodeAddressResult>("DELETE", `${path}/address`);
-      process.stdout.write(`${r.message}\n`);
+      say(flags, r);
       return;
     }
     if (args.length !== 2) throw new UsageError("nodes allow-address takes a node name and an address (or --clear)");
     const r = await client.send<NodeAddressResult>("PUT", `${path}/address`, { address: args[1] });
-    process.stdout.write(`${r.message}\n`);
+    say(flags, r);
     return;
   }
   if (args.length !== 1) throw new UsageError("nodes delete takes exactly one node name");
@@ -57,7 +62,7 @@ export async function runNodeVerb(verb: (typeof NODE_VERBS)[number], args: strin
     // Drain first, so replicas move before they stop; an unreachable node cannot be waited for.
     if (on.length > 0 && node.state !== "unreachable") {
       const d = await client.send<{ message: string }>("POST", `${path}/drain`);
-      process.stdout.write(`${d.message}\n`);
+      if (flags.output !== "json") process.stdout.write(`${d.message}\n`);
       try {
         await waitForDrain(client, name, timeout);
       } catch (e) {
@@ -67,20 +72,20 @@ export async function runNodeVerb(verb: (typeof NODE_VERBS)[number], args: strin
     }
   }
   const r = await client.send<NodeDeleted>("DELETE", `${path}${flags.force ? "?force=1" : ""}`);
-  process.stdout.write(`${r.message}\n`);
+  say(flags, r);
 }
 
 export const joinTokenCommand: Command = {
   name: "join-token",
   summary: "Replace the join token (llmgw join-token rotate).",
   usage: "llmgw join-token rotate [--server URL] [--token TOKEN]",
-  flags: { ...CLIENT_FLAGS },
+  flags: { ...OUTPUT_FLAG, ...CLIENT_FLAGS },
   details:
     "rotate: a new join token is written where the old one was (join.token in the server's data dir, 0600); the old one stops admitting new nodes at once. Nodes that have joined keep working with their own credentials. The new token is not printed: it is read from the file (see `llmgw join-command`).",
   examples: ["llmgw join-token rotate"],
   async run({ flags, positionals }) {
     if (positionals[0] !== "rotate" || positionals.length !== 1) throw new UsageError("join-token takes one verb: rotate");
     const r = await resolveClient(flags).send<JoinTokenRotated>("POST", "/api/v1/join-token/rotate");
-    process.stdout.write(`${r.message}\n`);
+    say(flags, r);
   },
 };
