@@ -23,6 +23,7 @@ const COMMANDS: Record<string, { summary: string; load: Loader }> = {
   agent: { summary: "run the node agent on a GPU node", load: async () => (await import("./cli/agent")).command },
   demo: { summary: "run a whole simulated cluster in one process", load: async () => (await import("./cli/demo")).command },
   "fake-engine": { summary: "run the built-in OpenAI-compatible fake engine", load: async () => (await import("./cli/fake-engine")).command },
+  "join-token": { summary: "replace the join token (rotate)", load: async () => (await import("./cli/node-trust")).joinTokenCommand },
   "join-command": { summary: "print the command that joins a GPU node to this head node", load: async () => (await import("./cli/join-command")).command },
   install: { summary: "install serve or agent as a systemd service", load: async () => (await import("./cli/install")).install },
   uninstall: { summary: "remove the systemd service written by install", load: async () => (await import("./cli/install")).uninstall },

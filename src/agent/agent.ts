@@ -2,7 +2,7 @@
 // weights, replicas) and runs exactly the engine processes the head node assigns to it.
 
 import { X509Certificate } from "node:crypto";
-import { readFileSync, readdirSync, statSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { hostname, networkInterfaces } from "node:os";
 import { type PeerCertificate, connect as tlsConnect, rootCertificates } from "node:tls";
@@ -21,8 +21,9 @@ import {
 import { VERSION } from "../version";
 import { LaunchError, renderLaunch } from "./engines";
 import { type Discovery, type DiscoverOptions, discoverGpus, simulatedGpus } from "./gpus";
-import { logsToken } from "../protocol/heartbeat";
+import { credentialDigest, logsToken } from "../protocol/heartbeat";
 import { startLogServer } from "./logs";
+import { selfSignedCertificate } from "./selfsigned";
 import { ProcessSet, fileSafe, type LaunchSpec } from "./runner";
 import { scanWeights } from "./weights";
 
@@ -42,6 +43,17 @@ export const AGENT_TIMING = {
   heartbeatIntervalMs: 5_000,
 };
 export type AgentTiming = typeof AGENT_TIMING;
+
+/** The node's own credential, in its state dir; the head node names this file when it refuses a re-join. */
+export const CREDENTIAL_FILE = "node.credential";
+
+/** Writes a file only its owner can read, atomically: a crash never leaves half a credential. */
+function writePrivate(path: string, content: string): void {
+  const tmp = `${path}.tmp-${process.pid}`;
+  writeFileSync(tmp, content, { mode: 0o600 });
+  chmodSync(tmp, 0o600);
+  renameSync(tmp, path);
+}
 
 export type FetchLike = (input: string | URL | Request, init?: BunFetchRequestInit) => Promise<Response>;
 
@@ -78,7 +90,7 @@ interface Inventory {
 
 type Failure = {
   ok: false;
-  kind: "aborted" | "unreachable" | "unauthorized" | "untrusted" | "rejected" | "not_found" | "http" | "bad_answer";
+  kind: "aborted" | "unreachable" | "unauthorized" | "forbidden" | "untrusted" | "rejected" | "not_found" | "taken" | "limited" | "http" | "bad_answer";
   message: string;
 };
 
@@ -101,6 +113,10 @@ export class NodeAgent {
   private readonly labels: Record<string, string>;
   private readonly classOverrides: Record<string, string>;
   private readonly processSet: ProcessSet;
+  /** This node's own credential once the head node gave it one; until then the join token is sent. */
+  private credential: string | undefined;
+  private readonly credentialPath: string;
+  private logsTls: { cert: string; key: string } | undefined;
 
   private inventory: Inventory = { gpus: [], models: [] };
   private intervalMs: number;
@@ -150,6 +166,7 @@ export class NodeAgent {
     this.address = opts.config.address ?? defaultAddress();
     this.labels = Object.fromEntries(opts.config.label.map(splitPair));
     this.classOverrides = Object.fromEntries(opts.config.gpu_class.map(splitPair));
+    this.credentialPath = join(opts.config.state_dir, CREDENTIAL_FILE);
 
     const engineHost = opts.config.engine_host;
     this.processSet = new ProcessSet({
@@ -187,10 +204,17 @@ export class NodeAgent {
     if (!listen) return;
     const logDir = join(this.config.state_dir, "logs");
     try {
+      // HTTPS when the head node's agent API is: the log listener then carries engine output
+      // as privately as the heartbeats do. Its certificate goes to the head node in heartbeats.
+      if (/^https:/i.test(this.server)) {
+        const host = listen.host === "0.0.0.0" || listen.host === "::" ? this.address : listen.host;
+        this.logsTls = this.logCertificate([...new Set([this.address, host])]);
+      }
       this.logServer = startLogServer({
         host: listen.host,
         port: listen.port,
-        token: logsToken(this.config.token),
+        token: () => (this.credential ? logsToken(credentialDigest(this.credential)) : undefined),
+        ...(this.logsTls ? { tls: this.logsTls } : {}),
         fileFor: (id) => join(logDir, `${fileSafe(id)}.log`),
         log: this.log,
       });
@@ -215,6 +239,8 @@ export class NodeAgent {
     registered.catch(() => {});
     try {
       this.checkIdentity();
+      this.prepareStateDir();
+      this.loadCredential();
       this.setUpTls();
       this.inventory = await this.takeInventory(true);
       const adopted = await this.processSet.recover();
@@ -287,10 +313,44 @@ export class NodeAgent {
 
   private async heartbeatOnce(): Promise<"ok" | "fatal" | Failure> {
     const path = "/agent/v1/heartbeat";
-    const body: HeartbeatRequest = { ...this.identity(), ...this.inventory, replicas: this.processSet.reports(), logs_port: this.logServer?.port ?? null };
+    const body: HeartbeatRequest = {
+      ...this.identity(),
+      ...this.inventory,
+      replicas: this.processSet.reports(),
+      logs_port: this.logServer?.port ?? null,
+      logs_tls_cert: this.logServer && this.logsTls ? this.logsTls.cert : null,
+    };
     const sentEpoch = this.epoch;
+    const joining = this.credential === undefined;
     const r = await this.request(path, { method: "POST", body: JSON.stringify(body) }, this.timing.requestTimeoutMs);
     if (this.stopping) return "fatal";
+    if (!r.ok && r.kind === "forbidden" && !this.registered) {
+      // A wrong address, the node limit, another node's name: retrying changes nothing.
+      this.log.error({ url: this.url(path) }, `the server refused this node: ${r.message}`);
+      this.registration?.reject(new AgentError(`the server refused node ${this.name} (${this.url(path)}): ${r.message}`));
+      return "fatal";
+    }
+    if (!r.ok && r.kind === "taken" && !this.registered) {
+      this.log.error({ url: this.url(path) }, r.message);
+      this.registration?.reject(new AgentError(`the server refused to let the join token speak for node ${this.name}: ${r.message}`));
+      return "fatal";
+    }
+    if (!r.ok && r.kind === "unauthorized" && !joining && !this.registered) {
+      const message = `the server does not accept this node's credential (${r.message}); if the node was deleted on the head node, remove ${this.credentialPath} and start the agent again with the join token to re-join`;
+      this.log.error({ url: this.url(path) }, message);
+      this.registration?.reject(new AgentError(message));
+      return "fatal";
+    }
+    if (r.ok && joining && r.value.credential) {
+      try {
+        this.saveCredential(r.value.credential);
+      } catch (e) {
+        // Without it the node could not heartbeat after a restart; say so now, loudly.
+        this.log.error({ path: this.credentialPath, err: (e as Error).message }, "cannot store this node's credential: after a restart the node must be deleted on the head node to join again");
+      }
+      this.credential = r.value.credential;
+      this.log.info({ path: this.credentialPath }, "joined: this node's own credential is stored and used from now on");
+    }
     if (!r.ok) {
       if (r.kind === "untrusted" && !this.registered) {
         // Retrying cannot make a certificate trusted: the operator has to give a CA or the pin.
@@ -490,6 +550,87 @@ export class NodeAgent {
     return this.server + path;
   }
 
+  // ---- credential and state dir -------------------------------------------------------------
+
+  /** The state dir holds the credential and engine logs: its owner's alone. */
+  private prepareStateDir(): void {
+    const dir = this.config.state_dir;
+    try {
+      if (!existsSync(dir)) mkdirSync(dir, { recursive: true, mode: 0o700 });
+      chmodSync(dir, 0o700);
+    } catch (e) {
+      throw new AgentError(`--state-dir ${dir}: cannot create or restrict it (${(e as Error).message})`);
+    }
+  }
+
+  private loadCredential(): void {
+    let text: string;
+    try {
+      text = readFileSync(this.credentialPath, "utf8");
+    } catch {
+      // Read once, here: a token file that goes away later cannot fail a heartbeat in flight.
+      this.joinTokenValue = this.readJoinToken();
+      if (this.joinTokenValue === undefined)
+        throw new AgentError(`no join token: give --token-file FILE (or env LLMGW_TOKEN) with the head node's <data-dir>/join.token; the node has no credential yet (${this.credentialPath})`);
+      return;
+    }
+    let stored: { node?: unknown; credential?: unknown };
+    try {
+      stored = JSON.parse(text) as typeof stored;
+    } catch {
+      throw new AgentError(`${this.credentialPath} is not a credential file this agent wrote; remove it to join again`);
+    }
+    if (typeof stored.credential !== "string" || typeof stored.node !== "string") throw new AgentError(`${this.credentialPath} is not a credential file this agent wrote; remove it to join again`);
+    if (stored.node !== this.name)
+      throw new AgentError(`${this.credentialPath} is node ${stored.node}'s credential, and this agent is node ${this.name}: use --name ${stored.node}, or another --state-dir for a new node`);
+    chmodSync(this.credentialPath, 0o600);
+    this.credential = stored.credential;
+    this.log.info({ path: this.credentialPath }, "using this node's stored credential");
+  }
+
+  private saveCredential(credential: string): void {
+    writePrivate(this.credentialPath, `${JSON.stringify({ node: this.name, server: this.server, credential })}\n`);
+  }
+
+  private joinTokenValue: string | undefined;
+
+  /** What a request presents until the node has its credential. */
+  private joinToken(): string {
+    return this.joinTokenValue ?? "";
+  }
+
+  /** --token, else the first line of --token-file. */
+  private readJoinToken(): string | undefined {
+    if (this.config.token) return this.config.token;
+    const file = this.config.token_file;
+    if (!file) return undefined;
+    try {
+      const t = readFileSync(file, "utf8").trim();
+      return t === "" ? undefined : t;
+    } catch (e) {
+      throw new AgentError(`--token-file ${file}: cannot read it (${(e as Error).message})`);
+    }
+  }
+
+  /** The log listener's certificate: made once, kept beside the credential (key 0600). */
+  private logCertificate(names: string[]): { cert: string; key: string } {
+    const certPath = join(this.config.state_dir, "logs-tls.crt");
+    const keyPath = join(this.config.state_dir, "logs-tls.key");
+    try {
+      const cert = readFileSync(certPath, "utf8");
+      const key = readFileSync(keyPath, "utf8");
+      const x = new X509Certificate(cert);
+      if (names.every((n) => x.checkIP(n) !== undefined || x.checkHost(n) !== undefined)) return { cert, key };
+    } catch {
+      // None yet, or unreadable: make one.
+    }
+    const made = selfSignedCertificate(names);
+    writePrivate(keyPath, made.key);
+    writePrivate(certPath, made.cert);
+    this.log.info({ cert: certPath, fingerprint256: made.fingerprint256 }, "engine logs served over HTTPS with a self-signed certificate the head node pins");
+    return { cert: made.cert, key: made.key };
+  }
+
   private async request(path: string, init: RequestInit, timeoutMs: number): Promise<Outcome<HeartbeatResponse>> {
     if (this.needsProbe) {
       const failed = await this.probe(timeoutMs);
@@ -499,7 +640,7 @@ export class NodeAgent {
     try {
       res = await this.fetchFn(this.url(path), {
         ...init,
-        headers: { authorization: `Bearer ${this.config.token}`, "content-type": "application/json" },
+        headers: { authorization: `Bearer ${this.credential ?? this.joinToken()}`, "content-type": "application/json" },
         signal: AbortSignal.any([this.abort.signal, AbortSignal.timeout(timeoutMs)]),
         ...(this.session ? { session: this.session } : {}),
       });
@@ -525,7 +666,20 @@ export class NodeAgent {
     }
     if (!res.ok) {
       const message = `${res.status} ${serverMessage(text) ?? res.statusText}`;
-      const kind = res.status === 401 || res.status === 403 ? "unauthorized" : res.status === 400 ? "rejected" : res.status === 404 ? "not_found" : "http";
+      const kind =
+        res.status === 401
+          ? "unauthorized"
+          : res.status === 403
+            ? "forbidden"
+          : res.status === 409
+            ? "taken"
+            : res.status === 429
+              ? "limited"
+              : res.status === 400
+                ? "rejected"
+                : res.status === 404
+                  ? "not_found"
+                  : "http";
       return { ok: false, kind, message };
     }
     let json: unknown;
@@ -645,7 +799,17 @@ export class NodeAgent {
         this.log.error({ url }, `${what}: ${r.message}; ${retry}`);
         return;
       case "unauthorized":
-        this.log.error({ url }, `${what}: the server refused the join token (${r.message}); was it changed on the head node? ${retry}`);
+        this.log.error(
+          { url },
+          this.credential
+            ? `${what}: the server refused this node's credential (${r.message}); was the node deleted on the head node? Then remove ${this.credentialPath} and restart the agent to re-join. ${retry}`
+            : `${what}: the server refused the join token (${r.message}); was it changed on the head node? ${retry}`,
+        );
+        return;
+      case "taken":
+      case "forbidden":
+      case "limited":
+        this.log.error({ url }, `${what}: ${r.message}; ${retry}`);
         return;
       case "rejected":
         this.log.error({ url }, `${what}: the server rejected it: ${r.message}; ${retry}`);

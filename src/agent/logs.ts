@@ -1,13 +1,28 @@
 // The agent's engine-log listener: the head node fetches a replica's log from here for
 // `llmgw logs`, optionally following it as the engine writes. Bearer-protected with a token
-// derived from the join token; serves only files of replicas this agent runs or ran.
+// derived from this node's credential (compared in constant time), over TLS when the head
+// node's agent API is; serves only files of replicas this agent runs or ran.
 
+import { createHash, timingSafeEqual } from "node:crypto";
 import { closeSync, existsSync, fstatSync, openSync, readSync, statSync } from "node:fs";
+
+const digest = (s: string) => createHash("sha256").update(s).digest();
+
+/** Whether an Authorization header carries `token`: constant time over digests, so neither content nor length leaks. */
+export function bearerMatches(header: string | null, token: string | undefined): boolean {
+  const m = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
+  // Compared even when absent, so a missing header costs what a wrong one does.
+  const ok = timingSafeEqual(digest(m?.[1] ?? ""), digest(token ?? ""));
+  return ok && m !== null && token !== undefined && token !== "";
+}
 
 export interface LogServerOptions {
   host: string;
   port: number;
-  token: string;
+  /** The token the head node presents; undefined until the node has its credential (then all is refused). */
+  token: string | (() => string | undefined);
+  /** Serve HTTPS with this certificate and key (PEM). */
+  tls?: { cert: string; key: string };
   /** The log file of a replica id, or undefined when this agent has none. */
   fileFor: (id: string) => string | undefined;
   pollMs?: number;
@@ -49,11 +64,13 @@ export function startLogServer(o: LogServerOptions): { port: number; stop(): voi
   const server = Bun.serve({
     hostname: o.host,
     port: o.port,
+    ...(o.tls ? { tls: o.tls } : {}),
     fetch(req, srv) {
       const url = new URL(req.url);
       const m = /^\/logs\/([^/]+)$/.exec(url.pathname);
       if (req.method !== "GET" || !m) return new Response("not found\n", { status: 404 });
-      if (req.headers.get("authorization") !== `Bearer ${o.token}`) return new Response("unauthorized\n", { status: 401 });
+      const token = typeof o.token === "function" ? o.token() : o.token;
+      if (!bearerMatches(req.headers.get("authorization"), token)) return new Response("unauthorized\n", { status: 401 });
       const id = decodeURIComponent(m[1]!);
       const path = o.fileFor(id);
       if (!path || !existsSync(path)) return new Response(`no log for replica ${id} on this node\n`, { status: 404 });

@@ -11,7 +11,9 @@ import { SegmentName } from "../protocol/common";
 import type { ApiKeyRevoked, ApplyResult, CreatedApiKey, ModelDeleted, ModelDetail, ModelPutResult, NodeActionResult, UnparkResult } from "../protocol/views";
 import { VERSION } from "../version";
 import { HttpError, parseJsonBody } from "./errors";
-import { logsToken } from "../protocol/heartbeat";
+import { join } from "node:path";
+import { generateToken, readTokenFile, writePrivateFile } from "../config/datadir";
+import type { JoinTokenRotated, NodeAddressResult, NodeApproved, NodeDeleted } from "../protocol/admin";
 import { openApiDocument, ROUTES } from "./openapi";
 
 /** The stored spec as a client would write it: durations back in words, so GET → PUT round-trips. */
@@ -33,8 +35,9 @@ function nodeName(raw: string): string {
   return r.data;
 }
 
-export function adminRoutes(ctl: Controller, _log: Logger, joinToken: string): Hono {
+export function adminRoutes(ctl: Controller, log: Logger, joinToken: string): Hono {
   const app = new Hono();
+  let currentJoinToken = joinToken;
 
   app.get("/openapi.json", (c) => c.json(openApiDocument(VERSION)));
 
@@ -53,6 +56,49 @@ export function adminRoutes(ctl: Controller, _log: Logger, joinToken: string): H
       return c.json({ node: name, action, changed, message: `node/${name} ${changed ? verb : `already ${verb}`}` } satisfies NodeActionResult);
     });
   }
+
+  app.delete("/nodes/:name", (c) => {
+    const name = nodeName(c.req.param("name"));
+    const q = ROUTES.deleteNode.query.parse(c.req.query());
+    const { stopped } = ctl.deleteNode(name, q.force);
+    const also = stopped.length > 0 ? `; stopped ${stopped.join(", ")}, to be placed elsewhere` : "";
+    return c.json({ node: name, stopped, message: `node/${name} deleted${also}; to join it again, remove the agent's credential file on the node and restart it` } satisfies NodeDeleted);
+  });
+  app.post("/nodes/:name/approve", (c) => {
+    const name = nodeName(c.req.param("name"));
+    const { changed } = ctl.approveNode(name);
+    return c.json({ node: name, changed, message: `node/${name} ${changed ? "approved" : "was not pending"}` } satisfies NodeApproved);
+  });
+  app.get("/node-addresses", (c) => c.json(ctl.allowedAddresses()));
+  app.put("/nodes/:name/address", async (c) => {
+    const raw = c.req.param("name");
+    const r = SegmentName.safeParse(raw);
+    if (!r.success) throw new HttpError(400, "invalid_request", `name: "${raw.slice(0, 80)}" is not a valid node name`);
+    const body = ROUTES.allowNodeAddress.body.parse(await jsonBody(c.req.raw));
+    const { changed } = ctl.allowNodeAddress(r.data, body.address);
+    return c.json({ node: r.data, address: body.address, changed, message: `node/${r.data} may report address ${body.address}` } satisfies NodeAddressResult);
+  });
+  app.delete("/nodes/:name/address", (c) => {
+    const name = nodeName(c.req.param("name"));
+    const { changed } = ctl.allowNodeAddress(name, null);
+    return c.json({ node: name, address: null, changed, message: `node/${name} ${changed ? "may report only the address it heartbeats from" : "had no address allowance"}` } satisfies NodeAddressResult);
+  });
+  /** A new join token in the data dir's join.token; the old one stops admitting at once. */
+  app.post("/join-token/rotate", (c) => {
+    const dir = ctl.opts.dataDir;
+    if (!dir) throw new HttpError(409, "conflict", "this server has no data dir to write a join token to");
+    const path = join(dir, "join.token");
+    // A token given by --join-token or LLMGW_JOIN_TOKEN is not the file's: writing the file would not change it for the next start.
+    if (readTokenFile(dir, "join.token") !== currentJoinToken)
+      throw new HttpError(409, "conflict", "the join token was given with --join-token (or LLMGW_JOIN_TOKEN, or the config file): change it there and restart, or remove it to let the server keep one in join.token");
+    const token = generateToken("llmgw_join");
+    writePrivateFile(path, `${token}\n`);
+    currentJoinToken = token;
+    ctl.setJoinToken(token);
+    ctl.event("join_token.rotated", "join-token", "join token rotated: the old one no longer admits new nodes; joined nodes keep their credentials");
+    log.warn({ path }, "join token rotated");
+    return c.json({ path, message: `join token rotated: the new one is in ${path} (0600); the old one no longer admits new nodes, joined nodes keep working` } satisfies JoinTokenRotated);
+  });
 
   app.get("/replicas", (c) => {
     const q = ROUTES.listReplicas.query.parse(c.req.query());
@@ -117,11 +163,14 @@ export function adminRoutes(ctl: Controller, _log: Logger, joinToken: string): H
     const q = ROUTES.replicaLogs.query.parse(c.req.query());
     const src = ctl.logSource(c.req.param("id"));
     const url = `${src.url}?tail=${q.tail}${q.follow ? "&follow=1" : ""}`;
+    // A log listener serving HTTPS sent its own certificate in its heartbeats: trust exactly
+    // that one (it lists the node's address), nothing a CA signed.
+    const tls = src.cert ? { tls: { ca: src.cert } } : {};
     // A followed log stays open far past Bun's idle timeout.
     if (q.follow) (getBunServer(c) as { timeout?(req: Request, seconds: number): void } | undefined)?.timeout?.(c.req.raw, 0);
     let res: Response;
     try {
-      res = await fetch(url, { headers: { authorization: `Bearer ${logsToken(joinToken)}` }, signal: c.req.raw.signal });
+      res = await fetch(url, { headers: { authorization: `Bearer ${src.token}` }, signal: c.req.raw.signal, ...tls });
     } catch (e) {
       throw new HttpError(503, "agent_unreachable", `cannot reach the agent on ${src.node} for logs: ${(e as Error).message}`);
     }

@@ -1,5 +1,5 @@
 // The admin listener's Hono app: /healthz open, /api/v1 behind the admin token, /agent/v1
-// behind the join token, one error shape everywhere, a body limit on every route.
+// behind node credentials (the join token admits new nodes only), one error shape everywhere, a body limit on every route.
 
 import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
@@ -44,7 +44,8 @@ export function buildAdminApp(o: AppOptions): Hono {
   app.use("/api/v1/*", requireToken("admin", o.adminToken));
   app.route("/api/v1", adminRoutes(o.controller, o.log, o.joinToken));
 
-  app.use("/agent/v1/*", requireToken("join", o.joinToken));
+  // The agent API checks its own tokens: a node credential, or the join token for a first heartbeat.
+  o.controller.setJoinToken(o.joinToken);
   app.route("/agent/v1", agentRoutes(o.controller));
 
   // The dashboard: admin token only, by cookie from its login form or by bearer header.

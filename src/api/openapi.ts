@@ -4,14 +4,27 @@
 // so the document cannot fall behind the code.
 
 import { z } from "zod";
-import { CreateKeyBody, EventsQuery, LogsQuery, ReplicasQuery } from "../protocol/admin";
+import {
+  AllowAddressBody,
+  CreateKeyBody,
+  DeleteNodeQuery,
+  EventsQuery,
+  JoinTokenRotatedSchema,
+  LogsQuery,
+  NodeAddressListSchema,
+  NodeAddressSchema,
+  NodeAddressResultSchema,
+  NodeApprovedSchema,
+  NodeDeletedSchema,
+  ReplicasQuery,
+} from "../protocol/admin";
 import { CatalogFile, ModelSpec } from "../protocol/catalog";
 import { Duration, Labels, Name, SegmentName } from "../protocol/common";
 import { Assignment, AssignmentsQuery, GpuReport, HeartbeatRequest, HeartbeatResponse, ReplicaReport } from "../protocol/heartbeat";
 import * as V from "../protocol/views";
 
 type Method = "get" | "post" | "put" | "delete";
-type ErrorStatus = 400 | 401 | 404 | 409 | 413 | 415 | 503;
+type ErrorStatus = 400 | 401 | 403 | 404 | 409 | 413 | 415 | 429 | 503;
 
 interface Success {
   status: 200 | 201;
@@ -31,8 +44,8 @@ export interface RouteDoc {
   summary: string;
   description?: string;
   tags: string[];
-  /** Which bearer token the route takes; none for /healthz. */
-  auth: "admin" | "join" | "none";
+  /** Which bearer token the route takes; none for /healthz; "agent" is a node credential or, for a first heartbeat, the join token. */
+  auth: "admin" | "agent" | "credential" | "none";
   /** Path parameters: their schema and what they name. */
   params?: Record<string, { schema: z.ZodType; description: string }>;
   /** The query schema the handler parses; each property becomes a query parameter. */
@@ -101,6 +114,70 @@ export const ROUTES = {
     params: { name: NODE_NAME },
     ok: [{ status: 200, description: "The node.", schema: V.NodeViewSchema }],
     errors: [401, 404],
+  },
+  deleteNode: {
+    method: "delete",
+    path: "/api/v1/nodes/{name}",
+    summary: "Forget a node and its credential; it joins again only with the join token",
+    description: "Refused (409) while replicas run on the node, unless force=1, which stops them so they are placed elsewhere. The agent must then remove its credential file to join again.",
+    tags: ["nodes"],
+    auth: "admin",
+    params: { name: NODE_NAME },
+    query: DeleteNodeQuery,
+    queryDocs: { force: "Delete even while replicas run on the node (1 or true)." },
+    ok: [{ status: 200, description: "Deleted; `stopped` lists the replicas that were still on it.", schema: NodeDeletedSchema }],
+    errors: [400, 401, 404, 409, 503],
+  },
+  approveNode: {
+    method: "post",
+    path: "/api/v1/nodes/{name}/approve",
+    summary: "Admit a node waiting as pending (serve --approve-nodes)",
+    tags: ["nodes"],
+    auth: "admin",
+    params: { name: NODE_NAME },
+    ok: [{ status: 200, description: "Approved, or it was not pending (`changed: false`).", schema: NodeApprovedSchema }],
+    errors: [401, 404, 503],
+  },
+  listNodeAddresses: {
+    method: "get",
+    path: "/api/v1/node-addresses",
+    summary: "Data-plane addresses nodes may report besides their heartbeats' source",
+    tags: ["nodes"],
+    auth: "admin",
+    ok: [{ status: 200, description: "Every allowance, by node name.", schema: NodeAddressListSchema }],
+    errors: [401],
+  },
+  allowNodeAddress: {
+    method: "put",
+    path: "/api/v1/nodes/{name}/address",
+    summary: "Allow a node to report this data-plane address although its heartbeats come from another",
+    description: "The name need not have joined yet. A host name is accepted here only: a node reporting a host name is refused unless it is the one allowed.",
+    tags: ["nodes"],
+    auth: "admin",
+    params: { name: NODE_NAME },
+    body: AllowAddressBody,
+    ok: [{ status: 200, description: "Allowed (`changed: false` when it already was).", schema: NodeAddressResultSchema }],
+    errors: [400, 401, 404, 413, 415, 503],
+  },
+  disallowNodeAddress: {
+    method: "delete",
+    path: "/api/v1/nodes/{name}/address",
+    summary: "Withdraw a node's address allowance",
+    tags: ["nodes"],
+    auth: "admin",
+    params: { name: NODE_NAME },
+    ok: [{ status: 200, description: "Withdrawn (`changed: false` when there was none).", schema: NodeAddressResultSchema }],
+    errors: [401, 404, 503],
+  },
+  rotateJoinToken: {
+    method: "post",
+    path: "/api/v1/join-token/rotate",
+    summary: "Replace the join token: the old one stops admitting new nodes at once",
+    description: "The new token is written where the old one was (join.token in the data dir, 0600) and is not in the answer. Joined nodes keep working with their credentials.",
+    tags: ["nodes"],
+    auth: "admin",
+    ok: [{ status: 200, description: "Rotated; `path` is where the new token is.", schema: JoinTokenRotatedSchema }],
+    errors: [401, 409, 503],
   },
   cordonNode: nodeAction("cordon", "Stop placing replicas on a node"),
   uncordonNode: nodeAction("uncordon", "Allow placement on a node again"),
@@ -261,18 +338,21 @@ export const ROUTES = {
     method: "post",
     path: "/agent/v1/heartbeat",
     summary: "A node agent reports its inventory and replicas; the answer is what it should run",
+    description:
+      "A new node's first heartbeat carries the join token and is answered with the node's own credential (`credential`, this once); every later request of that node carries the credential. A name that has joined is refused the join token (409). The reported address must be the heartbeat's source address unless allowed for the node (PUT /api/v1/nodes/{name}/address), else 403. 429 with Retry-After beyond the per-node rate (serve --heartbeat-rate).",
     tags: ["agent"],
-    auth: "join",
+    auth: "agent",
     body: HeartbeatRequest,
     ok: [{ status: 200, description: "The complete set of replicas the node should run.", schema: HeartbeatResponse }],
-    errors: [400, 401, 413, 503],
+    errors: [400, 401, 403, 409, 413, 429, 503],
   },
   assignments: {
     method: "get",
     path: "/agent/v1/assignments",
     summary: "Long poll: answers when the node's assignments change, or after wait_ms",
+    description: "With the node's credential only, and only for that node (403 otherwise).",
     tags: ["agent"],
-    auth: "join",
+    auth: "credential",
     query: AssignmentsQuery,
     queryDocs: {
       node: "The asking node.",
@@ -280,7 +360,7 @@ export const ROUTES = {
       wait_ms: "How long to wait for a change before answering anyway.",
     },
     ok: [{ status: 200, description: "What the node should run now.", schema: HeartbeatResponse }],
-    errors: [400, 401],
+    errors: [400, 401, 403, 429],
   },
 } satisfies Record<string, RouteDoc>;
 
@@ -304,6 +384,7 @@ const INPUTS: [z.ZodType, string, string?][] = [
   [ModelSpec, "ModelSpec", "A model of the catalog. Also: replicas.max ≥ replicas.min; profile names are unique; a llama.cpp profile has nodes = 1; aliases are distinct and not the model's own name."],
   [CatalogFile, "CatalogFile", "A whole catalog. Names and aliases share one namespace: no name or alias may be used by two models."],
   [CreateKeyBody, "CreateKeyBody"],
+  [AllowAddressBody, "AllowAddressBody"],
   [HeartbeatRequest, "HeartbeatRequest", "GPU indices and uuids are unique within a heartbeat."],
   [GpuReport, "GpuReport"],
   [ReplicaReport, "ReplicaReport"],
@@ -335,6 +416,11 @@ const OUTPUTS: [z.ZodType, string][] = [
   [V.UnparkResultSchema, "UnparkResult"],
   [V.ApplyResultSchema, "ApplyResult"],
   [V.NodeActionResultSchema, "NodeActionResult"],
+  [NodeDeletedSchema, "NodeDeleted"],
+  [NodeAddressSchema, "NodeAddress"],
+  [NodeApprovedSchema, "NodeApproved"],
+  [NodeAddressResultSchema, "NodeAddressResult"],
+  [JoinTokenRotatedSchema, "JoinTokenRotated"],
   [V.ApiKeyViewSchema, "ApiKeyView"],
   [V.CreatedApiKeySchema, "CreatedApiKey"],
   [V.ApiKeyRevokedSchema, "ApiKeyRevoked"],
@@ -408,10 +494,12 @@ function paramSchema(schema: z.ZodType): Json {
 const ERRORS: Record<ErrorStatus, { name: string; description: string }> = {
   400: { name: "BadRequest", description: "The body or query is invalid; `issues` names every problem with its path." },
   401: { name: "Unauthorized", description: "Missing or wrong bearer token." },
+  403: { name: "Forbidden", description: "The token is valid but may not do this (another node's data, an address not allowed, the node limit)." },
   404: { name: "NotFound", description: "No such node, model or key." },
   409: { name: "Conflict", description: "The request conflicts with what is stored (a name already in use); `issues` says where." },
   413: { name: "PayloadTooLarge", description: "The body exceeds the server's limit." },
   415: { name: "UnsupportedMediaType", description: "The body is not application/json." },
+  429: { name: "TooManyRequests", description: "This node exceeds its request rate; retry after the Retry-After seconds." },
   503: { name: "StoreUnavailable", description: "The database cannot be written (disk full, locked, unwritable); nothing was changed. Retry after the Retry-After seconds." },
 };
 
@@ -463,7 +551,8 @@ export function openApiDocument(version: string): Json {
       summary: r.summary,
       ...(r.description ? { description: r.description } : {}),
       tags: r.tags,
-      security: r.auth === "none" ? [] : [{ [r.auth === "admin" ? "adminToken" : "joinToken"]: [] }],
+      security:
+        r.auth === "none" ? [] : r.auth === "admin" ? [{ adminToken: [] }] : r.auth === "credential" ? [{ nodeCredential: [] }] : [{ nodeCredential: [] }, { joinToken: [] }],
       ...(parameters.length ? { parameters } : {}),
       ...(requestBody ? { requestBody } : {}),
       responses,
@@ -477,6 +566,7 @@ export function openApiDocument(version: string): Json {
   for (const { name, description } of Object.values(ERRORS))
     responses[name] = {
       description,
+      ...(name === "TooManyRequests" ? { headers: { "Retry-After": { description: "Seconds to wait before retrying.", schema: { type: "integer" } } } } : {}),
       ...(name === "StoreUnavailable" ? { headers: { "Retry-After": { description: "Seconds to wait before retrying.", schema: { type: "integer" } } } } : {}),
       ...(name === "Unauthorized" ? { headers: { "WWW-Authenticate": { schema: { type: "string" } } } } : {}),
       content: errorContent,
@@ -488,7 +578,7 @@ export function openApiDocument(version: string): Json {
       title: "llmgw admin API",
       version,
       description:
-        "The head node's admin listener: the admin API under /api/v1 (admin token), the node agents' API under /agent/v1 (join token) and /healthz. Errors share one shape, ApiError. The OpenAI-compatible router is a separate listener and not described here.",
+        "The head node's admin listener: the admin API under /api/v1 (admin token), the node agents' API under /agent/v1 (each node's credential; the join token for a first heartbeat) and /healthz. Errors share one shape, ApiError. The OpenAI-compatible router is a separate listener and not described here.",
     },
     jsonSchemaDialect: "https://spec.openapis.org/oas/3.1/dialect/base",
     tags: [
@@ -507,7 +597,8 @@ export function openApiDocument(version: string): Json {
       responses,
       securitySchemes: {
         adminToken: { type: "http", scheme: "bearer", description: "The admin token (admin.token in the server's data dir)." },
-        joinToken: { type: "http", scheme: "bearer", description: "The agent join token (join.token in the server's data dir)." },
+        joinToken: { type: "http", scheme: "bearer", description: "The agent join token (join.token in the server's data dir): admits a new node with its first heartbeat, nothing else." },
+        nodeCredential: { type: "http", scheme: "bearer", description: "A node's own credential, handed to it in the answer to its first heartbeat; it speaks only for that node." },
       },
     },
   };

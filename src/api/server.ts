@@ -96,6 +96,7 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
       basePort: config.engine_base_port,
     },
   });
+  controller.setNodePolicy({ approveNodes: config.approve_nodes, maxNodes: config.max_nodes, heartbeatRate: config.heartbeat_rate, heartbeatBurst: config.heartbeat_burst });
   const app = buildAdminApp({ controller, log, adminToken: admin.token, joinToken: join_.token, version: VERSION, maxBodyBytes: ADMIN_MAX_BODY });
   const scheme = tls ? "https" : "http";
 

@@ -11,15 +11,20 @@ export const AGENT_FLAGS: FlagSpecs = {
   server: { kind: "string", value: "URL", help: "the head node's admin URL, e.g. http://10.0.0.1:8001, or https://… when it serves TLS (required)" },
   "server-ca": { kind: "string", value: "FILE", help: "PEM CA to trust for an https --server, e.g. the head node's self-signed --tls-cert" },
   "server-fingerprint": { kind: "string", value: "SHA256", help: "pin: the server's certificate must have this SHA-256 fingerprint (as `openssl x509 -noout -fingerprint -sha256` prints it)" },
-  token: { kind: "string", value: "TOKEN", help: "join token from <data-dir>/join.token on the head node (required; prefer env LLMGW_TOKEN)" },
+  token: { kind: "string", value: "TOKEN", help: "join token from <data-dir>/join.token on the head node, for the first start only (prefer --token-file or env LLMGW_TOKEN: a command line shows in ps)" },
+  "token-file": { kind: "string", value: "FILE", help: "read the join token from this file (a copy of <data-dir>/join.token on the head node)" },
   name: { kind: "string", value: "NAME", help: "node name (default: the hostname)" },
-  address: { kind: "string", value: "ADDR", help: "address other machines reach this node's engines at (default: first non-internal IPv4)" },
+  address: {
+    kind: "string",
+    value: "ADDR",
+    help: "address other machines reach this node's engines at (default: first non-internal IPv4). It must be the address the head node sees this node's heartbeats come from; for another one (NAT, a separate data network, a host name) allow it on the head node first: llmgw nodes allow-address NAME ADDR",
+  },
   "engine-host": { kind: "string", value: "HOST", help: "address engines listen on (default 0.0.0.0)" },
   fabric: { kind: "list", value: "NAME", help: "network fabric this node is on, e.g. an InfiniBand island" },
   label: { kind: "list", value: "KEY=VALUE", help: "label to report for this node" },
   "models-dir": { kind: "string", value: "DIR", help: "where model weights are (default /var/lib/llmgw/models)" },
   "logs-listen": { kind: "string", value: "HOST:PORT", help: "where the head node fetches engine logs for `llmgw logs` (default 0.0.0.0:8002; off to disable)" },
-  "state-dir": { kind: "string", value: "DIR", help: "engine logs and replica state files (default ./llmgw-agent)" },
+  "state-dir": { kind: "string", value: "DIR", help: "this node's credential (node.credential), engine logs and replica state files; kept 0700 (default ./llmgw-agent)" },
   simulate: { kind: "string", value: "SPEC", help: "report simulated GPUs instead of asking nvidia-smi, e.g. H100-80GB:8,A100-80GB/3g.40gb:2; engines run the built-in fake engine" },
   "simulate-unhealthy": { kind: "list", value: "INDEX", help: "simulated GPU index to report unhealthy" },
   "simulate-models": { kind: "list", value: "MODEL", help: "model whose weights a simulated node reports as present" },
@@ -45,16 +50,19 @@ export function selfExe(): string[] {
 export const command: Command = {
   name: "agent",
   summary: "Run the node agent on a GPU node: report GPUs and weights to the head node and run the engines it assigns.",
-  usage: "llmgw agent --server URL --token TOKEN [--name NAME] [--fabric NAME]… [--label KEY=VALUE]… [--simulate SPEC] …",
+  usage: "llmgw agent --server URL --token-file FILE [--name NAME] [--fabric NAME]… [--label KEY=VALUE]… [--simulate SPEC] …",
   flags: AGENT_FLAGS,
   details:
     "Every flag has an environment variable (LLMGW_ + the flag's name in capitals with _ for -; repeatable flags take comma-separated values there) and a config file key (the flag's name with _ for -). Precedence: flags, environment, config file, defaults.\n\n" +
-    "The agent keeps running while the head node is unreachable (its engines keep serving) and reconnects by itself.",
+    "The agent keeps running while the head node is unreachable (its engines keep serving) and reconnects by itself.\n\n" +
+    "Joining: the join token only admits a new node. The first heartbeat's answer carries the node's own credential, which the agent keeps in <state-dir>/node.credential (0600) and uses from then on, also after a restart; the join token is then no longer needed. A node name that has joined cannot join again with the join token: run `llmgw nodes delete NAME` on the head node, remove <state-dir>/node.credential here, and start the agent again.\n\n" +
+    "Address: the head node accepts only the address a node's heartbeats come from, unless `llmgw nodes allow-address NAME ADDR` allowed another for it. A host name as --address is refused unless allowed that way.",
   examples: [
-    "LLMGW_TOKEN=$(ssh head cat /var/lib/llmgw/join.token) llmgw agent --server http://10.0.0.1:8001 --fabric ib-a",
+    "llmgw agent --server http://10.0.0.1:8001 --token-file /etc/llmgw/join.token --fabric ib-a",
+    "LLMGW_TOKEN=\"$(cat /etc/llmgw/join.token)\" llmgw agent --server http://10.0.0.1:8001 --fabric ib-a",
     "llmgw agent --server https://10.0.0.1:8001 --server-fingerprint 9E:3D:…:C4 --fabric ib-a",
     "llmgw agent -c /etc/llmgw/agent.toml --models-dir /data/models --label rack=r12",
-    "llmgw agent --server http://127.0.0.1:8001 --token $(cat llmgw-data/join.token) --name sim-01 --simulate H100-80GB:8 --simulate-models llama-3.1-8b",
+    "llmgw agent --server http://127.0.0.1:8001 --token-file llmgw-data/join.token --address 127.0.0.1 --name sim-01 --simulate H100-80GB:8 --simulate-models llama-3.1-8b",
   ],
   async run({ flags }) {
     const { loadConfig, AgentConfig } = await import("../config");

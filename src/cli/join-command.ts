@@ -1,7 +1,8 @@
 // `llmgw join-command`: the exact `llmgw agent …` line to run on each GPU node, with this head
-// node's reachable address and its join token. `serve` prints it on first start too.
+// node's reachable address, reading the join token from a file. `serve` prints it on first start too.
 
 import { networkInterfaces } from "node:os";
+import { resolve } from "node:path";
 import { DEFAULT_DATA_DIR, readServerInfo, readTokenFile } from "../config/datadir";
 import { CliError } from "./client";
 import type { Command } from "./command";
@@ -12,11 +13,27 @@ export function primaryAddress(): string | undefined {
   return undefined;
 }
 
-export function joinCommand(adminUrl: string, token: string, address?: string): string {
+/**
+ * The agent command line, reading the join token from a file on the node: a token on a command
+ * line ends up in shell history and in `ps`.
+ */
+export function joinCommand(adminUrl: string, tokenFile: string, address?: string): string {
   const url = new URL(adminUrl);
   // A server listening on all addresses records 127.0.0.1 for local use; GPU nodes need a real one.
   if ((url.hostname === "127.0.0.1" || url.hostname === "localhost") && address) url.hostname = address;
-  return `llmgw agent --server ${url.origin} --token ${token}`;
+  return `llmgw agent --server ${url.origin} --token-file ${tokenFile}`;
+}
+
+/** What `serve` prints on first start and `join-command` prints: where the token is, and the command. */
+export function joinInstructions(adminUrl: string, tokenPath: string, address?: string): string {
+  return [
+    `To add a GPU node: the join token is in ${tokenPath} on this head node. Copy that file to the node (same path, mode 0600), then run there:`,
+    "",
+    `  ${joinCommand(adminUrl, tokenPath, address)}`,
+    "",
+    `(or LLMGW_TOKEN="$(cat ${tokenPath})" llmgw agent --server …). The token admits new nodes only; each node then gets its own credential and no longer needs it. Keep it secret; \`llmgw join-token rotate\` replaces it.`,
+    "",
+  ].join("\n");
 }
 
 export const command: Command = {
@@ -28,13 +45,14 @@ export const command: Command = {
     "data-dir": { kind: "string", value: "DIR", help: `the server's data dir (default ${DEFAULT_DATA_DIR})` },
     help: { kind: "boolean", short: "h", help: "show this help" },
   },
-  details: "Run it on the head node, beside `llmgw serve`; it reads the join token from the data dir. Treat the printed line as a secret.",
+  details:
+    "Run it on the head node, beside `llmgw serve`. It says where the join token is (the data dir's join.token) and prints the agent command that reads it from a file (--token-file), never the token itself: a token on a command line ends up in shell history and `ps`.",
   examples: ["./llmgw join-command", "./llmgw join-command --address 10.0.0.1"],
   async run({ flags }) {
     const dataDir = (flags["data-dir"] as string | undefined) ?? process.env.LLMGW_DATA_DIR ?? DEFAULT_DATA_DIR;
     const info = readServerInfo(dataDir);
     const token = readTokenFile(dataDir, "join.token");
     if (!info || !token) throw new CliError(`no server data in ${dataDir}: run this beside \`llmgw serve\` (or pass --data-dir)`);
-    process.stdout.write(`${joinCommand(info.admin_url, token, (flags.address as string | undefined) ?? primaryAddress())}\n`);
+    process.stdout.write(joinInstructions(info.admin_url, resolve(dataDir, "join.token"), (flags.address as string | undefined) ?? primaryAddress()));
   },
 };

@@ -4,6 +4,7 @@ import type { NodeView } from "../protocol/views";
 import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
 import type { Command } from "./command";
 import { safeDeep } from "../lib/text";
+import { NODE_TRUST_FLAGS, NODE_VERBS, NODES_DETAILS, runNodeVerb } from "./node-trust";
 import { type Style, ago, detectStyle, oneLine, paint, table } from "./render";
 
 function stateText(style: Style, s: string): string {
@@ -92,10 +93,13 @@ export function renderNode(node: NodeView, style: Style, now = Date.now()): stri
 export const command: Command = {
   name: "nodes",
   summary: "List nodes with their state, GPUs and weights, or show one node.",
-  usage: "llmgw nodes [NAME] [-o table|wide|json]",
-  flags: { ...OUTPUT_FLAG, ...CLIENT_FLAGS },
-  examples: ["llmgw nodes", "llmgw nodes -o wide", "llmgw nodes gpu-01", "llmgw nodes -o json | jq '.[] | select(.state != \"ready\")'"],
+  usage: "llmgw nodes [NAME] [-o table|wide|json] | llmgw nodes delete|approve|allow-address NAME …",
+  flags: { ...OUTPUT_FLAG, ...NODE_TRUST_FLAGS, ...CLIENT_FLAGS },
+  details: NODES_DETAILS,
+  examples: ["llmgw nodes", "llmgw nodes -o wide", "llmgw nodes gpu-01", "llmgw nodes delete gpu-07 --force", "llmgw nodes approve gpu-08", "llmgw nodes allow-address gpu-09 192.168.40.9", "llmgw nodes -o json | jq '.[] | select(.state != \"ready\")'"],
   async run({ flags, positionals }) {
+    const verb = NODE_VERBS.find((v) => v === positionals[0]);
+    if (verb) return runNodeVerb(verb, positionals.slice(1), flags);
     const format = outputFormat(flags);
     const client = resolveClient(flags);
     const style = detectStyle();

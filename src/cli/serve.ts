@@ -1,6 +1,7 @@
 // `llmgw serve`: the head node. Loads the configuration, starts the control plane and the
 // admin/agent API, and stops cleanly on SIGINT/SIGTERM.
 
+import { join } from "node:path";
 import type { FlagSpecs } from "../config/flags";
 import type { Command } from "./command";
 
@@ -35,6 +36,10 @@ export const SERVE_FLAGS: FlagSpecs = {
   "max-connections-per-address": { kind: "string", value: "N", help: "router listener: open connections from one source address at most (default 2048)" },
   "admin-max-connections": { kind: "string", value: "N", help: "admin/agent listener: open connections at most, apart from the router's (default 2048)" },
   "admin-max-connections-per-address": { kind: "string", value: "N", help: "admin/agent listener: open connections from one source address at most (default 512)" },
+  "approve-nodes": { kind: "boolean", help: "a new node waits as pending (no replicas placed on it) until `llmgw nodes approve NAME` (default off)" },
+  "max-nodes": { kind: "string", value: "N", help: "nodes accepted in all; a new node beyond is refused (default 5000)" },
+  "heartbeat-rate": { kind: "string", value: "N", help: "agent API requests (heartbeats, assignment polls) per second per node before 429 (default 10; an agent needs well under 1)" },
+  "heartbeat-burst": { kind: "string", value: "N", help: "requests per node allowed at once above --heartbeat-rate (default 100)" },
   "tls-cert": { kind: "string", value: "FILE", help: "PEM certificate: both listeners serve HTTPS (with --tls-key; env LLMGW_TLS_CERT)" },
   "tls-key": { kind: "string", value: "FILE", help: "PEM private key of --tls-cert (env LLMGW_TLS_KEY)" },
   "log-level": { kind: "string", value: "LEVEL", help: "trace, debug, info, warn, error (default info)" },
@@ -56,13 +61,12 @@ export const command: Command = {
     const config = await loadConfig(ServeConfig, { flags, env: process.env });
     const log = createLogger({ level: config.log_level, role: "serve" });
     const server = await startServer({ config, log });
+    // Synchronously after the listener opened: no heartbeat is handled before this.
     process.stderr.write(`llmgw serve: admin API on ${server.adminUrl}, OpenAI API on ${server.routerUrl}/v1 (data dir ${server.dataDir})\n`);
     if (server.firstStart) {
       // First start: say how GPU nodes join. `llmgw join-command` prints it again later.
-      const { joinCommand, primaryAddress } = await import("./join-command");
-      process.stderr.write(
-        `\nTo add a GPU node, run this on it (keep the token secret; \`llmgw join-command\` prints it again):\n\n  ${joinCommand(server.adminUrl, server.joinToken, primaryAddress())}\n\n`,
-      );
+      const { joinInstructions, primaryAddress } = await import("./join-command");
+      process.stderr.write(`\n${joinInstructions(server.adminUrl, join(server.dataDir, "join.token"), primaryAddress())}\n`);
     }
     if (server.tls)
       process.stderr.write(`llmgw serve: TLS on; agents can pin the certificate with --server-fingerprint ${server.tls.fingerprint256}\n`);

@@ -17,6 +17,7 @@ export function renderStatus(summary: Summary, style: Style): string {
   if (n.cordoned) nodeParts.push(paint(style, "yellow", `${n.cordoned} cordoned`));
   if (n.draining) nodeParts.push(paint(style, "yellow", `${n.draining} draining`));
   if (n.unreachable) nodeParts.push(paint(style, "red", `${n.unreachable} unreachable`));
+  if (n.pending) nodeParts.push(paint(style, "yellow", `${n.pending} pending approval (llmgw nodes approve NAME)`));
   out.push(`${paint(style, "bold", "llmgw")} ${s.version}`);
   out.push(`Nodes     ${plural(n.total, "node")}: ${nodeParts.join(", ")}`);
   if (s.store_error) out.push(paint(style, "red", `Store     ${s.store_error}`));

@@ -81,6 +81,14 @@ export const ServeConfig = z.strictObject({
   engine_base_port: z.coerce.number().int().min(1024).max(63000).default(8100),
   /** How long a write waits for a database lock held elsewhere before failing. */
   db_busy_timeout: Duration.prefault("5s"),
+  /** A new node waits as pending until `llmgw nodes approve NAME`. */
+  approve_nodes: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(false),
+  /** Nodes accepted in all; a new one beyond is refused. */
+  max_nodes: z.coerce.number().int().min(1).max(1_000_000).default(5000),
+  /** Agent API requests (heartbeats, assignment polls) per second per node, sustained. */
+  heartbeat_rate: z.coerce.number().min(0.01).max(100_000).default(10),
+  /** Agent API requests per node allowed at once above heartbeat_rate. */
+  heartbeat_burst: z.coerce.number().int().min(1).max(1_000_000).default(100),
   log_level: LogLevel.default("info"),
   /** PEM certificate (chain) both listeners serve HTTPS with; needs tls_key. */
   tls_cert: z.string().min(1).optional(),
@@ -113,8 +121,12 @@ export const KeyValue = z.string().regex(/^[A-Za-z0-9_.\/-]{1,63}=[^\n]{0,256}$/
 export const AgentConfig = z.strictObject({
   /** The head node's admin URL, e.g. http://10.0.0.1:8001. */
   server: z.string().url("must be a URL like http://10.0.0.1:8001"),
-  /** The join token printed by `llmgw serve` (<data-dir>/join.token on the head node). */
-  token: Secret,
+  /**
+   * The join token (<data-dir>/join.token on the head node). Needed only until the node has its
+   * own credential (kept in <state_dir>/node.credential); token_file reads it from a file instead.
+   */
+  token: Secret.optional(),
+  token_file: z.string().min(1).optional(),
   /** Node name; defaults to the hostname. */
   name: z.string().min(1).max(128).regex(/^[A-Za-z0-9][A-Za-z0-9._:-]*$/, "may contain only letters, digits and . _ : -").optional(),
   /** Address other machines reach this node's engines at; defaults to the first non-internal IPv4. */

@@ -4,12 +4,12 @@
 // ready replicas to the router. It meets the router only through the interfaces in
 // interfaces.ts.
 
-import { createHash, randomBytes } from "node:crypto";
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import type { Logger } from "pino";
 import type { ModelSpec } from "../protocol/catalog";
-import type { Assignment, HeartbeatRequest, HeartbeatResponse } from "../protocol/heartbeat";
+import { type Assignment, type HeartbeatRequest, type HeartbeatResponse, logsToken } from "../protocol/heartbeat";
 import type { AdminState, EventView, ModelView, NodeView, ReplicaView, Summary, Tables } from "../protocol/views";
-import { NotFoundError, type Snapshot, type Store } from "../store";
+import { ConflictError, NotFoundError, type Snapshot, type Store } from "../store";
 import type { Clock } from "./clock";
 import type { CatalogEntry, EndpointInfo, EndpointSink, UsageSource } from "./interfaces";
 import { DEFAULT_RECONCILE, type Plan, type ReconcileConfig, isEmpty, observedFrom, processReports, reconcile } from "./reconciler";
@@ -31,6 +31,28 @@ export interface ControllerOptions {
 }
 
 type Waiter = { generation: number; resolve: () => void };
+
+/** Who may join and how often a node may call: `serve --approve-nodes`, `--max-nodes`, `--heartbeat-rate`, `--heartbeat-burst`. */
+export interface NodePolicy {
+  /** A new node waits as pending until `llmgw nodes approve NAME`. */
+  approveNodes: boolean;
+  /** Nodes the head node accepts in all; a new one beyond is refused. */
+  maxNodes: number;
+  /** Agent API requests (heartbeats and assignment polls) per second per node, sustained. */
+  heartbeatRate: number;
+  /** How many may come at once above that rate. */
+  heartbeatBurst: number;
+}
+
+/**
+ * An agent heartbeats every few seconds, sends an early one on each replica change (debounced)
+ * and holds one long poll: well under one request a second. Ten a second with a burst of a
+ * hundred leaves that a wide margin and still bounds what one node can cost.
+ */
+export const DEFAULT_NODE_POLICY: NodePolicy = { approveNodes: false, maxNodes: 5000, heartbeatRate: 10, heartbeatBurst: 100 };
+
+/** Where an agent keeps its credential, relative to its state dir; named in refusals so the operator knows what to remove. */
+export const AGENT_CREDENTIAL_FILE = "node.credential";
 
 const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
 
@@ -59,6 +81,10 @@ export class Controller {
   private readonly demandWritten = new Map<string, number>();
   /** Each node's engine-log port, as its last heartbeat said (in memory: the next heartbeat refills it). */
   private readonly logsPorts = new Map<string, number>();
+  /** Each node's log-listener certificate (PEM), when it serves HTTPS. */
+  private readonly logsCerts = new Map<string, string>();
+  private joinTokenDigest: Buffer | undefined;
+  nodePolicy: NodePolicy = { ...DEFAULT_NODE_POLICY };
   private readonly lowSince = new Map<string, number>();
   readonly scaleDownDelayMs: number;
   private onWake: (() => void) | undefined;
@@ -165,12 +191,70 @@ export class Controller {
 
   // ---- agents -------------------------------------------------------------------------
 
+  setNodePolicy(p: Partial<NodePolicy>): void {
+    this.nodePolicy = { ...this.nodePolicy, ...p };
+  }
+
+  /** The join token agents present to be admitted; replaced by `llmgw join-token rotate`. */
+  setJoinToken(token: string): void {
+    this.joinTokenDigest = createHash("sha256").update(token).digest();
+  }
+
+  /** Constant time over digests, so neither content nor length leaks. */
+  isJoinToken(presented: string): boolean {
+    if (!this.joinTokenDigest) return false;
+    return timingSafeEqual(createHash("sha256").update(presented).digest(), this.joinTokenDigest);
+  }
+
+  /** The node a credential belongs to, or undefined. */
+  nodeForCredential(credential: string): string | undefined {
+    return this.store.nodeByCredentialHash(sha256(credential));
+  }
+
+  nodeTrust(name: string) {
+    return this.store.nodeTrust(name);
+  }
+
+  nodeCount(): number {
+    return this.store.countNodes();
+  }
+
+  /**
+   * A heartbeat that carried the join token: admits a new node (pending under approve_nodes)
+   * and answers with its credential, this once. A name that holds a credential is refused: the
+   * join token must not speak for a node that has joined.
+   */
+  join(hb: HeartbeatRequest): HeartbeatResponse {
+    const credential = `llmgw_node_${randomBytes(32).toString("base64url")}`;
+    const pending = this.nodePolicy.approveNodes && !this.store.nodeExists(hb.node);
+    const answer = this.receive(hb, { credentialHash: sha256(credential), pending });
+    if (pending) {
+      this.event("node.pending", `node/${hb.node}`, `node ${hb.node} joined and waits for approval: llmgw nodes approve ${hb.node}`);
+      this.log.warn({ node: hb.node, address: hb.address }, "node joined and waits for approval");
+    }
+    this.log.info({ node: hb.node }, "node credential issued");
+    return { ...answer, credential };
+  }
+
+  /** A heartbeat from a node already known (by its credential, or from inside the process). */
   heartbeat(hb: HeartbeatRequest): HeartbeatResponse {
+    return this.receive(hb);
+  }
+
+  private receive(hb: HeartbeatRequest, join?: { credentialHash: string; pending: boolean }): HeartbeatResponse {
     const now = this.clock.now();
     const seen = this.observe(now);
+    let created: boolean;
+    try {
+      ({ created } = this.store.applyHeartbeat(hb, now, join));
+    } catch (e) {
+      if (e instanceof ConflictError && join) throw takenError(hb.node);
+      throw e;
+    }
     if (hb.logs_port !== null) this.logsPorts.set(hb.node, hb.logs_port);
     else this.logsPorts.delete(hb.node);
-    const { created } = this.store.applyHeartbeat(hb, now);
+    if (hb.logs_tls_cert) this.logsCerts.set(hb.node, hb.logs_tls_cert);
+    else this.logsCerts.delete(hb.node);
     if (created) {
       const gpus = hb.gpus.length;
       this.event("node.registered", `node/${hb.node}`, `node ${hb.node} registered with ${gpus} GPU${gpus === 1 ? "" : "s"} (${hb.address})`);
@@ -455,16 +539,18 @@ export class Controller {
   }
 
   /** Where a replica's engine log can be read: its leader node's log listener. */
-  logSource(id: string): { url: string; node: string } {
+  logSource(id: string): { url: string; node: string; token: string; cert?: string } {
     const snap = this.store.snapshot();
     const r = snap.replicas.find((x) => x.id === id);
     if (!r) throw new NotFoundError(`replica "${id}" not found`);
     const node = r.shards[0]!.node;
     const address = snap.nodes.find((n) => n.name === node)?.address;
     const port = this.logsPorts.get(node);
-    if (!address || port === undefined) throw new NotFoundError(`the agent on ${node} does not serve engine logs (started with --logs-listen off, or not heartbeating)`);
+    const digest = this.store.credentialHashOf(node);
+    if (!address || port === undefined || !digest) throw new NotFoundError(`the agent on ${node} does not serve engine logs (started with --logs-listen off, or not heartbeating)`);
     const host = address.includes(":") && !address.startsWith("[") ? `[${address}]` : address;
-    return { url: `http://${host}:${port}/logs/${encodeURIComponent(id)}`, node };
+    const cert = this.logsCerts.get(node);
+    return { url: `${cert ? "https" : "http"}://${host}:${port}/logs/${encodeURIComponent(id)}`, node, token: logsToken(digest), ...(cert ? { cert } : {}) };
   }
 
   // ---- API keys -----------------------------------------------------------------------
@@ -494,6 +580,68 @@ export class Controller {
 
   // ---- node admin ---------------------------------------------------------------------
 
+  /** Admits a pending node (serve --approve-nodes); false when it was not pending. */
+  approveNode(name: string): { changed: boolean } {
+    const t = this.store.nodeTrust(name);
+    if (!t.exists) throw new NotFoundError(`node "${name}" not found`);
+    if (t.adminState !== "pending") return { changed: false };
+    this.store.setAdminState(name, "none", { approve: true });
+    this.event("node.approved", `node/${name}`, `node ${name} approved: replicas may be placed on it`);
+    this.log.info({ node: name }, "node approved");
+    this.wake();
+    return { changed: true };
+  }
+
+  /**
+   * Forgets a node and its credential, so only the join token (and a fresh start of its agent)
+   * brings it back. Refused while replicas run on it unless forced; forced, what is still on it
+   * is stopped here and placed elsewhere by the next reconcile.
+   */
+  deleteNode(name: string, force: boolean): { stopped: string[] } {
+    const snap = this.store.snapshot();
+    if (!snap.nodes.some((n) => n.name === name)) throw new NotFoundError(`node "${name}" not found`);
+    const on = snap.replicas.filter((r) => r.shards.some((s) => s.node === name));
+    const running = on.filter((r) => r.state !== "failed");
+    if (running.length > 0 && !force) {
+      const ids = running.map((r) => r.id);
+      throw new ConflictError(
+        `node ${name} runs ${running.length} replica${running.length === 1 ? "" : "s"} (${ids.slice(0, 5).join(", ")}${ids.length > 5 ? ", …" : ""}): drain it first (llmgw drain ${name} --wait), or delete with --force, which drains and then deletes`,
+        ["force"],
+      );
+    }
+    const now = this.clock.now();
+    const events = on.map((r) => ({ kind: "replica.removed", subject: `replica/${r.id}`, message: `replica ${r.id} of ${r.model} removed: its node ${name} was deleted` }));
+    events.push({ kind: "node.deleted", subject: `node/${name}`, message: `node ${name} deleted; its credential no longer works, and it joins again only with the join token` });
+    this.store.deleteNode(name, on.map((r) => r.id), events, now);
+    this.logsPorts.delete(name);
+    this.logsCerts.delete(name);
+    this.unreachable.delete(name);
+    this.generations.delete(name);
+    const set = this.waiters.get(name);
+    if (set) for (const w of [...set]) w.resolve();
+    this.log.warn({ node: name, replicas: on.map((r) => r.id) }, "node deleted");
+    this.refreshAssignments(this.store.snapshot());
+    this.wake();
+    return { stopped: on.map((r) => r.id) };
+  }
+
+  /** Lets a node report `address` although its heartbeats come from elsewhere; null withdraws it. */
+  allowNodeAddress(name: string, address: string | null): { changed: boolean } {
+    const { previous } = this.store.setAllowedAddress(name, address, this.clock.now());
+    const changed = (previous ?? null) !== address;
+    if (changed)
+      this.event(
+        "node.address_allowed",
+        `node/${name}`,
+        address === null ? `node ${name} may again report only the address its heartbeats come from` : `node ${name} may report address ${address} besides the one its heartbeats come from`,
+      );
+    return { changed };
+  }
+
+  allowedAddresses(): { node: string; address: string }[] {
+    return this.store.listAllowedAddresses();
+  }
+
   setNodeAdminState(name: string, state: AdminState): { changed: boolean } {
     const { previous } = this.store.setAdminState(name, state);
     const verb = state === "none" ? "uncordoned" : state;
@@ -507,6 +655,7 @@ export class Controller {
 
   // ---- events -------------------------------------------------------------------------
 
+  /** Appends an event; a node-trust refusal worth an operator's eye goes through here too. */
   event(kind: string, subject: string, message: string, data?: unknown): void {
     this.store.appendEvent({ at: this.clock.now(), kind, subject, message, data });
   }
@@ -514,4 +663,14 @@ export class Controller {
   events(opts: { afterId?: number; limit: number; subject?: string }): EventView[] {
     return this.store.listEvents(opts).map((e) => ({ id: e.id, at: new Date(e.at).toISOString(), kind: e.kind, subject: e.subject, message: e.message }));
   }
+}
+
+/** The refusal a join-token heartbeat for a node that has joined gets: it says how to re-join. */
+function takenError(node: string): ConflictError {
+  return new ConflictError(
+    `node ${node} has already joined and holds its own credential; the join token cannot speak for it. ` +
+      `To join it again: run \`llmgw nodes delete ${node}\` on the head node, then remove the agent's credential file ` +
+      `(<state-dir>/${AGENT_CREDENTIAL_FILE}, by default ./llmgw-agent/${AGENT_CREDENTIAL_FILE}) on the node and restart the agent`,
+    ["node"],
+  );
 }

@@ -22,7 +22,7 @@ export interface PlacementGpu {
 
 export interface PlacementNode {
   name: string;
-  state: "ready" | "cordoned" | "draining" | "unreachable";
+  state: "ready" | "cordoned" | "draining" | "unreachable" | "pending";
   fabrics: string[];
   gpus: PlacementGpu[];
   /** models whose weights are on this node */
@@ -96,7 +96,7 @@ interface ClassIndex {
 }
 
 interface ClassStats {
-  notReady: { cordoned: number; draining: number; unreachable: number };
+  notReady: { cordoned: number; draining: number; unreachable: number; pending: number };
   /** fabric ids that have a ready node of the class */
   fabrics: number[];
 }
@@ -405,7 +405,7 @@ class Fleet {
 
   stats(ci: ClassIndex): ClassStats {
     if (ci.stats) return ci.stats;
-    const notReady = { cordoned: 0, draining: 0, unreachable: 0 };
+    const notReady = { cordoned: 0, draining: 0, unreachable: 0, pending: 0 };
     const present = new Uint8Array(this.fabricNames.length);
     for (let e = 0; e < ci.node.length; e++) {
       const id = ci.node[e]!;
@@ -718,7 +718,7 @@ function profileReason(fleet: Fleet, p: Profile): string {
   if (c === undefined) return `no node has ${cls} GPUs`;
   const ci = fleet.classes[c]!;
   const { notReady, fabrics } = fleet.stats(ci);
-  const notReadyText = (["cordoned", "draining", "unreachable"] as const)
+  const notReadyText = (["cordoned", "draining", "unreachable", "pending"] as const)
     .filter((s) => notReady[s] > 0)
     .map((s) => `${notReady[s]} ${s}`)
     .join(", ");

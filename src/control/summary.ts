@@ -23,7 +23,7 @@ export interface SummaryExtras {
 }
 
 export function summarize(t: Tables, extras: SummaryExtras): Summary {
-  const nodes = { total: t.nodes.length, ready: 0, cordoned: 0, draining: 0, unreachable: 0 };
+  const nodes: Summary["nodes"] = { total: t.nodes.length, ready: 0, cordoned: 0, draining: 0, unreachable: 0 };
   const byClass = new Map<string, ClassUse>();
   const byFabric = new Map<string, FabricUse>();
   const modelsByFabric = new Map<string, Set<string>>();
@@ -31,7 +31,8 @@ export function summarize(t: Tables, extras: SummaryExtras): Summary {
   const discovery: DiscoveryProblem[] = [];
 
   for (const n of t.nodes) {
-    nodes[n.state]++;
+    // Pending appears only when a node waits for approval, so the seed's shape stays the same.
+    nodes[n.state] = (nodes[n.state] ?? 0) + 1;
     if (n.discovery_error !== null) discovery.push({ node: n.name, gpus: n.gpus.length, error: n.discovery_error });
     // Per device, not per card: a card in MIG mode contributes its instances, each in its
     // own class, and whole cards beside them keep theirs.

@@ -33,6 +33,8 @@ export function nodeState(adminState: string, lastHeartbeat: number, now: number
   // Unreachable first: a cordoned node that stopped answering needs someone to look at the
   // machine, not at its schedule.
   if (now - lastHeartbeat > timeoutMs) return "unreachable";
+  // Never placed on, whatever else it says, until an operator approves it.
+  if (adminState === "pending") return "pending";
   if (adminState === "cordoned") return "cordoned";
   if (adminState === "draining") return "draining";
   return "ready";

@@ -28,3 +28,37 @@ export const LogsQuery = z.object({
   follow: z.enum(["0", "1", "true", "false"]).default("0").transform((v) => v === "1" || v === "true"),
 });
 export type LogsQuery = z.infer<typeof LogsQuery>;
+
+const Flag = z.enum(["0", "1", "true", "false"]).default("0").transform((v) => v === "1" || v === "true");
+
+/** `DELETE /nodes/{name}?force=1`: without force, a node that runs replicas is not deleted. */
+export const DeleteNodeQuery = z.object({
+  /** Delete even while replicas run on it: they are stopped and placed elsewhere. */
+  force: Flag,
+});
+
+/** `PUT /nodes/{name}/address`: the data-plane address a node may report besides its heartbeats' source. */
+export const AllowAddressBody = z.strictObject({
+  address: z
+    .string()
+    .min(1)
+    .max(255)
+    .regex(/^[A-Za-z0-9.:\-\[\]%]+$/, "must be an IP address or a host name"),
+});
+export type AllowAddressBody = z.infer<typeof AllowAddressBody>;
+
+export const NodeDeletedSchema = z.object({ node: z.string(), stopped: z.array(z.string()), message: z.string() });
+export type NodeDeleted = z.infer<typeof NodeDeletedSchema>;
+
+export const NodeApprovedSchema = z.object({ node: z.string(), changed: z.boolean(), message: z.string() });
+export type NodeApproved = z.infer<typeof NodeApprovedSchema>;
+
+export const NodeAddressResultSchema = z.object({ node: z.string(), address: z.string().nullable(), changed: z.boolean(), message: z.string() });
+export type NodeAddressResult = z.infer<typeof NodeAddressResultSchema>;
+
+export const NodeAddressSchema = z.object({ node: z.string(), address: z.string() });
+export const NodeAddressListSchema = z.array(NodeAddressSchema);
+
+/** `POST /join-token/rotate`: where the new token is; the token itself is not in the answer. */
+export const JoinTokenRotatedSchema = z.object({ path: z.string(), message: z.string() });
+export type JoinTokenRotated = z.infer<typeof JoinTokenRotatedSchema>;

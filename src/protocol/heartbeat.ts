@@ -72,6 +72,11 @@ export const HeartbeatRequest = z
      * absent when it went well: a node reporting no GPUs says why.
      */
     discovery_error: PrintableMultiline(DISCOVERY_ERROR_MAX).nullable().optional(),
+    /**
+     * The log listener's own self-signed certificate (PEM) when it serves HTTPS, which it does
+     * when the head node's agent API does: the head node trusts exactly this certificate.
+     */
+    logs_tls_cert: z.string().min(1).max(16_384).regex(/^-----BEGIN CERTIFICATE-----[A-Za-z0-9+/=\r\n-]+-----END CERTIFICATE-----\s*$/, "must be one PEM certificate").nullish(),
   })
   .superRefine((hb, ctx) => {
     const seenIndex = new Map<number, number>();
@@ -129,6 +134,12 @@ export const HeartbeatResponse = z.object({
   heartbeat_interval_ms: z.number().int().positive(),
   /** Bumps whenever the assignment set for the node changes; the long poll waits on it. */
   generation: z.number().int().min(0),
+  /**
+   * The node's own credential, in the answer to the heartbeat that joined it with the join
+   * token and never again: the agent keeps it (0600) and sends it instead of the join token
+   * from then on. The head node keeps only its SHA-256.
+   */
+  credential: z.string().min(43).max(256).optional(),
 });
 export type HeartbeatResponse = z.infer<typeof HeartbeatResponse>;
 
@@ -144,10 +155,16 @@ export const AssignmentsQuery = z.object({
 });
 export type AssignmentsQuery = z.infer<typeof AssignmentsQuery>;
 
+/** SHA-256 (hex) of a node credential: all the head node stores of it. */
+export function credentialDigest(credential: string): string {
+  return new Bun.CryptoHasher("sha256").update(credential).digest("hex");
+}
+
 /**
- * The bearer token the head node presents to an agent's log listener: derived from the join
- * token, so the join token itself never travels towards a node.
+ * The bearer token the head node presents to a node's log listener: derived from the digest of
+ * that node's credential (which both sides have), so neither the credential nor the join token
+ * travels towards a node, and one node's token opens no other node's logs.
  */
-export function logsToken(joinToken: string): string {
-  return new Bun.CryptoHasher("sha256").update(`llmgw-logs\u0000${joinToken}`).digest("hex");
+export function logsToken(credentialSha256: string): string {
+  return new Bun.CryptoHasher("sha256").update(`llmgw-logs\u0000${credentialSha256}`).digest("hex");
 }

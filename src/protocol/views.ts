@@ -7,9 +7,10 @@
 import { z } from "zod";
 import { ModelSpec, type ModelSpecInput } from "./catalog";
 
-export const NodeStateSchema = z.enum(["ready", "cordoned", "draining", "unreachable"]);
+/** "pending": joined under `serve --approve-nodes`, waiting for `llmgw nodes approve`. */
+export const NodeStateSchema = z.enum(["ready", "cordoned", "draining", "unreachable", "pending"]);
 export type NodeState = z.infer<typeof NodeStateSchema>;
-export const AdminStateSchema = z.enum(["none", "cordoned", "draining"]);
+export const AdminStateSchema = z.enum(["none", "cordoned", "draining", "pending"]);
 export type AdminState = z.infer<typeof AdminStateSchema>;
 export const ReplicaStateSchema = z.enum(["starting", "ready", "draining", "failed"]);
 export type ReplicaState = z.infer<typeof ReplicaStateSchema>;
@@ -102,7 +103,10 @@ export interface Tables {
   models: ModelView[];
 }
 
-export const NodeTotalsSchema = z.object({ total: z.number().int(), ready: z.number().int(), cordoned: z.number().int(), draining: z.number().int(), unreachable: z.number().int() });
+export const NodeTotalsSchema = z.object({ total: z.number().int(), ready: z.number().int(), cordoned: z.number().int(), draining: z.number().int(), unreachable: z.number().int(),
+  /** Nodes waiting for `llmgw nodes approve` (serve --approve-nodes); present only when there are some. */
+  pending: z.number().int().optional(),
+});
 export type NodeTotals = z.infer<typeof NodeTotalsSchema>;
 export const ClassUseSchema = z.object({ class: z.string(), total: z.number().int(), used: z.number().int(), unhealthy: z.number().int() });
 export type ClassUse = z.infer<typeof ClassUseSchema>;

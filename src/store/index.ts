@@ -2,7 +2,7 @@
 // get plain objects; drizzle stays inside src/store.
 
 import { Database } from "bun:sqlite";
-import { and, asc, desc, eq, gt, gte, inArray } from "drizzle-orm";
+import { and, asc, count, desc, eq, getTableColumns, gt, gte, inArray } from "drizzle-orm";
 import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
 import type { ModelSpec } from "../protocol/catalog";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
@@ -10,7 +10,9 @@ import type { AdminState, ReplicaState } from "../protocol/views";
 import { embeddedMigrations } from "./migrations";
 import * as schema from "./schema";
 
-export type NodeRow = typeof schema.nodes.$inferSelect;
+/** A node as the views see it: its credential's hash stays inside the store. */
+export type NodeRow = Omit<typeof schema.nodes.$inferSelect, "credentialHash">;
+const { credentialHash: _credentialHash, ...nodeColumns } = getTableColumns(schema.nodes);
 export type GpuRow = typeof schema.gpus.$inferSelect;
 export type ReplicaRow = typeof schema.replicas.$inferSelect;
 export type ModelStateRow = typeof schema.modelState.$inferSelect;
@@ -91,13 +93,18 @@ export class Store {
     this.sqlite.close();
   }
 
-  /** Upserts a node, its GPUs and its weights from one heartbeat, atomically. */
-  applyHeartbeat(hb: HeartbeatRequest, now: number): { created: boolean } {
+  /**
+   * Upserts a node, its GPUs and its weights from one heartbeat, atomically. `join` is given for
+   * a heartbeat that carried the join token: the new node's credential hash (and whether it
+   * waits for approval). A node that already holds a credential is never given another here.
+   */
+  applyHeartbeat(hb: HeartbeatRequest, now: number, join?: { credentialHash: string; pending: boolean }): { created: boolean } {
     return this.db.transaction((tx) => {
-      const existing = tx.select({ name: schema.nodes.name }).from(schema.nodes).where(eq(schema.nodes.name, hb.node)).get();
+      const existing = tx.select({ name: schema.nodes.name, credentialHash: schema.nodes.credentialHash }).from(schema.nodes).where(eq(schema.nodes.name, hb.node)).get();
       if (existing) {
+        if (join && existing.credentialHash !== null) throw new ConflictError(`node "${hb.node}" already holds a credential`, ["node"]);
         tx.update(schema.nodes)
-          .set({ address: hb.address, labels: hb.labels, fabrics: hb.fabrics, lastHeartbeat: now, agentVersion: hb.agent_version })
+          .set({ address: hb.address, labels: hb.labels, fabrics: hb.fabrics, lastHeartbeat: now, agentVersion: hb.agent_version, ...(join ? { credentialHash: join.credentialHash } : {}) })
           .where(eq(schema.nodes.name, hb.node))
           .run();
       } else {
@@ -107,10 +114,11 @@ export class Store {
             address: hb.address,
             labels: hb.labels,
             fabrics: hb.fabrics,
-            adminState: "none",
+            adminState: join?.pending ? "pending" : "none",
             lastHeartbeat: now,
             agentVersion: hb.agent_version,
             registeredAt: now,
+            credentialHash: join?.credentialHash ?? null,
           })
           .run();
       }
@@ -145,7 +153,7 @@ export class Store {
   snapshot(): Snapshot {
     return this.db.transaction(
       (tx) => ({
-        nodes: tx.select().from(schema.nodes).orderBy(asc(schema.nodes.name)).all(),
+        nodes: tx.select(nodeColumns).from(schema.nodes).orderBy(asc(schema.nodes.name)).all(),
         gpus: tx.select().from(schema.gpus).orderBy(asc(schema.gpus.node), asc(schema.gpus.index)).all(),
         weights: tx.select().from(schema.weights).orderBy(asc(schema.weights.node), asc(schema.weights.model)).all(),
         models: tx.select().from(schema.models).orderBy(asc(schema.models.name)).all() as ModelRow[],
@@ -171,10 +179,68 @@ export class Store {
     return !!this.db.select({ n: schema.nodes.name }).from(schema.nodes).where(eq(schema.nodes.name, name)).get();
   }
 
-  setAdminState(name: string, state: AdminState): { previous: AdminState } {
+  /** What the agent API checks a heartbeat against: is the name taken, by a credential, and what may it report. */
+  nodeTrust(name: string): { exists: boolean; hasCredential: boolean; adminState: AdminState | undefined; allowedAddress: string | undefined } {
+    return this.db.transaction(
+      (tx) => {
+        const row = tx.select({ h: schema.nodes.credentialHash, s: schema.nodes.adminState }).from(schema.nodes).where(eq(schema.nodes.name, name)).get();
+        const allowed = tx.select({ a: schema.nodeAddresses.address }).from(schema.nodeAddresses).where(eq(schema.nodeAddresses.node, name)).get();
+        return { exists: !!row, hasCredential: !!row?.h, adminState: row?.s, allowedAddress: allowed?.a };
+      },
+      { behavior: "deferred" },
+    );
+  }
+
+  /** The node a credential (by its SHA-256) belongs to. */
+  nodeByCredentialHash(hash: string): string | undefined {
+    return this.db.select({ n: schema.nodes.name }).from(schema.nodes).where(eq(schema.nodes.credentialHash, hash)).get()?.n;
+  }
+
+  /** The stored hash of a node's credential (the head node derives the log listener's token from it). */
+  credentialHashOf(name: string): string | undefined {
+    return this.db.select({ h: schema.nodes.credentialHash }).from(schema.nodes).where(eq(schema.nodes.name, name)).get()?.h ?? undefined;
+  }
+
+  countNodes(): number {
+    return this.db.select({ n: count() }).from(schema.nodes).get()?.n ?? 0;
+  }
+
+  /**
+   * Forgets a node: its row, GPUs, weights, credential and address allowance, and the given
+   * replicas (those still on it), in one transaction.
+   */
+  deleteNode(name: string, replicaIds: string[], events: { kind: string; subject: string; message: string; data?: unknown }[], now: number): void {
+    this.db.transaction((tx) => {
+      const row = tx.select({ n: schema.nodes.name }).from(schema.nodes).where(eq(schema.nodes.name, name)).get();
+      if (!row) throw new NotFoundError(`node "${name}" not found`);
+      if (replicaIds.length > 0) tx.delete(schema.replicas).where(inArray(schema.replicas.id, replicaIds)).run();
+      tx.delete(schema.nodes).where(eq(schema.nodes.name, name)).run();
+      tx.delete(schema.nodeAddresses).where(eq(schema.nodeAddresses.node, name)).run();
+      for (const e of events) tx.insert(schema.events).values({ at: now, kind: e.kind, subject: e.subject, message: e.message, data: e.data ?? null }).run();
+    });
+  }
+
+  /** Sets (or with null clears) the data-plane address a node may report besides its source address. */
+  setAllowedAddress(name: string, address: string | null, now: number): { previous: string | undefined } {
+    return this.db.transaction((tx) => {
+      const prev = tx.select({ a: schema.nodeAddresses.address }).from(schema.nodeAddresses).where(eq(schema.nodeAddresses.node, name)).get()?.a;
+      if (address === null) tx.delete(schema.nodeAddresses).where(eq(schema.nodeAddresses.node, name)).run();
+      else tx.insert(schema.nodeAddresses).values({ node: name, address, createdAt: now }).onConflictDoUpdate({ target: schema.nodeAddresses.node, set: { address, createdAt: now } }).run();
+      return { previous: prev };
+    });
+  }
+
+  listAllowedAddresses(): { node: string; address: string }[] {
+    return this.db.select({ node: schema.nodeAddresses.node, address: schema.nodeAddresses.address }).from(schema.nodeAddresses).orderBy(asc(schema.nodeAddresses.node)).all();
+  }
+
+  setAdminState(name: string, state: AdminState, opts: { approve?: boolean } = {}): { previous: AdminState } {
     return this.db.transaction((tx) => {
       const row = tx.select({ s: schema.nodes.adminState }).from(schema.nodes).where(eq(schema.nodes.name, name)).get();
       if (!row) throw new NotFoundError(`node "${name}" not found`);
+      // Only approving takes a node out of pending: a cordon or uncordon must not admit it by the way.
+      if (row.s === "pending" && !opts.approve && state !== "pending")
+        throw new ConflictError(`node "${name}" is pending approval: approve it first (llmgw nodes approve ${name})`, ["node"]);
       tx.update(schema.nodes).set({ adminState: state }).where(eq(schema.nodes.name, name)).run();
       return { previous: row.s };
     });

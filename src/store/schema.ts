@@ -11,11 +11,31 @@ export const nodes = sqliteTable("nodes", {
   address: text("address").notNull(),
   labels: json<Record<string, string>>("labels").notNull(),
   fabrics: json<string[]>("fabrics").notNull(),
-  /** What an operator asked for; reachability is derived from last_heartbeat at read time. */
-  adminState: text("admin_state", { enum: ["none", "cordoned", "draining"] }).notNull().default("none"),
+  /**
+   * What an operator asked for; reachability is derived from last_heartbeat at read time.
+   * "pending": joined under `serve --approve-nodes` and not yet approved (`llmgw nodes approve`).
+   */
+  adminState: text("admin_state", { enum: ["none", "cordoned", "draining", "pending"] }).notNull().default("none"),
   lastHeartbeat: integer("last_heartbeat").notNull(),
   agentVersion: text("agent_version").notNull(),
   registeredAt: integer("registered_at").notNull(),
+  /**
+   * SHA-256 (hex) of the node's own credential, handed out once on its first heartbeat; the
+   * credential itself is never stored. Null only for a node that joined before credentials
+   * existed, which claims one with its next join-token heartbeat.
+   */
+  credentialHash: text("credential_hash").unique(),
+});
+
+/**
+ * Data-plane addresses an operator allowed a node to report although its heartbeats come from
+ * elsewhere (`llmgw nodes allow-address`). Keyed by name, not tied to a node row, so an address
+ * can be allowed before the node first joins.
+ */
+export const nodeAddresses = sqliteTable("node_addresses", {
+  node: text("node").primaryKey(),
+  address: text("address").notNull(),
+  createdAt: integer("created_at").notNull(),
 });
 
 export const gpus = sqliteTable(

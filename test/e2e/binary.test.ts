@@ -7,7 +7,7 @@ import { copyFileSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Summary } from "../../src/protocol/views";
 import { heartbeat } from "../helpers/fleet";
-import { run, scratchWithBinary, startServe } from "../helpers/binary";
+import { heartbeatSender, run, scratchWithBinary, startServe } from "../helpers/binary";
 
 let dir: string;
 let bin: string;
@@ -21,8 +21,8 @@ afterAll(() => {
   serve?.proc.kill("SIGTERM");
 });
 
-const post = (body: unknown) =>
-  fetch(`${serve.adminUrl}/agent/v1/heartbeat`, { method: "POST", headers: { authorization: `Bearer ${serve.joinToken}`, "content-type": "application/json" }, body: JSON.stringify(body) });
+let send: ReturnType<typeof heartbeatSender> | undefined;
+const post = (body: { node: string; address: string }) => (send ??= heartbeatSender(serve))(body);
 
 describe("compiled binary", () => {
   test("version is stamped in", () => {

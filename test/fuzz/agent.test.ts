@@ -32,7 +32,10 @@ const validHeartbeat = (node: string) => ({
 });
 
 beforeAll(async () => {
-  s = await testServer();
+  // Thousands of cases per node on a clock that never moves: the rate limit has its own test.
+  s = await testServer({ heartbeat_burst: 1_000_000 });
+  // Every case reports 10.0.0.7 from 127.0.0.1: allowed for the node that joins during the run too.
+  s.store.setAllowedAddress("fz-node", "10.0.0.7", s.clock.now());
   for (const n of NODES) {
     const r = await s.agent(validHeartbeat(n));
     if (r.status !== 200) throw new Error(`seeding ${n}: ${r.status} ${await r.text()}`);
@@ -40,7 +43,21 @@ beforeAll(async () => {
   console.log(`agent fuzz: seed ${SEED}, scale ${SCALE}`);
 });
 
-const h = new FuzzHarness({ server: () => s, base: (s) => s.adminUrl, headers: (s, r) => ({ authorization: `Bearer ${r.admin ? s.adminToken : s.joinToken}` }) });
+/**
+ * Each case speaks as an agent would: with the credential of the node it is about (its seeded
+ * heartbeat got one), else the join token, as a new node's first heartbeat does.
+ */
+function agentToken(s: TestServer, r: Req): string {
+  const about = /valid body was (\S+)\)$/.exec(r.note ?? "")?.[1] ?? /[?&]node=([^&]*)/.exec(r.path)?.[1];
+  let name: string | undefined;
+  try {
+    name = about === undefined ? undefined : decodeURIComponent(about);
+  } catch {
+    // Garbage escapes: about no node.
+  }
+  return (name !== undefined ? s.credentials.get(name) : undefined) ?? s.joinToken;
+}
+const h = new FuzzHarness({ server: () => s, base: (s) => s.adminUrl, headers: (s, r) => ({ authorization: `Bearer ${r.admin ? s.adminToken : agentToken(s, r)}` }) });
 const { exec, health, run, report, stats } = h;
 
 afterAll(async () => {

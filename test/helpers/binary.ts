@@ -60,3 +60,34 @@ export async function startServe(bin: string, dir: string, extra: string[] = [])
   const adminToken = readFileSync(join(dir, "llmgw-data", "admin.token"), "utf8").trim();
   return { proc, adminUrl: info.admin_url, routerUrl: info.router_url, servePid: info.pid, joinToken, adminToken };
 }
+
+/**
+ * Heartbeats to a running serve the way agents send them: the join token the first time, the
+ * node's own credential after; a made-up address (tests send 10.0.0.x from 127.0.0.1) is first
+ * allowed for the node through the admin API, as an operator would with `nodes allow-address`.
+ */
+export function heartbeatSender(serve: { adminUrl: string; joinToken: string; adminToken: string }) {
+  const credentials = new Map<string, string>();
+  const allowed = new Map<string, string>();
+  return async (body: { node: string; address: string }): Promise<Response> => {
+    if (body.address !== "127.0.0.1" && allowed.get(body.node) !== body.address) {
+      const r = await fetch(`${serve.adminUrl}/api/v1/nodes/${encodeURIComponent(body.node)}/address`, {
+        method: "PUT",
+        headers: { authorization: `Bearer ${serve.adminToken}`, "content-type": "application/json" },
+        body: JSON.stringify({ address: body.address }),
+      });
+      if (r.status !== 200) throw new Error(`allowing ${body.address} for ${body.node}: ${r.status} ${await r.text()}`);
+      allowed.set(body.node, body.address);
+    }
+    const res = await fetch(`${serve.adminUrl}/agent/v1/heartbeat`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${credentials.get(body.node) ?? serve.joinToken}`, "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    if (res.ok) {
+      const answer = (await res.clone().json()) as { credential?: string };
+      if (answer.credential) credentials.set(body.node, answer.credential);
+    }
+    return res;
+  };
+}

@@ -48,7 +48,8 @@ describe("heartbeat", () => {
   test("registers a node with GPUs and weights; the answer carries assignments and the interval", async () => {
     const res = await s.agent(heartbeat({ name: "gpu-01", fabrics: ["ib-a"], gpus: [H, H], models: ["llama"] }));
     expect(res.status).toBe(200);
-    expect(await res.json()).toEqual({ assignments: [], heartbeat_interval_ms: 5000, generation: expect.any(Number) });
+    // The join token's heartbeat: answered with the node's own credential, this once.
+    expect(await res.json()).toEqual({ assignments: [], heartbeat_interval_ms: 5000, generation: expect.any(Number), credential: expect.any(String) });
     const node = (await (await s.admin("/api/v1/nodes/gpu-01")).json()) as NodeView;
     expect(node.state).toBe("ready");
     expect(node.gpus.map((g) => g.class)).toEqual([H, H]);

@@ -220,6 +220,8 @@ describe("against the real head node", () => {
 
   test("registers with its simulated GPUs, weights, labels and fabric, heartbeats on, and goes unreachable once stopped", async () => {
     await startServer();
+    // It reports a data-plane address other than the 127.0.0.1 it heartbeats from: allowed, as an operator would.
+    s.store.setAllowedAddress("sim-01", "10.9.0.1", s.clock.now());
     const agent = makeAgent({
       server: s.adminUrl,
       token: s.joinToken,
@@ -269,7 +271,7 @@ describe("against the real head node", () => {
     const port = await freePort();
     const { log, lines } = captureLog();
     const joinToken = "late-join-token-0123456789";
-    const agent = makeAgent({ server: `http://127.0.0.1:${port}`, token: joinToken, simulate: "L40S:2" }, { log });
+    const agent = makeAgent({ server: `http://127.0.0.1:${port}`, token: joinToken, simulate: "L40S:2", address: "127.0.0.1" }, { log });
     let started = false;
     const starting = agent.start().then(() => {
       started = true;

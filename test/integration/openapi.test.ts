@@ -71,7 +71,9 @@ async function exchange(operationId: string, url: string, init: RequestInit & { 
     expect(schema).toBeDefined();
     expect(validate(schema, json)).toBeNull();
   }
-  const token = op.security.length === 0 ? undefined : op.security[0].joinToken ? s.joinToken : s.adminToken;
+  // Agent routes: gpu-01's credential once it has one (from its first heartbeat), else the join token.
+  const agentOp = op.security.some((x: Json) => x.joinToken || x.nodeCredential);
+  const token = op.security.length === 0 ? undefined : agentOp ? (s.credentials.get("gpu-01") ?? s.joinToken) : s.adminToken;
   const res = await fetch(`${s.adminUrl}${url}`, {
     method: method.toUpperCase(),
     ...rest,
@@ -84,6 +86,7 @@ async function exchange(operationId: string, url: string, init: RequestInit & { 
   const text = await res.text();
   const media = deref(documented).content?.["application/json"];
   const body = media ? JSON.parse(text) : text;
+  if (agentOp && res.status === 200 && body.credential) s.credentials.set("gpu-01", body.credential);
   if (media?.schema) {
     const errors = validate(media.schema, body);
     if (errors) throw new Error(`${operationId} ${res.status} does not match its documented schema: ${JSON.stringify(errors, null, 1)}\n${text.slice(0, 2000)}`);
@@ -177,6 +180,8 @@ describe("real answers match the documented schemas", () => {
 
   test("a node, a model and a ready replica, through every read route", async () => {
     const hb = heartbeat({ name: "gpu-01", fabrics: ["ib-a"], gpus: [H, H], models: ["llama"] });
+    // Its made-up address comes from 127.0.0.1: allowed, as an operator would.
+    s.store.setAllowedAddress("gpu-01", hb.address, Date.now());
     await exchange("heartbeat", "/agent/v1/heartbeat", { json: hb }, 200);
     expect((await exchange("putModel", "/api/v1/models/llama", { json: spec }, 201)).body.result).toBe("created");
     expect((await exchange("putModel", "/api/v1/models/llama", { json: { name: "llama", ...spec } }, 200)).body.result).toBe("unchanged");

@@ -55,7 +55,8 @@ describe("database locked", () => {
       const put = await s.admin("/api/v1/models/m2", { method: "PUT", body: model() });
       expect(put.status).toBe(503);
       expect(((await put.json()) as { error: { code: string } }).error.code).toBe("store_busy");
-      const hb = await s.agent(heartbeat({ name: "gpu-9", gpus: ["H100-80GB"] }));
+      // Its own address: no allowance to write first, so the heartbeat itself meets the lock.
+      const hb = await s.agent({ ...heartbeat({ name: "gpu-9", gpus: ["H100-80GB"] }), address: "127.0.0.1" });
       expect(hb.status).toBe(503);
       expect((await s.admin("/api/v1/nodes")).status).toBe(200);
       expect(() => s.controller.tick()).toThrow();
@@ -64,7 +65,7 @@ describe("database locked", () => {
       other.close();
     }
     expect((await s.admin("/api/v1/models/m2", { method: "PUT", body: model() })).status).toBe(201);
-    expect((await s.agent(heartbeat({ name: "gpu-9", gpus: ["H100-80GB"] }))).status).toBe(200);
+    expect((await s.agent({ ...heartbeat({ name: "gpu-9", gpus: ["H100-80GB"] }), address: "127.0.0.1" })).status).toBe(200);
     s.controller.tick();
   });
 });

@@ -81,7 +81,8 @@ function makeAgent(server: TestServer, config: Record<string, unknown>, name = "
     server: server.adminUrl,
     token: server.joinToken,
     name,
-    address: "10.9.0.1",
+    // What the head node sees its heartbeats come from.
+    address: "127.0.0.1",
     state_dir: mkdtempSync(join(tmpdir(), "llmgw-agent-")),
     simulate: "H100-80GB:2",
     logs_listen: "127.0.0.1:0",
