@@ -28,14 +28,20 @@ async function start(overrides: Record<string, unknown> = {}): Promise<Started> 
   const listenerClock = new ManualClock(0);
   const s = await startServer({ config, log: pino({ level: "silent" }), clock: new ManualClock(T0), loop: false, listenerClock });
   cleanups.push(() => s.stop());
+  const credentials = new Map<string, string>();
   return Object.assign(s, {
     listenerClock,
-    heartbeat: (name: string) =>
-      fetch(`${s.adminUrl}/agent/v1/heartbeat`, {
+    // As an agent does: the join token once, then the node's own credential, from its own address.
+    heartbeat: async (name: string) => {
+      const res = await fetch(`${s.adminUrl}/agent/v1/heartbeat`, {
         method: "POST",
-        headers: { authorization: `Bearer ${s.joinToken}`, "content-type": "application/json" },
-        body: JSON.stringify(heartbeat({ name })),
-      }),
+        headers: { authorization: `Bearer ${credentials.get(name) ?? s.joinToken}`, "content-type": "application/json" },
+        body: JSON.stringify({ ...heartbeat({ name }), address: "127.0.0.1" }),
+      });
+      const credential = res.status === 200 ? ((await res.clone().json()) as { credential?: string }).credential : undefined;
+      if (credential) credentials.set(name, credential);
+      return res;
+    },
   });
 }
 
