@@ -56,6 +56,8 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
   const dataDir = ensureDataDir(config.data_dir);
   const admin = resolveToken(dataDir, "admin.token", config.admin_token, "llmgw_admin");
   const join_ = resolveToken(dataDir, "join.token", config.join_token, "llmgw_join");
+  // Each replica's engine key is derived from this; kept so keys outlive a restart.
+  const engineSecret = resolveToken(dataDir, "engine.secret", undefined, "llmgw_engine");
   for (const [kind, t] of [["admin", admin], ["join", join_]] as const)
     log.info({ kind, source: t.source, path: t.source === "given" ? undefined : t.path }, `${kind} token ${t.source}`);
 
@@ -69,6 +71,7 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
     log,
     version: VERSION,
     dataDir,
+    engineSecret: engineSecret.token,
     nodeTimeoutMs: config.node_timeout,
     heartbeatIntervalMs: config.heartbeat_interval,
     reconcile: {
