@@ -39,6 +39,11 @@ type Waiter = { generation: number; resolve: () => void };
 
 const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
 
+/** HMAC-SHA256 of the replica id under the head node's engine secret, hex (64 characters). */
+export function deriveEngineKey(secret: string, replicaId: string): string {
+  return createHmac("sha256", secret).update(`llmgw-engine-key\u0000${replicaId}`).digest("hex");
+}
+
 export class Controller {
   private readonly store: Store;
   private readonly clock: Clock;
@@ -130,8 +135,7 @@ export class Controller {
    */
   engineKey(replicaId: string): string | null {
     const secret = this.opts.engineSecret;
-    if (secret === undefined) return null;
-    return createHmac("sha256", secret).update(`llmgw-engine-key\u0000${replicaId}`).digest("hex");
+    return secret === undefined ? null : deriveEngineKey(secret, replicaId);
   }
 
   private newId = (): string => `r-${randomBytes(4).toString("hex")}`;
