@@ -129,7 +129,7 @@ export const AgentConfig = z.strictObject({
    * start engines without one (off: private networks and benchmarks; the agent warns at start).
    */
   engine_auth: z
-    .union([z.boolean(), z.enum(["on", "off", "true", "false"], { message: 'must be "on" or "off"' })])
+    .union([z.boolean(), z.enum(["on", "off", "true", "false"])], { message: 'must be "on" or "off"' })
     .default(true)
     .transform((v) => v === true || v === "on" || v === "true"),
   /** Seconds between an engine's SIGTERM and SIGKILL. */
