@@ -7,8 +7,7 @@ import { mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pino from "pino";
-import { startServer, type RunningServer } from "../../src/api/server";
-import { ServeConfig } from "../../src/config";
+import { ensureDataDir, resolveEngineSecret } from "../../src/config/datadir";
 import { ManualClock } from "../../src/control/clock";
 import { Controller } from "../../src/control/controller";
 import type { EndpointInfo } from "../../src/control/interfaces";
@@ -90,24 +89,23 @@ describe("engine keys from the controller", () => {
 
 describe("the head node's engine secret", () => {
   const dirs: string[] = [];
-  const servers: RunningServer[] = [];
-  afterEach(async () => {
-    for (const s of servers.splice(0)) await s.stop();
+  afterEach(() => {
     for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
   });
 
-  async function boot(dataDir: string): Promise<RunningServer> {
-    const config = ServeConfig.parse({ data_dir: dataDir, admin_listen: "127.0.0.1:0", listen: "127.0.0.1:0" });
-    const s = await startServer({ config, log: silent, clock: new ManualClock(T0), loop: false });
-    servers.push(s);
-    return s;
+  /** A head node's start as far as keys go: the secret from the data dir, the store in it. */
+  function boot(dataDir: string) {
+    const secret = resolveEngineSecret(dataDir);
+    const store = new Store({ path: join(dataDir, "llmgw.db") });
+    return { secret, store, ...controller(store, secret.token) };
   }
 
-  test("is generated once, kept 0600 in the data dir, and gives the same keys after a restart", async () => {
-    const dataDir = mkdtempSync(join(tmpdir(), "llmgw-engine-secret-"));
+  test("is generated once, kept 0600 in the data dir, and gives the same keys after a restart", () => {
+    const dataDir = ensureDataDir(mkdtempSync(join(tmpdir(), "llmgw-engine-secret-")));
     dirs.push(dataDir);
-    const first = await boot(dataDir);
-    const c1 = first.controller;
+    const first = boot(dataDir);
+    expect(first.secret.source).toBe("generated");
+    const c1 = first.ctl;
     for (const d of defs) c1.heartbeat(heartbeat(d));
     c1.putModels([model({ name: "m", replicas: { min: 2 } })]);
     c1.tick();
@@ -116,11 +114,11 @@ describe("the head node's engine secret", () => {
     expect(before).toHaveLength(2);
     expect(before.every((a) => a.engine_key !== null)).toBe(true);
     expect((statSync(join(dataDir, "engine.secret")).mode & 0o777).toString(8)).toBe("600");
-    await first.stop();
-    servers.length = 0;
+    first.store.close();
 
-    const second = await boot(dataDir);
-    const c2 = second.controller;
+    const second = boot(dataDir);
+    expect(second.secret.source).toBe("stored");
+    const c2 = second.ctl;
     // The agents come back reporting the engines they kept running.
     for (const d of defs) {
       const kept = c1Assigned.get(d.name) ?? [];
@@ -131,11 +129,13 @@ describe("the head node's engine secret", () => {
     expect(after).toHaveLength(2);
     const keys = (list: Assignment[]) => Object.fromEntries(list.map((a) => [a.id, a.engine_key]));
     expect(keys(after)).toEqual(keys(before));
+    second.store.close();
 
     // A different data dir is a different head node: different keys for the same ids.
-    const otherDir = mkdtempSync(join(tmpdir(), "llmgw-engine-secret-"));
+    const otherDir = ensureDataDir(mkdtempSync(join(tmpdir(), "llmgw-engine-secret-")));
     dirs.push(otherDir);
-    const other = await boot(otherDir);
-    expect(other.controller.engineKey(before[0]!.id)).not.toBe(before[0]!.engine_key);
+    const other = boot(otherDir);
+    expect(other.ctl.engineKey(before[0]!.id)).not.toBe(before[0]!.engine_key);
+    other.store.close();
   });
 });
