@@ -465,9 +465,9 @@ export class NodeAgent {
     if (this.config.simulate !== undefined) {
       // A simulated node has no real engines: the built-in fake engine stands in whatever the
       // profile says, answering to the same names. The profile's args are for the real engine.
-      return renderLaunch({ ...a, engine: "fake", args: [] }, { host, modelPath: a.model, selfExe: this.selfExe });
+      return renderLaunch({ ...a, engine: "fake", args: [] }, { host, modelPath: a.model, selfExe: this.selfExe, engineAuth: this.config.engine_auth });
     }
-    return renderLaunch(a, { host, modelPath: modelPathFor(this.config.models_dir, a.model, a.engine), selfExe: this.selfExe });
+    return renderLaunch(a, { host, modelPath: modelPathFor(this.config.models_dir, a.model, a.engine), selfExe: this.selfExe, engineAuth: this.config.engine_auth });
   }
 
   // ---- inventory ----------------------------------------------------------------------------

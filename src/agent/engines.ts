@@ -1,6 +1,6 @@
 // Engine launch templates: turn one Assignment (one shard of a replica) into the argv and
-// environment of the engine process the agent runs. Pure: no I/O, so every engine's command
-// line is pinned by unit tests.
+// environment of the engine process the agent runs, including how the replica's engine key
+// reaches the engine. Pure: no I/O, so every engine's command line is pinned by unit tests.
 
 import type { Assignment } from "../protocol/heartbeat";
 
@@ -13,7 +13,25 @@ export type LaunchOptions = {
   selfExe: string | readonly string[];
   /** Executables to use instead of the ones looked up on PATH (e.g. inside a virtualenv). */
   bin?: { vllm?: string; python?: string; llamaServer?: string };
+  /**
+   * Whether engines get the replica's key (`llmgw agent --engine-auth`, default on). Off, they
+   * answer anyone who reaches their port: for private networks and benchmarks only.
+   */
+  engineAuth?: boolean;
 };
+
+/**
+ * Where each engine takes its API key from. An environment variable where the engine reads one
+ * (a process's environment is readable only by its owner, its command line by every user on the
+ * node through `ps`); the command line only for SGLang, whose server reads the key from
+ * `--api-key` alone (ServerArgs.api_key; no environment variable for it).
+ * - vLLM: `--api-key` or VLLM_API_KEY; it guards /v1/* (and /v2, /inference, /cohere), /health stays open.
+ * - SGLang: `--api-key`; its middleware leaves /health* and /metrics* open.
+ * - llama-server: `--api-key` or LLAMA_API_KEY (common/arg.cpp set_env); /health, /v1/health,
+ *   /models, /v1/models and its web UI stay open, /metrics needs the key.
+ * - the fake engine: `--api-key` or LLMGW_FAKE_ENGINE_API_KEY; /health and /metrics stay open.
+ */
+export const ENGINE_KEY_ENV = { vllm: "VLLM_API_KEY", "llama.cpp": "LLAMA_API_KEY", fake: "LLMGW_FAKE_ENGINE_API_KEY" } as const;
 
 export type Launch = {
   cmd: string[];
@@ -23,6 +41,11 @@ export type Launch = {
    * runner can only watch that they stay alive, not poll /health.
    */
   servesHttp: boolean;
+  /**
+   * The key the engine checks (null when it checks none): the runner sends it with its health
+   * probe, and masks it wherever it writes the command line.
+   */
+  apiKey: string | null;
 };
 
 /** The assignment cannot be turned into a command line; the message says why and what to change. */
@@ -40,6 +63,16 @@ export function renderLaunch(a: Assignment, opts: LaunchOptions): Launch {
       `replica ${a.id}: ${a.gpus.length} GPU indices but ${a.gpu_uuids.length} GPU UUIDs; the control plane must send one UUID per GPU`,
     );
 
+  // Only an engine that serves HTTP checks a key: headless workers and SGLang's other ranks
+  // never see a request, so they are not given it.
+  const key = opts.engineAuth !== false && a.engine_key !== null ? a.engine_key : null;
+  if (key !== null) {
+    const clash = a.args.find((x) => x === "--api-key" || x.startsWith("--api-key="));
+    if (clash !== undefined)
+      throw new LaunchError(
+        `replica ${a.id}: the profile's args set --api-key, which would replace the replica's own engine key and lock the router out; remove it from the profile (the agent gives every engine its key)`,
+      );
+  }
   const port = String(a.port);
   const names = a.served_names;
   const first = names[0]!; // the schema requires at least one served name
@@ -85,6 +118,7 @@ export function renderLaunch(a: Assignment, opts: LaunchOptions): Launch {
         cmd.push("--dist-init-addr", hostPort(a.shard.leader_address, a.shard.leader_port));
         if (rank > 0) servesHttp = false;
       }
+      if (key !== null && servesHttp) cmd.push("--api-key", key);
       break;
     }
     case "llama.cpp": {
@@ -120,7 +154,25 @@ export function renderLaunch(a: Assignment, opts: LaunchOptions): Launch {
   // CUDA_VISIBLE_DEVICES would land on cards another replica holds. UUIDs rather than indices
   // because MIG instances can only be named by UUID and indices depend on CUDA_DEVICE_ORDER.
   const env: Record<string, string> = { ...a.env, CUDA_VISIBLE_DEVICES: a.gpu_uuids.join(",") };
-  return { cmd, env, servesHttp };
+  const apiKey = key !== null && servesHttp ? key : null;
+  // After the catalog env, so a profile's own VLLM_API_KEY cannot replace the replica's key.
+  if (apiKey !== null && a.engine !== "sglang") env[ENGINE_KEY_ENV[a.engine]] = apiKey;
+  return { cmd, env, servesHttp, apiKey };
+}
+
+/**
+ * The warning `llmgw agent --engine-auth off` logs at start, or undefined when engine auth is on.
+ * A pure function so its fields are pinned by a test.
+ */
+export function engineAuthWarning(engineAuth: boolean): { fields: { engine_auth: "off"; reason: string }; message: string } | undefined {
+  if (engineAuth) return undefined;
+  return {
+    fields: {
+      engine_auth: "off",
+      reason: "--engine-auth off: engines are started without a key, so anyone who can reach an engine's port can use it directly, bypassing the router's API keys and limits",
+    },
+    message: "engine auth is off: this node's engines answer every client that reaches them; use it only on a private network or for benchmarks",
+  };
 }
 
 /** host:port for a torch-distributed init address; IPv6 literals need brackets. */

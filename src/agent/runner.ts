@@ -2,8 +2,12 @@
 // report), and a ProcessSet that reconciles the running set against the control plane's
 // assignments. Engines run in their own session with their output in a log file, so an agent
 // restart can leave them running and adopt them again from a small state file.
+//
+// Logs and state files are the agent's own (0600 in 0700 directories). A state file holds no
+// secret: the catalog env (HF_TOKEN and the like) and the replica's engine key are left out,
+// since an adopted engine already has them and the head node's next assignment says them again.
 
-import { closeSync, fstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, rmSync, writeFileSync, renameSync } from "node:fs";
+import { chmodSync, closeSync, fchmodSync, fstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, rmSync, writeFileSync, renameSync } from "node:fs";
 import { join } from "node:path";
 import type { Subprocess } from "bun";
 import { Assignment, type ReplicaReport, type ReplicaRunState } from "../protocol/heartbeat";
@@ -17,7 +21,13 @@ export type Logger = {
 const silent: Logger = { info() {}, warn() {}, error() {} };
 
 /** What to run; the shape engines.ts renders. */
-export type LaunchSpec = { cmd: string[]; env: Record<string, string>; servesHttp?: boolean };
+export type LaunchSpec = {
+  cmd: string[];
+  env: Record<string, string>;
+  servesHttp?: boolean;
+  /** The engine's key: sent with the health probe, and masked wherever the command line is written. */
+  apiKey?: string | null;
+};
 
 export const RUNNER_DEFAULTS = {
   healthInterval: 2_000,
@@ -76,6 +86,8 @@ export class ReplicaProcess {
   private proc: Subprocess | null = null;
   private pidValue: number | null = null;
   private servesHttp = true;
+  /** Sent as a bearer token with the health probe; null when the engine was given no key (or it is not known yet). */
+  private probeKey: string | null = null;
   private logOffset = 0;
   private started = false;
   private exited = false;
@@ -127,11 +139,13 @@ export class ReplicaProcess {
     try {
       spec = typeof this.opts.launch === "function" ? this.opts.launch() : this.opts.launch;
       if (spec.cmd.length === 0) throw new Error("empty command");
-      mkdirSync(this.opts.logDir, { recursive: true });
+      privateDir(this.opts.logDir);
       // The child writes straight into the log (not through a pipe to us) so it keeps running
       // and logging when the agent restarts: a write to a dead pipe would SIGPIPE a C++ engine.
-      fd = openSync(this.logPath, "a");
-      const header = `\n=== llmgw: starting replica ${this.id} at ${new Date().toISOString()}: ${JSON.stringify(spec.cmd)}\n`;
+      // Engines log prompts and their arguments: the owner's alone, even a log an older agent made.
+      fd = openSync(this.logPath, "a", 0o600);
+      fchmodSync(fd, 0o600);
+      const header = `\n=== llmgw: starting replica ${this.id} at ${new Date().toISOString()}: ${JSON.stringify(masked(spec.cmd, spec.apiKey))}\n`;
       writeFileSync(fd, header);
       this.logOffset = fstatSync(fd).size;
       this.proc = Bun.spawn({
@@ -155,7 +169,8 @@ export class ReplicaProcess {
     closeSync(fd);
     this.pidValue = this.proc.pid;
     this.servesHttp = spec.servesHttp ?? true;
-    this.log.info({ replica: this.id, engine_pid: this.proc.pid, port: this.port, cmd: spec.cmd }, "engine started");
+    this.probeKey = spec.apiKey ?? null;
+    this.log.info({ replica: this.id, engine_pid: this.proc.pid, port: this.port, cmd: masked(spec.cmd, spec.apiKey) }, "engine started");
     this.writeStateFile();
     const proc = this.proc;
     void proc.exited.then((code) => this.onExit(describeExit(code, proc.signalCode)));
@@ -191,6 +206,14 @@ export class ReplicaProcess {
   }
 
   /**
+   * The head node's current word on this replica, for one adopted from a state file (which
+   * keeps no key): its health probe presents the key from then on.
+   */
+  learn(a: Assignment): void {
+    if (a.id === this.id && this.probeKey === null) this.probeKey = a.engine_key;
+  }
+
+  /**
    * Stops watching without touching the process, which keeps running (and stays adoptable from
    * its state file). For an agent shutting down with replicas kept across restarts.
    */
@@ -206,12 +229,16 @@ export class ReplicaProcess {
     return join(stateDir, `${fileSafe(id)}.json`);
   }
 
+  /** Writes a state file without the assignment's secrets (catalog env, engine key). */
   static writeState(stateDir: string, s: ReplicaStateFile): void {
-    mkdirSync(stateDir, { recursive: true });
+    privateDir(stateDir);
     const path = ReplicaProcess.statePath(stateDir, s.assignment.id);
     // Write then rename, so a crash mid-write never leaves a half file to trip the next start.
     const tmp = `${path}.tmp`;
-    writeFileSync(tmp, JSON.stringify(s));
+    const kept: ReplicaStateFile = { ...s, assignment: { ...s.assignment, env: {}, engine_key: null } };
+    writeFileSync(tmp, JSON.stringify(kept), { mode: 0o600 });
+    // A tmp file left by a crash keeps its old mode through writeFileSync.
+    chmodSync(tmp, 0o600);
     renameSync(tmp, path);
   }
 
@@ -301,8 +328,10 @@ export class ReplicaProcess {
     if (this.state !== "starting" || this.stopping || this.detached) return;
     let ok = false;
     try {
+      // Every engine leaves /health open today; the key goes along in case one does not.
       const res = await this.fetchFn(`http://${this.opts.healthHost ?? "127.0.0.1"}:${this.port}/health`, {
         signal: AbortSignal.timeout(this.healthTimeout),
+        ...(this.probeKey !== null ? { headers: { authorization: `Bearer ${this.probeKey}` } } : {}),
       });
       ok = res.status === 200;
       await res.body?.cancel();
@@ -499,7 +528,11 @@ export class ProcessSet {
       }
       await Promise.all(stops);
       for (const [id, a] of wanted) {
-        if (this.procs.has(id)) continue;
+        const running = this.procs.get(id);
+        if (running) {
+          running.learn(a);
+          continue;
+        }
         const rp = new ReplicaProcess({ ...this.childOptions(), assignment: a, launch: () => this.opts.render(a) });
         this.procs.set(id, rp);
         rp.start();
@@ -549,6 +582,25 @@ export class ProcessSet {
 }
 
 // ---- helpers ------------------------------------------------------------------------------
+
+/**
+ * A directory only its owner can enter, tightened if an older agent made it wider. A chmod
+ * refused (someone else's directory) is left to the open that follows to report.
+ */
+function privateDir(dir: string): void {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  try {
+    chmodSync(dir, 0o700);
+  } catch {
+    // Not ours to change.
+  }
+}
+
+/** The command line as it may be logged: the engine key (SGLang takes it as an argument) masked. */
+function masked(cmd: readonly string[], key: string | null | undefined): string[] {
+  if (!key) return [...cmd];
+  return cmd.map((c) => (c.includes(key) ? c.split(key).join("<engine key>") : c));
+}
 
 /** A replica id as a file name: ids are free text on the wire and must not escape the directory. */
 export function fileSafe(id: string): string {

@@ -7,7 +7,7 @@ import { join, resolve } from "node:path";
 import type { Hono } from "hono";
 import type { Logger } from "pino";
 import { ConfigError, type ServeConfig } from "../config";
-import { ensureDataDir, localUrl, resolveToken, writeServerInfo } from "../config/datadir";
+import { ensureDataDir, localUrl, resolveEngineSecret, resolveToken, writeServerInfo } from "../config/datadir";
 import { type ListenerCaps, fitCaps, openFileLimit } from "../config/limits";
 import { type Clock, systemClock } from "../control/clock";
 import { Controller } from "../control/controller";
@@ -70,6 +70,8 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
   const dataDir = ensureDataDir(config.data_dir);
   const admin = resolveToken(dataDir, "admin.token", config.admin_token, "llmgw_admin");
   const join_ = resolveToken(dataDir, "join.token", config.join_token, "llmgw_join");
+  // Each replica's engine key is derived from this; kept so keys outlive a restart.
+  const engineSecret = resolveEngineSecret(dataDir);
   for (const [kind, t] of [["admin", admin], ["join", join_]] as const)
     log.info({ kind, source: t.source, path: t.source === "given" ? undefined : t.path }, `${kind} token ${t.source}`);
 
@@ -83,6 +85,7 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
     log,
     version: VERSION,
     dataDir,
+    engineSecret: engineSecret.token,
     nodeTimeoutMs: config.node_timeout,
     heartbeatIntervalMs: config.heartbeat_interval,
     reconcile: {

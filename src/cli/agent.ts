@@ -31,6 +31,7 @@ export const AGENT_FLAGS: FlagSpecs = {
   "gpu-class": { kind: "list", value: "NAME=CLASS", help: "report GPUs of this name or class as another class" },
   "nvidia-smi": { kind: "string", value: "PATH", help: "nvidia-smi to run (default: nvidia-smi on PATH)" },
   "keep-replicas": { kind: "boolean", help: "leave engines running when the agent stops and adopt them when it starts again" },
+  "engine-auth": { kind: "string", value: "on|off", help: "on (default): every engine gets its replica's own key and answers only the router; off: engines take no key and answer anyone who reaches their port (private networks and benchmarks only; the agent warns at start)" },
   "stop-grace": { kind: "string", value: "DURATION", help: "time between an engine's SIGTERM and SIGKILL (default 30s)" },
   "start-timeout": { kind: "string", value: "DURATION", help: "how long an engine has to become healthy (default 10m)" },
   "health-interval": { kind: "string", value: "DURATION", help: "how often a starting engine's /health is polled (default 2s)" },
@@ -70,6 +71,9 @@ export const command: Command = {
     const { NodeAgent, AgentError } = await import("../agent/agent");
     const config = await loadConfig(AgentConfig, { flags, env: process.env });
     const log = createLogger({ level: config.log_level, role: "agent" });
+    const { engineAuthWarning } = await import("../agent/engines");
+    const off = engineAuthWarning(config.engine_auth);
+    if (off) log.warn(off.fields, off.message);
     const agent = new NodeAgent({ config, log, selfExe: selfExe() });
 
     let signalled = false;

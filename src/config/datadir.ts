@@ -44,6 +44,16 @@ export function resolveToken(dataDir: string, file: string, given: string | unde
   return { token, source: "generated", path };
 }
 
+/**
+ * The head node's engine secret (`<data-dir>/engine.secret`, 0600): every replica's engine key
+ * is derived from it, so keys need no store column and are the same after a restart. Generated
+ * on first start; several head nodes serving one store must share this file.
+ */
+export function resolveEngineSecret(dataDir: string): { token: string; source: "stored" | "generated"; path: string } {
+  const r = resolveToken(dataDir, "engine.secret", undefined, "llmgw_engine");
+  return { token: r.token, source: r.source === "given" ? "stored" : r.source, path: r.path };
+}
+
 export interface ServerInfo {
   admin_url: string;
   router_url: string;

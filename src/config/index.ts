@@ -151,6 +151,14 @@ export const AgentConfig = z.strictObject({
   nvidia_smi: z.string().default("nvidia-smi"),
   /** Keep engines running when the agent stops, and re-adopt them when it starts again. */
   keep_replicas: z.boolean().default(false),
+  /**
+   * Give every engine its replica's key so it answers only the router (on, the default), or
+   * start engines without one (off: private networks and benchmarks; the agent warns at start).
+   */
+  engine_auth: z
+    .union([z.boolean(), z.enum(["on", "off", "true", "false"])], { message: 'must be "on" or "off"' })
+    .default(true)
+    .transform((v) => v === true || v === "on" || v === "true"),
   /** Seconds between an engine's SIGTERM and SIGKILL. */
   stop_grace: Duration.prefault("30s"),
   /** How long an engine has to become healthy. */

@@ -4,7 +4,7 @@
 // ready replicas to the router. It meets the router only through the interfaces in
 // interfaces.ts.
 
-import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import type { Logger } from "pino";
 import type { ModelSpec } from "../protocol/catalog";
 import { type Assignment, type HeartbeatRequest, type HeartbeatResponse, logsToken } from "../protocol/heartbeat";
@@ -28,6 +28,11 @@ export interface ControllerOptions {
   dataDir?: string;
   /** Load must stay low this long before a model scales down. */
   scaleDownDelayMs?: number;
+  /**
+   * The head node's secret each replica's engine key is derived from (`<data-dir>/engine.secret`),
+   * so keys need no column of their own and survive a restart. Without it engines get no key.
+   */
+  engineSecret?: string;
 }
 
 type Waiter = { generation: number; resolve: () => void };
@@ -55,6 +60,11 @@ export const DEFAULT_NODE_POLICY: NodePolicy = { approveNodes: false, maxNodes: 
 export const AGENT_CREDENTIAL_FILE = "node.credential";
 
 const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
+
+/** HMAC-SHA256 of the replica id under the head node's engine secret, hex (64 characters). */
+export function deriveEngineKey(secret: string, replicaId: string): string {
+  return createHmac("sha256", secret).update(`llmgw-engine-key\u0000${replicaId}`).digest("hex");
+}
 
 export class Controller {
   private readonly store: Store;
@@ -143,6 +153,15 @@ export class Controller {
       this.wakeScheduled = false;
       this.onWake?.();
     });
+  }
+
+  /**
+   * A replica's engine key: HMAC-SHA256 of its id under the head node's secret. Every shard and
+   * the published endpoint get the same one; another replica's key says nothing about it.
+   */
+  engineKey(replicaId: string): string | null {
+    const secret = this.opts.engineSecret;
+    return secret === undefined ? null : deriveEngineKey(secret, replicaId);
   }
 
   private newId = (): string => `r-${randomBytes(4).toString("hex")}`;
@@ -311,6 +330,7 @@ export class Controller {
       const spec = models.get(r.model);
       const profile = spec?.profiles.find((p) => p.name === r.profile);
       if (!spec || !profile || r.port === null) continue;
+      const engineKey = this.engineKey(r.id);
       r.shards.forEach((s, rank) => {
         let list = byNode.get(s.node);
         if (!list) byNode.set(s.node, (list = []));
@@ -322,7 +342,7 @@ export class Controller {
           engine: profile.engine,
           port: r.port!,
           gpus: s.gpus,
-          engine_key: null,
+          engine_key: engineKey,
           gpu_uuids: s.gpus.map((i) => uuids.get(`${s.node}\u0000${i}`) ?? `unknown-${i}`),
           args: profile.args,
           env: profile.env,
@@ -353,6 +373,7 @@ export class Controller {
       // A replica whose model left the catalog is being torn down; never route to it.
       if (!spec) continue;
       const profile = spec.profiles.find((p) => p.name === r.profile);
+      const key = this.engineKey(r.id);
       out.push({
         id: r.id,
         url: r.endpoint.replace(/\/+$/, ""),
@@ -361,6 +382,7 @@ export class Controller {
         pool: spec.pool,
         weight: spec.weight,
         priority: profile?.priority ?? 0,
+        ...(key !== null ? { key } : {}),
       });
     }
     return out;

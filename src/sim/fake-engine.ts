@@ -1,7 +1,10 @@
 // The built-in OpenAI-compatible fake engine: stands in for vLLM where there are no GPUs, with
 // the same wire shapes, a slot limit with a FIFO queue, a simulated prefix cache and vLLM metrics.
 // Demos, tests and the router's benchmarks run against it, so the per-request path is kept small.
+// Given a key (--api-key, or LLMGW_FAKE_ENGINE_API_KEY) it answers /v1/* only to a request that
+// presents it, as vLLM and SGLang do; /health and /metrics stay open like theirs.
 
+import { timingSafeEqual } from "node:crypto";
 import type { Server } from "bun";
 import { PrefixCache, ttftWithHits } from "./prefix-cache";
 
@@ -28,7 +31,12 @@ export interface FakeEngineOptions {
   slots?: number;
   prefixCache?: Partial<PrefixCacheOptions>;
   embeddingDim?: number;
+  /** Answer /v1/* only with `Authorization: Bearer <apiKey>` (401 otherwise). */
+  apiKey?: string;
 }
+
+/** The environment variable `llmgw fake-engine` takes its key from when --api-key is not given. */
+export const FAKE_ENGINE_KEY_ENV = "LLMGW_FAKE_ENGINE_API_KEY";
 
 export interface FakeEngineStats {
   /** Valid inference requests received (chat, completions, embeddings). */
@@ -226,6 +234,8 @@ class Engine {
   readonly embeddingDim: number;
   readonly cache: PrefixCache | undefined;
   readonly modelsBody: string;
+  /** `Bearer <key>` as bytes, or undefined when the engine checks no key. */
+  private readonly expected: Buffer | undefined;
 
   // Set iteration is insertion order: a FIFO queue with O(1) removal of a waiter that gives up.
   private readonly queue = new Set<Job>();
@@ -247,6 +257,9 @@ class Engine {
     if (!Array.isArray(opts.models) || opts.models.length === 0 || opts.models.some((m) => typeof m !== "string" || m === "")) {
       throw new Error("fake engine option models must be a non-empty list of model names");
     }
+    if (opts.apiKey !== undefined && (typeof opts.apiKey !== "string" || opts.apiKey === "" || /[\s\x00-\x1f\x7f]/.test(opts.apiKey)))
+      throw new Error("fake engine option apiKey must be a non-empty string without spaces or control characters");
+    this.expected = opts.apiKey !== undefined ? Buffer.from(`Bearer ${opts.apiKey}`) : undefined;
     this.served = new Set(opts.models);
     this.primary = opts.models[0]!;
     this.ttftMs = opts.ttftMs ?? DEFAULTS.ttftMs;
@@ -288,6 +301,9 @@ class Engine {
   fetch(req: Request, server: Server<undefined>): Response | Promise<Response> {
     const path = pathOf(req.url);
     const method = req.method;
+    if (this.expected !== undefined && path.startsWith("/v1/") && !this.authorized(req.headers.get("authorization"))) {
+      return errorResponse(401, "Incorrect or missing API key: this engine answers only with its key (Authorization: Bearer <key>)", "invalid_request_error", null, "invalid_api_key");
+    }
     if (method === "POST") {
       if (path === "/v1/chat/completions") return this.generate(req, server, Kind.Chat);
       if (path === "/v1/completions") return this.generate(req, server, Kind.Text);
@@ -298,6 +314,13 @@ class Engine {
       if (path === "/metrics") return new Response(this.metrics(), { headers: PROM_HEADERS });
     }
     return errorResponse(404, `Invalid URL (${method} ${path})`, "invalid_request_error", null, "not_found");
+  }
+
+  /** In constant time, so the key cannot be guessed a byte at a time from response times. */
+  private authorized(header: string | null): boolean {
+    if (header === null) return false;
+    const got = Buffer.from(header);
+    return got.length === this.expected!.length && timingSafeEqual(got, this.expected!);
   }
 
   /** Parses the JSON object body and resolves the model, or says what is wrong with them. */
@@ -627,7 +650,8 @@ export async function startFakeEngine(opts: FakeEngineOptions): Promise<FakeEngi
 }
 
 const USAGE = `usage: llmgw fake-engine --model NAME [--model NAME2 ...] [--port P] [--host H]
-                         [--ttft-ms N] [--token-delay-ms N] [--tokens N] [--slots N] [--cache-blocks N]`;
+                         [--ttft-ms N] [--token-delay-ms N] [--tokens N] [--slots N] [--cache-blocks N]
+                         [--api-key KEY (or env ${FAKE_ENGINE_KEY_ENV})]`;
 
 class FlagError extends Error {}
 
@@ -641,8 +665,17 @@ function numberFlag(flag: string, raw: string, min: number, max: number, integer
   return v;
 }
 
-/** Parses `llmgw fake-engine` flags into engine options; throws FlagError naming the bad flag. */
-export function parseFakeEngineFlags(argv: string[]): FakeEngineOptions {
+function keyFlag(flag: string, raw: string): string {
+  if (raw === "" || /[\s\x00-\x1f\x7f]/.test(raw)) throw new FlagError(`${flag} must be a non-empty key without spaces or control characters`);
+  return raw;
+}
+
+/**
+ * Parses `llmgw fake-engine` flags into engine options; throws FlagError naming the bad flag.
+ * The key comes from --api-key, else from env[LLMGW_FAKE_ENGINE_API_KEY] (the agent's way: a
+ * command line shows in `ps`, an environment does not).
+ */
+export function parseFakeEngineFlags(argv: string[], env: Record<string, string | undefined> = {}): FakeEngineOptions {
   const opts: FakeEngineOptions = { models: [], port: 0 };
   const args = argv[0] === "fake-engine" ? argv.slice(1) : argv;
   for (let i = 0; i < args.length; i++) {
@@ -685,11 +718,16 @@ export function parseFakeEngineFlags(argv: string[]): FakeEngineOptions {
       case "--cache-blocks":
         opts.prefixCache = { blocks: numberFlag(flag, value(), 0, Infinity, true) };
         break;
+      case "--api-key":
+        opts.apiKey = keyFlag(flag, value());
+        break;
       default:
         throw new FlagError(`unknown flag ${arg}`);
     }
   }
   if (opts.models.length === 0) throw new FlagError("--model is required (give it once per served name)");
+  const fromEnv = env[FAKE_ENGINE_KEY_ENV];
+  if (opts.apiKey === undefined && fromEnv !== undefined && fromEnv !== "") opts.apiKey = keyFlag(FAKE_ENGINE_KEY_ENV, fromEnv);
   return opts;
 }
 
@@ -707,7 +745,7 @@ export async function fakeEngineMain(argv: string[]): Promise<number> {
   }
   let opts: FakeEngineOptions;
   try {
-    opts = parseFakeEngineFlags(argv);
+    opts = parseFakeEngineFlags(argv, process.env);
   } catch (e) {
     if (!(e instanceof FlagError)) throw e;
     process.stderr.write(`llmgw fake-engine: ${e.message}\n${USAGE}\n`);
@@ -720,7 +758,7 @@ export async function fakeEngineMain(argv: string[]): Promise<number> {
     process.stderr.write(`llmgw fake-engine: cannot listen on ${opts.host ?? DEFAULTS.host}:${opts.port}: ${(e as Error).message}\n`);
     return 1;
   }
-  process.stdout.write(`llmgw fake-engine listening on ${engine.url} serving ${opts.models.join(", ")}\n`);
+  process.stdout.write(`llmgw fake-engine listening on ${engine.url} serving ${opts.models.join(", ")}${opts.apiKey !== undefined ? " (API key required on /v1/*)" : ""}\n`);
   return await new Promise<number>((resolve) => {
     // The demo asks its engines to go with it: a demo killed with SIGKILL cannot stop them,
     // and they run in their own session, so nothing else would.

@@ -89,6 +89,29 @@ describe("compiled binary", () => {
     }
   });
 
+  test("agent --engine-auth off is in --help and warns at start with a reason; on (the default) does not", async () => {
+    const help = run(bin, ["agent", "--help"], { cwd: dir });
+    expect(help.stdout).toContain("--engine-auth on|off");
+    const firstLines = async (extra: string[]) => {
+      // A server nobody listens on: the agent logs its start-up, then keeps retrying.
+      const p = Bun.spawn([bin, "agent", "--server", "http://127.0.0.1:9", "--token", "abcdefghijklmnopqrstuvwxyz", "--simulate", "H100-80GB:1", "--logs-listen", "off", "--state-dir", join(dir, `agent-${extra.length}`), ...extra], { cwd: dir, stdout: "pipe", stderr: "pipe" });
+      let out = "";
+      const reader = p.stdout.getReader();
+      while (!out.includes("registering with the server")) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        out += new TextDecoder().decode(value);
+      }
+      p.kill("SIGTERM");
+      await p.exited;
+      return out.split("\n").filter(Boolean).map((l) => JSON.parse(l) as { level: number; msg: string; engine_auth?: string; reason?: string });
+    };
+    const off = (await firstLines(["--engine-auth", "off"])).find((l) => l.engine_auth === "off");
+    expect(off).toMatchObject({ level: 40, engine_auth: "off" });
+    expect(off!.reason).toContain("without a key");
+    expect((await firstLines([])).some((l) => l.engine_auth !== undefined)).toBe(false);
+  });
+
   test("a bad configuration lists every problem and exits non-zero", () => {
     const r = run(bin, ["serve", "--node-timeout", "soon", "--admin-listen", "x"], { cwd: dir, env: { LLMGW_DATA_DIR: join(dir, "other") } });
     expect(r.code).toBe(1);

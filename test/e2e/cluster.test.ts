@@ -7,6 +7,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { deriveEngineKey } from "../../src/control/controller";
 import type { ModelView, NodeView, ReplicaView, Summary } from "../../src/protocol/views";
 import { run, scratchWithBinary, startServe, until } from "../helpers/binary";
 import { freePort } from "../helpers/ports";
@@ -106,7 +107,10 @@ describe("a simulated cluster run by the compiled binary", () => {
       const gpu = node.gpus.find((g) => g.index === r.shards[0]!.gpus[0])!;
       expect(gpu.class).toBe("H100-80GB");
       expect(gpu.in_use_by).toBe(r.id);
-      const models = (await (await fetch(`${r.endpoint}/v1/models`)).json()) as { data: { id: string }[] };
+      // The engine answers only with its replica's key, derived from the head node's secret.
+      expect((await fetch(`${r.endpoint}/v1/models`)).status).toBe(401);
+      const key = deriveEngineKey(readFileSync(join(dir, "llmgw-data", "engine.secret"), "utf8").trim(), r.id);
+      const models = (await (await fetch(`${r.endpoint}/v1/models`, { headers: { authorization: `Bearer ${key}` } })).json()) as { data: { id: string }[] };
       expect(models.data.map((m) => m.id)).toEqual(["chat", "chat-alias"]);
     }
   });

@@ -311,7 +311,10 @@ describe("against the real head node", () => {
       return reps.find((r) => r.state === "ready");
     });
     expect(agent.reports()).toEqual([{ id: ready.id, state: "ready", port: Number(new URL(ready.endpoint!).port), error: null }]);
-    const models = (await (await fetch(`${ready.endpoint}/v1/models`)).json()) as { data: { id: string }[] };
+    // The engine answers only with the replica's key, which the head node gave the agent.
+    expect((await fetch(`${ready.endpoint}/v1/models`)).status).toBe(401);
+    const key = s.controller.engineKey(ready.id)!;
+    const models = (await (await fetch(`${ready.endpoint}/v1/models`, { headers: { authorization: `Bearer ${key}` } })).json()) as { data: { id: string }[] };
     expect(models.data.map((m) => m.id)).toEqual(["llama-3.1-8b", "llama3-8b"]);
     const pid = pidOf(stateDir, ready.id)!;
 
@@ -321,6 +324,27 @@ describe("against the real head node", () => {
       return agent.reports().length === 0 && !isAlive(pid);
     });
     expect(starts(stateDir, ready.id)).toBe(1);
+  });
+
+  test("an agent with --engine-auth off starts its engines without a key", async () => {
+    let base = 0;
+    while (base === 0 || base > 63_000) {
+      const probe = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response() });
+      base = probe.port!;
+      void probe.stop(true);
+    }
+    await startServer({ engine_base_port: base });
+    const agent = makeAgent({ server: s.adminUrl, token: s.joinToken, simulate: "H100-80GB:1", address: "127.0.0.1", engine_auth: "off" });
+    await agent.start();
+    const put = await s.admin("/api/v1/models/m", { method: "PUT", body: JSON.stringify({ replicas: { min: 1 }, profiles: [{ name: "h100", engine: "vllm", gpu_class: "H100-80GB", gpus: 1 }] }) });
+    expect(put.status).toBeLessThan(300);
+    type Rep = { id: string; state: string; endpoint: string | null };
+    const ready = await until("the replica ready on the server", async () => {
+      s.controller.tick();
+      const reps = (await (await s.admin("/api/v1/replicas")).json()) as Rep[];
+      return reps.find((r) => r.state === "ready");
+    });
+    expect((await fetch(`${ready.endpoint}/v1/models`)).status).toBe(200);
   });
 });
 

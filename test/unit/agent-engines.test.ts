@@ -2,7 +2,7 @@
 // multi-node, so a change to a launch template is a visible diff here.
 
 import { describe, expect, test } from "bun:test";
-import { LaunchError, renderLaunch, type LaunchOptions } from "../../src/agent/engines";
+import { engineAuthWarning, LaunchError, renderLaunch, type LaunchOptions } from "../../src/agent/engines";
 import { Assignment } from "../../src/protocol/heartbeat";
 
 const opts: LaunchOptions = { host: "0.0.0.0", modelPath: "/models/llama-3-8b", selfExe: "/usr/local/bin/llmgw" };
@@ -219,5 +219,84 @@ describe("environment and validation", () => {
     const l = renderLaunch(assignment({ gpus: [], gpu_uuids: [] }), opts);
     expect(l.cmd).toContain("--tensor-parallel-size");
     expect(l.cmd[l.cmd.indexOf("--tensor-parallel-size") + 1]).toBe("1");
+  });
+});
+
+describe("engine keys", () => {
+  const KEY = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+  const keyed = (over: Parameters<typeof assignment>[0] = {}) => assignment({ engine_key: KEY, ...over });
+  const everywhere = (l: { cmd: string[]; env: Record<string, string> }) => [...l.cmd, ...Object.values(l.env)].filter((v) => v.includes(KEY));
+
+  test("vLLM takes the key from VLLM_API_KEY, never from the command line", () => {
+    const l = renderLaunch(keyed(), opts);
+    expect(l.env.VLLM_API_KEY).toBe(KEY);
+    expect(l.cmd.some((c) => c.includes(KEY) || c === "--api-key")).toBe(false);
+    expect(l.apiKey).toBe(KEY);
+  });
+
+  test("llama-server takes the key from LLAMA_API_KEY, never from the command line", () => {
+    const l = renderLaunch(keyed({ engine: "llama.cpp" }), { ...opts, modelPath: "/models/m.gguf" });
+    expect(l.env.LLAMA_API_KEY).toBe(KEY);
+    expect(l.cmd.some((c) => c.includes(KEY) || c === "--api-key")).toBe(false);
+    expect(l.apiKey).toBe(KEY);
+  });
+
+  test("SGLang, which reads no environment variable for it, gets --api-key before the profile's args", () => {
+    const l = renderLaunch(keyed({ engine: "sglang", args: ["--mem-fraction-static", "0.8"] }), opts);
+    expect(l.cmd.slice(-4)).toEqual(["--api-key", KEY, "--mem-fraction-static", "0.8"]);
+    expect(Object.values(l.env)).not.toContain(KEY);
+    expect(l.apiKey).toBe(KEY);
+  });
+
+  test("the fake engine takes it from LLMGW_FAKE_ENGINE_API_KEY", () => {
+    const l = renderLaunch(keyed({ engine: "fake", gpus: [], gpu_uuids: [] }), opts);
+    expect(l.env).toEqual({ CUDA_VISIBLE_DEVICES: "", LLMGW_FAKE_ENGINE_API_KEY: KEY });
+    expect(l.cmd.some((c) => c.includes(KEY))).toBe(false);
+  });
+
+  test("shards that serve no HTTP are not given the key", () => {
+    const worker = { rank: 1, size: 2, leader_address: "10.0.0.5", leader_port: 29600 };
+    for (const engine of ["vllm", "sglang", "fake"] as const) {
+      const l = renderLaunch(keyed({ engine, shard: worker }), opts);
+      expect(l.servesHttp).toBe(false);
+      expect(everywhere(l)).toEqual([]);
+      expect(l.apiKey).toBeNull();
+    }
+  });
+
+  test("the profile's env cannot replace the replica's key", () => {
+    const l = renderLaunch(keyed({ env: { VLLM_API_KEY: "operator-chosen-key-0000", HF_TOKEN: "hf_x" } }), opts);
+    expect(l.env.VLLM_API_KEY).toBe(KEY);
+    expect(l.env.HF_TOKEN).toBe("hf_x");
+  });
+
+  test("a profile that sets --api-key itself is refused while engine auth is on", () => {
+    expect(() => renderLaunch(keyed({ args: ["--api-key", "mine"] }), opts)).toThrow(/--api-key.*remove it from the profile/);
+    expect(() => renderLaunch(keyed({ engine: "sglang", args: ["--api-key=mine"] }), opts)).toThrow(LaunchError);
+    // Off, the profile's args are the operator's business.
+    expect(renderLaunch(keyed({ args: ["--api-key", "mine"] }), { ...opts, engineAuth: false }).cmd.slice(-2)).toEqual(["--api-key", "mine"]);
+  });
+
+  test("--engine-auth off: no engine gets a key", () => {
+    for (const engine of ["vllm", "sglang", "llama.cpp", "fake"] as const) {
+      const l = renderLaunch(keyed({ engine, gpus: [], gpu_uuids: [] }), { ...opts, engineAuth: false });
+      expect(everywhere(l)).toEqual([]);
+      expect(l.cmd).not.toContain("--api-key");
+      expect(l.apiKey).toBeNull();
+    }
+  });
+
+  test("an assignment without a key (a head node that sends none) starts engines without one", () => {
+    const l = renderLaunch(assignment(), opts);
+    expect(l.env.VLLM_API_KEY).toBeUndefined();
+    expect(l.apiKey).toBeNull();
+  });
+
+  test("engine auth off is warned about with a reason; on says nothing", () => {
+    expect(engineAuthWarning(true)).toBeUndefined();
+    const w = engineAuthWarning(false)!;
+    expect(w.fields.engine_auth).toBe("off");
+    expect(w.fields.reason).toMatch(/without a key/);
+    expect(w.message).toMatch(/private network|benchmarks/);
   });
 });

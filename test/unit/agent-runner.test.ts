@@ -2,7 +2,7 @@
 // answers /health (at once, after a delay, never), exits with an error, or ignores SIGTERM.
 
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { LaunchError } from "../../src/agent/engines";
@@ -24,6 +24,9 @@ Bun.serve({
   fetch(req) {
     const path = new URL(req.url).pathname;
     if (path === "/health") {
+      // "keyed": an engine stricter than any real one, whose /health wants its key too.
+      if (mode === "keyed" && req.headers.get("authorization") !== "Bearer " + process.env.LLMGW_FAKE_ENGINE_API_KEY)
+        return new Response("no key", { status: 401 });
       const ok = mode !== "never" && Date.now() >= readyAt;
       return new Response(ok ? "ok" : "loading", { status: ok ? 200 : 503 });
     }
@@ -434,6 +437,99 @@ describe("adoption across agent restarts", () => {
     expect(await set.recover()).toEqual([]);
     expect(set.reports()).toEqual([]);
     expect(ReplicaProcess.readStates(stateDir)).toEqual([]);
+  });
+});
+
+describe("secrets and file modes", () => {
+  const KEY = "ek-0123456789abcdef0123456789abcdef0123456789abcdef";
+  const HF = "hf_SeCrEtToKeNvAlUe0123456789";
+
+  function keyedAssignment(id: string, port: number): Assignment {
+    return Assignment.parse({ ...assignment(id, port), env: { HF_TOKEN: HF, OTHER: "plain-but-private-value" }, engine_key: KEY });
+  }
+  /** As renderLaunch does for SGLang (key on the command line) and the others (key in the env). */
+  const keyedLaunch = (a: Assignment): LaunchSpec => ({
+    cmd: [process.execPath, script, String(a.port), "keyed", "0", "--api-key", a.engine_key!],
+    env: { ...a.env, LLMGW_FAKE_ENGINE_API_KEY: a.engine_key! },
+    apiKey: a.engine_key,
+  });
+
+  /** Every file and directory under root with its permission bits. */
+  function walk(root: string): { path: string; dir: boolean; mode: number }[] {
+    const out: { path: string; dir: boolean; mode: number }[] = [];
+    for (const name of readdirSync(root)) {
+      const path = join(root, name);
+      const st = statSync(path);
+      out.push({ path, dir: st.isDirectory(), mode: st.mode & 0o777 });
+      if (st.isDirectory()) out.push(...walk(path));
+    }
+    return out;
+  }
+
+  test("logs and state files are 0600 in 0700 directories and hold no env value or key; adoption still works", async () => {
+    const root = join(dir, "agent");
+    const logDir = join(root, "logs");
+    const stateDir = join(root, "replicas");
+    // What an older agent left: a world-readable directory and log.
+    mkdirSync(logDir, { recursive: true, mode: 0o755 });
+    chmodSync(logDir, 0o755);
+    writeFileSync(join(logDir, "r-secret.log"), "old output\n", { mode: 0o644 });
+    chmodSync(join(logDir, "r-secret.log"), 0o644);
+
+    const port = await freePort();
+    const a = keyedAssignment("r-secret", port);
+    const first = processSet({ logDir, stateDir, keepAcrossRestarts: true, render: keyedLaunch });
+    await first.reconcile([a]);
+    // Ready means the probe presented the key: this engine's /health answers 401 without it.
+    await until("ready", () => first.get("r-secret")?.currentState === "ready");
+    const pid = first.get("r-secret")!.pid!;
+
+    const check = () => {
+      const entries = walk(root);
+      expect(entries.filter((e) => !e.dir).map((e) => e.path).sort()).toEqual([join(logDir, "r-secret.log"), ReplicaProcess.statePath(stateDir, "r-secret")]);
+      for (const e of entries) expect([e.path, e.mode.toString(8)]).toEqual([e.path, e.dir ? "700" : "600"]);
+      for (const e of entries.filter((x) => !x.dir)) {
+        const bytes = readFileSync(e.path);
+        for (const secret of [KEY, HF, "plain-but-private-value"]) expect([e.path, bytes.includes(Buffer.from(secret))]).toEqual([e.path, false]);
+      }
+    };
+    check();
+    expect(readFileSync(join(logDir, "r-secret.log"), "utf8")).toContain('"--api-key","<engine key>"');
+
+    first.detachAll();
+    const probes: (string | null)[] = [];
+    const recordingFetch = (url: string, init?: RequestInit) => {
+      probes.push(new Headers(init?.headers).get("authorization"));
+      return fetch(url, init);
+    };
+    const second = processSet({ logDir, stateDir, keepAcrossRestarts: true, render: keyedLaunch, fetch: recordingFetch });
+    expect(await second.recover()).toEqual(["r-secret"]);
+    const adopted = second.get("r-secret")!;
+    expect(adopted.pid).toBe(pid);
+    // The state file kept no key: the probe has none until the head node's next assignment.
+    await until("three probes", () => probes.length >= 3);
+    expect(adopted.currentState).toBe("starting");
+    expect(new Set(probes)).toEqual(new Set([null]));
+    await second.reconcile([a]);
+    expect(second.get("r-secret")).toBe(adopted);
+    await until("ready after the assignment said the key", () => adopted.currentState === "ready");
+    expect(probes.at(-1)).toBe(`Bearer ${KEY}`);
+    check();
+  });
+
+  test("a state file from an older agent that held env and key is read, and rewritten without them", () => {
+    const stateDir = join(dir, "state");
+    const a = keyedAssignment("old", 8100);
+    mkdirSync(stateDir, { recursive: true });
+    writeFileSync(ReplicaProcess.statePath(stateDir, "old"), JSON.stringify({ pid: process.pid, port: 8100, assignment: a, log_offset: 0, serves_http: true, proc_start: null }));
+    expect(ReplicaProcess.readStates(stateDir)[0]!.assignment.id).toBe("old");
+    ReplicaProcess.writeState(stateDir, { pid: process.pid, port: 8100, assignment: a, log_offset: 0, serves_http: true, proc_start: null });
+    const text = readFileSync(ReplicaProcess.statePath(stateDir, "old"), "utf8");
+    expect(text).not.toContain(KEY);
+    expect(text).not.toContain(HF);
+    expect(ReplicaProcess.readStates(stateDir)[0]!.assignment).toMatchObject({ env: {}, engine_key: null });
+    expect((statSync(stateDir).mode & 0o777).toString(8)).toBe("700");
+    expect((statSync(ReplicaProcess.statePath(stateDir, "old")).mode & 0o777).toString(8)).toBe("600");
   });
 });
 

@@ -5,7 +5,7 @@ import { describe, expect, test } from "bun:test";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ConfigError, ServeConfig, loadConfig } from "../../src/config";
+import { AgentConfig, ConfigError, ServeConfig, loadConfig } from "../../src/config";
 import { UsageError, parseFlags } from "../../src/config/flags";
 import { SERVE_FLAGS } from "../../src/cli/serve";
 
@@ -70,6 +70,23 @@ describe("serve configuration", () => {
     expect((await loadConfig(ServeConfig, { flags: { config: join(dir, "none.toml") }, env: {} }).catch((e) => e)).message).toContain("not found");
     const list = file("list.yaml", "- a\n- b\n");
     expect((await loadConfig(ServeConfig, { flags: { config: list }, env: {} }).catch((e) => e)).message).toContain("mapping");
+  });
+});
+
+describe("agent configuration", () => {
+  const base = { server: "http://10.0.0.1:8001", token: "abcdefghijklmnopqrstuvwxyz" };
+  test("--engine-auth is on by default; off from the flag, the environment or a file", async () => {
+    expect((await loadConfig(AgentConfig, { flags: base, env: {} })).engine_auth).toBe(true);
+    expect((await loadConfig(AgentConfig, { flags: { ...base, "engine-auth": "off" }, env: {} })).engine_auth).toBe(false);
+    expect((await loadConfig(AgentConfig, { flags: { ...base, "engine-auth": "on" }, env: { LLMGW_ENGINE_AUTH: "off" } })).engine_auth).toBe(true);
+    expect((await loadConfig(AgentConfig, { flags: base, env: { LLMGW_ENGINE_AUTH: "off" } })).engine_auth).toBe(false);
+    expect((await loadConfig(AgentConfig, { flags: base, env: {}, configPath: file("agent.toml", "engine_auth = false\n") })).engine_auth).toBe(false);
+  });
+
+  test("a bad --engine-auth names the flag and the values it takes", async () => {
+    const err = await loadConfig(AgentConfig, { flags: { ...base, "engine-auth": "maybe" }, env: {} }).catch((e) => e);
+    expect(err).toBeInstanceOf(ConfigError);
+    expect(err.message).toContain('engine_auth (from flag --engine-auth): must be "on" or "off"');
   });
 });
 

@@ -3,7 +3,7 @@
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { type FakeEngine, type FakeEngineOptions, startFakeEngine } from "../../src/sim/fake-engine";
+import { type FakeEngine, type FakeEngineOptions, parseFakeEngineFlags, startFakeEngine } from "../../src/sim/fake-engine";
 import { PrefixCache, ttftWithHits } from "../../src/sim/prefix-cache";
 import { readFixture } from "../fixtures/read";
 
@@ -520,6 +520,53 @@ describe("fake engine prefix cache", () => {
   });
 });
 
+describe("fake engine key", () => {
+  const KEY = "k-0123456789abcdef0123456789abcdef";
+  const chat = { model: "m", messages: [{ role: "user", content: "hi" }] };
+  const withAuth = (auth: string | undefined): Record<string, string> => (auth === undefined ? {} : { authorization: auth });
+
+  test("/v1/* without the key is 401 in OpenAI's error shape; with it, 200", async () => {
+    const e = await engine({ apiKey: KEY, ttftMs: 0, tokenDelayMs: 0 });
+    for (const auth of [undefined, "Bearer wrong-key", `Bearer ${KEY}x`, KEY, `Basic ${KEY}`, "Bearer "]) {
+      for (const [method, path] of [["POST", "/v1/chat/completions"], ["POST", "/v1/completions"], ["POST", "/v1/embeddings"], ["GET", "/v1/models"], ["GET", "/v1/no-such"]] as const) {
+        const res = await fetch(e.url + path, { method, headers: { "content-type": "application/json", ...withAuth(auth) }, ...(method === "POST" ? { body: JSON.stringify(chat) } : {}) });
+        expect(res.status, `${method} ${path} with ${auth}`).toBe(401);
+        const body = (await res.json()) as Json;
+        expect(body.error).toEqual({ message: expect.stringContaining("API key"), type: "invalid_request_error", param: null, code: "invalid_api_key" });
+      }
+    }
+    const ok = await fetch(`${e.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${KEY}` }, body: JSON.stringify(chat) });
+    expect(ok.status).toBe(200);
+    expect(((await ok.json()) as Json).object).toBe("chat.completion");
+    const models = await fetch(`${e.url}/v1/models`, { headers: { authorization: `Bearer ${KEY}` } });
+    expect(models.status).toBe(200);
+    // Nothing refused counts as a request.
+    expect(e.stats().requests).toBe(1);
+  });
+
+  test("/health and /metrics stay open, like vLLM's and SGLang's", async () => {
+    const e = await engine({ apiKey: KEY });
+    expect((await fetch(`${e.url}/health`)).status).toBe(200);
+    const m = await fetch(`${e.url}/metrics`);
+    expect(m.status).toBe(200);
+    expect(await m.text()).toContain("vllm:num_requests_running");
+  });
+
+  test("without a key every request is answered, as before", async () => {
+    const e = await engine({ ttftMs: 0, tokenDelayMs: 0 });
+    expect((await post(e.url, "/v1/chat/completions", chat)).status).toBe(200);
+  });
+
+  test("the key comes from --api-key, else from LLMGW_FAKE_ENGINE_API_KEY; a blank or spaced key is refused", () => {
+    expect(parseFakeEngineFlags(["--model", "m", "--api-key", "flag-key"], { LLMGW_FAKE_ENGINE_API_KEY: "env-key" }).apiKey).toBe("flag-key");
+    expect(parseFakeEngineFlags(["--model", "m"], { LLMGW_FAKE_ENGINE_API_KEY: "env-key" }).apiKey).toBe("env-key");
+    expect(parseFakeEngineFlags(["--model", "m"], { LLMGW_FAKE_ENGINE_API_KEY: "" }).apiKey).toBeUndefined();
+    expect(parseFakeEngineFlags(["--model", "m"]).apiKey).toBeUndefined();
+    expect(() => parseFakeEngineFlags(["--model", "m", "--api-key=a b"])).toThrow(/--api-key/);
+    expect(() => parseFakeEngineFlags(["--model", "m"], { LLMGW_FAKE_ENGINE_API_KEY: "a\nb" })).toThrow(/LLMGW_FAKE_ENGINE_API_KEY/);
+  });
+});
+
 describe("llmgw fake-engine command", () => {
   const run = (args: string[], env: Record<string, string> = {}) =>
     Bun.spawn(
@@ -562,6 +609,26 @@ describe("llmgw fake-engine command", () => {
     expect(models.data.map((m: Json) => m.id)).toEqual(["a", "b"]);
     const res = (await (await post(url!, "/v1/chat/completions", { model: "b", messages: [{ role: "user", content: "x" }] })).json()) as Json;
     expect(res.usage.completion_tokens).toBe(2);
+    p.kill("SIGTERM");
+    expect(await p.exited).toBe(0);
+  });
+
+  test("started with LLMGW_FAKE_ENGINE_API_KEY, as the agent starts it, /v1/* needs the key", async () => {
+    const key = "env-given-key-0123456789";
+    const p = run(["--port", "0", "--model", "a"], { LLMGW_FAKE_ENGINE_API_KEY: key });
+    const reader = p.stdout.getReader();
+    let out = "";
+    while (!out.includes("\n")) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      out += new TextDecoder().decode(value);
+    }
+    const url = /(http:\/\/127\.0\.0\.1:\d+)/.exec(out)?.[1];
+    expect(url).toBeDefined();
+    expect(out).not.toContain(key);
+    expect((await fetch(`${url}/v1/models`)).status).toBe(401);
+    expect((await fetch(`${url}/v1/models`, { headers: { authorization: `Bearer ${key}` } })).status).toBe(200);
+    expect((await fetch(`${url}/health`)).status).toBe(200);
     p.kill("SIGTERM");
     expect(await p.exited).toBe(0);
   });

@@ -32,6 +32,8 @@ const endpoints: EndpointInfo[] = (JSON.parse(raw) as Partial<EndpointInfo>[]).m
   pool: e.pool ?? "default",
   weight: e.weight ?? 1,
   priority: e.priority ?? 0,
+  // The replica's engine key, which the router presents to the engine.
+  ...(e.key !== undefined ? { key: e.key } : {}),
 }));
 
 const router = new Router({ host: "127.0.0.1", port, metricsIntervalMs });

@@ -1,0 +1,141 @@
+// Each replica's engine key as the controller hands it out: the same in every shard's
+// assignment and in the published endpoint, different per replica, derived from the head
+// node's secret in its data dir, and so the same after a restart with that data dir.
+
+import { afterEach, describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import pino from "pino";
+import { ensureDataDir, resolveEngineSecret } from "../../src/config/datadir";
+import { ManualClock } from "../../src/control/clock";
+import { Controller } from "../../src/control/controller";
+import type { EndpointInfo } from "../../src/control/interfaces";
+import { Assignment, type ReplicaReport } from "../../src/protocol/heartbeat";
+import { Store } from "../../src/store";
+import { T0, heartbeat, model, type NodeDef } from "../helpers/fleet";
+
+const H = "H100-80GB";
+const silent = pino({ level: "silent" });
+const defs: NodeDef[] = [
+  { name: "x1", fabrics: ["ib"], gpus: [H, H] },
+  { name: "x2", fabrics: ["ib"], gpus: [H, H] },
+  { name: "y1", fabrics: ["ib"], gpus: [H, H] },
+  { name: "y2", fabrics: ["ib"], gpus: [H, H] },
+];
+
+function controller(store: Store, engineSecret: string | undefined, clock = new ManualClock(T0)) {
+  const published: EndpointInfo[][] = [];
+  const ctl = new Controller({ store, clock, log: silent, version: "t", nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000, engineSecret });
+  ctl.setEndpointSink({ setEndpoints: (e) => published.push(e), setCatalog: () => {}, setApiKeys: () => {} });
+  return { ctl, published };
+}
+
+/** Every node heartbeats reporting all it is assigned as ready; returns every assignment seen. */
+function allReady(ctl: Controller): Assignment[] {
+  const seen: Assignment[] = [];
+  for (const d of defs) {
+    const mine = ctl.response(d.name).assignments;
+    seen.push(...mine);
+    const reports: ReplicaReport[] = mine.map((a) => ({ id: a.id, state: "ready", port: a.port, error: null }));
+    ctl.heartbeat({ ...heartbeat(d), replicas: reports });
+  }
+  return seen;
+}
+
+describe("engine keys from the controller", () => {
+  test("all shards of a replica share its key, the endpoint carries it, and replicas differ", () => {
+    const store = new Store({ path: ":memory:" });
+    const { ctl, published } = controller(store, "test-secret-0123456789abcdef");
+    for (const d of defs) ctl.heartbeat(heartbeat(d));
+    ctl.putModels([model({ name: "two", replicas: { min: 2 }, profiles: [{ name: "p", engine: "vllm", gpu_class: H, gpus: 2, nodes: 2 }] })]);
+    ctl.tick();
+    const assignments = allReady(ctl);
+    ctl.tick();
+    const ids = [...new Set(assignments.map((a) => a.id))];
+    expect(ids).toHaveLength(2);
+    expect(assignments).toHaveLength(4);
+    const keyOf = new Map<string, string>();
+    for (const a of assignments) {
+      // What the agent parses: the key passes the wire schema.
+      expect(Assignment.parse(a).engine_key).toMatch(/^[0-9a-f]{64}$/);
+      if (keyOf.has(a.id)) expect(a.engine_key!).toBe(keyOf.get(a.id)!);
+      else keyOf.set(a.id, a.engine_key!);
+    }
+    expect(keyOf.get(ids[0]!)).not.toBe(keyOf.get(ids[1]!));
+    const eps = published.at(-1)!;
+    expect(eps.map((e) => e.id).sort()).toEqual([...ids].sort());
+    for (const e of eps) expect(e.key).toBe(keyOf.get(e.id)!);
+    expect(ctl.engineKey(ids[0]!)).toBe(keyOf.get(ids[0]!)!);
+  });
+
+  test("the key depends on the secret: another head node's secret gives another key", () => {
+    const store = new Store({ path: ":memory:" });
+    expect(controller(store, "secret-one-0123456789abcdef").ctl.engineKey("r-1")).not.toBe(controller(store, "secret-two-0123456789abcdef").ctl.engineKey("r-1"));
+  });
+
+  test("without a secret, assignments and endpoints carry no key", () => {
+    const store = new Store({ path: ":memory:" });
+    const { ctl, published } = controller(store, undefined);
+    for (const d of defs) ctl.heartbeat(heartbeat(d));
+    ctl.putModels([model({ name: "m" })]);
+    ctl.tick();
+    const a = allReady(ctl);
+    ctl.tick();
+    expect(a.map((x) => x.engine_key)).toEqual([null]);
+    expect(published.at(-1)!.map((e) => "key" in e)).toEqual([false]);
+  });
+});
+
+describe("the head node's engine secret", () => {
+  const dirs: string[] = [];
+  afterEach(() => {
+    for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+  });
+
+  /** A head node's start as far as keys go: the secret from the data dir, the store in it. */
+  function boot(dataDir: string) {
+    const secret = resolveEngineSecret(dataDir);
+    const store = new Store({ path: join(dataDir, "llmgw.db") });
+    return { secret, store, ...controller(store, secret.token) };
+  }
+
+  test("is generated once, kept 0600 in the data dir, and gives the same keys after a restart", () => {
+    const dataDir = ensureDataDir(mkdtempSync(join(tmpdir(), "llmgw-engine-secret-")));
+    dirs.push(dataDir);
+    const first = boot(dataDir);
+    expect(first.secret.source).toBe("generated");
+    const c1 = first.ctl;
+    for (const d of defs) c1.heartbeat(heartbeat(d));
+    c1.putModels([model({ name: "m", replicas: { min: 2 } })]);
+    c1.tick();
+    const c1Assigned = new Map(defs.map((d) => [d.name, c1.response(d.name).assignments]));
+    const before = allReady(c1);
+    expect(before).toHaveLength(2);
+    expect(before.every((a) => a.engine_key !== null)).toBe(true);
+    expect((statSync(join(dataDir, "engine.secret")).mode & 0o777).toString(8)).toBe("600");
+    first.store.close();
+
+    const second = boot(dataDir);
+    expect(second.secret.source).toBe("stored");
+    const c2 = second.ctl;
+    // The agents come back reporting the engines they kept running.
+    for (const d of defs) {
+      const kept = c1Assigned.get(d.name) ?? [];
+      c2.heartbeat({ ...heartbeat(d), replicas: kept.map((a) => ({ id: a.id, state: "ready", port: a.port, error: null })) });
+    }
+    c2.tick();
+    const after = defs.flatMap((d) => c2.response(d.name).assignments);
+    expect(after).toHaveLength(2);
+    const keys = (list: Assignment[]) => Object.fromEntries(list.map((a) => [a.id, a.engine_key]));
+    expect(keys(after)).toEqual(keys(before));
+    second.store.close();
+
+    // A different data dir is a different head node: different keys for the same ids.
+    const otherDir = ensureDataDir(mkdtempSync(join(tmpdir(), "llmgw-engine-secret-")));
+    dirs.push(otherDir);
+    const other = boot(otherDir);
+    expect(other.ctl.engineKey(before[0]!.id)).not.toBe(before[0]!.engine_key);
+    other.store.close();
+  });
+});
