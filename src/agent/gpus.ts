@@ -2,6 +2,7 @@
 // GpuReport list a heartbeat carries; also builds the simulated inventory behind `--simulate`.
 // The parsers are pure and tested on real nvidia-smi captures (test/fixtures/nvidia-smi).
 
+import { safeText } from "../lib/text";
 import { DISCOVERY_ERROR_MAX, HEARTBEAT_LIMITS, REASON_MAX } from "../protocol/heartbeat";
 import type { GpuReport } from "../protocol/heartbeat";
 
@@ -424,8 +425,12 @@ export function buildGpuReports(
     if (!used.has(j)) cards.push({ row: undefined, listed });
   });
 
-  // The heartbeat schema caps these; an odd driver string must not get the whole heartbeat refused.
-  const clip = (s: string, max: number) => (s.length > max ? s.slice(0, max) : s);
+  // The heartbeat schema caps these and refuses control characters; an odd driver string must not
+  // get the whole heartbeat refused, so it is made printable and cut here.
+  const clip = (raw: string, max: number) => {
+    const s = safeText(raw);
+    return s.length > max ? s.slice(0, max) : s;
+  };
   const reports: GpuReport[] = [];
   const seenUuids = new Set<string>();
   const unique = (uuid: string): string => {

@@ -10,6 +10,7 @@
 import { chmodSync, closeSync, fchmodSync, fstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, rmSync, writeFileSync, renameSync } from "node:fs";
 import { join } from "node:path";
 import type { Subprocess } from "bun";
+import { safeText } from "../lib/text";
 import { Assignment, type ReplicaReport, type ReplicaRunState } from "../protocol/heartbeat";
 
 export type Logger = {
@@ -683,8 +684,14 @@ export function lastLines(path: string, offset: number, n: number): string {
   }
 }
 
-/** "how: last lines", within the protocol's limit; the end of the output is what says what went wrong. */
-function clampReason(how: string, tail: string): string {
+/**
+ * "how: last lines", within the protocol's limit; the end of the output is what says what went
+ * wrong. An engine's colours and progress bars are made printable here, so the head node gets
+ * text it can show as it is.
+ */
+function clampReason(rawHow: string, rawTail: string): string {
+  const how = safeText(rawHow);
+  const tail = safeText(rawTail, { multiline: true });
   const head = how.length > MAX_REASON / 2 ? `${how.slice(0, MAX_REASON / 2 - 1)}…` : how;
   if (tail === "") return head;
   const room = MAX_REASON - head.length - 2;

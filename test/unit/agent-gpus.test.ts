@@ -398,6 +398,16 @@ describe("unhealthy nvidia-smi outputs (unhealthy-gpu-outputs.txt)", () => {
 });
 
 describe("discoverGpus", () => {
+  test("a driver string with control characters is made printable, so the heartbeat is not refused", async () => {
+    // A hostile or broken driver could print anything in a name; the head node refuses raw
+    // controls in gpus[].name, which would cost the node every heartbeat.
+    const evil = "\u001b[2J\u001b]0;pwned\u0007NVIDIA H200";
+    const d = await discoverGpus({ run: fakeSmi({ query: ok(fx.h200Csv.replaceAll("NVIDIA H200", evil)), list: ok(fx.h200L.replaceAll("NVIDIA H200", evil)) }) });
+    expect(d.gpus.length).toBe(1);
+    for (const g of d.gpus) expect(g.name).not.toMatch(/[\u0000-\u001f\u007f-\u009f]/);
+    expectValidHeartbeat(d.gpus);
+  });
+
   test("nvidia-smi not installed: no GPUs and a clear error, never a throw", async () => {
     const onPath = await discoverGpus({ nvidiaSmi: "nvidia-smi-does-not-exist-llmgw" });
     expect(onPath.gpus).toEqual([]);

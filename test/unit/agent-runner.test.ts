@@ -259,6 +259,18 @@ describe("ReplicaProcess", () => {
     expect(rp.report().error).toContain("X=42 PATH=set");
   });
 
+  test("an engine's colours and title sequences are made printable in the failure reason", async () => {
+    const port = await freePort();
+    const probe = join(dir, "ansi.ts");
+    writeFileSync(probe, `console.log("\\u001b[31mRuntimeError: CUDA out of memory\\u001b[0m\\u001b]0;pwned\\u0007"); process.exit(3);`);
+    const { rp } = replica(assignment("r-ansi", port), { launch: { cmd: [process.execPath, probe], env: {} } });
+    rp.start();
+    await until("failed", () => rp.currentState === "failed");
+    const reason = rp.report().error!;
+    expect(reason).toContain("RuntimeError: CUDA out of memory");
+    expect(reason).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/);
+  });
+
   test("health is polled with the injected fetch at the engine's port", async () => {
     const port = await freePort();
     const urls: string[] = [];
