@@ -18,6 +18,13 @@ export type LaunchOptions = {
    * answer anyone who reaches their port: for private networks and benchmarks only.
    */
   engineAuth?: boolean;
+  /**
+   * The engine's version on this node, as the agent found it (null: not found). Templates are
+   * chosen by it; undefined means the caller did not look (older callers, the fake engine).
+   */
+  version?: string | null;
+  /** nvidia-smi's index of each placed GPU, by GPU uuid, from this node's inventory. */
+  smiIndex?: Readonly<Record<string, number>>;
 };
 
 /**

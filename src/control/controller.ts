@@ -343,6 +343,8 @@ export class Controller {
           port: r.port!,
           gpus: s.gpus,
           engine_key: engineKey,
+          revision: null,
+          start_timeout_ms: null,
           gpu_uuids: s.gpus.map((i) => uuids.get(`${s.node}\u0000${i}`) ?? `unknown-${i}`),
           args: profile.args,
           env: profile.env,

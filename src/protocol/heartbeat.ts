@@ -34,8 +34,31 @@ export const GpuReport = z.object({
   parent: Printable(128).min(1).nullable().default(null),
   /** Why the device is unhealthy (or cannot be scheduled), quoting nvidia-smi where it can. */
   reason: PrintableMultiline(REASON_MAX).nullable().optional(),
+  /**
+   * nvidia-smi's own index of the physical card (a MIG instance carries its card's), which is
+   * what CUDA_VISIBLE_DEVICES means by a number under CUDA_DEVICE_ORDER=PCI_BUS_ID; absent when
+   * unknown (simulated GPUs, older agents).
+   */
+  smi_index: z.number().int().min(0).max(65535).nullable().optional(),
+  /** The card's PCI bus id as nvidia-smi prints it (e.g. 00000000:18:00.0); absent when unknown. */
+  pci_bus_id: Printable(32).nullable().optional(),
 });
 export type GpuReport = z.infer<typeof GpuReport>;
+
+/**
+ * One inference engine as this node can run it: the version the agent found (`vllm --version`,
+ * SGLang's `__version__`, `llama-server --version`), or null with the reason it found none.
+ */
+export const EngineReport = z.object({
+  engine: z.enum(["vllm", "sglang", "llama.cpp", "fake"]),
+  version: Printable(64).min(1).nullable(),
+  /** Why no version is known (not installed, the command failed), null when one is. */
+  error: PrintableMultiline(512).nullable().default(null),
+});
+export type EngineReport = z.infer<typeof EngineReport>;
+
+/** A Hugging Face commit hash: what a catalog `revision` and a snapshot folder are named by. */
+export const Revision = z.string().regex(/^[0-9a-f]{40}$/, "must be a 40-character lowercase hex commit hash");
 
 export const ReplicaRunState = z.enum(["starting", "ready", "failed", "stopped"]);
 export type ReplicaRunState = z.infer<typeof ReplicaRunState>;
@@ -67,6 +90,13 @@ export const HeartbeatRequest = z
     replicas: z.array(ReplicaReport).max(HEARTBEAT_LIMITS.replicas).default([]),
     /** Port of the agent's engine-log listener (`llmgw logs`), or null when it has none. */
     logs_port: z.number().int().min(1).max(65535).nullable().default(null),
+    /** The engines this node can run, with their versions; absent from older agents (unknown, not none). */
+    engines: z.array(EngineReport).max(8).optional(),
+    /**
+     * Hugging Face snapshot revisions present per model (models in the hub cache layout only),
+     * newest first; the head node picks one revision for all shards of a replica from these.
+     */
+    model_revisions: z.record(Name, z.array(Revision).max(64)).optional(),
     /**
      * Why GPU discovery failed or is incomplete (nvidia-smi missing, the driver not answering),
      * absent when it went well: a node reporting no GPUs says why.
@@ -116,6 +146,14 @@ export const Assignment = z.object({
    * `--api-key` flag and the router presents it, so the engine answers only the router.
    */
   engine_key: z.string().min(16).max(256).nullable().default(null),
+  /**
+   * The weights' Hugging Face revision every shard of this replica must load: the catalog's
+   * `revision`, else the newest one present on every node of the replica; null when the weights
+   * are not in the hub cache layout (a plain folder or a .gguf file).
+   */
+  revision: Revision.nullable().default(null),
+  /** How long the engine has to become healthy (the profile's start_timeout), null for the agent's default. */
+  start_timeout_ms: z.number().int().positive().nullable().default(null),
   /** Position within a multi-node replica; rank 0 is the leader and serves HTTP. */
   shard: z.object({
     rank: z.number().int().min(0),
