@@ -8,7 +8,7 @@ import type { Logger } from "pino";
 import type { Controller } from "../control/controller";
 import type { ModelSpec } from "../protocol/catalog";
 import { SegmentName } from "../protocol/common";
-import type { ApiKeyRevoked, ApplyResult, CreatedApiKey, ModelDeleted, ModelDetail, ModelPutResult, NodeActionResult, UnparkResult } from "../protocol/views";
+import type { ApiKeyRevoked, ApplyResult, CreatedApiKey, ModelDeleted, ModelDetail, ModelPutResult, NodeActionResult, RouterExposure, UnparkResult } from "../protocol/views";
 import { VERSION } from "../version";
 import { HttpError, parseJsonBody } from "./errors";
 import { join } from "node:path";
@@ -35,13 +35,16 @@ function nodeName(raw: string): string {
   return r.data;
 }
 
-export function adminRoutes(ctl: Controller, log: Logger, joinToken: string): Hono {
+export function adminRoutes(ctl: Controller, log: Logger, joinToken: string, routerExposure: () => RouterExposure | undefined = () => undefined): Hono {
   const app = new Hono();
   let currentJoinToken = joinToken;
 
   app.get("/openapi.json", (c) => c.json(openApiDocument(VERSION)));
 
-  app.get("/summary", (c) => c.json(ctl.summary()));
+  app.get("/summary", (c) => {
+    const router = routerExposure();
+    return c.json(router ? { ...ctl.summary(), router } : ctl.summary());
+  });
 
   app.get("/nodes", (c) => c.json(ctl.nodes()));
   app.get("/nodes/:name", (c) => c.json(ctl.node(nodeName(c.req.param("name")))));

@@ -5,6 +5,7 @@ import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { Logger } from "pino";
 import type { Controller } from "../control/controller";
+import type { RouterExposure } from "../protocol/views";
 import { adminRoutes } from "./admin";
 import { agentRoutes } from "./agent";
 import { requireToken } from "./auth";
@@ -19,6 +20,8 @@ export interface AppOptions {
   version: string;
   /** Largest accepted request body, bytes. */
   maxBodyBytes?: number;
+  /** How the router listens, for the summary (known once it has started). */
+  routerExposure?: () => RouterExposure | undefined;
 }
 
 export function buildAdminApp(o: AppOptions): Hono {
@@ -42,7 +45,7 @@ export function buildAdminApp(o: AppOptions): Hono {
   app.get("/healthz", (c) => c.json({ status: "ok", version: o.version }));
 
   app.use("/api/v1/*", requireToken("admin", o.adminToken));
-  app.route("/api/v1", adminRoutes(o.controller, o.log, o.joinToken));
+  app.route("/api/v1", adminRoutes(o.controller, o.log, o.joinToken, o.routerExposure));
 
   // The agent API checks its own tokens: a node credential, or the join token for a first heartbeat.
   o.controller.setJoinToken(o.joinToken);

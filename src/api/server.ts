@@ -13,6 +13,8 @@ import { type Clock, systemClock } from "../control/clock";
 import { Controller } from "../control/controller";
 import { Store } from "../store";
 import { storeFailure } from "../store/errors";
+import { isLoopbackHost } from "../lib/net";
+import type { RouterExposure } from "../protocol/views";
 import { VERSION } from "../version";
 import { Http1Server } from "../router/http1";
 import { Router } from "../router/router";
@@ -26,6 +28,8 @@ const ADMIN_CODES: Record<string, string> = { request_too_large: "body_too_large
 
 export interface RunningServer {
   adminUrl: string;
+  /** How the router listens: open = beyond loopback with no API key required. */
+  exposure: RouterExposure;
   /** The admin listener's Hono app (its `routes` list every route it serves). */
   adminApp: Hono;
   /** The admin/agent listener. */
@@ -100,7 +104,9 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
     },
   });
   controller.setNodePolicy({ approveNodes: config.approve_nodes, maxNodes: config.max_nodes, heartbeatRate: config.heartbeat_rate, heartbeatBurst: config.heartbeat_burst });
-  const app = buildAdminApp({ controller, log, adminToken: admin.token, joinToken: join_.token, version: VERSION, maxBodyBytes: ADMIN_MAX_BODY });
+  // Set once the router listens; the summary leaves it out until then.
+  let exposure: RouterExposure = { listen: `${config.listen.host}:${config.listen.port}`, api_key_required: config.require_api_key, open: false };
+  const app = buildAdminApp({ controller, log, adminToken: admin.token, joinToken: join_.token, version: VERSION, maxBodyBytes: ADMIN_MAX_BODY, routerExposure: () => exposure });
   const scheme = tls ? "https" : "http";
 
   // Each listener has caps of its own, so a flood on one never takes the other's connections,
@@ -186,6 +192,12 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
   const routerUrl = localUrl(config.listen.host, routerAddr.port, scheme);
   if (tls) log.info({ cert: tls.certPath, key: tls.keyPath, fingerprint256: tls.fingerprint256 }, "TLS on: the router and the admin/agent API serve HTTPS");
   log.info({ listen: `${config.listen.host}:${routerAddr.port}`, url: routerUrl }, "router listening");
+  exposure = routerExposure(config.listen.host, routerAddr.port, config.require_api_key);
+  if (exposure.open)
+    log.warn(
+      { listen: exposure.listen, require_api_key: false },
+      "router: open, no API key required: anyone who reaches this address can use every model (set --require-api-key and create keys with `llmgw keys create`)",
+    );
   writeServerInfo(dataDir, {
     admin_url: adminUrl,
     router_url: routerUrl,
@@ -222,6 +234,7 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
   let stopped = false;
   return {
     adminUrl,
+    exposure,
     adminApp: app,
     adminListener,
     caps,
@@ -301,4 +314,10 @@ function loadTls(config: ServeConfig): (ServerTls & { cert: string; key: string 
   }
   if (!matches) throw new ConfigError([`tls_key ${keyPath} is not the private key of the certificate in tls_cert ${certPath}`]);
   return { certPath, keyPath, cert, key, fingerprint256: x509.fingerprint256 };
+}
+
+/** How the router listens, as the summary reports it and `serve` warns about it. */
+export function routerExposure(host: string, port: number, apiKeyRequired: boolean): RouterExposure {
+  const listen = host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
+  return { listen, api_key_required: apiKeyRequired, open: !apiKeyRequired && !isLoopbackHost(host) };
 }

@@ -63,6 +63,10 @@ export const command: Command = {
     const server = await startServer({ config, log });
     // Synchronously after the listener opened: no heartbeat is handled before this.
     process.stderr.write(`llmgw serve: admin API on ${server.adminUrl}, OpenAI API on ${server.routerUrl}/v1 (data dir ${server.dataDir})\n`);
+    if (server.exposure.open)
+      process.stderr.write(
+        `llmgw serve: router: open, no API key required: anyone who reaches ${server.exposure.listen} can use every model (--require-api-key, then \`llmgw keys create NAME\`)\n`,
+      );
     if (server.firstStart) {
       // First start: say how GPU nodes join. `llmgw join-command` prints it again later.
       const { joinInstructions, primaryAddress } = await import("./join-command");

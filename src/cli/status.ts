@@ -21,6 +21,8 @@ export function renderStatus(summary: Summary, style: Style): string {
   out.push(`${paint(style, "bold", "llmgw")} ${s.version}`);
   out.push(`Nodes     ${plural(n.total, "node")}: ${nodeParts.join(", ")}`);
   if (s.store_error) out.push(paint(style, "red", `Store     ${s.store_error}`));
+  if (s.router?.open)
+    out.push(paint(style, "yellow", `Router    open, no API key required: anyone who reaches ${s.router.listen} can use every model (serve --require-api-key)`));
   out.push(...discoveryLines(s, style));
 
   out.push("", paint(style, "bold", "GPUs"));

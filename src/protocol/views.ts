@@ -145,6 +145,14 @@ export type UnhealthyGpus = z.infer<typeof UnhealthyGpusSchema>;
 export const DiscoveryProblemSchema = z.object({ node: z.string(), gpus: z.number().int(), error: z.string() });
 export type DiscoveryProblem = z.infer<typeof DiscoveryProblemSchema>;
 
+/** How the router listens: `open` is a listener beyond loopback that asks no client for an API key. */
+export const RouterExposureSchema = z.object({
+  listen: z.string().describe("host:port the router listens on."),
+  api_key_required: z.boolean(),
+  open: z.boolean().describe("true when the router listens beyond loopback and requires no API key: anyone who reaches it can use every model."),
+});
+export type RouterExposure = z.infer<typeof RouterExposureSchema>;
+
 export const SummarySchema = z.object({
   version: z.string(),
   nodes: NodeTotalsSchema,
@@ -167,6 +175,8 @@ export const SummarySchema = z.object({
   unhealthy_gpus: z.array(UnhealthyGpusSchema).optional().describe("Unhealthy GPUs by reason, most first."),
   /** Nodes whose GPU discovery failed or is incomplete, by name. */
   gpu_discovery: z.array(DiscoveryProblemSchema).optional().describe("Nodes whose GPU discovery failed or is incomplete, by name."),
+  /** The router's listener as this head node runs it: whether anyone who reaches it may use it. */
+  router: RouterExposureSchema.optional(),
 });
 export type Summary = z.infer<typeof SummarySchema>;
 

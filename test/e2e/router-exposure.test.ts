@@ -1,0 +1,61 @@
+// A router listening beyond loopback with no API key required serves every model to anyone who
+// reaches it: `serve` says so when it starts and `status` says so for as long as it lasts.
+
+import { afterEach, describe, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { run, scratchWithBinary, until } from "../helpers/binary";
+
+const procs: Bun.Subprocess[] = [];
+afterEach(async () => {
+  for (const p of procs.splice(0)) {
+    p.kill("SIGTERM");
+    await p.exited;
+  }
+});
+
+async function serve(listenHost: string, extra: string[] = []) {
+  const { dir, bin } = scratchWithBinary();
+  const p = Bun.spawn([bin, "serve", "--admin-listen", "127.0.0.1:0", "--listen", `${listenHost}:0`, "--log-level", "warn", ...extra], {
+    cwd: dir,
+    env: { PATH: process.env.PATH ?? "", NO_COLOR: "1" },
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  procs.push(p);
+  let stderr = "";
+  void (async () => {
+    for await (const chunk of p.stderr) stderr += new TextDecoder().decode(chunk);
+  })();
+  await until("server.json", () => {
+    try {
+      return JSON.parse(readFileSync(join(dir, "llmgw-data", "server.json"), "utf8")) as object;
+    } catch {
+      return undefined;
+    }
+  });
+  await until("the start lines", () => (stderr.includes("llmgw serve: admin API on") ? true : undefined));
+  return { dir, bin, stderr: () => stderr };
+}
+
+describe("an open router is said out loud", () => {
+  test("on 0.0.0.0 with no API key required: at start and in status", async () => {
+    const s = await serve("0.0.0.0");
+    await until("the warning", () => (s.stderr().includes("router: open, no API key required") ? true : undefined));
+    const status = run(s.bin, ["status"], { cwd: s.dir });
+    expect(status.code).toBe(0);
+    expect(status.stdout).toMatch(/Router +open, no API key required: anyone who reaches 0\.0\.0\.0:\d+ can use every model/);
+    const json = JSON.parse(run(s.bin, ["status", "-o", "json"], { cwd: s.dir }).stdout) as { router: { open: boolean; api_key_required: boolean } };
+    expect(json.router).toMatchObject({ open: true, api_key_required: false });
+  }, 30_000);
+
+  test("with --require-api-key, or on loopback only, nothing is said", async () => {
+    for (const s of [await serve("0.0.0.0", ["--require-api-key"]), await serve("127.0.0.1")]) {
+      const status = run(s.bin, ["status"], { cwd: s.dir });
+      expect(status.code).toBe(0);
+      expect(status.stdout).not.toContain("Router ");
+      expect(s.stderr()).not.toContain("router: open");
+      expect((JSON.parse(run(s.bin, ["status", "-o", "json"], { cwd: s.dir }).stdout) as { router: { open: boolean } }).router.open).toBe(false);
+    }
+  }, 30_000);
+});
