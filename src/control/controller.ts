@@ -12,7 +12,7 @@ import type { AdminState, EventView, ModelView, NodeView, ReplicaView, Summary, 
 import { ConflictError, NotFoundError, type Snapshot, type Store } from "../store";
 import type { Clock } from "./clock";
 import type { CatalogEntry, EndpointInfo, EndpointSink, UsageSource } from "./interfaces";
-import { DEFAULT_RECONCILE, type Plan, type ReconcileConfig, isEmpty, observedFrom, processReports, reconcile } from "./reconciler";
+import { DEFAULT_RECONCILE, type Plan, agentStartTimeout, type ReconcileConfig, isEmpty, observedFrom, processReports, reconcile } from "./reconciler";
 import { summarize } from "./summary";
 import { buildTables, nodeState } from "./views";
 
@@ -118,7 +118,9 @@ export class Controller {
     this.store = opts.store;
     this.clock = opts.clock;
     this.log = opts.log;
-    this.config = { ...DEFAULT_RECONCILE, nodeTimeoutMs: opts.nodeTimeoutMs, ...opts.reconcile };
+    // The margin covers an assignment that waits for the next heartbeat and a verdict that waits
+    // for the one after, plus a minute for the agent's own work before it launches the engine.
+    this.config = { ...DEFAULT_RECONCILE, nodeTimeoutMs: opts.nodeTimeoutMs, startMarginMs: 2 * opts.heartbeatIntervalMs + 60_000, ...opts.reconcile };
     // Boot time in ms × 1000: a restarted server's numbers never meet the ones its agents hold
     // from the last run unless that run made a thousand changes a millisecond.
     this.generationBase = opts.clock.now() * 1000;
@@ -344,7 +346,8 @@ export class Controller {
           gpus: s.gpus,
           engine_key: engineKey,
           revision: null,
-          start_timeout_ms: null,
+          // Always given, so an agent's own default (shorter, on older agents) never cuts it short.
+          start_timeout_ms: agentStartTimeout(profile, this.config),
           gpu_uuids: s.gpus.map((i) => uuids.get(`${s.node}\u0000${i}`) ?? `unknown-${i}`),
           args: profile.args,
           env: profile.env,

@@ -13,7 +13,14 @@ export { observedFrom };
 
 export interface ReconcileConfig {
   nodeTimeoutMs: number;
+  /** How long an engine has to become healthy when its profile sets no start_timeout (`serve --start-timeout`). */
   startTimeoutMs: number;
+  /**
+   * What the head node waits beyond a replica's start timeout before it fails it: its clock starts
+   * at placement, the agent's only once the assignment arrives and the engine is launched, and the
+   * agent's verdict needs a heartbeat to come back. The agent must always be the one that decides.
+   */
+  startMarginMs: number;
   maxFailures: number;
   backoffMs: number;
   backoffMaxMs: number;
@@ -28,7 +35,12 @@ export interface ReconcileConfig {
 
 export const DEFAULT_RECONCILE: ReconcileConfig = {
   nodeTimeoutMs: 15_000,
-  startTimeoutMs: 600_000,
+  // 30 minutes: a 70B model on TP=8 takes ~3.5 min with a warm page cache (vLLM #19824), over
+  // 10 min from a cold disk (#10702), and a first torch.compile has been seen to take 37 min
+  // (#34399); a profile that needs more, or wants a failure noticed sooner, sets start_timeout.
+  startTimeoutMs: 1_800_000,
+  // The Controller replaces this with 2 heartbeat intervals + 1 min.
+  startMarginMs: 70_000,
   maxFailures: 5,
   backoffMs: 2_000,
   backoffMaxMs: 300_000,
@@ -83,6 +95,16 @@ export interface ReconcileInput {
   jumpedAt?: number;
 }
 
+
+/** How long the agent gives a replica of this profile to become healthy (Assignment.start_timeout_ms). */
+export function agentStartTimeout(profile: Pick<Profile, "start_timeout"> | undefined, cfg: Pick<ReconcileConfig, "startTimeoutMs">): number {
+  return profile?.start_timeout ?? cfg.startTimeoutMs;
+}
+
+/** How long after placement the head node fails a replica still starting: always after the agent's deadline. */
+export function serverStartDeadline(profile: Pick<Profile, "start_timeout"> | undefined, cfg: Pick<ReconcileConfig, "startTimeoutMs" | "startMarginMs">): number {
+  return agentStartTimeout(profile, cfg) + cfg.startMarginMs;
+}
 
 /** How long to wait before retrying a model after `failures` consecutive failures. */
 export function backoffDelay(failures: number, cfg: Pick<ReconcileConfig, "backoffMs" | "backoffMaxMs">): number {
@@ -161,8 +183,11 @@ export function reconcile({ snapshot, now, lastUsed, config: cfg, newId, watched
       remove(r);
       continue;
     }
-    if (r.state === "starting" && now - observedFrom(r.createdAt, now, watchedSince) > cfg.startTimeoutMs) {
-      const error = `not ready ${Math.round(cfg.startTimeoutMs / 1000)}s after it was placed${r.error ? `: ${r.error}` : ""}`;
+    const profile = (models.get(r.model)?.spec as ModelSpec | undefined)?.profiles.find((p) => p.name === r.profile);
+    const deadline = serverStartDeadline(profile, cfg);
+    if (r.state === "starting" && now - observedFrom(r.createdAt, now, watchedSince) > deadline) {
+      const limit = agentStartTimeout(profile, cfg);
+      const error = `not ready ${Math.round(deadline / 1000)}s after it was placed (start timeout ${Math.round(limit / 1000)}s + ${Math.round(cfg.startMarginMs / 1000)}s for the agent to launch it and report)${r.error ? `: ${r.error}` : ""}`;
       setState(r, "failed", { error });
       plan.events.push({ kind: "replica.failed", subject: `replica/${r.id}`, message: `replica ${r.id} of ${r.model} failed: ${oneLine(error)}` });
       recordFailure(plan, r.model, mstate.get(r.model), error, now, cfg);

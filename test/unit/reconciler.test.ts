@@ -233,14 +233,63 @@ describe("failures, backoff and parking", () => {
     ctl.tick();
     const id = byModel("m")[0]!.id;
     // The agent keeps reporting it as starting.
-    for (let t = 0; t < 121; t += 10) {
+    for (let t = 0; t < 171; t += 10) {
       clock.advance(10_000);
       nodesDef.forEach((d) => beat(d, [{ id, state: "starting", port: 1, error: null }]));
     }
     ctl.tick();
+    expect(reps().find((x) => x.id === id)!.state).toBe("starting");
+    clock.advance(10_000);
+    ctl.tick();
     const r = reps().find((x) => x.id === id)!;
     expect(r.state).toBe("failed");
-    expect(r.error).toContain("not ready 120s after it was placed");
+    // 120s start timeout + 2 heartbeat intervals (1s) + 1 min.
+    expect(r.error).toContain("not ready 182s after it was placed");
+  });
+
+  test("the agent is given the profile's start_timeout, or the server's --start-timeout for a profile without one", () => {
+    nodesDef.forEach((d) => beat(d));
+    ctl.putModels([
+      model({ name: "slow", profiles: [{ name: "p", engine: "vllm", gpu_class: H, start_timeout: "45m" }] }),
+      model({ name: "plain" }),
+    ]);
+    ctl.tick();
+    const all = nodesDef.flatMap((d) => beat(d).assignments);
+    expect(Object.fromEntries(all.map((a) => [a.model, a.start_timeout_ms]))).toEqual({ slow: 45 * 60_000, plain: 120_000 });
+  });
+
+  test("the server's start deadline is the profile's start_timeout plus a margin, so it always comes after the agent's", () => {
+    nodesDef.forEach((d) => beat(d));
+    ctl.putModels([
+      model({ name: "slow", profiles: [{ name: "p", engine: "vllm", gpu_class: H, start_timeout: "5m" }] }),
+      model({ name: "quick", profiles: [{ name: "p", engine: "vllm", gpu_class: H, start_timeout: "30s" }] }),
+    ]);
+    ctl.tick();
+    const id = (m: string) => byModel(m)[0]!.id;
+    const [slow, quick] = [id("slow"), id("quick")];
+    const state = (r: string) => reps().find((x) => x.id === r)!.state;
+    const leaders = new Map([slow, quick].map((r) => [r, reps().find((x) => x.id === r)!.shards[0]!.node]));
+    const advance = (ms: number) => {
+      for (let left = ms; left > 0; ) {
+        const step = Math.min(left, 5_000);
+        clock.advance(step);
+        left -= step;
+        // The agents keep saying "starting".
+        nodesDef.forEach((d) => beat(d, [slow, quick].filter((r) => leaders.get(r) === d.name).map((r) => ({ id: r, state: "starting", port: 1, error: null }))));
+      }
+      ctl.tick();
+    };
+    // Margin: 2 heartbeat intervals (1s each) + 1 min = 62s.
+    advance(30_000 + 61_000);
+    expect(state(quick)).toBe("starting");
+    advance(2_000);
+    expect(state(quick)).toBe("failed");
+    expect(reps().find((x) => x.id === quick)!.error).toContain("not ready 92s after it was placed");
+    expect(state(slow)).toBe("starting");
+    advance(300_000 + 62_000 - 93_000 - 1_000);
+    expect(state(slow)).toBe("starting");
+    advance(2_000);
+    expect(state(slow)).toBe("failed");
   });
 
   test("a ready replica the agent no longer reports has failed; a crash report carries its reason", () => {
