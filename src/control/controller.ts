@@ -12,7 +12,7 @@ import type { AdminState, EventView, ModelView, NodeView, ReplicaView, Summary, 
 import { ConflictError, NotFoundError, type Snapshot, type Store } from "../store";
 import type { Clock } from "./clock";
 import type { CatalogEntry, EndpointInfo, EndpointSink, UsageSource } from "./interfaces";
-import { DEFAULT_RECONCILE, type Plan, agentStartTimeout, type ReconcileConfig, isEmpty, observedFrom, processReports, reconcile } from "./reconciler";
+import { DEFAULT_RECONCILE, type Plan, agentStartTimeout, serverStartDeadline, type ReconcileConfig, isEmpty, observedFrom, processReports, reconcile } from "./reconciler";
 import { summarize } from "./summary";
 import { buildTables, nodeState } from "./views";
 
@@ -397,7 +397,9 @@ export class Controller {
     if (!this.sink) return;
     const catalog: CatalogEntry[] = snapshot.models.map((m) => {
       const spec = m.spec as ModelSpec;
-      return { name: m.name, aliases: spec.aliases, on_demand: spec.on_demand, pool: spec.pool, created: Math.floor(m.createdAt / 1000) };
+      // The router holds a request for a cold on-demand model as long as a replica may still come up.
+      const startMs = Math.max(...spec.profiles.map((p) => serverStartDeadline(p, this.config)));
+      return { name: m.name, aliases: spec.aliases, on_demand: spec.on_demand, pool: spec.pool, created: Math.floor(m.createdAt / 1000), start_timeout_ms: startMs };
     });
     const cfp = JSON.stringify(catalog);
     if (cfp !== this.lastCatalog) {

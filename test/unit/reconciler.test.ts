@@ -7,7 +7,7 @@ import { beforeEach, describe, expect, test } from "bun:test";
 import pino from "pino";
 import { ManualClock } from "../../src/control/clock";
 import { Controller } from "../../src/control/controller";
-import type { EndpointInfo } from "../../src/control/interfaces";
+import type { CatalogEntry, EndpointInfo } from "../../src/control/interfaces";
 import type { HeartbeatResponse, ReplicaReport } from "../../src/protocol/heartbeat";
 import { Store } from "../../src/store";
 import { T0, heartbeat, model, type NodeDef } from "../helpers/fleet";
@@ -31,8 +31,10 @@ function setup(reconcile: Record<string, number> = {}) {
     reconcile: { backoffMs: 2_000, backoffMaxMs: 60_000, maxFailures: 3, replaceAfterMs: 30_000, reportGraceMs: 5_000, startTimeoutMs: 120_000, ...reconcile },
   });
   published = [];
-  ctl.setEndpointSink({ setEndpoints: (e) => published.push(e), setCatalog: () => {}, setApiKeys: () => {} });
+  catalogs = [];
+  ctl.setEndpointSink({ setEndpoints: (e) => published.push(e), setCatalog: (c) => catalogs.push(c), setApiKeys: () => {} });
 }
+let catalogs: CatalogEntry[][];
 
 const nodesDef: NodeDef[] = [
   { name: "a", fabrics: ["f1"], gpus: [H, H] },
@@ -256,6 +258,17 @@ describe("failures, backoff and parking", () => {
     ctl.tick();
     const all = nodesDef.flatMap((d) => beat(d).assignments);
     expect(Object.fromEntries(all.map((a) => [a.model, a.start_timeout_ms]))).toEqual({ slow: 45 * 60_000, plain: 120_000 });
+  });
+
+  test("the router is told how long each model's replicas may take to start: its longest profile, plus the margin", () => {
+    nodesDef.forEach((d) => beat(d));
+    ctl.putModels([
+      model({ name: "slow", on_demand: true, replicas: { min: 0 }, profiles: [{ name: "p", engine: "vllm", gpu_class: H, start_timeout: "5m" }, { name: "q", engine: "vllm", gpu_class: H, start_timeout: "45m" }] }),
+      model({ name: "plain" }),
+    ]);
+    ctl.tick();
+    const last = catalogs.at(-1)!;
+    expect(Object.fromEntries(last.map((c) => [c.name, c.start_timeout_ms]))).toEqual({ slow: 45 * 60_000 + 62_000, plain: 120_000 + 62_000 });
   });
 
   test("the server's start deadline is the profile's start_timeout plus a margin, so it always comes after the agent's", () => {
