@@ -20,7 +20,7 @@ export const SERVE_FLAGS: FlagSpecs = {
   "restart-backoff": { kind: "string", value: "DURATION", help: "first retry delay after a failure, doubling each time (default 2s)" },
   "restart-backoff-max": { kind: "string", value: "DURATION", help: "longest retry delay (default 5m)" },
   "replace-after": { kind: "string", value: "DURATION", help: "how long a node may be unreachable before its replicas are replaced (default 30s)" },
-  "engine-base-port": { kind: "string", value: "PORT", help: "first port handed to engines on each node (default 8100)" },
+  "engine-base-port": { kind: "string", value: "PORT", help: "first port handed to engines on each node: engines get PORT…PORT+899, multi-node replicas a rendezvous block of 16 ports each in PORT+900…PORT+1795 (default 8100)" },
   "first-byte-timeout": { kind: "string", value: "DURATION", help: "router: upstream's first byte within this (default 5m)" },
   "stream-idle-timeout": { kind: "string", value: "DURATION", help: "router: longest quiet gap in a stream (default 2m)" },
   "cold-start-timeout": { kind: "string", value: "DURATION", help: "router: a request for an on-demand model with no replica waits this long, or the model's start timeout when longer (its profiles' longest start_timeout, else --start-timeout) (default 5m)" },

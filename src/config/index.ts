@@ -83,7 +83,10 @@ export const ServeConfig = z.strictObject({
   /** Admin/agent listener: the same caps, its own, so a flood on the router never starves heartbeats. */
   admin_max_connections: z.coerce.number().int().min(1).max(1_000_000).default(2048),
   admin_max_connections_per_address: z.coerce.number().int().min(1).max(1_000_000).default(512),
-  /** Engines get ports from here up (900 of them per node address); their rendezvous ports the 900 after. */
+  /**
+   * Engines get ports from here up (900 of them per node address); the 900 after are rendezvous
+   * blocks of 16, one per multi-node replica, never handed to anything else (control/reconciler.ts).
+   */
   engine_base_port: z.coerce.number().int().min(1024).max(63000).default(8100),
   /** How long a write waits for a database lock held elsewhere before failing. */
   db_busy_timeout: Duration.prefault("5s"),

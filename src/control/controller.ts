@@ -12,7 +12,7 @@ import type { AdminState, EventView, ModelView, NodeView, ReplicaView, Summary, 
 import { ConflictError, NotFoundError, type Snapshot, type Store } from "../store";
 import type { Clock } from "./clock";
 import type { CatalogEntry, EndpointInfo, EndpointSink, UsageSource } from "./interfaces";
-import { DEFAULT_RECONCILE, type Plan, agentStartTimeout, serverStartDeadline, type ReconcileConfig, isEmpty, observedFrom, processReports, reconcile } from "./reconciler";
+import { DEFAULT_RECONCILE, type Plan, agentStartTimeout, rendezvousPort, serverStartDeadline, type ReconcileConfig, isEmpty, observedFrom, processReports, reconcile } from "./reconciler";
 import { summarize } from "./summary";
 import { buildTables, nodeState } from "./views";
 
@@ -351,7 +351,7 @@ export class Controller {
           gpu_uuids: s.gpus.map((i) => uuids.get(`${s.node}\u0000${i}`) ?? `unknown-${i}`),
           args: profile.args,
           env: profile.env,
-          shard: { rank, size: r.shards.length, leader_address: address.get(r.shards[0]!.node) ?? "", leader_port: r.port! + this.config.portCount },
+          shard: { rank, size: r.shards.length, leader_address: address.get(r.shards[0]!.node) ?? "", leader_port: rendezvousPort(r.port!, this.config) },
         });
       });
     }

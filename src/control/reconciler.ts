@@ -28,9 +28,42 @@ export interface ReconcileConfig {
   replaceAfterMs: number;
   /** A replica the agent has not reported this long after placement is taken as lost. */
   reportGraceMs: number;
-  /** First port handed to engines on a node (per address); a replica's rendezvous port is its port + portCount. */
+  /**
+   * Engines get ports basePort … basePort + portCount - 1 on each node address; the portCount
+   * after them are rendezvous blocks of RENDEZVOUS_STRIDE ports, one per multi-node replica (see
+   * rendezvousPort). The two ranges never meet, so no engine port is ever inside a block.
+   */
   basePort: number;
   portCount: number;
+}
+
+/**
+ * Ports a multi-node replica's engines may bind from its rendezvous port up. SGLang with
+ * --nnodes > 1 binds --dist-init-addr's port and port+1 … port+6 on the leader
+ * (PortArgs.init_new: port_base = dist_init_port + 1, then port_base … port_base + 5), and with
+ * DP attention port_base + 5 + dp_rank; vLLM's and torch's rendezvous take the port itself. 16
+ * leaves room for DP attention up to 10 ranks.
+ */
+export const RENDEZVOUS_STRIDE = 16;
+
+/** Rendezvous blocks per node address. */
+export function rendezvousBlocks(cfg: Pick<ReconcileConfig, "portCount">): number {
+  return Math.floor(cfg.portCount / RENDEZVOUS_STRIDE);
+}
+
+/**
+ * The first port of the rendezvous block that goes with engine port `port` (Assignment.shard.
+ * leader_port): derived, not stored, so it needs no column. Placement gives a multi-node replica
+ * only an engine port whose block is free on every address it spans; a single-node replica's
+ * engines never use theirs, which is why it is not reserved for them.
+ */
+export function rendezvousPort(port: number, cfg: Pick<ReconcileConfig, "basePort" | "portCount">): number {
+  const blocks = Math.max(1, rendezvousBlocks(cfg));
+  return cfg.basePort + cfg.portCount + RENDEZVOUS_STRIDE * ((((port - cfg.basePort) % blocks) + blocks) % blocks);
+}
+
+function blockOf(port: number, cfg: Pick<ReconcileConfig, "basePort" | "portCount">): number {
+  return (rendezvousPort(port, cfg) - cfg.basePort - cfg.portCount) / RENDEZVOUS_STRIDE;
 }
 
 export const DEFAULT_RECONCILE: ReconcileConfig = {
@@ -296,18 +329,24 @@ export function reconcile({ snapshot, now, lastUsed, config: cfg, newId, watched
 
   // 4. Placement, over GPUs as they are once this step's removals are done.
   const held = new Set<string>();
-  const usedPorts = new Map<string, Set<number>>(); // by address: simulated nodes may share one
+  // By address: simulated nodes may share one, and so may nodes behind one NAT.
+  const usedPorts = new Map<string, Set<number>>();
+  /** Rendezvous blocks (by number) taken on each address by multi-node replicas. */
+  const usedBlocks = new Map<string, Set<number>>();
   const addressOf = (node: string) => nodes.get(node)?.address ?? node;
+  const take = (sets: Map<string, Set<number>>, address: string, v: number) => {
+    let set = sets.get(address);
+    if (!set) sets.set(address, (set = new Set()));
+    set.add(v);
+  };
   for (const r of snapshot.replicas) {
     if (!removed.has(r.id) && holdsGpus(stateOf(r))) for (const s of r.shards) for (const g of s.gpus) held.add(key(s.node, g));
     // A replica lost with its node may still have an engine on that port (the node is only
     // silent), so its port stays taken in this step even though the replica is gone.
     if (r.port !== null && r.state !== "failed")
       for (const s of r.shards) {
-        const a = addressOf(s.node);
-        let set = usedPorts.get(a);
-        if (!set) usedPorts.set(a, (set = new Set()));
-        set.add(r.port);
+        take(usedPorts, addressOf(s.node), r.port);
+        if (r.shards.length > 1) take(usedBlocks, addressOf(s.node), blockOf(r.port, cfg));
       }
   }
   const gpusByNode = new Map<string, PlacementNode["gpus"]>();
@@ -386,15 +425,22 @@ export function reconcile({ snapshot, now, lastUsed, config: cfg, newId, watched
     const leader = p.shards[0]!.node;
     const addresses = [...new Set(p.shards.map((s) => addressOf(s.node)))];
     const id = newId();
-    const port = freePort(addresses.map((a) => usedPorts.get(a)), cfg, id);
+    const multi = p.shards.length > 1;
+    const portSets = addresses.map((a) => usedPorts.get(a));
+    const port = freePort(portSets, multi ? addresses.map((a) => usedBlocks.get(a)) : undefined, cfg, id);
     if (port === undefined) {
-      result.unplaceable.set(p.model, `no free engine port on ${addresses.join(", ")} (${cfg.portCount} in use)`);
+      const anyPort = multi && freePort(portSets, undefined, cfg, id) !== undefined;
+      result.unplaceable.set(
+        p.model,
+        anyPort
+          ? `no free rendezvous port block on ${addresses.join(", ")} (all ${rendezvousBlocks(cfg)} blocks of ${RENDEZVOUS_STRIDE} ports after the engine ports are held by multi-node replicas)`
+          : `no free engine port on ${addresses.join(", ")} (${cfg.portCount} in use)`,
+      );
       continue;
     }
     for (const a of addresses) {
-      let set = usedPorts.get(a);
-      if (!set) usedPorts.set(a, (set = new Set()));
-      set.add(port);
+      take(usedPorts, a, port);
+      if (multi) take(usedBlocks, a, blockOf(port, cfg));
     }
     plan.create.push({ id, model: p.model, profile: p.profile, shards: p.shards, port, endpoint: `http://${urlHost(addressOf(leader))}:${port}` });
     const where = p.shards.map((s) => `${s.node}:${s.gpus.join(",")}`).join(" ");
@@ -437,13 +483,20 @@ function emptyState(model: string): ModelStateRow {
   return { model, failures: 0, parked: false, reason: null, lastFailureAt: null, lastRequestedAt: null, scaleTarget: null, unplaceableReason: null };
 }
 
-function freePort(sets: (Set<number> | undefined)[], cfg: ReconcileConfig, id: string): number | undefined {
+/** Blocks given: the replica is multi-node, and its engine port's rendezvous block must be free too. */
+function freePort(sets: (Set<number> | undefined)[], blocks: (Set<number> | undefined)[] | undefined, cfg: ReconcileConfig, id: string): number | undefined {
+  if (blocks && rendezvousBlocks(cfg) === 0) return undefined;
   let h = 2166136261;
   for (let i = 0; i < id.length; i++) h = Math.imul(h ^ id.charCodeAt(i), 16777619) >>> 0;
   const start = h % cfg.portCount;
   for (let k = 0; k < cfg.portCount; k++) {
     const p = cfg.basePort + ((start + k) % cfg.portCount);
-    if (sets.every((s) => !s?.has(p))) return p;
+    if (!sets.every((s) => !s?.has(p))) continue;
+    if (blocks) {
+      const b = blockOf(p, cfg);
+      if (!blocks.every((s) => !s?.has(b))) continue;
+    }
+    return p;
   }
   return undefined;
 }
