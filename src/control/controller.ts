@@ -7,7 +7,7 @@
 import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import type { Logger } from "pino";
 import type { ModelSpec } from "../protocol/catalog";
-import { type Assignment, type HeartbeatRequest, type HeartbeatResponse, logsToken } from "../protocol/heartbeat";
+import { type Assignment, type EngineReport, type HeartbeatRequest, type HeartbeatResponse, logsToken } from "../protocol/heartbeat";
 import type { AdminState, EventView, ModelView, NodeView, ReplicaView, Summary, Tables } from "../protocol/views";
 import { ConflictError, NotFoundError, type Snapshot, type Store } from "../store";
 import type { Clock } from "./clock";
@@ -93,6 +93,12 @@ export class Controller {
   private readonly logsPorts = new Map<string, number>();
   /** Each node's log-listener certificate (PEM), when it serves HTTPS. */
   private readonly logsCerts = new Map<string, string>();
+  /**
+   * The engines each node's last heartbeat reported, with their versions. In memory, like the
+   * discovery errors: every heartbeat carries them again. A node absent here has not said
+   * (an older agent, a simulated node, or none since this process started): unknown, not none.
+   */
+  private readonly engines = new Map<string, EngineReport[]>();
   private joinTokenDigest: Buffer | undefined;
   nodePolicy: NodePolicy = { ...DEFAULT_NODE_POLICY };
   private readonly lowSince = new Map<string, number>();
@@ -182,7 +188,7 @@ export class Controller {
     let snapshot = this.store.snapshot();
     if (this.scale(snapshot, now)) snapshot = this.store.snapshot();
     this.noteReachability(snapshot, now);
-    const plan = reconcile({ snapshot, now, lastUsed: this.lastUsed, config: this.config, newId: this.newId, ...seen });
+    const plan = reconcile({ snapshot, now, lastUsed: this.lastUsed, config: this.config, newId: this.newId, engines: this.engines, ...seen });
     const after = isEmpty(plan) ? snapshot : this.apply(plan, now);
     this.refreshAssignments(after);
     this.publish(after);
@@ -276,6 +282,11 @@ export class Controller {
     else this.logsPorts.delete(hb.node);
     if (hb.logs_tls_cert) this.logsCerts.set(hb.node, hb.logs_tls_cert);
     else this.logsCerts.delete(hb.node);
+    const engines = this.engines.get(hb.node);
+    if (hb.engines) this.engines.set(hb.node, hb.engines);
+    else this.engines.delete(hb.node);
+    // A node that gains an engine (or loses one) may change what placement can do.
+    if (engines !== undefined && hb.engines !== undefined && JSON.stringify(engines) !== JSON.stringify(hb.engines)) this.wake();
     if (created) {
       const gpus = hb.gpus.length;
       this.event("node.registered", `node/${hb.node}`, `node ${hb.node} registered with ${gpus} GPU${gpus === 1 ? "" : "s"} (${hb.address})`);
@@ -480,7 +491,7 @@ export class Controller {
   // ---- views --------------------------------------------------------------------------
 
   tables(): Tables {
-    return buildTables({ snapshot: this.store.snapshot(), now: this.clock.now(), lastUsed: this.lastUsed, nodeTimeoutMs: this.config.nodeTimeoutMs, watchedSince: this.watchedSince });
+    return buildTables({ snapshot: this.store.snapshot(), now: this.clock.now(), lastUsed: this.lastUsed, nodeTimeoutMs: this.config.nodeTimeoutMs, watchedSince: this.watchedSince, engines: this.engines });
   }
 
   summary(): Summary {
@@ -644,6 +655,7 @@ export class Controller {
     this.store.deleteNode(name, on.map((r) => r.id), events, now);
     this.logsPorts.delete(name);
     this.logsCerts.delete(name);
+    this.engines.delete(name);
     this.unreachable.delete(name);
     this.generations.delete(name);
     const set = this.waiters.get(name);

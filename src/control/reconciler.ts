@@ -4,7 +4,7 @@
 // the plan in one transaction; nothing here reads a clock or touches the store.
 
 import type { ModelSpec, Profile } from "../protocol/catalog";
-import type { ReplicaReport } from "../protocol/heartbeat";
+import type { EngineReport, ReplicaReport } from "../protocol/heartbeat";
 import type { ModelStateRow, ReplicaRow, Snapshot } from "../store";
 import { type PlacementNode, type PlacementRequest, place } from "./placement";
 import { desiredReplicas, holdsGpus, nodeState, observedFrom } from "./views";
@@ -126,6 +126,19 @@ export interface ReconcileInput {
   watchedSince?: number;
   /** When the clock last jumped (forward past any plausible gap, or backward). */
   jumpedAt?: number;
+  /** Per node, the engines its last heartbeat reported; a node absent here has not said (unknown). */
+  engines?: ReadonlyMap<string, readonly EngineReport[]>;
+}
+
+/** The engines a node's reports say it cannot run (no version found), with why. */
+export function missingEngines(reports: readonly EngineReport[] | undefined): Map<string, string> | undefined {
+  if (!reports) return undefined;
+  let out: Map<string, string> | undefined;
+  for (const e of reports) {
+    if (e.version !== null) continue;
+    (out ??= new Map()).set(e.engine, e.error ?? "");
+  }
+  return out;
 }
 
 
@@ -180,7 +193,7 @@ export function oneLine(s: string, max = 300): string {
 
 const key = (node: string, idx: number) => `${node}\u0000${idx}`;
 
-export function reconcile({ snapshot, now, lastUsed, config: cfg, newId, watchedSince = Number.NEGATIVE_INFINITY, jumpedAt = Number.NEGATIVE_INFINITY }: ReconcileInput): Plan {
+export function reconcile({ snapshot, now, lastUsed, config: cfg, newId, watchedSince = Number.NEGATIVE_INFINITY, jumpedAt = Number.NEGATIVE_INFINITY, engines }: ReconcileInput): Plan {
   const plan = emptyPlan();
   const nodes = new Map(snapshot.nodes.map((n) => [n.name, n]));
   const hb = (n: { lastHeartbeat: number }) => observedFrom(n.lastHeartbeat, now, watchedSince);
@@ -361,13 +374,17 @@ export function reconcile({ snapshot, now, lastUsed, config: cfg, newId, watched
     if (!s) weightsByNode.set(w.node, (s = new Set()));
     s.add(w.model);
   }
-  const pnodes: PlacementNode[] = snapshot.nodes.map((n) => ({
-    name: n.name,
-    state: state.get(n.name)!,
-    fabrics: n.fabrics,
-    gpus: gpusByNode.get(n.name) ?? [],
-    weights: weightsByNode.get(n.name) ?? new Set(),
-  }));
+  const pnodes: PlacementNode[] = snapshot.nodes.map((n) => {
+    const missing = missingEngines(engines?.get(n.name));
+    return {
+      name: n.name,
+      state: state.get(n.name)!,
+      fabrics: n.fabrics,
+      gpus: gpusByNode.get(n.name) ?? [],
+      weights: weightsByNode.get(n.name) ?? new Set(),
+      ...(missing ? { missingEngines: missing } : {}),
+    };
+  });
   // Every model gets its first replica before any gets its next.
   requests.sort((a, b) => (a.ready === 0 ? 0 : 1) - (b.ready === 0 ? 0 : 1) || a.ready / a.desired - b.ready / b.desired || (a.model < b.model ? -1 : 1));
   const result = requests.length > 0 ? place(pnodes, requests) : { placed: [], unplaceable: new Map<string, string>() };

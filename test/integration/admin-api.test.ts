@@ -232,6 +232,19 @@ describe("nodes, events, summary", () => {
   });
 });
 
+describe("engines in the node view", () => {
+  test("the engines a heartbeat reports are in GET /nodes/NAME; a node that reports none has an empty list", async () => {
+    const engines = [
+      { engine: "vllm", version: "0.11.0", error: null },
+      { engine: "sglang", version: null, error: "No module named 'sglang'" },
+    ];
+    expect((await s.agent({ ...heartbeat({ name: "gpu-eng", gpus: [H] }), engines })).status).toBe(200);
+    expect(((await (await s.admin("/api/v1/nodes/gpu-eng")).json()) as NodeView).engines).toEqual(engines);
+    expect((await s.agent(heartbeat({ name: "gpu-eng", gpus: [H] }))).status).toBe(200);
+    expect(((await (await s.admin("/api/v1/nodes/gpu-eng")).json()) as NodeView).engines).toEqual([]);
+  });
+});
+
 describe("GPU discovery problems reach the node view", () => {
   // The driver failure of test/fixtures/nvidia-smi/unhealthy-gpu-outputs.txt
   // (ci-for-research/self-hosted-runners#40), as the agent words it.

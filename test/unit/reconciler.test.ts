@@ -473,6 +473,40 @@ describe("multi-node replicas", () => {
   });
 });
 
+describe("engines a node can run", () => {
+  const noVllm = [
+    { engine: "vllm" as const, version: null, error: "vllm not found on PATH" },
+    { engine: "sglang" as const, version: "0.5.2", error: null },
+  ];
+
+  test("a node whose agent found no vllm gets no vllm replica, and the reason says so; it shows in the node view", () => {
+    nodesDef.forEach((d) => ctl.heartbeat({ ...heartbeat(d), engines: noVllm }));
+    ctl.putModels([model({ name: "m" })]);
+    ctl.tick();
+    expect(byModel("m")).toEqual([]);
+    expect(ctl.models()[0]!.reason).toBe("no ready H100-80GB node can run vllm (2 nodes have no vllm: vllm not found on PATH)");
+    expect(ctl.node("a").engines).toEqual(noVllm);
+    // vllm installed on b: the next heartbeat says so, and the replica goes there.
+    ctl.heartbeat({ ...heartbeat(nodesDef[1]!), engines: [{ engine: "vllm", version: "0.11.0", error: null }] });
+    ctl.tick();
+    expect(byModel("m").map((r) => r.shards[0]!.node)).toEqual(["b"]);
+    expect(ctl.models()[0]!.reason).toBeNull();
+  });
+
+  test("a node that sends no engines (an older agent, a simulated node) is not avoided: unknown is not absent", () => {
+    ctl.heartbeat({ ...heartbeat(nodesDef[0]!), engines: noVllm });
+    beat(nodesDef[1]!);
+    ctl.putModels([model({ name: "m", replicas: { min: 2 }, placement: "spread" })]);
+    ctl.tick();
+    expect(byModel("m").map((r) => r.shards[0]!.node)).toEqual(["b", "b"]);
+    expect(ctl.node("b").engines).toEqual([]);
+    // An SGLang profile goes to the node that has SGLang.
+    ctl.putModels([model({ name: "s", profiles: [{ name: "p", engine: "sglang", gpu_class: H }] })]);
+    ctl.tick();
+    expect(byModel("s").map((r) => r.shards[0]!.node)).toEqual(["a"]);
+  });
+});
+
 describe("make room for an on-demand model", () => {
   const one: NodeDef = { name: "solo", gpus: [H, H] };
   /** A has two ready replicas filling the node (scaled above its min of 1); B is on demand. */
