@@ -462,6 +462,8 @@ function fleetArb(maxNodes: number, maxGpus: number) {
     class: fc.constantFrom(...CLASSES),
     gpus: fc.array(gpuArb, { minLength: 1, maxLength: maxGpus }),
     weights: fc.subarray(["m0", "m1", "m2"]),
+    // a node whose agent found no vllm (the profiles' engine): never placed on
+    noVllm: weighted(false, true, 5),
   });
   return fc
     .record({ main: fc.constantFrom(...CLASSES), tidy: fc.boolean(), list: fc.array(nodeArb, { minLength: 2, maxLength: maxNodes }) })
@@ -482,6 +484,7 @@ function fleetArb(maxNodes: number, maxGpus: number) {
             used: !pristine && g.used,
           })),
           weights: new Set(n.weights),
+          ...(n.noVllm ? { missingEngines: new Map([["vllm", "vllm not found on PATH"]]) } : {}),
         };
       }),
     }));
@@ -520,6 +523,7 @@ function checkValid(nodes: readonly PlacementNode[], requests: readonly Placemen
     for (const s of p.shards) {
       const n = byName.get(s.node)!;
       expect(n.state).toBe("ready");
+      expect(n.missingEngines?.has(pr.engine) ?? false).toBe(false);
       expect(s.gpus.length).toBe(pr.gpus);
       expect([...s.gpus].sort((a, b) => a - b)).toEqual(s.gpus);
       for (const i of s.gpus) {
@@ -551,7 +555,7 @@ function combinations<T>(items: readonly T[], k: number): T[][] {
 /** Whether any assignment at all of nodes and GPUs to one replica of `p` is valid: the oracle. */
 function bruteForceFits(nodes: readonly PlacementNode[], p: Profile): boolean {
   for (const group of combinations(nodes, p.nodes)) {
-    if (!group.every((n) => n.state === "ready")) continue;
+    if (!group.every((n) => n.state === "ready" && !n.missingEngines?.has(p.engine))) continue;
     if (p.nodes > 1) {
       if (!group.every((n) => n.gpus.length > 0 && n.gpus.every((g) => g.healthy && !g.used))) continue;
       if (!group[0]!.fabrics.some((f) => group.every((n) => n.fabrics.includes(f)))) continue;
@@ -567,7 +571,7 @@ function bruteForceFits(nodes: readonly PlacementNode[], p: Profile): boolean {
  * class, or a fabric with n ready nodes that are whole and have k GPUs of the class.
  */
 function roomFor(nodes: readonly PlacementNode[], p: Profile): boolean {
-  const fits = (n: PlacementNode) => n.state === "ready" && n.gpus.filter((g) => g.class === p.gpu_class && g.healthy && !g.used).length >= p.gpus;
+  const fits = (n: PlacementNode) => n.state === "ready" && !n.missingEngines?.has(p.engine) && n.gpus.filter((g) => g.class === p.gpu_class && g.healthy && !g.used).length >= p.gpus;
   if (p.nodes === 1) return nodes.some(fits);
   const whole = nodes.filter((n) => fits(n) && n.gpus.every((g) => g.healthy && !g.used));
   const fabrics = new Set(whole.flatMap((n) => n.fabrics));
