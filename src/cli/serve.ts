@@ -23,7 +23,7 @@ export const SERVE_FLAGS: FlagSpecs = {
   "engine-base-port": { kind: "string", value: "PORT", help: "first port handed to engines on each node: engines get PORT…PORT+899, multi-node replicas a rendezvous block of 16 ports each in PORT+900…PORT+1795 (default 8100)" },
   "first-byte-timeout": { kind: "string", value: "DURATION", help: "router: upstream's first byte within this (default 5m)" },
   "stream-idle-timeout": { kind: "string", value: "DURATION", help: "router: longest quiet gap in a stream (default 2m)" },
-  "cold-start-timeout": { kind: "string", value: "DURATION", help: "router: a request for an on-demand model with no replica waits this long, or the model's start timeout when longer (its profiles' longest start_timeout, else --start-timeout) (default 5m)" },
+  "cold-start-timeout": { kind: "string", value: "DURATION", help: "router: a request for an on-demand model with no replica waits this long, or as long as the server gives the model's replica to start when that is longer (its profiles' longest start timeout, else --start-timeout, + 2 heartbeat intervals + 1m) (default 5m)" },
   "max-attempts": { kind: "string", value: "N", help: "router: attempts per request, retries only before the first byte (default 3)" },
   "max-body-bytes": { kind: "string", value: "BYTES", help: "router: largest request body (default 8388608)" },
   "balance-load-factor": { kind: "string", value: "F", help: "router: load bound for placing a conversation, × its share of the requests in flight (default 1.25); a conversation stays on its replica up to max(2, F) × its share" },
