@@ -18,9 +18,12 @@ import { openApiDocument, ROUTES } from "./openapi";
 
 /** The stored spec as a client would write it: durations back in words, so GET → PUT round-trips. */
 export function specToWire(spec: ModelSpec) {
-  const ms = spec.idle_timeout;
-  const idle = ms % 1000 === 0 ? `${ms / 1000}s` : `${ms}ms`;
-  return { ...spec, idle_timeout: idle };
+  const words = (ms: number) => (ms % 1000 === 0 ? `${ms / 1000}s` : `${ms}ms`);
+  return {
+    ...spec,
+    idle_timeout: words(spec.idle_timeout),
+    profiles: spec.profiles.map((p) => (p.start_timeout === undefined ? p : { ...p, start_timeout: words(p.start_timeout) })),
+  };
 }
 
 async function jsonBody(req: Request): Promise<unknown> {

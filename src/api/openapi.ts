@@ -381,7 +381,7 @@ function nodeAction<A extends "cordon" | "uncordon" | "drain">(action: A, summar
 
 /** Request schemas, documented as what clients send (before defaults and transforms). */
 const INPUTS: [z.ZodType, string, string?][] = [
-  [ModelSpec, "ModelSpec", "A model of the catalog. Also: replicas.max ≥ replicas.min; profile names are unique; a llama.cpp profile has nodes = 1; aliases are distinct and not the model's own name."],
+  [ModelSpec, "ModelSpec", "A model of the catalog. Also: replicas.max ≥ replicas.min; profile names are unique; a llama.cpp profile has nodes = 1; a profile of a MIG class (one with a `/`) has gpus = 1, since one CUDA process can use only one MIG device; aliases are distinct and not the model's own name."],
   [CatalogFile, "CatalogFile", "A whole catalog. Names and aliases share one namespace: no name or alias may be used by two models."],
   [CreateKeyBody, "CreateKeyBody"],
   [AllowAddressBody, "AllowAddressBody"],

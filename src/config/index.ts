@@ -33,8 +33,14 @@ export const ServeConfig = z.strictObject({
   node_timeout: Duration.prefault("15s"),
   heartbeat_interval: Duration.prefault("5s"),
   reconcile_interval: Duration.prefault("1s"),
-  /** A replica not ready this long after it was placed has failed. */
-  start_timeout: Duration.prefault("10m"),
+  /**
+   * How long an engine has to become healthy when its profile sets no start_timeout. 30 minutes:
+   * a 70B model on TP=8 takes ~3.5 min with a warm page cache (vLLM #19824), over 10 min from a
+   * cold disk (#10702), and a first torch.compile has taken 37 min (#34399). The server fails a
+   * replica only this + 2 heartbeat intervals + 1 min after placement, so the agent, whose clock
+   * starts later, always decides first.
+   */
+  start_timeout: Duration.prefault("30m"),
   /** Consecutive failed starts after which a model is parked. */
   max_failures: z.coerce.number().int().min(1).max(1000).default(5),
   /** First retry delay after a failure; doubles per consecutive failure, capped at restart_backoff_max. */
@@ -46,7 +52,7 @@ export const ServeConfig = z.strictObject({
   first_byte_timeout: Duration.prefault("5m"),
   /** Router: a stream quiet for this long between chunks is ended with an error event. */
   stream_idle_timeout: Duration.prefault("2m"),
-  /** Router: how long a request for a cold on-demand model waits for its replica. */
+  /** Router: how long a request for a cold on-demand model waits for its replica, at least; a model whose start timeout is longer is waited for that long. */
   cold_start_timeout: Duration.prefault("5m"),
   /** Router: attempts per request (retries only before the first byte). */
   max_attempts: z.coerce.number().int().min(1).max(10).default(3),
@@ -77,7 +83,10 @@ export const ServeConfig = z.strictObject({
   /** Admin/agent listener: the same caps, its own, so a flood on the router never starves heartbeats. */
   admin_max_connections: z.coerce.number().int().min(1).max(1_000_000).default(2048),
   admin_max_connections_per_address: z.coerce.number().int().min(1).max(1_000_000).default(512),
-  /** Engines get ports from here up (900 of them per node address); their rendezvous ports the 900 after. */
+  /**
+   * Engines get ports from here up (900 of them per node address); the 900 after are rendezvous
+   * blocks of 16, one per multi-node replica, never handed to anything else (control/reconciler.ts).
+   */
   engine_base_port: z.coerce.number().int().min(1024).max(63000).default(8100),
   /** How long a write waits for a database lock held elsewhere before failing. */
   db_busy_timeout: Duration.prefault("5s"),

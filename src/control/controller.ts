@@ -7,12 +7,12 @@
 import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import type { Logger } from "pino";
 import type { ModelSpec } from "../protocol/catalog";
-import { type Assignment, type HeartbeatRequest, type HeartbeatResponse, logsToken } from "../protocol/heartbeat";
+import { type Assignment, type EngineReport, type HeartbeatRequest, type HeartbeatResponse, logsToken } from "../protocol/heartbeat";
 import type { AdminState, EventView, ModelView, NodeView, ReplicaView, Summary, Tables } from "../protocol/views";
 import { ConflictError, NotFoundError, type Snapshot, type Store } from "../store";
 import type { Clock } from "./clock";
 import type { CatalogEntry, EndpointInfo, EndpointSink, UsageSource } from "./interfaces";
-import { DEFAULT_RECONCILE, type Plan, type ReconcileConfig, isEmpty, observedFrom, processReports, reconcile } from "./reconciler";
+import { DEFAULT_RECONCILE, type Plan, agentStartTimeout, rendezvousPort, serverStartDeadline, type ReconcileConfig, isEmpty, observedFrom, processReports, reconcile } from "./reconciler";
 import { summarize } from "./summary";
 import { buildTables, nodeState } from "./views";
 
@@ -93,6 +93,12 @@ export class Controller {
   private readonly logsPorts = new Map<string, number>();
   /** Each node's log-listener certificate (PEM), when it serves HTTPS. */
   private readonly logsCerts = new Map<string, string>();
+  /**
+   * The engines each node's last heartbeat reported, with their versions. In memory, like the
+   * discovery errors: every heartbeat carries them again. A node absent here has not said
+   * (an older agent, a simulated node, or none since this process started): unknown, not none.
+   */
+  private readonly engines = new Map<string, EngineReport[]>();
   private joinTokenDigest: Buffer | undefined;
   nodePolicy: NodePolicy = { ...DEFAULT_NODE_POLICY };
   private readonly lowSince = new Map<string, number>();
@@ -118,7 +124,9 @@ export class Controller {
     this.store = opts.store;
     this.clock = opts.clock;
     this.log = opts.log;
-    this.config = { ...DEFAULT_RECONCILE, nodeTimeoutMs: opts.nodeTimeoutMs, ...opts.reconcile };
+    // The margin covers an assignment that waits for the next heartbeat and a verdict that waits
+    // for the one after, plus a minute for the agent's own work before it launches the engine.
+    this.config = { ...DEFAULT_RECONCILE, nodeTimeoutMs: opts.nodeTimeoutMs, startMarginMs: 2 * opts.heartbeatIntervalMs + 60_000, ...opts.reconcile };
     // Boot time in ms × 1000: a restarted server's numbers never meet the ones its agents hold
     // from the last run unless that run made a thousand changes a millisecond.
     this.generationBase = opts.clock.now() * 1000;
@@ -180,7 +188,7 @@ export class Controller {
     let snapshot = this.store.snapshot();
     if (this.scale(snapshot, now)) snapshot = this.store.snapshot();
     this.noteReachability(snapshot, now);
-    const plan = reconcile({ snapshot, now, lastUsed: this.lastUsed, config: this.config, newId: this.newId, ...seen });
+    const plan = reconcile({ snapshot, now, lastUsed: this.lastUsed, config: this.config, newId: this.newId, engines: this.engines, ...seen });
     const after = isEmpty(plan) ? snapshot : this.apply(plan, now);
     this.refreshAssignments(after);
     this.publish(after);
@@ -274,6 +282,11 @@ export class Controller {
     else this.logsPorts.delete(hb.node);
     if (hb.logs_tls_cert) this.logsCerts.set(hb.node, hb.logs_tls_cert);
     else this.logsCerts.delete(hb.node);
+    const engines = this.engines.get(hb.node);
+    if (hb.engines) this.engines.set(hb.node, hb.engines);
+    else this.engines.delete(hb.node);
+    // A node that gains an engine (or loses one) may change what placement can do.
+    if (engines !== undefined && hb.engines !== undefined && JSON.stringify(engines) !== JSON.stringify(hb.engines)) this.wake();
     if (created) {
       const gpus = hb.gpus.length;
       this.event("node.registered", `node/${hb.node}`, `node ${hb.node} registered with ${gpus} GPU${gpus === 1 ? "" : "s"} (${hb.address})`);
@@ -344,11 +357,12 @@ export class Controller {
           gpus: s.gpus,
           engine_key: engineKey,
           revision: null,
-          start_timeout_ms: null,
+          // Always given, so an agent's own default (shorter, on older agents) never cuts it short.
+          start_timeout_ms: agentStartTimeout(profile, this.config),
           gpu_uuids: s.gpus.map((i) => uuids.get(`${s.node}\u0000${i}`) ?? `unknown-${i}`),
           args: profile.args,
           env: profile.env,
-          shard: { rank, size: r.shards.length, leader_address: address.get(r.shards[0]!.node) ?? "", leader_port: r.port! + this.config.portCount },
+          shard: { rank, size: r.shards.length, leader_address: address.get(r.shards[0]!.node) ?? "", leader_port: rendezvousPort(r.port!, this.config) },
         });
       });
     }
@@ -394,7 +408,9 @@ export class Controller {
     if (!this.sink) return;
     const catalog: CatalogEntry[] = snapshot.models.map((m) => {
       const spec = m.spec as ModelSpec;
-      return { name: m.name, aliases: spec.aliases, on_demand: spec.on_demand, pool: spec.pool, created: Math.floor(m.createdAt / 1000) };
+      // The router holds a request for a cold on-demand model as long as a replica may still come up.
+      const startMs = Math.max(...spec.profiles.map((p) => serverStartDeadline(p, this.config)));
+      return { name: m.name, aliases: spec.aliases, on_demand: spec.on_demand, pool: spec.pool, created: Math.floor(m.createdAt / 1000), start_timeout_ms: startMs };
     });
     const cfp = JSON.stringify(catalog);
     if (cfp !== this.lastCatalog) {
@@ -475,7 +491,7 @@ export class Controller {
   // ---- views --------------------------------------------------------------------------
 
   tables(): Tables {
-    return buildTables({ snapshot: this.store.snapshot(), now: this.clock.now(), lastUsed: this.lastUsed, nodeTimeoutMs: this.config.nodeTimeoutMs, watchedSince: this.watchedSince });
+    return buildTables({ snapshot: this.store.snapshot(), now: this.clock.now(), lastUsed: this.lastUsed, nodeTimeoutMs: this.config.nodeTimeoutMs, watchedSince: this.watchedSince, engines: this.engines });
   }
 
   summary(): Summary {
@@ -639,6 +655,7 @@ export class Controller {
     this.store.deleteNode(name, on.map((r) => r.id), events, now);
     this.logsPorts.delete(name);
     this.logsCerts.delete(name);
+    this.engines.delete(name);
     this.unreachable.delete(name);
     this.generations.delete(name);
     const set = this.waiters.get(name);

@@ -27,7 +27,16 @@ export interface PlacementNode {
   gpus: PlacementGpu[];
   /** models whose weights are on this node */
   weights: ReadonlySet<string>;
+  /**
+   * Engines this node's agent looked for and found no version of (not installed, the probe
+   * failed), with why; profiles of those engines are not placed here. Absent, or an engine
+   * absent from it, means unknown (an older agent, a simulated node): never a reason to avoid it.
+   */
+  missingEngines?: ReadonlyMap<string, string>;
 }
+
+/** Built in, so every node can run it whatever its agent says. */
+const ALWAYS_AVAILABLE = "fake";
 
 export interface PlacementRequest {
   model: string;
@@ -127,8 +136,13 @@ class Fleet {
   readonly byName = new Map<string, number>();
   /** requested model → ids of nodes holding its weights */
   readonly weights = new Map<string, number[]>();
+  /** engine → ids of nodes whose agent found no version of it; why, per node id */
+  readonly lacking = new Map<string, number[]>();
+  readonly lackWhy: (ReadonlyMap<string, string> | undefined)[];
   /** bumped by every take, so a reason computed for one state is not reused for another */
   generation = 0;
+  /** nodes hidden from the buckets while one profile is tried (see hide) */
+  private hidden: number[] = [];
   /** Flattened GPU p's class, and its position and entry within that class's arrays. */
   private readonly gClass: Int32Array;
   private readonly gAt: Int32Array;
@@ -148,6 +162,16 @@ class Fleet {
     this.states = nodes.map((x) => x.state);
     this.ready = new Uint8Array(n);
     this.busy = new Int32Array(n);
+    this.lackWhy = nodes.map((x) => x.missingEngines);
+    nodes.forEach((x, id) => {
+      if (!x.missingEngines) return;
+      for (const engine of x.missingEngines.keys()) {
+        if (engine === ALWAYS_AVAILABLE) continue;
+        let list = this.lacking.get(engine);
+        if (!list) this.lacking.set(engine, (list = []));
+        list.push(id);
+      }
+    });
 
     const fabricSet = new Set<string>();
     for (const node of nodes) for (const f of node.fabrics) fabricSet.add(f);
@@ -398,6 +422,32 @@ class Fleet {
     this.busy[ci.node[e]!]!++;
   }
 
+  /**
+   * Takes the ready nodes that cannot run `engine` out of class ci's buckets (and out of the
+   * ready flags the direct scans read) while one profile is tried; unhide puts them back as they
+   * are, which is as they were: a hidden node is never taken from.
+   */
+  hide(ci: ClassIndex, engine: string): void {
+    const ids = this.lacking.get(engine);
+    if (!ids) return;
+    for (const id of ids) {
+      if (!this.ready[id]) continue;
+      this.ready[id] = 0;
+      this.hidden.push(id);
+      const e = this.entryOf(id, ci.id);
+      if (e >= 0) clearBit(ci, this.busy[id] === 0 ? 1 : 0, ci.free[e]!, e);
+    }
+  }
+
+  unhide(ci: ClassIndex): void {
+    for (const id of this.hidden) {
+      this.ready[id] = 1;
+      const e = this.entryOf(id, ci.id);
+      if (e >= 0) setBit(ci, this.busy[id] === 0 ? 1 : 0, ci.free[e]!, e);
+    }
+    this.hidden = [];
+  }
+
   inFabric(id: number, fabric: number): boolean {
     for (let x = this.fabOff[id]!; x < this.fabOff[id + 1]!; x++) if (this.fabList[x] === fabric) return true;
     return false;
@@ -619,6 +669,15 @@ export function place(nodes: readonly PlacementNode[], requests: readonly Placem
     const c = fleet.classId.get(p.gpu_class);
     if (c === undefined) return null;
     const ci = fleet.classes[c]!;
+    fleet.hide(ci, p.engine);
+    try {
+      return tryClass(ci, p, spread, m);
+    } finally {
+      fleet.unhide(ci);
+    }
+  }
+
+  function tryClass(ci: ClassIndex, p: Profile, spread: boolean, m: Marks): Shard[] | null {
     if (p.nodes <= 1) {
       const e = pickSingle(fleet, ci, p.gpus, spread, m);
       if (e < 0) return null;
@@ -703,7 +762,7 @@ class ReasonCache {
   }
 
   private profile(p: Profile): string {
-    const key = `${p.gpus}/${p.nodes}/${p.gpu_class}`;
+    const key = `${p.gpus}/${p.nodes}/${p.gpu_class}/${p.engine}`;
     const hit = this.cache.get(key);
     if (hit && hit.generation === this.fleet.generation) return hit.text;
     const text = profileReason(this.fleet, p);
@@ -712,20 +771,64 @@ class ReasonCache {
   }
 }
 
+/** Groups of nodes lacking an engine named in a reason before the rest are summed up. */
+const REASON_LACK_GROUPS = 3;
+
+/**
+ * "2 nodes have no vllm: vllm not found on PATH", one part per distinct reason, most nodes first,
+ * for the ready nodes of class ci that cannot run the engine; "" when there are none.
+ */
+function lackText(fleet: Fleet, ci: ClassIndex, engine: string): string {
+  const ids = fleet.lacking.get(engine);
+  if (!ids) return "";
+  const groups = new Map<string, number>();
+  for (const id of ids) {
+    if (!fleet.ready[id] || fleet.entryOf(id, ci.id) < 0) continue;
+    const why = fleet.lackWhy[id]?.get(engine) ?? "";
+    groups.set(why, (groups.get(why) ?? 0) + 1);
+  }
+  const sorted = [...groups].sort((a, b) => b[1] - a[1]);
+  const parts = sorted
+    .slice(0, REASON_LACK_GROUPS)
+    .map(([why, count]) => `${plural(count, "node")} ${count === 1 ? "has" : "have"} no ${engine}${why ? `: ${why}` : ""}`);
+  const rest = sorted.slice(REASON_LACK_GROUPS).reduce((sum, [, count]) => sum + count, 0);
+  if (rest > 0) parts.push(`${plural(rest, "more node")} without ${engine}`);
+  return parts.join("; ");
+}
+
 function profileReason(fleet: Fleet, p: Profile): string {
   const cls = p.gpu_class;
   const c = fleet.classId.get(cls);
   if (c === undefined) return `no node has ${cls} GPUs`;
   const ci = fleet.classes[c]!;
-  const { notReady, fabrics } = fleet.stats(ci);
+  // Counted before the nodes that cannot run the engine are hidden, then everything else is
+  // counted without them, as placement saw the class.
+  const lack = p.engine === ALWAYS_AVAILABLE ? "" : lackText(fleet, ci, p.engine);
+  if (!lack) return classReason(fleet, ci, p, "");
+  fleet.hide(ci, p.engine);
+  try {
+    return classReason(fleet, ci, p, lack);
+  } finally {
+    fleet.unhide(ci);
+  }
+}
+
+function classReason(fleet: Fleet, ci: ClassIndex, p: Profile, lack: string): string {
+  const cls = p.gpu_class;
+  const { notReady, fabrics: classFabrics } = fleet.stats(ci);
   const notReadyText = (["cordoned", "draining", "unreachable", "pending"] as const)
     .filter((s) => notReady[s] > 0)
     .map((s) => `${notReady[s]} ${s}`)
     .join(", ");
   let readyNodes = 0;
   for (let b = 0; b < 2 * ci.buckets; b++) readyNodes += ci.size[b]!;
-  if (readyNodes === 0) return `no ready node has ${cls} GPUs (${notReadyText})`;
   const notReadySuffix = notReadyText ? `; not ready: ${notReadyText}` : "";
+  const need = `needs ${p.nodes} whole ${cls} nodes (${plural(p.gpus, "GPU")} each) in one fabric`;
+  if (readyNodes === 0 && lack) return `${p.nodes > 1 ? `${need}; ` : ""}no ready ${cls} node can run ${p.engine} (${lack}${notReadySuffix})`;
+  if (readyNodes === 0) return `no ready node has ${cls} GPUs (${notReadyText})`;
+  const lackSuffix = lack ? `; ${lack}` : "";
+  // Fabrics of ready nodes that can run the engine: the class's own list may name some only the hidden nodes are in.
+  const fabrics = lack ? classFabrics.filter((f) => hasReadyIn(fleet, ci, f)) : classFabrics;
 
   if (p.nodes <= 1) {
     // How many ready nodes have how many free cards, most first: shows how far off it is.
@@ -736,12 +839,11 @@ function profileReason(fleet: Fleet, p: Profile): string {
       const verb = count === 1 ? "has" : "have";
       parts.push(parts.length === 0 ? `${plural(count, "node")} ${verb} ${f}` : `${count} ${verb} ${f}`);
     }
-    return `no ${cls} node has ${plural(p.gpus, "free GPU")} (${parts.join(", ")}${notReadySuffix})`;
+    return `no ${cls} node has ${plural(p.gpus, "free GPU")} (${parts.join(", ")}${lackSuffix}${notReadySuffix})`;
   }
 
   // Multi-node: whole nodes with enough cards of the class, per fabric that has ready nodes of it.
-  const need = `needs ${p.nodes} whole ${cls} nodes (${plural(p.gpus, "GPU")} each) in one fabric`;
-  if (fabrics.length === 0) return `${need}; no ready ${cls} node is in a fabric${notReadySuffix}`;
+  if (fabrics.length === 0) return `${need}; no ready ${cls} node is in a fabric${lackSuffix}${notReadySuffix}`;
   const whole = new Int32Array(fleet.fabricNames.length);
   for (let f = p.gpus; f < ci.buckets; f++) {
     const b = ci.buckets + f;
@@ -761,5 +863,11 @@ function profileReason(fleet: Fleet, p: Profile): string {
     .map((f) => `${fleet.fabricNames[f]} has ${whole[f]}`)
     .join(", ");
   if (listed.length > REASON_FABRICS) text += `, and ${plural(listed.length - REASON_FABRICS, "more fabric")}`;
-  return `${need}; ${text}${notReadySuffix}`;
+  return `${need}; ${text}${lackSuffix}${notReadySuffix}`;
+}
+
+/** Whether fabric f has a ready node with GPUs of class ci. */
+function hasReadyIn(fleet: Fleet, ci: ClassIndex, f: number): boolean {
+  for (let e = 0; e < ci.node.length; e++) if (fleet.ready[ci.node[e]!] && fleet.inFabric(ci.node[e]!, f)) return true;
+  return false;
 }

@@ -4,7 +4,7 @@
 // the plan in one transaction; nothing here reads a clock or touches the store.
 
 import type { ModelSpec, Profile } from "../protocol/catalog";
-import type { ReplicaReport } from "../protocol/heartbeat";
+import type { EngineReport, ReplicaReport } from "../protocol/heartbeat";
 import type { ModelStateRow, ReplicaRow, Snapshot } from "../store";
 import { type PlacementNode, type PlacementRequest, place } from "./placement";
 import { desiredReplicas, holdsGpus, nodeState, observedFrom } from "./views";
@@ -13,7 +13,14 @@ export { observedFrom };
 
 export interface ReconcileConfig {
   nodeTimeoutMs: number;
+  /** How long an engine has to become healthy when its profile sets no start_timeout (`serve --start-timeout`). */
   startTimeoutMs: number;
+  /**
+   * What the head node waits beyond a replica's start timeout before it fails it: its clock starts
+   * at placement, the agent's only once the assignment arrives and the engine is launched, and the
+   * agent's verdict needs a heartbeat to come back. The agent must always be the one that decides.
+   */
+  startMarginMs: number;
   maxFailures: number;
   backoffMs: number;
   backoffMaxMs: number;
@@ -21,14 +28,52 @@ export interface ReconcileConfig {
   replaceAfterMs: number;
   /** A replica the agent has not reported this long after placement is taken as lost. */
   reportGraceMs: number;
-  /** First port handed to engines on a node (per address); a replica's rendezvous port is its port + portCount. */
+  /**
+   * Engines get ports basePort … basePort + portCount - 1 on each node address; the portCount
+   * after them are rendezvous blocks of RENDEZVOUS_STRIDE ports, one per multi-node replica (see
+   * rendezvousPort). The two ranges never meet, so no engine port is ever inside a block.
+   */
   basePort: number;
   portCount: number;
 }
 
+/**
+ * Ports a multi-node replica's engines may bind from its rendezvous port up. SGLang with
+ * --nnodes > 1 binds --dist-init-addr's port and port+1 … port+6 on the leader
+ * (PortArgs.init_new: port_base = dist_init_port + 1, then port_base … port_base + 5), and with
+ * DP attention port_base + 5 + dp_rank; vLLM's and torch's rendezvous take the port itself. 16
+ * leaves room for DP attention up to 10 ranks.
+ */
+export const RENDEZVOUS_STRIDE = 16;
+
+/** Rendezvous blocks per node address. */
+export function rendezvousBlocks(cfg: Pick<ReconcileConfig, "portCount">): number {
+  return Math.floor(cfg.portCount / RENDEZVOUS_STRIDE);
+}
+
+/**
+ * The first port of the rendezvous block that goes with engine port `port` (Assignment.shard.
+ * leader_port): derived, not stored, so it needs no column. Placement gives a multi-node replica
+ * only an engine port whose block is free on every address it spans; a single-node replica's
+ * engines never use theirs, which is why it is not reserved for them.
+ */
+export function rendezvousPort(port: number, cfg: Pick<ReconcileConfig, "basePort" | "portCount">): number {
+  const blocks = Math.max(1, rendezvousBlocks(cfg));
+  return cfg.basePort + cfg.portCount + RENDEZVOUS_STRIDE * ((((port - cfg.basePort) % blocks) + blocks) % blocks);
+}
+
+function blockOf(port: number, cfg: Pick<ReconcileConfig, "basePort" | "portCount">): number {
+  return (rendezvousPort(port, cfg) - cfg.basePort - cfg.portCount) / RENDEZVOUS_STRIDE;
+}
+
 export const DEFAULT_RECONCILE: ReconcileConfig = {
   nodeTimeoutMs: 15_000,
-  startTimeoutMs: 600_000,
+  // 30 minutes: a 70B model on TP=8 takes ~3.5 min with a warm page cache (vLLM #19824), over
+  // 10 min from a cold disk (#10702), and a first torch.compile has been seen to take 37 min
+  // (#34399); a profile that needs more, or wants a failure noticed sooner, sets start_timeout.
+  startTimeoutMs: 1_800_000,
+  // The Controller replaces this with 2 heartbeat intervals + 1 min.
+  startMarginMs: 70_000,
   maxFailures: 5,
   backoffMs: 2_000,
   backoffMaxMs: 300_000,
@@ -81,8 +126,31 @@ export interface ReconcileInput {
   watchedSince?: number;
   /** When the clock last jumped (forward past any plausible gap, or backward). */
   jumpedAt?: number;
+  /** Per node, the engines its last heartbeat reported; a node absent here has not said (unknown). */
+  engines?: ReadonlyMap<string, readonly EngineReport[]>;
 }
 
+/** The engines a node's reports say it cannot run (no version found), with why. */
+export function missingEngines(reports: readonly EngineReport[] | undefined): Map<string, string> | undefined {
+  if (!reports) return undefined;
+  let out: Map<string, string> | undefined;
+  for (const e of reports) {
+    if (e.version !== null) continue;
+    (out ??= new Map()).set(e.engine, e.error ?? "");
+  }
+  return out;
+}
+
+
+/** How long the agent gives a replica of this profile to become healthy (Assignment.start_timeout_ms). */
+export function agentStartTimeout(profile: Pick<Profile, "start_timeout"> | undefined, cfg: Pick<ReconcileConfig, "startTimeoutMs">): number {
+  return profile?.start_timeout ?? cfg.startTimeoutMs;
+}
+
+/** How long after placement the head node fails a replica still starting: always after the agent's deadline. */
+export function serverStartDeadline(profile: Pick<Profile, "start_timeout"> | undefined, cfg: Pick<ReconcileConfig, "startTimeoutMs" | "startMarginMs">): number {
+  return agentStartTimeout(profile, cfg) + cfg.startMarginMs;
+}
 
 /** How long to wait before retrying a model after `failures` consecutive failures. */
 export function backoffDelay(failures: number, cfg: Pick<ReconcileConfig, "backoffMs" | "backoffMaxMs">): number {
@@ -125,7 +193,7 @@ export function oneLine(s: string, max = 300): string {
 
 const key = (node: string, idx: number) => `${node}\u0000${idx}`;
 
-export function reconcile({ snapshot, now, lastUsed, config: cfg, newId, watchedSince = Number.NEGATIVE_INFINITY, jumpedAt = Number.NEGATIVE_INFINITY }: ReconcileInput): Plan {
+export function reconcile({ snapshot, now, lastUsed, config: cfg, newId, watchedSince = Number.NEGATIVE_INFINITY, jumpedAt = Number.NEGATIVE_INFINITY, engines }: ReconcileInput): Plan {
   const plan = emptyPlan();
   const nodes = new Map(snapshot.nodes.map((n) => [n.name, n]));
   const hb = (n: { lastHeartbeat: number }) => observedFrom(n.lastHeartbeat, now, watchedSince);
@@ -161,8 +229,11 @@ export function reconcile({ snapshot, now, lastUsed, config: cfg, newId, watched
       remove(r);
       continue;
     }
-    if (r.state === "starting" && now - observedFrom(r.createdAt, now, watchedSince) > cfg.startTimeoutMs) {
-      const error = `not ready ${Math.round(cfg.startTimeoutMs / 1000)}s after it was placed${r.error ? `: ${r.error}` : ""}`;
+    const profile = (models.get(r.model)?.spec as ModelSpec | undefined)?.profiles.find((p) => p.name === r.profile);
+    const deadline = serverStartDeadline(profile, cfg);
+    if (r.state === "starting" && now - observedFrom(r.createdAt, now, watchedSince) > deadline) {
+      const limit = agentStartTimeout(profile, cfg);
+      const error = `not ready ${Math.round(deadline / 1000)}s after it was placed (start timeout ${Math.round(limit / 1000)}s + ${Math.round(cfg.startMarginMs / 1000)}s for the agent to launch it and report)${r.error ? `: ${r.error}` : ""}`;
       setState(r, "failed", { error });
       plan.events.push({ kind: "replica.failed", subject: `replica/${r.id}`, message: `replica ${r.id} of ${r.model} failed: ${oneLine(error)}` });
       recordFailure(plan, r.model, mstate.get(r.model), error, now, cfg);
@@ -271,18 +342,24 @@ export function reconcile({ snapshot, now, lastUsed, config: cfg, newId, watched
 
   // 4. Placement, over GPUs as they are once this step's removals are done.
   const held = new Set<string>();
-  const usedPorts = new Map<string, Set<number>>(); // by address: simulated nodes may share one
+  // By address: simulated nodes may share one, and so may nodes behind one NAT.
+  const usedPorts = new Map<string, Set<number>>();
+  /** Rendezvous blocks (by number) taken on each address by multi-node replicas. */
+  const usedBlocks = new Map<string, Set<number>>();
   const addressOf = (node: string) => nodes.get(node)?.address ?? node;
+  const take = (sets: Map<string, Set<number>>, address: string, v: number) => {
+    let set = sets.get(address);
+    if (!set) sets.set(address, (set = new Set()));
+    set.add(v);
+  };
   for (const r of snapshot.replicas) {
     if (!removed.has(r.id) && holdsGpus(stateOf(r))) for (const s of r.shards) for (const g of s.gpus) held.add(key(s.node, g));
     // A replica lost with its node may still have an engine on that port (the node is only
     // silent), so its port stays taken in this step even though the replica is gone.
     if (r.port !== null && r.state !== "failed")
       for (const s of r.shards) {
-        const a = addressOf(s.node);
-        let set = usedPorts.get(a);
-        if (!set) usedPorts.set(a, (set = new Set()));
-        set.add(r.port);
+        take(usedPorts, addressOf(s.node), r.port);
+        if (r.shards.length > 1) take(usedBlocks, addressOf(s.node), blockOf(r.port, cfg));
       }
   }
   const gpusByNode = new Map<string, PlacementNode["gpus"]>();
@@ -297,13 +374,17 @@ export function reconcile({ snapshot, now, lastUsed, config: cfg, newId, watched
     if (!s) weightsByNode.set(w.node, (s = new Set()));
     s.add(w.model);
   }
-  const pnodes: PlacementNode[] = snapshot.nodes.map((n) => ({
-    name: n.name,
-    state: state.get(n.name)!,
-    fabrics: n.fabrics,
-    gpus: gpusByNode.get(n.name) ?? [],
-    weights: weightsByNode.get(n.name) ?? new Set(),
-  }));
+  const pnodes: PlacementNode[] = snapshot.nodes.map((n) => {
+    const missing = missingEngines(engines?.get(n.name));
+    return {
+      name: n.name,
+      state: state.get(n.name)!,
+      fabrics: n.fabrics,
+      gpus: gpusByNode.get(n.name) ?? [],
+      weights: weightsByNode.get(n.name) ?? new Set(),
+      ...(missing ? { missingEngines: missing } : {}),
+    };
+  });
   // Every model gets its first replica before any gets its next.
   requests.sort((a, b) => (a.ready === 0 ? 0 : 1) - (b.ready === 0 ? 0 : 1) || a.ready / a.desired - b.ready / b.desired || (a.model < b.model ? -1 : 1));
   const result = requests.length > 0 ? place(pnodes, requests) : { placed: [], unplaceable: new Map<string, string>() };
@@ -361,15 +442,22 @@ export function reconcile({ snapshot, now, lastUsed, config: cfg, newId, watched
     const leader = p.shards[0]!.node;
     const addresses = [...new Set(p.shards.map((s) => addressOf(s.node)))];
     const id = newId();
-    const port = freePort(addresses.map((a) => usedPorts.get(a)), cfg, id);
+    const multi = p.shards.length > 1;
+    const portSets = addresses.map((a) => usedPorts.get(a));
+    const port = freePort(portSets, multi ? addresses.map((a) => usedBlocks.get(a)) : undefined, cfg, id);
     if (port === undefined) {
-      result.unplaceable.set(p.model, `no free engine port on ${addresses.join(", ")} (${cfg.portCount} in use)`);
+      const anyPort = multi && freePort(portSets, undefined, cfg, id) !== undefined;
+      result.unplaceable.set(
+        p.model,
+        anyPort
+          ? `no free rendezvous port block on ${addresses.join(", ")} (all ${rendezvousBlocks(cfg)} blocks of ${RENDEZVOUS_STRIDE} ports after the engine ports are held by multi-node replicas)`
+          : `no free engine port on ${addresses.join(", ")} (${cfg.portCount} in use)`,
+      );
       continue;
     }
     for (const a of addresses) {
-      let set = usedPorts.get(a);
-      if (!set) usedPorts.set(a, (set = new Set()));
-      set.add(port);
+      take(usedPorts, a, port);
+      if (multi) take(usedBlocks, a, blockOf(port, cfg));
     }
     plan.create.push({ id, model: p.model, profile: p.profile, shards: p.shards, port, endpoint: `http://${urlHost(addressOf(leader))}:${port}` });
     const where = p.shards.map((s) => `${s.node}:${s.gpus.join(",")}`).join(" ");
@@ -412,13 +500,20 @@ function emptyState(model: string): ModelStateRow {
   return { model, failures: 0, parked: false, reason: null, lastFailureAt: null, lastRequestedAt: null, scaleTarget: null, unplaceableReason: null };
 }
 
-function freePort(sets: (Set<number> | undefined)[], cfg: ReconcileConfig, id: string): number | undefined {
+/** Blocks given: the replica is multi-node, and its engine port's rendezvous block must be free too. */
+function freePort(sets: (Set<number> | undefined)[], blocks: (Set<number> | undefined)[] | undefined, cfg: ReconcileConfig, id: string): number | undefined {
+  if (blocks && rendezvousBlocks(cfg) === 0) return undefined;
   let h = 2166136261;
   for (let i = 0; i < id.length; i++) h = Math.imul(h ^ id.charCodeAt(i), 16777619) >>> 0;
   const start = h % cfg.portCount;
   for (let k = 0; k < cfg.portCount; k++) {
     const p = cfg.basePort + ((start + k) % cfg.portCount);
-    if (sets.every((s) => !s?.has(p))) return p;
+    if (!sets.every((s) => !s?.has(p))) continue;
+    if (blocks) {
+      const b = blockOf(p, cfg);
+      if (!blocks.every((s) => !s?.has(b))) continue;
+    }
+    return p;
   }
   return undefined;
 }

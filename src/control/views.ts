@@ -2,6 +2,7 @@
 // clock reading and the router's last-used map come in as arguments, so the same inputs give
 // the same tables, and the summary (summary.ts) is computed from these very tables.
 
+import type { EngineReport } from "../protocol/heartbeat";
 import type { GpuView, ModelView, NodeState, NodeView, ReplicaView, Tables } from "../protocol/views";
 import type { ModelRow, ModelStateRow, Snapshot } from "../store";
 
@@ -14,6 +15,8 @@ export interface ViewInputs {
   nodeTimeoutMs: number;
   /** Since when the control plane has watched without a gap (see Controller). */
   watchedSince?: number;
+  /** Per node, the engines its last heartbeat reported; absent when it has not said. */
+  engines?: ReadonlyMap<string, readonly EngineReport[]>;
 }
 
 /**
@@ -64,7 +67,7 @@ export function idleSeconds(id: string, lastUsed: ReadonlyMap<string, number>, n
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
-export function buildTables({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSince = Number.NEGATIVE_INFINITY }: ViewInputs): Tables {
+export function buildTables({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSince = Number.NEGATIVE_INFINITY, engines }: ViewInputs): Tables {
   const holder = new Map<string, string>();
   for (const r of snapshot.replicas) {
     if (!holdsGpus(r.state)) continue;
@@ -136,6 +139,7 @@ export function buildTables({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSin
       gpu_unhealthy: unhealthy,
       gpu_memory_mib: memoryByNode.get(n.name) ?? 0,
       discovery_error: snapshot.discovery?.get(n.name)?.error ?? null,
+      engines: (engines?.get(n.name) ?? []).map((e) => ({ engine: e.engine, version: e.version, error: e.error })),
     };
   });
 

@@ -22,8 +22,22 @@ export const Profile = z.strictObject({
   priority: z.number().int().min(0).max(1000).default(0),
   args: z.array(z.string().max(4096)).max(CATALOG_LIMITS.args).default([]),
   env: safeRecord(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "must be an environment variable name"), z.string().max(4096)).default({}),
+  /**
+   * How long a replica of this profile has to become healthy, from the agent's launch; the head
+   * node waits this plus a margin (see ReconcileConfig.startMarginMs). Absent: the server's
+   * `--start-timeout`, whose default is sized for a 70B cold start.
+   */
+  start_timeout: Duration.refine((ms) => ms >= 1000, "must be at least 1s").optional(),
 });
 export type Profile = z.infer<typeof Profile>;
+
+/**
+ * A MIG class: the agent names a GPU instance "<card class>/<profile>" (e.g. "A100-80GB/3g.40gb")
+ * and a compute instance "<card class>/<n>c.<profile>"; whole cards never carry a "/".
+ */
+export function isMigClass(gpuClass: string): boolean {
+  return gpuClass.includes("/");
+}
 
 const ModelFields = z.strictObject({
   name: Name,
@@ -53,6 +67,10 @@ export const ModelSpec = ModelFields.superRefine((m, ctx) => {
   m.profiles.forEach((p, i) => {
     if (seen.has(p.name)) ctx.addIssue({ code: "custom", path: ["profiles", i, "name"], message: `duplicate profile name "${p.name}"` });
     seen.add(p.name);
+    // NVIDIA's MIG user guide: a CUDA process sees at most one MIG device, whatever
+    // CUDA_VISIBLE_DEVICES lists, so tensor parallelism over MIG instances cannot start.
+    if (isMigClass(p.gpu_class) && p.gpus > 1)
+      ctx.addIssue({ code: "custom", path: ["profiles", i, "gpus"], message: "one CUDA process can use only one MIG device (NVIDIA MIG user guide): gpus must be 1 for a MIG class" });
     if (p.engine === "llama.cpp" && p.nodes > 1)
       ctx.addIssue({ code: "custom", path: ["profiles", i, "nodes"], message: "llama.cpp cannot run one replica across several nodes" });
   });

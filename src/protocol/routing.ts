@@ -30,6 +30,13 @@ export interface CatalogEntry {
   pool: string;
   /** Created time, seconds since the epoch, for /v1/models. */
   created: number;
+  /**
+   * How long the control plane gives a replica of this model to start before it gives up on it
+   * (its profiles' longest start timeout plus the control plane's margin), ms: the router holds a
+   * request for a cold on-demand model up to this, or its own cold-start timeout when longer.
+   * Absent: the router's cold-start timeout alone.
+   */
+  start_timeout_ms?: number;
 }
 
 /** A client API key as the router checks it: never the key itself, only its SHA-256 (hex). */

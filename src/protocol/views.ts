@@ -34,6 +34,14 @@ export const GpuViewSchema = z.object({
 });
 export type GpuView = z.infer<typeof GpuViewSchema>;
 
+/** One engine as a node's agent found it: its version, or null and why there is none. */
+export const EngineViewSchema = z.object({
+  engine: z.string(),
+  version: z.string().nullable(),
+  error: z.string().nullable(),
+});
+export type EngineView = z.infer<typeof EngineViewSchema>;
+
 export const NodeViewSchema = z.object({
   name: z.string(),
   state: NodeStateSchema,
@@ -54,6 +62,10 @@ export const NodeViewSchema = z.object({
   gpu_memory_mib: z.number().int().describe("Memory of its GPUs in MiB, each GPU instance's once (compute instances share it)."),
   /** Why GPU discovery failed or is incomplete on this node, as it last reported; null when it went well. */
   discovery_error: z.string().nullable().describe("Why GPU discovery failed or is incomplete on this node, as it last reported; null when it went well."),
+  /** The engines the node's agent reported, with the version it found or why it found none; empty when it has not said. */
+  engines: z
+    .array(EngineViewSchema)
+    .describe("The engines the node's agent reported, with the version it found (null: none, with why in `error`); empty when the agent has not said (older agents, simulated nodes): unknown, not absent."),
 });
 export type NodeView = z.infer<typeof NodeViewSchema>;
 

@@ -28,7 +28,10 @@ export interface RouterOptions {
   firstByteTimeoutMs?: number;
   /** And then never go quiet for longer than this between chunks. */
   idleTimeoutMs?: number;
-  /** How long a request for a cold on-demand model waits for a replica to come up. */
+  /**
+   * How long a request for a cold on-demand model waits for a replica to come up, at least: a
+   * model whose catalog entry says its replicas may take longer to start is waited for that long.
+   */
   coldStartTimeoutMs?: number;
   /** A failing endpoint (connection error, 5xx) is passed over this long. */
   cooldownMs?: number;
@@ -333,8 +336,16 @@ export class Router implements EndpointSink, UsageSource {
     return jsonReply({ id, object: "model", created: m.created, owned_by: "llmgw", ...(id !== m.name ? { root: m.name } : {}) });
   }
 
+  /**
+   * How long a request for this cold on-demand model is held: a replica the control plane still
+   * gives time to start may yet come up, so the hold is the longer of the two.
+   */
+  private coldStartHoldMs(entry: CatalogEntry): number {
+    return Math.max(this.o.coldStartTimeoutMs, entry.start_timeout_ms ?? 0);
+  }
+
   /** Waits until the model has an endpoint, the deadline passes, or the client goes away. */
-  private waitForEndpoint(model: string, pool: string | undefined, ex: ClientExchange, then: (ok: boolean) => void): void {
+  private waitForEndpoint(model: string, pool: string | undefined, holdMs: number, ex: ClientExchange, then: (ok: boolean) => void): void {
     if (this.balancer.has(model, pool)) return then(true);
     const done = (ok: boolean) => {
       clearTimeout(timer);
@@ -350,7 +361,7 @@ export class Router implements EndpointSink, UsageSource {
       if (this.balancer.has(model, pool)) done(true);
       else if (!this.server) done(false);
     };
-    const timer = setTimeout(() => done(false), this.o.coldStartTimeoutMs);
+    const timer = setTimeout(() => done(false), holdMs);
     this.waiters.add(check);
     ex.onAbort = () => done(false);
   }
@@ -390,18 +401,19 @@ export class Router implements EndpointSink, UsageSource {
     // waiting for; any other is starting, failing or unplaceable, and the client is better
     // served by a prompt 503 it can retry.
     this.o.demand?.requestModel(model);
+    const holdMs = this.coldStartHoldMs(entry);
     const notReady = () => {
       this.requests.inc([entry.name, "503"]);
       send(
         ex,
-        openAIError(503, `no replica of '${model}' is ready${entry.on_demand ? ` after waiting ${Math.round(this.o.coldStartTimeoutMs / 1000)}s for one to start` : ""}; try again shortly`, {
+        openAIError(503, `no replica of '${model}' is ready${entry.on_demand ? ` after waiting ${Math.round(holdMs / 1000)}s for one to start` : ""}; try again shortly`, {
           code: "model_not_ready",
           headers: { "retry-after": entry.on_demand ? "30" : "10" },
         }),
       );
     };
     if (!entry.on_demand) return notReady();
-    this.waitForEndpoint(model, pool, ex, (ok) => (ok && !ex.aborted ? go() : notReady()));
+    this.waitForEndpoint(model, pool, holdMs, ex, (ok) => (ok && !ex.aborted ? go() : notReady()));
   }
 
   private readonly perModel = new Map<string, ModelSeries>();

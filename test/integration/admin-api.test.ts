@@ -134,6 +134,28 @@ describe("catalog", () => {
     expect((await s.admin("/api/v1/models/bad")).status).toBe(404);
   });
 
+  test("a MIG profile asking for gpus > 1 is refused at PUT and at apply, naming the field", async () => {
+    const mig = { profiles: [{ name: "mig", engine: "vllm", gpu_class: "A100-80GB/3g.40gb", gpus: 2 }] };
+    const put = await s.admin("/api/v1/models/mig-two", { method: "PUT", body: JSON.stringify(mig) });
+    expect(put.status).toBe(400);
+    const pj = (await put.json()) as { error: { issues: { path: string; message: string }[] } };
+    expect(pj.error.issues).toEqual([{ path: "profiles.0.gpus", message: "one CUDA process can use only one MIG device (NVIDIA MIG user guide): gpus must be 1 for a MIG class" }]);
+    const apply = await s.admin("/api/v1/apply", { method: "POST", body: JSON.stringify({ models: [{ name: "mig-two", ...mig }] }) });
+    expect(apply.status).toBe(400);
+    expect(((await apply.json()) as { error: { issues: { path: string }[] } }).error.issues.map((i) => i.path)).toEqual(["models.0.profiles.0.gpus"]);
+    expect((await s.admin("/api/v1/models/mig-two")).status).toBe(404);
+  });
+
+  test("a profile's start_timeout round-trips GET → PUT in words", async () => {
+    const body = { profiles: [{ name: "p", engine: "vllm", gpu_class: H, start_timeout: "45m" }] };
+    expect((await s.admin("/api/v1/models/slow-start", { method: "PUT", body: JSON.stringify(body) })).status).toBe(201);
+    const got = (await (await s.admin("/api/v1/models/slow-start")).json()) as { spec: { profiles: { start_timeout: unknown }[] } };
+    expect(got.spec.profiles[0]!.start_timeout).toBe("2700s");
+    const again = (await (await s.admin("/api/v1/models/slow-start", { method: "PUT", body: JSON.stringify(got.spec) })).json()) as { result: string };
+    expect(again.result).toBe("unchanged");
+    await s.admin("/api/v1/models/slow-start", { method: "DELETE" });
+  });
+
   test("apply: a whole file, all or none", async () => {
     const ok = await s.admin("/api/v1/apply", { method: "POST", body: JSON.stringify({ models: [{ name: "m1", ...modelBody() }, { name: "m2", ...modelBody() }] }) });
     expect(ok.status).toBe(200);
@@ -207,6 +229,19 @@ describe("nodes, events, summary", () => {
     expect(((await r.json()) as { error: { code: string } }).error.code).toBe("not_found");
     const big = await s.admin("/api/v1/apply", { method: "POST", body: "x".repeat(9 * 1024 * 1024) });
     expect(big.status).toBe(413);
+  });
+});
+
+describe("engines in the node view", () => {
+  test("the engines a heartbeat reports are in GET /nodes/NAME; a node that reports none has an empty list", async () => {
+    const engines = [
+      { engine: "vllm", version: "0.11.0", error: null },
+      { engine: "sglang", version: null, error: "No module named 'sglang'" },
+    ];
+    expect((await s.agent({ ...heartbeat({ name: "gpu-eng", gpus: [H] }), engines })).status).toBe(200);
+    expect(((await (await s.admin("/api/v1/nodes/gpu-eng")).json()) as NodeView).engines).toEqual(engines);
+    expect((await s.agent(heartbeat({ name: "gpu-eng", gpus: [H] }))).status).toBe(200);
+    expect(((await (await s.admin("/api/v1/nodes/gpu-eng")).json()) as NodeView).engines).toEqual([]);
   });
 });
 

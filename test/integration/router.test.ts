@@ -272,6 +272,26 @@ describe("cold start and usage", () => {
     expect(res.headers.get("retry-after")).toBe("30");
   });
 
+  test("a model whose start timeout is longer than --cold-start-timeout is waited for that long; never less than --cold-start-timeout", async () => {
+    let slow: Router | undefined;
+    const late = (r: () => Router | undefined, ms: number) => ({ requestModel: () => void setTimeout(() => r()!.setEndpoints([ep("late", e1.url)]), ms) });
+    const a = router({ coldStartTimeoutMs: 100, demand: late(() => slow, 400) }, [], cat({ on_demand: true, start_timeout_ms: 3_000 }));
+    slow = a.r;
+    expect((await post(a.url, chat())).status).toBe(200);
+    // A start timeout shorter than the cold-start hold does not shorten it.
+    let quick: Router | undefined;
+    const b = router({ coldStartTimeoutMs: 3_000, demand: late(() => quick, 400) }, [], cat({ on_demand: true, start_timeout_ms: 50 }));
+    quick = b.r;
+    expect((await post(b.url, chat())).status).toBe(200);
+    // The 503 after the hold says how long it waited.
+    const c = router({ coldStartTimeoutMs: 100 }, [], cat({ on_demand: true, start_timeout_ms: 1_500 }));
+    const t0 = performance.now();
+    const res = await post(c.url, chat());
+    expect(res.status).toBe(503);
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(1_400);
+    expect(((await res.json()) as { error: { message: string } }).error.message).toContain("after waiting 2s");
+  });
+
   test("last-used is absent until a request is sent (unknown, not idle), stamped by the injected clock", async () => {
     let now = 1_000_000;
     const { url, r } = router({ now: () => now }, [ep("a", e1.url), ep("b", e2.url)]);

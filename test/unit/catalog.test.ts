@@ -53,6 +53,30 @@ models:
     expect(paths(r2)).toEqual(expect.arrayContaining(["replicas.max", "aliases.0", "profiles.1.name", "profiles.1.nodes"]));
   });
 
+  test("a profile's start_timeout is a duration, optional (absent: the server's --start-timeout)", () => {
+    const m = ModelSpec.parse({ name: "a", profiles: [{ name: "p", engine: "vllm", gpu_class: "X", start_timeout: "45m" }, { name: "q", engine: "vllm", gpu_class: "X" }] });
+    expect(m.profiles[0]!.start_timeout).toBe(45 * 60_000);
+    expect(m.profiles[1]!.start_timeout).toBeUndefined();
+    expect(paths(ModelSpec.safeParse({ name: "a", profiles: [{ name: "p", engine: "vllm", gpu_class: "X", start_timeout: "soon" }] }))).toEqual(["profiles.0.start_timeout"]);
+    // The agent is told it in milliseconds and needs a positive number.
+    expect(paths(ModelSpec.safeParse({ name: "a", profiles: [{ name: "p", engine: "vllm", gpu_class: "X", start_timeout: "0s" }] }))).toEqual(["profiles.0.start_timeout"]);
+  });
+
+  test("gpus > 1 of a MIG class is refused: one CUDA process can use only one MIG device", () => {
+    const mig = (gpus: number, cls = "A100-80GB/3g.40gb") => ModelSpec.safeParse({ name: "a", profiles: [{ name: "whole", engine: "vllm", gpu_class: "H100-80GB", gpus: 4 }, { name: "mig", engine: "vllm", gpu_class: cls, gpus }] });
+    const r = mig(2);
+    expect(r.success).toBe(false);
+    expect(r.error!.issues.map((i) => `${i.path.join(".")}: ${i.message}`)).toEqual([
+      "profiles.1.gpus: one CUDA process can use only one MIG device (NVIDIA MIG user guide): gpus must be 1 for a MIG class",
+    ]);
+    // A compute instance's class is a MIG class too.
+    expect(paths(mig(3, "H200-141GB/1c.3g.71gb"))).toEqual(["profiles.1.gpus"]);
+    expect(mig(1).success).toBe(true);
+    // And in a catalog file, under the model's own path.
+    const f = CatalogFile.safeParse({ models: [{ name: "a", profiles: [{ name: "mig", engine: "sglang", gpu_class: "A100-80GB/1g.10gb", gpus: 2, nodes: 2 }] }] });
+    expect(paths(f)).toEqual(["models.0.profiles.0.gpus"]);
+  });
+
   test("a model needs a profile", () => {
     expect(paths(ModelSpec.safeParse({ name: "a", profiles: [] }))).toEqual(["profiles"]);
   });

@@ -12,6 +12,8 @@ const A = "A100-80GB";
 const MIG = "A100-80GB/3g.40gb";
 
 interface NodeOpts {
+  /** engine → why the node's agent found no version of it */
+  missing?: Record<string, string>;
   state?: PlacementNode["state"];
   fabrics?: string[];
   weights?: string[];
@@ -27,6 +29,7 @@ function node(name: string, classes: string[], o: NodeOpts = {}): PlacementNode 
     fabrics: o.fabrics ?? [],
     gpus: classes.map((c, i) => ({ index: i, uuid: `GPU-${name}-${i}`, class: c, healthy: !o.unhealthy?.includes(i), used: o.used?.includes(i) ?? false })),
     weights: new Set(o.weights ?? []),
+    ...(o.missing ? { missingEngines: new Map(Object.entries(o.missing)) } : {}),
   };
 }
 
@@ -308,6 +311,59 @@ describe("reasons", () => {
   });
 });
 
+describe("engines a node cannot run", () => {
+  const NO_VLLM = { vllm: "vllm not found on PATH" };
+  const eng = (p: Profile, engine: Profile["engine"]): Profile => ({ ...p, engine });
+
+  test("a node without the profile's engine is passed over; a node that said nothing about engines is not", () => {
+    // a has the weights and would win; it has no vllm. b never reported engines (unknown ≠ absent).
+    const nodes = [node("a", cards(H, 2), { weights: ["m"], missing: NO_VLLM }), node("b", cards(H, 2))];
+    expect(where(place(nodes, [req("m", [prof("p", H)])]))).toEqual(["p@b:0"]);
+    // The same node runs an SGLang profile: only the engine it lacks is avoided.
+    expect(where(place(nodes, [req("m", [eng(prof("p", H), "sglang")])]))).toEqual(["p@a:0"]);
+    // The fake engine is built in: always available, whatever a node says.
+    const fake = [node("a", cards(H, 1), { missing: { vllm: "vllm not found on PATH", fake: "not found" } })];
+    expect(where(place(fake, [req("m", [eng(prof("p", H), "fake")])]))).toEqual(["p@a:0"]);
+    expect(where(place(fake, [req("m", [prof("p", H)])]))).toEqual([]);
+  });
+
+  test("the next profile takes over, and multi-node replicas avoid such nodes too", () => {
+    const nodes = [
+      node("a", cards(H, 8), { fabrics: ["ib"], missing: NO_VLLM }),
+      node("b", cards(H, 8), { fabrics: ["ib"] }),
+      node("c", cards(H, 8), { fabrics: ["ib"] }),
+    ];
+    expect(where(place(nodes, [req("m", [prof("v", H, 8, 2)])]))).toEqual(["v@b:0,1,2,3,4,5,6,7+c:0,1,2,3,4,5,6,7"]);
+    const one = [node("a", cards(H, 2), { missing: NO_VLLM })];
+    expect(where(place(one, [req("m", [prof("v", H), eng(prof("s", H), "sglang")])]))).toEqual(["s@a:0"]);
+  });
+
+  test("the reason says how many nodes lack the engine, and why", () => {
+    const nodes = [
+      node("a", cards(H, 2), { missing: NO_VLLM }),
+      node("b", cards(H, 2), { missing: NO_VLLM }),
+      node("c", cards(H, 2), { used: [0, 1] }),
+      node("d", cards(A, 2), { missing: { vllm: "vllm --version exited with status 1" } }),
+    ];
+    expect(place(nodes, [req("m", [prof("p", H)])]).unplaceable.get("m")).toBe("no H100-80GB node has 1 free GPU (1 node has 0; 2 nodes have no vllm: vllm not found on PATH)");
+    const none = [node("a", cards(H, 2), { missing: NO_VLLM }), node("b", cards(H, 2), { missing: { vllm: "vllm --version exited with status 1" } }), node("c", cards(H, 2), { state: "cordoned" })];
+    expect(place(none, [req("m", [prof("p", H)])]).unplaceable.get("m")).toBe(
+      "no ready H100-80GB node can run vllm (1 node has no vllm: vllm not found on PATH; 1 node has no vllm: vllm --version exited with status 1; not ready: 1 cordoned)",
+    );
+    expect(place(none, [req("m", [prof("p", H, 2, 2)])]).unplaceable.get("m")).toBe(
+      "needs 2 whole H100-80GB nodes (2 GPUs each) in one fabric; no ready H100-80GB node can run vllm (1 node has no vllm: vllm not found on PATH; 1 node has no vllm: vllm --version exited with status 1; not ready: 1 cordoned)",
+    );
+  });
+
+  test("nodes it passed over keep their GPUs for the next request", () => {
+    const nodes = [node("a", cards(H, 1), { missing: NO_VLLM })];
+    const r = place(nodes, [req("v", [prof("p", H)]), req("s", [eng(prof("p", H), "sglang")])]);
+    expect(where(r)).toEqual(["p@a:0"]);
+    expect(r.placed[0]!.model).toBe("s");
+    expect(r.unplaceable.get("v")).toBe("no ready H100-80GB node can run vllm (1 node has no vllm: vllm not found on PATH)");
+  });
+});
+
 describe("fleets larger than one 32-entry word", () => {
   // The per-class index keeps 32 nodes to a word; these cases cross word boundaries.
   const big = (n: number, o: (i: number) => NodeOpts = () => ({})) => Array.from({ length: n }, (_, i) => node(`n${String(i).padStart(3, "0")}`, cards(H, 4), o(i)));
@@ -406,6 +462,8 @@ function fleetArb(maxNodes: number, maxGpus: number) {
     class: fc.constantFrom(...CLASSES),
     gpus: fc.array(gpuArb, { minLength: 1, maxLength: maxGpus }),
     weights: fc.subarray(["m0", "m1", "m2"]),
+    // a node whose agent found no vllm (the profiles' engine): never placed on
+    noVllm: weighted(false, true, 5),
   });
   return fc
     .record({ main: fc.constantFrom(...CLASSES), tidy: fc.boolean(), list: fc.array(nodeArb, { minLength: 2, maxLength: maxNodes }) })
@@ -426,6 +484,7 @@ function fleetArb(maxNodes: number, maxGpus: number) {
             used: !pristine && g.used,
           })),
           weights: new Set(n.weights),
+          ...(n.noVllm ? { missingEngines: new Map([["vllm", "vllm not found on PATH"]]) } : {}),
         };
       }),
     }));
@@ -464,6 +523,7 @@ function checkValid(nodes: readonly PlacementNode[], requests: readonly Placemen
     for (const s of p.shards) {
       const n = byName.get(s.node)!;
       expect(n.state).toBe("ready");
+      expect(n.missingEngines?.has(pr.engine) ?? false).toBe(false);
       expect(s.gpus.length).toBe(pr.gpus);
       expect([...s.gpus].sort((a, b) => a - b)).toEqual(s.gpus);
       for (const i of s.gpus) {
@@ -495,7 +555,7 @@ function combinations<T>(items: readonly T[], k: number): T[][] {
 /** Whether any assignment at all of nodes and GPUs to one replica of `p` is valid: the oracle. */
 function bruteForceFits(nodes: readonly PlacementNode[], p: Profile): boolean {
   for (const group of combinations(nodes, p.nodes)) {
-    if (!group.every((n) => n.state === "ready")) continue;
+    if (!group.every((n) => n.state === "ready" && !n.missingEngines?.has(p.engine))) continue;
     if (p.nodes > 1) {
       if (!group.every((n) => n.gpus.length > 0 && n.gpus.every((g) => g.healthy && !g.used))) continue;
       if (!group[0]!.fabrics.some((f) => group.every((n) => n.fabrics.includes(f)))) continue;
@@ -511,7 +571,7 @@ function bruteForceFits(nodes: readonly PlacementNode[], p: Profile): boolean {
  * class, or a fabric with n ready nodes that are whole and have k GPUs of the class.
  */
 function roomFor(nodes: readonly PlacementNode[], p: Profile): boolean {
-  const fits = (n: PlacementNode) => n.state === "ready" && n.gpus.filter((g) => g.class === p.gpu_class && g.healthy && !g.used).length >= p.gpus;
+  const fits = (n: PlacementNode) => n.state === "ready" && !n.missingEngines?.has(p.engine) && n.gpus.filter((g) => g.class === p.gpu_class && g.healthy && !g.used).length >= p.gpus;
   if (p.nodes === 1) return nodes.some(fits);
   const whole = nodes.filter((n) => fits(n) && n.gpus.every((g) => g.healthy && !g.used));
   const fabrics = new Set(whole.flatMap((n) => n.fabrics));

@@ -7,7 +7,7 @@ import { beforeEach, describe, expect, test } from "bun:test";
 import pino from "pino";
 import { ManualClock } from "../../src/control/clock";
 import { Controller } from "../../src/control/controller";
-import type { EndpointInfo } from "../../src/control/interfaces";
+import type { CatalogEntry, EndpointInfo } from "../../src/control/interfaces";
 import type { HeartbeatResponse, ReplicaReport } from "../../src/protocol/heartbeat";
 import { Store } from "../../src/store";
 import { T0, heartbeat, model, type NodeDef } from "../helpers/fleet";
@@ -31,8 +31,10 @@ function setup(reconcile: Record<string, number> = {}) {
     reconcile: { backoffMs: 2_000, backoffMaxMs: 60_000, maxFailures: 3, replaceAfterMs: 30_000, reportGraceMs: 5_000, startTimeoutMs: 120_000, ...reconcile },
   });
   published = [];
-  ctl.setEndpointSink({ setEndpoints: (e) => published.push(e), setCatalog: () => {}, setApiKeys: () => {} });
+  catalogs = [];
+  ctl.setEndpointSink({ setEndpoints: (e) => published.push(e), setCatalog: (c) => catalogs.push(c), setApiKeys: () => {} });
 }
+let catalogs: CatalogEntry[][];
 
 const nodesDef: NodeDef[] = [
   { name: "a", fabrics: ["f1"], gpus: [H, H] },
@@ -233,14 +235,74 @@ describe("failures, backoff and parking", () => {
     ctl.tick();
     const id = byModel("m")[0]!.id;
     // The agent keeps reporting it as starting.
-    for (let t = 0; t < 121; t += 10) {
+    for (let t = 0; t < 171; t += 10) {
       clock.advance(10_000);
       nodesDef.forEach((d) => beat(d, [{ id, state: "starting", port: 1, error: null }]));
     }
     ctl.tick();
+    expect(reps().find((x) => x.id === id)!.state).toBe("starting");
+    clock.advance(10_000);
+    ctl.tick();
     const r = reps().find((x) => x.id === id)!;
     expect(r.state).toBe("failed");
-    expect(r.error).toContain("not ready 120s after it was placed");
+    // 120s start timeout + 2 heartbeat intervals (1s) + 1 min.
+    expect(r.error).toContain("not ready 182s after it was placed");
+  });
+
+  test("the agent is given the profile's start_timeout, or the server's --start-timeout for a profile without one", () => {
+    nodesDef.forEach((d) => beat(d));
+    ctl.putModels([
+      model({ name: "slow", profiles: [{ name: "p", engine: "vllm", gpu_class: H, start_timeout: "45m" }] }),
+      model({ name: "plain" }),
+    ]);
+    ctl.tick();
+    const all = nodesDef.flatMap((d) => beat(d).assignments);
+    expect(Object.fromEntries(all.map((a) => [a.model, a.start_timeout_ms]))).toEqual({ slow: 45 * 60_000, plain: 120_000 });
+  });
+
+  test("the router is told how long each model's replicas may take to start: its longest profile, plus the margin", () => {
+    nodesDef.forEach((d) => beat(d));
+    ctl.putModels([
+      model({ name: "slow", on_demand: true, replicas: { min: 0 }, profiles: [{ name: "p", engine: "vllm", gpu_class: H, start_timeout: "5m" }, { name: "q", engine: "vllm", gpu_class: H, start_timeout: "45m" }] }),
+      model({ name: "plain" }),
+    ]);
+    ctl.tick();
+    const last = catalogs.at(-1)!;
+    expect(Object.fromEntries(last.map((c) => [c.name, c.start_timeout_ms]))).toEqual({ slow: 45 * 60_000 + 62_000, plain: 120_000 + 62_000 });
+  });
+
+  test("the server's start deadline is the profile's start_timeout plus a margin, so it always comes after the agent's", () => {
+    nodesDef.forEach((d) => beat(d));
+    ctl.putModels([
+      model({ name: "slow", profiles: [{ name: "p", engine: "vllm", gpu_class: H, start_timeout: "5m" }] }),
+      model({ name: "quick", profiles: [{ name: "p", engine: "vllm", gpu_class: H, start_timeout: "30s" }] }),
+    ]);
+    ctl.tick();
+    const id = (m: string) => byModel(m)[0]!.id;
+    const [slow, quick] = [id("slow"), id("quick")];
+    const state = (r: string) => reps().find((x) => x.id === r)!.state;
+    const leaders = new Map([slow, quick].map((r) => [r, reps().find((x) => x.id === r)!.shards[0]!.node]));
+    const advance = (ms: number) => {
+      for (let left = ms; left > 0; ) {
+        const step = Math.min(left, 5_000);
+        clock.advance(step);
+        left -= step;
+        // The agents keep saying "starting".
+        nodesDef.forEach((d) => beat(d, [slow, quick].filter((r) => leaders.get(r) === d.name).map((r) => ({ id: r, state: "starting", port: 1, error: null }))));
+      }
+      ctl.tick();
+    };
+    // Margin: 2 heartbeat intervals (1s each) + 1 min = 62s.
+    advance(30_000 + 61_000);
+    expect(state(quick)).toBe("starting");
+    advance(2_000);
+    expect(state(quick)).toBe("failed");
+    expect(reps().find((x) => x.id === quick)!.error).toContain("not ready 92s after it was placed");
+    expect(state(slow)).toBe("starting");
+    advance(300_000 + 62_000 - 93_000 - 1_000);
+    expect(state(slow)).toBe("starting");
+    advance(2_000);
+    expect(state(slow)).toBe("failed");
   });
 
   test("a ready replica the agent no longer reports has failed; a crash report carries its reason", () => {
@@ -408,6 +470,40 @@ describe("multi-node replicas", () => {
     expect([a2.shard.rank, a3.shard.rank].sort()).toEqual([0, 1]);
     expect(a2.shard.size).toBe(2);
     expect(a2.shard.leader_address).toBe(a3.shard.leader_address);
+  });
+});
+
+describe("engines a node can run", () => {
+  const noVllm = [
+    { engine: "vllm" as const, version: null, error: "vllm not found on PATH" },
+    { engine: "sglang" as const, version: "0.5.2", error: null },
+  ];
+
+  test("a node whose agent found no vllm gets no vllm replica, and the reason says so; it shows in the node view", () => {
+    nodesDef.forEach((d) => ctl.heartbeat({ ...heartbeat(d), engines: noVllm }));
+    ctl.putModels([model({ name: "m" })]);
+    ctl.tick();
+    expect(byModel("m")).toEqual([]);
+    expect(ctl.models()[0]!.reason).toBe("no ready H100-80GB node can run vllm (2 nodes have no vllm: vllm not found on PATH)");
+    expect(ctl.node("a").engines).toEqual(noVllm);
+    // vllm installed on b: the next heartbeat says so, and the replica goes there.
+    ctl.heartbeat({ ...heartbeat(nodesDef[1]!), engines: [{ engine: "vllm", version: "0.11.0", error: null }] });
+    ctl.tick();
+    expect(byModel("m").map((r) => r.shards[0]!.node)).toEqual(["b"]);
+    expect(ctl.models()[0]!.reason).toBeNull();
+  });
+
+  test("a node that sends no engines (an older agent, a simulated node) is not avoided: unknown is not absent", () => {
+    ctl.heartbeat({ ...heartbeat(nodesDef[0]!), engines: noVllm });
+    beat(nodesDef[1]!);
+    ctl.putModels([model({ name: "m", replicas: { min: 2 }, placement: "spread" })]);
+    ctl.tick();
+    expect(byModel("m").map((r) => r.shards[0]!.node)).toEqual(["b", "b"]);
+    expect(ctl.node("b").engines).toEqual([]);
+    // An SGLang profile goes to the node that has SGLang.
+    ctl.putModels([model({ name: "s", profiles: [{ name: "p", engine: "sglang", gpu_class: H }] })]);
+    ctl.tick();
+    expect(byModel("s").map((r) => r.shards[0]!.node)).toEqual(["a"]);
   });
 });
 

@@ -35,6 +35,7 @@ function nodeView(n: Partial<NodeView> & { name: string }): NodeView {
     gpu_unhealthy: gpus.filter((g) => !g.healthy).length,
     gpu_memory_mib: gpus.reduce((a, g) => a + g.memory_mib, 0),
     discovery_error: null,
+    engines: [],
     ...n,
   };
 }
