@@ -5,7 +5,10 @@ import { describe, expect, test } from "bun:test";
 import { engineAuthWarning, LaunchError, renderLaunch, type LaunchOptions } from "../../src/agent/engines";
 import { Assignment } from "../../src/protocol/heartbeat";
 
-const opts: LaunchOptions = { host: "0.0.0.0", modelPath: "/models/llama-3-8b", selfExe: "/usr/local/bin/llmgw" };
+// nvidia-smi numbers the cards in PCI bus order, which need not be the placement's order.
+const smiIndex = { "GPU-aaaa": 2, "GPU-bbbb": 0, "GPU-cccc": 5 };
+const opts: LaunchOptions = { host: "0.0.0.0", modelPath: "/models/llama-3-8b", selfExe: "/usr/local/bin/llmgw", smiIndex };
+const VLLM_GPUS = { CUDA_DEVICE_ORDER: "PCI_BUS_ID", CUDA_VISIBLE_DEVICES: "2,0" };
 
 function assignment(over: Partial<Omit<Assignment, "shard">> & { shard?: Partial<Assignment["shard"]> } = {}): Assignment {
   const { shard, ...rest } = over;
@@ -32,7 +35,7 @@ describe("vllm", () => {
       "--served-model-name", "llama-3-8b", "llama3",
       "--tensor-parallel-size", "2",
     ]);
-    expect(l.env).toEqual({ CUDA_VISIBLE_DEVICES: "GPU-aaaa,GPU-bbbb" });
+    expect(l.env).toEqual(VLLM_GPUS);
     expect(l.servesHttp).toBe(true);
   });
 
@@ -74,7 +77,7 @@ describe("vllm", () => {
     );
     expect(l.cmd.slice(-3)).toEqual(["--max-model-len", "8192", "--enforce-eager"]);
     expect(l.cmd.indexOf("--tensor-parallel-size")).toBeLessThan(l.cmd.indexOf("--max-model-len"));
-    expect(l.env).toEqual({ VLLM_LOGGING_LEVEL: "DEBUG", HF_HUB_OFFLINE: "1", CUDA_VISIBLE_DEVICES: "GPU-aaaa,GPU-bbbb" });
+    expect(l.env).toEqual({ VLLM_LOGGING_LEVEL: "DEBUG", HF_HUB_OFFLINE: "1", ...VLLM_GPUS });
   });
 
   test("multi-node catalog args still come after the rank flags", () => {
@@ -120,7 +123,8 @@ describe("sglang", () => {
     expect(lead.servesHttp).toBe(true);
     const worker = renderLaunch({ ...a, shard: { rank: 1, size: 2, leader_address: "10.0.0.5", leader_port: 20000 } }, opts);
     expect(worker.cmd.slice(-6)).toEqual(["--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "10.0.0.5:20000"]);
-    expect(worker.servesHttp).toBe(false);
+    // Rank >= 1 serves /health on its --port once ready (newest template: no version given).
+    expect(worker.servesHttp).toBe(true);
   });
 
   test("an IPv6 leader address is bracketed", () => {
@@ -136,7 +140,7 @@ describe("sglang", () => {
 });
 
 describe("llama.cpp", () => {
-  test("gguf file, all names as one comma-separated alias, every layer on GPU, metrics on", () => {
+  test("gguf file, all names as one comma-separated alias, layers left to llama.cpp's fitting, metrics on", () => {
     const l = renderLaunch(
       assignment({ engine: "llama.cpp", gpus: [3], gpu_uuids: ["GPU-cccc"], args: ["-c", "8192"] }),
       { ...opts, modelPath: "/models/qwen.Q4_K_M.gguf" },
@@ -145,7 +149,7 @@ describe("llama.cpp", () => {
       "llama-server", "-m", "/models/qwen.Q4_K_M.gguf",
       "--host", "0.0.0.0", "--port", "8100",
       "--alias", "llama-3-8b,llama3",
-      "-ngl", "999", "--metrics",
+      "--metrics",
       "-c", "8192",
     ]);
     expect(l.env).toEqual({ CUDA_VISIBLE_DEVICES: "GPU-cccc" });
@@ -187,15 +191,19 @@ describe("fake", () => {
 });
 
 describe("environment and validation", () => {
-  test("MIG instances are passed by their UUIDs", () => {
-    const mig = ["MIG-4b6f3c1e-7a2d-5e8f-9c0b-1d2e3f4a5b6c", "MIG-5c7a4d2f-8b3e-6f9a-0d1c-2e3f4a5b6c7d"];
-    const l = renderLaunch(assignment({ gpus: [4, 5], gpu_uuids: mig }), opts);
-    expect(l.env.CUDA_VISIBLE_DEVICES).toBe(mig.join(","));
+  test("a MIG instance is passed by its UUID to the engines that take one", () => {
+    const mig = "MIG-4b6f3c1e-7a2d-5e8f-9c0b-1d2e3f4a5b6c";
+    for (const engine of ["sglang", "llama.cpp"] as const) {
+      const l = renderLaunch(assignment({ engine, gpus: [4], gpu_uuids: [mig] }), opts);
+      expect(l.env).toEqual({ CUDA_VISIBLE_DEVICES: mig });
+    }
   });
 
   test("the catalog cannot override the GPUs placement chose", () => {
-    const l = renderLaunch(assignment({ env: { CUDA_VISIBLE_DEVICES: "0,1,2,3,4,5,6,7" } }), opts);
-    expect(l.env.CUDA_VISIBLE_DEVICES).toBe("GPU-aaaa,GPU-bbbb");
+    const l = renderLaunch(assignment({ env: { CUDA_VISIBLE_DEVICES: "0,1,2,3,4,5,6,7", CUDA_DEVICE_ORDER: "FASTEST_FIRST" } }), opts);
+    expect(l.env).toEqual(VLLM_GPUS);
+    const s = renderLaunch(assignment({ engine: "sglang", env: { CUDA_VISIBLE_DEVICES: "0,1,2,3,4,5,6,7" } }), opts);
+    expect(s.env.CUDA_VISIBLE_DEVICES).toBe("GPU-aaaa,GPU-bbbb");
   });
 
   test("arguments are never joined into a shell string", () => {
@@ -254,11 +262,12 @@ describe("engine keys", () => {
     expect(l.cmd.some((c) => c.includes(KEY))).toBe(false);
   });
 
-  test("shards that serve no HTTP are not given the key", () => {
+  test("shards that take no requests are not given the key", () => {
     const worker = { rank: 1, size: 2, leader_address: "10.0.0.5", leader_port: 29600 };
     for (const engine of ["vllm", "sglang", "fake"] as const) {
       const l = renderLaunch(keyed({ engine, shard: worker }), opts);
-      expect(l.servesHttp).toBe(false);
+      // SGLang's rank 1 serves only /health, which its auth leaves open: probed without a key.
+      expect(l.servesHttp).toBe(engine === "sglang");
       expect(everywhere(l)).toEqual([]);
       expect(l.apiKey).toBeNull();
     }
