@@ -146,7 +146,8 @@ function clip(s: string, max: number): string {
 }
 
 const spawnProbe: ProbeRunner = async (argv, timeoutMs) => {
-  const proc = Bun.spawn(argv, { stdin: "ignore", stdout: "pipe", stderr: "pipe" });
+  // The environment as it is now (PATH included), as the engines themselves will get it.
+  const proc = Bun.spawn(argv, { stdin: "ignore", stdout: "pipe", stderr: "pipe", env: { ...process.env } });
   let timedOut = false;
   const timer = setTimeout(() => {
     timedOut = true;
