@@ -54,6 +54,11 @@ export const NodeViewSchema = z.object({
   gpu_memory_mib: z.number().int().describe("Memory of its GPUs in MiB, each GPU instance's once (compute instances share it)."),
   /** Why GPU discovery failed or is incomplete on this node, as it last reported; null when it went well. */
   discovery_error: z.string().nullable().describe("Why GPU discovery failed or is incomplete on this node, as it last reported; null when it went well."),
+  /** The engines this node can run with their versions, as it last reported; absent when it reported none (older or simulated agents). */
+  engines: z
+    .array(z.object({ engine: z.string(), version: z.string().nullable(), error: z.string().nullable() }))
+    .optional()
+    .describe("The engines this node can run with their versions (null with the reason when not found), as it last reported; absent when it reported none."),
 });
 export type NodeView = z.infer<typeof NodeViewSchema>;
 
