@@ -129,7 +129,7 @@ export class NodeAgent {
   private inventory: Inventory = { gpus: [], models: [] };
   /** The engines' versions as last found; undefined on a simulated node (its engines are all the fake). */
   private engines: EngineReport[] | undefined;
-  private probing_engines: Promise<void> | null = null;
+  private probingEngines: Promise<void> | null = null;
   private readonly probeRun: ProbeRunner | undefined;
   private intervalMs: number;
   private gen: number | null = null;
@@ -512,7 +512,7 @@ export class NodeAgent {
   /** Asks every engine for its version (one look at a time); a change goes out in the next heartbeat. */
   private probeEngineVersions(): Promise<void> {
     if (this.config.simulate !== undefined) return Promise.resolve();
-    this.probing_engines ??= (async () => {
+    this.probingEngines ??= (async () => {
       const overrides: Partial<Record<RealEngine, string>> = {};
       if (this.config.vllm_version) overrides.vllm = this.config.vllm_version;
       if (this.config.sglang_version) overrides.sglang = this.config.sglang_version;
@@ -530,9 +530,9 @@ export class NodeAgent {
         this.wakeHeartbeat?.();
       }
     })().finally(() => {
-      this.probing_engines = null;
+      this.probingEngines = null;
     });
-    return this.probing_engines;
+    return this.probingEngines;
   }
 
   private async engineLoop(): Promise<void> {

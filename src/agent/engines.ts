@@ -1,6 +1,8 @@
 // Engine launch templates: turn one Assignment (one shard of a replica) into the argv and
-// environment of the engine process the agent runs, including how the replica's engine key
-// reaches the engine. Pure: no I/O, so every engine's command line is pinned by unit tests.
+// environment of the engine process the agent runs, chosen by the engine version found on the
+// node (each template names the range it is for and where that comes from), including how the
+// replica's engine key reaches the engine. Pure: no I/O, so every engine's command line is
+// pinned by unit tests.
 
 import type { Assignment } from "../protocol/heartbeat";
 import { compareVersions, llamaBuild, type RealEngine } from "./engine-versions";
@@ -147,7 +149,11 @@ function knownVersion(a: Assignment, opts: LaunchOptions): string | undefined {
 
 /** Whether `version` is at least `min`; throws a LaunchError when the version cannot be read. */
 function atLeast(a: Assignment, version: string, min: string | number): boolean {
-  const c = typeof min === "number" ? (llamaBuild(version) === null ? null : llamaBuild(version)! - min) : compareVersions(version, min);
+  let c: number | null;
+  if (typeof min === "number") {
+    const build = llamaBuild(version);
+    c = build === null ? null : build - min;
+  } else c = compareVersions(version, min);
   if (c === null)
     throw new LaunchError(`replica ${a.id}: ${ENGINE_NAME[a.engine]} version "${version}" is not one llmgw can read; state it with ${VERSION_FLAG[a.engine as RealEngine]}`);
   return c >= 0;

@@ -120,3 +120,24 @@ describe("probing", () => {
     expect(r).toEqual({ engine: "llama.cpp", version: null, error: "not installed: /nonexistent/llama-server not found" });
   });
 });
+
+describe("settings", () => {
+  const base = { server: "http://10.0.0.1:8001" };
+  test("engine executables and stated versions; a llama.cpp build may be given without its b", async () => {
+    const { AgentConfig } = await import("../../src/config");
+    const c = AgentConfig.parse({ ...base, vllm: "/opt/v/bin/vllm", sglang_python: "/opt/s/bin/python", vllm_version: "0.10.1.1", sglang_version: "0.4.3.post4", llama_server_version: "6869" });
+    expect([c.vllm, c.sglang_python, c.llama_server]).toEqual(["/opt/v/bin/vllm", "/opt/s/bin/python", "llama-server"]);
+    expect([c.vllm_version, c.sglang_version, c.llama_server_version]).toEqual(["0.10.1.1", "0.4.3.post4", "b6869"]);
+  });
+
+  test("a stated version that is not one is refused naming the setting", async () => {
+    const { AgentConfig } = await import("../../src/config");
+    const bad = AgentConfig.safeParse({ ...base, vllm_version: "latest", llama_server_version: "v1.2" });
+    expect(bad.success).toBe(false);
+    const issues = bad.error!.issues.map((i) => `${i.path.join(".")}: ${i.message}`);
+    expect(issues).toEqual([
+      "vllm_version: must be a version such as 0.10.1.1 or 0.4.3.post4",
+      "llama_server_version: must be a llama.cpp build number such as b6869",
+    ]);
+  });
+});
