@@ -12,6 +12,7 @@ import type { AgentConfig } from "../config";
 import { Name } from "../protocol/common";
 import {
   type Assignment,
+  type EngineReport,
   type GpuReport,
   HEARTBEAT_LIMITS,
   HeartbeatRequest,
@@ -19,7 +20,8 @@ import {
   type ReplicaReport,
 } from "../protocol/heartbeat";
 import { VERSION } from "../version";
-import { LaunchError, renderLaunch } from "./engines";
+import { probeEngines, type RealEngine, type ProbeRunner } from "./engine-versions";
+import { HEALTH_TIMEOUT_MS, type Launch, LaunchError, renderLaunch } from "./engines";
 import { type Discovery, type DiscoverOptions, discoverGpus, simulatedGpus } from "./gpus";
 import { credentialDigest, logsToken } from "../protocol/heartbeat";
 import { startLogServer } from "./logs";
@@ -41,6 +43,10 @@ export const AGENT_TIMING = {
   requestTimeoutMs: 10_000,
   /** Until the server has said otherwise. */
   heartbeatIntervalMs: 5_000,
+  /** Per version command: importing a large Python package from a cold disk takes a while, a broken one may never return. */
+  engineProbeTimeoutMs: 60_000,
+  /** How often the engines' versions are asked again (an upgrade in place shows without a restart). */
+  engineProbeIntervalMs: 600_000,
 };
 export type AgentTiming = typeof AGENT_TIMING;
 
@@ -67,6 +73,8 @@ export interface NodeAgentOptions {
   timing?: Partial<AgentTiming>;
   /** GPU discovery for the non-simulated path; tests stand in for nvidia-smi here. */
   discover?: (opts: DiscoverOptions) => Promise<Discovery>;
+  /** Runs the engines' version commands; tests stand in for the engines here. */
+  probeRun?: ProbeRunner;
 }
 
 /** A problem the operator has to fix (bad setting, refused token); main prints its message alone. */
@@ -119,6 +127,10 @@ export class NodeAgent {
   private logsTls: { cert: string; key: string } | undefined;
 
   private inventory: Inventory = { gpus: [], models: [] };
+  /** The engines' versions as last found; undefined on a simulated node (its engines are all the fake). */
+  private engines: EngineReport[] | undefined;
+  private probingEngines: Promise<void> | null = null;
+  private readonly probeRun: ProbeRunner | undefined;
   private intervalMs: number;
   private gen: number | null = null;
   /**
@@ -160,6 +172,7 @@ export class NodeAgent {
     this.fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
     this.timing = { ...AGENT_TIMING, ...opts.timing };
     this.discoverFn = opts.discover ?? discoverGpus;
+    this.probeRun = opts.probeRun;
     this.intervalMs = this.timing.heartbeatIntervalMs;
     this.server = opts.config.server.replace(/\/+$/, "");
     this.name = opts.config.name ?? hostname();
@@ -179,6 +192,7 @@ export class NodeAgent {
       healthInterval: opts.config.health_interval,
       // 127.0.0.1 reaches an engine bound to every address; one bound to a single address only there.
       healthHost: isWildcard(engineHost) ? "127.0.0.1" : engineHost.replace(/^\[|\]$/g, ""),
+      healthTimeoutFor: (a) => HEALTH_TIMEOUT_MS[opts.config.simulate !== undefined ? "fake" : a.engine],
       logger: opts.log.child({ component: "runner" }),
       onChange: () => this.replicaChanged(),
     });
@@ -242,7 +256,7 @@ export class NodeAgent {
       this.prepareStateDir();
       this.loadCredential();
       this.setUpTls();
-      this.inventory = await this.takeInventory(true);
+      [this.inventory] = await Promise.all([this.takeInventory(true), this.probeEngineVersions()]);
       const adopted = await this.processSet.recover();
       if (adopted.length > 0) this.log.info({ replicas: adopted }, `adopted ${adopted.length} running engine(s) from the previous agent`);
       if (this.stopping) throw new AgentError("the agent was stopped before it registered", true);
@@ -251,7 +265,7 @@ export class NodeAgent {
         "registering with the server",
       );
       this.startLogs();
-      this.loops.push(this.heartbeatLoop(), this.inventoryLoop());
+      this.loops.push(this.heartbeatLoop(), this.inventoryLoop(), this.engineLoop());
       await registered;
     } catch (e) {
       await this.stop();
@@ -316,6 +330,7 @@ export class NodeAgent {
     const body: HeartbeatRequest = {
       ...this.identity(),
       ...this.inventory,
+      ...(this.engines !== undefined ? { engines: this.engines } : {}),
       replicas: this.processSet.reports(),
       logs_port: this.logServer?.port ?? null,
       logs_tls_cert: this.logServer && this.logsTls ? this.logsTls.cert : null,
@@ -460,14 +475,73 @@ export class NodeAgent {
 
   private render(a: Assignment): LaunchSpec {
     const host = this.config.engine_host;
-    // Otherwise the health check would find whatever else listens there and call the replica ready.
-    if (a.shard.rank === 0) assertPortFree(host, a.port, a.id);
+    let launch: Launch;
     if (this.config.simulate !== undefined) {
       // A simulated node has no real engines: the built-in fake engine stands in whatever the
       // profile says, answering to the same names. The profile's args are for the real engine.
-      return renderLaunch({ ...a, engine: "fake", args: [] }, { host, modelPath: a.model, selfExe: this.selfExe, engineAuth: this.config.engine_auth });
+      launch = renderLaunch({ ...a, engine: "fake", args: [] }, { host, modelPath: a.model, selfExe: this.selfExe, engineAuth: this.config.engine_auth });
+    } else {
+      const found = a.engine === "fake" ? undefined : this.engines?.find((e) => e.engine === a.engine);
+      // An engine with no known version may have been installed since the last look: ask again
+      // now, so the control plane's next attempt finds it.
+      if (found !== undefined && found.version === null) void this.probeEngineVersions();
+      const smiIndex: Record<string, number> = {};
+      for (const g of this.inventory.gpus) if (typeof g.smi_index === "number") smiIndex[g.uuid] = g.smi_index;
+      launch = renderLaunch(a, {
+        host,
+        modelPath: modelPathFor(this.config.models_dir, a.model, a.engine),
+        selfExe: this.selfExe,
+        engineAuth: this.config.engine_auth,
+        bin: this.engineBins(),
+        ...(found !== undefined ? { version: found.version, versionError: found.error } : {}),
+        smiIndex,
+      });
     }
-    return renderLaunch(a, { host, modelPath: modelPathFor(this.config.models_dir, a.model, a.engine), selfExe: this.selfExe, engineAuth: this.config.engine_auth });
+    // Otherwise the health check would find whatever else listens there and call the replica ready.
+    // SGLang's ranks >= 1 serve /health on the replica's port too.
+    if (launch.servesHttp) assertPortFree(host, a.port, a.id);
+    return launch;
+  }
+
+  // ---- engine versions --------------------------------------------------------------------
+
+  private engineBins() {
+    return { vllm: this.config.vllm, python: this.config.sglang_python, llamaServer: this.config.llama_server };
+  }
+
+  /** Asks every engine for its version (one look at a time); a change goes out in the next heartbeat. */
+  private probeEngineVersions(): Promise<void> {
+    if (this.config.simulate !== undefined) return Promise.resolve();
+    this.probingEngines ??= (async () => {
+      const overrides: Partial<Record<RealEngine, string>> = {};
+      if (this.config.vllm_version) overrides.vllm = this.config.vllm_version;
+      if (this.config.sglang_version) overrides.sglang = this.config.sglang_version;
+      if (this.config.llama_server_version) overrides["llama.cpp"] = this.config.llama_server_version;
+      const found = await probeEngines({ bin: this.engineBins(), overrides, timeoutMs: this.timing.engineProbeTimeoutMs, ...(this.probeRun ? { run: this.probeRun } : {}) });
+      if (JSON.stringify(found) === JSON.stringify(this.engines)) return;
+      const first = this.engines === undefined;
+      this.engines = found;
+      this.log.info(
+        Object.fromEntries(found.map((e) => [e.engine, e.version ?? `none (${e.error})`])),
+        first ? "engines found" : "engines changed",
+      );
+      if (!first) {
+        this.heartbeatDue = true;
+        this.wakeHeartbeat?.();
+      }
+    })().finally(() => {
+      this.probingEngines = null;
+    });
+    return this.probingEngines;
+  }
+
+  private async engineLoop(): Promise<void> {
+    if (this.config.simulate !== undefined) return;
+    while (!this.stopping) {
+      await this.sleep(this.timing.engineProbeIntervalMs, false);
+      if (this.stopping) return;
+      await this.probeEngineVersions();
+    }
   }
 
   // ---- inventory ----------------------------------------------------------------------------

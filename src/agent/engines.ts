@@ -1,8 +1,11 @@
 // Engine launch templates: turn one Assignment (one shard of a replica) into the argv and
-// environment of the engine process the agent runs, including how the replica's engine key
-// reaches the engine. Pure: no I/O, so every engine's command line is pinned by unit tests.
+// environment of the engine process the agent runs, chosen by the engine version found on the
+// node (each template names the range it is for and where that comes from), including how the
+// replica's engine key reaches the engine. Pure: no I/O, so every engine's command line is
+// pinned by unit tests.
 
 import type { Assignment } from "../protocol/heartbeat";
+import { compareVersions, llamaBuild, type RealEngine } from "./engine-versions";
 
 export type LaunchOptions = {
   /** Address the engine's HTTP server binds to. */
@@ -23,6 +26,8 @@ export type LaunchOptions = {
    * chosen by it; undefined means the caller did not look (older callers, the fake engine).
    */
   version?: string | null;
+  /** Why the version is unknown (the probe's error), quoted when a launch is refused for it. */
+  versionError?: string | null;
   /** nvidia-smi's index of each placed GPU, by GPU uuid, from this node's inventory. */
   smiIndex?: Readonly<Record<string, number>>;
 };
@@ -44,7 +49,8 @@ export type Launch = {
   cmd: string[];
   env: Record<string, string>;
   /**
-   * False for shards that run no HTTP server (vLLM --headless workers, SGLang ranks > 0): the
+   * False for shards that run no HTTP server (vLLM --headless workers, SGLang ranks > 0 before
+   * 0.4.3.post4): the
    * runner can only watch that they stay alive, not poll /health.
    */
   servesHttp: boolean;
@@ -60,6 +66,103 @@ export class LaunchError extends Error {
   override name = "LaunchError";
 }
 
+/**
+ * The version ranges the templates below are written for, with where each bound comes from.
+ * Versions are compared as PEP 440 (vLLM, SGLang) or as llama.cpp build numbers.
+ */
+export const ENGINE_RANGES = {
+  vllm: {
+    /**
+     * Oldest release the template is written for: `vllm serve MODEL` taking several
+     * --served-model-name values and VLLM_API_KEY (vllm/entrypoints/openai/cli_args.py, v0.6).
+     */
+    min: "0.6.0",
+    /**
+     * Multi-node without Ray: --nnodes/--node-rank/--master-addr/--master-port and --headless
+     * came with vLLM PR #23691 ("[V1] Support MP Executor for multi node distributed
+     * inference", late 2025) and were documented for the mp backend in #30509 (Dec 2025);
+     * 0.10.x and 0.11.x reject them at argument parsing. 0.12.0 is the first release taken to
+     * have them (the conservative reading: an older one needs a Ray cluster, which llmgw does
+     * not set up).
+     */
+    multiNode: "0.12.0",
+    /**
+     * First release that takes UUIDs in CUDA_VISIBLE_DEVICES, or null: every release so far
+     * parses the entries with int() (platforms/interface.py device_id_to_physical_device_id:
+     * `ValueError: invalid literal for int() with base 10: 'GPU-…'`, vLLM #13815, #20939, and
+     * for MIG UUIDs #41848); the fixes #46132 and #32644 were not merged and #51677 (NVML
+     * resolution on main) is in no known release. Until one is named here, vLLM gets
+     * nvidia-smi indices under CUDA_DEVICE_ORDER=PCI_BUS_ID, and cannot be given a MIG device.
+     */
+    uuids: null as string | null,
+  },
+  sglang: {
+    /** Oldest release written for: launch_server with --served-model-name, --enable-metrics, --api-key, --nnodes/--dist-init-addr (sglang/srt/server_args.py, v0.4). */
+    min: "0.4.0",
+    /**
+     * Ranks >= 1 serve /health on --host/--port once their schedulers are ready
+     * (launch_dummy_health_check_server in Engine._launch_subprocesses, present in 0.4.3.post4);
+     * older ranks >= 1 serve nothing and are only watched for staying alive.
+     */
+    rankHealth: "0.4.3.post4",
+  },
+  "llama.cpp": {
+    /** Oldest build written for: common/arg.cpp with an environment variable per server flag (LLAMA_API_KEY), --alias, -ngl and --metrics. */
+    min: 4000,
+    /**
+     * `--alias a,b` is a list from llama.cpp PR #19926 (commit 2e7e638, 27 Feb 2026, release
+     * b8173); older builds take "a,b" as one literal name, so they get the first name only (the
+     * router maps the aliases). From the same build on, -ngl is left out: PR #16653 (Dec 2025)
+     * fits layers and context to free device memory by default (--fit on, -ngl defaults to
+     * "auto"), and an explicit -ngl 999 would turn the fitting off. Older builds get -ngl 999,
+     * which every build reads as "all layers".
+     */
+    aliasList: 8173,
+  },
+} as const;
+
+/** How long one /health probe may take, per engine. */
+export const HEALTH_TIMEOUT_MS = {
+  // SGLang's /health runs a one-token generation (http_server.py health_generate, at least 1 s
+  // of waiting) which queues behind a full batch; 2 s would call a busy engine dead.
+  sglang: 10_000,
+  vllm: 2_000,
+  "llama.cpp": 2_000,
+  fake: 2_000,
+} as const satisfies Record<Assignment["engine"], number>;
+
+const ENGINE_NAME = { vllm: "vLLM", sglang: "SGLang", "llama.cpp": "llama.cpp", fake: "the fake engine" } as const;
+const VERSION_FLAG = { vllm: "--vllm-version", sglang: "--sglang-version", "llama.cpp": "--llama-server-version" } as const;
+const BIN_FLAG = { vllm: "--vllm", sglang: "--sglang-python", "llama.cpp": "--llama-server" } as const;
+
+/** The version to choose templates by: undefined when the caller did not look (use the newest). */
+function knownVersion(a: Assignment, opts: LaunchOptions): string | undefined {
+  if (a.engine === "fake" || opts.version === undefined) return undefined;
+  if (opts.version === null) {
+    const why = opts.versionError ? `: ${opts.versionError}` : "";
+    throw new LaunchError(
+      `replica ${a.id}: ${ENGINE_NAME[a.engine]}'s version on this node is unknown${why}; llmgw picks the command line by version, so it starts no engine it cannot place in a range (install it, point ${BIN_FLAG[a.engine]} at it, or state it with ${VERSION_FLAG[a.engine]})`,
+    );
+  }
+  return opts.version;
+}
+
+/** Whether `version` is at least `min`; throws a LaunchError when the version cannot be read. */
+function atLeast(a: Assignment, version: string, min: string | number): boolean {
+  let c: number | null;
+  if (typeof min === "number") {
+    const build = llamaBuild(version);
+    c = build === null ? null : build - min;
+  } else c = compareVersions(version, min);
+  if (c === null)
+    throw new LaunchError(`replica ${a.id}: ${ENGINE_NAME[a.engine]} version "${version}" is not one llmgw can read; state it with ${VERSION_FLAG[a.engine as RealEngine]}`);
+  return c >= 0;
+}
+
+function fmt(engine: Assignment["engine"], v: string | number): string {
+  return engine === "llama.cpp" && typeof v === "number" ? `b${v}` : String(v);
+}
+
 export function renderLaunch(a: Assignment, opts: LaunchOptions): Launch {
   const { rank, size } = a.shard;
   if (rank >= size) throw new LaunchError(`replica ${a.id}: shard rank ${rank} is not below shard size ${size}`);
@@ -69,8 +172,25 @@ export function renderLaunch(a: Assignment, opts: LaunchOptions): Launch {
     throw new LaunchError(
       `replica ${a.id}: ${a.gpus.length} GPU indices but ${a.gpu_uuids.length} GPU UUIDs; the control plane must send one UUID per GPU`,
     );
+  const mig = a.gpu_uuids.some(isMigUuid);
+  // NVIDIA's MIG user guide (CUDA device enumeration): a CUDA process sees at most one MIG
+  // device, whatever CUDA_VISIBLE_DEVICES lists. The fake engine is no CUDA process.
+  if (mig && a.engine !== "fake" && a.gpu_uuids.length > 1)
+    throw new LaunchError(
+      `replica ${a.id}: ${a.gpu_uuids.length} MIG devices for one engine, but a CUDA process can use only one MIG device; give the profile gpus: 1 for a MIG class, or use whole GPUs`,
+    );
 
-  // Only an engine that serves HTTP checks a key: headless workers and SGLang's other ranks
+  const version = knownVersion(a, opts);
+  if (version !== undefined && a.engine !== "fake") {
+    const min = ENGINE_RANGES[a.engine].min;
+    if (!atLeast(a, version, min))
+      throw new LaunchError(
+        `replica ${a.id}: ${ENGINE_NAME[a.engine]} ${version} is older than any launch template llmgw has (it supports ${ENGINE_NAME[a.engine]} ${fmt(a.engine, min)} and newer); upgrade it on this node`,
+      );
+  }
+  const newer = (min: string | number) => version === undefined || atLeast(a, version, min);
+
+  // Only an engine that checks requests gets a key: headless workers and SGLang's other ranks
   // never see a request, so they are not given it.
   const key = opts.engineAuth !== false && a.engine_key !== null ? a.engine_key : null;
   if (key !== null) {
@@ -86,19 +206,39 @@ export function renderLaunch(a: Assignment, opts: LaunchOptions): Launch {
   const gpusPerShard = Math.max(1, a.gpus.length);
   let cmd: string[];
   let servesHttp = true;
+  /** Whether this shard checks the key (SGLang's other ranks serve /health without one). */
+  let checksKey = true;
+  // Placement's GPU choice wins over anything in the catalog env: a profile that set its own
+  // CUDA_VISIBLE_DEVICES would land on cards another replica holds. UUIDs where the engine
+  // takes them: MIG instances can only be named by UUID, and indices depend on CUDA_DEVICE_ORDER.
+  const gpuEnv: Record<string, string> = { CUDA_VISIBLE_DEVICES: a.gpu_uuids.join(",") };
 
   switch (a.engine) {
     case "vllm": {
+      const uuidsFrom = ENGINE_RANGES.vllm.uuids;
+      const takesUuids = uuidsFrom !== null && newer(uuidsFrom);
+      if (!takesUuids) {
+        if (mig)
+          throw new LaunchError(
+            `replica ${a.id}: vLLM${version ? ` ${version}` : ""} cannot run on a MIG device: it reads CUDA_VISIBLE_DEVICES as integers (vLLM #41848) and a MIG instance can only be named by its UUID; run this profile on whole GPUs, or on SGLang or llama.cpp`,
+          );
+        // CUDA numbers devices fastest-first unless told PCI_BUS_ID, which is nvidia-smi's order.
+        gpuEnv.CUDA_DEVICE_ORDER = "PCI_BUS_ID";
+        gpuEnv.CUDA_VISIBLE_DEVICES = a.gpu_uuids.map((u) => smiIndexOf(a, opts, u)).join(",");
+      }
       cmd = [opts.bin?.vllm ?? "vllm", "serve", opts.modelPath, "--host", opts.host, "--port", port];
       cmd.push("--served-model-name", ...names);
       cmd.push("--tensor-parallel-size", String(gpusPerShard));
       if (size > 1) {
-        // vLLM's documented multi-node layout without Ray ("Running vLLM with MultiProcessing",
-        // docs/serving/parallelism_scaling.md): tensor parallel within a node, pipeline parallel
-        // across nodes, every node runs `vllm serve` with --nnodes/--node-rank/--master-addr, and
-        // the non-leaders add --headless (no API server). --master-port and the mp backend are the
-        // ParallelConfig fields documented "for multi-node distributed inference when
-        // distributed_executor_backend is mp"; the port defaults to 29501, so pass ours.
+        const need = ENGINE_RANGES.vllm.multiNode;
+        if (!newer(need))
+          throw new LaunchError(
+            `replica ${a.id}: vLLM ${version} needs Ray for multi-node; llmgw supports multi-node vLLM from ${need} on (the mp backend's --nnodes/--node-rank/--master-addr/--headless, vLLM PR #23691); upgrade vLLM on every node of the replica, or give the profile nodes: 1`,
+          );
+        // "Running vLLM with MultiProcessing" (docs/serving/parallelism_scaling.md): tensor
+        // parallel within a node, pipeline parallel across nodes, every node runs `vllm serve`
+        // with --nnodes/--node-rank/--master-addr, the others with --headless (no API server).
+        // --master-port defaults to 29501, so ours is passed.
         cmd.push("--pipeline-parallel-size", String(size));
         cmd.push("--distributed-executor-backend", "mp");
         cmd.push("--nnodes", String(size), "--node-rank", String(rank));
@@ -120,12 +260,18 @@ export function renderLaunch(a: Assignment, opts: LaunchOptions): Launch {
       if (size > 1) {
         // Multi-node tensor parallelism per SGLang's multi-node deployment docs: every node runs
         // launch_server with the same --tp, --nnodes, its --node-rank, and the leader's
-        // --dist-init-addr host:port. Only rank 0 serves HTTP.
+        // --dist-init-addr host:port. SGLang takes the ports after it too (PortArgs.init_new:
+        // dist_init_port+1 … +6), which the control plane keeps free as one block per replica.
         cmd.push("--nnodes", String(size), "--node-rank", String(rank));
         cmd.push("--dist-init-addr", hostPort(a.shard.leader_address, a.shard.leader_port));
-        if (rank > 0) servesHttp = false;
+        if (rank > 0) {
+          // Its /health (without a key: SGLang's auth exempts /health) answers once the rank's
+          // schedulers are up, where the version serves one; otherwise it is watched for life.
+          checksKey = false;
+          servesHttp = newer(ENGINE_RANGES.sglang.rankHealth);
+        }
       }
-      if (key !== null && servesHttp) cmd.push("--api-key", key);
+      if (key !== null && checksKey) cmd.push("--api-key", key);
       break;
     }
     case "llama.cpp": {
@@ -133,14 +279,14 @@ export function renderLaunch(a: Assignment, opts: LaunchOptions): Launch {
         throw new LaunchError(
           `replica ${a.id}: llama.cpp cannot run one replica across ${size} nodes; give the model's llama.cpp profile nodes: 1`,
         );
-      // llama-server's --alias takes comma-separated names (tools/server/README.md), so a name
-      // with a comma in it would silently become two.
-      const bad = names.find((n) => n.includes(","));
-      if (bad !== undefined)
-        throw new LaunchError(`replica ${a.id}: llama.cpp cannot serve the name "${bad}" because --alias splits names on ","`);
       cmd = [opts.bin?.llamaServer ?? "llama-server", "-m", opts.modelPath, "--host", opts.host, "--port", port];
-      // -ngl 999 rather than "all": every llama-server version accepts a number, newer ones also a word.
-      cmd.push("--alias", names.join(","), "-ngl", "999", "--metrics");
+      if (newer(ENGINE_RANGES["llama.cpp"].aliasList)) {
+        // The list splits on ",", so a name with a comma in it would silently become two.
+        const bad = names.find((n) => n.includes(","));
+        if (bad !== undefined)
+          throw new LaunchError(`replica ${a.id}: llama.cpp cannot serve the name "${bad}" because --alias splits names on ","`);
+        cmd.push("--alias", names.join(","), "--metrics");
+      } else cmd.push("--alias", first, "-ngl", "999", "--metrics");
       break;
     }
     case "fake": {
@@ -157,14 +303,25 @@ export function renderLaunch(a: Assignment, opts: LaunchOptions): Launch {
   }
 
   cmd.push(...a.args);
-  // Placement's GPU choice wins over anything in the catalog env: a profile that set its own
-  // CUDA_VISIBLE_DEVICES would land on cards another replica holds. UUIDs rather than indices
-  // because MIG instances can only be named by UUID and indices depend on CUDA_DEVICE_ORDER.
-  const env: Record<string, string> = { ...a.env, CUDA_VISIBLE_DEVICES: a.gpu_uuids.join(",") };
-  const apiKey = key !== null && servesHttp ? key : null;
+  const env: Record<string, string> = { ...a.env, ...gpuEnv };
+  const apiKey = key !== null && servesHttp && checksKey ? key : null;
   // After the catalog env, so a profile's own VLLM_API_KEY cannot replace the replica's key.
   if (apiKey !== null && a.engine !== "sglang") env[ENGINE_KEY_ENV[a.engine]] = apiKey;
   return { cmd, env, servesHttp, apiKey };
+}
+
+/** MIG instance UUIDs: "MIG-<uuid>", or "MIG-GPU-<card uuid>/<gi>/<ci>" from drivers before R470. */
+function isMigUuid(uuid: string): boolean {
+  return /^MIG-/i.test(uuid);
+}
+
+function smiIndexOf(a: Assignment, opts: LaunchOptions, uuid: string): number {
+  const i = opts.smiIndex?.[uuid];
+  if (i === undefined)
+    throw new LaunchError(
+      `replica ${a.id}: GPU ${uuid} has no nvidia-smi index in this node's inventory, and vLLM takes GPUs by index only (it rejects UUIDs in CUDA_VISIBLE_DEVICES); the agent rediscovers its GPUs every 30 s`,
+    );
+  return i;
 }
 
 /**

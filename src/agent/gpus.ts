@@ -463,8 +463,11 @@ export function buildGpuReports(
     let problem = rowProblem ?? listed?.problem ?? noMemory;
     const label = `GPU ${smiIndex ?? "?"}${busId ? ` (${busId})` : ""}${name ? ` ${name}` : ""}`;
     const cardClass = noMemory !== null && classNeedsMemory(name) ? "unknown" : classFor(name, memoryMiB, overrides);
-    const push = (g: Omit<GpuReport, "index" | "reason">, reason: string | null) => {
-      const report: GpuReport = { index: reports.length, ...g };
+    // What CUDA_VISIBLE_DEVICES means by a number under CUDA_DEVICE_ORDER=PCI_BUS_ID: the card's
+    // nvidia-smi index (a MIG instance carries its card's), for engines that take no UUIDs.
+    const where = { smi_index: smiIndex, pci_bus_id: busId === null ? null : clip(busId, 32) };
+    const push = (g: Omit<GpuReport, "index" | "reason" | "smi_index" | "pci_bus_id">, reason: string | null) => {
+      const report: GpuReport = { index: reports.length, ...g, ...where };
       if (!g.healthy && reason !== null) report.reason = clip(reason, REASON_MAX);
       reports.push(report);
     };

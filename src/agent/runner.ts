@@ -450,6 +450,8 @@ export class ReplicaProcess {
 export type ProcessSetOptions = Omit<ReplicaProcessOptions, "assignment" | "launch" | "onChange"> & {
   /** Renders an assignment into a command (engines.ts renderLaunch with this node's paths bound). */
   render: (a: Assignment) => LaunchSpec;
+  /** The /health probe timeout for one replica (per engine); healthTimeout when it gives none. */
+  healthTimeoutFor?: (a: Assignment) => number | undefined;
   /** Leave engines running when the agent exits and adopt them on the next start. */
   keepAcrossRestarts?: boolean;
   stopGrace?: number;
@@ -496,7 +498,8 @@ export class ProcessSet {
         if (this.procs.has(s.assignment.id)) continue;
         // A stray about to be stopped is no news for the control plane: no onChange for it.
         const keep = this.opts.keepAcrossRestarts === true;
-        const rp = ReplicaProcess.adopt(s, keep ? this.childOptions() : { ...this.childOptions(), onChange: undefined });
+        const child = { ...this.childOptions(), ...this.perReplica(s.assignment) };
+        const rp = ReplicaProcess.adopt(s, keep ? child : { ...child, onChange: undefined });
         if (!rp) continue;
         if (keep) {
           this.procs.set(rp.id, rp);
@@ -534,7 +537,7 @@ export class ProcessSet {
           running.learn(a);
           continue;
         }
-        const rp = new ReplicaProcess({ ...this.childOptions(), assignment: a, launch: () => this.opts.render(a) });
+        const rp = new ReplicaProcess({ ...this.childOptions(), ...this.perReplica(a), assignment: a, launch: () => this.opts.render(a) });
         this.procs.set(id, rp);
         rp.start();
       }
@@ -557,8 +560,13 @@ export class ProcessSet {
   }
 
   private childOptions(): Omit<ReplicaProcessOptions, "assignment" | "launch"> {
-    const { render: _r, keepAcrossRestarts: _k, stopGrace: _s, ...rest } = this.opts;
+    const { render: _r, keepAcrossRestarts: _k, stopGrace: _s, healthTimeoutFor: _h, ...rest } = this.opts;
     return { ...rest, onChange: this.opts.onChange };
+  }
+
+  private perReplica(a: Assignment): { healthTimeout?: number } {
+    const t = this.opts.healthTimeoutFor?.(a);
+    return t === undefined ? {} : { healthTimeout: t };
   }
 
   private stopGrace(): number {

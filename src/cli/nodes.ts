@@ -56,6 +56,14 @@ function problems(nodes: NodeView[], style: Style): string {
   return lines.length > 0 ? `\n${lines.join("\n")}\n` : "";
 }
 
+/** "vllm 0.10.1.1, sglang - (not installed: python3 not found), llama.cpp b6869": launch templates are chosen by these. */
+export function engineList(engines: NonNullable<NodeView["engines"]>, style: Style): string {
+  if (engines.length === 0) return "-";
+  return safeDeep(engines)
+    .map((e) => (e.version !== null ? `${e.engine} ${e.version}` : `${e.engine} -${e.error ? ` ${paint(style, "dim", `(${oneLine(e.error, 160)})`)}` : ""}`))
+    .join(", ");
+}
+
 export function renderNode(node: NodeView, style: Style, now = Date.now()): string {
   const n = safeDeep(node);
   const lines = [
@@ -69,6 +77,7 @@ export function renderNode(node: NodeView, style: Style, now = Date.now()): stri
     `GPUs:       ${n.gpu_free} free of ${n.gpu_total}${n.gpu_unhealthy ? `, ${n.gpu_unhealthy} unhealthy` : ""}${n.gpu_memory_mib ? `, ${Math.round(n.gpu_memory_mib / 1024)}GiB memory` : ""}`,
   ];
   if (n.discovery_error) lines.push(`Discovery:  ${paint(style, "red", oneLine(n.discovery_error, 1024))}`);
+  if (n.engines.length > 0) lines.push(`Engines:    ${engineList(n.engines, style)}`);
   const reasons = n.gpus.some((g) => !g.healthy && g.reason);
   if (n.gpus.length > 0)
     lines.push(

@@ -127,6 +127,9 @@ export const Sha256Fingerprint = z.string().transform((v, ctx) => {
 
 export const KeyValue = z.string().regex(/^[A-Za-z0-9_.\/-]{1,63}=[^\n]{0,256}$/, "must be key=value");
 
+/** A PEP 440 version as vLLM and SGLang print it, e.g. 0.10.1.1 or 0.4.3.post4. */
+const EngineVersion = z.string().regex(/^\d+(\.\d+)*([._-]?(a|b|rc)\d*)?([._-]?post\d*)?([._-]?dev\d*)?(\+[A-Za-z0-9.]+)?$/i, "must be a version such as 0.10.1.1 or 0.4.3.post4");
+
 export const AgentConfig = z.strictObject({
   /** The head node's admin URL, e.g. http://10.0.0.1:8001. */
   server: z.string().url("must be a URL like http://10.0.0.1:8001"),
@@ -158,6 +161,17 @@ export const AgentConfig = z.strictObject({
   /** GPU class overrides, "raw name or class=new class". */
   gpu_class: z.array(z.string().regex(/^[^=]+=[^=]+$/, "must be name=class")).default([]),
   nvidia_smi: z.string().default("nvidia-smi"),
+  /** The engines' executables (e.g. inside a virtualenv): vLLM's CLI, the Python SGLang is installed in, llama-server. */
+  vllm: z.string().min(1).default("vllm"),
+  sglang_python: z.string().min(1).default("python3"),
+  llama_server: z.string().min(1).default("llama-server"),
+  /**
+   * The engine's version, stated instead of asked (a node whose version command cannot run,
+   * or hangs): launch templates are chosen by it. llama.cpp's is its build, e.g. b6869.
+   */
+  vllm_version: EngineVersion.optional(),
+  sglang_version: EngineVersion.optional(),
+  llama_server_version: z.string().regex(/^b?\d+$/, "must be a llama.cpp build number such as b6869").transform((v) => (v.startsWith("b") ? v : `b${v}`)).optional(),
   /** Keep engines running when the agent stops, and re-adopt them when it starts again. */
   keep_replicas: z.boolean().default(false),
   /**

@@ -566,6 +566,60 @@ describe("inventory", () => {
     expect(lines.some((l) => l.msg === "GPU discovery works again")).toBe(true);
   });
 
+  test("engines by version: the heartbeat carries each engine's version or why it has none; vLLM 0.10 refuses multi-node naming its version and runs single-node on GPU indices", async () => {
+    const stub = stubHead();
+    const modelsDir = tempDir("llmgw-models-");
+    mkdirSync(join(modelsDir, "llama-3.1-8b"));
+    writeFileSync(join(modelsDir, "llama-3.1-8b", "model.safetensors"), "");
+    // Stand-ins on a PATH of their own: `vllm --version` prints what vLLM 0.10.1.1 prints, and
+    // `vllm serve` records its GPUs and arguments, then stays up; python3 lacks SGLang.
+    const bin = tempDir("llmgw-bin-");
+    const seen = join(bin, "serve.txt");
+    writeFileSync(
+      join(bin, "vllm"),
+      `#!/bin/sh\nif [ "$1" = "--version" ]; then echo "INFO 08-20 10:12:01 [__init__.py:241] Automatically detected platform cuda." >&2; echo 0.10.1.1; exit 0; fi\necho "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER=$CUDA_DEVICE_ORDER $*" > ${seen}\nexec sleep 30\n`,
+      { mode: 0o755 },
+    );
+    writeFileSync(join(bin, "python3"), "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'sglang'\" >&2\nexit 1\n", { mode: 0o755 });
+    const pathBefore = process.env.PATH;
+    process.env.PATH = `${bin}:${pathBefore}`;
+    cleanup.push(() => {
+      process.env.PATH = pathBefore;
+    });
+    const gpus: GpuReport[] = [
+      { index: 0, uuid: "GPU-a", name: "NVIDIA H100 80GB HBM3", class: "H100-80GB", memory_mib: 81559, healthy: true, parent: null, smi_index: 3, pci_bus_id: "00000000:9B:00.0" },
+    ];
+    const agent = makeAgent(
+      { server: stub.url, token: stub.token, models_dir: modelsDir, llama_server: join(bin, "no-llama-server") },
+      { discover: async () => ({ gpus, warnings: [] }) },
+    );
+    await agent.start();
+    expect(stub.heartbeats[0]!.engines).toEqual([
+      { engine: "vllm", version: "0.10.1.1", error: null },
+      { engine: "sglang", version: null, error: "`python3 -c import sglang; print(sglang.__version__)` exited 1: ModuleNotFoundError: No module named 'sglang'" },
+      { engine: "llama.cpp", version: null, error: `not installed: ${join(bin, "no-llama-server")} not found` },
+    ]);
+
+    const port = await freePort();
+    const two = { rank: 0, size: 2, leader_address: "10.9.0.1", leader_port: port + 10_000 };
+    stub.set([
+      assignment("multi", port, { gpu_uuids: ["GPU-a"], args: [], shard: two }),
+      assignment("single", await freePort(), { gpu_uuids: ["GPU-a"], args: [] }),
+    ]);
+    await until("the multi-node replica refused", () => stub.latest()!.replicas.some((r) => r.id === "multi" && r.state === "failed"));
+    expect(stub.latest()!.replicas.find((r) => r.id === "multi")!.error).toContain(
+      "vLLM 0.10.1.1 needs Ray for multi-node; llmgw supports multi-node vLLM from 0.12.0 on",
+    );
+    await until("the single-node vLLM started", () => {
+      try {
+        return readFileSync(seen, "utf8").length > 0;
+      } catch {
+        return false;
+      }
+    });
+    expect(readFileSync(seen, "utf8")).toStartWith(`CUDA_VISIBLE_DEVICES=3 CUDA_DEVICE_ORDER=PCI_BUS_ID serve ${join(modelsDir, "llama-3.1-8b")} --host 127.0.0.1 --port `);
+  });
+
   test("settings the server would refuse fail start() naming the setting", async () => {
     const server = "http://127.0.0.1:9"; // never contacted
     const token = "some-join-token-0123456789";

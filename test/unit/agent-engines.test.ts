@@ -2,10 +2,13 @@
 // multi-node, so a change to a launch template is a visible diff here.
 
 import { describe, expect, test } from "bun:test";
-import { engineAuthWarning, LaunchError, renderLaunch, type LaunchOptions } from "../../src/agent/engines";
+import { engineAuthWarning, HEALTH_TIMEOUT_MS, LaunchError, renderLaunch, type LaunchOptions } from "../../src/agent/engines";
 import { Assignment } from "../../src/protocol/heartbeat";
 
-const opts: LaunchOptions = { host: "0.0.0.0", modelPath: "/models/llama-3-8b", selfExe: "/usr/local/bin/llmgw" };
+// nvidia-smi numbers the cards in PCI bus order, which need not be the placement's order.
+const smiIndex = { "GPU-aaaa": 2, "GPU-bbbb": 0, "GPU-cccc": 5 };
+const opts: LaunchOptions = { host: "0.0.0.0", modelPath: "/models/llama-3-8b", selfExe: "/usr/local/bin/llmgw", smiIndex };
+const VLLM_GPUS = { CUDA_DEVICE_ORDER: "PCI_BUS_ID", CUDA_VISIBLE_DEVICES: "2,0" };
 
 function assignment(over: Partial<Omit<Assignment, "shard">> & { shard?: Partial<Assignment["shard"]> } = {}): Assignment {
   const { shard, ...rest } = over;
@@ -32,7 +35,7 @@ describe("vllm", () => {
       "--served-model-name", "llama-3-8b", "llama3",
       "--tensor-parallel-size", "2",
     ]);
-    expect(l.env).toEqual({ CUDA_VISIBLE_DEVICES: "GPU-aaaa,GPU-bbbb" });
+    expect(l.env).toEqual(VLLM_GPUS);
     expect(l.servesHttp).toBe(true);
   });
 
@@ -74,7 +77,7 @@ describe("vllm", () => {
     );
     expect(l.cmd.slice(-3)).toEqual(["--max-model-len", "8192", "--enforce-eager"]);
     expect(l.cmd.indexOf("--tensor-parallel-size")).toBeLessThan(l.cmd.indexOf("--max-model-len"));
-    expect(l.env).toEqual({ VLLM_LOGGING_LEVEL: "DEBUG", HF_HUB_OFFLINE: "1", CUDA_VISIBLE_DEVICES: "GPU-aaaa,GPU-bbbb" });
+    expect(l.env).toEqual({ VLLM_LOGGING_LEVEL: "DEBUG", HF_HUB_OFFLINE: "1", ...VLLM_GPUS });
   });
 
   test("multi-node catalog args still come after the rank flags", () => {
@@ -120,7 +123,8 @@ describe("sglang", () => {
     expect(lead.servesHttp).toBe(true);
     const worker = renderLaunch({ ...a, shard: { rank: 1, size: 2, leader_address: "10.0.0.5", leader_port: 20000 } }, opts);
     expect(worker.cmd.slice(-6)).toEqual(["--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "10.0.0.5:20000"]);
-    expect(worker.servesHttp).toBe(false);
+    // Rank >= 1 serves /health on its --port once ready (newest template: no version given).
+    expect(worker.servesHttp).toBe(true);
   });
 
   test("an IPv6 leader address is bracketed", () => {
@@ -136,7 +140,7 @@ describe("sglang", () => {
 });
 
 describe("llama.cpp", () => {
-  test("gguf file, all names as one comma-separated alias, every layer on GPU, metrics on", () => {
+  test("gguf file, all names as one comma-separated alias, layers left to llama.cpp's fitting, metrics on", () => {
     const l = renderLaunch(
       assignment({ engine: "llama.cpp", gpus: [3], gpu_uuids: ["GPU-cccc"], args: ["-c", "8192"] }),
       { ...opts, modelPath: "/models/qwen.Q4_K_M.gguf" },
@@ -145,7 +149,7 @@ describe("llama.cpp", () => {
       "llama-server", "-m", "/models/qwen.Q4_K_M.gguf",
       "--host", "0.0.0.0", "--port", "8100",
       "--alias", "llama-3-8b,llama3",
-      "-ngl", "999", "--metrics",
+      "--metrics",
       "-c", "8192",
     ]);
     expect(l.env).toEqual({ CUDA_VISIBLE_DEVICES: "GPU-cccc" });
@@ -187,15 +191,19 @@ describe("fake", () => {
 });
 
 describe("environment and validation", () => {
-  test("MIG instances are passed by their UUIDs", () => {
-    const mig = ["MIG-4b6f3c1e-7a2d-5e8f-9c0b-1d2e3f4a5b6c", "MIG-5c7a4d2f-8b3e-6f9a-0d1c-2e3f4a5b6c7d"];
-    const l = renderLaunch(assignment({ gpus: [4, 5], gpu_uuids: mig }), opts);
-    expect(l.env.CUDA_VISIBLE_DEVICES).toBe(mig.join(","));
+  test("a MIG instance is passed by its UUID to the engines that take one", () => {
+    const mig = "MIG-4b6f3c1e-7a2d-5e8f-9c0b-1d2e3f4a5b6c";
+    for (const engine of ["sglang", "llama.cpp"] as const) {
+      const l = renderLaunch(assignment({ engine, gpus: [4], gpu_uuids: [mig] }), opts);
+      expect(l.env).toEqual({ CUDA_VISIBLE_DEVICES: mig });
+    }
   });
 
   test("the catalog cannot override the GPUs placement chose", () => {
-    const l = renderLaunch(assignment({ env: { CUDA_VISIBLE_DEVICES: "0,1,2,3,4,5,6,7" } }), opts);
-    expect(l.env.CUDA_VISIBLE_DEVICES).toBe("GPU-aaaa,GPU-bbbb");
+    const l = renderLaunch(assignment({ env: { CUDA_VISIBLE_DEVICES: "0,1,2,3,4,5,6,7", CUDA_DEVICE_ORDER: "FASTEST_FIRST" } }), opts);
+    expect(l.env).toEqual(VLLM_GPUS);
+    const s = renderLaunch(assignment({ engine: "sglang", env: { CUDA_VISIBLE_DEVICES: "0,1,2,3,4,5,6,7" } }), opts);
+    expect(s.env.CUDA_VISIBLE_DEVICES).toBe("GPU-aaaa,GPU-bbbb");
   });
 
   test("arguments are never joined into a shell string", () => {
@@ -254,11 +262,12 @@ describe("engine keys", () => {
     expect(l.cmd.some((c) => c.includes(KEY))).toBe(false);
   });
 
-  test("shards that serve no HTTP are not given the key", () => {
+  test("shards that take no requests are not given the key", () => {
     const worker = { rank: 1, size: 2, leader_address: "10.0.0.5", leader_port: 29600 };
     for (const engine of ["vllm", "sglang", "fake"] as const) {
       const l = renderLaunch(keyed({ engine, shard: worker }), opts);
-      expect(l.servesHttp).toBe(false);
+      // SGLang's rank 1 serves only /health, which its auth leaves open: probed without a key.
+      expect(l.servesHttp).toBe(engine === "sglang");
       expect(everywhere(l)).toEqual([]);
       expect(l.apiKey).toBeNull();
     }
@@ -298,5 +307,108 @@ describe("engine keys", () => {
     expect(w.fields.engine_auth).toBe("off");
     expect(w.fields.reason).toMatch(/without a key/);
     expect(w.message).toMatch(/private network|benchmarks/);
+  });
+});
+
+describe("templates by engine version", () => {
+  const multi = (rank: number) => ({ shard: { rank, size: 2, leader_address: "10.0.0.5", leader_port: 29600 } });
+  const MIG1 = "MIG-4b6f3c1e-7a2d-5e8f-9c0b-1d2e3f4a5b6c";
+  const MIG2 = "MIG-5c7a4d2f-8b3e-6f9a-0d1c-2e3f4a5b6c7d";
+
+  test("vLLM 0.10.1.1 single node: nvidia-smi indices in PCI bus order, never UUIDs", () => {
+    const l = renderLaunch(assignment(), { ...opts, version: "0.10.1.1" });
+    expect(l.cmd).toEqual([
+      "vllm", "serve", "/models/llama-3-8b", "--host", "0.0.0.0", "--port", "8100",
+      "--served-model-name", "llama-3-8b", "llama3", "--tensor-parallel-size", "2",
+    ]);
+    expect(l.env).toEqual({ CUDA_DEVICE_ORDER: "PCI_BUS_ID", CUDA_VISIBLE_DEVICES: "2,0" });
+  });
+
+  test("vLLM before 0.12.0 refuses multi-node, naming its version and the one needed, before anything starts", () => {
+    for (const version of ["0.10.1.1", "0.11.0", "0.11.2", "0.12.0rc1"])
+      for (const rank of [0, 1])
+        expect(() => renderLaunch(assignment(multi(rank)), { ...opts, version })).toThrow(
+          `replica r-1: vLLM ${version} needs Ray for multi-node; llmgw supports multi-node vLLM from 0.12.0 on (the mp backend's --nnodes/--node-rank/--master-addr/--headless, vLLM PR #23691); upgrade vLLM on every node of the replica, or give the profile nodes: 1`,
+        );
+  });
+
+  test("vLLM 0.12.0 multi-node: the mp flags, rank > 0 headless", () => {
+    const lead = renderLaunch(assignment(multi(0)), { ...opts, version: "0.12.0" });
+    expect(lead.cmd).toEqual([
+      "vllm", "serve", "/models/llama-3-8b", "--host", "0.0.0.0", "--port", "8100",
+      "--served-model-name", "llama-3-8b", "llama3", "--tensor-parallel-size", "2",
+      "--pipeline-parallel-size", "2", "--distributed-executor-backend", "mp",
+      "--nnodes", "2", "--node-rank", "0", "--master-addr", "10.0.0.5", "--master-port", "29600",
+    ]);
+    expect(lead.env).toEqual({ CUDA_DEVICE_ORDER: "PCI_BUS_ID", CUDA_VISIBLE_DEVICES: "2,0" });
+    const worker = renderLaunch(assignment(multi(1)), { ...opts, version: "0.12.0" });
+    expect(worker.cmd.slice(-1)).toEqual(["--headless"]);
+    expect(worker.servesHttp).toBe(false);
+  });
+
+  test("vLLM on a MIG device is refused with the reason, on every version", () => {
+    for (const version of ["0.10.1.1", "0.12.0", undefined])
+      expect(() => renderLaunch(assignment({ gpus: [4], gpu_uuids: [MIG1] }), { ...opts, version })).toThrow(
+        /vLLM( [\d.]+)? cannot run on a MIG device: it reads CUDA_VISIBLE_DEVICES as integers \(vLLM #41848\)/,
+      );
+  });
+
+  test("a placed GPU without an nvidia-smi index is refused for vLLM rather than passed as a UUID", () => {
+    expect(() => renderLaunch(assignment({ gpus: [0], gpu_uuids: ["GPU-zzzz"] }), { ...opts, version: "0.10.1.1" })).toThrow(
+      /GPU GPU-zzzz has no nvidia-smi index in this node's inventory, and vLLM takes GPUs by index only/,
+    );
+  });
+
+  test("a version older than every template, an unreadable one and an unknown one are refused, naming it", () => {
+    expect(() => renderLaunch(assignment(), { ...opts, version: "0.5.4" })).toThrow(
+      "replica r-1: vLLM 0.5.4 is older than any launch template llmgw has (it supports vLLM 0.6.0 and newer); upgrade it on this node",
+    );
+    expect(() => renderLaunch(assignment({ engine: "sglang" }), { ...opts, version: "0.3.6" })).toThrow(/SGLang 0\.3\.6 is older than any launch template llmgw has \(it supports SGLang 0\.4\.0 and newer\)/);
+    expect(() => renderLaunch(assignment({ engine: "llama.cpp" }), { ...opts, version: "b3000" })).toThrow(/llama\.cpp b3000 is older than any launch template llmgw has \(it supports llama\.cpp b4000 and newer\)/);
+    expect(() => renderLaunch(assignment(), { ...opts, version: "nightly" })).toThrow(/vLLM version "nightly" is not one llmgw can read; state it with --vllm-version/);
+    expect(() => renderLaunch(assignment({ engine: "sglang" }), { ...opts, version: null, versionError: "not installed: python3 not found" })).toThrow(
+      "replica r-1: SGLang's version on this node is unknown: not installed: python3 not found; llmgw picks the command line by version, so it starts no engine it cannot place in a range (install it, point --sglang-python at it, or state it with --sglang-version)",
+    );
+  });
+
+  test("SGLang rank >= 1 is health-checked on its port from 0.4.3.post4, only watched before", () => {
+    const worker = { ...assignment({ engine: "sglang", engine_key: "k".repeat(32) }), ...multi(1) };
+    const cmd = [
+      "python3", "-m", "sglang.launch_server", "--model-path", "/models/llama-3-8b",
+      "--host", "0.0.0.0", "--port", "8100", "--served-model-name", "llama-3-8b",
+      "--tp-size", "4", "--enable-metrics",
+      "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "10.0.0.5:29600",
+    ];
+    const newer = renderLaunch(worker, { ...opts, version: "0.4.3.post4" });
+    expect(newer).toEqual({ cmd, env: { CUDA_VISIBLE_DEVICES: "GPU-aaaa,GPU-bbbb" }, servesHttp: true, apiKey: null });
+    const older = renderLaunch(worker, { ...opts, version: "0.4.3" });
+    expect(older).toEqual({ cmd, env: { CUDA_VISIBLE_DEVICES: "GPU-aaaa,GPU-bbbb" }, servesHttp: false, apiKey: null });
+    const lead = renderLaunch({ ...worker, ...multi(0) }, { ...opts, version: "0.4.3" });
+    expect(lead.cmd.slice(-2)).toEqual(["--api-key", "k".repeat(32)]);
+    expect(lead.servesHttp).toBe(true);
+  });
+
+  test("llama-server before b8173: the first name only and -ngl 999; from b8173 every name and its own fitting", () => {
+    const a = assignment({ engine: "llama.cpp", gpus: [3], gpu_uuids: ["GPU-cccc"] });
+    const o = { ...opts, modelPath: "/models/m.gguf" };
+    const base = ["llama-server", "-m", "/models/m.gguf", "--host", "0.0.0.0", "--port", "8100"];
+    for (const version of ["b6869", "b8172"]) expect(renderLaunch(a, { ...o, version }).cmd).toEqual([...base, "--alias", "llama-3-8b", "-ngl", "999", "--metrics"]);
+    for (const version of ["b8173", "b10991"]) expect(renderLaunch(a, { ...o, version }).cmd).toEqual([...base, "--alias", "llama-3-8b,llama3", "--metrics"]);
+    expect(renderLaunch(a, { ...o, version: "b6869" }).env).toEqual({ CUDA_VISIBLE_DEVICES: "GPU-cccc" });
+    // A comma is literal for an older build's single alias, a separator for a newer one.
+    expect(renderLaunch(assignment({ engine: "llama.cpp", served_names: ["a,b"] }), { ...o, version: "b6869" }).cmd).toContain("a,b");
+    expect(() => renderLaunch(assignment({ engine: "llama.cpp", served_names: ["a,b"] }), { ...o, version: "b8173" })).toThrow(/--alias splits names/);
+  });
+
+  test("more than one MIG device for one engine is refused on every engine", () => {
+    for (const engine of ["vllm", "sglang", "llama.cpp"] as const)
+      expect(() => renderLaunch(assignment({ engine, gpus: [4, 5], gpu_uuids: [MIG1, MIG2] }), opts)).toThrow(
+        "replica r-1: 2 MIG devices for one engine, but a CUDA process can use only one MIG device; give the profile gpus: 1 for a MIG class, or use whole GPUs",
+      );
+  });
+
+  test("health probe timeouts: at least 5 s for SGLang, whose /health generates a token", () => {
+    expect(HEALTH_TIMEOUT_MS.sglang).toBeGreaterThanOrEqual(5_000);
+    expect([HEALTH_TIMEOUT_MS.vllm, HEALTH_TIMEOUT_MS["llama.cpp"], HEALTH_TIMEOUT_MS.fake]).toEqual([2_000, 2_000, 2_000]);
   });
 });

@@ -219,10 +219,10 @@ describe("buildGpuReports", () => {
   test("H100 MIG box: instances, never the card, parent = card uuid, memory from profile", () => {
     const gpus = buildGpuReports(parseQueryGpuCsv(fx.h100Csv), parseListGpus(fx.h100L));
     expect(gpus).toEqual([
-      { index: 0, uuid: "MIG-00000000-0000-0000-0000-000000000000", name: "NVIDIA H100 80GB HBM3 MIG 3g.40gb", class: "H100-80GB/3g.40gb", memory_mib: 40960, healthy: true, parent: ZERO_GPU },
-      { index: 1, uuid: "MIG-00000001-0000-0000-0000-000000000001", name: "NVIDIA H100 80GB HBM3 MIG 2g.20gb", class: "H100-80GB/2g.20gb", memory_mib: 20480, healthy: true, parent: ZERO_GPU },
-      { index: 2, uuid: "MIG-00000002-0000-0000-0000-000000000002", name: "NVIDIA H100 80GB HBM3 MIG 1g.10gb", class: "H100-80GB/1g.10gb", memory_mib: 10240, healthy: true, parent: ZERO_GPU },
-      { index: 3, uuid: "MIG-00000003-0000-0000-0000-000000000003", name: "NVIDIA H100 80GB HBM3 MIG 1g.10gb", class: "H100-80GB/1g.10gb", memory_mib: 10240, healthy: true, parent: ZERO_GPU },
+      { index: 0, uuid: "MIG-00000000-0000-0000-0000-000000000000", name: "NVIDIA H100 80GB HBM3 MIG 3g.40gb", class: "H100-80GB/3g.40gb", memory_mib: 40960, healthy: true, parent: ZERO_GPU, smi_index: 0, pci_bus_id: "00000000:00:09.0" },
+      { index: 1, uuid: "MIG-00000001-0000-0000-0000-000000000001", name: "NVIDIA H100 80GB HBM3 MIG 2g.20gb", class: "H100-80GB/2g.20gb", memory_mib: 20480, healthy: true, parent: ZERO_GPU, smi_index: 0, pci_bus_id: "00000000:00:09.0" },
+      { index: 2, uuid: "MIG-00000002-0000-0000-0000-000000000002", name: "NVIDIA H100 80GB HBM3 MIG 1g.10gb", class: "H100-80GB/1g.10gb", memory_mib: 10240, healthy: true, parent: ZERO_GPU, smi_index: 0, pci_bus_id: "00000000:00:09.0" },
+      { index: 3, uuid: "MIG-00000003-0000-0000-0000-000000000003", name: "NVIDIA H100 80GB HBM3 MIG 1g.10gb", class: "H100-80GB/1g.10gb", memory_mib: 10240, healthy: true, parent: ZERO_GPU, smi_index: 0, pci_bus_id: "00000000:00:09.0" },
     ]);
     expectValidHeartbeat(gpus);
   });
@@ -232,7 +232,7 @@ describe("buildGpuReports", () => {
     expect(gpus).toHaveLength(5);
     expect(gpus.slice(0, 4).every((g) => g.parent === ZERO_GPU)).toBe(true);
     expect(gpus[4]).toEqual({
-      index: 4, uuid: H200_AS_GPU1, name: "NVIDIA H200", class: "H200-141GB", memory_mib: 143771, healthy: true, parent: null,
+      index: 4, uuid: H200_AS_GPU1, name: "NVIDIA H200", class: "H200-141GB", memory_mib: 143771, healthy: true, parent: null, smi_index: 1, pci_bus_id: "00000000:83:00.0",
     });
     expect(gpus.some((g) => g.uuid === ZERO_GPU)).toBe(false);
     expectValidHeartbeat(gpus);
@@ -241,7 +241,7 @@ describe("buildGpuReports", () => {
   test("H200 without MIG", () => {
     const gpus = buildGpuReports(parseQueryGpuCsv(fx.h200Csv), parseListGpus(fx.h200L));
     expect(gpus).toEqual([
-      { index: 0, uuid: ZERO_GPU, name: "NVIDIA H200", class: "H200-141GB", memory_mib: 143771, healthy: true, parent: null },
+      { index: 0, uuid: ZERO_GPU, name: "NVIDIA H200", class: "H200-141GB", memory_mib: 143771, healthy: true, parent: null, smi_index: 0, pci_bus_id: "00000000:83:00.0" },
     ]);
   });
 
@@ -258,7 +258,7 @@ describe("buildGpuReports", () => {
     const row = parseQueryGpuCsv(`0, ${ZERO_GPU}, NVIDIA L40S, 46068, [N/A]`);
     expect(row[0]!.migMode).toBeNull();
     expect(buildGpuReports(row, parseListGpus(fx.l40sL))).toEqual([
-      { index: 0, uuid: ZERO_GPU, name: "NVIDIA L40S", class: "L40S", memory_mib: 46068, healthy: true, parent: null },
+      { index: 0, uuid: ZERO_GPU, name: "NVIDIA L40S", class: "L40S", memory_mib: 46068, healthy: true, parent: null, smi_index: 0, pci_bus_id: null },
     ]);
   });
 
@@ -266,7 +266,7 @@ describe("buildGpuReports", () => {
     const warnings: string[] = [];
     const gpus = buildGpuReports([], parseListGpus(fx.l40sL), {}, (w) => warnings.push(w));
     expect(gpus).toEqual([
-      { index: 0, uuid: ZERO_GPU, name: "NVIDIA L40S", class: "L40S", memory_mib: 0, healthy: false, parent: null, reason: "nvidia-smi --query-gpu gave no row for it (memory and health unknown)" },
+      { index: 0, uuid: ZERO_GPU, name: "NVIDIA L40S", class: "L40S", memory_mib: 0, healthy: false, parent: null, reason: "nvidia-smi --query-gpu gave no row for it (memory and health unknown)", smi_index: 0, pci_bus_id: null },
     ]);
     expect(warnings.join()).toContain("no row");
   });
@@ -367,7 +367,7 @@ describe("unhealthy nvidia-smi outputs (unhealthy-gpu-outputs.txt)", () => {
   test("[GPU requires reset] in a --query-gpu row (with header)", () => {
     const gpus = buildGpuReports(parseQueryGpuCsv(block(queryCsv[0]!).body), []);
     expect(gpus).toEqual([
-      { index: 0, uuid: "GPU-unknown-0", name: "", class: "unknown", memory_mib: 0, healthy: false, parent: null, reason: "temperature.gpu reads [GPU requires reset]" },
+      { index: 0, uuid: "GPU-unknown-0", name: "", class: "unknown", memory_mib: 0, healthy: false, parent: null, reason: "temperature.gpu reads [GPU requires reset]", smi_index: 0, pci_bus_id: null },
     ]);
   });
 
@@ -465,7 +465,7 @@ describe("discoverGpus", () => {
     const d = await discoverGpus({ run });
     expect(calls.filter((c) => !c.includes("-L")).at(-1)!.join(" ")).not.toContain("mig.mode");
     expect(d).toEqual({
-      gpus: [{ index: 0, uuid: "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77", name: "Tesla V100-SXM2-16GB", class: "V100-16GB", memory_mib: 16160, healthy: true, parent: null }],
+      gpus: [{ index: 0, uuid: "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77", name: "Tesla V100-SXM2-16GB", class: "V100-16GB", memory_mib: 16160, healthy: true, parent: null, smi_index: 0, pci_bus_id: "00000000:00:1E.0" }],
       warnings: [],
     });
   });
@@ -654,7 +654,7 @@ describe("what held-out samples showed", () => {
   test("a card in MIG mode with no instances is reported, unhealthy, with its reason", async () => {
     const d = await discoverGpus({ run: fakeSmi({ query: ok(h200MigCsv()), list: ok(fx.h200L) }) });
     expect(d.gpus).toEqual([
-      { index: 0, uuid: ZERO_GPU, name: "NVIDIA H200", class: "H200-141GB", memory_mib: 143771, healthy: false, parent: null, reason: "MIG mode with no GPU instances" },
+      { index: 0, uuid: ZERO_GPU, name: "NVIDIA H200", class: "H200-141GB", memory_mib: 143771, healthy: false, parent: null, reason: "MIG mode with no GPU instances", smi_index: 0, pci_bus_id: "00000000:83:00.0" },
     ]);
     expectValidHeartbeat(d.gpus);
   });
@@ -698,7 +698,7 @@ describe("what held-out samples showed", () => {
     expect(queries.at(-1)).toContain("mig.mode.current");
     expect(queries.at(-1)).not.toContain("pending");
     expect(d).toEqual({
-      gpus: [{ index: 0, uuid: "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77", name: "Tesla V100-SXM2-16GB", class: "V100-16GB", memory_mib: 16160, healthy: true, parent: null }],
+      gpus: [{ index: 0, uuid: "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77", name: "Tesla V100-SXM2-16GB", class: "V100-16GB", memory_mib: 16160, healthy: true, parent: null, smi_index: 0, pci_bus_id: "00000000:00:1E.0" }],
       warnings: [],
     });
   });

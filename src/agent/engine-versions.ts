@@ -1,0 +1,163 @@
+// Finding which engine versions a node has: running each engine's own version command (with a
+// timeout, since a broken Python environment can hang on import), reading the version out of
+// what it prints, and comparing versions so launch templates can be chosen by range. The
+// parsers and comparisons are pure; only probeEngines runs anything.
+
+import type { EngineReport } from "../protocol/heartbeat";
+import { safeText } from "../lib/text";
+
+export type RealEngine = "vllm" | "sglang" | "llama.cpp";
+export const REAL_ENGINES: readonly RealEngine[] = ["vllm", "sglang", "llama.cpp"];
+
+/** The executables the agent runs for each engine (LaunchOptions.bin uses the same names). */
+export type EngineBins = { vllm?: string; python?: string; llamaServer?: string };
+
+/** How each engine is asked for its version. */
+export function versionCommand(engine: RealEngine, bin: EngineBins = {}): string[] {
+  switch (engine) {
+    case "vllm":
+      // vllm/entrypoints/cli/main.py: `-v/--version` prints importlib's vllm.__version__ alone.
+      return [bin.vllm ?? "vllm", "--version"];
+    case "sglang":
+      // SGLang has no version flag on launch_server; sglang/version.py defines __version__.
+      return [bin.python ?? "python3", "-c", "import sglang; print(sglang.__version__)"];
+    case "llama.cpp":
+      // common/arg.cpp: --version prints the build info and exits 0 (on stderr).
+      return [bin.llamaServer ?? "llama-server", "--version"];
+  }
+}
+
+/** A PEP 440 release such as vLLM's "0.10.1.1", "0.11.1rc2", "0.6.3.post1" or "0.11.1.dev5+g1234abc". */
+const PEP440 = /^v?(\d+(?:\.\d+)*)(?:[._-]?(a|b|rc|alpha|beta|c)[._-]?(\d*))?(?:[._-]?post[._-]?(\d*))?(?:[._-]?dev[._-]?(\d*))?(?:\+[A-Za-z0-9.]+)?$/i;
+
+/** The last line of `vllm --version` that is a version (warnings from imports may come before it). */
+export function parseVllmVersion(output: string): string | null {
+  return lastVersionLine(output);
+}
+
+/** SGLang prints sglang.__version__, e.g. "0.4.3.post4" or "0.5.2". */
+export function parseSglangVersion(output: string): string | null {
+  return lastVersionLine(output);
+}
+
+/**
+ * llama-server's build number as "b<N>" (the release tags are named so). Builds print
+ * `version: 6869 (abc1234)` then `built with …`; newer ones `version: 0.4.1-dev (build 10991,
+ * commit 930e2fa59)` (common/build-info.cpp.in, llama_print_build_info).
+ */
+export function parseLlamaServerVersion(output: string): string | null {
+  const newer = /^version:\s*\S+\s*\(build\s+(\d+)\b/im.exec(output);
+  if (newer) return `b${Number(newer[1])}`;
+  const older = /^version:\s*(\d+)\s*\(/im.exec(output);
+  if (older) return `b${Number(older[1])}`;
+  return null;
+}
+
+function lastVersionLine(output: string): string | null {
+  const lines = output.split(/\r?\n/).map((l) => l.trim()).filter((l) => l !== "");
+  for (let i = lines.length - 1; i >= 0; i--) if (PEP440.test(lines[i]!) && lines[i]!.length <= 64) return lines[i]!;
+  return null;
+}
+
+type Pep440 = { release: number[]; phase: number; n: number };
+
+function parsePep440(v: string): Pep440 | null {
+  const m = PEP440.exec(v.trim());
+  if (!m) return null;
+  const release = m[1]!.split(".").map(Number);
+  // Order within one release: dev < pre-release < final < post.
+  if (m[4] !== undefined) return { release, phase: 2, n: Number(m[4] || 0) };
+  if (m[2] !== undefined) return { release, phase: -1, n: Number(m[3] || 0) };
+  if (m[5] !== undefined) return { release, phase: -2, n: Number(m[5] || 0) };
+  return { release, phase: 0, n: 0 };
+}
+
+/**
+ * Compares two PEP 440 versions (vLLM, SGLang): negative when a is older, 0 when equal,
+ * positive when newer; null when either cannot be read. A pre-release or dev build of X counts
+ * as older than X, so a template that needs X is not used on a build that may lack it.
+ */
+export function compareVersions(a: string, b: string): number | null {
+  const x = parsePep440(a);
+  const y = parsePep440(b);
+  if (!x || !y) return null;
+  for (let i = 0; i < Math.max(x.release.length, y.release.length); i++) {
+    const d = (x.release[i] ?? 0) - (y.release[i] ?? 0);
+    if (d !== 0) return d;
+  }
+  return x.phase !== y.phase ? x.phase - y.phase : x.n - y.n;
+}
+
+/** "b6869" (or "6869") → 6869; null when it is not a build number. */
+export function llamaBuild(v: string): number | null {
+  const m = /^b?(\d+)$/.exec(v.trim());
+  return m ? Number(m[1]) : null;
+}
+
+export type ProbeResult = { exitCode: number; stdout: string; stderr: string };
+/** Runs argv within timeoutMs; rejects (code ENOENT when the executable is missing) when it cannot. */
+export type ProbeRunner = (argv: string[], timeoutMs: number) => Promise<ProbeResult>;
+
+export type ProbeOptions = {
+  bin?: EngineBins;
+  /** Versions the operator set (--vllm-version …): used as they are, nothing is run for them. */
+  overrides?: Partial<Record<RealEngine, string>>;
+  /** Per command; a Python import of a large package can take many seconds on a cold disk. */
+  timeoutMs: number;
+  run?: ProbeRunner;
+};
+
+const PARSERS: Record<RealEngine, (out: string) => string | null> = {
+  vllm: parseVllmVersion,
+  sglang: parseSglangVersion,
+  "llama.cpp": parseLlamaServerVersion,
+};
+
+/** One engine's report. Never throws: a missing or broken engine is reported with the reason. */
+export async function probeEngine(engine: RealEngine, opts: ProbeOptions): Promise<EngineReport> {
+  const override = opts.overrides?.[engine];
+  if (override !== undefined && override !== "") return { engine, version: clip(override, 64), error: null };
+  const argv = versionCommand(engine, opts.bin);
+  const run = opts.run ?? spawnProbe;
+  let r: ProbeResult;
+  try {
+    r = await run(argv, opts.timeoutMs);
+  } catch (e) {
+    const err = e as { code?: unknown; message?: unknown };
+    const why = err.code === "ENOENT" ? `not installed: ${argv[0]} not found` : String(err.message ?? e);
+    return { engine, version: null, error: clip(why, 512) };
+  }
+  const out = `${r.stdout}\n${r.stderr}`;
+  const version = r.exitCode === 0 ? PARSERS[engine](out) : null;
+  if (version !== null) return { engine, version, error: null };
+  const last = out.split(/\r?\n/).map((l) => l.trim()).filter((l) => l !== "").at(-1) ?? "no output";
+  const why = r.exitCode === 0 ? `\`${argv.join(" ")}\` printed no version: ${last}` : `\`${argv.join(" ")}\` exited ${r.exitCode}: ${last}`;
+  return { engine, version: null, error: clip(why, 512) };
+}
+
+/** Every real engine's report, probed side by side. */
+export function probeEngines(opts: ProbeOptions): Promise<EngineReport[]> {
+  return Promise.all(REAL_ENGINES.map((e) => probeEngine(e, opts)));
+}
+
+function clip(s: string, max: number): string {
+  const t = safeText(s);
+  return t.length > max ? `${t.slice(0, max - 1)}…` : t;
+}
+
+const spawnProbe: ProbeRunner = async (argv, timeoutMs) => {
+  // The environment as it is now (PATH included), as the engines themselves will get it.
+  const proc = Bun.spawn(argv, { stdin: "ignore", stdout: "pipe", stderr: "pipe", env: { ...process.env } });
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    proc.kill("SIGKILL");
+  }, timeoutMs);
+  try {
+    const [stdout, stderr, exitCode] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+    if (timedOut) throw new Error(`\`${argv.join(" ")}\` did not finish within ${Math.round(timeoutMs / 1000)}s`);
+    return { exitCode, stdout, stderr };
+  } finally {
+    clearTimeout(timer);
+  }
+};

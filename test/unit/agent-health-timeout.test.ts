@@ -1,0 +1,54 @@
+// The /health probe timeout is per replica (per engine: SGLang's /health generates a token), so
+// a ProcessSet hands each replica the timeout its engine needs instead of one for all.
+
+import { afterEach, expect, test } from "bun:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { ProcessSet } from "../../src/agent/runner";
+import { Assignment } from "../../src/protocol/heartbeat";
+
+const cleanup: Array<() => Promise<void> | void> = [];
+afterEach(async () => {
+  for (const c of cleanup.splice(0).reverse()) await c();
+});
+
+function assignment(id: string, engine: Assignment["engine"], port: number): Assignment {
+  return Assignment.parse({
+    id, model: "m", served_names: ["m"], profile: "p", engine, port, gpus: [], gpu_uuids: [],
+    shard: { rank: 0, size: 1, leader_address: "", leader_port: 29500 },
+  });
+}
+
+test("each replica's health probe is cut off at its own engine's timeout", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "llmgw-health-timeout-"));
+  cleanup.push(() => rmSync(dir, { recursive: true, force: true }));
+  // A /health that never answers: each probe ends only when its timeout aborts it.
+  const cutOff = new Map<number, number[]>();
+  const fetch = (url: string, init?: RequestInit) =>
+    new Promise<Response>((_, reject) => {
+      const began = performance.now();
+      const port = Number(new URL(url).port);
+      init?.signal?.addEventListener("abort", () => {
+        cutOff.set(port, [...(cutOff.get(port) ?? []), performance.now() - began]);
+        reject(init.signal!.reason);
+      });
+    });
+  const set = new ProcessSet({
+    render: () => ({ cmd: ["sleep", "30"], env: {} }),
+    logDir: join(dir, "logs"),
+    healthInterval: 20,
+    startTimeout: 30_000,
+    healthTimeout: 5_000,
+    healthTimeoutFor: (a) => (a.engine === "vllm" ? 100 : undefined),
+    fetch,
+  });
+  cleanup.push(() => set.stopAll(0));
+  await set.reconcile([assignment("quick", "vllm", 41001), assignment("default", "sglang", 41002)]);
+  const end = Date.now() + 5_000;
+  while ((cutOff.get(41001)?.length ?? 0) < 2 && Date.now() < end) await Bun.sleep(10);
+  expect(cutOff.get(41001)!.length).toBeGreaterThanOrEqual(2);
+  for (const t of cutOff.get(41001)!) expect(t).toBeLessThan(1_000);
+  // The replica without its own timeout has the set's 5 s: not cut off yet.
+  expect(cutOff.get(41002) ?? []).toEqual([]);
+});
