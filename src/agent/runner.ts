@@ -33,7 +33,10 @@ export type LaunchSpec = {
 
 export const RUNNER_DEFAULTS = {
   healthInterval: 2_000,
-  /** Large models take minutes to load and compile; 10 minutes before calling a start failed. */
+  /**
+   * Large models take minutes to load and compile; 10 minutes before calling a start failed,
+   * unless the assignment says its profile's own (start_timeout_ms).
+   */
   startTimeout: 600_000,
   healthTimeout: 2_000,
   stopGrace: 30_000,
@@ -56,6 +59,7 @@ export type ReplicaProcessOptions = {
   /** Where to record {pid, port, assignment} so a restarted agent can adopt the process. */
   stateDir?: string;
   healthInterval?: number;
+  /** How long a starting engine has to become healthy when its assignment does not say (start_timeout_ms null). */
   startTimeout?: number;
   healthTimeout?: number;
   /** Address /health is polled at: 127.0.0.1 reaches an engine bound to 0.0.0.0; set it when the engine binds one address. */
@@ -117,7 +121,7 @@ export class ReplicaProcess {
     this.logPath = join(opts.logDir, `${fileSafe(this.id)}.log`);
     this.log = opts.logger ?? silent;
     this.healthInterval = opts.healthInterval ?? RUNNER_DEFAULTS.healthInterval;
-    this.startTimeout = opts.startTimeout ?? RUNNER_DEFAULTS.startTimeout;
+    this.startTimeout = opts.assignment.start_timeout_ms ?? opts.startTimeout ?? RUNNER_DEFAULTS.startTimeout;
     this.healthTimeout = opts.healthTimeout ?? RUNNER_DEFAULTS.healthTimeout;
     this.fetchFn = opts.fetch ?? ((url, init) => fetch(url, init));
   }

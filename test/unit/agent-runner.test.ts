@@ -167,6 +167,20 @@ describe("ReplicaProcess", () => {
     expect(rp.report().error).toBe(err);
   });
 
+  test("the assignment's start_timeout_ms, when set, is how long the engine has to become healthy", async () => {
+    // The runner times its start deadline with the process's own timers (it has no injected
+    // scheduler: it watches real child processes), so this uses the shortest real timeout that
+    // is clearly apart from the configured one.
+    const port = await freePort();
+    const { rp } = replica(assignment("r-own-timeout", port, ["never"], { start_timeout_ms: 300 }), { startTimeout: 15_000 });
+    const t0 = Date.now();
+    rp.start();
+    await until("failed", () => rp.currentState === "failed", 5_000);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(290);
+    expect(rp.report().error).toStartWith("not healthy after 300ms: ");
+    await until("the process to be gone", () => !isAlive(rp.pid!));
+  });
+
   test("a vLLM that dies with its cause screens above the last lines is reported by that cause first", async () => {
     const port = await freePort();
     const body = join(dir, "vllm-oom.txt");
