@@ -24,8 +24,8 @@ export type FatalPattern = { kind: FailureKind; re: RegExp };
 
 const PYTHON: readonly FatalPattern[] = [
   // PyTorch c10/cuda/CUDACachingAllocator.cpp: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00
-  // MiB. GPU 0 has a total capacity of 79.19 GiB of which 512.06 MiB is free. ..." (torch.cuda.OutOfMemoryError before
-  // torch 2.4). Also inside other messages, e.g. SGLang's "Capture cuda graph failed: CUDA out of memory. ..."
+  // MiB. GPU 0 has a total capacity of 79.19 GiB of which 512.06 MiB is free. ..." (torch.cuda.OutOfMemoryError in older
+  // releases). Also inside other messages, e.g. SGLang's "Capture cuda graph failed: CUDA out of memory. ..."
   { kind: "out of memory", re: /\bCUDA out of memory\b|\bOutOfMemoryError\b/ },
   // PyTorch's CUDA_CHECK (c10/cuda/CUDAException.cpp): "RuntimeError: CUDA error: out of memory", "RuntimeError: CUDA
   // error: no kernel image is available for execution on the device", "CUDA error: an illegal memory access was
@@ -116,8 +116,8 @@ const LLAMA_CPP: readonly FatalPattern[] = [
   // fails when it is created: common/common.cpp common_init_from_params "failed to create context with model '%s'"
   // (quoted in ik_llama.cpp PR #235).
   { kind: "max model length", re: /\bfailed to create context with model\b/ },
-  // ggml/src/gguf.cpp gguf_init_from_file: "failed to open GGUF file '/models/x.gguf' (No such file or directory)" (older:
-  // "gguf_init_from_file: failed to open '%s': '%s'"); src/llama.cpp llama_model_load: "llama_model_load: error loading
+  // ggml/src/gguf.cpp gguf_init_from_file: "gguf_init_from_file: failed to open GGUF file '/models/x.gguf'" (the
+  // wording after "failed to open" differs between releases); src/llama.cpp llama_model_load: "llama_model_load: error loading
   // model: %s" (llama.cpp #7978, #7366); the older "error loading model: failed to open x: No such file or directory"
   // (llama.cpp #2867); common/common.cpp "failed to load model '%s'"; tools/server/server.cpp "failed to load model, '%s'".
   { kind: "model not found", re: /^gguf_init_from_file: failed to open\b|\berror loading model: |\bfailed to load model\b/ },
