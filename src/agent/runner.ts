@@ -11,6 +11,7 @@ import { chmodSync, closeSync, fchmodSync, fstatSync, mkdirSync, openSync, readd
 import { join } from "node:path";
 import type { Subprocess } from "bun";
 import { safeText } from "../lib/text";
+import { rootCause, type EngineName } from "./engine-failures";
 import { Assignment, type ReplicaReport, type ReplicaRunState } from "../protocol/heartbeat";
 
 export type Logger = {
@@ -32,7 +33,10 @@ export type LaunchSpec = {
 
 export const RUNNER_DEFAULTS = {
   healthInterval: 2_000,
-  /** Large models take minutes to load and compile; 10 minutes before calling a start failed. */
+  /**
+   * Large models take minutes to load and compile; 10 minutes before calling a start failed,
+   * unless the assignment says its profile's own (start_timeout_ms).
+   */
   startTimeout: 600_000,
   healthTimeout: 2_000,
   stopGrace: 30_000,
@@ -42,8 +46,10 @@ export const RUNNER_DEFAULTS = {
 
 /** Protocol limit on ReplicaReport.error. */
 const MAX_REASON = 8192;
-/** Bytes read from the end of the log to find the last lines. */
+/** Bytes read from the end of this run's log to find the root cause and the last lines. */
 const TAIL_BYTES = 64 * 1024;
+/** Longest root-cause line quoted: one line, so the last lines keep most of the room. */
+const MAX_CAUSE = 2048;
 
 export type ReplicaProcessOptions = {
   assignment: Assignment;
@@ -53,6 +59,7 @@ export type ReplicaProcessOptions = {
   /** Where to record {pid, port, assignment} so a restarted agent can adopt the process. */
   stateDir?: string;
   healthInterval?: number;
+  /** How long a starting engine has to become healthy when its assignment does not say (start_timeout_ms null). */
   startTimeout?: number;
   healthTimeout?: number;
   /** Address /health is polled at: 127.0.0.1 reaches an engine bound to 0.0.0.0; set it when the engine binds one address. */
@@ -114,7 +121,7 @@ export class ReplicaProcess {
     this.logPath = join(opts.logDir, `${fileSafe(this.id)}.log`);
     this.log = opts.logger ?? silent;
     this.healthInterval = opts.healthInterval ?? RUNNER_DEFAULTS.healthInterval;
-    this.startTimeout = opts.startTimeout ?? RUNNER_DEFAULTS.startTimeout;
+    this.startTimeout = opts.assignment.start_timeout_ms ?? opts.startTimeout ?? RUNNER_DEFAULTS.startTimeout;
     this.healthTimeout = opts.healthTimeout ?? RUNNER_DEFAULTS.healthTimeout;
     this.fetchFn = opts.fetch ?? ((url, init) => fetch(url, init));
   }
@@ -163,7 +170,7 @@ export class ReplicaProcess {
       if (fd !== null) closeSync(fd);
       this.exited = true;
       // Nothing ran, so there is no output of this run to quote.
-      this.setState("failed", clampReason(`could not start: ${errorMessage(e)}`, ""));
+      this.setState("failed", clampReason(`could not start: ${errorMessage(e)}`, null, ""));
       this.log.error({ replica: this.id, err: errorMessage(e) }, "could not start engine");
       return;
     }
@@ -376,8 +383,8 @@ export class ReplicaProcess {
 
   private fail(how: string): void {
     this.clearTimers();
-    const tail = lastLines(this.logPath, this.logOffset, this.opts.reasonLines ?? RUNNER_DEFAULTS.reasonLines);
-    this.setState("failed", clampReason(how, tail));
+    const tail = readTail(this.logPath, this.logOffset);
+    this.setState("failed", failureReason(how, this.assignment.engine, tail, this.opts.reasonLines ?? RUNNER_DEFAULTS.reasonLines));
   }
 
   /** Ends a failed engine without marking the replica stopped (its failure stays reported). */
@@ -666,8 +673,11 @@ function procStartTime(pid: number): string | null {
   return readProcStat(pid)?.start ?? null;
 }
 
-/** The last n non-empty lines written to path after offset, joined by newlines. */
-export function lastLines(path: string, offset: number, n: number): string {
+/**
+ * What this run wrote to path after offset, its last TAIL_BYTES at most; a line cut at the start
+ * of that window is dropped, so no half line is mistaken for a whole one.
+ */
+export function readTail(path: string, offset: number): string {
   let fd: number;
   try {
     fd = openSync(path, "r");
@@ -680,30 +690,56 @@ export function lastLines(path: string, offset: number, n: number): string {
     if (from >= size) return "";
     const buf = Buffer.alloc(size - from);
     const got = readSync(fd, buf, 0, buf.length, from);
-    const lines = buf
-      .subarray(0, got)
-      .toString("utf8")
-      .split(/\r?\n/)
-      .map((l) => l.trimEnd())
-      .filter((l) => l !== "");
-    return lines.slice(-n).join("\n");
+    const text = buf.subarray(0, got).toString("utf8");
+    if (from === offset) return text;
+    const nl = text.indexOf("\n");
+    return nl < 0 ? "" : text.slice(nl + 1);
   } finally {
     closeSync(fd);
   }
 }
 
+/** The last n non-empty lines of text, joined by newlines. */
+function tailLines(text: string, n: number): string {
+  return text
+    .split(/\r?\n/)
+    .map((l) => l.trimEnd())
+    .filter((l) => l !== "")
+    .slice(-n)
+    .join("\n");
+}
+
+/** The last n non-empty lines written to path after offset, joined by newlines. */
+export function lastLines(path: string, offset: number, n: number): string {
+  return tailLines(readTail(path, offset), n);
+}
+
 /**
- * "how: last lines", within the protocol's limit; the end of the output is what says what went
- * wrong. An engine's colours and progress bars are made printable here, so the head node gets
- * text it can show as it is.
+ * A failed replica's reason: how it ended, then the first line of its output that matches the
+ * engine's known fatal patterns (the root cause, often screens above the end), then the last
+ * lines: "exited with code 1: torch.OutOfMemoryError: … \nlast lines:\n…". Without a known cause,
+ * "how: last lines" as before.
  */
-function clampReason(rawHow: string, rawTail: string): string {
+export function failureReason(how: string, engine: EngineName, tail: string, lines: number): string {
+  return clampReason(how, rootCause(engine, tail), tailLines(tail, lines));
+}
+
+/**
+ * "how: cause\nlast lines:\ntail" (or "how: tail" without a cause), within the protocol's
+ * limit: the how and the start of the cause are kept, the tail loses its oldest lines first. An
+ * engine's colours and progress bars are made printable here, so the head node gets text it can
+ * show as it is.
+ */
+function clampReason(rawHow: string, rawCause: string | null, rawTail: string): string {
   const how = safeText(rawHow);
-  const tail = safeText(rawTail, { multiline: true });
   const head = how.length > MAX_REASON / 2 ? `${how.slice(0, MAX_REASON / 2 - 1)}…` : how;
-  if (tail === "") return head;
-  const room = MAX_REASON - head.length - 2;
-  return `${head}: ${tail.length > room ? `…${tail.slice(tail.length - room + 1)}` : tail}`;
+  const cause = rawCause === null ? "" : safeText(rawCause);
+  const lead = cause === "" ? head : `${head}: ${cause.length > MAX_CAUSE ? `${cause.slice(0, MAX_CAUSE - 1)}…` : cause}`;
+  const tail = safeText(rawTail, { multiline: true });
+  if (tail === "") return lead;
+  const sep = cause === "" ? ": " : "\nlast lines:\n";
+  const room = MAX_REASON - lead.length - sep.length;
+  return `${lead}${sep}${tail.length > room ? `…${tail.slice(tail.length - room + 1)}` : tail}`;
 }
 
 function describeExit(code: number, signal: NodeJS.Signals | number | null): string {

@@ -6,8 +6,9 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSyn
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { LaunchError } from "../../src/agent/engines";
-import { isAlive, lastLines, ProcessSet, ReplicaProcess, type LaunchSpec, type ReplicaProcessOptions } from "../../src/agent/runner";
+import { isAlive, lastLines, ProcessSet, readTail, ReplicaProcess, type LaunchSpec, type ReplicaProcessOptions } from "../../src/agent/runner";
 import { Assignment, type ReplicaReport } from "../../src/protocol/heartbeat";
+import { readFixture } from "../fixtures/read";
 
 const SERVER = `
 const [port, mode = "ok", delay = "0"] = process.argv.slice(2);
@@ -64,7 +65,7 @@ async function freePort(): Promise<number> {
   return port;
 }
 
-function assignment(id: string, port: number, args: string[] = []): Assignment {
+function assignment(id: string, port: number, args: string[] = [], over: Partial<Assignment> = {}): Assignment {
   return Assignment.parse({
     id,
     model: "m",
@@ -76,6 +77,7 @@ function assignment(id: string, port: number, args: string[] = []): Assignment {
     gpu_uuids: [],
     args,
     shard: { rank: 0, size: 1, leader_address: "", leader_port: 29500 },
+    ...over,
   });
 }
 
@@ -163,6 +165,37 @@ describe("ReplicaProcess", () => {
     await until("the process to be gone", () => !isAlive(rp.pid!));
     // The kill that followed does not replace the reason.
     expect(rp.report().error).toBe(err);
+  });
+
+  test("the assignment's start_timeout_ms, when set, is how long the engine has to become healthy", async () => {
+    // The runner times its start deadline with the process's own timers (it has no injected
+    // scheduler: it watches real child processes), so this uses the shortest real timeout that
+    // is clearly apart from the configured one.
+    const port = await freePort();
+    const { rp } = replica(assignment("r-own-timeout", port, ["never"], { start_timeout_ms: 300 }), { startTimeout: 15_000 });
+    const t0 = Date.now();
+    rp.start();
+    await until("failed", () => rp.currentState === "failed", 5_000);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(290);
+    expect(rp.report().error).toStartWith("not healthy after 300ms: ");
+    await until("the process to be gone", () => !isAlive(rp.pid!));
+  });
+
+  test("a vLLM that dies with its cause screens above the last lines is reported by that cause first", async () => {
+    const port = await freePort();
+    const body = join(dir, "vllm-oom.txt");
+    writeFileSync(body, readFixture("engine-logs/vllm/root-cause-above-oom.log"));
+    const engine = join(dir, "vllm-oom.ts");
+    writeFileSync(engine, `process.stderr.write(await Bun.file(${JSON.stringify(body)}).text()); process.exit(1);`);
+    const a = assignment("r-vllm-oom", port, [], { engine: "vllm" });
+    const { rp } = replica(a, { launch: { cmd: [process.execPath, engine], env: {} } });
+    rp.start();
+    await until("failed", () => rp.currentState === "failed");
+    const err = rp.report().error!;
+    expect(err).toStartWith("exited with code 1: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB. GPU 0 has a total capacity of 79.19 GiB");
+    expect(err).toContain("\nlast lines:\n");
+    expect(err).toEndWith("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}");
+    expect(err.length).toBeLessThanOrEqual(8192);
   });
 
   test("a ready engine that exits becomes failed with its output", async () => {
@@ -555,6 +588,26 @@ describe("lastLines", () => {
     expect(lastLines(f, offset, 30)).toBe("new 1\nnew 2\nnew 3");
     expect(lastLines(f, 10_000, 30)).toBe("");
     expect(lastLines(join(dir, "missing.log"), 0, 30)).toBe("");
+  });
+});
+
+describe("readTail", () => {
+  test("this run's output only, its last 64 KiB, without the line the window cuts", () => {
+    const f = join(dir, "big.log");
+    const before = "torch.OutOfMemoryError: CUDA out of memory (an earlier run)\n";
+    writeFileSync(f, before);
+    expect(readTail(f, before.length)).toBe("");
+    const lines = Array.from({ length: 2_000 }, (_, i) => `line ${String(i).padStart(4, "0")} ${"z".repeat(40)}`);
+    writeFileSync(f, `${before}${lines.join("\n")}\n`);
+    const tail = readTail(f, before.length);
+    expect(Buffer.byteLength(tail)).toBeLessThanOrEqual(64 * 1024);
+    expect(tail).not.toContain("earlier run");
+    const first = tail.split("\n")[0]!;
+    expect(lines).toContain(first); // a whole line, not the end of one
+    expect(tail.endsWith(`${lines.at(-1)}\n`)).toBe(true);
+    // Short enough: everything after the offset, the first line included.
+    writeFileSync(f, `${before}one\ntwo\n`);
+    expect(readTail(f, before.length)).toBe("one\ntwo\n");
   });
 });
 
