@@ -53,6 +53,18 @@ models:
     expect(paths(r2)).toEqual(expect.arrayContaining(["replicas.max", "aliases.0", "profiles.1.name", "profiles.1.nodes"]));
   });
 
+  test("revision pins a Hugging Face commit: a full 40-character lowercase hash, nothing shorter or named", () => {
+    const base = { name: "org/m", profiles: [{ name: "p", engine: "vllm", gpu_class: "X" }] };
+    const rev = "0123456789abcdef0123456789abcdef01234567";
+    expect(ModelSpec.parse({ ...base, revision: rev }).revision).toBe(rev);
+    expect(ModelSpec.parse(base).revision).toBeUndefined();
+    for (const bad of ["main", "0123456", rev.toUpperCase(), `${rev}0`, 12345]) {
+      const r = ModelSpec.safeParse({ ...base, revision: bad });
+      expect(paths(r)).toEqual(["revision"]);
+      expect(r.error!.issues[0]!.message).toContain("40-character");
+    }
+  });
+
   test("a model needs a profile", () => {
     expect(paths(ModelSpec.safeParse({ name: "a", profiles: [] }))).toEqual(["profiles"]);
   });
