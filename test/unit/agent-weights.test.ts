@@ -152,8 +152,8 @@ describe("scanModels: Hugging Face revisions", () => {
 describe("ggufFile", () => {
   test("skips projector files and picks the first part of a split model, whatever sorts first", () => {
     const dir = join(root, "gguf-split");
-    for (const f of ["mmproj-model-f16.gguf", "Qwen2.5-VL-00002-of-00003.gguf", "Qwen2.5-VL-00001-of-00003.gguf", "Qwen2.5-VL-00003-of-00003.gguf", "README.md"]) put(`gguf-split/${f}`);
-    expect(ggufFile(dir)).toBe(join(dir, "Qwen2.5-VL-00001-of-00003.gguf"));
+    for (const f of ["mmproj-model-f16.gguf", "qwen2.5-vl-00002-of-00003.gguf", "qwen2.5-vl-00001-of-00003.gguf", "qwen2.5-vl-00003-of-00003.gguf", "README.md"]) put(`gguf-split/${f}`);
+    expect(ggufFile(dir)).toBe(join(dir, "qwen2.5-vl-00001-of-00003.gguf"));
   });
 
   test("a single model beside its projector, whichever name the projector has", () => {
