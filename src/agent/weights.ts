@@ -59,8 +59,12 @@ async function holdsWeights(dir: string, depth = MAX_DEPTH, listing?: Listing): 
   return false;
 }
 
-/** Revisions a model may report (the heartbeat's limit per model). */
-export const MAX_REVISIONS = 64;
+/**
+ * Revisions reported per model, newest first. The heartbeat allows 64; a node with thousands of
+ * models must still fit its heartbeat in the agent API's body limit, and a replica is given one
+ * of the newest few a node has anyway.
+ */
+export const MAX_REVISIONS = 16;
 
 /** A snapshot folder named by a commit: what a revision is. */
 const COMMIT = /^[0-9a-f]{40}$/;

@@ -7,7 +7,7 @@ import { mkdirSync, mkdtempSync, rmSync, symlinkSync, utimesSync, writeFileSync 
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { LaunchError } from "../../src/agent/engines";
-import { ggufFile, localWeightsEnv, modelPathFor, scanModels, scanWeights } from "../../src/agent/weights";
+import { MAX_REVISIONS, ggufFile, localWeightsEnv, modelPathFor, scanModels, scanWeights } from "../../src/agent/weights";
 
 let root: string;
 const put = (rel: string, content = "x") => {
@@ -141,6 +141,14 @@ describe("scanModels: Hugging Face revisions", () => {
     const { models, revisions } = await scanModels(base);
     expect(models).toEqual(["org/odd", "org/sharded"]);
     expect(revisions).toEqual({ "org/sharded": [REV_B, REV_A] });
+  });
+
+  test("at most MAX_REVISIONS per model, the newest", async () => {
+    const base = join(root, "revs-many");
+    const revs = Array.from({ length: MAX_REVISIONS + 1 }, (_, i) => i.toString(16).padStart(40, "0"));
+    hubModel(base, "org/many", Object.fromEntries(revs.map((r) => [r, ["model.safetensors"]])), Object.fromEntries(revs.map((r, i) => [r, Date.UTC(2026, 0, 1 + i)])));
+    const { revisions } = await scanModels(base);
+    expect(revisions["org/many"]).toEqual([...revs].reverse().slice(0, MAX_REVISIONS));
   });
 
   test("plain folders report no revisions", async () => {
