@@ -27,7 +27,7 @@ import { selfSignedCertificate } from "./selfsigned";
 import { ProcessSet, fileSafe, type LaunchSpec } from "./runner";
 import { localWeightsEnv, modelPathFor, scanModels } from "./weights";
 
-// Where an assignment's weights are moved to weights.ts; exported here as before.
+// modelPathFor lives in weights.ts; re-exported for callers that import it from here.
 export { modelPathFor } from "./weights";
 
 /** Timings the agent owns; the heartbeat interval is not among them, the server sets it. */
@@ -531,7 +531,8 @@ export class NodeAgent {
     this.lastWarnings = warnings;
     if (first && found.error === undefined) this.log.info({ gpus: found.gpus.length, models: models.length, models_dir: cfg.models_dir }, "inventory taken");
     const kept = clipModels(models);
-    const model_revisions = Object.fromEntries(kept.filter((m) => revisions[m] !== undefined).map((m) => [m, revisions[m]!]));
+    // hasOwn: a model may be named "constructor", which every object answers to.
+    const model_revisions = Object.fromEntries(kept.filter((m) => Object.hasOwn(revisions, m)).map((m) => [m, revisions[m]!]));
     return { gpus: found.gpus, models: kept, model_revisions, ...(found.error !== undefined ? { discovery_error: found.error } : {}) };
   }
 
