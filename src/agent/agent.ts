@@ -2,11 +2,11 @@
 // weights, replicas) and runs exactly the engine processes the head node assigns to it.
 
 import { X509Certificate } from "node:crypto";
-import { chmodSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { hostname, networkInterfaces } from "node:os";
 import { type PeerCertificate, connect as tlsConnect, rootCertificates } from "node:tls";
-import { isAbsolute, join, relative, resolve, sep } from "node:path";
+import { join } from "node:path";
 import type { Logger } from "pino";
 import type { AgentConfig } from "../config";
 import { Name } from "../protocol/common";
@@ -27,7 +27,10 @@ import { credentialDigest, logsToken } from "../protocol/heartbeat";
 import { startLogServer } from "./logs";
 import { selfSignedCertificate } from "./selfsigned";
 import { ProcessSet, fileSafe, type LaunchSpec } from "./runner";
-import { scanWeights } from "./weights";
+import { localWeightsEnv, modelPathFor, scanModels } from "./weights";
+
+// modelPathFor lives in weights.ts; re-exported for callers that import it from here.
+export { modelPathFor } from "./weights";
 
 /** Timings the agent owns; the heartbeat interval is not among them, the server sets it. */
 export const AGENT_TIMING = {
@@ -92,6 +95,8 @@ export class AgentError extends Error {
 interface Inventory {
   gpus: GpuReport[];
   models: string[];
+  /** Hugging Face revisions per model in the hub cache layout, newest first; the head node picks one per replica. */
+  model_revisions?: Record<string, string[]>;
   /** Sent in the heartbeat so the head node can say why this node reports no (or fewer) GPUs. */
   discovery_error?: string;
 }
@@ -487,9 +492,10 @@ export class NodeAgent {
       if (found !== undefined && found.version === null) void this.probeEngineVersions();
       const smiIndex: Record<string, number> = {};
       for (const g of this.inventory.gpus) if (typeof g.smi_index === "number") smiIndex[g.uuid] = g.smi_index;
-      launch = renderLaunch(a, {
+      // Local weights only (see localWeightsEnv): the engine is given a path and never the Hub.
+      launch = renderLaunch({ ...a, env: localWeightsEnv(a.env) }, {
         host,
-        modelPath: modelPathFor(this.config.models_dir, a.model, a.engine),
+        modelPath: modelPathFor(this.config.models_dir, a.model, a.engine, a.revision),
         selfExe: this.selfExe,
         engineAuth: this.config.engine_auth,
         bin: this.engineBins(),
@@ -581,9 +587,9 @@ export class NodeAgent {
       }
       return { gpus, models: clipModels([...new Set(models)].sort()) };
     }
-    const [found, models] = await Promise.all([
+    const [found, { models, revisions }] = await Promise.all([
       this.discoverFn({ nvidiaSmi: cfg.nvidia_smi, classOverrides: this.classOverrides }),
-      scanWeights(cfg.models_dir, (path, reason) => {
+      scanModels(cfg.models_dir, (path, reason) => {
         if (this.skippedWeights.has(path)) return;
         this.skippedWeights.add(path);
         this.log.warn({ path }, `weights left out of the report: ${reason}`);
@@ -598,7 +604,10 @@ export class NodeAgent {
     for (const w of warnings) if (!this.lastWarnings.has(w)) this.log.warn(w);
     this.lastWarnings = warnings;
     if (first && found.error === undefined) this.log.info({ gpus: found.gpus.length, models: models.length, models_dir: cfg.models_dir }, "inventory taken");
-    return { gpus: found.gpus, models: clipModels(models), ...(found.error !== undefined ? { discovery_error: found.error } : {}) };
+    const kept = clipModels(models);
+    // hasOwn: a model may be named "constructor", which every object answers to.
+    const model_revisions = Object.fromEntries(kept.filter((m) => Object.hasOwn(revisions, m)).map((m) => [m, revisions[m]!]));
+    return { gpus: found.gpus, models: kept, model_revisions, ...(found.error !== undefined ? { discovery_error: found.error } : {}) };
   }
 
   // ---- plumbing -----------------------------------------------------------------------------
@@ -992,52 +1001,4 @@ function assertPortFree(host: string, port: number, replica: string): void {
     throw new LaunchError(`replica ${replica}: port ${port} on ${host} is already in use on this node (${(e as Error).message}); the engine could not listen there`);
   }
   void probe.stop(true);
-}
-
-function isDir(path: string): boolean {
-  try {
-    return statSync(path).isDirectory();
-  } catch {
-    return false;
-  }
-}
-
-/**
- * Where a model's weights are on this node: `<models_dir>/<model>`, else the newest snapshot of
- * a Hugging Face cache entry (`models--org--name`, which scanWeights reports as org/name); for
- * llama.cpp the first .gguf file inside (the first part of a split model sorts first), else the
- * directory. Throws LaunchError when the name would lead outside the models directory.
- */
-export function modelPathFor(modelsDir: string, model: string, engine: Assignment["engine"]): string {
-  const root = resolve(modelsDir);
-  let dir = resolve(root, model);
-  const rel = relative(root, dir);
-  // Name allows "." and "/", so "a/../../etc" is a valid name; it must not reach outside.
-  if (rel === "" || rel === ".." || rel.startsWith(`..${sep}`) || isAbsolute(rel))
-    throw new LaunchError(`model name "${model}" does not name a directory inside ${modelsDir}`);
-  if (!isDir(dir)) {
-    const snapshots = join(root, `models--${model.split("/").join("--")}`, "snapshots");
-    const newest = listDirs(snapshots)
-      .map((d) => ({ d, mtime: statSync(join(snapshots, d)).mtimeMs }))
-      .sort((a, b) => b.mtime - a.mtime)[0];
-    if (newest) dir = join(snapshots, newest.d);
-  }
-  if (engine !== "llama.cpp") return dir;
-  let files: string[] = [];
-  try {
-    files = readdirSync(dir).filter((f) => !f.startsWith(".") && f.toLowerCase().endsWith(".gguf")).sort();
-  } catch {
-    // No such directory: the engine says so, in the replica's failure reason.
-  }
-  return files[0] === undefined ? dir : join(dir, files[0]);
-}
-
-function listDirs(dir: string): string[] {
-  try {
-    return readdirSync(dir, { withFileTypes: true })
-      .filter((e) => e.isDirectory() || (e.isSymbolicLink() && isDir(join(dir, e.name))))
-      .map((e) => e.name);
-  } catch {
-    return [];
-  }
 }

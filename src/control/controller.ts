@@ -13,6 +13,7 @@ import { ConflictError, NotFoundError, type Snapshot, type Store } from "../stor
 import type { Clock } from "./clock";
 import type { CatalogEntry, EndpointInfo, EndpointSink, UsageSource } from "./interfaces";
 import { DEFAULT_RECONCILE, type Plan, agentStartTimeout, rendezvousPort, serverStartDeadline, type ReconcileConfig, isEmpty, observedFrom, processReports, reconcile } from "./reconciler";
+import { commonRevision } from "./revisions";
 import { summarize } from "./summary";
 import { buildTables, nodeState } from "./views";
 
@@ -332,9 +333,17 @@ export class Controller {
     return this.response(node);
   }
 
+  /**
+   * The revision each live replica was handed, once every one of its nodes had reported theirs:
+   * a node downloading a newer revision later must not hand a shard that starts late (or again)
+   * another commit than its peers loaded. In memory: a restarted head node settles it again.
+   */
+  private readonly replicaRevisions = new Map<string, string | null>();
+
   /** Recomputes every node's assignment set; bumps and wakes the nodes whose set changed. */
   private refreshAssignments(snapshot: Snapshot): void {
     const byNode = new Map<string, Assignment[]>();
+    const live = new Set<string>();
     const models = new Map(snapshot.models.map((m) => [m.name, m.spec as ModelSpec]));
     const uuids = new Map(snapshot.gpus.map((g) => [`${g.node}\u0000${g.index}`, g.uuid]));
     const address = new Map(snapshot.nodes.map((n) => [n.name, n.address]));
@@ -344,6 +353,14 @@ export class Controller {
       const profile = spec?.profiles.find((p) => p.name === r.profile);
       if (!spec || !profile || r.port === null) continue;
       const engineKey = this.engineKey(r.id);
+      live.add(r.id);
+      // The catalog's pin wins; else the revision this replica was handed, else a common one.
+      let revision = spec.revision ?? this.replicaRevisions.get(r.id);
+      if (revision === undefined) {
+        const chosen = commonRevision(r.model, r.shards.map((s) => s.node), snapshot.revisions ?? new Map());
+        if (chosen.settled) this.replicaRevisions.set(r.id, chosen.revision);
+        revision = chosen.revision;
+      }
       r.shards.forEach((s, rank) => {
         let list = byNode.get(s.node);
         if (!list) byNode.set(s.node, (list = []));
@@ -356,7 +373,7 @@ export class Controller {
           port: r.port!,
           gpus: s.gpus,
           engine_key: engineKey,
-          revision: null,
+          revision,
           // Always given, so an agent's own default (shorter, on older agents) never cuts it short.
           start_timeout_ms: agentStartTimeout(profile, this.config),
           gpu_uuids: s.gpus.map((i) => uuids.get(`${s.node}\u0000${i}`) ?? `unknown-${i}`),
@@ -366,6 +383,7 @@ export class Controller {
         });
       });
     }
+    for (const id of this.replicaRevisions.keys()) if (!live.has(id)) this.replicaRevisions.delete(id);
     for (const n of snapshot.nodes) {
       const assignments = byNode.get(n.name) ?? [];
       const fingerprint = JSON.stringify(assignments);

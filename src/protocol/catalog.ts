@@ -54,6 +54,14 @@ const ModelFields = z.strictObject({
   pool: Printable(64).min(1).default("default"),
   weight: z.number().positive().max(1000).default(1),
   placement: z.enum(["binpack", "spread"]).default("binpack"),
+  /**
+   * The Hugging Face commit every replica loads (the snapshot of that name in the hub cache
+   * layout); without it the head node picks the newest revision all of a replica's nodes have.
+   */
+  revision: z
+    .string({ error: "must be a 40-character commit hash, as a string (quote it in YAML)" })
+    .regex(/^[0-9a-f]{40}$/, "must be the full 40-character lowercase commit hash (a branch, tag or short hash does not name one snapshot)")
+    .optional(),
   /** In-flight requests per replica the load-based scaler aims for (router issue). */
   target_inflight: z.number().int().min(1).max(100000).optional(),
   profiles: z.array(Profile).min(1, "a model needs at least one profile").max(CATALOG_LIMITS.profiles),

@@ -42,6 +42,11 @@ export interface Snapshot {
   modelState: ModelStateRow[];
   /** Per node, as last heartbeated; absent for nodes not heard from since this process started. */
   discovery?: ReadonlyMap<string, NodeDiscovery>;
+  /**
+   * Per node, per model, the Hugging Face revisions it holds, newest first, as last heartbeated;
+   * absent for nodes not heard from since this process started and for agents that do not report them.
+   */
+  revisions?: ReadonlyMap<string, ReadonlyMap<string, readonly string[]>>;
 }
 
 /** A name or alias is already taken: both names are in the message. */
@@ -68,6 +73,11 @@ export class Store {
    * after one interval, and the health they explain (gpus.healthy) is stored. No migration.
    */
   private readonly discovery = new Map<string, NodeDiscovery>();
+  /**
+   * Each node's reported revisions, in memory for the same reasons: every heartbeat carries them
+   * again, and until a node's next one the head node only holds back from settling a revision.
+   */
+  private readonly revisions = new Map<string, ReadonlyMap<string, readonly string[]>>();
 
   constructor(opts: OpenOptions) {
     this.sqlite = new Database(opts.path, { create: true, strict: true });
@@ -145,6 +155,9 @@ export class Store {
       for (const g of hb.gpus) if (!g.healthy && g.reason) reasons.set(g.index, g.reason);
       if (hb.discovery_error || reasons.size > 0) this.discovery.set(hb.node, { error: hb.discovery_error || null, reasons });
       else this.discovery.delete(hb.node);
+      // A Map, not the parsed record: a model named like an Object.prototype key stays a plain entry.
+      if (hb.model_revisions !== undefined) this.revisions.set(hb.node, new Map(Object.entries(hb.model_revisions)));
+      else this.revisions.delete(hb.node);
       return { created: !existing };
     });
   }
@@ -160,6 +173,7 @@ export class Store {
         replicas: tx.select().from(schema.replicas).orderBy(asc(schema.replicas.id)).all(),
         modelState: tx.select().from(schema.modelState).all(),
         discovery: new Map(this.discovery),
+        revisions: new Map(this.revisions),
       }),
       { behavior: "deferred" },
     );

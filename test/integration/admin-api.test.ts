@@ -283,3 +283,35 @@ describe("GPU discovery problems reach the node view", () => {
     expect(JSON.stringify(await r.json())).toContain("gpus.0.reason");
   });
 });
+
+describe("weights revisions over HTTP", () => {
+  const [A, B, D] = ["a", "b", "d"].map((c) => c.repeat(40)) as [string, string, string];
+
+  test("a model's revision is stored and shown; a short hash is refused naming the field", async () => {
+    const bad = await s.admin("/api/v1/models/org%2Fpinned", { method: "PUT", body: JSON.stringify(modelBody({ revision: "abc1234" })) });
+    expect(bad.status).toBe(400);
+    const issues = ((await bad.json()) as { error: { issues: { path: string; message: string }[] } }).error.issues;
+    expect(issues.map((i) => i.path)).toEqual(["revision"]);
+    expect(issues[0]!.message).toContain("40-character");
+    const ok = await s.admin("/api/v1/models/org%2Fpinned", { method: "PUT", body: JSON.stringify(modelBody({ revision: D, replicas: { min: 0, max: 1 } })) });
+    expect(ok.status).toBeLessThan(300);
+    expect(((await (await s.admin("/api/v1/models/org%2Fpinned")).json()) as { spec: { revision?: string } }).spec.revision).toBe(D);
+  });
+
+  test("two nodes heartbeat different newest revisions: both shards are assigned the one they share", async () => {
+    // A class of their own, so the other tests' models do not take these nodes' GPUs first.
+    const R = "RTX-REV-48GB";
+    const nodes = ["rev-1", "rev-2"];
+    const revs: Record<string, string[]> = { "rev-1": [A, B], "rev-2": [D, B] };
+    for (const n of nodes) expect((await s.agent({ ...heartbeat({ name: n, fabrics: ["ib-rev"], gpus: [R, R], models: ["org/shared"] }), model_revisions: { "org/shared": revs[n] } })).status).toBe(200);
+    const put = await s.admin("/api/v1/models/org%2Fshared", { method: "PUT", body: JSON.stringify({ replicas: { min: 1 }, profiles: [{ name: "p", engine: "vllm", gpu_class: R, gpus: 2, nodes: 2 }] }) });
+    expect(put.status).toBeLessThan(300);
+    s.controller.tick();
+    const got: { model: string; revision: string | null }[] = [];
+    for (const n of nodes) {
+      const res = await s.agent({ ...heartbeat({ name: n, fabrics: ["ib-rev"], gpus: [R, R], models: ["org/shared"] }), model_revisions: { "org/shared": revs[n] } });
+      got.push(...((await res.json()) as { assignments: { model: string; revision: string | null }[] }).assignments.filter((a) => a.model === "org/shared"));
+    }
+    expect(got.map((a) => a.revision)).toEqual([B, B]);
+  });
+});

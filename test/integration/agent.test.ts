@@ -645,7 +645,7 @@ describe("inventory", () => {
 // ---- model paths ------------------------------------------------------------------------------
 
 describe("modelPathFor", () => {
-  test("a model's directory; for llama.cpp the first .gguf in it; a Hugging Face cache's newest snapshot; nothing outside", () => {
+  test("a model's directory; for llama.cpp the first .gguf in it (none: refused); a Hugging Face cache's newest snapshot; nothing outside", () => {
     const root = tempDir("llmgw-models-");
     mkdirSync(join(root, "org", "m"), { recursive: true });
     mkdirSync(join(root, "tiny"));
@@ -658,10 +658,49 @@ describe("modelPathFor", () => {
     expect(modelPathFor(root, "org/m", "vllm")).toBe(join(root, "org", "m"));
     expect(modelPathFor(root, "tiny", "llama.cpp")).toBe(join(root, "tiny", "tiny-00001-of-00002.gguf"));
     expect(modelPathFor(root, "tiny", "vllm")).toBe(join(root, "tiny"));
-    expect(modelPathFor(root, "org/m", "llama.cpp")).toBe(join(root, "org", "m"));
+    expect(() => modelPathFor(root, "org/m", "llama.cpp")).toThrow(`no GGUF model in ${join(root, "org", "m")}`);
     expect(modelPathFor(root, "meta-llama/Llama-3.1-8B", "sglang")).toBe(join(snaps, "new"));
     expect(modelPathFor(root, "absent", "vllm")).toBe(join(root, "absent"));
     expect(() => modelPathFor(root, "a/../../etc", "vllm")).toThrow(LaunchError);
     expect(() => modelPathFor(root, ".", "vllm")).toThrow(LaunchError);
+  });
+});
+
+// ---- weights: revisions reported, the assigned one launched, offline -------------------------
+
+describe("weights", () => {
+  test("the heartbeat carries the hub cache's revisions; the engine gets the assigned revision's snapshot and runs offline; a revision not here fails naming the ones that are", async () => {
+    const [revA, revB, revC] = ["a", "b", "c"].map((c) => c.repeat(40)) as [string, string, string];
+    const modelsDir = tempDir("llmgw-models-");
+    const entry = join(modelsDir, "models--org--m");
+    for (const rev of [revA, revB]) {
+      mkdirSync(join(entry, "snapshots", rev), { recursive: true });
+      writeFileSync(join(entry, "snapshots", rev, "model.safetensors"), "");
+    }
+    // The assigned revision is the older one: each node's own newest is not what a replica loads.
+    utimesSync(join(entry, "snapshots", revB), new Date(2025, 0, 1), new Date(2025, 0, 1));
+    // A stand-in vllm on PATH that writes down its argv and environment, then exits.
+    const bin = tempDir("llmgw-bin-");
+    const out = join(bin, "seen");
+    writeFileSync(join(bin, "vllm"), `#!/bin/sh\nprintf '%s\\n' "$@" > "${out}.args"\nenv > "${out}.env"\necho "vllm stand-in exits"\nexit 3\n`, { mode: 0o755 });
+    const stub = stubHead();
+    const agent = makeAgent(
+      { server: stub.url, token: stub.token, models_dir: modelsDir },
+      { discover: async () => ({ gpus: [{ index: 0, uuid: "GPU-0", name: "NVIDIA H100", class: "H100-80GB", memory_mib: 81559, healthy: true, parent: null }], warnings: [] }) },
+    );
+    await agent.start();
+    expect(stub.heartbeats[0]!.models).toEqual(["org/m"]);
+    expect(stub.heartbeats[0]!.model_revisions).toEqual({ "org/m": [revA, revB] });
+
+    const env = { PATH: `${bin}:${process.env.PATH ?? ""}` };
+    stub.set([assignment("pinned", await freePort(), { model: "org/m", revision: revB, env }), assignment("absent", await freePort(), { model: "org/m", revision: revC, env })]);
+    await until("pinned failed", () => stub.reportsOf("pinned").find((r) => r.state === "failed"));
+    const args = readFileSync(`${out}.args`, "utf8").split("\n");
+    expect(args.slice(0, 2)).toEqual(["serve", join(entry, "snapshots", revB)]);
+    const seenEnv = readFileSync(`${out}.env`, "utf8").split("\n");
+    expect(seenEnv).toContain("HF_HUB_OFFLINE=1");
+    expect(seenEnv).toContain("TRANSFORMERS_OFFLINE=1");
+    const absent = await until("absent failed", () => stub.reportsOf("absent").find((r) => r.state === "failed"));
+    expect(absent.error).toContain(`revision ${revC.slice(0, 12)}… of org/m is not on this node: have ${revA.slice(0, 12)}…, ${revB.slice(0, 12)}…`);
   });
 });

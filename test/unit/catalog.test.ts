@@ -77,6 +77,18 @@ models:
     expect(paths(f)).toEqual(["models.0.profiles.0.gpus"]);
   });
 
+  test("revision pins a Hugging Face commit: a full 40-character lowercase hash, nothing shorter or named", () => {
+    const base = { name: "org/m", profiles: [{ name: "p", engine: "vllm", gpu_class: "X" }] };
+    const rev = "0123456789abcdef0123456789abcdef01234567";
+    expect(ModelSpec.parse({ ...base, revision: rev }).revision).toBe(rev);
+    expect(ModelSpec.parse(base).revision).toBeUndefined();
+    for (const bad of ["main", "0123456", rev.toUpperCase(), `${rev}0`, 12345]) {
+      const r = ModelSpec.safeParse({ ...base, revision: bad });
+      expect(paths(r)).toEqual(["revision"]);
+      expect(r.error!.issues[0]!.message).toContain("40-character");
+    }
+  });
+
   test("a model needs a profile", () => {
     expect(paths(ModelSpec.safeParse({ name: "a", profiles: [] }))).toEqual(["profiles"]);
   });
