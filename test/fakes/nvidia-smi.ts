@@ -9,6 +9,10 @@ import { join } from "node:path";
 type Card = Record<string, string | number>;
 const [fixtureName, ...argv] = process.argv.slice(2);
 const fx = JSON.parse(readFileSync(join(import.meta.dir, "..", "fixtures", "engines", `${fixtureName}.json`), "utf8")) as { gpus: Card[] };
+// Several fake nodes on one machine must not report the same cards: LLMGW_CONTRACT_SMI_NODE=N
+// makes the UUIDs end in N.
+const node = process.env.LLMGW_CONTRACT_SMI_NODE;
+if (node) for (const g of fx.gpus) g.uuid = `${String(g.uuid).slice(0, -4)}${Number(node).toString(16).padStart(4, "0")}`;
 const UNITS: Record<string, string> = { "memory.total": "MiB", "temperature.gpu": "" };
 
 if (argv[0] === "-L") {

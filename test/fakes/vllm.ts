@@ -57,6 +57,14 @@ if (visible !== undefined && bad !== undefined) {
   die(lines.join("\n"), 1);
 }
 
+// Each node runs tp × pp / nnodes workers, one per visible GPU: fewer GPUs than that and the
+// worker that has none fails to set its device.
+const world = Number(one(args, "--tensor-parallel-size") ?? "1") * Number(one(args, "--pipeline-parallel-size") ?? "1");
+const perNode = Math.max(1, Math.floor(world / Math.max(1, Number(one(args, "--nnodes") ?? "1"))));
+const count = visible?.split(",").filter((d) => d !== "").length;
+if (count !== undefined && count < perNode)
+  die(traceback(`EngineCore_0 pid=${process.pid + 1}`, 6, ["torch.AcceleratorError: CUDA error: invalid device ordinal"]).join("\n"), 1);
+
 const mode = failMode();
 const rootCause: Record<string, string[]> = {
   // vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory
