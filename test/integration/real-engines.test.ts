@@ -233,7 +233,7 @@ test("an agent on a node with vLLM 0.10: multi-node refused naming the version, 
     }
     const p = Bun.spawn(
       [bin, "agent", "--server", serve.adminUrl, "--token", serve.joinToken, "--name", name, "--address", "127.0.0.1", "--engine-host", "127.0.0.1", "--fabric", "ib-a",
-        "--nvidia-smi", join(fakeBin("nvidia-smi-2xh100"), "nvidia-smi"), "--models-dir", models, "--state-dir", join(node, "state"), "--health-interval", "200ms", "--log-level", "warn"],
+        "--nvidia-smi", join(fakeBin("nvidia-smi-2xh100"), "nvidia-smi"), "--models-dir", models, "--state-dir", join(node, "state"), "--health-interval", "200ms", "--logs-listen", "127.0.0.1:0", "--stop-grace", "1s", "--log-level", "warn"],
       { cwd: node, env: fakeEnv("vllm-0.10", { LLMGW_CONTRACT_RECORD: rec, LLMGW_CONTRACT_SMI_NODE: String(i + 1) }), stdout: "ignore", stderr: "pipe" },
     );
     procs.push(p);
