@@ -45,6 +45,23 @@ const visible = process.env.CUDA_VISIBLE_DEVICES?.split(",").filter((d) => d !==
 if (process.env.CUDA_VISIBLE_DEVICES !== undefined && visible.length < perNode)
   die(`[${stamp()} TP${visible.length}] Scheduler hit an exception: Traceback (most recent call last):\ntorch.AcceleratorError: CUDA error: invalid device ordinal\n[${stamp()}] Received sigquit from a child process. It usually means the child failed.`, 1);
 
+// With --nnodes > 1 the leader takes the rendezvous port of --dist-init-addr and the six after it
+// (PortArgs.init_new: port_base = dist_init_port + 1 for its ZMQ sockets); one taken already is
+// torch's TCPStore error. Held for the life of the process, as the real ones are.
+if (nnodes > 1 && rank === 0) {
+  const dist = Number(/:(\d+)$/.exec(one(args, "--dist-init-addr")!)?.[1]);
+  for (let p = dist; p <= dist + 6; p++) {
+    try {
+      Bun.listen({ hostname: "0.0.0.0", port: p, socket: { data() {} } });
+    } catch {
+      die(
+        `[${stamp()}] Traceback (most recent call last):\ntorch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. port: ${p}, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use`,
+        1,
+      );
+    }
+  }
+}
+
 log(`server_args=ServerArgs(model_path='${model}', host='${host}', port=${port}, served_model_name='${name}', tp_size=${tp}, nnodes=${nnodes}, node_rank=${rank})`);
 
 const mode = failMode();

@@ -136,7 +136,7 @@ describe("lifecycle", () => {
   test("SGLang: refused while loading, 503 while warming up, a /health of at least a second; rank 1 serves /health", async () => {
     const port = freePort(2);
     const key = "s".repeat(32);
-    const base = ["python3", "-m", "sglang.launch_server", "--model-path", "/m", "--host", "127.0.0.1", "--served-model-name", "m", "--tp-size", "2", "--nnodes", "2", "--dist-init-addr", "127.0.0.1:5000"];
+    const base = ["python3", "-m", "sglang.launch_server", "--model-path", "/m", "--host", "127.0.0.1", "--served-model-name", "m", "--tp-size", "2", "--nnodes", "2", "--dist-init-addr", `127.0.0.1:${freePort(8)}`];
     const r0 = start("sglang-0.5", [...base, "--port", String(port), "--node-rank", "0", "--api-key", key], { CUDA_VISIBLE_DEVICES: UUID }, { LLMGW_CONTRACT_LOAD_MS: "600" });
     const r1 = start("sglang-0.5", [...base, "--port", String(port + 1), "--node-rank", "1"], { CUDA_VISIBLE_DEVICES: UUID });
     const seen = await untilHealthy(r0, `http://127.0.0.1:${port}/health`);
@@ -184,6 +184,19 @@ describe("failures", () => {
     expect(ll("oom").stderr).toContain("cudaMalloc failed: out of memory");
     expect(ll("notfound").stderr).toContain("gguf_init_from_file: failed to open GGUF file '/m.gguf'");
     expect(ll("oom").code).toBe(1);
+  });
+  test("a multi-node SGLang leader holds its rendezvous port and the six after it; one already taken is torch's EADDRINUSE", async () => {
+    const dist = freePort(8);
+    const taken = Bun.listen({ hostname: "0.0.0.0", port: dist + 6, socket: { data() {} } });
+    try {
+      const argv = ["python3", "-m", "sglang.launch_server", "--model-path", "/m", "--port", String(freePort()), "--nnodes", "2", "--node-rank", "0", "--dist-init-addr", `127.0.0.1:${dist}`];
+      const r = start("sglang-0.5", argv, {});
+      const { code, output } = await exitOf(r);
+      expect(code).toBe(1);
+      expect(output).toContain(`port: ${dist + 6}, useIpv6: false, code: -98, name: EADDRINUSE`);
+    } finally {
+      taken.stop(true);
+    }
   });
   test("SGLang with fewer visible GPUs than its share of --tp-size fails with a CUDA error", async () => {
     const r = start("sglang-0.5", ["python3", "-m", "sglang.launch_server", "--model-path", "/m", "--tp-size", "2"], { CUDA_VISIBLE_DEVICES: UUID });

@@ -183,9 +183,9 @@ describe("rendered commands against the contract fakes", () => {
       const outcome = expected(e, s);
       const label = `${e.engine} ${e.version} · ${s.nodes}-node · ${s.mig ? "MIG" : "whole GPU"} ×${s.gpus}`;
       test(`${label}: ${"refuse" in outcome ? `refused (${outcome.why})` : "refuseOrRunOnMig" in outcome ? "refused naming the version, or runs on the one MIG UUID" : "runs to /health 200"}`, async () => {
-        const ports = [freePort(4)];
-        for (let i = 1; i < 3; i++) ports.push(ports[0]! + i);
-        const shape = { http: ports.slice(0, 2), rendezvous: ports[2]! };
+        // Two engine ports, then the rendezvous port and the six SGLang's leader takes after it.
+        const first = freePort(10);
+        const shape = { http: [first, first + 1], rendezvous: first + 2 };
         const launches: Launch[] = [];
         let refused: unknown = null;
         try {
