@@ -685,8 +685,9 @@ describe("weights", () => {
     writeFileSync(join(bin, "vllm"), `#!/bin/sh\nprintf '%s\\n' "$@" > "${out}.args"\nenv > "${out}.env"\necho "vllm stand-in exits"\nexit 3\n`, { mode: 0o755 });
     const stub = stubHead();
     const agent = makeAgent(
-      { server: stub.url, token: stub.token, models_dir: modelsDir },
-      { discover: async () => ({ gpus: [{ index: 0, uuid: "GPU-0", name: "NVIDIA H100", class: "H100-80GB", memory_mib: 81559, healthy: true, parent: null }], warnings: [] }) },
+      // The stand-in answers no --version: the version is given, as an operator can.
+      { server: stub.url, token: stub.token, models_dir: modelsDir, vllm: join(bin, "vllm"), vllm_version: "0.11.0" },
+      { discover: async () => ({ gpus: [{ index: 0, uuid: "GPU-0", name: "NVIDIA H100", class: "H100-80GB", memory_mib: 81559, healthy: true, parent: null, smi_index: 0 }], warnings: [] }) },
     );
     await agent.start();
     expect(stub.heartbeats[0]!.models).toEqual(["org/m"]);
