@@ -802,6 +802,7 @@ export function simulatedGpus(spec: string, unhealthyIndices: Iterable<number> =
     const gpu = Number.isInteger(i) ? gpus[i] : undefined;
     if (!gpu) throw new Error(`unhealthy GPU index ${i} is not in the simulated inventory (indices 0..${gpus.length - 1})`);
     gpu.healthy = false;
+    gpu.reason = "simulated as unhealthy (--simulate-unhealthy)";
   }
   return gpus;
 }
