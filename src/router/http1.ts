@@ -61,7 +61,7 @@ export interface Http1Options {
   maxConnectionsPerAddress?: number;
   /** A connection was shed; `cap` says which cap it hit. */
   onShed?: (cap: "total" | "address", address: string) => void;
-  /** Monotonic milliseconds (default performance.now). Deadlines are read from it at each sweep(); tests pass a manual clock and call sweep(). */
+  /** Monotonic milliseconds (default performance.now). Deadlines are set from it and checked against it at each sweep(); tests pass a manual clock and call sweep(). */
   clock?: { now(): number };
   /**
    * An answer still going out is cut if the socket takes none of it for this long (default
@@ -395,7 +395,7 @@ export class Conn {
     /** The peer's address, as counted against maxConnectionsPerAddress. */
     readonly address: string,
   ) {
-    this.deadline = server.now + server.idleTimeoutMs;
+    this.deadline = server.time() + server.idleTimeoutMs;
   }
 
   onData(d: Uint8Array): void {
@@ -442,9 +442,16 @@ export class Conn {
     } finally {
       this.processing = false;
     }
+    // A request under way (part of a head, or of a body) has a deadline from now; an idle
+    // connection keeps the one its last answer (or its accept) set.
     const st = this.state;
-    if (st === HEAD) this.deadline = Math.min(this.server.now + this.server.idleTimeoutMs, this.headDeadline);
-    else if (st === BODY_LENGTH || st === BODY_CHUNKED) this.deadline = Math.min(this.server.now + this.server.idleTimeoutMs, this.bodyDeadline());
+    if (st === HEAD) {
+      if (this.headDeadline !== Number.POSITIVE_INFINITY) this.deadline = Math.min(this.server.time() + this.server.idleTimeoutMs, this.headDeadline);
+    } else if (st === BODY_LENGTH || st === BODY_CHUNKED) {
+      const now = this.server.time();
+      if (Number.isNaN(this.bodyStart)) this.bodyStart = now;
+      this.deadline = Math.min(now + this.server.idleTimeoutMs, this.bodyDeadline());
+    }
   }
 
   /** The body's deadline: its grace, and one second more per bodyMinRate bytes that came. */
@@ -454,18 +461,28 @@ export class Conn {
     return this.bodyStart + s.bodyTimeoutMs + earned;
   }
 
-  /** The head is read and a body follows: its deadline starts now, counting the bytes of it already here. */
+  /**
+   * The head is read and a body follows: its deadline starts now, counting the bytes of it
+   * already here. The clock is read only if the body is not all here (at the end of process()).
+   */
   private beginBody(): void {
-    this.bodyStart = this.server.now;
+    this.bodyStart = Number.NaN;
     this.bodyFrom = this.bytesIn - (this.buf.byteLength - this.pos);
+  }
+
+  /**
+   * From the first byte of a request on, its head has headTimeoutMs to arrive, empty lines
+   * included. Set when a read ends inside a head: a head that arrives whole in one read never
+   * needs it, nor a clock reading for it.
+   */
+  private headStarted(): void {
+    if (this.headDeadline === Number.POSITIVE_INFINITY) this.headDeadline = this.server.time() + this.server.headTimeoutMs;
   }
 
   private parseHead(): boolean {
     const r = this.buf;
     let start = this.pos;
     if (start >= r.byteLength) return false;
-    // From the first byte of a request on, its head has headTimeoutMs to arrive, empty lines included.
-    if (this.headDeadline === Number.POSITIVE_INFINITY) this.headDeadline = this.server.now + this.server.headTimeoutMs;
     // Empty lines before a request line are ignored (RFC 9112 §2.2), a few of them.
     while (start + 1 < r.byteLength && r[start] === 13 && r[start + 1] === 10) {
       start += 2;
@@ -475,10 +492,14 @@ export class Conn {
       this.pos = start;
       this.scanned = start;
     }
-    if (start >= r.byteLength) return false;
+    if (start >= r.byteLength) {
+      this.headStarted();
+      return false;
+    }
     const end = headEnd(r, Math.max(start, this.scanned - 3));
     const max = this.server.maxHeadBytes;
     if (end < 0) {
+      this.headStarted();
       // A line ending in a bare LF will never end the head the way we read it: refused now, not at the timeout.
       for (let i = Math.max(start, this.scanned); i < r.byteLength; i++) if (r[i] === 10 && (i === start || r[i - 1] !== 13)) throw new Refusal(400, "a line of the request head does not end in CRLF", "bad_request");
       this.scanned = r.byteLength;
@@ -735,7 +756,9 @@ export class Conn {
     }
     this.state = HEAD;
     this.headDeadline = Number.POSITIVE_INFINITY;
-    this.deadline = this.server.now + (this.pending === undefined ? this.server.idleTimeoutMs : this.server.sendTimeoutMs);
+    // From the clock as it is now: the last sweep may be long past if the loop was busy (a big
+    // heartbeat on the admin listener), and a deadline set from it would come that much early.
+    this.deadline = this.server.time() + (this.pending === undefined ? this.server.idleTimeoutMs : this.server.sendTimeoutMs);
     if (this.paused) {
       this.paused = false;
       this.socket.resume();
@@ -794,7 +817,7 @@ export class Conn {
     if (p === undefined) return;
     this.pending = undefined;
     // The client is reading: an answer it takes slowly is not cut, only one it stops taking.
-    if (this.current === undefined) this.deadline = this.server.now + this.server.sendTimeoutMs;
+    if (this.current === undefined) this.deadline = this.server.time() + this.server.sendTimeoutMs;
     for (let i = 0; i < p.length; i++) {
       const d = p[i]!;
       const n = this.socket.write(d);
@@ -804,7 +827,7 @@ export class Conn {
         return;
       }
     }
-    if (this.current === undefined) this.deadline = this.server.now + this.server.idleTimeoutMs;
+    if (this.current === undefined) this.deadline = this.server.time() + this.server.idleTimeoutMs;
     if (this.closing) {
       this.socket.end();
       return;
@@ -819,7 +842,7 @@ export class Conn {
     this.buf = EMPTY;
     this.pos = 0;
     // A client that never closes its side is cut after the idle timeout.
-    this.deadline = this.server.now + (this.pending === undefined ? this.server.idleTimeoutMs : this.server.sendTimeoutMs);
+    this.deadline = this.server.time() + (this.pending === undefined ? this.server.idleTimeoutMs : this.server.sendTimeoutMs);
     if (this.pending === undefined) this.socket.end();
   }
 
@@ -865,11 +888,6 @@ export class Http1Server {
   /** Shed connections whose 503 is going out, with when they are cut regardless. */
   private readonly lingering = new Map<Socket<Conn>, number>();
   private readonly clock: { now(): number };
-  /**
-   * The clock as of the last sweep: deadlines are set from it, so the hot path reads no
-   * clock. They are off by at most one sweep interval (a quarter of the timeout, at most 1 s).
-   */
-  now: number;
   readonly maxHeadBytes: number;
   readonly maxHeaders: number;
   readonly maxBodyBytes: number;
@@ -888,6 +906,8 @@ export class Http1Server {
   readonly onHandlerError: Http1Options["onHandlerError"];
   private listener: TCPSocketListener<Conn> | undefined;
   private sweeper: ReturnType<typeof setInterval> | undefined;
+  /** The clock at the timer's last sweep: the next one expires what was already overdue then. */
+  private lastTimerSweep = Number.NEGATIVE_INFINITY;
 
   constructor(private readonly o: Http1Options) {
     this.maxHeadBytes = o.maxHeadBytes ?? 16 * 1024;
@@ -904,7 +924,6 @@ export class Http1Server {
     this.errorBody = o.errorBody;
     this.onHandlerError = o.onHandlerError;
     this.clock = o.clock ?? { now: () => performance.now() };
-    this.now = this.clock.now();
     const shedAnswer = (message: string) => {
       const body = o.errorBody(503, message, "overloaded");
       return `content-type: application/json\r\ncontent-length: ${byteLength(body)}\r\nretry-after: 1\r\nconnection: close\r\n\r\n${body}`;
@@ -934,7 +953,7 @@ export class Http1Server {
       }
       s.write(statusLine(503) + date() + (cap === "total" ? this.shedTotal : this.shedAddress));
       s.end();
-      this.lingering.set(s, this.now + SHED_LINGER_MS);
+      this.lingering.set(s, this.time() + SHED_LINGER_MS);
       return;
     }
     // Answers go out as written, not held back for more (Nagle).
@@ -992,17 +1011,44 @@ export class Http1Server {
     // Deadlines (idle, slow heads) are checked by one sweep over every connection, at a quarter
     // of the shortest timeout (at most once a second).
     const tick = Math.max(10, Math.min(1000, Math.min(this.idleTimeoutMs, this.headTimeoutMs, this.bodyTimeoutMs) / 4));
-    this.sweeper = setInterval(() => this.sweep(), tick);
+    this.lastTimerSweep = this.clock.now();
+    this.sweeper = setInterval(() => this.timerSweep(), tick);
     this.sweeper.unref?.();
     return this.listener.port;
   }
 
-  /** Reads the clock and expires every connection past its deadline (run on a timer; tests with a manual clock call it). */
-  sweep(): void {
+  /**
+   * The timer's sweep expires a connection only if it was past its deadline at the timer's
+   * previous sweep already: the sockets have been read since. A timer runs before the reads
+   * that came in while the loop was busy (handlers holding it, as a big heartbeat on the admin
+   * listener of the same process does, one after another): judged at once, a connection whose
+   * request reached it in time, but is still in the kernel, would look idle and be dropped
+   * unanswered. So a deadline is acted on one to two sweep intervals after it passes.
+   */
+  private timerSweep(): void {
+    const asOf = this.lastTimerSweep;
+    this.lastTimerSweep = this.clock.now();
+    this.sweep(asOf);
+  }
+
+  /**
+   * @internal The clock now. Every deadline is set from it when it is set (one reading per
+   * answer): set from the last sweep's reading, one would come early by however long the loop
+   * was busy since.
+   */
+  time(): number {
+    return this.clock.now();
+  }
+
+  /**
+   * Reads the clock and expires every connection past its deadline as of `asOf` (default: now).
+   * The timer passes its previous sweep's time; tests with a manual clock call it as it is.
+   */
+  sweep(asOf?: number): void {
     const now = this.clock.now();
-    this.now = now;
     refreshDate();
-    for (const c of this.conns) if (now > c.deadline) c.expire();
+    const t = asOf ?? now;
+    for (const c of this.conns) if (t > c.deadline) c.expire();
     if (this.lingering.size > 0) for (const [s, until] of this.lingering) if (now > until) s.terminate();
   }
 

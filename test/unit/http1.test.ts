@@ -1596,6 +1596,67 @@ describe("slow and greedy clients", () => {
     expect((JSON.parse(r.text) as { error: { message: string } }).error.message).toContain("head");
   });
 
+  // A busy event loop (a big heartbeat being parsed and applied, on the admin listener of the
+  // same process) delays the sweep timer. The keep-alive deadline of a connection must count
+  // from when its answer went out, not from the last sweep before that; and a request that
+  // reached the server while the loop was busy must be read before its connection is judged
+  // idle, though the late timer runs before the reads that queued up meanwhile.
+  test("a keep-alive deadline counts from the answer, not from a sweep the loop was too busy to run since", async () => {
+    const clock = new ManualClock(0);
+    const s = serve(echo, { clock, idleTimeoutMs: 10_000, headTimeoutMs: 30_000 });
+    s.server.sweep();
+    const c = await Client.open(s.port);
+    // 9 s with no sweep (the loop was busy), then a request arrives and is answered.
+    clock.advance(9_000);
+    c.write("GET /1 HTTP/1.1\r\nHost: h\r\n\r\n");
+    expect((await c.response()).status).toBe(200);
+    // 2 s idle since the answer: well within the 10 s.
+    clock.advance(2_000);
+    s.server.sweep();
+    await new Promise((r) => setTimeout(r, 20));
+    expect(c.closed).toBe(false);
+    c.write("GET /2 HTTP/1.1\r\nHost: h\r\n\r\n");
+    const r = await c.response();
+    expect([r.status, (JSON.parse(r.text) as { path: string }).path]).toEqual([200, "/2"]);
+    // Idle past 10 s since that answer, it is closed, with nothing sent.
+    clock.advance(10_001);
+    s.server.sweep();
+    await c.waitClosed();
+    expect(c.received).toBe(c.consumed);
+  });
+
+  test("a request that arrives while another request's handler holds the event loop is answered, not dropped as idle by the sweep that runs first", async () => {
+    const clock = new ManualClock(0);
+    let c: Client | undefined;
+    // Short timeouts make the sweep timer (real time) run every 10 ms; the deadlines follow the manual clock.
+    const s = serve(
+      (ex) => {
+        if (ex.path === "/busy") {
+          // While this handler holds the loop, the keep-alive connection's next request
+          // arrives, and then its idle deadline passes. When the loop comes back, the overdue
+          // sweep timer runs before that request is read.
+          c!.write("GET /2 HTTP/1.1\r\nHost: h\r\n\r\n");
+          clock.advance(1_000);
+          const busyUntil = performance.now() + 60;
+          while (performance.now() < busyUntil) {
+            // Held, as by parsing and applying a big heartbeat.
+          }
+        }
+        echo(ex);
+      },
+      { clock, idleTimeoutMs: 40, headTimeoutMs: 40, bodyTimeoutMs: 40 },
+    );
+    c = await Client.open(s.port);
+    c.write("GET /1 HTTP/1.1\r\nHost: h\r\n\r\n");
+    expect((await c.response()).status).toBe(200);
+    const busy = await Client.open(s.port);
+    busy.write("GET /busy HTTP/1.1\r\nHost: h\r\n\r\n");
+    expect((await busy.response()).status).toBe(200);
+    const r = await c.response();
+    expect([r.status, (JSON.parse(r.text) as { path: string }).path]).toEqual([200, "/2"]);
+    expect(c.closed).toBe(false);
+  });
+
   test("a pipelining flood behind a busy request stays within one read per connection, and memory goes back after the sockets close", async () => {
     const held: ClientExchange[] = [];
     // The router's own limits: 8 MiB bodies, 16 KiB heads.
