@@ -72,7 +72,22 @@ class Conn {
   request(bytes: Uint8Array): Promise<{ status: number; ms: number }> {
     return new Promise((resolve, reject) => {
       const t0 = performance.now();
-      this.waiting = { resolve: (status) => resolve({ status, ms: performance.now() - t0 }), reject };
+      // An answer that never comes is a finding, not a hang of the bench.
+      const timer = setTimeout(() => {
+        this.waiting = undefined;
+        this.socket.terminate();
+        reject(new Error("no answer within 10 s"));
+      }, 10_000);
+      this.waiting = {
+        resolve: (status) => {
+          clearTimeout(timer);
+          resolve({ status, ms: performance.now() - t0 });
+        },
+        reject: (e) => {
+          clearTimeout(timer);
+          reject(e);
+        },
+      };
       this.socket.write(bytes);
     });
   }
@@ -108,6 +123,8 @@ function bigHeartbeat(node: string): string {
 
 interface Phase {
   name: string;
+  /** Keep-alive connections the server closed with a request unanswered (reopened, the request sent again). */
+  dropped: number;
   router: number[];
   direct: number[];
   health: number[];
@@ -119,18 +136,34 @@ interface Phase {
 async function measure(name: string, routerUrl: string, engineUrl: string, engineAuth: string): Promise<Phase> {
   const [rh, rp] = hostPort(routerUrl);
   const [eh, ep] = hostPort(engineUrl);
-  const router = await Conn.open(rh, rp);
-  const direct = await Conn.open(eh, ep);
-  const health = await Conn.open(rh, rp);
+  let router = await Conn.open(rh, rp);
+  let direct = await Conn.open(eh, ep);
+  let health = await Conn.open(rh, rp);
   const rq = chatReq(`${rh}:${rp}`);
   const dq = chatReq(`${eh}:${ep}`, engineAuth);
   const hq = healthReq(`${rh}:${rp}`);
-  const out: Phase = { name, router: [], direct: [], health: [], shed: 0, heartbeats: 0, heartbeatMs: [] };
+  const out: Phase = { name, dropped: 0, router: [], direct: [], health: [], shed: 0, heartbeats: 0, heartbeatMs: [] };
+  // A request on a connection the server closed is counted and sent again on a new one.
+  const send = async (which: "router" | "direct" | "health", i: number): Promise<{ status: number; ms: number }> => {
+    const conn = which === "router" ? router : which === "direct" ? direct : health;
+    const bytes = which === "router" ? rq : which === "direct" ? dq : hq;
+    try {
+      return await conn.request(bytes);
+    } catch (e) {
+      out.dropped++;
+      console.log(`${name}: ${which} request ${i}: ${(e as Error).message}; reconnecting`);
+      const [h, p] = which === "direct" ? [eh, ep] : [rh, rp];
+      const fresh = await Conn.open(h, p);
+      if (which === "router") router = fresh;
+      else if (which === "direct") direct = fresh;
+      else health = fresh;
+      return fresh.request(bytes);
+    }
+  };
   for (let i = 0; i < N; i++) {
-    const t0 = performance.now();
-    const a = await router.request(rq).catch((e: Error) => Promise.reject(new Error(`${name}: router request ${i}: ${e.message} after ${(performance.now() - t0).toFixed(0)} ms; partial answer: ${JSON.stringify(router.partial())}`)));
-    const b = await direct.request(dq).catch((e: Error) => Promise.reject(new Error(`${name}: direct request ${i}: ${e.message}`)));
-    const h = await health.request(hq).catch((e: Error) => Promise.reject(new Error(`${name}: /healthz request ${i}: ${e.message}`)));
+    const a = await send("router", i);
+    const b = await send("direct", i);
+    const h = await send("health", i);
     if (a.status !== 200 || b.status !== 200 || h.status !== 200) throw new Error(`${name}: status router ${a.status}, direct ${b.status}, healthz ${h.status}`);
     out.router.push(a.ms);
     out.direct.push(b.ms);
@@ -238,7 +271,7 @@ async function main(): Promise<void> {
   phases.push(await capPhase);
 
   const idle = phases[0]!;
-  const rows: (string | number)[][] = [["phase", "router p50", "router p99", "direct p50", "direct p99", "added p50", "added p99", "/healthz p50", "/healthz p99", "added p99 / idle", "/healthz p99 / idle"]];
+  const rows: (string | number)[][] = [["phase", "dropped", "router p50", "router p99", "direct p50", "direct p99", "added p50", "added p99", "/healthz p50", "/healthz p99", "added p99 / idle", "/healthz p99 / idle"]];
   for (const p of phases) {
     const r = [...p.router].sort((a, b) => a - b);
     const d = [...p.direct].sort((a, b) => a - b);
@@ -251,6 +284,7 @@ async function main(): Promise<void> {
     const iadded99 = pct(ir, 99) - pct(id, 99);
     rows.push([
       p.name,
+      p.dropped,
       pct(r, 50).toFixed(3),
       pct(r, 99).toFixed(3),
       pct(d, 50).toFixed(3),
@@ -294,7 +328,7 @@ async function measureCap(rh: string, rp: number, routerUrl: string, engineUrl: 
     else idleSockets.push(s);
   }
   await Bun.sleep(300);
-  const out: Phase = { name: "cap", router: [], direct: [], health: [], shed, heartbeats: 0, heartbeatMs: [] };
+  const out: Phase = { name: "cap", dropped: 0, router: [], direct: [], health: [], shed, heartbeats: 0, heartbeatMs: [] };
   const rq = chatReq(`${rh}:${rp}`);
   const dq = chatReq(`${eh}:${ep}`);
   const hq = healthReq(`${rh}:${rp}`);
