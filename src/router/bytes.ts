@@ -75,3 +75,16 @@ export function latin1Bytes(head: string, data?: Uint8Array, tail?: Uint8Array):
   if (tail !== undefined) out.set(tail, n + d);
   return out;
 }
+
+/** The value of 1 to 15 decimal digits; -1 for anything else (Content-Length, as both sides read it). */
+export function digits(s: string): number {
+  const n = s.length;
+  if (n === 0 || n > 15) return -1;
+  let v = 0;
+  for (let i = 0; i < n; i++) {
+    const c = s.charCodeAt(i) - 48;
+    if (c < 0 || c > 9) return -1;
+    v = v * 10 + c;
+  }
+  return v;
+}

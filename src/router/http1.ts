@@ -31,7 +31,7 @@
 //   under the open-file limit).
 
 import type { Socket, TCPSocketListener } from "bun";
-import { concat, headEnd, latin1Bytes, latin1Slice, trimOws } from "./bytes";
+import { concat, digits, headEnd, latin1Bytes, latin1Slice, trimOws } from "./bytes";
 
 export interface Http1Options {
   hostname: string;
@@ -1076,18 +1076,6 @@ function lineEnd(d: Uint8Array): number {
 
 const NON_ASCII = /[^\x00-\x7f]/;
 
-/** The value of 1 to 15 decimal digits; -1 for anything else. */
-function digits(s: string): number {
-  const n = s.length;
-  if (n === 0 || n > 15) return -1;
-  let v = 0;
-  for (let i = 0; i < n; i++) {
-    const c = s.charCodeAt(i) - 48;
-    if (c < 0 || c > 9) return -1;
-    v = v * 10 + c;
-  }
-  return v;
-}
 
 /** UTF-8 size of a string; most are ASCII, where it is the length. */
 function byteLength(s: string): number {

@@ -18,7 +18,7 @@
 // response on a connection both sides keep alive; one aborted or broken mid-way is closed.
 
 import type { Socket } from "bun";
-import { BAD_HEAD_BYTE, headEnd, isToken, latin1Slice, latin1Write, trimOws } from "./bytes";
+import { BAD_HEAD_BYTE, digits, headEnd, isToken, latin1Slice, latin1Write, trimOws } from "./bytes";
 
 /**
  * Why an exchange failed. "connect": never reached the engine; "reset": the connection broke;
@@ -693,18 +693,6 @@ function errorCode(e: Error): string {
   return typeof code === "string" && /^[A-Z0-9_]{1,40}$/.test(code) ? code : "(no code)";
 }
 
-/** The value of 1 to 15 decimal digits; -1 for anything else (as the server reads Content-Length). */
-function digits(s: string): number {
-  const n = s.length;
-  if (n === 0 || n > 15) return -1;
-  let v = 0;
-  for (let i = 0; i < n; i++) {
-    const c = s.charCodeAt(i) - 48;
-    if (c < 0 || c > 9) return -1;
-    v = v * 10 + c;
-  }
-  return v;
-}
 
 /** Where the last complete line in d[from..] ends (the index of its CR); -1 if there is none. */
 function lastLineEnd(d: Uint8Array, from: number): number {
