@@ -7,3 +7,13 @@ export function isLoopbackHost(host: string): boolean {
   if (h.startsWith("::ffff:")) return isLoopbackHost(h.slice(7));
   return /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
 }
+
+/** A host as it goes in a URL or host:port: IPv6 literals in brackets, once. */
+export function bracketHost(host: string): string {
+  return host.includes(":") && !host.startsWith("[") ? `[${host}]` : host;
+}
+
+/** host:port with IPv6 bracketing. */
+export function hostPort(host: string, port: number): string {
+  return `${bracketHost(host)}:${port}`;
+}
