@@ -1,0 +1,117 @@
+// The house as DESIGN.md draws it, checked by reading the source: who may import whom, that
+// time comes only through the Scheduler in the roles that keep it, and that no function in
+// those roles outgrows a reader's screen (120 lines).
+
+import { describe, expect, test } from "bun:test";
+import { readFileSync, readdirSync, statSync } from "node:fs";
+import { join, relative, resolve } from "node:path";
+import ts from "typescript";
+
+const SRC = resolve(import.meta.dir, "../../src");
+
+function files(dir: string): string[] {
+  const out: string[] = [];
+  for (const e of readdirSync(dir)) {
+    const p = join(dir, e);
+    if (statSync(p).isDirectory()) out.push(...files(p));
+    else if (/\.tsx?$/.test(e) && !e.endsWith(".d.ts")) out.push(p);
+  }
+  return out;
+}
+
+const ALL = files(SRC).map((p) => ({ path: p, rel: relative(SRC, p), text: readFileSync(p, "utf8") }));
+const folder = (rel: string) => (rel.includes("/") ? rel.split("/")[0]! : "");
+
+function parse(f: { path: string; text: string }): ts.SourceFile {
+  return ts.createSourceFile(f.path, f.text, ts.ScriptTarget.Latest, true, f.path.endsWith(".tsx") ? ts.ScriptKind.TSX : ts.ScriptKind.TS);
+}
+
+/** Folders each src folder must never import from. */
+const FORBIDDEN: Record<string, string[]> = {
+  lib: ["agent", "api", "app", "cli", "config", "control", "protocol", "router", "sim", "store"],
+  protocol: ["agent", "api", "app", "cli", "config", "control", "router", "sim", "store"],
+  control: ["router", "store", "api", "app", "cli", "agent", "sim"],
+  router: ["control", "store", "api", "app", "cli", "agent", "sim"],
+  store: ["router", "api", "app", "cli", "agent", "sim"],
+  api: ["store", "app", "cli", "agent", "sim"],
+  agent: ["control", "store", "router", "api", "app", "cli", "sim"],
+  sim: ["api", "cli", "store"],
+  cli: ["store"],
+};
+
+function importsOf(f: { path: string; text: string }): string[] {
+  const out: string[] = [];
+  const visit = (n: ts.Node) => {
+    if ((ts.isImportDeclaration(n) || ts.isExportDeclaration(n)) && n.moduleSpecifier && ts.isStringLiteral(n.moduleSpecifier)) out.push(n.moduleSpecifier.text);
+    if (ts.isCallExpression(n) && n.expression.kind === ts.SyntaxKind.ImportKeyword && n.arguments[0] && ts.isStringLiteral(n.arguments[0])) out.push(n.arguments[0].text);
+    ts.forEachChild(n, visit);
+  };
+  visit(parse(f));
+  return out;
+}
+
+describe("layering", () => {
+  for (const [from, banned] of Object.entries(FORBIDDEN)) {
+    test(`${from}/ imports none of ${banned.join(", ")}`, () => {
+      const bad: string[] = [];
+      for (const f of ALL.filter((f) => folder(f.rel) === from)) {
+        for (const spec of importsOf(f)) {
+          if (!spec.startsWith(".")) continue;
+          const target = relative(SRC, resolve(join(SRC, f.rel, ".."), spec)).split("/")[0]!;
+          if (banned.includes(target)) bad.push(`${f.rel} imports ${spec}`);
+        }
+      }
+      expect(bad).toEqual([]);
+    });
+  }
+});
+
+const TIMED = ["router", "control", "agent", "app"];
+
+describe("time only through the Scheduler", () => {
+  for (const dir of TIMED) {
+    test(`${dir}/ calls no setTimeout, setInterval, Date.now() or performance.now()`, () => {
+      const bad: string[] = [];
+      for (const f of ALL.filter((f) => folder(f.rel) === dir)) {
+        const sf = parse(f);
+        const visit = (n: ts.Node) => {
+          if (ts.isCallExpression(n)) {
+            const e = n.expression.getText(sf);
+            if (/^(globalThis\.)?(setTimeout|setInterval|Date\.now|performance\.now)$/.test(e)) bad.push(`${f.rel}:${sf.getLineAndCharacterOfPosition(n.getStart(sf)).line + 1} ${e}()`);
+          }
+          if (ts.isNewExpression(n) && n.expression.getText(sf) === "Date" && (!n.arguments || n.arguments.length === 0)) bad.push(`${f.rel}:${sf.getLineAndCharacterOfPosition(n.getStart(sf)).line + 1} new Date()`);
+          ts.forEachChild(n, visit);
+        };
+        visit(sf);
+      }
+      expect(bad).toEqual([]);
+    });
+  }
+});
+
+const SHORT = ["router", "control", "agent", "app"];
+const MAX_LINES = 120;
+
+describe(`no function longer than ${MAX_LINES} lines`, () => {
+  for (const dir of SHORT) {
+    test(`${dir}/`, () => {
+      const long: string[] = [];
+      for (const f of ALL.filter((f) => folder(f.rel) === dir)) {
+        const sf = parse(f);
+        const visit = (n: ts.Node) => {
+          if (ts.isFunctionLike(n) && "body" in n && n.body) {
+            const a = sf.getLineAndCharacterOfPosition(n.getStart(sf)).line;
+            const b = sf.getLineAndCharacterOfPosition(n.getEnd()).line;
+            if (b - a + 1 > MAX_LINES) {
+              const name = (n as ts.FunctionDeclaration).name?.getText(sf) ?? "(anonymous)";
+              long.push(`${f.rel}:${a + 1} ${name} is ${b - a + 1} lines`);
+            }
+          }
+          ts.forEachChild(n, visit);
+        };
+        visit(sf);
+      }
+      expect(long).toEqual([]);
+    });
+  }
+});
