@@ -4,7 +4,7 @@
 import type { EventView, ModelView, NodeView, ReplicaView } from "../protocol/views";
 import { type Client, CliError } from "./client";
 import { safeText } from "../lib/text";
-import { oneLine } from "./render";
+import { oneLine } from "../lib/format";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
