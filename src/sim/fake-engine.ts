@@ -6,6 +6,7 @@
 
 import { timingSafeEqual } from "node:crypto";
 import type { Server } from "bun";
+import { hostPort } from "../lib/net";
 import { PrefixCache, ttftWithHits } from "./prefix-cache";
 
 export interface PrefixCacheOptions {
@@ -635,7 +636,7 @@ export async function startFakeEngine(opts: FakeEngineOptions): Promise<FakeEngi
     error: () => errorResponse(500, "internal error in the fake engine", "server_error", null, null),
   });
   const port = server.port!;
-  const url = `http://${host.includes(":") ? `[${host}]` : host}:${port}`;
+  const url = `http://${hostPort(host, port)}`;
   let stopping: Promise<void> | undefined;
   return {
     url,
