@@ -6,6 +6,9 @@ import { type Client, CliError } from "./client";
 import { safeText } from "../lib/text";
 import { oneLine } from "../lib/format";
 
+/** How long `apply --wait` and `drain --wait` follow before giving up, unless --timeout says. */
+export const WAIT_TIMEOUT = "30m";
+
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function latestEventId(client: Client): Promise<number> {

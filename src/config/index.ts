@@ -5,6 +5,7 @@
 
 import { z } from "zod";
 import { Duration, Name, SegmentName } from "../protocol/common";
+import { DEFAULT_DATA_DIR } from "./datadir";
 import type { FlagValues } from "./flags";
 
 export const HostPort = z.string().transform((v, ctx) => {
@@ -23,7 +24,7 @@ const Secret = z.string().min(16, "must be at least 16 characters").max(512).reg
 const LogLevel = z.enum(["trace", "debug", "info", "warn", "error", "fatal", "silent"]);
 
 export const ServeConfig = z.strictObject({
-  data_dir: z.string().min(1).default("./llmgw-data"),
+  data_dir: z.string().min(1).default(DEFAULT_DATA_DIR),
   /** The router's OpenAI-compatible listener. */
   listen: HostPort.prefault("0.0.0.0:8000"),
   /** Admin API, agent API (and later the dashboard). */
@@ -198,6 +199,27 @@ export const AgentConfig = z.strictObject({
     if (c[key] !== undefined) ctx.addIssue({ code: "custom", path: [key], message: `only applies to an https:// server, and server is ${c.server}` });
 });
 export type AgentConfig = z.infer<typeof AgentConfig>;
+
+/**
+ * A key's default as `--help` states it: a duration or address as the schema writes it ("5m",
+ * "0.0.0.0:8000"), a number in digits, a boolean as on/off. Help text reads its defaults from
+ * here, so each default is written once, in the schema. Throws for a key without a default (a
+ * help string that names one is then wrong).
+ */
+export function defaultText<S extends z.ZodObject>(schema: S, key: keyof S["shape"] & string): string {
+  let f = schema.shape[key] as { def?: { type?: string; defaultValue?: unknown; innerType?: unknown; in?: unknown } } | undefined;
+  while (f?.def) {
+    const d = f.def;
+    if (d.type === "default" || d.type === "prefault") {
+      const v = d.defaultValue;
+      if (typeof v === "boolean") return v ? "on" : "off";
+      if (typeof v === "string" || typeof v === "number") return String(v);
+      break;
+    }
+    f = (d.type === "pipe" ? d.in : d.type === "optional" || d.type === "nullable" ? d.innerType : undefined) as typeof f;
+  }
+  throw new Error(`config key ${key} has no default to show`);
+}
 
 /** Where each key's value came from, for error messages. */
 type Origin = Record<string, string>;
