@@ -1,7 +1,16 @@
-// Configuration for the long-running roles (serve, agent): one zod schema per role with every
-// default in it, filled from four layers in order of precedence: defaults, a config file
-// (TOML, YAML or JSON, `--config`), the environment (`LLMGW_*`) and flags. Every problem is
-// reported at once, each naming its key and where the bad value came from.
+// config/: what the roles are configured with and how it is read.
+//
+// This file: the configuration of the long-running roles (serve, agent), one zod schema per role
+// with every default in it, filled from four layers in order of precedence: defaults, a config
+// file (TOML, YAML or JSON, `--config`), the environment (`LLMGW_*`) and flags. Every problem is
+// reported at once, each naming its key and where the bad value came from. `--help` states a
+// default through defaultText(), so each default is written once, in its schema.
+// Beside it, free of zod so the CLI's quick commands stay quick: flags.ts (the one flag parser,
+// for every command and the fake engine), datadir.ts (the data directory, its secrets and
+// server.json); and limits.ts (connection caps fitted to the open-file limit).
+//
+// May import: protocol (shared field types such as Duration), lib, zod and node built-ins.
+// Never the roles (control, router, api, agent, sim, store, app) or cli: they import config.
 
 import { z } from "zod";
 import { Duration, Name, SegmentName } from "../protocol/common";
