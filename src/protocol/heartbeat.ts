@@ -191,6 +191,9 @@ export const HeartbeatResponse = z.object({
 });
 export type HeartbeatResponse = z.infer<typeof HeartbeatResponse>;
 
+/** How long the assignments long poll holds when the agent gives no wait_ms; agents ask for this too. */
+export const ASSIGNMENTS_WAIT_MS = 25_000;
+
 /**
  * `GET /agent/v1/assignments?node=…&generation=…&wait_ms=…`: the long poll. Answers with a
  * HeartbeatResponse as soon as the node's assignment generation differs from the one given
@@ -199,7 +202,7 @@ export type HeartbeatResponse = z.infer<typeof HeartbeatResponse>;
 export const AssignmentsQuery = z.object({
   node: SegmentName,
   generation: z.coerce.number().int().min(0).default(0),
-  wait_ms: z.coerce.number().int().min(0).max(60_000).default(25_000),
+  wait_ms: z.coerce.number().int().min(0).max(60_000).default(ASSIGNMENTS_WAIT_MS),
 });
 export type AssignmentsQuery = z.infer<typeof AssignmentsQuery>;
 
