@@ -5,37 +5,13 @@
 // allows only the nonce'd stylesheet, so bars are SVG rects sized by attributes.
 
 import type { FC } from "hono/jsx";
+import { ago, human, oneLine, plural } from "../lib/format";
 import type { ClassUse, EventView, ModelView, NodeView, ReplicaView, Summary, Tables } from "../protocol/views";
 
-// ---- small formatting helpers (the CLI has its own; api does not import cli) ---------------
-
-/** Compact duration: 45s, 12m, 3h05m, 2d04h; "-" when unknown (negative). */
-export function human(seconds: number): string {
-  if (seconds < 0) return "-";
-  if (seconds < 60) return `${Math.floor(seconds)}s`;
-  const m = Math.floor(seconds / 60);
-  if (m < 60) return `${m}m`;
-  const h = Math.floor(m / 60);
-  if (h < 24) return `${h}h${String(m % 60).padStart(2, "0")}m`;
-  return `${Math.floor(h / 24)}d${String(h % 24).padStart(2, "0")}h`;
-}
-
-function ago(iso: string, now: number): string {
-  const t = Date.parse(iso);
-  return Number.isNaN(t) ? "-" : `${human(Math.max(0, Math.floor((now - t) / 1000)))} ago`;
-}
-
-function oneLine(s: string, max: number): string {
-  const flat = s.replace(/\s+/g, " ").trim();
-  return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;
-}
+// ---- small formatting helpers (the rest are lib/format's, shared with the CLI) ------------
 
 /** "2025-01-02T03:04:05.678Z" → "03:04:05" (UTC, labelled as such in the page). */
 const clock = (iso: string) => iso.slice(11, 19);
-
-function plural(n: number, word: string): string {
-  return `${n} ${n === 1 ? word : `${word}s`}`;
-}
 
 type Tone = "ok" | "warn" | "bad" | "muted";
 

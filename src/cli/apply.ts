@@ -6,7 +6,7 @@ import { UsageError } from "../config/flags";
 import { safeText } from "../lib/text";
 import { parseDuration } from "../protocol/duration";
 import { CLIENT_FLAGS, CliError, resolveClient } from "./client";
-import { waitForModels } from "./wait";
+import { WAIT_TIMEOUT, waitForModels } from "./wait";
 import type { Command } from "./command";
 
 export async function readCatalogFile(path: string): Promise<unknown> {
@@ -28,7 +28,7 @@ export const command: Command = {
   flags: {
     file: { kind: "string", short: "f", value: "FILE", help: "catalog file (.yaml, .yml or .json; - for stdin)" },
     wait: { kind: "boolean", short: "w", help: "follow the models until each is ready or parked (exit 1 if any is parked)" },
-    timeout: { kind: "string", value: "DURATION", help: "give up waiting after this long (default 30m)" },
+    timeout: { kind: "string", value: "DURATION", help: `give up waiting after this long (default ${WAIT_TIMEOUT})` },
     ...CLIENT_FLAGS,
   },
   details: "Models not in the file are left alone; remove one with DELETE /api/v1/models/NAME.",
@@ -38,7 +38,7 @@ export const command: Command = {
     if (!file) throw new UsageError("apply needs -f FILE");
     const data = await readCatalogFile(file);
     const client = resolveClient(flags);
-    const timeout = parseDuration((flags.timeout as string | undefined) ?? "30m");
+    const timeout = parseDuration((flags.timeout as string | undefined) ?? WAIT_TIMEOUT);
     if (timeout === undefined) throw new UsageError(`--timeout must be a duration like 10m, not "${flags.timeout}"`);
     const res = await client.send<{ results: { name: string; message: string }[] }>("POST", "/api/v1/apply", data);
     for (const r of res.results) process.stdout.write(`${safeText(r.message)}\n`);

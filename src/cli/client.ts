@@ -6,8 +6,12 @@ import { readFileSync } from "node:fs";
 import { checkServerIdentity, rootCertificates } from "node:tls";
 import { DEFAULT_DATA_DIR, type ServerInfo, readServerInfo, readTokenFile } from "../config/datadir";
 import { type FlagSpecs, type FlagValues, UsageError } from "../config/flags";
+import { exactDuration } from "../lib/format";
 import { safeText } from "../lib/text";
 import type { ApiError } from "../protocol/views";
+
+/** How long one admin API call may take before the CLI gives up on the server. */
+const REQUEST_TIMEOUT_MS = 30_000;
 
 export const CLIENT_FLAGS: FlagSpecs = {
   server: { kind: "string", value: "URL", help: "admin API URL (env LLMGW_SERVER; default: the server recorded in the data dir)" },
@@ -73,14 +77,14 @@ export function resolveClient(flags: FlagValues, env = process.env): Client {
         method,
         headers: { authorization: `Bearer ${token}`, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
         body: body === undefined ? undefined : JSON.stringify(body),
-        signal: AbortSignal.timeout(30_000),
+        signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
         ...(tls ? { tls } : {}),
       });
     } catch (e) {
       const err = e as Error & { code?: string };
       const why =
         err.name === "TimeoutError"
-          ? "no answer within 30s"
+          ? `no answer within ${exactDuration(REQUEST_TIMEOUT_MS)}`
           : err.code === "ConnectionRefused" || err.code === "ECONNREFUSED"
             ? "connection refused"
             : certificateProblem(err, server, caPath) ?? err.message;

@@ -1,4 +1,13 @@
-// The shape every subcommand file exports, and the shared help/flag handling around it.
+// cli/: the `llmgw` commands, one file per subcommand, each exporting a Command that main.ts
+// loads only when it runs; the operator commands are clients of the admin API (client.ts) and
+// render for terminals here (render.ts: colour, tables, bars; lib/format and lib/text for
+// durations, plurals and terminal-safe text).
+//
+// May import: config (flags, datadir, schemas), protocol, lib, and sim for the fake engine. The
+// long-running roles are loaded by dynamic import inside run() only (serve, agent, and the demo
+// through app), so a quick command never pays for them. Never the store.
+//
+// This file: the shape every subcommand file exports, and the shared help/flag handling around it.
 
 import { type FlagSpecs, type FlagValues, flagHelp, parseFlags } from "../config/flags";
 

@@ -7,6 +7,9 @@ import type { Command } from "./command";
 import { safeDeep } from "../lib/text";
 import { type Style, detectStyle, paint } from "./render";
 
+/** Recent events shown before following, unless --limit says. */
+const DEFAULT_LIMIT = 50;
+
 function color(kind: string): "red" | "yellow" | "green" | "gray" {
   if (/failed|parked|unreachable|lost|unplaceable/.test(kind)) return "red";
   if (/stopping|drain|cordon|evict/.test(kind)) return "yellow";
@@ -27,7 +30,7 @@ export const command: Command = {
   usage: "llmgw events [-f] [--limit N] [--subject node/NAME|model/NAME|replica/ID] [-o json]",
   flags: {
     follow: { kind: "boolean", short: "f", help: "keep printing new events" },
-    limit: { kind: "string", short: "n", value: "N", help: "how many recent events to show first (default 50)" },
+    limit: { kind: "string", short: "n", value: "N", help: `how many recent events to show first (default ${DEFAULT_LIMIT})` },
     subject: { kind: "string", value: "SUBJECT", help: "only events about this, e.g. node/gpu-01 or model/llama" },
     ...OUTPUT_FLAG,
     ...CLIENT_FLAGS,
@@ -35,7 +38,7 @@ export const command: Command = {
   examples: ["llmgw events", "llmgw events -f", "llmgw events --subject model/llama-3.1-8b -n 200"],
   async run({ flags }) {
     const format = outputFormat(flags, ["table", "json"]);
-    const limit = Number(flags.limit ?? 50);
+    const limit = Number(flags.limit ?? DEFAULT_LIMIT);
     if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new (await import("../config/flags")).UsageError("--limit must be a whole number from 1 to 1000");
     const client = resolveClient(flags);
     const style = detectStyle();

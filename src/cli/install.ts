@@ -8,6 +8,9 @@ import { UsageError } from "../config/flags";
 import { CliError } from "./client";
 import type { Command } from "./command";
 
+/** What an installed service gets unless a flag says otherwise: its user and its directories. */
+const INSTALL_DEFAULTS = { user: "llmgw", serveDataDir: "/var/lib/llmgw", agentStateDir: "/var/lib/llmgw-agent", modelsDir: "/var/lib/llmgw/models" } as const;
+
 export interface UnitOptions {
   role: "serve" | "agent";
   binary: string;
@@ -79,9 +82,9 @@ export const install: Command = {
   usage: "llmgw install serve|agent [--print] [--user USER] [--data-dir DIR] [--models-dir DIR] [-- FLAGS…]",
   flags: {
     print: { kind: "boolean", help: "print the unit instead of writing it" },
-    user: { kind: "string", value: "USER", help: "user the service runs as (default llmgw)" },
-    "data-dir": { kind: "string", value: "DIR", help: "serve: data dir (default /var/lib/llmgw); agent: state dir (default /var/lib/llmgw-agent)" },
-    "models-dir": { kind: "string", value: "DIR", help: "agent: where model weights live (default /var/lib/llmgw/models)" },
+    user: { kind: "string", value: "USER", help: `user the service runs as (default ${INSTALL_DEFAULTS.user})` },
+    "data-dir": { kind: "string", value: "DIR", help: `serve: data dir (default ${INSTALL_DEFAULTS.serveDataDir}); agent: state dir (default ${INSTALL_DEFAULTS.agentStateDir})` },
+    "models-dir": { kind: "string", value: "DIR", help: `agent: where model weights live (default ${INSTALL_DEFAULTS.modelsDir})` },
     binary: { kind: "string", value: "PATH", help: "the llmgw binary to run (default: this one)" },
     "unit-dir": { kind: "string", value: "DIR", help: `where to write the unit (default ${UNIT_DIR})` },
     help: { kind: "boolean", short: "h", help: "show this help" },
@@ -98,12 +101,12 @@ export const install: Command = {
     const binary = (flags.binary as string | undefined) ?? compiledBinary();
     if (!binary) throw new CliError("run install from the compiled llmgw binary (or pass --binary /path/to/llmgw)");
     const abs = isAbsolute(binary) ? binary : resolve(binary);
-    const dataDir = resolve((flags["data-dir"] as string | undefined) ?? (role === "serve" ? "/var/lib/llmgw" : "/var/lib/llmgw-agent"));
-    const modelsDir = role === "agent" ? resolve((flags["models-dir"] as string | undefined) ?? "/var/lib/llmgw/models") : undefined;
+    const dataDir = resolve((flags["data-dir"] as string | undefined) ?? (role === "serve" ? INSTALL_DEFAULTS.serveDataDir : INSTALL_DEFAULTS.agentStateDir));
+    const modelsDir = role === "agent" ? resolve((flags["models-dir"] as string | undefined) ?? INSTALL_DEFAULTS.modelsDir) : undefined;
     const args = positionals.slice(1);
     if (args.some((a) => /^--(token|admin-token|join-token)(=|$)/.test(a)))
       throw new UsageError("keep tokens off the command line (they would show in ps and the unit): put LLMGW_TOKEN=… in /etc/llmgw/" + role + ".env instead");
-    const unit = renderUnit({ role, binary: abs, user: (flags.user as string | undefined) ?? "llmgw", dataDir, modelsDir, args, envFile: `/etc/llmgw/${role}.env` });
+    const unit = renderUnit({ role, binary: abs, user: (flags.user as string | undefined) ?? INSTALL_DEFAULTS.user, dataDir, modelsDir, args, envFile: `/etc/llmgw/${role}.env` });
     if (flags.print) {
       process.stdout.write(unit);
       return;
@@ -117,7 +120,7 @@ export const install: Command = {
       throw new CliError(`cannot write ${path}: ${(e as Error).message} (run with sudo, or --print and install it yourself)`);
     }
     process.stdout.write(`wrote ${path}\n`);
-    const user = (flags.user as string | undefined) ?? "llmgw";
+    const user = (flags.user as string | undefined) ?? INSTALL_DEFAULTS.user;
     if (Bun.spawnSync(["id", "-u", user]).exitCode !== 0) process.stdout.write(`the user ${user} does not exist yet: sudo useradd --system --home ${dataDir} --shell /usr/sbin/nologin ${user}\n`);
     process.stdout.write(`next: sudo chown -R ${user} ${dataDir} && sudo systemctl daemon-reload && sudo systemctl enable --now ${unitName(role)}\n`);
   },

@@ -4,6 +4,7 @@
 import { networkInterfaces } from "node:os";
 import { resolve } from "node:path";
 import { DEFAULT_DATA_DIR, readServerInfo, readTokenFile } from "../config/datadir";
+import { bracketHost } from "../lib/net";
 import { CliError } from "./client";
 import type { Command } from "./command";
 
@@ -20,7 +21,7 @@ export function primaryAddress(): string | undefined {
 export function joinCommand(adminUrl: string, tokenFile: string, address?: string): string {
   const url = new URL(adminUrl);
   // A server listening on all addresses records 127.0.0.1 for local use; GPU nodes need a real one.
-  if ((url.hostname === "127.0.0.1" || url.hostname === "localhost") && address) url.hostname = address;
+  if ((url.hostname === "127.0.0.1" || url.hostname === "localhost") && address) url.hostname = bracketHost(address);
   return `llmgw agent --server ${url.origin} --token-file ${tokenFile}`;
 }
 

@@ -5,6 +5,7 @@
 
 import { UsageError } from "../config/flags";
 import { SafeTextStream } from "../lib/text";
+import { LOG_TAIL_DEFAULT } from "../protocol/defaults";
 import { CLIENT_FLAGS, CliError, resolveClient } from "./client";
 import type { Command } from "./command";
 
@@ -14,13 +15,13 @@ export const command: Command = {
   usage: "llmgw logs REPLICA [-f] [--tail N]",
   flags: {
     follow: { kind: "boolean", short: "f", help: "keep printing new lines as the engine writes them" },
-    tail: { kind: "string", short: "n", value: "N", help: "lines from the end to start with (default 200)" },
+    tail: { kind: "string", short: "n", value: "N", help: `lines from the end to start with (default ${LOG_TAIL_DEFAULT})` },
     ...CLIENT_FLAGS,
   },
   examples: ["llmgw logs r-1a2b3c4d", "llmgw logs r-1a2b3c4d -f --tail 20"],
   async run({ flags, positionals }) {
     if (positionals.length !== 1) throw new UsageError("logs takes exactly one replica id (see `llmgw replicas`)");
-    const tail = Number(flags.tail ?? 200);
+    const tail = Number(flags.tail ?? LOG_TAIL_DEFAULT);
     if (!Number.isInteger(tail) || tail < 0 || tail > 100_000) throw new UsageError(`--tail must be a whole number from 0 to 100000, not "${flags.tail}"`);
     const client = resolveClient(flags);
     const url = `${client.server}/api/v1/replicas/${encodeURIComponent(positionals[0]!)}/logs?tail=${tail}${flags.follow ? "&follow=1" : ""}`;

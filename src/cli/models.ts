@@ -5,7 +5,8 @@ import type { ModelView } from "../protocol/views";
 import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
 import type { Command } from "./command";
 import { safeDeep, safeText } from "../lib/text";
-import { type Style, detectStyle, oneLine, paint, table } from "./render";
+import { oneLine } from "../lib/format";
+import { type Style, detectStyle, paint, table } from "./render";
 
 export function modelStatus(m: ModelView): "parked" | "unplaceable" | "short" | "ok" {
   if (m.parked) return "parked";

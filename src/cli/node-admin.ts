@@ -5,7 +5,7 @@ import { UsageError } from "../config/flags";
 import { safeText } from "../lib/text";
 import { parseDuration } from "../protocol/duration";
 import { CLIENT_FLAGS, resolveClient } from "./client";
-import { waitForDrain } from "./wait";
+import { WAIT_TIMEOUT, waitForDrain } from "./wait";
 import type { Command } from "./command";
 
 function nodeCommand(action: "cordon" | "uncordon" | "drain", summary: string): Command {
@@ -18,7 +18,7 @@ function nodeCommand(action: "cordon" | "uncordon" | "drain", summary: string): 
       ...(drain
         ? {
             wait: { kind: "boolean" as const, short: "w", help: "follow the replicas as they move, until the node is empty" },
-            timeout: { kind: "string" as const, value: "DURATION", help: "give up waiting after this long (default 30m)" },
+            timeout: { kind: "string" as const, value: "DURATION", help: `give up waiting after this long (default ${WAIT_TIMEOUT})` },
           }
         : {}),
       ...CLIENT_FLAGS,
@@ -26,7 +26,7 @@ function nodeCommand(action: "cordon" | "uncordon" | "drain", summary: string): 
     examples: drain ? ["llmgw drain gpu-03", "llmgw drain gpu-03 --wait"] : [`llmgw ${action} gpu-03`],
     async run({ flags, positionals }) {
       if (positionals.length !== 1) throw new UsageError(`${action} takes exactly one node name`);
-      const timeout = parseDuration((flags.timeout as string | undefined) ?? "30m");
+      const timeout = parseDuration((flags.timeout as string | undefined) ?? WAIT_TIMEOUT);
       if (timeout === undefined) throw new UsageError(`--timeout must be a duration like 10m, not "${flags.timeout}"`);
       const client = resolveClient(flags);
       const res = await client.send<{ message: string }>("POST", `/api/v1/nodes/${encodeURIComponent(positionals[0]!)}/${action}`);

@@ -9,11 +9,14 @@ import { CLIENT_FLAGS, CliError, OUTPUT_FLAG, resolveClient } from "./client";
 import type { Command } from "./command";
 import { waitForDrain } from "./wait";
 
+/** How long `nodes delete --force` waits for the drain before deleting anyway, unless --timeout says. */
+const DELETE_DRAIN_TIMEOUT = "5m";
+
 export const NODE_VERBS = ["delete", "approve", "allow-address"] as const;
 
 export const NODE_TRUST_FLAGS: FlagSpecs = {
   force: { kind: "boolean", help: "delete: also while replicas run on the node: drain it first (up to --timeout), then delete" },
-  timeout: { kind: "string", value: "DURATION", help: "delete --force: how long to wait for the drain before deleting anyway (default 5m)" },
+  timeout: { kind: "string", value: "DURATION", help: `delete --force: how long to wait for the drain before deleting anyway (default ${DELETE_DRAIN_TIMEOUT})` },
   clear: { kind: "boolean", help: "allow-address: withdraw the node's allowance" },
 };
 
@@ -55,7 +58,7 @@ export async function runNodeVerb(verb: (typeof NODE_VERBS)[number], args: strin
   }
   if (args.length !== 1) throw new UsageError("nodes delete takes exactly one node name");
   if (flags.force) {
-    const timeout = parseDuration((flags.timeout as string | undefined) ?? "5m");
+    const timeout = parseDuration((flags.timeout as string | undefined) ?? DELETE_DRAIN_TIMEOUT);
     if (timeout === undefined) throw new UsageError(`--timeout must be a duration like 10m, not "${flags.timeout}"`);
     const node = await client.get<NodeView>(path);
     const on = (await client.get<ReplicaView[]>("/api/v1/replicas")).filter((r) => r.shards.some((s) => s.node === name) && r.state !== "failed");
@@ -67,7 +70,7 @@ export async function runNodeVerb(verb: (typeof NODE_VERBS)[number], args: strin
         await waitForDrain(client, name, timeout);
       } catch (e) {
         if (!(e instanceof CliError)) throw e;
-        process.stdout.write(`node/${name} not drained within ${flags.timeout ?? "5m"}: deleting anyway, what is left on it stops\n`);
+        process.stdout.write(`node/${name} not drained within ${flags.timeout ?? DELETE_DRAIN_TIMEOUT}: deleting anyway, what is left on it stops\n`);
       }
     }
   }

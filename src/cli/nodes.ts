@@ -5,7 +5,8 @@ import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client
 import type { Command } from "./command";
 import { safeDeep } from "../lib/text";
 import { NODE_TRUST_FLAGS, NODE_VERBS, NODES_DETAILS, runNodeVerb } from "./node-trust";
-import { type Style, ago, detectStyle, oneLine, paint, table } from "./render";
+import { ago, oneLine } from "../lib/format";
+import { type Style, detectStyle, paint, table } from "./render";
 
 function stateText(style: Style, s: string): string {
   return paint(style, s === "ready" ? "green" : s === "unreachable" ? "red" : "yellow", s);

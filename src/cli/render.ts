@@ -61,30 +61,3 @@ export function usageBar(style: Style, used: number, unhealthy: number, total: n
   if (!style.color) return `[${"#".repeat(n[0]!)}${"x".repeat(n[1]!)}${".".repeat(free)}]`;
   return `[${paint(style, "cyan", "█".repeat(n[0]!))}${paint(style, "red", "█".repeat(n[1]!))}${paint(style, "gray", "░".repeat(free))}]`;
 }
-
-export function plural(n: number, word: string, pluralWord = `${word}s`): string {
-  return `${n} ${n === 1 ? word : pluralWord}`;
-}
-
-/** Compact duration for people: 45s, 12m, 3h05m, 2d04h. */
-export function human(seconds: number): string {
-  if (seconds < 0) return "-";
-  if (seconds < 60) return `${seconds}s`;
-  const m = Math.floor(seconds / 60);
-  if (m < 60) return `${m}m`;
-  const h = Math.floor(m / 60);
-  if (h < 24) return `${h}h${String(m % 60).padStart(2, "0")}m`;
-  return `${Math.floor(h / 24)}d${String(h % 24).padStart(2, "0")}h`;
-}
-
-export function ago(iso: string, now = Date.now()): string {
-  const t = Date.parse(iso);
-  if (Number.isNaN(t)) return "-";
-  return `${human(Math.max(0, Math.floor((now - t) / 1000)))} ago`;
-}
-
-/** Shortens long free text (reasons, errors) to one line of at most `max` characters. */
-export function oneLine(s: string, max = 100): string {
-  const flat = s.replace(/\s+/g, " ").trim();
-  return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;
-}

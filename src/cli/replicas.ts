@@ -5,7 +5,8 @@ import type { ReplicaView } from "../protocol/views";
 import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
 import type { Command } from "./command";
 import { safeDeep } from "../lib/text";
-import { type Style, detectStyle, human, oneLine, paint, table } from "./render";
+import { human, oneLine } from "../lib/format";
+import { type Style, detectStyle, paint, table } from "./render";
 
 export function placementText(r: ReplicaView): string {
   return r.shards.map((s) => `${s.node}:${s.gpus.join(",")}`).join(" ") || "-";

@@ -6,7 +6,8 @@ import type { Summary } from "../protocol/views";
 import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
 import type { Command } from "./command";
 import { safeDeep } from "../lib/text";
-import { type Style, detectStyle, human, oneLine, paint, plural, table, usageBar } from "./render";
+import { human, oneLine, plural } from "../lib/format";
+import { type Style, detectStyle, paint, table, usageBar } from "./render";
 
 export function renderStatus(summary: Summary, style: Style): string {
   // Every string in the summary came from a node, an engine or the catalog.

@@ -4,7 +4,10 @@
 import type { EventView, ModelView, NodeView, ReplicaView } from "../protocol/views";
 import { type Client, CliError } from "./client";
 import { safeText } from "../lib/text";
-import { oneLine } from "./render";
+import { oneLine } from "../lib/format";
+
+/** How long `apply --wait` and `drain --wait` follow before giving up, unless --timeout says. */
+export const WAIT_TIMEOUT = "30m";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

@@ -5,6 +5,7 @@
 import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { randomBytes } from "node:crypto";
+import { bracketHost } from "../lib/net";
 
 export const DEFAULT_DATA_DIR = "./llmgw-data";
 
@@ -91,6 +92,6 @@ export function readTokenFile(dataDir: string, file: string): string | undefined
 
 /** The URL a local client should use for a listener bound to host:port. */
 export function localUrl(host: string, port: number, scheme: "http" | "https" = "http"): string {
-  const h = host === "0.0.0.0" || host === "" ? "127.0.0.1" : host === "::" ? "[::1]" : host.includes(":") ? `[${host}]` : host;
+  const h = host === "0.0.0.0" || host === "" ? "127.0.0.1" : host === "::" ? "[::1]" : bracketHost(host);
   return `${scheme}://${h}:${port}`;
 }

@@ -1,10 +1,20 @@
-// Configuration for the long-running roles (serve, agent): one zod schema per role with every
-// default in it, filled from four layers in order of precedence: defaults, a config file
-// (TOML, YAML or JSON, `--config`), the environment (`LLMGW_*`) and flags. Every problem is
-// reported at once, each naming its key and where the bad value came from.
+// config/: what the roles are configured with and how it is read.
+//
+// This file: the configuration of the long-running roles (serve, agent), one zod schema per role
+// with every default in it, filled from four layers in order of precedence: defaults, a config
+// file (TOML, YAML or JSON, `--config`), the environment (`LLMGW_*`) and flags. Every problem is
+// reported at once, each naming its key and where the bad value came from. `--help` states a
+// default through defaultText(), so each default is written once, in its schema.
+// Beside it, free of zod so the CLI's quick commands stay quick: flags.ts (the one flag parser,
+// for every command and the fake engine), datadir.ts (the data directory, its secrets and
+// server.json); and limits.ts (connection caps fitted to the open-file limit).
+//
+// May import: protocol (shared field types such as Duration), lib, zod and node built-ins.
+// Never the roles (control, router, api, agent, sim, store, app) or cli: they import config.
 
 import { z } from "zod";
 import { Duration, Name, SegmentName } from "../protocol/common";
+import { DEFAULT_DATA_DIR } from "./datadir";
 import type { FlagValues } from "./flags";
 
 export const HostPort = z.string().transform((v, ctx) => {
@@ -23,7 +33,7 @@ const Secret = z.string().min(16, "must be at least 16 characters").max(512).reg
 const LogLevel = z.enum(["trace", "debug", "info", "warn", "error", "fatal", "silent"]);
 
 export const ServeConfig = z.strictObject({
-  data_dir: z.string().min(1).default("./llmgw-data"),
+  data_dir: z.string().min(1).default(DEFAULT_DATA_DIR),
   /** The router's OpenAI-compatible listener. */
   listen: HostPort.prefault("0.0.0.0:8000"),
   /** Admin API, agent API (and later the dashboard). */
@@ -198,6 +208,27 @@ export const AgentConfig = z.strictObject({
     if (c[key] !== undefined) ctx.addIssue({ code: "custom", path: [key], message: `only applies to an https:// server, and server is ${c.server}` });
 });
 export type AgentConfig = z.infer<typeof AgentConfig>;
+
+/**
+ * A key's default as `--help` states it: a duration or address as the schema writes it ("5m",
+ * "0.0.0.0:8000"), a number in digits, a boolean as on/off. Help text reads its defaults from
+ * here, so each default is written once, in the schema. Throws for a key without a default (a
+ * help string that names one is then wrong).
+ */
+export function defaultText<S extends z.ZodObject>(schema: S, key: keyof S["shape"] & string): string {
+  let f = schema.shape[key] as { def?: { type?: string; defaultValue?: unknown; innerType?: unknown; in?: unknown } } | undefined;
+  while (f?.def) {
+    const d = f.def;
+    if (d.type === "default" || d.type === "prefault") {
+      const v = d.defaultValue;
+      if (typeof v === "boolean") return v ? "on" : "off";
+      if (typeof v === "string" || typeof v === "number") return String(v);
+      break;
+    }
+    f = (d.type === "pipe" ? d.in : d.type === "optional" || d.type === "nullable" ? d.innerType : undefined) as typeof f;
+  }
+  throw new Error(`config key ${key} has no default to show`);
+}
 
 /** Where each key's value came from, for error messages. */
 type Origin = Record<string, string>;

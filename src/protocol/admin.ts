@@ -3,6 +3,7 @@
 
 import { z } from "zod";
 import { Printable } from "./common";
+import { LOG_TAIL_DEFAULT } from "./defaults";
 
 export const EventsQuery = z.object({
   /** Return events after this id, oldest first (for following). */
@@ -23,7 +24,7 @@ export type CreateKeyBody = z.infer<typeof CreateKeyBody>;
 
 export const LogsQuery = z.object({
   /** Lines from the end of the log to start with. */
-  tail: z.coerce.number().int().min(0).max(100_000).default(200),
+  tail: z.coerce.number().int().min(0).max(100_000).default(LOG_TAIL_DEFAULT),
   /** Keep the stream open and send new lines as the engine writes them. */
   follow: z.enum(["0", "1", "true", "false"]).default("0").transform((v) => v === "1" || v === "true"),
 });

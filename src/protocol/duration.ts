@@ -22,15 +22,3 @@ export function parseDuration(text: string): number | undefined {
   }
   return Number.isFinite(total) ? Math.round(total) : undefined;
 }
-
-/** Renders milliseconds compactly for people: 0s, 45s, 12m, 3h05m, 2d04h. */
-export function formatDuration(ms: number): string {
-  const sec = Math.max(0, Math.floor(ms / 1000));
-  if (sec < 60) return `${sec}s`;
-  const min = Math.floor(sec / 60);
-  if (min < 60) return `${min}m`;
-  const h = Math.floor(min / 60);
-  if (h < 24) return `${h}h${String(min % 60).padStart(2, "0")}m`;
-  const d = Math.floor(h / 24);
-  return `${d}d${String(h % 24).padStart(2, "0")}h`;
-}

@@ -3,6 +3,7 @@
 // schemas, so a change here is a protocol change.
 
 import { z } from "zod";
+import { Engine } from "./catalog";
 import { Labels, Name, Printable, PrintableMultiline, SegmentName } from "./common";
 
 /** Limits that keep one heartbeat from costing the head node more than a fleet's worth. */
@@ -11,6 +12,15 @@ export const HEARTBEAT_LIMITS = { gpus: 256, models: 4096, replicas: 1024, fabri
 /** Longest `reason` a GPU report carries, and longest node-wide discovery error. */
 export const REASON_MAX = 256;
 export const DISCOVERY_ERROR_MAX = 1024;
+
+/**
+ * Longest engine error texts a heartbeat may carry: a failed replica's stderr tail, and why an
+ * engine's version is unknown. These are what agents send and the head node accepts (a longer
+ * one fails the whole heartbeat, so they never shrink); events and tables show at most
+ * ENGINE_ERROR_MAX (lib/format.ts) of them, flattened to one line.
+ */
+export const REPLICA_ERROR_MAX = 8192;
+export const ENGINE_PROBE_ERROR_MAX = 512;
 
 /**
  * One schedulable device. A card in MIG mode is reported as its GPU instances, each with
@@ -50,10 +60,10 @@ export type GpuReport = z.infer<typeof GpuReport>;
  * SGLang's `__version__`, `llama-server --version`), or null with the reason it found none.
  */
 export const EngineReport = z.object({
-  engine: z.enum(["vllm", "sglang", "llama.cpp", "fake"]),
+  engine: Engine,
   version: Printable(64).min(1).nullable(),
   /** Why no version is known (not installed, the command failed), null when one is. */
-  error: PrintableMultiline(512).nullable().default(null),
+  error: PrintableMultiline(ENGINE_PROBE_ERROR_MAX).nullable().default(null),
 });
 export type EngineReport = z.infer<typeof EngineReport>;
 
@@ -73,7 +83,7 @@ export const ReplicaReport = z.object({
    * PrintableMultiline): the agent should send it clean, but an engine's escape codes must not
    * cost the node its heartbeat.
    */
-  error: PrintableMultiline(8192).nullable().default(null),
+  error: PrintableMultiline(REPLICA_ERROR_MAX).nullable().default(null),
 });
 export type ReplicaReport = z.infer<typeof ReplicaReport>;
 
@@ -132,7 +142,7 @@ export const Assignment = z.object({
   /** Names the engine should answer to (the model's name first, then its aliases). */
   served_names: z.array(z.string()).min(1),
   profile: z.string(),
-  engine: z.enum(["vllm", "sglang", "llama.cpp", "fake"]),
+  engine: Engine,
   /** Port the engine listens on; chosen by the control plane so the endpoint URL is known. */
   port: z.number().int().min(1).max(65535),
   /** Indices of this node's GPUs the shard runs on. */
@@ -181,6 +191,9 @@ export const HeartbeatResponse = z.object({
 });
 export type HeartbeatResponse = z.infer<typeof HeartbeatResponse>;
 
+/** How long the assignments long poll holds when the agent gives no wait_ms; agents ask for this too. */
+export const ASSIGNMENTS_WAIT_MS = 25_000;
+
 /**
  * `GET /agent/v1/assignments?node=…&generation=…&wait_ms=…`: the long poll. Answers with a
  * HeartbeatResponse as soon as the node's assignment generation differs from the one given
@@ -189,7 +202,7 @@ export type HeartbeatResponse = z.infer<typeof HeartbeatResponse>;
 export const AssignmentsQuery = z.object({
   node: SegmentName,
   generation: z.coerce.number().int().min(0).default(0),
-  wait_ms: z.coerce.number().int().min(0).max(60_000).default(25_000),
+  wait_ms: z.coerce.number().int().min(0).max(60_000).default(ASSIGNMENTS_WAIT_MS),
 });
 export type AssignmentsQuery = z.infer<typeof AssignmentsQuery>;
 

@@ -6,6 +6,9 @@
 
 import { timingSafeEqual } from "node:crypto";
 import type { Server } from "bun";
+import { type FlagSpecs, UsageError, parseFlags } from "../config/flags";
+import { hostPort } from "../lib/net";
+import { openAIErrorBody } from "../router/errors";
 import { PrefixCache, ttftWithHits } from "./prefix-cache";
 
 export interface PrefixCacheOptions {
@@ -63,6 +66,8 @@ export const MAX_COMPLETION_TOKENS = 4096;
 
 const DEFAULTS = {
   host: "127.0.0.1",
+  /** 0: any free port. */
+  port: 0,
   ttftMs: 20,
   tokenDelayMs: 5,
   tokens: 16,
@@ -141,12 +146,13 @@ function approxTokens(chars: number): number {
   return Math.ceil(chars / 4);
 }
 
-function errorResponse(status: number, message: string, type: string, param: string | null, code: string | null): Response {
-  return new Response(JSON.stringify({ error: { message, type, param, code } }), { status, headers: JSON_HEADERS });
+/** An error in the router's OpenAI shape (router/errors.ts): {"error": {message, type, param, code}}. */
+function errorResponse(status: number, message: string, opts: { type?: string; param?: string | null; code?: string | null } = {}): Response {
+  return new Response(openAIErrorBody(status, message, opts), { status, headers: JSON_HEADERS });
 }
 
 function badRequest(message: string, param: string | null): Response {
-  return errorResponse(400, message, "invalid_request_error", param, null);
+  return errorResponse(400, message, { param });
 }
 
 /** Path of an absolute request URL without building a URL object. */
@@ -302,7 +308,7 @@ class Engine {
     const path = pathOf(req.url);
     const method = req.method;
     if (this.expected !== undefined && path.startsWith("/v1/") && !this.authorized(req.headers.get("authorization"))) {
-      return errorResponse(401, "Incorrect or missing API key: this engine answers only with its key (Authorization: Bearer <key>)", "invalid_request_error", null, "invalid_api_key");
+      return errorResponse(401, "Incorrect or missing API key: this engine answers only with its key (Authorization: Bearer <key>)", { type: "invalid_request_error", code: "invalid_api_key" });
     }
     if (method === "POST") {
       if (path === "/v1/chat/completions") return this.generate(req, server, Kind.Chat);
@@ -313,7 +319,7 @@ class Engine {
       if (path === "/v1/models") return new Response(this.modelsBody, { headers: JSON_HEADERS });
       if (path === "/metrics") return new Response(this.metrics(), { headers: PROM_HEADERS });
     }
-    return errorResponse(404, `Invalid URL (${method} ${path})`, "invalid_request_error", null, "not_found");
+    return errorResponse(404, `Invalid URL (${method} ${path})`, { code: "not_found" });
   }
 
   /** In constant time, so the key cannot be guessed a byte at a time from response times. */
@@ -338,9 +344,7 @@ class Engine {
       return errorResponse(
         404,
         `The model \`${model}\` does not exist. Served here: ${[...this.served].join(", ")}`,
-        "invalid_request_error",
-        "model",
-        "model_not_found",
+        { param: "model", code: "model_not_found" },
       );
     }
     return body;
@@ -629,13 +633,13 @@ export async function startFakeEngine(opts: FakeEngineOptions): Promise<FakeEngi
   const host = opts.host ?? DEFAULTS.host;
   const server = Bun.serve({
     hostname: host,
-    port: opts.port ?? 0,
+    port: opts.port ?? DEFAULTS.port,
     development: false,
     fetch: (req, srv) => engine.fetch(req, srv),
-    error: () => errorResponse(500, "internal error in the fake engine", "server_error", null, null),
+    error: () => errorResponse(500, "internal error in the fake engine"),
   });
   const port = server.port!;
-  const url = `http://${host.includes(":") ? `[${host}]` : host}:${port}`;
+  const url = `http://${hostPort(host, port)}`;
   let stopping: Promise<void> | undefined;
   return {
     url,
@@ -649,83 +653,71 @@ export async function startFakeEngine(opts: FakeEngineOptions): Promise<FakeEngi
   };
 }
 
+/**
+ * `llmgw fake-engine`'s flags, parsed by the CLI's parser (config/flags.ts) both when main.ts
+ * dispatches the command and when this file runs on its own; `--help` shows these.
+ */
+export const FAKE_ENGINE_FLAGS: FlagSpecs = {
+  model: { kind: "list", value: "NAME", help: "a name to serve (required; the first is the primary)" },
+  host: { kind: "string", value: "HOST", help: `address to listen on (default ${DEFAULTS.host})` },
+  port: { kind: "string", value: "PORT", help: `port to listen on (default ${DEFAULTS.port}: any free port)` },
+  "ttft-ms": { kind: "string", value: "MS", help: "time to first token" },
+  "token-delay-ms": { kind: "string", value: "MS", help: "time between tokens" },
+  tokens: { kind: "string", value: "N", help: "tokens per completion" },
+  slots: { kind: "string", value: "N", help: "requests served at once; more queue" },
+  "cache-blocks": { kind: "string", value: "N", help: "size of the simulated prefix cache, in blocks" },
+  "api-key": { kind: "string", value: "KEY", help: `answer /v1/* only with Authorization: Bearer KEY, 401 otherwise; /health and /metrics stay open (prefer env ${FAKE_ENGINE_KEY_ENV}, which \`ps\` does not show)` },
+  help: { kind: "boolean", short: "h", help: "show this help" },
+};
+
 const USAGE = `usage: llmgw fake-engine --model NAME [--model NAME2 ...] [--port P] [--host H]
                          [--ttft-ms N] [--token-delay-ms N] [--tokens N] [--slots N] [--cache-blocks N]
                          [--api-key KEY (or env ${FAKE_ENGINE_KEY_ENV})]`;
-
-class FlagError extends Error {}
 
 function numberFlag(flag: string, raw: string, min: number, max: number, integer: boolean): number {
   const v = raw.trim() === "" ? NaN : Number(raw);
   if (!Number.isFinite(v) || v < min || v > max || (integer && !Number.isInteger(v))) {
     const what = integer ? "an integer" : "a number";
     const range = max === Infinity ? `>= ${min}` : `from ${min} to ${max}`;
-    throw new FlagError(`${flag} must be ${what} ${range}, got "${raw}"`);
+    throw new UsageError(`${flag} must be ${what} ${range}, got "${raw}"`);
   }
   return v;
 }
 
 function keyFlag(flag: string, raw: string): string {
-  if (raw === "" || /[\s\x00-\x1f\x7f]/.test(raw)) throw new FlagError(`${flag} must be a non-empty key without spaces or control characters`);
+  if (raw === "" || /[\s\x00-\x1f\x7f]/.test(raw)) throw new UsageError(`${flag} must be a non-empty key without spaces or control characters`);
   return raw;
 }
 
 /**
- * Parses `llmgw fake-engine` flags into engine options; throws FlagError naming the bad flag.
+ * Parses `llmgw fake-engine` flags into engine options; throws UsageError naming the bad flag.
  * The key comes from --api-key, else from env[LLMGW_FAKE_ENGINE_API_KEY] (the agent's way: a
  * command line shows in `ps`, an environment does not).
  */
 export function parseFakeEngineFlags(argv: string[], env: Record<string, string | undefined> = {}): FakeEngineOptions {
-  const opts: FakeEngineOptions = { models: [], port: 0 };
-  const args = argv[0] === "fake-engine" ? argv.slice(1) : argv;
-  for (let i = 0; i < args.length; i++) {
-    const arg = args[i]!;
-    const eq = arg.indexOf("=");
-    const flag = arg.startsWith("--") && eq > 0 ? arg.slice(0, eq) : arg;
-    const inline = arg.startsWith("--") && eq > 0 ? arg.slice(eq + 1) : undefined;
-    const value = (): string => {
-      if (inline !== undefined) return inline;
-      const next = args[i + 1];
-      if (next === undefined || next.startsWith("--")) throw new FlagError(`${flag} needs a value`);
-      i++;
-      return next;
-    };
-    switch (flag) {
-      case "--model": {
-        const m = value();
-        if (m === "") throw new FlagError("--model must not be empty");
-        opts.models.push(m);
-        break;
-      }
-      case "--host":
-        opts.host = value();
-        break;
-      case "--port":
-        opts.port = numberFlag(flag, value(), 0, 65535, true);
-        break;
-      case "--ttft-ms":
-        opts.ttftMs = numberFlag(flag, value(), 0, Infinity, false);
-        break;
-      case "--token-delay-ms":
-        opts.tokenDelayMs = numberFlag(flag, value(), 0, Infinity, false);
-        break;
-      case "--tokens":
-        opts.tokens = numberFlag(flag, value(), 1, MAX_COMPLETION_TOKENS, true);
-        break;
-      case "--slots":
-        opts.slots = numberFlag(flag, value(), 1, Infinity, true);
-        break;
-      case "--cache-blocks":
-        opts.prefixCache = { blocks: numberFlag(flag, value(), 0, Infinity, true) };
-        break;
-      case "--api-key":
-        opts.apiKey = keyFlag(flag, value());
-        break;
-      default:
-        throw new FlagError(`unknown flag ${arg}`);
-    }
-  }
-  if (opts.models.length === 0) throw new FlagError("--model is required (give it once per served name)");
+  const { flags, positionals } = parseFlags(argv[0] === "fake-engine" ? argv.slice(1) : argv, FAKE_ENGINE_FLAGS);
+  if (positionals.length > 0) throw new UsageError(`unknown flag ${positionals[0]}`);
+  const str = (name: string) => flags[name] as string | undefined;
+  const models = (flags.model as string[] | undefined) ?? [];
+  if (models.some((m) => m === "")) throw new UsageError("--model must not be empty");
+  if (models.length === 0) throw new UsageError("--model is required (give it once per served name)");
+  const opts: FakeEngineOptions = { models, port: DEFAULTS.port };
+  const number = (name: string, min: number, max: number, integer: boolean) => {
+    const raw = str(name);
+    return raw === undefined ? undefined : numberFlag(`--${name}`, raw, min, max, integer);
+  };
+  if (str("host") !== undefined) opts.host = str("host");
+  opts.port = number("port", 0, 65535, true) ?? opts.port;
+  const set = <K extends "ttftMs" | "tokenDelayMs" | "tokens" | "slots">(key: K, v: number | undefined) => {
+    if (v !== undefined) opts[key] = v;
+  };
+  set("ttftMs", number("ttft-ms", 0, Infinity, false));
+  set("tokenDelayMs", number("token-delay-ms", 0, Infinity, false));
+  set("tokens", number("tokens", 1, MAX_COMPLETION_TOKENS, true));
+  set("slots", number("slots", 1, Infinity, true));
+  const blocks = number("cache-blocks", 0, Infinity, true);
+  if (blocks !== undefined) opts.prefixCache = { blocks };
+  if (str("api-key") !== undefined) opts.apiKey = keyFlag("--api-key", str("api-key")!);
   const fromEnv = env[FAKE_ENGINE_KEY_ENV];
   if (opts.apiKey === undefined && fromEnv !== undefined && fromEnv !== "") opts.apiKey = keyFlag(FAKE_ENGINE_KEY_ENV, fromEnv);
   return opts;
@@ -747,7 +739,7 @@ export async function fakeEngineMain(argv: string[]): Promise<number> {
   try {
     opts = parseFakeEngineFlags(argv, process.env);
   } catch (e) {
-    if (!(e instanceof FlagError)) throw e;
+    if (!(e instanceof UsageError)) throw e;
     process.stderr.write(`llmgw fake-engine: ${e.message}\n${USAGE}\n`);
     return 2;
   }

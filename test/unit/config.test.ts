@@ -5,7 +5,7 @@ import { describe, expect, test } from "bun:test";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { AgentConfig, ConfigError, ServeConfig, loadConfig } from "../../src/config";
+import { AgentConfig, ConfigError, ServeConfig, defaultText, loadConfig } from "../../src/config";
 import { UsageError, parseFlags } from "../../src/config/flags";
 import { SERVE_FLAGS } from "../../src/cli/serve";
 
@@ -103,5 +103,31 @@ describe("flags", () => {
     expect(() => parseFlags(["--data-dri", "x"], SERVE_FLAGS)).toThrow(new UsageError("unknown flag --data-dri"));
     expect(() => parseFlags(["--data-dir"], SERVE_FLAGS)).toThrow("--data-dir needs a value");
     expect(() => parseFlags(["--data-dir", "--listen", "x"], SERVE_FLAGS)).toThrow("--data-dir needs a value");
+  });
+});
+
+describe("defaults in one place", () => {
+  test("defaultText states a schema default as help writes it", () => {
+    expect(defaultText(ServeConfig, "first_byte_timeout")).toBe("5m");
+    expect(defaultText(ServeConfig, "listen")).toBe("0.0.0.0:8000");
+    expect(defaultText(ServeConfig, "max_body_bytes")).toBe("8388608");
+    expect(defaultText(ServeConfig, "balance_load_factor")).toBe("1.25");
+    expect(defaultText(ServeConfig, "require_api_key")).toBe("off");
+    expect(defaultText(ServeConfig, "data_dir")).toBe("./llmgw-data");
+    expect(defaultText(AgentConfig, "engine_auth")).toBe("on");
+    expect(defaultText(AgentConfig, "logs_listen")).toBe("0.0.0.0:8002");
+    expect(() => defaultText(ServeConfig, "admin_token")).toThrow("admin_token has no default");
+  });
+
+  test("every serve flag of a key with a default states that default, read from the schema", async () => {
+    const defaults = await loadConfig(ServeConfig, { flags: {}, env: {} });
+    let checked = 0;
+    for (const [flag, spec] of Object.entries(SERVE_FLAGS)) {
+      const key = flag.replace(/-/g, "_") as keyof typeof ServeConfig.shape;
+      if (!(key in ServeConfig.shape) || defaults[key] === undefined) continue;
+      expect(spec.help, flag).toContain(`(default ${defaultText(ServeConfig, key)}`);
+      checked++;
+    }
+    expect(checked).toBe(32);
   });
 });

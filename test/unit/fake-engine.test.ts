@@ -5,7 +5,10 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { type FakeEngine, type FakeEngineOptions, parseFakeEngineFlags, startFakeEngine } from "../../src/sim/fake-engine";
 import { PrefixCache, ttftWithHits } from "../../src/sim/prefix-cache";
+import { UsageError } from "../../src/config/flags";
+import { openAIErrorBody } from "../../src/router/errors";
 import { readFixture } from "../fixtures/read";
+import { until } from "../helpers/until";
 
 const ENGINE_MODULE = join(import.meta.dir, "../../src/sim/fake-engine.ts");
 
@@ -19,14 +22,11 @@ afterAll(async () => {
   await Promise.all(started.map((e) => e.stop()));
 });
 
-/** Polls until `cond` holds: state changes are observed, never slept for. */
-async function waitFor(cond: () => boolean | Promise<boolean>, what: string, timeoutMs = 4000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await cond())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await Bun.sleep(1);
-  }
-}
+/**
+ * Waits for the engine's state to change. Polled, because the engine runs on a real socket with
+ * real timers (the client's request crosses the loopback before the engine sees it).
+ */
+const waitFor = (cond: () => boolean, what: string) => until(what, cond, { everyMs: 1 });
 
 function post(base: string, path: string, body: unknown, signal?: AbortSignal): Promise<Response> {
   return fetch(base + path, {
@@ -233,28 +233,38 @@ describe("fake engine wire format", () => {
   });
 
   test("bad JSON and missing or malformed fields are 400s that name the field", async () => {
-    const cases: [string, unknown, string | null][] = [
-      ["/v1/chat/completions", '{"model": "m", ', null],
-      ["/v1/chat/completions", "[1,2]", null],
-      ["/v1/chat/completions", { messages: [{ role: "user", content: "x" }] }, "model"],
-      ["/v1/chat/completions", { model: "m" }, "messages"],
-      ["/v1/chat/completions", { model: "m", messages: [] }, "messages"],
-      ["/v1/chat/completions", { model: "m", messages: [{ content: "x" }] }, "messages[0].role"],
-      ["/v1/chat/completions", { ...chat("x"), model: "m", max_tokens: 0 }, "max_tokens"],
-      ["/v1/chat/completions", { ...chat("x"), model: "m", max_completion_tokens: "9" }, "max_completion_tokens"],
-      ["/v1/chat/completions", { ...chat("x"), model: "m", stream: "yes" }, "stream"],
-      ["/v1/completions", { model: "m" }, "prompt"],
-      ["/v1/embeddings", { model: "m" }, "input"],
+    // [path, body, the param named, what the message says]: a field's name, or for a body that
+    // is no JSON object, that it must be JSON.
+    const cases: [string, unknown, string | null, string][] = [
+      ["/v1/chat/completions", '{"model": "m", ', null, "request body is not valid JSON"],
+      ["/v1/chat/completions", "[1,2]", null, "request body must be a JSON object"],
+      ["/v1/chat/completions", { messages: [{ role: "user", content: "x" }] }, "model", "`model`"],
+      ["/v1/chat/completions", { model: "m" }, "messages", "`messages`"],
+      ["/v1/chat/completions", { model: "m", messages: [] }, "messages", "`messages`"],
+      ["/v1/chat/completions", { model: "m", messages: [{ content: "x" }] }, "messages[0].role", "`messages[0].role`"],
+      ["/v1/chat/completions", { ...chat("x"), model: "m", max_tokens: 0 }, "max_tokens", "`max_tokens`"],
+      ["/v1/chat/completions", { ...chat("x"), model: "m", max_completion_tokens: "9" }, "max_completion_tokens", "`max_completion_tokens`"],
+      ["/v1/chat/completions", { ...chat("x"), model: "m", stream: "yes" }, "stream", "`stream`"],
+      ["/v1/completions", { model: "m" }, "prompt", "`prompt`"],
+      ["/v1/embeddings", { model: "m" }, "input", "`input`"],
     ];
-    for (const [path, body, param] of cases) {
+    for (const [path, body, param, says] of cases) {
       const res = await post(e.url, path, body);
       expect(res.status).toBe(400);
       const err = ((await res.json()) as Json).error;
       expect(err.type).toBe("invalid_request_error");
       expect(err.param).toBe(param);
-      if (param !== null) expect(err.message).toContain(param);
-      else expect(err.message).toMatch(/JSON/);
+      expect(err.message).toContain(says);
     }
+  });
+
+  test("its errors are the router's: the same OpenAI-shaped body, byte for byte", async () => {
+    const res = await post(e.url, "/v1/chat/completions", { model: "m" });
+    expect(await res.text()).toBe(openAIErrorBody(400, "`messages` is required and must be a non-empty array", { param: "messages" }));
+    const missing = await post(e.url, "/v1/completions", { model: "nope", prompt: "x" });
+    expect(await missing.text()).toBe(openAIErrorBody(404, "The model `nope` does not exist. Served here: m, alias", { param: "model", code: "model_not_found" }));
+    const route = await fetch(`${e.url}/v2/nothing`);
+    expect(await route.text()).toBe(openAIErrorBody(404, "Invalid URL (GET /v2/nothing)", { code: "not_found" }));
   });
 
   test("unknown routes and methods are 404s in OpenAI's error shape", async () => {
@@ -564,6 +574,46 @@ describe("fake engine key", () => {
     expect(parseFakeEngineFlags(["--model", "m"]).apiKey).toBeUndefined();
     expect(() => parseFakeEngineFlags(["--model", "m", "--api-key=a b"])).toThrow(/--api-key/);
     expect(() => parseFakeEngineFlags(["--model", "m"], { LLMGW_FAKE_ENGINE_API_KEY: "a\nb" })).toThrow(/LLMGW_FAKE_ENGINE_API_KEY/);
+  });
+});
+
+describe("fake engine flags", () => {
+  test("parsed by the CLI's parser: --flag value, --flag=value, repeated --model, the leading command word", () => {
+    expect(parseFakeEngineFlags(["fake-engine", "--model", "a", "--model=b", "--port=9000", "--host", "::1", "--ttft-ms", "2.5", "--token-delay-ms=0", "--tokens", "7", "--slots", "3", "--cache-blocks", "0"])).toEqual({
+      models: ["a", "b"],
+      port: 9000,
+      host: "::1",
+      ttftMs: 2.5,
+      tokenDelayMs: 0,
+      tokens: 7,
+      slots: 3,
+      prefixCache: { blocks: 0 },
+    });
+    expect(parseFakeEngineFlags(["--model", "m"])).toEqual({ models: ["m"], port: 0 });
+  });
+
+  test("every mistake is a usage error that names the flag", () => {
+    const cases: [string[], string][] = [
+      [["--model", "m", "--bogus", "1"], "unknown flag --bogus"],
+      [["--model", "m", "stray"], "unknown flag stray"],
+      [["--model"], "--model needs a value"],
+      [["--model", ""], "--model must not be empty"],
+      [["--port", "0"], "--model is required"],
+      [["--model", "m", "--port", "70000"], '--port must be an integer from 0 to 65535, got "70000"'],
+      [["--model", "m", "--slots", "1.5"], '--slots must be an integer >= 1, got "1.5"'],
+      [["--model", "m", "--tokens", "5000"], '--tokens must be an integer from 1 to 4096, got "5000"'],
+      [["--model", "m", "--ttft-ms", "soon"], '--ttft-ms must be a number >= 0, got "soon"'],
+    ];
+    for (const [args, message] of cases) {
+      let thrown: unknown;
+      try {
+        parseFakeEngineFlags(args);
+      } catch (err) {
+        thrown = err;
+      }
+      expect(thrown, args.join(" ")).toBeInstanceOf(UsageError);
+      expect((thrown as Error).message).toContain(message);
+    }
   });
 });
 

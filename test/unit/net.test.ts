@@ -1,5 +1,7 @@
 import { describe, expect, test } from "bun:test";
-import { isLoopbackHost } from "../../src/lib/net";
+import { localUrl } from "../../src/config/datadir";
+import { joinCommand } from "../../src/cli/join-command";
+import { bracketHost, hostPort, isLoopbackHost } from "../../src/lib/net";
 
 describe("isLoopbackHost", () => {
   test("loopback spellings", () => {
@@ -7,5 +9,30 @@ describe("isLoopbackHost", () => {
   });
   test("anything else reaches beyond this machine", () => {
     for (const h of ["0.0.0.0", "::", "[::]", "10.0.0.1", "128.0.0.1", "127.0.0.1.example.com", "::ffff:10.0.0.1", "localhost.example.com", ""]) expect(isLoopbackHost(h)).toBe(false);
+  });
+});
+
+describe("IPv6 bracketing", () => {
+  test("bracketHost brackets an IPv6 literal once and leaves names and IPv4 alone", () => {
+    expect(bracketHost("::1")).toBe("[::1]");
+    expect(bracketHost("[::1]")).toBe("[::1]");
+    expect(bracketHost("fd00::2")).toBe("[fd00::2]");
+    expect(bracketHost("10.0.0.1")).toBe("10.0.0.1");
+    expect(bracketHost("gpu-1.example")).toBe("gpu-1.example");
+    expect(hostPort("fd00::2", 8100)).toBe("[fd00::2]:8100");
+    expect(hostPort("10.0.0.1", 8100)).toBe("10.0.0.1:8100");
+  });
+
+  test("a local client's URL for a listener: wildcard binds become loopback, IPv6 in brackets", () => {
+    expect(localUrl("0.0.0.0", 8001)).toBe("http://127.0.0.1:8001");
+    expect(localUrl("", 8001)).toBe("http://127.0.0.1:8001");
+    expect(localUrl("::", 8001)).toBe("http://[::1]:8001");
+    expect(localUrl("fd00::1", 8001, "https")).toBe("https://[fd00::1]:8001");
+    expect(localUrl("10.0.0.1", 8001)).toBe("http://10.0.0.1:8001");
+  });
+
+  test("the join command names an IPv6 head node address in brackets", () => {
+    expect(joinCommand("http://127.0.0.1:8001", "/t", "fd00::1")).toContain("--server http://[fd00::1]:8001");
+    expect(joinCommand("http://127.0.0.1:8001", "/t", "10.0.0.1")).toContain("--server http://10.0.0.1:8001");
   });
 });

@@ -4,7 +4,8 @@
 import { describe, expect, test } from "bun:test";
 import { renderStatus } from "../../src/cli/status";
 import { renderReplicas } from "../../src/cli/replicas";
-import { detectStyle, human, table, usageBar } from "../../src/cli/render";
+import { detectStyle, table, usageBar } from "../../src/cli/render";
+import { human } from "../../src/lib/format";
 import type { ReplicaView, Summary } from "../../src/protocol/views";
 
 const plain = { color: false };
