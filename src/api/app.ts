@@ -47,8 +47,8 @@ export function buildAdminApp(o: AppOptions): Hono {
   app.use("/api/v1/*", requireToken("admin", o.adminToken));
   app.route("/api/v1", adminRoutes(o.controller, o.log, o.joinToken, o.routerExposure));
 
-  // The agent API checks its own tokens: a node credential, or the join token for a first heartbeat.
-  o.controller.setJoinToken(o.joinToken);
+  // The agent API checks its own tokens: a node credential, or the join token for a first
+  // heartbeat (the assembly gives the controller the join token).
   app.route("/agent/v1", agentRoutes(o.controller));
 
   // The dashboard: admin token only, by cookie from its login form or by bearer header.
