@@ -115,7 +115,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
 
   // Set once the router listens; the summary leaves it out until then.
   let exposure: RouterExposure = { listen: `${config.listen.host}:${config.listen.port}`, api_key_required: config.require_api_key, open: false };
-  const app = buildAdminApp({ controller, log, adminToken: admin.token, joinToken: join_.token, version: VERSION, maxBodyBytes: ADMIN_MAX_BODY, routerExposure: () => exposure });
+  const app = buildAdminApp({ controller, log, adminToken: admin.token, joinToken: join_.token, version: VERSION, maxBodyBytes: ADMIN_MAX_BODY, routerExposure: () => exposure, scheduler });
   const scheme = tls ? "https" : "http";
   const caps = listenerCaps(config, log);
   const listening = { config, log, scheduler, tls, caps, shed: shedLogger(log, scheduler) };
