@@ -5,6 +5,7 @@ import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { Logger } from "pino";
 import type { Controller } from "../control/controller";
+import { type Scheduler, realScheduler } from "../lib/scheduler";
 import type { RouterExposure } from "../protocol/views";
 import { adminRoutes } from "./admin";
 import { agentRoutes } from "./agent";
@@ -22,16 +23,19 @@ export interface AppOptions {
   maxBodyBytes?: number;
   /** How the router listens, for the summary (known once it has started). */
   routerExposure?: () => RouterExposure | undefined;
+  /** Times each request for its log line (default realScheduler). */
+  scheduler?: Pick<Scheduler, "mono">;
 }
 
 export function buildAdminApp(o: AppOptions): Hono {
   const app = new Hono();
   const maxSize = o.maxBodyBytes ?? 8 * 1024 * 1024;
+  const clock = o.scheduler ?? realScheduler;
 
   app.use(async (c, next) => {
-    const started = performance.now();
+    const started = clock.mono();
     await next();
-    const ms = Math.round((performance.now() - started) * 10) / 10;
+    const ms = Math.round((clock.mono() - started) * 10) / 10;
     const quiet = c.req.path === "/agent/v1/heartbeat" || c.req.path === "/healthz" || (c.req.method === "GET" && c.res.status < 400);
     o.log[quiet ? "debug" : "info"]({ method: c.req.method, path: c.req.path, status: c.res.status, ms }, "request");
   });
@@ -47,8 +51,8 @@ export function buildAdminApp(o: AppOptions): Hono {
   app.use("/api/v1/*", requireToken("admin", o.adminToken));
   app.route("/api/v1", adminRoutes(o.controller, o.log, o.joinToken, o.routerExposure));
 
-  // The agent API checks its own tokens: a node credential, or the join token for a first heartbeat.
-  o.controller.setJoinToken(o.joinToken);
+  // The agent API checks its own tokens: a node credential, or the join token for a first
+  // heartbeat (the assembly gives the controller the join token).
   app.route("/agent/v1", agentRoutes(o.controller));
 
   // The dashboard: admin token only, by cookie from its login form or by bearer header.

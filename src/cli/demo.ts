@@ -2,7 +2,7 @@
 // nodes running the built-in fake engine — with a demo catalog, so anyone can watch llmgw place,
 // start, fail, park and drain replicas on a laptop.
 
-import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { UsageError } from "../config/flags";
 import type { Command } from "./command";
@@ -27,17 +27,10 @@ export const command: Command = {
     if (count !== undefined && (!Number.isInteger(count) || count < 1 || count > 200)) throw new UsageError(`--nodes must be a whole number from 1 to 200, not "${nodesFlag}"`);
     const dataDir = (flags["data-dir"] as string | undefined) ?? process.env.LLMGW_DATA_DIR ?? "./llmgw-data";
 
-    const { Store } = await import("../store");
-    const dbPath = join(dataDir, "llmgw.db");
-    if (existsSync(dbPath)) {
-      // Never wipe a real server's data: only a previous demo's.
-      const s = new Store({ path: dbPath });
-      const mode = s.getMeta("mode");
-      const empty = s.counts().nodes === 0 && s.counts().models === 0;
-      s.close();
-      if (mode !== "demo" && !empty) throw new UsageError(`${dataDir} holds a real server's data; give the demo its own --data-dir`);
-      for (const f of ["llmgw.db", "llmgw.db-wal", "llmgw.db-shm"]) rmSync(join(dataDir, f), { force: true });
-    }
+    const { holdsServerData, startCluster } = await import("../app/cluster");
+    // Never wipe a real server's data: only a previous demo's.
+    if (holdsServerData(dataDir)) throw new UsageError(`${dataDir} holds a real server's data; give the demo its own --data-dir`);
+    for (const f of ["llmgw.db", "llmgw.db-wal", "llmgw.db-shm"]) rmSync(join(dataDir, f), { force: true });
     // A demo killed with SIGKILL could not stop its engines: stop what it left before taking its ports.
     const leftovers = stopLeftoverEngines(join(dataDir, "agents"));
     if (leftovers > 0) process.stderr.write(`llmgw demo: stopped ${leftovers} fake engine(s) a previous demo left running\n`);
@@ -46,7 +39,7 @@ export const command: Command = {
     process.env.LLMGW_EXIT_WITH_PARENT = String(process.pid);
 
     const { createLogger } = await import("../log");
-    const { startCluster, demoNodes, demoCatalog } = await import("../sim/cluster");
+    const { demoNodes, demoCatalog } = await import("../sim/demo");
     const { ModelSpec } = await import("../protocol/catalog");
     const log = createLogger({ level: (flags["log-level"] as string | undefined) ?? "warn", role: "demo" });
     const nodes = demoNodes(count);
@@ -67,9 +60,8 @@ export const command: Command = {
       // Engine exits are the demo's point (one model fails on purpose); `llmgw events` tells
       // them better than warnings scrolling past here.
       agentLog: createLogger({ level: "error", role: "demo-agent" }),
+      demo: { catalog: demoCatalog().map((m) => ModelSpec.parse(m)) },
     });
-    cluster.server.store.setMeta("mode", "demo");
-    cluster.server.controller.putModels(demoCatalog().map((m) => ModelSpec.parse(m)));
 
     const byFabric = new Map<string, string[]>();
     for (const n of nodes) byFabric.set(n.fabric, [...(byFabric.get(n.fabric) ?? []), n.name]);

@@ -61,7 +61,7 @@ export const command: Command = {
   async run({ flags }) {
     const { loadConfig, ServeConfig } = await import("../config");
     const { createLogger } = await import("../log");
-    const { startServer } = await import("../api/server");
+    const { startServer } = await import("../app/head");
     const config = await loadConfig(ServeConfig, { flags, env: process.env });
     const log = createLogger({ level: config.log_level, role: "serve" });
     const server = await startServer({ config, log });

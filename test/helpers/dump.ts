@@ -2,7 +2,7 @@
 // nothing: compare the dump taken before with the one taken after. `storeWrites` is the cheap
 // first look: while it stays the same, no row was written and the dump cannot differ.
 
-import type { Store } from "../../src/store";
+import type { Database } from "bun:sqlite";
 
 export interface StoreDump {
   /** Table name → its rows, each row a list of column values, ordered by every column. */
@@ -19,8 +19,7 @@ function cell(v: unknown): unknown {
 }
 
 /** Every table (sqlite_sequence included, so a rolled-back insert's id would show), every row. */
-export function dumpStore(store: Store): StoreDump {
-  const db = store.sqlite;
+export function dumpStore(db: Database): StoreDump {
   const names = db
     .query<{ name: string }, []>("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
     .all()
@@ -42,8 +41,8 @@ export function dumpStore(store: Store): StoreDump {
 }
 
 /** The dump as one string, for cheap equality checks. */
-export function dumpText(store: Store): string {
-  return JSON.stringify(dumpStore(store));
+export function dumpText(db: Database): string {
+  return JSON.stringify(dumpStore(db));
 }
 
 /** Names the tables whose rows differ between two dumps, with a short sample of each side. */
@@ -61,6 +60,6 @@ export function diffDumps(before: StoreDump, after: StoreDump): string[] {
  * Rows inserted, updated or deleted through the store's connection since it opened (SQLite's
  * total_changes(), rolled-back writes included). Unchanged means nothing was written.
  */
-export function storeWrites(store: Store): number {
-  return store.sqlite.query<{ n: number }, []>("SELECT total_changes() AS n").get()!.n;
+export function storeWrites(db: Database): number {
+  return db.query<{ n: number }, []>("SELECT total_changes() AS n").get()!.n;
 }

@@ -433,7 +433,7 @@ export class FuzzHarness {
    * must leave every table as it was. `after` runs after an accepted request (to restore seeds).
    */
   run = async (endpoint: string, r: Req, judge: Judge, opts: { readOnly?: boolean; after?: () => Promise<void> } = {}): Promise<void> => {
-    const store = this.o.server().store;
+    const store = this.o.server().db;
     if (this.snapshot === "") {
       this.snapshot = dumpText(store);
       this.writes = storeWrites(store);

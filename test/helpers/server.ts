@@ -1,18 +1,56 @@
-// Starts a real head node in-process on 127.0.0.1 with a fresh data dir and a manual clock,
-// plus small fetch helpers that carry the right token.
+// Starts a real head node in-process on 127.0.0.1 with a fresh data dir and a manual scheduler,
+// plus small fetch helpers that carry the right token. Tests speak to it over HTTP as users and
+// agents do; where a test must go around the API (state the edge would refuse, rows the API
+// never shows) it goes through `seed`, `peek` and `db` below, the one list of such back doors.
 
+import type { Database } from "bun:sqlite";
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pino from "pino";
-import { startServer, type RunningServer } from "../../src/api/server";
+import { type HeadParts, type RunningServer, startHead } from "../../src/app/head";
 import { ServeConfig } from "../../src/config";
+import { ManualScheduler } from "../../src/lib/scheduler";
 import { SegmentName } from "../../src/protocol/common";
-import { ManualClock } from "../../src/control/clock";
+import type { UsageSource } from "../../src/protocol/routing";
 import { T0 } from "./fleet";
 
+type Store = HeadParts["store"];
+type Controller = HeadParts["controller"];
+
+/** Writes straight into the head node, past the API's checks. */
+export interface Seed {
+  /** Lets `node` report `address` from anywhere (before it has joined, too). */
+  allowAddress(node: string, address: string): void;
+  /** A replica row as the reconciler would write it (no tick places or checks it). */
+  replica(row: Parameters<Store["insertReplica"]>[0]): void;
+  /** A model's control state (parked, failures, last requested…) as a tick would leave it. */
+  modelState(model: string, patch: Parameters<Store["updateModelState"]>[1]): void;
+  /** Catalog entries, without the admin API's validation. */
+  models(specs: Parameters<Controller["putModels"]>[0]): ReturnType<Controller["putModels"]>;
+  /** A heartbeat handed to the controller as parsed, without the agent API's edge. */
+  heartbeat(hb: Parameters<Controller["heartbeat"]>[0]): ReturnType<Controller["heartbeat"]>;
+  /** Stands in for the router's usage report and collects it, as a tick does first. */
+  usage(source: UsageSource): void;
+}
+
+/** Reads what the API never shows. */
+export interface Peek {
+  /** Rows per table. */
+  counts(): ReturnType<Store["counts"]>;
+  nodeExists(name: string): boolean;
+  /** API keys as stored (hashes). */
+  apiKeys(): ReturnType<Store["listApiKeys"]>;
+  nodeForCredential(credential: string): string | undefined;
+  engineKey(replicaId: string): string | null;
+  /** Where and with what the head node reads a replica's engine log. */
+  logSource(replicaId: string): ReturnType<Controller["logSource"]>;
+  replicas(): ReturnType<Controller["replicas"]>;
+}
+
 export interface TestServer extends RunningServer {
-  clock: ManualClock;
+  /** The head node's time: it stands still until a test moves it. */
+  clock: ManualScheduler;
   admin(path: string, init?: RequestInit): Promise<Response>;
   /**
    * A heartbeat through HTTP. Without a token it speaks as the node it names, the way an agent
@@ -23,18 +61,46 @@ export interface TestServer extends RunningServer {
   agent(body: unknown, token?: string): Promise<Response>;
   /** Credentials the helper's heartbeats got, by node. */
   credentials: Map<string, string>;
+  seed: Seed;
+  peek: Peek;
+  /** The store's database itself: raw rows, dumps, PRAGMAs (a full disk). */
+  db: Database;
 }
 
 export async function testServer(overrides: Record<string, unknown> = {}, log: pino.Logger = pino({ level: "silent" })): Promise<TestServer> {
   const dataDir = mkdtempSync(join(tmpdir(), "llmgw-test-"));
   const config = ServeConfig.parse({ data_dir: dataDir, admin_listen: "127.0.0.1:0", listen: "127.0.0.1:0", ...overrides });
-  const clock = new ManualClock(T0);
-  const server = await startServer({ config, log, clock, loop: false });
+  const clock = new ManualScheduler(T0);
+  const { server, parts } = await startHead({ config, log, scheduler: clock, loop: false });
+  const { store, controller } = parts;
   const credentials = new Map<string, string>();
   // A server with tls_cert: the helpers trust that certificate.
   const tls = config.tls_cert ? { tls: { ca: readFileSync(config.tls_cert, "utf8") } } : {};
+  const seed: Seed = {
+    allowAddress: (node, address) => void store.setAllowedAddress(node, address, clock.now()),
+    replica: (row) => store.insertReplica(row),
+    modelState: (model, patch) => store.updateModelState(model, patch),
+    models: (specs) => controller.putModels(specs),
+    heartbeat: (hb) => controller.heartbeat(hb),
+    usage: (source) => {
+      controller.setUsageSource(source);
+      controller.collectUsage();
+    },
+  };
+  const peek: Peek = {
+    counts: () => store.counts(),
+    nodeExists: (name) => store.nodeExists(name),
+    apiKeys: () => store.listApiKeys(),
+    nodeForCredential: (credential) => controller.nodeForCredential(credential),
+    engineKey: (id) => controller.engineKey(id),
+    logSource: (id) => controller.logSource(id),
+    replicas: () => controller.replicas(),
+  };
   return Object.assign(server, {
     clock,
+    seed,
+    peek,
+    db: store.sqlite,
     admin: (path: string, init: RequestInit = {}) =>
       fetch(`${server.adminUrl}${path}`, {
         ...tls,
@@ -47,7 +113,7 @@ export async function testServer(overrides: Record<string, unknown> = {}, log: p
       const node = typeof hb.node === "string" ? hb.node : undefined;
       if (token === undefined && node !== undefined && typeof hb.address === "string" && SegmentName.safeParse(node).success && hb.address.length <= 255)
         try {
-          if (server.store.nodeTrust(node).allowedAddress !== hb.address) server.store.setAllowedAddress(node, hb.address, clock.now());
+          if (store.nodeTrust(node).allowedAddress !== hb.address) seed.allowAddress(node, hb.address);
         } catch {
           // A store that cannot take the write (a test of a locked or full disk) refuses the heartbeat too.
         }

@@ -69,7 +69,7 @@ describe("heartbeat", () => {
   });
 
   test("bad bodies are 400 naming every bad field; unknown fields are ignored; nothing is stored", async () => {
-    const before = s.store.counts();
+    const before = s.peek.counts();
     const bad = await s.agent({ node: "gpu-09", address: "x", gpus: [{ index: -1, uuid: "u", name: "n", class: "c", memory_mib: "lots", healthy: true }] });
     expect(bad.status).toBe(400);
     const body = (await bad.json()) as { error: { code: string; message: string; issues: { path: string }[] } };
@@ -79,7 +79,7 @@ describe("heartbeat", () => {
     const dup = await s.agent({ ...heartbeat({ name: "gpu-09", gpus: [H, H] }), gpus: heartbeat({ name: "gpu-09", gpus: [H, H] }).gpus.map((g) => ({ ...g, index: 0 })) });
     expect(((await dup.json()) as { error: { issues: { path: string; message: string }[] } }).error.issues[0]).toEqual({ path: "gpus.1.index", message: "duplicate GPU index 0 (also gpus[0])" });
     expect((await s.agent("{not json")).status).toBe(400);
-    expect(s.store.counts()).toEqual(before);
+    expect(s.peek.counts()).toEqual(before);
     const extra = await s.agent({ ...heartbeat({ name: "gpu-10" }), future_field: { x: 1 } });
     expect(extra.status).toBe(200);
   });
@@ -306,7 +306,7 @@ describe("weights revisions over HTTP", () => {
     for (const n of nodes) expect((await s.agent({ ...heartbeat({ name: n, fabrics: ["ib-rev"], gpus: [R, R], models: ["org/shared"] }), model_revisions: { "org/shared": revs[n] } })).status).toBe(200);
     const put = await s.admin("/api/v1/models/org%2Fshared", { method: "PUT", body: JSON.stringify({ replicas: { min: 1 }, profiles: [{ name: "p", engine: "vllm", gpu_class: R, gpus: 2, nodes: 2 }] }) });
     expect(put.status).toBeLessThan(300);
-    s.controller.tick();
+    s.tick();
     const got: { model: string; revision: string | null }[] = [];
     for (const n of nodes) {
       const res = await s.agent({ ...heartbeat({ name: n, fabrics: ["ib-rev"], gpus: [R, R], models: ["org/shared"] }), model_revisions: { "org/shared": revs[n] } });

@@ -63,14 +63,13 @@ test("200 nodes: the summary equals what the tables say", async () => {
   let k = 0;
   for (const p of plans.filter((_, i) => i % 5 === 0).slice(0, 30)) {
     const id = `r-${k}`;
-    s.store.insertReplica({ id, model: k % 2 ? "llama-8b" : "qwen-72b", profile: "p", state: states[k % states.length]!, shards: [{ node: p.name, gpus: [0, 1] }], createdAt: now, updatedAt: now });
+    s.seed.replica({ id, model: k % 2 ? "llama-8b" : "qwen-72b", profile: "p", state: states[k % states.length]!, shards: [{ node: p.name, gpus: [0, 1] }], createdAt: now, updatedAt: now });
     k++;
   }
-  s.store.insertReplica({ id: "r-huge", model: "huge", profile: "two", state: "ready", shards: [{ node: "gpu-004", gpus: [0, 1, 2, 3, 4, 5, 6, 7] }, { node: "gpu-009", gpus: [0, 1, 2, 3, 4, 5, 6, 7] }], createdAt: now, updatedAt: now });
-  s.store.updateModelState("od", { lastRequestedAt: now });
+  s.seed.replica({ id: "r-huge", model: "huge", profile: "two", state: "ready", shards: [{ node: "gpu-004", gpus: [0, 1, 2, 3, 4, 5, 6, 7] }, { node: "gpu-009", gpus: [0, 1, 2, 3, 4, 5, 6, 7] }], createdAt: now, updatedAt: now });
+  s.seed.modelState("od", { lastRequestedAt: now });
   // The router's view: some replicas used recently, some long ago, the rest never seen.
-  s.controller.setUsageSource({ lastUsed: () => new Map([["r-0", now - 30_000], ["r-1", now - 3_600_000], ["r-2", now - 700_000], ["r-huge", now - 86_400_000]]), inflightByModel: () => new Map() });
-  s.controller.collectUsage();
+  s.seed.usage({ lastUsed: () => new Map([["r-0", now - 30_000], ["r-1", now - 3_600_000], ["r-2", now - 700_000], ["r-huge", now - 86_400_000]]), inflightByModel: () => new Map() });
   const summary = (await (await s.admin("/api/v1/summary")).json()) as Summary;
   const nodes = (await (await s.admin("/api/v1/nodes")).json()) as NodeView[];
   const replicas = (await (await s.admin("/api/v1/replicas")).json()) as ReplicaView[];

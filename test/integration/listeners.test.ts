@@ -8,9 +8,9 @@ import { connect, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pino from "pino";
-import { type RunningServer, startServer } from "../../src/api/server";
+import { type HeadParts, type RunningServer, startHead } from "../../src/app/head";
 import { ServeConfig } from "../../src/config";
-import { ManualClock } from "../../src/control/clock";
+import { ManualScheduler } from "../../src/lib/scheduler";
 import { T0, heartbeat } from "../helpers/fleet";
 
 const cleanups: (() => unknown)[] = [];
@@ -19,18 +19,20 @@ afterEach(async () => {
 });
 
 interface Started extends RunningServer {
-  listenerClock: ManualClock;
+  listenerClock: ManualScheduler;
+  router: HeadParts["router"];
   heartbeat(name: string): Promise<Response>;
 }
 
 async function start(overrides: Record<string, unknown> = {}): Promise<Started> {
   const config = ServeConfig.parse({ data_dir: mkdtempSync(join(tmpdir(), "llmgw-listeners-")), admin_listen: "127.0.0.1:0", listen: "127.0.0.1:0", ...overrides });
-  const listenerClock = new ManualClock(0);
-  const s = await startServer({ config, log: pino({ level: "silent" }), clock: new ManualClock(T0), loop: false, listenerClock });
+  const listenerClock = new ManualScheduler(T0);
+  const { server: s, parts } = await startHead({ config, log: pino({ level: "silent" }), scheduler: listenerClock, loop: false });
   cleanups.push(() => s.stop());
   const credentials = new Map<string, string>();
   return Object.assign(s, {
     listenerClock,
+    router: parts.router,
     // As an agent does: the join token once, then the node's own credential, from its own address.
     heartbeat: async (name: string) => {
       const res = await fetch(`${s.adminUrl}/agent/v1/heartbeat`, {

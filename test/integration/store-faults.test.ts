@@ -27,8 +27,8 @@ afterAll(() => s.stop());
 
 describe("disk full", () => {
   test("writes fail with 503 store_full and a log line; reads work; the process stays up; writes resume when space returns", async () => {
-    const pages = (s.store.sqlite.query("PRAGMA page_count").get() as { page_count: number }).page_count;
-    s.store.sqlite.exec(`PRAGMA max_page_count = ${pages}`);
+    const pages = (s.db.query("PRAGMA page_count").get() as { page_count: number }).page_count;
+    s.db.exec(`PRAGMA max_page_count = ${pages}`);
     const big = model({ profiles: [{ name: "p", engine: "fake", gpu_class: "H100-80GB", args: Array(200).fill("x".repeat(4000)) }] });
     const res = await s.admin("/api/v1/models/huge", { method: "PUT", body: big });
     expect(res.status).toBe(503);
@@ -42,7 +42,7 @@ describe("disk full", () => {
     expect(((await (await s.admin("/api/v1/summary")).json()) as Summary).nodes.total).toBe(5);
     expect((await fetch(`${s.adminUrl}/healthz`)).status).toBe(200);
     // Space returns.
-    s.store.sqlite.exec("PRAGMA max_page_count = 1073741823");
+    s.db.exec("PRAGMA max_page_count = 1073741823");
     expect((await s.admin("/api/v1/models/huge", { method: "PUT", body: big })).status).toBe(201);
   });
 });
@@ -59,14 +59,14 @@ describe("database locked", () => {
       const hb = await s.agent({ ...heartbeat({ name: "gpu-9", gpus: ["H100-80GB"] }), address: "127.0.0.1" });
       expect(hb.status).toBe(503);
       expect((await s.admin("/api/v1/nodes")).status).toBe(200);
-      expect(() => s.controller.tick()).toThrow();
+      expect(() => s.tick()).toThrow();
     } finally {
       other.exec("ROLLBACK");
       other.close();
     }
     expect((await s.admin("/api/v1/models/m2", { method: "PUT", body: model() })).status).toBe(201);
     expect((await s.agent({ ...heartbeat({ name: "gpu-9", gpus: ["H100-80GB"] }), address: "127.0.0.1" })).status).toBe(200);
-    s.controller.tick();
+    s.tick();
   });
 });
 
@@ -85,7 +85,7 @@ describe("backup", () => {
       const { router: _ra, ...a } = (await (await s.admin("/api/v1/summary")).json()) as Summary;
       const { router: _rb, ...b } = (await (await restored.admin("/api/v1/summary")).json()) as Summary;
       expect(b).toEqual(a);
-      expect(restored.store.counts()).toEqual({ ...s.store.counts(), events: restored.store.counts().events! });
+      expect(restored.peek.counts()).toEqual({ ...s.peek.counts(), events: restored.peek.counts().events! });
       const models = async (t: TestServer) => (await (await t.admin("/api/v1/models")).json()) as unknown;
       expect(await models(restored)).toEqual(await models(s));
     } finally {

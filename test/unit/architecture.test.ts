@@ -35,7 +35,7 @@ const FORBIDDEN: Record<string, string[]> = {
   store: ["router", "api", "app", "cli", "agent", "sim"],
   api: ["store", "app", "cli", "agent", "sim"],
   agent: ["control", "store", "router", "api", "app", "cli", "sim"],
-  sim: ["api", "cli", "store"],
+  sim: ["api", "app", "cli", "store"],
   cli: ["store"],
 };
 

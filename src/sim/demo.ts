@@ -1,12 +1,8 @@
-// A whole simulated cluster in one process: the head node plus simulated node agents whose
-// replicas run as the built-in fake engine. `llmgw demo` runs it; tests and benchmarks use it
-// to exercise placement, reconciliation, health checks and routing without GPUs.
+// The demo's simulated fleet and catalog: which nodes with which GPUs and weights, which models
+// to ask for, and how to run this program's fake engine. app/cluster.ts starts a head node and
+// simulated agents from these; this file knows no head node.
 
-import { join, resolve } from "node:path";
-import type { Logger } from "pino";
-import { NodeAgent } from "../agent/agent";
-import { startServer, type RunningServer } from "../api/server";
-import { AgentConfig, ServeConfig } from "../config";
+import { resolve } from "node:path";
 import type { ModelSpecInput } from "../protocol/catalog";
 
 export interface SimNode {
@@ -80,60 +76,4 @@ export function selfExe(): string[] {
   // A compiled binary runs its entry point from its embedded file system.
   const compiled = Bun.main.startsWith("/$bunfs/") || Bun.main.startsWith("B:/~BUN/");
   return compiled ? [process.execPath] : [process.execPath, resolve(import.meta.dir, "../main.ts")];
-}
-
-export interface Cluster {
-  server: RunningServer;
-  agents: NodeAgent[];
-  stop(): Promise<void>;
-}
-
-export interface ClusterOptions {
-  serve: Partial<Record<keyof ServeConfig, unknown>>;
-  nodes: SimNode[];
-  log: Logger;
-  agentLog?: Logger;
-  /** Extra agent settings (e.g. short intervals in tests). */
-  agent?: Partial<Record<keyof AgentConfig, unknown>>;
-}
-
-export async function startCluster(o: ClusterOptions): Promise<Cluster> {
-  const config = ServeConfig.parse(o.serve);
-  const server = await startServer({ config, log: o.log });
-  const agents: NodeAgent[] = [];
-  try {
-    for (const n of o.nodes) {
-      const cfg = AgentConfig.parse({
-        server: server.adminUrl,
-        token: server.joinToken,
-        name: n.name,
-        address: "127.0.0.1",
-        engine_host: "127.0.0.1",
-        fabric: [n.fabric],
-        simulate: n.gpus,
-        simulate_unhealthy: n.unhealthy ?? [],
-        simulate_models: n.models ?? [],
-        state_dir: join(server.dataDir, "agents", n.name),
-        stop_grace: "2s",
-        health_interval: "250ms",
-        logs_listen: "127.0.0.1:0",
-        ...o.agent,
-      });
-      const agent = new NodeAgent({ config: cfg, log: (o.agentLog ?? o.log).child({ node: n.name }), selfExe: selfExe() });
-      await agent.start();
-      agents.push(agent);
-    }
-  } catch (e) {
-    await Promise.all(agents.map((a) => a.stop()));
-    await server.stop();
-    throw e;
-  }
-  return {
-    server,
-    agents,
-    async stop() {
-      await Promise.all(agents.map((a) => a.stop()));
-      await server.stop();
-    },
-  };
 }

@@ -1,0 +1,394 @@
+// The assembly of a head node, and the only place that knows every role: it opens the store,
+// builds the controller, the router, TLS, both listeners and the control loop, wires them to
+// each other, and hands the admin API only what it serves. app/ may import every folder; only
+// cli/ (serve, demo) and tests import app/. Time comes through one injected Scheduler, handed
+// on to the controller, the router and both listeners.
+
+import { X509Certificate, createPrivateKey } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import type { Hono } from "hono";
+import type { Logger } from "pino";
+import { buildAdminApp } from "../api/app";
+import { type FetchApp, serveApp } from "../api/listener";
+import { ConfigError, type ServeConfig } from "../config";
+import { ensureDataDir, localUrl, resolveEngineSecret, resolveToken, writeServerInfo } from "../config/datadir";
+import { type ListenerCaps, fitCaps, openFileLimit } from "../config/limits";
+import { Controller } from "../control/controller";
+import { hostPort, isLoopbackHost } from "../lib/net";
+import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
+import type { RouterExposure } from "../protocol/views";
+import { Http1Server } from "../router/http1";
+import { Router } from "../router/router";
+import { Store } from "../store";
+import { storeFailure } from "../store/errors";
+import { VERSION } from "../version";
+
+/** Largest request body on the admin listener (a catalog, a heartbeat), bytes. */
+const ADMIN_MAX_BODY = 8 * 1024 * 1024;
+/** The admin API's error code for the listener's own refusals, where the names differ. */
+const ADMIN_CODES: Record<string, string> = { request_too_large: "body_too_large", internal: "internal" };
+
+/** A head node as its starter sees it: where it listens, its tokens, one tick, and how to stop it. */
+export interface RunningServer {
+  adminUrl: string;
+  /** How the router listens: open = beyond loopback with no API key required. */
+  exposure: RouterExposure;
+  /** The admin listener's Hono app (its `routes` list every route it serves). */
+  adminApp: Hono;
+  /** The admin/agent listener. */
+  adminListener: Http1Server;
+  /** Connection caps in force on both listeners, after fitting them under the open-file limit. */
+  caps: ListenerCaps;
+  routerUrl: string;
+  adminToken: string;
+  joinToken: string;
+  dataDir: string;
+  /** The join token was generated just now: this data dir's first start. */
+  firstStart: boolean;
+  /** Set when both listeners serve HTTPS. */
+  tls?: ServerTls;
+  /**
+   * One control-loop tick, now: collect usage, reconcile, publish. Throws what the tick threw
+   * (a store that cannot take the write); the loop itself logs and retries instead. With
+   * `loop: false` this is how a test moves the control plane.
+   */
+  tick(): void;
+  stop(): Promise<void>;
+}
+
+export interface ServerTls {
+  /** Absolute paths of the certificate and key files. */
+  certPath: string;
+  keyPath: string;
+  /** The leaf certificate's SHA-256 fingerprint (AA:BB:…), what agents pin with --server-fingerprint. */
+  fingerprint256: string;
+}
+
+export interface StartOptions {
+  config: ServeConfig;
+  log: Logger;
+  /** Time for the controller, the router, both listeners and the control loop (default realScheduler); tests pass a ManualScheduler. */
+  scheduler?: Scheduler;
+  /** Run the control loop on the scheduler (tests tick by hand instead). */
+  loop?: boolean;
+}
+
+/**
+ * The parts inside a running head node. Only app/ (the simulated cluster) and the test helpers
+ * reach them, to put in state the API would refuse and read what it never shows; everything
+ * else holds the RunningServer.
+ */
+export interface HeadParts {
+  store: Store;
+  controller: Controller;
+  router: Router;
+}
+
+export interface Head {
+  server: RunningServer;
+  parts: HeadParts;
+}
+
+/** Starts a head node (what `llmgw serve` runs). */
+export async function startServer(o: StartOptions): Promise<RunningServer> {
+  return (await startHead(o)).server;
+}
+
+/** Starts a head node and keeps hold of its parts (for app/cluster.ts and the test helpers). */
+export async function startHead({ config, log, scheduler = realScheduler, loop = true }: StartOptions): Promise<Head> {
+  // Before anything is opened, so a bad certificate costs nothing to report.
+  const tls = loadTls(config);
+  const dataDir = ensureDataDir(config.data_dir);
+  const admin = resolveToken(dataDir, "admin.token", config.admin_token, "llmgw_admin");
+  const join_ = resolveToken(dataDir, "join.token", config.join_token, "llmgw_join");
+  // Each replica's engine key is derived from this; kept so keys outlive a restart.
+  const engineSecret = resolveEngineSecret(dataDir).token;
+  for (const [kind, t] of [["admin", admin], ["join", join_]] as const)
+    log.info({ kind, source: t.source, path: t.source === "given" ? undefined : t.path }, `${kind} token ${t.source}`);
+
+  const dbPath = join(dataDir, "llmgw.db");
+  const store = new Store({ path: dbPath, busyTimeoutMs: config.db_busy_timeout });
+  log.info({ path: dbPath }, "store opened");
+  const controller = buildController(config, { store, log, scheduler, dataDir, engineSecret });
+  controller.setJoinToken(join_.token);
+
+  // Set once the router listens; the summary leaves it out until then.
+  let exposure: RouterExposure = { listen: `${config.listen.host}:${config.listen.port}`, api_key_required: config.require_api_key, open: false };
+  const app = buildAdminApp({ controller, log, adminToken: admin.token, joinToken: join_.token, version: VERSION, maxBodyBytes: ADMIN_MAX_BODY, routerExposure: () => exposure, scheduler });
+  const scheme = tls ? "https" : "http";
+  const caps = listenerCaps(config, log);
+  const listening = { config, log, scheduler, tls, caps, shed: shedLogger(log, scheduler) };
+
+  const adminListener = adminListenerFor(listening, app, scheme);
+  let adminPort: number;
+  try {
+    adminPort = adminListener.listen();
+  } catch (e) {
+    store.close();
+    throw new Error(`cannot listen on ${config.admin_listen.host}:${config.admin_listen.port} (admin): ${(e as Error).message}`);
+  }
+  const adminUrl = localUrl(config.admin_listen.host, adminPort, scheme);
+
+  const router = routerFor(listening, controller, admin.token);
+  let routerAddr: { url: string; port: number };
+  try {
+    routerAddr = router.start();
+  } catch (e) {
+    adminListener.stop();
+    store.close();
+    throw new Error(`cannot listen on ${config.listen.host}:${config.listen.port} (router): ${(e as Error).message}`);
+  }
+  controller.setEndpointSink(router);
+  controller.setUsageSource(router);
+  const routerUrl = localUrl(config.listen.host, routerAddr.port, scheme);
+  if (tls) log.info({ cert: tls.certPath, key: tls.keyPath, fingerprint256: tls.fingerprint256 }, "TLS on: the router and the admin/agent API serve HTTPS");
+  log.info({ listen: `${config.listen.host}:${routerAddr.port}`, url: routerUrl }, "router listening");
+  exposure = routerExposure(config.listen.host, routerAddr.port, config.require_api_key);
+  if (exposure.open)
+    log.warn(
+      { listen: exposure.listen, require_api_key: false },
+      "router: open, no API key required: anyone who reaches this address can use every model (set --require-api-key and create keys with `llmgw keys create`)",
+    );
+  writeServerInfo(dataDir, {
+    admin_url: adminUrl,
+    router_url: routerUrl,
+    pid: process.pid,
+    version: VERSION,
+    started_at: new Date(scheduler.now()).toISOString(),
+    ...(tls ? { tls_cert: tls.certPath, tls_fingerprint: tls.fingerprint256 } : {}),
+  });
+  log.info({ admin: `${config.admin_listen.host}:${adminPort}`, url: adminUrl, version: VERSION }, "admin API listening");
+
+  const timer = loop ? startLoop(controller, log, scheduler, config.reconcile_interval) : undefined;
+  let stopped = false;
+  const server: RunningServer = {
+    adminUrl,
+    exposure,
+    adminApp: app,
+    adminListener,
+    caps,
+    routerUrl,
+    adminToken: admin.token,
+    joinToken: join_.token,
+    firstStart: join_.source === "generated",
+    dataDir,
+    ...(tls ? { tls: { certPath: tls.certPath, keyPath: tls.keyPath, fingerprint256: tls.fingerprint256 } } : {}),
+    tick: () => {
+      controller.tick();
+    },
+    async stop() {
+      if (stopped) return;
+      stopped = true;
+      timer?.cancel();
+      await router.stop();
+      adminListener.stop();
+      store.close();
+      log.info("server stopped");
+    },
+  };
+  return { server, parts: { store, controller, router } };
+}
+
+function buildController(config: ServeConfig, o: { store: Store; log: Logger; scheduler: Scheduler; dataDir: string; engineSecret: string }): Controller {
+  const { store, log, scheduler, dataDir, engineSecret } = o;
+  const controller = new Controller({
+    store,
+    clock: scheduler,
+    log,
+    version: VERSION,
+    dataDir,
+    engineSecret,
+    nodeTimeoutMs: config.node_timeout,
+    heartbeatIntervalMs: config.heartbeat_interval,
+    reconcile: {
+      startTimeoutMs: config.start_timeout,
+      maxFailures: config.max_failures,
+      backoffMs: config.restart_backoff,
+      backoffMaxMs: config.restart_backoff_max,
+      replaceAfterMs: config.replace_after,
+      // A replica an agent has not mentioned in a few heartbeats after placement is lost.
+      reportGraceMs: Math.max(3 * config.heartbeat_interval, 5_000),
+      basePort: config.engine_base_port,
+    },
+  });
+  controller.setNodePolicy({ approveNodes: config.approve_nodes, maxNodes: config.max_nodes, heartbeatRate: config.heartbeat_rate, heartbeatBurst: config.heartbeat_burst });
+  return controller;
+}
+
+/**
+ * Each listener has caps of its own, so a flood on one never takes the other's connections,
+ * and together they stay under the open-file limit, so accept() never fails for want of a
+ * descriptor: past a cap a connection is shed at once instead.
+ */
+function listenerCaps(config: ServeConfig, log: Logger): ListenerCaps {
+  const wanted: ListenerCaps = {
+    router: { total: config.max_connections, perAddress: config.max_connections_per_address },
+    admin: { total: config.admin_max_connections, perAddress: config.admin_max_connections_per_address },
+  };
+  const fdLimit = openFileLimit();
+  const caps = fitCaps(wanted, fdLimit);
+  if (caps.lowered)
+    log.warn(
+      { open_file_limit: fdLimit, wanted: { router: wanted.router.total, admin: wanted.admin.total }, caps: { router: caps.router.total, admin: caps.admin.total } },
+      `connection caps lowered to fit the open-file limit of ${fdLimit}: router ${caps.router.total}, admin/agent ${caps.admin.total}; raise the limit (ulimit -n, systemd LimitNOFILE) to keep --max-connections ${wanted.router.total} and --admin-max-connections ${wanted.admin.total}`,
+    );
+  else log.debug({ open_file_limit: fdLimit ?? "unknown", caps }, "connection caps");
+  return caps;
+}
+
+/** What both listeners are built from. */
+interface Listening {
+  config: ServeConfig;
+  log: Logger;
+  scheduler: Scheduler;
+  tls: LoadedTls | undefined;
+  caps: ListenerCaps;
+  shed: (listener: "router" | "admin", cap: "total" | "address", address: string) => void;
+}
+
+/** Deadlines both listeners keep, on the scheduler's monotonic clock. */
+function deadlines({ config, scheduler }: Listening) {
+  return {
+    headTimeoutMs: config.head_timeout,
+    bodyTimeoutMs: config.body_timeout,
+    bodyMinRate: config.body_min_rate,
+    clock: { now: () => scheduler.mono() },
+  };
+}
+
+function adminListenerFor(l: Listening, app: Hono, scheme: "http" | "https"): Http1Server {
+  const { config, log, tls, caps } = l;
+  return new Http1Server({
+    hostname: config.admin_listen.host,
+    port: config.admin_listen.port,
+    ...(tls ? { tls: { cert: tls.cert, key: tls.key } } : {}),
+    maxBodyBytes: ADMIN_MAX_BODY,
+    // Agents keep their connection between heartbeats; a long poll is a request under way, never idle.
+    idleTimeoutMs: 120_000,
+    ...deadlines(l),
+    maxConnections: caps.admin.total,
+    maxConnectionsPerAddress: caps.admin.perAddress,
+    onShed: (cap, address) => l.shed("admin", cap, address),
+    errorBody: adminErrorBody,
+    handler: serveApp(app as unknown as FetchApp, { scheme, errorBody: adminErrorBody, onError: (err) => log.error({ err }, "admin request failed") }),
+    onHandlerError: (err) => log.error({ err }, "admin request failed"),
+  });
+}
+
+function routerFor(l: Listening, controller: Controller, adminToken: string): Router {
+  const { config, log, tls, caps, scheduler } = l;
+  return new Router({
+    host: config.listen.host,
+    port: config.listen.port,
+    now: () => scheduler.now(),
+    maxBodyBytes: config.max_body_bytes,
+    maxAttempts: config.max_attempts,
+    firstByteTimeoutMs: config.first_byte_timeout,
+    idleTimeoutMs: config.stream_idle_timeout,
+    coldStartTimeoutMs: config.cold_start_timeout,
+    cooldownMs: config.endpoint_cooldown,
+    requireApiKey: config.require_api_key,
+    loadFactor: config.balance_load_factor,
+    adminToken,
+    demand: controller,
+    log: log.child({ component: "router" }),
+    ...(tls ? { tls: { cert: tls.certPath, key: tls.keyPath } } : {}),
+    listener: {
+      ...deadlines(l),
+      maxConnections: caps.router.total,
+      maxConnectionsPerAddress: caps.router.perAddress,
+      onShed: (cap, address) => l.shed("router", cap, address),
+    },
+  });
+}
+
+/**
+ * Ticks the controller every `intervalMs` on the scheduler, and at once when it asks (a
+ * heartbeat with news, a catalog or node change reconciles now, not on the next tick). A failed
+ * tick (a locked or full disk, say) is logged once per cause and retried next tick; the server
+ * stays up and keeps serving what it has.
+ */
+function startLoop(controller: Controller, log: Logger, scheduler: Scheduler, intervalMs: number): Timer {
+  let failing: string | undefined;
+  const tick = () => {
+    try {
+      controller.tick();
+      if (failing) log.info({ was: failing }, "control loop recovered: the store is writable again");
+      failing = undefined;
+    } catch (e) {
+      const sf = storeFailure(e);
+      const cause = sf?.code ?? (e as Error).message;
+      if (cause !== failing) log.error(sf ? { code: sf.code } : { err: e }, `control loop tick failed: ${sf?.message ?? (e as Error).message}`);
+      failing = cause;
+    }
+  };
+  const timer = scheduler.every(intervalMs, tick);
+  controller.setWakeHandler(tick);
+  tick();
+  return timer;
+}
+
+/** The admin API's error shape for what the listener refuses by itself (framing, limits, caps). */
+function adminErrorBody(_status: number, message: string, code: string): string {
+  return JSON.stringify({ error: { code: ADMIN_CODES[code] ?? code, message } });
+}
+
+/**
+ * Logs shed connections at most once per listener and cap every 10 s, with how many: a flood
+ * must not turn into a flood of log lines.
+ */
+function shedLogger(log: Logger, scheduler: Scheduler): Listening["shed"] {
+  const last = new Map<string, { at: number; count: number }>();
+  return (listener, cap, address) => {
+    const key = `${listener}:${cap}`;
+    const now = scheduler.mono();
+    const l = last.get(key);
+    if (l !== undefined && now - l.at < 10_000) {
+      l.count++;
+      return;
+    }
+    const suppressed = l?.count ?? 0;
+    last.set(key, { at: now, count: 0 });
+    log.warn({ listener, cap, address, suppressed }, `${listener} listener at its ${cap === "total" ? "connection cap" : "per-address connection cap"}: shedding new connections`);
+  };
+}
+
+type LoadedTls = ServerTls & { cert: string; key: string };
+
+/** Reads and checks tls_cert/tls_key; every problem names the key and the file. */
+function loadTls(config: ServeConfig): LoadedTls | undefined {
+  if (config.tls_cert === undefined || config.tls_key === undefined) return undefined;
+  const certPath = resolve(config.tls_cert);
+  const keyPath = resolve(config.tls_key);
+  const read = (key: string, path: string) => {
+    try {
+      return readFileSync(path, "utf8");
+    } catch (e) {
+      const err = e as NodeJS.ErrnoException;
+      const why = err.code === "ENOENT" ? "no such file" : err.code === "EACCES" ? "permission denied" : err.code === "EISDIR" ? "is a directory" : err.message;
+      throw new ConfigError([`${key} ${path}: cannot read it (${why})`]);
+    }
+  };
+  const cert = read("tls_cert", certPath);
+  const key = read("tls_key", keyPath);
+  let x509: X509Certificate;
+  try {
+    x509 = new X509Certificate(cert);
+  } catch (e) {
+    throw new ConfigError([`tls_cert ${certPath}: not a PEM certificate (${(e as Error).message})`]);
+  }
+  let matches: boolean;
+  try {
+    matches = x509.checkPrivateKey(createPrivateKey(key));
+  } catch (e) {
+    throw new ConfigError([`tls_key ${keyPath}: not an unencrypted PEM private key (${(e as Error).message})`]);
+  }
+  if (!matches) throw new ConfigError([`tls_key ${keyPath} is not the private key of the certificate in tls_cert ${certPath}`]);
+  return { certPath, keyPath, cert, key, fingerprint256: x509.fingerprint256 };
+}
+
+/** How the router listens, as the summary reports it and `serve` warns about it. */
+export function routerExposure(host: string, port: number, apiKeyRequired: boolean): RouterExposure {
+  return { listen: hostPort(host, port), api_key_required: apiKeyRequired, open: !apiKeyRequired && !isLoopbackHost(host) };
+}
