@@ -428,7 +428,15 @@ export class Router implements EndpointSink, UsageSource {
       new Call(this, ex, model, pool, key, stream, extra, body, ex.body, ex.target, t0).next();
     };
     if (this.balancer.has(model, pool)) return go();
+    this.coldStart(ex, model, pool, go);
+  }
 
+  /**
+   * No replica serves the model: 404 if the catalog does not know it (in this pool); otherwise
+   * the control plane hears of the demand, and an on-demand model is waited for (then `go`),
+   * any other answered 503 at once.
+   */
+  private coldStart(ex: ClientExchange, model: string, pool: string | undefined, go: () => void): void {
     const entry = this.catalog.get(model);
     if (!entry || (pool !== undefined && entry.pool !== pool))
       return send(ex, openAIError(404, `The model '${model}' does not exist${pool ? ` in pool '${pool}'` : ""}`, { param: "model", code: "model_not_found" }));
