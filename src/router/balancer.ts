@@ -11,10 +11,12 @@
 // also keeps what the control plane reads back (last-used stamps, in-flight per model) and the
 // engine metrics.
 
+import { fnv1a, fnvStep, mix32 } from "../lib/hash";
+import { realScheduler } from "../lib/scheduler";
 import type { EndpointInfo, UsageSource } from "../protocol/routing";
 
 export interface BalancerOptions {
-  /** Injected clock, ms. Default Date.now. */
+  /** Wall clock, ms (last-used stamps, cooldowns). Default: the real scheduler's now(); the router passes its own scheduler's. */
   now?: () => number;
   /** Bounded-load factor c: no endpoint takes more than ceil(c × its share of the load). Default 1.25. */
   loadFactor?: number;
@@ -221,7 +223,7 @@ export class Balancer implements UsageSource {
   private bestHotLoad = 0;
 
   constructor(opts: BalancerOptions = {}) {
-    this.now = opts.now ?? Date.now;
+    this.now = opts.now ?? realScheduler.now;
     this.loadFactor = opts.loadFactor ?? DEFAULTS.loadFactor;
     this.stickyLoadFactor = opts.stickyLoadFactor ?? Math.max(DEFAULTS.stickyLoadFactor, this.loadFactor);
     const slots = opts.stickySlots ?? DEFAULTS.stickySlots;
@@ -587,18 +589,9 @@ function vnodeCount(weight: number, perWeight: number): number {
 /** Ring positions depend only on the id and the vnode's index, so a weight change or a new peer moves no one else's keys. */
 function vnodePositions(id: string, count: number): Uint32Array {
   const out = new Uint32Array(count);
-  let base = 0x811c9dc5;
-  for (let i = 0; i < id.length; i++) base = Math.imul(base ^ id.charCodeAt(i), 0x01000193);
-  for (let i = 0; i < count; i++) out[i] = mix32(Math.imul(base ^ mix32(i + 1), 0x01000193));
+  const base = fnv1a(id);
+  // murmur3's finaliser (mix32) spreads the positions, and keys (FNV output, or small integers
+  // from a caller) likewise, over the whole ring.
+  for (let i = 0; i < count; i++) out[i] = mix32(fnvStep(base, mix32(i + 1)));
   return out;
-}
-
-/** murmur3's finaliser: spreads keys (FNV output, or small integers from a caller) over the whole ring. */
-function mix32(x: number): number {
-  x ^= x >>> 16;
-  x = Math.imul(x, 0x85ebca6b);
-  x ^= x >>> 13;
-  x = Math.imul(x, 0xc2b2ae35);
-  x ^= x >>> 16;
-  return x >>> 0;
 }

@@ -1,6 +1,10 @@
 // The router's view of engine load: a small Prometheus text-format parser, the mapping from
 // vLLM / SGLang / llama.cpp metric names to one {running, waiting, kvUsage} figure, and a poller
 // that refreshes those figures off the request path so the balancer can pass over busy replicas.
+// Its rounds and per-request timeouts run on an injected Scheduler (src/lib/scheduler.ts).
+
+import { errorText } from "../lib/format";
+import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
 
 /** One sample line of a Prometheus text exposition. */
 export interface PromSample {
@@ -371,6 +375,8 @@ export interface EngineMetricsPollerOptions {
   timeoutMs?: number;
   fetch?: typeof fetch;
   log?: EngineMetricsLog;
+  /** Rounds and request timeouts run on it (default: the real clock). */
+  scheduler?: Scheduler;
 }
 
 const NO_LOG: EngineMetricsLog = { debug() {}, warn() {} };
@@ -388,7 +394,8 @@ export class EngineMetricsPoller {
   private readonly timeoutMs: number;
   private readonly fetchFn: typeof fetch;
   private readonly log: EngineMetricsLog;
-  private timer: ReturnType<typeof setInterval> | undefined;
+  private readonly scheduler: Scheduler;
+  private timer: Timer | undefined;
   private round: Promise<void> | undefined;
   /** Aborts the current round's requests when stop() is called. */
   private roundAbort: AbortController | undefined;
@@ -406,6 +413,7 @@ export class EngineMetricsPoller {
     this.timeoutMs = opts.timeoutMs ?? 500;
     this.fetchFn = opts.fetch ?? fetch;
     this.log = opts.log ?? NO_LOG;
+    this.scheduler = opts.scheduler ?? realScheduler;
     for (const [k, v] of [
       ["intervalMs", this.intervalMs],
       ["timeoutMs", this.timeoutMs],
@@ -417,15 +425,14 @@ export class EngineMetricsPoller {
   /** Polls now and then every interval until stop(). Calling it twice changes nothing. */
   start(): void {
     if (this.timer !== undefined) return;
-    this.timer = setInterval(() => this.tick(), this.intervalMs);
     // Metrics are no reason to keep a process alive that has nothing else to do.
-    this.timer.unref?.();
+    this.timer = this.scheduler.every(this.intervalMs, () => this.tick()).unref();
     this.tick();
   }
 
   /** Stops the timer and abandons the round in flight; nothing is applied after this returns. */
   stop(): void {
-    if (this.timer !== undefined) clearInterval(this.timer);
+    this.timer?.cancel();
     this.timer = undefined;
     this.generation++;
     this.roundAbort?.abort();
@@ -460,7 +467,7 @@ export class EngineMetricsPoller {
     try {
       list = this.endpoints();
     } catch (e) {
-      this.log.warn({ err: errorText(e) }, "engine metrics: cannot list endpoints");
+      this.log.warn({ err: failureText(e) }, "engine metrics: cannot list endpoints");
       return;
     }
     // Forget endpoints that left, so one that comes back later and fails is warned about again.
@@ -478,11 +485,15 @@ export class EngineMetricsPoller {
     const url = `${ep.url.replace(/\/+$/, "")}/metrics`;
     let load: EngineLoad | undefined;
     let failure: string | undefined;
+    // The timeout covers the body too, and is the scheduler's: aborted with a TimeoutError, as
+    // AbortSignal.timeout() would, so it reads "timed out".
+    const timeout = new AbortController();
+    const timer = this.scheduler.after(this.timeoutMs, () => timeout.abort(new DOMException("The operation timed out.", "TimeoutError"))).unref();
     try {
       const res = await this.fetchFn(url, {
         // Plain text, not OpenMetrics: prometheus_client (vLLM, SGLang) negotiates on Accept.
         headers: ep.info.key ? { accept: "text/plain", authorization: `Bearer ${ep.info.key}` } : { accept: "text/plain" },
-        signal: AbortSignal.any([stopSignal, AbortSignal.timeout(this.timeoutMs)]),
+        signal: AbortSignal.any([stopSignal, timeout.signal]),
       });
       if (!res.ok) {
         failure = `HTTP ${res.status}`;
@@ -493,7 +504,9 @@ export class EngineMetricsPoller {
         else load = l;
       }
     } catch (e) {
-      failure = errorText(e);
+      failure = failureText(e);
+    } finally {
+      timer.cancel();
     }
     if (gen !== this.generation) return;
     if (load !== undefined) {
@@ -518,12 +531,16 @@ export class EngineMetricsPoller {
     try {
       this.apply(id, load);
     } catch (e) {
-      this.log.warn({ endpoint: id, err: errorText(e) }, "engine metrics: applying a load figure failed");
+      this.log.warn({ endpoint: id, err: failureText(e) }, "engine metrics: applying a load figure failed");
     }
   }
 }
 
-function errorText(e: unknown): string {
-  if (e instanceof Error) return e.name === "TimeoutError" ? "timed out" : `${e.name}: ${e.message}`;
-  return String(e);
+/**
+ * lib's errorText, but an error keeps its class name in front ("TypeError: fetch failed"): the
+ * poller's log lines have always named it, and it is most of what tells a refused connection
+ * from a DNS failure or a bug in apply.
+ */
+function failureText(e: unknown): string {
+  return e instanceof Error && e.name !== "TimeoutError" ? `${e.name}: ${e.message}` : errorText(e);
 }

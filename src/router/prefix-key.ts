@@ -10,12 +10,13 @@
 // test/bench/affinity.ts). Conversations sharing a system prompt still differ by their
 // opening question, so one long system prompt does not pile a whole group onto one replica.
 
+import { FNV_OFFSET, fnvStep } from "../lib/hash";
+
 // Prompt text goes through Bun's native CRC-32 (chained by seed, so parts hash exactly like their
 // concatenation): an FNV-1a loop in JS is a serial multiply per character, about 1 µs for a 1 KB
-// chat, ten times the native call. Roles, separators and token ids are a few FNV-1a steps.
+// chat, ten times the native call. Roles, separators and token ids are a few FNV-1a steps
+// (src/lib/hash.ts).
 const crc32 = Bun.hash.crc32;
-const FNV_OFFSET = 0x811c9dc5;
-const FNV_PRIME = 0x01000193;
 // Mixed in between fields so ["ab","c"] and ["a","bc"] differ; never counted against maxChars,
 // because only prompt text decides where the cacheable prefix ends.
 const SEP_ROLE = 0x1e;
@@ -45,13 +46,13 @@ function mixText(s: string): void {
 function mixShort(s: string): void {
   const n = s.length < budget ? s.length : budget;
   let x = h;
-  for (let i = 0; i < n; i++) x = Math.imul(x ^ s.charCodeAt(i), FNV_PRIME);
+  for (let i = 0; i < n; i++) x = fnvStep(x, s.charCodeAt(i));
   h = x;
   budget -= n;
 }
 
 function mixCode(c: number): void {
-  h = Math.imul(h ^ c, FNV_PRIME);
+  h = fnvStep(h, c);
 }
 
 function mixContent(content: unknown): void {

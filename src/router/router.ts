@@ -1,12 +1,29 @@
-// The router: one OpenAI-compatible endpoint in front of every replica. It keeps the endpoint
-// table the control plane publishes (EndpointSink), answers which replicas anyone wants
-// (UsageSource), picks a replica per request through the balancer, and proxies the request with
-// streaming, retries before the first byte, timeouts and clean cancellation. Engines are reached
-// through the router's own keep-alive HTTP/1.1 client (upstream.ts), not fetch, and clients
-// through its own HTTP/1.1 server (http1.ts), not Bun.serve, with a hand-written dispatch: this
-// is the hot path, and Request/Response objects and framework routing cost throughput.
+// src/router: the data plane. One OpenAI-compatible endpoint in front of every replica: the
+// balancer (which replica serves an attempt: priority tiers, prefix affinity, bounded loads),
+// the prefix key, the engine metrics poller, the router's Prometheus registry, its OpenAI-shaped
+// errors, and the HTTP/1.1 wire module (the client-facing server and the keep-alive engine
+// client). It runs in the head node's process but shares nothing with the control plane but
+// the contracts of src/protocol: the control plane pushes endpoints, catalog and API keys in
+// (EndpointSink) and reads usage back (UsageSource), and hears of demand through DemandSink.
+//
+// Imports: src/protocol (those contracts) and src/lib (scheduler, hash, net, format) only,
+// besides its own files. Never src/control, never src/store, nor api, app, cli, agent or sim
+// (test/unit/architecture.test.ts holds it to that). Time comes only from the injected
+// Scheduler: no file here calls setTimeout, setInterval, Date.now() or performance.now().
+//
+// This file, the router: it keeps the endpoint table the control plane publishes, answers which
+// replicas anyone wants, picks a replica per request through the balancer, and proxies the
+// request with streaming, retries before the first byte, timeouts and clean cancellation.
+// Engines are reached through the router's own keep-alive HTTP/1.1 client (upstream.ts), not
+// fetch, and clients through its own HTTP/1.1 server (http1.ts), not Bun.serve, with a
+// hand-written dispatch: this is the hot path, and Request/Response objects and framework
+// routing cost throughput. For the same reason the hot path reads no clock for its deadlines:
+// they are set from `clock`, a coarse monotonic time that one sweep (a scheduler.every timer)
+// refreshes.
 
 import { createHash, timingSafeEqual } from "node:crypto";
+import { hostPort } from "../lib/net";
+import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
 import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, UsageSource } from "../protocol/routing";
 import { Balancer, type Lease } from "./balancer";
 import { EngineMetricsPoller } from "./engine-metrics";
@@ -14,12 +31,18 @@ import { type Reply, jsonReply, openAIError, openAIErrorBody, sseErrorFrame } fr
 import { type ClientExchange, type HeaderBlock, Http1Server, type Http1Options, type RequestHeaders } from "./http1";
 import { prefixKey } from "./prefix-key";
 import { Counter, type CounterSeries, Gauge, Histogram, type HistogramSeries, Registry } from "./prom";
-import { type Exchange, type ExchangeHandler, type ExtraHeaders, type UpstreamHead, UpstreamError, UpstreamPool } from "./upstream";
+import { type Exchange, type ExchangeHandler, type ExtraHeaders, type UpstreamHead, UpstreamError, type UpstreamOptions, UpstreamPool } from "./upstream";
 import { concat } from "./bytes";
 
 export interface RouterOptions {
   host: string;
   port: number;
+  /**
+   * Time: the sweep of deadlines, cold-start holds, latencies, the metrics poller, and the wall
+   * clock of last-used stamps and cooldowns. Default: the real one.
+   */
+  scheduler?: Scheduler;
+  /** Overrides the scheduler's wall clock for last-used stamps and cooldowns only (kept for callers that inject a clock of their own). */
   now?: () => number;
   maxBodyBytes?: number;
   /** Attempts per request, counting the first; retries happen only before any byte reached the client. */
@@ -123,16 +146,18 @@ export class Router implements EndpointSink, UsageSource {
   private readonly waiters = new Set<() => void>();
   /** @internal Deadlines of the attempts in flight, expired by one sweep. */
   readonly watches = new WatchList();
+  /** @internal The one source of time; Attempt reads latencies off it. */
+  readonly scheduler: Scheduler;
   /**
-   * @internal performance.now() as of the last sweep, plus one sweep interval: deadlines are
+   * @internal scheduler.mono() as of the last sweep, plus one sweep interval: deadlines are
    * set from it, so they never fire early and the hot path reads no clock for them.
    */
-  clock = performance.now();
+  clock: number;
   private tick = 250;
   /** @internal Keep-alive sockets to the engines. */
-  readonly upstream = new UpstreamPool();
-  private sweeper: ReturnType<typeof setInterval> | undefined;
-  private readonly o: Required<Omit<RouterOptions, "requireApiKey" | "adminToken" | "demand" | "log" | "tls" | "serverIdleTimeoutSec" | "loadFactor" | "listener">> & RouterOptions;
+  readonly upstream: UpstreamPool;
+  private sweeper: Timer | undefined;
+  private readonly o: Required<Omit<RouterOptions, "requireApiKey" | "adminToken" | "demand" | "log" | "tls" | "serverIdleTimeoutSec" | "loadFactor" | "listener" | "scheduler">> & RouterOptions;
 
   // metrics
   private readonly registry = new Registry();
@@ -148,8 +173,15 @@ export class Router implements EndpointSink, UsageSource {
   readonly maxAttempts: number;
 
   constructor(opts: RouterOptions) {
+    const scheduler = opts.scheduler ?? realScheduler;
+    this.scheduler = scheduler;
+    this.clock = scheduler.mono();
+    // The pool takes the same scheduler (the option is the wire module's; until it has it, the
+    // pool keeps its own clock).
+    const pool: UpstreamOptions & { scheduler: Scheduler } = { scheduler };
+    this.upstream = new UpstreamPool(pool);
     this.o = {
-      now: Date.now,
+      now: () => scheduler.now(),
       maxBodyBytes: 8 * 1024 * 1024,
       maxAttempts: 3,
       firstByteTimeoutMs: 300_000,
@@ -220,7 +252,9 @@ export class Router implements EndpointSink, UsageSource {
   // ---- serving ------------------------------------------------------------------------
 
   start(): { url: string; port: number } {
-    this.server = new Http1Server({
+    // The listener takes the router's scheduler too (the wire module's option, as for the pool).
+    const listen: Http1Options & { scheduler: Scheduler } = {
+      scheduler: this.scheduler,
       hostname: this.o.host,
       port: this.o.port,
       maxBodyBytes: this.o.maxBodyBytes,
@@ -230,29 +264,30 @@ export class Router implements EndpointSink, UsageSource {
       errorBody: (status, message, code) => openAIErrorBody(status, message, { code }),
       handler: (ex) => this.handle(ex),
       onHandlerError: (err) => this.o.log?.warn({ err: (err as Error).message }, "router request failed"),
-    });
+    };
+    this.server = new Http1Server(listen);
     const port = this.server.listen();
     // Deadline granularity: a quarter of the shortest timeout, within 10–250 ms.
     const every = Math.max(10, Math.min(250, Math.min(this.o.firstByteTimeoutMs, this.o.idleTimeoutMs) / 4));
     this.tick = every;
-    this.clock = performance.now() + every;
-    this.sweeper = setInterval(() => this.sweep(), every);
-    this.sweeper.unref?.();
+    this.clock = this.scheduler.mono() + every;
+    this.sweeper = this.scheduler.every(every, () => this.sweep()).unref();
     if (this.o.metricsIntervalMs > 0) {
       this.poller = new EngineMetricsPoller({
         endpoints: () => this.balancer.endpoints(),
         apply: (id, load) => this.balancer.setMetrics(id, load),
         intervalMs: this.o.metricsIntervalMs,
         log: this.o.log,
+        scheduler: this.scheduler,
       });
       this.poller.start();
     }
-    return { url: `http://${this.o.host.includes(":") ? `[${this.o.host}]` : this.o.host}:${port}`, port };
+    return { url: `http://${hostPort(this.o.host, port)}`, port };
   }
 
   async stop(): Promise<void> {
     this.poller?.stop();
-    if (this.sweeper) clearInterval(this.sweeper);
+    this.sweeper?.cancel();
     for (const w of [...this.waiters]) w();
     this.server?.stop();
     this.server = undefined;
@@ -348,7 +383,7 @@ export class Router implements EndpointSink, UsageSource {
   private waitForEndpoint(model: string, pool: string | undefined, holdMs: number, ex: ClientExchange, then: (ok: boolean) => void): void {
     if (this.balancer.has(model, pool)) return then(true);
     const done = (ok: boolean) => {
-      clearTimeout(timer);
+      timer.cancel();
       this.waiters.delete(check);
       ex.onAbort = undefined;
       try {
@@ -361,7 +396,7 @@ export class Router implements EndpointSink, UsageSource {
       if (this.balancer.has(model, pool)) done(true);
       else if (!this.server) done(false);
     };
-    const timer = setTimeout(() => done(false), holdMs);
+    const timer = this.scheduler.after(holdMs, () => done(false));
     this.waiters.add(check);
     ex.onAbort = () => done(false);
   }
@@ -371,7 +406,7 @@ export class Router implements EndpointSink, UsageSource {
    * the request to a Call.
    */
   private proxy(ex: ClientExchange, keyPool: string | undefined): void {
-    const t0 = performance.now();
+    const t0 = this.scheduler.mono();
     // A key bound to a pool decides the pool; otherwise the client may pick one by header.
     const pool = keyPool ?? ex.headers.get("x-llmgw-pool");
     let body: Record<string, unknown>;
@@ -393,7 +428,15 @@ export class Router implements EndpointSink, UsageSource {
       new Call(this, ex, model, pool, key, stream, extra, body, ex.body, ex.target, t0).next();
     };
     if (this.balancer.has(model, pool)) return go();
+    this.coldStart(ex, model, pool, go);
+  }
 
+  /**
+   * No replica serves the model: 404 if the catalog does not know it (in this pool); otherwise
+   * the control plane hears of the demand, and an on-demand model is waited for (then `go`),
+   * any other answered 503 at once.
+   */
+  private coldStart(ex: ClientExchange, model: string, pool: string | undefined, go: () => void): void {
     const entry = this.catalog.get(model);
     if (!entry || (pool !== undefined && entry.pool !== pool))
       return send(ex, openAIError(404, `The model '${model}' does not exist${pool ? ` in pool '${pool}'` : ""}`, { param: "model", code: "model_not_found" }));
@@ -464,7 +507,7 @@ export class Router implements EndpointSink, UsageSource {
 
   /** Expires the deadlines that have passed; one sweep for every request in flight. */
   private sweep(): void {
-    const now = performance.now();
+    const now = this.scheduler.mono();
     this.clock = now + this.tick;
     this.watches.expire(now, (e) => this.o.log?.warn({ err: (e as Error).message }, "deadline expiry failed"));
     try {
@@ -790,7 +833,7 @@ class Attempt implements ExchangeHandler, Watch {
     this.parts.push(chunk);
     if (!this.settled) {
       this.settled = true;
-      this.m.ttfb.observe((performance.now() - this.t0) / 1000);
+      this.m.ttfb.observe((this.r.scheduler.mono() - this.t0) / 1000);
     }
   }
 
@@ -834,7 +877,7 @@ class Attempt implements ExchangeHandler, Watch {
       return;
     }
     if (this.mode === "buffer") {
-      const now = performance.now();
+      const now = this.r.scheduler.mono();
       this.m.ttfb.observe((now - this.t0) / 1000);
       this.settled = true;
       const ex = this.ex;
@@ -846,7 +889,7 @@ class Attempt implements ExchangeHandler, Watch {
     if (!this.settled) {
       // Ended with an empty body.
       this.settled = true;
-      this.m.ttfb.observe((performance.now() - this.t0) / 1000);
+      this.m.ttfb.observe((this.r.scheduler.mono() - this.t0) / 1000);
     }
     const ex = this.ex;
     const data = concat(this.parts);
@@ -895,7 +938,7 @@ class Attempt implements ExchangeHandler, Watch {
     }
   }
 
-  private finish(status: number, now = performance.now()): void {
+  private finish(status: number, now = this.r.scheduler.mono()): void {
     if (this.released) return;
     this.released = true;
     this.r.watches.delete(this);

@@ -374,6 +374,8 @@ test("malformed engine responses split at random read boundaries: always 502 ups
           const next = (i: number) => {
             if (i >= pieces.length) return;
             s.write(Buffer.from(pieces[i]!, "latin1"));
+            // Real time, on purpose: a pause between writes is what makes the pieces arrive
+            // as separate reads on the router's socket; no scheduler can split a TCP read.
             setTimeout(() => next(i + 1), 2);
           };
           next(0);

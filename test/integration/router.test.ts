@@ -1,14 +1,17 @@
 // The router over real HTTP: real fake engines and small misbehaving upstreams on 127.0.0.1.
 // Forwarding, OpenAI-shaped errors, retries only before the first byte, mid-stream failures
 // that end in an error event, client aborts that reach the engine, timeouts, cold starts, and
-// last-used stamps that are absent (unknown) until a request is sent.
+// last-used stamps that are absent (unknown) until a request is sent. Timeouts and cold-start
+// holds run on a ManualScheduler the test advances; what is waited for in real time (until())
+// is a request or an answer crossing a real socket.
 
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
 import { Router, type RouterOptions } from "../../src/router/router";
 import type { CatalogEntry, EndpointInfo } from "../../src/protocol/routing";
 import { type FakeEngine, startFakeEngine } from "../../src/sim/fake-engine";
 import { join } from "node:path";
-import { until } from "../helpers/binary";
+import { ManualScheduler } from "../../src/lib/scheduler";
+import { until } from "../helpers/until";
 
 const FAKE_ENGINE = join(import.meta.dir, "../../src/sim/fake-engine.ts");
 const engines: FakeEngine[] = [];
@@ -64,6 +67,21 @@ function upstream(handler: (req: Request) => Response | Promise<Response>) {
   const s = Bun.serve({ hostname: "127.0.0.1", port: 0, idleTimeout: 0, fetch: handler });
   cleanups.push(() => s.stop(true));
   return `http://127.0.0.1:${s.port}`;
+}
+/** A handler that never answers until the test's cleanup; counts the requests it got. */
+function hanging(): { handler: () => Promise<Response>; arrived: () => number } {
+  let n = 0;
+  let release: (() => void) | undefined;
+  const gate = new Promise<void>((r) => (release = r));
+  cleanups.push(() => release!());
+  return {
+    handler: async () => {
+      n++;
+      await gate;
+      return new Response("late");
+    },
+    arrived: () => n,
+  };
 }
 function closedPort(): string {
   const s = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response() });
@@ -177,7 +195,8 @@ describe("retries and failures", () => {
   });
 
   test("an engine killed mid-stream ends the client's stream with an error event within 1 s, and the lease is released", async () => {
-    // A real engine process, killed with SIGKILL while it streams.
+    // A real engine process, killed with SIGKILL while it streams: the 1 s is real time, since
+    // what ends the stream is the socket's close, not a deadline of the router's.
     const proc = Bun.spawn([process.execPath, FAKE_ENGINE, "--port", "0", "--model", "m", "--ttft-ms", "1", "--token-delay-ms", "50", "--tokens", "500"], { stdout: "pipe", stderr: "pipe" });
     cleanups.push(() => proc.kill("SIGKILL"));
     const engineUrl = await engineUrlOf(proc);
@@ -216,35 +235,55 @@ describe("retries and failures", () => {
   });
 
   test("a stream quiet longer than the idle timeout ends with an error event; no first byte in time is retried", async () => {
+    let release: (() => void) | undefined;
+    const gate = new Promise<void>((r) => (release = r));
+    cleanups.push(() => release!());
     const stall = upstream(
       () =>
         new Response(
           new ReadableStream({
             async start(c) {
               c.enqueue(new TextEncoder().encode(sseChunk("hi")));
-              await Bun.sleep(5_000);
+              await gate;
             },
           }),
           { headers: { "content-type": "text/event-stream" } },
         ),
     );
-    const a = router({ idleTimeoutMs: 200 }, [ep("stall", stall)]);
-    const text = await (await post(a.url, chat("m", { stream: true }))).text();
+    const sa = new ManualScheduler();
+    const a = router({ idleTimeoutMs: 200, scheduler: sa }, [ep("stall", stall)]);
+    const res = await post(a.url, chat("m", { stream: true }));
+    const reader = res.body!.getReader();
+    const dec = new TextDecoder();
+    // The first chunk reached the client (a real socket); then the stream goes quiet.
+    let text = dec.decode((await reader.read()).value);
+    expect(text).toContain('"hi"');
+    // Past the idle timeout, and the sweep that acts on it (a quarter of it later at most).
+    sa.advance(200 + 2 * 50);
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += dec.decode(value);
+    }
     expect(text).toContain("no data from replica stall for 0.2s");
-    const mute = upstream(async () => {
-      await Bun.sleep(5_000);
-      return new Response("late");
-    });
-    const b = router({ firstByteTimeoutMs: 200 }, [ep("mute", mute), ep("ok", e2.url)]);
-    const res = await post(b.url, chat("m", { messages: [{ role: "user", content: "first-byte" }] }));
-    expect(res.status).toBe(200);
-    expect(res.headers.get("x-llmgw-replica")).toBe("ok");
+
+    const mute = hanging();
+    const sb = new ManualScheduler();
+    const b = router({ firstByteTimeoutMs: 200, scheduler: sb }, [ep("mute", upstream(mute.handler)), ep("ok", e2.url)]);
+    const pending = post(b.url, chat("m", { messages: [{ role: "user", content: "first-byte" }] }));
+    await until("the request to reach the mute replica", () => mute.arrived() === 1);
+    sb.advance(200 + 2 * 50);
+    const second = await pending;
+    expect(second.status).toBe(200);
+    expect(second.headers.get("x-llmgw-replica")).toBe("ok");
   });
 
   test("a long stream is not cut by the server's idle timeout", async () => {
     const slow = await startFakeEngine({ models: ["m"], ttftMs: 1, tokenDelayMs: 300, tokens: 5 });
     engines.push(slow);
-    // The listener's idle timeout, lowered to 1 s here, must not apply while a request is being answered.
+    // The listener's idle timeout, lowered to 1 s here, must not apply while a request is being
+    // answered. Real time, on purpose: the fake engine's token delays and the listener's own
+    // idle timer are real, and the test is that the two do not meet.
     const { url } = router({ serverIdleTimeoutSec: 1 }, [ep("slow", slow.url, { models: ["m"] })]);
     const text = await (await post(url, chat("m", { stream: true }))).text();
     expect(text.trim().endsWith("data: [DONE]")).toBe(true);
@@ -252,51 +291,68 @@ describe("retries and failures", () => {
 });
 
 describe("cold start and usage", () => {
-  test("an on-demand model with no replica signals demand and waits for one to appear, then proceeds", async () => {
-    let router_: Router | undefined;
+  /** A router for an on-demand model with no replica yet, on a manual scheduler; `asked` counts the demand signals. */
+  function coldRouter(opts: Partial<RouterOptions>, entry: Partial<CatalogEntry>) {
+    const scheduler = new ManualScheduler();
     const asked: string[] = [];
-    const { url, r } = router({ demand: { requestModel: (m) => {
-      asked.push(m);
-      setTimeout(() => router_!.setEndpoints([ep("late", e1.url)]), 100);
-    } } }, [], cat({ on_demand: true }));
-    router_ = r;
-    const res = await post(url, chat());
-    expect(res.status).toBe(200);
+    const { url, r } = router({ ...opts, scheduler, demand: { requestModel: (m) => void asked.push(m) } }, [], cat({ on_demand: true, ...entry }));
+    /** Sends a request and returns once it is held (the demand signal comes just before the hold), with its answer to come. */
+    const held = async (): Promise<{ res: Promise<Response> }> => {
+      const n = asked.length;
+      const res = post(url, chat());
+      await until("the request to be held", () => asked.length === n + 1);
+      return { res };
+    };
+    return { r, scheduler, asked, held };
+  }
+
+  test("an on-demand model with no replica signals demand and waits for one to appear, then proceeds", async () => {
+    const { r, scheduler, asked, held } = coldRouter({}, {});
+    const { res } = await held();
     expect(asked).toEqual(["m"]);
+    scheduler.advance(100);
+    r.setEndpoints([ep("late", e1.url)]);
+    expect((await res).status).toBe(200);
   });
 
   test("…and gives up with 503 after the cold-start deadline", async () => {
-    const { url } = router({ coldStartTimeoutMs: 100 }, [], cat({ on_demand: true }));
-    const res = await post(url, chat());
-    expect(res.status).toBe(503);
-    expect(res.headers.get("retry-after")).toBe("30");
+    const { scheduler, held } = coldRouter({ coldStartTimeoutMs: 100 }, {});
+    const { res } = await held();
+    scheduler.advance(100);
+    const r = await res;
+    expect(r.status).toBe(503);
+    expect(r.headers.get("retry-after")).toBe("30");
   });
 
   test("a model whose start timeout is longer than --cold-start-timeout is waited for that long; never less than --cold-start-timeout", async () => {
-    let slow: Router | undefined;
-    const late = (r: () => Router | undefined, ms: number) => ({ requestModel: () => void setTimeout(() => r()!.setEndpoints([ep("late", e1.url)]), ms) });
-    const a = router({ coldStartTimeoutMs: 100, demand: late(() => slow, 400) }, [], cat({ on_demand: true, start_timeout_ms: 3_000 }));
-    slow = a.r;
-    expect((await post(a.url, chat())).status).toBe(200);
+    const a = coldRouter({ coldStartTimeoutMs: 100 }, { start_timeout_ms: 3_000 });
+    const ra = await a.held();
+    a.scheduler.advance(2_999);
+    a.r.setEndpoints([ep("late", e1.url)]);
+    expect((await ra.res).status).toBe(200);
     // A start timeout shorter than the cold-start hold does not shorten it.
-    let quick: Router | undefined;
-    const b = router({ coldStartTimeoutMs: 3_000, demand: late(() => quick, 400) }, [], cat({ on_demand: true, start_timeout_ms: 50 }));
-    quick = b.r;
-    expect((await post(b.url, chat())).status).toBe(200);
+    const b = coldRouter({ coldStartTimeoutMs: 3_000 }, { start_timeout_ms: 50 });
+    const rb = await b.held();
+    b.scheduler.advance(2_999);
+    b.r.setEndpoints([ep("late", e1.url)]);
+    expect((await rb.res).status).toBe(200);
     // The 503 after the hold says how long it waited.
-    const c = router({ coldStartTimeoutMs: 100 }, [], cat({ on_demand: true, start_timeout_ms: 1_500 }));
-    const t0 = performance.now();
-    const res = await post(c.url, chat());
-    expect(res.status).toBe(503);
-    expect(performance.now() - t0).toBeGreaterThanOrEqual(1_400);
-    expect(((await res.json()) as { error: { message: string } }).error.message).toContain("after waiting 2s");
+    const c = coldRouter({ coldStartTimeoutMs: 100 }, { start_timeout_ms: 1_500 });
+    const { res } = await c.held();
+    c.scheduler.advance(1_499);
+    // Still held: the hold's timer is pending beside the router's sweep.
+    expect(c.scheduler.pending).toBe(2);
+    c.scheduler.advance(1);
+    const r = await res;
+    expect(r.status).toBe(503);
+    expect(((await r.json()) as { error: { message: string } }).error.message).toContain("after waiting 2s");
   });
 
   test("last-used is absent until a request is sent (unknown, not idle), stamped by the injected clock", async () => {
-    let now = 1_000_000;
-    const { url, r } = router({ now: () => now }, [ep("a", e1.url), ep("b", e2.url)]);
+    const s = new ManualScheduler(1_000_000);
+    const { url, r } = router({ scheduler: s }, [ep("a", e1.url), ep("b", e2.url)]);
     expect(r.lastUsed().size).toBe(0);
-    now = 2_000_000;
+    s.set(2_000_000);
     const res = await post(url, chat());
     const used = res.headers.get("x-llmgw-replica")!;
     expect([...r.lastUsed()]).toEqual([[used, 2_000_000]]);

@@ -1,6 +1,8 @@
 // Tests of the router's engine-metrics reader: the Prometheus parser on its edge cases, load
 // figures read off real vLLM / SGLang / llama.cpp expositions (numbers checked by eye against the
 // fixtures), the fake engine under load, and the poller against real servers on 127.0.0.1.
+// The poller's rounds and timeouts run on a ManualScheduler; what is still waited for in real
+// time (with until()) is a real server's answer on a real socket.
 
 import { afterAll, describe, expect, test } from "bun:test";
 import type { Server } from "bun";
@@ -16,8 +18,10 @@ import {
   UNKNOWN_LOAD,
 } from "../../src/router/engine-metrics";
 import { createLogger } from "../../src/log";
+import { ManualScheduler } from "../../src/lib/scheduler";
 import { type FakeEngine, startFakeEngine } from "../../src/sim/fake-engine";
 import { readFixture } from "../fixtures/read";
+import { until } from "../helpers/until";
 
 const VLLM = readFixture("metrics/vllm/datadog-vllm_metrics.prom");
 const SGLANG = readFixture("metrics/sglang/datadog-sglang_metrics.prom");
@@ -29,15 +33,6 @@ const LLAMA_AFTER = readFixture("metrics/llamacpp/llama-server-metrics-pr11512-a
 // A pino logger must fit where the poller wants a log (checked by tsc, not at run time).
 const _pinoFits = (l: Logger): EngineMetricsLog => l;
 void _pinoFits;
-
-/** Polls until `cond` holds: state changes are observed, never slept for. */
-async function waitFor(cond: () => boolean, what: string, timeoutMs = 4000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await Bun.sleep(2);
-  }
-}
 
 describe("parsePrometheus", () => {
   test("labels with escaped quotes, backslashes, newlines, commas, braces and hashes", () => {
@@ -307,7 +302,8 @@ describe("the fake engine's /metrics", () => {
         signal: abort.signal,
       }).catch(() => undefined),
     );
-    await waitFor(() => engine!.stats().running === 2 && engine!.stats().waiting === 3, "2 running and 3 waiting");
+    // Real requests to a real engine: their arrival is waited for.
+    await until("2 running and 3 waiting", () => engine!.stats().running === 2 && engine!.stats().waiting === 3);
 
     const load = readEngineLoad(await (await fetch(`${engine.url}/metrics`)).text(), "fake");
     expect(load).toEqual({ running: 2, waiting: 3, kvUsage: 1 });
@@ -322,7 +318,7 @@ describe("the fake engine's /metrics", () => {
 
     abort.abort();
     await Promise.all(pending);
-    await waitFor(() => engine!.stats().running === 0 && engine!.stats().waiting === 0, "the engine to drain");
+    await until("the engine to drain", () => engine!.stats().running === 0 && engine!.stats().waiting === 0);
     await poller.pollOnce();
     expect(applied[1]).toEqual(["r1", { running: 0, waiting: 0, kvUsage: 0 }]);
   });
@@ -336,13 +332,14 @@ describe("EngineMetricsPoller against real servers", () => {
     await Promise.all(servers.map((s) => s.stop(true)));
   });
 
-  function serve(fetchFn: (req: Request) => Response | Promise<Response>): { url: string; hits: number[] } {
+  /** A real server; `hits` holds when each request arrived, read off `at` (a test's scheduler). */
+  function serve(fetchFn: (req: Request) => Response | Promise<Response>, at: () => number = () => 0): { url: string; hits: number[] } {
     const hits: number[] = [];
     const server = Bun.serve({
       hostname: "127.0.0.1",
       port: 0,
       fetch: (req) => {
-        hits.push(performance.now());
+        hits.push(at());
         return fetchFn(req);
       },
     });
@@ -398,15 +395,44 @@ describe("EngineMetricsPoller against real servers", () => {
       { id: "unreachable", url: unreachable, info: { engine: "vllm" } },
     ];
     const applied = new Map<string, EngineLoad>();
+    let applies = 0;
     const { log, lines } = recordingLog();
-    const poller = new EngineMetricsPoller({ endpoints: () => endpoints, apply: (id, l) => applied.set(id, l), timeoutMs: 150, log });
+    const s = new ManualScheduler();
+    // Counts the slow body's heads, so a round's timeout is let fire only once its body is stalling.
+    let slowHeads = 0;
+    const fetchFn = (async (url: string, init?: RequestInit) => {
+      const res = await fetch(url, init);
+      if (url.startsWith(slowBody.url)) slowHeads++;
+      return res;
+    }) as typeof fetch;
+    const timeoutMs = 150;
+    const poller = new EngineMetricsPoller({
+      endpoints: () => endpoints,
+      apply: (id, l) => {
+        applied.set(id, l);
+        applies++;
+      },
+      timeoutMs,
+      log,
+      scheduler: s,
+      fetch: fetchFn,
+    });
+    /**
+     * One round: the four endpoints that answer at once do so over real sockets (waited for),
+     * then the scheduler moves to the timeout, which ends the hanging and the stalled one.
+     */
+    const round = async (n: number) => {
+      let done = false;
+      const p = poller.pollOnce().then(() => (done = true));
+      await until(`round ${n}'s prompt answers`, () => applies === 6 * (n - 1) + 4 && slowHeads === n);
+      await s.run(timeoutMs - 1);
+      expect(done).toBe(false);
+      s.advance(1);
+      // Concurrent: one timeout's worth ends the round, not one per slow endpoint.
+      await p;
+    };
 
-    const t0 = performance.now();
-    await poller.pollOnce();
-    const took = performance.now() - t0;
-    // Concurrent: one timeout's worth, not one per slow endpoint.
-    expect(took).toBeGreaterThanOrEqual(140);
-    expect(took).toBeLessThan(1000);
+    await round(1);
 
     expect(Object.fromEntries(applied)).toEqual({
       healthy: { running: 0, waiting: 0, kvUsage: 0.25 },
@@ -428,66 +454,85 @@ describe("EngineMetricsPoller against real servers", () => {
     expect(healthy.hits).toHaveLength(1);
 
     // Same outage: debug again, no second warning.
-    await poller.pollOnce();
+    await round(2);
     expect(warned()).toHaveLength(5);
     expect(lines.filter((l) => l.level === "debug")).toHaveLength(10);
 
     // Recovery is reported, and the next outage warns again.
     failing = false;
-    await poller.pollOnce();
+    await round(3);
     expect(applied.get("flaky")).toEqual({ running: 0, waiting: 0, kvUsage: 0.491063 });
     expect(lines.filter((l) => l.level === "info").map((l) => l.fields.endpoint)).toEqual(["flaky"]);
     failing = true;
-    await poller.pollOnce();
+    await round(4);
     expect(applied.get("flaky")).toEqual({ ...UNKNOWN_LOAD });
     expect(warned().filter(([id]) => id === "flaky")).toHaveLength(2);
     expect(warned()).toHaveLength(6);
   });
 
   test("rounds never overlap: a hanging endpoint gets one request per timeout, skipped ticks in between", async () => {
-    const hung = serve(hang);
+    const s = new ManualScheduler();
+    const hung = serve(hang, () => s.mono());
     const healthy = serve(() => new Response("vllm:num_requests_running 1\nvllm:num_requests_waiting 0\n"));
     const applied: [string, EngineLoad][] = [];
+    const count = (id: string) => applied.filter(([i]) => i === id).length;
     const timeoutMs = 120;
+    const intervalMs = 10;
     const poller = new EngineMetricsPoller({
       endpoints: () => [
         { id: "hung", url: hung.url, info: { engine: "vllm" } },
         { id: "ok", url: healthy.url, info: { engine: "vllm" } },
       ],
       apply: (id, l) => applied.push([id, l]),
-      intervalMs: 10,
+      intervalMs,
       timeoutMs,
+      scheduler: s,
     });
     poller.start();
     poller.start(); // a second start must not add a second timer
-    await waitFor(() => applied.filter(([id]) => id === "hung").length >= 3, "three rounds", 5000);
+    // The interval, and the first round's two request timeouts.
+    expect(s.pending).toBe(3);
+    for (let round = 1; round <= 3; round++) {
+      // The requests travel over real sockets: their arrival and the healthy answer are waited for.
+      await until(`round ${round}'s requests`, () => hung.hits.length === round && count("ok") === round);
+      // Every tick up to the timeout finds the round still running and skips.
+      s.advance(timeoutMs);
+      await until(`round ${round}'s timeout`, () => count("hung") === round);
+      if (round < 3) s.advance(intervalMs);
+    }
     poller.stop();
 
-    for (let i = 1; i < hung.hits.length; i++) {
-      expect(hung.hits[i]! - hung.hits[i - 1]!).toBeGreaterThanOrEqual(timeoutMs - 15);
-    }
-    // The healthy endpoint is asked once per round too, not once per tick (the round stop() cut
-    // short may have reached one server and not the other).
-    expect(Math.abs(healthy.hits.length - hung.hits.length)).toBeLessThanOrEqual(1);
-    expect(poller.skippedRounds).toBeGreaterThan(3);
+    // One request per round, each a timeout (plus the tick that started it) after the last.
+    expect(hung.hits).toEqual([0, 130, 260]);
+    expect(healthy.hits).toHaveLength(3);
+    expect(poller.skippedRounds).toBe(3 * (timeoutMs / intervalMs));
     for (const [id, l] of applied) expect(l).toEqual(id === "hung" ? { ...UNKNOWN_LOAD } : { running: 1, waiting: 0, kvUsage: -1 });
-
+    expect(s.pending).toBe(0);
   });
 
   test("pollOnce during a round joins it instead of starting another", async () => {
     const hung = serve(hang);
+    const s = new ManualScheduler();
     const poller = new EngineMetricsPoller({
       endpoints: () => [{ id: "hung", url: hung.url, info: { engine: "vllm" } }],
       apply: () => {},
       timeoutMs: 80,
+      scheduler: s,
     });
     const a = poller.pollOnce();
     const b = poller.pollOnce();
     expect(b).toBe(a);
+    // Waited for: the request's arrival at a real server.
+    await until("the first request", () => hung.hits.length === 1);
+    s.advance(80);
     await a;
     expect(hung.hits).toHaveLength(1);
     // Once it is over, the next call is a new round.
-    await poller.pollOnce();
+    const c = poller.pollOnce();
+    expect(c).not.toBe(a);
+    await until("the second request", () => hung.hits.length === 2);
+    s.advance(80);
+    await c;
     expect(hung.hits).toHaveLength(2);
   });
 
@@ -521,6 +566,7 @@ describe("EngineMetricsPoller against real servers", () => {
   test("stop() stops the timer and drops the round in flight", async () => {
     const healthy = serve(() => new Response("sglang:num_running_reqs 2\nsglang:num_queue_reqs 1\nsglang:token_usage 0.5\n"));
     let applies = 0;
+    const s = new ManualScheduler();
     const poller = new EngineMetricsPoller({
       endpoints: () => [{ id: "ok", url: healthy.url, info: { engine: "sglang" } }],
       apply: (_id, l) => {
@@ -528,32 +574,38 @@ describe("EngineMetricsPoller against real servers", () => {
         applies++;
       },
       intervalMs: 15,
+      scheduler: s,
     });
     poller.start();
-    await waitFor(() => applies >= 3, "three applied rounds");
+    for (let round = 1; round <= 3; round++) {
+      // Each round's answer comes over a real socket.
+      await until(`round ${round}`, () => applies === round);
+      if (round < 3) s.advance(15);
+    }
     poller.stop();
-    const appliedAtStop = applies;
-    await Bun.sleep(30); // lets a request sent just before stop() land
-    const hitsAfterStop = healthy.hits.length;
-    await Bun.sleep(100);
-    expect(healthy.hits.length).toBe(hitsAfterStop);
-    expect(applies).toBe(appliedAtStop);
+    // Nothing in flight, no timer left: however long time runs on, nothing is asked or applied.
+    expect(s.pending).toBe(0);
+    s.advance(60_000);
+    expect(healthy.hits).toHaveLength(3);
+    expect(applies).toBe(3);
 
-    // A round cut short by stop() resolves at once and applies nothing, even with a long timeout.
+    // A round cut short by stop() resolves at once and applies nothing: its timeout never fires
+    // here (the scheduler does not move), so only stop() can end it.
     const hung = serve(hang);
     const applied: string[] = [];
+    const s2 = new ManualScheduler();
     const p2 = new EngineMetricsPoller({
       endpoints: () => [{ id: "hung", url: hung.url, info: { engine: "vllm" } }],
       apply: (id) => applied.push(id),
       timeoutMs: 10_000,
+      scheduler: s2,
     });
     const round = p2.pollOnce();
-    await waitFor(() => hung.hits.length === 1, "the request to arrive");
-    const t0 = performance.now();
+    await until("the request to arrive", () => hung.hits.length === 1);
     p2.stop();
     await round;
-    expect(performance.now() - t0).toBeLessThan(1000);
     expect(applied).toEqual([]);
+    expect(s2.pending).toBe(0);
   });
 
   test("works with the process's pino logger", async () => {
