@@ -281,7 +281,7 @@ function routerFor(l: Listening, controller: Controller, adminToken: string): Ro
   return new Router({
     host: config.listen.host,
     port: config.listen.port,
-    now: () => scheduler.now(),
+    scheduler,
     maxBodyBytes: config.max_body_bytes,
     maxAttempts: config.max_attempts,
     firstByteTimeoutMs: config.first_byte_timeout,
