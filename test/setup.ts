@@ -64,9 +64,12 @@ export function setup(env: SetupEnv, opts: { install: boolean } = { install: tru
   const t0 = performance.now();
   for (const cmd of [
     [env.aptGet, "update", "-qq"],
-    [env.aptGet, "install", "-y", "-qq", "--no-install-recommends", ...pkgs],
+    // Waits for another apt (an unattended upgrade, say) to let go of the lock instead of failing.
+    [env.aptGet, "install", "-y", "-qq", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=300", ...pkgs],
   ]) {
-    const r = env.exec(cmd);
+    // Once more after a failure: a mirror's hiccup should not fail the test run.
+    let r = env.exec(cmd);
+    if (r.code !== 0) r = env.exec(cmd);
     if (r.code !== 0) {
       env.log(`${r.output.trimEnd()}\ntest setup: \`${cmd.join(" ")}\` failed with exit code ${r.code}; install by hand:\n  ${installCommand(pkgs)}`);
       return 1;

@@ -59,7 +59,7 @@ describe("test/setup.ts", () => {
     expect(setup(e)).toBe(0);
     expect(e.ran).toEqual([
       ["/usr/bin/apt-get", "update", "-qq"],
-      ["/usr/bin/apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium", "prometheus"],
+      ["/usr/bin/apt-get", "install", "-y", "-qq", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=300", "chromium", "prometheus"],
     ]);
     expect(e.lines[0]).toContain("installing chromium, prometheus with apt-get");
     expect(e.lines[0]).toContain("promtool (Debian package prometheus), for test/integration/router.test.ts");
@@ -93,9 +93,18 @@ describe("test/setup.ts", () => {
   });
 
   test("a failing apt-get, or one that leaves a command off PATH, fails with what it printed", () => {
-    const failing = env(pathWith([]), { exec: (cmd) => ({ code: cmd[1] === "install" ? 100 : 0, output: "E: Unable to locate package prometheus\n" }) });
+    const tries: string[] = [];
+    const failing = env(pathWith([]), {
+      exec: (cmd) => {
+        tries.push(cmd[1]!);
+        return { code: cmd[1] === "install" ? 100 : 0, output: "E: Unable to locate package prometheus\n" };
+      },
+    });
     expect(setup(failing)).toBe(1);
-    expect(failing.lines.at(-1)).toContain("E: Unable to locate package prometheus\ntest setup: `/usr/bin/apt-get install -y -qq --no-install-recommends chromium prometheus systemd openssl procps` failed with exit code 100");
+    expect(tries).toEqual(["update", "install", "install"]); // tried twice
+    expect(failing.lines.at(-1)).toContain(
+      "E: Unable to locate package prometheus\ntest setup: `/usr/bin/apt-get install -y -qq --no-install-recommends -o DPkg::Lock::Timeout=300 chromium prometheus systemd openssl procps` failed with exit code 100",
+    );
     const dir = pathWith(ALL.filter((c) => c !== "ps"));
     const useless = env(dir);
     expect(setup(useless)).toBe(1);
