@@ -16,6 +16,7 @@ import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Socket } from "bun";
+import { maxHeartbeat } from "./lib/fleet";
 import { cleanupOnExit, freePort, killAll, pct, ROOT, spawnChild, table } from "./lib/procs";
 
 const N = Number(process.argv[2] ?? 2000);
@@ -113,13 +114,6 @@ const chatReq = (host: string, extra = "") =>
     `POST /v1/chat/completions HTTP/1.1\r\nHost: ${host}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(chatBody)}${extra}\r\n\r\n${chatBody}`,
   );
 const healthReq = (host: string) => new TextEncoder().encode(`GET /healthz HTTP/1.1\r\nHost: ${host}\r\n\r\n`);
-
-/** A heartbeat as large as the schema allows in models, near 600 KB. */
-function bigHeartbeat(node: string): string {
-  const models = Array.from({ length: 4096 }, (_, i) => `flood-model-${i}-${"w".repeat(128 - 20)}`.slice(0, 128));
-  const gpus = Array.from({ length: 8 }, (_, i) => ({ index: i, uuid: `GPU-${node}-${i}`, name: "NVIDIA H100 80GB HBM3", class: "H100-80GB", memory_mib: 81559, healthy: true, parent: null }));
-  return JSON.stringify({ node, address: "127.0.0.1", agent_version: "bench", fabrics: ["flood"], gpus, models, replicas: [] });
-}
 
 interface Phase {
   name: string;
@@ -240,7 +234,7 @@ async function main(): Promise<void> {
   const hbCount = { ok: 0, limited: 0, other: 0, bytes: 0 };
   const flooders = Array.from({ length: FLOODERS }, async (_, i) => {
     const node = `flood-${i}`;
-    const body = bigHeartbeat(node);
+    const body = maxHeartbeat(node);
     hbCount.bytes = body.length;
     let token = joinToken;
     while (flooding) {

@@ -5,37 +5,12 @@
 
 import { place, type PlacementNode, type PlacementRequest } from "../../src/control/placement";
 import type { Profile } from "../../src/protocol/catalog";
+import { CLASSES, placementFleet } from "./lib/fleet";
 
 const NODES = 1000;
 const REQUESTS = 500;
-const CLASSES = ["H100-80GB", "A100-80GB", "L40S", "H200-141GB"];
 
-// A fixed-seed generator, so every run measures the same fleet.
-function lcg(seed: number) {
-  let s = seed >>> 0;
-  return () => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32);
-}
-
-function fleet(usedShare: number, seed: number): PlacementNode[] {
-  const rnd = lcg(seed);
-  const nodes: PlacementNode[] = [];
-  for (let i = 0; i < NODES; i++) {
-    const mig = i % 10 === 0;
-    const cls = CLASSES[i % CLASSES.length]!;
-    const classes = mig ? ["A100-80GB/3g.40gb", "A100-80GB/3g.40gb", ...Array<string>(6).fill("A100-80GB")] : Array<string>(8).fill(cls);
-    // Whole nodes used together, as replicas hold them: some nodes full, some half, some free.
-    const r = rnd();
-    const used = r < usedShare * 0.6 ? 8 : r < usedShare * 1.4 ? 4 : 0;
-    nodes.push({
-      name: `gpu-${String(i).padStart(4, "0")}`,
-      state: i % 50 === 0 ? "cordoned" : i % 97 === 0 ? "unreachable" : "ready",
-      fabrics: [`ib-${i % 8}`],
-      gpus: classes.map((c, g) => ({ index: g, uuid: `GPU-${i}-${g}`, class: c, healthy: !(i % 17 === 0 && g === 3), used: g < used })),
-      weights: new Set([`m${i % REQUESTS}`, `m${(i * 7) % REQUESTS}`]),
-    });
-  }
-  return nodes;
-}
+const fleet = (usedShare: number, seed: number): PlacementNode[] => placementFleet(NODES, REQUESTS, usedShare, seed);
 
 const prof = (name: string, gpu_class: string, gpus = 1, nodes = 1): Profile => ({ name, engine: "vllm", gpu_class, gpus, nodes, priority: 0, args: [], env: {} });
 

@@ -5,40 +5,13 @@
 
 import { reconcile, DEFAULT_RECONCILE } from "../../src/control/reconciler";
 import { Store } from "../../src/store";
-import { T0, model, snapshot, type NodeDef, type ReplicaDef } from "../helpers/fleet";
 import { heartbeat } from "../helpers/fleet";
+import { reconcileFleet, T0 } from "./lib/fleet";
 
 const NODES = 1000;
 const MODELS = 500;
 const REPLICAS = 2000;
-const classes = ["H100-80GB", "A100-80GB", "L40S", "H200-141GB"];
-
-const nodes: NodeDef[] = Array.from({ length: NODES }, (_, i) => ({
-  name: `gpu-${i}`,
-  fabrics: [`ib-${i % 4}`],
-  gpus: Array(8).fill(classes[i % classes.length]),
-  unhealthy: i % 17 === 0 ? [3] : [],
-  models: [`m${i % MODELS}`],
-  admin: i % 100 === 0 ? "draining" : "none",
-}));
-// 500 models wanting 5 replicas each (2,500) against 2,000 running: 500 to place, plus drains.
-const models = Array.from({ length: MODELS }, (_, i) =>
-  model({
-    name: `m${i}`,
-    replicas: { min: 5 },
-    placement: i % 3 === 0 ? "spread" : "binpack",
-    profiles: [
-      { name: "a", engine: "vllm", gpu_class: classes[i % classes.length]!, gpus: i % 7 === 0 ? 4 : 1 },
-      { name: "b", engine: "vllm", gpu_class: classes[(i + 1) % classes.length]!, gpus: 1 },
-    ],
-  }),
-);
-const replicas: ReplicaDef[] = [];
-for (let i = 0; i < REPLICAS; i++) {
-  const node = `gpu-${(i * 7) % NODES}`;
-  replicas.push({ id: `r-${i}`, model: `m${i % MODELS}`, state: i % 10 === 0 ? "starting" : "ready", shards: [{ node, gpus: [i % 2 === 0 ? 0 : 4] }] });
-}
-const snap = snapshot({ nodes, models, replicas, now: T0 });
+const { nodes, models, replicas, snap } = reconcileFleet(NODES, MODELS, REPLICAS);
 let n = 0;
 const newId = () => `n-${n++}`;
 

@@ -3,21 +3,14 @@
 // the floor any command pays, so the figure reads as a ratio. Run after `bun build.ts`:
 //   bun test/bench/status-wall.ts
 
-import { heartbeat } from "../helpers/fleet";
 import { scratchWithBinary, startServe } from "../helpers/binary";
+import { statusFleet } from "./lib/fleet";
 
 const RUNS = 30;
 const { dir, bin } = scratchWithBinary();
 const serve = await startServe(bin, dir);
 try {
-  for (let i = 0; i < 200; i++) {
-    const hb = heartbeat({
-      name: `gpu-${i}`,
-      fabrics: [i < 120 ? "ib-a" : "ib-b"],
-      gpus: i % 5 === 2 ? ["A100-80GB/3g.40gb", "A100-80GB/3g.40gb", ...Array(7).fill("A100-80GB")] : Array(8).fill(i % 2 ? "H100-80GB" : "L40S"),
-      unhealthy: i % 13 === 0 ? [2] : [],
-      models: i % 3 ? ["llama-8b"] : [],
-    });
+  for (const hb of statusFleet()) {
     const r = await fetch(`${serve.adminUrl}/agent/v1/heartbeat`, { method: "POST", headers: { authorization: `Bearer ${serve.joinToken}` }, body: JSON.stringify(hb) });
     if (!r.ok) throw new Error(`heartbeat ${r.status}`);
   }

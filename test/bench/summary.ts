@@ -4,40 +4,13 @@
 
 import { summarize } from "../../src/control/summary";
 import { buildTables } from "../../src/control/views";
-import { T0, model, snapshot, type NodeDef, type ReplicaDef } from "../helpers/fleet";
+import { T0, summaryFleet } from "./lib/fleet";
 
 const NODES = 1000;
 const MODELS = 500;
 const REPLICAS = 2000;
 
-const classes = ["H100-80GB", "A100-80GB", "L40S", "H200-141GB"];
-const nodes: NodeDef[] = [];
-for (let i = 0; i < NODES; i++) {
-  const mig = i % 10 === 0;
-  const cls = classes[i % classes.length]!;
-  const gpus = mig ? ["A100-80GB/3g.40gb", "A100-80GB/3g.40gb", ...Array(7).fill("A100-80GB")].slice(0, 8) : Array(8).fill(cls);
-  nodes.push({
-    name: `gpu-${i}`,
-    fabrics: [`ib-${i % 4}`],
-    gpus,
-    unhealthy: i % 17 === 0 ? [3] : [],
-    models: [`m${i % MODELS}`, `m${(i * 7) % MODELS}`],
-    admin: i % 50 === 0 ? "cordoned" : "none",
-    lastHeartbeat: i % 97 === 0 ? T0 - 60_000 : T0,
-  });
-}
-const models = Array.from({ length: MODELS }, (_, i) => model({ name: `m${i}`, replicas: { min: 4 } }));
-const replicas: ReplicaDef[] = [];
-const lastUsed = new Map<string, number>();
-for (let i = 0; i < REPLICAS; i++) {
-  // Two replicas per node on GPUs 0-3 and 4-7 of the first 1,000 nodes.
-  const node = `gpu-${i % NODES}`;
-  const half = i < NODES ? [0, 1, 2, 3] : [4, 5, 6, 7];
-  const id = `r-${i}`;
-  replicas.push({ id, model: `m${i % MODELS}`, state: i % 20 === 0 ? "starting" : "ready", shards: [{ node, gpus: half }] });
-  if (i % 3 !== 0) lastUsed.set(id, T0 - (i % 2000) * 1000);
-}
-const snap = snapshot({ nodes, models, replicas, modelState: models.slice(0, 20).map((m) => ({ model: m.name, parked: true, failures: 5, reason: "boom" })) });
+const { lastUsed, snap } = summaryFleet(NODES, MODELS, REPLICAS);
 
 function measure(label: string, fn: () => unknown, runs = 200): number {
   for (let i = 0; i < 20; i++) fn(); // warm-up: let the JIT settle

@@ -1,6 +1,6 @@
 // The dashboard at /ui end to end: the compiled binary in demo mode and a headless Chromium
-// (playwright-core, Debian's chromium). Login by form and by ?token= link, the cookie's
-// attributes, who is refused, logging out by POST, the numbers on the page against
+// (playwright-core, Debian's chromium, which test/setup.ts installs). Login by form and by
+// ?token= link, the cookie's attributes, who is refused, logging out by POST, the numbers on the page against
 // `llmgw status -o json` (read from data-testid attributes, not prose), the page updating
 // itself after a cordon and a catalog change, escaping of user input, the security headers,
 // and a clean console: no errors, no failed requests, nothing fetched from anywhere but
@@ -14,7 +14,8 @@ import type { Summary } from "../../src/protocol/views";
 import { run, scratchWithBinary, until } from "../helpers/binary";
 import { freePort } from "../helpers/ports";
 
-const CHROMIUM = "/usr/bin/chromium";
+/** Debian's chromium, found on PATH as test/setup.ts (run first by `npm test`) finds it. */
+const CHROMIUM = Bun.which("chromium") ?? "/usr/bin/chromium";
 const OUT = join(import.meta.dir, "out");
 
 let dir: string;
@@ -142,7 +143,7 @@ async function pageMatchesStatus(p: Page, timeoutMs = 20_000): Promise<Numbers> 
 }
 
 beforeAll(async () => {
-  if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: apt-get install -y --no-install-recommends chromium`);
+  if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: run \`bun test/setup.ts\` (npm test does), or apt-get install -y --no-install-recommends chromium`);
   ({ dir, bin } = scratchWithBinary());
   const base = freePort(900);
   demo = Bun.spawn([bin, "demo", "--admin-listen", `127.0.0.1:${freePort()}`, "--listen", `127.0.0.1:${freePort()}`, "--engine-base-port", String(base)], {

@@ -16,30 +16,13 @@
 //   4. An engine killed mid-stream: the client gets an SSE error event within 1 s, the router's
 //      lease is released, the endpoint is passed over, and the replica is replaced.
 
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
-import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
-import type { EventView, ModelView, NodeView, ReplicaView } from "../../src/protocol/views";
-import { run, scratchWithBinary, until } from "../helpers/binary";
-import { freePort } from "../helpers/ports";
-
-// ---- processes ------------------------------------------------------------------------------
-
-/** Process state letter from /proc (R, S, Z, …), or null when there is no such process. */
-function procState(pid: number): string | null {
-  try {
-    const s = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return s.slice(s.lastIndexOf(")") + 2).split(" ")[0] ?? null;
-  } catch {
-    return null;
-  }
-}
-/** Alive and not a zombie (a killed engine stays a zombie until its agent reaps it). */
-const running = (pid: number) => {
-  const s = procState(pid);
-  return s !== null && s !== "Z";
-};
+import type { EventView } from "../../src/protocol/views";
+import { run, until } from "../helpers/binary";
+import { running, withCluster } from "../helpers/cluster";
 
 /** Rejects with a message naming what hung, instead of letting the test time out silently. */
 function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
@@ -53,208 +36,6 @@ function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
 }
 
 const PROFILE = { name: "h100", engine: "vllm", gpu_class: "H100-80GB", gpus: 1 };
-
-/**
- * One scratch cluster: `serve` on fixed ports (so a restarted server is where agents and
- * clients left it) and simulated agents with two H100s each. Remembers every process it
- * started and every engine it saw, and kills them all in cleanup().
- */
-class Cluster {
-  readonly dir: string;
-  readonly bin: string;
-  readonly serveArgs: string[];
-  serve!: { proc: Bun.Subprocess; adminUrl: string; routerUrl: string; pid: number; adminToken: string; joinToken: string };
-  readonly agents = new Map<string, Bun.Subprocess>();
-  private readonly spawned: Bun.Subprocess[] = [];
-  private readonly servePids = new Set<number>();
-  private readonly enginePidsSeen = new Set<number>();
-  private serveStarts = 0;
-  private agentStarts = 0;
-
-  constructor(flags: string[]) {
-    ({ dir: this.dir, bin: this.bin } = scratchWithBinary());
-    this.serveArgs = [
-      "--heartbeat-interval", "300ms", "--restart-backoff", "100ms", "--reconcile-interval", "200ms",
-      "--engine-base-port", String(freePort(900)), "--log-level", "info",
-      "--admin-listen", `127.0.0.1:${freePort()}`, "--listen", `127.0.0.1:${freePort()}`,
-      ...flags,
-    ];
-  }
-
-  /** Like helpers/binary.ts startServe, with the logs in files (pipes nobody reads would fill up). */
-  async startServe(): Promise<void> {
-    const n = ++this.serveStarts;
-    const spawnedAt = Date.now() - 1000;
-    const proc = Bun.spawn([this.bin, "serve", ...this.serveArgs], {
-      cwd: this.dir,
-      env: { PATH: process.env.PATH ?? "" },
-      stdout: Bun.file(join(this.dir, `serve-${n}.log`)),
-      stderr: Bun.file(join(this.dir, `serve-${n}.stderr`)),
-    });
-    this.spawned.push(proc);
-    const data = join(this.dir, "llmgw-data");
-    const info = await until("server.json of this start", () => {
-      if (proc.exitCode !== null) throw new Error(`serve exited with ${proc.exitCode}; see ${this.dir}/serve-${n}.log`);
-      try {
-        const i = JSON.parse(readFileSync(join(data, "server.json"), "utf8")) as { admin_url: string; router_url: string; pid: number; started_at: string };
-        // Not the file an earlier start (perhaps killed a moment ago) left behind.
-        return Date.parse(i.started_at) >= spawnedAt && !this.servePids.has(i.pid) ? i : undefined;
-      } catch {
-        return undefined;
-      }
-    });
-    this.servePids.add(proc.pid);
-    this.servePids.add(info.pid);
-    this.serve = {
-      proc,
-      adminUrl: info.admin_url,
-      routerUrl: info.router_url,
-      pid: info.pid,
-      adminToken: readFileSync(join(data, "admin.token"), "utf8").trim(),
-      joinToken: readFileSync(join(data, "join.token"), "utf8").trim(),
-    };
-  }
-
-  startAgent(name: string, extra: string[] = []): Bun.Subprocess {
-    const n = ++this.agentStarts;
-    const p = Bun.spawn(
-      [this.bin, "agent", "--server", this.serve.adminUrl, "--token", this.serve.joinToken, "--name", name, "--address", "127.0.0.1", "--engine-host", "127.0.0.1",
-        "--fabric", "f1", "--simulate", "H100-80GB:2", "--state-dir", this.stateDir(name), "--stop-grace", "1s", "--health-interval", "100ms", "--log-level", "info", ...extra],
-      { cwd: this.dir, env: { PATH: process.env.PATH ?? "" }, stdout: Bun.file(join(this.dir, `agent-${name}-${n}.log`)), stderr: Bun.file(join(this.dir, `agent-${name}-${n}.stderr`)) },
-    );
-    this.agents.set(name, p);
-    this.spawned.push(p);
-    return p;
-  }
-
-  stateDir(name: string): string {
-    return join(this.dir, `agent-${name}`);
-  }
-
-  /** Every agent log of this node, all starts, as parsed pino lines. */
-  agentLog(name: string): { msg?: string; replica?: string; engine_pid?: number }[] {
-    const out: { msg?: string; replica?: string; engine_pid?: number }[] = [];
-    for (const f of readdirSync(this.dir).filter((x) => x.startsWith(`agent-${name}-`) && x.endsWith(".log")))
-      for (const line of readFileSync(join(this.dir, f), "utf8").split("\n")) {
-        try {
-          out.push(JSON.parse(line));
-        } catch {
-          // not a log line
-        }
-      }
-    return out;
-  }
-
-  // ---- admin API --------------------------------------------------------------------------
-
-  async api<T>(path: string, init: RequestInit = {}): Promise<T> {
-    const r = await fetch(`${this.serve.adminUrl}${path}`, { ...init, headers: { authorization: `Bearer ${this.serve.adminToken}`, "content-type": "application/json" } });
-    return (await r.json()) as T;
-  }
-  async putModel(name: string, body: object): Promise<number> {
-    const r = await fetch(`${this.serve.adminUrl}/api/v1/models/${name}`, { method: "PUT", body: JSON.stringify(body), headers: { authorization: `Bearer ${this.serve.adminToken}`, "content-type": "application/json" } });
-    await r.arrayBuffer();
-    return r.status;
-  }
-  replicas = () => this.api<ReplicaView[]>("/api/v1/replicas");
-  readyOf = async (model: string) => (await this.replicas()).filter((r) => r.model === model && r.state === "ready");
-  nodes = () => this.api<NodeView[]>("/api/v1/nodes");
-  model = async (name: string) => (await this.api<ModelView[]>("/api/v1/models")).find((m) => m.name === name);
-  events = async (kind?: string) => (await this.api<(EventView & { kind: string })[]>("/api/v1/events?limit=1000")).filter((e) => kind === undefined || e.kind === kind);
-
-  // ---- engines ----------------------------------------------------------------------------
-
-  /** Replica id → {pid, port} from one agent's state files. */
-  stateFiles(name: string): Map<string, { pid: number; port: number }> {
-    const d = join(this.stateDir(name), "replicas");
-    const out = new Map<string, { pid: number; port: number }>();
-    if (!existsSync(d)) return out;
-    for (const f of readdirSync(d).filter((x) => x.endsWith(".json"))) {
-      try {
-        const s = JSON.parse(readFileSync(join(d, f), "utf8")) as { pid: number; port: number; assignment: { id: string } };
-        out.set(s.assignment.id, { pid: s.pid, port: s.port });
-        this.enginePidsSeen.add(s.pid);
-      } catch {
-        // being rewritten; the next poll reads it
-      }
-    }
-    return out;
-  }
-
-  /** Fake engines of this cluster's binary that are alive (not zombies), from `ps`, with their port. */
-  engines(): { pid: number; port: number }[] {
-    const ps = Bun.spawnSync(["ps", "-eo", "pid=,stat=,args="], { stdout: "pipe" }).stdout.toString();
-    const out: { pid: number; port: number }[] = [];
-    for (const line of ps.split("\n")) {
-      const m = /^\s*(\d+)\s+(\S+)\s+(.*)$/.exec(line);
-      if (!m || m[2]!.startsWith("Z")) continue;
-      const args = m[3]!;
-      if (!args.startsWith(`${this.bin} fake-engine `)) continue;
-      const port = Number(/--port (\d+)/.exec(args)?.[1] ?? -1);
-      const pid = Number(m[1]);
-      this.enginePidsSeen.add(pid);
-      out.push({ pid, port });
-    }
-    return out;
-  }
-
-  /** `ps` lines of this cluster's binary running `cmd` (serve, agent). */
-  processesOf(cmd: string): number[] {
-    const ps = Bun.spawnSync(["ps", "-eo", "pid=,stat=,args="], { stdout: "pipe" }).stdout.toString();
-    return ps
-      .split("\n")
-      .map((l) => /^\s*(\d+)\s+(\S+)\s+(.*)$/.exec(l))
-      .filter((m): m is RegExpExecArray => m !== null && !m[2]!.startsWith("Z") && m[3]!.startsWith(`${this.bin} ${cmd} `))
-      .map((m) => Number(m[1]));
-  }
-
-  /**
-   * Replica id → engine pids alive for it, across `ps` and every agent's state files: an engine
-   * runs a replica's port, and ports are unique per address (all agents share 127.0.0.1 here).
-   * Also the engines that belong to no replica the server knows.
-   */
-  async enginesByReplica(): Promise<{ byId: Map<string, number[]>; strays: { pid: number; port: number }[]; list: ReplicaView[] }> {
-    const list = await this.replicas();
-    const idByPort = new Map(list.filter((r) => r.endpoint).map((r) => [Number(new URL(r.endpoint!).port), r.id]));
-    const byId = new Map<string, number[]>(list.map((r) => [r.id, []]));
-    const strays: { pid: number; port: number }[] = [];
-    for (const e of this.engines()) {
-      const id = idByPort.get(e.port);
-      if (id === undefined) strays.push(e);
-      else byId.get(id)!.push(e.pid);
-    }
-    return { byId, strays, list };
-  }
-
-  /** Kills everything this cluster started: agents, both serve processes, and every engine. */
-  async cleanup(): Promise<void> {
-    for (const p of this.agents.values()) {
-      p.kill("SIGCONT");
-      p.kill("SIGTERM");
-    }
-    for (const pid of this.servePids) if (running(pid)) process.kill(pid, "SIGTERM");
-    await Promise.race([Promise.all(this.spawned.map((p) => p.exited)), Bun.sleep(5_000)]);
-    for (const p of this.spawned) if (p.exitCode === null && p.signalCode === null) p.kill("SIGKILL");
-    for (const pid of this.servePids) if (running(pid)) process.kill(pid, "SIGKILL");
-    // Engines of agents killed with SIGKILL have nobody to stop them.
-    for (const name of this.agents.keys()) this.stateFiles(name);
-    this.engines();
-    for (const pid of [...this.enginePidsSeen, ...this.processesOf("fake-engine"), ...this.processesOf("agent"), ...this.processesOf("serve")]) {
-      if (!running(pid)) continue;
-      // Only our own: a pid seen earlier may have been reused by now.
-      const args = (() => {
-        try {
-          return readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
-        } catch {
-          return [];
-        }
-      })();
-      if (args[0] === this.bin) process.kill(pid, "SIGKILL");
-    }
-    // The binary copy is 100+ MB; the logs stay for a look after a failure.
-    rmSync(this.bin, { force: true });
-  }
-}
 
 // ---- streaming clients -------------------------------------------------------------------------
 
@@ -325,17 +106,10 @@ function metric(text: string, name: string, labels: Record<string, string>): num
 describe("serve killed with SIGKILL while requests stream and a reconcile is in flight", () => {
   // Long node timeouts: this case is about the server dying, not about nodes; a slow restart on
   // a loaded machine must not turn into replicas lost with their nodes.
-  let c: Cluster;
-  beforeAll(async () => {
-    c = new Cluster(["--node-timeout", "5s", "--replace-after", "5s"]);
-    await c.startServe();
-    c.startAgent("a");
-    c.startAgent("b");
-    await until("both agents registered", async () => (await c.nodes()).filter((n) => n.state === "ready").length === 2);
-  }, 30_000);
-  afterAll(() => c?.cleanup(), 30_000);
+  const cluster = withCluster(["--node-timeout", "5s", "--replace-after", "5s"]);
 
   test("streams end at once, the database opens clean, replicas come back with the same ids and engines, the changed model converges", async () => {
+    const c = cluster();
     const spec = (min: number) => ({ replicas: { min }, placement: "spread", profiles: [PROFILE] });
     expect(await c.putModel("chat", spec(2))).toBe(201);
     const before = await until("2 ready replicas", async () => {
@@ -447,17 +221,10 @@ describe("serve down for longer than node-timeout + replace-after", () => {
   // tell every agent to stop every engine.
   const NODE_TIMEOUT = 2_000;
   const REPLACE_AFTER = 1_000;
-  let c: Cluster;
-  beforeAll(async () => {
-    c = new Cluster(["--node-timeout", "2s", "--replace-after", "1s"]);
-    await c.startServe();
-    c.startAgent("a");
-    c.startAgent("b");
-    await until("both agents registered", async () => (await c.nodes()).filter((n) => n.state === "ready").length === 2);
-  }, 30_000);
-  afterAll(() => c?.cleanup(), 30_000);
+  const cluster = withCluster(["--node-timeout", "2s", "--replace-after", "1s"]);
 
   test("back, it keeps every replica: same ids, same engines, none lost", async () => {
+    const c = cluster();
     expect(await c.putModel("chat", { replicas: { min: 2 }, placement: "spread", profiles: [PROFILE] })).toBe(201);
     const before = await until("2 ready replicas", async () => {
       const r = await c.readyOf("chat");
@@ -489,18 +256,11 @@ describe("an agent killed with SIGKILL", () => {
   const NODE_TIMEOUT = 2_000;
   const REPLACE_AFTER = 1_000;
   const SLACK = 3_000; // a heartbeat interval, a tick, an engine's start, a loaded machine
-  let c: Cluster;
-  beforeAll(async () => {
-    c = new Cluster(["--node-timeout", "2s", "--replace-after", "1s"]);
-    await c.startServe();
-    c.startAgent("a");
-    c.startAgent("b");
-    await until("both agents registered", async () => (await c.nodes()).filter((n) => n.state === "ready").length === 2);
-  }, 30_000);
-  afterAll(() => c?.cleanup(), 30_000);
+  const cluster = withCluster(["--node-timeout", "2s", "--replace-after", "1s"]);
 
   /** For every replica the server has, exactly one engine alive; no engine the server does not know. */
   async function oneEngineEach() {
+    const c = cluster();
     const { byId, strays } = await c.enginesByReplica();
     for (const [id, pids] of byId) expect({ id, engines: pids.length }).toEqual({ id, engines: 1 });
     expect(strays).toEqual([]);
@@ -511,6 +271,7 @@ describe("an agent killed with SIGKILL", () => {
   }
 
   test("its node goes unreachable, its replicas are replaced in time; back, it stops the engines it left behind", async () => {
+    const c = cluster();
     expect(await c.putModel("chat", { replicas: { min: 2 }, placement: "spread", profiles: [PROFILE] })).toBe(201);
     const ready = await until("2 ready replicas, one per node", async () => {
       const r = await c.readyOf("chat");
@@ -560,6 +321,7 @@ describe("an agent killed with SIGKILL", () => {
   }, 40_000);
 
   test("with --keep-replicas the restarted agent adopts its orphaned engines, then stops them as no longer assigned", async () => {
+    const c = cluster();
     // Both replicas are on b now; kill b.
     const onB = (await c.readyOf("chat")).filter((r) => r.shards[0]!.node === "b");
     expect(onB.length).toBe(2);
@@ -603,19 +365,12 @@ describe("an agent killed with SIGKILL", () => {
 
 describe("engines that crash", () => {
   const BACKOFF = 100;
-  let c: Cluster;
-  beforeAll(async () => {
-    c = new Cluster(["--node-timeout", "5s", "--replace-after", "5s"]);
-    await c.startServe();
-    c.startAgent("a");
-    c.startAgent("b");
-    await until("both agents registered", async () => (await c.nodes()).filter((n) => n.state === "ready").length === 2);
-  }, 30_000);
-  afterAll(() => c?.cleanup(), 30_000);
+  const cluster = withCluster(["--node-timeout", "5s", "--replace-after", "5s"]);
 
   const at = (e: EventView) => Date.parse(e.at);
 
   test("an engine that crashes after becoming ready is replaced, after the restart backoff", async () => {
+    const c = cluster();
     expect(await c.putModel("chat", { replicas: { min: 1 }, profiles: [PROFILE] })).toBe(201);
     const [first] = await until("a ready replica", async () => {
       const r = await c.readyOf("chat");
@@ -638,6 +393,7 @@ describe("engines that crash", () => {
   }, 30_000);
 
   test("an engine that crashes at every start parks its model with its stderr, backing off more each time; a new revision unparks it", async () => {
+    const c = cluster();
     const MESSAGE = "RuntimeError: CUDA error: no kernel image is available for execution on the device";
     expect(await c.putModel("broken", { replicas: { min: 1 }, profiles: [{ ...PROFILE, env: { LLMGW_FAKE_FAIL: MESSAGE } }] })).toBe(201);
     const m = await until("broken parked", async () => {
@@ -668,17 +424,10 @@ describe("engines that crash", () => {
 // ---- 4 ----------------------------------------------------------------------------------------
 
 describe("an engine killed mid-stream", () => {
-  let c: Cluster;
-  beforeAll(async () => {
-    c = new Cluster(["--node-timeout", "5s", "--replace-after", "5s"]);
-    await c.startServe();
-    c.startAgent("a");
-    c.startAgent("b");
-    await until("both agents registered", async () => (await c.nodes()).filter((n) => n.state === "ready").length === 2);
-  }, 30_000);
-  afterAll(() => c?.cleanup(), 30_000);
+  const cluster = withCluster(["--node-timeout", "5s", "--replace-after", "5s"]);
 
   test("the client gets an error event within 1 s; the lease is released; the endpoint is passed over; the replica is replaced", async () => {
+    const c = cluster();
     expect(await c.putModel("chat", { replicas: { min: 2 }, placement: "spread", profiles: [PROFILE] })).toBe(201);
     const ready = await until("2 ready replicas", async () => {
       const r = await c.readyOf("chat");

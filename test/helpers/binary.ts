@@ -4,6 +4,7 @@
 import { copyFileSync, existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { until } from "./until";
 
 export const BINARY = join(import.meta.dir, "../../dist/llmgw");
 
@@ -21,16 +22,8 @@ export function run(bin: string, args: string[], opts: { cwd: string; env?: Reco
   return { code: p.exitCode, stdout: p.stdout.toString(), stderr: p.stderr.toString() };
 }
 
-/** Polls until `check` returns a value; for real child processes, which no clock can hurry. */
-export async function until<T>(what: string, check: () => T | undefined | Promise<T | undefined>, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await check();
-    if (v !== undefined && v !== false) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await Bun.sleep(20);
-  }
-}
+/** Polls for real child processes, which no clock can hurry: the one helper, re-exported for the end-to-end tests. */
+export { until } from "./until";
 
 export async function startServe(bin: string, dir: string, extra: string[] = []) {
   const proc = Bun.spawn([bin, "serve", "--admin-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--node-timeout", "15s", ...extra], {

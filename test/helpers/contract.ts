@@ -1,10 +1,12 @@
 // Runs the contract fakes (test/fakes) the way the agent runs real engines: a rendered Launch
 // spawned with the fake's bin directory first on PATH, so cmd[0] ("vllm", "python3",
-// "llama-server") resolves to the fake of one engine version; plus polling its /health.
+// "llama-server") resolves to the fake of one engine version; plus polling its /health (with
+// the one poll-until helper, test/helpers/until.ts).
 
 import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { until } from "./until";
 
 export const FAKES = join(import.meta.dir, "..", "fakes");
 
@@ -85,20 +87,23 @@ export async function probe(url: string, key?: string | null, timeoutMs = 5000):
  */
 export async function untilHealthy(r: Running, url: string, key?: string | null, timeoutMs = 15_000): Promise<Probe[]> {
   const seen: Probe[] = [];
-  const deadline = Date.now() + timeoutMs;
   let exited: number | null = null;
   void r.proc.exited.then((c) => (exited = c));
-  for (;;) {
-    if (exited !== null) throw new Error(`the fake exited with ${exited} before ${url} answered 200:\n${await r.output()}`);
-    const p = await probe(url, key);
-    seen.push(p);
-    if (p.status === 200) return seen;
-    if (Date.now() > deadline) {
-      r.proc.kill("SIGKILL");
-      throw new Error(`${url} did not answer 200 within ${timeoutMs} ms (last: ${p.status}):\n${await r.output()}`);
-    }
-    await Bun.sleep(50);
-  }
+  const outcome = await until(
+    `${url} to answer 200`,
+    async () => {
+      if (exited !== null) return "exited" as const;
+      const p = await probe(url, key);
+      seen.push(p);
+      return p.status === 200 && ("healthy" as const);
+    },
+    { timeoutMs, everyMs: 50 },
+  ).catch(async () => {
+    r.proc.kill("SIGKILL");
+    throw new Error(`${url} did not answer 200 within ${timeoutMs} ms (last: ${seen.at(-1)?.status}):\n${await r.output()}`);
+  });
+  if (outcome === "exited") throw new Error(`the fake exited with ${exited} before ${url} answered 200:\n${await r.output()}`);
+  return seen;
 }
 
 /** Waits for the process to exit and returns its code and output. */

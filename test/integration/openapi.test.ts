@@ -63,7 +63,7 @@ function validate(schema: Json, data: unknown): unknown {
  * request body against its requestBody schema, and the answer's status and body against the
  * responses it lists.
  */
-async function exchange(operationId: string, url: string, init: RequestInit & { json?: unknown } = {}, expectStatus?: number): Promise<{ status: number; body: any }> {
+async function exchange(operationId: string, url: string, init: RequestInit & { json?: unknown }, expectStatus: number): Promise<{ status: number; body: any }> {
   const { method, op } = operation(operationId);
   const { json, ...rest } = init;
   if (json !== undefined) {
@@ -80,21 +80,22 @@ async function exchange(operationId: string, url: string, init: RequestInit & { 
     headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), "content-type": "application/json", ...(rest.headers as Record<string, string>) },
     ...(json !== undefined ? { body: JSON.stringify(json) } : {}),
   });
-  if (expectStatus !== undefined) expect(res.status).toBe(expectStatus);
+  expect(res.status).toBe(expectStatus);
   const documented = op.responses[String(res.status)];
   if (!documented) throw new Error(`${operationId} answered ${res.status}, which the document does not list`);
   const text = await res.text();
+  // Every answer exchanged here is JSON with a documented schema, made from a zod schema.
   const media = deref(documented).content?.["application/json"];
-  const body = media ? JSON.parse(text) : text;
+  expect(media?.schema).toBeDefined();
+  const body = JSON.parse(text);
   if (agentOp && res.status === 200 && body.credential) s.credentials.set("gpu-01", body.credential);
-  if (media?.schema) {
-    const errors = validate(media.schema, body);
-    if (errors) throw new Error(`${operationId} ${res.status} does not match its documented schema: ${JSON.stringify(errors, null, 1)}\n${text.slice(0, 2000)}`);
-  }
+  const errors = validate(media.schema, body);
+  if (errors) throw new Error(`${operationId} ${res.status} does not match its documented schema: ${JSON.stringify(errors, null, 1)}\n${text.slice(0, 2000)}`);
   // And against the zod schema the document was made from; zod strips unknown keys, so equality means none.
   const ok = (ROUTES as Record<string, RouteDoc>)[operationId]!.ok.find((o) => o.status === res.status);
   const zodSchema = res.status >= 400 ? ApiErrorSchema : ok?.schema;
-  if (zodSchema && media) expect(zodSchema.parse(body)).toEqual(body);
+  expect(zodSchema).toBeDefined();
+  expect(zodSchema!.parse(body)).toEqual(body);
   return { status: res.status, body };
 }
 
@@ -141,19 +142,22 @@ describe("the document", () => {
   });
 
   test("the documented security is what the server enforces", async () => {
-    for (const { key, path, method, op } of operations()) {
-      const url = s.adminUrl + path.replace(/\{\w+\}/g, "x");
-      const bare = await fetch(url, { method: method.toUpperCase() });
-      const wrong = await fetch(url, { method: method.toUpperCase(), headers: { authorization: `Bearer ${op.security[0]?.adminToken ? s.joinToken : s.adminToken}` } });
-      if (op.security.length === 0) {
-        expect(bare.status, key).not.toBe(401);
-      } else {
-        expect(Object.keys(op.security[0]).length, key).toBe(1);
-        expect(Object.keys(doc.components.securitySchemes)).toContain(Object.keys(op.security[0])[0]!);
-        expect(bare.status, key).toBe(401);
-        expect(wrong.status, key).toBe(401);
-        expect(op.responses["401"], key).toBeDefined();
-      }
+    const url = (path: string) => s.adminUrl + path.replace(/\{\w+\}/g, "x");
+    // Only /healthz needs no token; it answers without one.
+    const open = operations().filter((o) => o.op.security.length === 0);
+    expect(open.map((o) => o.key)).toEqual(["GET /healthz"]);
+    for (const { key, path, method } of open) expect((await fetch(url(path), { method: method.toUpperCase() })).status, key).not.toBe(401);
+    // Every other operation names one scheme and refuses no token and the wrong one.
+    const secured = operations().filter((o) => o.op.security.length > 0);
+    expect(secured.length).toBe(operations().length - 1);
+    for (const { key, path, method, op } of secured) {
+      const bare = await fetch(url(path), { method: method.toUpperCase() });
+      const wrong = await fetch(url(path), { method: method.toUpperCase(), headers: { authorization: `Bearer ${op.security[0]?.adminToken ? s.joinToken : s.adminToken}` } });
+      expect(Object.keys(op.security[0]).length, key).toBe(1);
+      expect(Object.keys(doc.components.securitySchemes)).toContain(Object.keys(op.security[0])[0]!);
+      expect(bare.status, key).toBe(401);
+      expect(wrong.status, key).toBe(401);
+      expect(op.responses["401"], key).toBeDefined();
     }
   });
 
