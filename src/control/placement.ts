@@ -2,6 +2,7 @@
 // each model it could not fully place, one reason a person can act on. A pure function of the
 // fleet and the requests — no I/O, clock or randomness — so the same tick gives the same answer.
 
+import { plural } from "../lib/format";
 import type { Profile } from "../protocol/catalog";
 
 export interface PlacementGpu {
@@ -135,9 +136,9 @@ class Fleet {
   readonly entPos: Int32Array;
   readonly byName = new Map<string, number>();
   /** requested model → ids of nodes holding its weights */
-  readonly weights = new Map<string, number[]>();
+  readonly weights: Map<string, number[]>;
   /** engine → ids of nodes whose agent found no version of it; why, per node id */
-  readonly lacking = new Map<string, number[]>();
+  readonly lacking: Map<string, number[]>;
   readonly lackWhy: (ReadonlyMap<string, string> | undefined)[];
   /** bumped by every take, so a reason computed for one state is not reused for another */
   generation = 0;
@@ -152,223 +153,39 @@ class Fleet {
   private readonly linkList: Int32Array;
 
   constructor(input: readonly PlacementNode[], requests: readonly PlacementRequest[]) {
-    const order = input.map((_, i) => i);
-    let sorted = true;
-    for (let i = 1; i < input.length && sorted; i++) sorted = input[i - 1]!.name < input[i]!.name;
-    if (!sorted) order.sort((a, b) => byString(input[a]!.name, input[b]!.name));
-    const n = order.length;
-    const nodes = order.map((i) => input[i]!);
+    const nodes = inNameOrder(input);
+    const n = nodes.length;
     this.names = nodes.map((x) => x.name);
     this.states = nodes.map((x) => x.state);
     this.ready = new Uint8Array(n);
-    this.busy = new Int32Array(n);
-    this.lackWhy = nodes.map((x) => x.missingEngines);
     nodes.forEach((x, id) => {
-      if (!x.missingEngines) return;
-      for (const engine of x.missingEngines.keys()) {
-        if (engine === ALWAYS_AVAILABLE) continue;
-        let list = this.lacking.get(engine);
-        if (!list) this.lacking.set(engine, (list = []));
-        list.push(id);
-      }
+      this.byName.set(x.name, id);
+      this.ready[id] = x.state === "ready" ? 1 : 0;
     });
+    this.lackWhy = nodes.map((x) => x.missingEngines);
+    this.lacking = lackingEngines(nodes);
+    const fabrics = fabricIndex(nodes);
+    this.fabricNames = fabrics.names;
+    this.fabOff = fabrics.off;
+    this.fabList = fabrics.list;
+    this.weights = weightHolders(nodes, requests);
 
-    const fabricSet = new Set<string>();
-    for (const node of nodes) for (const f of node.fabrics) fabricSet.add(f);
-    this.fabricNames = [...fabricSet].sort(byString);
-    const fabricId = new Map(this.fabricNames.map((f, i) => [f, i]));
-    this.fabOff = new Int32Array(n + 1);
-    const fabList: number[] = [];
+    const flat = flattenGpus(nodes, this.classId);
+    this.busy = flat.busy;
+    this.gClass = flat.gClass;
+    const links = linkTable(flat.shares, flat.count);
+    this.linkOff = links.off;
+    this.linkList = links.list;
 
-    const requested = new Set<string>();
-    for (const r of requests) requested.add(r.model);
-
-    // First pass: every GPU flattened in node order (by index within a node), with its class.
-    let gpuCount = 0;
-    for (const node of nodes) gpuCount += node.gpus.length;
-    const gpuOff = new Int32Array(n + 1);
-    const gClass = new Int32Array(gpuCount);
-    const gIndex = new Int32Array(gpuCount);
-    const gFree = new Uint8Array(gpuCount);
-    const gUsed = new Uint8Array(gpuCount);
-    /** (GPU, the GPU whose memory it shares) pairs, as flattened positions */
-    const shares: number[] = [];
-    let sharesFrom = 0;
-    let p = 0;
-    for (let id = 0; id < n; id++) {
-      const node = nodes[id]!;
-      this.byName.set(node.name, id);
-      this.ready[id] = node.state === "ready" ? 1 : 0;
-      if (node.fabrics.length === 1) fabList.push(fabricId.get(node.fabrics[0]!)!);
-      else if (node.fabrics.length > 1) fabList.push(...[...new Set(node.fabrics.map((f) => fabricId.get(f)!))].sort((a, b) => a - b));
-      this.fabOff[id + 1] = fabList.length;
-
-      // Whichever side is smaller: a node may hold hundreds of models while a tick asks about a few.
-      if (node.weights.size <= requested.size) {
-        for (const m of node.weights) if (requested.has(m)) this.addWeight(m, id);
-      } else {
-        for (const m of requested) if (node.weights.has(m)) this.addWeight(m, id);
-      }
-
-      let gpus = node.gpus;
-      for (let j = 1; j < gpus.length; j++) {
-        if (gpus[j - 1]!.index > gpus[j]!.index) {
-          gpus = [...gpus].sort((a, b) => a.index - b.index);
-          break;
-        }
-      }
-      let busy = 0;
-      let uuidAt: Map<string, number> | undefined;
-      for (const g of gpus) {
-        if (g.parent == null) continue;
-        if (!uuidAt) {
-          uuidAt = new Map();
-          gpus.forEach((x, j) => uuidAt!.set(x.uuid, p + j));
-        }
-        const lead = uuidAt.get(g.parent);
-        if (lead !== undefined && lead !== p + gpus.indexOf(g)) shares.push(p + gpus.indexOf(g), lead);
-      }
-      for (const g of gpus) {
-        let c = this.classId.get(g.class);
-        if (c === undefined) {
-          c = this.classId.size;
-          this.classId.set(g.class, c);
-        }
-        const ok = g.healthy && !g.used;
-        if (!ok) busy++;
-        gClass[p] = c;
-        gIndex[p] = g.index;
-        gFree[p] = ok ? 1 : 0;
-        gUsed[p] = g.used ? 1 : 0;
-        p++;
-      }
-      // A held GPU holds the memory it shares: the GPU instance standing for it, or every compute
-      // instance inside it. Blocked ones count as busy, so the node is not whole either.
-      for (let x = sharesFrom; x < shares.length; x += 2) {
-        const a = shares[x]!;
-        const b = shares[x + 1]!;
-        if (gUsed[a] && gFree[b]) {
-          gFree[b] = 0;
-          busy++;
-        }
-        if (gUsed[b] && gFree[a]) {
-          gFree[a] = 0;
-          busy++;
-        }
-      }
-      sharesFrom = shares.length;
-      this.busy[id] = busy;
-      gpuOff[id + 1] = p;
-    }
-    this.fabList = Int32Array.from(fabList);
-    this.gClass = gClass;
-    this.gAt = new Int32Array(gpuCount);
-    this.gEnt = new Int32Array(gpuCount);
-    const degree = new Int32Array(gpuCount + 1);
-    for (let x = 0; x < shares.length; x++) degree[shares[x]! + 1]!++;
-    for (let q = 0; q < gpuCount; q++) degree[q + 1]! += degree[q]!;
-    this.linkOff = degree.slice();
-    this.linkList = new Int32Array(shares.length);
-    const fill = degree.slice(0, gpuCount);
-    for (let x = 0; x < shares.length; x += 2) {
-      const a = shares[x]!;
-      const b = shares[x + 1]!;
-      this.linkList[fill[a]!++] = b;
-      this.linkList[fill[b]!++] = a;
-    }
-
-    // Second pass: sizes, so each class gets its arrays in one allocation.
-    const nc = this.classId.size;
-    const lastNode = new Int32Array(nc).fill(-1);
-    const entries = new Int32Array(nc);
-    const perClass = new Int32Array(nc);
-    let allEntries = 0;
-    for (let id = 0; id < n; id++) {
-      for (let q = gpuOff[id]!; q < gpuOff[id + 1]!; q++) {
-        const c = gClass[q]!;
-        perClass[c]!++;
-        if (lastNode[c] !== id) {
-          lastNode[c] = id;
-          entries[c]!++;
-          allEntries++;
-        }
-      }
-    }
-    for (const [name, c] of this.classId) {
-      const e = entries[c]!;
-      this.classes[c] = {
-        id: c,
-        name,
-        node: new Int32Array(e),
-        total: new Int32Array(e),
-        free: new Int32Array(e),
-        start: new Int32Array(e + 1),
-        gpus: new Int32Array(perClass[c]!),
-        gpos: new Int32Array(perClass[c]!),
-        avail: new Uint8Array(perClass[c]!),
-        buckets: 0,
-        words: (e + 31) >>> 5,
-        bits: new Uint32Array(0),
-        size: new Int32Array(0),
-      };
-    }
-
-    // Third pass: fill. A node's GPUs of one class land next to each other in the class's
-    // arrays because nodes are filled one after another.
-    this.entOff = new Int32Array(n + 1);
-    this.entClass = new Int32Array(allEntries);
-    this.entPos = new Int32Array(allEntries);
-    lastNode.fill(-1);
-    const curEntry = new Int32Array(nc);
-    const nextEntry = new Int32Array(nc);
-    const cursor = new Int32Array(nc);
-    let x = 0;
-    for (let id = 0; id < n; id++) {
-      for (let q = gpuOff[id]!; q < gpuOff[id + 1]!; q++) {
-        const c = gClass[q]!;
-        const ci = this.classes[c]!;
-        if (lastNode[c] !== id) {
-          lastNode[c] = id;
-          const e = nextEntry[c]!++;
-          curEntry[c] = e;
-          ci.node[e] = id;
-          ci.start[e] = cursor[c]!;
-          this.entClass[x] = c;
-          this.entPos[x] = e;
-          x++;
-        }
-        const e = curEntry[c]!;
-        const at = cursor[c]!++;
-        this.gAt[q] = at;
-        this.gEnt[q] = e;
-        ci.gpos[at] = q;
-        ci.gpus[at] = gIndex[q]!;
-        ci.avail[at] = gFree[q]!;
-        ci.total[e]!++;
-        ci.free[e]! += gFree[q]!;
-      }
-      this.entOff[id + 1] = x;
-    }
-    for (let c = 0; c < nc; c++) {
-      const ci = this.classes[c]!;
-      const e = ci.node.length;
-      ci.start[e] = cursor[c]!;
-      let most = 0;
-      for (let i = 0; i < e; i++) if (ci.total[i]! > most) most = ci.total[i]!;
-      ci.buckets = most + 1;
-      ci.bits = new Uint32Array(2 * ci.buckets * ci.words);
-      ci.size = new Int32Array(2 * ci.buckets);
-      for (let i = 0; i < e; i++) {
-        const id = ci.node[i]!;
-        if (this.ready[id]) setBit(ci, this.busy[id] === 0 ? 1 : 0, ci.free[i]!, i);
-      }
-    }
-  }
-
-  private addWeight(model: string, id: number): void {
-    let list = this.weights.get(model);
-    if (!list) this.weights.set(model, (list = []));
-    list.push(id);
+    const sizes = classSizes(flat, this.classId.size, n);
+    for (const [name, c] of this.classId) this.classes[c] = emptyClass(c, name, sizes.entries[c]!, sizes.perClass[c]!);
+    const filled = fillClasses(this.classes, flat, n, sizes.allEntries);
+    this.entOff = filled.entOff;
+    this.entClass = filled.entClass;
+    this.entPos = filled.entPos;
+    this.gAt = filled.gAt;
+    this.gEnt = filled.gEnt;
+    for (const ci of this.classes) fillBuckets(ci, this.ready, this.busy);
   }
 
   /** The entry of class c on node id, or -1. */
@@ -469,6 +286,266 @@ class Fleet {
   }
 }
 
+// ---- building the fleet ------------------------------------------------------------------------
+// The constructor's passes, each a function of what the ones before built.
+
+/** The nodes by name; the input itself when it is sorted already (the usual case). */
+function inNameOrder(input: readonly PlacementNode[]): readonly PlacementNode[] {
+  let sorted = true;
+  for (let i = 1; i < input.length && sorted; i++) sorted = input[i - 1]!.name < input[i]!.name;
+  if (sorted) return input;
+  const order = input.map((_, i) => i).sort((a, b) => byString(input[a]!.name, input[b]!.name));
+  return order.map((i) => input[i]!);
+}
+
+/** Engine → ids of nodes whose agent found no version of it (the built-in one never lacks). */
+function lackingEngines(nodes: readonly PlacementNode[]): Map<string, number[]> {
+  const lacking = new Map<string, number[]>();
+  nodes.forEach((x, id) => {
+    if (!x.missingEngines) return;
+    for (const engine of x.missingEngines.keys()) {
+      if (engine === ALWAYS_AVAILABLE) continue;
+      let list = lacking.get(engine);
+      if (!list) lacking.set(engine, (list = []));
+      list.push(id);
+    }
+  });
+  return lacking;
+}
+
+/** Fabric names in order, and each node's fabric ids (deduplicated, ascending) as off/list. */
+function fabricIndex(nodes: readonly PlacementNode[]): { names: string[]; off: Int32Array; list: Int32Array } {
+  const fabricSet = new Set<string>();
+  for (const node of nodes) for (const f of node.fabrics) fabricSet.add(f);
+  const names = [...fabricSet].sort(byString);
+  const fabricId = new Map(names.map((f, i) => [f, i]));
+  const off = new Int32Array(nodes.length + 1);
+  const list: number[] = [];
+  nodes.forEach((node, id) => {
+    if (node.fabrics.length === 1) list.push(fabricId.get(node.fabrics[0]!)!);
+    else if (node.fabrics.length > 1) list.push(...[...new Set(node.fabrics.map((f) => fabricId.get(f)!))].sort((a, b) => a - b));
+    off[id + 1] = list.length;
+  });
+  return { names, off, list: Int32Array.from(list) };
+}
+
+/** Requested model → ids of nodes holding its weights. */
+function weightHolders(nodes: readonly PlacementNode[], requests: readonly PlacementRequest[]): Map<string, number[]> {
+  const requested = new Set<string>();
+  for (const r of requests) requested.add(r.model);
+  const weights = new Map<string, number[]>();
+  const add = (model: string, id: number) => {
+    let list = weights.get(model);
+    if (!list) weights.set(model, (list = []));
+    list.push(id);
+  };
+  nodes.forEach((node, id) => {
+    // Whichever side is smaller: a node may hold hundreds of models while a tick asks about a few.
+    if (node.weights.size <= requested.size) {
+      for (const m of node.weights) if (requested.has(m)) add(m, id);
+    } else {
+      for (const m of requested) if (node.weights.has(m)) add(m, id);
+    }
+  });
+  return weights;
+}
+
+/** Every GPU flattened in node order (by index within a node): Fleet's numbering. */
+interface FlatGpus {
+  count: number;
+  /** node id's GPUs are off[id] … off[id + 1] - 1 */
+  off: Int32Array;
+  gClass: Int32Array;
+  gIndex: Int32Array;
+  /** 1 while healthy, unused and not blocked by a held GPU it shares memory with */
+  gFree: Uint8Array;
+  busy: Int32Array;
+  /** (GPU, the GPU whose memory it shares) pairs */
+  shares: number[];
+}
+
+/** A node's GPUs by index; the list itself when it is sorted already. */
+function byIndex(gpus: readonly PlacementGpu[]): readonly PlacementGpu[] {
+  for (let j = 1; j < gpus.length; j++) if (gpus[j - 1]!.index > gpus[j]!.index) return [...gpus].sort((a, b) => a.index - b.index);
+  return gpus;
+}
+
+/** Flattens the GPUs, numbering classes in order of first appearance into classId. */
+function flattenGpus(nodes: readonly PlacementNode[], classId: Map<string, number>): FlatGpus {
+  const n = nodes.length;
+  let count = 0;
+  for (const node of nodes) count += node.gpus.length;
+  const flat: FlatGpus = { count, off: new Int32Array(n + 1), gClass: new Int32Array(count), gIndex: new Int32Array(count), gFree: new Uint8Array(count), busy: new Int32Array(n), shares: [] };
+  const gUsed = new Uint8Array(count);
+  const { shares, gFree } = flat;
+  let p = 0;
+  for (let id = 0; id < n; id++) {
+    const gpus = byIndex(nodes[id]!.gpus);
+    const sharesFrom = shares.length;
+    sharedMemory(gpus, p, shares);
+    let busy = 0;
+    for (const g of gpus) {
+      let c = classId.get(g.class);
+      if (c === undefined) {
+        c = classId.size;
+        classId.set(g.class, c);
+      }
+      const ok = g.healthy && !g.used;
+      if (!ok) busy++;
+      flat.gClass[p] = c;
+      flat.gIndex[p] = g.index;
+      gFree[p] = ok ? 1 : 0;
+      gUsed[p] = g.used ? 1 : 0;
+      p++;
+    }
+    // A held GPU holds the memory it shares: the GPU instance standing for it, or every compute
+    // instance inside it. Blocked ones count as busy, so the node is not whole either.
+    for (let x = sharesFrom; x < shares.length; x += 2) {
+      const a = shares[x]!;
+      const b = shares[x + 1]!;
+      if (gUsed[a] && gFree[b]) {
+        gFree[b] = 0;
+        busy++;
+      }
+      if (gUsed[b] && gFree[a]) {
+        gFree[a] = 0;
+        busy++;
+      }
+    }
+    flat.busy[id] = busy;
+    flat.off[id + 1] = p;
+  }
+  return flat;
+}
+
+/** Appends (GPU, parent) pairs, as flattened positions from `base`, for GPUs naming another of the node as parent. */
+function sharedMemory(gpus: readonly PlacementGpu[], base: number, shares: number[]): void {
+  let uuidAt: Map<string, number> | undefined;
+  for (let j = 0; j < gpus.length; j++) {
+    const g = gpus[j]!;
+    if (g.parent == null) continue;
+    if (!uuidAt) {
+      uuidAt = new Map();
+      gpus.forEach((x, i) => uuidAt!.set(x.uuid, base + i));
+    }
+    const lead = uuidAt.get(g.parent);
+    if (lead !== undefined && lead !== base + j) shares.push(base + j, lead);
+  }
+}
+
+/** The share pairs as adjacency lists both ways: GPU p's are list[off[p]] … list[off[p + 1] - 1]. */
+function linkTable(shares: readonly number[], count: number): { off: Int32Array; list: Int32Array } {
+  const degree = new Int32Array(count + 1);
+  for (let x = 0; x < shares.length; x++) degree[shares[x]! + 1]!++;
+  for (let q = 0; q < count; q++) degree[q + 1]! += degree[q]!;
+  const off = degree.slice();
+  const list = new Int32Array(shares.length);
+  const fill = degree.slice(0, count);
+  for (let x = 0; x < shares.length; x += 2) {
+    const a = shares[x]!;
+    const b = shares[x + 1]!;
+    list[fill[a]!++] = b;
+    list[fill[b]!++] = a;
+  }
+  return { off, list };
+}
+
+/** Per class: entries (nodes having it) and GPUs; and entries over all classes. */
+function classSizes(flat: FlatGpus, nc: number, n: number): { entries: Int32Array; perClass: Int32Array; allEntries: number } {
+  const lastNode = new Int32Array(nc).fill(-1);
+  const entries = new Int32Array(nc);
+  const perClass = new Int32Array(nc);
+  let allEntries = 0;
+  for (let id = 0; id < n; id++) {
+    for (let q = flat.off[id]!; q < flat.off[id + 1]!; q++) {
+      const c = flat.gClass[q]!;
+      perClass[c]!++;
+      if (lastNode[c] !== id) {
+        lastNode[c] = id;
+        entries[c]!++;
+        allEntries++;
+      }
+    }
+  }
+  return { entries, perClass, allEntries };
+}
+
+/** A class's arrays, sized for e entries and g GPUs, not yet filled. */
+function emptyClass(id: number, name: string, e: number, g: number): ClassIndex {
+  return {
+    id,
+    name,
+    node: new Int32Array(e),
+    total: new Int32Array(e),
+    free: new Int32Array(e),
+    start: new Int32Array(e + 1),
+    gpus: new Int32Array(g),
+    gpos: new Int32Array(g),
+    avail: new Uint8Array(g),
+    buckets: 0,
+    words: (e + 31) >>> 5,
+    bits: new Uint32Array(0),
+    size: new Int32Array(0),
+  };
+}
+
+/**
+ * Fills the classes' arrays from the flattened GPUs. A node's GPUs of one class land next to
+ * each other in the class's arrays because nodes are filled one after another. Returns each
+ * node's entries and each GPU's place in its class.
+ */
+function fillClasses(classes: ClassIndex[], flat: FlatGpus, n: number, allEntries: number) {
+  const nc = classes.length;
+  const out = { entOff: new Int32Array(n + 1), entClass: new Int32Array(allEntries), entPos: new Int32Array(allEntries), gAt: new Int32Array(flat.count), gEnt: new Int32Array(flat.count) };
+  const lastNode = new Int32Array(nc).fill(-1);
+  const curEntry = new Int32Array(nc);
+  const nextEntry = new Int32Array(nc);
+  const cursor = new Int32Array(nc);
+  let x = 0;
+  for (let id = 0; id < n; id++) {
+    for (let q = flat.off[id]!; q < flat.off[id + 1]!; q++) {
+      const c = flat.gClass[q]!;
+      const ci = classes[c]!;
+      if (lastNode[c] !== id) {
+        lastNode[c] = id;
+        const e = nextEntry[c]!++;
+        curEntry[c] = e;
+        ci.node[e] = id;
+        ci.start[e] = cursor[c]!;
+        out.entClass[x] = c;
+        out.entPos[x] = e;
+        x++;
+      }
+      const e = curEntry[c]!;
+      const at = cursor[c]!++;
+      out.gAt[q] = at;
+      out.gEnt[q] = e;
+      ci.gpos[at] = q;
+      ci.gpus[at] = flat.gIndex[q]!;
+      ci.avail[at] = flat.gFree[q]!;
+      ci.total[e]!++;
+      ci.free[e]! += flat.gFree[q]!;
+    }
+    out.entOff[id + 1] = x;
+  }
+  for (let c = 0; c < nc; c++) classes[c]!.start[classes[c]!.node.length] = cursor[c]!;
+  return out;
+}
+
+/** Sizes the class's buckets by its biggest node and puts every ready entry in its bucket. */
+function fillBuckets(ci: ClassIndex, ready: Uint8Array, busy: Int32Array): void {
+  const e = ci.node.length;
+  let most = 0;
+  for (let i = 0; i < e; i++) if (ci.total[i]! > most) most = ci.total[i]!;
+  ci.buckets = most + 1;
+  ci.bits = new Uint32Array(2 * ci.buckets * ci.words);
+  ci.size = new Int32Array(2 * ci.buckets);
+  for (let i = 0; i < e; i++) {
+    const id = ci.node[i]!;
+    if (ready[id]) setBit(ci, busy[id] === 0 ? 1 : 0, ci.free[i]!, i);
+  }
+}
+
 function setBit(ci: ClassIndex, whole: number, free: number, e: number): void {
   const b = whole * ci.buckets + free;
   ci.bits[b * ci.words + (e >>> 5)]! |= 1 << (e & 31);
@@ -481,16 +558,69 @@ function clearBit(ci: ClassIndex, whole: number, free: number, e: number): void 
   ci.size[b]!--;
 }
 
-/** The lowest entry in bucket (whole, free), or -1. */
-function firstIn(ci: ClassIndex, whole: number, free: number): number {
-  const b = whole * ci.buckets + free;
-  if (ci.size[b] === 0) return -1;
-  const base = b * ci.words;
-  for (let w = 0; w < ci.words; w++) {
-    const v = ci.bits[base + w]!;
-    if (v !== 0) return (w << 5) + 31 - Math.clz32(v & -v);
+/**
+ * The one loop over bucket bitsets: visits the entries in bucket b0, or in b0 and b1 together
+ * (b1 < 0: b0 alone), lowest entry first and each once, until `visit` returns true. Returns that
+ * entry, or -1 when none did (or the buckets are empty).
+ */
+function scanBuckets(ci: ClassIndex, b0: number, b1: number, visit: (e: number) => boolean | void): number {
+  const { bits, size, words } = ci;
+  const two = b1 >= 0;
+  if (size[b0] === 0 && (!two || size[b1] === 0)) return -1;
+  const base0 = b0 * words;
+  const base1 = two ? b1 * words : 0;
+  for (let w = 0; w < words; w++) {
+    let v = two ? bits[base0 + w]! | bits[base1 + w]! : bits[base0 + w]!;
+    while (v !== 0) {
+      const e = (w << 5) + 31 - Math.clz32(v & -v);
+      v &= v - 1;
+      if (visit(e) === true) return e;
+    }
   }
   return -1;
+}
+
+const first = () => true;
+
+/** The lowest entry in bucket (whole, free), or -1. */
+function firstIn(ci: ClassIndex, whole: number, free: number): number {
+  return scanBuckets(ci, whole * ci.buckets + free, -1, first);
+}
+
+// ---- orders ------------------------------------------------------------------------------------
+// Who wins among candidate entries, as comparators: negative when a goes first. Every one ends
+// with the entry itself, which is name order, so ties always go to the node name.
+
+/** binpack, one node: partly used before whole (whole nodes stay whole for multi-node replicas), then the tightest fit. */
+function binpackOne(fleet: Fleet, ci: ClassIndex, a: number, b: number): number {
+  const wholeA = fleet.busy[ci.node[a]!] === 0 ? 1 : 0;
+  const wholeB = fleet.busy[ci.node[b]!] === 0 ? 1 : 0;
+  return wholeA - wholeB || ci.free[a]! - ci.free[b]! || a - b;
+}
+
+/** spread, one node: away from the model's other replicas, then the emptiest. */
+function spreadOne(ci: ClassIndex, m: Marks, a: number, b: number): number {
+  return m.inUse[ci.node[a]!]! - m.inUse[ci.node[b]!]! || ci.free[b]! - ci.free[a]! || a - b;
+}
+
+/** The emptiest. */
+function roomiest(ci: ClassIndex, a: number, b: number): number {
+  return ci.free[b]! - ci.free[a]! || a - b;
+}
+
+/** binpack, one of several nodes: holds the weights, then the fewest GPUs of the class (bigger nodes stay for bigger shards). */
+function binpackShard(ci: ClassIndex, m: Marks, a: number, b: number): number {
+  return m.hasWeights[ci.node[b]!]! - m.hasWeights[ci.node[a]!]! || ci.total[a]! - ci.total[b]! || a - b;
+}
+
+/** spread, one of several nodes: not running the model, then holds the weights. */
+function spreadShard(ci: ClassIndex, m: Marks, a: number, b: number): number {
+  return m.inUse[ci.node[a]!]! - m.inUse[ci.node[b]!]! || m.hasWeights[ci.node[b]!]! - m.hasWeights[ci.node[a]!]! || a - b;
+}
+
+/** The leader of a multi-node replica: a node with the weights if any, then by name. */
+function leaderFirst(ci: ClassIndex, m: Marks, a: number, b: number): number {
+  return m.hasWeights[ci.node[b]!]! - m.hasWeights[ci.node[a]!]! || a - b;
 }
 
 /** What one request's scans need to know about its model, as flags indexed by node id. */
@@ -509,18 +639,11 @@ function pickSingle(fleet: Fleet, ci: ClassIndex, k: number, spread: boolean, m:
 
   // Nodes with the weights first: no download. They are few, so they are scanned directly.
   let best = -1;
-  let bestScore = Infinity;
   for (const id of m.weightNodes) {
     if (!fleet.ready[id]) continue;
     const e = fleet.entryOf(id, c);
     if (e < 0 || free[e]! < k) continue;
-    // binpack: partly used before whole, then the tightest fit; spread: away from the model's
-    // other replicas, then the emptiest. Smaller is better; equal scores go to the lower entry.
-    const score = spread ? m.inUse[id]! * 2 ** 40 - free[e]! : (fleet.busy[id] === 0 ? 2 ** 40 : 0) + free[e]!;
-    if (score < bestScore || (score === bestScore && e < best)) {
-      bestScore = score;
-      best = e;
-    }
+    if (best < 0 || (spread ? spreadOne(ci, m, e, best) : binpackOne(fleet, ci, e, best)) < 0) best = e;
   }
   if (best >= 0 && !(spread && m.inUse[node[best]!])) return best;
   const heldWithWeights = best;
@@ -539,19 +662,10 @@ function pickSingle(fleet: Fleet, ci: ClassIndex, k: number, spread: boolean, m:
 
   // spread: the emptiest node not running the model yet. Weight holders that qualify were
   // taken above, so the ones met here are all in use.
-  const { bits, size, words } = ci;
+  const fresh = (e: number) => m.inUse[node[e]!] === 0;
   for (let f = ci.buckets - 1; f >= k; f--) {
-    const b0 = f;
-    const b1 = ci.buckets + f;
-    if (size[b0] === 0 && size[b1] === 0) continue;
-    for (let w = 0; w < words; w++) {
-      let v = bits[b0 * words + w]! | bits[b1 * words + w]!;
-      while (v !== 0) {
-        const e = (w << 5) + 31 - Math.clz32(v & -v);
-        if (!m.inUse[node[e]!]) return e;
-        v &= v - 1;
-      }
-    }
+    const e = scanBuckets(ci, f, ci.buckets + f, fresh);
+    if (e >= 0) return e;
   }
   // Every node with room runs the model already: a second replica there beats none.
   if (heldWithWeights >= 0) return heldWithWeights;
@@ -560,7 +674,7 @@ function pickSingle(fleet: Fleet, ci: ClassIndex, k: number, spread: boolean, m:
     if (!fleet.ready[id]) continue;
     const e = fleet.entryOf(id, c);
     if (e < 0 || free[e]! < k) continue;
-    if (best < 0 || free[e]! > free[best]! || (free[e] === free[best] && e < best)) best = e;
+    if (best < 0 || roomiest(ci, e, best) < 0) best = e;
   }
   return best;
 }
@@ -574,28 +688,20 @@ function pickMulti(fleet: Fleet, ci: ClassIndex, k: number, n: number, spread: b
   fabFresh.fill(0);
   // Whole ready nodes with at least k GPUs of the class are exactly the "whole" buckets from k up.
   const cands: number[] = [];
-  for (let f = k; f < ci.buckets; f++) {
-    const b = ci.buckets + f;
-    if (ci.size[b] === 0) continue;
-    for (let w = 0; w < ci.words; w++) {
-      let v = ci.bits[b * ci.words + w]!;
-      while (v !== 0) {
-        const e = (w << 5) + 31 - Math.clz32(v & -v);
-        v &= v - 1;
-        const id = ci.node[e]!;
-        const from = fleet.fabOff[id]!;
-        const to = fleet.fabOff[id + 1]!;
-        if (from === to) continue;
-        cands.push(e);
-        for (let x = from; x < to; x++) {
-          const fb = fleet.fabList[x]!;
-          fabCount[fb]!++;
-          fabWeights[fb]! += m.hasWeights[id]!;
-          fabFresh[fb]! += 1 - m.inUse[id]!;
-        }
-      }
+  const count = (e: number) => {
+    const id = ci.node[e]!;
+    const from = fleet.fabOff[id]!;
+    const to = fleet.fabOff[id + 1]!;
+    if (from === to) return;
+    cands.push(e);
+    for (let x = from; x < to; x++) {
+      const fb = fleet.fabList[x]!;
+      fabCount[fb]!++;
+      fabWeights[fb]! += m.hasWeights[id]!;
+      fabFresh[fb]! += 1 - m.inUse[id]!;
     }
-  }
+  };
+  for (let f = k; f < ci.buckets; f++) scanBuckets(ci, ci.buckets + f, -1, count);
 
   const better = (a: number, b: number): boolean => {
     // Weights beyond n do not help this replica, so they count up to n.
@@ -618,20 +724,13 @@ function pickMulti(fleet: Fleet, ci: ClassIndex, k: number, n: number, spread: b
   }
   if (fabric < 0) return null;
 
-  // Within the fabric, one number per node, smaller is better; the entry (name order) breaks ties.
-  const score = (e: number) => {
-    const id = ci.node[e]!;
-    return spread
-      ? m.inUse[id]! * 2 ** 41 + (1 - m.hasWeights[id]!) * 2 ** 40 + e
-      : // Nodes with the fewest cards of the class first: bigger nodes stay for bigger shards.
-        (1 - m.hasWeights[id]!) * 2 ** 41 + ci.total[e]! * 2 ** 24 + e;
-  };
+  // Within the fabric, the best n nodes, then the leader first.
+  const order = spread ? (a: number, b: number) => spreadShard(ci, m, a, b) : (a: number, b: number) => binpackShard(ci, m, a, b);
   const pick = cands
     .filter((e) => fleet.inFabric(ci.node[e]!, fabric))
-    .sort((a, b) => score(a) - score(b))
+    .sort(order)
     .slice(0, n);
-  // The leader: a node with the weights if any, then by name.
-  return pick.sort((a, b) => m.hasWeights[ci.node[b]!]! - m.hasWeights[ci.node[a]!]! || a - b);
+  return pick.sort((a, b) => leaderFirst(ci, m, a, b));
 }
 
 /**
@@ -749,8 +848,6 @@ export function place(nodes: readonly PlacementNode[], requests: readonly Placem
 // requests fail in a row for the same shape with nothing placed between, so a reason is kept
 // until the next placement.
 
-const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? "" : "s"}`;
-
 class ReasonCache {
   private readonly cache = new Map<string, { generation: number; text: string }>();
   constructor(private readonly fleet: Fleet) {}
@@ -845,18 +942,11 @@ function classReason(fleet: Fleet, ci: ClassIndex, p: Profile, lack: string): st
   // Multi-node: whole nodes with enough cards of the class, per fabric that has ready nodes of it.
   if (fabrics.length === 0) return `${need}; no ready ${cls} node is in a fabric${lackSuffix}${notReadySuffix}`;
   const whole = new Int32Array(fleet.fabricNames.length);
-  for (let f = p.gpus; f < ci.buckets; f++) {
-    const b = ci.buckets + f;
-    for (let w = 0; w < ci.words; w++) {
-      let v = ci.bits[b * ci.words + w]!;
-      while (v !== 0) {
-        const e = (w << 5) + 31 - Math.clz32(v & -v);
-        v &= v - 1;
-        const id = ci.node[e]!;
-        for (let x = fleet.fabOff[id]!; x < fleet.fabOff[id + 1]!; x++) whole[fleet.fabList[x]!]!++;
-      }
-    }
-  }
+  const countWhole = (e: number) => {
+    const id = ci.node[e]!;
+    for (let x = fleet.fabOff[id]!; x < fleet.fabOff[id + 1]!; x++) whole[fleet.fabList[x]!]!++;
+  };
+  for (let f = p.gpus; f < ci.buckets; f++) scanBuckets(ci, ci.buckets + f, -1, countWhole);
   const listed = [...fabrics].sort((a, b) => whole[b]! - whole[a]! || a - b);
   let text = listed
     .slice(0, REASON_FABRICS)

@@ -2,6 +2,7 @@
 // clock reading and the router's last-used map come in as arguments, so the same inputs give
 // the same tables, and the summary (summary.ts) is computed from these very tables.
 
+import { plural } from "../lib/format";
 import type { EngineReport } from "../protocol/heartbeat";
 import type { GpuView, ModelView, NodeState, NodeView, ReplicaView, Tables } from "../protocol/views";
 import type { ModelRow, ModelStateRow, Snapshot } from "../store";
@@ -68,12 +69,50 @@ export function idleSeconds(id: string, lastUsed: ReadonlyMap<string, number>, n
 const iso = (ms: number) => new Date(ms).toISOString();
 
 export function buildTables({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSince = Number.NEGATIVE_INFINITY, engines }: ViewInputs): Tables {
+  const { gpusByNode, memoryByNode } = gpuViews(snapshot);
+  const weightsByNode = new Map<string, string[]>();
+  for (const w of snapshot.weights) {
+    let list = weightsByNode.get(w.node);
+    if (!list) weightsByNode.set(w.node, (list = []));
+    list.push(w.model);
+  }
+  const nodes: NodeView[] = snapshot.nodes.map((n) => {
+    const gpus = gpusByNode.get(n.name) ?? [];
+    let free = 0;
+    let unhealthy = 0;
+    for (const g of gpus) {
+      if (!g.healthy) unhealthy++;
+      else if (g.in_use_by === null) free++;
+    }
+    return {
+      name: n.name,
+      state: nodeState(n.adminState, observedFrom(n.lastHeartbeat, now, watchedSince), now, nodeTimeoutMs),
+      admin_state: n.adminState,
+      address: n.address,
+      fabrics: n.fabrics,
+      labels: n.labels,
+      agent_version: n.agentVersion,
+      gpus,
+      models: weightsByNode.get(n.name) ?? [],
+      last_heartbeat: iso(n.lastHeartbeat),
+      gpu_total: gpus.length,
+      gpu_free: free,
+      gpu_unhealthy: unhealthy,
+      gpu_memory_mib: memoryByNode.get(n.name) ?? 0,
+      discovery_error: snapshot.discovery?.get(n.name)?.error ?? null,
+      engines: (engines?.get(n.name) ?? []).map((e) => ({ engine: e.engine, version: e.version, error: e.error })),
+    };
+  });
+  return { nodes, replicas: replicaViews(snapshot, lastUsed, now), models: modelViews(snapshot, now) };
+}
+
+/** Each node's GPUs with who holds them, and its GPU memory counting shared memory once. */
+function gpuViews(snapshot: Snapshot): { gpusByNode: Map<string, GpuView[]>; memoryByNode: Map<string, number> } {
   const holder = new Map<string, string>();
   for (const r of snapshot.replicas) {
     if (!holdsGpus(r.state)) continue;
     for (const sh of r.shards) for (const g of sh.gpus) holder.set(`${sh.node}\u0000${g}`, r.id);
   }
-
   const gpusByNode = new Map<string, GpuView[]>();
   for (const g of snapshot.gpus) {
     let list = gpusByNode.get(g.node);
@@ -108,42 +147,11 @@ export function buildTables({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSin
     }
     memoryByNode.set(node, memory);
   }
-  const weightsByNode = new Map<string, string[]>();
-  for (const w of snapshot.weights) {
-    let list = weightsByNode.get(w.node);
-    if (!list) weightsByNode.set(w.node, (list = []));
-    list.push(w.model);
-  }
+  return { gpusByNode, memoryByNode };
+}
 
-  const nodes: NodeView[] = snapshot.nodes.map((n) => {
-    const gpus = gpusByNode.get(n.name) ?? [];
-    let free = 0;
-    let unhealthy = 0;
-    for (const g of gpus) {
-      if (!g.healthy) unhealthy++;
-      else if (g.in_use_by === null) free++;
-    }
-    return {
-      name: n.name,
-      state: nodeState(n.adminState, observedFrom(n.lastHeartbeat, now, watchedSince), now, nodeTimeoutMs),
-      admin_state: n.adminState,
-      address: n.address,
-      fabrics: n.fabrics,
-      labels: n.labels,
-      agent_version: n.agentVersion,
-      gpus,
-      models: weightsByNode.get(n.name) ?? [],
-      last_heartbeat: iso(n.lastHeartbeat),
-      gpu_total: gpus.length,
-      gpu_free: free,
-      gpu_unhealthy: unhealthy,
-      gpu_memory_mib: memoryByNode.get(n.name) ?? 0,
-      discovery_error: snapshot.discovery?.get(n.name)?.error ?? null,
-      engines: (engines?.get(n.name) ?? []).map((e) => ({ engine: e.engine, version: e.version, error: e.error })),
-    };
-  });
-
-  const replicas: ReplicaView[] = snapshot.replicas.map((r) => ({
+function replicaViews(snapshot: Snapshot, lastUsed: ReadonlyMap<string, number>, now: number): ReplicaView[] {
+  return snapshot.replicas.map((r) => ({
     id: r.id,
     model: r.model,
     profile: r.profile,
@@ -156,7 +164,9 @@ export function buildTables({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSin
     created_at: iso(r.createdAt),
     ready_at: r.readyAt === null ? null : iso(r.readyAt),
   }));
+}
 
+function modelViews(snapshot: Snapshot, now: number): ModelView[] {
   const stateByModel = new Map(snapshot.modelState.map((s) => [s.model, s]));
   const countByModel = new Map<string, { ready: number; total: number }>();
   for (const r of snapshot.replicas) {
@@ -166,7 +176,7 @@ export function buildTables({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSin
     if (r.state === "ready") c.ready++;
   }
 
-  const models: ModelView[] = snapshot.models.map((m) => {
+  return snapshot.models.map((m) => {
     const st = stateByModel.get(m.name);
     const c = countByModel.get(m.name) ?? { ready: 0, total: 0 };
     const desired = desiredReplicas(m.spec, st, now);
@@ -180,7 +190,7 @@ export function buildTables({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSin
     let reason: string | null = null;
     if (parked) reason = st?.reason ?? "parked";
     else if (placementReason !== null && short) reason = placementReason;
-    else if (unplaceable) reason = `wants ${desired} replica${desired === 1 ? "" : "s"}, has ${c.ready} ready and none starting`;
+    else if (unplaceable) reason = `wants ${plural(desired, "replica")}, has ${c.ready} ready and none starting`;
     return {
       name: m.name,
       aliases: m.spec.aliases,
@@ -197,6 +207,4 @@ export function buildTables({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSin
       revision: m.revision,
     };
   });
-
-  return { nodes, replicas, models };
 }

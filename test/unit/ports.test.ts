@@ -17,7 +17,7 @@ const H = "H100-80GB";
 /** SGLang's multi-node ports: dist_init_port + 0 … + 6; a block must hold at least these. */
 const SGLANG_PORTS = 7;
 
-/** The allocator's first candidate for a replica id (FNV-1a of the id), as reconciler.ts computes it. */
+/** The allocator's first candidate for a replica id (FNV-1a of the id), as reconcile/ports.ts computes it. */
 function startOf(id: string, count: number): number {
   let h = 2166136261;
   for (let i = 0; i < id.length; i++) h = Math.imul(h ^ id.charCodeAt(i), 16777619) >>> 0;

@@ -1,0 +1,75 @@
+// What every reconcile step reads: the snapshot indexed once, the time, and the rules for
+// reading time stamps across gaps the control plane did not watch. Read-only; steps write only
+// into the PlanBuilder.
+
+import type { EngineReport } from "../../protocol/heartbeat";
+import type { NodeState } from "../../protocol/views";
+import { nodeState, observedFrom } from "../views";
+import type { ReconcileConfig } from "./config";
+import type { ModelRow, ModelStateRow, NodeRow, ReplicaRow, Snapshot } from "./rows";
+
+export interface ReconcileInput {
+  snapshot: Snapshot;
+  now: number;
+  lastUsed: ReadonlyMap<string, number>;
+  config: ReconcileConfig;
+  newId: () => string;
+  /** Since when the control plane has watched without a gap (its start, or its clock's last jump). */
+  watchedSince?: number;
+  /** When the clock last jumped (forward past any plausible gap, or backward). */
+  jumpedAt?: number;
+  /** Per node, the engines its last heartbeat reported; a node absent here has not said (unknown). */
+  engines?: ReadonlyMap<string, readonly EngineReport[]>;
+}
+
+export interface ReconcileContext {
+  snapshot: Snapshot;
+  now: number;
+  lastUsed: ReadonlyMap<string, number>;
+  cfg: ReconcileConfig;
+  watchedSince: number;
+  jumpedAt: number;
+  engines: ReadonlyMap<string, readonly EngineReport[]> | undefined;
+  nodes: ReadonlyMap<string, NodeRow>;
+  /** Each node's state, its heartbeat read as observed (see heartbeatAt). */
+  nodeState: ReadonlyMap<string, NodeState>;
+  models: ReadonlyMap<string, ModelRow>;
+  /** Model state as the snapshot has it. */
+  modelState: ReadonlyMap<string, ModelStateRow>;
+}
+
+export function contextOf({ snapshot, now, lastUsed, config, watchedSince = Number.NEGATIVE_INFINITY, jumpedAt = Number.NEGATIVE_INFINITY, engines }: ReconcileInput): ReconcileContext {
+  const ctx: ReconcileContext = {
+    snapshot,
+    now,
+    lastUsed,
+    cfg: config,
+    watchedSince,
+    jumpedAt,
+    engines,
+    nodes: new Map(snapshot.nodes.map((n) => [n.name, n])),
+    nodeState: new Map(),
+    models: new Map(snapshot.models.map((m) => [m.name, m])),
+    modelState: new Map(snapshot.modelState.map((s) => [s.model, s])),
+  };
+  ctx.nodeState = new Map(snapshot.nodes.map((n) => [n.name, nodeState(n.adminState, heartbeatAt(ctx, n), now, config.nodeTimeoutMs)]));
+  return ctx;
+}
+
+/** A node's last heartbeat, counted from when the control plane started watching. */
+export function heartbeatAt(ctx: Pick<ReconcileContext, "now" | "watchedSince">, n: { lastHeartbeat: number }): number {
+  return observedFrom(n.lastHeartbeat, ctx.now, ctx.watchedSince);
+}
+
+/** Whether any shard of the replica is on a node being drained. */
+export function onDrainingNode(ctx: Pick<ReconcileContext, "nodes">, r: ReplicaRow): boolean {
+  return r.shards.some((s) => ctx.nodes.get(s.node)?.adminState === "draining");
+}
+
+/** Where engines on the node are reached, and whose ports they share: its address, or its name when it has none. */
+export function addressOf(ctx: Pick<ReconcileContext, "nodes">, node: string): string {
+  return ctx.nodes.get(node)?.address ?? node;
+}
+
+/** A GPU's key in sets of held GPUs. */
+export const gpuKey = (node: string, idx: number): string => `${node}\u0000${idx}`;

@@ -1,0 +1,54 @@
+// Step 1: replicas that are gone. Lost: a node of theirs is gone for good (deleted, or
+// unreachable past the replacement delay), so they are forgotten and replaced, which is not the
+// model's fault. Overdue: still starting long after the agent's own deadline, so they fail and
+// the failure counts against the model.
+
+import { ENGINE_ERROR_MAX, oneLine } from "../../lib/format";
+import { observedFrom } from "../views";
+import { agentStartTimeout, serverStartDeadline } from "./config";
+import { type ReconcileContext, heartbeatAt } from "./context";
+import { recordFailure } from "./failures";
+import type { PlanBuilder } from "./plan";
+import type { ReplicaRow } from "./rows";
+
+/** The first shard of the replica whose node is gone for good, if any. */
+export function lostShard(ctx: ReconcileContext, r: ReplicaRow): ReplicaRow["shards"][number] | undefined {
+  return r.shards.find((s) => {
+    const n = ctx.nodes.get(s.node);
+    return !n || (ctx.nodeState.get(s.node) === "unreachable" && ctx.now - heartbeatAt(ctx, n) > ctx.cfg.nodeTimeoutMs + ctx.cfg.replaceAfterMs);
+  });
+}
+
+/** Why a starting replica has been starting too long, or undefined while it is in time (or not starting). */
+export function overdueError(ctx: ReconcileContext, r: ReplicaRow): string | undefined {
+  if (r.state !== "starting") return undefined;
+  const { cfg, now } = ctx;
+  const profile = ctx.models.get(r.model)?.spec.profiles.find((p) => p.name === r.profile);
+  const deadline = serverStartDeadline(profile, cfg);
+  if (!(now - observedFrom(r.createdAt, now, ctx.watchedSince) > deadline)) return undefined;
+  const limit = agentStartTimeout(profile, cfg);
+  return `not ready ${Math.round(deadline / 1000)}s after it was placed (start timeout ${Math.round(limit / 1000)}s + ${Math.round(cfg.startMarginMs / 1000)}s for the agent to launch it and report)${r.error ? `: ${r.error}` : ""}`;
+}
+
+/** Removes lost replicas and fails overdue ones, in snapshot order. */
+export function retireLostAndOverdue(ctx: ReconcileContext, b: PlanBuilder): void {
+  const { cfg } = ctx;
+  for (const r of ctx.snapshot.replicas) {
+    const lost = lostShard(ctx, r);
+    if (lost) {
+      if (r.state !== "failed")
+        b.event({
+          kind: "replica.lost",
+          subject: `replica/${r.id}`,
+          message: `replica ${r.id} of ${r.model} lost: node ${lost.node} unreachable for over ${Math.round((cfg.nodeTimeoutMs + cfg.replaceAfterMs) / 1000)}s; replacing it`,
+        });
+      b.remove(r);
+      continue;
+    }
+    const error = overdueError(ctx, r);
+    if (error === undefined) continue;
+    b.setState(r, "failed", { error });
+    b.event({ kind: "replica.failed", subject: `replica/${r.id}`, message: `replica ${r.id} of ${r.model} failed: ${oneLine(error, ENGINE_ERROR_MAX)}` });
+    recordFailure(b.plan, r.model, ctx.modelState.get(r.model), error, ctx.now, cfg);
+  }
+}

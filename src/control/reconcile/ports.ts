@@ -1,0 +1,133 @@
+// Step 7: ports. Each placed replica gets an engine port free on every address it spans, and a
+// multi-node one also the rendezvous block that goes with it; one that cannot is unplaceable
+// for this tick, saying why. Ports are counted by address, not node: simulated nodes may share
+// one, and so may nodes behind one NAT.
+
+import { fnv1a } from "../../lib/hash";
+import { bracketHost } from "../../lib/net";
+import type { Placed } from "../placement";
+import type { ReconcileConfig } from "./config";
+import { type ReconcileContext, addressOf } from "./context";
+import type { PlanBuilder } from "./plan";
+
+/**
+ * Ports a multi-node replica's engines may bind from its rendezvous port up. SGLang with
+ * --nnodes > 1 binds --dist-init-addr's port and port+1 … port+6 on the leader
+ * (PortArgs.init_new: port_base = dist_init_port + 1, then port_base … port_base + 5), and with
+ * DP attention port_base + 5 + dp_rank; vLLM's and torch's rendezvous take the port itself. 16
+ * leaves room for DP attention up to 10 ranks.
+ */
+export const RENDEZVOUS_STRIDE = 16;
+
+type PortRange = Pick<ReconcileConfig, "basePort" | "portCount">;
+
+/** Rendezvous blocks per node address. */
+export function rendezvousBlocks(cfg: Pick<ReconcileConfig, "portCount">): number {
+  return Math.floor(cfg.portCount / RENDEZVOUS_STRIDE);
+}
+
+/**
+ * The first port of the rendezvous block that goes with engine port `port` (Assignment.shard.
+ * leader_port): derived, not stored, so it needs no column. Placement gives a multi-node replica
+ * only an engine port whose block is free on every address it spans; a single-node replica's
+ * engines never use theirs, which is why it is not reserved for them.
+ */
+export function rendezvousPort(port: number, cfg: PortRange): number {
+  const blocks = Math.max(1, rendezvousBlocks(cfg));
+  return cfg.basePort + cfg.portCount + RENDEZVOUS_STRIDE * ((((port - cfg.basePort) % blocks) + blocks) % blocks);
+}
+
+/** The number of the rendezvous block that goes with engine port `port`. */
+export function blockOf(port: number, cfg: PortRange): number {
+  return (rendezvousPort(port, cfg) - cfg.basePort - cfg.portCount) / RENDEZVOUS_STRIDE;
+}
+
+/** Engine ports and rendezvous blocks (by number) taken, per address. */
+export class PortBook {
+  private readonly ports = new Map<string, Set<number>>();
+  private readonly blocks = new Map<string, Set<number>>();
+  constructor(private readonly cfg: PortRange) {}
+
+  /** Marks `port` taken on the address, and its block too when `multi`. */
+  take(address: string, port: number, multi: boolean): void {
+    add(this.ports, address, port);
+    if (multi) add(this.blocks, address, blockOf(port, this.cfg));
+  }
+
+  portsOn(addresses: readonly string[]): (Set<number> | undefined)[] {
+    return addresses.map((a) => this.ports.get(a));
+  }
+
+  blocksOn(addresses: readonly string[]): (Set<number> | undefined)[] {
+    return addresses.map((a) => this.blocks.get(a));
+  }
+}
+
+function add(sets: Map<string, Set<number>>, address: string, v: number): void {
+  let set = sets.get(address);
+  if (!set) sets.set(address, (set = new Set()));
+  set.add(v);
+}
+
+/**
+ * Ports held by the snapshot's replicas that have not failed. A replica lost with its node may
+ * still have an engine on its port (the node is only silent), so its port stays taken in this
+ * step even though the replica is gone.
+ */
+export function portsInUse(ctx: Pick<ReconcileContext, "snapshot" | "nodes" | "cfg">): PortBook {
+  const book = new PortBook(ctx.cfg);
+  for (const r of ctx.snapshot.replicas) {
+    if (r.port === null || r.state === "failed") continue;
+    for (const s of r.shards) book.take(addressOf(ctx, s.node), r.port, r.shards.length > 1);
+  }
+  return book;
+}
+
+/**
+ * A port free on every address the replica spans. The search starts at a point derived from the
+ * replica's id rather than at the lowest port, so a port that was just given up — whose engine
+ * may not have exited yet — is unlikely to be handed out again at once. Blocks given: the
+ * replica is multi-node, and its engine port's rendezvous block must be free too.
+ */
+export function freePort(sets: readonly (Set<number> | undefined)[], blocks: readonly (Set<number> | undefined)[] | undefined, cfg: PortRange, id: string): number | undefined {
+  if (blocks && rendezvousBlocks(cfg) === 0) return undefined;
+  const start = fnv1a(id) % cfg.portCount;
+  for (let k = 0; k < cfg.portCount; k++) {
+    const p = cfg.basePort + ((start + k) % cfg.portCount);
+    if (!sets.every((s) => !s?.has(p))) continue;
+    if (blocks) {
+      const b = blockOf(p, cfg);
+      if (!blocks.every((s) => !s?.has(b))) continue;
+    }
+    return p;
+  }
+  return undefined;
+}
+
+/** Why no port could be found on the addresses. */
+function noPortReason(addresses: readonly string[], anyPort: boolean, cfg: ReconcileConfig): string {
+  return anyPort
+    ? `no free rendezvous port block on ${addresses.join(", ")} (all ${rendezvousBlocks(cfg)} blocks of ${RENDEZVOUS_STRIDE} ports after the engine ports are held by multi-node replicas)`
+    : `no free engine port on ${addresses.join(", ")} (${cfg.portCount} in use)`;
+}
+
+/** Creates the placed replicas that get a port, in order; the others' models become unplaceable with the reason. */
+export function assignPorts(ctx: ReconcileContext, b: PlanBuilder, placed: readonly Placed[], unplaceable: Map<string, string>, book: PortBook, newId: () => string): void {
+  const { cfg } = ctx;
+  for (const p of placed) {
+    const leader = p.shards[0]!.node;
+    const addresses = [...new Set(p.shards.map((s) => addressOf(ctx, s.node)))];
+    const id = newId();
+    const multi = p.shards.length > 1;
+    const portSets = book.portsOn(addresses);
+    const port = freePort(portSets, multi ? book.blocksOn(addresses) : undefined, cfg, id);
+    if (port === undefined) {
+      unplaceable.set(p.model, noPortReason(addresses, multi && freePort(portSets, undefined, cfg, id) !== undefined, cfg));
+      continue;
+    }
+    for (const a of addresses) book.take(a, port, multi);
+    b.plan.create.push({ id, model: p.model, profile: p.profile, shards: p.shards, port, endpoint: `http://${bracketHost(addressOf(ctx, leader))}:${port}` });
+    const where = p.shards.map((s) => `${s.node}:${s.gpus.join(",")}`).join(" ");
+    b.event({ kind: "replica.placed", subject: `replica/${id}`, message: `placed replica ${id} of ${p.model} on ${where} (profile ${p.profile})` });
+  }
+}

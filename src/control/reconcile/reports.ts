@@ -1,0 +1,64 @@
+// What one heartbeat's replica reports change: not a reconcile step (it runs per heartbeat, not
+// per tick) but the same kind of pure function from a snapshot to a plan.
+
+import { ENGINE_ERROR_MAX, oneLine } from "../../lib/format";
+import type { ReplicaReport } from "../../protocol/heartbeat";
+import { observedFrom } from "../views";
+import type { ReconcileConfig } from "./config";
+import { recordFailure } from "./failures";
+import { type Plan, emptyPlan } from "./plan";
+import type { Snapshot } from "./rows";
+
+export interface ReportsInput {
+  snapshot: Pick<Snapshot, "replicas" | "modelState">;
+  node: string;
+  reports: readonly ReplicaReport[];
+  now: number;
+  config: ReconcileConfig;
+  watchedSince?: number;
+}
+
+/**
+ * The leader's "ready" makes a replica ready; any shard's "failed" fails it; a replica the node
+ * should run but does not report, once past the grace period, is lost with the node's word for it.
+ */
+export function processReports({ snapshot, node, reports, now, config: cfg, watchedSince = Number.NEGATIVE_INFINITY }: ReportsInput): Plan {
+  const plan = emptyPlan();
+  const byId = new Map(reports.map((r) => [r.id, r]));
+  const mstate = new Map(snapshot.modelState.map((s) => [s.model, s]));
+  for (const r of snapshot.replicas) {
+    if (!r.shards.some((s) => s.node === node)) continue;
+    const rep = byId.get(r.id);
+    const leader = r.shards[0]!.node === node;
+    const fail = (error: string) => {
+      plan.update.push({ id: r.id, patch: { state: "failed", error, failures: r.failures + 1 } });
+      plan.events.push({ kind: "replica.failed", subject: `replica/${r.id}`, message: `replica ${r.id} of ${r.model} failed on ${node}: ${oneLine(error, ENGINE_ERROR_MAX)}` });
+      recordFailure(plan, r.model, mstate.get(r.model), error, now, cfg);
+    };
+    switch (r.state) {
+      case "starting":
+        if (rep?.state === "failed") fail(rep.error ?? `engine failed on ${node}`);
+        else if (rep?.state === "ready" && leader) {
+          plan.update.push({ id: r.id, patch: { state: "ready", readyAt: now, error: null } });
+          plan.events.push({ kind: "replica.ready", subject: `replica/${r.id}`, message: `replica ${r.id} of ${r.model} ready at ${r.endpoint ?? "?"}` });
+          const st = mstate.get(r.model);
+          if (st && st.failures > 0) plan.modelState.set(r.model, { failures: 0, lastFailureAt: null, reason: st.parked ? st.reason : null });
+        } else if ((!rep || rep.state === "stopped") && now - observedFrom(r.createdAt, now, watchedSince) > cfg.reportGraceMs)
+          fail(`the agent on ${node} does not run it (${rep ? "stopped" : "not reported"} ${Math.round((now - r.createdAt) / 1000)}s after placement)`);
+        break;
+      case "ready":
+        if (!rep || rep.state === "failed" || rep.state === "stopped")
+          fail(rep?.error ?? `engine on ${node} ${rep ? "stopped" : "is no longer running"}`);
+        break;
+      case "draining":
+        if (!rep || rep.state === "stopped" || rep.state === "failed") {
+          plan.remove.push(r.id);
+          plan.events.push({ kind: "replica.stopped", subject: `replica/${r.id}`, message: `replica ${r.id} of ${r.model} stopped on ${node}` });
+        }
+        break;
+      case "failed":
+        break;
+    }
+  }
+  return plan;
+}

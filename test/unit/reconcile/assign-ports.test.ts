@@ -1,0 +1,107 @@
+// Step 7: ports. An engine port free on every address a replica spans, found from a start
+// derived from its id; a rendezvous block too for a multi-node one; a reason when there is none.
+
+import { describe, expect, test } from "bun:test";
+import { fnv1a } from "../../../src/lib/hash";
+import { PortBook, assignPorts, blockOf, freePort, portsInUse, rendezvousPort } from "../../../src/control/reconcile/ports";
+import { H, builder, ctxOf } from "./fixture";
+
+const cfg = { basePort: 8100, portCount: 900 };
+
+/** FNV-1a as the allocator computed it before it used lib/hash: ports must not move. */
+function fnvAsBefore(id: string): number {
+  let h = 2166136261;
+  for (let i = 0; i < id.length; i++) h = Math.imul(h ^ id.charCodeAt(i), 16777619) >>> 0;
+  return h;
+}
+
+describe("freePort", () => {
+  test("the search starts at the id's FNV-1a, the same value as before", () => {
+    for (const id of ["r-1", "r-aaaa0000", "0190f3c2-7b1e-7c3a-9d2e-1f2a3b4c5d6e", "é€😀"]) {
+      expect(fnv1a(id)).toBe(fnvAsBefore(id));
+      expect(freePort([], undefined, cfg, id)).toBe(8100 + (fnvAsBefore(id) % 900));
+    }
+  });
+
+  test("skips ports taken on any of the addresses, wrapping round the range", () => {
+    const start = 8100 + (fnv1a("r") % 900);
+    expect(freePort([new Set([start]), new Set([start + 1])], undefined, cfg, "r")).toBe(start + 2);
+    const all = new Set(Array.from({ length: 900 }, (_, i) => 8100 + i));
+    expect(freePort([all], undefined, cfg, "r")).toBeUndefined();
+  });
+
+  test("a multi-node replica also needs its port's rendezvous block free", () => {
+    const start = 8100 + (fnv1a("r") % 900);
+    const p = freePort([], [new Set([blockOf(start, cfg)])], cfg, "r")!;
+    expect(p).toBe(start + 1);
+    expect(rendezvousPort(p, cfg)).toBeGreaterThanOrEqual(9000);
+    // No blocks at all (a range too small for one): never a port.
+    expect(freePort([], [], { basePort: 8100, portCount: 8 }, "r")).toBeUndefined();
+  });
+});
+
+describe("portsInUse", () => {
+  test("ports of replicas that have not failed, by address; blocks of multi-node ones", () => {
+    const ctx = ctxOf({
+      nodes: [
+        { name: "a", gpus: [H, H] },
+        { name: "b", gpus: [H, H] },
+      ],
+      replicas: [
+        { id: "single", model: "m", shards: [{ node: "a", gpus: [0] }] },
+        { id: "multi", model: "m", shards: [{ node: "a", gpus: [1] }, { node: "b", gpus: [1] }] },
+        { id: "failed", model: "m", state: "failed", shards: [{ node: "b", gpus: [0] }] },
+      ],
+    });
+    ctx.snapshot.replicas.forEach((r, i) => (r.port = 8200 + i));
+    // Both fixture nodes are at 10.0.0.1.
+    const book = portsInUse(ctx);
+    expect(book.portsOn(["10.0.0.1"])).toEqual([new Set([8200, 8201])]);
+    expect(book.blocksOn(["10.0.0.1"])).toEqual([new Set([blockOf(8201, ctx.cfg)])]);
+  });
+});
+
+describe("assignPorts", () => {
+  const placed = (nodes: string[]) => ({ model: "m", profile: "p", shards: nodes.map((node) => ({ node, gpus: [0] })) });
+
+  test("creates the replica with its endpoint on the leader's address (IPv6 in brackets) and an event", () => {
+    const ctx = ctxOf({ nodes: [{ name: "a", gpus: [H] }] });
+    ctx.snapshot.nodes[0]!.address = "fd00::7";
+    const b = builder();
+    assignPorts(ctx, b, [placed(["a"])], new Map(), new PortBook(ctx.cfg), () => "r-new");
+    const port = 8100 + (fnv1a("r-new") % 900);
+    expect(b.plan.create).toEqual([{ id: "r-new", model: "m", profile: "p", shards: [{ node: "a", gpus: [0] }], port, endpoint: `http://[fd00::7]:${port}` }]);
+    expect(b.plan.events).toEqual([{ kind: "replica.placed", subject: "replica/r-new", message: "placed replica r-new of m on a:0 (profile p)" }]);
+  });
+
+  test("two replicas on one address in one step get different ports", () => {
+    const ctx = ctxOf({ nodes: [{ name: "a", gpus: [H] }, { name: "b", gpus: [H] }] });
+    const b = builder();
+    // Two ids that start at the same port.
+    const ids = ["x", "x"];
+    assignPorts(ctx, b, [placed(["a"]), placed(["b"])], new Map(), new PortBook(ctx.cfg), () => ids.shift()!);
+    const [p1, p2] = b.plan.create.map((c) => c.port);
+    expect(p2).toBe(p1! + 1);
+  });
+
+  test("no free engine port: not created, and the model says why", () => {
+    const ctx = ctxOf({ nodes: [{ name: "a", gpus: [H] }] }, { config: { portCount: 2 } });
+    const book = new PortBook(ctx.cfg);
+    book.take("10.0.0.1", 8100, false);
+    book.take("10.0.0.1", 8101, false);
+    const unplaceable = new Map<string, string>();
+    const b = builder();
+    assignPorts(ctx, b, [placed(["a"])], unplaceable, book, () => "r");
+    expect(b.plan.create).toEqual([]);
+    expect(unplaceable.get("m")).toBe("no free engine port on 10.0.0.1 (2 in use)");
+  });
+
+  test("no free rendezvous block for a multi-node replica: the reason names the blocks", () => {
+    const ctx = ctxOf({ nodes: [{ name: "a", gpus: [H] }, { name: "b", gpus: [H] }] }, { config: { portCount: 16 } });
+    const book = new PortBook(ctx.cfg);
+    book.take("10.0.0.1", 8100, true);
+    const unplaceable = new Map<string, string>();
+    assignPorts(ctx, builder(), [placed(["a", "b"])], unplaceable, book, () => "r");
+    expect(unplaceable.get("m")).toBe("no free rendezvous port block on 10.0.0.1 (all 1 blocks of 16 ports after the engine ports are held by multi-node replicas)");
+  });
+});

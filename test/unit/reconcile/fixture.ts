@@ -1,0 +1,21 @@
+// A reconcile context from a few lines of fleet, for the step tests: the snapshot builders of
+// test/helpers/fleet, the default configuration, the time T0 unless told otherwise.
+
+import { DEFAULT_RECONCILE, type ReconcileConfig } from "../../../src/control/reconcile/config";
+import { type ReconcileContext, type ReconcileInput, contextOf } from "../../../src/control/reconcile/context";
+import { PlanBuilder } from "../../../src/control/reconcile/plan";
+import { T0, snapshot } from "../../helpers/fleet";
+
+export type FleetOpts = Parameters<typeof snapshot>[0];
+
+export function ctxOf(fleet: FleetOpts, extra: Partial<Omit<ReconcileInput, "config">> & { config?: Partial<ReconcileConfig> } = {}): ReconcileContext {
+  const { config, ...rest } = extra;
+  return contextOf({ snapshot: snapshot(fleet), now: T0, lastUsed: new Map(), newId: () => "new", ...rest, config: { ...DEFAULT_RECONCILE, ...config } });
+}
+
+export function builder(): PlanBuilder {
+  return new PlanBuilder();
+}
+
+export const H = "H100-80GB";
+export { T0 };
