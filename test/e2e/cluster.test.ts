@@ -222,7 +222,9 @@ describe("a simulated cluster run by the compiled binary", () => {
     expect(d.code).toBe(0);
     expect(d.stdout.startsWith("node/b draining\n")).toBe(true);
     expect(d.stdout.trim().endsWith("node/b drained")).toBe(true);
-    if (onB > 0) expect(d.stdout).toContain("placed replica");
+    // Replicas that were on b are placed elsewhere as it drains, and the wait reports each one;
+    // with none on b, there is nothing to report.
+    expect(d.stdout.includes("placed replica")).toBe(onB > 0);
     expect((await api<NodeView>("/api/v1/nodes/b")).state).toBe("cordoned");
     run(bin, ["uncordon", "b"], { cwd: dir });
 
