@@ -15,15 +15,12 @@ import { realScheduler, type Scheduler, type Timer } from "../lib/scheduler";
 import { hostPort } from "../lib/net";
 import { safeText } from "../lib/text";
 import { rootCause, type EngineName } from "./engine-failures";
+import { type AgentLogger, silentLogger } from "./log";
 import { Assignment, type ReplicaReport, type ReplicaRunState } from "../protocol/heartbeat";
 
-export type Logger = {
-  info: (obj: object, msg?: string) => void;
-  warn: (obj: object, msg?: string) => void;
-  error: (obj: object, msg?: string) => void;
-};
-
-const silent: Logger = { info() {}, warn() {}, error() {} };
+/** The runner logs in the agent's one shape (log.ts); kept under this name for its callers. */
+export type Logger = AgentLogger;
+const silent = silentLogger;
 
 /** What to run; the shape engines.ts renders. */
 export type LaunchSpec = {
