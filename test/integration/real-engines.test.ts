@@ -11,9 +11,10 @@ import { compareVersions, llamaBuild } from "../../src/agent/engine-versions";
 import { ENGINE_RANGES, type Launch, LaunchError, renderLaunch } from "../../src/agent/engines";
 import { Assignment } from "../../src/protocol/heartbeat";
 import type { ModelView, ReplicaView } from "../../src/protocol/views";
-import { run, scratchWithBinary, startServe, until } from "../helpers/binary";
+import { run, scratchWithBinary, startServe } from "../helpers/binary";
 import { type FakeDir, fakeBin, fakeEnv, probe, readRecords, recordFile, type Running, spawnFake, stop, untilHealthy } from "../helpers/contract";
 import { freePort } from "../helpers/ports";
+import { until } from "../helpers/until";
 
 const running: Running[] = [];
 const procs: Bun.Subprocess[] = [];
@@ -182,6 +183,7 @@ async function runCase(e: EngineVersion, s: Shape, launches: Launch[], ports: nu
       } else {
         // A headless shard serves nothing: it must get past argument parsing and stay up.
         await until(`rank ${rank} recorded its start`, () => readRecords(rec).length >= rank + 1 || undefined);
+        // Real time: a crash in a real process would come this soon after its start.
         await Bun.sleep(800);
         if (r.proc.exitCode !== null) throw new Error(`rank ${rank} exited with ${r.proc.exitCode}:\n${await r.output()}`);
       }
