@@ -8,6 +8,7 @@ import { X509Certificate } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { type PeerCertificate, connect as tlsConnect, rootCertificates } from "node:tls";
+import { timeoutSignal } from "../lib/abort";
 import type { Scheduler } from "../lib/scheduler";
 import { HeartbeatResponse } from "../protocol/heartbeat";
 import { AgentError } from "./errors";
@@ -229,13 +230,6 @@ export class HeadClient {
 }
 
 // ---- helpers ------------------------------------------------------------------------------
-
-/** Aborts as AbortSignal.timeout() would (a TimeoutError), but on the scheduler's time. */
-function timeoutSignal(scheduler: Scheduler, ms: number): { signal: AbortSignal; cancel(): void } {
-  const c = new AbortController();
-  const timer = scheduler.after(ms, () => c.abort(new DOMException("The operation timed out.", "TimeoutError")));
-  return { signal: c.signal, cancel: () => timer.cancel() };
-}
 
 /** The pin check: undefined when the certificate is the pinned one, else the error to fail with. */
 function pinCheck(pin: string, cert: PeerCertificate): Error | undefined {

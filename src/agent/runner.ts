@@ -10,6 +10,7 @@
 import { chmodSync, closeSync, fchmodSync, fstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, rmSync, writeFileSync, renameSync } from "node:fs";
 import { join } from "node:path";
 import type { Subprocess } from "bun";
+import { timeoutSignal } from "../lib/abort";
 import { errorText, exactDuration } from "../lib/format";
 import { realScheduler, type Scheduler, type Timer } from "../lib/scheduler";
 import { hostPort } from "../lib/net";
@@ -339,13 +340,11 @@ export class ReplicaProcess {
     this.healthTimer = null;
     if (this.state !== "starting" || this.stopping || this.detached) return;
     let ok = false;
-    // Aborted as AbortSignal.timeout() would, but on the injected scheduler's time.
-    const cutOff = new AbortController();
-    const timeout = this.scheduler.after(this.healthTimeout, () => cutOff.abort(new DOMException("The operation timed out.", "TimeoutError")));
+    const timeout = timeoutSignal(this.scheduler, this.healthTimeout);
     try {
       // Every engine leaves /health open today; the key goes along in case one does not.
       const res = await this.fetchFn(`http://${hostPort(this.opts.healthHost ?? "127.0.0.1", this.port)}/health`, {
-        signal: cutOff.signal,
+        signal: timeout.signal,
         ...(this.probeKey !== null ? { headers: { authorization: `Bearer ${this.probeKey}` } } : {}),
       });
       ok = res.status === 200;
