@@ -1,36 +1,46 @@
-// The node agent daemon behind `llmgw agent`: tells the head node what this node has (GPUs,
-// weights, replicas) and runs exactly the engine processes the head node assigns to it.
+// src/agent: the node agent behind `llmgw agent`, the cluster's client in the manner of
+// Nomad's: it tells the head node what this node has (GPUs, weights, engine versions, replica
+// states) and runs exactly the engine processes the head node assigns to it, nothing more. It
+// decides nothing about placement; it reports and obeys.
+//
+// Its parts: agent.ts (this file) the loops only (heartbeat, assignments long poll, inventory,
+// engine versions) and the applying of assignments; head-client.ts the head node's agent API
+// (HTTP, failure kinds, certificate pinning); inventory.ts with gpus.ts and weights.ts what the
+// node has; engines.ts (pure) and engine-versions.ts what command line runs an assignment;
+// runner.ts the engine processes; logs.ts the engine-log listener; credential.ts and
+// selfsigned.ts what the node keeps about itself; port.ts the one check that listens on a port.
+//
+// It may import protocol/ (the wire schemas it shares with the head node), lib/ (scheduler,
+// formatting, hashing, addresses, text) and config/ (its settings); never control/, store/,
+// router/, api/, app/, cli/ or sim/: the agent runs on a GPU node without any of them. Time comes
+// only through the injected Scheduler (lib/scheduler.ts), so tests drive it by hand.
 
-import { X509Certificate } from "node:crypto";
-import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
-import { isIP } from "node:net";
 import { hostname, networkInterfaces } from "node:os";
-import { type PeerCertificate, connect as tlsConnect, rootCertificates } from "node:tls";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import type { AgentConfig } from "../config";
-import { Name } from "../protocol/common";
-import {
-  type Assignment,
-  type EngineReport,
-  type GpuReport,
-  HEARTBEAT_LIMITS,
-  HeartbeatRequest,
-  HeartbeatResponse,
-  type ReplicaReport,
-} from "../protocol/heartbeat";
-import { VERSION } from "../version";
-import { probeEngines, type RealEngine, type ProbeRunner } from "./engine-versions";
-import { HEALTH_TIMEOUT_MS, type Launch, LaunchError, renderLaunch } from "./engines";
-import { type Discovery, type DiscoverOptions, discoverGpus, simulatedGpus } from "./gpus";
+import { errorText } from "../lib/format";
+import { realScheduler, type Scheduler, type Timer } from "../lib/scheduler";
+import { type Assignment, type EngineReport, HeartbeatRequest, HeartbeatResponse, type ReplicaReport } from "../protocol/heartbeat";
 import { credentialDigest, logsToken } from "../protocol/heartbeat";
+import { VERSION } from "../version";
+import { CREDENTIAL_FILE, loadCredential, logCertificate, prepareStateDir, saveCredential } from "./credential";
+import { probeEngines, type RealEngine, type ProbeRunner } from "./engine-versions";
+import { HEALTH_TIMEOUT_MS, type Launch, renderLaunch } from "./engines";
+import { AgentError } from "./errors";
+import { type Discovery, type DiscoverOptions, discoverGpus } from "./gpus";
+import { type Failure, type FetchLike, HeadClient } from "./head-client";
+import { type Inventory, InventoryTaker } from "./inventory";
 import { startLogServer } from "./logs";
-import { selfSignedCertificate } from "./selfsigned";
+import { assertPortFree } from "./port";
 import { ProcessSet, fileSafe, type LaunchSpec } from "./runner";
-import { localWeightsEnv, modelPathFor, scanModels } from "./weights";
+import { localWeightsEnv, modelPathFor } from "./weights";
 
-// modelPathFor lives in weights.ts; re-exported for callers that import it from here.
+// Re-exported for callers that import them from here (the CLI, sim, tests).
 export { modelPathFor } from "./weights";
+export { AgentError } from "./errors";
+export { CREDENTIAL_FILE } from "./credential";
+export type { FetchLike } from "./head-client";
 
 /** Timings the agent owns; the heartbeat interval is not among them, the server sets it. */
 export const AGENT_TIMING = {
@@ -53,19 +63,6 @@ export const AGENT_TIMING = {
 };
 export type AgentTiming = typeof AGENT_TIMING;
 
-/** The node's own credential, in its state dir; the head node names this file when it refuses a re-join. */
-export const CREDENTIAL_FILE = "node.credential";
-
-/** Writes a file only its owner can read, atomically: a crash never leaves half a credential. */
-function writePrivate(path: string, content: string): void {
-  const tmp = `${path}.tmp-${process.pid}`;
-  writeFileSync(tmp, content, { mode: 0o600 });
-  chmodSync(tmp, 0o600);
-  renameSync(tmp, path);
-}
-
-export type FetchLike = (input: string | URL | Request, init?: BunFetchRequestInit) => Promise<Response>;
-
 export interface NodeAgentOptions {
   config: AgentConfig;
   log: Logger;
@@ -78,40 +75,9 @@ export interface NodeAgentOptions {
   discover?: (opts: DiscoverOptions) => Promise<Discovery>;
   /** Runs the engines' version commands; tests stand in for the engines here. */
   probeRun?: ProbeRunner;
+  /** Every wait, timeout and timestamp of the agent and its engine processes; realScheduler unless a test drives time. */
+  scheduler?: Scheduler;
 }
-
-/** A problem the operator has to fix (bad setting, refused token); main prints its message alone. */
-export class AgentError extends Error {
-  readonly userFacing = true;
-  constructor(
-    message: string,
-    /** True when start() gave up because stop() was called, not because something failed. */
-    readonly stopped = false,
-  ) {
-    super(message);
-  }
-}
-
-interface Inventory {
-  gpus: GpuReport[];
-  models: string[];
-  /** Hugging Face revisions per model in the hub cache layout, newest first; the head node picks one per replica. */
-  model_revisions?: Record<string, string[]>;
-  /** Sent in the heartbeat so the head node can say why this node reports no (or fewer) GPUs. */
-  discovery_error?: string;
-}
-
-type Failure = {
-  ok: false;
-  kind: "aborted" | "unreachable" | "unauthorized" | "forbidden" | "untrusted" | "rejected" | "not_found" | "taken" | "limited" | "http" | "bad_answer";
-  message: string;
-};
-
-/** The code of the error the pin check hands to fetch (which rejects with that very error). */
-const PIN_MISMATCH = "LLMGW_PIN_MISMATCH";
-/** Certificate verification failures, as Bun's fetch reports them in `code`. */
-const CERT_ERROR = /CERT|SELF_SIGNED|LEAF_SIGNATURE|ISSUER|ALTNAME|HOSTNAME_MISMATCH/;
-type Outcome<T> = { ok: true; value: T } | Failure;
 
 export class NodeAgent {
   readonly name: string;
@@ -119,13 +85,13 @@ export class NodeAgent {
   private readonly config: AgentConfig;
   private readonly log: Logger;
   private readonly selfExe: string[];
-  private readonly fetchFn: FetchLike;
   private readonly timing: AgentTiming;
-  private readonly discoverFn: (opts: DiscoverOptions) => Promise<Discovery>;
+  private readonly scheduler: Scheduler;
   private readonly server: string;
   private readonly labels: Record<string, string>;
-  private readonly classOverrides: Record<string, string>;
   private readonly processSet: ProcessSet;
+  private readonly head: HeadClient;
+  private readonly inventoryTaker: InventoryTaker;
   /** This node's own credential once the head node gave it one; until then the join token is sent. */
   private credential: string | undefined;
   private readonly credentialPath: string;
@@ -156,39 +122,45 @@ export class NodeAgent {
   private readonly sleepers = new Set<() => void>();
   private wakeHeartbeat: (() => void) | null = null;
   private heartbeatDue = false;
-  private debounce: ReturnType<typeof setTimeout> | null = null;
+  private debounce: Timer | null = null;
   private loops: Promise<void>[] = [];
-
-  // An https server: the connections to it (one pool, one certificate check per connection).
-  private session: Bun.FetchSession | undefined;
-  /** Pinned without --server-ca: the server's certificate must be fetched and checked first. */
-  private needsProbe = false;
-  private probing: Promise<Failure | undefined> | null = null;
-
-  // What has been logged already, so a condition that lasts is said once, not every 30 s.
-  private lastDiscoveryError: string | undefined;
-  private lastWarnings = new Set<string>();
-  private readonly skippedWeights = new Set<string>();
+  /** What a request presents until the node has its credential. */
+  private joinToken = "";
 
   constructor(opts: NodeAgentOptions) {
     this.config = opts.config;
     this.log = opts.log;
     this.selfExe = opts.selfExe;
-    this.fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
     this.timing = { ...AGENT_TIMING, ...opts.timing };
-    this.discoverFn = opts.discover ?? discoverGpus;
+    this.scheduler = opts.scheduler ?? realScheduler;
     this.probeRun = opts.probeRun;
     this.intervalMs = this.timing.heartbeatIntervalMs;
     this.server = opts.config.server.replace(/\/+$/, "");
     this.name = opts.config.name ?? hostname();
     this.address = opts.config.address ?? defaultAddress();
     this.labels = Object.fromEntries(opts.config.label.map(splitPair));
-    this.classOverrides = Object.fromEntries(opts.config.gpu_class.map(splitPair));
     this.credentialPath = join(opts.config.state_dir, CREDENTIAL_FILE);
+    this.head = new HeadClient({
+      server: this.server,
+      serverCa: opts.config.server_ca,
+      serverFingerprint: opts.config.server_fingerprint,
+      fetch: opts.fetch ?? ((input, init) => fetch(input, init)),
+      bearer: () => this.credential ?? this.joinToken,
+      signal: this.abort.signal,
+      scheduler: this.scheduler,
+    });
+    this.inventoryTaker = new InventoryTaker({
+      config: opts.config,
+      node: this.name,
+      log: this.log,
+      discover: opts.discover ?? discoverGpus,
+      classOverrides: Object.fromEntries(opts.config.gpu_class.map(splitPair)),
+      scheduler: this.scheduler,
+    });
 
     const engineHost = opts.config.engine_host;
     this.processSet = new ProcessSet({
-      render: (a) => this.render(a),
+      render: (a) => this.launch(a),
       logDir: join(opts.config.state_dir, "logs"),
       stateDir: join(opts.config.state_dir, "replicas"),
       keepAcrossRestarts: opts.config.keep_replicas,
@@ -200,6 +172,7 @@ export class NodeAgent {
       healthTimeoutFor: (a) => HEALTH_TIMEOUT_MS[opts.config.simulate !== undefined ? "fake" : a.engine],
       logger: opts.log.child({ component: "runner" }),
       onChange: () => this.replicaChanged(),
+      scheduler: this.scheduler,
     });
   }
 
@@ -227,7 +200,7 @@ export class NodeAgent {
       // as privately as the heartbeats do. Its certificate goes to the head node in heartbeats.
       if (/^https:/i.test(this.server)) {
         const host = listen.host === "0.0.0.0" || listen.host === "::" ? this.address : listen.host;
-        this.logsTls = this.logCertificate([...new Set([this.address, host])]);
+        this.logsTls = logCertificate(this.config.state_dir, [...new Set([this.address, host])], this.scheduler.now(), this.log);
       }
       this.logServer = startLogServer({
         host: listen.host,
@@ -235,11 +208,12 @@ export class NodeAgent {
         token: () => (this.credential ? logsToken(credentialDigest(this.credential)) : undefined),
         ...(this.logsTls ? { tls: this.logsTls } : {}),
         fileFor: (id) => join(logDir, `${fileSafe(id)}.log`),
-        log: this.log,
+        log: this.log.child({ component: "logs" }),
+        scheduler: this.scheduler,
       });
       this.log.info({ port: this.logServer.port }, "engine logs served for `llmgw logs`");
     } catch (e) {
-      this.log.warn({ listen: `${listen.host}:${listen.port}`, err: (e as Error).message }, "cannot serve engine logs: `llmgw logs` will not reach this node");
+      this.log.warn({ listen: `${listen.host}:${listen.port}`, err: errorText(e) }, "cannot serve engine logs: `llmgw logs` will not reach this node");
     }
   }
 
@@ -258,10 +232,12 @@ export class NodeAgent {
     registered.catch(() => {});
     try {
       this.checkIdentity();
-      this.prepareStateDir();
-      this.loadCredential();
-      this.setUpTls();
-      [this.inventory] = await Promise.all([this.takeInventory(true), this.probeEngineVersions()]);
+      prepareStateDir(this.config.state_dir);
+      const secret = loadCredential(this.credentialPath, this.name, this.config, this.log);
+      if ("credential" in secret) this.credential = secret.credential;
+      else this.joinToken = secret.joinToken;
+      this.head.setUpTls();
+      [this.inventory] = await Promise.all([this.inventoryTaker.take(true), this.probeEngineVersions()]);
       const adopted = await this.processSet.recover();
       if (adopted.length > 0) this.log.info({ replicas: adopted }, `adopted ${adopted.length} running engine(s) from the previous agent`);
       if (this.stopping) throw new AgentError("the agent was stopped before it registered", true);
@@ -287,7 +263,7 @@ export class NodeAgent {
     this.stopped ??= (async () => {
       this.stopping = true;
       this.abort.abort();
-      if (this.debounce) clearTimeout(this.debounce);
+      this.debounce?.cancel();
       for (const wake of [...this.sleepers]) wake();
       this.registration?.reject(new AgentError("the agent was stopped before it registered", true));
       await Promise.all(this.loops);
@@ -299,7 +275,7 @@ export class NodeAgent {
         if (kept.length > 0) this.log.info({ replicas: kept }, "leaving engines running for the next agent (keep_replicas)");
       } else await this.processSet.stopAll();
       this.logServer?.stop();
-      this.session?.close();
+      this.head.close();
       this.log.info("agent stopped");
     })();
     return this.stopped;
@@ -342,7 +318,7 @@ export class NodeAgent {
     };
     const sentEpoch = this.epoch;
     const joining = this.credential === undefined;
-    const r = await this.request(path, { method: "POST", body: JSON.stringify(body) }, this.timing.requestTimeoutMs);
+    const r = await this.head.request(path, { method: "POST", body: JSON.stringify(body) }, this.timing.requestTimeoutMs);
     if (this.stopping) return "fatal";
     if (!r.ok && r.kind === "forbidden" && !this.registered) {
       // A wrong address, the node limit, another node's name: retrying changes nothing.
@@ -363,10 +339,10 @@ export class NodeAgent {
     }
     if (r.ok && joining && r.value.credential) {
       try {
-        this.saveCredential(r.value.credential);
+        saveCredential(this.credentialPath, this.name, this.server, r.value.credential);
       } catch (e) {
         // Without it the node could not heartbeat after a restart; say so now, loudly.
-        this.log.error({ path: this.credentialPath, err: (e as Error).message }, "cannot store this node's credential: after a restart the node must be deleted on the head node to join again");
+        this.log.error({ path: this.credentialPath, err: errorText(e) }, "cannot store this node's credential: after a restart the node must be deleted on the head node to join again");
       }
       this.credential = r.value.credential;
       this.log.info({ path: this.credentialPath }, "joined: this node's own credential is stored and used from now on");
@@ -402,11 +378,11 @@ export class NodeAgent {
 
   private replicaChanged(): void {
     if (this.stopping || this.debounce) return;
-    this.debounce = setTimeout(() => {
+    this.debounce = this.scheduler.after(this.timing.changeDebounceMs, () => {
       this.debounce = null;
       this.heartbeatDue = true;
       this.wakeHeartbeat?.();
-    }, this.timing.changeDebounceMs);
+    });
   }
 
   // ---- assignments ------------------------------------------------------------------------
@@ -420,8 +396,8 @@ export class NodeAgent {
       const wait = this.timing.longPollWaitMs;
       const query = `?node=${encodeURIComponent(this.name)}&generation=${asked}&wait_ms=${wait}`;
       const sentEpoch = this.epoch;
-      const began = performance.now();
-      const r = await this.request(path + query, { method: "GET" }, wait + this.timing.requestTimeoutMs);
+      const began = this.scheduler.mono();
+      const r = await this.head.request(path + query, { method: "GET" }, wait + this.timing.requestTimeoutMs);
       if (this.stopping) return;
       if (r.ok) {
         if (failing) this.log.info({ url: this.url(path) }, "the assignments long poll works again");
@@ -431,7 +407,7 @@ export class NodeAgent {
         this.accept(r.value, sentEpoch, "long poll");
         // An unchanged answer long before wait_ms means something in between does not hold
         // requests open; without a pause this loop would spin.
-        if (r.value.generation === asked && performance.now() - began < Math.min(1_000, wait / 2)) await this.sleep(backoff, false);
+        if (r.value.generation === asked && this.scheduler.mono() - began < Math.min(1_000, wait / 2)) await this.sleep(backoff, false);
         continue;
       }
       failing = true;
@@ -466,7 +442,7 @@ export class NodeAgent {
         try {
           await this.processSet.reconcile(next);
         } catch (e) {
-          this.log.error({ err: e }, "applying assignments failed");
+          this.log.error({ err: errorText(e) }, "applying assignments failed");
         }
         // A new replica starts out "starting" without a state change to report it, and a stopped
         // one just disappears: either way the server should hear now, not an interval later.
@@ -478,7 +454,19 @@ export class NodeAgent {
     this.applying = Promise.resolve().then(run);
   }
 
-  private render(a: Assignment): LaunchSpec {
+  /**
+   * What runs for an assignment: its rendered command line, once the port it is to serve is
+   * known to be free (otherwise the health check would find whatever else listens there and
+   * call the replica ready; SGLang's ranks >= 1 serve /health on the replica's port too).
+   */
+  private launch(a: Assignment): LaunchSpec {
+    const launch = this.render(a);
+    if (launch.servesHttp) assertPortFree(this.config.engine_host, a.port, a.id);
+    return launch;
+  }
+
+  /** The command line for an assignment on this node (engines.ts renderLaunch with this node's facts). */
+  private render(a: Assignment): Launch {
     const host = this.config.engine_host;
     let launch: Launch;
     if (this.config.simulate !== undefined) {
@@ -503,9 +491,6 @@ export class NodeAgent {
         smiIndex,
       });
     }
-    // Otherwise the health check would find whatever else listens there and call the replica ready.
-    // SGLang's ranks >= 1 serve /health on the replica's port too.
-    if (launch.servesHttp) assertPortFree(host, a.port, a.id);
     return launch;
   }
 
@@ -523,7 +508,13 @@ export class NodeAgent {
       if (this.config.vllm_version) overrides.vllm = this.config.vllm_version;
       if (this.config.sglang_version) overrides.sglang = this.config.sglang_version;
       if (this.config.llama_server_version) overrides["llama.cpp"] = this.config.llama_server_version;
-      const found = await probeEngines({ bin: this.engineBins(), overrides, timeoutMs: this.timing.engineProbeTimeoutMs, ...(this.probeRun ? { run: this.probeRun } : {}) });
+      const found = await probeEngines({
+        bin: this.engineBins(),
+        overrides,
+        timeoutMs: this.timing.engineProbeTimeoutMs,
+        scheduler: this.scheduler,
+        ...(this.probeRun ? { run: this.probeRun } : {}),
+      });
       if (JSON.stringify(found) === JSON.stringify(this.engines)) return;
       const first = this.engines === undefined;
       this.engines = found;
@@ -557,7 +548,7 @@ export class NodeAgent {
       await this.sleep(this.timing.inventoryIntervalMs, false);
       if (this.stopping) return;
       try {
-        const next = await this.takeInventory(false);
+        const next = await this.inventoryTaker.take(false);
         if (this.stopping) return;
         if (JSON.stringify(next) !== JSON.stringify(this.inventory)) {
           this.log.info({ gpus: next.gpus.length, unhealthy: next.gpus.filter((g) => !g.healthy).length, models: next.models }, "inventory changed");
@@ -566,48 +557,9 @@ export class NodeAgent {
           this.wakeHeartbeat?.();
         }
       } catch (e) {
-        this.log.warn({ err: e }, "taking inventory failed; reporting the previous one");
+        this.log.warn({ err: errorText(e) }, "taking inventory failed; reporting the previous one");
       }
     }
-  }
-
-  private async takeInventory(first: boolean): Promise<Inventory> {
-    const cfg = this.config;
-    if (cfg.simulate !== undefined) {
-      let gpus: GpuReport[];
-      try {
-        gpus = simulatedGpus(cfg.simulate, cfg.simulate_unhealthy, this.name);
-      } catch (e) {
-        throw new AgentError(`--simulate: ${(e as Error).message}`);
-      }
-      const models: string[] = [];
-      for (const m of cfg.simulate_models) {
-        if (Name.safeParse(m).success) models.push(m);
-        else if (first) this.log.warn({ model: m }, `--simulate-models: "${m}" is not a valid model name; left out`);
-      }
-      return { gpus, models: clipModels([...new Set(models)].sort()) };
-    }
-    const [found, { models, revisions }] = await Promise.all([
-      this.discoverFn({ nvidiaSmi: cfg.nvidia_smi, classOverrides: this.classOverrides }),
-      scanModels(cfg.models_dir, (path, reason) => {
-        if (this.skippedWeights.has(path)) return;
-        this.skippedWeights.add(path);
-        this.log.warn({ path }, `weights left out of the report: ${reason}`);
-      }),
-    ]);
-    if (found.error !== this.lastDiscoveryError) {
-      if (found.error !== undefined) this.log.error({ nvidia_smi: cfg.nvidia_smi }, found.error);
-      else this.log.info({ gpus: found.gpus.length }, "GPU discovery works again");
-      this.lastDiscoveryError = found.error;
-    }
-    const warnings = new Set(found.warnings);
-    for (const w of warnings) if (!this.lastWarnings.has(w)) this.log.warn(w);
-    this.lastWarnings = warnings;
-    if (first && found.error === undefined) this.log.info({ gpus: found.gpus.length, models: models.length, models_dir: cfg.models_dir }, "inventory taken");
-    const kept = clipModels(models);
-    // hasOwn: a model may be named "constructor", which every object answers to.
-    const model_revisions = Object.fromEntries(kept.filter((m) => Object.hasOwn(revisions, m)).map((m) => [m, revisions[m]!]));
-    return { gpus: found.gpus, models: kept, model_revisions, ...(found.error !== undefined ? { discovery_error: found.error } : {}) };
   }
 
   // ---- plumbing -----------------------------------------------------------------------------
@@ -630,246 +582,7 @@ export class NodeAgent {
   }
 
   private url(path: string): string {
-    return this.server + path;
-  }
-
-  // ---- credential and state dir -------------------------------------------------------------
-
-  /** The state dir holds the credential and engine logs: its owner's alone. */
-  private prepareStateDir(): void {
-    const dir = this.config.state_dir;
-    try {
-      if (!existsSync(dir)) mkdirSync(dir, { recursive: true, mode: 0o700 });
-      chmodSync(dir, 0o700);
-    } catch (e) {
-      throw new AgentError(`--state-dir ${dir}: cannot create or restrict it (${(e as Error).message})`);
-    }
-  }
-
-  private loadCredential(): void {
-    let text: string;
-    try {
-      text = readFileSync(this.credentialPath, "utf8");
-    } catch {
-      // Read once, here: a token file that goes away later cannot fail a heartbeat in flight.
-      this.joinTokenValue = this.readJoinToken();
-      if (this.joinTokenValue === undefined)
-        throw new AgentError(`no join token: give --token-file FILE (or env LLMGW_TOKEN) with the head node's <data-dir>/join.token; the node has no credential yet (${this.credentialPath})`);
-      return;
-    }
-    let stored: { node?: unknown; credential?: unknown };
-    try {
-      stored = JSON.parse(text) as typeof stored;
-    } catch {
-      throw new AgentError(`${this.credentialPath} is not a credential file this agent wrote; remove it to join again`);
-    }
-    if (typeof stored.credential !== "string" || typeof stored.node !== "string") throw new AgentError(`${this.credentialPath} is not a credential file this agent wrote; remove it to join again`);
-    if (stored.node !== this.name)
-      throw new AgentError(`${this.credentialPath} is node ${stored.node}'s credential, and this agent is node ${this.name}: use --name ${stored.node}, or another --state-dir for a new node`);
-    chmodSync(this.credentialPath, 0o600);
-    this.credential = stored.credential;
-    this.log.info({ path: this.credentialPath }, "using this node's stored credential");
-  }
-
-  private saveCredential(credential: string): void {
-    writePrivate(this.credentialPath, `${JSON.stringify({ node: this.name, server: this.server, credential })}\n`);
-  }
-
-  private joinTokenValue: string | undefined;
-
-  /** What a request presents until the node has its credential. */
-  private joinToken(): string {
-    return this.joinTokenValue ?? "";
-  }
-
-  /** --token, else the first line of --token-file. */
-  private readJoinToken(): string | undefined {
-    if (this.config.token) return this.config.token;
-    const file = this.config.token_file;
-    if (!file) return undefined;
-    try {
-      const t = readFileSync(file, "utf8").trim();
-      return t === "" ? undefined : t;
-    } catch (e) {
-      throw new AgentError(`--token-file ${file}: cannot read it (${(e as Error).message})`);
-    }
-  }
-
-  /** The log listener's certificate: made once, kept beside the credential (key 0600). */
-  private logCertificate(names: string[]): { cert: string; key: string } {
-    const certPath = join(this.config.state_dir, "logs-tls.crt");
-    const keyPath = join(this.config.state_dir, "logs-tls.key");
-    try {
-      const cert = readFileSync(certPath, "utf8");
-      const key = readFileSync(keyPath, "utf8");
-      const x = new X509Certificate(cert);
-      if (names.every((n) => x.checkIP(n) !== undefined || x.checkHost(n) !== undefined)) return { cert, key };
-    } catch {
-      // None yet, or unreadable: make one.
-    }
-    const made = selfSignedCertificate(names);
-    writePrivate(keyPath, made.key);
-    writePrivate(certPath, made.cert);
-    this.log.info({ cert: certPath, fingerprint256: made.fingerprint256 }, "engine logs served over HTTPS with a self-signed certificate the head node pins");
-    return { cert: made.cert, key: made.key };
-  }
-
-  private async request(path: string, init: RequestInit, timeoutMs: number): Promise<Outcome<HeartbeatResponse>> {
-    if (this.needsProbe) {
-      const failed = await this.probe(timeoutMs);
-      if (failed) return failed;
-    }
-    let res: Response;
-    try {
-      res = await this.fetchFn(this.url(path), {
-        ...init,
-        headers: { authorization: `Bearer ${this.credential ?? this.joinToken()}`, "content-type": "application/json" },
-        signal: AbortSignal.any([this.abort.signal, AbortSignal.timeout(timeoutMs)]),
-        ...(this.session ? { session: this.session } : {}),
-      });
-    } catch (e) {
-      if (this.abort.signal.aborted) return { ok: false, kind: "aborted", message: "stopped" };
-      const untrusted = this.certificateFailure(e);
-      if (untrusted) {
-        // Pinned without a CA, the certificate may have changed since the probe: probing
-        // again names the fingerprint the server has now.
-        const changed = this.needsProbe ? await this.probe(timeoutMs) : undefined;
-        return changed?.kind === "untrusted" ? changed : untrusted;
-      }
-      const err = e as Error;
-      const why = err.name === "TimeoutError" ? `no answer within ${Math.round(timeoutMs / 1000)}s` : err.message;
-      return { ok: false, kind: "unreachable", message: why };
-    }
-    let text: string;
-    try {
-      text = await res.text();
-    } catch (e) {
-      if (this.abort.signal.aborted) return { ok: false, kind: "aborted", message: "stopped" };
-      return { ok: false, kind: "unreachable", message: `connection lost while reading the answer: ${(e as Error).message}` };
-    }
-    if (!res.ok) {
-      const message = `${res.status} ${serverMessage(text) ?? res.statusText}`;
-      const kind =
-        res.status === 401
-          ? "unauthorized"
-          : res.status === 403
-            ? "forbidden"
-          : res.status === 409
-            ? "taken"
-            : res.status === 429
-              ? "limited"
-              : res.status === 400
-                ? "rejected"
-                : res.status === 404
-                  ? "not_found"
-                  : "http";
-      return { ok: false, kind, message };
-    }
-    let json: unknown;
-    try {
-      json = JSON.parse(text);
-    } catch {
-      return { ok: false, kind: "bad_answer", message: `the answer is not JSON: ${text.slice(0, 200)}` };
-    }
-    const parsed = HeartbeatResponse.safeParse(json);
-    if (!parsed.success) {
-      const first = parsed.error.issues[0];
-      return { ok: false, kind: "bad_answer", message: `the answer is not a heartbeat response: ${first?.path.join(".") || "(body)"}: ${first?.message}` };
-    }
-    return { ok: true, value: parsed.data };
-  }
-
-  // ---- TLS --------------------------------------------------------------------------------
-
-  /**
-   * How the server's certificate is trusted: --server-ca replaces the system's CAs;
-   * --server-fingerprint is checked on every new connection by the session's
-   * checkServerIdentity, which Bun's fetch calls only once the chain has verified. A pin
-   * without a CA therefore needs the certificate itself as the trust anchor: probe() gets it
-   * over node:tls, compares the fingerprint, and trusts that certificate from then on.
-   */
-  private setUpTls(): void {
-    if (!/^https:/i.test(this.server)) return;
-    const { server_ca: caPath, server_fingerprint: pin } = this.config;
-    let ca: string | undefined;
-    if (caPath !== undefined) {
-      try {
-        ca = readFileSync(caPath, "utf8");
-      } catch (e) {
-        const err = e as NodeJS.ErrnoException;
-        const why = err.code === "ENOENT" ? "no such file" : err.code === "EACCES" ? "permission denied" : err.message;
-        throw new AgentError(`--server-ca ${caPath}: cannot read it (${why})`);
-      }
-      try {
-        new X509Certificate(ca);
-      } catch (e) {
-        throw new AgentError(`--server-ca ${caPath}: not a PEM certificate (${(e as Error).message})`);
-      }
-    }
-    if (pin !== undefined && ca === undefined) {
-      this.needsProbe = true;
-      return;
-    }
-    if (ca !== undefined || pin !== undefined) this.useTls(ca);
-  }
-
-  private useTls(ca: string | string[] | undefined): void {
-    const pin = this.config.server_fingerprint;
-    this.session?.close();
-    this.session = new Bun.FetchSession({
-      tls: {
-        ...(ca !== undefined ? { ca } : {}),
-        // The pin replaces the host name check: it names the one certificate to accept, and
-        // agents often reach the head node by an address its certificate does not list.
-        ...(pin !== undefined ? { checkServerIdentity: (_host: string, cert: PeerCertificate) => pinCheck(pin, cert) } : {}),
-      },
-    });
-  }
-
-  /** One probe at a time; the heartbeat and the long poll share its outcome. */
-  private probe(timeoutMs: number): Promise<Failure | undefined> {
-    this.probing ??= (async (): Promise<Failure | undefined> => {
-      const pin = this.config.server_fingerprint!;
-      const u = new URL(this.server);
-      const host = u.hostname.replace(/^\[|\]$/g, "");
-      let cert: PeerCertificate;
-      try {
-        cert = await peerCertificate(host, Number(u.port || 443), timeoutMs, this.abort.signal);
-      } catch (e) {
-        if (this.abort.signal.aborted) return { ok: false, kind: "aborted", message: "stopped" };
-        return { ok: false, kind: "unreachable", message: (e as Error).message };
-      }
-      const mismatch = pinCheck(pin, cert);
-      if (mismatch) return { ok: false, kind: "untrusted", message: mismatch.message };
-      // Beside the system's CAs, so a pinned certificate a public CA signed verifies as well.
-      this.useTls([...rootCertificates, derToPem(cert.raw)]);
-      this.needsProbe = false;
-      return undefined;
-    })().finally(() => {
-      this.probing = null;
-    });
-    return this.probing;
-  }
-
-  /** A fetch error that says the server's certificate was not accepted, as the operator's to-do. */
-  private certificateFailure(e: unknown): Failure | undefined {
-    const err = e as Error & { code?: string };
-    const code = typeof err.code === "string" ? err.code : "";
-    if (code !== PIN_MISMATCH && !CERT_ERROR.test(code)) return undefined;
-    const { server_ca: caPath, server_fingerprint: pin } = this.config;
-    const pinOnly = pin !== undefined && caPath === undefined;
-    if (pinOnly) this.needsProbe = true;
-    let message: string;
-    if (code === PIN_MISMATCH) message = err.message;
-    else if (pinOnly)
-      message = `the server's certificate matches --server-fingerprint but does not verify (${err.message}, ${code}): a pin alone trusts a self-signed certificate; for one a private CA signed, give that CA with --server-ca as well`;
-    else if (/ALTNAME|HOSTNAME/.test(code))
-      message = `the server's TLS certificate is not valid for ${new URL(this.server).hostname} (${err.message}); use a --server name or address its certificate lists, or pin the certificate with --server-fingerprint`;
-    else if (caPath !== undefined)
-      message = `the server's TLS certificate is not trusted by --server-ca ${caPath} (${err.message}, ${code}); give the head node's --tls-cert, or the CA that signed it`;
-    else
-      message = `the server's TLS certificate is not trusted (${err.message}, ${code}); give --server-ca FILE (the head node's --tls-cert, or the CA that signed it) or pin it with --server-fingerprint SHA256 (llmgw serve prints it)`;
-    return { ok: false, kind: "untrusted", message };
+    return this.head.url(path);
   }
 
   private logFailure(what: string, path: string, r: Failure, retryMs: number): void {
@@ -910,12 +623,12 @@ export class NodeAgent {
     if (this.stopping) return Promise.resolve();
     return new Promise((resolve) => {
       const done = () => {
-        clearTimeout(timer);
+        timer.cancel();
         this.sleepers.delete(done);
         if (this.wakeHeartbeat === done) this.wakeHeartbeat = null;
         resolve();
       };
-      const timer = setTimeout(done, ms);
+      const timer = this.scheduler.after(ms, done);
       this.sleepers.add(done);
       if (wakeable) this.wakeHeartbeat = done;
     });
@@ -929,41 +642,6 @@ function splitPair(kv: string): [string, string] {
   return [kv.slice(0, eq).trim(), kv.slice(eq + 1).trim()];
 }
 
-/** The pin check: undefined when the certificate is the pinned one, else the error to fail with. */
-function pinCheck(pin: string, cert: PeerCertificate): Error | undefined {
-  const got = (cert.fingerprint256 ?? "").toUpperCase();
-  if (got === pin) return undefined;
-  const err = new Error(`the server's certificate does not match --server-fingerprint: expected ${pin}, got ${got || "(none)"}`);
-  return Object.assign(err, { code: PIN_MISMATCH });
-}
-
-/** The server's leaf certificate, without judging it (the pin does that). */
-function peerCertificate(host: string, port: number, timeoutMs: number, signal: AbortSignal): Promise<PeerCertificate> {
-  return new Promise((resolve, reject) => {
-    const socket = tlsConnect({ host, port, rejectUnauthorized: false, ...(isIP(host) ? {} : { servername: host }) });
-    const done = (e: Error | undefined, cert?: PeerCertificate) => {
-      clearTimeout(timer);
-      signal.removeEventListener("abort", onAbort);
-      socket.destroy();
-      if (e) reject(e);
-      else resolve(cert!);
-    };
-    const onAbort = () => done(new Error("stopped"));
-    const timer = setTimeout(() => done(new Error(`no TLS handshake within ${Math.round(timeoutMs / 1000)}s`)), timeoutMs);
-    signal.addEventListener("abort", onAbort, { once: true });
-    socket.once("secureConnect", () => {
-      const cert = socket.getPeerCertificate();
-      if (!cert?.raw) done(new Error(`the TLS handshake with ${host}:${port} gave no certificate`));
-      else done(undefined, cert);
-    });
-    socket.once("error", (e) => done(new Error(`TLS handshake with ${host}:${port} failed: ${e.message}`)));
-  });
-}
-
-function derToPem(der: Buffer): string {
-  return `-----BEGIN CERTIFICATE-----\n${der.toString("base64").match(/.{1,64}/g)!.join("\n")}\n-----END CERTIFICATE-----\n`;
-}
-
 function isWildcard(host: string): boolean {
   return host === "" || host === "0.0.0.0" || host === "::" || host === "[::]";
 }
@@ -974,31 +652,4 @@ function defaultAddress(): string {
     for (const a of addrs ?? []) if (a.family === "IPv4" && !a.internal) return a.address;
   }
   return "127.0.0.1";
-}
-
-function clipModels(models: string[]): string[] {
-  return models.length > HEARTBEAT_LIMITS.models ? models.slice(0, HEARTBEAT_LIMITS.models) : models;
-}
-
-/** The admin/agent API's error message from an error body, if it is one. */
-function serverMessage(text: string): string | undefined {
-  try {
-    const body = JSON.parse(text) as { error?: { message?: unknown } };
-    if (typeof body.error?.message === "string") return body.error.message;
-  } catch {
-    // Not JSON: a proxy's page, say.
-  }
-  const t = text.trim();
-  return t === "" ? undefined : t.slice(0, 300);
-}
-
-/** Throws LaunchError when something already listens on host:port. */
-function assertPortFree(host: string, port: number, replica: string): void {
-  let probe: ReturnType<typeof Bun.serve>;
-  try {
-    probe = Bun.serve({ hostname: host.replace(/^\[|\]$/g, "") || "0.0.0.0", port, fetch: () => new Response(null, { status: 503 }) });
-  } catch (e) {
-    throw new LaunchError(`replica ${replica}: port ${port} on ${host} is already in use on this node (${(e as Error).message}); the engine could not listen there`);
-  }
-  void probe.stop(true);
 }

@@ -3,11 +3,14 @@
 // what it prints, and comparing versions so launch templates can be chosen by range. The
 // parsers and comparisons are pure; only probeEngines runs anything.
 
-import type { EngineReport } from "../protocol/heartbeat";
+import { realScheduler, type Scheduler } from "../lib/scheduler";
 import { safeText } from "../lib/text";
+import { ENGINES, type Engine } from "../protocol/catalog";
+import type { EngineReport } from "../protocol/heartbeat";
 
-export type RealEngine = "vllm" | "sglang" | "llama.cpp";
-export const REAL_ENGINES: readonly RealEngine[] = ["vllm", "sglang", "llama.cpp"];
+/** The engines a node has installed (or not): every catalog engine but the built-in fake one. */
+export type RealEngine = Exclude<Engine, "fake">;
+export const REAL_ENGINES: readonly RealEngine[] = ENGINES.filter((e): e is RealEngine => e !== "fake");
 
 /** The executables the agent runs for each engine (LaunchOptions.bin uses the same names). */
 export type EngineBins = { vllm?: string; python?: string; llamaServer?: string };
@@ -105,6 +108,8 @@ export type ProbeOptions = {
   /** Per command; a Python import of a large package can take many seconds on a cold disk. */
   timeoutMs: number;
   run?: ProbeRunner;
+  /** Times the built-in runner's timeout; realScheduler unless a test drives time. */
+  scheduler?: Scheduler;
 };
 
 const PARSERS: Record<RealEngine, (out: string) => string | null> = {
@@ -118,7 +123,7 @@ export async function probeEngine(engine: RealEngine, opts: ProbeOptions): Promi
   const override = opts.overrides?.[engine];
   if (override !== undefined && override !== "") return { engine, version: clip(override, 64), error: null };
   const argv = versionCommand(engine, opts.bin);
-  const run = opts.run ?? spawnProbe;
+  const run = opts.run ?? spawnProbe(opts.scheduler ?? realScheduler);
   let r: ProbeResult;
   try {
     r = await run(argv, opts.timeoutMs);
@@ -145,19 +150,19 @@ function clip(s: string, max: number): string {
   return t.length > max ? `${t.slice(0, max - 1)}…` : t;
 }
 
-const spawnProbe: ProbeRunner = async (argv, timeoutMs) => {
+const spawnProbe = (scheduler: Scheduler): ProbeRunner => async (argv, timeoutMs) => {
   // The environment as it is now (PATH included), as the engines themselves will get it.
   const proc = Bun.spawn(argv, { stdin: "ignore", stdout: "pipe", stderr: "pipe", env: { ...process.env } });
   let timedOut = false;
-  const timer = setTimeout(() => {
+  const timer = scheduler.after(timeoutMs, () => {
     timedOut = true;
     proc.kill("SIGKILL");
-  }, timeoutMs);
+  });
   try {
     const [stdout, stderr, exitCode] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
     if (timedOut) throw new Error(`\`${argv.join(" ")}\` did not finish within ${Math.round(timeoutMs / 1000)}s`);
     return { exitCode, stdout, stderr };
   } finally {
-    clearTimeout(timer);
+    timer.cancel();
   }
 };

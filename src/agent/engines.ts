@@ -4,6 +4,7 @@
 // replica's engine key reaches the engine. Pure: no I/O, so every engine's command line is
 // pinned by unit tests.
 
+import { hostPort } from "../lib/net";
 import type { Assignment } from "../protocol/heartbeat";
 import { compareVersions, llamaBuild, type RealEngine } from "./engine-versions";
 
@@ -164,22 +165,7 @@ function fmt(engine: Assignment["engine"], v: string | number): string {
 }
 
 export function renderLaunch(a: Assignment, opts: LaunchOptions): Launch {
-  const { rank, size } = a.shard;
-  if (rank >= size) throw new LaunchError(`replica ${a.id}: shard rank ${rank} is not below shard size ${size}`);
-  if (size > 1 && a.shard.leader_address === "")
-    throw new LaunchError(`replica ${a.id}: a ${size}-node shard needs the leader's address, and none was given`);
-  if (a.engine !== "fake" && a.gpus.length !== a.gpu_uuids.length)
-    throw new LaunchError(
-      `replica ${a.id}: ${a.gpus.length} GPU indices but ${a.gpu_uuids.length} GPU UUIDs; the control plane must send one UUID per GPU`,
-    );
-  const mig = a.gpu_uuids.some(isMigUuid);
-  // NVIDIA's MIG user guide (CUDA device enumeration): a CUDA process sees at most one MIG
-  // device, whatever CUDA_VISIBLE_DEVICES lists. The fake engine is no CUDA process.
-  if (mig && a.engine !== "fake" && a.gpu_uuids.length > 1)
-    throw new LaunchError(
-      `replica ${a.id}: ${a.gpu_uuids.length} MIG devices for one engine, but a CUDA process can use only one MIG device; give the profile gpus: 1 for a MIG class, or use whole GPUs`,
-    );
-
+  checkShape(a);
   const version = knownVersion(a, opts);
   if (version !== undefined && a.engine !== "fake") {
     const min = ENGINE_RANGES[a.engine].min;
@@ -188,7 +174,6 @@ export function renderLaunch(a: Assignment, opts: LaunchOptions): Launch {
         `replica ${a.id}: ${ENGINE_NAME[a.engine]} ${version} is older than any launch template llmgw has (it supports ${ENGINE_NAME[a.engine]} ${fmt(a.engine, min)} and newer); upgrade it on this node`,
       );
   }
-  const newer = (min: string | number) => version === undefined || atLeast(a, version, min);
 
   // Only an engine that checks requests gets a key: headless workers and SGLang's other ranks
   // never see a request, so they are not given it.
@@ -200,114 +185,167 @@ export function renderLaunch(a: Assignment, opts: LaunchOptions): Launch {
         `replica ${a.id}: the profile's args set --api-key, which would replace the replica's own engine key and lock the router out; remove it from the profile (the agent gives every engine its key)`,
       );
   }
-  const port = String(a.port);
-  const names = a.served_names;
-  const first = names[0]!; // the schema requires at least one served name
-  const gpusPerShard = Math.max(1, a.gpus.length);
-  let cmd: string[];
-  let servesHttp = true;
-  /** Whether this shard checks the key (SGLang's other ranks serve /health without one). */
-  let checksKey = true;
-  // Placement's GPU choice wins over anything in the catalog env: a profile that set its own
-  // CUDA_VISIBLE_DEVICES would land on cards another replica holds. UUIDs where the engine
-  // takes them: MIG instances can only be named by UUID, and indices depend on CUDA_DEVICE_ORDER.
-  const gpuEnv: Record<string, string> = { CUDA_VISIBLE_DEVICES: a.gpu_uuids.join(",") };
-
-  switch (a.engine) {
-    case "vllm": {
-      const uuidsFrom = ENGINE_RANGES.vllm.uuids;
-      const takesUuids = uuidsFrom !== null && newer(uuidsFrom);
-      if (!takesUuids) {
-        if (mig)
-          throw new LaunchError(
-            `replica ${a.id}: vLLM${version ? ` ${version}` : ""} cannot run on a MIG device: it reads CUDA_VISIBLE_DEVICES as integers (vLLM #41848) and a MIG instance can only be named by its UUID; run this profile on whole GPUs, or on SGLang or llama.cpp`,
-          );
-        // CUDA numbers devices fastest-first unless told PCI_BUS_ID, which is nvidia-smi's order.
-        gpuEnv.CUDA_DEVICE_ORDER = "PCI_BUS_ID";
-        gpuEnv.CUDA_VISIBLE_DEVICES = a.gpu_uuids.map((u) => smiIndexOf(a, opts, u)).join(",");
-      }
-      cmd = [opts.bin?.vllm ?? "vllm", "serve", opts.modelPath, "--host", opts.host, "--port", port];
-      cmd.push("--served-model-name", ...names);
-      cmd.push("--tensor-parallel-size", String(gpusPerShard));
-      if (size > 1) {
-        const need = ENGINE_RANGES.vllm.multiNode;
-        if (!newer(need))
-          throw new LaunchError(
-            `replica ${a.id}: vLLM ${version} needs Ray for multi-node; llmgw supports multi-node vLLM from ${need} on (the mp backend's --nnodes/--node-rank/--master-addr/--headless, vLLM PR #23691); upgrade vLLM on every node of the replica, or give the profile nodes: 1`,
-          );
-        // "Running vLLM with MultiProcessing" (docs/serving/parallelism_scaling.md): tensor
-        // parallel within a node, pipeline parallel across nodes, every node runs `vllm serve`
-        // with --nnodes/--node-rank/--master-addr, the others with --headless (no API server).
-        // --master-port defaults to 29501, so ours is passed.
-        cmd.push("--pipeline-parallel-size", String(size));
-        cmd.push("--distributed-executor-backend", "mp");
-        cmd.push("--nnodes", String(size), "--node-rank", String(rank));
-        cmd.push("--master-addr", a.shard.leader_address, "--master-port", String(a.shard.leader_port));
-        if (rank > 0) {
-          cmd.push("--headless");
-          servesHttp = false;
-        }
-      }
-      break;
-    }
-    case "sglang": {
-      // SGLang's server arguments (docs/advanced_features/server_arguments.md): --tp-size is the
-      // tensor-parallel size across all nodes; --served-model-name takes a single string, so the
-      // aliases are left to the router. --enable-metrics turns on /metrics, which is off by default.
-      cmd = [opts.bin?.python ?? "python3", "-m", "sglang.launch_server", "--model-path", opts.modelPath];
-      cmd.push("--host", opts.host, "--port", port, "--served-model-name", first);
-      cmd.push("--tp-size", String(gpusPerShard * size), "--enable-metrics");
-      if (size > 1) {
-        // Multi-node tensor parallelism per SGLang's multi-node deployment docs: every node runs
-        // launch_server with the same --tp, --nnodes, its --node-rank, and the leader's
-        // --dist-init-addr host:port. SGLang takes the ports after it too (PortArgs.init_new:
-        // dist_init_port+1 … +6), which the control plane keeps free as one block per replica.
-        cmd.push("--nnodes", String(size), "--node-rank", String(rank));
-        cmd.push("--dist-init-addr", hostPort(a.shard.leader_address, a.shard.leader_port));
-        if (rank > 0) {
-          // Its /health (without a key: SGLang's auth exempts /health) answers once the rank's
-          // schedulers are up, where the version serves one; otherwise it is watched for life.
-          checksKey = false;
-          servesHttp = newer(ENGINE_RANGES.sglang.rankHealth);
-        }
-      }
-      if (key !== null && checksKey) cmd.push("--api-key", key);
-      break;
-    }
-    case "llama.cpp": {
-      if (size > 1)
-        throw new LaunchError(
-          `replica ${a.id}: llama.cpp cannot run one replica across ${size} nodes; give the model's llama.cpp profile nodes: 1`,
-        );
-      cmd = [opts.bin?.llamaServer ?? "llama-server", "-m", opts.modelPath, "--host", opts.host, "--port", port];
-      if (newer(ENGINE_RANGES["llama.cpp"].aliasList)) {
-        // The list splits on ",", so a name with a comma in it would silently become two.
-        const bad = names.find((n) => n.includes(","));
-        if (bad !== undefined)
-          throw new LaunchError(`replica ${a.id}: llama.cpp cannot serve the name "${bad}" because --alias splits names on ","`);
-        cmd.push("--alias", names.join(","), "--metrics");
-      } else cmd.push("--alias", first, "-ngl", "999", "--metrics");
-      break;
-    }
-    case "fake": {
-      const self = typeof opts.selfExe === "string" ? [opts.selfExe] : [...opts.selfExe];
-      if (self.length === 0) throw new LaunchError("selfExe is empty: cannot run the built-in fake engine");
-      // Only rank 0 serves the replica's port: further shards of a simulated multi-node replica
-      // share an address with it on one machine, so they take any free port and are watched
-      // for liveness, like vLLM's headless workers.
-      cmd = [...self, "fake-engine", "--port", rank === 0 ? port : "0", "--host", opts.host];
-      for (const n of names) cmd.push("--model", n);
-      if (rank > 0) servesHttp = false;
-      break;
-    }
-  }
+  const t: Template = {
+    a,
+    opts,
+    version,
+    newer: (min) => version === undefined || atLeast(a, version, min),
+    key,
+    port: String(a.port),
+    // Placement's GPU choice wins over anything in the catalog env: a profile that set its own
+    // CUDA_VISIBLE_DEVICES would land on cards another replica holds. UUIDs where the engine
+    // takes them: MIG instances can only be named by UUID, and indices depend on CUDA_DEVICE_ORDER.
+    gpuEnv: { CUDA_VISIBLE_DEVICES: a.gpu_uuids.join(",") },
+  };
+  const { cmd, servesHttp = true, checksKey = true } = TEMPLATES[a.engine](t);
 
   cmd.push(...a.args);
-  const env: Record<string, string> = { ...a.env, ...gpuEnv };
+  const env: Record<string, string> = { ...a.env, ...t.gpuEnv };
   const apiKey = key !== null && servesHttp && checksKey ? key : null;
   // After the catalog env, so a profile's own VLLM_API_KEY cannot replace the replica's key.
   if (apiKey !== null && a.engine !== "sglang") env[ENGINE_KEY_ENV[a.engine]] = apiKey;
   return { cmd, env, servesHttp, apiKey };
+}
+
+/** What every template works from: the assignment, the node's options, and what was decided before. */
+type Template = {
+  a: Assignment;
+  opts: LaunchOptions;
+  /** The engine's version to choose by; undefined: the newest template. */
+  version: string | undefined;
+  /** Whether the version is at least min (always, when the version was not looked at). */
+  newer: (min: string | number) => boolean;
+  /** The replica's key, when the engine is to check one. */
+  key: string | null;
+  port: string;
+  /** The GPU environment; a template may rewrite it (vLLM takes indices). */
+  gpuEnv: Record<string, string>;
+};
+
+/**
+ * One engine's command line. servesHttp false: a shard that runs no HTTP server (vLLM
+ * --headless workers, SGLang ranks > 0 before 0.4.3.post4); checksKey false: a shard that serves
+ * /health without a key (SGLang's other ranks).
+ */
+type Rendered = { cmd: string[]; servesHttp?: boolean; checksKey?: boolean };
+
+/** Refusals that do not depend on the engine's version: rank, leader, one UUID per GPU, MIG. */
+function checkShape(a: Assignment): void {
+  const { rank, size } = a.shard;
+  if (rank >= size) throw new LaunchError(`replica ${a.id}: shard rank ${rank} is not below shard size ${size}`);
+  if (size > 1 && a.shard.leader_address === "")
+    throw new LaunchError(`replica ${a.id}: a ${size}-node shard needs the leader's address, and none was given`);
+  if (a.engine !== "fake" && a.gpus.length !== a.gpu_uuids.length)
+    throw new LaunchError(
+      `replica ${a.id}: ${a.gpus.length} GPU indices but ${a.gpu_uuids.length} GPU UUIDs; the control plane must send one UUID per GPU`,
+    );
+  // NVIDIA's MIG user guide (CUDA device enumeration): a CUDA process sees at most one MIG
+  // device, whatever CUDA_VISIBLE_DEVICES lists. The fake engine is no CUDA process.
+  if (a.gpu_uuids.some(isMigUuid) && a.engine !== "fake" && a.gpu_uuids.length > 1)
+    throw new LaunchError(
+      `replica ${a.id}: ${a.gpu_uuids.length} MIG devices for one engine, but a CUDA process can use only one MIG device; give the profile gpus: 1 for a MIG class, or use whole GPUs`,
+    );
+}
+
+const TEMPLATES: Record<Assignment["engine"], (t: Template) => Rendered> = {
+  vllm: vllmCommand,
+  sglang: sglangCommand,
+  "llama.cpp": llamaCommand,
+  fake: fakeCommand,
+};
+
+function vllmCommand({ a, opts, version, newer, port, gpuEnv }: Template): Rendered {
+  const { rank, size } = a.shard;
+  const uuidsFrom = ENGINE_RANGES.vllm.uuids;
+  const takesUuids = uuidsFrom !== null && newer(uuidsFrom);
+  if (!takesUuids) {
+    if (a.gpu_uuids.some(isMigUuid))
+      throw new LaunchError(
+        `replica ${a.id}: vLLM${version ? ` ${version}` : ""} cannot run on a MIG device: it reads CUDA_VISIBLE_DEVICES as integers (vLLM #41848) and a MIG instance can only be named by its UUID; run this profile on whole GPUs, or on SGLang or llama.cpp`,
+      );
+    // CUDA numbers devices fastest-first unless told PCI_BUS_ID, which is nvidia-smi's order.
+    gpuEnv.CUDA_DEVICE_ORDER = "PCI_BUS_ID";
+    gpuEnv.CUDA_VISIBLE_DEVICES = a.gpu_uuids.map((u) => smiIndexOf(a, opts, u)).join(",");
+  }
+  const cmd = [opts.bin?.vllm ?? "vllm", "serve", opts.modelPath, "--host", opts.host, "--port", port];
+  cmd.push("--served-model-name", ...a.served_names);
+  cmd.push("--tensor-parallel-size", String(gpusPerShard(a)));
+  if (size <= 1) return { cmd };
+  const need = ENGINE_RANGES.vllm.multiNode;
+  if (!newer(need))
+    throw new LaunchError(
+      `replica ${a.id}: vLLM ${version} needs Ray for multi-node; llmgw supports multi-node vLLM from ${need} on (the mp backend's --nnodes/--node-rank/--master-addr/--headless, vLLM PR #23691); upgrade vLLM on every node of the replica, or give the profile nodes: 1`,
+    );
+  // "Running vLLM with MultiProcessing" (docs/serving/parallelism_scaling.md): tensor
+  // parallel within a node, pipeline parallel across nodes, every node runs `vllm serve`
+  // with --nnodes/--node-rank/--master-addr, the others with --headless (no API server).
+  // --master-port defaults to 29501, so ours is passed.
+  cmd.push("--pipeline-parallel-size", String(size));
+  cmd.push("--distributed-executor-backend", "mp");
+  cmd.push("--nnodes", String(size), "--node-rank", String(rank));
+  cmd.push("--master-addr", a.shard.leader_address, "--master-port", String(a.shard.leader_port));
+  if (rank === 0) return { cmd };
+  cmd.push("--headless");
+  return { cmd, servesHttp: false };
+}
+
+function sglangCommand({ a, opts, newer, key, port }: Template): Rendered {
+  const { rank, size } = a.shard;
+  let servesHttp = true;
+  let checksKey = true;
+  // SGLang's server arguments (docs/advanced_features/server_arguments.md): --tp-size is the
+  // tensor-parallel size across all nodes; --served-model-name takes a single string, so the
+  // aliases are left to the router. --enable-metrics turns on /metrics, which is off by default.
+  const cmd = [opts.bin?.python ?? "python3", "-m", "sglang.launch_server", "--model-path", opts.modelPath];
+  cmd.push("--host", opts.host, "--port", port, "--served-model-name", a.served_names[0]!);
+  cmd.push("--tp-size", String(gpusPerShard(a) * size), "--enable-metrics");
+  if (size > 1) {
+    // Multi-node tensor parallelism per SGLang's multi-node deployment docs: every node runs
+    // launch_server with the same --tp, --nnodes, its --node-rank, and the leader's
+    // --dist-init-addr host:port. SGLang takes the ports after it too (PortArgs.init_new:
+    // dist_init_port+1 … +6), which the control plane keeps free as one block per replica.
+    cmd.push("--nnodes", String(size), "--node-rank", String(rank));
+    cmd.push("--dist-init-addr", hostPort(a.shard.leader_address, a.shard.leader_port));
+    if (rank > 0) {
+      // Its /health (without a key: SGLang's auth exempts /health) answers once the rank's
+      // schedulers are up, where the version serves one; otherwise it is watched for life.
+      checksKey = false;
+      servesHttp = newer(ENGINE_RANGES.sglang.rankHealth);
+    }
+  }
+  if (key !== null && checksKey) cmd.push("--api-key", key);
+  return { cmd, servesHttp, checksKey };
+}
+
+function llamaCommand({ a, opts, newer, port }: Template): Rendered {
+  const size = a.shard.size;
+  if (size > 1)
+    throw new LaunchError(`replica ${a.id}: llama.cpp cannot run one replica across ${size} nodes; give the model's llama.cpp profile nodes: 1`);
+  const names = a.served_names;
+  const cmd = [opts.bin?.llamaServer ?? "llama-server", "-m", opts.modelPath, "--host", opts.host, "--port", port];
+  if (newer(ENGINE_RANGES["llama.cpp"].aliasList)) {
+    // The list splits on ",", so a name with a comma in it would silently become two.
+    const bad = names.find((n) => n.includes(","));
+    if (bad !== undefined) throw new LaunchError(`replica ${a.id}: llama.cpp cannot serve the name "${bad}" because --alias splits names on ","`);
+    cmd.push("--alias", names.join(","), "--metrics");
+  } else cmd.push("--alias", names[0]!, "-ngl", "999", "--metrics");
+  return { cmd };
+}
+
+function fakeCommand({ a, opts, port }: Template): Rendered {
+  const rank = a.shard.rank;
+  const self = typeof opts.selfExe === "string" ? [opts.selfExe] : [...opts.selfExe];
+  if (self.length === 0) throw new LaunchError("selfExe is empty: cannot run the built-in fake engine");
+  // Only rank 0 serves the replica's port: further shards of a simulated multi-node replica
+  // share an address with it on one machine, so they take any free port and are watched
+  // for liveness, like vLLM's headless workers.
+  const cmd = [...self, "fake-engine", "--port", rank === 0 ? port : "0", "--host", opts.host];
+  for (const n of a.served_names) cmd.push("--model", n);
+  return { cmd, servesHttp: rank === 0 };
+}
+
+function gpusPerShard(a: Assignment): number {
+  return Math.max(1, a.gpus.length);
 }
 
 /** MIG instance UUIDs: "MIG-<uuid>", or "MIG-GPU-<card uuid>/<gi>/<ci>" from drivers before R470. */
@@ -337,9 +375,4 @@ export function engineAuthWarning(engineAuth: boolean): { fields: { engine_auth:
     },
     message: "engine auth is off: this node's engines answer every client that reaches them; use it only on a private network or for benchmarks",
   };
-}
-
-/** host:port for a torch-distributed init address; IPv6 literals need brackets. */
-function hostPort(host: string, port: number): string {
-  return host.includes(":") && !host.startsWith("[") ? `[${host}]:${port}` : `${host}:${port}`;
 }

@@ -2,6 +2,8 @@
 // GpuReport list a heartbeat carries; also builds the simulated inventory behind `--simulate`.
 // The parsers are pure and tested on real nvidia-smi captures (test/fixtures/nvidia-smi).
 
+import { hash32 } from "../lib/hash";
+import { realScheduler, type Scheduler } from "../lib/scheduler";
 import { safeText } from "../lib/text";
 import { DISCOVERY_ERROR_MAX, HEARTBEAT_LIMITS, REASON_MAX } from "../protocol/heartbeat";
 import type { GpuReport } from "../protocol/heartbeat";
@@ -406,31 +408,6 @@ export function buildGpuReports(
   warn: (message: string) => void = () => {},
   migLayout: ReadonlyMap<string, readonly MigDeviceInfo[]> = new Map(),
 ): GpuReport[] {
-  const used = new Set<number>();
-  const claim = (pred: (l: ListedGpu) => boolean): ListedGpu | undefined => {
-    const i = listing.findIndex((l, j) => !used.has(j) && pred(l));
-    if (i < 0) return undefined;
-    used.add(i);
-    return listing[i];
-  };
-  const cards: { row: QueryGpuRow | undefined; listed: ListedGpu | undefined }[] = rows.map((row) => ({
-    row,
-    listed:
-      (row.uuid !== null ? claim((l) => l.uuid === row.uuid) : undefined) ??
-      (row.busId !== null ? claim((l) => l.busId === row.busId) : undefined) ??
-      // Index only joins when no uuid contradicts it: indices are per-command, uuids are not.
-      (row.smiIndex !== null ? claim((l) => l.smiIndex === row.smiIndex && (l.uuid === null || row.uuid === null)) : undefined),
-  }));
-  listing.forEach((listed, j) => {
-    if (!used.has(j)) cards.push({ row: undefined, listed });
-  });
-
-  // The heartbeat schema caps these and refuses control characters; an odd driver string must not
-  // get the whole heartbeat refused, so it is made printable and cut here.
-  const clip = (raw: string, max: number) => {
-    const s = safeText(raw);
-    return s.length > max ? s.slice(0, max) : s;
-  };
   const reports: GpuReport[] = [];
   const seenUuids = new Set<string>();
   const unique = (uuid: string): string => {
@@ -441,7 +418,7 @@ export function buildGpuReports(
     return u;
   };
 
-  cards.forEach(({ row, listed }, ordinal) => {
+  joinCards(rows, listing).forEach(({ row, listed }, ordinal) => {
     const name = row?.name || listed?.name || "";
     const smiIndex = row?.smiIndex ?? listed?.smiIndex ?? null;
     const busId = row?.busId ?? listed?.busId ?? null;
@@ -466,7 +443,7 @@ export function buildGpuReports(
     // What CUDA_VISIBLE_DEVICES means by a number under CUDA_DEVICE_ORDER=PCI_BUS_ID: the card's
     // nvidia-smi index (a MIG instance carries its card's), for engines that take no UUIDs.
     const where = { smi_index: smiIndex, pci_bus_id: busId === null ? null : clip(busId, 32) };
-    const push = (g: Omit<GpuReport, "index" | "reason" | "smi_index" | "pci_bus_id">, reason: string | null) => {
+    const push = ({ g, reason }: Device) => {
       const report: GpuReport = { index: reports.length, ...g, ...where };
       if (!g.healthy && reason !== null) report.reason = clip(reason, REASON_MAX);
       reports.push(report);
@@ -477,60 +454,110 @@ export function buildGpuReports(
       warn(`${label} is in MIG mode but lists no MIG instances: it offers nothing to schedule`);
     } else if (problem !== null) warn(`${label} is unhealthy: ${problem}`);
     if (!inMig || migs.length === 0) {
-      push({ uuid, name: clip(name, 256), class: clip(cardClass, 128), memory_mib: memoryMiB ?? 0, healthy: problem === null, parent: null }, problem);
+      push({ g: { uuid, name: clip(name, 256), class: clip(cardClass, 128), memory_mib: memoryMiB ?? 0, healthy: problem === null, parent: null }, reason: problem });
       return;
     }
-
-    // Compute instances of one GPU instance share its memory. The largest stands for the GPU
-    // instance (its class, so a profile asking for "3g.71gb" gets the whole instance); the
-    // others keep their own class and name it as parent, so placement and totals know.
     const layout = busId !== null ? migLayout.get(busId) : undefined;
-    const giOf = (mig: ListedMig, ci: { gi: string }): string => {
-      // Drivers before R470 spell the instances out in the uuid: MIG-GPU-<card>/<gi>/<ci>.
-      const spelled = /^MIG-GPU-[^/]+\/(\d+)\/\d+$/.exec(mig.uuid);
-      if (spelled) return `gi${spelled[1]}`;
-      const known = layout?.find((m) => m.device === mig.device);
-      // Without -q, every compute instance of one profile on a card counts as one GPU instance:
-      // too few slots at worst, never two replicas in one instance's memory.
-      return known ? `gi${known.gi}` : `profile ${ci.gi}`;
-    };
-    const groups = new Map<string, ListedMig[]>();
-    for (const mig of migs) {
-      const ci = computeInstanceOf(mig.profile);
-      if (!ci) continue;
-      const key = giOf(mig, ci);
-      groups.set(key, [...(groups.get(key) ?? []), mig]);
-    }
-    const leadOf = new Map<ListedMig, ListedMig>();
-    for (const members of groups.values()) {
-      let lead = members[0]!;
-      for (const m of members) if (computeInstanceOf(m.profile)!.slices > computeInstanceOf(lead.profile)!.slices) lead = m;
-      for (const m of members) leadOf.set(m, lead);
-    }
-    const uuidOf = new Map<ListedMig, string>();
-    for (const mig of migs) uuidOf.set(mig, unique(mig.uuid));
-    for (const mig of migs) {
-      const ci = computeInstanceOf(mig.profile);
-      const lead = leadOf.get(mig);
-      const standsForGi = ci !== null && lead === mig;
-      const profile = standsForGi ? ci.gi : mig.profile;
-      const migClass = `${cardClass}/${profile}`;
-      const shares = ci !== null && lead !== undefined && lead !== mig;
-      const detail = standsForGi ? ` (compute instance ${mig.profile})` : shares ? ` (shares GPU instance ${ci.gi} memory)` : "";
-      push(
-        {
-          uuid: uuidOf.get(mig)!,
-          name: clip(`${name || "unknown GPU"} MIG ${profile}${detail}`, 256),
-          class: clip(overrides[migClass] ?? migClass, 128),
-          memory_mib: migProfileMiB(mig.profile) ?? 0,
-          healthy: problem === null && mig.problem === null,
-          parent: shares ? uuidOf.get(lead)! : uuid,
-        },
-        problem ?? mig.problem,
-      );
-    }
+    for (const d of migDevices({ name, cardClass, uuid, problem, migs }, layout, overrides, unique)) push(d);
   });
   return reports;
+}
+
+/** One schedulable device before its place in the list is known, and why it is unhealthy. */
+type Device = { g: Omit<GpuReport, "index" | "reason" | "smi_index" | "pci_bus_id">; reason: string | null };
+
+/**
+ * Pairs each query row with its `-L` line: by uuid, then by bus id, then by index; a listed GPU
+ * no row claimed becomes a card of its own.
+ */
+function joinCards(rows: readonly QueryGpuRow[], listing: readonly ListedGpu[]): { row: QueryGpuRow | undefined; listed: ListedGpu | undefined }[] {
+  const used = new Set<number>();
+  const claim = (pred: (l: ListedGpu) => boolean): ListedGpu | undefined => {
+    const i = listing.findIndex((l, j) => !used.has(j) && pred(l));
+    if (i < 0) return undefined;
+    used.add(i);
+    return listing[i];
+  };
+  const cards: { row: QueryGpuRow | undefined; listed: ListedGpu | undefined }[] = rows.map((row) => ({
+    row,
+    listed:
+      (row.uuid !== null ? claim((l) => l.uuid === row.uuid) : undefined) ??
+      (row.busId !== null ? claim((l) => l.busId === row.busId) : undefined) ??
+      // Index only joins when no uuid contradicts it: indices are per-command, uuids are not.
+      (row.smiIndex !== null ? claim((l) => l.smiIndex === row.smiIndex && (l.uuid === null || row.uuid === null)) : undefined),
+  }));
+  listing.forEach((listed, j) => {
+    if (!used.has(j)) cards.push({ row: undefined, listed });
+  });
+  return cards;
+}
+
+/**
+ * The MIG instances of one card. Compute instances of one GPU instance share its memory. The
+ * largest stands for the GPU instance (its class, so a profile asking for "3g.71gb" gets the
+ * whole instance); the others keep their own class and name it as parent, so placement and
+ * totals know.
+ */
+function migDevices(
+  card: { name: string; cardClass: string; uuid: string; problem: string | null; migs: readonly ListedMig[] },
+  layout: readonly MigDeviceInfo[] | undefined,
+  overrides: Record<string, string>,
+  unique: (uuid: string) => string,
+): Device[] {
+  const { name, cardClass, uuid, problem, migs } = card;
+  const giOf = (mig: ListedMig, ci: { gi: string }): string => {
+    // Drivers before R470 spell the instances out in the uuid: MIG-GPU-<card>/<gi>/<ci>.
+    const spelled = /^MIG-GPU-[^/]+\/(\d+)\/\d+$/.exec(mig.uuid);
+    if (spelled) return `gi${spelled[1]}`;
+    const known = layout?.find((m) => m.device === mig.device);
+    // Without -q, every compute instance of one profile on a card counts as one GPU instance:
+    // too few slots at worst, never two replicas in one instance's memory.
+    return known ? `gi${known.gi}` : `profile ${ci.gi}`;
+  };
+  const groups = new Map<string, ListedMig[]>();
+  for (const mig of migs) {
+    const ci = computeInstanceOf(mig.profile);
+    if (!ci) continue;
+    const key = giOf(mig, ci);
+    groups.set(key, [...(groups.get(key) ?? []), mig]);
+  }
+  const leadOf = new Map<ListedMig, ListedMig>();
+  for (const members of groups.values()) {
+    let lead = members[0]!;
+    for (const m of members) if (computeInstanceOf(m.profile)!.slices > computeInstanceOf(lead.profile)!.slices) lead = m;
+    for (const m of members) leadOf.set(m, lead);
+  }
+  const uuidOf = new Map<ListedMig, string>();
+  for (const mig of migs) uuidOf.set(mig, unique(mig.uuid));
+  return migs.map((mig) => {
+    const ci = computeInstanceOf(mig.profile);
+    const lead = leadOf.get(mig);
+    const standsForGi = ci !== null && lead === mig;
+    const profile = standsForGi ? ci.gi : mig.profile;
+    const migClass = `${cardClass}/${profile}`;
+    const shares = ci !== null && lead !== undefined && lead !== mig;
+    const detail = standsForGi ? ` (compute instance ${mig.profile})` : shares ? ` (shares GPU instance ${ci.gi} memory)` : "";
+    return {
+      g: {
+        uuid: uuidOf.get(mig)!,
+        name: clip(`${name || "unknown GPU"} MIG ${profile}${detail}`, 256),
+        class: clip(overrides[migClass] ?? migClass, 128),
+        memory_mib: migProfileMiB(mig.profile) ?? 0,
+        healthy: problem === null && mig.problem === null,
+        parent: shares ? uuidOf.get(lead)! : uuid,
+      },
+      reason: problem ?? mig.problem,
+    };
+  });
+}
+
+/**
+ * The heartbeat schema caps these and refuses control characters; an odd driver string must
+ * not get the whole heartbeat refused, so it is made printable and cut here.
+ */
+function clip(raw: string, max: number): string {
+  const s = safeText(raw);
+  return s.length > max ? s.slice(0, max) : s;
 }
 
 // ───────────────────────────────────── running nvidia-smi ─────────────────────────────────────
@@ -550,6 +577,8 @@ export interface DiscoverOptions {
   run?: Runner;
   /** nvidia-smi can hang for minutes on a GPU that fell off the bus. */
   timeoutMs?: number;
+  /** Times the nvidia-smi timeout; realScheduler unless a test drives time. */
+  scheduler?: Scheduler;
 }
 
 export interface Discovery {
@@ -560,14 +589,14 @@ export interface Discovery {
   warnings: string[];
 }
 
-function spawnRunner(timeoutMs: number): Runner {
+function spawnRunner(timeoutMs: number, scheduler: Scheduler): Runner {
   return async (argv) => {
     const proc = Bun.spawn(argv, { stdin: "ignore", stdout: "pipe", stderr: "pipe" });
     let timedOut = false;
-    const timer = setTimeout(() => {
+    const timer = scheduler.after(timeoutMs, () => {
       timedOut = true;
       proc.kill("SIGKILL");
-    }, timeoutMs);
+    });
     try {
       const [stdout, stderr, exitCode] = await Promise.all([
         new Response(proc.stdout).text(),
@@ -577,7 +606,7 @@ function spawnRunner(timeoutMs: number): Runner {
       if (timedOut) throw new Error(`${argv.join(" ")} did not finish within ${Math.round(timeoutMs / 1000)}s`);
       return { exitCode, stdout, stderr };
     } finally {
-      clearTimeout(timer);
+      timer.cancel();
     }
   };
 }
@@ -611,7 +640,7 @@ function firstComplaint(r: RunResult): string {
  */
 export async function discoverGpus(opts: DiscoverOptions = {}): Promise<Discovery> {
   const smi = opts.nvidiaSmi ?? "nvidia-smi";
-  const run = opts.run ?? spawnRunner(opts.timeoutMs ?? 30_000);
+  const run = opts.run ?? spawnRunner(opts.timeoutMs ?? 30_000, opts.scheduler ?? realScheduler);
   const queryArgv = (fields: readonly string[]) => [smi, `--query-gpu=${fields.join(",")}`, "--format=csv,nounits"];
 
   let fields: string[] = [...DISCOVERY_FIELDS];
@@ -707,22 +736,8 @@ const SIMULATED_MEMORY_MIB: Record<string, number> = {
 /** A100/H100 cards have 7 compute slices; a profile "Ng.…" takes N of them. */
 const MIG_SLICES = 7;
 
-// FNV-1a with murmur3's finaliser: a tiny, stable string hash (simulated uuids must be the same
-// on every run), mixed so that "node/gpu/1" and "node/gpu/2" do not give look-alike uuids.
-function hash32(s: string, seed: number): number {
-  let h = (0x811c9dc5 ^ seed) >>> 0;
-  for (let i = 0; i < s.length; i++) {
-    h ^= s.charCodeAt(i);
-    h = Math.imul(h, 0x01000193) >>> 0;
-  }
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h >>> 0;
-}
-
+// Simulated uuids must be the same on every run; the murmur finaliser keeps "node/gpu/1" and
+// "node/gpu/2" from giving look-alike uuids.
 function fakeUuid(key: string): string {
   const hex = [0, 1, 2, 3].map((seed) => hash32(key, Math.imul(seed, 0x9e3779b9)).toString(16).padStart(8, "0")).join("");
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`;

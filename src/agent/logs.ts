@@ -5,6 +5,8 @@
 
 import { createHash, timingSafeEqual } from "node:crypto";
 import { closeSync, existsSync, fstatSync, openSync, readSync, statSync } from "node:fs";
+import { realScheduler, type Scheduler } from "../lib/scheduler";
+import type { AgentLogger } from "./log";
 
 const digest = (s: string) => createHash("sha256").update(s).digest();
 
@@ -26,7 +28,9 @@ export interface LogServerOptions {
   /** The log file of a replica id, or undefined when this agent has none. */
   fileFor: (id: string) => string | undefined;
   pollMs?: number;
-  log?: { warn(o: object, m?: string): void };
+  log?: AgentLogger;
+  /** Paces a followed log's polling; realScheduler unless a test drives time. */
+  scheduler?: Scheduler;
 }
 
 /** The last `n` lines of a file (reading at most the last few MB). */
@@ -61,6 +65,7 @@ function readFrom(path: string, from: number): { chunk: Uint8Array; end: number 
 
 export function startLogServer(o: LogServerOptions): { port: number; stop(): void } {
   const pollMs = o.pollMs ?? 250;
+  const scheduler = o.scheduler ?? realScheduler;
   const server = Bun.serve({
     hostname: o.host,
     port: o.port,
@@ -98,7 +103,7 @@ export function startLogServer(o: LogServerOptions): { port: number; stop(): voi
                 pos = end;
                 if (chunk.length > 0) return c.enqueue(chunk);
               }
-              await Bun.sleep(pollMs);
+              await new Promise<void>((r) => scheduler.after(pollMs, r));
             }
           },
         }),

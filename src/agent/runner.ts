@@ -10,17 +10,18 @@
 import { chmodSync, closeSync, fchmodSync, fstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, rmSync, writeFileSync, renameSync } from "node:fs";
 import { join } from "node:path";
 import type { Subprocess } from "bun";
+import { timeoutSignal } from "../lib/abort";
+import { errorText, exactDuration } from "../lib/format";
+import { realScheduler, type Scheduler, type Timer } from "../lib/scheduler";
+import { hostPort } from "../lib/net";
 import { safeText } from "../lib/text";
 import { rootCause, type EngineName } from "./engine-failures";
+import { type AgentLogger, silentLogger } from "./log";
 import { Assignment, type ReplicaReport, type ReplicaRunState } from "../protocol/heartbeat";
 
-export type Logger = {
-  info: (obj: object, msg?: string) => void;
-  warn: (obj: object, msg?: string) => void;
-  error: (obj: object, msg?: string) => void;
-};
-
-const silent: Logger = { info() {}, warn() {}, error() {} };
+/** The runner logs in the agent's one shape (log.ts); kept under this name for its callers. */
+export type Logger = AgentLogger;
+const silent = silentLogger;
 
 /** What to run; the shape engines.ts renders. */
 export type LaunchSpec = {
@@ -68,6 +69,8 @@ export type ReplicaProcessOptions = {
   fetch?: (url: string, init?: RequestInit) => Promise<Response>;
   logger?: Logger;
   onChange?: (report: ReplicaReport) => void;
+  /** Health polls, the start deadline, stop grace and liveness checks; realScheduler unless a test drives time. */
+  scheduler?: Scheduler;
 };
 
 /** Contents of `<stateDir>/<id>.json`. */
@@ -100,9 +103,9 @@ export class ReplicaProcess {
   private started = false;
   private exited = false;
   private exitWaiters: Array<() => void> = [];
-  private healthTimer: ReturnType<typeof setTimeout> | null = null;
-  private deadlineTimer: ReturnType<typeof setTimeout> | null = null;
-  private watchTimer: ReturnType<typeof setTimeout> | null = null;
+  private healthTimer: Timer | null = null;
+  private deadlineTimer: Timer | null = null;
+  private watchTimer: Timer | null = null;
   private stopping: Promise<void> | null = null;
   private detached = false;
 
@@ -112,6 +115,7 @@ export class ReplicaProcess {
   private readonly startTimeout: number;
   private readonly healthTimeout: number;
   private readonly fetchFn: (url: string, init?: RequestInit) => Promise<Response>;
+  private readonly scheduler: Scheduler;
 
   constructor(opts: ReplicaProcessOptions) {
     this.opts = opts;
@@ -124,6 +128,7 @@ export class ReplicaProcess {
     this.startTimeout = opts.assignment.start_timeout_ms ?? opts.startTimeout ?? RUNNER_DEFAULTS.startTimeout;
     this.healthTimeout = opts.healthTimeout ?? RUNNER_DEFAULTS.healthTimeout;
     this.fetchFn = opts.fetch ?? ((url, init) => fetch(url, init));
+    this.scheduler = opts.scheduler ?? realScheduler;
   }
 
   get pid(): number | null {
@@ -153,7 +158,7 @@ export class ReplicaProcess {
       // Engines log prompts and their arguments: the owner's alone, even a log an older agent made.
       fd = openSync(this.logPath, "a", 0o600);
       fchmodSync(fd, 0o600);
-      const header = `\n=== llmgw: starting replica ${this.id} at ${new Date().toISOString()}: ${JSON.stringify(masked(spec.cmd, spec.apiKey))}\n`;
+      const header = `\n=== llmgw: starting replica ${this.id} at ${new Date(this.scheduler.now()).toISOString()}: ${JSON.stringify(masked(spec.cmd, spec.apiKey))}\n`;
       writeFileSync(fd, header);
       this.logOffset = fstatSync(fd).size;
       this.proc = Bun.spawn({
@@ -170,8 +175,8 @@ export class ReplicaProcess {
       if (fd !== null) closeSync(fd);
       this.exited = true;
       // Nothing ran, so there is no output of this run to quote.
-      this.setState("failed", clampReason(`could not start: ${errorMessage(e)}`, null, ""));
-      this.log.error({ replica: this.id, err: errorMessage(e) }, "could not start engine");
+      this.setState("failed", clampReason(`could not start: ${errorText(e)}`, null, ""));
+      this.log.error({ replica: this.id, err: errorText(e) }, "could not start engine");
       return;
     }
     closeSync(fd);
@@ -274,7 +279,7 @@ export class ReplicaProcess {
           proc_start: typeof raw.proc_start === "string" ? raw.proc_start : null,
         });
       } catch (e) {
-        logger.warn({ path, err: errorMessage(e) }, "ignoring unreadable replica state file");
+        logger.warn({ path, err: errorText(e) }, "ignoring unreadable replica state file");
         rmSync(path, { force: true });
       }
     }
@@ -317,38 +322,41 @@ export class ReplicaProcess {
       this.setState("ready", null);
       return;
     }
-    this.deadlineTimer = setTimeout(() => {
+    this.deadlineTimer = this.scheduler.after(this.startTimeout, () => {
       if (this.state !== "starting" || this.stopping) return;
-      const reason = `not healthy after ${formatDuration(this.startTimeout)}`;
+      const reason = `not healthy after ${exactDuration(this.startTimeout)}`;
       this.log.warn({ replica: this.id, timeout_ms: this.startTimeout }, "engine did not become healthy; stopping it");
       this.fail(reason);
       void this.kill();
-    }, this.startTimeout);
+    });
     this.scheduleHealth(0);
   }
 
   private scheduleHealth(delay: number): void {
-    this.healthTimer = setTimeout(() => void this.probe(), delay);
+    this.healthTimer = this.scheduler.after(delay, () => void this.probe());
   }
 
   private async probe(): Promise<void> {
     this.healthTimer = null;
     if (this.state !== "starting" || this.stopping || this.detached) return;
     let ok = false;
+    const timeout = timeoutSignal(this.scheduler, this.healthTimeout);
     try {
       // Every engine leaves /health open today; the key goes along in case one does not.
-      const res = await this.fetchFn(`http://${this.opts.healthHost ?? "127.0.0.1"}:${this.port}/health`, {
-        signal: AbortSignal.timeout(this.healthTimeout),
+      const res = await this.fetchFn(`http://${hostPort(this.opts.healthHost ?? "127.0.0.1", this.port)}/health`, {
+        signal: timeout.signal,
         ...(this.probeKey !== null ? { headers: { authorization: `Bearer ${this.probeKey}` } } : {}),
       });
       ok = res.status === 200;
       await res.body?.cancel();
     } catch {
       // Refused or timed out: the engine is still loading.
+    } finally {
+      timeout.cancel();
     }
     if (this.state !== "starting" || this.stopping || this.detached) return;
     if (ok) {
-      if (this.deadlineTimer) clearTimeout(this.deadlineTimer);
+      this.deadlineTimer?.cancel();
       this.deadlineTimer = null;
       this.log.info({ replica: this.id, port: this.port }, "engine ready");
       this.setState("ready", null);
@@ -357,12 +365,12 @@ export class ReplicaProcess {
 
   /** An adopted process is not our child, so its exit can only be seen by polling the pid. */
   private scheduleLivenessCheck(): void {
-    this.watchTimer = setTimeout(() => {
+    this.watchTimer = this.scheduler.after(this.healthInterval, () => {
       this.watchTimer = null;
       if (this.stopping || this.detached || this.pidValue === null) return;
       if (isAlive(this.pidValue)) this.scheduleLivenessCheck();
       else this.onExit("exited (adopted process; exit code unknown)");
-    }, this.healthInterval);
+    });
   }
 
   private onExit(how: string): void {
@@ -399,19 +407,19 @@ export class ReplicaProcess {
   private waitExit(timeoutMs: number): Promise<boolean> {
     if (this.exited) return Promise.resolve(true);
     return new Promise((resolve) => {
-      let poll: ReturnType<typeof setInterval> | null = null;
+      let poll: Timer | null = null;
       const done = (v: boolean) => {
-        clearTimeout(timer);
-        if (poll) clearInterval(poll);
+        timer.cancel();
+        poll?.cancel();
         resolve(v);
       };
-      const timer = setTimeout(() => done(this.exited), timeoutMs);
+      const timer = this.scheduler.after(timeoutMs, () => done(this.exited));
       this.exitWaiters.push(() => done(true));
       if (this.proc === null && this.pidValue !== null) {
         const pid = this.pidValue;
-        poll = setInterval(() => {
+        poll = this.scheduler.every(20, () => {
           if (!isAlive(pid)) this.onExit("exited");
-        }, 20);
+        });
       }
     });
   }
@@ -423,12 +431,12 @@ export class ReplicaProcess {
     try {
       this.opts.onChange?.(this.report());
     } catch (e) {
-      this.log.error({ replica: this.id, err: errorMessage(e) }, "onChange callback threw");
+      this.log.error({ replica: this.id, err: errorText(e) }, "onChange callback threw");
     }
   }
 
   private clearTimers(): void {
-    for (const t of [this.healthTimer, this.deadlineTimer, this.watchTimer]) if (t) clearTimeout(t);
+    for (const t of [this.healthTimer, this.deadlineTimer, this.watchTimer]) t?.cancel();
     this.healthTimer = this.deadlineTimer = this.watchTimer = null;
   }
 
@@ -445,7 +453,7 @@ export class ReplicaProcess {
         proc_start: procStartTime(this.pidValue),
       });
     } catch (e) {
-      this.log.warn({ replica: this.id, err: errorMessage(e) }, "could not write replica state file; it will not be adoptable");
+      this.log.warn({ replica: this.id, err: errorText(e) }, "could not write replica state file; it will not be adoptable");
     }
   }
 
@@ -746,10 +754,3 @@ function describeExit(code: number, signal: NodeJS.Signals | number | null): str
   return signal !== null ? `killed by signal ${signal}` : `exited with code ${code}`;
 }
 
-function formatDuration(ms: number): string {
-  return ms % 1000 === 0 ? `${ms / 1000}s` : `${ms}ms`;
-}
-
-function errorMessage(e: unknown): string {
-  return e instanceof Error ? e.message : String(e);
-}

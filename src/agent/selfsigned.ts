@@ -4,6 +4,7 @@
 
 import { createPrivateKey, generateKeyPairSync, randomBytes, sign, X509Certificate } from "node:crypto";
 import { isIP } from "node:net";
+import { realScheduler } from "../lib/scheduler";
 
 function len(n: number): Buffer {
   if (n < 0x80) return Buffer.from([n]);
@@ -42,8 +43,11 @@ function ipBytes(ip: string): Buffer {
   return Buffer.from(groups.flatMap((g) => [parseInt(g, 16) >> 8, parseInt(g, 16) & 0xff]));
 }
 
-/** A key and certificate (PEM) valid for `names` (IP addresses or host names) for ten years. */
-export function selfSignedCertificate(names: string[], now = new Date()): { cert: string; key: string; fingerprint256: string } {
+/**
+ * A key and certificate (PEM) valid for `names` (IP addresses or host names) for ten years from
+ * `now` (wall-clock ms; a day before it, against clock skew).
+ */
+export function selfSignedCertificate(names: string[], now: number = realScheduler.now()): { cert: string; key: string; fingerprint256: string } {
   const { privateKey, publicKey } = generateKeyPairSync("ec", { namedCurve: "P-256" });
   const ecdsaSha256 = seq(oid("1.2.840.10045.4.3.2"));
   const name = seq(tlv(0x31, seq(oid("2.5.4.3"), utf8("llmgw agent log listener"))));
@@ -51,7 +55,7 @@ export function selfSignedCertificate(names: string[], now = new Date()): { cert
     const bare = n.replace(/^\[|\]$/g, "");
     return isIP(bare) ? tlv(0x87, ipBytes(bare)) : tlv(0x82, Buffer.from(bare, "ascii"));
   });
-  const notAfter = new Date(now.getTime() + 10 * 365 * 86_400_000);
+  const notAfter = new Date(now + 10 * 365 * 86_400_000);
   const serial = randomBytes(16);
   serial[0]! &= 0x7f;
   const extensions = tlv(
@@ -66,7 +70,7 @@ export function selfSignedCertificate(names: string[], now = new Date()): { cert
     tlv(0x02, serial),
     ecdsaSha256,
     name,
-    seq(time(new Date(now.getTime() - 86_400_000)), time(notAfter)),
+    seq(time(new Date(now - 86_400_000)), time(notAfter)),
     name,
     publicKey.export({ type: "spki", format: "der" }) as Buffer,
     extensions,

@@ -21,7 +21,7 @@ import {
   type ReplicaReport,
 } from "../../src/protocol/heartbeat";
 import type { NodeView } from "../../src/protocol/views";
-import { until } from "../helpers/binary";
+import { until } from "../helpers/until";
 import { type TestServer, testServer } from "../helpers/server";
 
 const FAKE_ENGINE = join(import.meta.dir, "../../src/sim/fake-engine.ts");

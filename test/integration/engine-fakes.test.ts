@@ -104,6 +104,7 @@ describe("lifecycle", () => {
   test("vLLM --headless serves nothing and stays up", async () => {
     const port = freePort();
     const r = start("vllm-0.12", ["vllm", "serve", "/m", "--port", String(port), "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--headless"], { CUDA_VISIBLE_DEVICES: "0" }, { LLMGW_CONTRACT_LOAD_MS: "100" });
+    // Real time: the fake's load (100 ms) is over, so a headless worker that was going to serve or die would have.
     await Bun.sleep(600);
     expect((await probe(`http://127.0.0.1:${port}/health`)).status).toBe("refused");
     expect(r.proc.exitCode).toBeNull();

@@ -21,6 +21,7 @@ import {
 } from "../../src/agent/gpus";
 import { GpuReport, HeartbeatRequest } from "../../src/protocol/heartbeat";
 import { readFixture } from "../fixtures/read";
+import { ManualScheduler } from "../../src/lib/scheduler";
 
 const fx = {
   h100L: readFixture("nvidia-smi/L__h100-80gb-hbm3-mig__590.48.01.txt"),
@@ -485,9 +486,14 @@ describe("discoverGpus", () => {
       const hung = join(dir, "hung-smi");
       writeFileSync(hung, "#!/bin/sh\nexec sleep 30\n");
       chmodSync(hung, 0o755);
-      const t = await discoverGpus({ nvidiaSmi: hung, timeoutMs: 200 });
+      // The timeout runs on the clock: both commands are killed when it moves past 30 s.
+      const clock = new ManualScheduler();
+      const pending = discoverGpus({ nvidiaSmi: hung, timeoutMs: 30_000, scheduler: clock });
+      clock.advance(29_999);
+      clock.advance(1);
+      const t = await pending;
       expect(t.gpus).toEqual([]);
-      expect(t.error).toContain("did not finish within");
+      expect(t.error).toContain("did not finish within 30s");
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

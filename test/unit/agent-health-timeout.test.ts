@@ -6,6 +6,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ProcessSet } from "../../src/agent/runner";
+import { ManualScheduler } from "../../src/lib/scheduler";
 import { Assignment } from "../../src/protocol/heartbeat";
 
 const cleanup: Array<() => Promise<void> | void> = [];
@@ -23,14 +24,15 @@ function assignment(id: string, engine: Assignment["engine"], port: number): Ass
 test("each replica's health probe is cut off at its own engine's timeout", async () => {
   const dir = mkdtempSync(join(tmpdir(), "llmgw-health-timeout-"));
   cleanup.push(() => rmSync(dir, { recursive: true, force: true }));
+  const clock = new ManualScheduler();
   // A /health that never answers: each probe ends only when its timeout aborts it.
   const cutOff = new Map<number, number[]>();
   const fetch = (url: string, init?: RequestInit) =>
     new Promise<Response>((_, reject) => {
-      const began = performance.now();
+      const began = clock.mono();
       const port = Number(new URL(url).port);
       init?.signal?.addEventListener("abort", () => {
-        cutOff.set(port, [...(cutOff.get(port) ?? []), performance.now() - began]);
+        cutOff.set(port, [...(cutOff.get(port) ?? []), clock.mono() - began]);
         reject(init.signal!.reason);
       });
     });
@@ -42,13 +44,20 @@ test("each replica's health probe is cut off at its own engine's timeout", async
     healthTimeout: 5_000,
     healthTimeoutFor: (a) => (a.engine === "vllm" ? 100 : undefined),
     fetch,
+    scheduler: clock,
   });
+  // `sleep` ends at the SIGTERM: stopping waits for no timer.
   cleanup.push(() => set.stopAll(0));
   await set.reconcile([assignment("quick", "vllm", 41001), assignment("default", "sglang", 41002)]);
-  const end = Date.now() + 5_000;
-  while ((cutOff.get(41001)?.length ?? 0) < 2 && Date.now() < end) await Bun.sleep(10);
-  expect(cutOff.get(41001)!.length).toBeGreaterThanOrEqual(2);
-  for (const t of cutOff.get(41001)!) expect(t).toBeLessThan(1_000);
-  // The replica without its own timeout has the set's 5 s: not cut off yet.
+  // The first probes go out at once; vLLM's is cut off 100 ms later, and the next one 20 ms after that.
+  await clock.run(0);
+  expect(cutOff.get(41001)).toBeUndefined();
+  await clock.run(100);
+  expect(cutOff.get(41001)).toEqual([100]);
+  await clock.run(120);
+  expect(cutOff.get(41001)).toEqual([100, 100]);
+  // The replica without its own timeout has the set's 5 s: not cut off yet, then cut off at it.
   expect(cutOff.get(41002) ?? []).toEqual([]);
+  await clock.run(5_000 - 220);
+  expect(cutOff.get(41002)).toEqual([5_000]);
 });

@@ -1,5 +1,9 @@
 // The process runner against real child processes: a tiny HTTP server script run with bun that
 // answers /health (at once, after a delay, never), exits with an error, or ignores SIGTERM.
+//
+// Where a test is about the runner's own timers (the start deadline, the stop grace, the health
+// poll interval) it drives them with a ManualScheduler. The waits that remain (`until`) are on
+// the real child processes: starting up, answering, writing output, exiting after a signal.
 
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -7,8 +11,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { LaunchError } from "../../src/agent/engines";
 import { isAlive, lastLines, ProcessSet, readTail, ReplicaProcess, type LaunchSpec, type ReplicaProcessOptions } from "../../src/agent/runner";
+import { ManualScheduler } from "../../src/lib/scheduler";
 import { Assignment, type ReplicaReport } from "../../src/protocol/heartbeat";
 import { readFixture } from "../fixtures/read";
+import { until } from "../helpers/until";
 
 const SERVER = `
 const [port, mode = "ok", delay = "0"] = process.argv.slice(2);
@@ -106,13 +112,15 @@ function processSet(over: Partial<ConstructorParameters<typeof ProcessSet>[0]> =
   return set;
 }
 
-/** Waits for a real child process to get somewhere; fails the test with what it was waiting for. */
-async function until(what: string, cond: () => boolean, timeoutMs = 10_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await Bun.sleep(10);
-  }
+/**
+ * Until a replica on a manual clock is ready: the clock moves one health interval per look, and
+ * the wait between looks is for the real child to start serving.
+ */
+function readyOn(clock: ManualScheduler, rp: ReplicaProcess): Promise<true> {
+  return until(`${rp.id} ready`, async () => {
+    await clock.run(FAST.healthInterval);
+    return rp.currentState === "ready";
+  });
 }
 
 describe("ReplicaProcess", () => {
@@ -132,6 +140,7 @@ describe("ReplicaProcess", () => {
   });
 
   test("stays starting while /health says 503, then becomes ready", async () => {
+    // Real time: the 400 ms delay is the child's own, before its /health says 200.
     const port = await freePort();
     const { rp } = replica(assignment("r-slow", port, ["ok", "400"]));
     const t0 = Date.now();
@@ -156,9 +165,15 @@ describe("ReplicaProcess", () => {
 
   test("an engine never healthy fails after the start timeout and is killed", async () => {
     const port = await freePort();
-    const { rp } = replica(assignment("r-never", port, ["never"]), { startTimeout: 300 });
+    const clock = new ManualScheduler();
+    const { rp } = replica(assignment("r-never", port, ["never"]), { startTimeout: 300, scheduler: clock });
     rp.start();
-    await until("failed", () => rp.currentState === "failed");
+    // The child's banner must be in the log for the reason to quote it.
+    await until("the server to answer", () => readLog(rp).includes("listening"));
+    clock.advance(299);
+    expect(rp.currentState).toBe("starting");
+    clock.advance(1);
+    expect(rp.currentState).toBe("failed");
     const err = rp.report().error!;
     expect(err).toStartWith("not healthy after 300ms: ");
     expect(err).toContain("fake server listening on");
@@ -168,16 +183,15 @@ describe("ReplicaProcess", () => {
   });
 
   test("the assignment's start_timeout_ms, when set, is how long the engine has to become healthy", async () => {
-    // The runner times its start deadline with the process's own timers (it has no injected
-    // scheduler: it watches real child processes), so this uses the shortest real timeout that
-    // is clearly apart from the configured one.
     const port = await freePort();
-    const { rp } = replica(assignment("r-own-timeout", port, ["never"], { start_timeout_ms: 300 }), { startTimeout: 15_000 });
-    const t0 = Date.now();
+    const clock = new ManualScheduler();
+    const { rp } = replica(assignment("r-own-timeout", port, ["never"], { start_timeout_ms: 300 }), { startTimeout: 15_000, scheduler: clock });
     rp.start();
-    await until("failed", () => rp.currentState === "failed", 5_000);
-    expect(Date.now() - t0).toBeGreaterThanOrEqual(290);
-    expect(rp.report().error).toStartWith("not healthy after 300ms: ");
+    clock.advance(299);
+    expect(rp.currentState).toBe("starting");
+    clock.advance(1);
+    expect(rp.currentState).toBe("failed");
+    expect(rp.report().error).toStartWith("not healthy after 300ms");
     await until("the process to be gone", () => !isAlive(rp.pid!));
   });
 
@@ -212,14 +226,17 @@ describe("ReplicaProcess", () => {
 
   test("stop() sends SIGTERM, then SIGKILL to an engine that ignores it", async () => {
     const port = await freePort();
-    const { rp } = replica(assignment("r-stubborn", port, ["ignore-term"]));
+    const clock = new ManualScheduler();
+    const { rp } = replica(assignment("r-stubborn", port, ["ignore-term"]), { scheduler: clock });
     rp.start();
-    await until("ready", () => rp.currentState === "ready");
-    const t0 = Date.now();
+    await readyOn(clock, rp);
     const first = rp.stop(300);
     expect(rp.stop(300)).toBe(first); // idempotent: the same stop
+    await until("the child to ignore its SIGTERM", () => readLog(rp).includes("got SIGTERM, ignoring it"));
+    clock.advance(299);
+    expect(isAlive(rp.pid!)).toBe(true);
+    clock.advance(1); // the grace is over: SIGKILL
     await first;
-    expect(Date.now() - t0).toBeGreaterThanOrEqual(280);
     expect(isAlive(rp.pid!)).toBe(false);
     expect(readLog(rp)).toContain("got SIGTERM, ignoring it");
     expect(rp.currentState).toBe("stopped");
@@ -228,12 +245,12 @@ describe("ReplicaProcess", () => {
 
   test("stop() of an engine that honours SIGTERM does not wait out the grace period", async () => {
     const port = await freePort();
-    const { rp } = replica(assignment("r-polite", port));
+    const clock = new ManualScheduler();
+    const { rp } = replica(assignment("r-polite", port), { scheduler: clock });
     rp.start();
-    await until("ready", () => rp.currentState === "ready");
-    const t0 = Date.now();
+    await readyOn(clock, rp);
+    // The clock stands still: the stop ends with the child's exit, not with the grace period.
     await rp.stop(10_000);
-    expect(Date.now() - t0).toBeLessThan(5_000);
     expect(isAlive(rp.pid!)).toBe(false);
   });
 
@@ -313,22 +330,30 @@ describe("ReplicaProcess", () => {
     };
     const sleeper = join(dir, "sleep.ts");
     writeFileSync(sleeper, "setInterval(() => {}, 1000);");
-    const { rp } = replica(assignment("r-fetch", port), { fetch: fakeFetch, launch: { cmd: [process.execPath, sleeper], env: {} } });
+    const clock = new ManualScheduler();
+    const { rp } = replica(assignment("r-fetch", port), { fetch: fakeFetch, launch: { cmd: [process.execPath, sleeper], env: {} }, scheduler: clock });
     rp.start();
-    await until("ready", () => rp.currentState === "ready");
-    expect(urls).toHaveLength(3);
+    // The first probe at once, then one per health interval until one answers 200.
+    await clock.run(0);
+    expect([urls.length, rp.currentState]).toEqual([1, "starting"]);
+    await clock.run(FAST.healthInterval);
+    expect([urls.length, rp.currentState]).toEqual([2, "starting"]);
+    await clock.run(FAST.healthInterval);
+    expect([urls.length, rp.currentState]).toEqual([3, "ready"]);
     expect(new Set(urls)).toEqual(new Set([`http://127.0.0.1:${port}/health`]));
   });
 
   test("a shard without HTTP (headless worker) is ready while alive and failed when it exits", async () => {
     const port = await freePort();
+    const clock = new ManualScheduler();
     const { rp } = replica(assignment("r-headless", port, ["ok"]), {
       launch: { cmd: [process.execPath, script, String(port), "never"], env: {}, servesHttp: false },
       startTimeout: 100,
+      scheduler: clock,
     });
     rp.start();
     expect(rp.currentState).toBe("ready");
-    await Bun.sleep(200); // past the start timeout, which does not apply to it
+    await clock.run(200); // past the start timeout, which does not apply to it
     expect(rp.currentState).toBe("ready");
     process.kill(rp.pid!, "SIGKILL");
     await until("failed", () => rp.currentState === "failed");
@@ -392,12 +417,18 @@ describe("ProcessSet", () => {
   });
 
   test("stopAll leaves no process alive, including one that ignores SIGTERM", async () => {
-    const set = processSet();
+    const clock = new ManualScheduler();
+    const set = processSet({ scheduler: clock });
     await set.reconcile([assignment("s1", await freePort()), assignment("s2", await freePort(), ["ignore-term"]), assignment("s3", await freePort(), ["ok", "60000"])]);
-    await until("s1 and s2 ready", () => set.get("s1")?.currentState === "ready" && set.get("s2")?.currentState === "ready");
+    await readyOn(clock, set.get("s1")!);
+    await readyOn(clock, set.get("s2")!);
     const pids = set.ids().map((id) => set.get(id)!.pid!);
     expect(pids.every((p) => isAlive(p))).toBe(true);
-    await set.stopAll(200);
+    const s2 = set.get("s2")!;
+    const stopped = set.stopAll(200);
+    await until("s2 to ignore its SIGTERM", () => readLog(s2).includes("got SIGTERM, ignoring it"));
+    clock.advance(200); // s2's grace is over: SIGKILL
+    await stopped;
     for (const p of pids) expect(isAlive(p)).toBe(false);
     expect(set.reports()).toEqual([]);
   });

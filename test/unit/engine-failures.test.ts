@@ -122,17 +122,34 @@ describe("stripLogPrefix", () => {
 });
 
 describe("failureReason", () => {
-  for (const f of ALL) {
+  /** What holds for every reason: printable within the protocol's limit, ending with the log's last line. */
+  function expectBounded(f: Fixture, reason: string) {
+    expect(ReplicaReport.shape.error.safeParse(reason).success).toBe(true);
+    expect(reason.length).toBeLessThanOrEqual(8192);
+    const lastLine = f.body.trimEnd().split("\n").at(-1)!.trimEnd();
+    expect(reason.endsWith(lastLine)).toBe(true);
+  }
+  const withCause = ALL.filter((f) => f.expect !== null);
+  const withoutCause = ALL.filter((f) => f.expect === null);
+
+  test("the fixtures include logs with a known cause and logs without one", () => {
+    expect(withCause.length).toBeGreaterThan(0);
+    expect(withoutCause.length).toBeGreaterThan(0);
+  });
+
+  for (const f of withCause) {
     test(`${f.name}: the cause first, then the last lines, within the limit`, () => {
       const reason = failureReason("exited with code 1", f.engine, f.body, RUNNER_DEFAULTS.reasonLines);
-      expect(ReplicaReport.shape.error.safeParse(reason).success).toBe(true);
-      expect(reason.length).toBeLessThanOrEqual(8192);
-      const lastLine = f.body.trimEnd().split("\n").at(-1)!.trimEnd();
-      expect(reason.endsWith(lastLine)).toBe(true);
-      if (f.expect === null) expect(reason).toBe(`exited with code 1: ${last30(f.body)}`);
-      else {
-        expect(reason).toStartWith(`exited with code 1: ${f.expect}\nlast lines:\n`);
-      }
+      expectBounded(f, reason);
+      expect(reason).toStartWith(`exited with code 1: ${f.expect}\nlast lines:\n`);
+    });
+  }
+
+  for (const f of withoutCause) {
+    test(`${f.name}: no known cause, so the how and the last lines, within the limit`, () => {
+      const reason = failureReason("exited with code 1", f.engine, f.body, RUNNER_DEFAULTS.reasonLines);
+      expectBounded(f, reason);
+      expect(reason).toBe(`exited with code 1: ${last30(f.body)}`);
     });
   }
 

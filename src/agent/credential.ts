@@ -1,0 +1,98 @@
+// What the node keeps in its state dir about itself: the directory kept 0700, the node's own
+// credential (once the head node gave one; the join token until then), and the log listener's
+// self-signed certificate. Every file is written atomically and readable by its owner alone.
+
+import { X509Certificate } from "node:crypto";
+import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { AgentLogger } from "./log";
+import { AgentError } from "./errors";
+import { selfSignedCertificate } from "./selfsigned";
+
+/** The node's own credential, in its state dir; the head node names this file when it refuses a re-join. */
+export const CREDENTIAL_FILE = "node.credential";
+
+/** Writes a file only its owner can read, atomically: a crash never leaves half a credential. */
+export function writePrivate(path: string, content: string): void {
+  const tmp = `${path}.tmp-${process.pid}`;
+  writeFileSync(tmp, content, { mode: 0o600 });
+  chmodSync(tmp, 0o600);
+  renameSync(tmp, path);
+}
+
+/** The state dir holds the credential and engine logs: its owner's alone. */
+export function prepareStateDir(dir: string): void {
+  try {
+    if (!existsSync(dir)) mkdirSync(dir, { recursive: true, mode: 0o700 });
+    chmodSync(dir, 0o700);
+  } catch (e) {
+    throw new AgentError(`--state-dir ${dir}: cannot create or restrict it (${(e as Error).message})`);
+  }
+}
+
+/** How the node speaks for itself: its stored credential, or (none yet) the join token. */
+export type NodeSecret = { credential: string } | { joinToken: string };
+
+/**
+ * The node's stored credential, checked to be this node's; without one, the join token (read
+ * once, here: a token file that goes away later cannot fail a heartbeat in flight).
+ */
+export function loadCredential(path: string, node: string, token: { token?: string | undefined; token_file?: string | undefined }, log: AgentLogger): NodeSecret {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch {
+    const joinToken = readJoinToken(token);
+    if (joinToken === undefined)
+      throw new AgentError(`no join token: give --token-file FILE (or env LLMGW_TOKEN) with the head node's <data-dir>/join.token; the node has no credential yet (${path})`);
+    return { joinToken };
+  }
+  let stored: { node?: unknown; credential?: unknown };
+  try {
+    stored = JSON.parse(text) as typeof stored;
+  } catch {
+    throw new AgentError(`${path} is not a credential file this agent wrote; remove it to join again`);
+  }
+  if (typeof stored.credential !== "string" || typeof stored.node !== "string") throw new AgentError(`${path} is not a credential file this agent wrote; remove it to join again`);
+  if (stored.node !== node)
+    throw new AgentError(`${path} is node ${stored.node}'s credential, and this agent is node ${node}: use --name ${stored.node}, or another --state-dir for a new node`);
+  chmodSync(path, 0o600);
+  log.info({ path }, "using this node's stored credential");
+  return { credential: stored.credential };
+}
+
+export function saveCredential(path: string, node: string, server: string, credential: string): void {
+  writePrivate(path, `${JSON.stringify({ node, server, credential })}\n`);
+}
+
+/** --token, else the first line of --token-file. */
+function readJoinToken(o: { token?: string | undefined; token_file?: string | undefined }): string | undefined {
+  if (o.token) return o.token;
+  const file = o.token_file;
+  if (!file) return undefined;
+  try {
+    const t = readFileSync(file, "utf8").trim();
+    return t === "" ? undefined : t;
+  } catch (e) {
+    throw new AgentError(`--token-file ${file}: cannot read it (${(e as Error).message})`);
+  }
+}
+
+/** The log listener's certificate: made once, kept beside the credential (key 0600). */
+export function logCertificate(stateDir: string, names: string[], now: number, log: AgentLogger): { cert: string; key: string } {
+  const certPath = join(stateDir, "logs-tls.crt");
+  const keyPath = join(stateDir, "logs-tls.key");
+  try {
+    const cert = readFileSync(certPath, "utf8");
+    const key = readFileSync(keyPath, "utf8");
+    const x = new X509Certificate(cert);
+    if (names.every((n) => x.checkIP(n) !== undefined || x.checkHost(n) !== undefined)) return { cert, key };
+  } catch {
+    // None yet, or unreadable: make one.
+  }
+  const made = selfSignedCertificate(names, now);
+  writePrivate(keyPath, made.key);
+  writePrivate(certPath, made.cert);
+  log.info({ cert: certPath, fingerprint256: made.fingerprint256 }, "engine logs served over HTTPS with a self-signed certificate the head node pins");
+  return { cert: made.cert, key: made.key };
+}

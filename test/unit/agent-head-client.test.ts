@@ -1,0 +1,93 @@
+// The head-node client alone, against answers faked at the fetch: every way a request can fail
+// sorted into the kind the agent's loops act on, and the request timeout on a ManualScheduler.
+
+import { describe, expect, test } from "bun:test";
+import { type FetchLike, HeadClient } from "../../src/agent/head-client";
+import { ManualScheduler } from "../../src/lib/scheduler";
+
+const OK = { assignments: [], heartbeat_interval_ms: 5_000, generation: 3 };
+
+function client(fetch: FetchLike, over: { signal?: AbortSignal; scheduler?: ManualScheduler } = {}) {
+  return new HeadClient({
+    server: "http://head.test:8001",
+    serverCa: undefined,
+    serverFingerprint: undefined,
+    fetch,
+    bearer: () => "the-token",
+    signal: over.signal ?? new AbortController().signal,
+    scheduler: over.scheduler ?? new ManualScheduler(),
+  });
+}
+
+const answering = (status: number, body: string): FetchLike => async () => new Response(body, { status });
+
+describe("HeadClient.request", () => {
+  test("a heartbeat response is parsed; the request carries the bearer token and JSON", async () => {
+    let seen: { url: string; auth: string | null; type: string | null } | undefined;
+    const c = client(async (input, init) => {
+      const h = new Headers(init?.headers);
+      seen = { url: String(input), auth: h.get("authorization"), type: h.get("content-type") };
+      return Response.json(OK);
+    });
+    expect(await c.request("/agent/v1/heartbeat", { method: "POST", body: "{}" }, 1_000)).toEqual({ ok: true, value: OK });
+    expect(seen).toEqual({ url: "http://head.test:8001/agent/v1/heartbeat", auth: "Bearer the-token", type: "application/json" });
+  });
+
+  test.each([
+    [400, "rejected"],
+    [401, "unauthorized"],
+    [403, "forbidden"],
+    [404, "not_found"],
+    [409, "taken"],
+    [429, "limited"],
+    [500, "http"],
+    [502, "http"],
+  ] as const)("status %i is the failure kind %s, quoting the server's message", async (status, kind) => {
+    const r = await client(answering(status, JSON.stringify({ error: { message: "told so" } }))).request("/x", {}, 1_000);
+    expect(r).toEqual({ ok: false, kind, message: `${status} told so` });
+  });
+
+  test("an error page that is not the API's JSON is quoted as text, at most 300 characters", async () => {
+    const r = await client(answering(502, `<html>${"x".repeat(400)}</html>`)).request("/x", {}, 1_000);
+    expect(r).toEqual({ ok: false, kind: "http", message: `502 ${`<html>${"x".repeat(400)}`.slice(0, 300)}` });
+  });
+
+  test("an answer that is not JSON, or not a heartbeat response, is a bad answer", async () => {
+    expect(await client(answering(200, "hello")).request("/x", {}, 1_000)).toEqual({ ok: false, kind: "bad_answer", message: "the answer is not JSON: hello" });
+    const r = await client(answering(200, JSON.stringify({ ...OK, generation: -1 }))).request("/x", {}, 1_000);
+    expect(r).toMatchObject({ ok: false, kind: "bad_answer", message: expect.stringMatching(/^the answer is not a heartbeat response: generation: /) });
+  });
+
+  test("a refused connection is unreachable, with the fetch's own words", async () => {
+    const r = await client(async () => {
+      throw new TypeError("Unable to connect. Is the computer able to access the url?");
+    }).request("/x", {}, 1_000);
+    expect(r).toEqual({ ok: false, kind: "unreachable", message: "Unable to connect. Is the computer able to access the url?" });
+  });
+
+  test("no answer within the timeout, as the scheduler counts it, is unreachable and says how long it waited", async () => {
+    const clock = new ManualScheduler();
+    const hanging: FetchLike = (_input, init) =>
+      new Promise((_, reject) => init?.signal?.addEventListener("abort", () => reject(init.signal!.reason)));
+    const pending = client(hanging, { scheduler: clock }).request("/x", {}, 10_000);
+    clock.advance(9_999);
+    expect(clock.pending).toBe(1);
+    clock.advance(1);
+    expect(await pending).toEqual({ ok: false, kind: "unreachable", message: "no answer within 10s" });
+  });
+
+  test("a stop aborts the request in flight: aborted, which the loops do not log", async () => {
+    const stop = new AbortController();
+    const hanging: FetchLike = (_input, init) =>
+      new Promise((_, reject) => init?.signal?.addEventListener("abort", () => reject(init.signal!.reason)));
+    const pending = client(hanging, { signal: stop.signal }).request("/x", {}, 10_000);
+    stop.abort();
+    expect(await pending).toEqual({ ok: false, kind: "aborted", message: "stopped" });
+  });
+
+  test("a request done leaves no timer behind", async () => {
+    const clock = new ManualScheduler();
+    await client(async () => Response.json(OK), { scheduler: clock }).request("/x", {}, 10_000);
+    expect(clock.pending).toBe(0);
+  });
+});
