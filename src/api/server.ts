@@ -9,10 +9,11 @@ import type { Logger } from "pino";
 import { ConfigError, type ServeConfig } from "../config";
 import { ensureDataDir, localUrl, resolveEngineSecret, resolveToken, writeServerInfo } from "../config/datadir";
 import { type ListenerCaps, fitCaps, openFileLimit } from "../config/limits";
-import { type Clock, systemClock } from "../control/clock";
+import type { Clock } from "../control/clock";
+import { StoreUnavailableError } from "../control/errors";
+import { type Scheduler, realScheduler } from "../lib/scheduler";
 import { Controller } from "../control/controller";
 import { Store } from "../store";
-import { storeFailure } from "../store/errors";
 import { isLoopbackHost } from "../lib/net";
 import type { RouterExposure } from "../protocol/views";
 import { VERSION } from "../version";
@@ -61,14 +62,15 @@ export interface ServerTls {
 export interface StartOptions {
   config: ServeConfig;
   log: Logger;
-  clock?: Clock;
+  /** Time for the controller (its wall clock and long-poll timers) and the router. */
+  clock?: Scheduler;
   /** Run the control loop on a timer (tests drive ticks by hand instead). */
   loop?: boolean;
   /** Monotonic clock of both listeners' deadlines (default performance.now); tests pass a manual one and sweep. */
   listenerClock?: { now(): number };
 }
 
-export async function startServer({ config, log, clock = systemClock, loop = true, listenerClock }: StartOptions): Promise<RunningServer> {
+export async function startServer({ config, log, clock = realScheduler, loop = true, listenerClock }: StartOptions): Promise<RunningServer> {
   // Before anything is opened, so a bad certificate costs nothing to report.
   const tls = loadTls(config);
   const dataDir = ensureDataDir(config.data_dir);
@@ -85,7 +87,7 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
 
   const controller = new Controller({
     store,
-    clock,
+    scheduler: clock,
     log,
     version: VERSION,
     dataDir,
@@ -187,7 +189,7 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
     store.close();
     throw new Error(`cannot listen on ${config.listen.host}:${config.listen.port} (router): ${(e as Error).message}`);
   }
-  controller.setEndpointSink(router);
+  await controller.setEndpointSink(router);
   controller.setUsageSource(router);
   const routerUrl = localUrl(config.listen.host, routerAddr.port, scheme);
   if (tls) log.info({ cert: tls.certPath, key: tls.keyPath, fingerprint256: tls.fingerprint256 }, "TLS on: the router and the admin/agent API serve HTTPS");
@@ -211,15 +213,15 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
   let timer: ReturnType<typeof setInterval> | undefined;
   if (loop) {
     let failing: string | undefined;
-    const tick = () => {
+    const tick = async () => {
       try {
-        controller.tick();
+        await controller.tick();
         if (failing) log.info({ was: failing }, "control loop recovered: the store is writable again");
         failing = undefined;
       } catch (e) {
         // A failed tick (a locked or full disk, say) is logged once per cause and retried
         // next tick; the server stays up and keeps serving what it has.
-        const sf = storeFailure(e);
+        const sf = e instanceof StoreUnavailableError ? e : undefined;
         const cause = sf?.code ?? (e as Error).message;
         if (cause !== failing) log.error(sf ? { code: sf.code } : { err: e }, `control loop tick failed: ${sf?.message ?? (e as Error).message}`);
         failing = cause;
@@ -228,7 +230,7 @@ export async function startServer({ config, log, clock = systemClock, loop = tru
     timer = setInterval(tick, config.reconcile_interval);
     // Heartbeats with news, catalog and node changes reconcile at once, not on the next tick.
     controller.setWakeHandler(tick);
-    tick();
+    void tick();
   }
 
   let stopped = false;

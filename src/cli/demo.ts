@@ -69,7 +69,7 @@ export const command: Command = {
       agentLog: createLogger({ level: "error", role: "demo-agent" }),
     });
     cluster.server.store.setMeta("mode", "demo");
-    cluster.server.controller.putModels(demoCatalog().map((m) => ModelSpec.parse(m)));
+    await cluster.server.controller.putModels(demoCatalog().map((m) => ModelSpec.parse(m)));
 
     const byFabric = new Map<string, string[]>();
     for (const n of nodes) byFabric.set(n.fabric, [...(byFabric.get(n.fabric) ?? []), n.name]);

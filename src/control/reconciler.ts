@@ -5,7 +5,7 @@
 
 import type { ModelSpec, Profile } from "../protocol/catalog";
 import type { EngineReport, ReplicaReport } from "../protocol/heartbeat";
-import type { ModelStateRow, ReplicaRow, Snapshot } from "../store";
+import type { ModelStateRow, ReplicaRow, Snapshot } from "./types";
 import { type PlacementNode, type PlacementRequest, place } from "./placement";
 import { desiredReplicas, holdsGpus, nodeState, observedFrom } from "./views";
 

@@ -47,7 +47,7 @@ export async function testServer(overrides: Record<string, unknown> = {}, log: p
       const node = typeof hb.node === "string" ? hb.node : undefined;
       if (token === undefined && node !== undefined && typeof hb.address === "string" && SegmentName.safeParse(node).success && hb.address.length <= 255)
         try {
-          if (server.store.nodeTrust(node).allowedAddress !== hb.address) server.store.setAllowedAddress(node, hb.address, clock.now());
+          if ((await server.store.nodeTrust(node)).allowedAddress !== hb.address) await server.store.setAllowedAddress(node, hb.address, clock.now());
         } catch {
           // A store that cannot take the write (a test of a locked or full disk) refuses the heartbeat too.
         }
