@@ -55,13 +55,16 @@ describe("engine keys from the controller", () => {
     const ids = [...new Set(assignments.map((a) => a.id))];
     expect(ids).toHaveLength(2);
     expect(assignments).toHaveLength(4);
-    const keyOf = new Map<string, string>();
-    for (const a of assignments) {
-      // What the agent parses: the key passes the wire schema.
-      expect(Assignment.parse(a).engine_key).toMatch(/^[0-9a-f]{64}$/);
-      if (keyOf.has(a.id)) expect(a.engine_key!).toBe(keyOf.get(a.id)!);
-      else keyOf.set(a.id, a.engine_key!);
+    // What the agent parses: every key passes the wire schema.
+    for (const a of assignments) expect(Assignment.parse(a).engine_key).toMatch(/^[0-9a-f]{64}$/);
+    // Two shards per replica, and both carry the replica's one key.
+    const keysOf = new Map<string, (string | null)[]>();
+    for (const a of assignments) keysOf.set(a.id, [...(keysOf.get(a.id) ?? []), a.engine_key]);
+    for (const id of ids) {
+      expect(keysOf.get(id)).toHaveLength(2);
+      expect(new Set(keysOf.get(id)).size).toBe(1);
     }
+    const keyOf = new Map([...keysOf].map(([id, keys]) => [id, keys[0]!]));
     expect(keyOf.get(ids[0]!)).not.toBe(keyOf.get(ids[1]!));
     const eps = published.at(-1)!;
     expect(eps.map((e) => e.id).sort()).toEqual([...ids].sort());
