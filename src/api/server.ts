@@ -230,7 +230,7 @@ export async function startServer({ config, log, clock = realScheduler, loop = t
     timer = setInterval(tick, config.reconcile_interval);
     // Heartbeats with news, catalog and node changes reconcile at once, not on the next tick.
     controller.setWakeHandler(tick);
-    void tick();
+    await tick();
   }
 
   let stopped = false;
