@@ -9,7 +9,7 @@ import { Database } from "bun:sqlite";
 import { and, asc, count, desc, eq, getTableColumns, gt, gte, inArray } from "drizzle-orm";
 import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
 import type { StorePort } from "../control/store-port";
-import type { ApiKeyRow, EventRow, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeDiscovery, NodeTrust, PlanWrite, ReplicaRow, Snapshot } from "../control/types";
+import type { ApiKeyRow, EventRow, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeDiscovery, NodeTrust, PlanWrite, Snapshot } from "../control/types";
 import type { ModelSpec } from "../protocol/catalog";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { AdminState } from "../protocol/views";
@@ -17,7 +17,7 @@ import { guarded } from "./errors";
 import { embeddedMigrations } from "./migrations";
 import * as schema from "./schema";
 
-// The domain types, importable from here as before.
+// The domain types, importable from here as before (test fixtures use them).
 export type { EventRow, GpuRow, ModelRow, ModelStateRow, NodeDiscovery, NodeRow, ReplicaRow, Snapshot } from "../control/types";
 
 const { credentialHash: _credentialHash, ...nodeColumns } = getTableColumns(schema.nodes);
@@ -35,7 +35,7 @@ export interface OpenOptions {
 }
 
 export class Store implements StorePort {
-  readonly db: BunSQLiteDatabase<typeof schema>;
+  private readonly db: BunSQLiteDatabase<typeof schema>;
   readonly sqlite: Database;
   /**
    * Discovery errors and GPU reasons are kept in memory, not in a table: only people read them,
