@@ -29,7 +29,7 @@ import { DEFAULT_RECONCILE, type Plan, type ReconcileConfig, isEmpty, processRep
 import { scale } from "./scaling";
 import type { StorePort } from "./store-port";
 import { summarize } from "./summary";
-import type { ModelRow, NewEvent, NodeTrust, Snapshot } from "./types";
+import type { ModelRow, NewEvent, NodeDiscovery, NodeTrust, Snapshot } from "./types";
 import { buildTables } from "./views";
 
 export interface ControllerOptions {
@@ -108,6 +108,17 @@ export class Controller {
    * (an older agent, a simulated node, or none since this process started): unknown, not none.
    */
   private readonly engines = new Map<string, EngineReport[]>();
+  /**
+   * Discovery errors and GPU reasons, in memory like the engines: only people read them, every
+   * heartbeat (seconds apart) carries them again, so a restarted head node knows them after one
+   * interval, and the health they explain (gpus.healthy) is stored.
+   */
+  private readonly discovery = new Map<string, NodeDiscovery>();
+  /**
+   * Each node's reported revisions, in memory for the same reasons: every heartbeat carries them
+   * again, and until a node's next one the head node only holds back from settling a revision.
+   */
+  private readonly revisions = new Map<string, ReadonlyMap<string, readonly string[]>>();
   private joinTokenDigest: Buffer | undefined;
   nodePolicy: NodePolicy = { ...DEFAULT_NODE_POLICY };
   /** Per model, since when its load has been low enough to scale down (scaling.ts). */
@@ -152,6 +163,11 @@ export class Controller {
     this.broker = new AssignmentBroker(opts.scheduler.now() * 1000, opts.scheduler);
     this.watchedSince = opts.scheduler.now();
     this.scaleDownDelayMs = opts.scaleDownDelayMs ?? 60_000;
+  }
+
+  /** The store's snapshot with what the latest heartbeats said that is kept in memory only. */
+  private async snapshot(): Promise<Snapshot> {
+    return { ...(await this.store.snapshot()), discovery: new Map(this.discovery), revisions: new Map(this.revisions) };
   }
 
   private exclusive<T>(fn: () => Promise<T>): Promise<T> {
@@ -217,8 +233,8 @@ export class Controller {
       this.collectUsage();
       const now = this.scheduler.now();
       const seen = this.observe(now);
-      let snapshot = await this.store.snapshot();
-      if (await this.scale(snapshot, now)) snapshot = await this.store.snapshot();
+      let snapshot = await this.snapshot();
+      if (await this.scale(snapshot, now)) snapshot = await this.snapshot();
       const reach = reachability({ nodes: snapshot.nodes, now, watchedSince: this.watchedSince, nodeTimeoutMs: this.config.nodeTimeoutMs, unreachable: this.unreachable });
       const plan = reconcile({ snapshot, now, lastUsed: this.lastUsed, config: this.config, newId: this.newId, engines: this.engines, ...seen });
       const after = isEmpty(plan) && reach.events.length === 0 ? snapshot : await this.apply({ ...plan, events: [...reach.events, ...plan.events] }, now, reach.events.length);
@@ -233,7 +249,7 @@ export class Controller {
   private async apply(plan: Plan, now: number, warnings = 0): Promise<Snapshot> {
     await this.store.applyPlan(plan, now);
     plan.events.forEach((e, i) => this.log[i < warnings ? "warn" : "info"]({ kind: e.kind, subject: e.subject }, e.message));
-    return this.store.snapshot();
+    return this.snapshot();
   }
 
   // ---- agents -------------------------------------------------------------------------
@@ -319,8 +335,15 @@ export class Controller {
     return this.response(hb.node);
   }
 
-  /** What a heartbeat says that is kept in memory only: log listener, certificate, engines. */
+  /** What a heartbeat says that is kept in memory only: log listener, certificate, engines, discovery, revisions. */
   private noteReported(hb: HeartbeatRequest): void {
+    const reasons = new Map<number, string>();
+    for (const g of hb.gpus) if (!g.healthy && g.reason) reasons.set(g.index, g.reason);
+    if (hb.discovery_error || reasons.size > 0) this.discovery.set(hb.node, { error: hb.discovery_error || null, reasons });
+    else this.discovery.delete(hb.node);
+    // A Map, not the parsed record: a model named like an Object.prototype key stays a plain entry.
+    if (hb.model_revisions !== undefined) this.revisions.set(hb.node, new Map(Object.entries(hb.model_revisions)));
+    else this.revisions.delete(hb.node);
     if (hb.logs_port !== null) this.logsPorts.set(hb.node, hb.logs_port);
     else this.logsPorts.delete(hb.node);
     if (hb.logs_tls_cert) this.logsCerts.set(hb.node, hb.logs_tls_cert);
@@ -421,7 +444,7 @@ export class Controller {
   // ---- views --------------------------------------------------------------------------
 
   async tables(): Promise<Tables> {
-    const snapshot = await this.store.snapshot();
+    const snapshot = await this.snapshot();
     return buildTables({ snapshot, now: this.scheduler.now(), lastUsed: this.lastUsed, nodeTimeoutMs: this.config.nodeTimeoutMs, watchedSince: this.watchedSince, engines: this.engines });
   }
 
@@ -539,7 +562,7 @@ export class Controller {
 
   /** Where a replica's engine log can be read: its leader node's log listener. */
   async logSource(id: string): Promise<{ url: string; node: string; token: string; cert?: string }> {
-    const snap = await this.store.snapshot();
+    const snap = await this.snapshot();
     const r = snap.replicas.find((x) => x.id === id);
     if (!r) throw new NotFoundError(`replica "${id}" not found`);
     const node = r.shards[0]!.node;
@@ -602,7 +625,7 @@ export class Controller {
    */
   deleteNode(name: string, force: boolean): Promise<{ stopped: string[] }> {
     return this.exclusive(async () => {
-      const snap = await this.store.snapshot();
+      const snap = await this.snapshot();
       if (!snap.nodes.some((n) => n.name === name)) throw new NotFoundError(`node "${name}" not found`);
       const on = snap.replicas.filter((r) => r.shards.some((s) => s.node === name));
       const running = on.filter((r) => r.state !== "failed");
@@ -618,7 +641,7 @@ export class Controller {
       if (!(await this.store.deleteNode(name, on.map((r) => r.id), events, this.scheduler.now()))) throw new NotFoundError(`node "${name}" not found`);
       this.forgetNode(name);
       this.log.warn({ node: name, replicas: on.map((r) => r.id) }, "node deleted");
-      this.refreshAssignments(await this.store.snapshot());
+      this.refreshAssignments(await this.snapshot());
       this.wake();
       return { stopped: on.map((r) => r.id) };
     });
@@ -629,6 +652,8 @@ export class Controller {
     this.logsPorts.delete(name);
     this.logsCerts.delete(name);
     this.engines.delete(name);
+    this.discovery.delete(name);
+    this.revisions.delete(name);
     const rest = new Set(this.unreachable);
     rest.delete(name);
     this.unreachable = rest;

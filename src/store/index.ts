@@ -9,7 +9,7 @@ import { Database } from "bun:sqlite";
 import { and, asc, count, desc, eq, getTableColumns, gt, gte, inArray } from "drizzle-orm";
 import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
 import type { StorePort } from "../control/store-port";
-import type { ApiKeyRow, EventRow, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeDiscovery, NodeTrust, PlanWrite, Snapshot } from "../control/types";
+import type { ApiKeyRow, EventRow, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeTrust, PlanWrite, Snapshot } from "../control/types";
 import type { ModelSpec } from "../protocol/catalog";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { AdminState } from "../protocol/views";
@@ -37,18 +37,6 @@ export interface OpenOptions {
 export class Store implements StorePort {
   private readonly db: BunSQLiteDatabase<typeof schema>;
   readonly sqlite: Database;
-  /**
-   * Discovery errors and GPU reasons are kept in memory, not in a table: only people read them,
-   * every heartbeat (seconds apart) carries them again, so a restarted head node knows them
-   * after one interval, and the health they explain (gpus.healthy) is stored. No migration.
-   */
-  private readonly discovery = new Map<string, NodeDiscovery>();
-  /**
-   * Each node's reported revisions, in memory for the same reasons: every heartbeat carries them
-   * again, and until a node's next one the head node only holds back from settling a revision.
-   */
-  private readonly revisions = new Map<string, ReadonlyMap<string, readonly string[]>>();
-
   constructor(opts: OpenOptions) {
     this.sqlite = new Database(opts.path, { create: true, strict: true });
     // WAL lets the CLI-facing reads run beside the reconciler's writes; the busy timeout
@@ -106,21 +94,9 @@ export class Store implements StorePort {
         tx.delete(schema.weights).where(eq(schema.weights.node, hb.node)).run();
         const models = [...new Set(hb.models)];
         if (models.length > 0) tx.insert(schema.weights).values(models.map((m) => ({ node: hb.node, model: m }))).run();
-        this.remember(hb);
         return { created: !existing, taken: false };
       }),
     );
-  }
-
-  /** The parts of a heartbeat kept in memory only (see the fields). */
-  private remember(hb: HeartbeatRequest): void {
-    const reasons = new Map<number, string>();
-    for (const g of hb.gpus) if (!g.healthy && g.reason) reasons.set(g.index, g.reason);
-    if (hb.discovery_error || reasons.size > 0) this.discovery.set(hb.node, { error: hb.discovery_error || null, reasons });
-    else this.discovery.delete(hb.node);
-    // A Map, not the parsed record: a model named like an Object.prototype key stays a plain entry.
-    if (hb.model_revisions !== undefined) this.revisions.set(hb.node, new Map(Object.entries(hb.model_revisions)));
-    else this.revisions.delete(hb.node);
   }
 
   snapshot(): Promise<Snapshot> {
@@ -133,8 +109,6 @@ export class Store implements StorePort {
           models: tx.select().from(schema.models).orderBy(asc(schema.models.name)).all().map(toModel),
           replicas: tx.select().from(schema.replicas).orderBy(asc(schema.replicas.id)).all(),
           modelState: tx.select().from(schema.modelState).all(),
-          discovery: new Map(this.discovery),
-          revisions: new Map(this.revisions),
         }),
         { behavior: "deferred" },
       ),
