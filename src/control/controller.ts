@@ -26,7 +26,7 @@ import type { EndpointInfo, EndpointSink, UsageSource } from "./interfaces";
 import * as project from "./projections";
 import { reachability } from "./reachability";
 import { DEFAULT_RECONCILE, type Plan, type ReconcileConfig, isEmpty, processReports, reconcile } from "./reconciler";
-import { scale } from "./scaling";
+import { type ScaleChange, scale, scaleEvent, withTargets } from "./scaling";
 import type { StorePort } from "./store-port";
 import { summarize } from "./summary";
 import type { ModelRow, NewEvent, NodeDiscovery, NodeTrust, Snapshot } from "./types";
@@ -223,9 +223,9 @@ export class Controller {
   }
 
   /**
-   * One control-plane step: collect usage; decide scaling, reachability and the reconcile plan
-   * from one snapshot; apply them; hand out assignments and publish endpoints. Returns the
-   * reconciler's plan.
+   * One control-plane step: collect the router's usage and one snapshot; decide scaling,
+   * reachability and the reconcile plan from them (pure functions); apply all of it in one
+   * transaction; publish assignments and endpoints. Returns the reconciler's plan.
    */
   tick(): Promise<Plan> {
     return this.exclusive(async () => {
@@ -233,11 +233,23 @@ export class Controller {
       this.collectUsage();
       const now = this.scheduler.now();
       const seen = this.observe(now);
-      let snapshot = await this.snapshot();
-      if (await this.scale(snapshot, now)) snapshot = await this.snapshot();
+      const read = await this.snapshot();
+      const scaled = this.usage
+        ? scale({ models: read.models, modelState: read.modelState, inflight: this.usage.inflightByModel(), now, delayMs: this.scaleDownDelayMs, lowSince: this.lowSince })
+        : { changes: [], lowSince: this.lowSince };
+      // The reconcile step sees the targets as they will be written.
+      const snapshot = scaled.changes.length > 0 ? { ...read, modelState: withTargets(read.modelState, scaled.changes) } : read;
       const reach = reachability({ nodes: snapshot.nodes, now, watchedSince: this.watchedSince, nodeTimeoutMs: this.config.nodeTimeoutMs, unreachable: this.unreachable });
       const plan = reconcile({ snapshot, now, lastUsed: this.lastUsed, config: this.config, newId: this.newId, engines: this.engines, ...seen });
-      const after = isEmpty(plan) && reach.events.length === 0 ? snapshot : await this.apply({ ...plan, events: [...reach.events, ...plan.events] }, now, reach.events.length);
+      const write = combined(plan, scaled.changes, reach.events);
+      let after = snapshot;
+      if (!isEmpty(write)) {
+        await this.store.applyPlan(write, now);
+        for (const e of reach.events) this.log.warn({ kind: e.kind, subject: e.subject }, e.message);
+        this.logEvents(plan);
+        after = await this.snapshot();
+      }
+      this.lowSince = scaled.lowSince;
       this.unreachable = reach.unreachable;
       this.refreshAssignments(after);
       this.publish(after);
@@ -245,11 +257,15 @@ export class Controller {
     });
   }
 
-  /** Writes a plan in one transaction and logs its events, the first `warnings` of them as warnings. */
-  private async apply(plan: Plan, now: number, warnings = 0): Promise<Snapshot> {
+  /** Writes a plan in one transaction and logs its events. */
+  private async apply(plan: Plan, now: number): Promise<Snapshot> {
     await this.store.applyPlan(plan, now);
-    plan.events.forEach((e, i) => this.log[i < warnings ? "warn" : "info"]({ kind: e.kind, subject: e.subject }, e.message));
+    this.logEvents(plan);
     return this.snapshot();
+  }
+
+  private logEvents(plan: Plan): void {
+    for (const e of plan.events) this.log.info({ kind: e.kind, subject: e.subject }, e.message);
   }
 
   // ---- agents -------------------------------------------------------------------------
@@ -424,21 +440,6 @@ export class Controller {
     }
     this.wake();
     return true;
-  }
-
-  /**
-   * Load-based scaling (scaling.ts) against the router's in-flight counts; writes the new
-   * targets and their events. Returns whether anything was written.
-   */
-  private async scale(snapshot: Snapshot, now: number): Promise<boolean> {
-    if (!this.usage) return false;
-    const { changes, lowSince } = scale({ models: snapshot.models, modelState: snapshot.modelState, inflight: this.usage.inflightByModel(), now, delayMs: this.scaleDownDelayMs, lowSince: this.lowSince });
-    this.lowSince = lowSince;
-    for (const c of changes) {
-      await this.store.updateModelState(c.model, { scaleTarget: c.to });
-      await this.event("model.scaled", `model/${c.model}`, `model ${c.model} scaled ${c.to > c.from ? "up" : "down"} to ${c.to} (in flight ${c.load}, target ${c.perReplica} per replica)`);
-    }
-    return changes.length > 0;
   }
 
   // ---- views --------------------------------------------------------------------------
@@ -705,6 +706,14 @@ export class Controller {
   async events(opts: { afterId?: number; limit: number; subject?: string }): Promise<EventView[]> {
     return (await this.store.listEvents(opts)).map((e) => ({ id: e.id, at: new Date(e.at).toISOString(), kind: e.kind, subject: e.subject, message: e.message }));
   }
+}
+
+/** The tick's one write: scaling targets, then reachability, then the reconcile plan, with their events in that order. */
+function combined(plan: Plan, changes: readonly ScaleChange[], reached: readonly NewEvent[]): Plan {
+  if (changes.length === 0 && reached.length === 0) return plan;
+  const modelState = new Map(plan.modelState);
+  for (const c of changes) modelState.set(c.model, { scaleTarget: c.to, ...modelState.get(c.model) });
+  return { ...plan, modelState, events: [...changes.map(scaleEvent), ...reached, ...plan.events] };
 }
 
 /** The refusal a join-token heartbeat for a node that has joined gets: it says how to re-join. */

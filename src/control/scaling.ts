@@ -4,7 +4,7 @@
 // of target, so replicas do not flap. When the load turned low per model is state the caller
 // keeps: it goes in and comes out.
 
-import type { ModelRow, ModelStateRow } from "./types";
+import type { ModelRow, ModelStateRow, NewEvent } from "./types";
 
 export interface ScaleInput {
   models: readonly ModelRow[];
@@ -57,4 +57,19 @@ export function scale(input: ScaleInput): ScaleResult {
     if (next !== current) changes.push({ model: m.name, from: current, to: next, load, perReplica: per });
   }
   return { changes, lowSince };
+}
+
+/** The model state as it is once the changes are written: what the reconcile step decides on. */
+export function withTargets(modelState: readonly ModelStateRow[], changes: readonly ScaleChange[]): ModelStateRow[] {
+  const to = new Map(changes.map((c) => [c.model, c.to]));
+  const out = modelState.map((s) => (to.has(s.model) ? { ...s, scaleTarget: to.get(s.model)! } : s));
+  for (const [model, scaleTarget] of to)
+    if (!modelState.some((s) => s.model === model))
+      out.push({ model, failures: 0, parked: false, reason: null, lastFailureAt: null, lastRequestedAt: null, scaleTarget, unplaceableReason: null });
+  return out;
+}
+
+/** The event that explains a change. */
+export function scaleEvent(c: ScaleChange): NewEvent {
+  return { kind: "model.scaled", subject: `model/${c.model}`, message: `model ${c.model} scaled ${c.to > c.from ? "up" : "down"} to ${c.to} (in flight ${c.load}, target ${c.perReplica} per replica)` };
 }
