@@ -22,7 +22,7 @@ import type { AdminState, EventView, ModelView, NodeView, ReplicaView, Summary, 
 import { AssignmentBroker } from "./broker";
 import { type PutResult, catalogChanges } from "./catalog";
 import { ConflictError, NotFoundError } from "./errors";
-import type { EndpointInfo, EndpointSink, UsageSource } from "./interfaces";
+import type { EndpointSink, UsageSource } from "./interfaces";
 import * as project from "./projections";
 import { reachability } from "./reachability";
 import { DEFAULT_RECONCILE, type Plan, type ReconcileConfig, isEmpty, processReports, reconcile } from "./reconciler";
@@ -392,11 +392,6 @@ export class Controller {
 
   // ---- router -------------------------------------------------------------------------
 
-  /** Ready replicas of models still in the catalog, named by the model's name and aliases. */
-  endpoints(snapshot: Snapshot): EndpointInfo[] {
-    return project.endpoints(snapshot, this.engineKey);
-  }
-
   private publish(snapshot: Snapshot): void {
     if (!this.sink) return;
     const catalog = project.catalog(snapshot, this.config);
@@ -405,7 +400,7 @@ export class Controller {
       this.lastCatalog = cfp;
       this.sink.setCatalog(catalog);
     }
-    const eps = this.endpoints(snapshot);
+    const eps = project.endpoints(snapshot, this.engineKey);
     // Unchanged lists are not re-published: replacing the table is cheap, but it resets the
     // router's per-endpoint metric polling for no reason.
     const fp = project.endpointsFingerprint(eps);
