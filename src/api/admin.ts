@@ -44,53 +44,54 @@ export function adminRoutes(ctl: Controller, log: Logger, joinToken: string, rou
 
   app.get("/openapi.json", (c) => c.json(openApiDocument(VERSION)));
 
-  app.get("/summary", (c) => {
+  app.get("/summary", async (c) => {
     const router = routerExposure();
-    return c.json(router ? { ...ctl.summary(), router } : ctl.summary());
+    const summary = await ctl.summary();
+    return c.json(router ? { ...summary, router } : summary);
   });
 
-  app.get("/nodes", (c) => c.json(ctl.nodes()));
-  app.get("/nodes/:name", (c) => c.json(ctl.node(nodeName(c.req.param("name")))));
+  app.get("/nodes", async (c) => c.json(await ctl.nodes()));
+  app.get("/nodes/:name", async (c) => c.json(await ctl.node(nodeName(c.req.param("name")))));
   for (const [action, state, verb] of [
     ["cordon", "cordoned", "cordoned"],
     ["uncordon", "none", "uncordoned"],
     ["drain", "draining", "draining"],
   ] as const) {
-    app.post(`/nodes/:name/${action}`, (c) => {
+    app.post(`/nodes/:name/${action}`, async (c) => {
       const name = nodeName(c.req.param("name"));
-      const { changed } = ctl.setNodeAdminState(name, state);
+      const { changed } = await ctl.setNodeAdminState(name, state);
       return c.json({ node: name, action, changed, message: `node/${name} ${changed ? verb : `already ${verb}`}` } satisfies NodeActionResult);
     });
   }
 
-  app.delete("/nodes/:name", (c) => {
+  app.delete("/nodes/:name", async (c) => {
     const name = nodeName(c.req.param("name"));
     const q = ROUTES.deleteNode.query.parse(c.req.query());
-    const { stopped } = ctl.deleteNode(name, q.force);
+    const { stopped } = await ctl.deleteNode(name, q.force);
     const also = stopped.length > 0 ? `; stopped ${stopped.join(", ")}, to be placed elsewhere` : "";
     return c.json({ node: name, stopped, message: `node/${name} deleted${also}; to join it again, remove the agent's credential file on the node and restart it` } satisfies NodeDeleted);
   });
-  app.post("/nodes/:name/approve", (c) => {
+  app.post("/nodes/:name/approve", async (c) => {
     const name = nodeName(c.req.param("name"));
-    const { changed } = ctl.approveNode(name);
+    const { changed } = await ctl.approveNode(name);
     return c.json({ node: name, changed, message: `node/${name} ${changed ? "approved" : "was not pending"}` } satisfies NodeApproved);
   });
-  app.get("/node-addresses", (c) => c.json(ctl.allowedAddresses()));
+  app.get("/node-addresses", async (c) => c.json(await ctl.allowedAddresses()));
   app.put("/nodes/:name/address", async (c) => {
     const raw = c.req.param("name");
     const r = SegmentName.safeParse(raw);
     if (!r.success) throw new HttpError(400, "invalid_request", `name: "${raw.slice(0, 80)}" is not a valid node name`);
     const body = ROUTES.allowNodeAddress.body.parse(await jsonBody(c.req.raw));
-    const { changed } = ctl.allowNodeAddress(r.data, body.address);
+    const { changed } = await ctl.allowNodeAddress(r.data, body.address);
     return c.json({ node: r.data, address: body.address, changed, message: `node/${r.data} may report address ${body.address}` } satisfies NodeAddressResult);
   });
-  app.delete("/nodes/:name/address", (c) => {
+  app.delete("/nodes/:name/address", async (c) => {
     const name = nodeName(c.req.param("name"));
-    const { changed } = ctl.allowNodeAddress(name, null);
+    const { changed } = await ctl.allowNodeAddress(name, null);
     return c.json({ node: name, address: null, changed, message: `node/${name} ${changed ? "may report only the address it heartbeats from" : "had no address allowance"}` } satisfies NodeAddressResult);
   });
   /** A new join token in the data dir's join.token; the old one stops admitting at once. */
-  app.post("/join-token/rotate", (c) => {
+  app.post("/join-token/rotate", async (c) => {
     const dir = ctl.opts.dataDir;
     if (!dir) throw new HttpError(409, "conflict", "this server has no data dir to write a join token to");
     const path = join(dir, "join.token");
@@ -101,19 +102,19 @@ export function adminRoutes(ctl: Controller, log: Logger, joinToken: string, rou
     writePrivateFile(path, `${token}\n`);
     currentJoinToken = token;
     ctl.setJoinToken(token);
-    ctl.event("join_token.rotated", "join-token", "join token rotated: the old one no longer admits new nodes; joined nodes keep their credentials");
+    await ctl.event("join_token.rotated", "join-token", "join token rotated: the old one no longer admits new nodes; joined nodes keep their credentials");
     log.warn({ path }, "join token rotated");
     return c.json({ path, message: `join token rotated: the new one is in ${path} (0600); the old one no longer admits new nodes, joined nodes keep working` } satisfies JoinTokenRotated);
   });
 
-  app.get("/replicas", (c) => {
+  app.get("/replicas", async (c) => {
     const q = ROUTES.listReplicas.query.parse(c.req.query());
-    return c.json(ctl.replicas(q.model));
+    return c.json(await ctl.replicas(q.model));
   });
 
-  app.get("/models", (c) => c.json(ctl.models()));
-  app.get("/models/:name{.+}", (c) => {
-    const { view, spec } = ctl.model(c.req.param("name"));
+  app.get("/models", async (c) => c.json(await ctl.models()));
+  app.get("/models/:name{.+}", async (c) => {
+    const { view, spec } = await ctl.model(c.req.param("name"));
     return c.json({ ...view, spec: specToWire(spec) } satisfies ModelDetail);
   });
   app.put("/models/:name{.+}", async (c) => {
@@ -130,44 +131,44 @@ export function adminRoutes(ctl: Controller, log: Logger, joinToken: string, rou
         );
     }
     const spec = ROUTES.putModel.body.parse(body);
-    const [result] = ctl.putModels([spec]);
-    const { view } = ctl.model(spec.name);
+    const [result] = await ctl.putModels([spec]);
+    const { view } = await ctl.model(spec.name);
     const answer = { ...view, spec: specToWire(spec), result: result!.result, message: `model/${spec.name} ${result!.result}` } satisfies ModelPutResult;
     return c.json(answer, result!.result === "created" ? 201 : 200);
   });
-  app.delete("/models/:name{.+}", (c) => {
-    const name = ctl.deleteModel(c.req.param("name"));
+  app.delete("/models/:name{.+}", async (c) => {
+    const name = await ctl.deleteModel(c.req.param("name"));
     return c.json({ name, result: "deleted", message: `model/${name} deleted` } satisfies ModelDeleted);
   });
 
-  app.post("/models/:name{.+}/unpark", (c) => {
-    const { model, changed } = ctl.unpark(c.req.param("name"));
+  app.post("/models/:name{.+}/unpark", async (c) => {
+    const { model, changed } = await ctl.unpark(c.req.param("name"));
     return c.json({ name: model, changed, message: `model/${model} ${changed ? "unparked" : "was not parked"}` } satisfies UnparkResult);
   });
 
   /** A whole catalog file (as JSON): every model created or replaced, all or none. */
   app.post("/apply", async (c) => {
     const file = ROUTES.apply.body.parse(await jsonBody(c.req.raw));
-    const results = ctl.putModels(file.models);
+    const results = await ctl.putModels(file.models);
     return c.json({ results: results.map((r) => ({ ...r, message: `model/${r.name} ${r.result}` })) } satisfies ApplyResult);
   });
 
-  app.get("/keys", (c) => c.json(ctl.listApiKeys()));
+  app.get("/keys", async (c) => c.json(await ctl.listApiKeys()));
   app.post("/keys", async (c) => {
     const body = ROUTES.createKey.body.parse(await jsonBody(c.req.raw));
-    const k = ctl.createApiKey(body.name, body.pool);
+    const k = await ctl.createApiKey(body.name, body.pool);
     return c.json({ ...k, message: `key/${k.name} created; this is the only time the key is shown` } satisfies CreatedApiKey, 201);
   });
-  app.delete("/keys/:name", (c) => {
+  app.delete("/keys/:name", async (c) => {
     const name = c.req.param("name");
-    ctl.revokeApiKey(name);
+    await ctl.revokeApiKey(name);
     return c.json({ name, message: `key/${name} revoked` } satisfies ApiKeyRevoked);
   });
 
   /** A replica's engine log, fetched from its node's agent; ?follow=1 keeps streaming. */
   app.get("/replicas/:id/logs", async (c) => {
     const q = ROUTES.replicaLogs.query.parse(c.req.query());
-    const src = ctl.logSource(c.req.param("id"));
+    const src = await ctl.logSource(c.req.param("id"));
     const url = `${src.url}?tail=${q.tail}${q.follow ? "&follow=1" : ""}`;
     // A log listener serving HTTPS sent its own certificate in its heartbeats: trust exactly
     // that one (it lists the node's address), nothing a CA signed.
@@ -196,9 +197,9 @@ export function adminRoutes(ctl: Controller, log: Logger, joinToken: string, rou
     return c.body(bytes);
   });
 
-  app.get("/events", (c) => {
+  app.get("/events", async (c) => {
     const q = ROUTES.events.query.parse(c.req.query());
-    return c.json(ctl.events({ afterId: q.after, limit: q.limit, subject: q.subject }));
+    return c.json(await ctl.events({ afterId: q.after, limit: q.limit, subject: q.subject }));
   });
 
   return app;

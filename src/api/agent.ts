@@ -57,7 +57,7 @@ function unauthorized(c: Context, message: string): Response {
 
 export function agentRoutes(ctl: Controller): Hono<Env> {
   const app = new Hono<Env>();
-  const buckets = new TokenBuckets(() => ctl.opts.clock.now());
+  const buckets = new TokenBuckets(() => ctl.opts.scheduler.now());
 
   /** 429 with Retry-After when this node has used up its requests; undefined when it may go on. */
   const limited = (c: Context, node: string): Response | undefined => {
@@ -76,7 +76,7 @@ export function agentRoutes(ctl: Controller): Hono<Env> {
     if (presented === undefined) return unauthorized(c, "missing bearer token: this route needs the node's credential, or the join token for a node's first heartbeat");
     if (ctl.isJoinToken(presented)) c.set("principal", { kind: "join" });
     else {
-      const node = ctl.nodeForCredential(presented);
+      const node = await ctl.nodeForCredential(presented);
       if (node === undefined)
         return unauthorized(
           c,
@@ -95,7 +95,7 @@ export function agentRoutes(ctl: Controller): Hono<Env> {
     const hb = HeartbeatRequest.parse(parseJsonBody(await c.req.text()));
     if (principal.kind === "node" && principal.node !== hb.node)
       throw new HttpError(403, "forbidden", `node: this credential belongs to node ${principal.node}, not ${hb.node}; a node speaks only for itself`);
-    const trust = ctl.nodeTrust(hb.node);
+    const trust = await ctl.nodeTrust(hb.node);
     if (principal.kind === "join") {
       if (trust.hasCredential)
         throw new HttpError(
@@ -104,7 +104,7 @@ export function agentRoutes(ctl: Controller): Hono<Env> {
           `node: node ${hb.node} has already joined and holds its own credential; the join token cannot speak for it. To join it again: run \`llmgw nodes delete ${hb.node}\` on the head node, then remove the agent's credential file (<state-dir>/${AGENT_CREDENTIAL_FILE}, by default ./llmgw-agent/${AGENT_CREDENTIAL_FILE}) on the node and restart the agent`,
         );
       const { maxNodes } = ctl.nodePolicy;
-      if (!trust.exists && ctl.nodeCount() >= maxNodes)
+      if (!trust.exists && (await ctl.nodeCount()) >= maxNodes)
         throw new HttpError(403, "node_limit", `node: this head node already has ${maxNodes} nodes, its limit (serve --max-nodes); delete one (llmgw nodes delete NAME) or raise --max-nodes`);
       const r = limited(c, hb.node);
       if (r) return r;
@@ -122,7 +122,7 @@ export function agentRoutes(ctl: Controller): Hono<Env> {
         `address: node ${hb.node} reports ${hb.address.slice(0, 80)} but its heartbeat comes from ${from}; report the address it heartbeats from (llmgw agent --address), or allow this one on the head node: llmgw nodes allow-address ${hb.node} ${hb.address.slice(0, 80)}`,
       );
     }
-    return c.json(principal.kind === "join" ? ctl.join(hb) : ctl.heartbeat(hb));
+    return c.json(await (principal.kind === "join" ? ctl.join(hb) : ctl.heartbeat(hb)));
   });
 
   app.get("/assignments", async (c) => {

@@ -7,8 +7,7 @@ import type { Logger } from "pino";
 import { ZodError } from "zod";
 import type { ApiError } from "../protocol/views";
 import { loneSurrogatePath } from "../protocol/common";
-import { ConflictError, NotFoundError } from "../store";
-import { storeFailure } from "../store/errors";
+import { ConflictError, NotFoundError, StoreUnavailableError } from "../control/errors";
 
 export class HttpError extends Error {
   constructor(
@@ -43,11 +42,10 @@ export function handleError(err: unknown, c: Context, log: Logger): Response {
   if (err instanceof NotFoundError) return c.json(errorBody("not_found", err.message), 404);
   if (err instanceof ConflictError)
     return c.json({ error: { code: "conflict", message: err.message, issues: [{ path: issuePath(err.path), message: err.message }] } }, 409);
-  const sf = storeFailure(err);
-  if (sf) {
-    log.error({ code: sf.code, sqlite: (err as { code?: string }).code, method: c.req.method, path: c.req.path }, `store write failed: ${sf.message}`);
+  if (err instanceof StoreUnavailableError) {
+    log.error({ code: err.code, sqlite: err.driverCode, method: c.req.method, path: c.req.path }, `store write failed: ${err.message}`);
     c.header("Retry-After", "5");
-    return c.json(errorBody(sf.code, sf.message), 503);
+    return c.json(errorBody(err.code, err.message), 503);
   }
   log.error({ err, method: c.req.method, path: c.req.path }, "request failed");
   return c.json(errorBody("internal", "internal error; see the server log"), 500);

@@ -36,7 +36,7 @@ type Env = { Variables: { nonce: string } };
 export function uiRoutes(o: UiOptions): Hono<Env> {
   const app = new Hono<Env>();
   const ctl = o.controller;
-  const sessions = o.sessions ?? new SessionStore({ clock: o.clock ?? ctl.opts.clock });
+  const sessions = o.sessions ?? new SessionStore({ clock: o.clock ?? ctl.opts.scheduler });
 
   app.use(async (c, next) => {
     const nonce = randomBytes(16).toString("base64");
@@ -89,20 +89,19 @@ export function uiRoutes(o: UiOptions): Hono<Env> {
     return c.html(`<!DOCTYPE html>${<LoginPage nonce={c.get("nonce")} error={error} stripQuery={stripQuery} />}`, 401);
   };
 
-  const data = (): DashboardData => {
-    // Both calls are synchronous, so no heartbeat lands between them: the summary and the
-    // tables describe the same moment, as `GET /api/v1/summary` and the table routes do.
-    const summary = ctl.summary();
-    const tables = ctl.tables();
-    const events = ctl.events({ limit: EVENTS_SHOWN }).reverse();
+  const data = async (): Promise<DashboardData> => {
+    // One snapshot for both: the summary and the tables describe the same moment, as
+    // `GET /api/v1/summary` and the table routes do.
+    const { summary, tables } = await ctl.overview();
+    const events = (await ctl.events({ limit: EVENTS_SHOWN })).reverse();
     // Names, classes, labels, errors and event messages are what nodes, engines and catalog
     // files said: sanitised for the page, however a view gained the field.
-    return safeDeep({ summary, tables, events, now: ctl.opts.clock.now() });
+    return safeDeep({ summary, tables, events, now: ctl.opts.scheduler.now() });
   };
 
   const wrong = "That is not this server's admin token.";
 
-  app.get("/", (c) => {
+  app.get("/", async (c) => {
     const given = c.req.query("token");
     if (given !== undefined) {
       if (given.length > 1024 || !tokenMatches(given, o.adminToken)) return login(c, wrong, true);
@@ -111,17 +110,17 @@ export function uiRoutes(o: UiOptions): Hono<Env> {
       // the redirect that ends such a navigation (the login form again), so answer with the
       // page itself, which drops the query from the address bar as it loads.
       if (c.req.header("sec-fetch-site") === "cross-site")
-        return c.html(`<!DOCTYPE html>${<DashboardPage nonce={c.get("nonce")} d={data()} csrf={session.csrf} stripQuery />}`);
+        return c.html(`<!DOCTYPE html>${<DashboardPage nonce={c.get("nonce")} d={await data()} csrf={session.csrf} stripQuery />}`);
       return c.redirect("/ui", 303);
     }
     const who = authed(c);
     if (!who) return login(c);
-    return c.html(`<!DOCTYPE html>${<DashboardPage nonce={c.get("nonce")} d={data()} csrf={who.session?.csrf} />}`);
+    return c.html(`<!DOCTYPE html>${<DashboardPage nonce={c.get("nonce")} d={await data()} csrf={who.session?.csrf} />}`);
   });
 
-  app.get("/fragment", (c) => {
+  app.get("/fragment", async (c) => {
     if (!authed(c)) return c.text("sign in again at /ui", 401);
-    return c.html(`${<Dashboard d={data()} />}`);
+    return c.html(`${<Dashboard d={await data()} />}`);
   });
 
   // Behind the session like the rest: on the login form the browser's icon request gets a 401.

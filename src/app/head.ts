@@ -21,7 +21,7 @@ import type { RouterExposure } from "../protocol/views";
 import { Http1Server } from "../router/http1";
 import { Router } from "../router/router";
 import { Store } from "../store";
-import { storeFailure } from "../store/errors";
+import { StoreUnavailableError } from "../control/errors";
 import { VERSION } from "../version";
 
 /** Largest request body on the admin listener (a catalog, a heartbeat), bytes. */
@@ -53,7 +53,7 @@ export interface RunningServer {
    * (a store that cannot take the write); the loop itself logs and retries instead. With
    * `loop: false` this is how a test moves the control plane.
    */
-  tick(): void;
+  tick(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -139,7 +139,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
     store.close();
     throw new Error(`cannot listen on ${config.listen.host}:${config.listen.port} (router): ${(e as Error).message}`);
   }
-  controller.setEndpointSink(router);
+  await controller.setEndpointSink(router);
   controller.setUsageSource(router);
   const routerUrl = localUrl(config.listen.host, routerAddr.port, scheme);
   if (tls) log.info({ cert: tls.certPath, key: tls.keyPath, fingerprint256: tls.fingerprint256 }, "TLS on: the router and the admin/agent API serve HTTPS");
@@ -160,7 +160,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   });
   log.info({ admin: `${config.admin_listen.host}:${adminPort}`, url: adminUrl, version: VERSION }, "admin API listening");
 
-  const timer = loop ? startLoop(controller, log, scheduler, config.reconcile_interval) : undefined;
+  const timer = loop ? await startLoop(controller, log, scheduler, config.reconcile_interval) : undefined;
   let stopped = false;
   const server: RunningServer = {
     adminUrl,
@@ -174,8 +174,8 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
     firstStart: join_.source === "generated",
     dataDir,
     ...(tls ? { tls: { certPath: tls.certPath, keyPath: tls.keyPath, fingerprint256: tls.fingerprint256 } } : {}),
-    tick: () => {
-      controller.tick();
+    tick: async () => {
+      await controller.tick();
     },
     async stop() {
       if (stopped) return;
@@ -194,7 +194,7 @@ function buildController(config: ServeConfig, o: { store: Store; log: Logger; sc
   const { store, log, scheduler, dataDir, engineSecret } = o;
   const controller = new Controller({
     store,
-    clock: scheduler,
+    scheduler,
     log,
     version: VERSION,
     dataDir,
@@ -309,15 +309,15 @@ function routerFor(l: Listening, controller: Controller, adminToken: string): Ro
  * tick (a locked or full disk, say) is logged once per cause and retried next tick; the server
  * stays up and keeps serving what it has.
  */
-function startLoop(controller: Controller, log: Logger, scheduler: Scheduler, intervalMs: number): Timer {
+async function startLoop(controller: Controller, log: Logger, scheduler: Scheduler, intervalMs: number): Promise<Timer> {
   let failing: string | undefined;
-  const tick = () => {
+  const tick = async () => {
     try {
-      controller.tick();
+      await controller.tick();
       if (failing) log.info({ was: failing }, "control loop recovered: the store is writable again");
       failing = undefined;
     } catch (e) {
-      const sf = storeFailure(e);
+      const sf = e instanceof StoreUnavailableError ? e : undefined;
       const cause = sf?.code ?? (e as Error).message;
       if (cause !== failing) log.error(sf ? { code: sf.code } : { err: e }, `control loop tick failed: ${sf?.message ?? (e as Error).message}`);
       failing = cause;
@@ -325,7 +325,8 @@ function startLoop(controller: Controller, log: Logger, scheduler: Scheduler, in
   };
   const timer = scheduler.every(intervalMs, tick);
   controller.setWakeHandler(tick);
-  tick();
+  // The first tick completes before the server is handed out, as a test or the demo expects.
+  await tick();
   return timer;
 }
 

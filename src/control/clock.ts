@@ -1,22 +1,10 @@
-// Time for control and router code comes through this, so tests move it by hand instead of
-// sleeping.
+// The old names of time, kept for the callers outside src/control that still use them: time is
+// the Scheduler's now (src/lib/scheduler.ts), and the manual clock tests set and advance is the
+// ManualScheduler. New code imports those directly.
 
-export interface Clock {
-  now(): number;
-}
+import type { Scheduler } from "../lib/scheduler";
 
-export const systemClock: Clock = { now: () => Date.now() };
+/** Something that tells the wall-clock time: every Scheduler does. */
+export type Clock = Pick<Scheduler, "now">;
 
-/** A clock tests set and advance. */
-export class ManualClock implements Clock {
-  constructor(private t = Date.UTC(2026, 0, 1)) {}
-  now(): number {
-    return this.t;
-  }
-  set(ms: number): void {
-    this.t = ms;
-  }
-  advance(ms: number): void {
-    this.t += ms;
-  }
-}
+export { ManualScheduler as ManualClock, realScheduler as systemClock } from "../lib/scheduler";

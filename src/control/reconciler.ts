@@ -8,7 +8,7 @@
 // a pure function over the snapshot (ReconcileContext) that writes its part into one
 // PlanBuilder, which also tells later steps what earlier ones decided about a replica. What
 // reconcile/ may import: protocol types, src/lib, and control's pure modules (views, placement);
-// never the router, the API or a clock. The store's row types come in through reconcile/rows.ts.
+// never the router, the API, the store or a clock. The domain types come from types.ts.
 
 import { contextOf, type ReconcileInput } from "./reconcile/context";
 import { recordUse } from "./reconcile/demand";

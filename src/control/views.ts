@@ -5,7 +5,7 @@
 import { plural } from "../lib/format";
 import type { EngineReport } from "../protocol/heartbeat";
 import type { GpuView, ModelView, NodeState, NodeView, ReplicaView, Tables } from "../protocol/views";
-import type { ModelRow, ModelStateRow, Snapshot } from "../store";
+import type { ModelRow, ModelStateRow, Snapshot } from "./types";
 
 export interface ViewInputs {
   snapshot: Snapshot;

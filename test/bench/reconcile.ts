@@ -38,8 +38,8 @@ const step = measure("reconcile step (pure, placement included)", () =>
 
 // For context: the store read every tick does at this size.
 const store = new Store({ path: ":memory:" });
-for (const d of nodes) store.applyHeartbeat(heartbeat(d), T0);
-store.putModels(models, T0);
+for (const d of nodes) await store.applyHeartbeat(heartbeat(d), T0);
+await store.saveModels(models.map((spec) => ({ spec, revision: 1, created: true })), T0);
 for (const r of replicas) store.insertReplica({ id: r.id, model: r.model, profile: "a", state: r.state ?? "ready", shards: r.shards, createdAt: T0, updatedAt: T0 });
-measure("store snapshot read (context, not in the target)", () => store.snapshot(), 30);
+measure("store snapshot read (context, not in the target)", async () => await store.snapshot(), 30);
 console.log(`target < 20 ms for the step: ${step < 20 ? "met" : "NOT met"} (${(step / 20).toFixed(2)}× the budget)`);

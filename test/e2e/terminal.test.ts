@@ -22,8 +22,8 @@ beforeAll(async () => {
   s = await testServer();
   // Past the edge (which refuses this class) straight to the controller.
   const spec = ModelSpec.parse({ name: "m", profiles: [{ name: "p", engine: "fake", gpu_class: "H100" }] });
-  s.seed.models([{ ...spec, pool: "team\u001b[2J", profiles: [{ ...spec.profiles[0]!, gpu_class: "\u001b[2J\u001b[41m FAKE BANNER" }] }]);
-  s.seed.heartbeat({
+  await s.seed.models([{ ...spec, pool: "team\u001b[2J", profiles: [{ ...spec.profiles[0]!, gpu_class: "\u001b[2J\u001b[41m FAKE BANNER" }] }]);
+  await s.seed.heartbeat({
     node: "evil",
     address: "10.0.0.9\u001b]8;;http://x/\u001b\\",
     agent_version: "\u001b]0;pwned\u0007",
@@ -34,7 +34,7 @@ beforeAll(async () => {
     replicas: [],
     logs_port: null,
   });
-  s.tick();
+  await s.tick();
   // An admin API stand-in for what only an agent could serve: an engine log, and an error.
   fake = Bun.serve({
     hostname: "127.0.0.1",

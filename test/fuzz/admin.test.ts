@@ -47,7 +47,7 @@ beforeAll(async () => {
     if (r.status !== 200) throw new Error(`seeding ${n}: ${r.status}`);
   }
   for (const m of MODELS) await seedModel(m);
-  s.seed.modelState("qwen", { parked: true, failures: 5, reason: "engine exited with code 1" });
+  await s.seed.modelState("qwen", { parked: true, failures: 5, reason: "engine exited with code 1" });
   console.log(`admin fuzz: seed ${SEED}, scale ${SCALE}`);
 });
 

@@ -35,7 +35,7 @@ beforeAll(async () => {
   // Thousands of cases per node on a clock that never moves: the rate limit has its own test.
   s = await testServer({ heartbeat_burst: 1_000_000 });
   // Every case reports 10.0.0.7 from 127.0.0.1: allowed for the node that joins during the run too.
-  s.seed.allowAddress("fz-node", "10.0.0.7");
+  await s.seed.allowAddress("fz-node", "10.0.0.7");
   for (const n of NODES) {
     const r = await s.agent(validHeartbeat(n));
     if (r.status !== 200) throw new Error(`seeding ${n}: ${r.status} ${await r.text()}`);

@@ -35,7 +35,7 @@ beforeAll(async () => {
   await put("org/mistral", {});
   await put("embed", { aliases: ["embed-small"], pool: "batch" });
   // No nodes, so nothing is placed: the tick only publishes the catalog to the router.
-  s.tick();
+  await s.tick();
   console.log(`router fuzz: seed ${SEED}, scale ${SCALE}`);
 });
 

@@ -92,7 +92,7 @@ beforeAll(async () => {
   if (put.status !== 200 && put.status !== 201) throw new Error(`seeding the catalog: ${put.status} ${await put.text()}`);
   const hb = await s.agent({ node: "fz-host", address: "10.0.0.7", gpus: [gpu0] });
   if (hb.status !== 200) throw new Error(`seeding fz-host: ${hb.status} ${await hb.text()}`);
-  s.tick();
+  await s.tick();
   console.log(`terminal fuzz: seed ${SEED}`);
 });
 
@@ -105,7 +105,7 @@ async function currentReplica(): Promise<string | undefined> {
   let list = await get<ReplicaView[]>("/api/v1/replicas?model=fz-model");
   if (list.length === 0) {
     await s.admin("/api/v1/models/fz-model/unpark", { method: "POST" });
-    s.tick();
+    await s.tick();
     list = await get<ReplicaView[]>("/api/v1/replicas?model=fz-model");
   }
   return list[0]?.id;
@@ -133,7 +133,7 @@ test("the issue's heartbeat is refused naming gpus.0.class and agent_version, an
 });
 
 test("the issue's strings, stored without the edge's check, reach no view raw", async () => {
-  s.seed.heartbeat({
+  await s.seed.heartbeat({
     node: "fz-raw",
     address: "10.0.0.8\u001b[2J",
     agent_version: "\u001b]0;pwned\u0007",
@@ -185,7 +185,7 @@ test("hostile heartbeat and catalog strings: refused naming the field, or accept
         logs_port: null,
       };
       const fields = ["address", "agent_version", "labels", "gpus.1.name", "gpus.1.class", "gpus.1.uuid", "replicas.0.error"];
-      if (c.raw) s.seed.heartbeat(body);
+      if (c.raw) await s.seed.heartbeat(body);
       else {
         const want = { success: acceptable(HeartbeatRequest, body) };
         const r = await s.agent(body);
@@ -207,7 +207,7 @@ test("hostile heartbeat and catalog strings: refused naming the field, or accept
         expect(put.status).toBe(400);
         for (const p of await issuePaths(put)) expect(["pool", "profiles.0.gpu_class"]).toContain(p);
       }
-      s.tick();
+      await s.tick();
       s.clock.advance(1000);
       const problems = await renderAll();
       expect({ case: JSON.stringify(c), problems }).toEqual({ case: JSON.stringify(c), problems: [] });

@@ -3,7 +3,7 @@
 import type { ModelSpecInput } from "../../src/protocol/catalog";
 import { ModelSpec } from "../../src/protocol/catalog";
 import type { GpuReport, HeartbeatRequest } from "../../src/protocol/heartbeat";
-import type { GpuRow, ModelStateRow, NodeRow, ReplicaRow, Snapshot } from "../../src/store";
+import type { GpuRow, ModelStateRow, NodeRow, ReplicaRow, Snapshot } from "../../src/control/types";
 
 export const T0 = Date.UTC(2026, 0, 1, 12, 0, 0);
 

@@ -21,11 +21,11 @@ type Controller = HeadParts["controller"];
 /** Writes straight into the head node, past the API's checks. */
 export interface Seed {
   /** Lets `node` report `address` from anywhere (before it has joined, too). */
-  allowAddress(node: string, address: string): void;
+  allowAddress(node: string, address: string): Promise<void>;
   /** A replica row as the reconciler would write it (no tick places or checks it). */
   replica(row: Parameters<Store["insertReplica"]>[0]): void;
   /** A model's control state (parked, failures, last requested…) as a tick would leave it. */
-  modelState(model: string, patch: Parameters<Store["updateModelState"]>[1]): void;
+  modelState(model: string, patch: Parameters<Store["updateModelState"]>[1]): Promise<void>;
   /** Catalog entries, without the admin API's validation. */
   models(specs: Parameters<Controller["putModels"]>[0]): ReturnType<Controller["putModels"]>;
   /** A heartbeat handed to the controller as parsed, without the agent API's edge. */
@@ -38,10 +38,10 @@ export interface Seed {
 export interface Peek {
   /** Rows per table. */
   counts(): ReturnType<Store["counts"]>;
-  nodeExists(name: string): boolean;
+  nodeExists(name: string): Promise<boolean>;
   /** API keys as stored (hashes). */
   apiKeys(): ReturnType<Store["listApiKeys"]>;
-  nodeForCredential(credential: string): string | undefined;
+  nodeForCredential(credential: string): ReturnType<Controller["nodeForCredential"]>;
   engineKey(replicaId: string): string | null;
   /** Where and with what the head node reads a replica's engine log. */
   logSource(replicaId: string): ReturnType<Controller["logSource"]>;
@@ -77,7 +77,9 @@ export async function testServer(overrides: Record<string, unknown> = {}, log: p
   // A server with tls_cert: the helpers trust that certificate.
   const tls = config.tls_cert ? { tls: { ca: readFileSync(config.tls_cert, "utf8") } } : {};
   const seed: Seed = {
-    allowAddress: (node, address) => void store.setAllowedAddress(node, address, clock.now()),
+    allowAddress: async (node, address) => {
+      await store.setAllowedAddress(node, address, clock.now());
+    },
     replica: (row) => store.insertReplica(row),
     modelState: (model, patch) => store.updateModelState(model, patch),
     models: (specs) => controller.putModels(specs),
@@ -89,7 +91,7 @@ export async function testServer(overrides: Record<string, unknown> = {}, log: p
   };
   const peek: Peek = {
     counts: () => store.counts(),
-    nodeExists: (name) => store.nodeExists(name),
+    nodeExists: async (name) => (await store.nodeTrust(name)).exists,
     apiKeys: () => store.listApiKeys(),
     nodeForCredential: (credential) => controller.nodeForCredential(credential),
     engineKey: (id) => controller.engineKey(id),
@@ -113,7 +115,7 @@ export async function testServer(overrides: Record<string, unknown> = {}, log: p
       const node = typeof hb.node === "string" ? hb.node : undefined;
       if (token === undefined && node !== undefined && typeof hb.address === "string" && SegmentName.safeParse(node).success && hb.address.length <= 255)
         try {
-          if (store.nodeTrust(node).allowedAddress !== hb.address) seed.allowAddress(node, hb.address);
+          if ((await store.nodeTrust(node)).allowedAddress !== hb.address) await seed.allowAddress(node, hb.address);
         } catch {
           // A store that cannot take the write (a test of a locked or full disk) refuses the heartbeat too.
         }

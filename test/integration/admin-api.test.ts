@@ -306,7 +306,7 @@ describe("weights revisions over HTTP", () => {
     for (const n of nodes) expect((await s.agent({ ...heartbeat({ name: n, fabrics: ["ib-rev"], gpus: [R, R], models: ["org/shared"] }), model_revisions: { "org/shared": revs[n] } })).status).toBe(200);
     const put = await s.admin("/api/v1/models/org%2Fshared", { method: "PUT", body: JSON.stringify({ replicas: { min: 1 }, profiles: [{ name: "p", engine: "vllm", gpu_class: R, gpus: 2, nodes: 2 }] }) });
     expect(put.status).toBeLessThan(300);
-    s.tick();
+    await s.tick();
     const got: { model: string; revision: string | null }[] = [];
     for (const n of nodes) {
       const res = await s.agent({ ...heartbeat({ name: n, fabrics: ["ib-rev"], gpus: [R, R], models: ["org/shared"] }), model_revisions: { "org/shared": revs[n] } });

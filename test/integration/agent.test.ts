@@ -221,7 +221,7 @@ describe("against the real head node", () => {
   test("registers with its simulated GPUs, weights, labels and fabric, heartbeats on, and goes unreachable once stopped", async () => {
     await startServer();
     // It reports a data-plane address other than the 127.0.0.1 it heartbeats from: allowed, as an operator would.
-    s.seed.allowAddress("sim-01", "10.9.0.1");
+    await s.seed.allowAddress("sim-01", "10.9.0.1");
     const agent = makeAgent({
       server: s.adminUrl,
       token: s.joinToken,
@@ -303,10 +303,10 @@ describe("against the real head node", () => {
       body: JSON.stringify({ aliases: ["llama3-8b"], replicas: { min: 1 }, profiles: [{ name: "h100", engine: "vllm", gpu_class: "H100-80GB", gpus: 1 }] }),
     });
     expect(put.status).toBeLessThan(300);
-    s.tick();
+    await s.tick();
     type Rep = { id: string; state: string; endpoint: string | null };
     const ready = await until("the replica ready on the server", async () => {
-      s.tick();
+      await s.tick();
       const reps = (await (await s.admin("/api/v1/replicas")).json()) as Rep[];
       return reps.find((r) => r.state === "ready");
     });
@@ -319,8 +319,8 @@ describe("against the real head node", () => {
     const pid = pidOf(stateDir, ready.id)!;
 
     expect((await s.admin("/api/v1/models/llama-3.1-8b", { method: "DELETE" })).status).toBeLessThan(300);
-    await until("the engine stopped", () => {
-      s.tick();
+    await until("the engine stopped", async () => {
+      await s.tick();
       return agent.reports().length === 0 && !isAlive(pid);
     });
     expect(starts(stateDir, ready.id)).toBe(1);
@@ -340,7 +340,7 @@ describe("against the real head node", () => {
     expect(put.status).toBeLessThan(300);
     type Rep = { id: string; state: string; endpoint: string | null };
     const ready = await until("the replica ready on the server", async () => {
-      s.tick();
+      await s.tick();
       const reps = (await (await s.admin("/api/v1/replicas")).json()) as Rep[];
       return reps.find((r) => r.state === "ready");
     });

@@ -112,7 +112,7 @@ describe("router listener", () => {
   test("a key bound to a pool sees only that pool's models; a revoked key stops working", async () => {
     await s.admin("/api/v1/models/other", { method: "PUT", body: JSON.stringify({ pool: "b", profiles: [{ name: "p", engine: "fake", gpu_class: "H100-80GB" }] }) });
     const k = ((await (await s.admin("/api/v1/keys", { method: "POST", body: JSON.stringify({ name: "pool-b", pool: "b" }) })).json()) as { key: string }).key;
-    s.tick();
+    await s.tick();
     const list = (await (await send(s.routerUrl, "GET", "/v1/models", k)).json()) as { data: { id: string }[] };
     expect(list.data.map((d) => d.id)).toEqual(["other"]);
     const denied = await fetch(`${s.routerUrl}/v1/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${k}` }, body: JSON.stringify({ model: "m", messages: [] }) });
@@ -125,7 +125,7 @@ describe("router listener", () => {
     const list = await (await s.admin("/api/v1/keys")).text();
     expect(list).toContain("team-a");
     expect(list).not.toContain(clientKey);
-    expect(s.peek.apiKeys().every((k) => k.hash !== clientKey && !k.hash.includes(clientKey))).toBe(true);
+    expect((await s.peek.apiKeys()).every((k) => k.hash !== clientKey && !k.hash.includes(clientKey))).toBe(true);
     expect((await s.admin("/api/v1/keys", { method: "POST", body: JSON.stringify({ name: "team-a" }) })).status).toBe(409);
   });
 });

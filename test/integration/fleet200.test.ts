@@ -67,7 +67,7 @@ test("200 nodes: the summary equals what the tables say", async () => {
     k++;
   }
   s.seed.replica({ id: "r-huge", model: "huge", profile: "two", state: "ready", shards: [{ node: "gpu-004", gpus: [0, 1, 2, 3, 4, 5, 6, 7] }, { node: "gpu-009", gpus: [0, 1, 2, 3, 4, 5, 6, 7] }], createdAt: now, updatedAt: now });
-  s.seed.modelState("od", { lastRequestedAt: now });
+  await s.seed.modelState("od", { lastRequestedAt: now });
   // The router's view: some replicas used recently, some long ago, the rest never seen.
   s.seed.usage({ lastUsed: () => new Map([["r-0", now - 30_000], ["r-1", now - 3_600_000], ["r-2", now - 700_000], ["r-huge", now - 86_400_000]]), inflightByModel: () => new Map() });
   const summary = (await (await s.admin("/api/v1/summary")).json()) as Summary;

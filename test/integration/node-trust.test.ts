@@ -95,7 +95,7 @@ describe("addresses", () => {
     expect(e.message).toStartWith("address:");
     expect(e.message).toContain("127.0.0.1");
     expect(e.message).toContain("llmgw nodes allow-address gpu-01 10.0.0.9");
-    expect(s.peek.nodeExists("gpu-01")).toBe(false);
+    expect(await s.peek.nodeExists("gpu-01")).toBe(false);
     const allowed = await s.admin("/api/v1/nodes/gpu-01/address", { method: "PUT", body: JSON.stringify({ address: "10.0.0.9" }) });
     expect(allowed.status).toBe(200);
     expect((await post(s, hb, s.joinToken)).status).toBe(200);
@@ -136,15 +136,15 @@ describe("operator verbs", () => {
     const s = await server();
     const cred = await joinNode(s, "gpu-01");
     await s.admin("/api/v1/models/m", { method: "PUT", body: JSON.stringify({ replicas: { min: 1 }, profiles: [{ name: "p", engine: "fake", gpu_class: H }] }) });
-    s.tick();
-    expect(s.peek.replicas().length).toBe(1);
+    await s.tick();
+    expect((await s.peek.replicas()).length).toBe(1);
     const refused = await s.admin("/api/v1/nodes/gpu-01", { method: "DELETE" });
     expect(refused.status).toBe(409);
     expect((await errorOf(refused)).message).toContain("--force");
     const forced = await s.admin("/api/v1/nodes/gpu-01?force=1", { method: "DELETE" });
     expect(forced.status).toBe(200);
     expect(((await forced.json()) as { stopped: string[] }).stopped.length).toBe(1);
-    expect(s.peek.nodeExists("gpu-01")).toBe(false);
+    expect(await s.peek.nodeExists("gpu-01")).toBe(false);
     expect((await post(s, local("gpu-01"), cred)).status).toBe(401);
     expect((await joinNode(s, "gpu-01")).length).toBeGreaterThan(40);
   });
@@ -177,16 +177,16 @@ describe("operator verbs", () => {
     const s = await server({ approve_nodes: true });
     await joinNode(s, "gpu-01");
     await s.admin("/api/v1/models/m", { method: "PUT", body: JSON.stringify({ replicas: { min: 1 }, profiles: [{ name: "p", engine: "fake", gpu_class: H }] }) });
-    s.tick();
-    expect(s.peek.replicas()).toEqual([]);
+    await s.tick();
+    expect(await s.peek.replicas()).toEqual([]);
     expect(((await (await s.admin("/api/v1/nodes/gpu-01")).json()) as { state: string }).state).toBe("pending");
     expect(((await (await s.admin("/api/v1/summary")).json()) as { nodes: { pending?: number } }).nodes.pending).toBe(1);
     // Cordon or uncordon do not admit it by the way.
     expect((await s.admin("/api/v1/nodes/gpu-01/uncordon", { method: "POST" })).status).toBe(409);
     const a = await s.admin("/api/v1/nodes/gpu-01/approve", { method: "POST" });
     expect(((await a.json()) as { changed: boolean }).changed).toBe(true);
-    s.tick();
-    expect(s.peek.replicas().length).toBe(1);
+    await s.tick();
+    expect((await s.peek.replicas()).length).toBe(1);
   });
 
   test("the node cap refuses a new node naming --max-nodes; known nodes keep heartbeating", async () => {
@@ -241,7 +241,7 @@ describe("the agent", () => {
     expect(statSync(file).mode & 0o777).toBe(0o600);
     const stored = JSON.parse(readFileSync(file, "utf8")) as { node: string; credential: string };
     expect(stored.node).toBe("sim-01");
-    expect(s.peek.nodeForCredential(stored.credential)).toBe("sim-01");
+    expect(await s.peek.nodeForCredential(stored.credential)).toBe("sim-01");
     // Restart: the join token is gone from the node, the credential suffices.
     await s.admin("/api/v1/join-token/rotate", { method: "POST" });
     const b = make();
@@ -306,7 +306,7 @@ describe("engine logs", () => {
   test("over TLS when the head node's agent API is: the head node pins the listener's own certificate; plain HTTP and other tokens are refused", async () => {
     const { s, agent, stateDir } = await withLog(true);
     try {
-      const src = s.peek.logSource("r-log1");
+      const src = await s.peek.logSource("r-log1");
       expect(src.url).toStartWith("https://127.0.0.1:");
       expect(src.cert).toContain("BEGIN CERTIFICATE");
       expect(statSync(join(stateDir, "logs-tls.key")).mode & 0o777).toBe(0o600);
@@ -328,7 +328,7 @@ describe("engine logs", () => {
   test("over plain HTTP with a plain head node, behind the credential-derived token", async () => {
     const { s, agent } = await withLog(false);
     try {
-      const src = s.peek.logSource("r-log1");
+      const src = await s.peek.logSource("r-log1");
       expect(src.url).toStartWith("http://127.0.0.1:");
       expect(await (await s.admin("/api/v1/replicas/r-log1/logs")).text()).toBe("engine says hello\n");
       expect((await fetch(src.url, { headers: { authorization: `Bearer ${s.joinToken}` } })).status).toBe(401);

@@ -185,16 +185,16 @@ describe("real answers match the documented schemas", () => {
   test("a node, a model and a ready replica, through every read route", async () => {
     const hb = heartbeat({ name: "gpu-01", fabrics: ["ib-a"], gpus: [H, H], models: ["llama"] });
     // Its made-up address comes from 127.0.0.1: allowed, as an operator would.
-    s.seed.allowAddress("gpu-01", hb.address);
+    await s.seed.allowAddress("gpu-01", hb.address);
     await exchange("heartbeat", "/agent/v1/heartbeat", { json: hb }, 200);
     expect((await exchange("putModel", "/api/v1/models/llama", { json: spec }, 201)).body.result).toBe("created");
     expect((await exchange("putModel", "/api/v1/models/llama", { json: { name: "llama", ...spec } }, 200)).body.result).toBe("unchanged");
-    s.tick();
+    await s.tick();
     const assigned = await exchange("assignments", "/agent/v1/assignments?node=gpu-01&wait_ms=0", {}, 200);
     const a = assigned.body.assignments[0];
     expect(a).toBeDefined();
     await exchange("heartbeat", "/agent/v1/heartbeat", { json: { ...hb, replicas: [{ id: a.id, state: "ready", port: a.port, error: null }] } }, 200);
-    s.tick();
+    await s.tick();
 
     const summary = (await exchange("summary", "/api/v1/summary", {}, 200)).body;
     expect(summary.nodes.total).toBe(1);

@@ -59,14 +59,14 @@ describe("database locked", () => {
       const hb = await s.agent({ ...heartbeat({ name: "gpu-9", gpus: ["H100-80GB"] }), address: "127.0.0.1" });
       expect(hb.status).toBe(503);
       expect((await s.admin("/api/v1/nodes")).status).toBe(200);
-      expect(() => s.tick()).toThrow();
+      await expect(s.tick()).rejects.toMatchObject({ code: "store_busy" });
     } finally {
       other.exec("ROLLBACK");
       other.close();
     }
     expect((await s.admin("/api/v1/models/m2", { method: "PUT", body: model() })).status).toBe(201);
     expect((await s.agent({ ...heartbeat({ name: "gpu-9", gpus: ["H100-80GB"] }), address: "127.0.0.1" })).status).toBe(200);
-    s.tick();
+    await s.tick();
   });
 });
 

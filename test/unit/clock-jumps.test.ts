@@ -22,9 +22,9 @@
 
 import { beforeEach, describe, expect, test } from "bun:test";
 import pino from "pino";
-import { ManualClock } from "../../src/control/clock";
 import { Controller } from "../../src/control/controller";
 import type { EndpointInfo } from "../../src/control/interfaces";
+import { ManualScheduler } from "../../src/lib/scheduler";
 import type { HeartbeatResponse, ReplicaReport } from "../../src/protocol/heartbeat";
 import { Store } from "../../src/store";
 import { T0, heartbeat, model, type NodeDef } from "../helpers/fleet";
@@ -35,20 +35,20 @@ const DAY = 24 * HOUR;
 const RECONCILE = { backoffMs: 2_000, backoffMaxMs: 60_000, maxFailures: 3, replaceAfterMs: 30_000, reportGraceMs: 5_000, startTimeoutMs: 120_000 };
 
 let store: Store;
-let clock: ManualClock;
+let clock: ManualScheduler;
 let ctl: Controller;
 let published: EndpointInfo[][];
 /** What each simulated agent says about the replicas it was assigned: absent means "starting". */
 let agentSays: Map<string, ReplicaReport["state"]>;
 
 function newController() {
-  ctl = new Controller({ store, clock, log: pino({ level: "silent" }), version: "t", nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000, reconcile: RECONCILE });
+  ctl = new Controller({ store, scheduler: clock, log: pino({ level: "silent" }), version: "t", nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000, reconcile: RECONCILE });
   ctl.setEndpointSink({ setEndpoints: (e) => published.push(e), setCatalog: () => {}, setApiKeys: () => {} });
 }
 
 function setup() {
   store = new Store({ path: ":memory:" });
-  clock = new ManualClock(T0);
+  clock = new ManualScheduler(T0);
   published = [];
   agentSays = new Map();
   newController();
@@ -60,51 +60,53 @@ const nodesDef: NodeDef[] = [
 ];
 
 /** One agent heartbeat: it reports every replica it is assigned, as agentSays has it. */
-function beat(def: NodeDef): HeartbeatResponse {
+async function beat(def: NodeDef): Promise<HeartbeatResponse> {
   const assigned = ctl.response(def.name).assignments;
   const replicas: ReplicaReport[] = assigned.map((a) => ({ id: a.id, state: agentSays.get(a.id) ?? "starting", port: a.port, error: null }));
-  return ctl.heartbeat({ ...heartbeat(def), replicas });
+  return await ctl.heartbeat({ ...heartbeat(def), replicas });
 }
-const beatAll = (defs: NodeDef[] = nodesDef) => defs.forEach((d) => beat(d));
-const reps = () => ctl.replicas();
-const byModel = (m: string) => reps().filter((r) => r.model === m);
-const events = (...kinds: string[]) => ctl.events({ limit: 10_000 }).filter((e) => kinds.includes(e.kind));
+const beatAll = async (defs: NodeDef[] = nodesDef) => {
+  for (const d of defs) await beat(d);
+};
+const reps = async () => await ctl.replicas();
+const byModel = async (m: string) => (await reps()).filter((r) => r.model === m);
+const events = async (...kinds: string[]) => (await ctl.events({ limit: 10_000 })).filter((e) => kinds.includes(e.kind));
 /** The events no jump may cause. */
 const BAD = ["replica.failed", "replica.lost", "model.parked", "replica.evicted"];
 
 /** Every assigned replica comes up: the agents report them ready from now on. */
-function allReady() {
+async function allReady() {
   for (const d of nodesDef) for (const a of ctl.response(d.name).assignments) agentSays.set(a.id, "ready");
-  beatAll();
+  await beatAll();
 }
 
 /** A steady fleet: model m with two ready replicas, one per node. Returns their ids. */
-function steady(): string[] {
-  beatAll();
-  ctl.putModels([model({ name: "m", replicas: { min: 2 }, placement: "spread" })]);
-  ctl.tick();
-  allReady();
-  ctl.tick();
-  const ids = byModel("m").map((r) => r.id).sort();
+async function steady(): Promise<string[]> {
+  await beatAll();
+  await ctl.putModels([model({ name: "m", replicas: { min: 2 }, placement: "spread" })]);
+  await ctl.tick();
+  await allReady();
+  await ctl.tick();
+  const ids = (await byModel("m")).map((r) => r.id).sort();
   expect(ids.length).toBe(2);
-  expect(byModel("m").every((r) => r.state === "ready")).toBe(true);
+  expect((await byModel("m")).every((r) => r.state === "ready")).toBe(true);
   return ids;
 }
 
 /** A running server between jumps: a heartbeat interval passes, agents report, the loop ticks. */
-function normalSecond() {
+async function normalSecond() {
   clock.advance(1_000);
-  beatAll();
-  ctl.tick();
+  await beatAll();
+  await ctl.tick();
 }
 
-function expectUndisturbed(ids: string[]) {
-  expect(ctl.nodes().map((n) => [n.name, n.state])).toEqual([["a", "ready"], ["b", "ready"]]);
-  const now = byModel("m");
+async function expectUndisturbed(ids: string[]) {
+  expect((await ctl.nodes()).map((n) => [n.name, n.state])).toEqual([["a", "ready"], ["b", "ready"]]);
+  const now = await byModel("m");
   expect(now.map((r) => r.id).sort()).toEqual(ids);
   expect(now.every((r) => r.state === "ready")).toBe(true);
-  expect(ctl.models()[0]).toMatchObject({ name: "m", ready: 2, failures: 0, parked: false });
-  expect(events(...BAD)).toEqual([]);
+  expect((await ctl.models())[0]).toMatchObject({ name: "m", ready: 2, failures: 0, parked: false });
+  expect(await events(...BAD)).toEqual([]);
   expect(published.at(-1)!.map((e) => e.id).sort()).toEqual(ids);
   // The agents are still told to run exactly these.
   expect(nodesDef.flatMap((d) => ctl.response(d.name).assignments.map((a) => a.id)).sort()).toEqual(ids);
@@ -114,74 +116,74 @@ beforeEach(() => setup());
 
 describe("a forward jump with every node heartbeating before and after it", () => {
   for (const [label, jump] of [["3 hours", 3 * HOUR], ["1 day", DAY], ["30 days", 30 * DAY]] as const) {
-    test(`${label} forward, then heartbeats and a tick: nodes ready, the same replicas stay, nothing failed, lost, evicted or parked`, () => {
-      const ids = steady();
+    test(`${label} forward, then heartbeats and a tick: nodes ready, the same replicas stay, nothing failed, lost, evicted or parked`, async () => {
+      const ids = await steady();
       clock.advance(jump);
-      beatAll();
-      ctl.tick();
-      expectUndisturbed(ids);
+      await beatAll();
+      await ctl.tick();
+      await expectUndisturbed(ids);
       // And the loop keeps running normally afterwards.
-      for (let i = 0; i < 30; i++) normalSecond();
-      expectUndisturbed(ids);
+      for (let i = 0; i < 30; i++) await normalSecond();
+      await expectUndisturbed(ids);
     });
   }
 });
 
 describe("a backward jump", () => {
-  test("1 day back (heartbeats, ticks), then 1 day forward again as the clock is corrected: nothing is disturbed", () => {
-    const ids = steady();
-    clock.advance(-DAY);
-    beatAll();
-    ctl.tick();
-    expectUndisturbed(ids);
-    for (let i = 0; i < 10; i++) normalSecond();
-    expectUndisturbed(ids);
+  test("1 day back (heartbeats, ticks), then 1 day forward again as the clock is corrected: nothing is disturbed", async () => {
+    const ids = await steady();
+    clock.set(clock.now() - DAY);
+    await beatAll();
+    await ctl.tick();
+    await expectUndisturbed(ids);
+    for (let i = 0; i < 10; i++) await normalSecond();
+    await expectUndisturbed(ids);
     // NTP corrects it: back to the real time.
     clock.advance(DAY);
-    beatAll();
-    ctl.tick();
-    expectUndisturbed(ids);
-    for (let i = 0; i < 10; i++) normalSecond();
-    expectUndisturbed(ids);
+    await beatAll();
+    await ctl.tick();
+    await expectUndisturbed(ids);
+    for (let i = 0; i < 10; i++) await normalSecond();
+    await expectUndisturbed(ids);
   });
 
-  test("a tick right after a backward jump, before any heartbeat, disturbs nothing", () => {
-    const ids = steady();
-    clock.advance(-DAY);
-    ctl.tick();
-    expectUndisturbed(ids);
-    beatAll();
-    ctl.tick();
-    expectUndisturbed(ids);
+  test("a tick right after a backward jump, before any heartbeat, disturbs nothing", async () => {
+    const ids = await steady();
+    clock.set(clock.now() - DAY);
+    await ctl.tick();
+    await expectUndisturbed(ids);
+    await beatAll();
+    await ctl.tick();
+    await expectUndisturbed(ids);
   });
 
   // A backward step must not blind the failure detector for as long as the step: a node that
   // dies at the moment of the jump has its last heartbeat "in the future", and comparing it with
   // the clock would call it alive for a whole day. It must be found unreachable after the node
   // timeout, and its replica replaced after replace-after, of time the server actually watched.
-  test("a node that dies when the clock steps back a day is still found unreachable and replaced in time", () => {
-    const ids = steady();
-    const onA = byModel("m").find((r) => r.shards[0]!.node === "a")!.id;
-    clock.advance(-DAY);
+  test("a node that dies when the clock steps back a day is still found unreachable and replaced in time", async () => {
+    const ids = await steady();
+    const onA = (await byModel("m")).find((r) => r.shards[0]!.node === "a")!.id;
+    clock.set(clock.now() - DAY);
     const b = nodesDef[1]!;
     // b keeps heartbeating every 10 s; a is silent from the jump on. 15 s timeout + 30 s replace-after.
     for (let t = 0; t < 60_000; t += 10_000) {
       clock.advance(10_000);
-      beat(b);
-      ctl.tick();
+      await beat(b);
+      await ctl.tick();
     }
-    expect(ctl.node("a").state).toBe("unreachable");
-    expect(reps().some((r) => r.id === onA)).toBe(false);
+    expect((await ctl.node("a")).state).toBe("unreachable");
+    expect((await reps()).some((r) => r.id === onA)).toBe(false);
     // b starts the replacement (a stays silent).
     for (const x of ctl.response("b").assignments) agentSays.set(x.id, "ready");
-    beat(b);
-    ctl.tick();
-    const now = byModel("m").filter((r) => r.state === "ready");
+    await beat(b);
+    await ctl.tick();
+    const now = (await byModel("m")).filter((r) => r.state === "ready");
     expect(now.length).toBe(2);
     expect(now.every((r) => r.shards[0]!.node === "b")).toBe(true);
     expect(now.map((r) => r.id)).toContain(ids.find((id) => id !== onA)!);
     // Lost with its node: not the model's fault.
-    expect(ctl.models()[0]!.failures).toBe(0);
+    expect((await ctl.models())[0]!.failures).toBe(0);
   });
 });
 
@@ -193,43 +195,43 @@ describe("a tick that comes before the heartbeats", () => {
   // was a second ago. Declaring every replica lost would tell every agent to stop every engine,
   // a whole-fleet outage caused by a clock. Right: nothing is lost or failed; the heartbeats
   // that follow find everything ready.
-  test("1 day forward, a tick before any heartbeat: no replica is lost, failed or unassigned", () => {
-    const ids = steady();
+  test("1 day forward, a tick before any heartbeat: no replica is lost, failed or unassigned", async () => {
+    const ids = await steady();
     clock.advance(DAY);
-    ctl.tick();
-    expect(events(...BAD)).toEqual([]);
-    expect(byModel("m").map((r) => r.id).sort()).toEqual(ids);
-    expect(byModel("m").every((r) => r.state === "ready")).toBe(true);
+    await ctl.tick();
+    expect(await events(...BAD)).toEqual([]);
+    expect((await byModel("m")).map((r) => r.id).sort()).toEqual(ids);
+    expect((await byModel("m")).every((r) => r.state === "ready")).toBe(true);
     expect(nodesDef.flatMap((d) => ctl.response(d.name).assignments.map((a) => a.id)).sort()).toEqual(ids);
-    beatAll();
-    ctl.tick();
-    expectUndisturbed(ids);
+    await beatAll();
+    await ctl.tick();
+    await expectUndisturbed(ids);
   });
 
   // The same question from the other side: the server itself was away (stopped for an upgrade,
   // the head node rebooted) for an hour while the agents kept their engines serving. A new
   // controller over the same database ticks before the agents' next heartbeats. Its last look
   // at the nodes was an hour ago, not their last heartbeat: not having watched is not silence.
-  test("a server back after an hour away does not declare its nodes' replicas lost before they can heartbeat", () => {
-    const ids = steady();
+  test("a server back after an hour away does not declare its nodes' replicas lost before they can heartbeat", async () => {
+    const ids = await steady();
     clock.advance(HOUR);
     newController();
-    ctl.tick();
-    expect(events(...BAD)).toEqual([]);
-    expect(byModel("m").map((r) => r.id).sort()).toEqual(ids);
+    await ctl.tick();
+    expect(await events(...BAD)).toEqual([]);
+    expect((await byModel("m")).map((r) => r.id).sort()).toEqual(ids);
     expect(nodesDef.flatMap((d) => ctl.response(d.name).assignments.map((a) => a.id)).sort()).toEqual(ids);
     clock.advance(500);
-    beatAll();
-    ctl.tick();
-    expectUndisturbed(ids);
+    await beatAll();
+    await ctl.tick();
+    await expectUndisturbed(ids);
     // But a node that really stays silent after the restart is lost after the usual time.
-    const onA = byModel("m").find((r) => r.shards[0]!.node === "a")!.id;
+    const onA = (await byModel("m")).find((r) => r.shards[0]!.node === "a")!.id;
     for (let t = 0; t < 60_000; t += 10_000) {
       clock.advance(10_000);
-      beat(nodesDef[1]!);
-      ctl.tick();
+      await beat(nodesDef[1]!);
+      await ctl.tick();
     }
-    expect(reps().some((r) => r.id === onA)).toBe(false);
+    expect((await reps()).some((r) => r.id === onA)).toBe(false);
   });
 });
 
@@ -242,45 +244,45 @@ describe("a replica starting across a jump", () => {
   // a failure against the model (parking it after a few jumps) and throw away a load that may
   // take minutes on real GPUs. Right: not failed by the jump; still failed once it has been
   // starting for the start timeout of time the server watched (heartbeats every 10 s).
-  test("a day forward while the agent reports it starting: not failed by the jump; the start timeout still works after it", () => {
-    beatAll();
-    ctl.putModels([model({ name: "m" })]);
-    ctl.tick();
-    const id = byModel("m")[0]!.id;
+  test("a day forward while the agent reports it starting: not failed by the jump; the start timeout still works after it", async () => {
+    await beatAll();
+    await ctl.putModels([model({ name: "m" })]);
+    await ctl.tick();
+    const id = (await byModel("m"))[0]!.id;
     clock.advance(30_000);
-    beatAll(); // starting, 30 s after placement
-    ctl.tick();
+    await beatAll(); // starting, 30 s after placement
+    await ctl.tick();
     clock.advance(DAY);
-    beatAll(); // still starting
-    ctl.tick();
-    expect(reps().find((r) => r.id === id)!.state).toBe("starting");
-    expect(events(...BAD)).toEqual([]);
-    expect(ctl.models()[0]!.failures).toBe(0);
+    await beatAll(); // still starting
+    await ctl.tick();
+    expect((await reps()).find((r) => r.id === id)!.state).toBe("starting");
+    expect(await events(...BAD)).toEqual([]);
+    expect((await ctl.models())[0]!.failures).toBe(0);
     // It comes up a little later: ready, nothing counted.
     clock.advance(10_000);
     agentSays.set(id, "ready");
-    beatAll();
-    ctl.tick();
-    expect(reps().find((r) => r.id === id)!.state).toBe("ready");
-    expect(events(...BAD)).toEqual([]);
+    await beatAll();
+    await ctl.tick();
+    expect((await reps()).find((r) => r.id === id)!.state).toBe("ready");
+    expect(await events(...BAD)).toEqual([]);
   });
 
-  test("a day forward, and it then stays starting for longer than the start timeout: it fails then, once", () => {
-    beatAll();
-    ctl.putModels([model({ name: "m" })]);
-    ctl.tick();
-    const id = byModel("m")[0]!.id;
+  test("a day forward, and it then stays starting for longer than the start timeout: it fails then, once", async () => {
+    await beatAll();
+    await ctl.putModels([model({ name: "m" })]);
+    await ctl.tick();
+    const id = (await byModel("m"))[0]!.id;
     clock.advance(DAY);
-    beatAll();
-    ctl.tick();
-    expect(reps().find((r) => r.id === id)!.state).toBe("starting");
+    await beatAll();
+    await ctl.tick();
+    expect((await reps()).find((r) => r.id === id)!.state).toBe("starting");
     for (let t = 0; t < 190_000; t += 10_000) {
       clock.advance(10_000);
-      beatAll();
-      ctl.tick();
+      await beatAll();
+      await ctl.tick();
     }
-    expect(reps().find((r) => r.id === id)!.state).not.toBe("starting");
-    const failed = events("replica.failed").filter((e) => e.subject === `replica/${id}`);
+    expect((await reps()).find((r) => r.id === id)!.state).not.toBe("starting");
+    const failed = (await events("replica.failed")).filter((e) => e.subject === `replica/${id}`);
     expect(failed.length).toBe(1);
     // The start timeout (120s) plus the margin the agent's own deadline gets (2 × 1s heartbeat + 1 min).
     expect(failed[0]!.message).toContain("not ready 182s after it was placed");
@@ -288,53 +290,53 @@ describe("a replica starting across a jump", () => {
 
   // Placed while the clock was a day behind, then the clock is corrected: its placement time is
   // a day "old" at once. Same reasoning: the correction is not a day of starting.
-  test("placed while the clock was a day behind, still starting when it is corrected: not failed", () => {
-    beatAll();
-    clock.advance(-DAY);
-    beatAll();
-    ctl.putModels([model({ name: "m" })]);
-    ctl.tick();
-    const id = byModel("m")[0]!.id;
+  test("placed while the clock was a day behind, still starting when it is corrected: not failed", async () => {
+    await beatAll();
+    clock.set(clock.now() - DAY);
+    await beatAll();
+    await ctl.putModels([model({ name: "m" })]);
+    await ctl.tick();
+    const id = (await byModel("m"))[0]!.id;
     clock.advance(20_000);
-    beatAll();
-    ctl.tick();
+    await beatAll();
+    await ctl.tick();
     clock.advance(DAY);
-    beatAll();
-    ctl.tick();
-    expect(reps().find((r) => r.id === id)!.state).toBe("starting");
-    expect(events(...BAD)).toEqual([]);
+    await beatAll();
+    await ctl.tick();
+    expect((await reps()).find((r) => r.id === id)!.state).toBe("starting");
+    expect(await events(...BAD)).toEqual([]);
     agentSays.set(id, "ready");
     clock.advance(1_000);
-    beatAll();
-    ctl.tick();
-    expect(reps().find((r) => r.id === id)!.state).toBe("ready");
-    expect(ctl.models()[0]!.failures).toBe(0);
+    await beatAll();
+    await ctl.tick();
+    expect((await reps()).find((r) => r.id === id)!.state).toBe("ready");
+    expect((await ctl.models())[0]!.failures).toBe(0);
   });
 });
 
 describe("backoff and parking across jumps", () => {
-  test("a model failing while the clock jumps back and forth is parked only after max_failures real failures, never by the jumps", () => {
-    beatAll();
-    ctl.putModels([model({ name: "m" })]);
-    const failOnce = () => {
-      ctl.tick();
-      const starting = byModel("m").filter((r) => r.state === "starting");
+  test("a model failing while the clock jumps back and forth is parked only after max_failures real failures, never by the jumps", async () => {
+    await beatAll();
+    await ctl.putModels([model({ name: "m" })]);
+    const failOnce = async () => {
+      await ctl.tick();
+      const starting = (await byModel("m")).filter((r) => r.state === "starting");
       expect(starting.length).toBe(1);
       agentSays.set(starting[0]!.id, "failed");
-      beatAll();
+      await beatAll();
     };
-    failOnce();
-    expect(ctl.models()[0]!.failures).toBe(1);
+    await failOnce();
+    expect((await ctl.models())[0]!.failures).toBe(1);
     clock.advance(DAY); // past any backoff: retried
-    beatAll();
-    failOnce();
-    expect(ctl.models()[0]).toMatchObject({ failures: 2, parked: false });
-    clock.advance(-2 * DAY); // backwards: a backoff is not extended by it (reconciler.test.ts), and nothing is counted
-    beatAll();
-    ctl.tick();
-    expect(ctl.models()[0]).toMatchObject({ failures: 2, parked: false });
-    expect(events("model.parked")).toEqual([]);
-    expect(events("replica.failed").length).toBe(2);
+    await beatAll();
+    await failOnce();
+    expect((await ctl.models())[0]).toMatchObject({ failures: 2, parked: false });
+    clock.set(clock.now() - 2 * DAY); // backwards: a backoff is not extended by it (reconciler.test.ts), and nothing is counted
+    await beatAll();
+    await ctl.tick();
+    expect((await ctl.models())[0]).toMatchObject({ failures: 2, parked: false });
+    expect(await events("model.parked")).toEqual([]);
+    expect((await events("replica.failed")).length).toBe(2);
   });
 });
 
@@ -344,28 +346,28 @@ describe("idleness across a jump", () => {
   // must not evict it as "idle for a day". (Evicted it would be, on the first request for the
   // on-demand model after the jump.) Its idleness across the jump is at best unknown, and
   // unknown is never idle.
-  test("a replica used just before a day's jump forward is not evicted as idle to make room", () => {
+  test("a replica used just before a day's jump forward is not evicted as idle to make room", async () => {
     const one: NodeDef = { name: "solo", gpus: [H, H] };
-    ctl.heartbeat(heartbeat(one));
-    ctl.putModels([
+    await ctl.heartbeat(heartbeat(one));
+    await ctl.putModels([
       model({ name: "a", replicas: { min: 1, max: 2 }, idle_timeout: "30m", profiles: [{ name: "p", engine: "vllm", gpu_class: H, gpus: 1, priority: 1 }] }),
       model({ name: "b", on_demand: true, replicas: { min: 0 }, profiles: [{ name: "p", engine: "vllm", gpu_class: H, gpus: 1, priority: 1 }] }),
     ]);
-    store.updateModelState("a", { scaleTarget: 2 });
-    ctl.tick();
-    const ids = byModel("a").map((r) => r.id);
+    await store.updateModelState("a", { scaleTarget: 2 });
+    await ctl.tick();
+    const ids = (await byModel("a")).map((r) => r.id);
     expect(ids.length).toBe(2);
-    const report = () => ctl.heartbeat({ ...heartbeat(one), replicas: ctl.response("solo").assignments.map((x) => ({ id: x.id, state: "ready" as const, port: x.port, error: null })) });
-    report();
+    const report = async () => await ctl.heartbeat({ ...heartbeat(one), replicas: ctl.response("solo").assignments.map((x) => ({ id: x.id, state: "ready" as const, port: x.port, error: null })) });
+    await report();
     const usedAt = clock.now() - 60_000;
     ctl.setUsageSource({ lastUsed: () => new Map(ids.map((id) => [id, usedAt])), inflightByModel: () => new Map() });
-    ctl.tick();
+    await ctl.tick();
     clock.advance(DAY);
-    report();
-    ctl.requestModel("b");
-    ctl.tick();
-    expect(events("replica.evicted")).toEqual([]);
-    expect(byModel("a").filter((r) => r.state === "ready").map((r) => r.id).sort()).toEqual([...ids].sort());
+    await report();
+    await ctl.requestModel("b");
+    await ctl.tick();
+    expect(await events("replica.evicted")).toEqual([]);
+    expect((await byModel("a")).filter((r) => r.state === "ready").map((r) => r.id).sort()).toEqual([...ids].sort());
   });
 });
 
@@ -377,27 +379,28 @@ describe("assignment generations across a restart", () => {
   // change, cut off by its death) must never hear that same number from the new server for a
   // different set — or it keeps the old set and never starts what was placed.
   for (const delay of [0, 500, 1_000, 1_500, 2_000, 3_000, 5_000]) {
-    test(`restarted ${delay} ms later: the new server's number for a node's set is never one the agent holds for another set`, () => {
+    test(`restarted ${delay} ms later: the new server's number for a node's set is never one the agent holds for another set`, async () => {
       const solo: NodeDef = { name: "a", fabrics: ["f1"], gpus: [H, H] };
-      beat(solo);
-      ctl.tick();
-      ctl.putModels([model({ name: "m", replicas: { min: 1 } })]);
-      ctl.tick();
+      await beat(solo);
+      await ctl.tick();
+      await ctl.putModels([model({ name: "m", replicas: { min: 1 } })]);
+      await ctl.tick();
       // The agent takes this set…
-      const held = beat(solo);
+      const held = await beat(solo);
       expect(held.assignments.length).toBe(1);
       // …and the next change never reaches it: the server dies right after placing it.
-      ctl.putModels([model({ name: "m", replicas: { min: 2 } })]);
-      ctl.tick();
+      await ctl.putModels([model({ name: "m", replicas: { min: 2 } })]);
+      await ctl.tick();
       expect(ctl.response("a").assignments.length).toBe(2);
       clock.advance(delay);
       newController();
-      ctl.tick();
-      const answer = beat(solo);
+      await ctl.tick();
+      const answer = await beat(solo);
       const ids = (r: HeartbeatResponse) => r.assignments.map((a) => a.id).sort();
       expect(ids(answer).length).toBe(2);
-      // The same number must mean the same set (here the sets differ, so the numbers must too).
-      if (answer.generation === held.generation) expect(ids(answer)).toEqual(ids(held));
+      // The same number must mean the same set: here the sets differ, so the numbers must too.
+      expect(ids(answer)).not.toEqual(ids(held));
+      expect(answer.generation).not.toBe(held.generation);
     });
   }
 });

@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pino from "pino";
 import { ensureDataDir, resolveEngineSecret } from "../../src/config/datadir";
-import { ManualClock } from "../../src/control/clock";
+import { ManualScheduler } from "../../src/lib/scheduler";
 import { Controller } from "../../src/control/controller";
 import type { EndpointInfo } from "../../src/control/interfaces";
 import { Assignment, type ReplicaReport } from "../../src/protocol/heartbeat";
@@ -24,44 +24,47 @@ const defs: NodeDef[] = [
   { name: "y2", fabrics: ["ib"], gpus: [H, H] },
 ];
 
-function controller(store: Store, engineSecret: string | undefined, clock = new ManualClock(T0)) {
+function controller(store: Store, engineSecret: string | undefined, scheduler = new ManualScheduler(T0)) {
   const published: EndpointInfo[][] = [];
-  const ctl = new Controller({ store, clock, log: silent, version: "t", nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000, engineSecret });
+  const ctl = new Controller({ store, scheduler, log: silent, version: "t", nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000, engineSecret });
   ctl.setEndpointSink({ setEndpoints: (e) => published.push(e), setCatalog: () => {}, setApiKeys: () => {} });
   return { ctl, published };
 }
 
 /** Every node heartbeats reporting all it is assigned as ready; returns every assignment seen. */
-function allReady(ctl: Controller): Assignment[] {
+async function allReady(ctl: Controller): Promise<Assignment[]> {
   const seen: Assignment[] = [];
   for (const d of defs) {
     const mine = ctl.response(d.name).assignments;
     seen.push(...mine);
     const reports: ReplicaReport[] = mine.map((a) => ({ id: a.id, state: "ready", port: a.port, error: null }));
-    ctl.heartbeat({ ...heartbeat(d), replicas: reports });
+    await ctl.heartbeat({ ...heartbeat(d), replicas: reports });
   }
   return seen;
 }
 
 describe("engine keys from the controller", () => {
-  test("all shards of a replica share its key, the endpoint carries it, and replicas differ", () => {
+  test("all shards of a replica share its key, the endpoint carries it, and replicas differ", async () => {
     const store = new Store({ path: ":memory:" });
     const { ctl, published } = controller(store, "test-secret-0123456789abcdef");
-    for (const d of defs) ctl.heartbeat(heartbeat(d));
-    ctl.putModels([model({ name: "two", replicas: { min: 2 }, profiles: [{ name: "p", engine: "vllm", gpu_class: H, gpus: 2, nodes: 2 }] })]);
-    ctl.tick();
-    const assignments = allReady(ctl);
-    ctl.tick();
+    for (const d of defs) await ctl.heartbeat(heartbeat(d));
+    await ctl.putModels([model({ name: "two", replicas: { min: 2 }, profiles: [{ name: "p", engine: "vllm", gpu_class: H, gpus: 2, nodes: 2 }] })]);
+    await ctl.tick();
+    const assignments = await allReady(ctl);
+    await ctl.tick();
     const ids = [...new Set(assignments.map((a) => a.id))];
     expect(ids).toHaveLength(2);
     expect(assignments).toHaveLength(4);
-    const keyOf = new Map<string, string>();
-    for (const a of assignments) {
-      // What the agent parses: the key passes the wire schema.
-      expect(Assignment.parse(a).engine_key).toMatch(/^[0-9a-f]{64}$/);
-      if (keyOf.has(a.id)) expect(a.engine_key!).toBe(keyOf.get(a.id)!);
-      else keyOf.set(a.id, a.engine_key!);
+    // What the agent parses: every key passes the wire schema.
+    for (const a of assignments) expect(Assignment.parse(a).engine_key).toMatch(/^[0-9a-f]{64}$/);
+    // Two shards per replica, and both carry the replica's one key.
+    const keysOf = new Map<string, (string | null)[]>();
+    for (const a of assignments) keysOf.set(a.id, [...(keysOf.get(a.id) ?? []), a.engine_key]);
+    for (const id of ids) {
+      expect(keysOf.get(id)).toHaveLength(2);
+      expect(new Set(keysOf.get(id)).size).toBe(1);
     }
+    const keyOf = new Map([...keysOf].map(([id, keys]) => [id, keys[0]!]));
     expect(keyOf.get(ids[0]!)).not.toBe(keyOf.get(ids[1]!));
     const eps = published.at(-1)!;
     expect(eps.map((e) => e.id).sort()).toEqual([...ids].sort());
@@ -74,14 +77,14 @@ describe("engine keys from the controller", () => {
     expect(controller(store, "secret-one-0123456789abcdef").ctl.engineKey("r-1")).not.toBe(controller(store, "secret-two-0123456789abcdef").ctl.engineKey("r-1"));
   });
 
-  test("without a secret, assignments and endpoints carry no key", () => {
+  test("without a secret, assignments and endpoints carry no key", async () => {
     const store = new Store({ path: ":memory:" });
     const { ctl, published } = controller(store, undefined);
-    for (const d of defs) ctl.heartbeat(heartbeat(d));
-    ctl.putModels([model({ name: "m" })]);
-    ctl.tick();
-    const a = allReady(ctl);
-    ctl.tick();
+    for (const d of defs) await ctl.heartbeat(heartbeat(d));
+    await ctl.putModels([model({ name: "m" })]);
+    await ctl.tick();
+    const a = await allReady(ctl);
+    await ctl.tick();
     expect(a.map((x) => x.engine_key)).toEqual([null]);
     expect(published.at(-1)!.map((e) => "key" in e)).toEqual([false]);
   });
@@ -100,17 +103,17 @@ describe("the head node's engine secret", () => {
     return { secret, store, ...controller(store, secret.token) };
   }
 
-  test("is generated once, kept 0600 in the data dir, and gives the same keys after a restart", () => {
+  test("is generated once, kept 0600 in the data dir, and gives the same keys after a restart", async () => {
     const dataDir = ensureDataDir(mkdtempSync(join(tmpdir(), "llmgw-engine-secret-")));
     dirs.push(dataDir);
     const first = boot(dataDir);
     expect(first.secret.source).toBe("generated");
     const c1 = first.ctl;
-    for (const d of defs) c1.heartbeat(heartbeat(d));
-    c1.putModels([model({ name: "m", replicas: { min: 2 } })]);
-    c1.tick();
+    for (const d of defs) await c1.heartbeat(heartbeat(d));
+    await c1.putModels([model({ name: "m", replicas: { min: 2 } })]);
+    await c1.tick();
     const c1Assigned = new Map(defs.map((d) => [d.name, c1.response(d.name).assignments]));
-    const before = allReady(c1);
+    const before = await allReady(c1);
     expect(before).toHaveLength(2);
     expect(before.every((a) => a.engine_key !== null)).toBe(true);
     expect((statSync(join(dataDir, "engine.secret")).mode & 0o777).toString(8)).toBe("600");
@@ -122,9 +125,9 @@ describe("the head node's engine secret", () => {
     // The agents come back reporting the engines they kept running.
     for (const d of defs) {
       const kept = c1Assigned.get(d.name) ?? [];
-      c2.heartbeat({ ...heartbeat(d), replicas: kept.map((a) => ({ id: a.id, state: "ready", port: a.port, error: null })) });
+      await c2.heartbeat({ ...heartbeat(d), replicas: kept.map((a) => ({ id: a.id, state: "ready", port: a.port, error: null })) });
     }
-    c2.tick();
+    await c2.tick();
     const after = defs.flatMap((d) => c2.response(d.name).assignments);
     expect(after).toHaveLength(2);
     const keys = (list: Assignment[]) => Object.fromEntries(list.map((a) => [a.id, a.engine_key]));

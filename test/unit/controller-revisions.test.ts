@@ -4,7 +4,7 @@
 
 import { describe, expect, test } from "bun:test";
 import pino from "pino";
-import { ManualClock } from "../../src/control/clock";
+import { ManualScheduler } from "../../src/lib/scheduler";
 import { Controller } from "../../src/control/controller";
 import { commonRevision } from "../../src/control/revisions";
 import { Assignment, type HeartbeatRequest, type ReplicaReport } from "../../src/protocol/heartbeat";
@@ -46,7 +46,7 @@ describe("commonRevision", () => {
 
 function setup() {
   const store = new Store({ path: ":memory:" });
-  const ctl = new Controller({ store, clock: new ManualClock(T0), log: silent, version: "t", nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
+  const ctl = new Controller({ store, scheduler: new ManualScheduler(T0), log: silent, version: "t", nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
   ctl.setEndpointSink({ setEndpoints: () => {}, setCatalog: () => {}, setApiKeys: () => {} });
   return ctl;
 }
@@ -62,45 +62,45 @@ function assignments(ctl: Controller): Assignment[] {
 }
 
 describe("assignments from the controller", () => {
-  test("both shards of a two-node replica get the revision both nodes have, though their newest differ", () => {
+  test("both shards of a two-node replica get the revision both nodes have, though their newest differ", async () => {
     const ctl = setup();
-    ctl.heartbeat(hb("x1", { "org/m": [A, B] }));
-    ctl.heartbeat(hb("x2", { "org/m": [D, B] }));
-    ctl.putModels([model({ name: "org/m", ...twoNodes })]);
-    ctl.tick();
-    const got = assignments(ctl);
+    await ctl.heartbeat(hb("x1", { "org/m": [A, B] }));
+    await ctl.heartbeat(hb("x2", { "org/m": [D, B] }));
+    await ctl.putModels([model({ name: "org/m", ...twoNodes })]);
+    await ctl.tick();
+    const got = await assignments(ctl);
     expect(got).toHaveLength(2);
     expect(got.map((a) => a.revision)).toEqual([B, B]);
   });
 
-  test("a catalog revision pins every shard, even one no node has yet; a model in no hub layout gets null", () => {
+  test("a catalog revision pins every shard, even one no node has yet; a model in no hub layout gets null", async () => {
     const ctl = setup();
-    ctl.heartbeat(hb("x1", { "org/m": [A, B] }));
-    ctl.heartbeat(hb("x2", { "org/m": [D, B] }));
-    ctl.putModels([model({ name: "org/m", revision: C, ...twoNodes })]);
-    ctl.tick();
-    expect(assignments(ctl).map((a) => a.revision)).toEqual([C, C]);
+    await ctl.heartbeat(hb("x1", { "org/m": [A, B] }));
+    await ctl.heartbeat(hb("x2", { "org/m": [D, B] }));
+    await ctl.putModels([model({ name: "org/m", revision: C, ...twoNodes })]);
+    await ctl.tick();
+    expect((await assignments(ctl)).map((a) => a.revision)).toEqual([C, C]);
 
     const plain = setup();
-    plain.heartbeat(hb("x1", {}));
-    plain.heartbeat(hb("x2", {}));
-    plain.putModels([model({ name: "plain", ...twoNodes })]);
-    plain.tick();
-    expect(assignments(plain).map((a) => a.revision)).toEqual([null, null]);
+    await plain.heartbeat(hb("x1", {}));
+    await plain.heartbeat(hb("x2", {}));
+    await plain.putModels([model({ name: "plain", ...twoNodes })]);
+    await plain.tick();
+    expect((await assignments(plain)).map((a) => a.revision)).toEqual([null, null]);
   });
 
-  test("a replica keeps the revision it was handed when the nodes later download a newer one", () => {
+  test("a replica keeps the revision it was handed when the nodes later download a newer one", async () => {
     const ctl = setup();
-    ctl.heartbeat(hb("x1", { "org/m": [A, B] }));
-    ctl.heartbeat(hb("x2", { "org/m": [D, B] }));
-    ctl.putModels([model({ name: "org/m", ...twoNodes })]);
-    ctl.tick();
-    const [first] = assignments(ctl);
+    await ctl.heartbeat(hb("x1", { "org/m": [A, B] }));
+    await ctl.heartbeat(hb("x2", { "org/m": [D, B] }));
+    await ctl.putModels([model({ name: "org/m", ...twoNodes })]);
+    await ctl.tick();
+    const [first] = await assignments(ctl);
     const ready: ReplicaReport[] = [{ id: first!.id, state: "ready", port: first!.port, error: null }];
-    ctl.heartbeat(hb("x1", { "org/m": [A, B] }, ready));
-    ctl.heartbeat(hb("x2", { "org/m": [A, D, B] }, ready));
-    ctl.tick();
-    expect(assignments(ctl).map((a) => [a.id, a.revision])).toEqual([
+    await ctl.heartbeat(hb("x1", { "org/m": [A, B] }, ready));
+    await ctl.heartbeat(hb("x2", { "org/m": [A, D, B] }, ready));
+    await ctl.tick();
+    expect((await assignments(ctl)).map((a) => [a.id, a.revision])).toEqual([
       [first!.id, B],
       [first!.id, B],
     ]);

@@ -25,10 +25,10 @@ function startOf(id: string, count: number): number {
 }
 
 describe("rendezvous blocks through the controller", () => {
-  test("two multi-node SGLang replicas whose leaders share a node address get non-overlapping blocks, outside every engine port", () => {
+  test("two multi-node SGLang replicas whose leaders share a node address get non-overlapping blocks, outside every engine port", async () => {
     const store = new Store({ path: ":memory:" });
     const clock = new ManualClock(T0);
-    const ctl = new Controller({ store, clock, log: pino({ level: "silent" }), version: "t", nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
+    const ctl = new Controller({ store, scheduler: clock, log: pino({ level: "silent" }), version: "t", nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
     // Two ids the allocator starts at the same candidate port: the second replica's engine port
     // is the first's + 1, which is where consecutive rendezvous ports used to collide.
     const first = "r-aaaa0000";
@@ -38,11 +38,12 @@ describe("rendezvous blocks through the controller", () => {
     (ctl as unknown as { newId: () => string }).newId = () => ids.shift()!;
     const defs: NodeDef[] = ["n1", "n2", "n3", "n4"].map((name) => ({ name, fabrics: ["ib"], gpus: [H, H] }));
     // One address for all four: simulated nodes, or nodes behind one NAT.
-    const beat = (d: NodeDef) => ctl.heartbeat({ ...heartbeat(d), address: "10.9.9.9" });
-    defs.forEach(beat);
-    ctl.putModels([model({ name: "sg", replicas: { min: 2 }, profiles: [{ name: "p", engine: "sglang", gpu_class: H, gpus: 2, nodes: 2 }] })]);
-    ctl.tick();
-    const all: Assignment[] = defs.flatMap((d) => beat(d).assignments);
+    const beat = async (d: NodeDef) => await ctl.heartbeat({ ...heartbeat(d), address: "10.9.9.9" });
+    for (const d of defs) await beat(d);
+    await ctl.putModels([model({ name: "sg", replicas: { min: 2 }, profiles: [{ name: "p", engine: "sglang", gpu_class: H, gpus: 2, nodes: 2 }] })]);
+    await ctl.tick();
+    const all: Assignment[] = [];
+    for (const d of defs) all.push(...(await beat(d)).assignments);
     expect(all.length).toBe(4);
     const leaders = all.filter((a) => a.shard.rank === 0);
     expect(new Set(leaders.map((a) => a.id))).toEqual(new Set([first, second]));

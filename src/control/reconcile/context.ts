@@ -6,7 +6,7 @@ import type { EngineReport } from "../../protocol/heartbeat";
 import type { NodeState } from "../../protocol/views";
 import { nodeState, observedFrom } from "../views";
 import type { ReconcileConfig } from "./config";
-import type { ModelRow, ModelStateRow, NodeRow, ReplicaRow, Snapshot } from "./rows";
+import type { ModelRow, ModelStateRow, NodeRow, ReplicaRow, Snapshot } from "../types";
 
 export interface ReconcileInput {
   snapshot: Snapshot;

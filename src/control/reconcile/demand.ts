@@ -4,7 +4,7 @@
 
 import type { ReconcileContext } from "./context";
 import type { PlanBuilder } from "./plan";
-import type { ModelStateRow } from "./rows";
+import type { ModelStateRow } from "../types";
 
 /** A use this close to the recorded request is the same news: not written again. */
 const SAME_REQUEST_MS = 1000;

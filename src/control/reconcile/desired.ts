@@ -7,7 +7,7 @@ import { desiredReplicas } from "../views";
 import { type ReconcileContext, onDrainingNode } from "./context";
 import { inBackoff } from "./failures";
 import type { PlanBuilder } from "./plan";
-import type { ModelRow, ModelStateRow, ReplicaRow } from "./rows";
+import type { ModelRow, ModelStateRow, ReplicaRow } from "../types";
 
 /** What one model is short, as placement takes it, with what orders it among the others. */
 export interface ModelRequest extends PlacementRequest {

@@ -3,7 +3,7 @@
 import { ENGINE_ERROR_MAX, oneLine } from "../../lib/format";
 import type { ReconcileConfig } from "./config";
 import type { Plan } from "./plan";
-import type { ModelStateRow } from "./rows";
+import type { ModelStateRow } from "../types";
 
 /** How long to wait before retrying a model after `failures` consecutive failures. */
 export function backoffDelay(failures: number, cfg: Pick<ReconcileConfig, "backoffMs" | "backoffMaxMs">): number {

@@ -9,7 +9,7 @@ import { agentStartTimeout, serverStartDeadline } from "./config";
 import { type ReconcileContext, heartbeatAt } from "./context";
 import { recordFailure } from "./failures";
 import type { PlanBuilder } from "./plan";
-import type { ReplicaRow } from "./rows";
+import type { ReplicaRow } from "../types";
 
 /** The first shard of the replica whose node is gone for good, if any. */
 export function lostShard(ctx: ReconcileContext, r: ReplicaRow): ReplicaRow["shards"][number] | undefined {

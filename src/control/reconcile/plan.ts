@@ -2,7 +2,7 @@
 // remembers what earlier steps decided (a replica's new state, its removal), so a later step
 // sees the replica as it will be once the plan is applied, not as the snapshot had it.
 
-import type { ModelStateRow, ReplicaRow } from "./rows";
+import type { ModelStateRow, ReplicaRow } from "../types";
 
 export interface NewReplica {
   id: string;

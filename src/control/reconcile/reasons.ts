@@ -3,7 +3,7 @@
 // short and stop saying it when it no longer is.
 
 import type { PlanBuilder } from "./plan";
-import type { ModelStateRow } from "./rows";
+import type { ModelStateRow } from "../types";
 
 export function recordReasons(
   b: PlanBuilder,

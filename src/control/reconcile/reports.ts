@@ -7,7 +7,7 @@ import { observedFrom } from "../views";
 import type { ReconcileConfig } from "./config";
 import { recordFailure } from "./failures";
 import { type Plan, emptyPlan } from "./plan";
-import type { Snapshot } from "./rows";
+import type { Snapshot } from "../types";
 
 export interface ReportsInput {
   snapshot: Pick<Snapshot, "replicas" | "modelState">;

@@ -10,7 +10,7 @@ import { observedFrom } from "../views";
 import { type ReconcileContext, gpuKey, onDrainingNode } from "./context";
 import type { ModelRequest } from "./desired";
 import type { PlanBuilder } from "./plan";
-import type { ReplicaRow } from "./rows";
+import type { ReplicaRow } from "../types";
 
 export interface RoomInput {
   /** in the order they were placed */

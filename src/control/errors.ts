@@ -1,0 +1,28 @@
+// The control plane's domain errors. The APIs map them to status codes (api/errors.ts); the
+// store turns a failed database call into StoreUnavailableError, so nothing above it needs to
+// know which database it runs on.
+
+/** A name, alias or state is taken or forbids the change; `path` names the request field it concerns. */
+export class ConflictError extends Error {
+  constructor(message: string, readonly path: (string | number)[] = []) {
+    super(message);
+  }
+}
+
+export class NotFoundError extends Error {}
+
+/**
+ * The store cannot do what was asked now (a full disk, a lock held by someone else, an unwritable
+ * file, a lost connection): nothing was changed. The APIs answer 503 with the message; the
+ * control loop logs it and carries on, and recovers by itself when the cause goes away.
+ */
+export class StoreUnavailableError extends Error {
+  constructor(
+    readonly code: "store_full" | "store_busy" | "store_unavailable",
+    message: string,
+    /** The database's own error code (e.g. SQLITE_FULL), for the log. */
+    readonly driverCode?: string,
+  ) {
+    super(message);
+  }
+}

@@ -1,0 +1,114 @@
+// What the control plane hands out, projected from one snapshot: each node's assignments (what
+// it should run), the endpoints and catalog the router serves. Pure functions: the engine-key
+// derivation and the revisions settled so far come in, the revisions settled now come out.
+
+import type { ModelSpec } from "../protocol/catalog";
+import type { Assignment } from "../protocol/heartbeat";
+import type { CatalogEntry, EndpointInfo } from "./interfaces";
+import { type ReconcileConfig, agentStartTimeout, rendezvousPort, serverStartDeadline } from "./reconciler";
+import { commonRevision } from "./revisions";
+import type { ReplicaRow, Snapshot } from "./types";
+
+/** A replica's engine key, or null when the head node hands out none. */
+export type EngineKeyOf = (replicaId: string) => string | null;
+
+export interface AssignmentProjection {
+  /** Per node (every node in the snapshot), what it should run, in replica order. */
+  byNode: Map<string, Assignment[]>;
+  /**
+   * The revision each live replica was handed, once every one of its nodes had reported theirs:
+   * a node downloading a newer revision later must not hand a shard that starts late (or again)
+   * another commit than its peers loaded. Replicas no longer live are dropped.
+   */
+  settled: Map<string, string | null>;
+}
+
+/** Every node's assignment set: the shards of replicas starting or ready whose model and profile still exist. */
+export function assignments(snapshot: Snapshot, config: ReconcileConfig, engineKey: EngineKeyOf, settledBefore: ReadonlyMap<string, string | null>): AssignmentProjection {
+  const byNode = new Map<string, Assignment[]>(snapshot.nodes.map((n) => [n.name, []]));
+  const settled = new Map<string, string | null>();
+  const models = new Map(snapshot.models.map((m) => [m.name, m.spec]));
+  const uuids = new Map(snapshot.gpus.map((g) => [`${g.node}\u0000${g.index}`, g.uuid]));
+  const address = new Map(snapshot.nodes.map((n) => [n.name, n.address]));
+  for (const r of snapshot.replicas) {
+    if (r.state !== "starting" && r.state !== "ready") continue;
+    const spec = models.get(r.model);
+    const profile = spec?.profiles.find((p) => p.name === r.profile);
+    if (!spec || !profile || r.port === null) continue;
+    const revision = revisionFor(r, spec, snapshot, settledBefore, settled);
+    const key = engineKey(r.id);
+    r.shards.forEach((s, rank) => {
+      let list = byNode.get(s.node);
+      if (!list) byNode.set(s.node, (list = []));
+      list.push({
+        id: r.id,
+        model: r.model,
+        served_names: [spec.name, ...spec.aliases],
+        profile: profile.name,
+        engine: profile.engine,
+        port: r.port!,
+        gpus: s.gpus,
+        engine_key: key,
+        revision,
+        // Always given, so an agent's own default (shorter, on older agents) never cuts it short.
+        start_timeout_ms: agentStartTimeout(profile, config),
+        gpu_uuids: s.gpus.map((i) => uuids.get(`${s.node}\u0000${i}`) ?? `unknown-${i}`),
+        args: profile.args,
+        env: profile.env,
+        shard: { rank, size: r.shards.length, leader_address: address.get(r.shards[0]!.node) ?? "", leader_port: rendezvousPort(r.port!, config) },
+      });
+    });
+  }
+  return { byNode, settled };
+}
+
+/** The catalog's pin wins; else the revision this replica was handed, else a common one (settled once every node said). */
+function revisionFor(r: ReplicaRow, spec: ModelSpec, snapshot: Snapshot, before: ReadonlyMap<string, string | null>, settled: Map<string, string | null>): string | null {
+  const kept = before.get(r.id);
+  if (kept !== undefined) settled.set(r.id, kept);
+  const pinned = spec.revision ?? kept;
+  if (pinned !== undefined) return pinned;
+  const chosen = commonRevision(r.model, r.shards.map((s) => s.node), snapshot.revisions ?? new Map());
+  if (chosen.settled) settled.set(r.id, chosen.revision);
+  return chosen.revision;
+}
+
+/** Ready replicas of models still in the catalog, named by the model's name and aliases. */
+export function endpoints(snapshot: Snapshot, engineKey: EngineKeyOf): EndpointInfo[] {
+  const models = new Map(snapshot.models.map((m) => [m.name, m.spec]));
+  const out: EndpointInfo[] = [];
+  for (const r of snapshot.replicas) {
+    if (r.state !== "ready" || !r.endpoint) continue;
+    const spec = models.get(r.model);
+    // A replica whose model left the catalog is being torn down; never route to it.
+    if (!spec) continue;
+    const profile = spec.profiles.find((p) => p.name === r.profile);
+    const key = engineKey(r.id);
+    out.push({
+      id: r.id,
+      url: r.endpoint.replace(/\/+$/, ""),
+      models: [spec.name, ...spec.aliases],
+      engine: profile?.engine ?? "vllm",
+      pool: spec.pool,
+      weight: spec.weight,
+      priority: profile?.priority ?? 0,
+      ...(key !== null ? { key } : {}),
+    });
+  }
+  return out;
+}
+
+/** What identifies an endpoint list: an unchanged one is not re-published. */
+export function endpointsFingerprint(eps: readonly EndpointInfo[]): string {
+  return eps.map((e) => `${e.id}|${e.url}|${e.engine}|${e.pool}|${e.models.join(",")}|${e.weight}|${e.priority}`).join(";");
+}
+
+/** The catalog as the router needs it: names, aliases, pools, and how long a cold on-demand model may take. */
+export function catalog(snapshot: Snapshot, config: Pick<ReconcileConfig, "startTimeoutMs" | "startMarginMs">): CatalogEntry[] {
+  return snapshot.models.map((m) => {
+    const spec = m.spec;
+    // The router holds a request for a cold on-demand model as long as a replica may still come up.
+    const startMs = Math.max(...spec.profiles.map((p) => serverStartDeadline(p, config)));
+    return { name: m.name, aliases: spec.aliases, on_demand: spec.on_demand, pool: spec.pool, created: Math.floor(m.createdAt / 1000), start_timeout_ms: startMs };
+  });
+}

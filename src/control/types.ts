@@ -1,0 +1,156 @@
+// The control plane's domain types: what a node, GPU, replica, model and event are to the
+// reconciler, the views and the APIs. The store maps its rows to and from these (whatever its
+// dialect); nothing here knows about tables or columns.
+
+import type { ModelSpec } from "../protocol/catalog";
+import type { AdminState, ReplicaState } from "../protocol/views";
+
+/** A node as the views see it: its credential's hash stays inside the store. */
+export interface NodeRow {
+  name: string;
+  address: string;
+  labels: Record<string, string>;
+  fabrics: string[];
+  /**
+   * What an operator asked for; reachability is derived from lastHeartbeat at read time.
+   * "pending": joined under `serve --approve-nodes` and not yet approved.
+   */
+  adminState: AdminState;
+  lastHeartbeat: number;
+  agentVersion: string;
+  registeredAt: number;
+}
+
+export interface GpuRow {
+  node: string;
+  index: number;
+  uuid: string;
+  name: string;
+  class: string;
+  memoryMib: number;
+  healthy: boolean;
+  /** The physical card's uuid for a MIG instance; null for a whole card. */
+  parent: string | null;
+}
+
+export interface Shard {
+  node: string;
+  gpus: number[];
+}
+
+export interface ReplicaRow {
+  id: string;
+  model: string;
+  profile: string;
+  state: ReplicaState;
+  /** Shard 0 is the leader and serves HTTP. */
+  shards: Shard[];
+  port: number | null;
+  endpoint: string | null;
+  failures: number;
+  error: string | null;
+  createdAt: number;
+  updatedAt: number;
+  readyAt: number | null;
+}
+
+/** Per-model state the reconciler keeps between ticks: failures, parking, demand, placement. */
+export interface ModelStateRow {
+  model: string;
+  failures: number;
+  parked: boolean;
+  reason: string | null;
+  lastFailureAt: number | null;
+  /** Last time a client asked for this model (on-demand models want a replica until idle_timeout). */
+  lastRequestedAt: number | null;
+  /** Replicas the load-based scaler wants, between min and max; null = no signal. */
+  scaleTarget: number | null;
+  /** Why placement could not give it what it wants, as last computed; null when it could. */
+  unplaceableReason: string | null;
+}
+
+export interface ModelRow {
+  name: string;
+  /** The validated spec exactly as applied, defaults filled. */
+  spec: ModelSpec;
+  /** Bumped on every change; a new revision unparks. */
+  revision: number;
+  createdAt: number;
+  updatedAt: number;
+}
+
+export interface EventRow {
+  id: number;
+  at: number;
+  kind: string;
+  subject: string;
+  message: string;
+  data: unknown;
+}
+
+/** An event to be written: the store numbers it. */
+export interface NewEvent {
+  kind: string;
+  subject: string;
+  message: string;
+  data?: unknown;
+}
+
+export interface ApiKeyRow {
+  name: string;
+  /** SHA-256 (hex) of the key; the key itself is never stored. */
+  hash: string;
+  /** When set, requests with this key see only this pool's models. */
+  pool: string | null;
+  createdAt: number;
+}
+
+/** What a node's last heartbeat said about its GPU discovery: the node's error, each GPU's reason. */
+export interface NodeDiscovery {
+  error: string | null;
+  /** GPU index → why it is unhealthy */
+  reasons: ReadonlyMap<number, string>;
+}
+
+/** Everything the control plane derives its views from, read in one transaction. */
+export interface Snapshot {
+  nodes: NodeRow[];
+  gpus: GpuRow[];
+  weights: { node: string; model: string }[];
+  models: ModelRow[];
+  replicas: ReplicaRow[];
+  modelState: ModelStateRow[];
+  /** Per node, as last heartbeated; absent for nodes not heard from since this process started. */
+  discovery?: ReadonlyMap<string, NodeDiscovery>;
+  /**
+   * Per node, per model, the Hugging Face revisions it holds, newest first, as last heartbeated;
+   * absent for nodes not heard from since this process started and for agents that do not report them.
+   */
+  revisions?: ReadonlyMap<string, ReadonlyMap<string, readonly string[]>>;
+}
+
+/** What the agent API checks a heartbeat against: is the name taken, by a credential, and what may it report. */
+export interface NodeTrust {
+  exists: boolean;
+  hasCredential: boolean;
+  adminState: AdminState | undefined;
+  allowedAddress: string | undefined;
+}
+
+/** One reconcile plan as the store writes it, all or nothing. */
+export interface PlanWrite {
+  create: { id: string; model: string; profile: string; shards: Shard[]; port: number; endpoint: string }[];
+  update: { id: string; patch: Partial<Omit<ReplicaRow, "id">> }[];
+  remove: string[];
+  modelState: ReadonlyMap<string, Partial<Omit<ModelStateRow, "model">>>;
+  nodeAdmin: { node: string; state: AdminState }[];
+  events: NewEvent[];
+}
+
+/** A catalog entry to write, as control decided it: the store only persists it. */
+export interface ModelWrite {
+  spec: ModelSpec;
+  revision: number;
+  /** A model new to the catalog (else its spec, aliases and revision are replaced). */
+  created: boolean;
+}
