@@ -4,7 +4,10 @@
 // again), which is the price of keeping them out of the store.
 
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
-import type { Clock } from "../control/clock";
+import type { Scheduler } from "../lib/scheduler";
+
+/** The wall clock a session or page reads (a Scheduler, or just its now()). */
+type Clock = Pick<Scheduler, "now">;
 
 /** A session lasts at most this long from sign-in, however busy. */
 export const SESSION_ABSOLUTE_MS = 12 * 3600_000;

@@ -12,7 +12,10 @@ import { Hono } from "hono";
 import { compress } from "hono/compress";
 import { deleteCookie, getCookie, setCookie } from "hono/cookie";
 import type { Context } from "hono";
-import type { Clock } from "../control/clock";
+import type { Scheduler } from "../lib/scheduler";
+
+/** The wall clock a session or page reads (a Scheduler, or just its now()). */
+type Clock = Pick<Scheduler, "now">;
 import type { Controller } from "../control/controller";
 import { safeDeep } from "../lib/text";
 import { bearerToken, tokenMatches } from "./auth";

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ManualClock } from "../../src/control/clock";
+import { ManualScheduler } from "../../src/lib/scheduler";
 import { SESSION_MAX, SessionStore } from "../../src/api/sessions";
 import { UI_COOKIE } from "../../src/api/ui";
 import { SESSION_ABSOLUTE_MS, SESSION_IDLE_MS } from "../../src/api/sessions";
@@ -189,7 +189,7 @@ describe("transport and bounds", () => {
   });
 
   test("the store keeps at most SESSION_MAX sessions, ending the oldest, and forgets expired ones", () => {
-    const clock = new ManualClock(0);
+    const clock = new ManualScheduler(0);
     const store = new SessionStore({ clock, max: 3 });
     const ids = [store.create().id, store.create().id, store.create().id];
     const fourth = store.create().id;

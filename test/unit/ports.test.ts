@@ -6,7 +6,7 @@
 
 import { describe, expect, test } from "bun:test";
 import pino from "pino";
-import { ManualClock } from "../../src/control/clock";
+import { ManualScheduler } from "../../src/lib/scheduler";
 import { Controller } from "../../src/control/controller";
 import { DEFAULT_RECONCILE, type ReconcileConfig, reconcile, rendezvousPort } from "../../src/control/reconciler";
 import type { Assignment } from "../../src/protocol/heartbeat";
@@ -27,7 +27,7 @@ function startOf(id: string, count: number): number {
 describe("rendezvous blocks through the controller", () => {
   test("two multi-node SGLang replicas whose leaders share a node address get non-overlapping blocks, outside every engine port", async () => {
     const store = new Store({ path: ":memory:" });
-    const clock = new ManualClock(T0);
+    const clock = new ManualScheduler(T0);
     const ctl = new Controller({ store, scheduler: clock, log: pino({ level: "silent" }), version: "t", nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
     // Two ids the allocator starts at the same candidate port: the second replica's engine port
     // is the first's + 1, which is where consecutive rendezvous ports used to collide.

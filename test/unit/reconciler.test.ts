@@ -5,7 +5,7 @@
 
 import { beforeEach, describe, expect, test } from "bun:test";
 import pino from "pino";
-import { ManualClock } from "../../src/control/clock";
+import { ManualScheduler } from "../../src/lib/scheduler";
 import { Controller } from "../../src/control/controller";
 import type { CatalogEntry, EndpointInfo } from "../../src/control/interfaces";
 import type { HeartbeatResponse, ReplicaReport } from "../../src/protocol/heartbeat";
@@ -14,13 +14,13 @@ import { T0, heartbeat, model, type NodeDef } from "../helpers/fleet";
 
 const H = "H100-80GB";
 let store: Store;
-let clock: ManualClock;
+let clock: ManualScheduler;
 let ctl: Controller;
 let published: EndpointInfo[][];
 
 function setup(reconcile: Record<string, number> = {}) {
   store = new Store({ path: ":memory:" });
-  clock = new ManualClock(T0);
+  clock = new ManualScheduler(T0);
   ctl = new Controller({
     store,
     scheduler: clock,
