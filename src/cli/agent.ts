@@ -3,8 +3,12 @@
 // SIGINT/SIGTERM.
 
 import { basename, join } from "node:path";
+import { AgentConfig, defaultText } from "../config";
 import type { FlagSpecs } from "../config/flags";
 import type { Command } from "./command";
+
+/** A flag's default as its schema writes it: help states defaults from there, never twice. */
+const d = (key: keyof typeof AgentConfig.shape) => defaultText(AgentConfig, key);
 
 export const AGENT_FLAGS: FlagSpecs = {
   config: { kind: "string", short: "c", value: "FILE", help: "config file (.toml, .yaml or .json; env LLMGW_CONFIG)" },
@@ -19,29 +23,29 @@ export const AGENT_FLAGS: FlagSpecs = {
     value: "ADDR",
     help: "address other machines reach this node's engines at (default: first non-internal IPv4). It must be the address the head node sees this node's heartbeats come from; for another one (NAT, a separate data network, a host name) allow it on the head node first: llmgw nodes allow-address NAME ADDR",
   },
-  "engine-host": { kind: "string", value: "HOST", help: "address engines listen on (default 0.0.0.0)" },
+  "engine-host": { kind: "string", value: "HOST", help: `address engines listen on (default ${d("engine_host")})` },
   fabric: { kind: "list", value: "NAME", help: "network fabric this node is on, e.g. an InfiniBand island" },
   label: { kind: "list", value: "KEY=VALUE", help: "label to report for this node" },
-  "models-dir": { kind: "string", value: "DIR", help: "where model weights are (default /var/lib/llmgw/models)" },
-  "logs-listen": { kind: "string", value: "HOST:PORT", help: "where the head node fetches engine logs for `llmgw logs` (default 0.0.0.0:8002; off to disable)" },
-  "state-dir": { kind: "string", value: "DIR", help: "this node's credential (node.credential), engine logs and replica state files; kept 0700 (default ./llmgw-agent)" },
+  "models-dir": { kind: "string", value: "DIR", help: `where model weights are (default ${d("models_dir")})` },
+  "logs-listen": { kind: "string", value: "HOST:PORT", help: `where the head node fetches engine logs for \`llmgw logs\` (default ${d("logs_listen")}; off to disable)` },
+  "state-dir": { kind: "string", value: "DIR", help: `this node's credential (node.credential), engine logs and replica state files; kept 0700 (default ${d("state_dir")})` },
   simulate: { kind: "string", value: "SPEC", help: "report simulated GPUs instead of asking nvidia-smi, e.g. H100-80GB:8,A100-80GB/3g.40gb:2; engines run the built-in fake engine" },
   "simulate-unhealthy": { kind: "list", value: "INDEX", help: "simulated GPU index to report unhealthy" },
   "simulate-models": { kind: "list", value: "MODEL", help: "model whose weights a simulated node reports as present" },
   "gpu-class": { kind: "list", value: "NAME=CLASS", help: "report GPUs of this name or class as another class" },
-  "nvidia-smi": { kind: "string", value: "PATH", help: "nvidia-smi to run (default: nvidia-smi on PATH)" },
-  vllm: { kind: "string", value: "PATH", help: "vLLM's CLI to run (default: vllm on PATH), e.g. /opt/vllm/bin/vllm in a virtualenv" },
-  "sglang-python": { kind: "string", value: "PATH", help: "the Python SGLang is installed in (default: python3 on PATH)" },
-  "llama-server": { kind: "string", value: "PATH", help: "llama-server to run (default: llama-server on PATH)" },
+  "nvidia-smi": { kind: "string", value: "PATH", help: `nvidia-smi to run (default: ${d("nvidia_smi")} on PATH)` },
+  vllm: { kind: "string", value: "PATH", help: `vLLM's CLI to run (default: ${d("vllm")} on PATH), e.g. /opt/vllm/bin/vllm in a virtualenv` },
+  "sglang-python": { kind: "string", value: "PATH", help: `the Python SGLang is installed in (default: ${d("sglang_python")} on PATH)` },
+  "llama-server": { kind: "string", value: "PATH", help: `llama-server to run (default: ${d("llama_server")} on PATH)` },
   "vllm-version": { kind: "string", value: "VERSION", help: "vLLM's version, stated instead of asking `vllm --version` (launch templates are chosen by it)" },
   "sglang-version": { kind: "string", value: "VERSION", help: "SGLang's version, stated instead of importing sglang to ask" },
   "llama-server-version": { kind: "string", value: "BUILD", help: "llama-server's build number (e.g. b6869), stated instead of asking `llama-server --version`" },
   "keep-replicas": { kind: "boolean", help: "leave engines running when the agent stops and adopt them when it starts again" },
-  "engine-auth": { kind: "string", value: "on|off", help: "on (default): every engine gets its replica's own key and answers only the router; off: engines take no key and answer anyone who reaches their port (private networks and benchmarks only; the agent warns at start)" },
-  "stop-grace": { kind: "string", value: "DURATION", help: "time between an engine's SIGTERM and SIGKILL (default 30s)" },
-  "start-timeout": { kind: "string", value: "DURATION", help: "how long an engine has to become healthy (default 10m)" },
-  "health-interval": { kind: "string", value: "DURATION", help: "how often a starting engine's /health is polled (default 2s)" },
-  "log-level": { kind: "string", value: "LEVEL", help: "trace, debug, info, warn, error (default info)" },
+  "engine-auth": { kind: "string", value: "on|off", help: `default ${d("engine_auth")}. on: every engine gets its replica's own key and answers only the router; off: engines take no key and answer anyone who reaches their port (private networks and benchmarks only; the agent warns at start)` },
+  "stop-grace": { kind: "string", value: "DURATION", help: `time between an engine's SIGTERM and SIGKILL (default ${d("stop_grace")})` },
+  "start-timeout": { kind: "string", value: "DURATION", help: `how long an engine has to become healthy (default ${d("start_timeout")})` },
+  "health-interval": { kind: "string", value: "DURATION", help: `how often a starting engine's /health is polled (default ${d("health_interval")})` },
+  "log-level": { kind: "string", value: "LEVEL", help: `trace, debug, info, warn, error (default ${d("log_level")})` },
   help: { kind: "boolean", short: "h", help: "show this help" },
 };
 

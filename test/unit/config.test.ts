@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { AgentConfig, ConfigError, ServeConfig, defaultText, loadConfig } from "../../src/config";
 import { UsageError, parseFlags } from "../../src/config/flags";
 import { SERVE_FLAGS } from "../../src/cli/serve";
+import { AGENT_FLAGS } from "../../src/cli/agent";
 
 const dir = mkdtempSync(join(tmpdir(), "llmgw-cfg-"));
 const file = (name: string, text: string) => {
@@ -129,5 +130,21 @@ describe("defaults in one place", () => {
       checked++;
     }
     expect(checked).toBe(32);
+  });
+  test("every agent flag of a key with a scalar default states that default, read from the schema", () => {
+    const stated: string[] = [];
+    for (const [flag, spec] of Object.entries(AGENT_FLAGS)) {
+      const key = flag.replace(/-/g, "_") as keyof typeof AgentConfig.shape & string;
+      if (!(key in AgentConfig.shape) || spec.kind === "boolean") continue; // a switch is off unless given
+      let text: string;
+      try {
+        text = defaultText(AgentConfig, key);
+      } catch {
+        continue; // no default, or a list (empty by default)
+      }
+      expect({ flag, help: spec.help.includes(`default ${text}`) || spec.help.includes(`default: ${text} on PATH`) }).toEqual({ flag, help: true });
+      stated.push(flag);
+    }
+    expect(stated.sort()).toEqual(["engine-auth", "engine-host", "health-interval", "llama-server", "log-level", "logs-listen", "models-dir", "nvidia-smi", "sglang-python", "start-timeout", "state-dir", "stop-grace", "vllm"].sort());
   });
 });
