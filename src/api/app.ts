@@ -1,5 +1,10 @@
 // The admin listener's Hono app: /healthz open, /api/v1 behind the admin token, /agent/v1
 // behind node credentials (the join token admits new nodes only), one error shape everywhere, a body limit on every route.
+//
+// src/api is the head node's HTTP face for operators and agents: Hono apps, auth, sessions, error
+// mapping and the listener adapter. It may import control (the Controller it serves), protocol,
+// config, lib and the HTTP/1.1 server; never the store (control hides it), never app, cli, agent
+// or sim. app/head.ts builds it and hands it only what it serves.
 
 import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";

@@ -2,6 +2,9 @@
 // poll, the control loop and the agent take one injected Scheduler instead of calling
 // setTimeout, setInterval, Date.now() or performance.now() themselves, so a test moves time by
 // hand (ManualScheduler) instead of sleeping. This file is a leaf: it imports nothing.
+//
+// src/lib is the leaf every folder may use: the scheduler, formatting, addresses, hashing, the
+// terminal-safe text sanitiser. Nothing in it imports anything else of src.
 
 /** A pending timer; cancel() is idempotent, and a no-op once the timer has fired. */
 export interface Timer {

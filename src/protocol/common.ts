@@ -1,5 +1,9 @@
 // Small zod building blocks shared by several wire messages: names, durations, labels, and
 // the printable text that anything shown to an operator must be.
+//
+// src/protocol holds one zod schema per wire message shared by two roles (heartbeat, catalog,
+// admin views, routing interfaces) and the interfaces where control and router meet. It may
+// import zod and lib only: every role may import it, it imports no role.
 
 import { z } from "zod";
 import { firstUnsafe, safeText } from "../lib/text";

@@ -1,6 +1,9 @@
 // The demo's simulated fleet and catalog: which nodes with which GPUs and weights, which models
 // to ask for, and how to run this program's fake engine. app/cluster.ts starts a head node and
 // simulated agents from these; this file knows no head node.
+//
+// src/sim simulates what this machine lacks: the fake engine and the simulated fleet. It may
+// import protocol, config, lib and the router's error shape; never api, app, cli or store.
 
 import { resolve } from "node:path";
 import type { ModelSpecInput } from "../protocol/catalog";

@@ -4,6 +4,9 @@
 // control plane. Drizzle stays inside src/store; a SQLite failure leaves it as
 // StoreUnavailableError. bun:sqlite is synchronous, so each method does its work at once and
 // returns a settled promise: the async signatures are for a networked dialect.
+//
+// src/store may import control (the port it implements, the domain types and errors), protocol
+// and lib; never router, api, app, cli, agent or sim.
 
 import { Database } from "bun:sqlite";
 import { and, asc, count, desc, eq, getTableColumns, gt, gte, inArray } from "drizzle-orm";
