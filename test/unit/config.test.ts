@@ -142,7 +142,7 @@ describe("defaults in one place", () => {
       } catch {
         continue; // no default, or a list (empty by default)
       }
-      expect({ flag, help: spec.help.includes(`default ${text}`) || spec.help.includes(`default: ${text} on PATH`) }).toEqual({ flag, help: true });
+      expect({ flag, help: (spec.help ?? "").includes(`default ${text}`) || (spec.help ?? "").includes(`default: ${text} on PATH`) }).toEqual({ flag, help: true });
       stated.push(flag);
     }
     expect(stated.sort()).toEqual(["engine-auth", "engine-host", "health-interval", "llama-server", "log-level", "logs-listen", "models-dir", "nvidia-smi", "sglang-python", "start-timeout", "state-dir", "stop-grace", "vllm"].sort());
