@@ -19,7 +19,7 @@ import { hostPort, isLoopbackHost } from "../lib/net";
 import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
 import type { RouterExposure } from "../protocol/views";
 import { Http1Server } from "../router/http1";
-import { Router } from "../router/router";
+import { Router, type RouterOptions } from "../router/router";
 import { Store } from "../store";
 import { StoreUnavailableError } from "../control/errors";
 import { VERSION } from "../version";
@@ -276,18 +276,25 @@ function adminListenerFor(l: Listening, app: Hono, scheme: "http" | "https"): Ht
   });
 }
 
-function routerFor(l: Listening, controller: Controller, adminToken: string): Router {
-  const { config, log, tls, caps, scheduler } = l;
-  return new Router({
-    host: config.listen.host,
-    port: config.listen.port,
-    scheduler,
+/** The router's settings from the config (their defaults are the schema's, stated nowhere else). */
+export function routerSettings(config: ServeConfig): Pick<RouterOptions, "maxBodyBytes" | "maxAttempts" | "firstByteTimeoutMs" | "idleTimeoutMs" | "coldStartTimeoutMs" | "cooldownMs"> {
+  return {
     maxBodyBytes: config.max_body_bytes,
     maxAttempts: config.max_attempts,
     firstByteTimeoutMs: config.first_byte_timeout,
     idleTimeoutMs: config.stream_idle_timeout,
     coldStartTimeoutMs: config.cold_start_timeout,
     cooldownMs: config.endpoint_cooldown,
+  };
+}
+
+function routerFor(l: Listening, controller: Controller, adminToken: string): Router {
+  const { config, log, tls, caps, scheduler } = l;
+  return new Router({
+    host: config.listen.host,
+    port: config.listen.port,
+    scheduler,
+    ...routerSettings(config),
     requireApiKey: config.require_api_key,
     loadFactor: config.balance_load_factor,
     adminToken,

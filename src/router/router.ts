@@ -34,6 +34,10 @@ import { Counter, type CounterSeries, Gauge, Histogram, type HistogramSeries, Re
 import { type Exchange, type ExchangeHandler, type ExtraHeaders, type UpstreamHead, UpstreamError, type UpstreamOptions, UpstreamPool } from "./upstream";
 import { concat } from "./bytes";
 
+/**
+ * The router's settings, all required: their defaults live once, in the config schema
+ * (ServeConfig), and app/head.ts's routerSettings() maps them here.
+ */
 export interface RouterOptions {
   host: string;
   port: number;
@@ -44,20 +48,20 @@ export interface RouterOptions {
   scheduler?: Scheduler;
   /** Overrides the scheduler's wall clock for last-used stamps and cooldowns only (kept for callers that inject a clock of their own). */
   now?: () => number;
-  maxBodyBytes?: number;
+  maxBodyBytes: number;
   /** Attempts per request, counting the first; retries happen only before any byte reached the client. */
-  maxAttempts?: number;
+  maxAttempts: number;
   /** Upstream must send its first byte within this. */
-  firstByteTimeoutMs?: number;
+  firstByteTimeoutMs: number;
   /** And then never go quiet for longer than this between chunks. */
-  idleTimeoutMs?: number;
+  idleTimeoutMs: number;
   /**
    * How long a request for a cold on-demand model waits for a replica to come up, at least: a
    * model whose catalog entry says its replicas may take longer to start is waited for that long.
    */
-  coldStartTimeoutMs?: number;
+  coldStartTimeoutMs: number;
   /** A failing endpoint (connection error, 5xx) is passed over this long. */
-  cooldownMs?: number;
+  cooldownMs: number;
   /** Engine /metrics polling interval; 0 turns polling off. */
   metricsIntervalMs?: number;
   /** Require a client API key (created with `llmgw keys create`) on /v1/*. Off by default. */
@@ -182,12 +186,6 @@ export class Router implements EndpointSink, UsageSource {
     this.upstream = new UpstreamPool(pool);
     this.o = {
       now: () => scheduler.now(),
-      maxBodyBytes: 8 * 1024 * 1024,
-      maxAttempts: 3,
-      firstByteTimeoutMs: 300_000,
-      idleTimeoutMs: 120_000,
-      coldStartTimeoutMs: 300_000,
-      cooldownMs: 5_000,
       metricsIntervalMs: 1_000,
       ...opts,
     };

@@ -28,6 +28,7 @@ import { prefixKey } from "../../src/router/prefix-key";
 import { type FakeEngine, startFakeEngine } from "../../src/sim/fake-engine";
 import type { EndpointInfo } from "../../src/protocol/routing";
 import { pct, table } from "./lib/procs";
+import { ROUTER_DEFAULTS } from "../helpers/router-settings";
 
 const ENGINES = 8;
 const GROUPS = 10;
@@ -178,7 +179,7 @@ async function runPolicy(systemChars: number, cacheBlocks: number, policy: strin
       };
     } else if (policy === "sticky oracle") dispatch = (c) => counted(Number(Bun.hash.wyhash(`conversation-${c.id}`) % BigInt(ENGINES)));
     else {
-      router = new Router({ host: "127.0.0.1", port: 0 });
+      router = new Router({ ...ROUTER_DEFAULTS, host: "127.0.0.1", port: 0 });
       router.setCatalog([{ name: MODEL, aliases: [], on_demand: false, pool: "default", created: 0 }]);
       router.setEndpoints(engines.map((e, i): EndpointInfo => ({ id: `e${i}`, url: e.url, models: [MODEL], engine: "vllm", pool: "default", weight: 1, priority: 0 })));
       const { url } = router.start();

@@ -10,6 +10,7 @@ import { type TestServer, testServer } from "../helpers/server";
 import { Router, INFERENCE_PATHS } from "../../src/router/router";
 import { MALFORMED, chatRequest, engineAnswer, rawEngine, rawRequest } from "../helpers/raw-http";
 import { SEED, SCALE, pathParam, query, Raw, toJson, own, hostile, enc, textBody, garbage, contentType, bodies, clip, FuzzHarness, errorAnswer, assertRuns, type Req, type Res, type Judge } from "../helpers/fuzz";
+import { ROUTER_DEFAULTS } from "../helpers/router-settings";
 
 // ---- the server, its catalog, and the checks -----------------------------------------------
 
@@ -266,7 +267,7 @@ function rawRig() {
         }
       : a;
   });
-  const r = new Router({ host: "127.0.0.1", port: 0, metricsIntervalMs: 0, cooldownMs: 60_000, maxAttempts: 1 });
+  const r = new Router({ ...ROUTER_DEFAULTS, host: "127.0.0.1", port: 0, metricsIntervalMs: 0, cooldownMs: 60_000, maxAttempts: 1 });
   r.setCatalog([{ name: "m", aliases: [], on_demand: false, pool: "default", created: 1 }]);
   r.setEndpoints([{ id: "rep-f", url: e.url, models: ["m"], engine: "vllm", pool: "default", weight: 1, priority: 0 }]);
   const { port } = r.start();

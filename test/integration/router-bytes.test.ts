@@ -12,6 +12,7 @@ import { TCHAR } from "../../src/router/bytes";
 import { MALFORMED, type RawEngine, chatRequest, engineAnswer, rawEngine, rawRequest } from "../helpers/raw-http";
 import { until } from "../helpers/binary";
 import { createHash } from "node:crypto";
+import { ROUTER_DEFAULTS } from "../helpers/router-settings";
 
 const cleanups: (() => unknown)[] = [];
 afterEach(async () => {
@@ -22,7 +23,7 @@ const ep = (id: string, url: string, extra: Partial<EndpointInfo> = {}): Endpoin
 const cat = (extra: Partial<CatalogEntry> = {}): CatalogEntry[] => [{ name: "m", aliases: [], on_demand: false, pool: "default", created: 1, ...extra }];
 
 function router(endpoints: EndpointInfo[], opts: Partial<RouterOptions> = {}, catalog = cat()) {
-  const r = new Router({ host: "127.0.0.1", port: 0, metricsIntervalMs: 0, cooldownMs: 60_000, ...opts });
+  const r = new Router({ ...ROUTER_DEFAULTS, host: "127.0.0.1", port: 0, metricsIntervalMs: 0, cooldownMs: 60_000, ...opts });
   r.setCatalog(catalog);
   r.setEndpoints(endpoints);
   const { port, url } = r.start();

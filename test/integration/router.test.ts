@@ -12,6 +12,7 @@ import { type FakeEngine, startFakeEngine } from "../../src/sim/fake-engine";
 import { join } from "node:path";
 import { ManualScheduler } from "../../src/lib/scheduler";
 import { until } from "../helpers/until";
+import { ROUTER_DEFAULTS } from "../helpers/router-settings";
 
 const FAKE_ENGINE = join(import.meta.dir, "../../src/sim/fake-engine.ts");
 const engines: FakeEngine[] = [];
@@ -51,7 +52,7 @@ const ep = (id: string, url: string, extra: Partial<EndpointInfo> = {}): Endpoin
 const cat = (extra: Partial<CatalogEntry> = {}): CatalogEntry[] => [{ name: "m", aliases: ["m-alias"], on_demand: false, pool: "default", created: 1, ...extra }];
 
 function router(opts: Partial<RouterOptions> = {}, endpoints: EndpointInfo[] = [], catalog = cat()) {
-  const r = new Router({ host: "127.0.0.1", port: 0, metricsIntervalMs: 0, ...opts });
+  const r = new Router({ ...ROUTER_DEFAULTS, host: "127.0.0.1", port: 0, metricsIntervalMs: 0, ...opts });
   r.setCatalog(catalog);
   r.setEndpoints(endpoints);
   const { url } = r.start();

@@ -9,6 +9,7 @@
 
 import { Router } from "../../../src/router/router";
 import type { EndpointInfo } from "../../../src/protocol/routing";
+import { ROUTER_DEFAULTS } from "../../helpers/router-settings";
 
 const args = process.argv.slice(2);
 // The last occurrence wins, so a caller can append flags to override earlier ones.
@@ -36,7 +37,7 @@ const endpoints: EndpointInfo[] = (JSON.parse(raw) as Partial<EndpointInfo>[]).m
   ...(e.key !== undefined ? { key: e.key } : {}),
 }));
 
-const router = new Router({ host: "127.0.0.1", port, metricsIntervalMs });
+const router = new Router({ ...ROUTER_DEFAULTS, host: "127.0.0.1", port, metricsIntervalMs });
 router.setCatalog([{ name: model, aliases: [], on_demand: false, pool: "default", created: 0 }]);
 router.setEndpoints(endpoints);
 const { url } = router.start();
