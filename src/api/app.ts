@@ -25,7 +25,7 @@ export interface AppOptions {
   joinToken: string;
   version: string;
   /** Largest accepted request body, bytes. */
-  maxBodyBytes?: number;
+  maxBodyBytes: number;
   /** How the router listens, for the summary (known once it has started). */
   routerExposure?: () => RouterExposure | undefined;
   /** Times each request for its log line (default realScheduler). */
@@ -34,7 +34,7 @@ export interface AppOptions {
 
 export function buildAdminApp(o: AppOptions): Hono {
   const app = new Hono();
-  const maxSize = o.maxBodyBytes ?? 8 * 1024 * 1024;
+  const maxSize = o.maxBodyBytes;
   const clock = o.scheduler ?? realScheduler;
 
   app.use(async (c, next) => {
