@@ -17,7 +17,7 @@
 //   bun test/bench/proxy.ts [seconds-per-target, default 10] [--ablate]
 
 import { groupCpuSeconds, othersMeter } from "./lib/cpu";
-import { BUN, type Child, cleanupOnExit, fakeEngineProc, killAll, nginxProc, routerProc, spawnChild, table } from "./lib/procs";
+import { BUN, type Child, cleanupOnExit, fakeEngineProc, haproxyProc, killAll, nginxProc, routerProc, spawnChild, table } from "./lib/procs";
 
 const DURATION_S = Number(process.argv.slice(2).find((a) => !a.startsWith("--")) ?? 10);
 const ABLATE = process.argv.includes("--ablate");
@@ -82,11 +82,14 @@ try {
   const engine = await fakeEngineProc("engine", { model: MODEL, ttftMs: 0, tokenDelayMs: 0, tokens: 4, slots: 4096 }, { cpus: PROXY_CPUS });
   const router = await routerProc("router", MODEL, [engine.url], { cpus: PROXY_CPUS });
   const nginx = await nginxProc("nginx", engine.url, { cpus: PROXY_CPUS });
+  const haproxy = await haproxyProc("haproxy", engine.url, { cpus: PROXY_CPUS });
+  // The router on Bun.serve instead of its own server (LLMGW_HTTP_SERVER=bun): what the own server is worth.
+  const onBun = await routerProc("router-bun", MODEL, [engine.url], { cpus: PROXY_CPUS, env: { LLMGW_HTTP_SERVER: "bun" } });
   const bareEnv = { BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" };
   const bare = await spawnChild("bare", [BUN, "test/bench/lib/bare-proxy.ts", engine.url], { cpus: PROXY_CPUS, env: bareEnv });
   const bareBuf = await spawnChild("bare-buffered", [BUN, "test/bench/lib/bare-proxy.ts", engine.url, "--buffer"], { cpus: PROXY_CPUS, env: bareEnv });
   const raw = await spawnChild("raw", [BUN, "test/bench/lib/raw-proxy.ts", engine.url], { cpus: PROXY_CPUS });
-  const core1 = [engine, router, nginx, bare, bareBuf, raw];
+  const core1 = [engine, router, nginx, haproxy, onBun, bare, bareBuf, raw];
   const ablations: Record<string, [string, string, Child][]> = { small: [], stream: [] };
   if (ABLATE) {
     const variant = async (flags: string[]) => {
@@ -113,6 +116,8 @@ try {
       ["direct", engine.url, undefined],
       ["llmgw router", router.url, router],
       ["nginx (1 worker)", nginx.url, nginx],
+      ["haproxy (1 thread)", haproxy.url, haproxy],
+      ["llmgw router on Bun.serve", onBun.url, onBun],
       ["bare Bun proxy (streams body)", bare.url, bare],
     ];
     if (w.key === "small") targets.push(["bare Bun proxy (buffers body)", bareBuf.url, bareBuf]);
@@ -182,7 +187,7 @@ try {
     console.log(`\n${w.title}`);
     console.log(table(rows));
     console.log(
-      `llmgw/nginx = ${(l / rps.get("nginx (1 worker)")!).toFixed(2)} (target ≥ 0.8)   llmgw/direct = ${(l / rps.get("direct")!).toFixed(2)}   llmgw/bare Bun proxy = ${(l / rps.get("bare Bun proxy (streams body)")!).toFixed(2)}` +
+      `llmgw/nginx = ${(l / rps.get("nginx (1 worker)")!).toFixed(2)}   llmgw/haproxy = ${(l / rps.get("haproxy (1 thread)")!).toFixed(2)} (target ≥ 1.0 for both)   own server/Bun.serve = ${(l / rps.get("llmgw router on Bun.serve")!).toFixed(2)}   llmgw/direct = ${(l / rps.get("direct")!).toFixed(2)}   llmgw/bare Bun proxy = ${(l / rps.get("bare Bun proxy (streams body)")!).toFixed(2)}` +
         (w.key === "small" ? `   llmgw/bare buffered = ${(l / rps.get("bare Bun proxy (buffers body)")!).toFixed(2)}` : "") +
         `   llmgw/Bun.serve+raw client = ${(l / rps.get("Bun.serve + raw-socket client")!).toFixed(2)}   Bun.serve+raw client/nginx = ${(rps.get("Bun.serve + raw-socket client")! / rps.get("nginx (1 worker)")!).toFixed(2)}`,
     );
