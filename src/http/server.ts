@@ -50,6 +50,8 @@ import {
   WireError,
 } from "./wire";
 
+import { listenOnBunServe } from "./bun-serve";
+
 export { type HeaderBlock, headerBlock } from "./wire";
 
 export interface Http1Options {
@@ -98,6 +100,11 @@ export interface Http1Options {
   errorBody: (status: number, message: string, code: string) => string;
   /** Called once per request, with its body read; the handler answers through the Exchange. */
   handler: (ex: ClientExchange) => void;
+  /**
+   * "own" (default): this server, on Bun.listen. "bun": Bun.serve (bun-serve.ts), a reference
+   * for the proxy bench, without the caps and deadlines. Default from LLMGW_HTTP_SERVER.
+   */
+  backend?: "own" | "bun";
   /** A handler threw before answering: the client got 500, this gets the error. */
   onHandlerError?: (err: unknown) => void;
 }
@@ -193,7 +200,7 @@ export class ClientExchange {
   onAbort: (() => void) | undefined;
   onDrain: (() => void) | undefined;
   /** 0: not answered, 1: streaming, 2: done. */
-  private state = 0;
+  protected state = 0;
   private chunked = true;
 
   constructor(
@@ -805,6 +812,7 @@ export class Http1Server {
   readonly errorBody: Http1Options["errorBody"];
   readonly onHandlerError: Http1Options["onHandlerError"];
   private listener: TCPSocketListener<Conn> | undefined;
+  private bunServer: { stop(close?: boolean): unknown } | undefined;
   private sweeper: Timer | undefined;
   /** The clock at the timer's last sweep: the next one expires what was already overdue then. */
   private lastTimerSweep = Number.NEGATIVE_INFINITY;
@@ -876,6 +884,11 @@ export class Http1Server {
 
   /** Starts listening; returns the port (useful with port 0). */
   listen(): number {
+    if ((this.o.backend ?? (process.env.LLMGW_HTTP_SERVER === "bun" ? "bun" : "own")) === "bun") {
+      const b = listenOnBunServe(this.o);
+      this.bunServer = b;
+      return b.port ?? 0;
+    }
     const server = this;
     this.listener = Bun.listen<Conn>({
       hostname: this.o.hostname,
@@ -955,6 +968,7 @@ export class Http1Server {
 
   /** Stops listening and drops every connection. */
   stop(): void {
+    this.bunServer?.stop(true);
     this.sweeper?.cancel();
     this.listener?.stop(true);
     for (const c of [...this.conns]) c.kill();

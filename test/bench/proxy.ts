@@ -1,7 +1,9 @@
 // Benchmark: proxy throughput. wrk (one thread, 64 keep-alive connections, pinned to core 0)
 // POSTs chat requests for 10 s per target (two 5 s rounds, the targets taking turns) to a fake
 // engine (ttft 0, no token delay): directly, through llmgw's router (its own process,
-// lib/router-main.ts), through nginx (one worker, keep-alive upstream, proxy_buffering off), and
+// lib/router-main.ts), the same router on Bun.serve instead of its own server
+// (LLMGW_HTTP_SERVER=bun: what the own server is worth), through nginx (one worker, keep-alive
+// upstream, proxy_buffering off), through haproxy (one thread, `option http-no-delay`), and
 // for reference through a bare Bun.serve+fetch proxy (lib/bare-proxy.ts: Bun's floor with fetch)
 // and a Bun.serve proxy whose upstream client is a hand-rolled HTTP/1.1 over Bun.connect
 // (lib/raw-proxy.ts: Bun without fetch, the floor of any Bun.serve proxy: one socket write
@@ -10,8 +12,8 @@
 // workloads: (a) small non-streamed answers (4 tokens), (b) streamed answers of 20 tokens (22 SSE
 // events; at token delay 0 the fake engine writes them in one write). Prints req/s, latency, the
 // CPU each process spent per request, the share of core 1 other people's processes took meanwhile
-// (the machine is shared: above a few %, a figure is noise), and the ratios llmgw/nginx (target
-// ≥ 0.8) and llmgw/direct. --ablate adds bare-proxy variants that each add one piece of the
+// (the machine is shared: above a few %, a figure is noise), and the ratios llmgw/nginx and
+// llmgw/haproxy (target ≥ 1.0: nginx for small answers, haproxy for streams) and llmgw/direct. --ablate adds bare-proxy variants that each add one piece of the
 // router's per-request work (lib/bare-proxy.ts flags), to see what the router's own cost is made
 // of (another minute). Needs wrk, nginx and taskset on PATH and 2+ cores. About 2.5 minutes:
 //   bun test/bench/proxy.ts [seconds-per-target, default 10] [--ablate]
