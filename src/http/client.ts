@@ -213,6 +213,8 @@ class Conn {
             this.rest = data.slice(p);
             return;
           }
+          // The limit holds however the head arrives: in one read or in many.
+          if (this.headBytes + (end - p) > this.pool.maxHeadBytes) throw new UpstreamError("protocol", `response head over ${this.pool.maxHeadBytes} bytes`);
           if (end > p) this.headLines(latin1Slice.call(data, p, end));
           p = end + (end === p && this.headBytes > 0 ? 2 : 4);
           const head = this.headDone();
