@@ -10,6 +10,7 @@ import { afterEach, describe, expect, test } from "bun:test";
 import type { Socket } from "bun";
 import { connect as netConnect, type Socket as NetSocket } from "node:net";
 import { ManualClock } from "../../src/control/clock";
+import { ManualScheduler } from "../../src/lib/scheduler";
 import { type ClientExchange, type Conn, type Http1Options, Http1Server } from "../../src/router/http1";
 
 const cleanups: (() => unknown)[] = [];
@@ -940,92 +941,106 @@ describe("Expect", () => {
 });
 
 describe("timeouts", () => {
+  // Deadlines on a ManualScheduler: time moves only by t.run(ms), which fires the server's sweep
+  // timer on the way; the sockets are real, so each step waits for the bytes it depends on.
+  // A deadline is acted on at the second sweep after it passes (sweep interval here: 75 ms).
   const quick = { idleTimeoutMs: 300, headTimeoutMs: 300 };
+  const timed = (handler: (ex: ClientExchange) => void = echo, o: Partial<Http1Options> = {}) => {
+    const t = new ManualScheduler(0);
+    return { t, s: serve(handler, { ...quick, ...o, scheduler: t }) };
+  };
+  /** Waits until the server has read `n` bytes in all on its connections. */
+  const readBy = (s: Served, n: number) => settle(() => [...s.server.conns].reduce((sum, c) => sum + c.bytesIn, 0) >= n, `the server to read ${n} bytes`);
 
   test("a partial head that stops arriving: 408, then closed", async () => {
-    const s = serve(echo, quick);
+    const { t, s } = timed();
     const c = await Client.open(s.port);
-    const t0 = performance.now();
-    c.write("GET / HTTP/1.1\r\nHost: h\r\nX-A: ");
-    const r = await c.response({ ms: 2000 });
-    const took = performance.now() - t0;
+    const partial = "GET / HTTP/1.1\r\nHost: h\r\nX-A: ";
+    c.write(partial);
+    await readBy(s, partial.length);
+    await t.run(250);
+    expect(c.received).toBe(0);
+    await t.run(250);
+    const r = await c.response();
     expect(r.status).toBe(408);
     expect((JSON.parse(r.text) as { error: { code: string } }).error.code).toBe("request_timeout");
     expect(r.headers.get("connection")).toBe("close");
-    expect(took).toBeGreaterThanOrEqual(200);
-    expect(took).toBeLessThan(1200);
     await c.waitClosed();
     expect(s.calls).toHaveLength(0);
   });
 
   test("a body that stops arriving: 408, then closed", async () => {
-    const s = serve(echo, quick);
+    const { t, s } = timed();
     const c = await Client.open(s.port);
-    const t0 = performance.now();
-    c.write("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nabc");
-    const r = await c.response({ ms: 2000 });
-    expect(r.status).toBe(408);
-    expect(performance.now() - t0).toBeGreaterThanOrEqual(200);
+    const partial = "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nabc";
+    c.write(partial);
+    await readBy(s, partial.length);
+    await t.run(250);
+    expect(c.received).toBe(0);
+    await t.run(250);
+    expect((await c.response()).status).toBe(408);
     await c.waitClosed();
     expect(s.calls).toHaveLength(0);
   });
 
   test("slowloris: a head dribbled one byte per 50 ms is cut by headTimeoutMs though it never goes idle", async () => {
-    const s = serve(echo, { idleTimeoutMs: 1000, headTimeoutMs: 300 });
+    const { t, s } = timed(echo, { idleTimeoutMs: 1000, headTimeoutMs: 300 });
     const c = await Client.open(s.port);
     const bytes = Buffer.from(`GET / HTTP/1.1\r\nHost: h\r\nX-Slow: ${"a".repeat(200)}\r\n\r\n`, "latin1");
-    const t0 = performance.now();
     let sent = 0;
-    const drip = (async () => {
-      while (!c.closed && c.received === 0 && sent < bytes.length) {
-        c.write(bytes.subarray(sent, sent + 1));
-        sent++;
-        await Bun.sleep(50);
-      }
-    })();
-    const r = await c.response({ ms: 3000 });
-    const took = performance.now() - t0;
-    await drip;
+    while (!c.closed && c.received === 0 && sent < bytes.length) {
+      c.write(bytes.subarray(sent, sent + 1));
+      sent++;
+      await readBy(s, sent);
+      await t.run(50);
+    }
+    const r = await c.response();
     expect(r.status).toBe(408);
     // Cut by the head deadline, well before the idle one could matter and before the head was whole.
-    expect(took).toBeGreaterThanOrEqual(200);
-    expect(took).toBeLessThan(900);
+    expect(t.mono()).toBeGreaterThanOrEqual(300);
+    expect(t.mono()).toBeLessThan(900);
     expect(sent).toBeLessThan(bytes.length);
     await c.waitClosed();
     expect(s.calls).toHaveLength(0);
   });
 
   test("an idle keep-alive connection is closed after idleTimeoutMs, with nothing sent", async () => {
-    const s = serve(echo, quick);
+    const { t, s } = timed();
     const c = await Client.open(s.port);
     c.write("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
     expect((await c.response()).status).toBe(200);
-    const took = await c.waitClosed(2000);
-    expect(took).toBeGreaterThanOrEqual(200);
-    expect(took).toBeLessThan(1200);
+    await t.run(250);
+    expect(c.closed).toBe(false);
+    await t.run(250);
+    await c.waitClosed();
     expect(c.received).toBe(c.consumed);
     await until(() => s.server.conns.size === 0, 1000, () => "the server to forget the connection");
   });
 
   test("a connection that sends nothing at all is closed after idleTimeoutMs", async () => {
-    const s = serve(echo, quick);
+    const { t, s } = timed();
     const c = await Client.open(s.port);
-    const took = await c.waitClosed(2000);
-    expect(took).toBeGreaterThanOrEqual(200);
+    await settle(() => s.server.conns.size === 1, "the connection to be accepted");
+    await t.run(250);
+    expect(c.closed).toBe(false);
+    await t.run(250);
+    await c.waitClosed();
     expect(c.received).toBe(0);
   });
 
   test("a handler slower than idleTimeoutMs is not cut, and the connection goes on", async () => {
-    const s = serve(
+    const { t, s } = timed(
       (ex) => {
-        if (ex.path === "/slow") setTimeout(() => ex.respond(200, {}, "late"), 700);
+        if (ex.path === "/slow") t.after(700, () => ex.respond(200, {}, "late"));
         else ex.respond(200, {}, "quick");
       },
       { idleTimeoutMs: 200, headTimeoutMs: 200 },
     );
     const c = await Client.open(s.port);
     c.write("GET /slow HTTP/1.1\r\nHost: h\r\n\r\n");
-    const r = await c.response({ ms: 3000 });
+    await until(() => s.calls.length === 1, 2000, () => "the handler");
+    await t.run(700);
+    const r = await c.response();
     expect([r.status, r.text]).toEqual([200, "late"]);
     expect(c.closed).toBe(false);
     c.write("GET /again HTTP/1.1\r\nHost: h\r\n\r\n");
@@ -1033,33 +1048,37 @@ describe("timeouts", () => {
   });
 
   test("a slowly streamed answer (gaps longer than idleTimeoutMs) is not cut", async () => {
-    const s = serve(
+    const { t, s } = timed(
       (ex) => {
         ex.stream(200, {}, Buffer.from("a"));
-        setTimeout(() => ex.write(Buffer.from("b")), 350);
-        setTimeout(() => ex.end(), 700);
+        t.after(350, () => ex.write(Buffer.from("b")));
+        t.after(700, () => ex.end());
       },
       { idleTimeoutMs: 200, headTimeoutMs: 200 },
     );
     const c = await Client.open(s.port);
     c.write("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
-    expect((await c.response({ ms: 3000 })).text).toBe("ab");
+    await until(() => s.calls.length === 1, 2000, () => "the handler");
+    await t.run(700);
+    expect((await c.response()).text).toBe("ab");
   });
 
   test("empty lines alone do not keep a connection open past idleTimeoutMs", async () => {
     // "\r\n" before a request line is ignored (RFC 9112 §2.2), but it is not a request under
     // way: a client sending one every 60 ms must not hold the connection forever.
-    const s = serve(echo, quick);
+    const { t, s } = timed();
     const c = await Client.open(s.port);
-    const t0 = performance.now();
-    const drip = (async () => {
-      while (!c.closed && performance.now() - t0 < 1800) {
-        c.write("\r\n");
-        await Bun.sleep(60);
-      }
-    })();
-    await drip;
+    let sent = 0;
+    while (!c.closed && t.mono() < 1800) {
+      c.write("\r\n");
+      sent += 2;
+      await readBy(s, sent);
+      await t.run(60);
+      // The sweep's cut reaches the client over the real socket.
+      if (s.server.conns.size === 0) await c.waitClosed();
+    }
     expect(c.closed).toBe(true);
+    expect(t.mono()).toBeLessThan(1800);
     expect(s.calls).toHaveLength(0);
   });
 
@@ -1067,12 +1086,11 @@ describe("timeouts", () => {
     const total = 8 * 1024 * 1024;
     const big = new Uint8Array(total);
     for (let i = 0; i < total; i++) big[i] = (i % 251) ^ ((i >> 16) & 0xff);
-    const s = serve((ex) => ex.respond(200, { "content-type": "application/octet-stream" }, big), { ...quick, sendTimeoutMs: 1000 });
+    const { t, s } = timed((ex) => ex.respond(200, { "content-type": "application/octet-stream" }, big), { sendTimeoutMs: 1000 });
 
-    // Steady: after every read the client waits 50 ms before the next.
+    // Steady: after every read, 50 ms pass (on the server's clock) before the next.
     const parts: Uint8Array[] = [];
     let reads = 0;
-    const t0 = performance.now();
     const done = Promise.withResolvers<void>();
     const steady = await Bun.connect({
       hostname: "127.0.0.1",
@@ -1082,7 +1100,10 @@ describe("timeouts", () => {
           parts.push(new Uint8Array(d));
           reads++;
           sock.pause();
-          setTimeout(() => sock.resume(), 50);
+          setImmediate(() => {
+            t.advance(50);
+            sock.resume();
+          });
         },
         close() {
           done.resolve();
@@ -1094,13 +1115,12 @@ describe("timeouts", () => {
     });
     cleanups.push(() => steady.terminate());
     steady.write("GET /steady HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
-    await Promise.race([done.promise, Bun.sleep(20_000)]);
-    const elapsed = performance.now() - t0;
+    await done.promise;
     const got = latin1(concat(parts));
     const bodyAt = got.indexOf("\r\n\r\n") + 4;
     // It took longer than the idle timeout in all, so only the per-read progress kept it alive.
     expect(reads).toBeGreaterThanOrEqual(3);
-    expect(elapsed).toBeGreaterThan(quick.idleTimeoutMs);
+    expect(t.mono()).toBeGreaterThan(quick.idleTimeoutMs);
     expect(got.startsWith("HTTP/1.1 200 ")).toBe(true);
     expect(Buffer.from(concat(parts).subarray(bodyAt)).equals(Buffer.from(big))).toBe(true);
 
@@ -1108,7 +1128,8 @@ describe("timeouts", () => {
     const stalled = await Client.open(s.port);
     stalled.socket.pause();
     stalled.write("GET /stalled HTTP/1.1\r\nHost: h\r\n\r\n");
-    await Bun.sleep(2000);
+    await settle(() => [...s.server.conns].some((c) => (c as unknown as { pending?: unknown }).pending !== undefined), "the answer to back up");
+    await t.run(2000);
     stalled.socket.resume();
     await until(() => (stalled.closed ? true : undefined), 3000, () => "the stalled client to be cut");
     expect(stalled.received).toBeLessThan(total);
