@@ -307,6 +307,8 @@ async function dribble(c: Client, data: string, size = 1): Promise<void> {
   const bytes = Buffer.from(data, "latin1");
   for (let i = 0; i < bytes.length; i += size) {
     c.write(bytes.subarray(i, i + size));
+    // Real: a millisecond apart, the pieces reach the server in reads of their own (what a split
+    // at every byte means); no clock of the server's decides it.
     await Bun.sleep(1);
   }
 }
@@ -412,7 +414,7 @@ describe("requests and answers", () => {
     const c = await Client.open(s.port);
     c.socket.pause();
     c.write("GET /str HTTP/1.1\r\nHost: h\r\n\r\nGET /bytes HTTP/1.1\r\nHost: h\r\n\r\nGET /small HTTP/1.1\r\nHost: h\r\n\r\n");
-    await Bun.sleep(50);
+    await until(() => s.calls.length >= 1, 2000, () => "the first answer to be under way");
     c.socket.resume();
     const a = await c.response({ ms: 5000 });
     expect(a.body.byteLength).toBe(Buffer.byteLength(str));
@@ -519,10 +521,13 @@ describe("pipelining and split input", () => {
     c.write(`POST /slow HTTP/1.1\r\nHost: h\r\nContent-Length: 200\r\n\r\n${first}`);
     await until(() => release !== undefined, 2000, () => "the first request to reach the handler");
     // The next request arrives in reads of its own while the first is still being handled.
-    c.write(`POST /fast HTTP/1.1\r\nHost: h\r\nContent-Length: 200\r\n\r\n${"B".repeat(100)}`);
-    await Bun.sleep(10);
+    const second = `POST /fast HTTP/1.1\r\nHost: h\r\nContent-Length: 200\r\n\r\n${"B".repeat(100)}`;
+    const firstBytes = onlyConn(s).bytesIn;
+    c.write(second);
+    await settle(() => onlyConn(s).bytesIn === firstBytes + second.length, "the second request's first read");
+    // Reading is paused now (a request is in flight): the rest waits in the kernel.
     c.write("B".repeat(100));
-    await Bun.sleep(10);
+    await turns(5);
     expect(Buffer.from(s.calls[0]!.body).toString()).toBe(first);
     release!();
     expect((await c.response()).text).toBe(first);
@@ -574,6 +579,8 @@ describe("pipelining and split input", () => {
         const at = k + 1;
         const c = await Client.open(s.port);
         c.write(pair.slice(0, at));
+        // Real: the two halves must reach the server in separate reads, among many connections
+        // at once (no one connection of the server's to watch); 5 ms apart on loopback they do.
         await Bun.sleep(5);
         c.write(pair.slice(at));
         try {
@@ -607,6 +614,7 @@ describe("pipelining and split input", () => {
       const at = accepted % data.length;
       const n = c.socket.write(data.subarray(at));
       accepted += Math.max(0, n);
+      // Real: the kernel's buffers are full; wait for the server to take some (I/O, not a deadline).
       if (n < data.length - at) await Bun.sleep(5);
     }
     expect(accepted).toBeLessThan(16 * 1024 * 1024);
@@ -926,8 +934,11 @@ describe("Expect", () => {
   test("HTTP/1.0 with Expect: 100-continue: no 100 (an HTTP/1.0 client would not understand it)", async () => {
     const s = serve();
     const c = await Client.open(s.port);
-    c.write("POST /e HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n");
-    await Bun.sleep(30);
+    const head = "POST /e HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n";
+    c.write(head);
+    await settle(() => s.server.conns.size === 1 && onlyConn(s).bytesIn === head.length, "the head to be read");
+    await turns(5);
+    expect(c.received).toBe(0);
     c.write("abc");
     const r = await c.response();
     expect(r.status).toBe(200);
@@ -1278,7 +1289,7 @@ describe("streamed answers", () => {
     c.write("GET /big HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
     await until(() => falses > 0, 3000, () => "write() to return false");
     // Stalled while the client reads nothing: most of the body has not gone out.
-    await Bun.sleep(50);
+    await turns(10);
     expect(ended).toBe(false);
     expect(sent).toBeLessThan(total);
     expect(c.received).toBeLessThan(total / 2);
@@ -1500,6 +1511,11 @@ describe("fuzz", () => {
 
 // ---- slow and greedy clients: deadlines on the injected clock, pipelining, connection caps
 
+/** Lets the event loop turn n times (I/O callbacks run; no time is waited for). */
+async function turns(n: number): Promise<void> {
+  for (let i = 0; i < n; i++) await new Promise((r) => setImmediate(r));
+}
+
 /** Waits for I/O (not time) until f() holds: the event loop turns, the clock stands still. */
 async function settle(f: () => boolean, what: string, ms = 3000): Promise<void> {
   const t0 = performance.now();
@@ -1634,7 +1650,7 @@ describe("slow and greedy clients", () => {
     // 2 s idle since the answer: well within the 10 s.
     clock.advance(2_000);
     s.server.sweep();
-    await new Promise((r) => setTimeout(r, 20));
+    await turns(10);
     expect(c.closed).toBe(false);
     c.write("GET /2 HTTP/1.1\r\nHost: h\r\n\r\n");
     const r = await c.response();
@@ -1700,6 +1716,7 @@ describe("slow and greedy clients", () => {
         if (w > 0) moved += w;
         pushed[i]! += Math.max(0, w);
       }
+      // Real: every socket is full; wait for the server to take some (I/O, not a deadline).
       if (moved === 0) await Bun.sleep(5);
       else await new Promise((r) => setImmediate(r));
     }
