@@ -18,7 +18,7 @@
 
 import type { Socket } from "bun";
 import { realScheduler, type Scheduler } from "../lib/scheduler";
-import { bareLf, ChunkedDecoder, checkHeadText, HeaderFields, hasToken, headEnd, latin1Slice, latin1Write, WIRE_LIMITS, WireError } from "./wire";
+import { bareLf, ChunkedDecoder, checkHeadText, HeaderFields, hasToken, headEnd, headerLines, latin1Slice, latin1Write, WIRE_LIMITS, WireError } from "./wire";
 
 /**
  * Why an exchange failed. "connect": never reached the engine; "reset": the connection broke;
@@ -499,8 +499,7 @@ export class UpstreamPool {
     }
     let head = `POST ${origin.base}${path} HTTP/1.1\r\n${origin.hostLine}content-length: ${body.length}\r\n`;
     if (key !== undefined) head += `authorization: Bearer ${key}\r\n`;
-    for (let i = 0; i < extra.length; i++) head += `${extra[i]![0]}: ${extra[i]![1]}\r\n`;
-    head += "\r\n";
+    head += `${headerLines(extra)}\r\n`;
     // One buffer, one write: head and body in the same packet. The head is latin1, a byte per
     // character: header values are the client's bytes as the server read them (latin1Slice),
     // and go out as those same bytes.

@@ -367,13 +367,16 @@ export class ChunkedDecoder {
     return p;
   }
 
+  private badSize(): WireError {
+    return new WireError(400, `malformed chunk-size line in the ${this.side} body`, "bad_request");
+  }
+
   private noCrlf(): WireError {
     return new WireError(400, `a chunk of the ${this.side} body is not followed by CRLF`, "bad_request");
   }
 
   /** A chunk-size line [from, cr). */
   private sizeLine(d: Uint8Array, from: number, cr: number): void {
-    const bad = () => new WireError(400, `malformed chunk-size line in the ${this.side} body`, "bad_request");
     let size = 0;
     let i = from;
     for (; i < cr; i++) {
@@ -386,17 +389,17 @@ export class ChunkedDecoder {
       size = size * 16 + v;
     }
     const count = i - from;
-    if (count === 0 || count > WIRE_LIMITS.maxChunkDigits) throw bad();
+    if (count === 0 || count > WIRE_LIMITS.maxChunkDigits) throw this.badSize();
     // What may follow the digits: whitespace, then ";extensions" without controls.
     for (; i < cr; i++) {
       const c = d[i]!;
       if (c === 59) break; // ';'
-      if (c !== 32 && c !== 9) throw bad();
+      if (c !== 32 && c !== 9) throw this.badSize();
     }
     if (i < cr) {
       for (let j = i; j < cr; j++) {
         const c = d[j]!;
-        if ((c < 32 && c !== 9) || c === 127) throw bad();
+        if ((c < 32 && c !== 9) || c === 127) throw this.badSize();
       }
       this.addOverhead(cr - i);
     }
