@@ -25,8 +25,12 @@ function fire(): void {
   for (const w of [...wakers]) w();
 }
 
-/** Resolves with f()'s first defined, non-false value, re-checked on every event; fails after `ms`. */
-async function until<T>(f: () => T | undefined | false, ms: number, what: () => string): Promise<T> {
+/**
+ * Resolves with f()'s first defined, non-false value, re-checked on every event; fails after `ms`.
+ * Not the poll-until helper (test/helpers/until.ts): it wakes on the events above, not on a
+ * timer, so a check is never late and never spins.
+ */
+async function whenFired<T>(f: () => T | undefined | false, ms: number, what: () => string): Promise<T> {
   const deadline = performance.now() + ms;
   for (;;) {
     const v = f();
@@ -279,7 +283,7 @@ class Client {
 
   /** The next whole response; fails on a malformed one, a close before it, or after `ms`. */
   response(o: { head?: boolean; ms?: number } = {}): Promise<Res> {
-    return until(
+    return whenFired(
       () => {
         const r = parseResponse(this.bytes(), this.consumed, this.closed, o.head === true);
         if (r === undefined) {
@@ -297,7 +301,7 @@ class Client {
   /** Waits for the server to close; returns how long that took. */
   async waitClosed(ms = 2000): Promise<number> {
     const t0 = performance.now();
-    await until(() => this.closed, ms, () => "the server to close the connection");
+    await whenFired(() => this.closed, ms, () => "the server to close the connection");
     return performance.now() - t0;
   }
 }
@@ -414,7 +418,7 @@ describe("requests and answers", () => {
     const c = await Client.open(s.port);
     c.socket.pause();
     c.write("GET /str HTTP/1.1\r\nHost: h\r\n\r\nGET /bytes HTTP/1.1\r\nHost: h\r\n\r\nGET /small HTTP/1.1\r\nHost: h\r\n\r\n");
-    await until(() => s.calls.length >= 1, 2000, () => "the first answer to be under way");
+    await whenFired(() => s.calls.length >= 1, 2000, () => "the first answer to be under way");
     c.socket.resume();
     const a = await c.response({ ms: 5000 });
     expect(a.body.byteLength).toBe(Buffer.byteLength(str));
@@ -519,7 +523,7 @@ describe("pipelining and split input", () => {
     const c = await Client.open(s.port);
     const first = "A".repeat(200);
     c.write(`POST /slow HTTP/1.1\r\nHost: h\r\nContent-Length: 200\r\n\r\n${first}`);
-    await until(() => release !== undefined, 2000, () => "the first request to reach the handler");
+    await whenFired(() => release !== undefined, 2000, () => "the first request to reach the handler");
     // The next request arrives in reads of its own while the first is still being handled.
     const second = `POST /fast HTTP/1.1\r\nHost: h\r\nContent-Length: 200\r\n\r\n${"B".repeat(100)}`;
     const firstBytes = onlyConn(s).bytesIn;
@@ -603,7 +607,7 @@ describe("pipelining and split input", () => {
     });
     const c = await Client.open(s.port);
     c.write("GET /first HTTP/1.1\r\nHost: h\r\n\r\n");
-    await until(() => pending !== undefined, 2000, () => "the first request");
+    await whenFired(() => pending !== undefined, 2000, () => "the first request");
     // 32 MiB of small pipelined requests, pushed for 300 ms: the server stops reading past its
     // bound (maxHeadBytes + maxBodyBytes = 2 KiB), so the client's writes back up in the kernel.
     const data = Buffer.from("GET / HTTP/1.1\r\nHost: h\r\n\r\n".repeat(4096));
@@ -1025,7 +1029,7 @@ describe("timeouts", () => {
     await t.run(250);
     await c.waitClosed();
     expect(c.received).toBe(c.consumed);
-    await until(() => s.server.conns.size === 0, 1000, () => "the server to forget the connection");
+    await whenFired(() => s.server.conns.size === 0, 1000, () => "the server to forget the connection");
   });
 
   test("a connection that sends nothing at all is closed after idleTimeoutMs", async () => {
@@ -1049,7 +1053,7 @@ describe("timeouts", () => {
     );
     const c = await Client.open(s.port);
     c.write("GET /slow HTTP/1.1\r\nHost: h\r\n\r\n");
-    await until(() => s.calls.length === 1, 2000, () => "the handler");
+    await whenFired(() => s.calls.length === 1, 2000, () => "the handler");
     await t.run(700);
     const r = await c.response();
     expect([r.status, r.text]).toEqual([200, "late"]);
@@ -1069,7 +1073,7 @@ describe("timeouts", () => {
     );
     const c = await Client.open(s.port);
     c.write("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
-    await until(() => s.calls.length === 1, 2000, () => "the handler");
+    await whenFired(() => s.calls.length === 1, 2000, () => "the handler");
     await t.run(700);
     expect((await c.response()).text).toBe("ab");
   });
@@ -1142,7 +1146,7 @@ describe("timeouts", () => {
     await settle(() => [...s.server.conns].some((c) => (c as unknown as { pending?: unknown }).pending !== undefined), "the answer to back up");
     await t.run(2000);
     stalled.socket.resume();
-    await until(() => (stalled.closed ? true : undefined), 3000, () => "the stalled client to be cut");
+    await whenFired(() => (stalled.closed ? true : undefined), 3000, () => "the stalled client to be cut");
     expect(stalled.received).toBeLessThan(total);
   });
 });
@@ -1244,7 +1248,7 @@ describe("streamed answers", () => {
     current = undefined;
     const c = await Client.open(s.port);
     c.write("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
-    await until(() => current !== undefined && c.received > 0, 2000, () => "the stream to start");
+    await whenFired(() => current !== undefined && c.received > 0, 2000, () => "the stream to start");
     current!.destroy();
     await c.waitClosed();
     await expect(c.response()).rejects.toThrow(/closed in the middle/);
@@ -1287,7 +1291,7 @@ describe("streamed answers", () => {
     const c = await Client.open(s.port);
     c.socket.pause();
     c.write("GET /big HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
-    await until(() => falses > 0, 3000, () => "write() to return false");
+    await whenFired(() => falses > 0, 3000, () => "write() to return false");
     // Stalled while the client reads nothing: most of the body has not gone out.
     await turns(10);
     expect(ended).toBe(false);
@@ -1317,11 +1321,11 @@ describe("aborts and handler errors", () => {
     });
     const c = await Client.open(s.port);
     c.write("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\nhi");
-    await until(() => s.calls.length === 1, 2000, () => "the handler");
+    await whenFired(() => s.calls.length === 1, 2000, () => "the handler");
     const ex = s.calls[0]!;
     expect(ex.aborted).toBe(false);
     c.socket.terminate();
-    await until(() => aborts > 0, 2000, () => "onAbort");
+    await whenFired(() => aborts > 0, 2000, () => "onAbort");
     expect(ex.aborted).toBe(true);
     expect(ex.answered).toBe(true);
     expect(() => ex.respond(200, {}, "too late")).not.toThrow();
@@ -1329,7 +1333,7 @@ describe("aborts and handler errors", () => {
     expect(ex.write(Buffer.from("x"))).toBe(false);
     expect(() => ex.end()).not.toThrow();
     expect(() => ex.destroy()).not.toThrow();
-    await until(() => s.server.conns.size === 0, 1000, () => "the server to forget the connection");
+    await whenFired(() => s.server.conns.size === 0, 1000, () => "the server to forget the connection");
     expect(aborts).toBe(1);
     // The server is unharmed.
     const d = await Client.open(s.port);
@@ -1349,9 +1353,9 @@ describe("aborts and handler errors", () => {
     });
     const c = await Client.open(s.port);
     c.write("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
-    await until(() => c.received > 0, 2000, () => "the stream to start");
+    await whenFired(() => c.received > 0, 2000, () => "the stream to start");
     c.socket.terminate();
-    await until(() => aborts > 0, 2000, () => "onAbort");
+    await whenFired(() => aborts > 0, 2000, () => "onAbort");
     const ex = s.calls[0]!;
     expect(ex.aborted).toBe(true);
     expect(ex.write(Buffer.from("more"))).toBe(false);
@@ -1501,7 +1505,7 @@ describe("fuzz", () => {
     expect(statuses.get(400) ?? 0).toBeGreaterThan(20);
     expect(closedWithoutAnswer).toBeLessThan(50);
     // No connection left behind, and an ordinary request still works.
-    await until(() => s.server.conns.size === 0, 2000, () => `the server's connections to drain (${s.server.conns.size} left)`);
+    await whenFired(() => s.server.conns.size === 0, 2000, () => `the server's connections to drain (${s.server.conns.size} left)`);
     const c = await Client.open(s.port);
     c.write('POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nContent-Length: 13\r\n\r\n{"model":"m"}');
     const r = await c.response();
@@ -1703,7 +1707,7 @@ describe("slow and greedy clients", () => {
     const n = 16;
     const clients = await Promise.all(Array.from({ length: n }, () => Client.open(s.port)));
     for (const c of clients) c.write("GET /busy HTTP/1.1\r\nHost: h\r\n\r\n");
-    await until(() => held.length === n, 3000, () => `${n} requests in flight (${held.length})`);
+    await whenFired(() => held.length === n, 3000, () => `${n} requests in flight (${held.length})`);
     // Each pushes pipelined requests for as long as the server takes them (or 12 MiB).
     const data = Buffer.from("GET / HTTP/1.1\r\nHost: h\r\n\r\n".repeat(16 * 1024));
     const pushed = new Array<number>(n).fill(0);
@@ -1742,7 +1746,7 @@ describe("slow and greedy clients", () => {
     });
     const c = await Client.open(s.port);
     c.write("GET /busy HTTP/1.1\r\nHost: h\r\n\r\n");
-    await until(() => first !== undefined, 2000, () => "the busy request");
+    await whenFired(() => first !== undefined, 2000, () => "the busy request");
     c.write("GET /a HTTP/1.1\r\nHost: h\r\n\r\n");
     await settle(() => unparsed(onlyConn(s)) > 0, "the pipelined request");
     c.write("GET /b HTTP/1.1\r\nHost: h\r\n\r\n");
@@ -1760,7 +1764,7 @@ describe("slow and greedy clients", () => {
     });
     const c = await Client.open(s.port);
     c.write("GET /busy HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
-    await until(() => first !== undefined, 2000, () => "the busy request");
+    await whenFired(() => first !== undefined, 2000, () => "the busy request");
     c.write("GET /a HTTP/1.1\r\nHost: h\r\n\r\n");
     await settle(() => unparsed(onlyConn(s)) > 0, "the pipelined request");
     first!.respond(200, {}, "busy");
@@ -1806,16 +1810,16 @@ describe("slow and greedy clients", () => {
     const a = [await fromAddress(s.port, "127.0.0.2"), await fromAddress(s.port, "127.0.0.2")];
     for (const c of a) {
       c.sock.write(req);
-      await until(() => c.text().startsWith("HTTP/1.1 200 "), 2000, () => "an answer from 127.0.0.2");
+      await whenFired(() => c.text().startsWith("HTTP/1.1 200 "), 2000, () => "an answer from 127.0.0.2");
     }
     expect(s.server.perAddress.get("127.0.0.2")).toBe(2);
     const third = await fromAddress(s.port, "127.0.0.2");
-    await until(() => third.closed(), 2000, () => "the third connection to be shed");
+    await whenFired(() => third.closed(), 2000, () => "the third connection to be shed");
     expect(third.text()).toStartWith("HTTP/1.1 503 ");
     expect(s.server.shed.address).toBe(1);
     const other = await fromAddress(s.port, "127.0.0.1");
     other.sock.write(req);
-    await until(() => other.text().startsWith("HTTP/1.1 200 "), 2000, () => "an answer to 127.0.0.1");
+    await whenFired(() => other.text().startsWith("HTTP/1.1 200 "), 2000, () => "an answer to 127.0.0.1");
     expect(s.server.perAddress.get("127.0.0.2")).toBe(2);
     expect(s.server.perAddress.get("127.0.0.1")).toBe(1);
   });
