@@ -16,13 +16,17 @@
 // llmgw/haproxy (target ≥ 1.0: nginx for small answers, haproxy for streams) and llmgw/direct. --ablate adds bare-proxy variants that each add one piece of the
 // router's per-request work (lib/bare-proxy.ts flags), to see what the router's own cost is made
 // of (another minute). Needs wrk, nginx and taskset on PATH and 2+ cores. About 2.5 minutes:
-//   bun test/bench/proxy.ts [seconds-per-target, default 10] [--ablate]
+//   bun test/bench/proxy.ts [seconds-per-target, default 10] [--ablate] [--baseline DIR]
 
 import { groupCpuSeconds, othersMeter } from "./lib/cpu";
 import { BUN, type Child, cleanupOnExit, fakeEngineProc, haproxyProc, killAll, nginxProc, routerProc, spawnChild, table } from "./lib/procs";
 
-const DURATION_S = Number(process.argv.slice(2).find((a) => !a.startsWith("--")) ?? 10);
+const DURATION_S = Number(process.argv.slice(2).find((a, i, all) => !a.startsWith("--") && all[i - 1] !== "--baseline") ?? 10);
 const ABLATE = process.argv.includes("--ablate");
+// --baseline DIR: the router of another checkout (say, main) measured in the same interleaved
+// rounds, for before/after figures that share one run's noise.
+const baselineAt = process.argv.indexOf("--baseline");
+const BASELINE = baselineAt > 0 ? process.argv[baselineAt + 1] : undefined;
 const WARMUP_S = 2;
 const ROUNDS = 2;
 const CONNECTIONS = 64;
@@ -92,6 +96,8 @@ try {
   const bareBuf = await spawnChild("bare-buffered", [BUN, "test/bench/lib/bare-proxy.ts", engine.url, "--buffer"], { cpus: PROXY_CPUS, env: bareEnv });
   const raw = await spawnChild("raw", [BUN, "test/bench/lib/raw-proxy.ts", engine.url], { cpus: PROXY_CPUS });
   const core1 = [engine, router, nginx, haproxy, onBun, bare, bareBuf, raw];
+  const baseline = BASELINE === undefined ? undefined : await routerProc("router-baseline", MODEL, [engine.url], { cpus: PROXY_CPUS, cwd: BASELINE });
+  if (baseline) core1.push(baseline);
   const ablations: Record<string, [string, string, Child][]> = { small: [], stream: [] };
   if (ABLATE) {
     const variant = async (flags: string[]) => {
@@ -117,6 +123,7 @@ try {
     const targets: [string, string, Child | undefined][] = [
       ["direct", engine.url, undefined],
       ["llmgw router", router.url, router],
+      ...(baseline ? ([["llmgw router (baseline checkout)", baseline.url, baseline]] as [string, string, Child][]) : []),
       ["nginx (1 worker)", nginx.url, nginx],
       ["haproxy (1 thread)", haproxy.url, haproxy],
       ["llmgw router on Bun.serve", onBun.url, onBun],
@@ -191,6 +198,7 @@ try {
     console.log(
       `llmgw/nginx = ${(l / rps.get("nginx (1 worker)")!).toFixed(2)}   llmgw/haproxy = ${(l / rps.get("haproxy (1 thread)")!).toFixed(2)} (target ≥ 1.0 for both)   own server/Bun.serve = ${(l / rps.get("llmgw router on Bun.serve")!).toFixed(2)}   llmgw/direct = ${(l / rps.get("direct")!).toFixed(2)}   llmgw/bare Bun proxy = ${(l / rps.get("bare Bun proxy (streams body)")!).toFixed(2)}` +
         (w.key === "small" ? `   llmgw/bare buffered = ${(l / rps.get("bare Bun proxy (buffers body)")!).toFixed(2)}` : "") +
+        (baseline ? `   baseline/nginx = ${(rps.get("llmgw router (baseline checkout)")! / rps.get("nginx (1 worker)")!).toFixed(2)}   baseline/haproxy = ${(rps.get("llmgw router (baseline checkout)")! / rps.get("haproxy (1 thread)")!).toFixed(2)}` : "") +
         `   llmgw/Bun.serve+raw client = ${(l / rps.get("Bun.serve + raw-socket client")!).toFixed(2)}   Bun.serve+raw client/nginx = ${(rps.get("Bun.serve + raw-socket client")! / rps.get("nginx (1 worker)")!).toFixed(2)}`,
     );
   }
