@@ -5,7 +5,7 @@
 // body is, and the Request's signal is aborted when the client leaves (the assignments long
 // poll waits on it).
 
-import type { ClientExchange, HeaderBlock } from "../router/http1";
+import type { ClientExchange, HeaderBlock } from "../http/server";
 
 /** What Hono's getConnInfo ('hono/bun') reads from a fetch handler's second argument. */
 export interface PeerEnv {

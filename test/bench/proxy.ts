@@ -1,7 +1,9 @@
 // Benchmark: proxy throughput. wrk (one thread, 64 keep-alive connections, pinned to core 0)
 // POSTs chat requests for 10 s per target (two 5 s rounds, the targets taking turns) to a fake
 // engine (ttft 0, no token delay): directly, through llmgw's router (its own process,
-// lib/router-main.ts), through nginx (one worker, keep-alive upstream, proxy_buffering off), and
+// lib/router-main.ts), the same router on Bun.serve instead of its own server
+// (LLMGW_HTTP_SERVER=bun: what the own server is worth), through nginx (one worker, keep-alive
+// upstream, proxy_buffering off), through haproxy (one thread, `option http-no-delay`), and
 // for reference through a bare Bun.serve+fetch proxy (lib/bare-proxy.ts: Bun's floor with fetch)
 // and a Bun.serve proxy whose upstream client is a hand-rolled HTTP/1.1 over Bun.connect
 // (lib/raw-proxy.ts: Bun without fetch, the floor of any Bun.serve proxy: one socket write
@@ -10,17 +12,21 @@
 // workloads: (a) small non-streamed answers (4 tokens), (b) streamed answers of 20 tokens (22 SSE
 // events; at token delay 0 the fake engine writes them in one write). Prints req/s, latency, the
 // CPU each process spent per request, the share of core 1 other people's processes took meanwhile
-// (the machine is shared: above a few %, a figure is noise), and the ratios llmgw/nginx (target
-// ≥ 0.8) and llmgw/direct. --ablate adds bare-proxy variants that each add one piece of the
+// (the machine is shared: above a few %, a figure is noise), and the ratios llmgw/nginx and
+// llmgw/haproxy (target ≥ 1.0: nginx for small answers, haproxy for streams) and llmgw/direct. --ablate adds bare-proxy variants that each add one piece of the
 // router's per-request work (lib/bare-proxy.ts flags), to see what the router's own cost is made
 // of (another minute). Needs wrk, nginx and taskset on PATH and 2+ cores. About 2.5 minutes:
-//   bun test/bench/proxy.ts [seconds-per-target, default 10] [--ablate]
+//   bun test/bench/proxy.ts [seconds-per-target, default 10] [--ablate] [--baseline DIR]
 
 import { groupCpuSeconds, othersMeter } from "./lib/cpu";
-import { BUN, type Child, cleanupOnExit, fakeEngineProc, killAll, nginxProc, routerProc, spawnChild, table } from "./lib/procs";
+import { BUN, type Child, cleanupOnExit, fakeEngineProc, haproxyProc, killAll, nginxProc, routerProc, spawnChild, table } from "./lib/procs";
 
-const DURATION_S = Number(process.argv.slice(2).find((a) => !a.startsWith("--")) ?? 10);
+const DURATION_S = Number(process.argv.slice(2).find((a, i, all) => !a.startsWith("--") && all[i - 1] !== "--baseline") ?? 10);
 const ABLATE = process.argv.includes("--ablate");
+// --baseline DIR: the router of another checkout (say, main) measured in the same interleaved
+// rounds, for before/after figures that share one run's noise.
+const baselineAt = process.argv.indexOf("--baseline");
+const BASELINE = baselineAt > 0 ? process.argv[baselineAt + 1] : undefined;
 const WARMUP_S = 2;
 const ROUNDS = 2;
 const CONNECTIONS = 64;
@@ -82,11 +88,16 @@ try {
   const engine = await fakeEngineProc("engine", { model: MODEL, ttftMs: 0, tokenDelayMs: 0, tokens: 4, slots: 4096 }, { cpus: PROXY_CPUS });
   const router = await routerProc("router", MODEL, [engine.url], { cpus: PROXY_CPUS });
   const nginx = await nginxProc("nginx", engine.url, { cpus: PROXY_CPUS });
+  const haproxy = await haproxyProc("haproxy", engine.url, { cpus: PROXY_CPUS });
+  // The router on Bun.serve instead of its own server (LLMGW_HTTP_SERVER=bun): what the own server is worth.
+  const onBun = await routerProc("router-bun", MODEL, [engine.url], { cpus: PROXY_CPUS, env: { LLMGW_HTTP_SERVER: "bun" } });
   const bareEnv = { BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" };
   const bare = await spawnChild("bare", [BUN, "test/bench/lib/bare-proxy.ts", engine.url], { cpus: PROXY_CPUS, env: bareEnv });
   const bareBuf = await spawnChild("bare-buffered", [BUN, "test/bench/lib/bare-proxy.ts", engine.url, "--buffer"], { cpus: PROXY_CPUS, env: bareEnv });
   const raw = await spawnChild("raw", [BUN, "test/bench/lib/raw-proxy.ts", engine.url], { cpus: PROXY_CPUS });
-  const core1 = [engine, router, nginx, bare, bareBuf, raw];
+  const core1 = [engine, router, nginx, haproxy, onBun, bare, bareBuf, raw];
+  const baseline = BASELINE === undefined ? undefined : await routerProc("router-baseline", MODEL, [engine.url], { cpus: PROXY_CPUS, cwd: BASELINE });
+  if (baseline) core1.push(baseline);
   const ablations: Record<string, [string, string, Child][]> = { small: [], stream: [] };
   if (ABLATE) {
     const variant = async (flags: string[]) => {
@@ -112,7 +123,10 @@ try {
     const targets: [string, string, Child | undefined][] = [
       ["direct", engine.url, undefined],
       ["llmgw router", router.url, router],
+      ...(baseline ? ([["llmgw router (baseline checkout)", baseline.url, baseline]] as [string, string, Child][]) : []),
       ["nginx (1 worker)", nginx.url, nginx],
+      ["haproxy (1 thread)", haproxy.url, haproxy],
+      ["llmgw router on Bun.serve", onBun.url, onBun],
       ["bare Bun proxy (streams body)", bare.url, bare],
     ];
     if (w.key === "small") targets.push(["bare Bun proxy (buffers body)", bareBuf.url, bareBuf]);
@@ -182,8 +196,9 @@ try {
     console.log(`\n${w.title}`);
     console.log(table(rows));
     console.log(
-      `llmgw/nginx = ${(l / rps.get("nginx (1 worker)")!).toFixed(2)} (target ≥ 0.8)   llmgw/direct = ${(l / rps.get("direct")!).toFixed(2)}   llmgw/bare Bun proxy = ${(l / rps.get("bare Bun proxy (streams body)")!).toFixed(2)}` +
+      `llmgw/nginx = ${(l / rps.get("nginx (1 worker)")!).toFixed(2)}   llmgw/haproxy = ${(l / rps.get("haproxy (1 thread)")!).toFixed(2)} (target ≥ 1.0 for both)   own server/Bun.serve = ${(l / rps.get("llmgw router on Bun.serve")!).toFixed(2)}   llmgw/direct = ${(l / rps.get("direct")!).toFixed(2)}   llmgw/bare Bun proxy = ${(l / rps.get("bare Bun proxy (streams body)")!).toFixed(2)}` +
         (w.key === "small" ? `   llmgw/bare buffered = ${(l / rps.get("bare Bun proxy (buffers body)")!).toFixed(2)}` : "") +
+        (baseline ? `   baseline/nginx = ${(rps.get("llmgw router (baseline checkout)")! / rps.get("nginx (1 worker)")!).toFixed(2)}   baseline/haproxy = ${(rps.get("llmgw router (baseline checkout)")! / rps.get("haproxy (1 thread)")!).toFixed(2)}` : "") +
         `   llmgw/Bun.serve+raw client = ${(l / rps.get("Bun.serve + raw-socket client")!).toFixed(2)}   Bun.serve+raw client/nginx = ${(rps.get("Bun.serve + raw-socket client")! / rps.get("nginx (1 worker)")!).toFixed(2)}`,
     );
   }

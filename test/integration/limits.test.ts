@@ -33,6 +33,7 @@ async function slowClients(p: number, n: number): Promise<{ sockets: Socket[]; s
       }),
     ),
   );
+  // Real: the crowd is load on real sockets, each a byte every 200 ms, while real requests are timed.
   const drip = setInterval(() => {
     for (const s of sockets) if (!s.destroyed) s.write("a");
   }, 200);
@@ -57,12 +58,23 @@ describe("limits", () => {
     expect((await s.agent(models)).status).toBe(400);
   });
 
-  test("oversized headers are refused, not buffered without end", async () => {
-    for (const url of [`${s.adminUrl}/healthz`, `${s.routerUrl}/healthz`]) {
-      const res = await fetch(url, { headers: { "x-big": "y".repeat(256 * 1024) } }).catch((e: Error) => e);
-      // Bun answers 431 or closes the connection; either way nothing is served.
-      if (res instanceof Response) expect(res.status).toBe(431);
-      else expect(res).toBeInstanceOf(Error);
+  test("oversized headers are refused with 431, not buffered without end", async () => {
+    for (const url of [s.adminUrl, s.routerUrl]) {
+      // A raw socket and a head over the 16 KiB limit that arrives in one read (20 KiB, one
+      // loopback segment): nothing follows the 431, so no reset can overtake the answer.
+      const text = await new Promise<string>((resolve, reject) => {
+        let got = "";
+        const sock = connect(port(url), "127.0.0.1", () => sock.write(`GET /healthz HTTP/1.1\r\nHost: h\r\nX-Big: ${"y".repeat(20 * 1024)}`));
+        sock.on("data", (d: Buffer) => {
+          got += d.toString("latin1");
+        });
+        sock.on("end", () => {
+          sock.destroy();
+          resolve(got);
+        });
+        sock.on("error", reject);
+      });
+      expect(text).toStartWith("HTTP/1.1 431 ");
     }
   });
 

@@ -10,7 +10,7 @@ import { Router, type RouterOptions, INFERENCE_PATHS } from "../../src/router/ro
 import type { CatalogEntry, EndpointInfo } from "../../src/protocol/routing";
 import { TCHAR } from "../../src/router/bytes";
 import { MALFORMED, type RawEngine, chatRequest, engineAnswer, rawEngine, rawRequest } from "../helpers/raw-http";
-import { until } from "../helpers/binary";
+import { until } from "../helpers/until";
 import { createHash } from "node:crypto";
 import { ROUTER_DEFAULTS } from "../helpers/router-settings";
 
@@ -184,6 +184,8 @@ describe("malformed engine responses", () => {
     for (const bad of ["2\nzz\r\n", "5\r\nhelloXX", "zz\r\n", "4;\x00\r\nabcd\r\n"]) {
       const e = engine(() => (s) => {
         s.write(Buffer.from("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\nf\r\ndata: {\"a\":1}\n\n\r\n", "latin1"));
+        // Real: the good chunk reaches the client (the stream has started) before the bad bytes
+        // come; the router has no timer of its own in between to drive instead.
         setTimeout(() => s.write(Buffer.from(bad, "latin1")), 20);
       });
       const { r, port } = router([ep("rep-s", e.url)]);
@@ -281,6 +283,7 @@ describe("errors name the replica, never its address", () => {
   test("an engine killed mid-stream: the SSE error frame names the replica, not its address", async () => {
     const e = engine(() => (s) => {
       s.write(Buffer.from("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n6\r\ndata:\n\r\n", "latin1"));
+      // Real: the first chunk reaches the client before the engine dies (as in the case above).
       setTimeout(() => s.terminate(), 20);
     });
     const { port } = router([ep("rep-k", e.url)]);
@@ -348,7 +351,8 @@ describe("a throw stays inside its request", () => {
     const { r, port } = router([], { coldStartTimeoutMs: 5_000 }, catalog);
     const a = rawRequest(port, chatRequest());
     const b = rawRequest(port, chatRequest([], { body: JSON.stringify({ model: "m2", messages: [] }) }));
-    await Bun.sleep(50); // both clients are waiting (a real cold start takes seconds)
+    // Both clients are waiting (a real cold start takes seconds).
+    await until("both clients to wait for a replica", () => (r as unknown as { waiters: Set<unknown> }).waiters.size === 2 || undefined);
     const acquire = r.balancer.acquire.bind(r.balancer);
     r.balancer.acquire = (model, ...rest) => {
       if (model === "m") throw new Error("boom");

@@ -7,7 +7,14 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import type { Socket, TCPSocketListener } from "bun";
 import { type ExchangeHandler, type UpstreamHead, UpstreamError, UpstreamPool } from "../../src/router/upstream";
+import { ManualScheduler } from "../../src/lib/scheduler";
 import { rawEngine } from "../helpers/raw-http";
+import { until } from "../helpers/until";
+
+/** Lets the event loop turn n times (I/O callbacks run; no time is waited for). */
+async function turns(n: number): Promise<void> {
+  for (let i = 0; i < n; i++) await new Promise((r) => setImmediate(r));
+}
 
 const cleanups: (() => unknown)[] = [];
 afterEach(async () => {
@@ -96,6 +103,8 @@ async function dribble(s: Socket<unknown>, text: string, size: number): Promise<
   for (let i = 0; i < bytes.length; i += size) {
     s.write(bytes.subarray(i, i + size));
     s.flush();
+    // Real: a millisecond apart, the pieces reach the client in reads of their own (what a
+    // split at every byte means); no clock of the client's decides it.
     await Bun.sleep(1);
   }
 }
@@ -182,6 +191,7 @@ describe("requests and framing", () => {
       const at = split;
       s.write(msg.slice(0, at));
       s.flush();
+      // Real: a millisecond apart, the halves reach the client in reads of their own.
       setTimeout(() => s.write(msg.slice(at)), 1);
     });
     const p = pool();
@@ -281,7 +291,7 @@ describe("errors", () => {
       msgs.push(r.error!.message);
     }
     expect(msgs[0]).toContain("status line");
-    expect(msgs[1]).toContain("content-length");
+    expect(msgs[1]!.toLowerCase()).toContain("content-length");
     expect(msgs[2]).toContain("chunk");
     expect(msgs[3]).toContain("1024");
     expect(p.stats().open).toBe(0);
@@ -309,7 +319,8 @@ describe("errors", () => {
   test("the engine dies mid-body: a reset error that says bytes were received", async () => {
     const srv = rawServer((s) => {
       s.write("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n");
-      setTimeout(() => s.terminate(), 5);
+      s.flush();
+      setImmediate(() => s.terminate());
     });
     const r = await send(pool(), srv.url);
     expect(r.body).toBe("hello");
@@ -343,17 +354,22 @@ describe("errors", () => {
 
 describe("pool, aborts and backpressure", () => {
   test("concurrent exchanges each get a socket; afterwards the pool keeps them up to its limit, and idle ones expire", async () => {
-    let now = 0;
-    const srv = rawServer((s) => setTimeout(() => s.write("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"), 5));
-    const p = pool({ maxIdlePerOrigin: 3, idleTimeoutMs: 1000, now: () => now });
+    const t = new ManualScheduler(0);
+    // The engine answers only once all five requests are in, so each needs a socket of its own.
+    const held: (() => void)[] = [];
+    const srv = rawServer((s) => {
+      held.push(() => s.write("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"));
+      if (held.length === 5) for (const h of held) h();
+    });
+    const p = pool({ maxIdlePerOrigin: 3, idleTimeoutMs: 1000, scheduler: t });
     const rs = await Promise.all(Array.from({ length: 5 }, () => send(p, srv.url)));
     expect(rs.map((r) => r.body)).toEqual(["ok", "ok", "ok", "ok", "ok"]);
     expect(srv.connections()).toBe(5);
     expect(p.stats().idle).toBe(3);
-    now = 500;
+    t.advance(500);
     p.sweep();
     expect(p.stats().idle).toBe(3);
-    now = 1001;
+    t.advance(501);
     p.sweep();
     expect(p.stats().idle).toBe(0);
   });
@@ -384,11 +400,15 @@ describe("pool, aborts and backpressure", () => {
         r.abort();
       },
     });
-    const winner = await Promise.race([r.then(() => "settled"), Bun.sleep(100).then(() => "no callback")]);
-    expect(winner).toBe("no callback");
+    // The engine sees the socket close; by then, any callback the abort failed to stop would have come.
+    await until("the engine to see the socket close", () => closed);
+    let settled = false;
+    void r.then(() => {
+      settled = true;
+    });
+    await turns(10);
+    expect(settled).toBe(false);
     expect(calls).toBe(1);
-    for (let i = 0; i < 100 && !closed; i++) await Bun.sleep(5);
-    expect(closed).toBe(true);
     expect(p.stats().open).toBe(0);
   });
 
@@ -396,6 +416,7 @@ describe("pool, aborts and backpressure", () => {
     const total = 8 * 1024 * 1024;
     const piece = "0123456789abcdef".repeat(4096); // 64 KiB
     let wroteAll = false;
+    let backedUp = false;
     const server = Bun.listen<{ left: number; started: boolean }>({
       hostname: "127.0.0.1",
       port: 0,
@@ -421,7 +442,10 @@ describe("pool, aborts and backpressure", () => {
         const want = Math.min(piece.length - at, s.data.left);
         const n = s.write(piece, at, want);
         s.data.left -= Math.max(0, n);
-        if (n < want) return;
+        if (n < want) {
+          backedUp = true;
+          return;
+        }
       }
       wroteAll = true;
     };
@@ -445,7 +469,9 @@ describe("pool, aborts and backpressure", () => {
       });
     });
     exRef!.pause();
-    await Bun.sleep(100);
+    // Paused from the start: the engine writes until the kernel's buffers are full, then waits.
+    await until("the engine's writes to back up", () => backedUp);
+    await turns(20);
     // Paused: far less than the whole body arrived, and the engine could not write it all.
     expect(got).toBeLessThan(total / 2);
     expect(wroteAll).toBe(false);
@@ -459,7 +485,7 @@ describe("pool, aborts and backpressure", () => {
     const srv = rawServer(() => {});
     const p = new UpstreamPool();
     const inflight = send(p, srv.url);
-    while (srv.requests.length === 0) await Bun.sleep(1);
+    await until("the request to reach the engine", () => srv.requests.length > 0);
     p.close();
     const r = await inflight;
     expect(r.error).toBeInstanceOf(UpstreamError);

@@ -286,6 +286,57 @@ http {
   return Object.assign(child, { dir });
 }
 
+/**
+ * haproxy, one thread, as a keep-alive reverse proxy that sends what it has at once
+ * (`option http-no-delay`: no waiting to fill packets, the right setting for streamed tokens).
+ */
+export async function haproxyProc(name: string, upstream: string, o: SpawnOptions = {}): Promise<Child & { dir: string }> {
+  const dir = (await Bun.$`mktemp -d /tmp/llmgw-bench-haproxy.XXXXXX`.text()).trim();
+  const port = freePort();
+  const up = upstream.replace(/^http:\/\//, "");
+  const conf = `global
+  nbthread 1
+  maxconn 9000
+defaults
+  mode http
+  option http-no-delay
+  option http-keep-alive
+  http-reuse always
+  timeout connect 5s
+  timeout client 600s
+  timeout server 600s
+  timeout http-keep-alive 75s
+frontend fe
+  bind 127.0.0.1:${port}
+  default_backend engine
+backend engine
+  server e0 ${up}
+`;
+  await Bun.write(`${dir}/haproxy.cfg`, conf);
+  const child = await spawnChild(name, ["haproxy", "-db", "-f", `${dir}/haproxy.cfg`], { ...o, waitUrl: false });
+  child.url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    try {
+      const r = await fetch(`${child.url}/health`);
+      await r.arrayBuffer();
+      break;
+    } catch {
+      if (Date.now() > deadline) {
+        await child.kill();
+        throw new Error(`haproxy did not come up on ${child.url}: ${child.stderr()}`);
+      }
+      await Bun.sleep(50);
+    }
+  }
+  const kill = child.kill;
+  child.kill = async () => {
+    await kill();
+    await Bun.$`rm -rf ${dir}`.quiet().nothrow();
+  };
+  return Object.assign(child, { dir });
+}
+
 /** VmRSS of a process in KiB, or -1 once it is gone. */
 export function rssKiB(pid: number): number {
   try {

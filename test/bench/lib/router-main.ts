@@ -6,6 +6,8 @@
 //     bun test/bench/lib/router-main.ts --port 0 --model m [--metrics-ms 1000] [--gc-ms N]
 // Endpoints may also be given as --endpoints JSON; each needs id and url, the rest defaults.
 // --gc-ms forces a full collection every N ms: a diagnostic, to tell garbage from live memory.
+// LLMGW_HTTP_SERVER=bun runs the router's listener on Bun.serve instead of its own server
+// (src/http/bun-serve.ts): test/bench/proxy.ts measures both.
 
 import { Router } from "../../../src/router/router";
 import type { EndpointInfo } from "../../../src/protocol/routing";
