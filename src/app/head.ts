@@ -247,19 +247,19 @@ interface Listening {
   shed: (listener: "router" | "admin", cap: "total" | "address", address: string) => void;
 }
 
-/** Deadlines both listeners keep, on the scheduler's monotonic clock. */
-function deadlines({ config, scheduler }: Listening) {
+/** Deadlines both listeners keep (on the scheduler each listener is given). */
+function deadlines({ config }: Listening) {
   return {
     headTimeoutMs: config.head_timeout,
     bodyTimeoutMs: config.body_timeout,
     bodyMinRate: config.body_min_rate,
-    clock: { now: () => scheduler.mono() },
   };
 }
 
 function adminListenerFor(l: Listening, app: Hono, scheme: "http" | "https"): Http1Server {
-  const { config, log, tls, caps } = l;
+  const { config, log, tls, caps, scheduler } = l;
   return new Http1Server({
+    scheduler,
     hostname: config.admin_listen.host,
     port: config.admin_listen.port,
     ...(tls ? { tls: { cert: tls.cert, key: tls.key } } : {}),

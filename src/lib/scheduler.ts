@@ -57,25 +57,26 @@ interface Pending {
  * callbacks settle between timers, for code that awaits between steps).
  */
 export class ManualScheduler implements Scheduler {
-  private t: number;
-  private readonly origin: number;
+  /** Monotonic time since construction: what timers are due on. */
+  private m = 0;
+  /** Wall clock = wall + m; set() moves only this. */
+  private wall: number;
   private seq = 0;
   private timers: Pending[] = [];
 
   constructor(start = Date.UTC(2026, 0, 1)) {
-    this.t = start;
-    this.origin = start;
+    this.wall = start;
   }
 
   now(): number {
-    return this.t;
+    return this.wall + this.m;
   }
   mono(): number {
-    return this.t - this.origin;
+    return this.m;
   }
-  /** Sets the wall clock (a clock jump); timers keep their due times relative to mono(). */
+  /** Sets the wall clock (a clock jump, either way); monotonic time and timers do not move. */
   set(ms: number): void {
-    this.t = ms;
+    this.wall = ms - this.m;
   }
 
   after(ms: number, fn: () => void): Timer {
@@ -92,25 +93,25 @@ export class ManualScheduler implements Scheduler {
 
   /** Moves time forward by ms, firing every timer that falls due on the way. */
   advance(ms: number): void {
-    const end = this.t + ms;
+    const end = this.m + ms;
     for (let p = this.next(end); p; p = this.next(end)) this.fire(p);
-    this.t = end;
+    this.m = end;
   }
 
   /** Like advance(), but settles promise and I/O callbacks after each timer and at the end. */
   async run(ms: number): Promise<void> {
-    const end = this.t + ms;
+    const end = this.m + ms;
     await settle();
     for (let p = this.next(end); p; p = this.next(end)) {
       this.fire(p);
       await settle();
     }
-    this.t = end;
+    this.m = end;
     await settle();
   }
 
   private add(delay: number, period: number | undefined, fn: () => void): Timer {
-    const p: Pending = { id: this.seq++, due: this.t + delay, period, fn, live: true };
+    const p: Pending = { id: this.seq++, due: this.m + delay, period, fn, live: true };
     this.timers.push(p);
     const t: Timer = {
       cancel: () => {
@@ -129,7 +130,7 @@ export class ManualScheduler implements Scheduler {
   }
 
   private fire(p: Pending): void {
-    if (p.due > this.t) this.t = p.due;
+    if (p.due > this.m) this.m = p.due;
     if (p.period === undefined) p.live = false;
     else p.due += p.period;
     p.fn();

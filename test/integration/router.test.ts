@@ -341,8 +341,9 @@ describe("cold start and usage", () => {
     const c = coldRouter({ coldStartTimeoutMs: 100 }, { start_timeout_ms: 1_500 });
     const { res } = await c.held();
     c.scheduler.advance(1_499);
-    // Still held: the hold's timer is pending beside the router's sweep.
-    expect(c.scheduler.pending).toBe(2);
+    // Still held: the hold's timer is pending beside the router's deadline sweep and its
+    // listener's sweep.
+    expect(c.scheduler.pending).toBe(3);
     c.scheduler.advance(1);
     const r = await res;
     expect(r.status).toBe(503);

@@ -60,3 +60,18 @@ test("realScheduler: now is wall time, mono is monotonic, after fires", async ()
   await new Promise<void>((r) => realScheduler.after(1, r));
   expect(realScheduler.mono()).toBeGreaterThan(a);
 });
+
+test("ManualScheduler.set() jumps the wall clock only: monotonic time and timers stay put", () => {
+  const s = new ManualScheduler(1_000_000);
+  let fired = 0;
+  s.after(100, () => fired++);
+  s.set(5_000_000);
+  expect(s.now()).toBe(5_000_000);
+  expect(s.mono()).toBe(0);
+  expect(fired).toBe(0);
+  s.set(0); // and backwards
+  s.advance(100);
+  expect(fired).toBe(1);
+  expect(s.now()).toBe(100);
+  expect(s.mono()).toBe(100);
+});
