@@ -9,7 +9,6 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import type { Socket } from "bun";
 import { connect as netConnect, type Socket as NetSocket } from "node:net";
-import { ManualClock } from "../../src/control/clock";
 import { ManualScheduler } from "../../src/lib/scheduler";
 import { type ClientExchange, type Conn, type Http1Options, Http1Server } from "../../src/router/http1";
 
@@ -1564,7 +1563,7 @@ async function fromAddress(port: number, localAddress: string): Promise<{ sock: 
 
 describe("slow and greedy clients", () => {
   test("a body trickled one byte per idle period is cut at its deadline with 408 (body_timeout, then the minimum rate)", async () => {
-    const clock = new ManualClock(0);
+    const clock = new ManualScheduler(0);
     const s = serve(echo, { clock, idleTimeoutMs: 10_000, headTimeoutMs: 30_000, bodyTimeoutMs: 30_000, bodyMinRate: 1024 });
     const c = await Client.open(s.port);
     const head = "POST /slow HTTP/1.1\r\nHost: h\r\nContent-Length: 100\r\n\r\n";
@@ -1595,7 +1594,7 @@ describe("slow and greedy clients", () => {
   });
 
   test("a big body at a steady rate above bodyMinRate goes on past bodyTimeoutMs and is served", async () => {
-    const clock = new ManualClock(0);
+    const clock = new ManualScheduler(0);
     const s = serve((ex) => ex.respond(200, {}, String(ex.body.byteLength)), { clock, maxBodyBytes: 256 * 1024, idleTimeoutMs: 10_000, bodyTimeoutMs: 30_000, bodyMinRate: 1024 });
     const c = await Client.open(s.port);
     const total = 80 * 2048;
@@ -1617,7 +1616,7 @@ describe("slow and greedy clients", () => {
   });
 
   test("a head trickled one byte per idle period is cut at headTimeoutMs on the injected clock", async () => {
-    const clock = new ManualClock(0);
+    const clock = new ManualScheduler(0);
     const s = serve(echo, { clock, idleTimeoutMs: 10_000, headTimeoutMs: 30_000 });
     const c = await Client.open(s.port);
     const head = "GET / HTTP/1.1\r\nHost: h\r\nX-Slow: abcdefgh\r\n\r\n";
@@ -1643,7 +1642,7 @@ describe("slow and greedy clients", () => {
   // reached the server while the loop was busy must be read before its connection is judged
   // idle, though the late timer runs before the reads that queued up meanwhile.
   test("a keep-alive deadline counts from the answer, not from a sweep the loop was too busy to run since", async () => {
-    const clock = new ManualClock(0);
+    const clock = new ManualScheduler(0);
     const s = serve(echo, { clock, idleTimeoutMs: 10_000, headTimeoutMs: 30_000 });
     s.server.sweep();
     const c = await Client.open(s.port);
@@ -1667,7 +1666,7 @@ describe("slow and greedy clients", () => {
   });
 
   test("a request that arrives while another request's handler holds the event loop is answered, not dropped as idle by the sweep that runs first", async () => {
-    const clock = new ManualClock(0);
+    const clock = new ManualScheduler(0);
     let c: Client | undefined;
     // Short timeouts make the sweep timer (real time) run every 10 ms; the deadlines follow the manual clock.
     const s = serve(
