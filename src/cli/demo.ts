@@ -2,7 +2,7 @@
 // nodes running the built-in fake engine — with a demo catalog, so anyone can watch llmgw place,
 // start, fail, park and drain replicas on a laptop.
 
-import { readdirSync, readFileSync, rmSync } from "node:fs";
+import { readdirSync, readFileSync, rmSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { UsageError } from "../config/flags";
 import type { Command } from "./command";
@@ -33,7 +33,8 @@ export const command: Command = {
     for (const f of ["llmgw.db", "llmgw.db-wal", "llmgw.db-shm"]) rmSync(join(dataDir, f), { force: true });
     // A demo killed with SIGKILL could not stop its engines: stop what it left before taking its ports.
     const leftovers = stopLeftoverEngines(join(dataDir, "agents"));
-    if (leftovers > 0) process.stderr.write(`llmgw demo: stopped ${leftovers} fake engine(s) a previous demo left running\n`);
+    // Written at once (not queued on a pipe), so it is not lost if the demo is stopped right away.
+    if (leftovers > 0) writeSync(2, `llmgw demo: stopped ${leftovers} fake engine(s) a previous demo left running\n`);
     rmSync(join(dataDir, "agents"), { recursive: true, force: true });
     // Engines started from here exit by themselves if this process dies without stopping them.
     process.env.LLMGW_EXIT_WITH_PARENT = String(process.pid);
