@@ -296,8 +296,8 @@ class Conn {
       this.hHttp11 = minor === 49;
       at = eol + 2;
     }
-    // Header lines through the wire's tokenizer, names from a lower-cased copy.
-    if (at < n) this.hFields.lines(text, text.toLowerCase(), at);
+    // Header lines through the wire's tokenizer.
+    if (at < n) this.hFields.lines(text, at);
   }
 
   /** Body bytes from the chunked decoder, to the exchange it started for; false once that exchange is gone. */

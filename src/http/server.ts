@@ -575,7 +575,7 @@ export class Conn {
     const target = requestTarget(text, sp1, sp2);
     // Header lines, with the few that frame the request picked out on the way (wire.ts).
     const f = new HeaderFields("request", this.server.maxHeaders);
-    if (eol + 2 < text.length) f.lines(text, text.toLowerCase(), eol + 2);
+    if (eol + 2 < text.length) f.lines(text, eol + 2);
     const hosts = f.hosts;
     if (hosts > 1 || (!http10 && hosts === 0)) throw new Refusal(400, hosts > 1 ? "more than one Host header" : "HTTP/1.1 requests need a Host header", "bad_request");
     const headers = new RequestHeaders(f.names, f.values);
