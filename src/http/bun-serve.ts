@@ -6,7 +6,12 @@
 // deadlines (Bun's idle timeout only), Bun's own parser and limits instead of wire.ts's.
 
 import type { Server } from "bun";
-import { ClientExchange, type Conn, type HeaderBlock, type Http1Options, RequestHeaders } from "./server";
+import { ClientExchange, type Conn, type HeaderBlock, type Http1Options, Pieces, RequestHeaders } from "./server";
+
+/** Pieces as one array of their own: the Response may read it after the call. */
+function own<T extends string | Uint8Array | undefined>(b: T | Pieces): T | Uint8Array {
+  return b instanceof Pieces ? b.bytes() : b;
+}
 
 const EMPTY = new Uint8Array(0);
 
@@ -52,16 +57,18 @@ function bunExchange() {
       return this.address?.family === "IPv6" ? "IPv6" : "IPv4";
     }
 
-    override respond(status: number, headers: Record<string, string> | HeaderBlock, body: string | Uint8Array): void {
+    override respond(status: number, headers: Record<string, string> | HeaderBlock, bodyBytes: string | Uint8Array | Pieces): void {
       if (this.state !== 0 || this.aborted) return;
       this.state = 2;
       const bodiless = status === 204 || status === 304;
+      const body = own(bodyBytes);
       this.resolve(new Response(bodiless ? null : body, { status, headers: toHeaders(headers) }));
     }
 
-    override stream(status: number, headers: Record<string, string> | HeaderBlock, first?: Uint8Array): boolean {
+    override stream(status: number, headers: Record<string, string> | HeaderBlock, firstBytes?: Uint8Array | Pieces): boolean {
       if (this.state !== 0 || this.aborted) return false;
       this.state = 1;
+      const first = own(firstBytes);
       const stream = new ReadableStream<Uint8Array>({
         start: (c) => {
           this.ctrl = c;
@@ -74,13 +81,15 @@ function bunExchange() {
       return true;
     }
 
-    override write(chunk: Uint8Array): boolean {
+    override write(chunkBytes: Uint8Array | Pieces): boolean {
+      const chunk = own(chunkBytes);
       if (this.state !== 1 || this.aborted || chunk.byteLength === 0) return !this.aborted;
       this.ctrl!.enqueue(chunk);
       return (this.ctrl!.desiredSize ?? 1) > 0;
     }
 
-    override end(last?: Uint8Array): void {
+    override end(lastBytes?: Uint8Array | Pieces): void {
+      const last = own(lastBytes);
       if (this.state !== 1) return;
       this.state = 2;
       if (this.aborted) return;

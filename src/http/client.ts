@@ -50,6 +50,12 @@ export interface ExchangeHandler {
   onHead(head: UpstreamHead): void;
   /** Decoded body bytes. The view may be kept: every socket read arrives in a fresh buffer (Bun does not reuse them; the tests check). */
   onData(chunk: Uint8Array): void;
+  /**
+   * Decoded body bytes as d[a, b) of the socket read they came in; when given, called instead
+   * of onData, with no array made for them. d may be kept for as long as the range is needed
+   * (a fresh buffer per read, as for onData), and its other bytes are not the body's.
+   */
+  onBytes?(d: Uint8Array, a: number, b: number): void;
   /** The body is complete. */
   onEnd(): void;
   /** Called after each read from the socket whose bytes went to onData, unless the exchange ended: a place to flush once per read instead of once per chunk. */
@@ -230,7 +236,9 @@ class Conn {
         }
         case BODY_LENGTH: {
           const take = Math.min(this.remaining, n - p);
-          ex.handler.onData(part(data, p, p + take));
+          const h = ex.handler;
+          if (h.onBytes !== undefined) h.onBytes(data, p, p + take);
+          else h.onData(part(data, p, p + take));
           p += take;
           this.remaining -= take;
           if (this.ex !== ex) return;
@@ -240,9 +248,12 @@ class Conn {
           }
           return;
         }
-        case BODY_CLOSE:
-          ex.handler.onData(part(data, p, data.length));
+        case BODY_CLOSE: {
+          const h = ex.handler;
+          if (h.onBytes !== undefined) h.onBytes(data, p, data.length);
+          else h.onData(part(data, p, data.length));
           return;
+        }
         case CHUNKED: {
           const d = this.decoder!;
           const at = d.decode(data, p, this.emit);
@@ -285,15 +296,17 @@ class Conn {
       this.hHttp11 = minor === 49;
       at = eol + 2;
     }
-    // Header lines through the wire's tokenizer, names from a lower-cased copy.
-    if (at < n) this.hFields.lines(text, text.toLowerCase(), at);
+    // Header lines through the wire's tokenizer.
+    if (at < n) this.hFields.lines(text, at);
   }
 
   /** Body bytes from the chunked decoder, to the exchange it started for; false once that exchange is gone. */
   private readonly emit = (d: Uint8Array, a: number, b: number): boolean => {
     const ex = this.ex;
     if (ex === undefined) return false;
-    ex.handler.onData(part(d, a, b));
+    const h = ex.handler;
+    if (h.onBytes !== undefined) h.onBytes(d, a, b);
+    else h.onData(part(d, a, b));
     return this.ex === ex;
   };
 

@@ -46,13 +46,15 @@ import {
   join,
   latin1Bytes,
   latin1Slice,
+  latin1Write,
+  Pieces,
   WIRE_LIMITS,
   WireError,
 } from "./wire";
 
 import { listenOnBunServe } from "./bun-serve";
 
-export { type HeaderBlock, headerBlock } from "./wire";
+export { type HeaderBlock, headerBlock, Pieces } from "./wire";
 
 export interface Http1Options {
   hostname: string;
@@ -232,13 +234,13 @@ export class ClientExchange {
     return this.conn.socket.remoteFamily;
   }
 
-  /** The whole answer in one write. */
-  respond(status: number, headers: Record<string, string> | HeaderBlock, body: string | Uint8Array): void {
+  /** The whole answer in one write. A body given as Pieces is copied out during the call. */
+  respond(status: number, headers: Record<string, string> | HeaderBlock, body: string | Uint8Array | Pieces): void {
     if (this.state !== 0 || this.aborted) return;
     this.state = 2;
     const c = this.conn;
     const h = isBlock(headers) ? headers : headerBlock(headers);
-    const size = typeof body === "string" ? byteLength(body) : body.byteLength;
+    const size = typeof body === "string" ? byteLength(body) : body instanceof Pieces ? body.size : body.byteLength;
     // 204 and 304 carry no body and no Content-Length (RFC 9110 §8.6).
     const bodiless = status === 204 || status === 304;
     const tail = `${bodiless ? "" : `content-length: ${size}\r\n`}${c.keepAlive ? (this.http10 ? "connection: keep-alive\r\n" : "") : "connection: close\r\n"}\r\n`;
@@ -248,15 +250,20 @@ export class ClientExchange {
     // All of it ASCII but the header values, whose size the block knows.
     const headBytes = line.length + d.length + h.bytes + tail.length;
     // One write: a string is encoded by the socket itself, with no buffer of ours in between.
-    if (h.latin1 === true) c.write(latin1Bytes(head, this.method === "HEAD" || size === 0 || bodiless ? undefined : typeof body === "string" ? enc.encode(body) : body));
+    if (body instanceof Pieces) {
+      if (this.method === "HEAD" || size === 0 || bodiless) {
+        if (h.latin1 === true) c.write(latin1Bytes(head));
+        else c.writeString(head, headBytes);
+      } else c.write(piecesWithHead(head, headBytes, h.latin1 === true, body));
+    } else if (h.latin1 === true) c.write(latin1Bytes(head, this.method === "HEAD" || size === 0 || bodiless ? undefined : typeof body === "string" ? enc.encode(body) : body));
     else if (this.method === "HEAD" || size === 0 || bodiless) c.writeString(head, headBytes);
     else if (typeof body === "string") c.writeString(head + body, headBytes + size);
     else c.write(withHead(head, body, undefined, headBytes));
     c.done(this);
   }
 
-  /** Starts a streamed answer (chunked; close-delimited for HTTP/1.0), optionally with its first bytes. */
-  stream(status: number, headers: Record<string, string> | HeaderBlock, first?: Uint8Array): boolean {
+  /** Starts a streamed answer (chunked; close-delimited for HTTP/1.0), optionally with its first bytes (Pieces: copied out during the call). */
+  stream(status: number, headers: Record<string, string> | HeaderBlock, firstBytes?: Uint8Array | Pieces): boolean {
     if (this.state !== 0 || this.aborted) return false;
     this.state = 1;
     const c = this.conn;
@@ -271,6 +278,12 @@ export class ClientExchange {
     const head = line + d + h.text + tail;
     // As in respond(): only the header values may be other than ASCII, and the block knows their size.
     const headBytes = line.length + d.length + h.bytes + tail.length;
+    if (firstBytes instanceof Pieces && firstBytes.size > 0 && this.chunked) {
+      // The common case of a stream: head, first chunk and its framing copied into one buffer.
+      const sizeLine = `${firstBytes.size.toString(16)}\r\n`;
+      return c.write(piecesWithHead(head + sizeLine, headBytes + sizeLine.length, h.latin1 === true, firstBytes, CRLF));
+    }
+    const first = firstBytes instanceof Pieces ? (firstBytes.size > 0 ? firstBytes.bytes() : undefined) : firstBytes;
     if (h.latin1 === true) {
       if (first === undefined || first.byteLength === 0) return c.write(latin1Bytes(head));
       return c.write(this.chunked ? latin1Bytes(`${head}${first.byteLength.toString(16)}\r\n`, first, CRLF) : latin1Bytes(head, first));
@@ -281,16 +294,30 @@ export class ClientExchange {
     return c.write(withHead(head + size, first, CRLF, headBytes + size.length));
   }
 
-  /** More of a streamed answer; false when it did not all go out yet (wait for onDrain). */
-  write(chunk: Uint8Array): boolean {
+  /** More of a streamed answer (Pieces: copied out during the call); false when it did not all go out yet (wait for onDrain). */
+  write(chunk: Uint8Array | Pieces): boolean {
+    if (chunk instanceof Pieces) {
+      if (this.state !== 1 || this.aborted || chunk.size === 0) return !this.aborted;
+      if (!this.chunked) return this.conn.write(chunk.bytes());
+      const sizeLine = `${chunk.size.toString(16)}\r\n`;
+      return this.conn.write(piecesWithHead(sizeLine, sizeLine.length, false, chunk, CRLF));
+    }
     if (this.state !== 1 || this.aborted || chunk.byteLength === 0) return !this.aborted;
     return this.conn.write(this.chunked ? frame(chunk) : chunk);
   }
 
-  /** Ends a streamed answer, with its last bytes if given; the connection goes on to the next request once it is sent. */
-  end(last?: Uint8Array): void {
+  /** Ends a streamed answer, with its last bytes if given (Pieces: copied out during the call); the connection goes on to the next request once it is sent. */
+  end(lastBytes?: Uint8Array | Pieces): void {
     if (this.state !== 1) return;
     this.state = 2;
+    if (lastBytes instanceof Pieces && lastBytes.size > 0 && this.chunked && !this.aborted) {
+      // The last bytes, their framing and the end of the body in one buffer, one write.
+      const sizeLine = `${lastBytes.size.toString(16)}\r\n`;
+      this.conn.write(piecesWithHead(sizeLine, sizeLine.length, false, lastBytes, CRLF_LAST));
+      this.conn.done(this);
+      return;
+    }
+    const last = lastBytes instanceof Pieces ? (lastBytes.size > 0 ? lastBytes.bytes() : undefined) : lastBytes;
     if (!this.aborted) {
       const more = last !== undefined && last.byteLength > 0;
       // The last bytes and the end of the body in one write.
@@ -321,6 +348,19 @@ export class ClientExchange {
     this.onAbort = undefined;
     f?.();
   }
+}
+
+/**
+ * `head` (`headBytes` long: ASCII, or latin1 text when `latin1`), then the pieces, then `tail`,
+ * in one buffer of exactly that size.
+ */
+function piecesWithHead(head: string, headBytes: number, latin1: boolean, p: Pieces, tail?: Uint8Array): Uint8Array {
+  const out = new Uint8Array(headBytes + p.size + (tail === undefined ? 0 : tail.byteLength));
+  if (latin1) latin1Write.call(out, head, 0);
+  else enc.encodeInto(head, out);
+  const at = p.copyTo(out, headBytes);
+  if (tail !== undefined) out.set(tail, at);
+  return out;
 }
 
 /** A chunk of a chunked body in one buffer. */
@@ -535,7 +575,7 @@ export class Conn {
     const target = requestTarget(text, sp1, sp2);
     // Header lines, with the few that frame the request picked out on the way (wire.ts).
     const f = new HeaderFields("request", this.server.maxHeaders);
-    if (eol + 2 < text.length) f.lines(text, text.toLowerCase(), eol + 2);
+    if (eol + 2 < text.length) f.lines(text, eol + 2);
     const hosts = f.hosts;
     if (hosts > 1 || (!http10 && hosts === 0)) throw new Refusal(400, hosts > 1 ? "more than one Host header" : "HTTP/1.1 requests need a Host header", "bad_request");
     const headers = new RequestHeaders(f.names, f.values);

@@ -177,6 +177,36 @@ export function byteLength(s: string): number {
 // ---- the header tokenizer
 
 /**
+ * Header names seen on every request or answer, lower-case. A name that is one of them (in any
+ * case) is read as this very string: no lower-cased copy of the head, no slice per name, and
+ * the framing checks compare equal strings.
+ */
+const KNOWN_NAMES = [
+  "host", "date", "accept", "server", "expect", "connection", "user-agent", "keep-alive", "traceparent", "tracestate",
+  "content-type", "x-request-id", "authorization", "cache-control", "content-length", "accept-encoding", "transfer-encoding",
+];
+const NAMES_BY_LENGTH: string[][] = [];
+for (const n of KNOWN_NAMES) (NAMES_BY_LENGTH[n.length] ??= []).push(n);
+
+/** s[from, to), a token, lower-case: one of KNOWN_NAMES when it is one. */
+function headerName(s: string, from: number, to: number): string {
+  const known = NAMES_BY_LENGTH[to - from];
+  if (known !== undefined) {
+    for (let k = 0; k < known.length; k++) {
+      const n = known[k]!;
+      let i = 0;
+      for (; i < n.length; i++) {
+        let c = s.charCodeAt(from + i);
+        if (c >= 65 && c <= 90) c += 32;
+        if (c !== n.charCodeAt(i)) break;
+      }
+      if (i === n.length) return n;
+    }
+  }
+  return s.slice(from, to).toLowerCase();
+}
+
+/**
  * Header lines as one side reads them: names lower-case, values trimmed, in order, with the
  * few that frame a message picked out on the way. A head may be fed in several pieces of whole
  * lines (the client parses lines as they arrive); the fields add up.
@@ -199,10 +229,9 @@ export class HeaderFields {
 
   /**
    * Tokenizes the header lines text[at, end of text): CRLF-separated, already checked for
-   * controls and bare CR/LF (BAD_HEAD_BYTE). `lower` is text lower-cased (one conversion for
-   * the whole head, not one per name).
+   * controls and bare CR/LF (BAD_HEAD_BYTE).
    */
-  lines(text: string, lower: string, at: number): void {
+  lines(text: string, at: number): void {
     const n = text.length;
     const names = this.names;
     const values = this.values;
@@ -215,7 +244,7 @@ export class HeaderFields {
       if (colon <= at || colon > end) throw new WireError(400, "malformed header line", "bad_request");
       if (!isToken(text, at, colon)) throw new WireError(400, `malformed header name ${JSON.stringify(text.slice(at, Math.min(colon, at + 40)))}`, "bad_request");
       if (names.length === this.maxHeaders) throw new WireError(431, `more than ${this.maxHeaders} header lines`, "request_header_fields_too_large");
-      const name = lower.slice(at, colon);
+      const name = headerName(text, at, colon);
       const value = trimOws(text, colon + 1, end);
       at = end + 2;
       // Only names of these lengths can be one of the framing headers.
@@ -431,5 +460,60 @@ export class ChunkedDecoder {
   private addOverhead(n: number): void {
     this.overhead += n;
     if (this.overhead > this.maxOverhead) throw new WireError(400, `chunk extensions and trailers of the ${this.side} body are over ${this.maxOverhead} bytes`, "bad_request");
+  }
+}
+
+// ---- body pieces
+
+/** Buffer's native copy, called on a plain Uint8Array: no view of the source is made (a first view of a fresh socket read costs more than the copy). */
+const copyRange = Buffer.prototype.copy as unknown as (this: Uint8Array, target: Uint8Array, targetStart: number, sourceStart: number, sourceEnd: number) => number;
+
+/**
+ * Body bytes as ranges of the arrays they arrived in, gathered to go out in one buffer: the
+ * engine client hands the router ranges of its socket reads (each read is an array of its own,
+ * kept as long as a range of it is), and the server copies them straight into the buffer it
+ * writes, framing included. One allocation and one copy per write, where slicing each chunk,
+ * joining the slices and framing the join made one per chunk and three copies.
+ */
+export class Pieces {
+  private readonly bufs: Uint8Array[] = [];
+  /** Start and end of each range, in pairs. */
+  private readonly ends: number[] = [];
+  /** Bytes in all. */
+  size = 0;
+
+  /** Ranges held. */
+  get count(): number {
+    return this.bufs.length;
+  }
+
+  /** Adds d[a, b) (nothing when empty). */
+  add(d: Uint8Array, a: number, b: number): void {
+    if (b <= a) return;
+    this.bufs.push(d);
+    this.ends.push(a, b);
+    this.size += b - a;
+  }
+
+  clear(): void {
+    this.bufs.length = 0;
+    this.ends.length = 0;
+    this.size = 0;
+  }
+
+  /** Copies the bytes into out from `at`; returns where they end. */
+  copyTo(out: Uint8Array, at: number): number {
+    const bufs = this.bufs;
+    const ends = this.ends;
+    for (let i = 0; i < bufs.length; i++) at += copyRange.call(bufs[i]!, out, at, ends[2 * i]!, ends[2 * i + 1]!);
+    return at;
+  }
+
+  /** The bytes in one array (a whole read as it is). */
+  bytes(): Uint8Array {
+    if (this.bufs.length === 1 && this.ends[0] === 0 && this.ends[1] === this.bufs[0]!.byteLength) return this.bufs[0]!;
+    const out = new Uint8Array(this.size);
+    this.copyTo(out, 0);
+    return out;
   }
 }

@@ -28,11 +28,10 @@ import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink,
 import { Balancer, type Lease } from "./balancer";
 import { EngineMetricsPoller } from "./engine-metrics";
 import { type Reply, jsonReply, openAIError, openAIErrorBody, sseErrorFrame } from "./errors";
-import { type ClientExchange, type HeaderBlock, Http1Server, type Http1Options, type RequestHeaders } from "./http1";
+import { type ClientExchange, type HeaderBlock, Http1Server, type Http1Options, Pieces, type RequestHeaders } from "./http1";
 import { prefixKey } from "./prefix-key";
 import { Counter, type CounterSeries, Gauge, Histogram, type HistogramSeries, Registry } from "./prom";
 import { type Exchange, type ExchangeHandler, type ExtraHeaders, type UpstreamHead, UpstreamError, type UpstreamOptions, UpstreamPool } from "./upstream";
-import { concat } from "./bytes";
 
 /**
  * The router's settings, all required: their defaults live once, in the config schema
@@ -674,7 +673,8 @@ class Attempt implements ExchangeHandler, Watch {
   private headers: HeaderBlock | undefined;
   /** "buffer": whole small body, one write. "stream": passed on as it comes. "retry": a status to retry on; its body is kept for the message. */
   private mode: "buffer" | "stream" | "retry" = "stream";
-  private parts: Uint8Array[] = [];
+  /** Body bytes not yet written, as ranges of the engine's socket reads (copied once, into the write to the client). */
+  private readonly parts = new Pieces();
   private sse = false;
   /** A write is waiting for the client to take more: the engine's socket is paused. */
   private blocked = false;
@@ -758,7 +758,15 @@ class Attempt implements ExchangeHandler, Watch {
 
   onData(chunk: Uint8Array): void {
     try {
-      this.dataIn(chunk);
+      this.dataIn(chunk, 0, chunk.byteLength);
+    } catch (e) {
+      this.crash(e);
+    }
+  }
+
+  onBytes(d: Uint8Array, a: number, b: number): void {
+    try {
+      this.dataIn(d, a, b);
     } catch (e) {
       this.crash(e);
     }
@@ -818,17 +826,18 @@ class Attempt implements ExchangeHandler, Watch {
     this.mode = !this.stream && len >= 0 && len <= BUFFER_LIMIT ? "buffer" : "stream";
   }
 
-  private dataIn(chunk: Uint8Array): void {
+  /** Body bytes d[a, b). */
+  private dataIn(d: Uint8Array, a: number, b: number): void {
     // Small and whole (or a retry's message): kept until the end. Dying mid-body is still
     // before the client saw a byte, so it is retried like a refused connection.
-    // Views are kept, not copied: each socket read arrives in a fresh buffer (upstream.ts).
+    // Ranges of the reads are kept, not copied: each socket read arrives in a fresh buffer (upstream.ts).
     if (this.mode !== "stream") {
-      if (this.mode === "buffer" || this.parts.length < 4) this.parts.push(chunk);
+      if (this.mode === "buffer" || this.parts.count < 4) this.parts.add(d, a, b);
       return;
     }
     // Chunks of one read are gathered and written together at its end (onReadEnd): one write
     // per read from the engine, however many chunks it held.
-    this.parts.push(chunk);
+    this.parts.add(d, a, b);
     if (!this.settled) {
       this.settled = true;
       this.m.ttfb.observe((this.r.scheduler.mono() - this.t0) / 1000);
@@ -836,7 +845,7 @@ class Attempt implements ExchangeHandler, Watch {
   }
 
   private readEnd(): void {
-    if (this.released || this.parts.length === 0) return;
+    if (this.released || this.parts.count === 0) return;
     this.deadline = this.r.clock + this.r.idleTimeoutMs;
     this.drain();
   }
@@ -844,17 +853,17 @@ class Attempt implements ExchangeHandler, Watch {
   /** Writes what the engine sent since the last write (with the head, the first time). */
   private drain(): void {
     const parts = this.parts;
-    const data = parts.length === 0 ? undefined : concat(parts);
-    // Emptied in place: a new array per read would be garbage at every read of every stream.
-    parts.length = 0;
     let ok: boolean;
+    // The server copies the pieces into its write; then they are emptied in place (a new
+    // list per read would be garbage at every read of every stream).
     if (!this.started) {
       this.started = true;
-      ok = this.ex.stream(this.status, this.headers!, data);
+      ok = this.ex.stream(this.status, this.headers!, parts);
     } else {
-      if (data === undefined) return;
-      ok = this.ex.write(data);
+      if (parts.size === 0) return;
+      ok = this.ex.write(parts);
     }
+    parts.clear();
     if (ok || this.ex.aborted || this.blocked) return;
     // The client is not taking it as fast as the engine sends: stop reading from the engine
     // until it has (backpressure).
@@ -868,7 +877,7 @@ class Attempt implements ExchangeHandler, Watch {
 
   private end(): void {
     if (this.mode === "retry") {
-      const text = dec.decode(concat(this.parts)).slice(0, 200);
+      const text = dec.decode(this.parts.bytes()).slice(0, 200);
       const kind = this.status === 429 ? "busy" : `http_${this.status}`;
       // A busy engine is healthy; a 5xx one is passed over for a while.
       this.fail(kind, `replica ${this.lease.endpoint.id} answered ${this.status}${text ? `: ${text}` : ""}`, this.status !== 429);
@@ -879,9 +888,10 @@ class Attempt implements ExchangeHandler, Watch {
       this.m.ttfb.observe((now - this.t0) / 1000);
       this.settled = true;
       const ex = this.ex;
-      const body = concat(this.parts);
       this.finish(this.status, now);
-      ex.respond(this.status, this.headers!, body);
+      // Head and body copied into one write, the body straight from the engine's read.
+      ex.respond(this.status, this.headers!, this.parts);
+      this.parts.clear();
       return;
     }
     if (!this.settled) {
@@ -890,12 +900,11 @@ class Attempt implements ExchangeHandler, Watch {
       this.m.ttfb.observe((this.r.scheduler.mono() - this.t0) / 1000);
     }
     const ex = this.ex;
-    const data = concat(this.parts);
-    this.parts.length = 0;
     this.finish(this.status);
     // The whole answer came in one read: it goes out whole, in one write.
-    if (!this.started) ex.respond(this.status, this.headers!, data);
-    else ex.end(data);
+    if (!this.started) ex.respond(this.status, this.headers!, this.parts);
+    else ex.end(this.parts);
+    this.parts.clear();
   }
 
   private error(err: UpstreamError, _received: boolean): void {
@@ -925,7 +934,8 @@ class Attempt implements ExchangeHandler, Watch {
     if (this.why !== "idle") this.r.balancer.cooldown(ep.id, this.r.cooldownMs);
     this.finish(502);
     if (this.sse) {
-      this.parts.push(enc.encode(sseErrorFrame(what)));
+      const frame = enc.encode(sseErrorFrame(what));
+      this.parts.add(frame, 0, frame.byteLength);
       this.drain();
       this.ex.end();
     } else {

@@ -5,6 +5,7 @@
 
 import { readFileSync } from "node:fs";
 import type { Subprocess } from "bun";
+import { ROUTER_DEFAULTS } from "../../helpers/router-settings";
 
 export const ROOT = new URL("../../../", import.meta.url).pathname.replace(/\/$/, "");
 export const BUN = process.execPath;
@@ -213,12 +214,16 @@ export function fakeEngineProc(
   );
 }
 
-/** Starts test/bench/lib/router-main.ts in front of the given engine URLs, Bun's fetch limit lifted. */
+/**
+ * Starts test/bench/lib/router-main.ts in front of the given engine URLs, Bun's fetch limit
+ * lifted, with the config schema's router settings (read here, so the router's process need
+ * not load the app to get them).
+ */
 export function routerProc(name: string, model: string, engineUrls: string[], o: SpawnOptions & { metricsIntervalMs?: number; extraArgs?: string[] } = {}): Promise<Child> {
   const endpoints = engineUrls.map((url, i) => ({ id: `e${i}`, url, models: [model], engine: "vllm", pool: "default", weight: 1, priority: 0 }));
   return spawnChild(name, [BUN, "test/bench/lib/router-main.ts", "--port", "0", "--model", model, "--metrics-ms", String(o.metricsIntervalMs ?? 1000), ...(o.extraArgs ?? [])], {
     ...o,
-    env: { LLMGW_BENCH_ENDPOINTS: JSON.stringify(endpoints), ...o.env },
+    env: { LLMGW_BENCH_ENDPOINTS: JSON.stringify(endpoints), LLMGW_BENCH_ROUTER_SETTINGS: JSON.stringify(ROUTER_DEFAULTS), ...o.env },
   });
 }
 

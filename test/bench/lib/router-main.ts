@@ -8,10 +8,19 @@
 // --gc-ms forces a full collection every N ms: a diagnostic, to tell garbage from live memory.
 // LLMGW_HTTP_SERVER=bun runs the router's listener on Bun.serve instead of its own server
 // (src/http/bun-serve.ts): test/bench/proxy.ts measures both.
+// The router's settings are the config schema's defaults (test/helpers/router-settings.ts).
+// routerProc() reads them in the bench's own process and passes them in
+// LLMGW_BENCH_ROUTER_SETTINGS, so this process loads the router and nothing else: reading them
+// here would load the whole app (src/app/head.ts: store, control plane, API; 345 modules,
+// some 25 MB more resident), and a bench of the proxy path would carry its garbage collection
+// and page faults. Without the variable (a bench starting this file by hand) they are read here.
 
-import { Router } from "../../../src/router/router";
+import { Router, type RouterOptions } from "../../../src/router/router";
 import type { EndpointInfo } from "../../../src/protocol/routing";
-import { ROUTER_DEFAULTS } from "../../helpers/router-settings";
+
+type Settings = Pick<RouterOptions, "maxBodyBytes" | "maxAttempts" | "firstByteTimeoutMs" | "idleTimeoutMs" | "coldStartTimeoutMs" | "cooldownMs">;
+const given = process.env.LLMGW_BENCH_ROUTER_SETTINGS;
+const settings: Settings = given ? (JSON.parse(given) as Settings) : (await import("../../helpers/router-settings")).ROUTER_DEFAULTS;
 
 const args = process.argv.slice(2);
 // The last occurrence wins, so a caller can append flags to override earlier ones.
@@ -39,7 +48,7 @@ const endpoints: EndpointInfo[] = (JSON.parse(raw) as Partial<EndpointInfo>[]).m
   ...(e.key !== undefined ? { key: e.key } : {}),
 }));
 
-const router = new Router({ ...ROUTER_DEFAULTS, host: "127.0.0.1", port, metricsIntervalMs });
+const router = new Router({ ...settings, host: "127.0.0.1", port, metricsIntervalMs });
 router.setCatalog([{ name: model, aliases: [], on_demand: false, pool: "default", created: 0 }]);
 router.setEndpoints(endpoints);
 const { url } = router.start();
