@@ -18,7 +18,7 @@ import { Controller } from "../control/controller";
 import { hostPort, isLoopbackHost } from "../lib/net";
 import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
 import type { RouterExposure } from "../protocol/views";
-import { Http1Server } from "../router/http1";
+import { Http1Server } from "../http/server";
 import { Router, type RouterOptions } from "../router/router";
 import { Store } from "../store";
 import { StoreUnavailableError } from "../control/errors";

@@ -16,7 +16,7 @@ export interface ListenerCaps {
   admin: Caps;
 }
 
-/** Shed connections whose 503 is still going out, at most, per listener (http1.ts MAX_LINGERING). */
+/** Shed connections whose 503 is still going out, at most, per listener (src/http/server.ts MAX_LINGERING). */
 const LINGERING = 16;
 
 /**

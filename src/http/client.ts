@@ -4,7 +4,7 @@
 // thread, caps concurrent requests (BUN_CONFIG_MAX_HTTP_REQUESTS) and builds Response and
 // Headers objects for every answer; test/bench/proxy.ts measured a Bun.serve proxy at 0.59 of
 // nginx's throughput with fetch and 0.74 with a client like this one. (The router's listener
-// is its own too, http1.ts, for the same reason.)
+// is its own too, server.ts, for the same reason.)
 //
 // Deliberately small: the router sends POSTs (and nothing else) to engines. It writes a request
 // in one go, and parses the answer as it arrives: the status line, the headers the router

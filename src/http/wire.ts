@@ -1,7 +1,6 @@
 // The HTTP/1.1 wire, both directions. The router's public listener and the admin/agent listener
-// (server.ts, re-exported as src/router/http1.ts) and the router's client to engines
-// (client.ts, re-exported as src/router/upstream.ts) parse and render messages with the pieces
-// in this file and nothing else: one tokenizer for header lines, one chunked-body decoder, one
+// (server.ts) and the router's client to engines (client.ts) parse and render messages with the
+// pieces in this file and nothing else: one tokenizer for header lines, one chunked-body decoder, one
 // header renderer, one set of limits. So both directions are exactly as strict, and one table of
 // cases (test/unit/wire-cases.test.ts) runs against both.
 //

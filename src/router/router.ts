@@ -14,8 +14,8 @@
 // This file, the router: it keeps the endpoint table the control plane publishes, answers which
 // replicas anyone wants, picks a replica per request through the balancer, and proxies the
 // request with streaming, retries before the first byte, timeouts and clean cancellation.
-// Engines are reached through the router's own keep-alive HTTP/1.1 client (upstream.ts), not
-// fetch, and clients through its own HTTP/1.1 server (http1.ts), not Bun.serve, with a
+// Engines are reached through the router's own keep-alive HTTP/1.1 client (src/http/client.ts), not
+// fetch, and clients through its own HTTP/1.1 server (src/http/server.ts), not Bun.serve, with a
 // hand-written dispatch: this is the hot path, and Request/Response objects and framework
 // routing cost throughput. For the same reason the hot path reads no clock for its deadlines:
 // they are set from `clock`, a coarse monotonic time that one sweep (a scheduler.every timer)
@@ -28,10 +28,10 @@ import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink,
 import { Balancer, type Lease } from "./balancer";
 import { EngineMetricsPoller } from "./engine-metrics";
 import { type Reply, jsonReply, openAIError, openAIErrorBody, sseErrorFrame } from "./errors";
-import { type ClientExchange, type HeaderBlock, Http1Server, type Http1Options, Pieces, type RequestHeaders } from "./http1";
+import { type ClientExchange, type HeaderBlock, Http1Server, type Http1Options, Pieces, type RequestHeaders } from "../http/server";
 import { prefixKey } from "./prefix-key";
 import { Counter, type CounterSeries, Gauge, Histogram, type HistogramSeries, Registry } from "./prom";
-import { type Exchange, type ExchangeHandler, type ExtraHeaders, type UpstreamHead, UpstreamError, type UpstreamOptions, UpstreamPool } from "./upstream";
+import { type Exchange, type ExchangeHandler, type ExtraHeaders, type UpstreamHead, UpstreamError, type UpstreamOptions, UpstreamPool } from "../http/client";
 
 /**
  * The router's settings, all required: their defaults live once, in the config schema
@@ -830,7 +830,7 @@ class Attempt implements ExchangeHandler, Watch {
   private dataIn(d: Uint8Array, a: number, b: number): void {
     // Small and whole (or a retry's message): kept until the end. Dying mid-body is still
     // before the client saw a byte, so it is retried like a refused connection.
-    // Ranges of the reads are kept, not copied: each socket read arrives in a fresh buffer (upstream.ts).
+    // Ranges of the reads are kept, not copied: each socket read arrives in a fresh buffer (src/http/client.ts).
     if (this.mode !== "stream") {
       if (this.mode === "buffer" || this.parts.count < 4) this.parts.add(d, a, b);
       return;
@@ -972,7 +972,7 @@ class Attempt implements ExchangeHandler, Watch {
 }
 
 /**
- * Answer headers made of an engine's header values: latin1 text (as upstream.ts read them), so
+ * Answer headers made of an engine's header values: latin1 text (as the client read them), so
  * a value with bytes >= 0x80 goes out as those bytes, not as their UTF-8 encoding.
  */
 function block(text: string): HeaderBlock {

@@ -8,7 +8,7 @@
 // and a Bun.serve proxy whose upstream client is a hand-rolled HTTP/1.1 over Bun.connect
 // (lib/raw-proxy.ts: Bun without fetch, the floor of any Bun.serve proxy: one socket write
 // each way and none of the router's work; llmgw's router has its own server on Bun.listen
-// instead, src/router/http1.ts, and beats it). Every proxy and the engine share core 1. Two
+// instead, src/http/server.ts, and beats it). Every proxy and the engine share core 1. Two
 // workloads: (a) small non-streamed answers (4 tokens), (b) streamed answers of 20 tokens (22 SSE
 // events; at token delay 0 the fake engine writes them in one write). Prints req/s, latency, the
 // CPU each process spent per request, the share of core 1 other people's processes took meanwhile

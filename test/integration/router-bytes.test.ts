@@ -8,7 +8,7 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { Router, type RouterOptions, INFERENCE_PATHS } from "../../src/router/router";
 import type { CatalogEntry, EndpointInfo } from "../../src/protocol/routing";
-import { TCHAR } from "../../src/router/bytes";
+import { TCHAR } from "../../src/http/wire";
 import { MALFORMED, type RawEngine, chatRequest, engineAnswer, rawEngine, rawRequest } from "../helpers/raw-http";
 import { until } from "../helpers/until";
 import { createHash } from "node:crypto";

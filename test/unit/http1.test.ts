@@ -1,4 +1,4 @@
-// The router's public HTTP/1.1 server (src/router/http1.ts) against real clients on 127.0.0.1:
+// The router's public HTTP/1.1 server (src/http/server.ts) against real clients on 127.0.0.1:
 // raw TCP sockets that send exactly the bytes a test needs (split anywhere, pipelined, broken,
 // slow) and read back every byte the server sends, and `fetch` for the ordinary cases. Checks
 // framing, keep-alive, pipelining, chunked bodies, the request-smuggling refusals, limits,
@@ -10,7 +10,7 @@ import { afterEach, describe, expect, test } from "bun:test";
 import type { Socket } from "bun";
 import { connect as netConnect, type Socket as NetSocket } from "node:net";
 import { ManualScheduler } from "../../src/lib/scheduler";
-import { type ClientExchange, type Conn, type Http1Options, Http1Server } from "../../src/router/http1";
+import { type ClientExchange, type Conn, type Http1Options, Http1Server } from "../../src/http/server";
 
 const cleanups: (() => unknown)[] = [];
 afterEach(async () => {

@@ -7,7 +7,7 @@ import { Hono } from "hono";
 import { getConnInfo } from "hono/bun";
 import { connect } from "node:net";
 import { serveApp } from "../../src/api/listener";
-import { Http1Server } from "../../src/router/http1";
+import { Http1Server } from "../../src/http/server";
 
 const cleanups: (() => unknown)[] = [];
 afterEach(async () => {

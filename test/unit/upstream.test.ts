@@ -1,4 +1,4 @@
-// The router's HTTP/1.1 client (src/router/upstream.ts) against real servers on 127.0.0.1:
+// The router's HTTP/1.1 client (src/http/client.ts) against real servers on 127.0.0.1:
 // Bun.serve for the ordinary cases, and raw Bun.listen servers that send exactly the bytes a
 // test needs — split anywhere, chunked with extensions and trailers, close-delimited, broken —
 // for the parser's edge cases. Checks keep-alive reuse, the stale-socket retry, backpressure,
@@ -6,7 +6,7 @@
 
 import { afterEach, describe, expect, test } from "bun:test";
 import type { Socket, TCPSocketListener } from "bun";
-import { type ExchangeHandler, type UpstreamHead, UpstreamError, UpstreamPool } from "../../src/router/upstream";
+import { type ExchangeHandler, type UpstreamHead, UpstreamError, UpstreamPool } from "../../src/http/client";
 import { ManualScheduler } from "../../src/lib/scheduler";
 import { rawEngine } from "../helpers/raw-http";
 import { until } from "../helpers/until";
