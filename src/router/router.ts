@@ -9,7 +9,7 @@
 // Imports: src/protocol (those contracts) and src/lib (scheduler, hash, net, format) only,
 // besides its own files. Never src/control, never src/store, nor api, app, cli, agent or sim
 // (test/unit/architecture.test.ts holds it to that). Time comes only from the injected
-// Scheduler: no file here calls setTimeout, setInterval, Date.now() or performance.now().
+// Scheduler: no file here reads a clock or sets a timer of its own.
 //
 // This file, the router: it keeps the endpoint table the control plane publishes, answers which
 // replicas anyone wants, picks a replica per request through the balancer, and proxies the

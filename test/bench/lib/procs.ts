@@ -269,25 +269,7 @@ http {
   const child = await spawnChild(name, ["nginx", "-c", `${dir}/nginx.conf`, "-p", dir], { ...o, waitUrl: false });
   child.url = `http://127.0.0.1:${port}`;
   // nginx prints nothing when it is up: poll until it answers.
-  const deadline = Date.now() + 10_000;
-  for (;;) {
-    try {
-      const r = await fetch(`${child.url}/health`);
-      await r.arrayBuffer();
-      break;
-    } catch {
-      if (Date.now() > deadline) {
-        await child.kill();
-        throw new Error(`nginx did not come up on ${child.url}: ${await Bun.file(`${dir}/error.log`).text().catch(() => "")}${child.stderr()}`);
-      }
-      await Bun.sleep(50);
-    }
-  }
-  const kill = child.kill;
-  child.kill = async () => {
-    await kill();
-    await Bun.$`rm -rf ${dir}`.quiet().nothrow();
-  };
+  await answeringOrKilled(child, dir, async () => `nginx did not come up on ${child.url}: ${await Bun.file(`${dir}/error.log`).text().catch(() => "")}${child.stderr()}`);
   return Object.assign(child, { dir });
 }
 
@@ -320,6 +302,15 @@ backend engine
   await Bun.write(`${dir}/haproxy.cfg`, conf);
   const child = await spawnChild(name, ["haproxy", "-db", "-f", `${dir}/haproxy.cfg`], { ...o, waitUrl: false });
   child.url = `http://127.0.0.1:${port}`;
+  await answeringOrKilled(child, dir, async () => `haproxy did not come up on ${child.url}: ${child.stderr()}`);
+  return Object.assign(child, { dir });
+}
+
+/**
+ * Polls a proxy that prints nothing when it is up until its /health answers (10 s at most: then
+ * kills it and throws why()), and makes its kill() remove its scratch dir too.
+ */
+async function answeringOrKilled(child: Child, dir: string, why: () => Promise<string>): Promise<void> {
   const deadline = Date.now() + 10_000;
   for (;;) {
     try {
@@ -329,7 +320,7 @@ backend engine
     } catch {
       if (Date.now() > deadline) {
         await child.kill();
-        throw new Error(`haproxy did not come up on ${child.url}: ${child.stderr()}`);
+        throw new Error(await why());
       }
       await Bun.sleep(50);
     }
@@ -339,7 +330,6 @@ backend engine
     await kill();
     await Bun.$`rm -rf ${dir}`.quiet().nothrow();
   };
-  return Object.assign(child, { dir });
 }
 
 /** VmRSS of a process in KiB, or -1 once it is gone. */
