@@ -31,7 +31,7 @@ import { type Reply, jsonReply, openAIError, openAIErrorBody, sseErrorFrame } fr
 import { type ClientExchange, type HeaderBlock, Http1Server, type Http1Options, Pieces, type RequestHeaders } from "../http/server";
 import { prefixKey } from "./prefix-key";
 import { Counter, type CounterSeries, Gauge, Histogram, type HistogramSeries, Registry } from "./prom";
-import { type Exchange, type ExchangeHandler, type ExtraHeaders, type UpstreamHead, UpstreamError, type UpstreamOptions, UpstreamPool } from "../http/client";
+import { type Exchange, type ExchangeHandler, type ExtraHeaders, type UpstreamHead, UpstreamError, UpstreamPool } from "../http/client";
 
 /**
  * The router's settings, all required: their defaults live once, in the config schema
@@ -179,10 +179,8 @@ export class Router implements EndpointSink, UsageSource {
     const scheduler = opts.scheduler ?? realScheduler;
     this.scheduler = scheduler;
     this.clock = scheduler.mono();
-    // The pool takes the same scheduler (the option is the wire module's; until it has it, the
-    // pool keeps its own clock).
-    const pool: UpstreamOptions & { scheduler: Scheduler } = { scheduler };
-    this.upstream = new UpstreamPool(pool);
+    // The engine pool and the listener (start()) run on the same scheduler.
+    this.upstream = new UpstreamPool({ scheduler });
     this.o = {
       now: () => scheduler.now(),
       metricsIntervalMs: 1_000,
@@ -249,8 +247,7 @@ export class Router implements EndpointSink, UsageSource {
   // ---- serving ------------------------------------------------------------------------
 
   start(): { url: string; port: number } {
-    // The listener takes the router's scheduler too (the wire module's option, as for the pool).
-    const listen: Http1Options & { scheduler: Scheduler } = {
+    const listen: Http1Options = {
       scheduler: this.scheduler,
       hostname: this.o.host,
       port: this.o.port,
