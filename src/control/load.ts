@@ -145,8 +145,10 @@ export class LoadMonitor {
     this.timer = undefined;
   }
 
-  /** Measures the gap since the last sample; anything beyond SAMPLE_MS is lag. */
+  /** Measures the gap since the last sample; anything beyond SAMPLE_MS is lag. A no-op until start(). */
   sample(): void {
+    // Only while the sampler runs: without it, a gap is just time nobody measured.
+    if (!this.timer) return;
     const m = this.scheduler.mono();
     const gap = m - this.lastMono;
     this.lastMono = m;
