@@ -276,9 +276,9 @@ export class Controller {
   /** head.behind / head.caught_up, once per episode, as events and in the log. */
   private async writeEpisodes(): Promise<void> {
     for (const e of this.load.takeEpisodes()) {
-      const by = (e.behindMs / 1000).toFixed(1);
-      const every = (e.intervalMs / 1000).toFixed(1);
-      const message = e.kind === "head.behind" ? `head node behind by ${by} s: heartbeats slowed to every ${every} s` : `head node caught up (was behind by up to ${by} s); heartbeats every ${every} s`;
+      const by = Number((e.behindMs / 1000).toFixed(1));
+      const every = Number((e.intervalMs / 1000).toFixed(1));
+      const message = e.kind === "head.behind" ? `head node behind by ${by} s: heartbeats slowed to ${every} s` : `head node caught up (it was behind by up to ${by} s): heartbeats every ${every} s`;
       await this.event(e.kind, "head", message, { behind_ms: Math.round(e.behindMs), heartbeat_interval_ms: Math.round(e.intervalMs) });
       if (e.kind === "head.behind") this.log.warn({ kind: e.kind, behind_ms: Math.round(e.behindMs), heartbeat_interval_ms: e.intervalMs }, message);
       else this.log.info({ kind: e.kind, behind_ms: Math.round(e.behindMs), heartbeat_interval_ms: e.intervalMs }, message);

@@ -84,6 +84,7 @@ test("a head node frozen for 3× the node timeout declares no node unreachable a
   expect(behind.behind_ms).toBeGreaterThan(2 * NODE_TIMEOUT_S * 1000);
   expect(behind.heartbeat_interval_ms).toBeGreaterThan(1000);
   expect(behind.shedding).toContain("summary");
+  expect(run(bin, ["status"], { cwd: dir }).stdout).toMatch(/head node behind by \d+(\.\d)? s: heartbeats slowed to \d+(\.\d)? s/);
   // Nodes go on heartbeating; the head node calms down and says so.
   await until("head.caught_up", async () => (events().some((e) => e.kind === "head.caught_up") ? true : undefined), { timeoutMs: 20_000, everyMs: 300 });
 
@@ -91,6 +92,7 @@ test("a head node frozen for 3× the node timeout declares no node unreachable a
   const kinds = all.map((e) => e.kind);
   expect(kinds.filter((k) => k === "head.behind").length).toBe(1);
   expect(kinds.filter((k) => k === "head.caught_up").length).toBe(1);
+  expect(all.find((e) => e.kind === "head.behind")!.message).toMatch(/^head node behind by \d+(\.\d)? s: heartbeats slowed to 2 s$/);
   expect(all.filter((e) => e.kind === "node.unreachable").map((e) => e.message)).toEqual([]);
   expect(all.filter((e) => e.kind === "replica.lost" || e.kind === "replica.failed").map((e) => e.message)).toEqual([]);
   const after = summary();
