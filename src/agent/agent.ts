@@ -365,7 +365,7 @@ export class NodeAgent {
       }
       return r;
     }
-    this.intervalMs = r.value.heartbeat_interval_ms;
+    this.intervalMs = this.boundInterval(r.value.heartbeat_interval_ms);
     // The same generation means the same set: applying it again would only cost a reconcile.
     if (r.value.generation !== this.gen) this.accept(r.value, sentEpoch, "heartbeat");
     if (!this.registered) {
@@ -403,7 +403,7 @@ export class NodeAgent {
         if (failing) this.log.info({ url: this.url(path) }, "the assignments long poll works again");
         failing = false;
         backoff = this.timing.backoffInitialMs;
-        this.intervalMs = r.value.heartbeat_interval_ms;
+        this.intervalMs = this.boundInterval(r.value.heartbeat_interval_ms);
         this.accept(r.value, sentEpoch, "long poll");
         // An unchanged answer long before wait_ms means something in between does not hold
         // requests open; without a pause this loop would spin.
@@ -579,6 +579,16 @@ export class NodeAgent {
       return `${setting[top] ?? top}${value}: ${i.message}`;
     });
     throw new AgentError(`invalid agent settings: ${problems.join("; ")}`);
+  }
+
+  /**
+   * The interval the server asks for, within sane bounds: a loaded head node asks for up to 4×
+   * the configured one (control/load.ts); a broken or hostile answer can neither make this node
+   * spin (under 1 s, or its own interval if shorter) nor fall silent (over a minute, or 8× its own).
+   */
+  private boundInterval(ms: number): number {
+    const own = this.timing.heartbeatIntervalMs;
+    return Math.min(Math.max(own * 8, 60_000), Math.max(Math.min(own, 1_000), ms));
   }
 
   private url(path: string): string {

@@ -181,6 +181,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
       if (stopped) return;
       stopped = true;
       timer?.cancel();
+      controller.load.stop();
       await router.stop();
       adminListener.stop();
       store.close();
@@ -332,6 +333,8 @@ async function startLoop(controller: Controller, log: Logger, scheduler: Schedul
   };
   const timer = scheduler.every(intervalMs, tick);
   controller.setWakeHandler(tick);
+  // How far behind the head node is: measured while the loop runs (control/load.ts).
+  controller.load.start();
   // The first tick completes before the server is handed out, as a test or the demo expects.
   await tick();
   return timer;

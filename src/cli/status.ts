@@ -25,6 +25,8 @@ export function renderStatus(summary: Summary, style: Style): string {
   if (s.router?.open)
     out.push(paint(style, "yellow", `Router    open, no API key required: anyone who reaches ${s.router.listen} can use every model (serve --require-api-key)`));
   out.push(...discoveryLines(s, style));
+  const head = headLine(s);
+  if (head) out.push(paint(style, "yellow", head));
 
   out.push("", paint(style, "bold", "GPUs"));
   if (s.gpus.length === 0) out.push("  none reported yet");
@@ -130,3 +132,12 @@ export const command: Command = {
     process.stdout.write(format === "json" ? `${JSON.stringify(s, null, 2)}\n` : renderStatus(s, detectStyle()));
   },
 };
+
+/** "head node behind by 4.2 s: heartbeats slowed to 10 s", only while it is behind. */
+export function headLine(s: Pick<Summary, "head">): string | undefined {
+  const h = s.head;
+  if (!h || h.behind_ms <= 0) return undefined;
+  const secs = (ms: number) => `${Number((ms / 1000).toFixed(1))} s`;
+  const slowed = h.heartbeat_interval_ms > h.configured_interval_ms ? `: heartbeats slowed to ${secs(h.heartbeat_interval_ms)}` : "";
+  return `Head      head node behind by ${secs(h.behind_ms)}${slowed}`;
+}

@@ -24,6 +24,7 @@ import { type PutResult, catalogChanges } from "./catalog";
 import { ConflictError, NotFoundError } from "./errors";
 import type { EndpointSink, UsageSource } from "./interfaces";
 import * as project from "./projections";
+import { LoadMonitor, SUMMARY_CACHE_MS } from "./load";
 import { reachability } from "./reachability";
 import { DEFAULT_RECONCILE, type Plan, type ReconcileConfig, isEmpty, processReports, reconcile } from "./reconciler";
 import { type ScaleChange, scale, scaleEvent, withTargets } from "./scaling";
@@ -125,6 +126,10 @@ export class Controller {
   private lowSince: ReadonlyMap<string, number> = new Map();
   readonly scaleDownDelayMs: number;
   private onWake: (() => void) | undefined;
+  /** How far behind this head node is (load.ts): deadlines, the announced interval, shedding. */
+  readonly load: LoadMonitor;
+  /** The last overview, served while the head node sheds summary refreshes. */
+  private overviewCache: { at: number; value: { summary: Summary; tables: Tables } } | undefined;
   /**
    * The revision each live replica was handed, once every one of its nodes had reported theirs
    * (see projections.ts). In memory: a restarted head node settles it again.
@@ -163,6 +168,7 @@ export class Controller {
     this.broker = new AssignmentBroker(opts.scheduler.now() * 1000, opts.scheduler);
     this.watchedSince = opts.scheduler.now();
     this.scaleDownDelayMs = opts.scaleDownDelayMs ?? 60_000;
+    this.load = new LoadMonitor(opts.scheduler, opts.heartbeatIntervalMs, opts.nodeTimeoutMs);
   }
 
   /** The store's snapshot with what the latest heartbeats said that is kept in memory only. */
@@ -170,8 +176,10 @@ export class Controller {
     return { ...(await this.store.snapshot()), discovery: new Map(this.discovery), revisions: new Map(this.revisions) };
   }
 
-  private exclusive<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.serial.then(fn, fn);
+  private exclusive<T>(fn: () => Promise<T>, queued?: (waitedMs: number) => void): Promise<T> {
+    const t0 = queued ? this.scheduler.mono() : 0;
+    const go = queued ? () => (queued(this.scheduler.mono() - t0), fn()) : fn;
+    const run = this.serial.then(go, go);
     this.serial = run.catch(() => undefined);
     return run;
   }
@@ -229,6 +237,9 @@ export class Controller {
    */
   tick(): Promise<Plan> {
     return this.exclusive(async () => {
+      const began = this.scheduler.mono();
+      // Before any silence is judged: a stall that ended just now counts already.
+      this.load.sample();
       // Usage first, so idleness is as fresh as what is published beside it.
       this.collectUsage();
       const now = this.scheduler.now();
@@ -239,8 +250,11 @@ export class Controller {
         : { changes: [], lowSince: this.lowSince };
       // The reconcile step sees the targets as they will be written.
       const snapshot = scaled.changes.length > 0 ? { ...read, modelState: withTargets(read.modelState, scaled.changes) } : read;
-      const reach = reachability({ nodes: snapshot.nodes, now, watchedSince: this.watchedSince, nodeTimeoutMs: this.config.nodeTimeoutMs, unreachable: this.unreachable });
-      const plan = reconcile({ snapshot, now, lastUsed: this.lastUsed, config: this.config, newId: this.newId, engines: this.engines, ...seen });
+      // Deadlines discount the time this head node was not listening, and cover the interval announced.
+      const deaf = this.load.deafSpans();
+      const config = { ...this.config, nodeTimeoutMs: this.load.nodeTimeoutInForce() };
+      const reach = reachability({ nodes: snapshot.nodes, now, watchedSince: this.watchedSince, nodeTimeoutMs: config.nodeTimeoutMs, unreachable: this.unreachable, deaf });
+      const plan = reconcile({ snapshot, now, lastUsed: this.lastUsed, config, newId: this.newId, engines: this.engines, deaf, ...seen });
       const write = combined(plan, scaled.changes, reach.events);
       let after = snapshot;
       if (!isEmpty(write)) {
@@ -253,8 +267,22 @@ export class Controller {
       this.unreachable = reach.unreachable;
       this.refreshAssignments(after);
       this.publish(after);
+      this.load.tickTook(this.scheduler.mono() - began);
+      await this.writeEpisodes();
       return plan;
     });
+  }
+
+  /** head.behind / head.caught_up, once per episode, as events and in the log. */
+  private async writeEpisodes(): Promise<void> {
+    for (const e of this.load.takeEpisodes()) {
+      const by = Number((e.behindMs / 1000).toFixed(1));
+      const every = Number((e.intervalMs / 1000).toFixed(1));
+      const message = e.kind === "head.behind" ? `head node behind by ${by} s: heartbeats slowed to ${every} s` : `head node caught up (it was behind by up to ${by} s): heartbeats every ${every} s`;
+      await this.event(e.kind, "head", message, { behind_ms: Math.round(e.behindMs), heartbeat_interval_ms: Math.round(e.intervalMs) });
+      if (e.kind === "head.behind") this.log.warn({ kind: e.kind, behind_ms: Math.round(e.behindMs), heartbeat_interval_ms: e.intervalMs }, message);
+      else this.log.info({ kind: e.kind, behind_ms: Math.round(e.behindMs), heartbeat_interval_ms: e.intervalMs }, message);
+    }
   }
 
   /** Writes a plan in one transaction and logs its events. */
@@ -319,7 +347,10 @@ export class Controller {
 
   /** A heartbeat from a node already known (by its credential, or from inside the process). */
   heartbeat(hb: HeartbeatRequest): Promise<HeartbeatResponse> {
-    return this.exclusive(() => this.receive(hb));
+    return this.exclusive(
+      () => this.receive(hb),
+      (ms) => this.load.queueWait(ms),
+    );
   }
 
   private async receive(hb: HeartbeatRequest, join?: { credentialHash: string; pending: boolean }): Promise<HeartbeatResponse> {
@@ -343,7 +374,7 @@ export class Controller {
     }
     // Heartbeats are the busiest path: read only the replicas here, and recompute assignments
     // only when a report changed something (the tick does it for everything else).
-    const plan = processReports({ snapshot: await this.store.replicaSnapshot(), node: hb.node, reports: hb.replicas, now, config: this.config, watchedSince: seen.watchedSince });
+    const plan = processReports({ snapshot: await this.store.replicaSnapshot(), node: hb.node, reports: hb.replicas, now, config: this.config, watchedSince: seen.watchedSince, deaf: this.load.deafSpans() });
     if (!isEmpty(plan)) {
       this.refreshAssignments(await this.apply(plan, now));
       this.wake();
@@ -374,7 +405,7 @@ export class Controller {
   /** What the node should run now, as the heartbeat answer carries it. */
   response(node: string): HeartbeatResponse {
     const { assignments, generation } = this.broker.current(node);
-    return { assignments, heartbeat_interval_ms: this.opts.heartbeatIntervalMs, generation };
+    return { assignments, heartbeat_interval_ms: this.load.intervalMs(), generation };
   }
 
   /** The long poll: resolves when the node's assignments change, or after waitMs. */
@@ -451,13 +482,18 @@ export class Controller {
   /** The summary and the tables it is derived from, of one snapshot: they describe the same moment. */
   async overview(): Promise<{ summary: Summary; tables: Tables }> {
     const now = this.scheduler.now();
+    // Shed first when behind (load.ts): a summary up to SUMMARY_CACHE_MS old, its head field fresh.
+    const c = this.overviewCache;
+    if (c && this.load.shedding().includes("summary") && now - c.at >= 0 && now - c.at < SUMMARY_CACHE_MS) return { ...c.value, summary: { ...c.value.summary, head: this.load.view() } };
     const recent = await this.store.listEvents({ kind: "replica.evicted", since: now - 3_600_000, limit: 50 });
     const evictions = recent.reverse().map((e) => {
       const d = (e.data ?? {}) as { replica?: string; model?: string; for_model?: string; idle_seconds?: number };
       return { at: new Date(e.at).toISOString(), replica: d.replica ?? "", model: d.model ?? "", for_model: d.for_model ?? "", idle_seconds: d.idle_seconds ?? -1 };
     });
     const tables = await this.tables();
-    return { summary: summarize(tables, { version: this.opts.version, evictions }), tables };
+    const value = { summary: { ...summarize(tables, { version: this.opts.version, evictions }), head: this.load.view() }, tables };
+    this.overviewCache = { at: now, value };
+    return value;
   }
 
   async nodes(): Promise<NodeView[]> {

@@ -165,6 +165,15 @@ export const RouterExposureSchema = z.object({
 });
 export type RouterExposure = z.infer<typeof RouterExposureSchema>;
 
+/** How far behind the head node is and what it does about it (control/load.ts). */
+export const HeadLoadSchema = z.object({
+  behind_ms: z.number().int().nonnegative().describe("The worst lateness of the recent past (event-loop lag, a stall, heartbeat queue wait, tick time); 0 when calm."),
+  heartbeat_interval_ms: z.number().int().positive().describe("The heartbeat interval agents are told now."),
+  configured_interval_ms: z.number().int().positive().describe("The interval configured (`serve --heartbeat-interval`); agents are told more while the head node is behind."),
+  shedding: z.array(z.enum(["summary", "metrics", "unchanged_heartbeats"])).describe("Work shed, in this order, before anything that changes state."),
+});
+export type HeadLoad = z.infer<typeof HeadLoadSchema>;
+
 export const SummarySchema = z.object({
   version: z.string(),
   nodes: NodeTotalsSchema,
@@ -189,6 +198,8 @@ export const SummarySchema = z.object({
   gpu_discovery: z.array(DiscoveryProblemSchema).optional().describe("Nodes whose GPU discovery failed or is incomplete, by name."),
   /** The router's listener as this head node runs it: whether anyone who reaches it may use it. */
   router: RouterExposureSchema.optional(),
+  /** How far behind the head node is; always present from a head node that measures it. */
+  head: HeadLoadSchema.optional().describe("How far behind the head node is; always present from a head node that measures it."),
 });
 export type Summary = z.infer<typeof SummarySchema>;
 

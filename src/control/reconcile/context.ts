@@ -4,7 +4,9 @@
 
 import type { EngineReport } from "../../protocol/heartbeat";
 import type { NodeState } from "../../protocol/views";
-import { nodeState, observedFrom } from "../views";
+import type { Stall } from "../load";
+import { heardAt } from "../reachability";
+import { nodeState } from "../views";
 import type { ReconcileConfig } from "./config";
 import type { ModelRow, ModelStateRow, NodeRow, ReplicaRow, Snapshot } from "../types";
 
@@ -20,6 +22,8 @@ export interface ReconcileInput {
   jumpedAt?: number;
   /** Per node, the engines its last heartbeat reported; a node absent here has not said (unknown). */
   engines?: ReadonlyMap<string, readonly EngineReport[]>;
+  /** When the head node was not listening (load.ts): discounted from nodes' silence. */
+  deaf?: readonly Stall[];
 }
 
 export interface ReconcileContext {
@@ -30,6 +34,7 @@ export interface ReconcileContext {
   watchedSince: number;
   jumpedAt: number;
   engines: ReadonlyMap<string, readonly EngineReport[]> | undefined;
+  deaf: readonly Stall[];
   nodes: ReadonlyMap<string, NodeRow>;
   /** Each node's state, its heartbeat read as observed (see heartbeatAt). */
   nodeState: ReadonlyMap<string, NodeState>;
@@ -38,7 +43,7 @@ export interface ReconcileContext {
   modelState: ReadonlyMap<string, ModelStateRow>;
 }
 
-export function contextOf({ snapshot, now, lastUsed, config, watchedSince = Number.NEGATIVE_INFINITY, jumpedAt = Number.NEGATIVE_INFINITY, engines }: ReconcileInput): ReconcileContext {
+export function contextOf({ snapshot, now, lastUsed, config, watchedSince = Number.NEGATIVE_INFINITY, jumpedAt = Number.NEGATIVE_INFINITY, engines, deaf = [] }: ReconcileInput): ReconcileContext {
   const ctx: ReconcileContext = {
     snapshot,
     now,
@@ -47,6 +52,7 @@ export function contextOf({ snapshot, now, lastUsed, config, watchedSince = Numb
     watchedSince,
     jumpedAt,
     engines,
+    deaf,
     nodes: new Map(snapshot.nodes.map((n) => [n.name, n])),
     nodeState: new Map(),
     models: new Map(snapshot.models.map((m) => [m.name, m])),
@@ -56,9 +62,12 @@ export function contextOf({ snapshot, now, lastUsed, config, watchedSince = Numb
   return ctx;
 }
 
-/** A node's last heartbeat, counted from when the control plane started watching. */
-export function heartbeatAt(ctx: Pick<ReconcileContext, "now" | "watchedSince">, n: { lastHeartbeat: number }): number {
-  return observedFrom(n.lastHeartbeat, ctx.now, ctx.watchedSince);
+/**
+ * A node's last heartbeat, counted from when the control plane started watching and moved later
+ * by the time the head node was deaf since (so the unreachable and replace deadlines discount it).
+ */
+export function heartbeatAt(ctx: Pick<ReconcileContext, "now" | "watchedSince"> & { deaf?: readonly Stall[] }, n: { lastHeartbeat: number }): number {
+  return heardAt(n.lastHeartbeat, ctx.now, ctx.watchedSince, ctx.deaf);
 }
 
 /** Whether any shard of the replica is on a node being drained. */

@@ -3,6 +3,7 @@
 
 import { ENGINE_ERROR_MAX, oneLine } from "../../lib/format";
 import type { ReplicaReport } from "../../protocol/heartbeat";
+import { type Stall, deafTime } from "../load";
 import { observedFrom } from "../views";
 import type { ReconcileConfig } from "./config";
 import { recordFailure } from "./failures";
@@ -16,13 +17,15 @@ export interface ReportsInput {
   now: number;
   config: ReconcileConfig;
   watchedSince?: number;
+  /** When the head node was not listening (load.ts): the report grace discounts it. */
+  deaf?: readonly Stall[];
 }
 
 /**
  * The leader's "ready" makes a replica ready; any shard's "failed" fails it; a replica the node
  * should run but does not report, once past the grace period, is lost with the node's word for it.
  */
-export function processReports({ snapshot, node, reports, now, config: cfg, watchedSince = Number.NEGATIVE_INFINITY }: ReportsInput): Plan {
+export function processReports({ snapshot, node, reports, now, config: cfg, watchedSince = Number.NEGATIVE_INFINITY, deaf = [] }: ReportsInput): Plan {
   const plan = emptyPlan();
   const byId = new Map(reports.map((r) => [r.id, r]));
   const mstate = new Map(snapshot.modelState.map((s) => [s.model, s]));
@@ -43,7 +46,7 @@ export function processReports({ snapshot, node, reports, now, config: cfg, watc
           plan.events.push({ kind: "replica.ready", subject: `replica/${r.id}`, message: `replica ${r.id} of ${r.model} ready at ${r.endpoint ?? "?"}` });
           const st = mstate.get(r.model);
           if (st && st.failures > 0) plan.modelState.set(r.model, { failures: 0, lastFailureAt: null, reason: st.parked ? st.reason : null });
-        } else if ((!rep || rep.state === "stopped") && now - observedFrom(r.createdAt, now, watchedSince) > cfg.reportGraceMs)
+        } else if ((!rep || rep.state === "stopped") && now - placedAt(r.createdAt, now, watchedSince, deaf) > cfg.reportGraceMs)
           fail(`the agent on ${node} does not run it (${rep ? "stopped" : "not reported"} ${Math.round((now - r.createdAt) / 1000)}s after placement)`);
         break;
       case "ready":
@@ -61,4 +64,10 @@ export function processReports({ snapshot, node, reports, now, config: cfg, watc
     }
   }
   return plan;
+}
+
+/** When a replica's report grace started, moved later by the time the head node was deaf since. */
+function placedAt(createdAt: number, now: number, watchedSince: number, deaf: readonly Stall[]): number {
+  const from = observedFrom(createdAt, now, watchedSince);
+  return deaf.length === 0 ? from : from + deafTime(deaf, from, now);
 }

@@ -23,6 +23,20 @@ describe("lostShard", () => {
     expect(lostShard(late, late.snapshot.replicas[0]!)).toBeUndefined();
   });
 
+  test("silence while the head node itself was deaf (a stall, a queue) does not count toward replacement", () => {
+    const fleet = { nodes: [{ name: "a", gpus: [H], lastHeartbeat: T0 - GONE }], replicas: [{ id: "r", model: "m", shards: [{ node: "a", gpus: [0] }] }] };
+    // Deaf for 20 s of the 46 s: 26 s of real silence, unreachable but not yet replaced.
+    const ctx = ctxOf(fleet, { deaf: [{ end: T0 - 5_000, ms: 20_000 }] });
+    expect(ctx.nodeState.get("a")).toBe("unreachable");
+    expect(lostShard(ctx, ctx.snapshot.replicas[0]!)).toBeUndefined();
+    // Deaf for 40 s of it: 6 s of silence, the node is not even unreachable.
+    const deafer = ctxOf(fleet, { deaf: [{ end: T0 - 1_000, ms: 40_000 }] });
+    expect(deafer.nodeState.get("a")).toBe("ready");
+    // The same silence without the stall: replaced.
+    const plain = ctxOf(fleet);
+    expect(lostShard(plain, plain.snapshot.replicas[0]!)?.node).toBe("a");
+  });
+
   test("silence before the control plane started watching is no evidence", () => {
     const ctx = ctxOf({ nodes: [{ name: "a", gpus: [H], lastHeartbeat: T0 - 10 * GONE }], replicas: [{ id: "r", model: "m", shards: [{ node: "a", gpus: [0] }] }] }, { watchedSince: T0 - 20_000 });
     expect(ctx.nodeState.get("a")).toBe("unreachable");
