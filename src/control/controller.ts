@@ -74,6 +74,9 @@ export const DEFAULT_NODE_POLICY: NodePolicy = { approveNodes: false, maxNodes: 
 /** Where an agent keeps its credential, relative to its state dir; named in refusals so the operator knows what to remove. */
 export const AGENT_CREDENTIAL_FILE = "node.credential";
 
+/** The least time between two ticks a wake() asks for. */
+const WAKE_GAP_MS = 150;
+
 const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
 
 /** HMAC-SHA256 of the replica id under the head node's engine secret, hex (64 characters). */
@@ -97,6 +100,7 @@ export class Controller {
   /** Nodes last seen unreachable, so the event is written once per outage. */
   private unreachable: ReadonlySet<string> = new Set();
   private wakeScheduled = false;
+  private lastWake = Number.NEGATIVE_INFINITY;
   private readonly demandWritten = new Map<string, number>();
   /** Each node's engine-log port, as its last heartbeat said (in memory: the next heartbeat refills it). */
   private readonly logsPorts = new Map<string, number>();
@@ -197,13 +201,21 @@ export class Controller {
     this.onWake = fn;
   }
 
+  /**
+   * Coalesced: the first wake after a quiet spell runs at once (a microtask); a burst after it
+   * (a heartbeat flood with news) causes one more tick WAKE_GAP_MS after the last, not one each.
+   */
   private wake(): void {
     if (!this.onWake || this.wakeScheduled) return;
     this.wakeScheduled = true;
-    queueMicrotask(() => {
+    const fire = () => {
       this.wakeScheduled = false;
+      this.lastWake = this.scheduler.mono();
       this.onWake?.();
-    });
+    };
+    const wait = this.lastWake + WAKE_GAP_MS - this.scheduler.mono();
+    if (wait <= 0) queueMicrotask(fire);
+    else this.scheduler.after(wait, fire).unref();
   }
 
   /**
@@ -343,7 +355,7 @@ export class Controller {
     }
     // Heartbeats are the busiest path: read only the replicas here, and recompute assignments
     // only when a report changed something (the tick does it for everything else).
-    const plan = processReports({ snapshot: await this.store.replicaSnapshot(), node: hb.node, reports: hb.replicas, now, config: this.config, watchedSince: seen.watchedSince });
+    const plan = processReports({ snapshot: await this.store.replicaSnapshot(hb.node), node: hb.node, reports: hb.replicas, now, config: this.config, watchedSince: seen.watchedSince });
     if (!isEmpty(plan)) {
       this.refreshAssignments(await this.apply(plan, now));
       this.wake();
