@@ -382,11 +382,24 @@ export class ModelStore implements StorePort {
   deleteNode(name: string, replicaIds: string[], events: NewEvent[], now: number): Promise<boolean> {
     return this.thenReload(() => this.inner.deleteNode(name, replicaIds, events, now)).finally(() => this.touched.delete(name));
   }
-  setAllowedAddress(name: string, address: string | null, now: number): Promise<{ previous: string | undefined }> {
-    return this.thenReload(() => this.inner.setAllowedAddress(name, address, now));
+  async setAllowedAddress(name: string, address: string | null, now: number): Promise<{ previous: string | undefined }> {
+    const s = await this.load();
+    const out = await this.write(() => this.inner.setAllowedAddress(name, address, now));
+    if (this.state === s) {
+      if (address === null) s.allowed.delete(name);
+      else s.allowed.set(name, address);
+    }
+    return out;
   }
-  setAdminState(name: string, state: AdminState): Promise<{ previous: AdminState | undefined }> {
-    return this.thenReload(() => this.inner.setAdminState(name, state));
+  async setAdminState(name: string, state: AdminState): Promise<{ previous: AdminState | undefined }> {
+    const s = await this.load();
+    const out = await this.write(() => this.inner.setAdminState(name, state));
+    const row = s.nodes.get(name);
+    if (this.state === s && row && out.previous !== undefined) {
+      s.nodes.set(name, { ...row, adminState: state });
+      this.changed();
+    }
+    return out;
   }
   saveModels(models: ModelWrite[], now: number): Promise<void> {
     return this.thenReload(() => this.inner.saveModels(models, now));

@@ -63,6 +63,8 @@ export interface TestServer extends RunningServer {
   credentials: Map<string, string>;
   seed: Seed;
   peek: Peek;
+  /** The head node's parts (benchmarks drive the controller directly). */
+  parts: HeadParts;
   /** The store's database itself: raw rows, dumps, PRAGMAs (a full disk). */
   db: Database;
 }
@@ -120,6 +122,7 @@ export async function testServer(overrides: Record<string, unknown> = {}, log: p
   };
   return Object.assign(server, {
     clock,
+    parts,
     seed,
     peek,
     db,

@@ -44,7 +44,7 @@ describe("in-memory model", () => {
     await m.applyHeartbeat(hb("n1"), T0);
     const before = await m.snapshot();
     // A replica id taken twice: the store refuses the plan, all of it.
-    const plan = (id: string) => ({ create: [{ id, model: "m1", profile: "p", shards: [{ node: "n1", gpus: [0] }], port: 1, endpoint: null }], update: [], remove: [], modelState: new Map(), nodeAdmin: [], events: [] });
+    const plan = (id: string) => ({ create: [{ id, model: "m1", profile: "p", shards: [{ node: "n1", gpus: [0] }], port: 1, endpoint: "10.0.0.1:1" }], update: [], remove: [], modelState: new Map(), nodeAdmin: [], events: [] });
     await m.applyPlan(plan("r1"), T0);
     const withR1 = await m.snapshot();
     await expect(m.applyPlan({ ...plan("r1"), nodeAdmin: [{ node: "n1", state: "draining" as const }] }, T0)).rejects.toThrow();
