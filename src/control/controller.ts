@@ -100,6 +100,7 @@ export class Controller {
   /** Nodes last seen unreachable, so the event is written once per outage. */
   private unreachable: ReadonlySet<string> = new Set();
   private wakeScheduled = false;
+  private readonly engineKeys = new Map<string, string>();
   private lastWake = Number.NEGATIVE_INFINITY;
   private readonly demandWritten = new Map<string, number>();
   /** Each node's engine-log port, as its last heartbeat said (in memory: the next heartbeat refills it). */
@@ -224,7 +225,14 @@ export class Controller {
    */
   engineKey = (replicaId: string): string | null => {
     const secret = this.opts.engineSecret;
-    return secret === undefined ? null : deriveEngineKey(secret, replicaId);
+    if (secret === undefined) return null;
+    // An HMAC per replica per tick adds up at thousands of replicas: derive each once.
+    let key = this.engineKeys.get(replicaId);
+    if (key === undefined) {
+      if (this.engineKeys.size >= 100_000) this.engineKeys.clear();
+      this.engineKeys.set(replicaId, (key = deriveEngineKey(secret, replicaId)));
+    }
+    return key;
   };
 
   private newId = (): string => `r-${randomBytes(4).toString("hex")}`;
