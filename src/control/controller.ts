@@ -363,9 +363,13 @@ export class Controller {
     }
     // Heartbeats are the busiest path: read only the replicas here, and recompute assignments
     // only when a report changed something (the tick does it for everything else).
-    const plan = processReports({ snapshot: await this.store.replicaSnapshot(hb.node), node: hb.node, reports: hb.replicas, now, config: this.config, watchedSince: seen.watchedSince });
+    const mine = await this.store.replicaSnapshot(hb.node);
+    const plan = processReports({ snapshot: mine, node: hb.node, reports: hb.replicas, now, config: this.config, watchedSince: seen.watchedSince });
     if (!isEmpty(plan)) {
-      this.refreshAssignments(await this.apply(plan, now));
+      // Only the nodes the changed replicas run on can see their assignments change.
+      const touched = new Set([hb.node]);
+      for (const r of mine.replicas) for (const sh of r.shards) touched.add(sh.node);
+      this.refreshNodes(await this.apply(plan, now), touched);
       this.wake();
     } else if (created) this.wake();
     return this.response(hb.node);
@@ -401,6 +405,25 @@ export class Controller {
   async waitForAssignments(node: string, generation: number, waitMs: number, signal?: AbortSignal): Promise<HeartbeatResponse> {
     await this.broker.wait(node, generation, waitMs, signal);
     return this.response(node);
+  }
+
+  /** Recomputes the assignment sets of the given nodes only (a heartbeat's news); the rest keep theirs. */
+  private refreshNodes(snapshot: Snapshot, nodes: ReadonlySet<string>): void {
+    const replicas = snapshot.replicas.filter((r) => r.shards.some((sh) => nodes.has(sh.node)));
+    const all = new Set(nodes);
+    for (const r of replicas) for (const sh of r.shards) all.add(sh.node);
+    const sub = { ...snapshot, nodes: snapshot.nodes.filter((n) => all.has(n.name)), gpus: snapshot.gpus.filter((g) => all.has(g.node)), replicas };
+    const { byNode, settled } = project.assignments(sub, this.config, this.engineKey, this.replicaRevisions);
+    const live = new Set(snapshot.replicas.map((r) => r.id));
+    const merged = new Map<string, string | null>();
+    for (const [id, v] of this.replicaRevisions) if (live.has(id)) merged.set(id, v);
+    for (const r of replicas) {
+      merged.delete(r.id);
+      const v = settled.get(r.id);
+      if (v !== undefined) merged.set(r.id, v);
+    }
+    this.replicaRevisions = merged;
+    for (const n of sub.nodes) this.broker.offer(n.name, byNode.get(n.name) ?? []);
   }
 
   /** Recomputes every node's assignment set; the broker bumps and wakes the nodes whose set changed. */
