@@ -21,6 +21,8 @@ import type { RouterExposure } from "../protocol/views";
 import { Http1Server } from "../http/server";
 import { Router, type RouterOptions } from "../router/router";
 import { Store } from "../store";
+import { ModelStore } from "../control/model";
+import type { StorePort } from "../control/store-port";
 import { StoreUnavailableError } from "../control/errors";
 import { VERSION } from "../version";
 
@@ -81,6 +83,8 @@ export interface StartOptions {
  */
 export interface HeadParts {
   store: Store;
+  /** The in-memory model the controller reads: invalidate() it after writing to `store` directly. */
+  model: ModelStore;
   controller: Controller;
   router: Router;
 }
@@ -110,7 +114,8 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   const dbPath = join(dataDir, "llmgw.db");
   const store = new Store({ path: dbPath, busyTimeoutMs: config.db_busy_timeout });
   log.info({ path: dbPath }, "store opened");
-  const controller = buildController(config, { store, log, scheduler, dataDir, engineSecret });
+  const model = new ModelStore(store, scheduler);
+  const controller = buildController(config, { store: model, log, scheduler, dataDir, engineSecret });
   controller.setJoinToken(join_.token);
 
   // Set once the router listens; the summary leaves it out until then.
@@ -184,14 +189,15 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
       controller.load.stop();
       await router.stop();
       adminListener.stop();
+      await model.flush().catch((e) => log.warn({ err: e }, "last-seen times not written at stop"));
       store.close();
       log.info("server stopped");
     },
   };
-  return { server, parts: { store, controller, router } };
+  return { server, parts: { store, model, controller, router } };
 }
 
-function buildController(config: ServeConfig, o: { store: Store; log: Logger; scheduler: Scheduler; dataDir: string; engineSecret: string }): Controller {
+function buildController(config: ServeConfig, o: { store: StorePort; log: Logger; scheduler: Scheduler; dataDir: string; engineSecret: string }): Controller {
   const { store, log, scheduler, dataDir, engineSecret } = o;
   const controller = new Controller({
     store,

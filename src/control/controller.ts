@@ -75,6 +75,9 @@ export const DEFAULT_NODE_POLICY: NodePolicy = { approveNodes: false, maxNodes: 
 /** Where an agent keeps its credential, relative to its state dir; named in refusals so the operator knows what to remove. */
 export const AGENT_CREDENTIAL_FILE = "node.credential";
 
+/** The least time between two ticks a wake() asks for. */
+const WAKE_GAP_MS = 150;
+
 const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
 
 /** HMAC-SHA256 of the replica id under the head node's engine secret, hex (64 characters). */
@@ -98,6 +101,8 @@ export class Controller {
   /** Nodes last seen unreachable, so the event is written once per outage. */
   private unreachable: ReadonlySet<string> = new Set();
   private wakeScheduled = false;
+  private readonly engineKeys = new Map<string, string>();
+  private lastWake = Number.NEGATIVE_INFINITY;
   private readonly demandWritten = new Map<string, number>();
   /** Each node's engine-log port, as its last heartbeat said (in memory: the next heartbeat refills it). */
   private readonly logsPorts = new Map<string, number>();
@@ -205,13 +210,21 @@ export class Controller {
     this.onWake = fn;
   }
 
+  /**
+   * Coalesced: the first wake after a quiet spell runs at once (a microtask); a burst after it
+   * (a heartbeat flood with news) causes one more tick WAKE_GAP_MS after the last, not one each.
+   */
   private wake(): void {
     if (!this.onWake || this.wakeScheduled) return;
     this.wakeScheduled = true;
-    queueMicrotask(() => {
+    const fire = () => {
       this.wakeScheduled = false;
+      this.lastWake = this.scheduler.mono();
       this.onWake?.();
-    });
+    };
+    const wait = this.lastWake + WAKE_GAP_MS - this.scheduler.mono();
+    if (wait <= 0) queueMicrotask(fire);
+    else this.scheduler.after(wait, fire).unref();
   }
 
   /**
@@ -220,7 +233,14 @@ export class Controller {
    */
   engineKey = (replicaId: string): string | null => {
     const secret = this.opts.engineSecret;
-    return secret === undefined ? null : deriveEngineKey(secret, replicaId);
+    if (secret === undefined) return null;
+    // An HMAC per replica per tick adds up at thousands of replicas: derive each once.
+    let key = this.engineKeys.get(replicaId);
+    if (key === undefined) {
+      if (this.engineKeys.size >= 100_000) this.engineKeys.clear();
+      this.engineKeys.set(replicaId, (key = deriveEngineKey(secret, replicaId)));
+    }
+    return key;
   };
 
   private newId = (): string => `r-${randomBytes(4).toString("hex")}`;
@@ -374,9 +394,13 @@ export class Controller {
     }
     // Heartbeats are the busiest path: read only the replicas here, and recompute assignments
     // only when a report changed something (the tick does it for everything else).
-    const plan = processReports({ snapshot: await this.store.replicaSnapshot(), node: hb.node, reports: hb.replicas, now, config: this.config, watchedSince: seen.watchedSince, deaf: this.load.deafSpans() });
+    const mine = await this.store.replicaSnapshot(hb.node);
+    const plan = processReports({ snapshot: mine, node: hb.node, reports: hb.replicas, now, config: this.config, watchedSince: seen.watchedSince, deaf: this.load.deafSpans() });
     if (!isEmpty(plan)) {
-      this.refreshAssignments(await this.apply(plan, now));
+      // Only the nodes the changed replicas run on can see their assignments change.
+      const touched = new Set([hb.node]);
+      for (const r of mine.replicas) for (const sh of r.shards) touched.add(sh.node);
+      this.refreshNodes(await this.apply(plan, now), touched);
       this.wake();
     } else if (created) this.wake();
     return this.response(hb.node);
@@ -412,6 +436,25 @@ export class Controller {
   async waitForAssignments(node: string, generation: number, waitMs: number, signal?: AbortSignal): Promise<HeartbeatResponse> {
     await this.broker.wait(node, generation, waitMs, signal);
     return this.response(node);
+  }
+
+  /** Recomputes the assignment sets of the given nodes only (a heartbeat's news); the rest keep theirs. */
+  private refreshNodes(snapshot: Snapshot, nodes: ReadonlySet<string>): void {
+    const replicas = snapshot.replicas.filter((r) => r.shards.some((sh) => nodes.has(sh.node)));
+    const all = new Set(nodes);
+    for (const r of replicas) for (const sh of r.shards) all.add(sh.node);
+    const sub = { ...snapshot, nodes: snapshot.nodes.filter((n) => all.has(n.name)), gpus: snapshot.gpus.filter((g) => all.has(g.node)), replicas };
+    const { byNode, settled } = project.assignments(sub, this.config, this.engineKey, this.replicaRevisions);
+    const live = new Set(snapshot.replicas.map((r) => r.id));
+    const merged = new Map<string, string | null>();
+    for (const [id, v] of this.replicaRevisions) if (live.has(id)) merged.set(id, v);
+    for (const r of replicas) {
+      merged.delete(r.id);
+      const v = settled.get(r.id);
+      if (v !== undefined) merged.set(r.id, v);
+    }
+    this.replicaRevisions = merged;
+    for (const n of sub.nodes) this.broker.offer(n.name, byNode.get(n.name) ?? []);
   }
 
   /** Recomputes every node's assignment set; the broker bumps and wakes the nodes whose set changed. */

@@ -12,7 +12,7 @@ export interface StorePort {
   /** One consistent read of everything the views are built from. */
   snapshot(): Promise<Snapshot>;
   /** Replicas and per-model state only: what a heartbeat's reports are checked against. */
-  replicaSnapshot(): Promise<Pick<Snapshot, "replicas" | "modelState">>;
+  replicaSnapshot(node?: string): Promise<Pick<Snapshot, "replicas" | "modelState">>;
 
   // ---- nodes
   /**
@@ -28,6 +28,10 @@ export interface StorePort {
   /** The stored hash of a node's credential. */
   credentialHashOf(name: string): Promise<string | undefined>;
   countNodes(): Promise<number>;
+  /** Sets each named node's last heartbeat, in one transaction (the model's batched "last seen"). */
+  touchNodes(seen: { name: string; at: number }[]): Promise<void>;
+  /** Every node's credential hash (nodes without one are left out): what the in-memory model loads. */
+  nodeCredentials(): Promise<{ node: string; hash: string }[]>;
   /** Forgets a node (row, GPUs, weights, address allowance) and the given replicas, writing the events; false when there was no such node. */
   deleteNode(name: string, replicaIds: string[], events: NewEvent[], now: number): Promise<boolean>;
   /** Sets (or with null clears) the address a node may report besides its source address. */

@@ -147,6 +147,25 @@ export class Store implements StorePort {
     return guarded(() => this.db.select({ h: schema.nodes.credentialHash }).from(schema.nodes).where(eq(schema.nodes.name, name)).get()?.h ?? undefined);
   }
 
+  touchNodes(seen: { name: string; at: number }[]): Promise<void> {
+    if (seen.length === 0) return Promise.resolve();
+    return guarded(() =>
+      this.db.transaction((tx) => {
+        for (const s of seen) tx.update(schema.nodes).set({ lastHeartbeat: s.at }).where(eq(schema.nodes.name, s.name)).run();
+      }),
+    );
+  }
+
+  nodeCredentials(): Promise<{ node: string; hash: string }[]> {
+    return guarded(() =>
+      this.db
+        .select({ node: schema.nodes.name, hash: schema.nodes.credentialHash })
+        .from(schema.nodes)
+        .all()
+        .flatMap((r) => (r.hash === null ? [] : [{ node: r.node, hash: r.hash }])),
+    );
+  }
+
   countNodes(): Promise<number> {
     return guarded(() => this.db.select({ n: count() }).from(schema.nodes).get()?.n ?? 0);
   }

@@ -63,6 +63,8 @@ export interface TestServer extends RunningServer {
   credentials: Map<string, string>;
   seed: Seed;
   peek: Peek;
+  /** The head node's parts (benchmarks drive the controller directly). */
+  parts: HeadParts;
   /** The store's database itself: raw rows, dumps, PRAGMAs (a full disk). */
   db: Database;
 }
@@ -72,16 +74,36 @@ export async function testServer(overrides: Record<string, unknown> = {}, log: p
   const config = ServeConfig.parse({ data_dir: dataDir, admin_listen: "127.0.0.1:0", listen: "127.0.0.1:0", ...overrides });
   const clock = new ManualScheduler(T0);
   const { server, parts } = await startHead({ config, log, scheduler: clock, loop: false });
-  const { store, controller } = parts;
+  const { store, model, controller } = parts;
+  // Writes past the controller leave the in-memory model behind: each back door drops it, so the
+  // next read loads the store again.
+  const past = <T>(v: T): T => {
+    model.invalidate();
+    return v;
+  };
+  const db = new Proxy(store.sqlite, {
+    get(target, prop) {
+      const v = Reflect.get(target, prop, target) as unknown;
+      if (typeof v !== "function") return v;
+      return (...args: unknown[]) => {
+        // Last-seen times held in memory reach the rows first (bun:sqlite writes them at once).
+        void model.flush().catch(() => undefined);
+        model.invalidate();
+        // A statement prepared now runs later, still within this turn: drop memory after it too.
+        queueMicrotask(() => model.invalidate());
+        return (v as (...a: unknown[]) => unknown).apply(target, args);
+      };
+    },
+  });
   const credentials = new Map<string, string>();
   // A server with tls_cert: the helpers trust that certificate.
   const tls = config.tls_cert ? { tls: { ca: readFileSync(config.tls_cert, "utf8") } } : {};
   const seed: Seed = {
     allowAddress: async (node, address) => {
-      await store.setAllowedAddress(node, address, clock.now());
+      await model.setAllowedAddress(node, address, clock.now());
     },
-    replica: (row) => store.insertReplica(row),
-    modelState: (model, patch) => store.updateModelState(model, patch),
+    replica: (row) => past(store.insertReplica(row)),
+    modelState: (name, patch) => model.updateModelState(name, patch),
     models: (specs) => controller.putModels(specs),
     heartbeat: (hb) => controller.heartbeat(hb),
     usage: (source) => {
@@ -91,8 +113,8 @@ export async function testServer(overrides: Record<string, unknown> = {}, log: p
   };
   const peek: Peek = {
     counts: () => store.counts(),
-    nodeExists: async (name) => (await store.nodeTrust(name)).exists,
-    apiKeys: () => store.listApiKeys(),
+    nodeExists: async (name) => (await model.nodeTrust(name)).exists,
+    apiKeys: () => model.listApiKeys(),
     nodeForCredential: (credential) => controller.nodeForCredential(credential),
     engineKey: (id) => controller.engineKey(id),
     logSource: (id) => controller.logSource(id),
@@ -100,9 +122,10 @@ export async function testServer(overrides: Record<string, unknown> = {}, log: p
   };
   return Object.assign(server, {
     clock,
+    parts,
     seed,
     peek,
-    db: store.sqlite,
+    db,
     admin: (path: string, init: RequestInit = {}) =>
       fetch(`${server.adminUrl}${path}`, {
         ...tls,
@@ -115,7 +138,7 @@ export async function testServer(overrides: Record<string, unknown> = {}, log: p
       const node = typeof hb.node === "string" ? hb.node : undefined;
       if (token === undefined && node !== undefined && typeof hb.address === "string" && SegmentName.safeParse(node).success && hb.address.length <= 255)
         try {
-          if ((await store.nodeTrust(node)).allowedAddress !== hb.address) await seed.allowAddress(node, hb.address);
+          if ((await model.nodeTrust(node)).allowedAddress !== hb.address) await seed.allowAddress(node, hb.address);
         } catch {
           // A store that cannot take the write (a test of a locked or full disk) refuses the heartbeat too.
         }

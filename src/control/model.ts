@@ -1,0 +1,449 @@
+// The in-memory model of the store: a write-through StorePort around the real one, so the
+// Controller reads (snapshots, trust, credentials, the catalog) from memory and a heartbeat costs
+// the same at 100 nodes as at 5,000. The store stays the truth: the model is loaded from it at
+// start, every write goes to the store first and reaches memory only once the store took it, and
+// a failed write (or any doubt: invalidate()) makes the next read load everything again, so
+// memory never holds what the database refused.
+//
+// An unchanged heartbeat (same address, labels, fabrics, agent version, GPUs and weights) writes
+// nothing at once: its time is kept in memory and written for all nodes in one transaction at
+// most once a second (flush(), also called on stop). snapshot() hands out arrays built once per
+// change (copy on write: rows are replaced, never edited, so a snapshot never changes under its
+// holder); touching last-seen times rebuilds only the nodes array, lazily, on the next call.
+
+import type { Scheduler } from "../lib/scheduler";
+import type { HeartbeatRequest } from "../protocol/heartbeat";
+import type { AdminState } from "../protocol/views";
+import type { StorePort } from "./store-port";
+import type { ApiKeyRow, EventRow, GpuRow, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeRow, NodeTrust, PlanWrite, ReplicaRow, Snapshot } from "./types";
+
+/** How often touched last-seen times reach the store. */
+export const TOUCH_FLUSH_MS = 1000;
+
+type Base = Omit<Snapshot, "discovery" | "revisions">;
+
+interface State {
+  nodes: Map<string, NodeRow>;
+  gpus: Map<string, GpuRow[]>;
+  weights: Map<string, string[]>;
+  models: Map<string, ModelRow>;
+  aliases: Map<string, string>;
+  replicas: Map<string, ReplicaRow>;
+  byNode: Map<string, Set<string>>;
+  modelState: Map<string, ModelStateRow>;
+  allowed: Map<string, string>;
+  apiKeys: Map<string, ApiKeyRow>;
+  credOf: Map<string, string>;
+  nodeOfCred: Map<string, string>;
+}
+
+const byKey = <T>(m: Map<string, T>): T[] => [...m.keys()].sort(cmp).map((k) => m.get(k)!);
+const cmp = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
+const sameList = <T, U>(a: readonly T[], b: readonly U[], eq: (x: T, y: U) => boolean) => a.length === b.length && a.every((x, i) => eq(x, b[i]!));
+const sameRecord = (a: Record<string, string>, b: Record<string, string>) => {
+  const ka = Object.keys(a);
+  return ka.length === Object.keys(b).length && ka.every((k) => Object.hasOwn(b, k) && a[k] === b[k]);
+};
+const emptyModelState = (model: string): ModelStateRow => ({
+  model,
+  failures: 0,
+  parked: false,
+  reason: null,
+  lastFailureAt: null,
+  lastRequestedAt: null,
+  scaleTarget: null,
+  unplaceableReason: null,
+});
+/** Drops keys whose value is undefined, as the store's updates do. */
+const defined = <T extends object>(patch: T): Partial<T> => Object.fromEntries(Object.entries(patch).filter(([, v]) => v !== undefined)) as Partial<T>;
+
+export class ModelStore implements StorePort {
+  private state: State | undefined;
+  private loading: Promise<State> | undefined;
+  private cached: Base | undefined;
+  /** Only last-seen times changed since `cached` was built. */
+  private nodesStale = false;
+  private readonly touched = new Map<string, number>();
+  private lastFlush = Number.NEGATIVE_INFINITY;
+  private flushTimer: { cancel(): void } | undefined;
+  /** Transactions this model has asked of the store (tests and benchmarks read it). */
+  writes = 0;
+
+  constructor(
+    readonly inner: StorePort,
+    private readonly scheduler?: Scheduler,
+  ) {}
+
+  /** Forget memory: the next read loads everything from the store again. */
+  invalidate(): void {
+    this.state = undefined;
+    this.loading = undefined;
+    this.cached = undefined;
+  }
+
+  /** Loads everything from the store now. */
+  async rebuild(): Promise<void> {
+    this.invalidate();
+    await this.load();
+  }
+
+  private load(): Promise<State> {
+    if (this.state) return Promise.resolve(this.state);
+    if (!this.loading) {
+      const p = this.read().then(
+        (s) => {
+          if (this.loading === p) {
+            this.state = s;
+            this.loading = undefined;
+          }
+          return s;
+        },
+        (e) => {
+          if (this.loading === p) this.loading = undefined;
+          throw e;
+        },
+      );
+      this.loading = p;
+    }
+    return this.loading;
+  }
+
+  private async read(): Promise<State> {
+    const snap = await this.inner.snapshot();
+    const [allowed, keys, creds] = [await this.inner.listAllowedAddresses(), await this.inner.listApiKeys(), await this.inner.nodeCredentials()];
+    const s: State = {
+      nodes: new Map(),
+      gpus: new Map(),
+      weights: new Map(),
+      models: new Map(),
+      aliases: new Map(),
+      replicas: new Map(),
+      byNode: new Map(),
+      modelState: new Map(),
+      allowed: new Map(allowed.map((a) => [a.node, a.address])),
+      apiKeys: new Map(keys.map((k) => [k.name, k])),
+      credOf: new Map(creds.map((c) => [c.node, c.hash])),
+      nodeOfCred: new Map(creds.map((c) => [c.hash, c.node])),
+    };
+    for (const n of snap.nodes) {
+      const at = this.touched.get(n.name);
+      s.nodes.set(n.name, at !== undefined && at > n.lastHeartbeat ? { ...n, lastHeartbeat: at } : n);
+    }
+    for (const g of snap.gpus) (s.gpus.get(g.node) ?? s.gpus.set(g.node, []).get(g.node)!).push(g);
+    for (const w of snap.weights) (s.weights.get(w.node) ?? s.weights.set(w.node, []).get(w.node)!).push(w.model);
+    for (const m of snap.models) setModel(s, m);
+    for (const r of snap.replicas) setReplica(s, r);
+    for (const st of snap.modelState) s.modelState.set(st.model, st);
+    return s;
+  }
+
+  /** Runs a store write; on failure memory is dropped (the next read reloads), then the error goes on. */
+  private async write<T>(fn: () => Promise<T>): Promise<T> {
+    this.writes++;
+    try {
+      return await fn();
+    } catch (e) {
+      this.invalidate();
+      throw e;
+    }
+  }
+
+  private changed(): void {
+    this.cached = undefined;
+  }
+
+  // ---- reads --------------------------------------------------------------------------
+
+  async snapshot(): Promise<Snapshot> {
+    const s = await this.load();
+    this.flushIfDue();
+    if (this.cached && this.nodesStale) this.cached = { ...this.cached, nodes: Object.freeze(byKey(s.nodes)) as NodeRow[] };
+    this.nodesStale = false;
+    if (!this.cached) {
+      const gpus: GpuRow[] = [];
+      const weights: { node: string; model: string }[] = [];
+      for (const n of [...s.gpus.keys()].sort(cmp)) gpus.push(...s.gpus.get(n)!);
+      for (const n of [...s.weights.keys()].sort(cmp)) for (const m of s.weights.get(n)!) weights.push({ node: n, model: m });
+      this.cached = {
+        nodes: Object.freeze(byKey(s.nodes)) as NodeRow[],
+        gpus: Object.freeze(gpus) as GpuRow[],
+        weights: Object.freeze(weights) as { node: string; model: string }[],
+        models: Object.freeze(byKey(s.models)) as ModelRow[],
+        replicas: Object.freeze(byKey(s.replicas)) as ReplicaRow[],
+        modelState: Object.freeze(byKey(s.modelState)) as ModelStateRow[],
+      };
+    }
+    return { ...this.cached };
+  }
+
+  async replicaSnapshot(node?: string): Promise<Pick<Snapshot, "replicas" | "modelState">> {
+    const s = await this.load();
+    if (node === undefined) {
+      const snap = await this.snapshot();
+      return { replicas: snap.replicas, modelState: snap.modelState };
+    }
+    const replicas = [...(s.byNode.get(node) ?? [])].sort(cmp).map((id) => s.replicas.get(id)!);
+    const models = new Set(replicas.map((r) => r.model));
+    return { replicas, modelState: [...models].flatMap((m) => s.modelState.get(m) ?? []) };
+  }
+
+  async nodeTrust(name: string): Promise<NodeTrust> {
+    const s = await this.load();
+    const row = s.nodes.get(name);
+    return { exists: !!row, hasCredential: s.credOf.has(name), adminState: row?.adminState, allowedAddress: s.allowed.get(name) };
+  }
+
+  async nodeByCredentialHash(hash: string): Promise<string | undefined> {
+    return (await this.load()).nodeOfCred.get(hash);
+  }
+
+  async credentialHashOf(name: string): Promise<string | undefined> {
+    return (await this.load()).credOf.get(name);
+  }
+
+  async countNodes(): Promise<number> {
+    return (await this.load()).nodes.size;
+  }
+
+  async listAllowedAddresses(): Promise<{ node: string; address: string }[]> {
+    const s = await this.load();
+    return [...s.allowed.keys()].sort(cmp).map((node) => ({ node, address: s.allowed.get(node)! }));
+  }
+
+  async models(): Promise<ModelRow[]> {
+    return byKey((await this.load()).models);
+  }
+
+  async modelByName(name: string): Promise<ModelRow | undefined> {
+    return (await this.load()).models.get(name);
+  }
+
+  async modelByAlias(alias: string): Promise<ModelRow | undefined> {
+    const s = await this.load();
+    const m = s.aliases.get(alias);
+    return m === undefined ? undefined : s.models.get(m);
+  }
+
+  async parkedModels(): Promise<string[]> {
+    return [...(await this.load()).modelState.values()].filter((st) => st.parked).map((st) => st.model);
+  }
+
+  async listApiKeys(): Promise<ApiKeyRow[]> {
+    return byKey((await this.load()).apiKeys);
+  }
+
+  listEvents(opts: { afterId?: number; limit: number; subject?: string; kind?: string; since?: number }): Promise<EventRow[]> {
+    return this.inner.listEvents(opts);
+  }
+
+  // ---- heartbeats ---------------------------------------------------------------------
+
+  /** True when the heartbeat says exactly what the node's rows already hold. */
+  private unchanged(s: State, hb: HeartbeatRequest): boolean {
+    const n = s.nodes.get(hb.node);
+    if (!n || n.address !== hb.address || n.agentVersion !== hb.agent_version) return false;
+    if (!sameList(n.fabrics, hb.fabrics, (a, b) => a === b) || !sameRecord(n.labels, hb.labels)) return false;
+    const gpus = s.gpus.get(hb.node) ?? [];
+    const hg = [...hb.gpus].sort((a, b) => a.index - b.index);
+    const gpuSame = (g: GpuRow, h: HeartbeatRequest["gpus"][number]) =>
+      g.index === h.index && g.uuid === h.uuid && g.name === h.name && g.class === h.class && g.memoryMib === h.memory_mib && g.healthy === h.healthy && g.parent === h.parent;
+    if (!sameList(gpus, hg, gpuSame)) return false;
+    const models = [...new Set(hb.models)].sort(cmp);
+    return sameList(s.weights.get(hb.node) ?? [], models, (a, b) => a === b);
+  }
+
+  async applyHeartbeat(hb: HeartbeatRequest, now: number, join?: { credentialHash: string; pending: boolean }): Promise<{ created: boolean; taken: boolean }> {
+    const s = await this.load();
+    const existing = s.nodes.get(hb.node);
+    if (!join && existing && this.unchanged(s, hb)) {
+      this.touch(s, existing, now);
+      return { created: false, taken: false };
+    }
+    if (join && existing && s.credOf.has(hb.node)) return { created: false, taken: true };
+    const result = await this.write(() => this.inner.applyHeartbeat(hb, now, join));
+    if (result.taken || this.state !== s) return result;
+    const prev = s.nodes.get(hb.node);
+    s.nodes.set(hb.node, {
+      name: hb.node,
+      address: hb.address,
+      labels: hb.labels,
+      fabrics: hb.fabrics,
+      adminState: prev?.adminState ?? (join?.pending ? "pending" : "none"),
+      lastHeartbeat: Math.max(now, this.touched.get(hb.node) ?? now),
+      agentVersion: hb.agent_version,
+      registeredAt: prev?.registeredAt ?? now,
+    } as NodeRow);
+    if (join) {
+      const old = s.credOf.get(hb.node);
+      if (old !== undefined) s.nodeOfCred.delete(old);
+      s.credOf.set(hb.node, join.credentialHash);
+      s.nodeOfCred.set(join.credentialHash, hb.node);
+    }
+    const gpus = [...hb.gpus]
+      .sort((a, b) => a.index - b.index)
+      .map((g): GpuRow => ({ node: hb.node, index: g.index, uuid: g.uuid, name: g.name, class: g.class, memoryMib: g.memory_mib, healthy: g.healthy, parent: g.parent }));
+    if (gpus.length > 0) s.gpus.set(hb.node, gpus);
+    else s.gpus.delete(hb.node);
+    const models = [...new Set(hb.models)].sort(cmp);
+    if (models.length > 0) s.weights.set(hb.node, models);
+    else s.weights.delete(hb.node);
+    this.changed();
+    return result;
+  }
+
+  private touch(s: State, row: NodeRow, at: number): void {
+    if (at > row.lastHeartbeat) {
+      s.nodes.set(row.name, { ...row, lastHeartbeat: at });
+      this.nodesStale = true;
+    }
+    this.touched.set(row.name, Math.max(at, this.touched.get(row.name) ?? at));
+    this.flushIfDue();
+  }
+
+  /** Writes touched last-seen times when a second has passed since the last flush, else arms one flush for then. */
+  private flushIfDue(): void {
+    if (this.touched.size === 0) return;
+    const now = this.scheduler?.mono() ?? Number.POSITIVE_INFINITY;
+    if (now - this.lastFlush >= TOUCH_FLUSH_MS) {
+      void this.flush().catch(() => undefined);
+      return;
+    }
+    if (!this.flushTimer && this.scheduler)
+      this.flushTimer = this.scheduler
+        .after(TOUCH_FLUSH_MS - (now - this.lastFlush), () => {
+          this.flushTimer = undefined;
+          void this.flush().catch(() => undefined);
+        })
+        .unref();
+  }
+
+  /** Writes every touched last-seen time in one transaction (at stop, and once a second while heartbeats come). */
+  async flush(): Promise<void> {
+    this.flushTimer?.cancel();
+    this.flushTimer = undefined;
+    if (this.touched.size === 0) return;
+    this.lastFlush = this.scheduler?.mono() ?? 0;
+    const seen = [...this.touched].map(([name, at]) => ({ name, at }));
+    this.touched.clear();
+    try {
+      await this.write(() => this.inner.touchNodes(seen));
+    } catch (e) {
+      // Memory still holds the newer times (the reload below keeps them): try again next time.
+      for (const { name, at } of seen) if (!this.touched.has(name)) this.touched.set(name, at);
+      throw e;
+    }
+  }
+
+  touchNodes(seen: { name: string; at: number }[]): Promise<void> {
+    return this.write(() => this.inner.touchNodes(seen)).then(() => this.invalidate());
+  }
+
+  nodeCredentials(): Promise<{ node: string; hash: string }[]> {
+    return this.load().then((s) => [...s.credOf].map(([node, hash]) => ({ node, hash })));
+  }
+
+  // ---- writes applied in memory ---------------------------------------------------------
+
+  async applyPlan(plan: PlanWrite, now: number): Promise<void> {
+    const s = await this.load();
+    await this.write(() => this.inner.applyPlan(plan, now));
+    if (this.state !== s) return;
+    for (const r of plan.create)
+      setReplica(s, { id: r.id, model: r.model, profile: r.profile, state: "starting", shards: r.shards, port: r.port, endpoint: r.endpoint, failures: 0, error: null, createdAt: now, updatedAt: now, readyAt: null } as ReplicaRow);
+    for (const u of plan.update) {
+      const r = s.replicas.get(u.id);
+      if (r) setReplica(s, { ...r, ...defined(u.patch), updatedAt: now });
+    }
+    for (const id of plan.remove) dropReplica(s, id);
+    for (const [model, patch] of plan.modelState) if (Object.keys(patch).length > 0) patchModelState(s, model, patch);
+    for (const n of plan.nodeAdmin) {
+      const row = s.nodes.get(n.node);
+      if (row) s.nodes.set(n.node, { ...row, adminState: n.state });
+    }
+    this.changed();
+  }
+
+  async updateModelState(model: string, patch: Partial<Omit<ModelStateRow, "model">>): Promise<void> {
+    const s = await this.load();
+    await this.write(() => this.inner.updateModelState(model, patch));
+    if (this.state !== s) return;
+    patchModelState(s, model, patch);
+    this.changed();
+  }
+
+  // ---- rare writes: through the store, then memory loads again ------------------------
+
+  private async thenReload<T>(fn: () => Promise<T>): Promise<T> {
+    const out = await this.write(fn);
+    this.invalidate();
+    return out;
+  }
+
+  deleteNode(name: string, replicaIds: string[], events: NewEvent[], now: number): Promise<boolean> {
+    return this.thenReload(() => this.inner.deleteNode(name, replicaIds, events, now)).finally(() => this.touched.delete(name));
+  }
+  async setAllowedAddress(name: string, address: string | null, now: number): Promise<{ previous: string | undefined }> {
+    const s = await this.load();
+    const out = await this.write(() => this.inner.setAllowedAddress(name, address, now));
+    if (this.state === s) {
+      if (address === null) s.allowed.delete(name);
+      else s.allowed.set(name, address);
+    }
+    return out;
+  }
+  async setAdminState(name: string, state: AdminState): Promise<{ previous: AdminState | undefined }> {
+    const s = await this.load();
+    const out = await this.write(() => this.inner.setAdminState(name, state));
+    const row = s.nodes.get(name);
+    if (this.state === s && row && out.previous !== undefined) {
+      s.nodes.set(name, { ...row, adminState: state });
+      this.changed();
+    }
+    return out;
+  }
+  saveModels(models: ModelWrite[], now: number): Promise<void> {
+    return this.thenReload(() => this.inner.saveModels(models, now));
+  }
+  deleteModel(name: string): Promise<boolean> {
+    return this.thenReload(() => this.inner.deleteModel(name));
+  }
+  unpark(model: string): Promise<boolean> {
+    return this.thenReload(() => this.inner.unpark(model));
+  }
+  createApiKey(k: ApiKeyRow): Promise<boolean> {
+    return this.thenReload(() => this.inner.createApiKey(k));
+  }
+  revokeApiKey(name: string): Promise<boolean> {
+    return this.thenReload(() => this.inner.revokeApiKey(name));
+  }
+  appendEvent(e: NewEvent & { at: number }): Promise<number> {
+    return this.inner.appendEvent(e);
+  }
+  async backupTo(path: string): Promise<void> {
+    await this.flush().catch(() => undefined);
+    return this.inner.backupTo(path);
+  }
+}
+
+function setModel(s: State, m: ModelRow): void {
+  s.models.set(m.name, m);
+  for (const a of m.spec.aliases ?? []) s.aliases.set(a, m.name);
+}
+
+function setReplica(s: State, r: ReplicaRow): void {
+  const old = s.replicas.get(r.id);
+  if (old) for (const sh of old.shards) s.byNode.get(sh.node)?.delete(r.id);
+  s.replicas.set(r.id, r);
+  for (const sh of r.shards) (s.byNode.get(sh.node) ?? s.byNode.set(sh.node, new Set()).get(sh.node)!).add(r.id);
+}
+
+function dropReplica(s: State, id: string): void {
+  const old = s.replicas.get(id);
+  if (!old) return;
+  for (const sh of old.shards) s.byNode.get(sh.node)?.delete(id);
+  s.replicas.delete(id);
+}
+
+function patchModelState(s: State, model: string, patch: Partial<Omit<ModelStateRow, "model">>): void {
+  s.modelState.set(model, { ...(s.modelState.get(model) ?? emptyModelState(model)), ...defined(patch) });
+}

@@ -1,0 +1,112 @@
+// The in-memory model (src/control/model.ts): it reads like the store, writes through it, and
+// never holds what the store refused.
+
+import { describe, expect, test } from "bun:test";
+import { ModelStore } from "../../src/control/model";
+import { ManualScheduler } from "../../src/lib/scheduler";
+import { Store } from "../../src/store";
+import { T0, heartbeat, model } from "../helpers/fleet";
+
+function setup() {
+  const store = new Store({ path: ":memory:" });
+  const clock = new ManualScheduler(T0);
+  const m = new ModelStore(store, clock);
+  const changes = () => (store.sqlite.query("SELECT total_changes() AS n").get() as { n: number }).n;
+  return { store, clock, m, changes };
+}
+
+const hb = (name: string, gpus = ["H100-80GB", "H100-80GB"]) => heartbeat({ name, gpus, models: ["m1"] });
+
+describe("in-memory model", () => {
+  test("writes go through: memory and a fresh load of the store agree", async () => {
+    const { store, m } = setup();
+    await m.applyHeartbeat(hb("n1"), T0, { credentialHash: "h1", pending: false });
+    await m.applyHeartbeat(hb("n2"), T0, { credentialHash: "h2", pending: true });
+    await m.saveModels([{ spec: model({ name: "m1", aliases: ["one"] }), revision: 1, created: true }], T0);
+    await m.applyPlan({ create: [{ id: "r1", model: "m1", profile: "p", shards: [{ node: "n1", gpus: [0] }], port: 9000, endpoint: "10.0.0.1:9000" }], update: [], remove: [], modelState: new Map([["m1", { failures: 2 }]]), nodeAdmin: [{ node: "n2", state: "cordoned" }], events: [] }, T0);
+    await m.applyPlan({ create: [], update: [{ id: "r1", patch: { state: "ready", readyAt: T0 + 5 } }], remove: [], modelState: new Map(), nodeAdmin: [], events: [] }, T0 + 5);
+    const mem = await m.snapshot();
+    expect(mem).toEqual(await store.snapshot());
+    expect(mem.replicas[0]!.state).toBe("ready");
+    expect(await m.nodeTrust("n2")).toEqual(await store.nodeTrust("n2"));
+    expect(await m.nodeByCredentialHash("h2")).toBe("n2");
+    expect((await m.modelByAlias("one"))?.name).toBe("m1");
+    const fresh = new ModelStore(store);
+    expect(await fresh.snapshot()).toEqual(mem);
+    await m.rebuild();
+    expect(await m.snapshot()).toEqual(mem);
+    expect((await m.replicaSnapshot("n1")).replicas.map((r) => r.id)).toEqual(["r1"]);
+    expect((await m.replicaSnapshot("n2")).replicas).toEqual([]);
+  });
+
+  test("a failed write leaves memory as the store has it", async () => {
+    const { store, m } = setup();
+    await m.applyHeartbeat(hb("n1"), T0);
+    const before = await m.snapshot();
+    // A replica id taken twice: the store refuses the plan, all of it.
+    const plan = (id: string) => ({ create: [{ id, model: "m1", profile: "p", shards: [{ node: "n1", gpus: [0] }], port: 1, endpoint: "10.0.0.1:1" }], update: [], remove: [], modelState: new Map(), nodeAdmin: [], events: [] });
+    await m.applyPlan(plan("r1"), T0);
+    const withR1 = await m.snapshot();
+    await expect(m.applyPlan({ ...plan("r1"), nodeAdmin: [{ node: "n1", state: "draining" as const }] }, T0)).rejects.toThrow();
+    const after = await m.snapshot();
+    expect(after).toEqual(await store.snapshot());
+    expect(after.nodes[0]!.adminState).toBe("none");
+    expect(after.replicas.length).toBe(1);
+    expect(before.replicas.length).toBe(0);
+    expect(withR1.replicas.length).toBe(1);
+  });
+
+  test("snapshots handed out never change under their holder", async () => {
+    const { m, clock } = setup();
+    await m.applyHeartbeat(hb("n1"), T0);
+    const s1 = await m.snapshot();
+    clock.advance(2000);
+    await m.applyHeartbeat(hb("n1"), T0 + 2000);
+    await m.applyHeartbeat(hb("n2"), T0 + 2000);
+    expect(s1.nodes.map((n) => [n.name, n.lastHeartbeat])).toEqual([["n1", T0]]);
+    expect(Object.isFrozen(s1.nodes)).toBe(true);
+    const s2 = await m.snapshot();
+    expect(s2.nodes.map((n) => [n.name, n.lastHeartbeat])).toEqual([
+      ["n1", T0 + 2000],
+      ["n2", T0 + 2000],
+    ]);
+    // Nothing changed: the same arrays, not rebuilt ones.
+    expect((await m.snapshot()).gpus).toBe(s2.gpus);
+  });
+
+  test("an unchanged heartbeat writes nothing until the flush, which writes last-seen in one transaction", async () => {
+    const { store, m, clock, changes } = setup();
+    await m.applyHeartbeat(hb("n1"), T0);
+    await m.applyHeartbeat(hb("n2"), T0);
+    // The first touch after a quiet second is written at once; the ones after it wait.
+    clock.advance(50);
+    await m.applyHeartbeat(hb("n1"), T0 + 50);
+    expect((await store.snapshot()).nodes.map((n) => n.lastHeartbeat)).toEqual([T0 + 50, T0]);
+    const c0 = changes();
+    const w0 = m.writes;
+    clock.advance(50);
+    await m.applyHeartbeat(hb("n1"), T0 + 100);
+    await m.applyHeartbeat(hb("n2"), T0 + 100);
+    expect(changes()).toBe(c0);
+    expect(m.writes).toBe(w0);
+    expect((await m.nodeTrust("n1")).exists).toBe(true);
+    expect((await m.snapshot()).nodes.map((n) => n.lastHeartbeat)).toEqual([T0 + 100, T0 + 100]);
+    expect((await store.snapshot()).nodes.map((n) => n.lastHeartbeat)).toEqual([T0 + 50, T0]);
+    // The timer a second on writes both rows, in one transaction.
+    clock.advance(1000);
+    expect(m.writes).toBe(w0 + 1);
+    expect((await store.snapshot()).nodes.map((n) => n.lastHeartbeat)).toEqual([T0 + 100, T0 + 100]);
+  });
+
+  test("a changed heartbeat writes only that node", async () => {
+    const { store, m, changes } = setup();
+    for (const n of ["n1", "n2", "n3"]) await m.applyHeartbeat(hb(n), T0);
+    const c0 = changes();
+    await m.applyHeartbeat(hb("n2", ["H100-80GB"]), T0 + 10);
+    // 1 node row updated, 2 GPUs deleted + 1 inserted, 1 weight deleted + 1 inserted.
+    expect(changes() - c0).toBe(6);
+    const mem = await m.snapshot();
+    expect(mem).toEqual(await store.snapshot());
+    expect(mem.gpus.filter((g) => g.node === "n2").length).toBe(1);
+  });
+});
