@@ -95,6 +95,15 @@ export class Controller {
   /** The router's last-used map as collected on the latest tick. */
   private lastUsed: ReadonlyMap<string, number> = new Map();
   private lastPublished = "";
+  /**
+   * The snapshot version and reported-revisions count the assignments and endpoints were last
+   * projected from: a tick over unchanged state (the steady state of a large fleet) skips them.
+   */
+  private projectedAt: string | undefined;
+  /** Rises whenever a node's reported revisions change (they feed the assignments). */
+  private reported = 0;
+  /** Each node's last reported revisions, as sent, to tell a change from a repeat. */
+  private readonly revisionsSaid = new Map<string, string>();
   private lastCatalog = "";
   /** Each node's assignment set and generation, and the long polls waiting on them. */
   private readonly broker: AssignmentBroker;
@@ -202,6 +211,7 @@ export class Controller {
     this.sink = s;
     this.lastPublished = "";
     this.lastCatalog = "";
+    this.projectedAt = undefined;
     await this.publishKeys();
   }
 
@@ -285,8 +295,13 @@ export class Controller {
       }
       this.lowSince = scaled.lowSince;
       this.unreachable = reach.unreachable;
-      this.refreshAssignments(after);
-      this.publish(after);
+      // Unchanged state projects to unchanged assignments and endpoints: skip the O(fleet) work.
+      const key = after.version === undefined ? undefined : `${after.version}/${this.reported}`;
+      if (key === undefined || key !== this.projectedAt) {
+        this.refreshAssignments(after);
+        this.publish(after);
+        this.projectedAt = key;
+      }
       this.load.tickTook(this.scheduler.mono() - began);
       await this.writeEpisodes();
       return plan;
@@ -413,8 +428,17 @@ export class Controller {
     if (hb.discovery_error || reasons.size > 0) this.discovery.set(hb.node, { error: hb.discovery_error || null, reasons });
     else this.discovery.delete(hb.node);
     // A Map, not the parsed record: a model named like an Object.prototype key stays a plain entry.
-    if (hb.model_revisions !== undefined) this.revisions.set(hb.node, new Map(Object.entries(hb.model_revisions)));
-    else this.revisions.delete(hb.node);
+    const said = hb.model_revisions === undefined ? undefined : JSON.stringify(hb.model_revisions);
+    if (said !== this.revisionsSaid.get(hb.node)) {
+      this.reported++;
+      if (hb.model_revisions !== undefined && said !== undefined) {
+        this.revisions.set(hb.node, new Map(Object.entries(hb.model_revisions)));
+        this.revisionsSaid.set(hb.node, said);
+      } else {
+        this.revisions.delete(hb.node);
+        this.revisionsSaid.delete(hb.node);
+      }
+    }
     if (hb.logs_port !== null) this.logsPorts.set(hb.node, hb.logs_port);
     else this.logsPorts.delete(hb.node);
     if (hb.logs_tls_cert) this.logsCerts.set(hb.node, hb.logs_tls_cert);
@@ -729,6 +753,8 @@ export class Controller {
     this.engines.delete(name);
     this.discovery.delete(name);
     this.revisions.delete(name);
+    this.revisionsSaid.delete(name);
+    this.reported++;
     const rest = new Set(this.unreachable);
     rest.delete(name);
     this.unreachable = rest;

@@ -66,6 +66,8 @@ export class ModelStore implements StorePort {
   private readonly touched = new Map<string, number>();
   private lastFlush = Number.NEGATIVE_INFINITY;
   private flushTimer: { cancel(): void } | undefined;
+  /** Rises with every change but last-seen touches (Snapshot.version). */
+  private version = 0;
   /** Transactions this model has asked of the store (tests and benchmarks read it). */
   writes = 0;
 
@@ -79,6 +81,7 @@ export class ModelStore implements StorePort {
     this.state = undefined;
     this.loading = undefined;
     this.cached = undefined;
+    this.version++;
   }
 
   /** Loads everything from the store now. */
@@ -150,6 +153,7 @@ export class ModelStore implements StorePort {
 
   private changed(): void {
     this.cached = undefined;
+    this.version++;
   }
 
   // ---- reads --------------------------------------------------------------------------
@@ -157,7 +161,7 @@ export class ModelStore implements StorePort {
   async snapshot(): Promise<Snapshot> {
     const s = await this.load();
     this.flushIfDue();
-    if (this.cached && this.nodesStale) this.cached = { ...this.cached, nodes: Object.freeze(byKey(s.nodes)) as NodeRow[] };
+    if (this.cached && this.nodesStale) this.cached = { ...this.cached, nodes: byKey(s.nodes) as NodeRow[] };
     this.nodesStale = false;
     if (!this.cached) {
       const gpus: GpuRow[] = [];
@@ -165,15 +169,15 @@ export class ModelStore implements StorePort {
       for (const n of [...s.gpus.keys()].sort(cmp)) gpus.push(...s.gpus.get(n)!);
       for (const n of [...s.weights.keys()].sort(cmp)) for (const m of s.weights.get(n)!) weights.push({ node: n, model: m });
       this.cached = {
-        nodes: Object.freeze(byKey(s.nodes)) as NodeRow[],
-        gpus: Object.freeze(gpus) as GpuRow[],
-        weights: Object.freeze(weights) as { node: string; model: string }[],
-        models: Object.freeze(byKey(s.models)) as ModelRow[],
-        replicas: Object.freeze(byKey(s.replicas)) as ReplicaRow[],
-        modelState: Object.freeze(byKey(s.modelState)) as ModelStateRow[],
+        nodes: byKey(s.nodes) as NodeRow[],
+        gpus: gpus as GpuRow[],
+        weights: weights as { node: string; model: string }[],
+        models: byKey(s.models) as ModelRow[],
+        replicas: byKey(s.replicas) as ReplicaRow[],
+        modelState: byKey(s.modelState) as ModelStateRow[],
       };
     }
-    return { ...this.cached };
+    return { ...this.cached, version: this.version };
   }
 
   async replicaSnapshot(node?: string): Promise<Pick<Snapshot, "replicas" | "modelState">> {

@@ -45,7 +45,8 @@ export function reconcile(input: ReconcileInput): Plan {
   // Placing what is short, over the GPUs as they are once the removals above are done.
   const held = heldGpus(ctx, b);
   const ports = portsInUse(ctx);
-  const pnodes = placementNodes(ctx, held);
+  // The fleet as placement sees it costs O(GPUs): built only when something is to be placed.
+  const pnodes = requests.length > 0 ? placementNodes(ctx, held) : [];
   byNeed(requests);
   const result = placeShort(pnodes, requests);
   makeRoom(ctx, b, { requests, result, held, pnodes, byModel });

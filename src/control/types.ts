@@ -127,6 +127,12 @@ export interface Snapshot {
    * absent for nodes not heard from since this process started and for agents that do not report them.
    */
   revisions?: ReadonlyMap<string, ReadonlyMap<string, readonly string[]>>;
+  /**
+   * Rises with every change of what the snapshot holds other than nodes' last-seen times (the
+   * in-memory model sets it; a plain store leaves it out). Two snapshots with one version give
+   * the same assignments, endpoints and catalog, so the tick need not project them again.
+   */
+  version?: number;
 }
 
 /** What the agent API checks a heartbeat against: is the name taken, by a credential, and what may it report. */
