@@ -4,7 +4,9 @@
 //   converge      a catalog of N/2 models (min 1 replica, one profile per GPU class) applied
 //                 through POST /api/v1/apply; converged when the summary says every model is
 //                 satisfied, else at the last rise of the ready replica count once it has not
-//                 risen for 10 s (printed with "stalled"); at most 120 s;
+//                 risen for 10 s (printed with "stalled"); at most 120 s. The simulated nodes
+//                 do not long-poll: a new assignment is seen at the next heartbeat and reported
+//                 ready at the one after, so converge includes up to two intervals (~10 s);
 //   steady        a window (--steady, default 60s) with every node heartbeating: heartbeat
 //                 p50/p99, `llmgw status` wall time p50 (10 runs), serve's CPU % of one core
 //                 (whole process and its busiest threads by name), cost per heartbeat (serve
