@@ -1,0 +1,116 @@
+// The scale bench's load generator, in its own process so its CPU is not the head node's: N
+// simulated nodes (8 GPUs each, four classes, MIG on every tenth, GPU 3 unhealthy on every
+// 17th, 2–4 fabrics) join with the join token, keep the credential the first answer carries,
+// then heartbeat at the interval the head node's answer gives (times --speed, so --speed 5 is
+// five times too fast), spread evenly in time, reporting every assigned replica `ready` on its
+// port. Prints `registered <ms>` once all joined, then once a second one JSON line:
+// {"t": ms since start, "n": heartbeats answered, "err": failed, "ms": [latencies], "interval": ms}.
+//   bun test/bench/lib/scale-fleet.ts SERVER JOIN_TOKEN NODES MODELS [--speed X] [--fabrics F]
+
+import { gpuClasses } from "./fleet";
+
+const [server, joinToken, nodesArg, modelsArg] = process.argv.slice(2);
+const flag = (name: string, dflt: number) => {
+  const i = process.argv.indexOf(name);
+  return i >= 0 ? Number(process.argv[i + 1]) : dflt;
+};
+const N = Number(nodesArg);
+const MODELS = Math.max(1, Number(modelsArg));
+const SPEED = flag("--speed", 1);
+const FABRICS = flag("--fabrics", Math.min(4, Math.max(2, Math.round(N / 500))));
+const JOIN_CONCURRENCY = 64;
+
+interface SimNode {
+  i: number;
+  name: string;
+  credential?: string;
+  body: Record<string, unknown>;
+  replicas: { id: string; state: "ready"; port: number }[];
+}
+
+function nodeBody(i: number): Record<string, unknown> {
+  const classes = gpuClasses(i, true);
+  const gpus = classes.map((c, g) => ({
+    index: g,
+    uuid: c.includes("/") ? `MIG-${i}-${g}` : `GPU-${i}-${g}`,
+    name: c,
+    class: c,
+    memory_mib: 81559,
+    healthy: !(i % 17 === 0 && g === 3),
+    parent: c.includes("/") ? `GPU-${i}-card` : null,
+  }));
+  return {
+    node: `sim-${i}`,
+    address: "127.0.0.1",
+    agent_version: "bench",
+    fabrics: [`ib-${i % FABRICS}`],
+    gpus,
+    models: [`m${i % MODELS}`, `m${(i * 7 + 1) % MODELS}`],
+  };
+}
+
+const nodes: SimNode[] = Array.from({ length: N }, (_, i) => ({ i, name: `sim-${i}`, body: nodeBody(i), replicas: [] }));
+let interval = 5000;
+let window: number[] = [];
+let answered = 0;
+let errors = 0;
+const t0 = performance.now();
+
+async function beat(n: SimNode): Promise<boolean> {
+  const started = performance.now();
+  try {
+    const r = await fetch(`${server}/agent/v1/heartbeat`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${n.credential ?? joinToken}`, "content-type": "application/json" },
+      body: JSON.stringify({ ...n.body, replicas: n.replicas }),
+      signal: AbortSignal.timeout(30_000),
+    });
+    const text = await r.text();
+    const ms = performance.now() - started;
+    if (!r.ok) {
+      errors++;
+      if (errors <= 5) console.error(`${n.name}: ${r.status} ${text.slice(0, 200)}`);
+      return false;
+    }
+    const a = JSON.parse(text) as { assignments: { id: string; port: number; shard: { rank: number } }[]; heartbeat_interval_ms: number; credential?: string };
+    if (a.credential) n.credential = a.credential;
+    interval = a.heartbeat_interval_ms;
+    n.replicas = a.assignments.map((x) => ({ id: x.id, state: "ready" as const, port: x.port }));
+    window.push(ms);
+    answered++;
+    return true;
+  } catch (e) {
+    errors++;
+    if (errors <= 5) console.error(`${n.name}: ${(e as Error).message}`);
+    return false;
+  }
+}
+
+async function main(): Promise<void> {
+  // Cold start of the whole cluster: every node joins at once (JOIN_CONCURRENCY in flight).
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: JOIN_CONCURRENCY }, async () => {
+      while (next < N) {
+        const n = nodes[next++]!;
+        for (let tries = 0; tries < 20 && !(await beat(n)); tries++) await Bun.sleep(500);
+      }
+    }),
+  );
+  console.log(`registered ${Math.round(performance.now() - t0)} ${nodes.filter((n) => n.credential).length}`);
+  // Steady heartbeats: node i's first one at i/N of an interval, then every interval.
+  for (const n of nodes) {
+    const loop = async () => {
+      const due = performance.now() + interval / SPEED;
+      await beat(n);
+      setTimeout(loop, Math.max(0, due - performance.now()));
+    };
+    setTimeout(loop, (n.i / N) * (interval / SPEED));
+  }
+  setInterval(() => {
+    console.log(JSON.stringify({ t: Math.round(performance.now() - t0), n: answered, err: errors, interval, ms: window.map((x) => Math.round(x * 100) / 100) }));
+    window = [];
+  }, 1000);
+}
+
+void main();
