@@ -50,20 +50,66 @@ export const CALM_STEPS = 3;
 export const SUMMARY_CACHE_MS = 3_000;
 const MAX_STALLS = 256;
 
-/** How much of [since, now] the stalls cover, overlapping ones counted once. Pure. */
-export function deafTime(stalls: readonly Stall[], since: number, now: number): number {
-  const spans = stalls
-    .map((s) => [Math.max(since, s.end - s.ms), Math.min(now, s.end)] as const)
-    .filter(([a, b]) => b > a)
-    .sort((x, y) => x[0] - y[0]);
+/** The stalls as disjoint spans sorted by start, with the length of all spans before each. */
+interface Merged {
+  count: number;
+  starts: number[];
+  ends: number[];
+  before: number[];
+}
+const mergedOf = new WeakMap<readonly Stall[], Merged>();
+
+function merged(stalls: readonly Stall[]): Merged {
+  const known = mergedOf.get(stalls);
+  // The monitor's list only grows at its end (or is replaced): the same length is the same list.
+  if (known && known.count === stalls.length) return known;
+  const spans = stalls.map((s) => [s.end - s.ms, s.end] as const).sort((x, y) => x[0] - y[0]);
+  const m: Merged = { count: stalls.length, starts: [], ends: [], before: [] };
   let total = 0;
-  let upTo = Number.NEGATIVE_INFINITY;
   for (const [a, b] of spans) {
-    const from = Math.max(a, upTo);
-    if (b > from) total += b - from;
-    upTo = Math.max(upTo, b);
+    const last = m.ends.length - 1;
+    if (last >= 0 && a <= m.ends[last]!) {
+      if (b > m.ends[last]!) {
+        total += b - m.ends[last]!;
+        m.ends[last] = b;
+      }
+      continue;
+    }
+    m.before.push(total);
+    m.starts.push(a);
+    m.ends.push(b);
+    total += b - a;
   }
-  return total;
+  mergedOf.set(stalls, m);
+  return m;
+}
+
+/** How much deaf time lies before t. */
+function coveredBefore(m: Merged, t: number): number {
+  // The last span starting before t.
+  let lo = 0;
+  let hi = m.starts.length - 1;
+  let i = -1;
+  while (lo <= hi) {
+    const mid = (lo + hi) >> 1;
+    if (m.starts[mid]! < t) {
+      i = mid;
+      lo = mid + 1;
+    } else hi = mid - 1;
+  }
+  if (i < 0) return 0;
+  return m.before[i]! + Math.min(t, m.ends[i]!) - m.starts[i]!;
+}
+
+/**
+ * How much of [since, now] the stalls cover, overlapping ones counted once. Pure. The merged
+ * spans are kept per list, so a tick asking for every node of a large fleet pays O(log stalls)
+ * a node, not a sort.
+ */
+export function deafTime(stalls: readonly Stall[], since: number, now: number): number {
+  if (stalls.length === 0 || now <= since) return 0;
+  const m = merged(stalls);
+  return coveredBefore(m, now) - coveredBefore(m, since);
 }
 
 /** The node timeout in force: it covers 3 × the longest interval announced within the window. Pure. */
@@ -159,7 +205,9 @@ export class LoadMonitor {
 
   /** A heartbeat waited this long in the write queue before it was handled. */
   queueWait(ms: number): void {
-    this.note(ms, ms >= BEHIND_MS / 4);
+    // The common case, a wait too short to count, costs nothing: the sampler keeps calm time.
+    if (ms < BEHIND_MS / 4) return;
+    this.note(ms, true);
   }
 
   /** A tick took this long (during which nothing else was handled). */
@@ -171,8 +219,8 @@ export class LoadMonitor {
     const now = this.scheduler.now();
     const m = this.scheduler.mono();
     if (deaf) {
-      this.stalls.push({ end: now, ms });
-      if (this.stalls.length > MAX_STALLS) this.stalls.splice(0, this.stalls.length - MAX_STALLS);
+      // Replaced, not changed in place: a list handed out stays as it was.
+      this.stalls = [...this.stalls.slice(Math.max(0, this.stalls.length + 1 - MAX_STALLS)), { end: now, ms }];
     }
     if (ms >= BEHIND_MS) {
       this.recent.push({ at: m, ms });
@@ -211,7 +259,8 @@ export class LoadMonitor {
   /** Stalls of the recent past, as plain data for the pure deadline functions. */
   deafSpans(): readonly Stall[] {
     const horizon = this.scheduler.now() - 4 * (this.nodeTimeoutMs + 60_000);
-    this.stalls = this.stalls.filter((s) => s.end >= horizon);
+    // A new list only when one has aged out: the deadline functions keep work per list.
+    if (this.stalls.length > 0 && this.stalls[0]!.end < horizon) this.stalls = this.stalls.filter((s) => s.end >= horizon);
     return this.stalls;
   }
 

@@ -126,7 +126,7 @@ async function runSize(N: number): Promise<{ row: Row; events: EventView[] }> {
     }
   }
   const MODELS = Math.max(1, Math.floor(N / 2));
-  const gen: Child = await spawnChild("fleet", [BUN, "test/bench/lib/scale-fleet.ts", admin, joinToken, String(N), String(MODELS), "--speed", String(SPEED)], { waitUrl: false, cpus: "1", nofile: 20000 });
+  const gen: Child = await spawnChild("fleet", [BUN, "test/bench/lib/scale-fleet.ts", admin, joinToken, String(N), String(MODELS), "--speed", String(SPEED)], { waitUrl: false, cpus: "1", nofile: 20000, env: { BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" } });
   const stats: { t: number; n: number; err: number; interval: number; ms: number[]; at: number }[] = [];
   const reg = await gen.waitLine(/^registered /, 600_000);
   const [, regMs, regCount] = reg.split(" ");

@@ -6,6 +6,19 @@ import { headLine } from "../../src/cli/status";
 import type { NodeRow } from "../../src/control/types";
 
 describe("deafTime", () => {
+  test("agrees with counting every millisecond, for random overlapping stalls and windows", () => {
+    let seed = 7;
+    const rnd = (n: number) => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) % n);
+    for (let round = 0; round < 200; round++) {
+      const stalls = Array.from({ length: rnd(12) }, () => ({ end: rnd(2_000), ms: rnd(400) }));
+      const since = rnd(2_000);
+      const now = since + rnd(1_000);
+      let naive = 0;
+      for (let t = since; t < now; t++) if (stalls.some((s) => t >= s.end - s.ms && t < s.end)) naive++;
+      expect(deafTime(stalls, since, now)).toBe(naive);
+    }
+  });
+
   test("counts only the part of each stall inside [since, now]", () => {
     const stalls = [{ end: 1_000, ms: 500 }, { end: 5_000, ms: 2_000 }];
     expect(deafTime(stalls, 0, 10_000)).toBe(2_500);

@@ -3,7 +3,9 @@
 // 17th, 2–4 fabrics) join with the join token, keep the credential the first answer carries,
 // then heartbeat at the interval the head node's answer gives (times --speed, so --speed 5 is
 // five times too fast), spread evenly in time, reporting every assigned replica `ready` on its
-// port. Prints `registered <ms>` once all joined, then once a second one JSON line:
+// port. Like a real agent, each node holds a long poll for its assignments and sends an early
+// heartbeat (after 250 ms) when its set changes, so new replicas are reported ready at once
+// (--no-long-poll: heartbeats alone). Prints `registered <ms>` once all joined, then once a second one JSON line:
 // {"t": ms since start, "n": heartbeats answered, "err": failed, "ms": [latencies], "interval": ms}.
 //   bun test/bench/lib/scale-fleet.ts SERVER JOIN_TOKEN NODES MODELS [--speed X] [--fabrics F]
 
@@ -19,6 +21,7 @@ const MODELS = Math.max(1, Number(modelsArg));
 const SPEED = flag("--speed", 1);
 const FABRICS = flag("--fabrics", Math.min(4, Math.max(2, Math.round(N / 500))));
 const JOIN_CONCURRENCY = 64;
+const LONG_POLL = !process.argv.includes("--no-long-poll");
 
 interface SimNode {
   i: number;
@@ -26,6 +29,38 @@ interface SimNode {
   credential?: string;
   body: Record<string, unknown>;
   replicas: { id: string; state: "ready"; port: number }[];
+  generation: number;
+  early?: ReturnType<typeof setTimeout>;
+}
+
+type Answer = { assignments: { id: string; port: number; shard: { rank: number } }[]; heartbeat_interval_ms: number; generation: number; credential?: string };
+
+/** Takes an answer's assignments; a changed set is reported ready in an early heartbeat, as an agent does. */
+function accept(n: SimNode, a: Answer): void {
+  const before = n.replicas.map((r) => r.id).join(",");
+  n.replicas = a.assignments.map((x) => ({ id: x.id, state: "ready" as const, port: x.port }));
+  n.generation = a.generation;
+  if (n.replicas.map((r) => r.id).join(",") !== before && n.credential && !n.early)
+    n.early = setTimeout(() => {
+      n.early = undefined;
+      void beat(n);
+    }, 250);
+}
+
+/** The node's long poll: answered when its assignments change, or after 25 s. */
+async function poll(n: SimNode): Promise<void> {
+  for (;;) {
+    try {
+      const r = await fetch(`${server}/agent/v1/assignments?node=${n.name}&generation=${n.generation}&wait_ms=25000`, {
+        headers: { authorization: `Bearer ${n.credential}` },
+        signal: AbortSignal.timeout(40_000),
+      });
+      if (r.ok) accept(n, (await r.json()) as Answer);
+      else await Bun.sleep(1000);
+    } catch {
+      await Bun.sleep(1000);
+    }
+  }
 }
 
 function nodeBody(i: number): Record<string, unknown> {
@@ -49,7 +84,7 @@ function nodeBody(i: number): Record<string, unknown> {
   };
 }
 
-const nodes: SimNode[] = Array.from({ length: N }, (_, i) => ({ i, name: `sim-${i}`, body: nodeBody(i), replicas: [] }));
+const nodes: SimNode[] = Array.from({ length: N }, (_, i) => ({ i, name: `sim-${i}`, body: nodeBody(i), replicas: [], generation: 0 }));
 let interval = 5000;
 let window: number[] = [];
 let answered = 0;
@@ -72,10 +107,10 @@ async function beat(n: SimNode): Promise<boolean> {
       if (errors <= 5) console.error(`${n.name}: ${r.status} ${text.slice(0, 200)}`);
       return false;
     }
-    const a = JSON.parse(text) as { assignments: { id: string; port: number; shard: { rank: number } }[]; heartbeat_interval_ms: number; credential?: string };
+    const a = JSON.parse(text) as Answer;
     if (a.credential) n.credential = a.credential;
     interval = a.heartbeat_interval_ms;
-    n.replicas = a.assignments.map((x) => ({ id: x.id, state: "ready" as const, port: x.port }));
+    accept(n, a);
     window.push(ms);
     answered++;
     return true;
@@ -98,6 +133,7 @@ async function main(): Promise<void> {
     }),
   );
   console.log(`registered ${Math.round(performance.now() - t0)} ${nodes.filter((n) => n.credential).length}`);
+  if (LONG_POLL) for (const n of nodes) if (n.credential) void poll(n);
   // Steady heartbeats: node i's first one at i/N of an interval, then every interval.
   for (const n of nodes) {
     const loop = async () => {
