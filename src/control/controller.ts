@@ -230,6 +230,7 @@ export class Controller {
   tick(): Promise<Plan> {
     return this.exclusive(async () => {
       // Usage first, so idleness is as fresh as what is published beside it.
+      await this.usage?.refresh?.();
       this.collectUsage();
       const now = this.scheduler.now();
       const seen = this.observe(now);
