@@ -9,7 +9,8 @@ const version = process.env.LLMGW_VERSION ?? pkg.version;
 const outfile = process.argv[2] ?? "dist/llmgw";
 
 const result = await Bun.build({
-  entrypoints: ["./src/main.ts"],
+  // The router thread's module is an entrypoint of its own: a compiled binary starts Workers only from those.
+  entrypoints: ["./src/main.ts", "./src/app/router-worker.ts"],
   compile: {
     outfile,
     autoloadDotenv: false,

@@ -24,6 +24,9 @@ import { Store } from "../store";
 import { ModelStore } from "../control/model";
 import type { StorePort } from "../control/store-port";
 import { StoreUnavailableError } from "../control/errors";
+import { RouterLink } from "./router-thread";
+import type { RouterWorkerData } from "./router-worker";
+import { type ShedLog, shedLogger } from "./router-shed";
 import { VERSION } from "../version";
 
 /** Largest request body on the admin listener (a catalog, a heartbeat), bytes. */
@@ -86,7 +89,8 @@ export interface HeadParts {
   /** The in-memory model the controller reads: invalidate() it after writing to `store` directly. */
   model: ModelStore;
   controller: Controller;
-  router: Router;
+  /** Only with the router in the main thread (tests on a ManualScheduler, `router_thread: false`). */
+  router?: Router;
 }
 
 export interface Head {
@@ -135,17 +139,22 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   }
   const adminUrl = localUrl(config.admin_listen.host, adminPort, scheme);
 
-  const router = routerFor(listening, controller, admin.token);
-  let routerAddr: { url: string; port: number };
+  // Its own thread unless the config says otherwise or time is not real (a Worker cannot share a manual clock).
+  const threaded = config.router_thread && scheduler === realScheduler;
+  const router = threaded ? undefined : routerFor(listening, controller, admin.token);
+  const link = threaded ? new RouterLink({ data: routerWorkerData(listening, admin.token), demand: controller, log }) : undefined;
+  let routerAddr: { port: number };
   try {
-    routerAddr = router.start();
+    routerAddr = link ? await link.start() : router!.start();
   } catch (e) {
     adminListener.stop();
     store.close();
     throw new Error(`cannot listen on ${config.listen.host}:${config.listen.port} (router): ${(e as Error).message}`);
   }
-  await controller.setEndpointSink(router);
-  controller.setUsageSource(router);
+  const sink = (link ?? router)!;
+  await controller.setEndpointSink(sink);
+  controller.setUsageSource(sink);
+  if (link) log.info({ thread: "router" }, "router runs on its own thread");
   const routerUrl = localUrl(config.listen.host, routerAddr.port, scheme);
   if (tls) log.info({ cert: tls.certPath, key: tls.keyPath, fingerprint256: tls.fingerprint256 }, "TLS on: the router and the admin/agent API serve HTTPS");
   log.info({ listen: `${config.listen.host}:${routerAddr.port}`, url: routerUrl }, "router listening");
@@ -187,14 +196,14 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
       stopped = true;
       timer?.cancel();
       controller.load.stop();
-      await router.stop();
+      await (link ?? router)!.stop();
       adminListener.stop();
       await model.flush().catch((e) => log.warn({ err: e }, "last-seen times not written at stop"));
       store.close();
       log.info("server stopped");
     },
   };
-  return { server, parts: { store, model, controller, router } };
+  return { server, parts: { store, model, controller, ...(router ? { router } : {}) } };
 }
 
 function buildController(config: ServeConfig, o: { store: StorePort; log: Logger; scheduler: Scheduler; dataDir: string; engineSecret: string }): Controller {
@@ -251,7 +260,7 @@ interface Listening {
   scheduler: Scheduler;
   tls: LoadedTls | undefined;
   caps: ListenerCaps;
-  shed: (listener: "router" | "admin", cap: "total" | "address", address: string) => void;
+  shed: ShedLog;
 }
 
 /** Deadlines both listeners keep (on the scheduler each listener is given). */
@@ -317,6 +326,22 @@ function routerFor(l: Listening, controller: Controller, adminToken: string): Ro
   });
 }
 
+/** The router thread's options: the router's, as plain data (no scheduler, log or callbacks). */
+function routerWorkerData(l: Listening, adminToken: string): RouterWorkerData {
+  const { config, log, tls, caps } = l;
+  return {
+    logLevel: log.level,
+    host: config.listen.host,
+    port: config.listen.port,
+    ...routerSettings(config),
+    requireApiKey: config.require_api_key,
+    loadFactor: config.balance_load_factor,
+    adminToken,
+    ...(tls ? { tls: { cert: tls.certPath, key: tls.keyPath } } : {}),
+    listener: { ...deadlines(l), maxConnections: caps.router.total, maxConnectionsPerAddress: caps.router.perAddress },
+  };
+}
+
 /**
  * Ticks the controller every `intervalMs` on the scheduler, and at once when it asks (a
  * heartbeat with news, a catalog or node change reconciles now, not on the next tick). A failed
@@ -349,26 +374,6 @@ async function startLoop(controller: Controller, log: Logger, scheduler: Schedul
 /** The admin API's error shape for what the listener refuses by itself (framing, limits, caps). */
 function adminErrorBody(_status: number, message: string, code: string): string {
   return JSON.stringify({ error: { code: ADMIN_CODES[code] ?? code, message } });
-}
-
-/**
- * Logs shed connections at most once per listener and cap every 10 s, with how many: a flood
- * must not turn into a flood of log lines.
- */
-function shedLogger(log: Logger, scheduler: Scheduler): Listening["shed"] {
-  const last = new Map<string, { at: number; count: number }>();
-  return (listener, cap, address) => {
-    const key = `${listener}:${cap}`;
-    const now = scheduler.mono();
-    const l = last.get(key);
-    if (l !== undefined && now - l.at < 10_000) {
-      l.count++;
-      return;
-    }
-    const suppressed = l?.count ?? 0;
-    last.set(key, { at: now, count: 0 });
-    log.warn({ listener, cap, address, suppressed }, `${listener} listener at its ${cap === "total" ? "connection cap" : "per-address connection cap"}: shedding new connections`);
-  };
 }
 
 type LoadedTls = ServerTls & { cert: string; key: string };

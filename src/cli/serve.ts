@@ -32,6 +32,7 @@ export const SERVE_FLAGS: FlagSpecs = {
   "max-body-bytes": { kind: "string", value: "BYTES", help: `router: largest request body (default ${d("max_body_bytes")})` },
   "balance-load-factor": { kind: "string", value: "F", help: `router: load bound for placing a conversation, × its share of the requests in flight (default ${d("balance_load_factor")}); a conversation stays on its replica up to max(2, F) × its share` },
   "require-api-key": { kind: "boolean", help: `router: /v1/* needs a client key from \`llmgw keys create\` (default ${d("require_api_key")})` },
+  "router-thread": { kind: "boolean", help: `router: run on its own thread, so control-plane work (heartbeats, applies, the store) never delays a request; --router-thread=false runs it in the main thread (default ${d("router_thread")})` },
   "endpoint-cooldown": { kind: "string", value: "DURATION", help: `router: pass a failing replica over this long (default ${d("endpoint_cooldown")})` },
   "head-timeout": { kind: "string", value: "DURATION", help: `both listeners: a request's head must arrive within this of its first byte, or 408 (default ${d("head_timeout")})` },
   "body-timeout": { kind: "string", value: "DURATION", help: `both listeners: a request's body must arrive within this of its head, plus 1 s per --body-min-rate bytes received, or 408 (default ${d("body_timeout")})` },

@@ -76,6 +76,8 @@ export const ServeConfig = z.strictObject({
   balance_load_factor: z.coerce.number().min(1).max(10).default(1.25),
   /** Router: require a client API key (`llmgw keys create`) on /v1/*. */
   require_api_key: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(false),
+  /** Run the router on its own thread (a Worker), apart from the control plane; false runs it in the main thread. */
+  router_thread: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(true),
   /** Router: how long a replica that failed (connection error, 5xx) is passed over. */
   endpoint_cooldown: Duration.prefault("5s"),
   /** Both listeners: a request head must arrive whole within this of its first byte. */

@@ -271,6 +271,7 @@ export class Controller {
       // Before any silence is judged: a stall that ended just now counts already.
       this.load.sample();
       // Usage first, so idleness is as fresh as what is published beside it.
+      await this.usage?.refresh?.();
       this.collectUsage();
       const now = this.scheduler.now();
       const seen = this.observe(now);

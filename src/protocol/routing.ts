@@ -62,6 +62,11 @@ export interface EndpointSink {
 export interface UsageSource {
   lastUsed(): ReadonlyMap<string, number>;
   inflightByModel(): ReadonlyMap<string, number>;
+  /**
+   * Fetches fresh snapshots when the router lives elsewhere (its own thread): the control loop
+   * awaits this before it reads the two above. Absent for a router in the same thread.
+   */
+  refresh?(): Promise<void>;
 }
 
 /** Router → control: a client asked for this model (name or alias) and nothing serves it. */

@@ -178,7 +178,9 @@ async function main(): Promise<void> {
     [BIN, "serve", "--data-dir", join(dir, "head"), "--listen", `127.0.0.1:${routerPort}`, "--admin-listen", `127.0.0.1:${adminPort}`, "--log-level", process.env.ISO_LOG ?? "warn", "--max-connections", String(ROUTER_CAP),
       // The worst case: every flood heartbeat is parsed and applied, none turned away by the
       // per-node rate limit (which, at its defaults, answers most of a flood with a cheap 429).
-      "--heartbeat-rate", "100000", "--heartbeat-burst", "100000"],
+      "--heartbeat-rate", "100000", "--heartbeat-burst", "100000",
+      // ISO_ROUTER_THREAD=false measures the router in the main thread, as before it had its own.
+      `--router-thread=${process.env.ISO_ROUTER_THREAD ?? "true"}`],
     { waitUrl: false, cpus: "1" },
   );
   const adminUrl = `http://127.0.0.1:${adminPort}`;

@@ -1,0 +1,158 @@
+// The head node's side of the router thread: a RouterLink is the EndpointSink and UsageSource
+// the controller is given, and it forwards demand to the controller. It posts each table to
+// the router thread (and keeps the latest, to re-send to a new thread); usage is the latest
+// snapshot the thread reported, refreshed before each control-loop tick. A router thread that
+// dies unexpectedly is logged and replaced on the same port.
+
+import { Worker } from "node:worker_threads";
+import type { Logger } from "pino";
+import { FromRouter, type ToRouter } from "../protocol/router-link";
+import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, UsageSource } from "../protocol/routing";
+import type { RouterWorkerData } from "./router-worker";
+
+/**
+ * The worker's module. From source, the file beside this one; in the compiled binary (build.ts
+ * lists it as an entrypoint) the bundle under the binary's embedded root, laid out as src/ is,
+ * with .js: the bundler does not rewrite the path of a node:worker_threads Worker.
+ */
+function workerModule(): string {
+  const here = import.meta.url;
+  if (here.includes("$bunfs")) return new URL("./app/router-worker.js", here).pathname;
+  return new URL("./router-worker.ts", here).pathname;
+}
+
+export class RouterLink implements EndpointSink, UsageSource {
+  private worker: Worker | undefined;
+  private stopping = false;
+  private endpoints: EndpointInfo[] | undefined;
+  private catalog: CatalogEntry[] | undefined;
+  private keys: ApiKeyEntry[] | undefined;
+  private used: ReadonlyMap<string, number> = new Map();
+  private inflight: ReadonlyMap<string, number> = new Map();
+  private nextId = 1;
+  private pending = new Map<number, () => void>();
+  private restarts = 0;
+
+  constructor(private readonly o: { data: RouterWorkerData; demand: DemandSink; log: Logger }) {}
+
+  /** Starts the router thread; resolves once it listens, with its port, or rejects with the listener's error. */
+  async start(): Promise<{ port: number }> {
+    const port = await this.spawn();
+    // A replacement thread listens where the first one did, even when the config said port 0.
+    this.o.data.port = port;
+    return { port };
+  }
+
+  private spawn(): Promise<number> {
+    return new Promise((resolve, reject) => {
+      const worker = new Worker(workerModule(), { workerData: this.o.data });
+      this.worker = worker;
+      let started = false;
+      worker.on("message", (raw: unknown) => {
+        const parsed = FromRouter.safeParse(raw);
+        if (!parsed.success) {
+          this.o.log.error({ issues: parsed.error.issues.slice(0, 3) }, "dropped a malformed message from the router thread");
+          return;
+        }
+        const m = parsed.data;
+        if (m.type === "started") {
+          started = true;
+          resolve(m.port);
+        } else if (m.type === "failed") reject(new Error(m.error));
+        else if (m.type === "demand") this.o.demand.requestModel(m.model);
+        else if (m.type === "usage") {
+          this.used = new Map(m.lastUsed);
+          this.inflight = new Map(m.inflightByModel);
+          this.pending.get(m.id)?.();
+          this.pending.delete(m.id);
+        }
+      });
+      worker.on("error", (err: Error) => {
+        this.o.log.error({ err }, `router thread failed: ${err.message}`);
+        if (!started) reject(err);
+      });
+      worker.on("exit", (code) => {
+        this.flushPending();
+        if (this.worker !== worker || this.stopping || !started) return;
+        this.worker = undefined;
+        this.o.log.error({ exit_code: code, restarts: this.restarts }, "router thread exited unexpectedly: starting a new one");
+        void this.restart();
+      });
+    });
+  }
+
+  private async restart(): Promise<void> {
+    this.restarts++;
+    try {
+      const port = await this.spawn();
+      this.resend();
+      this.o.log.warn({ port, restarts: this.restarts }, "router restarted: endpoints, catalog and API keys sent again");
+    } catch (e) {
+      this.o.log.error({ err: e }, `router thread could not restart: ${(e as Error).message}`);
+    }
+  }
+
+  private resend(): void {
+    if (this.endpoints) this.post({ type: "endpoints", endpoints: this.endpoints });
+    if (this.catalog) this.post({ type: "catalog", models: this.catalog });
+    if (this.keys) this.post({ type: "api_keys", keys: this.keys });
+  }
+
+  private post(m: ToRouter): void {
+    this.worker?.postMessage(m);
+  }
+
+  private flushPending(): void {
+    for (const done of this.pending.values()) done();
+    this.pending.clear();
+  }
+
+  setEndpoints(endpoints: EndpointInfo[]): void {
+    this.endpoints = endpoints;
+    this.post({ type: "endpoints", endpoints });
+  }
+
+  setCatalog(models: CatalogEntry[]): void {
+    this.catalog = models;
+    this.post({ type: "catalog", models });
+  }
+
+  setApiKeys(keys: ApiKeyEntry[]): void {
+    this.keys = keys;
+    this.post({ type: "api_keys", keys });
+  }
+
+  lastUsed(): ReadonlyMap<string, number> {
+    return this.used;
+  }
+
+  inflightByModel(): ReadonlyMap<string, number> {
+    return this.inflight;
+  }
+
+  /** Asks the router thread for fresh usage; resolves when it answered (or is gone: the last snapshot stays). */
+  refresh(): Promise<void> {
+    if (!this.worker) return Promise.resolve();
+    const id = this.nextId++;
+    return new Promise((resolve) => {
+      this.pending.set(id, resolve);
+      this.post({ type: "usage_request", id });
+    });
+  }
+
+  /** Stops the router cleanly (its listener closes, requests under way end), then ends the thread. */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    const worker = this.worker;
+    if (!worker) return;
+    this.worker = undefined;
+    await new Promise<void>((resolve) => {
+      worker.once("exit", () => resolve());
+      worker.on("message", (m: unknown) => {
+        if (FromRouter.safeParse(m).data?.type === "stopped") void worker.terminate();
+      });
+      worker.postMessage({ type: "stop" } satisfies ToRouter);
+    });
+    this.flushPending();
+  }
+}

@@ -1,0 +1,65 @@
+// The router's own thread (a Worker inside `llmgw serve`): it builds the Router from the plain
+// data the head node passes in workerData and talks to the control plane only through the
+// messages of protocol/router-link.ts, so a heartbeat flood, a large apply or a slow store on
+// the main thread never delays a request. See router-thread.ts for the other side.
+
+import { parentPort, workerData } from "node:worker_threads";
+import { realScheduler } from "../lib/scheduler";
+import { createLogger } from "../log";
+import { type FromRouter, ToRouter } from "../protocol/router-link";
+import { Router, type RouterOptions } from "../router/router";
+import { shedLogger } from "./router-shed";
+
+/** What the head node hands the router thread: everything but the scheduler, the log and the demand sink. */
+export type RouterWorkerData = Omit<RouterOptions, "scheduler" | "now" | "log" | "demand" | "listener"> & {
+  logLevel: string;
+  listener: Omit<NonNullable<RouterOptions["listener"]>, "onShed" | "clock">;
+};
+
+function main(): void {
+  const port = parentPort;
+  if (!port) throw new Error("router-worker.ts runs only as a Worker");
+  const data = workerData as RouterWorkerData;
+  const log = createLogger({ level: data.logLevel, role: "serve" }).child({ component: "router", thread: "router" });
+  const send = (m: FromRouter) => port.postMessage(m);
+  const shed = shedLogger(log, realScheduler);
+  const { logLevel: _level, listener, ...options } = data;
+  const router = new Router({
+    ...options,
+    scheduler: realScheduler,
+    log,
+    demand: { requestModel: (model) => send({ type: "demand", model }) },
+    listener: { ...listener, onShed: (cap, address) => shed("router", cap, address) },
+  });
+  try {
+    send({ type: "started", port: router.start().port });
+  } catch (e) {
+    send({ type: "failed", error: (e as Error).message });
+    return;
+  }
+  port.on("message", (raw: unknown) => {
+    const parsed = ToRouter.safeParse(raw);
+    if (!parsed.success) {
+      log.error({ issues: parsed.error.issues.slice(0, 3) }, "router thread: dropped a malformed message from the control plane");
+      return;
+    }
+    const m = parsed.data;
+    switch (m.type) {
+      case "endpoints":
+        return router.setEndpoints(m.endpoints);
+      case "catalog":
+        return router.setCatalog(m.models);
+      case "api_keys":
+        return router.setApiKeys(m.keys);
+      case "usage_request":
+        return send({ type: "usage", id: m.id, lastUsed: [...router.lastUsed()], inflightByModel: [...router.inflightByModel()] });
+      case "stop":
+        void router.stop().then(() => {
+          send({ type: "stopped" });
+          port.close();
+        });
+    }
+  });
+}
+
+main();

@@ -1,0 +1,52 @@
+// The messages between a head node's main thread (the control plane) and the router's own
+// thread: the EndpointSink, UsageSource and DemandSink contracts of ./routing.ts as messages.
+// Each side validates what arrives with these schemas; a message that fails is logged and dropped.
+
+import { z } from "zod";
+
+const Endpoint = z.object({
+  id: z.string(),
+  url: z.string(),
+  models: z.array(z.string()),
+  engine: z.string(),
+  pool: z.string(),
+  weight: z.number(),
+  priority: z.number(),
+  key: z.string().optional(),
+});
+
+const Catalog = z.object({
+  name: z.string(),
+  aliases: z.array(z.string()),
+  on_demand: z.boolean(),
+  pool: z.string(),
+  created: z.number(),
+  start_timeout_ms: z.number().optional(),
+});
+
+const ApiKey = z.object({ name: z.string(), sha256: z.string(), pool: z.string().nullable() });
+
+/** Control → router. */
+export const ToRouter = z.discriminatedUnion("type", [
+  z.object({ type: z.literal("endpoints"), endpoints: z.array(Endpoint) }),
+  z.object({ type: z.literal("catalog"), models: z.array(Catalog) }),
+  z.object({ type: z.literal("api_keys"), keys: z.array(ApiKey) }),
+  /** Asks for a usage snapshot; the router answers with a `usage` of the same id. */
+  z.object({ type: z.literal("usage_request"), id: z.number().int() }),
+  z.object({ type: z.literal("stop") }),
+]);
+export type ToRouter = z.infer<typeof ToRouter>;
+
+const Entries = z.array(z.tuple([z.string(), z.number()]));
+
+/** Router → control. */
+export const FromRouter = z.discriminatedUnion("type", [
+  z.object({ type: z.literal("started"), port: z.number().int() }),
+  /** The router could not listen: the listener's own message. */
+  z.object({ type: z.literal("failed"), error: z.string() }),
+  z.object({ type: z.literal("usage"), id: z.number().int(), lastUsed: Entries, inflightByModel: Entries }),
+  /** DemandSink.requestModel, as a message: nothing answers it. */
+  z.object({ type: z.literal("demand"), model: z.string() }),
+  z.object({ type: z.literal("stopped") }),
+]);
+export type FromRouter = z.infer<typeof FromRouter>;
