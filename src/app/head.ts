@@ -142,7 +142,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   // Its own thread unless the config says otherwise or time is not real (a Worker cannot share a manual clock).
   const threaded = config.router_thread && scheduler === realScheduler;
   const router = threaded ? undefined : routerFor(listening, controller, admin.token);
-  const link = threaded ? new RouterLink({ data: routerWorkerData(listening, admin.token), demand: controller, log }) : undefined;
+  const link = threaded ? new RouterLink({ data: routerWorkerData(listening, admin.token), demand: controller, log, scheduler }) : undefined;
   let routerAddr: { port: number };
   try {
     routerAddr = link ? await link.start() : router!.start();

@@ -6,6 +6,7 @@
 
 import { Worker } from "node:worker_threads";
 import type { Logger } from "pino";
+import type { Scheduler } from "../lib/scheduler";
 import { FromRouter, type ToRouter } from "../protocol/router-link";
 import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, UsageSource } from "../protocol/routing";
 import type { RouterWorkerData } from "./router-worker";
@@ -21,6 +22,9 @@ function workerModule(): string {
   return new URL("./router-worker.ts", here).pathname;
 }
 
+/** How long a tick waits for the router thread's usage report. */
+const USAGE_DEADLINE_MS = 1_000;
+
 export class RouterLink implements EndpointSink, UsageSource {
   private worker: Worker | undefined;
   private stopping = false;
@@ -33,7 +37,7 @@ export class RouterLink implements EndpointSink, UsageSource {
   private pending = new Map<number, () => void>();
   private restarts = 0;
 
-  constructor(private readonly o: { data: RouterWorkerData; demand: DemandSink; log: Logger }) {}
+  constructor(private readonly o: { data: RouterWorkerData; demand: DemandSink; log: Logger; scheduler: Scheduler }) {}
 
   /** Starts the router thread; resolves once it listens, with its port, or rejects with the listener's error. */
   async start(): Promise<{ port: number }> {
@@ -135,7 +139,17 @@ export class RouterLink implements EndpointSink, UsageSource {
     if (!this.worker) return Promise.resolve();
     const id = this.nextId++;
     return new Promise((resolve) => {
-      this.pending.set(id, resolve);
+      // A router thread that does not answer within a second (hung, or busy past reason) must
+      // not hold the control loop: the tick goes on with the last usage it has.
+      const deadline = this.o.scheduler.after(USAGE_DEADLINE_MS, () => {
+        if (!this.pending.delete(id)) return;
+        this.o.log.warn({ waited_ms: USAGE_DEADLINE_MS }, "router thread did not report usage in time: the tick uses the last report");
+        resolve();
+      });
+      this.pending.set(id, () => {
+        deadline.cancel();
+        resolve();
+      });
       this.post({ type: "usage_request", id });
     });
   }
