@@ -19,7 +19,7 @@
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { CLASSES } from "./lib/fleet";
+import { CLASSES, simAddress } from "./lib/fleet";
 import { BUN, type Child, cleanupOnExit, freePort, killAll, pct, ROOT, spawnChild, table } from "./lib/procs";
 
 const BIN = join(ROOT, "dist/llmgw");
@@ -95,6 +95,20 @@ interface Row {
   costUs: number;
 }
 
+/** Lets each simulated node report its own loopback address (see simAddress), 32 requests at a time. */
+async function allowAddresses(admin: string, token: string, n: number): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: 32 }, async () => {
+      while (next < n) {
+        const i = next++;
+        const r = await fetch(`${admin}/api/v1/nodes/sim-${i}/address`, { method: "PUT", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: JSON.stringify({ address: simAddress(i) }) });
+        if (!r.ok) throw new Error(`allow address of sim-${i}: ${r.status} ${await r.text()}`);
+      }
+    }),
+  );
+}
+
 async function runSize(N: number): Promise<{ row: Row; events: EventView[] }> {
   const dir = mkdtempSync(join(tmpdir(), "llmgw-bench-scale-"));
   const adminPort = freePort();
@@ -126,6 +140,7 @@ async function runSize(N: number): Promise<{ row: Row; events: EventView[] }> {
     }
   }
   const MODELS = Math.max(1, Math.floor(N / 2));
+  await allowAddresses(admin, adminToken, N);
   const gen: Child = await spawnChild("fleet", [BUN, "test/bench/lib/scale-fleet.ts", admin, joinToken, String(N), String(MODELS), "--speed", String(SPEED)], { waitUrl: false, cpus: "1", nofile: 20000, env: { BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" } });
   const stats: { t: number; n: number; err: number; interval: number; ms: number[]; at: number }[] = [];
   const reg = await gen.waitLine(/^registered /, 600_000);
@@ -149,7 +164,8 @@ async function runSize(N: number): Promise<{ row: Row; events: EventView[] }> {
   };
   const lastEvent = async () => (await api<EventView[]>("/events?limit=1000")).reduce((a, e) => Math.max(a, e.id), 0);
   const applyAt = performance.now();
-  await api("/apply", { method: "POST", body: JSON.stringify(catalog) });
+  // The apply API takes at most 2,000 models a request: larger catalogs go in consecutive parts.
+  for (let k = 0; k < catalog.models.length; k += 2000) await api("/apply", { method: "POST", body: JSON.stringify({ models: catalog.models.slice(k, k + 2000) }) });
   let converged = "stalled";
   let lastReady = -1;
   let lastRise = applyAt;

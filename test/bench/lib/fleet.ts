@@ -151,3 +151,13 @@ export function maxHeartbeat(node: string): string {
   const gpus = Array.from({ length: 8 }, (_, i) => ({ index: i, uuid: `GPU-${node}-${i}`, name: "NVIDIA H100 80GB HBM3", class: "H100-80GB", memory_mib: 81559, healthy: true, parent: null }));
   return JSON.stringify({ node, address: "127.0.0.1", agent_version: "bench", fabrics: ["flood"], gpus, models, replicas: [] });
 }
+
+/**
+ * Simulated node i's data-plane address in the scale benches: its own loopback address, since
+ * engine ports are handed out per node address (900 each) and one shared address would cap the
+ * fleet at 900 replicas. The benches allow each through the admin API, as an operator would
+ * (`llmgw nodes allow-address`), because every heartbeat comes from 127.0.0.1.
+ */
+export function simAddress(i: number): string {
+  return `127.${1 + (i >> 16)}.${(i >> 8) & 255}.${i & 255}`;
+}

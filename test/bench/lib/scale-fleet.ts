@@ -9,7 +9,7 @@
 // {"t": ms since start, "n": heartbeats answered, "err": failed, "ms": [latencies], "interval": ms}.
 //   bun test/bench/lib/scale-fleet.ts SERVER JOIN_TOKEN NODES MODELS [--speed X] [--fabrics F]
 
-import { gpuClasses } from "./fleet";
+import { gpuClasses, simAddress } from "./fleet";
 
 const [server, joinToken, nodesArg, modelsArg] = process.argv.slice(2);
 const flag = (name: string, dflt: number) => {
@@ -76,7 +76,7 @@ function nodeBody(i: number): Record<string, unknown> {
   }));
   return {
     node: `sim-${i}`,
-    address: "127.0.0.1",
+    address: simAddress(i),
     agent_version: "bench",
     fabrics: [`ib-${i % FABRICS}`],
     gpus,
