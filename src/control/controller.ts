@@ -223,9 +223,20 @@ export class Controller {
   /**
    * Coalesced: the first wake after a quiet spell runs at once (a microtask); a burst after it
    * (a heartbeat flood with news) causes one more tick WAKE_GAP_MS after the last, not one each.
+   * Only heartbeats' news is coalesced so; `urgent` wakes run at once.
    */
-  private wake(): void {
-    if (!this.onWake || this.wakeScheduled) return;
+  private wake(urgent = false): void {
+    if (!this.onWake) return;
+    // What an operator or a client asked for (a catalog change, a node action, demand for a
+    // model) is reconciled at once: what they read next must already reflect it.
+    if (urgent) {
+      queueMicrotask(() => {
+        this.lastWake = this.scheduler.mono();
+        this.onWake?.();
+      });
+      return;
+    }
+    if (this.wakeScheduled) return;
     this.wakeScheduled = true;
     const fire = () => {
       this.wakeScheduled = false;
@@ -532,7 +543,7 @@ export class Controller {
       this.log.warn({ model: nameOrAlias, err: (e as Error).message }, "could not record demand for a model");
       return false;
     }
-    this.wake();
+    this.wake(true);
     return true;
   }
 
@@ -618,7 +629,7 @@ export class Controller {
         await this.event(`model.${r.result}`, `model/${r.name}`, `model ${r.name} ${r.result} (revision ${r.revision})`);
         this.log.info({ model: r.name, revision: r.revision, result: r.result }, "catalog changed");
       }
-      this.wake();
+      this.wake(true);
       return results;
     });
   }
@@ -629,7 +640,7 @@ export class Controller {
       if (!(await this.store.deleteModel(row.name))) throw new NotFoundError(`model "${row.name}" not found`);
       await this.event("model.deleted", `model/${row.name}`, `model ${row.name} deleted`);
       this.log.info({ model: row.name }, "model deleted");
-      this.wake();
+      this.wake(true);
       return row.name;
     });
   }
@@ -647,7 +658,7 @@ export class Controller {
     if (changed) {
       await this.event("model.unparked", `model/${model}`, `model ${model} unparked (${why}); it will be tried again`);
       this.log.info({ model, why }, "model unparked");
-      this.wake();
+      this.wake(true);
     }
     return changed;
   }
@@ -713,7 +724,7 @@ export class Controller {
       await this.store.setAdminState(name, "none");
       await this.event("node.approved", `node/${name}`, `node ${name} approved: replicas may be placed on it`);
       this.log.info({ node: name }, "node approved");
-      this.wake();
+      this.wake(true);
       return { changed: true };
     });
   }
@@ -742,7 +753,7 @@ export class Controller {
       this.forgetNode(name);
       this.log.warn({ node: name, replicas: on.map((r) => r.id) }, "node deleted");
       this.refreshAssignments(await this.snapshot());
-      this.wake();
+      this.wake(true);
       return { stopped: on.map((r) => r.id) };
     });
   }
@@ -791,7 +802,7 @@ export class Controller {
       if (previous !== state) {
         await this.event(`node.${verb}`, `node/${name}`, `node ${name} ${verb}`);
         this.log.info({ node: name, from: previous, to: state }, `node ${verb}`);
-        this.wake();
+        this.wake(true);
       }
       return { changed: previous !== state };
     });

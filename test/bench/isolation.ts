@@ -239,8 +239,12 @@ async function main(): Promise<void> {
     const body = maxHeartbeat(node);
     hbCount.bytes = body.length;
     let token = joinToken;
+    let k = 0;
     while (flooding) {
-      const r = await fetch(`${adminUrl}/agent/v1/heartbeat`, { method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body });
+      // Each one differs (its agent version), so the head node parses and writes every one: a
+      // repeated body would be answered from the previous parse.
+      const varied = body.replace('"agent_version":"bench"', `"agent_version":"bench-${k++}"`);
+      const r = await fetch(`${adminUrl}/agent/v1/heartbeat`, { method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: varied });
       const text = await r.text();
       if (r.status === 200) {
         hbCount.ok++;

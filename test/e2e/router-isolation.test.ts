@@ -66,8 +66,11 @@ test(
     const flooders = Array.from({ length: FLOODERS }, async (_, i) => {
       const hb = maxHeartbeat(`flood-${i}`);
       let token = s.joinToken;
+      let k = 0;
       while (flooding) {
-        const r = await fetch(`${s.adminUrl}/agent/v1/heartbeat`, { method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: hb });
+        // Each differs (its agent version), so every one is parsed and written: the worst case.
+        const body = hb.replace('"agent_version":"bench"', `"agent_version":"flood-${k++}"`);
+        const r = await fetch(`${s.adminUrl}/agent/v1/heartbeat`, { method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body });
         const text = await r.text();
         if (r.status !== 200) continue;
         answered++;
