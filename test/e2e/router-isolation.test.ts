@@ -90,8 +90,9 @@ test(
     console.log(
       `router p50 idle ${pct(idle, 50).toFixed(2)} ms, flood ${pct(flood, 50).toFixed(2)} ms (×${ratio50.toFixed(2)}); p99 idle ${pct(idle, 99).toFixed(2)} ms, flood ${pct(flood, 99).toFixed(2)} ms (×${ratio99.toFixed(2)}); ${during} flood heartbeats answered meanwhile`,
     );
-    // The flood was real: the admin listener was busy parsing heartbeats the whole phase.
-    expect(during).toBeGreaterThanOrEqual(50);
+    // The flood was real: each of these is a ≈600 KB heartbeat parsed and written (about 0.1 s of
+    // the main thread here), so a few dozen keep it busy the whole phase.
+    expect(during).toBeGreaterThanOrEqual(20);
     expect(ratio50).toBeLessThanOrEqual(1.3);
     expect(ratio99).toBeLessThanOrEqual(2);
   },
