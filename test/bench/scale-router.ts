@@ -85,7 +85,9 @@ async function main(): Promise<void> {
     "serve",
     [BIN, "serve", "--data-dir", join(dir, "head"), "--listen", `127.0.0.1:${routerPort}`, "--admin-listen", `127.0.0.1:${adminPort}`, "--admin-token", adminToken, "--join-token", joinToken,
       "--log-level", "warn", "--max-nodes", String(N + 100), "--admin-max-connections", "8192", "--admin-max-connections-per-address", "8192", "--heartbeat-rate", "1000", "--heartbeat-burst", "1000"],
-    { waitUrl: false, cpus: "0", nofile: 20000 },
+    // Both cores: the router thread must not share one core with the control plane it is
+    // isolated from (on a 2-core machine the load generator and this client share them too).
+    { waitUrl: false, cpus: "0,1", nofile: 20000 },
   );
   const admin = `http://127.0.0.1:${adminPort}`;
   const routerUrl = `http://127.0.0.1:${routerPort}`;
