@@ -427,7 +427,11 @@ export class Controller {
       // Only the nodes the changed replicas run on can see their assignments change.
       const touched = new Set([hb.node]);
       for (const r of mine.replicas) for (const sh of r.shards) touched.add(sh.node);
-      this.refreshNodes(await this.apply(plan, now), touched);
+      const after = await this.apply(plan, now);
+      this.refreshNodes(after, touched);
+      // A replica that became ready (or stopped being) is routed to (or not) now, not after the
+      // coalesced tick: once the API says ready, the router serves it.
+      this.publishEndpoints(after);
       this.wake();
     } else if (created) this.wake();
     return this.response(hb.node);
@@ -510,6 +514,11 @@ export class Controller {
       this.lastCatalog = cfp;
       this.sink.setCatalog(catalog);
     }
+    this.publishEndpoints(snapshot);
+  }
+
+  private publishEndpoints(snapshot: Snapshot): void {
+    if (!this.sink) return;
     const eps = project.endpoints(snapshot, this.engineKey);
     // Unchanged lists are not re-published: replacing the table is cheap, but it resets the
     // router's per-endpoint metric polling for no reason.
