@@ -15,7 +15,7 @@ import type { Scheduler } from "../lib/scheduler";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { AdminState } from "../protocol/views";
 import type { StorePort } from "./store-port";
-import type { ApiKeyRow, EventRow, GpuRow, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeRow, NodeTrust, PlanWrite, ReplicaRow, Snapshot } from "./types";
+import { type ApiKeyRow, type EventRow, type GpuRow, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeRow, type NodeTrust, type PlanWrite, type ReplicaRow, type Snapshot, emptyModelState } from "./types";
 
 /** How often touched last-seen times reach the store. */
 export const TOUCH_FLUSH_MS = 1000;
@@ -44,16 +44,6 @@ const sameRecord = (a: Record<string, string>, b: Record<string, string>) => {
   const ka = Object.keys(a);
   return ka.length === Object.keys(b).length && ka.every((k) => Object.hasOwn(b, k) && a[k] === b[k]);
 };
-const emptyModelState = (model: string): ModelStateRow => ({
-  model,
-  failures: 0,
-  parked: false,
-  reason: null,
-  lastFailureAt: null,
-  lastRequestedAt: null,
-  scaleTarget: null,
-  unplaceableReason: null,
-});
 /** Drops keys whose value is undefined, as the store's updates do. */
 const defined = <T extends object>(patch: T): Partial<T> => Object.fromEntries(Object.entries(patch).filter(([, v]) => v !== undefined)) as Partial<T>;
 

@@ -69,6 +69,11 @@ export interface ModelStateRow {
   unplaceableReason: string | null;
 }
 
+/** A model's control state before anything happened to it (the store's column defaults). */
+export function emptyModelState(model: string): ModelStateRow {
+  return { model, failures: 0, parked: false, reason: null, lastFailureAt: null, lastRequestedAt: null, scaleTarget: null, unplaceableReason: null };
+}
+
 export interface ModelRow {
   name: string;
   /** The validated spec exactly as applied, defaults filled. */

@@ -3,7 +3,7 @@
 import type { ModelSpecInput } from "../../src/protocol/catalog";
 import { ModelSpec } from "../../src/protocol/catalog";
 import type { GpuReport, HeartbeatRequest } from "../../src/protocol/heartbeat";
-import type { GpuRow, ModelStateRow, NodeRow, ReplicaRow, Snapshot } from "../../src/control/types";
+import { type GpuRow, type ModelStateRow, type NodeRow, type ReplicaRow, type Snapshot, emptyModelState } from "../../src/control/types";
 
 export const T0 = Date.UTC(2026, 0, 1, 12, 0, 0);
 
@@ -107,15 +107,6 @@ export function snapshot(opts: {
       updatedAt: now,
       readyAt: r.state === "ready" || r.state === undefined ? now : null,
     })),
-    modelState: (opts.modelState ?? []).map((s) => ({
-      failures: 0,
-      parked: false,
-      reason: null,
-      lastFailureAt: null,
-      lastRequestedAt: null,
-      scaleTarget: null,
-      unplaceableReason: null,
-      ...s,
-    })),
+    modelState: (opts.modelState ?? []).map((s) => ({ ...emptyModelState(s.model), ...s })),
   };
 }

@@ -4,7 +4,7 @@
 
 import type { ReconcileContext } from "./context";
 import type { PlanBuilder } from "./plan";
-import type { ModelStateRow } from "../types";
+import { type ModelStateRow, emptyModelState } from "../types";
 
 /** A use this close to the recorded request is the same news: not written again. */
 const SAME_REQUEST_MS = 1000;
@@ -29,11 +29,7 @@ export function recordUse(ctx: ReconcileContext, b: PlanBuilder): Map<string, Mo
     // A stamp from the future is a clock that went back, not news.
     if (t === undefined || t > ctx.now || (st?.lastRequestedAt != null && st.lastRequestedAt >= t - SAME_REQUEST_MS)) continue;
     b.setModel(m.name, { lastRequestedAt: t });
-    mstate.set(m.name, { ...(st ?? emptyState(m.name)), lastRequestedAt: t });
+    mstate.set(m.name, { ...(st ?? emptyModelState(m.name)), lastRequestedAt: t });
   }
   return mstate;
-}
-
-function emptyState(model: string): ModelStateRow {
-  return { model, failures: 0, parked: false, reason: null, lastFailureAt: null, lastRequestedAt: null, scaleTarget: null, unplaceableReason: null };
 }
