@@ -14,12 +14,11 @@
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { CLASSES, simAddress } from "./lib/fleet";
-import { cleanupOnExit, freePort, killAll, pct, ROOT, spawnChild, table } from "./lib/procs";
+import { cleanupOnExit, killAll, pct, spawnChild, table } from "./lib/procs";
+import { allowAddresses, applyModels, BIN, scaleModels, startScaleHead } from "./lib/scale-head";
 
 const N = Number(process.argv[2] ?? 2000);
 const REQUESTS = Number(process.argv[3] ?? 400);
-const BIN = join(ROOT, "dist/llmgw");
 const BUN = process.execPath;
 const CHAT_CLASS = "L4-24GB";
 
@@ -33,20 +32,6 @@ interface Phase {
 }
 
 const chatBody = JSON.stringify({ model: "chat", messages: [{ role: "user", content: "hi" }], max_tokens: 4 });
-/** Lets each simulated node report its own loopback address (see simAddress), 32 requests at a time. */
-async function allowAddresses(admin: string, token: string, n: number): Promise<void> {
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: 32 }, async () => {
-      while (next < n) {
-        const i = next++;
-        const r = await fetch(`${admin}/api/v1/nodes/sim-${i}/address`, { method: "PUT", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: JSON.stringify({ address: simAddress(i) }) });
-        if (!r.ok) throw new Error(`allow address of sim-${i}: ${r.status} ${await r.text()}`);
-      }
-    }),
-  );
-}
-
 async function chat(base: string): Promise<number> {
   const t0 = performance.now();
   const r = await fetch(`${base}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: chatBody, signal: AbortSignal.timeout(10_000) });
@@ -77,36 +62,10 @@ async function measure(name: string, routerUrl: string, engineUrl: string): Prom
 
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), "llmgw-bench-scale-router-"));
-  const adminPort = freePort();
-  const routerPort = freePort();
-  const adminToken = "bench-admin-token-0123456789abcdef";
-  const joinToken = "bench-join-token-0123456789abcdef";
-  await spawnChild(
-    "serve",
-    [BIN, "serve", "--data-dir", join(dir, "head"), "--listen", `127.0.0.1:${routerPort}`, "--admin-listen", `127.0.0.1:${adminPort}`, "--admin-token", adminToken, "--join-token", joinToken,
-      "--log-level", "warn", "--max-nodes", String(N + 100), "--admin-max-connections", "8192", "--admin-max-connections-per-address", "8192", "--heartbeat-rate", "1000", "--heartbeat-burst", "1000"],
-    // Both cores: the router thread must not share one core with the control plane it is
-    // isolated from (on a 2-core machine the load generator and this client share them too).
-    { waitUrl: false, cpus: "0,1", nofile: 20000 },
-  );
-  const admin = `http://127.0.0.1:${adminPort}`;
-  const routerUrl = `http://127.0.0.1:${routerPort}`;
-  const auth = { authorization: `Bearer ${adminToken}`, "content-type": "application/json" };
-  const api = async <T>(path: string, init: RequestInit = {}): Promise<T> => {
-    const r = await fetch(`${admin}/api/v1${path}`, { ...init, headers: auth, signal: AbortSignal.timeout(60_000) });
-    const t = await r.text();
-    if (!r.ok) throw new Error(`${path}: ${r.status} ${t.slice(0, 300)}`);
-    return JSON.parse(t) as T;
-  };
-  for (let i = 0; ; i++) {
-    try {
-      await api("/summary");
-      break;
-    } catch (e) {
-      if (i > 200) throw new Error(`serve did not answer: ${(e as Error).message}`);
-      await Bun.sleep(100);
-    }
-  }
+  // Both cores: the router thread must not share one core with the control plane it is
+  // isolated from (on a 2-core machine the load generator and this client share them too).
+  const head = await startScaleHead(dir, N, { cpus: "0,1" });
+  const { admin, routerUrl, joinToken, api } = head;
   const tokenFile = join(dir, "join.token");
   await Bun.write(tokenFile, joinToken);
   await spawnChild(
@@ -134,7 +93,7 @@ async function main(): Promise<void> {
   await measure("warmup", routerUrl, engineUrl);
   const phases = [await measure("idle", routerUrl, engineUrl)];
 
-  await allowAddresses(admin, adminToken, N);
+  await allowAddresses(head, N);
   const gen = await spawnChild("fleet", [BUN, "test/bench/lib/scale-fleet.ts", admin, joinToken, String(N), String(Math.floor(N / 2))], {
     waitUrl: false,
     cpus: "1",
@@ -143,11 +102,7 @@ async function main(): Promise<void> {
   });
   const reg = await gen.waitLine(/^registered /, 300_000);
   console.log(`${N} nodes ${reg}`);
-  const classes = [...CLASSES, "A100-80GB/3g.40gb"];
-  const models = Array.from({ length: Math.floor(N / 2) }, (_, j) => ({ name: `m${j}`, replicas: { min: 1 }, profiles: classes.map((c, k) => ({ name: `p${k}`, engine: "vllm", gpu_class: c, gpus: 1 })) }));
-  const applying = (async () => {
-    for (let k = 0; k < models.length; k += 2000) await api("/apply", { method: "POST", body: JSON.stringify({ models: models.slice(k, k + 2000) }) });
-  })();
+  const applying = applyModels(head, scaleModels(Math.floor(N / 2)));
   phases.push(await measure("apply", routerUrl, engineUrl));
   await applying;
   await Bun.sleep(10_000);

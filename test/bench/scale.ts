@@ -19,10 +19,9 @@
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { CLASSES, simAddress } from "./lib/fleet";
-import { BUN, type Child, cleanupOnExit, freePort, killAll, pct, ROOT, spawnChild, table } from "./lib/procs";
+import { BUN, type Child, cleanupOnExit, killAll, pct, spawnChild, table } from "./lib/procs";
+import { allowAddresses, applyModels, BIN, scaleModels, startScaleHead } from "./lib/scale-head";
 
-const BIN = join(ROOT, "dist/llmgw");
 const arg = (name: string): string | undefined => {
   const i = process.argv.indexOf(name);
   return i >= 0 ? process.argv[i + 1] : undefined;
@@ -95,52 +94,12 @@ interface Row {
   costUs: number;
 }
 
-/** Lets each simulated node report its own loopback address (see simAddress), 32 requests at a time. */
-async function allowAddresses(admin: string, token: string, n: number): Promise<void> {
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: 32 }, async () => {
-      while (next < n) {
-        const i = next++;
-        const r = await fetch(`${admin}/api/v1/nodes/sim-${i}/address`, { method: "PUT", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: JSON.stringify({ address: simAddress(i) }) });
-        if (!r.ok) throw new Error(`allow address of sim-${i}: ${r.status} ${await r.text()}`);
-      }
-    }),
-  );
-}
-
 async function runSize(N: number): Promise<{ row: Row; events: EventView[] }> {
   const dir = mkdtempSync(join(tmpdir(), "llmgw-bench-scale-"));
-  const adminPort = freePort();
-  const routerPort = freePort();
-  const adminToken = "bench-admin-token-0123456789abcdef";
-  const joinToken = "bench-join-token-0123456789abcdef";
-  const serve = await spawnChild(
-    "serve",
-    [BIN, "serve", "--data-dir", join(dir, "head"), "--listen", `127.0.0.1:${routerPort}`, "--admin-listen", `127.0.0.1:${adminPort}`, "--admin-token", adminToken, "--join-token", joinToken,
-      "--log-level", process.env.SCALE_LOG ?? "warn", "--max-nodes", String(N + 100), "--admin-max-connections", "8192", "--admin-max-connections-per-address", "8192",
-      "--max-connections", "1024", "--heartbeat-rate", "1000", "--heartbeat-burst", "1000"],
-    { waitUrl: false, cpus: "0", nofile: 20000 },
-  );
-  const admin = `http://127.0.0.1:${adminPort}`;
-  const auth = { authorization: `Bearer ${adminToken}`, "content-type": "application/json" };
-  const api = async <T>(path: string, init: RequestInit = {}): Promise<T> => {
-    const r = await fetch(`${admin}/api/v1${path}`, { ...init, headers: auth, signal: AbortSignal.timeout(60_000) });
-    const t = await r.text();
-    if (!r.ok) throw new Error(`${path}: ${r.status} ${t.slice(0, 300)}`);
-    return JSON.parse(t) as T;
-  };
-  for (let i = 0; ; i++) {
-    try {
-      await api("/summary");
-      break;
-    } catch (e) {
-      if (i > 200) throw new Error(`serve did not answer: ${(e as Error).message}\n${serve.stderr()}`);
-      await Bun.sleep(100);
-    }
-  }
+  const head = await startScaleHead(dir, N, { cpus: "0", extraArgs: ["--max-connections", "1024"] });
+  const { serve, admin, adminToken, joinToken, api } = head;
   const MODELS = Math.max(1, Math.floor(N / 2));
-  await allowAddresses(admin, adminToken, N);
+  await allowAddresses(head, N);
   const gen: Child = await spawnChild("fleet", [BUN, "test/bench/lib/scale-fleet.ts", admin, joinToken, String(N), String(MODELS), "--speed", String(SPEED)], { waitUrl: false, cpus: "1", nofile: 20000, env: { BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" } });
   const stats: { t: number; n: number; err: number; interval: number; ms: number[]; at: number }[] = [];
   const reg = await gen.waitLine(/^registered /, 600_000);
@@ -153,19 +112,10 @@ async function runSize(N: number): Promise<{ row: Row; events: EventView[] }> {
   }, 200);
   console.log(`${N} nodes: ${regCount} registered in ${regMs} ms; applying ${MODELS} models`);
 
-  // The catalog: one profile per class (whole cards and the MIG instance), one GPU each.
-  const classes = [...CLASSES, "A100-80GB/3g.40gb"];
-  const catalog = {
-    models: Array.from({ length: MODELS }, (_, j) => ({
-      name: `m${j}`,
-      replicas: { min: 1 },
-      profiles: classes.map((c, k) => ({ name: `p${k}`, engine: "vllm", gpu_class: c, gpus: 1 })),
-    })),
-  };
+  const models = scaleModels(MODELS);
   const lastEvent = async () => (await api<EventView[]>("/events?limit=1000")).reduce((a, e) => Math.max(a, e.id), 0);
   const applyAt = performance.now();
-  // The apply API takes at most 2,000 models a request: larger catalogs go in consecutive parts.
-  for (let k = 0; k < catalog.models.length; k += 2000) await api("/apply", { method: "POST", body: JSON.stringify({ models: catalog.models.slice(k, k + 2000) }) });
+  await applyModels(head, models);
   let converged = "stalled";
   let lastReady = -1;
   let lastRise = applyAt;
