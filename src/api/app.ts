@@ -51,7 +51,15 @@ export function buildAdminApp(o: AppOptions): Hono {
     }),
   );
 
-  app.get("/healthz", (c) => c.json({ status: "ok", version: o.version }));
+  app.get("/healthz", (c) => {
+    const l = o.controller.leadership();
+    const body = { status: l.leading ? ("ok" as const) : ("standing by" as const), version: o.version, leading: l.leading, epoch: l.epoch, ...(l.name ? { name: l.name } : {}) };
+    // Only the leader check fails on a standby: it is healthy, it just does not lead.
+    const leader = c.req.query("leader");
+    const asked = leader !== undefined && leader !== "0" && leader !== "false";
+    return c.json(body, asked && !l.leading ? 503 : 200);
+  });
+
 
   app.use("/api/v1/*", requireToken("admin", o.adminToken));
   app.route("/api/v1", adminRoutes(o.controller, o.log, o.joinToken, o.routerExposure));

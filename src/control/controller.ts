@@ -185,6 +185,18 @@ export class Controller {
     this.load = new LoadMonitor(opts.scheduler, opts.heartbeatIntervalMs, opts.nodeTimeoutMs);
   }
 
+  /**
+   * Whether this control plane leads, under which epoch: a single head node always leads
+   * (epoch 0); with several on one store the lease decides (ha.ts sets it).
+   */
+  private lead: { leading: boolean; epoch: number; name?: string } = { leading: true, epoch: 0 };
+  leadership(): { leading: boolean; epoch: number; name?: string } {
+    return this.lead;
+  }
+  setLeadership(l: { leading: boolean; epoch: number; name?: string }): void {
+    this.lead = l;
+  }
+
   /** The store's snapshot with what the latest heartbeats said that is kept in memory only. */
   private async snapshot(): Promise<Snapshot> {
     return { ...(await this.store.snapshot()), discovery: new Map(this.discovery), revisions: new Map(this.revisions) };

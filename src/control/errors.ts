@@ -26,3 +26,13 @@ export class StoreUnavailableError extends Error {
     super(message);
   }
 }
+
+/**
+ * A plan written under a lease this control plane no longer holds (another leads with a newer
+ * epoch, or the lease lapsed): the store wrote nothing. The leader steps down at once.
+ */
+export class FencedError extends Error {
+  constructor(readonly epoch: number, message = `not the leader any more (epoch ${epoch} lost the lease): nothing was written`) {
+    super(message);
+  }
+}

@@ -15,7 +15,7 @@ import type { Scheduler } from "../lib/scheduler";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { AdminState } from "../protocol/views";
 import type { StorePort } from "./store-port";
-import { type ApiKeyRow, type EventRow, type GpuRow, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeRow, type NodeTrust, type PlanWrite, type ReplicaRow, type Snapshot, emptyModelState } from "./types";
+import { type ApiKeyRow, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type GpuRow, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeRow, type NodeTrust, type PlanWrite, type ReplicaRow, type RouterUsage, type Snapshot, type StoreChange, emptyModelState } from "./types";
 
 /** How often touched last-seen times reach the store. */
 export const TOUCH_FLUSH_MS = 1000;
@@ -338,9 +338,9 @@ export class ModelStore implements StorePort {
 
   // ---- writes applied in memory ---------------------------------------------------------
 
-  async applyPlan(plan: PlanWrite, now: number): Promise<void> {
+  async applyPlan(plan: PlanWrite, now: number, fence?: Fence): Promise<void> {
     const s = await this.load();
-    await this.write(() => this.inner.applyPlan(plan, now));
+    await this.write(() => this.inner.applyPlan(plan, now, fence));
     if (this.state !== s) return;
     for (const r of plan.create)
       setReplica(s, { id: r.id, model: r.model, profile: r.profile, state: "starting", shards: r.shards, port: r.port, endpoint: r.endpoint, failures: 0, error: null, createdAt: now, updatedAt: now, readyAt: null } as ReplicaRow);
@@ -412,6 +412,45 @@ export class ModelStore implements StorePort {
   }
   appendEvent(e: NewEvent & { at: number }): Promise<number> {
     return this.inner.appendEvent(e);
+  }
+
+  // ---- several control planes: not modelled, straight to the store ----------------------
+  acquireLease(holder: string, ttlMs: number): Promise<Lease> {
+    return this.inner.acquireLease(holder, ttlMs);
+  }
+  releaseLease(holder: string): Promise<void> {
+    return this.inner.releaseLease(holder);
+  }
+  readLease(): Promise<Lease | undefined> {
+    return this.inner.readLease();
+  }
+  upsertControlPlane(cp: ControlPlaneRecord): Promise<void> {
+    return this.inner.upsertControlPlane(cp);
+  }
+  controlPlanes(): Promise<ControlPlaneRow[]> {
+    return this.inner.controlPlanes();
+  }
+  removeControlPlane(name: string): Promise<void> {
+    return this.inner.removeControlPlane(name);
+  }
+  reportUsage(router: string, watchingSince: number, lastUsed: ReadonlyMap<string, number>): Promise<void> {
+    return this.inner.reportUsage(router, watchingSince, lastUsed);
+  }
+  routerUsage(): Promise<RouterUsage[]> {
+    return this.inner.routerUsage();
+  }
+  saveNodeReport(node: string, report: string, now: number): Promise<void> {
+    return this.inner.saveNodeReport(node, report, now);
+  }
+  nodeReports(): Promise<NodeReportRow[]> {
+    return this.inner.nodeReports();
+  }
+  /** Another writer's change: memory is dropped (the next read reloads), then fn hears of it. */
+  watch(fn: (change: StoreChange) => void): () => void {
+    return this.inner.watch((change) => {
+      this.invalidate();
+      fn(change);
+    });
   }
   async backupTo(path: string): Promise<void> {
     await this.flush().catch(() => undefined);

@@ -6,7 +6,7 @@
 
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { AdminState } from "../protocol/views";
-import type { ApiKeyRow, EventRow, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeTrust, PlanWrite, Snapshot } from "./types";
+import type { ApiKeyRow, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, RouterUsage, Snapshot, StoreChange } from "./types";
 
 export interface StorePort {
   /** One consistent read of everything the views are built from. */
@@ -56,8 +56,13 @@ export interface StorePort {
   parkedModels(): Promise<string[]>;
 
   // ---- replicas
-  /** Applies one reconcile plan in a single transaction, all or nothing. */
-  applyPlan(plan: PlanWrite, now: number): Promise<void>;
+  /**
+   * Applies one reconcile plan in a single transaction, all or nothing. With a fence, the
+   * transaction first checks (in the database, under a row lock) that the lease is still held by
+   * fence.holder with fence.epoch and not expired by the database's clock; otherwise nothing is
+   * written and it rejects with FencedError. Reports' verdicts (any control plane) pass no fence.
+   */
+  applyPlan(plan: PlanWrite, now: number, fence?: Fence): Promise<void>;
 
   // ---- events
   appendEvent(e: NewEvent & { at: number }): Promise<number>;
@@ -70,6 +75,43 @@ export interface StorePort {
   listApiKeys(): Promise<ApiKeyRow[]>;
   /** False when there was no such key. */
   revokeApiKey(name: string): Promise<boolean>;
+
+  // ---- several control planes on one store (src/control/ha.ts)
+  /**
+   * Takes or renews the leader lease for `holder`, by the database's clock: renewed when holder
+   * holds it unexpired (same epoch), taken when it is free or expired (epoch + 1), refused when
+   * another holds it unexpired. Always answers the lease as it now stands.
+   */
+  acquireLease(holder: string, ttlMs: number): Promise<Lease>;
+  /** Gives the lease up at once (a clean stop) when holder holds it; the next taker raises the epoch. */
+  releaseLease(holder: string): Promise<void>;
+  /** The lease as it stands, or undefined when nobody ever took it. */
+  readLease(): Promise<Lease | undefined>;
+  /** Registers or refreshes a control plane (seen now, by the database's clock). */
+  upsertControlPlane(cp: ControlPlaneRecord): Promise<void>;
+  /** Every control plane that ever registered, with how long ago each was last seen (database clock). */
+  controlPlanes(): Promise<ControlPlaneRow[]>;
+  /** Forgets a control plane (`llmgw` never does this by itself: a stopped one shows as not answering). */
+  removeControlPlane(name: string): Promise<void>;
+  /**
+   * One router's last-used map (replica id → ms since epoch) and since when it has watched
+   * without a gap; replaces what that router reported before.
+   */
+  reportUsage(router: string, watchingSince: number, lastUsed: ReadonlyMap<string, number>): Promise<void>;
+  /** Every router's report, with how long ago each reported (database clock). */
+  routerUsage(): Promise<RouterUsage[]>;
+  /**
+   * What a node's heartbeats say that is not inventory (engines, discovery errors, revisions,
+   * log listener): a JSON document, written only when it changed, so a control plane other
+   * than the one the node heartbeats to knows it.
+   */
+  saveNodeReport(node: string, report: string, now: number): Promise<void>;
+  nodeReports(): Promise<NodeReportRow[]>;
+  /**
+   * Calls fn when another writer (another control plane) committed a change: PostgreSQL's
+   * LISTEN/NOTIFY, SQLite's data_version. Returns a function that stops watching.
+   */
+  watch(fn: (change: StoreChange) => void): () => void;
 
   /** A consistent copy of the whole database at `path` (which must not exist), written while the server runs. */
   backupTo(path: string): Promise<void>;

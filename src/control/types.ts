@@ -165,3 +165,59 @@ export interface ModelWrite {
   /** A model new to the catalog (else its spec, aliases and revision are replaced). */
   created: boolean;
 }
+
+// ---- several control planes on one store
+
+/** Who may write the plan: the lease as the store's transaction must find it. */
+export interface Fence {
+  holder: string;
+  epoch: number;
+}
+
+/** The leader lease as the store holds it (times by the database's clock). */
+export interface Lease {
+  holder: string;
+  /** Rises with every new leader (never with a renewal). */
+  epoch: number;
+  /** ms until it lapses, by the database's clock; ≤ 0 when it has. */
+  expiresInMs: number;
+}
+
+/** A control plane as it registers itself. */
+export interface ControlPlaneRecord {
+  /** Unique among the control planes on one store (`serve --name`, default the hostname). */
+  name: string;
+  /** Its admin/agent API base URL, as others (and status) reach it. */
+  adminUrl: string;
+  /** Its router's base URL. */
+  routerUrl: string;
+  /** When this process started (ms since epoch). */
+  startedAt: number;
+}
+
+export interface ControlPlaneRow extends ControlPlaneRecord {
+  /** ms since it last refreshed its row, by the database's clock. */
+  seenAgoMs: number;
+}
+
+/** One router's report of what it served. */
+export interface RouterUsage {
+  router: string;
+  /** Since when it has watched without a gap (ms since epoch). */
+  watchingSince: number;
+  lastUsed: ReadonlyMap<string, number>;
+  /** ms since it reported, by the database's clock. */
+  reportedAgoMs: number;
+}
+
+export interface NodeReportRow {
+  node: string;
+  report: string;
+  at: number;
+}
+
+/**
+ * What another writer changed, as far as the store can tell: "seen" when only nodes' last
+ * heartbeats moved (a cheap refresh will do), "any" for everything else (reload).
+ */
+export type StoreChange = "seen" | "any";

@@ -188,6 +188,12 @@ export const HeartbeatResponse = z.object({
    * from then on. The head node keeps only its SHA-256.
    */
   credential: z.string().min(43).max(256).optional(),
+  /**
+   * The leader epoch these assignments come from (several control planes on one store; 0 or
+   * absent for a single head node). An agent remembers the highest it has seen and refuses
+   * assignments from an older one: a leader that lost its lease cannot undo its successor's work.
+   */
+  epoch: z.number().int().min(0).optional(),
 });
 export type HeartbeatResponse = z.infer<typeof HeartbeatResponse>;
 

@@ -284,8 +284,20 @@ export type CreatedApiKey = z.infer<typeof CreatedApiKeySchema>;
 export const ApiKeyRevokedSchema = z.object({ name: z.string(), message: z.string() });
 export type ApiKeyRevoked = z.infer<typeof ApiKeyRevokedSchema>;
 
-/** `GET /healthz`: open, for load balancers and install scripts. */
-export const HealthSchema = z.object({ status: z.literal("ok"), version: z.string() });
+/**
+ * `GET /healthz`: open, for load balancers and install scripts. `GET /healthz?leader=1` answers
+ * 503 (status "standing by") from a control plane that does not lead: keepalived's check.
+ */
+export const HealthSchema = z.object({
+  status: z.enum(["ok", "standing by"]),
+  version: z.string(),
+  /** This control plane leads (always, for a single head node). */
+  leading: z.boolean(),
+  /** The leader epoch it leads under (several control planes; 0 for a single head node). */
+  epoch: z.number().int().min(0),
+  /** This control plane's name (`serve --name`). */
+  name: z.string().optional(),
+});
 export type Health = z.infer<typeof HealthSchema>;
 
 /** The admin API's one error shape. `issues` lists every problem with its path, for bad bodies. */

@@ -12,7 +12,8 @@ import { Database } from "bun:sqlite";
 import { and, asc, count, desc, eq, getTableColumns, gt, gte, inArray, sql } from "drizzle-orm";
 import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
 import type { StorePort } from "../control/store-port";
-import type { ApiKeyRow, EventRow, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeTrust, PlanWrite, Snapshot } from "../control/types";
+import type { ApiKeyRow, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, RouterUsage, Snapshot, StoreChange } from "../control/types";
+import { FencedError } from "../control/errors";
 import type { ModelSpec } from "../protocol/catalog";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { AdminState } from "../protocol/views";
@@ -35,6 +36,14 @@ export interface OpenOptions {
   /** File path, or ":memory:" for tests. */
   path: string;
   busyTimeoutMs?: number;
+}
+
+/** The database's own clock, ms since epoch: what leases and "last seen" of control planes are measured by. */
+const DB_NOW = sql.raw("CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)");
+
+function readLeaseRow(db: { all<T>(q: ReturnType<typeof sql>): T[] }): Lease | undefined {
+  const r = db.all<{ holder: string; epoch: number; left: number }>(sql`SELECT holder, epoch, expires_at - ${DB_NOW} AS left FROM leases WHERE name = 'leader'`)[0];
+  return r ? { holder: r.holder, epoch: r.epoch, expiresInMs: r.left } : undefined;
 }
 
 export class Store implements StorePort {
@@ -296,9 +305,13 @@ export class Store implements StorePort {
 
   // ---- replicas -----------------------------------------------------------------------
 
-  applyPlan(plan: PlanWrite, now: number): Promise<void> {
+  applyPlan(plan: PlanWrite, now: number, fence?: Fence): Promise<void> {
     return guarded(() =>
       this.db.transaction((tx) => {
+        if (fence) {
+          const held = tx.all<{ n: number }>(sql`SELECT count(*) AS n FROM leases WHERE name = 'leader' AND holder = ${fence.holder} AND epoch = ${fence.epoch} AND expires_at > ${DB_NOW}`)[0];
+          if (!held || held.n !== 1) throw new FencedError(fence.epoch);
+        }
         for (const r of plan.create)
           tx.insert(schema.replicas)
             .values({ id: r.id, model: r.model, profile: r.profile, state: "starting", shards: r.shards, port: r.port, endpoint: r.endpoint, createdAt: now, updatedAt: now })
@@ -313,6 +326,108 @@ export class Store implements StorePort {
         for (const e of plan.events) tx.insert(schema.events).values(eventRecord(e, now)).run();
       }),
     );
+  }
+
+  // ---- several control planes -------------------------------------------------------------
+
+  acquireLease(holder: string, ttlMs: number): Promise<Lease> {
+    const ttl = Math.max(1, Math.floor(ttlMs));
+    return guarded(() =>
+      this.db.transaction((tx) => {
+        // Renewed by its holder while unexpired (same epoch); taken when free or lapsed (epoch + 1).
+        tx.run(sql`INSERT INTO leases (name, holder, epoch, expires_at) VALUES ('leader', ${holder}, 1, ${DB_NOW} + ${ttl})
+          ON CONFLICT (name) DO UPDATE SET
+            epoch = CASE WHEN leases.holder = excluded.holder AND leases.expires_at > ${DB_NOW} THEN leases.epoch ELSE leases.epoch + 1 END,
+            holder = excluded.holder,
+            expires_at = excluded.expires_at
+          WHERE leases.holder = excluded.holder OR leases.expires_at <= ${DB_NOW}`);
+        return readLeaseRow(tx)!;
+      }, { behavior: "immediate" }),
+    );
+  }
+
+  releaseLease(holder: string): Promise<void> {
+    return guarded(() => {
+      this.db.run(sql`UPDATE leases SET expires_at = ${DB_NOW} - 1 WHERE name = 'leader' AND holder = ${holder}`);
+    });
+  }
+
+  readLease(): Promise<Lease | undefined> {
+    return guarded(() => readLeaseRow(this.db));
+  }
+
+  upsertControlPlane(cp: ControlPlaneRecord): Promise<void> {
+    return guarded(() => {
+      this.db.run(sql`INSERT INTO control_planes (name, admin_url, router_url, started_at, seen_at) VALUES (${cp.name}, ${cp.adminUrl}, ${cp.routerUrl}, ${cp.startedAt}, ${DB_NOW})
+        ON CONFLICT (name) DO UPDATE SET admin_url = excluded.admin_url, router_url = excluded.router_url, started_at = excluded.started_at, seen_at = excluded.seen_at`);
+    });
+  }
+
+  controlPlanes(): Promise<ControlPlaneRow[]> {
+    return guarded(() =>
+      this.db
+        .all<{ name: string; admin_url: string; router_url: string; started_at: number; ago: number }>(sql`SELECT name, admin_url, router_url, started_at, ${DB_NOW} - seen_at AS ago FROM control_planes ORDER BY name`)
+        .map((r) => ({ name: r.name, adminUrl: r.admin_url, routerUrl: r.router_url, startedAt: r.started_at, seenAgoMs: r.ago })),
+    );
+  }
+
+  removeControlPlane(name: string): Promise<void> {
+    return guarded(() => {
+      this.db.delete(schema.controlPlanes).where(eq(schema.controlPlanes.name, name)).run();
+      this.db.delete(schema.routerUsage).where(eq(schema.routerUsage.router, name)).run();
+    });
+  }
+
+  reportUsage(router: string, watchingSince: number, lastUsed: ReadonlyMap<string, number>): Promise<void> {
+    const map = Object.fromEntries(lastUsed);
+    return guarded(() => {
+      this.db.run(sql`INSERT INTO router_usage (router, watching_since, last_used, reported_at) VALUES (${router}, ${watchingSince}, ${JSON.stringify(map)}, ${DB_NOW})
+        ON CONFLICT (router) DO UPDATE SET watching_since = excluded.watching_since, last_used = excluded.last_used, reported_at = excluded.reported_at`);
+    });
+  }
+
+  routerUsage(): Promise<RouterUsage[]> {
+    return guarded(() =>
+      this.db
+        .all<{ router: string; watching_since: number; last_used: string; ago: number }>(sql`SELECT router, watching_since, last_used, ${DB_NOW} - reported_at AS ago FROM router_usage ORDER BY router`)
+        .map((r) => ({ router: r.router, watchingSince: r.watching_since, lastUsed: new Map(Object.entries(JSON.parse(r.last_used) as Record<string, number>)), reportedAgoMs: r.ago })),
+    );
+  }
+
+  saveNodeReport(node: string, report: string, now: number): Promise<void> {
+    return guarded(() => {
+      this.db.insert(schema.nodeReports).values({ node, report, at: now }).onConflictDoUpdate({ target: schema.nodeReports.node, set: { report, at: now } }).run();
+    });
+  }
+
+  nodeReports(): Promise<NodeReportRow[]> {
+    return guarded(() => this.db.select().from(schema.nodeReports).orderBy(asc(schema.nodeReports.node)).all());
+  }
+
+  /**
+   * Another connection's commits, seen through PRAGMA data_version (it changes only when
+   * another connection wrote): several control planes on one SQLite file on one machine.
+   */
+  watch(fn: (change: StoreChange) => void, everyMs = 250): () => void {
+    let last = this.dataVersion();
+    const timer = setInterval(() => {
+      let v: number;
+      try {
+        v = this.dataVersion();
+      } catch {
+        return;
+      }
+      if (v !== last) {
+        last = v;
+        fn("any");
+      }
+    }, everyMs);
+    timer.unref();
+    return () => clearInterval(timer);
+  }
+
+  private dataVersion(): number {
+    return (this.sqlite.query("PRAGMA data_version").get() as { data_version: number }).data_version;
   }
 
   // ---- events -------------------------------------------------------------------------

@@ -8,11 +8,13 @@ import journal from "../../drizzle/meta/_journal.json";
 import m0000 from "../../drizzle/0000_init.sql" with { type: "text" };
 import m0001 from "../../drizzle/0001_api_keys.sql" with { type: "text" };
 import m0002 from "../../drizzle/0002_node_trust.sql" with { type: "text" };
+import m0003 from "../../drizzle/0003_control_planes.sql" with { type: "text" };
 
 export const EMBEDDED_SQL: Record<string, string> = {
   "0000_init": m0000,
   "0001_api_keys": m0001,
   "0002_node_trust": m0002,
+  "0003_control_planes": m0003,
 };
 
 export interface MigrationMeta {

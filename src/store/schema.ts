@@ -141,3 +141,39 @@ export const apiKeys = sqliteTable("api_keys", {
   pool: text("pool"),
   createdAt: integer("created_at").notNull(),
 });
+
+// ---- several control planes on one store. Times here are the database's clock (ms since
+// epoch), so control planes on machines whose clocks differ still agree on who leads.
+
+/** The leader lease: one row ("leader"), its holder and the fencing epoch that rises with each new leader. */
+export const leases = sqliteTable("leases", {
+  name: text("name").primaryKey(),
+  holder: text("holder").notNull(),
+  epoch: integer("epoch").notNull(),
+  expiresAt: integer("expires_at").notNull(),
+});
+
+/** Every control plane that registered, and when it last said it was alive. */
+export const controlPlanes = sqliteTable("control_planes", {
+  name: text("name").primaryKey(),
+  adminUrl: text("admin_url").notNull(),
+  routerUrl: text("router_url").notNull(),
+  startedAt: integer("started_at").notNull(),
+  seenAt: integer("seen_at").notNull(),
+});
+
+/** Each router's last-used map, as it last reported it; the leader merges them (newest wins). */
+export const routerUsage = sqliteTable("router_usage", {
+  router: text("router").primaryKey(),
+  watchingSince: integer("watching_since").notNull(),
+  /** {replica id: ms since epoch}. */
+  lastUsed: json<Record<string, number>>("last_used").notNull(),
+  reportedAt: integer("reported_at").notNull(),
+});
+
+/** What a node's heartbeats say beside its inventory (engines, discovery, revisions, log listener), as JSON. */
+export const nodeReports = sqliteTable("node_reports", {
+  node: text("node").primaryKey(),
+  report: text("report").notNull(),
+  at: integer("at").notNull(),
+});
