@@ -48,6 +48,14 @@ export const SERVE_FLAGS: FlagSpecs = {
   "tls-cert": { kind: "string", value: "FILE", help: "PEM certificate: both listeners serve HTTPS (with --tls-key; env LLMGW_TLS_CERT)" },
   "tls-key": { kind: "string", value: "FILE", help: "PEM private key of --tls-cert (env LLMGW_TLS_KEY)" },
   "log-level": { kind: "string", value: "LEVEL", help: `trace, debug, info, warn, error (default ${d("log_level")})` },
+  store: { kind: "string", value: "URL", help: "where the state lives: postgres://user@db1:5432,db2:5432,db3:5432/llmgw?target_session_attrs=primary for several control planes, or a SQLite file (default <data-dir>/llmgw.db; env LLMGW_STORE)" },
+  ha: { kind: "boolean", help: "several control planes on this store, one leading by a lease (on by itself with a PostgreSQL store; on SQLite only for control planes sharing one file on one machine)" },
+  name: { kind: "string", value: "NAME", help: "this control plane's name among the others (default the hostname)" },
+  "advertise-url": { kind: "string", value: "URL", help: "the admin URL other control planes and `llmgw status` reach this one at (default from --admin-listen)" },
+  "lease-ttl": { kind: "string", value: "DURATION", help: `the leader lease lapses this long after its last renewal (default ${d("lease_ttl")})` },
+  "lease-renew": { kind: "string", value: "DURATION", help: `how often the leader renews its lease (default ${d("lease_renew")})` },
+  "floating-address": { kind: "string", value: "ADDRESS", help: "the address keepalived keeps on the leader (`llmgw install keepalived`); status says whether it answers as the leader" },
+  patroni: { kind: "list", value: "URL,…", help: "the Patroni REST API of each store member (http://db1:8008,…): status shows them and their lag" },
   help: { kind: "boolean", short: "h", help: "show this help" },
 };
 

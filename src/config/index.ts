@@ -115,6 +115,29 @@ export const ServeConfig = z.strictObject({
   tls_cert: z.string().min(1).optional(),
   /** PEM private key of tls_cert. */
   tls_key: z.string().min(1).optional(),
+  // ---- several control planes on one store (README "High availability")
+  /**
+   * Where the state lives: a PostgreSQL URL (postgres://user@host1:5432,host2:5432/llmgw?target_session_attrs=primary)
+   * shared by several control planes, or a SQLite file path; default SQLite in the data dir.
+   */
+  store: z.string().min(1).max(4096).optional(),
+  /**
+   * Several control planes on this store: a leader lease decides which one reconciles. On by
+   * itself with a PostgreSQL store; with SQLite only for control planes sharing one file on one machine.
+   */
+  ha: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).optional(),
+  /** This control plane's name among the others; default the hostname. */
+  name: SegmentName.optional(),
+  /** The admin URL other control planes and status reach this one at; default from admin_listen (the first non-internal address when it listens on all). */
+  advertise_url: z.string().url("must be a URL like http://10.0.0.2:8001").optional(),
+  /** The leader lease lapses this long after its last renewal. */
+  lease_ttl: Duration.prefault("15s"),
+  /** How often the leader renews its lease (well within lease_ttl). */
+  lease_renew: Duration.prefault("5s"),
+  /** The address keepalived keeps on the leader (`llmgw install keepalived`): status says whether it answers as the leader. */
+  floating_address: z.string().min(1).max(255).optional(),
+  /** Patroni REST API URLs of the store's members (http://db1:8008,…): status shows them. */
+  patroni: z.array(z.string().url("must be a URL like http://10.0.0.11:8008")).min(1).max(16).optional(),
 }).superRefine((c, ctx) => {
   // Whether the files exist and match is checked when the server starts (startServer).
   if ((c.tls_cert === undefined) !== (c.tls_key === undefined)) {
