@@ -190,6 +190,15 @@ export class Controller {
    * (epoch 0); with several on one store the lease decides (ha.ts sets it).
    */
   private lead: { leading: boolean; epoch: number; name?: string } = { leading: true, epoch: 0 };
+  /**
+   * What the summary says of the world beyond this store's rows, as last observed (never
+   * fetched while a summary waits): the replicated store's members as Patroni reports them, and
+   * the control planes. Set by the app; absent for a single head node on SQLite.
+   */
+  private summarySources: { store?: () => { members: Summary["store"]; error?: string }; controlPlanes?: () => Summary["control_planes"] } = {};
+  setSummarySources(s: { store?: () => { members: Summary["store"]; error?: string }; controlPlanes?: () => Summary["control_planes"] }): void {
+    this.summarySources = { ...this.summarySources, ...s };
+  }
   leadership(): { leading: boolean; epoch: number; name?: string } {
     return this.lead;
   }
@@ -591,7 +600,15 @@ export class Controller {
       return { at: new Date(e.at).toISOString(), replica: d.replica ?? "", model: d.model ?? "", for_model: d.for_model ?? "", idle_seconds: d.idle_seconds ?? -1 };
     });
     const tables = await this.tables();
-    const value = { summary: { ...summarize(tables, { version: this.opts.version, evictions }), head: this.load.view() }, tables };
+    const extra = this.summarySources;
+    const store = extra.store?.();
+    const value = {
+      summary: {
+        ...summarize(tables, { version: this.opts.version, evictions, ...(store ? { store: store.members, ...(store.error ? { storeError: store.error } : {}) } : {}), ...(extra.controlPlanes ? { controlPlanes: extra.controlPlanes() } : {}) }),
+        head: this.load.view(),
+      },
+      tables,
+    };
     this.overviewCache = { at: now, value };
     return value;
   }
