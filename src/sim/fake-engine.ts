@@ -100,12 +100,21 @@ const DONE_FRAME = "data: [DONE]\n\n";
 const enum Kind {
   Chat,
   Text,
+  Responses,
 }
+
+/** Most choices one request may ask for (`n`), as OpenAI's API allows. */
+export const MAX_CHOICES = 128;
 
 /** One generation request from arrival to its last token or abort. */
 interface Job {
   kind: Kind;
+  /** Completion tokens per choice. */
   n: number;
+  /** Choices generated side by side (`n` of the request); 1 for the Responses API. */
+  choices: number;
+  /** "length" when max_tokens cut the answer, as a real engine says; "stop" otherwise. */
+  finish: "stop" | "length";
   emitted: number;
   prompt: string;
   promptTokens: number;
@@ -198,6 +207,56 @@ function textPrompt(prompt: unknown): string | Response {
     if (prompt.every((p) => typeof p === "number")) return prompt.join(",");
   }
   return badRequest("`prompt` is required and must be a string or an array of strings", "prompt");
+}
+
+/**
+ * The Responses API's prompt: `input` is a string or a list of items (messages with string or
+ * input_text content; other item types, such as function_call_output, count by their text);
+ * `instructions` is the system prompt.
+ */
+function responsesPrompt(input: unknown, instructions: unknown): string | Response {
+  if (instructions != null && typeof instructions !== "string") return badRequest("`instructions` must be a string", "instructions");
+  let prompt = typeof instructions === "string" ? `system${instructions}` : "";
+  if (typeof input === "string") return prompt + `user${input}`;
+  if (!Array.isArray(input) || input.length === 0) return badRequest("`input` is required and must be a string or a non-empty array of input items", "input");
+  for (let i = 0; i < input.length; i++) {
+    const item: unknown = input[i];
+    if (!isObject(item)) return badRequest(`\`input[${i}]\` must be an object`, `input[${i}]`);
+    if (typeof item.role === "string") prompt += item.role;
+    const content = item.content ?? item.output;
+    if (typeof content === "string") prompt += content;
+    else if (Array.isArray(content)) {
+      for (const part of content) if (isObject(part) && typeof part.text === "string") prompt += part.text;
+    } else if (content != null) return badRequest(`\`input[${i}].content\` must be a string or an array of content parts`, `input[${i}].content`);
+  }
+  return prompt;
+}
+
+/** A Responses API `response` object: in progress (no output yet) or done (completed, or incomplete when max_output_tokens cut it). */
+function responseObject(job: Job, id: string, model: string, created: number, phase: "in_progress" | "done", text: string) {
+  const done = phase === "done";
+  const status = !done ? "in_progress" : job.finish === "length" ? "incomplete" : "completed";
+  return {
+    id,
+    object: "response",
+    created_at: created,
+    status,
+    error: null,
+    incomplete_details: status === "incomplete" ? { reason: "max_output_tokens" } : null,
+    instructions: null,
+    model,
+    output: done ? [{ id: `msg_${id.slice(5)}`, type: "message", status: "completed", role: "assistant", content: [{ type: "output_text", text, annotations: [], logprobs: [] }] }] : [],
+    parallel_tool_calls: true,
+    temperature: 1,
+    top_p: 1,
+    tool_choice: "auto",
+    tools: [],
+    max_output_tokens: job.finish === "length" ? job.n : null,
+    text: { format: { type: "text" } },
+    usage: done
+      ? { input_tokens: job.promptTokens, input_tokens_details: { cached_tokens: job.cachedTokens }, output_tokens: job.n, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: job.promptTokens + job.n }
+      : null,
+  };
 }
 
 function labelValue(s: string): string {
@@ -313,6 +372,7 @@ class Engine {
     if (method === "POST") {
       if (path === "/v1/chat/completions") return this.generate(req, server, Kind.Chat);
       if (path === "/v1/completions") return this.generate(req, server, Kind.Text);
+      if (path === "/v1/responses") return this.generate(req, server, Kind.Responses);
       if (path === "/v1/embeddings") return this.embeddings(req);
     } else if (method === "GET") {
       if (path === "/health") return new Response(null, { status: 200 });
@@ -353,17 +413,26 @@ class Engine {
   private async generate(req: Request, server: Server<undefined>, kind: Kind): Promise<Response> {
     const body = await this.readBody(req);
     if (body instanceof Response) return body;
-    const prompt = kind === Kind.Chat ? chatPrompt(body.messages) : textPrompt(body.prompt);
+    const prompt = kind === Kind.Chat ? chatPrompt(body.messages) : kind === Kind.Text ? textPrompt(body.prompt) : responsesPrompt(body.input, body.instructions);
     if (typeof prompt !== "string") return prompt;
 
+    // The fake model always has more to say than a limit allows: given a limit, it writes up to
+    // it and stops for that reason ("length"); without one it writes its usual answer ("stop").
     let n = this.tokens;
-    const maxField = body.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens";
+    let finish: Job["finish"] = "stop";
+    const maxField = kind === Kind.Responses ? "max_output_tokens" : body.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens";
     const max = body[maxField];
     if (max != null) {
       if (typeof max !== "number" || !Number.isInteger(max) || max < 1) {
         return badRequest(`\`${maxField}\` must be a positive integer`, maxField);
       }
       n = Math.min(max, MAX_COMPLETION_TOKENS);
+      finish = "length";
+    }
+    let choices = 1;
+    if (kind !== Kind.Responses && body.n != null) {
+      if (typeof body.n !== "number" || !Number.isInteger(body.n) || body.n < 1 || body.n > MAX_CHOICES) return badRequest(`\`n\` must be an integer from 1 to ${MAX_CHOICES}`, "n");
+      choices = body.n;
     }
     const stream = body.stream;
     if (stream != null && typeof stream !== "boolean") return badRequest("`stream` must be a boolean", "stream");
@@ -375,6 +444,8 @@ class Engine {
     const job: Job = {
       kind,
       n,
+      choices,
+      finish,
       emitted: 0,
       prompt,
       promptTokens: approxTokens(prompt.length),
@@ -390,13 +461,14 @@ class Engine {
       usageTail: includeUsage ? ',"usage":null' : "",
       includeUsage,
     };
-    const id = (kind === Kind.Chat ? "chatcmpl-" : "cmpl-") + this.idPrefix + (this.nextId++).toString(36);
+    const id = (kind === Kind.Chat ? "chatcmpl-" : kind === Kind.Text ? "cmpl-" : "resp_") + this.idPrefix + (this.nextId++).toString(36);
     const created = Math.floor(Date.now() / 1000);
     job.admission = this.admit(job);
 
     if (stream === true) {
       // Bun's idle timeout (10 s) would cut a slow or queued stream; the client decides when to give up.
       server.timeout(req, 0);
+      if (kind === Kind.Responses) return this.responsesStream(req, job, id, model, created);
       job.pre =
         `data: {"id":"${id}","object":"${kind === Kind.Chat ? "chat.completion.chunk" : "text_completion"}",` +
         `"created":${created},"model":${JSON.stringify(model)},"system_fingerprint":"${FINGERPRINT}","choices":[`;
@@ -424,10 +496,14 @@ class Engine {
     this.finish(job);
     const usage = this.usage(job);
     const content = FULL_TEXT.slice(0, CONTENT_END[n]);
-    const choice =
-      kind === Kind.Chat
-        ? { index: 0, message: { role: "assistant", content }, logprobs: null, finish_reason: "stop" }
-        : { index: 0, text: content, logprobs: null, finish_reason: "stop" };
+    if (kind === Kind.Responses) return new Response(JSON.stringify(responseObject(job, id, model, created, "done", content)), { headers: JSON_HEADERS });
+    const all = [];
+    for (let index = 0; index < choices; index++)
+      all.push(
+        kind === Kind.Chat
+          ? { index, message: { role: "assistant", content }, logprobs: null, finish_reason: finish }
+          : { index, text: content, logprobs: null, finish_reason: finish },
+      );
     return new Response(
       JSON.stringify({
         id,
@@ -435,11 +511,58 @@ class Engine {
         created,
         model,
         system_fingerprint: FINGERPRINT,
-        choices: [choice],
+        choices: all,
         usage,
       }),
       { headers: JSON_HEADERS },
     );
+  }
+
+  /**
+   * The Responses API streamed: the event sequence OpenAI sends and its SDKs parse
+   * (response.created, in_progress, output_item.added, content_part.added, output_text.delta
+   * per token, output_text.done, content_part.done, output_item.done, then completed, or
+   * incomplete when max_output_tokens cut it), each an SSE `event:` with its JSON `data:`.
+   */
+  private responsesStream(req: Request, job: Job, id: string, model: string, created: number): Response {
+    req.signal.addEventListener("abort", () => this.abort(job), { once: true });
+    let seq = 0;
+    const msgId = `msg_${id.slice(5)}`;
+    const ev = (type: string, data: Record<string, unknown>) => `event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: seq++, ...data })}\n\n`;
+    const item = (status: string, text: string) => ({ id: msgId, type: "message", status, role: "assistant", content: text === "" && status === "in_progress" ? [] : [{ type: "output_text", text, annotations: [], logprobs: [] }] });
+    const part = (text: string) => ({ type: "output_text", text, annotations: [], logprobs: [] });
+    const pull = async (c: ReadableStreamDefaultController<string>) => {
+      let out = "";
+      if (job.emitted === 0) {
+        const shell = responseObject(job, id, model, created, "in_progress", "");
+        out += ev("response.created", { response: shell }) + ev("response.in_progress", { response: shell });
+        if (job.admission) await job.admission;
+        if (job.done) return endStream(c);
+        if (job.ttftMs > 0) await this.wait(job, job.ttftMs);
+        if (job.done) return endStream(c);
+        out += ev("response.output_item.added", { output_index: 0, item: item("in_progress", "") });
+        out += ev("response.content_part.added", { item_id: msgId, output_index: 0, content_index: 0, part: part("") });
+      } else if (this.tokenDelayMs > 0) {
+        await this.wait(job, this.tokenDelayMs);
+        if (job.done) return endStream(c);
+      }
+      do {
+        const i = job.emitted++;
+        out += ev("response.output_text.delta", { item_id: msgId, output_index: 0, content_index: 0, delta: JSON.parse(TOKEN_JSON[i]!), logprobs: [] });
+      } while (this.tokenDelayMs === 0 && job.emitted < job.n);
+      if (job.emitted < job.n) return c.enqueue(out);
+      const text = FULL_TEXT.slice(0, CONTENT_END[job.n]);
+      this.finish(job);
+      out += ev("response.output_text.done", { item_id: msgId, output_index: 0, content_index: 0, text, logprobs: [] });
+      out += ev("response.content_part.done", { item_id: msgId, output_index: 0, content_index: 0, part: part(text) });
+      out += ev("response.output_item.done", { output_index: 0, item: item("completed", text) });
+      const final = responseObject(job, id, model, created, "done", text);
+      out += ev(final.status === "completed" ? "response.completed" : "response.incomplete", { response: final });
+      c.enqueue(out);
+      c.close();
+    };
+    const body = new ReadableStream<string>({ pull, cancel: () => this.abort(job) });
+    return new Response(body, { headers: SSE_HEADERS });
   }
 
   /** Produces the next SSE frames; called by the stream only when it wants data, so backpressure holds. */
@@ -453,7 +576,7 @@ class Engine {
         if (job.done) return endStream(c);
       }
       if (job.kind === Kind.Chat) {
-        out = job.pre + '{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]' + job.usageTail + "}\n\n";
+        for (let x = 0; x < job.choices; x++) out += job.pre + '{"index":' + x + ',"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]' + job.usageTail + "}\n\n";
       }
       out += this.tokenFrame(job, job.emitted++);
     } else {
@@ -469,8 +592,10 @@ class Engine {
       c.enqueue(out);
       return;
     }
-    const choice = job.kind === Kind.Chat ? '{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}]' : '{"index":0,"text":"","logprobs":null,"finish_reason":"stop"}]';
-    out += job.pre + choice + job.usageTail + "}\n\n";
+    for (let x = 0; x < job.choices; x++) {
+      const choice = job.kind === Kind.Chat ? '{"index":' + x + ',"delta":{},"logprobs":null,"finish_reason":"' + job.finish + '"}]' : '{"index":' + x + ',"text":"","logprobs":null,"finish_reason":"' + job.finish + '"}]';
+      out += job.pre + choice + job.usageTail + "}\n\n";
+    }
     this.finish(job);
     if (job.includeUsage) out += job.pre + '],"usage":' + JSON.stringify(this.usage(job)) + "}\n\n";
     out += DONE_FRAME;
@@ -480,16 +605,26 @@ class Engine {
 
   private tokenFrame(job: Job, i: number): string {
     const tok = TOKEN_JSON[i]!;
+    if (job.choices > 1) {
+      let out = "";
+      for (let x = 0; x < job.choices; x++)
+        out +=
+          job.kind === Kind.Chat
+            ? job.pre + '{"index":' + x + ',"delta":{"content":' + tok + '},"logprobs":null,"finish_reason":null}]' + job.usageTail + "}\n\n"
+            : job.pre + '{"index":' + x + ',"text":' + tok + ',"logprobs":null,"finish_reason":null}]' + job.usageTail + "}\n\n";
+      return out;
+    }
     return job.kind === Kind.Chat
       ? job.pre + '{"index":0,"delta":{"content":' + tok + '},"logprobs":null,"finish_reason":null}]' + job.usageTail + "}\n\n"
       : job.pre + '{"index":0,"text":' + tok + ',"logprobs":null,"finish_reason":null}]' + job.usageTail + "}\n\n";
   }
 
   private usage(job: Job): Record<string, unknown> {
+    const completion = job.n * job.choices;
     const usage: Record<string, unknown> = {
       prompt_tokens: job.promptTokens,
-      completion_tokens: job.n,
-      total_tokens: job.promptTokens + job.n,
+      completion_tokens: completion,
+      total_tokens: job.promptTokens + completion,
     };
     // As vLLM does: the details appear only when something was actually served from cache.
     if (job.cachedTokens > 0) usage.prompt_tokens_details = { cached_tokens: job.cachedTokens };
@@ -544,7 +679,7 @@ class Engine {
     job.done = true;
     this.completed++;
     this.promptTokensTotal += job.promptTokens;
-    this.generationTokensTotal += job.n;
+    this.generationTokensTotal += job.n * job.choices;
     this.release(job);
   }
 

@@ -100,6 +100,37 @@ describe("the OpenAI SDK against llmgw demo", () => {
     expect(usage?.completion_tokens).toBe(8);
   });
 
+  test("chat with n = 2 and a max_tokens that cuts the answer: two choices, each finished by length", async () => {
+    const r = await client.chat.completions.create({ model: "llama-3.1-8b", messages: [{ role: "user", content: "Two ways to say hi" }], n: 2, max_tokens: 3 });
+    expect(r.choices.map((c) => c.index)).toEqual([0, 1]);
+    expect(r.choices.map((c) => c.finish_reason)).toEqual(["length", "length"]);
+    expect(r.usage!.completion_tokens).toBe(6);
+  });
+
+  test("the Responses API through the router: client.responses.create, not streamed and streamed", async () => {
+    const r = await client.responses.create({ model: "llama-3.1-8b", input: "Say hello", instructions: "Be brief" });
+    expect(r.object).toBe("response");
+    expect(r.status).toBe("completed");
+    expect(r.output_text.length).toBeGreaterThan(0);
+    expect(r.usage!.output_tokens).toBeGreaterThan(0);
+    const cut = await client.responses.create({ model: "llama3-8b", input: [{ role: "user", content: "A long story" }], max_output_tokens: 3 });
+    expect(cut.status).toBe("incomplete");
+    expect(cut.incomplete_details?.reason).toBe("max_output_tokens");
+    const stream = await client.responses.create({ model: "llama-3.1-8b", input: "Count to five", stream: true, max_output_tokens: 5 });
+    const types: string[] = [];
+    let text = "";
+    let final: OpenAI.Responses.Response | undefined;
+    for await (const ev of stream) {
+      types.push(ev.type);
+      if (ev.type === "response.output_text.delta") text += ev.delta;
+      if (ev.type === "response.incomplete" || ev.type === "response.completed") final = ev.response;
+    }
+    expect(types[0]).toBe("response.created");
+    expect(types).toContain("response.output_text.done");
+    expect(text.split(" ")).toHaveLength(5);
+    expect(final?.output_text ?? final?.output.flatMap((o) => (o.type === "message" ? o.content.map((c) => (c.type === "output_text" ? c.text : "")) : [])).join("")).toBe(text);
+  });
+
   test("completions, embeddings and the models list", async () => {
     const c = await client.completions.create({ model: "llama-3.1-8b", prompt: "Once upon a time", max_tokens: 4 });
     expect(c.choices[0]!.text.length).toBeGreaterThan(0);

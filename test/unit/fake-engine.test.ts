@@ -114,7 +114,8 @@ describe("fake engine wire format", () => {
     expect(body.choices).toHaveLength(1);
     const choice = body.choices[0];
     expect(choice.index).toBe(0);
-    expect(choice.finish_reason).toBe("stop");
+    // max_tokens cut the answer: a real engine says so with "length".
+    expect(choice.finish_reason).toBe("length");
     expect(choice.message.role).toBe("assistant");
     expect(choice.message.content.split(" ")).toHaveLength(7);
     // prompt = "user" + content = 40 characters, about 10 tokens.
@@ -214,9 +215,87 @@ describe("fake engine wire format", () => {
       expect(c.choices[0].finish_reason).toBeNull();
       expect(typeof c.choices[0].text).toBe("string");
     }
-    expect(chunks[3]!.choices[0].finish_reason).toBe("stop");
+    expect(chunks[3]!.choices[0].finish_reason).toBe("length");
     expect(chunks[4]!.choices).toEqual([]);
     expect(chunks[4]!.usage).toEqual({ prompt_tokens: 1, completion_tokens: 3, total_tokens: 4 });
+  });
+
+  test("without a limit the answer ends by itself (stop); with one it is cut there (length)", async () => {
+    const free = (await (await post(e.url, "/v1/chat/completions", chat("hi"))).json()) as Json;
+    expect(free.choices[0].finish_reason).toBe("stop");
+    expect(free.usage.completion_tokens).toBe(4);
+    const cut = (await (await post(e.url, "/v1/completions", { model: "m", prompt: "hi", max_tokens: 2 })).json()) as Json;
+    expect(cut.choices[0].finish_reason).toBe("length");
+    expect(cut.usage.completion_tokens).toBe(2);
+  });
+
+  test("n > 1 gives n choices, indexed, counted in usage; streamed, each index gets its tokens and its finish", async () => {
+    const body = (await (await post(e.url, "/v1/chat/completions", chat("hi", { n: 3, max_tokens: 2 }))).json()) as Json;
+    expect(body.choices.map((c: Json) => c.index)).toEqual([0, 1, 2]);
+    for (const c of body.choices) expect(c).toMatchObject({ finish_reason: "length", message: { role: "assistant" } });
+    expect(body.usage.completion_tokens).toBe(6);
+    const res = await post(e.url, "/v1/chat/completions", chat("hi", { n: 2, max_tokens: 3, stream: true, stream_options: { include_usage: true } }));
+    const chunks = (await allPayloads(res)).slice(0, -1).map((p) => JSON.parse(p) as Json);
+    const text = new Map<number, string>();
+    const finish = new Map<number, string>();
+    for (const c of chunks)
+      for (const ch of c.choices) {
+        text.set(ch.index, (text.get(ch.index) ?? "") + (ch.delta.content ?? ""));
+        if (ch.finish_reason) finish.set(ch.index, ch.finish_reason);
+      }
+    expect([...text.keys()].sort()).toEqual([0, 1]);
+    expect(text.get(0)).toBe(text.get(1)!);
+    expect(text.get(0)!.split(" ")).toHaveLength(3);
+    expect(Object.fromEntries(finish)).toEqual({ 0: "length", 1: "length" });
+    expect(chunks.at(-1)!.usage.completion_tokens).toBe(6);
+    for (const bad of [0, 129, 1.5, "2"]) {
+      const r = await post(e.url, "/v1/chat/completions", chat("hi", { n: bad }));
+      expect(r.status).toBe(400);
+      expect(((await r.json()) as Json).error.param).toBe("n");
+    }
+  });
+
+  test("Responses API, not streamed: a response object with one output_text message and usage", async () => {
+    const r = (await (await post(e.url, "/v1/responses", { model: "m", input: "hello", instructions: "be brief" })).json()) as Json;
+    expect(r).toMatchObject({ object: "response", status: "completed", model: "m", incomplete_details: null });
+    expect(r.id).toStartWith("resp_");
+    expect(r.output).toHaveLength(1);
+    expect(r.output[0]).toMatchObject({ type: "message", role: "assistant", status: "completed" });
+    expect(r.output[0].content[0].type).toBe("output_text");
+    expect(r.output[0].content[0].text.split(" ")).toHaveLength(4);
+    expect(r.usage).toMatchObject({ output_tokens: 4 });
+    expect(r.usage.total_tokens).toBe(r.usage.input_tokens + 4);
+    const cut = (await (await post(e.url, "/v1/responses", { model: "m", input: [{ role: "user", content: [{ type: "input_text", text: "x" }] }], max_output_tokens: 2 })).json()) as Json;
+    expect(cut).toMatchObject({ status: "incomplete", incomplete_details: { reason: "max_output_tokens" } });
+    expect(cut.output[0].content[0].text.split(" ")).toHaveLength(2);
+    for (const [body, param] of [[{ model: "m" }, "input"], [{ model: "m", input: [] }, "input"], [{ model: "m", input: "x", max_output_tokens: 0 }, "max_output_tokens"], [{ model: "m", input: "x", instructions: 3 }, "instructions"]] as const) {
+      const res = await post(e.url, "/v1/responses", body);
+      expect(res.status).toBe(400);
+      expect(((await res.json()) as Json).error.param).toBe(param);
+    }
+  });
+
+  test("Responses API, streamed: the event sequence the SDKs parse, deltas adding up to the text", async () => {
+    const res = await post(e.url, "/v1/responses", { model: "m", input: "hello", stream: true });
+    expect(res.headers.get("content-type")).toContain("text/event-stream");
+    const raw = await res.text();
+    const events = raw.trim().split("\n\n").map((block) => {
+      const [ev, data] = block.split("\n");
+      const parsed = JSON.parse(data!.slice("data: ".length)) as Json;
+      expect(ev).toBe(`event: ${parsed.type}`);
+      return parsed;
+    });
+    const types = events.map((x) => x.type);
+    expect(types.slice(0, 4)).toEqual(["response.created", "response.in_progress", "response.output_item.added", "response.content_part.added"]);
+    expect(types.slice(-4)).toEqual(["response.output_text.done", "response.content_part.done", "response.output_item.done", "response.completed"]);
+    const deltas = events.filter((x) => x.type === "response.output_text.delta");
+    expect(deltas).toHaveLength(4);
+    const done = events.find((x) => x.type === "response.output_text.done")!;
+    expect(deltas.map((d) => d.delta).join("")).toBe(done.text);
+    expect(events.map((x) => x.sequence_number)).toEqual(events.map((_, i) => i));
+    expect(events.at(-1)!.response).toMatchObject({ status: "completed", usage: { output_tokens: 4 } });
+    const cut = await (await post(e.url, "/v1/responses", { model: "m", input: "hello", stream: true, max_output_tokens: 1 })).text();
+    expect(cut).toContain("event: response.incomplete");
   });
 
   test("an unknown model is a 404 in OpenAI's error shape with code model_not_found", async () => {
