@@ -105,10 +105,20 @@ export function endpointsFingerprint(eps: readonly EndpointInfo[]): string {
 
 /** The catalog as the router needs it: names, aliases, pools, and how long a cold on-demand model may take. */
 export function catalog(snapshot: Snapshot, config: Pick<ReconcileConfig, "startTimeoutMs" | "startMarginMs">): CatalogEntry[] {
+  const state = new Map(snapshot.modelState.map((st) => [st.model, st]));
   return snapshot.models.map((m) => {
     const spec = m.spec;
     // The router holds a request for a cold on-demand model as long as a replica may still come up.
     const startMs = Math.max(...spec.profiles.map((p) => serverStartDeadline(p, config)));
-    return { name: m.name, aliases: spec.aliases, on_demand: spec.on_demand, pool: spec.pool, created: Math.floor(m.createdAt / 1000), start_timeout_ms: startMs };
+    const entry: CatalogEntry = { name: m.name, aliases: spec.aliases, on_demand: spec.on_demand, pool: spec.pool, created: Math.floor(m.createdAt / 1000), start_timeout_ms: startMs };
+    const st = state.get(m.name);
+    if (st?.parked) entry.unavailable = { reason: parkedReason(m.name, st.failures, st.reason) };
+    return entry;
   });
+}
+
+/** What a client is told of a parked model: why, and that an operator (not waiting) brings it back. */
+export function parkedReason(model: string, failures: number, reason: string | null): string {
+  const why = reason ? `: ${reason.length > 300 ? `${reason.slice(0, 300)}…` : reason}` : "";
+  return `'${model}' is parked after ${failures} failed start${failures === 1 ? "" : "s"}${why}; it is not retried until an operator runs \`llmgw models unpark ${model}\``;
 }

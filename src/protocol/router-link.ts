@@ -22,6 +22,7 @@ const Catalog = z.object({
   pool: z.string(),
   created: z.number(),
   start_timeout_ms: z.number().optional(),
+  unavailable: z.object({ reason: z.string() }).optional(),
 });
 
 const ApiKey = z.object({ name: z.string(), sha256: z.string(), pool: z.string().nullable() });

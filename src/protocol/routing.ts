@@ -37,6 +37,12 @@ export interface CatalogEntry {
    * Absent: the router's cold-start timeout alone.
    */
   start_timeout_ms?: number;
+  /**
+   * Set when waiting will not bring a replica (the model is parked after failing every start):
+   * the router answers at once with this reason and tells clients not to retry, and leaves the
+   * model out of /v1/models.
+   */
+  unavailable?: { reason: string };
 }
 
 /** A client API key as the router checks it: never the key itself, only its SHA-256 (hex). */

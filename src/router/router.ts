@@ -230,6 +230,14 @@ export class Router implements EndpointSink, UsageSource {
     }
     this.catalog = map;
     this.catalogList = models;
+    // A held request for a model that can no longer come up is answered now, not at its deadline.
+    for (const w of [...this.waiters]) {
+      try {
+        w();
+      } catch (e) {
+        this.o.log?.warn({ err: (e as Error).message }, "cold-start waiter failed");
+      }
+    }
   }
 
   setApiKeys(keys: ApiKeyEntry[]): void {
@@ -353,6 +361,8 @@ export class Router implements EndpointSink, UsageSource {
     const data = [];
     for (const m of this.catalogList) {
       if (pool && m.pool !== pool) continue;
+      // What no client can use now or by waiting is not offered.
+      if (m.unavailable) continue;
       data.push({ id: m.name, object: "model", created: m.created, owned_by: "llmgw" });
       for (const a of m.aliases) data.push({ id: a, object: "model", created: m.created, owned_by: "llmgw", root: m.name });
     }
@@ -388,7 +398,7 @@ export class Router implements EndpointSink, UsageSource {
     };
     const check = () => {
       if (this.balancer.has(model, pool)) done(true);
-      else if (!this.server) done(false);
+      else if (!this.server || this.catalog.get(model)?.unavailable) done(false);
     };
     const timer = this.scheduler.after(holdMs, () => done(false));
     this.waiters.add(check);
@@ -437,6 +447,7 @@ export class Router implements EndpointSink, UsageSource {
     // Nothing serves it: tell the control plane someone wants it. An on-demand model is worth
     // waiting for; any other is starting, failing or unplaceable, and the client is better
     // served by a prompt 503 it can retry.
+    if (entry.unavailable) return this.unavailable(ex, entry);
     this.o.demand?.requestModel(model);
     const holdMs = this.coldStartHoldMs(entry);
     const notReady = () => {
@@ -450,7 +461,21 @@ export class Router implements EndpointSink, UsageSource {
       );
     };
     if (!entry.on_demand) return notReady();
-    this.waitForEndpoint(model, pool, holdMs, ex, (ok) => (ok && !ex.aborted ? go() : notReady()));
+    this.waitForEndpoint(model, pool, holdMs, ex, (ok) => {
+      if (ok && !ex.aborted) return go();
+      const now = this.catalog.get(model);
+      if (now?.unavailable) return this.unavailable(ex, now);
+      notReady();
+    });
+  }
+
+  /**
+   * A model waiting cannot bring back (parked): 503 at once with the reason, and
+   * `x-should-retry: false`, which the OpenAI SDKs honour, so no client retries in vain.
+   */
+  private unavailable(ex: ClientExchange, entry: CatalogEntry): void {
+    this.requests.inc([entry.name, "503"]);
+    send(ex, openAIError(503, entry.unavailable!.reason, { code: "model_unavailable", headers: { "x-should-retry": "false" } }));
   }
 
   private readonly perModel = new Map<string, ModelSeries>();
