@@ -61,7 +61,9 @@ export async function main(argv: string[]): Promise<number> {
   if (name === "--version" || name === "-v") return main(["version"]);
   const entry = COMMANDS[name];
   if (!entry) {
-    process.stderr.write(`error: unknown command "${name}"; run \`llmgw --help\` for the list\n`);
+    const { nearest, safeText } = await import("./lib/text");
+    const guess = nearest(name, Object.keys(COMMANDS));
+    process.stderr.write(`error: unknown command "${safeText(name)}"${guess ? `; did you mean \`llmgw ${guess}\`?` : ""} (run \`llmgw --help\` for the list)\n`);
     return 2;
   }
   const cmd = await entry.load();

@@ -34,17 +34,21 @@ export function renderModels(list: ModelView[], style: Style, wide: boolean): st
 export const command: Command = {
   name: "models",
   summary: "List the catalog's models: ready against desired, parked or unplaceable, and why.",
-  usage: "llmgw models [NAME] [-o table|wide|json]\n  llmgw models unpark NAME",
+  usage: "llmgw models [NAME] [-o table|wide|json]\n  llmgw models unpark NAME\n  llmgw models delete NAME",
   flags: { ...OUTPUT_FLAG, ...CLIENT_FLAGS },
-  details: "`unpark` clears a parked model's failures so it is tried again (a catalog change or a new node does too).",
-  examples: ["llmgw models", "llmgw models -o wide", "llmgw models llama-3.1-8b -o json", "llmgw models unpark llama-3.1-8b"],
+  details:
+    "`unpark` clears a parked model's failures so it is tried again (a catalog change or a new node does too). `delete` removes a model from the catalog: its replicas are stopped and their GPUs freed; its aliases go with it.",
+  examples: ["llmgw models", "llmgw models -o wide", "llmgw models llama-3.1-8b -o json", "llmgw models unpark llama-3.1-8b", "llmgw models delete qwen2.5-7b"],
   async run({ flags, positionals }) {
     const format = outputFormat(flags);
     const client = resolveClient(flags);
-    if (positionals[0] === "unpark") {
-      if (positionals.length !== 2) throw new UsageError("models unpark takes exactly one model name");
-      const res = await client.send<{ message: string }>("POST", `/api/v1/models/${encodeURIComponent(positionals[1]!)}/unpark`);
-      process.stdout.write(`${safeText(res.message)}\n`);
+    if (positionals[0] === "unpark" || positionals[0] === "delete") {
+      const verb = positionals[0];
+      if (positionals.length !== 2) throw new UsageError(`models ${verb} takes exactly one model name`);
+      const path = `/api/v1/models/${encodeURIComponent(positionals[1]!)}`;
+      const res = verb === "unpark" ? await client.send<{ message: string }>("POST", `${path}/unpark`) : await client.send<{ message: string }>("DELETE", path);
+      if (format === "json") process.stdout.write(`${JSON.stringify(res, null, 2)}\n`);
+      else process.stdout.write(`${safeText(res.message)}\n`);
       return;
     }
     const style = detectStyle();

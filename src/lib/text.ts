@@ -99,3 +99,35 @@ export class SafeTextStream {
     return safeText(s, { multiline: true });
   }
 }
+
+/** Edit distance, case-insensitive: single-letter insertions, deletions, substitutions and swaps of neighbours (a typo's usual shapes). */
+export function editDistance(a: string, b: string): number {
+  const x = a.toLowerCase();
+  const y = b.toLowerCase();
+  const d: number[][] = Array.from({ length: x.length + 1 }, (_, i) => Array.from({ length: y.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)));
+  for (let i = 1; i <= x.length; i++)
+    for (let j = 1; j <= y.length; j++) {
+      const cost = x[i - 1] === y[j - 1] ? 0 : 1;
+      let v = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + cost);
+      if (i > 1 && j > 1 && x[i - 1] === y[j - 2] && x[i - 2] === y[j - 1]) v = Math.min(v, d[i - 2]![j - 2]! + 1);
+      d[i]![j] = v;
+    }
+  return d[x.length]![y.length]!;
+}
+
+/**
+ * The known word nearest to a mistyped one, when it is near enough to be what was meant (a
+ * third of its length in edits, at least 1, at most 3; a case-only difference always is);
+ * undefined otherwise.
+ */
+export function nearest(word: string, known: Iterable<string>): string | undefined {
+  let best: string | undefined;
+  let bestDistance = Number.POSITIVE_INFINITY;
+  for (const k of known) {
+    if (k.toLowerCase() === word.toLowerCase()) return k;
+    const d = editDistance(word, k);
+    if (d < bestDistance) [best, bestDistance] = [k, d];
+  }
+  const allowed = Math.min(3, Math.max(1, Math.floor(word.length / 3)));
+  return bestDistance <= allowed ? best : undefined;
+}

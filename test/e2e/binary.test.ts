@@ -70,6 +70,27 @@ describe("compiled binary", () => {
     expect(bad.stderr).toBe('error: node "nope" not found\n');
   });
 
+  test("models delete removes a model (its aliases with it); a second delete is not found; -o json answers JSON", () => {
+    writeFileSync(join(dir, "extra.yaml"), "models:\n  - name: scratch-model\n    aliases: [scratch]\n    replicas: {min: 0}\n    profiles:\n      - {name: p, engine: vllm, gpu_class: H100-80GB}\n");
+    expect(run(bin, ["apply", "-f", "extra.yaml"], { cwd: dir }).code).toBe(0);
+    const del = run(bin, ["models", "delete", "scratch-model"], { cwd: dir });
+    expect(del).toMatchObject({ code: 0, stdout: "model/scratch-model deleted\n" });
+    expect(run(bin, ["models"], { cwd: dir }).stdout).not.toContain("scratch-model");
+    const again = run(bin, ["models", "delete", "scratch-model", "-o", "json"], { cwd: dir });
+    expect(again.code).toBe(1);
+    expect(again.stderr).toContain("scratch-model");
+    expect(run(bin, ["models", "delete"], { cwd: dir }).code).toBe(2);
+  });
+
+  test("an unknown command suggests the nearest one, and exits 2", () => {
+    const r = run(bin, ["nods"], { cwd: dir });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toBe('error: unknown command "nods"; did you mean `llmgw nodes`? (run `llmgw --help` for the list)\n');
+    const far = run(bin, ["frobnicate"], { cwd: dir });
+    expect(far.code).toBe(2);
+    expect(far.stderr).not.toContain("did you mean");
+  });
+
   test("a bad catalog is refused with the field's path; nothing changes", () => {
     writeFileSync(join(dir, "bad.yaml"), "models:\n  - name: x\n    profiles:\n      - {name: p, engine: tgi, gpu_class: H100-80GB, gpus: 0}\n");
     const r = run(bin, ["apply", "-f", "bad.yaml"], { cwd: dir });

@@ -4,7 +4,7 @@
 
 import { describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { SafeTextStream, firstUnsafe, safeDeep, safeText } from "../../src/lib/text";
+import { SafeTextStream, editDistance, firstUnsafe, nearest, safeDeep, safeText } from "../../src/lib/text";
 import { Labels, Printable, PrintableMultiline } from "../../src/protocol/common";
 import { HeartbeatRequest } from "../../src/protocol/heartbeat";
 import { ModelSpec } from "../../src/protocol/catalog";
@@ -137,5 +137,24 @@ describe("printable schemas", () => {
     expect(m({}).success).toBe(true);
     expect(m({ gpu_class: "H100\u001b[2J" }).error!.issues.map((i) => i.path.join("."))).toEqual(["profiles.0.gpu_class"]);
     expect(m({}, { pool: "team\u202ea" }).error!.issues.map((i) => i.path.join("."))).toEqual(["pool"]);
+  });
+});
+
+describe("nearest word", () => {
+  test("edit distance counts single-letter edits, ignoring case", () => {
+    expect(editDistance("nods", "nodes")).toBe(1);
+    expect(editDistance("idle_timout", "idle_timeout")).toBe(1);
+    expect(editDistance("H100-80gb", "h100-80GB")).toBe(0);
+    expect(editDistance("", "abc")).toBe(3);
+    expect(editDistance("modles", "models")).toBe(1);
+  });
+  test("suggests only what is near enough to be meant", () => {
+    const commands = ["nodes", "models", "status", "serve", "replicas"];
+    expect(nearest("nods", commands)).toBe("nodes");
+    expect(nearest("STATUS", commands)).toBe("status");
+    expect(nearest("modles", commands)).toBe("models");
+    expect(nearest("x", commands)).toBeUndefined();
+    expect(nearest("frobnicate", commands)).toBeUndefined();
+    expect(nearest("anything", [])).toBeUndefined();
   });
 });
