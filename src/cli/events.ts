@@ -5,6 +5,7 @@ import type { EventView } from "../protocol/views";
 import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
 import type { Command } from "./command";
 import { safeDeep } from "../lib/text";
+import { ago } from "../lib/format";
 import { type Style, detectStyle, paint } from "./render";
 
 /** Recent events shown before following, unless --limit says. */
@@ -17,17 +18,23 @@ function color(kind: string): "red" | "yellow" | "green" | "gray" {
   return "gray";
 }
 
-export function renderEvent(event: EventView, style: Style): string {
+/**
+ * One event per line: how long ago (table), or its timestamp and subject (wide: for pasting into
+ * a report or matching against other logs).
+ */
+export function renderEvent(event: EventView, style: Style, opts: { wide?: boolean; now?: number } = {}): string {
   // Messages quote what nodes and engines said (errors, names).
   const e = safeDeep(event);
-  const t = e.at.replace("T", " ").replace(/\.\d+Z$/, "Z");
-  return `${paint(style, "dim", t)}  ${paint(style, color(e.kind), e.kind.padEnd(18))}  ${e.message}\n`;
+  const when = opts.wide ? e.at.replace("T", " ").replace(/\.\d+Z$/, "Z") : ago(e.at, opts.now ?? Date.now()).padStart(10);
+  const subject = opts.wide ? `  ${e.subject.padEnd(24)}` : "";
+  return `${paint(style, "dim", when)}  ${paint(style, color(e.kind), e.kind.padEnd(18))}${subject}  ${e.message}\n`;
 }
 
 export const command: Command = {
   name: "events",
   summary: "Show what the control plane did and why; -f to follow.",
-  usage: "llmgw events [-f] [--limit N] [--subject node/NAME|model/NAME|replica/ID] [-o json]",
+  usage: "llmgw events [-f] [--limit N] [--subject node/NAME|model/NAME|replica/ID] [-o table|wide|json]",
+  details: "The table says how long ago each event happened; -o wide prints its timestamp (UTC) and subject instead; -o json one object per event.",
   flags: {
     follow: { kind: "boolean", short: "f", help: "keep printing new events" },
     limit: { kind: "string", short: "n", value: "N", help: `how many recent events to show first (default ${DEFAULT_LIMIT})` },
@@ -35,16 +42,16 @@ export const command: Command = {
     ...OUTPUT_FLAG,
     ...CLIENT_FLAGS,
   },
-  examples: ["llmgw events", "llmgw events -f", "llmgw events --subject model/llama-3.1-8b -n 200"],
+  examples: ["llmgw events", "llmgw events -f", "llmgw events -o wide", "llmgw events --subject model/llama-3.1-8b -n 200"],
   async run({ flags }) {
-    const format = outputFormat(flags, ["table", "json"]);
+    const format = outputFormat(flags);
     const limit = Number(flags.limit ?? DEFAULT_LIMIT);
     if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new (await import("../config/flags")).UsageError("--limit must be a whole number from 1 to 1000");
     const client = resolveClient(flags);
     const style = detectStyle();
     const subject = flags.subject ? `&subject=${encodeURIComponent(flags.subject as string)}` : "";
     const print = (list: EventView[]) => {
-      for (const e of list) process.stdout.write(format === "json" ? `${JSON.stringify(e)}\n` : renderEvent(e, style));
+      for (const e of list) process.stdout.write(format === "json" ? `${JSON.stringify(e)}\n` : renderEvent(e, style, { wide: format === "wide" }));
     };
     let list = await client.get<EventView[]>(`/api/v1/events?limit=${limit}${subject}`);
     if (format === "json" && !flags.follow) {

@@ -80,6 +80,12 @@ describe("compiled binary", () => {
     expect(again.code).toBe(1);
     expect(again.stderr).toContain("scratch-model");
     expect(run(bin, ["models", "delete"], { cwd: dir }).code).toBe(2);
+    // The events say so: how long ago in the table, the timestamp and the subject with -o wide.
+    const table = run(bin, ["events", "-n", "5"], { cwd: dir }).stdout;
+    expect(table).toMatch(/\d+s ago\s+model\.deleted\s+/);
+    const wide = run(bin, ["events", "-n", "5", "-o", "wide"], { cwd: dir });
+    expect(wide.code).toBe(0);
+    expect(wide.stdout).toMatch(/\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ\s+model\.deleted\s+model\/scratch-model\s+/);
   });
 
   test("an unknown command suggests the nearest one, and exits 2", () => {
