@@ -88,6 +88,32 @@ describe("compiled binary", () => {
     expect(wide.stdout).toMatch(/\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ\s+model\.deleted\s+model\/scratch-model\s+/);
   });
 
+  test("describe model, node and replica: status, profiles, placement, recent events; json too; unknown names exit 1", () => {
+    const m = run(bin, ["describe", "model", "llama3-8b"], { cwd: dir });
+    expect(m.code).toBe(0);
+    expect(m.stdout).toMatch(/^Name: +llama-3\.1-8b \(aliases: llama3-8b\)/);
+    expect(m.stdout).toMatch(/Profiles:\n +NAME +ENGINE +GPU CLASS[^\n]*\n +h100 +vllm +H100-80GB +1 +1 +0/);
+    expect(m.stdout).toMatch(/Replicas:\n +ID +MODEL[^\n]*\n +r-[0-9a-f]+ +llama-3\.1-8b +h100 +\w+ +gpu-0\d:\d/);
+    expect(m.stdout).toMatch(/Events:\n[^\n]*ago +model\.created/);
+    const id = /\b(r-[0-9a-f]+)\b/.exec(m.stdout)![1]!;
+    const r = run(bin, ["describe", "replica", id], { cwd: dir });
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain(`ID:         ${id}`);
+    expect(r.stdout).toMatch(/Placement: +gpu-0\d:\d/);
+    const node = /Placement: +(gpu-0\d)/.exec(r.stdout)![1]!;
+    const n = run(bin, ["describe", "node", node], { cwd: dir });
+    expect(n.code).toBe(0);
+    expect(n.stdout).toContain(`Name:       ${node}`);
+    expect(n.stdout).toContain(id);
+    expect(n.stdout).toMatch(/Events:\n(.*\n)*.*ago +node\.registered/);
+    const json = JSON.parse(run(bin, ["describe", "model", "llama-3.1-8b", "-o", "json"], { cwd: dir }).stdout) as { model: { name: string }; replicas: unknown[]; events: unknown[] };
+    expect(json.model.name).toBe("llama-3.1-8b");
+    expect(json.replicas.length).toBeGreaterThan(0);
+    expect(run(bin, ["describe", "replica", "r-nope"], { cwd: dir })).toMatchObject({ code: 1, stderr: 'error: replica "r-nope" not found (`llmgw replicas` lists them)\n' });
+    expect(run(bin, ["describe", "model", "nope"], { cwd: dir }).code).toBe(1);
+    expect(run(bin, ["describe", "gpu", "x"], { cwd: dir }).code).toBe(2);
+  });
+
   test("an unknown command suggests the nearest one, and exits 2", () => {
     const r = run(bin, ["nods"], { cwd: dir });
     expect(r.code).toBe(2);
