@@ -59,8 +59,8 @@ function describeTable(dialect: "sqlite" | "pg", c: Config) {
   };
 }
 
-const sqliteTables = Object.values(lite).filter((t): t is SQLiteTable => is(t, SQLiteTable)).map((t) => describeTable("sqlite", sqliteConfig(t)));
-const pgTables = Object.values(pg).filter((t): t is PgTable => is(t, PgTable)).map((t) => describeTable("pg", pgConfig(t)));
+const sqliteTables = (Object.values(lite) as unknown[]).filter((t): t is SQLiteTable => is(t, SQLiteTable)).map((t) => describeTable("sqlite", sqliteConfig(t)));
+const pgTables = (Object.values(pg) as unknown[]).filter((t): t is PgTable => is(t, PgTable)).map((t) => describeTable("pg", pgConfig(t)));
 const byName = <T extends { name: string }>(xs: T[]) => [...xs].sort((a, b) => a.name.localeCompare(b.name));
 
 describe("the PostgreSQL schema is the SQLite schema", () => {
