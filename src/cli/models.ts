@@ -4,6 +4,7 @@ import { UsageError } from "../config/flags";
 import type { ModelView } from "../protocol/views";
 import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
 import type { Command } from "./command";
+import { WATCH_FLAGS, runWatched, watchSettings } from "./watch";
 import { safeDeep, safeText } from "../lib/text";
 import { oneLine } from "../lib/format";
 import { type Style, detectStyle, paint, table } from "./render";
@@ -35,7 +36,7 @@ export const command: Command = {
   name: "models",
   summary: "List the catalog's models: ready against desired, parked or unplaceable, and why.",
   usage: "llmgw models [NAME] [-o table|wide|json]\n  llmgw models unpark NAME\n  llmgw models delete NAME",
-  flags: { ...OUTPUT_FLAG, ...CLIENT_FLAGS },
+  flags: { ...OUTPUT_FLAG, ...WATCH_FLAGS, ...CLIENT_FLAGS },
   details:
     "`unpark` clears a parked model's failures so it is tried again (a catalog change or a new node does too). `delete` removes a model from the catalog: its replicas are stopped and their GPUs freed; its aliases go with it.",
   examples: ["llmgw models", "llmgw models -o wide", "llmgw models llama-3.1-8b -o json", "llmgw models unpark llama-3.1-8b", "llmgw models delete qwen2.5-7b"],
@@ -57,7 +58,10 @@ export const command: Command = {
       process.stdout.write(format === "json" ? `${JSON.stringify(m, null, 2)}\n` : renderModels([m], style, true));
       return;
     }
-    const models = await client.get<ModelView[]>("/api/v1/models");
-    process.stdout.write(format === "json" ? `${JSON.stringify(models, null, 2)}\n` : renderModels(models, style, format === "wide"));
+    const w = watchSettings(flags, format);
+    await runWatched(async () => {
+      const models = await client.get<ModelView[]>("/api/v1/models");
+      return format === "json" ? `${JSON.stringify(models, null, 2)}\n` : renderModels(models, style, format === "wide");
+    }, { ...w, title: "models" });
   },
 };

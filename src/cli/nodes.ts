@@ -3,6 +3,7 @@
 import type { NodeView } from "../protocol/views";
 import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
 import type { Command } from "./command";
+import { WATCH_FLAGS, runWatched, watchSettings } from "./watch";
 import { safeDeep } from "../lib/text";
 import { NODE_TRUST_FLAGS, NODE_VERBS, NODES_DETAILS, runNodeVerb } from "./node-trust";
 import { ago, oneLine } from "../lib/format";
@@ -104,7 +105,7 @@ export const command: Command = {
   name: "nodes",
   summary: "List nodes with their state, GPUs and weights, or show one node.",
   usage: "llmgw nodes [NAME] [-o table|wide|json] | llmgw nodes delete|approve|allow-address NAME …",
-  flags: { ...OUTPUT_FLAG, ...NODE_TRUST_FLAGS, ...CLIENT_FLAGS },
+  flags: { ...OUTPUT_FLAG, ...WATCH_FLAGS, ...NODE_TRUST_FLAGS, ...CLIENT_FLAGS },
   details: NODES_DETAILS,
   examples: ["llmgw nodes", "llmgw nodes -o wide", "llmgw nodes gpu-01", "llmgw nodes delete gpu-07 --force", "llmgw nodes approve gpu-08", "llmgw nodes allow-address gpu-09 192.168.40.9", "llmgw nodes -o json | jq '.[] | select(.state != \"ready\")'"],
   async run({ flags, positionals }) {
@@ -118,7 +119,10 @@ export const command: Command = {
       process.stdout.write(format === "json" ? `${JSON.stringify(n, null, 2)}\n` : renderNode(n, style));
       return;
     }
-    const nodes = await client.get<NodeView[]>("/api/v1/nodes");
-    process.stdout.write(format === "json" ? `${JSON.stringify(nodes, null, 2)}\n` : renderNodes(nodes, style, format === "wide"));
+    const w = watchSettings(flags, format);
+    await runWatched(async () => {
+      const nodes = await client.get<NodeView[]>("/api/v1/nodes");
+      return format === "json" ? `${JSON.stringify(nodes, null, 2)}\n` : renderNodes(nodes, style, format === "wide");
+    }, { ...w, title: "nodes" });
   },
 };

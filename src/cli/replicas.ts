@@ -4,6 +4,7 @@
 import type { ReplicaView } from "../protocol/views";
 import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
 import type { Command } from "./command";
+import { WATCH_FLAGS, runWatched, watchSettings } from "./watch";
 import { safeDeep } from "../lib/text";
 import { human, oneLine } from "../lib/format";
 import { type Style, detectStyle, paint, table } from "./render";
@@ -31,14 +32,17 @@ export const command: Command = {
   name: "replicas",
   summary: "List replicas: model, state, GPUs, and how long each has gone unasked-for.",
   usage: "llmgw replicas [--model NAME] [-o table|wide|json]",
-  flags: { model: { kind: "string", short: "m", value: "NAME", help: "only this model (name or alias)" }, ...OUTPUT_FLAG, ...CLIENT_FLAGS },
+  flags: { model: { kind: "string", short: "m", value: "NAME", help: "only this model (name or alias)" }, ...OUTPUT_FLAG, ...WATCH_FLAGS, ...CLIENT_FLAGS },
   details: "IDLE is '-' when the router has not reported the replica yet (unknown is never idle).",
   examples: ["llmgw replicas", "llmgw replicas --model llama-3.1-8b -o wide"],
   async run({ flags }) {
     const format = outputFormat(flags);
     const client = resolveClient(flags);
     const q = flags.model ? `?model=${encodeURIComponent(flags.model as string)}` : "";
-    const list = await client.get<ReplicaView[]>(`/api/v1/replicas${q}`);
-    process.stdout.write(format === "json" ? `${JSON.stringify(list, null, 2)}\n` : renderReplicas(list, detectStyle(), format === "wide"));
+    const w = watchSettings(flags, format);
+    await runWatched(async () => {
+      const list = await client.get<ReplicaView[]>(`/api/v1/replicas${q}`);
+      return format === "json" ? `${JSON.stringify(list, null, 2)}\n` : renderReplicas(list, detectStyle(), format === "wide");
+    }, { ...w, title: "replicas" });
   },
 };

@@ -114,6 +114,27 @@ describe("compiled binary", () => {
     expect(run(bin, ["describe", "gpu", "x"], { cwd: dir }).code).toBe(2);
   });
 
+  test("-w/--watch re-renders a table until interrupted, then exits 0; with -o json it is refused", async () => {
+    const p = Bun.spawn([bin, "nodes", "-w", "--interval", "0.3"], { cwd: dir, stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1" } });
+    const reader = p.stdout.getReader();
+    let out = "";
+    const dec = new TextDecoder();
+    while ((out.match(/Every 0\.3s: llmgw nodes/g) ?? []).length < 2) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      out += dec.decode(value);
+    }
+    p.kill("SIGINT");
+    expect(await p.exited).toBe(0);
+    // Piped: each view follows the last, stamped, the table whole each time.
+    expect((out.match(/NAME +STATE/g) ?? []).length).toBeGreaterThanOrEqual(2);
+    expect(out).not.toContain("\x1b[");
+    const json = run(bin, ["models", "-w", "-o", "json"], { cwd: dir });
+    expect(json.code).toBe(2);
+    expect(json.stderr).toContain("-w/--watch shows a table");
+    expect(run(bin, ["replicas", "--interval", "1"], { cwd: dir }).code).toBe(2);
+  });
+
   test("an unknown command suggests the nearest one, and exits 2", () => {
     const r = run(bin, ["nods"], { cwd: dir });
     expect(r.code).toBe(2);
