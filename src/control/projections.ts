@@ -2,6 +2,7 @@
 // it should run), the endpoints and catalog the router serves. Pure functions: the engine-key
 // derivation and the revisions settled so far come in, the revisions settled now come out.
 
+import { type FleetCapacity, fleetCapacity, modelNeverFits, neverText } from "./capacity";
 import type { ModelSpec } from "../protocol/catalog";
 import type { Assignment } from "../protocol/heartbeat";
 import type { CatalogEntry, EndpointInfo } from "./interfaces";
@@ -106,6 +107,7 @@ export function endpointsFingerprint(eps: readonly EndpointInfo[]): string {
 /** The catalog as the router needs it: names, aliases, pools, and how long a cold on-demand model may take. */
 export function catalog(snapshot: Snapshot, config: Pick<ReconcileConfig, "startTimeoutMs" | "startMarginMs">): CatalogEntry[] {
   const state = new Map(snapshot.modelState.map((st) => [st.model, st]));
+  let cap: FleetCapacity | undefined;
   return snapshot.models.map((m) => {
     const spec = m.spec;
     // The router holds a request for a cold on-demand model as long as a replica may still come up.
@@ -113,6 +115,10 @@ export function catalog(snapshot: Snapshot, config: Pick<ReconcileConfig, "start
     const entry: CatalogEntry = { name: m.name, aliases: spec.aliases, on_demand: spec.on_demand, pool: spec.pool, created: Math.floor(m.createdAt / 1000), start_timeout_ms: startMs };
     const st = state.get(m.name);
     if (st?.parked) entry.unavailable = { reason: parkedReason(m.name, st.failures, st.reason) };
+    else {
+      const never = modelNeverFits((cap ??= fleetCapacity(snapshot)), spec);
+      if (never !== undefined) entry.unavailable = { reason: `'${m.name}' ${neverText(never)}` };
+    }
     return entry;
   });
 }

@@ -2,6 +2,7 @@
 // clock reading and the router's last-used map come in as arguments, so the same inputs give
 // the same tables, and the summary (summary.ts) is computed from these very tables.
 
+import { type FleetCapacity, fleetCapacity, modelNeverFits, neverText } from "./capacity";
 import { plural } from "../lib/format";
 import type { EngineReport } from "../protocol/heartbeat";
 import type { GpuView, ModelView, NodeState, NodeView, ReplicaView, Tables } from "../protocol/views";
@@ -167,6 +168,7 @@ function replicaViews(snapshot: Snapshot, lastUsed: ReadonlyMap<string, number>,
 }
 
 function modelViews(snapshot: Snapshot, now: number): ModelView[] {
+  let cap: FleetCapacity | undefined;
   const stateByModel = new Map(snapshot.modelState.map((s) => [s.model, s]));
   const countByModel = new Map<string, { ready: number; total: number }>();
   for (const r of snapshot.replicas) {
@@ -186,10 +188,13 @@ function modelViews(snapshot: Snapshot, now: number): ModelView[] {
     // way (no replica starting, draining or awaiting a retry) is just as stuck, even if
     // placement has not said why.
     const placementReason = st?.unplaceableReason ?? null;
-    const unplaceable = short && (placementReason !== null || (!parked && c.total <= c.ready));
+    // Whether waiting can help at all: judged on the whole fleet as if all of it were free.
+    const never = short && !parked ? modelNeverFits((cap ??= fleetCapacity(snapshot)), m.spec) : undefined;
+    const unplaceable = short && (never !== undefined || placementReason !== null || (!parked && c.total <= c.ready));
     let reason: string | null = null;
     if (parked) reason = st?.reason ?? "parked";
-    else if (placementReason !== null && short) reason = placementReason;
+    else if (never !== undefined) reason = neverText(never);
+    else if (placementReason !== null && short) reason = `not now: ${placementReason}`;
     else if (unplaceable) reason = `wants ${plural(desired, "replica")}, has ${c.ready} ready and none starting`;
     return {
       name: m.name,
@@ -204,6 +209,7 @@ function modelViews(snapshot: Snapshot, now: number): ModelView[] {
       failures: st?.failures ?? 0,
       reason,
       unplaceable,
+      never_fits: never !== undefined,
       revision: m.revision,
     };
   });

@@ -105,6 +105,12 @@ export const ModelViewSchema = z.object({
   /** Why it is parked or cannot be placed; null when neither. */
   reason: z.string().nullable().describe("Why it is parked or cannot be placed; null when neither."),
   unplaceable: z.boolean(),
+  /**
+   * No node or fabric of this fleet could ever host it, even with every node ready and every card
+   * free: waiting will not help (its reason begins "can never fit"). False for what is only busy
+   * now (its reason begins "not now").
+   */
+  never_fits: z.boolean().describe("No node or fabric of this fleet could ever host it, even all free: waiting will not help."),
   revision: z.number().int(),
 });
 export type ModelView = z.infer<typeof ModelViewSchema>;

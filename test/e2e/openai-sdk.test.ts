@@ -139,7 +139,20 @@ describe("the OpenAI SDK against llmgw demo", () => {
     expect(e.data[0]!.embedding.length).toBeGreaterThan(0);
     const ids: string[] = [];
     for await (const m of client.models.list()) ids.push(m.id);
-    expect(ids).toEqual(expect.arrayContaining(["llama-3.1-8b", "llama3-8b", "qwen2.5-7b", "llama-3.1-405b", "deepseek-v3"]));
+    expect(ids).toEqual(expect.arrayContaining(["llama-3.1-8b", "llama3-8b", "qwen2.5-7b", "llama-3.1-405b"]));
+    // No node has H200s: not offered, since no client could ever use it.
+    expect(ids).not.toContain("deepseek-v3");
+  });
+
+  test("a model that can never fit fails at once with its reason, even with the SDK's default retries", async () => {
+    const patient = new OpenAI({ baseURL: client.baseURL, apiKey: "not-needed", timeout: 30_000 });
+    const started = Date.now();
+    const err = await patient.chat.completions.create({ model: "deepseek-v3", messages: [{ role: "user", content: "x" }] }).catch((e) => e);
+    expect(err).toBeInstanceOf(OpenAI.APIError);
+    expect((err as InstanceType<typeof OpenAI.APIError>).status).toBe(503);
+    expect((err as Error).message).toContain("can never fit on this fleet: no node has H200-141GB GPUs");
+    // Retried, it would have waited out Retry-After (10 s) twice.
+    expect(Date.now() - started).toBeLessThan(3_000);
   });
 
   test("an unknown model raises the SDK's NotFoundError", async () => {

@@ -486,7 +486,9 @@ describe("engines a node can run", () => {
     await ctl.putModels([model({ name: "m" })]);
     await ctl.tick();
     expect(await byModel("m")).toEqual([]);
-    expect((await ctl.models())[0]!.reason).toBe("no ready H100-80GB node can run vllm (2 nodes have no vllm: vllm not found on PATH)");
+    // Installing vllm would fix it: not now, not never.
+    expect((await ctl.models())[0]!.reason).toBe("not now: no ready H100-80GB node can run vllm (2 nodes have no vllm: vllm not found on PATH)");
+    expect((await ctl.models())[0]!.never_fits).toBe(false);
     expect((await ctl.node("a")).engines).toEqual(noVllm);
     // vllm installed on b: the next heartbeat says so, and the replica goes there.
     await ctl.heartbeat({ ...heartbeat(nodesDef[1]!), engines: [{ engine: "vllm", version: "0.11.0", error: null }] });

@@ -236,8 +236,8 @@ describe("models", () => {
       modelState: [{ model: "big", unplaceableReason: reason }],
     });
     expect(s.unplaceable).toEqual(["big"]);
-    expect(s.unplaceable_reasons).toEqual({ big: reason });
-    expect(tables.models[0]!.reason).toBe(reason);
+    expect(s.unplaceable_reasons).toEqual({ big: `not now: ${reason}` });
+    expect(tables.models[0]!.reason).toBe(`not now: ${reason}`);
   });
 
   test("a satisfied model is never unplaceable, even with a stale placement reason", () => {
