@@ -335,6 +335,19 @@ export class Controller {
   }
 
   /**
+   * The usage part of a tick alone, for a control plane that stands by (it does not reconcile,
+   * yet its router serves and must be counted): collect, report, merge.
+   */
+  exchangeUsage(): Promise<void> {
+    return this.exclusive(async () => {
+      await this.usage?.refresh?.();
+      this.collectUsage();
+      const now = this.scheduler.now();
+      await this.shareUsage(now, this.observe(now).watchedSince);
+    });
+  }
+
+  /**
    * Another control plane committed (store.watch, wired by the app with several control planes):
    * load what its heartbeats said; then the leader reconciles soon (demand may have arrived there),
    * and a standby hands its agents and its router what the store now holds (a replica the
