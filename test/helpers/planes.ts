@@ -52,6 +52,8 @@ export interface Planes {
   dir: string;
   path: string;
   planes: Plane[];
+  /** One more control plane on the same file (as a restarted one starts). */
+  add(name: string): Promise<Plane>;
   stop(): void;
 }
 
@@ -61,7 +63,7 @@ export async function startPlanes(o: { names: string[]; clock: ManualScheduler; 
   const log = o.log ?? pino({ level: "silent" });
   const planes: Plane[] = [];
   const unwatch: (() => void)[] = [];
-  for (const name of o.names) {
+  const add = async (name: string): Promise<Plane> => {
     const store = new Store({ path });
     const model = new ModelStore(store, o.clock);
     const ctl = new Controller({
@@ -82,11 +84,14 @@ export async function startPlanes(o: { names: string[]; clock: ManualScheduler; 
     await ctl.setShared({ name, liveWithinMs: o.liveWithinMs ?? 15_000 });
     if (o.watch !== false) unwatch.push(model.watch((c) => void ctl.storeChanged(c)));
     planes.push(p);
-  }
+    return p;
+  };
+  for (const name of o.names) await add(name);
   return {
     dir,
     path,
     planes,
+    add,
     stop() {
       for (const u of unwatch) u();
       for (const p of planes) {
