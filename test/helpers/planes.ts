@@ -1,6 +1,7 @@
 // Several control planes in one process on one SQLite file: each its own Store connection
 // wrapped in its own in-memory model, its own Controller, one shared manual clock. Leadership is
-// set by hand (the lease is another test's subject); store.watch is wired as the app wires it.
+// given by hand (lead(): the lease taken for long enough, no keeper renewing it; the lease is
+// another test's subject); store.watch is wired as the app wires it.
 
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -46,6 +47,13 @@ export class RouterUsageSide implements UsageSource {
   watchingSince(): number {
     return this.since;
   }
+}
+
+/** Makes `p` the leader: it takes the lease (for ten minutes of the database's clock) and leads under its epoch. */
+export async function lead(p: Plane): Promise<void> {
+  const lease = await p.model.acquireLease(p.name, 600_000);
+  if (lease.holder !== p.name) throw new Error(`${lease.holder} holds the lease`);
+  p.ctl.setLeadership({ leading: true, epoch: lease.epoch, name: p.name });
 }
 
 export interface Planes {

@@ -12,7 +12,7 @@ import type { HeartbeatRequest } from "../../src/protocol/heartbeat";
 import { Router } from "../../src/router/router";
 import { type FakeEngine, startFakeEngine } from "../../src/sim/fake-engine";
 import { T0, heartbeat, model } from "../helpers/fleet";
-import { type Plane, type Planes, startPlanes } from "../helpers/planes";
+import { type Plane, type Planes, lead, startPlanes } from "../helpers/planes";
 import { ROUTER_DEFAULTS } from "../helpers/router-settings";
 import { until } from "../helpers/until";
 
@@ -38,10 +38,12 @@ describe("scale from zero with two control planes", () => {
     const clock = new ManualScheduler(T0);
     env = await startPlanes({ names: ["a", "b"], clock, controller: { reconcile: { backoffMs: 2_000, backoffMaxMs: 60_000, maxFailures: 3, replaceAfterMs: 30_000, reportGraceMs: 60_000, startTimeoutMs: 120_000, basePort: freePort() } } });
     const [a, b] = env.planes as [Plane, Plane];
-    a.ctl.setLeadership({ leading: true, epoch: 1, name: "a" });
-    // The leader reconciles when woken; the standby never does (its wakes go nowhere).
+    await lead(a);
+    // Both tick when woken (by the store's watch, by demand): the leader reconciles, the standby
+    // only projects what the leader wrote, for its agent and its router.
     let ticks = 0;
     a.ctl.setWakeHandler(() => void a.ctl.tick().then(() => ticks++));
+    b.ctl.setWakeHandler(() => void b.ctl.tick());
 
     // b's router, in process, on the shared clock; b's control plane publishes to it and hears its demand.
     const router = new Router({ ...ROUTER_DEFAULTS, host: "127.0.0.1", port: 0, metricsIntervalMs: 0, scheduler: clock, demand: b.ctl });

@@ -8,7 +8,7 @@ import pino from "pino";
 import { ManualScheduler } from "../../src/lib/scheduler";
 import type { HeartbeatRequest } from "../../src/protocol/heartbeat";
 import { T0, gpuReports, heartbeat, model } from "../helpers/fleet";
-import { type Plane, type Planes, startPlanes } from "../helpers/planes";
+import { type Plane, type Planes, lead, startPlanes } from "../helpers/planes";
 import { until } from "../helpers/until";
 
 const H = "H100-80GB";
@@ -38,7 +38,7 @@ async function two(log?: pino.Logger): Promise<{ clock: ManualScheduler; a: Plan
   const clock = new ManualScheduler(T0);
   env = await startPlanes({ names: ["a", "b"], clock, ...(log ? { log } : {}) });
   const [a, b] = env.planes as [Plane, Plane];
-  a.ctl.setLeadership({ leading: true, epoch: 1, name: "a" });
+  await lead(a);
   return { clock, a, b };
 }
 

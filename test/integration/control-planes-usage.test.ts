@@ -8,7 +8,7 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { ManualScheduler } from "../../src/lib/scheduler";
 import type { ReplicaReport } from "../../src/protocol/heartbeat";
 import { T0, heartbeat, model, type NodeDef } from "../helpers/fleet";
-import { type Plane, type Planes, RouterUsageSide, startPlanes } from "../helpers/planes";
+import { type Plane, type Planes, lead, RouterUsageSide, startPlanes } from "../helpers/planes";
 import { until } from "../helpers/until";
 
 const H = "H100-80GB";
@@ -31,7 +31,7 @@ interface World {
   ids: [string, string];
   /** Whether b's control plane still runs its tick (reports its router's usage). */
   bAlive: boolean;
-  /** Moves the clock in 10-second steps; each step the node heartbeats to the leader, the standby exchanges usage, the leader ticks. */
+  /** Moves the clock in 10-second steps; each step the node heartbeats to the leader, the standby ticks (it reports its router's usage, decides nothing), the leader ticks. */
   advance(ms: number): Promise<void>;
 }
 
@@ -47,7 +47,7 @@ async function world(liveWithinMs = 15_000): Promise<World> {
   const clock = new ManualScheduler(T0);
   env = await startPlanes({ names: ["a", "b"], clock, liveWithinMs });
   const [a, b] = env.planes as [Plane, Plane];
-  a.ctl.setLeadership({ leading: true, epoch: 1, name: "a" });
+  await lead(a);
   const routerA = new RouterUsageSide(T0);
   const routerB = new RouterUsageSide(T0);
   a.ctl.setUsageSource(routerA);
@@ -75,7 +75,7 @@ async function world(liveWithinMs = 15_000): Promise<World> {
       for (let t = 0; t < ms; t += 10_000) {
         clock.advance(Math.min(10_000, ms - t));
         await beat();
-        if (w.bAlive) await b.ctl.exchangeUsage();
+        if (w.bAlive) await b.ctl.tick();
         await a.ctl.tick();
       }
     },
@@ -110,7 +110,7 @@ describe("idleness across two routers", () => {
     const [r1, r2] = w.ids;
     // b served r1 ten seconds ago, reported it, and restarts: its new report has lost the stamp.
     w.routerB.restart(w.clock.now());
-    await w.b.ctl.exchangeUsage();
+    await w.b.ctl.tick();
     await w.a.ctl.requestModel("od");
     await w.a.ctl.tick();
     // With a's stamps alone (T0+1m) both replicas would be idle 4 minutes, past m's 2-minute
@@ -159,7 +159,7 @@ describe("idleness across two routers", () => {
     // b's router restarts, serves r1 at once, reports once, and b's control plane goes away.
     w.routerB.restart(w.clock.now());
     w.routerB.served(r1, w.clock.now());
-    await w.b.ctl.exchangeUsage();
+    await w.b.ctl.tick();
     w.bAlive = false;
     await w.a.ctl.requestModel("od");
     await w.a.ctl.tick();
