@@ -118,14 +118,17 @@ export async function joinControlPlanes(o: ControlPlaneOptions): Promise<Control
   controller.setSummarySources({ controlPlanes: () => view });
 
   // Another control plane's commit: the model has dropped its memory already; a tick soon reloads it.
-  const unwatch = model.watch(() => controller.storeChanged());
+  const unwatch = model.watch((change) => void controller.storeChanged(change));
   const backstop: Timer = scheduler
     .every(BACKSTOP_RELOAD_MS, () => {
       model.invalidate();
-      controller.storeChanged();
+      void controller.storeChanged();
     })
     .unref();
 
+  // Its router's usage and its nodes' reports go through the store from now on, and everyone's
+  // are read (a router silent for a lease TTL no longer limits idleness).
+  await controller.setShared({ name: self, liveWithinMs: o.ttlMs });
   await register();
   await keeper.start();
   await refresh(keeper.lease());

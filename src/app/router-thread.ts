@@ -36,6 +36,8 @@ export class RouterLink implements EndpointSink, UsageSource {
   private nextId = 1;
   private pending = new Map<number, () => void>();
   private restarts = 0;
+  /** When the current router thread started listening: its stamps go back no further. */
+  private startedAt = Number.NEGATIVE_INFINITY;
 
   constructor(private readonly o: { data: RouterWorkerData; demand: DemandSink; log: Logger; scheduler: Scheduler }) {}
 
@@ -61,6 +63,7 @@ export class RouterLink implements EndpointSink, UsageSource {
         const m = parsed.data;
         if (m.type === "started") {
           started = true;
+          this.startedAt = this.o.scheduler.now();
           resolve(m.port);
         } else if (m.type === "failed") reject(new Error(m.error));
         else if (m.type === "demand") this.o.demand.requestModel(m.model);
@@ -79,6 +82,8 @@ export class RouterLink implements EndpointSink, UsageSource {
         this.flushPending();
         if (this.worker !== worker || this.stopping || !started) return;
         this.worker = undefined;
+        // What it served since its last report is lost with it: idleness is unknown from now.
+        this.startedAt = this.o.scheduler.now();
         this.o.log.error({ exit_code: code, restarts: this.restarts }, "router thread exited unexpectedly: starting a new one");
         void this.restart();
       });
@@ -132,6 +137,10 @@ export class RouterLink implements EndpointSink, UsageSource {
 
   inflightByModel(): ReadonlyMap<string, number> {
     return this.inflight;
+  }
+
+  watchingSince(): number {
+    return this.startedAt;
   }
 
   /** Asks the router thread for fresh usage; resolves when it answered (or is gone: the last snapshot stays). */

@@ -25,12 +25,14 @@ import { ConflictError, FencedError, NotFoundError } from "./errors";
 import type { EndpointSink, UsageSource } from "./interfaces";
 import * as project from "./projections";
 import { LoadMonitor, SUMMARY_CACHE_MS } from "./load";
+import { type NodeReport, ReportLedger, reportOf } from "./node-reports";
 import { reachability } from "./reachability";
 import { DEFAULT_RECONCILE, type Plan, type ReconcileConfig, emptyPlan, isEmpty, processReports, reconcile } from "./reconciler";
 import { type ScaleChange, scale, scaleEvent, withTargets } from "./scaling";
 import type { StorePort } from "./store-port";
 import { summarize } from "./summary";
-import type { ModelRow, NewEvent, NodeDiscovery, NodeTrust, Snapshot } from "./types";
+import type { ModelRow, NewEvent, NodeDiscovery, NodeTrust, Snapshot, StoreChange } from "./types";
+import { knownIdleStamps, mergeUsage } from "./usage";
 import { buildTables } from "./views";
 
 export interface ControllerOptions {
@@ -92,8 +94,16 @@ export class Controller {
   readonly config: ReconcileConfig;
   private usage: UsageSource | undefined;
   private sink: EndpointSink | undefined;
-  /** The router's last-used map as collected on the latest tick. */
+  /** The router's last-used map as collected on the latest tick (with several routers, all of theirs merged: usage.ts). */
   private lastUsed: ReadonlyMap<string, number> = new Map();
+  /**
+   * Several control planes on one store (set by the app, `serve --ha`): this one's name, which
+   * names its router in usage reports, how long a router's report keeps it limiting idleness,
+   * and what node reports it wrote or loaded. Absent for a single head node.
+   */
+  private shared: { name: string; liveWithinMs: number; ledger: ReportLedger } | undefined;
+  /** Idleness is counted from here: the latest watchingSince of the live routers (usage.ts); -Infinity alone. */
+  private usageSince = Number.NEGATIVE_INFINITY;
   private lastPublished = "";
   /**
    * The snapshot version and reported-revisions count the assignments and endpoints were last
@@ -213,10 +223,6 @@ export class Controller {
   setFencedHandler(fn: (e: FencedError) => void): void {
     this.onFenced = fn;
   }
-  /** Another control plane wrote to the store (its watch, or the periodic backstop): look again soon. */
-  storeChanged(): void {
-    this.wake();
-  }
 
   /** The store's snapshot with what the latest heartbeats said that is kept in memory only. */
   private async snapshot(): Promise<Snapshot> {
@@ -305,6 +311,64 @@ export class Controller {
   }
 
   /**
+   * Several control planes on one store: from now on this one reports its router's usage and its
+   * nodes' reports into the store, and reads everyone's (usage.ts, node-reports.ts). Resolves once
+   * the node reports already stored are loaded.
+   */
+  async setShared(o: { name: string; liveWithinMs: number }): Promise<void> {
+    this.shared = { ...o, ledger: new ReportLedger() };
+    await this.loadReports();
+  }
+
+  /**
+   * Reports this router's usage (the map just collected, and since when the router has watched
+   * without a gap: this process's watch, or the router thread's restart, whichever is later) and
+   * merges every router's, newest stamp winning; idleness is counted only from the latest
+   * watchingSince of the routers still reporting. A store that does not answer leaves nothing
+   * known idle this tick.
+   */
+  private async shareUsage(now: number, watchedSince: number): Promise<void> {
+    if (!this.shared) return;
+    const { name, liveWithinMs } = this.shared;
+    const own = { router: name, watchingSince: Math.max(watchedSince, this.usage?.watchingSince?.() ?? Number.NEGATIVE_INFINITY), lastUsed: this.lastUsed };
+    try {
+      await this.store.reportUsage(name, own.watchingSince, own.lastUsed);
+      const merged = mergeUsage({ reports: await this.store.routerUsage(), now, liveWithinMs, own });
+      this.lastUsed = merged.lastUsed;
+      this.usageSince = merged.since;
+    } catch (e) {
+      this.usageSince = now;
+      this.log.warn({ err: (e as Error).message }, "router usage not exchanged through the store: no replica counts as idle this tick");
+    }
+  }
+
+  /**
+   * Another control plane wrote to the store (its watch, or the periodic backstop): load what
+   * its heartbeats said (node reports whose time moved), then look again soon: the leader
+   * reconciles (demand may have arrived there), a standby projects what the leader wrote for
+   * its own agents and router.
+   */
+  async storeChanged(change: StoreChange = "any"): Promise<void> {
+    if (change !== "seen") await this.loadReports();
+    this.wake();
+  }
+
+  /** The node reports other control planes wrote since this one last looked; a bad row is skipped with a warning. */
+  private async loadReports(): Promise<void> {
+    if (!this.shared) return;
+    let rows;
+    try {
+      rows = await this.store.nodeReports();
+    } catch (e) {
+      this.log.warn({ err: (e as Error).message }, "node reports not read from the store: the next change tries again");
+      return;
+    }
+    const { fresh, bad } = this.shared.ledger.news(rows);
+    for (const b of bad) this.log.warn({ node: b.node, problem: b.problem }, `ignored the stored report of node ${b.node}: ${b.problem}`);
+    for (const f of fresh) this.applyReport(f.node, f.report);
+  }
+
+  /**
    * One control-plane step: collect the router's usage and one snapshot; decide scaling,
    * reachability and the reconcile plan from them (pure functions); apply all of it in one
    * transaction; publish assignments and endpoints. Returns the reconciler's plan.
@@ -319,6 +383,7 @@ export class Controller {
       this.collectUsage();
       const now = this.scheduler.now();
       const seen = this.observe(now);
+      await this.shareUsage(now, seen.watchedSince);
       const read = await this.snapshot();
       // A standby decides and writes nothing: it projects what the leader wrote, for its own agents and router.
       const decided = this.lead.leading ? await this.decide(read, now, seen) : this.standBy(read, now);
@@ -347,7 +412,8 @@ export class Controller {
     const deaf = this.load.deafSpans();
     const config = { ...this.config, nodeTimeoutMs: this.load.nodeTimeoutInForce() };
     const reach = reachability({ nodes: snapshot.nodes, now, watchedSince: this.watchedSince, nodeTimeoutMs: config.nodeTimeoutMs, unreachable: this.unreachable, deaf });
-    const plan = reconcile({ snapshot, now, lastUsed: this.lastUsed, config, newId: this.newId, engines: this.engines, deaf, ...seen });
+    // With several routers, nothing is known idle for longer than every live one has watched.
+    const plan = reconcile({ snapshot, now, lastUsed: this.lastUsed, config, newId: this.newId, engines: this.engines, deaf, ...seen, jumpedAt: Math.max(seen.jumpedAt, this.usageSince) });
     const write = combined(plan, scaled.changes, reach.events);
     let after = snapshot;
     if (!isEmpty(write)) {
@@ -472,7 +538,7 @@ export class Controller {
     const seen = this.observe(now);
     const { created, taken } = await this.store.applyHeartbeat(hb, now, join);
     if (taken) throw takenError(hb.node);
-    this.noteReported(hb);
+    await this.noteReported(hb, now);
     if (created) {
       const gpus = hb.gpus.length;
       await this.event("node.registered", `node/${hb.node}`, `node ${hb.node} registered with ${plural(gpus, "GPU")} (${hb.address})`);
@@ -504,33 +570,49 @@ export class Controller {
     return this.response(hb.node);
   }
 
-  /** What a heartbeat says that is kept in memory only: log listener, certificate, engines, discovery, revisions. */
-  private noteReported(hb: HeartbeatRequest): void {
-    const reasons = new Map<number, string>();
-    for (const g of hb.gpus) if (!g.healthy && g.reason) reasons.set(g.index, g.reason);
-    if (hb.discovery_error || reasons.size > 0) this.discovery.set(hb.node, { error: hb.discovery_error || null, reasons });
-    else this.discovery.delete(hb.node);
+  /**
+   * What a heartbeat says that is kept in memory: log listener, certificate, engines, discovery,
+   * revisions. With several control planes it is also written to the store when it changed, so
+   * the others know it (node-reports.ts); a failed write is retried by the next heartbeat.
+   */
+  private async noteReported(hb: HeartbeatRequest, now: number): Promise<void> {
+    const report = reportOf(hb);
+    this.applyReport(hb.node, report);
+    const json = this.shared?.ledger.toWrite(hb.node, report);
+    if (json === undefined) return;
+    try {
+      await this.store.saveNodeReport(hb.node, json, now);
+      this.shared?.ledger.written(hb.node, json, now);
+    } catch (e) {
+      this.log.warn({ node: hb.node, err: (e as Error).message }, "node report not written to the store: the next heartbeat tries again");
+    }
+  }
+
+  private applyReport(node: string, r: NodeReport): void {
+    const reasons = new Map<number, string>(r.gpu_reasons);
+    if (r.discovery_error || reasons.size > 0) this.discovery.set(node, { error: r.discovery_error || null, reasons });
+    else this.discovery.delete(node);
     // A Map, not the parsed record: a model named like an Object.prototype key stays a plain entry.
-    const said = hb.model_revisions === undefined ? undefined : JSON.stringify(hb.model_revisions);
-    if (said !== this.revisionsSaid.get(hb.node)) {
+    const said = r.model_revisions === undefined ? undefined : JSON.stringify(r.model_revisions);
+    if (said !== this.revisionsSaid.get(node)) {
       this.reported++;
-      if (hb.model_revisions !== undefined && said !== undefined) {
-        this.revisions.set(hb.node, new Map(Object.entries(hb.model_revisions)));
-        this.revisionsSaid.set(hb.node, said);
+      if (r.model_revisions !== undefined && said !== undefined) {
+        this.revisions.set(node, new Map(Object.entries(r.model_revisions)));
+        this.revisionsSaid.set(node, said);
       } else {
-        this.revisions.delete(hb.node);
-        this.revisionsSaid.delete(hb.node);
+        this.revisions.delete(node);
+        this.revisionsSaid.delete(node);
       }
     }
-    if (hb.logs_port !== null) this.logsPorts.set(hb.node, hb.logs_port);
-    else this.logsPorts.delete(hb.node);
-    if (hb.logs_tls_cert) this.logsCerts.set(hb.node, hb.logs_tls_cert);
-    else this.logsCerts.delete(hb.node);
-    const engines = this.engines.get(hb.node);
-    if (hb.engines) this.engines.set(hb.node, hb.engines);
-    else this.engines.delete(hb.node);
+    if (r.logs_port !== null) this.logsPorts.set(node, r.logs_port);
+    else this.logsPorts.delete(node);
+    if (r.logs_tls_cert) this.logsCerts.set(node, r.logs_tls_cert);
+    else this.logsCerts.delete(node);
+    const engines = this.engines.get(node);
+    if (r.engines) this.engines.set(node, r.engines);
+    else this.engines.delete(node);
     // A node that gains an engine (or loses one) may change what placement can do.
-    if (engines !== undefined && hb.engines !== undefined && JSON.stringify(engines) !== JSON.stringify(hb.engines)) this.wake();
+    if (engines !== undefined && r.engines !== undefined && JSON.stringify(engines) !== JSON.stringify(r.engines)) this.wake();
   }
 
   /** What the node should run now, as the heartbeat answer carries it. */
@@ -628,7 +710,9 @@ export class Controller {
 
   async tables(): Promise<Tables> {
     const snapshot = await this.snapshot();
-    return buildTables({ snapshot, now: this.scheduler.now(), lastUsed: this.lastUsed, nodeTimeoutMs: this.config.nodeTimeoutMs, watchedSince: this.watchedSince, engines: this.engines });
+    // With several routers a table shows how long a replica is known to have gone unused.
+    const lastUsed = this.shared ? knownIdleStamps({ lastUsed: this.lastUsed, since: this.usageSince }) : this.lastUsed;
+    return buildTables({ snapshot, now: this.scheduler.now(), lastUsed, nodeTimeoutMs: this.config.nodeTimeoutMs, watchedSince: this.watchedSince, engines: this.engines });
   }
 
   async summary(): Promise<Summary> {
@@ -851,6 +935,7 @@ export class Controller {
     this.discovery.delete(name);
     this.revisions.delete(name);
     this.revisionsSaid.delete(name);
+    this.shared?.ledger.forget(name);
     this.reported++;
     const rest = new Set(this.unreachable);
     rest.delete(name);

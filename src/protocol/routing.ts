@@ -73,6 +73,12 @@ export interface UsageSource {
    * awaits this before it reads the two above. Absent for a router in the same thread.
    */
   refresh?(): Promise<void>;
+  /**
+   * Since when the router has watched without a gap (ms since epoch): a router that restarted
+   * (its thread replaced) has lost its stamps, so nothing is known idle for longer than this.
+   * Absent: since the process started.
+   */
+  watchingSince?(): number;
 }
 
 /** Router → control: a client asked for this model (name or alias) and nothing serves it. */

@@ -1,0 +1,112 @@
+// Several control planes in one process on one SQLite file: each its own Store connection
+// wrapped in its own in-memory model, its own Controller, one shared manual clock. Leadership is
+// given by hand (lead(): the lease taken for long enough, no keeper renewing it; the lease is
+// another test's subject); store.watch is wired as the app wires it.
+
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import pino from "pino";
+import { Controller } from "../../src/control/controller";
+import type { CatalogEntry, EndpointInfo } from "../../src/control/interfaces";
+import { ModelStore } from "../../src/control/model";
+import type { ManualScheduler } from "../../src/lib/scheduler";
+import type { UsageSource } from "../../src/protocol/routing";
+import { Store } from "../../src/store";
+
+export interface Plane {
+  name: string;
+  store: Store;
+  model: ModelStore;
+  ctl: Controller;
+  /** Every endpoint list the controller published to its router, oldest first. */
+  published: EndpointInfo[][];
+  catalogs: CatalogEntry[][];
+}
+
+/**
+ * The usage side of one router, as the control loop reads it: a test stamps what it served, and
+ * restarts it (its stamps are lost, and it watches from then).
+ */
+export class RouterUsageSide implements UsageSource {
+  private used = new Map<string, number>();
+  constructor(private since: number) {}
+  served(id: string, at: number): void {
+    this.used.set(id, at);
+  }
+  restart(at: number): void {
+    this.used = new Map();
+    this.since = at;
+  }
+  lastUsed(): ReadonlyMap<string, number> {
+    return this.used;
+  }
+  inflightByModel(): ReadonlyMap<string, number> {
+    return new Map();
+  }
+  watchingSince(): number {
+    return this.since;
+  }
+}
+
+/** Makes `p` the leader: it takes the lease (for ten minutes of the database's clock) and leads under its epoch. */
+export async function lead(p: Plane): Promise<void> {
+  const lease = await p.model.acquireLease(p.name, 600_000);
+  if (lease.holder !== p.name) throw new Error(`${lease.holder} holds the lease`);
+  p.ctl.setLeadership({ leading: true, epoch: lease.epoch, name: p.name });
+}
+
+export interface Planes {
+  dir: string;
+  path: string;
+  planes: Plane[];
+  /** One more control plane on the same file (as a restarted one starts). */
+  add(name: string): Promise<Plane>;
+  stop(): void;
+}
+
+export async function startPlanes(o: { names: string[]; clock: ManualScheduler; liveWithinMs?: number; log?: pino.Logger; watch?: boolean; controller?: Partial<ConstructorParameters<typeof Controller>[0]> }): Promise<Planes> {
+  const dir = mkdtempSync(join(tmpdir(), "llmgw-planes-"));
+  const path = join(dir, "llmgw.db");
+  const log = o.log ?? pino({ level: "silent" });
+  const planes: Plane[] = [];
+  const unwatch: (() => void)[] = [];
+  const add = async (name: string): Promise<Plane> => {
+    const store = new Store({ path });
+    const model = new ModelStore(store, o.clock);
+    const ctl = new Controller({
+      store: model,
+      scheduler: o.clock,
+      log: log.child({ plane: name }),
+      version: "t",
+      nodeTimeoutMs: 15_000,
+      heartbeatIntervalMs: 1_000,
+      // No load-based scale-down while a test moves minutes ahead: its subject is idleness.
+      scaleDownDelayMs: 24 * 3_600_000,
+      reconcile: { backoffMs: 2_000, backoffMaxMs: 60_000, maxFailures: 3, replaceAfterMs: 30_000, reportGraceMs: 5_000, startTimeoutMs: 120_000 },
+      ...o.controller,
+    });
+    const p: Plane = { name, store, model, ctl, published: [], catalogs: [] };
+    await ctl.setEndpointSink({ setEndpoints: (e) => p.published.push(e), setCatalog: (c) => p.catalogs.push(c), setApiKeys: () => {} });
+    ctl.setLeadership({ leading: false, epoch: 1, name });
+    await ctl.setShared({ name, liveWithinMs: o.liveWithinMs ?? 15_000 });
+    if (o.watch !== false) unwatch.push(model.watch((c) => void ctl.storeChanged(c)));
+    planes.push(p);
+    return p;
+  };
+  for (const name of o.names) await add(name);
+  return {
+    dir,
+    path,
+    planes,
+    add,
+    stop() {
+      for (const u of unwatch) u();
+      for (const p of planes) {
+        p.ctl.load.stop();
+        p.store.close();
+      }
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
