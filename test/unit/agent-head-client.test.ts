@@ -5,11 +5,12 @@ import { describe, expect, test } from "bun:test";
 import { type FetchLike, HeadClient } from "../../src/agent/head-client";
 import { ManualScheduler } from "../../src/lib/scheduler";
 
+const S = "http://head.test:8001";
 const OK = { assignments: [], heartbeat_interval_ms: 5_000, generation: 3 };
 
 function client(fetch: FetchLike, over: { signal?: AbortSignal; scheduler?: ManualScheduler } = {}) {
   return new HeadClient({
-    server: "http://head.test:8001",
+    servers: ["http://head.test:8001"],
     serverCa: undefined,
     serverFingerprint: undefined,
     fetch,
@@ -29,7 +30,7 @@ describe("HeadClient.request", () => {
       seen = { url: String(input), auth: h.get("authorization"), type: h.get("content-type") };
       return Response.json(OK);
     });
-    expect(await c.request("/agent/v1/heartbeat", { method: "POST", body: "{}" }, 1_000)).toEqual({ ok: true, value: OK });
+    expect(await c.request("/agent/v1/heartbeat", { method: "POST", body: "{}" }, 1_000)).toEqual({ ok: true, value: OK, server: S });
     expect(seen).toEqual({ url: "http://head.test:8001/agent/v1/heartbeat", auth: "Bearer the-token", type: "application/json" });
   });
 
@@ -44,16 +45,16 @@ describe("HeadClient.request", () => {
     [502, "http"],
   ] as const)("status %i is the failure kind %s, quoting the server's message", async (status, kind) => {
     const r = await client(answering(status, JSON.stringify({ error: { message: "told so" } }))).request("/x", {}, 1_000);
-    expect(r).toEqual({ ok: false, kind, message: `${status} told so` });
+    expect(r).toEqual({ ok: false, kind, message: `${status} told so`, status, server: S });
   });
 
   test("an error page that is not the API's JSON is quoted as text, at most 300 characters", async () => {
     const r = await client(answering(502, `<html>${"x".repeat(400)}</html>`)).request("/x", {}, 1_000);
-    expect(r).toEqual({ ok: false, kind: "http", message: `502 ${`<html>${"x".repeat(400)}`.slice(0, 300)}` });
+    expect(r).toEqual({ ok: false, kind: "http", message: `502 ${`<html>${"x".repeat(400)}`.slice(0, 300)}`, status: 502, server: S });
   });
 
   test("an answer that is not JSON, or not a heartbeat response, is a bad answer", async () => {
-    expect(await client(answering(200, "hello")).request("/x", {}, 1_000)).toEqual({ ok: false, kind: "bad_answer", message: "the answer is not JSON: hello" });
+    expect(await client(answering(200, "hello")).request("/x", {}, 1_000)).toEqual({ ok: false, kind: "bad_answer", message: "the answer is not JSON: hello", server: S });
     const r = await client(answering(200, JSON.stringify({ ...OK, generation: -1 }))).request("/x", {}, 1_000);
     expect(r).toMatchObject({ ok: false, kind: "bad_answer", message: expect.stringMatching(/^the answer is not a heartbeat response: generation: /) });
   });
@@ -62,7 +63,7 @@ describe("HeadClient.request", () => {
     const r = await client(async () => {
       throw new TypeError("Unable to connect. Is the computer able to access the url?");
     }).request("/x", {}, 1_000);
-    expect(r).toEqual({ ok: false, kind: "unreachable", message: "Unable to connect. Is the computer able to access the url?" });
+    expect(r).toEqual({ ok: false, kind: "unreachable", message: "Unable to connect. Is the computer able to access the url?", server: S });
   });
 
   test("no answer within the timeout, as the scheduler counts it, is unreachable and says how long it waited", async () => {
@@ -73,7 +74,7 @@ describe("HeadClient.request", () => {
     clock.advance(9_999);
     expect(clock.pending).toBe(1);
     clock.advance(1);
-    expect(await pending).toEqual({ ok: false, kind: "unreachable", message: "no answer within 10s" });
+    expect(await pending).toEqual({ ok: false, kind: "unreachable", message: "no answer within 10s", server: S });
   });
 
   test("a stop aborts the request in flight: aborted, which the loops do not log", async () => {
@@ -82,7 +83,7 @@ describe("HeadClient.request", () => {
       new Promise((_, reject) => init?.signal?.addEventListener("abort", () => reject(init.signal!.reason)));
     const pending = client(hanging, { signal: stop.signal }).request("/x", {}, 10_000);
     stop.abort();
-    expect(await pending).toEqual({ ok: false, kind: "aborted", message: "stopped" });
+    expect(await pending).toEqual({ ok: false, kind: "aborted", message: "stopped", server: S });
   });
 
   test("a request done leaves no timer behind", async () => {
