@@ -270,7 +270,7 @@ export class NodeAgent {
       if (stored) {
         this.leaderEpoch = stored.epoch;
         this.leaderEpochFrom = stored.server;
-        this.log.info({ epoch: stored.epoch, server: stored.server, path: this.epochPath }, `refusing assignments from leaders older than epoch ${stored.epoch}, the highest seen before`);
+        this.log.info({ epoch: stored.epoch, server: stored.server, path: this.epochPath }, `leader epoch ${stored.epoch} kept from before: assignments from an older leader are refused`);
       }
       this.head.setUpTls();
       [this.inventory] = await Promise.all([this.inventoryTaker.take(true), this.probeEngineVersions()]);
