@@ -1,8 +1,10 @@
 // The head-node client alone, against answers faked at the fetch: every way a request can fail
-// sorted into the kind the agent's loops act on, and the request timeout on a ManualScheduler.
+// sorted into the kind the agent's loops act on, and the request timeout on a ManualScheduler;
+// with several servers, when and how it moves from one to the next.
 
 import { describe, expect, test } from "bun:test";
-import { type FetchLike, HeadClient } from "../../src/agent/head-client";
+import pino from "pino";
+import { type FetchLike, HeadClient, worthFailover } from "../../src/agent/head-client";
 import { ManualScheduler } from "../../src/lib/scheduler";
 
 const S = "http://head.test:8001";
@@ -90,5 +92,76 @@ describe("HeadClient.request", () => {
     const clock = new ManualScheduler();
     await client(async () => Response.json(OK), { scheduler: clock }).request("/x", {}, 10_000);
     expect(clock.pending).toBe(0);
+  });
+});
+
+describe("HeadClient with several servers", () => {
+  const [A, B, C] = ["http://a.test:8001", "http://b.test:8001", "http://c.test:8001"];
+  const lines: Array<{ level: number; msg: string; from?: string; to?: string; reason?: string }> = [];
+  const several = (fetch: FetchLike) => {
+    lines.length = 0;
+    return new HeadClient({
+      servers: [A, B, C],
+      serverCa: undefined,
+      serverFingerprint: undefined,
+      fetch,
+      bearer: () => "the-token",
+      signal: new AbortController().signal,
+      scheduler: new ManualScheduler(),
+      log: pino({ level: "debug" }, { write: (s: string) => void lines.push(JSON.parse(s)) }),
+    });
+  };
+
+  test("5xx and no connection are worth another server; refusals of the node and bad certificates are not", () => {
+    expect(worthFailover({ ok: false, kind: "unreachable", message: "x" })).toBe(true);
+    expect(worthFailover({ ok: false, kind: "http", message: "503 standing by", status: 503 })).toBe(true);
+    expect(worthFailover({ ok: false, kind: "http", message: "500 x", status: 500 })).toBe(true);
+    for (const kind of ["unauthorized", "forbidden", "taken", "rejected", "limited", "not_found", "untrusted", "bad_answer", "aborted"] as const)
+      expect(worthFailover({ ok: false, kind, message: "x", ...(kind === "limited" ? { status: 429 } : {}) })).toBe(false);
+  });
+
+  test("a failure moves it once, whichever loop reports it; after every server failed it says so once and the loops back off", () => {
+    const c = several(async () => Response.json(OK));
+    expect(c.server).toBe(A);
+    expect(c.failover(A, "did not answer")).toBe(true);
+    // The other loop's request to A fails too: no second move.
+    expect(c.failover(A, "did not answer")).toBe(true);
+    expect(c.server).toBe(B);
+    expect(c.failover(B, "answered 503 standing by")).toBe(true);
+    expect(c.server).toBe(C);
+    expect(c.failover(C, "did not answer")).toBe(false);
+    expect(c.server).toBe(A);
+    expect(c.failover(A, "did not answer")).toBe(false);
+    expect(lines.filter((l) => l.level === 40).map((l) => [l.from, l.to, l.reason])).toEqual([
+      [A, B, "did not answer"],
+      [B, C, "answered 503 standing by"],
+    ]);
+    expect(lines.filter((l) => l.level === 50).map((l) => l.msg)).toEqual([`no server answers (${A}, ${B}, ${C}); trying each in turn, backing off; running replicas are left as they are`]);
+    expect(lines.filter((l) => l.level === 20)).toHaveLength(1);
+    // An answer forgets the failures: the next failure moves on at once again, logged again.
+    c.answered(B);
+    c.answered(A);
+    expect(lines.at(-1)!.msg).toBe(`${B} answers again`);
+    expect(c.failover(B, "did not answer")).toBe(true);
+    expect(lines.at(-1)).toMatchObject({ level: 40, from: B, to: C });
+  });
+
+  test("a move aborts the requests still waiting on the server left; they come back as switched", async () => {
+    const seen: string[] = [];
+    const c = several((input, init) => {
+      seen.push(String(input));
+      return new Promise((_, reject) => init?.signal?.addEventListener("abort", () => reject(init.signal!.reason)));
+    });
+    const poll = c.request("/agent/v1/assignments", { method: "GET" }, 30_000);
+    c.failover(A, "did not answer");
+    expect(await poll).toEqual({ ok: false, kind: "switched", message: `moved to ${B}`, server: A });
+    void c.request("/agent/v1/assignments", { method: "GET" }, 30_000);
+    expect(seen).toEqual([`${A}/agent/v1/assignments`, `${B}/agent/v1/assignments`]);
+  });
+
+  test("with one server nothing moves and nothing is logged", () => {
+    const c = client(async () => Response.json(OK));
+    expect(c.failover(S, "did not answer")).toBe(false);
+    expect(c.server).toBe(S);
   });
 });
