@@ -24,12 +24,12 @@ import { realScheduler, type Scheduler, type Timer } from "../lib/scheduler";
 import { type Assignment, type EngineReport, HeartbeatRequest, HeartbeatResponse, type ReplicaReport } from "../protocol/heartbeat";
 import { credentialDigest, logsToken } from "../protocol/heartbeat";
 import { VERSION } from "../version";
-import { CREDENTIAL_FILE, loadCredential, logCertificate, prepareStateDir, saveCredential } from "./credential";
+import { CREDENTIAL_FILE, EPOCH_FILE, loadCredential, loadEpoch, logCertificate, prepareStateDir, saveCredential, saveEpoch } from "./credential";
 import { probeEngines, type RealEngine, type ProbeRunner } from "./engine-versions";
 import { HEALTH_TIMEOUT_MS, type Launch, renderLaunch } from "./engines";
 import { AgentError } from "./errors";
 import { type Discovery, type DiscoverOptions, discoverGpus } from "./gpus";
-import { type Failure, type FetchLike, HeadClient } from "./head-client";
+import { type Failure, type FetchLike, HeadClient, worthFailover } from "./head-client";
 import { type Inventory, InventoryTaker } from "./inventory";
 import { startLogServer } from "./logs";
 import { assertPortFree } from "./port";
@@ -39,7 +39,7 @@ import { localWeightsEnv, modelPathFor } from "./weights";
 // Re-exported for callers that import them from here (the CLI, sim, tests).
 export { modelPathFor } from "./weights";
 export { AgentError } from "./errors";
-export { CREDENTIAL_FILE } from "./credential";
+export { CREDENTIAL_FILE, EPOCH_FILE } from "./credential";
 export type { FetchLike } from "./head-client";
 
 /** Timings the agent owns; the heartbeat interval is not among them, the server sets it. */
@@ -87,7 +87,8 @@ export class NodeAgent {
   private readonly selfExe: string[];
   private readonly timing: AgentTiming;
   private readonly scheduler: Scheduler;
-  private readonly server: string;
+  /** The head node's URL, or the control planes' in the order given. */
+  private readonly servers: string[];
   private readonly labels: Record<string, string>;
   private readonly processSet: ProcessSet;
   private readonly head: HeadClient;
@@ -105,11 +106,28 @@ export class NodeAgent {
   private intervalMs: number;
   private gen: number | null = null;
   /**
+   * The server whose answer the generation is from: generations are each control plane's own
+   * count, so the first answer from another server is applied even when its number is the same.
+   */
+  private genFrom: string | null = null;
+  /**
    * Bumps whenever an answer's assignments are applied. An answer whose request went out before
    * the latest applied answer arrived may describe an older state (the heartbeat and the long
    * poll race), so it is dropped; one sent after it cannot be older.
    */
-  private epoch = 0;
+  private answerSeq = 0;
+  /**
+   * The highest leader epoch any answer carried (kept in <state_dir>/leader.epoch, so a
+   * restarted agent still refuses an old leader), and the server that sent it. Assignments from
+   * an older epoch are refused: a leader that lost its lease cannot undo its successor's work.
+   */
+  private leaderEpoch = 0;
+  private leaderEpochFrom: string | undefined;
+  private readonly epochPath: string;
+  /** Stale epochs already warned about: one warning each, not one per answer. */
+  private readonly warnedStale = new Set<number>();
+  /** The replica ids of the set last applied, to tell a move to another server from a change. */
+  private appliedIds = "";
   private pendingSet: Assignment[] | null = null;
   private applying: Promise<void> | null = null;
 
@@ -135,19 +153,21 @@ export class NodeAgent {
     this.scheduler = opts.scheduler ?? realScheduler;
     this.probeRun = opts.probeRun;
     this.intervalMs = this.timing.heartbeatIntervalMs;
-    this.server = opts.config.server.replace(/\/+$/, "");
+    this.servers = opts.config.server.map((s) => s.replace(/\/+$/, ""));
     this.name = opts.config.name ?? hostname();
     this.address = opts.config.address ?? defaultAddress();
     this.labels = Object.fromEntries(opts.config.label.map(splitPair));
     this.credentialPath = join(opts.config.state_dir, CREDENTIAL_FILE);
+    this.epochPath = join(opts.config.state_dir, EPOCH_FILE);
     this.head = new HeadClient({
-      server: this.server,
+      servers: this.servers,
       serverCa: opts.config.server_ca,
       serverFingerprint: opts.config.server_fingerprint,
       fetch: opts.fetch ?? ((input, init) => fetch(input, init)),
       bearer: () => this.credential ?? this.joinToken,
       signal: this.abort.signal,
       scheduler: this.scheduler,
+      log: this.log,
     });
     this.inventoryTaker = new InventoryTaker({
       config: opts.config,
@@ -181,6 +201,16 @@ export class NodeAgent {
     return this.gen;
   }
 
+  /** The highest leader epoch seen (0 from a single head node). */
+  get highestEpoch(): number {
+    return this.leaderEpoch;
+  }
+
+  /** The server requests go to now (the one given, with one). */
+  get server(): string {
+    return this.head.server;
+  }
+
   reports(): ReplicaReport[] {
     return this.processSet.reports();
   }
@@ -198,7 +228,7 @@ export class NodeAgent {
     try {
       // HTTPS when the head node's agent API is: the log listener then carries engine output
       // as privately as the heartbeats do. Its certificate goes to the head node in heartbeats.
-      if (/^https:/i.test(this.server)) {
+      if (/^https:/i.test(this.servers[0]!)) {
         const host = listen.host === "0.0.0.0" || listen.host === "::" ? this.address : listen.host;
         this.logsTls = logCertificate(this.config.state_dir, [...new Set([this.address, host])], this.scheduler.now(), this.log);
       }
@@ -236,13 +266,19 @@ export class NodeAgent {
       const secret = loadCredential(this.credentialPath, this.name, this.config, this.log);
       if ("credential" in secret) this.credential = secret.credential;
       else this.joinToken = secret.joinToken;
+      const stored = loadEpoch(this.epochPath);
+      if (stored) {
+        this.leaderEpoch = stored.epoch;
+        this.leaderEpochFrom = stored.server;
+        this.log.info({ epoch: stored.epoch, server: stored.server, path: this.epochPath }, `leader epoch ${stored.epoch} kept from before: assignments from an older leader are refused`);
+      }
       this.head.setUpTls();
       [this.inventory] = await Promise.all([this.inventoryTaker.take(true), this.probeEngineVersions()]);
       const adopted = await this.processSet.recover();
       if (adopted.length > 0) this.log.info({ replicas: adopted }, `adopted ${adopted.length} running engine(s) from the previous agent`);
       if (this.stopping) throw new AgentError("the agent was stopped before it registered", true);
       this.log.info(
-        { node: this.name, address: this.address, server: this.server, gpus: this.inventory.gpus.length, models: this.inventory.models.length },
+        { node: this.name, address: this.address, server: this.head.server, ...this.serverList(), gpus: this.inventory.gpus.length, models: this.inventory.models.length },
         "registering with the server",
       );
       this.startLogs();
@@ -290,6 +326,8 @@ export class NodeAgent {
       this.heartbeatDue = false;
       const result = await this.heartbeatOnce();
       if (this.stopping || result === "fatal") return;
+      // Another server to ask at once: the one left gave no usable answer, or a move cut this request short.
+      if (result === "again") continue;
       if (result === "ok") {
         if (failing) this.log.info({ url: this.url("/agent/v1/heartbeat") }, "heartbeats reach the server again");
         failing = false;
@@ -306,7 +344,7 @@ export class NodeAgent {
     }
   }
 
-  private async heartbeatOnce(): Promise<"ok" | "fatal" | Failure> {
+  private async heartbeatOnce(): Promise<"ok" | "again" | "fatal" | (Failure & { server: string })> {
     const path = "/agent/v1/heartbeat";
     const body: HeartbeatRequest = {
       ...this.identity(),
@@ -316,30 +354,32 @@ export class NodeAgent {
       logs_port: this.logServer?.port ?? null,
       logs_tls_cert: this.logServer && this.logsTls ? this.logsTls.cert : null,
     };
-    const sentEpoch = this.epoch;
+    const sentSeq = this.answerSeq;
     const joining = this.credential === undefined;
     const r = await this.head.request(path, { method: "POST", body: JSON.stringify(body) }, this.timing.requestTimeoutMs);
     if (this.stopping) return "fatal";
+    const url = this.url(path, r.server);
+    if (!r.ok && r.kind === "switched") return "again";
     if (!r.ok && r.kind === "forbidden" && !this.registered) {
       // A wrong address, the node limit, another node's name: retrying changes nothing.
-      this.log.error({ url: this.url(path) }, `the server refused this node: ${r.message}`);
-      this.registration?.reject(new AgentError(`the server refused node ${this.name} (${this.url(path)}): ${r.message}`));
+      this.log.error({ url }, `the server refused this node: ${r.message}`);
+      this.registration?.reject(new AgentError(`the server refused node ${this.name} (${url}): ${r.message}`));
       return "fatal";
     }
     if (!r.ok && r.kind === "taken" && !this.registered) {
-      this.log.error({ url: this.url(path) }, r.message);
+      this.log.error({ url }, r.message);
       this.registration?.reject(new AgentError(`the server refused to let the join token speak for node ${this.name}: ${r.message}`));
       return "fatal";
     }
     if (!r.ok && r.kind === "unauthorized" && !joining && !this.registered) {
       const message = `the server does not accept this node's credential (${r.message}); if the node was deleted on the head node, remove ${this.credentialPath} and start the agent again with the join token to re-join`;
-      this.log.error({ url: this.url(path) }, message);
+      this.log.error({ url }, message);
       this.registration?.reject(new AgentError(message));
       return "fatal";
     }
     if (r.ok && joining && r.value.credential) {
       try {
-        saveCredential(this.credentialPath, this.name, this.server, r.value.credential);
+        saveCredential(this.credentialPath, this.name, r.server, r.value.credential);
       } catch (e) {
         // Without it the node could not heartbeat after a restart; say so now, loudly.
         this.log.error({ path: this.credentialPath, err: errorText(e) }, "cannot store this node's credential: after a restart the node must be deleted on the head node to join again");
@@ -350,30 +390,41 @@ export class NodeAgent {
     if (!r.ok) {
       if (r.kind === "untrusted" && !this.registered) {
         // Retrying cannot make a certificate trusted: the operator has to give a CA or the pin.
-        this.log.error({ url: this.url(path) }, r.message);
-        this.registration?.reject(new AgentError(`${r.message} (server ${this.server})`));
+        this.log.error({ url }, r.message);
+        this.registration?.reject(new AgentError(`${r.message} (server ${r.server})`));
         return "fatal";
       }
       if (r.kind === "unauthorized" && !this.registered) {
-        this.log.error({ url: this.url(path) }, `the server refused the join token: ${r.message}`);
+        this.log.error({ url }, `the server refused the join token: ${r.message}`);
         this.registration?.reject(
           new AgentError(
-            `the server refused the join token (${this.url(path)}: ${r.message}); use the token in <data-dir>/join.token on the head node`,
+            `the server refused the join token (${url}: ${r.message}); use the token in <data-dir>/join.token on the head node`,
           ),
         );
         return "fatal";
       }
+      if (worthFailover(r) && this.head.failover(r.server, failureReason(r))) return "again";
       return r;
     }
-    this.intervalMs = this.boundInterval(r.value.heartbeat_interval_ms);
-    // The same generation means the same set: applying it again would only cost a reconcile.
-    if (r.value.generation !== this.gen) this.accept(r.value, sentEpoch, "heartbeat");
-    if (!this.registered) {
-      this.registered = true;
-      this.log.info({ node: this.name, server: this.server, interval_ms: this.intervalMs }, "registered with the server");
-      this.registration?.resolve();
+    // The server took the heartbeat (the node is registered) even when its assignments are refused.
+    if (this.refuseStale(r.value, r.server, "heartbeat")) {
+      this.registeredNow(r.server);
+      return this.head.failover(r.server, staleReason(r.value, this.leaderEpoch)) ? "again" : "ok";
     }
+    this.head.answered(r.server);
+    this.intervalMs = this.boundInterval(r.value.heartbeat_interval_ms);
+    // The same generation from the same server at the same epoch means the same set: applying it
+    // again would only cost a reconcile.
+    if (r.value.generation !== this.gen || r.server !== this.genFrom || (r.value.epoch ?? 0) > this.leaderEpoch) this.accept(r.value, sentSeq, "heartbeat", r.server);
+    this.registeredNow(r.server);
     return "ok";
+  }
+
+  private registeredNow(server: string): void {
+    if (this.registered) return;
+    this.registered = true;
+    this.log.info({ node: this.name, server, interval_ms: this.intervalMs }, "registered with the server");
+    this.registration?.resolve();
   }
 
   private replicaChanged(): void {
@@ -387,49 +438,93 @@ export class NodeAgent {
 
   // ---- assignments ------------------------------------------------------------------------
 
+  /** The long poll, at the server the heartbeats go to (a move aborts it there and asks again at the next). */
   private async longPollLoop(): Promise<void> {
     const path = "/agent/v1/assignments";
     let backoff = this.timing.backoffInitialMs;
     let failing = false;
     while (!this.stopping) {
       const asked = this.gen ?? 0;
-      const wait = this.timing.longPollWaitMs;
+      // Another server's generation says nothing about this one's set: ask for it at once.
+      const wait = this.genFrom === null || this.genFrom === this.head.server ? this.timing.longPollWaitMs : 0;
       const query = `?node=${encodeURIComponent(this.name)}&generation=${asked}&wait_ms=${wait}`;
-      const sentEpoch = this.epoch;
+      const sentSeq = this.answerSeq;
       const began = this.scheduler.mono();
       const r = await this.head.request(path + query, { method: "GET" }, wait + this.timing.requestTimeoutMs);
       if (this.stopping) return;
-      if (r.ok) {
-        if (failing) this.log.info({ url: this.url(path) }, "the assignments long poll works again");
+      if (!r.ok && r.kind === "switched") continue;
+      if (r.ok && !this.refuseStale(r.value, r.server, "long poll")) {
+        if (failing) this.log.info({ url: this.url(path, r.server) }, "the assignments long poll works again");
         failing = false;
         backoff = this.timing.backoffInitialMs;
+        this.head.answered(r.server);
         this.intervalMs = this.boundInterval(r.value.heartbeat_interval_ms);
-        this.accept(r.value, sentEpoch, "long poll");
+        this.accept(r.value, sentSeq, "long poll", r.server);
         // An unchanged answer long before wait_ms means something in between does not hold
         // requests open; without a pause this loop would spin.
-        if (r.value.generation === asked && this.scheduler.mono() - began < Math.min(1_000, wait / 2)) await this.sleep(backoff, false);
+        if (wait > 0 && r.value.generation === asked && this.scheduler.mono() - began < Math.min(1_000, wait / 2)) await this.sleep(backoff, false);
         continue;
       }
-      failing = true;
-      this.logFailure("assignments long poll", path, r, backoff);
+      if (r.ok ? this.head.failover(r.server, staleReason(r.value, this.leaderEpoch)) : worthFailover(r) && this.head.failover(r.server, failureReason(r))) continue;
+      if (!r.ok) {
+        failing = true;
+        this.logFailure("assignments long poll", path, r, backoff);
+      }
+      // A stale leader answers at once whenever its generation differs: this pause keeps that from spinning too.
       await this.sleep(backoff, false);
       backoff = Math.min(backoff * 2, this.timing.backoffMaxMs);
     }
   }
 
-  private accept(res: HeartbeatResponse, sentEpoch: number, source: string): void {
-    if (sentEpoch !== this.epoch) {
+  /**
+   * Whether an answer comes from a leader older than one already seen; if so, its assignments
+   * are not applied (what runs here keeps running) and the operator hears once per stale epoch.
+   * An answer without an epoch counts as epoch 0: an agent cannot tell a cluster that went back
+   * to one head node from an old leader, and refusing costs less than obeying the wrong one.
+   */
+  private refuseStale(res: HeartbeatResponse, server: string, source: string): boolean {
+    const epoch = res.epoch ?? 0;
+    if (epoch >= this.leaderEpoch) return false;
+    if (!this.warnedStale.has(epoch)) {
+      if (this.warnedStale.size >= 64) this.warnedStale.clear();
+      this.warnedStale.add(epoch);
+      const what = res.epoch === undefined ? "no leader epoch (counted as 0: a single head node, or an older llmgw)" : `leader epoch ${epoch}`;
+      const from = this.leaderEpochFrom ? ` (from ${this.leaderEpochFrom})` : "";
+      this.log.warn(
+        { server, epoch, highest_epoch: this.leaderEpoch, highest_from: this.leaderEpochFrom, generation: res.generation, source },
+        `refusing assignments from ${server}: they carry ${what}, older than epoch ${this.leaderEpoch} seen before${from}; the replicas running here are left as they are. ` +
+          `If the cluster went back to one head node on purpose, stop the agent, remove ${this.epochPath} and start it again`,
+      );
+    }
+    return true;
+  }
+
+  private accept(res: HeartbeatResponse, sentSeq: number, source: string, server: string): void {
+    const epoch = res.epoch ?? 0;
+    if (epoch > this.leaderEpoch) {
+      // A newer leader: its answer wins at once, whatever was applied meanwhile (that was older).
+      this.log.info({ epoch, previous_epoch: this.leaderEpoch, server, source }, `following leader epoch ${epoch} (${server})`);
+      this.leaderEpoch = epoch;
+      this.leaderEpochFrom = server;
+      try {
+        saveEpoch(this.epochPath, epoch, server);
+      } catch (e) {
+        this.log.error({ path: this.epochPath, err: errorText(e) }, "cannot store the leader epoch: after a restart this agent would not know to refuse an older leader");
+      }
+    } else if (sentSeq !== this.answerSeq) {
       // The long poll asks again with the generation now applied, so nothing newer is lost.
       this.log.debug({ generation: res.generation, source }, "dropping an answer that may be older than the one applied");
       return;
     }
-    this.epoch++;
-    if (res.generation !== this.gen)
-      this.log.info({ generation: res.generation, replicas: res.assignments.map((a) => a.id), source }, "assignments changed");
+    this.answerSeq++;
+    const ids = res.assignments.map((a) => a.id);
+    if (res.generation !== this.gen || (server !== this.genFrom && ids.join("\n") !== this.appliedIds))
+      this.log.info({ generation: res.generation, replicas: ids, source, ...(this.servers.length > 1 ? { server } : {}) }, "assignments changed");
     this.gen = res.generation;
+    this.genFrom = server;
+    this.appliedIds = ids.join("\n");
     this.apply(res.assignments);
   }
-
   /** One reconcile at a time; sets that arrive meanwhile collapse into the newest. */
   private apply(set: Assignment[]): void {
     this.pendingSet = set;
@@ -591,15 +686,21 @@ export class NodeAgent {
     return Math.min(Math.max(own * 8, 60_000), Math.max(Math.min(own, 1_000), ms));
   }
 
-  private url(path: string): string {
-    return this.head.url(path);
+  private url(path: string, server?: string): string {
+    return this.head.url(path, server);
   }
 
-  private logFailure(what: string, path: string, r: Failure, retryMs: number): void {
-    const url = this.url(path.split("?")[0]!);
+  /** The whole list for log lines, when there is one. */
+  private serverList(): { servers?: string[] } {
+    return this.servers.length > 1 ? { servers: this.servers } : {};
+  }
+
+  private logFailure(what: string, path: string, r: Failure & { server: string }, retryMs: number): void {
+    const url = this.url(path.split("?")[0]!, r.server);
     const retry = `retrying in ${retryMs >= 1000 ? `${retryMs / 1000}s` : `${retryMs}ms`}; running replicas are left as they are`;
     switch (r.kind) {
       case "aborted":
+      case "switched":
         return;
       case "untrusted":
         this.log.error({ url }, `${what}: ${r.message}; ${retry}`);
@@ -646,6 +747,15 @@ export class NodeAgent {
 }
 
 // ---- helpers ------------------------------------------------------------------------------
+
+/** Why a server is left, for the switch's log line ("switching to B: A …"). */
+function failureReason(f: Failure): string {
+  return f.kind === "unreachable" ? `did not answer (${f.message})` : `answered ${f.message}`;
+}
+
+function staleReason(res: HeartbeatResponse, highest: number): string {
+  return `answers for ${res.epoch === undefined ? "no leader epoch" : `leader epoch ${res.epoch}`}, older than epoch ${highest}`;
+}
 
 function splitPair(kv: string): [string, string] {
   const eq = kv.indexOf("=");

@@ -1,6 +1,7 @@
 // What the node keeps in its state dir about itself: the directory kept 0700, the node's own
-// credential (once the head node gave one; the join token until then), and the log listener's
-// self-signed certificate. Every file is written atomically and readable by its owner alone.
+// credential (once the head node gave one; the join token until then), the highest leader epoch
+// it has seen, and the log listener's self-signed certificate. Every file is written atomically
+// and readable by its owner alone.
 
 import { X509Certificate } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
@@ -63,6 +64,37 @@ export function loadCredential(path: string, node: string, token: { token?: stri
 
 export function saveCredential(path: string, node: string, server: string, credential: string): void {
   writePrivate(path, `${JSON.stringify({ node, server, credential })}\n`);
+}
+
+/**
+ * The highest leader epoch this node has seen (several control planes): kept so that an agent
+ * restarted while an old leader still answers refuses that leader's assignments. Removing it is
+ * how an agent is told that its cluster went back to one head node (epoch 0).
+ */
+export const EPOCH_FILE = "leader.epoch";
+
+/** The stored epoch, or undefined when none was stored (never more than 0). */
+export function loadEpoch(path: string): { epoch: number; server: string | undefined } | undefined {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+    throw new AgentError(`${path}: cannot read the leader epoch kept there (${(e as Error).message})`);
+  }
+  let stored: { epoch?: unknown; server?: unknown };
+  try {
+    stored = JSON.parse(text) as typeof stored;
+  } catch {
+    stored = {};
+  }
+  if (typeof stored !== "object" || stored === null || typeof stored.epoch !== "number" || !Number.isSafeInteger(stored.epoch) || stored.epoch < 0)
+    throw new AgentError(`${path} is not a leader epoch file this agent wrote; remove it (the agent then follows whichever leader answers) and start again`);
+  return { epoch: stored.epoch, server: typeof stored.server === "string" ? stored.server : undefined };
+}
+
+export function saveEpoch(path: string, epoch: number, server: string): void {
+  writePrivate(path, `${JSON.stringify({ epoch, server })}\n`);
 }
 
 /** --token, else the first line of --token-file. */

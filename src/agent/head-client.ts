@@ -1,13 +1,16 @@
 // The agent's client of the head node's agent API: one request at a time as the loops ask,
 // every failure sorted into a kind the loops act on (retry, give up, tell the operator what to
 // fix), and the server's certificate trusted the way the operator said (--server-ca, a pinned
-// --server-fingerprint, or the system's CAs). It knows nothing of heartbeats' contents or of
-// what the answers mean: agent.ts does.
+// --server-fingerprint, or the system's CAs). With several control planes it holds their list
+// and the one requests go to now: a loop that got no answer there moves it on (failover), and
+// both loops follow. It knows nothing of heartbeats' contents or of what the answers mean:
+// agent.ts does.
 
 import { X509Certificate } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { type PeerCertificate, connect as tlsConnect, rootCertificates } from "node:tls";
+import type { Logger } from "pino";
 import { timeoutSignal } from "../lib/abort";
 import type { Scheduler } from "../lib/scheduler";
 import { HeartbeatResponse } from "../protocol/heartbeat";
@@ -15,13 +18,29 @@ import { AgentError } from "./errors";
 
 export type FetchLike = (input: string | URL | Request, init?: BunFetchRequestInit) => Promise<Response>;
 
-/** Why a request got no usable answer; the kind decides what the loops do next. */
+/**
+ * Why a request got no usable answer; the kind decides what the loops do next. "switched": the
+ * request was cut short because the client moved to another server meanwhile (ask there).
+ */
 export type Failure = {
   ok: false;
-  kind: "aborted" | "unreachable" | "unauthorized" | "forbidden" | "untrusted" | "rejected" | "not_found" | "taken" | "limited" | "http" | "bad_answer";
+  kind: "aborted" | "switched" | "unreachable" | "unauthorized" | "forbidden" | "untrusted" | "rejected" | "not_found" | "taken" | "limited" | "http" | "bad_answer";
   message: string;
+  /** The HTTP status, when the server answered with one. */
+  status?: number;
 };
 export type Outcome<T> = { ok: true; value: T } | Failure;
+/** An outcome and the server it came from. */
+export type Answer<T> = Outcome<T> & { server: string };
+
+/**
+ * Whether another server may do better: no connection or no answer in time, or a server error
+ * (a 503 from a control plane standing by or shedding load among them). A refusal of this node
+ * (401, 403, 409, 400) or a bad certificate would be the same everywhere.
+ */
+export function worthFailover(f: Failure): boolean {
+  return f.kind === "unreachable" || (f.status !== undefined && f.status >= 500);
+}
 
 /** The code of the error the pin check hands to fetch (which rejects with that very error). */
 const PIN_MISMATCH = "LLMGW_PIN_MISMATCH";
@@ -39,8 +58,11 @@ const STATUS_KIND: Record<number, Failure["kind"]> = {
 };
 
 export interface HeadClientOptions {
-  /** The head node's admin URL, without a trailing slash. */
-  server: string;
+  /**
+   * The head node's admin URL, or the control planes' (or their floating address), without
+   * trailing slashes, in the order they are tried; distinct.
+   */
+  servers: readonly string[];
   /** --server-ca: a PEM file to trust instead of the system's CAs. */
   serverCa: string | undefined;
   /** --server-fingerprint: the SHA-256 fingerprint the server's certificate must have (upper case). */
@@ -51,6 +73,8 @@ export interface HeadClientOptions {
   /** Aborts every request in flight and refuses new ones (the agent stopping). */
   signal: AbortSignal;
   scheduler: Scheduler;
+  /** Where a move to another server is logged. */
+  log?: Logger;
 }
 
 export class HeadClient {
@@ -60,13 +84,67 @@ export class HeadClient {
   /** Pinned without --server-ca: the server's certificate must be fetched and checked first. */
   private needsProbe = false;
   private probing: Promise<Failure | undefined> | null = null;
+  /** The server requests go to now, as an index into o.servers. */
+  private current = 0;
+  /** Servers that failed since one last answered: once all have, the loops back off. */
+  private readonly failedSince = new Set<number>();
+  /** Every server has failed since one last answered (and that was logged once). */
+  private exhausted = false;
+  /** Aborted on each move, so a request still waiting on the server left is asked again at the next. */
+  private moved = new AbortController();
 
   constructor(o: HeadClientOptions) {
+    if (o.servers.length === 0) throw new Error("HeadClient needs at least one server");
     this.o = o;
   }
 
-  url(path: string): string {
-    return this.o.server + path;
+  /** The server requests go to now. */
+  get server(): string {
+    return this.o.servers[this.current]!;
+  }
+
+  get servers(): readonly string[] {
+    return this.o.servers;
+  }
+
+  url(path: string, server = this.server): string {
+    return server + path;
+  }
+
+  /**
+   * A request to `from` got no answer another server might give (worthFailover), or an answer
+   * the agent cannot use (a stale leader): moves to the next server, unless a request of the
+   * other loop already did. Returns whether to ask again at once: the server now current has
+   * not failed since one last answered. Once every one has, the loops back off as with one
+   * server, and the client goes on trying them in turn. With one server nothing moves.
+   */
+  failover(from: string, reason: string): boolean {
+    const n = this.o.servers.length;
+    const i = this.o.servers.indexOf(from);
+    if (i >= 0) this.failedSince.add(i);
+    if (n === 1) return false;
+    if (i === this.current) {
+      const to = (i + 1) % n;
+      this.current = to;
+      const was = this.moved;
+      this.moved = new AbortController();
+      was.abort();
+      const fields = { from, to: this.server, reason };
+      if (!this.failedSince.has(to)) this.o.log?.warn(fields, `switching to ${this.server}: ${from} ${reason}`);
+      else if (!this.exhausted) {
+        this.exhausted = true;
+        this.o.log?.error({ ...fields, servers: this.o.servers }, `no server answers (${this.o.servers.join(", ")}); trying each in turn, backing off; running replicas are left as they are`);
+      } else this.o.log?.debug(fields, `switching to ${this.server}: ${from} ${reason}`);
+    }
+    return !this.failedSince.has(this.current);
+  }
+
+  /** A request to `server` got an answer the agent uses: the list's failures are forgotten. */
+  answered(server: string): void {
+    if (this.o.servers.indexOf(server) !== this.current) return;
+    if (this.exhausted) this.o.log?.info({ server }, `${server} answers again`);
+    this.exhausted = false;
+    this.failedSince.clear();
   }
 
   close(): void {
@@ -74,11 +152,16 @@ export class HeadClient {
   }
 
   /** A request to the agent API whose answer is a heartbeat response (the heartbeat and the long poll). */
-  async request(path: string, init: RequestInit, timeoutMs: number): Promise<Outcome<HeartbeatResponse>> {
-    const got = await this.send(path, init, timeoutMs);
+  async request(path: string, init: RequestInit, timeoutMs: number): Promise<Answer<HeartbeatResponse>> {
+    const server = this.server;
+    return { ...(await this.requestAt(server, path, init, timeoutMs)), server };
+  }
+
+  private async requestAt(server: string, path: string, init: RequestInit, timeoutMs: number): Promise<Outcome<HeartbeatResponse>> {
+    const got = await this.send(server, path, init, timeoutMs);
     if (!got.ok) return got;
     const { res, text } = got.value;
-    if (!res.ok) return { ok: false, kind: STATUS_KIND[res.status] ?? "http", message: `${res.status} ${serverMessage(text) ?? res.statusText}` };
+    if (!res.ok) return { ok: false, kind: STATUS_KIND[res.status] ?? "http", message: `${res.status} ${serverMessage(text) ?? res.statusText}`, status: res.status };
     let json: unknown;
     try {
       json = JSON.parse(text);
@@ -94,29 +177,32 @@ export class HeadClient {
   }
 
   /** The request on the wire and its body read; a failure says what kept an answer from arriving. */
-  private async send(path: string, init: RequestInit, timeoutMs: number): Promise<Outcome<{ res: Response; text: string }>> {
+  private async send(server: string, path: string, init: RequestInit, timeoutMs: number): Promise<Outcome<{ res: Response; text: string }>> {
     const { signal } = this.o;
+    const moved = this.moved.signal;
+    const switched = (): Failure => ({ ok: false, kind: "switched", message: `moved to ${this.server}` });
     if (this.needsProbe) {
-      const failed = await this.probe(timeoutMs);
+      const failed = await this.probe(server, timeoutMs);
       if (failed) return failed;
     }
     const deadline = timeoutSignal(this.o.scheduler, timeoutMs);
     try {
       let res: Response;
       try {
-        res = await this.o.fetch(this.url(path), {
+        res = await this.o.fetch(this.url(path, server), {
           ...init,
           headers: { authorization: `Bearer ${this.o.bearer()}`, "content-type": "application/json" },
-          signal: AbortSignal.any([signal, deadline.signal]),
+          signal: AbortSignal.any([signal, deadline.signal, moved]),
           ...(this.session ? { session: this.session } : {}),
         });
       } catch (e) {
         if (signal.aborted) return { ok: false, kind: "aborted", message: "stopped" };
-        const untrusted = this.certificateFailure(e);
+        if (moved.aborted) return switched();
+        const untrusted = this.certificateFailure(e, server);
         if (untrusted) {
           // Pinned without a CA, the certificate may have changed since the probe: probing
           // again names the fingerprint the server has now.
-          const changed = this.needsProbe ? await this.probe(timeoutMs) : undefined;
+          const changed = this.needsProbe ? await this.probe(server, timeoutMs) : undefined;
           return changed?.kind === "untrusted" ? changed : untrusted;
         }
         const err = e as Error;
@@ -127,6 +213,7 @@ export class HeadClient {
         return { ok: true, value: { res, text: await res.text() } };
       } catch (e) {
         if (signal.aborted) return { ok: false, kind: "aborted", message: "stopped" };
+        if (moved.aborted) return switched();
         return { ok: false, kind: "unreachable", message: `connection lost while reading the answer: ${(e as Error).message}` };
       }
     } finally {
@@ -142,10 +229,11 @@ export class HeadClient {
    * checkServerIdentity, which Bun's fetch calls only once the chain has verified. A pin
    * without a CA therefore needs the certificate itself as the trust anchor: probe() gets it
    * over node:tls, compares the fingerprint, and trusts that certificate from then on.
-   * Throws AgentError for a --server-ca that cannot be used.
+   * The same CA and pin apply to every server of the list (one certificate, or one CA, for
+   * all the control planes). Throws AgentError for a --server-ca that cannot be used.
    */
   setUpTls(): void {
-    if (!/^https:/i.test(this.o.server)) return;
+    if (!this.o.servers.some((s) => /^https:/i.test(s))) return;
     const { serverCa: caPath, serverFingerprint: pin } = this.o;
     let ca: string | undefined;
     if (caPath !== undefined) {
@@ -183,10 +271,10 @@ export class HeadClient {
   }
 
   /** One probe at a time; the heartbeat and the long poll share its outcome. */
-  private probe(timeoutMs: number): Promise<Failure | undefined> {
+  private probe(server: string, timeoutMs: number): Promise<Failure | undefined> {
     this.probing ??= (async (): Promise<Failure | undefined> => {
       const pin = this.o.serverFingerprint!;
-      const u = new URL(this.o.server);
+      const u = new URL(server);
       const host = u.hostname.replace(/^\[|\]$/g, "");
       let cert: PeerCertificate;
       try {
@@ -208,7 +296,7 @@ export class HeadClient {
   }
 
   /** A fetch error that says the server's certificate was not accepted, as the operator's to-do. */
-  private certificateFailure(e: unknown): Failure | undefined {
+  private certificateFailure(e: unknown, server: string): Failure | undefined {
     const err = e as Error & { code?: string };
     const code = typeof err.code === "string" ? err.code : "";
     if (code !== PIN_MISMATCH && !CERT_ERROR.test(code)) return undefined;
@@ -220,7 +308,7 @@ export class HeadClient {
     else if (pinOnly)
       message = `the server's certificate matches --server-fingerprint but does not verify (${err.message}, ${code}): a pin alone trusts a self-signed certificate; for one a private CA signed, give that CA with --server-ca as well`;
     else if (/ALTNAME|HOSTNAME/.test(code))
-      message = `the server's TLS certificate is not valid for ${new URL(this.o.server).hostname} (${err.message}); use a --server name or address its certificate lists, or pin the certificate with --server-fingerprint`;
+      message = `the server's TLS certificate is not valid for ${new URL(server).hostname} (${err.message}); use a --server name or address its certificate lists, or pin the certificate with --server-fingerprint`;
     else if (caPath !== undefined)
       message = `the server's TLS certificate is not trusted by --server-ca ${caPath} (${err.message}, ${code}); give the head node's --tls-cert, or the CA that signed it`;
     else

@@ -12,9 +12,13 @@ const d = (key: keyof typeof AgentConfig.shape) => defaultText(AgentConfig, key)
 
 export const AGENT_FLAGS: FlagSpecs = {
   config: { kind: "string", short: "c", value: "FILE", help: "config file (.toml, .yaml or .json; env LLMGW_CONFIG)" },
-  server: { kind: "string", value: "URL", help: "the head node's admin URL, e.g. http://10.0.0.1:8001, or https://… when it serves TLS (required)" },
+  server: {
+    kind: "string",
+    value: "URL[,URL…]",
+    help: "the head node's admin URL, e.g. http://10.0.0.1:8001, or https://… when it serves TLS (required). With several control planes: each one's, comma-separated (the agent fails over between them), or their floating address",
+  },
   "server-ca": { kind: "string", value: "FILE", help: "PEM CA to trust for an https --server, e.g. the head node's self-signed --tls-cert" },
-  "server-fingerprint": { kind: "string", value: "SHA256", help: "pin: the server's certificate must have this SHA-256 fingerprint (as `openssl x509 -noout -fingerprint -sha256` prints it)" },
+  "server-fingerprint": { kind: "string", value: "SHA256", help: "pin: the server's certificate must have this SHA-256 fingerprint (as `openssl x509 -noout -fingerprint -sha256` prints it); with several servers, every one's" },
   token: { kind: "string", value: "TOKEN", help: "join token from <data-dir>/join.token on the head node, for the first start only (prefer --token-file or env LLMGW_TOKEN: a command line shows in ps)" },
   "token-file": { kind: "string", value: "FILE", help: "read the join token from this file (a copy of <data-dir>/join.token on the head node)" },
   name: { kind: "string", value: "NAME", help: "node name (default: the hostname)" },
@@ -61,17 +65,19 @@ export function selfExe(): string[] {
 export const command: Command = {
   name: "agent",
   summary: "Run the node agent on a GPU node: report GPUs and weights to the head node and run the engines it assigns.",
-  usage: "llmgw agent --server URL --token-file FILE [--name NAME] [--fabric NAME]… [--label KEY=VALUE]… [--simulate SPEC] …",
+  usage: "llmgw agent --server URL[,URL…] --token-file FILE [--name NAME] [--fabric NAME]… [--label KEY=VALUE]… [--simulate SPEC] …",
   flags: AGENT_FLAGS,
   details:
     "Every flag has an environment variable (LLMGW_ + the flag's name in capitals with _ for -; repeatable flags take comma-separated values there) and a config file key (the flag's name with _ for -). Precedence: flags, environment, config file, defaults.\n\n" +
     "The agent keeps running while the head node is unreachable (its engines keep serving) and reconnects by itself.\n\n" +
+    "Several control planes: give each one's URL (--server URL1,URL2,URL3; a list in a config file) or their floating address. The agent talks to one at a time and stays with it while it answers; when it does not (no connection, no answer in time, a 5xx such as a 503 from one standing by), the agent moves to the next, keeping its credential and engines, and says so in its log. Every answer names the leader epoch it comes from: the agent keeps the highest in <state-dir>/leader.epoch and refuses assignments from an older leader (it keeps running what it runs), also after a restart. Going back to one head node: remove <state-dir>/leader.epoch on each node and restart its agent, or the single head node must carry on the epoch.\n\n" +
     "Joining: the join token only admits a new node. The first heartbeat's answer carries the node's own credential, which the agent keeps in <state-dir>/node.credential (0600) and uses from then on, also after a restart; the join token is then no longer needed. A node name that has joined cannot join again with the join token: run `llmgw nodes delete NAME` on the head node, remove <state-dir>/node.credential here, and start the agent again.\n\n" +
     "Address: the head node accepts only the address a node's heartbeats come from, unless `llmgw nodes allow-address NAME ADDR` allowed another for it. A host name as --address is refused unless allowed that way.",
   examples: [
     "llmgw agent --server http://10.0.0.1:8001 --token-file /etc/llmgw/join.token --fabric ib-a",
     "LLMGW_TOKEN=\"$(cat /etc/llmgw/join.token)\" llmgw agent --server http://10.0.0.1:8001 --fabric ib-a",
     "llmgw agent --server https://10.0.0.1:8001 --server-fingerprint 9E:3D:…:C4 --fabric ib-a",
+    "llmgw agent --server http://10.0.0.1:8001,http://10.0.0.2:8001,http://10.0.0.3:8001 --token-file /etc/llmgw/join.token",
     "llmgw agent -c /etc/llmgw/agent.toml --models-dir /data/models --label rack=r12",
     "llmgw agent --server http://127.0.0.1:8001 --token-file llmgw-data/join.token --address 127.0.0.1 --name sim-01 --simulate H100-80GB:8 --simulate-models llama-3.1-8b",
   ],
@@ -110,7 +116,7 @@ export const command: Command = {
       }
       throw e;
     }
-    process.stderr.write(`llmgw agent: node ${agent.name} (${agent.address}) registered with ${config.server}\n`);
+    process.stderr.write(`llmgw agent: node ${agent.name} (${agent.address}) registered with ${agent.server}\n`);
     await stopped;
   },
 };

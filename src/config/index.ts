@@ -165,9 +165,48 @@ export const KeyValue = z.string().regex(/^[A-Za-z0-9_.\/-]{1,63}=[^\n]{0,256}$/
 /** A PEP 440 version as vLLM and SGLang print it, e.g. 0.10.1.1 or 0.4.3.post4. */
 const EngineVersion = z.string().regex(/^\d+(\.\d+)*([._-]?(a|b|rc)\d*)?([._-]?post\d*)?([._-]?dev\d*)?(\+[A-Za-z0-9.]+)?$/i, "must be a version such as 0.10.1.1 or 0.4.3.post4");
 
+/** How many control planes an agent may be given. */
+export const MAX_SERVERS = 16;
+
+/**
+ * The agent's servers: one head node's admin URL, or the control planes' (or their floating
+ * address), as a comma-separated string (flag, environment, config file) or a list (config
+ * file). Each is checked on its own and named when wrong; normalised without trailing slashes.
+ */
+export const ServerList = z.union([z.string(), z.array(z.string())], { message: "must be a URL, a comma-separated list of URLs, or a list of URLs" }).transform((v, ctx) => {
+  const items = (Array.isArray(v) ? v : v.split(",")).map((s) => s.trim());
+  const many = items.length > 1;
+  const out: string[] = [];
+  items.forEach((item, i) => {
+    const which = many ? ` (URL ${i + 1} of ${items.length})` : "";
+    if (item === "") {
+      ctx.addIssue({ code: "custom", message: many ? `URL ${i + 1} of ${items.length} is empty: give URLs separated by single commas` : "must be a URL like http://10.0.0.1:8001" });
+      return;
+    }
+    const url = z.string().url().safeParse(item);
+    if (!url.success || !/^https?:$/i.test(new URL(item).protocol)) {
+      ctx.addIssue({ code: "custom", message: `"${item}"${which} is not a URL like http://10.0.0.1:8001` });
+      return;
+    }
+    const norm = item.replace(/\/+$/, "");
+    if (out.some((o) => o.toLowerCase() === norm.toLowerCase())) {
+      ctx.addIssue({ code: "custom", message: `"${item}"${which} is given twice` });
+      return;
+    }
+    out.push(norm);
+  });
+  if (items.length > MAX_SERVERS) ctx.addIssue({ code: "custom", message: `${items.length} servers: at most ${MAX_SERVERS}` });
+  const schemes = new Set(out.map((u) => u.slice(0, u.indexOf(":")).toLowerCase()));
+  if (schemes.size > 1) ctx.addIssue({ code: "custom", message: "mixes http:// and https:// URLs: every control plane serves the agent API the same way" });
+  return out;
+});
+
 export const AgentConfig = z.strictObject({
-  /** The head node's admin URL, e.g. http://10.0.0.1:8001. */
-  server: z.string().url("must be a URL like http://10.0.0.1:8001"),
+  /**
+   * The head node's admin URL, e.g. http://10.0.0.1:8001; with several control planes, each
+   * of theirs (the agent fails over between them) or their floating address.
+   */
+  server: ServerList,
   /**
    * The join token (<data-dir>/join.token on the head node). Needed only until the node has its
    * own credential (kept in <state_dir>/node.credential); token_file reads it from a file instead.
@@ -228,9 +267,9 @@ export const AgentConfig = z.strictObject({
   /** Pin: the SHA-256 fingerprint the server's certificate must have. */
   server_fingerprint: Sha256Fingerprint.optional(),
 }).superRefine((c, ctx) => {
-  if (/^https:/i.test(c.server)) return;
+  if (c.server.length === 0 || /^https:/i.test(c.server[0]!)) return;
   for (const key of ["server_ca", "server_fingerprint"] as const)
-    if (c[key] !== undefined) ctx.addIssue({ code: "custom", path: [key], message: `only applies to an https:// server, and server is ${c.server}` });
+    if (c[key] !== undefined) ctx.addIssue({ code: "custom", path: [key], message: `only applies to an https:// server, and server is ${c.server.join(",")}` });
 });
 export type AgentConfig = z.infer<typeof AgentConfig>;
 
@@ -334,7 +373,7 @@ export async function loadConfig<S extends z.ZodObject>(schema: S, input: LoadIn
     }
     const key = iss.path.map(String).join(".") || "(top level)";
     const top = String(iss.path[0] ?? "");
-    if (iss.code === "invalid_type" && raw[top] === undefined && iss.path.length === 1)
+    if ((iss.code === "invalid_type" || iss.code === "invalid_union") && raw[top] === undefined && iss.path.length === 1)
       return `${key}: required (give ${flagName(top)}, ${envName(top)} or "${top}" in a config file)`;
     return `${key}${origin[top] ? ` (from ${origin[top]})` : ""}: ${iss.message}`;
   });

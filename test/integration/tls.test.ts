@@ -204,6 +204,24 @@ describe("agents over HTTPS", () => {
     expect((await nodeNames(server)).sort()).toEqual(["pin-01", "pin-02"]);
   });
 
+  test("a pin applies to every server of a list: past a dead first one it is checked at the next; a server with another certificate is refused, not skipped", async () => {
+    const server = await tlsServer();
+    const s = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response() });
+    const dead = `https://127.0.0.1:${s.port}`;
+    await s.stop(true);
+    for (const [name, extra] of [["pin-01", {}], ["pin-02", { server_ca: good.cert }]] as const) {
+      const agent = makeAgent(server, { server: `${dead},${server.adminUrl}`, server_fingerprint: good.fingerprint, ...extra }, name);
+      await agent.start();
+      expect(agent.server).toBe(server.adminUrl);
+    }
+    expect((await nodeNames(server)).sort()).toEqual(["pin-01", "pin-02"]);
+
+    const wrong = await tlsServer(undefined, other);
+    const err = await makeAgent(server, { server: `${wrong.adminUrl},${server.adminUrl}`, server_fingerprint: good.fingerprint }, "pin-03").start().catch((e) => e);
+    expect(err).toBeInstanceOf(AgentError);
+    expect(err.message).toBe(`the server's certificate does not match --server-fingerprint: expected ${good.fingerprint}, got ${other.fingerprint} (server ${wrong.adminUrl})`);
+  });
+
   test("pinned to a wrong fingerprint start() fails naming expected and got", async () => {
     const server = await tlsServer();
     for (const extra of [{}, { server_ca: good.cert }]) {

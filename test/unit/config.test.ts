@@ -84,6 +84,42 @@ describe("agent configuration", () => {
     expect((await loadConfig(AgentConfig, { flags: base, env: {}, configPath: file("agent.toml", "engine_auth = false\n") })).engine_auth).toBe(false);
   });
 
+  test("--server takes one URL or several: comma-separated from a flag, the environment or a file, or a list in a file", async () => {
+    const token = base.token;
+    expect((await loadConfig(AgentConfig, { flags: { server: "http://10.0.0.1:8001/", token }, env: {} })).server).toEqual(["http://10.0.0.1:8001"]);
+    const three = ["http://10.0.0.1:8001", "http://10.0.0.2:8001", "http://10.0.0.3:8001"];
+    expect((await loadConfig(AgentConfig, { flags: { server: three.join(","), token }, env: {} })).server).toEqual(three);
+    expect((await loadConfig(AgentConfig, { flags: { token }, env: { LLMGW_SERVER: three.join(", ") } })).server).toEqual(three);
+    const toml = file("servers.toml", `server = "${three.join(",")}"\ntoken = "${token}"\n`);
+    expect((await loadConfig(AgentConfig, { flags: {}, env: {}, configPath: toml })).server).toEqual(three);
+    const yaml = file("servers.yaml", `server:\n${three.map((u) => `  - ${u}/`).join("\n")}\ntoken: ${token}\n`);
+    expect((await loadConfig(AgentConfig, { flags: {}, env: {}, configPath: yaml })).server).toEqual(three);
+    // The flag wins over the file, as for every key.
+    expect((await loadConfig(AgentConfig, { flags: { server: three[1]! }, env: {}, configPath: yaml })).server).toEqual([three[1]!]);
+  });
+
+  test("each bad URL of the list is named, with where the list came from", async () => {
+    const problems = async (server: unknown, from: "flag" | "file" = "flag") => {
+      const opts: Parameters<typeof loadConfig>[1] =
+        from === "flag" ? { flags: { server: server as string, token: base.token }, env: {} } : { flags: { token: base.token }, env: {}, configPath: file("bad.json", JSON.stringify({ server })) };
+      const err = await loadConfig(AgentConfig, opts).catch((e) => e);
+      expect(err).toBeInstanceOf(ConfigError);
+      return (err as ConfigError).problems;
+    };
+    expect(await problems("http://10.0.0.1:8001,10.0.0.2:8001")).toEqual(['server (from flag --server): "10.0.0.2:8001" (URL 2 of 2) is not a URL like http://10.0.0.1:8001']);
+    expect(await problems("nope")).toEqual(['server (from flag --server): "nope" is not a URL like http://10.0.0.1:8001']);
+    expect(await problems("http://a:1,,http://b:1")).toEqual(["server (from flag --server): URL 2 of 3 is empty: give URLs separated by single commas"]);
+    expect(await problems("http://a:1,http://b:1,http://a:1/")).toEqual(['server (from flag --server): "http://a:1/" (URL 3 of 3) is given twice']);
+    expect(await problems("http://a:1,https://b:1")).toEqual(["server (from flag --server): mixes http:// and https:// URLs: every control plane serves the agent API the same way"]);
+    expect(await problems(["http://a:1", "ftp://b"], "file")).toEqual([expect.stringMatching(/^server \(from config file .*bad\.json\): "ftp:\/\/b" \(URL 2 of 2\) is not a URL like/)]);
+    expect(await problems(8001, "file")).toEqual([expect.stringMatching(/: must be a URL, a comma-separated list of URLs, or a list of URLs$/)]);
+    const missing = await loadConfig(AgentConfig, { flags: { token: base.token }, env: {} }).catch((e) => e);
+    expect((missing as ConfigError).problems).toEqual(['server: required (give --server, LLMGW_SERVER or "server" in a config file)']);
+    // A pin applies to every server, so it needs every one to be https.
+    const pin = await loadConfig(AgentConfig, { flags: { server: "http://a:1,http://b:1", token: base.token, "server-fingerprint": "AA".repeat(32) }, env: {} }).catch((e) => e);
+    expect((pin as ConfigError).problems).toEqual(["server_fingerprint (from flag --server-fingerprint): only applies to an https:// server, and server is http://a:1,http://b:1"]);
+  });
+
   test("a bad --engine-auth names the flag and the values it takes", async () => {
     const err = await loadConfig(AgentConfig, { flags: { ...base, "engine-auth": "maybe" }, env: {} }).catch((e) => e);
     expect(err).toBeInstanceOf(ConfigError);

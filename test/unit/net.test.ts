@@ -34,5 +34,7 @@ describe("IPv6 bracketing", () => {
   test("the join command names an IPv6 head node address in brackets", () => {
     expect(joinCommand("http://127.0.0.1:8001", "/t", "fd00::1")).toContain("--server http://[fd00::1]:8001");
     expect(joinCommand("http://127.0.0.1:8001", "/t", "10.0.0.1")).toContain("--server http://10.0.0.1:8001");
+    // Several control planes: the list as given, whatever this head node's own address.
+    expect(joinCommand("http://127.0.0.1:8001", "/t", "10.0.0.1", ["http://10.0.0.1:8001", "http://10.0.0.2:8001"])).toBe("llmgw agent --server http://10.0.0.1:8001,http://10.0.0.2:8001 --token-file /t");
   });
 });
