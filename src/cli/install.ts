@@ -153,16 +153,17 @@ const KEEPALIVED_ONLY = ["interface", "address", "peer", "router-id", "priority"
  * said; undefined when keepalived is not installed. keepalived 2.2.7 (Debian 12) kills itself
  * during -t whenever scripts run as a non-root script_user (upstream issues #2587 and #2617, fixed
  * in 2.2.8), although the daemon runs them fine; so the test reads a copy with script_user root,
- * which parses the same everywhere else.
+ * which parses the same everywhere else. It also checks that the interfaces exist: `wrap` runs it
+ * where they do (another network namespace).
  */
-export function keepalivedTest(conf: string): { ok: boolean; output: string } | undefined {
+export function keepalivedTest(conf: string, wrap: (argv: string[]) => string[] = (argv) => argv): { ok: boolean; output: string } | undefined {
   const bin = Bun.which("keepalived") ?? Bun.which("keepalived", { PATH: "/usr/sbin:/sbin" });
   if (!bin) return undefined;
   const dir = mkdtempSync(join(tmpdir(), "llmgw-keepalived-"));
   try {
     const path = join(dir, "keepalived.conf");
-    writeFileSync(path, conf.replace(/^(\s*script_user)\s+\S+(\s+\S+)?\s*$/m, "$1 root"), { mode: 0o600 });
-    const p = Bun.spawnSync([bin, "-t", "-f", path], { stdout: "pipe", stderr: "pipe" });
+    writeFileSync(path, conf.replace(/^([ \t]*script_user)[ \t].*$/m, "$1 root"), { mode: 0o600 });
+    const p = Bun.spawnSync(wrap([bin, "-t", "-f", path]), { stdout: "pipe", stderr: "pipe" });
     const output = (p.stdout.toString() + p.stderr.toString()).trim();
     return { ok: p.exitCode === 0, output: output || `keepalived -t exited with ${p.exitCode ?? `signal ${p.signalCode}`} and said nothing` };
   } finally {
