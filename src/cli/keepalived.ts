@@ -71,6 +71,7 @@ export function keepalivedOptions(flags: Record<string, string | boolean | strin
   const iface = flags.interface as string | undefined;
   if (!iface) throw new UsageError("--interface is required: the network interface the floating address goes on, e.g. eth0");
   if (!/^[A-Za-z0-9_.:@-]{1,15}$/.test(iface)) throw new UsageError(`--interface must be an interface name like eth0 (at most 15 letters, digits, _ . : @ -), not "${iface}"`);
+  if (iface === "lo") throw new UsageError("--interface lo is the loopback: VRRP needs the interface the head nodes share a network on, e.g. eth0");
   const address = flags.address as string | undefined;
   if (!address) throw new UsageError("--address is required: the floating address with its prefix length, e.g. 10.0.0.100/24");
   const m = /^([^/]+)\/(\d{1,2})$/.exec(address);
