@@ -3,7 +3,7 @@
 // `llmgw install keepalived --print` wrote (its check runs `llmgw healthz --leader` by the
 // binary's absolute path, as user nobody). From the root namespace the address answers as the
 // leader; kill -9 the serve holding it and the address moves to the other namespace and answers
-// there. With SHARED_STORE the two serve share one SQLite file (`--store FILE --ha`, short lease):
+// there. With SHARED_STORE (on) the two serve share one SQLite file (`--store FILE --ha`, short lease):
 // one leads, the other stands by and its check fails, and after the kill the standby takes the
 // lease, its check passes and the address follows. Without it each serve runs its own store, so
 // each leads and the address follows the first whose check passes.
@@ -17,7 +17,7 @@ import { type NetnsLab, createLab, leftovers } from "../helpers/netns";
 
 const ADMIN_PORT = 8001;
 /** The two serve share one store and elect a leader by lease (several control planes). */
-const SHARED_STORE = false;
+const SHARED_STORE = true;
 const LEASE = { ttl: "3s", renew: "1s" };
 const KEEPALIVED = Bun.which("keepalived") ?? Bun.which("keepalived", { PATH: "/usr/sbin:/sbin" });
 
@@ -45,11 +45,11 @@ function collect(p: Bun.Subprocess<"ignore", "pipe", "pipe">, i: number): void {
     })();
 }
 
-async function leaderAnswer(url: string): Promise<{ status: number; leading: boolean } | undefined> {
+async function leaderAnswer(url: string): Promise<{ status: number; leading: boolean; name?: string; epoch?: number } | undefined> {
   try {
     const r = await fetch(`${url}/healthz?leader=1`, { signal: AbortSignal.timeout(800) });
-    const body = (await r.json()) as { leading?: boolean };
-    return { status: r.status, leading: body.leading === true };
+    const body = (await r.json()) as { leading?: boolean; name?: string; epoch?: number };
+    return { status: r.status, leading: body.leading === true, ...(body.name ? { name: body.name } : {}), ...(body.epoch !== undefined ? { epoch: body.epoch } : {}) };
   } catch {
     return undefined;
   }
@@ -140,29 +140,37 @@ describe("the floating address follows the leader between two namespaces", () =>
     // Through the binary, as an operator would ask it from outside.
     const viaVip = run(scratch.bin, ["healthz", "--leader", "--server", vipUrl], { cwd: scratch.dir });
     expect(viaVip.code).toBe(0);
-    expect(viaVip.stdout).toStartWith(`leading: ${vipUrl} leads`);
+    expect(viaVip.stdout).toStartWith(SHARED_STORE ? `leading: ${vipUrl} (head-${first}) leads` : `leading: ${vipUrl} leads`);
+    const epochBefore = (await leaderAnswer(vipUrl))?.epoch ?? 0;
 
     const killedAt = performance.now();
+    let leadsAt: number | undefined;
     serves[first]!.kill("SIGKILL");
     await serves[first]!.exited;
     await until(
       () => `the floating address moving from namespace ${first} to ${other} (holders: ${holders(l).join(",") || "none"})\n${logs()}`,
       async () => {
         const h = holders(l);
-        return h.length === 1 && h[0] === other && (await leaderAnswer(vipUrl))?.leading === true;
+        if (leadsAt === undefined && (await leaderAnswer(`http://${l.hosts[other]!.address}:${ADMIN_PORT}`))?.leading) leadsAt = performance.now();
+        const a = await leaderAnswer(vipUrl);
+        return h.length === 1 && h[0] === other && a?.leading === true && (!SHARED_STORE || a.name === `head-${other}`);
       },
       { timeoutMs: 20_000, everyMs: 50 },
     );
     const movedMs = performance.now() - killedAt;
     process.stderr.write(
-      `floating address: moved from ${l.hosts[first]!.ns} to ${l.hosts[other]!.ns} ${(movedMs / 1000).toFixed(2)} s after kill -9 of the serve holding it${SHARED_STORE ? ` (one shared store, lease TTL ${LEASE.ttl}, renewal ${LEASE.renew})` : " (a store each)"}\n`,
+      `floating address: moved from ${l.hosts[first]!.ns} to ${l.hosts[other]!.ns} ${(movedMs / 1000).toFixed(2)} s after kill -9 of the serve holding it${SHARED_STORE ? ` (one shared store, lease TTL ${LEASE.ttl}, renewal ${LEASE.renew}; the standby led after ${leadsAt === undefined ? "?" : ((leadsAt - killedAt) / 1000).toFixed(2)} s)` : " (a store each)"}\n`,
     );
     // The check on the dead one fails now; the address stays off it.
     const dead = localCheck(first);
     expect(dead.exitCode).toBe(1);
     expect(dead.stderr.toString()).toContain("not answering");
     expect(l.addresses(first)).not.toContain(vipOf(l));
-    if (SHARED_STORE) expect(localCheck(other).exitCode).toBe(0);
+    if (SHARED_STORE) {
+      expect(localCheck(other).exitCode).toBe(0);
+      // A new leader, under a higher fencing epoch.
+      expect((await leaderAnswer(vipUrl))?.epoch ?? 0).toBeGreaterThan(epochBefore);
+    }
     // The check's interval, fall and rise, about 3 adverts, and with one store the lease's lapse.
     expect(movedMs).toBeLessThan(SHARED_STORE ? 15_000 : 10_000);
     expect(keepalivedLogs[first]).toContain("llmgw_leader");
