@@ -9,7 +9,7 @@
 // each leads and the address follows the first whose check passes.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { keepalivedTest } from "../../src/cli/install";
 import { run, scratchWithBinary, until } from "../helpers/binary";
@@ -24,7 +24,7 @@ const KEEPALIVED = Bun.which("keepalived") ?? Bun.which("keepalived", { PATH: "/
 let lab: NetnsLab | undefined;
 let scratch: { dir: string; bin: string };
 let binDir: string | undefined;
-const serves: (Bun.Subprocess<"ignore", "pipe", "pipe"> | undefined)[] = [];
+const serves: (Bun.Subprocess | undefined)[] = [];
 const keepaliveds: Bun.Subprocess<"ignore", "pipe", "pipe">[] = [];
 const keepalivedLogs: string[] = [];
 
@@ -57,7 +57,15 @@ async function leaderAnswer(url: string): Promise<{ status: number; leading: boo
 
 const vipOf = (l: NetnsLab) => `${l.net}.100`;
 const holders = (l: NetnsLab) => l.hosts.map((_, i) => i).filter((i) => l.addresses(i).includes(vipOf(l)));
-const logs = () => keepalivedLogs.map((l, i) => `--- keepalived in namespace ${i}:\n${l.slice(-3000)}`).join("\n");
+const tail = (path: string) => {
+  try {
+    return readFileSync(path, "utf8").slice(-2000);
+  } catch {
+    return "";
+  }
+};
+const logs = () =>
+  keepalivedLogs.map((l, i) => `--- keepalived in namespace ${i}:\n${l.slice(-3000)}\n--- serve in namespace ${i}:\n${tail(join(scratch.dir, `data-${i}.err`))}${tail(join(scratch.dir, `data-${i}.log`))}`).join("\n");
 
 beforeAll(async () => {
   if (!KEEPALIVED) throw new Error("keepalived is missing (Debian package keepalived): apt-get install keepalived; this test runs it for real");
@@ -79,12 +87,13 @@ beforeAll(async () => {
       : [];
     const serve = Bun.spawn(
       lab.exec(i, [scratch.bin, "serve", "--data-dir", data, "--admin-listen", `0.0.0.0:${ADMIN_PORT}`, "--listen", "127.0.0.1:8000", "--name", `head-${i}`, ...shared]),
-      { cwd: scratch.dir, env: { PATH: process.env.PATH ?? "" }, stdin: "ignore", stdout: "pipe", stderr: "pipe" },
+      // To files: a pipe nobody reads would fill and stall the server.
+      { cwd: scratch.dir, env: { PATH: process.env.PATH ?? "" }, stdin: "ignore", stdout: Bun.file(`${data}.log`), stderr: Bun.file(`${data}.err`) },
     );
     serves.push(serve);
     const url = `http://${lab.hosts[i]!.address}:${ADMIN_PORT}`;
     // Answering at all (a standby answers 503 to ?leader=1).
-    await until(`serve in ${lab.hosts[i]!.ns} answering at ${url}`, async () => (await leaderAnswer(url)) !== undefined, 20_000);
+    await until(() => `serve in ${lab!.hosts[i]!.ns} answering at ${url}\n${logs()}`, async () => (await leaderAnswer(url)) !== undefined, 20_000);
 
     const peer = lab.hosts[1 - i]!.address;
     const args = ["install", "keepalived", "--print", "--interface", "veth0", "--address", `${vipOf(lab)}/24`, "--peer", peer, "--router-id", routerId, "--server", `http://127.0.0.1:${ADMIN_PORT}`];
@@ -109,6 +118,7 @@ afterAll(async () => {
   await Promise.all(keepaliveds.map((k) => stop(k, 3000)));
   await Promise.all(serves.map((s) => stop(s, 3000)));
   if (binDir) rmSync(binDir, { recursive: true, force: true });
+  if (scratch) rmSync(scratch.dir, { recursive: true, force: true });
   if (lab) {
     const prefix = lab.prefix;
     lab.destroy();
