@@ -105,7 +105,7 @@ export const install: Command = {
     conf: { kind: "string", value: "FILE", help: `keepalived: where to write the configuration (default ${KEEPALIVED_DEFAULTS.confPath})` },
     help: { kind: "boolean", short: "h", help: "show this help" },
   },
-  details: "Flags after `--` are passed to the command, e.g. the agent's --server and --fabric. Secrets (--token, --admin-token) belong in /etc/llmgw/ROLE.env as LLMGW_TOKEN=… (mode 0600), which the unit reads.",
+  details: "Flags after `--` are passed to the command, e.g. the agent's --server and --fabric. Secrets (--token, --admin-token) belong in /etc/llmgw/ROLE.env as LLMGW_TOKEN=… (mode 0600), which the unit reads.\n\ninstall keepalived writes /etc/keepalived/keepalived.conf (--conf FILE elsewhere, --print to show it), checked with keepalived -t: the floating address follows the control plane whose `llmgw healthz --leader` passes (--for database: Patroni's primary, by curl on its GET /primary). Write it on every head node, each listing the others as --peer.",
   examples: [
     "sudo ./llmgw install serve",
     "sudo ./llmgw install agent -- --server http://10.0.0.1:8001 --fabric ib-a",
