@@ -16,6 +16,7 @@ const COMMANDS: Record<string, { summary: string; load: Loader }> = {
   cordon: { summary: "stop placing replicas on a node", load: async () => (await import("./cli/node-admin")).cordon },
   uncordon: { summary: "allow placement on a node again", load: async () => (await import("./cli/node-admin")).uncordon },
   drain: { summary: "move a node's replicas away and leave it cordoned", load: async () => (await import("./cli/node-admin")).drain },
+  healthz: { summary: "check that a control plane answers, or leads (exit 0 or 1): keepalived's check", load: async () => (await import("./cli/healthz")).command },
   backup: { summary: "write a consistent copy of the database while the server runs", load: async () => (await import("./cli/backup")).command },
   keys: { summary: "create, list and revoke client API keys for the router", load: async () => (await import("./cli/keys")).command },
   logs: { summary: "show a replica's engine log (-f to follow)", load: async () => (await import("./cli/logs")).command },
@@ -26,7 +27,7 @@ const COMMANDS: Record<string, { summary: string; load: Loader }> = {
   "fake-engine": { summary: "run the built-in OpenAI-compatible fake engine", load: async () => (await import("./cli/fake-engine")).command },
   "join-token": { summary: "replace the join token (rotate)", load: async () => (await import("./cli/node-trust")).joinTokenCommand },
   "join-command": { summary: "print the command that joins a GPU node to this head node", load: async () => (await import("./cli/join-command")).command },
-  install: { summary: "install serve or agent as a systemd service", load: async () => (await import("./cli/install")).install },
+  install: { summary: "install serve or agent as a systemd service, or write keepalived's configuration", load: async () => (await import("./cli/install")).install },
   uninstall: { summary: "remove the systemd service written by install", load: async () => (await import("./cli/install")).uninstall },
   completion: {
     summary: "print a shell completion script (bash or zsh)",

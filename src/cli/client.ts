@@ -53,7 +53,8 @@ export interface Client {
   send<T>(method: "POST" | "PUT" | "DELETE", path: string, body?: unknown): Promise<T>;
 }
 
-export function resolveClient(flags: FlagValues, env = process.env): Client {
+/** The admin URL to call (flag, environment, or the server recorded in the data dir) and how to trust it; no token. */
+export function resolveServer(flags: FlagValues, env = process.env): { server: string; dataDir: string; caPath?: string; tls?: BunFetchRequestInitTLS } {
   const dataDir = (flags["data-dir"] as string | undefined) ?? env.LLMGW_DATA_DIR ?? DEFAULT_DATA_DIR;
   let server = (flags.server as string | undefined) ?? env.LLMGW_SERVER;
   let info: ServerInfo | undefined;
@@ -67,6 +68,11 @@ export function resolveClient(flags: FlagValues, env = process.env): Client {
   server = server.replace(/\/+$/, "");
   const caPath = (flags.ca as string | undefined) ?? env.LLMGW_CA;
   const tls = /^https:/i.test(server) ? clientTls(server, caPath, info ?? readServerInfo(dataDir)) : undefined;
+  return { server, dataDir, ...(caPath ? { caPath } : {}), ...(tls ? { tls } : {}) };
+}
+
+export function resolveClient(flags: FlagValues, env = process.env): Client {
+  const { server, dataDir, caPath, tls } = resolveServer(flags, env);
   const token = (flags.token as string | undefined) ?? env.LLMGW_TOKEN ?? readTokenFile(dataDir, "admin.token");
   if (!token) throw new CliError(`no admin token: pass --token (or LLMGW_TOKEN), or run where ${dataDir}/admin.token is readable`);
 
@@ -141,7 +147,7 @@ function clientTls(server: string, caPath: string | undefined, info: ServerInfo 
   };
 }
 
-function certificateProblem(err: Error & { code?: string }, server: string, caPath: string | undefined): string | undefined {
+export function certificateProblem(err: Error & { code?: string }, server: string, caPath: string | undefined): string | undefined {
   const code = err.code ?? "";
   if (/ALTNAME|HOSTNAME_MISMATCH/.test(code))
     return `its TLS certificate is not valid for ${new URL(server).hostname} (${err.message}); use a --server name or address the certificate lists`;

@@ -1,12 +1,16 @@
 // `llmgw install serve|agent` writes a systemd unit that runs this binary with the given flags,
 // hardened (no new privileges, read-only system, writable only where it must write), restarted
 // on failure; `--print` shows the unit instead. `llmgw uninstall` removes it again.
+// `llmgw install keepalived` writes keepalived's configuration for the floating address
+// (keepalived.ts), checked with `keepalived -t` when keepalived is here.
 
-import { existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
-import { isAbsolute, resolve } from "node:path";
-import { UsageError } from "../config/flags";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, isAbsolute, join, resolve } from "node:path";
+import { type FlagValues, UsageError } from "../config/flags";
 import { CliError } from "./client";
 import type { Command } from "./command";
+import { KEEPALIVED_DEFAULTS, keepalivedOptions, renderKeepalived } from "./keepalived";
 
 /** What an installed service gets unless a flag says otherwise: its user and its directories. */
 const INSTALL_DEFAULTS = { user: "llmgw", serveDataDir: "/var/lib/llmgw", agentStateDir: "/var/lib/llmgw-agent", modelsDir: "/var/lib/llmgw/models" } as const;
@@ -78,8 +82,9 @@ function compiledBinary(): string | undefined {
 
 export const install: Command = {
   name: "install",
-  summary: "Install llmgw serve or agent as a systemd service (or --print the unit).",
-  usage: "llmgw install serve|agent [--print] [--user USER] [--data-dir DIR] [--models-dir DIR] [-- FLAGS…]",
+  summary: "Install llmgw serve or agent as a systemd service (or --print the unit), or write keepalived's configuration for the floating address.",
+  usage:
+    "llmgw install serve|agent [--print] [--user USER] [--data-dir DIR] [--models-dir DIR] [-- FLAGS…]\n  llmgw install keepalived --interface IF --address VIP/PREFIX [--peer ADDR …] [--router-id N] [--priority N] [--server URL] [--for llmgw|database] [--patroni URL] [--print]",
   flags: {
     print: { kind: "boolean", help: "print the unit instead of writing it" },
     user: { kind: "string", value: "USER", help: `user the service runs as (default ${INSTALL_DEFAULTS.user})` },
@@ -87,17 +92,32 @@ export const install: Command = {
     "models-dir": { kind: "string", value: "DIR", help: `agent: where model weights live (default ${INSTALL_DEFAULTS.modelsDir})` },
     binary: { kind: "string", value: "PATH", help: "the llmgw binary to run (default: this one)" },
     "unit-dir": { kind: "string", value: "DIR", help: `where to write the unit (default ${UNIT_DIR})` },
+    interface: { kind: "string", value: "IF", help: "keepalived: the interface the floating address goes on, e.g. eth0" },
+    address: { kind: "string", value: "VIP/PREFIX", help: "keepalived: the floating address with its prefix length, e.g. 10.0.0.100/24" },
+    peer: { kind: "list", value: "ADDR", help: "keepalived: another head node's address, for unicast adverts (repeat, or ADDR,ADDR; default multicast)" },
+    "router-id": { kind: "string", value: "N", help: `keepalived: virtual_router_id, 1 to 255, the same on every head node and unique on the network (default ${KEEPALIVED_DEFAULTS.routerId.llmgw}; ${KEEPALIVED_DEFAULTS.routerId.database} --for database)` },
+    priority: { kind: "string", value: "N", help: `keepalived: this node's VRRP priority, 1 to 254 (default ${KEEPALIVED_DEFAULTS.priority})` },
+    server: { kind: "string", value: "URL", help: `keepalived: the local serve's admin URL the check asks (default ${KEEPALIVED_DEFAULTS.server})` },
+    for: { kind: "string", value: "WHAT", help: "keepalived: llmgw (the address follows the llmgw leader; default) or database (it follows Patroni's primary)" },
+    patroni: { kind: "string", value: "URL", help: `keepalived --for database: the local Patroni REST API (default ${KEEPALIVED_DEFAULTS.patroni})` },
+    "auth-pass": { kind: "string", value: "PASS", help: "keepalived: VRRP password, at most 8 characters, the same on every head node (default llmgw + the router id)" },
+    "script-user": { kind: "string", value: "USER", help: `keepalived: the user the check runs as (default ${KEEPALIVED_DEFAULTS.scriptUser})` },
+    conf: { kind: "string", value: "FILE", help: `keepalived: where to write the configuration (default ${KEEPALIVED_DEFAULTS.confPath})` },
     help: { kind: "boolean", short: "h", help: "show this help" },
   },
-  details: "Flags after `--` are passed to the command, e.g. the agent's --server and --fabric. Secrets (--token, --admin-token) belong in /etc/llmgw/ROLE.env as LLMGW_TOKEN=… (mode 0600), which the unit reads.",
+  details: "Flags after `--` are passed to the command, e.g. the agent's --server and --fabric. Secrets (--token, --admin-token) belong in /etc/llmgw/ROLE.env as LLMGW_TOKEN=… (mode 0600), which the unit reads.\n\ninstall keepalived writes /etc/keepalived/keepalived.conf (--conf FILE elsewhere, --print to show it), checked with keepalived -t: the floating address follows the control plane whose `llmgw healthz --leader` passes (--for database: Patroni's primary, by curl on its GET /primary). Write it on every head node, each listing the others as --peer.",
   examples: [
     "sudo ./llmgw install serve",
     "sudo ./llmgw install agent -- --server http://10.0.0.1:8001 --fabric ib-a",
     "./llmgw install serve --print",
+    "sudo ./llmgw install keepalived --interface eth0 --address 10.0.0.100/24 --peer 10.0.0.2 --peer 10.0.0.3",
+    "./llmgw install keepalived --for database --interface eth0 --address 10.0.0.200/24 --print",
   ],
   async run({ flags, positionals }) {
     const role = positionals[0];
-    if (role !== "serve" && role !== "agent") throw new UsageError("install takes serve or agent");
+    if (role === "keepalived") return installKeepalived(flags, positionals.slice(1));
+    if (role !== "serve" && role !== "agent") throw new UsageError("install takes serve, agent or keepalived");
+    for (const f of KEEPALIVED_ONLY) if (flags[f] !== undefined) throw new UsageError(`--${f} is for install keepalived`);
     const binary = (flags.binary as string | undefined) ?? compiledBinary();
     if (!binary) throw new CliError("run install from the compiled llmgw binary (or pass --binary /path/to/llmgw)");
     const abs = isAbsolute(binary) ? binary : resolve(binary);
@@ -125,6 +145,55 @@ export const install: Command = {
     process.stdout.write(`next: sudo chown -R ${user} ${dataDir} && sudo systemctl daemon-reload && sudo systemctl enable --now ${unitName(role)}\n`);
   },
 };
+
+const KEEPALIVED_ONLY = ["interface", "address", "peer", "router-id", "priority", "server", "for", "patroni", "auth-pass", "script-user", "conf"] as const;
+
+/**
+ * keepalived's own config test (`keepalived -t -f FILE`): whether it accepts the file and what it
+ * said; undefined when keepalived is not installed. keepalived 2.2.7 (Debian 12) kills itself
+ * during -t whenever scripts run as a non-root script_user (upstream issues #2587 and #2617, fixed
+ * in 2.2.8), although the daemon runs them fine; so the test reads a copy with script_user root,
+ * which parses the same everywhere else. It also checks that the interfaces exist: `wrap` runs it
+ * where they do (another network namespace).
+ */
+export function keepalivedTest(conf: string, wrap: (argv: string[]) => string[] = (argv) => argv): { ok: boolean; output: string } | undefined {
+  const bin = Bun.which("keepalived") ?? Bun.which("keepalived", { PATH: "/usr/sbin:/sbin" });
+  if (!bin) return undefined;
+  const dir = mkdtempSync(join(tmpdir(), "llmgw-keepalived-"));
+  try {
+    const path = join(dir, "keepalived.conf");
+    writeFileSync(path, conf.replace(/^([ \t]*script_user)[ \t].*$/m, "$1 root"), { mode: 0o600 });
+    const p = Bun.spawnSync(wrap([bin, "-t", "-f", path]), { stdout: "pipe", stderr: "pipe" });
+    const output = (p.stdout.toString() + p.stderr.toString()).trim();
+    return { ok: p.exitCode === 0, output: output || `keepalived -t exited with ${p.exitCode ?? `signal ${p.signalCode}`} and said nothing` };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+async function installKeepalived(flags: FlagValues, rest: string[]): Promise<void> {
+  if (rest.length > 0) throw new UsageError(`install keepalived takes flags only, not "${rest[0]}" (flags after -- are for serve and agent)`);
+  for (const f of ["user", "data-dir", "models-dir", "unit-dir"]) if (flags[f] !== undefined) throw new UsageError(`--${f} is for install serve and agent, not keepalived`);
+  const binary = (flags.binary as string | undefined) ?? compiledBinary() ?? "/usr/local/bin/llmgw";
+  const curl = Bun.which("curl") ?? "/usr/bin/curl";
+  const conf = renderKeepalived(keepalivedOptions(flags, isAbsolute(binary) ? binary : resolve(binary), curl));
+  if (flags.print) {
+    process.stdout.write(conf);
+    return;
+  }
+  const path = (flags.conf as string | undefined) ?? KEEPALIVED_DEFAULTS.confPath;
+  try {
+    mkdirSync(dirname(path), { recursive: true });
+    writeFileSync(path, conf, { mode: 0o644 });
+  } catch (e) {
+    throw new CliError(`cannot write ${path}: ${(e as Error).message} (run with sudo, or --print and install it yourself)`);
+  }
+  process.stdout.write(`wrote ${path}\n`);
+  const test = keepalivedTest(conf);
+  if (!test) process.stdout.write("keepalived is not installed here: sudo apt-get install keepalived, then check the file with keepalived -t -f " + path + "\n");
+  else if (!test.ok) throw new CliError(`keepalived -t refuses ${path}:\n${test.output}`);
+  process.stdout.write(`next: write the same on every head node (each listing the others as --peer), then sudo systemctl restart keepalived\n`);
+}
 
 export const uninstall: Command = {
   name: "uninstall",
