@@ -1,10 +1,11 @@
 // A real PostgreSQL for one test: Debian's server binaries (package postgresql), a fresh data
 // dir in a temp dir, trust authentication on 127.0.0.1 only, a free port, the unix socket inside
-// the temp dir, fsync off. initdb refuses to run as root, so as root everything runs as the
-// `postgres` user (runuser). The server runs in a process group of its own: kill9() kills the
-// postmaster and every backend at once, as a machine crash would; start() brings it back on the
-// same port and data. stop() always kills it and removes the temp dir, and a process that exits
-// without calling stop() still does both.
+// the temp dir, fsync off (commits survive a killed server, not a crashed machine). initdb
+// refuses to run as root, so as root everything runs as the `postgres` user (runuser). The
+// server runs in a process group of its own: kill9() kills the postmaster and every backend at
+// once, as if the server crashed; start() brings it back on the same port and data. stop()
+// always kills it and removes the temp dir, and a process that exits without calling stop()
+// still does both.
 //
 //   const pg = await startPostgres();
 //   try { ... pg.url ... } finally { await pg.stop(); }
@@ -140,8 +141,9 @@ export async function startPostgres(opts: StartPostgresOptions = {}): Promise<Po
       listen_addresses: host,
       port,
       unix_socket_directories: root,
+      // Off: nothing waits for the disk. Safe against a killed server (the kernel still holds
+      // what was written); synchronous_commit stays on, or a kill -9 would lose commits.
       fsync: "off",
-      synchronous_commit: "off",
       full_page_writes: "off",
       max_connections: 200,
       shared_buffers: "64MB",
