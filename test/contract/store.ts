@@ -6,7 +6,7 @@
 // Lease tests wait on the database's clock (a TTL of a few hundred milliseconds): that clock is
 // the database's own and cannot be driven by a ManualScheduler.
 
-import { afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { afterEach, beforeEach, describe, expect, test as bunTest } from "bun:test";
 import { FencedError } from "../../src/control/errors";
 import type { StorePort } from "../../src/control/store-port";
 import type { PlanWrite, StoreChange } from "../../src/control/types";
@@ -28,17 +28,22 @@ function plan(p: Partial<PlanWrite>): PlanWrite {
 
 const replica = (id: string, m = "m1", node = "n1") => ({ id, model: m, profile: "default", shards: [{ node, gpus: [0] }], port: 20000, endpoint: `http://10.0.0.1:20000` });
 
+/** Every contract test may take this long (lease tests wait on the database's clock, on a busy machine). */
+const T = 30_000;
+const test = (name: string, fn: () => Promise<void>) => bunTest(name, fn, T);
+
 export function storeContract(dialect: string, open: () => Promise<ContractStore>): void {
   describe(`StorePort contract: ${dialect}`, () => {
     let h: ContractStore;
     let s: StorePort;
+    // Generous: a fresh PostgreSQL database per test on a busy machine.
     beforeEach(async () => {
       h = await open();
       s = h.store;
-    });
+    }, 30_000);
     afterEach(async () => {
       await h.close();
-    });
+    }, 30_000);
 
     describe("nodes", () => {
       test("a heartbeat creates a node with its GPUs and weights, then updates it and replaces them", async () => {

@@ -91,9 +91,48 @@ function onExit(fn: () => void): void {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+const OWNER = "owner.pid";
+
+/**
+ * Removes what earlier test processes left behind when they ended without stop() or their exit
+ * hook (a runner that exits without an exit event): temp dirs whose owning process is gone,
+ * after killing any server still running in them.
+ */
+function sweepLeftovers(): void {
+  for (const name of readdirSync(tmpdir())) {
+    if (!name.startsWith("llmgw-pg-")) continue;
+    const root = join(tmpdir(), name);
+    let owner: number;
+    try {
+      owner = Number(readFileSync(join(root, OWNER), "utf8"));
+    } catch {
+      continue; // not one of ours, or still being made
+    }
+    if (!(owner > 0) || alive(owner)) continue;
+    try {
+      const pid = Number(readFileSync(join(root, "data", "postmaster.pid"), "utf8").split("\n")[0]);
+      if (pid > 0) process.kill(pid, "SIGKILL");
+    } catch {
+      /* no server ran there */
+    }
+    rmSync(root, { recursive: true, force: true });
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as { code?: string }).code === "EPERM";
+  }
+}
+
 export async function startPostgres(opts: StartPostgresOptions = {}): Promise<Postgres> {
   const bin = postgresBinDir();
+  sweepLeftovers();
   const root = mkdtempSync(join(tmpdir(), "llmgw-pg-"));
+  writeFileSync(join(root, OWNER), String(process.pid));
   const dataDir = join(root, "data");
   const host = "127.0.0.1";
   const database = opts.database ?? "llmgw";

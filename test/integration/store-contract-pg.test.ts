@@ -11,10 +11,10 @@ import { type Postgres, startPostgres } from "../helpers/postgres";
 let pg: Postgres;
 beforeAll(async () => {
   pg = await startPostgres();
-});
+}, 60_000);
 afterAll(async () => {
   await pg?.stop();
-});
+}, 30_000);
 
 let n = 0;
 const freshUrl = async () => {
@@ -48,7 +48,7 @@ describe("PostgreSQL only", () => {
     } finally {
       await store.close();
     }
-  });
+  }, 30_000);
 
   test("openStore opens a postgres:// URL as the PostgreSQL dialect, describing it without its password", async () => {
     const url = (await freshUrl()).replace("postgres@", "postgres:s3cret@");
@@ -61,5 +61,5 @@ describe("PostgreSQL only", () => {
     } finally {
       await opened.close();
     }
-  });
+  }, 30_000);
 });

@@ -20,10 +20,10 @@ beforeAll(async () => {
   pg = await startPostgres();
   // Trust authentication ignores the password; it is there to be kept out of every message.
   url = pg.url.replace("postgres@", `postgres:${SECRET}@`);
-});
+}, 60_000);
 afterAll(async () => {
   await pg?.stop();
-});
+}, 30_000);
 
 async function unavailable(p: Promise<unknown>): Promise<StoreUnavailableError> {
   const e = await p.then(
@@ -119,5 +119,5 @@ describe("PostgreSQL going away and coming back", () => {
     expect(err!.message).toStartWith("cannot open the PostgreSQL store postgres://llmgw:***@127.0.0.1:1/llmgw: cannot reach PostgreSQL at 127.0.0.1:1 (ECONNREFUSED)");
     expect(err!.message).not.toContain(SECRET);
     expect(performance.now() - t0).toBeLessThan(5000);
-  });
+  }, 30_000);
 });
