@@ -1,5 +1,6 @@
 // What the test suite needs from the machine beyond Node.js, npm and the Bun that `npm ci`
-// brings: a few commands from Debian's packages. `npm test` runs this first. When everything is
+// brings: a few commands from Debian's packages (PostgreSQL, Patroni, etcd and keepalived among
+// them, for the store's and the failover tests, which fail, not skip, without them). `npm test` runs this first. When everything is
 // there it only looks each command up on PATH (milliseconds). When something is missing and we
 // are root with apt-get, it installs the packages (`apt-get update` first) and says what it
 // installed; otherwise it fails, naming what is missing and the command that installs it.
@@ -10,8 +11,14 @@
 // The browser is Debian's chromium, not one from an npm package: the suite already needs apt
 // for promtool, and Debian's build is the one the dashboard test is written and run against.
 
+import { existsSync } from "node:fs";
+
 export interface Need {
-  /** The command the tests run, looked up on PATH as they look it up. */
+  /**
+   * The command the tests run, looked up on PATH as they look it up; or, for binaries that are
+   * not on PATH (PostgreSQL's server, sbin for non-root users), an absolute path or glob
+   * (`/usr/lib/postgresql/* /bin/initdb`, `{a,b}` alternatives) that must match a file.
+   */
   command: string;
   /** The Debian package that provides it. */
   pkg: string;
@@ -25,11 +32,21 @@ export const NEEDS: readonly Need[] = [
   { command: "systemd-analyze", pkg: "systemd", usedBy: "test/integration/install.test.ts (verifies the units)" },
   { command: "openssl", pkg: "openssl", usedBy: "test/integration/tls.test.ts, ui-session.test.ts (makes certificates)" },
   { command: "ps", pkg: "procps", usedBy: "test/e2e/faults.test.ts (finds leftover processes)" },
+  { command: "/usr/lib/postgresql/*/bin/initdb", pkg: "postgresql", usedBy: "test/helpers/postgres.ts (a real PostgreSQL for the store's tests)" },
+  { command: "/usr/lib/postgresql/*/bin/postgres", pkg: "postgresql", usedBy: "test/helpers/postgres.ts (a real PostgreSQL for the store's tests)" },
+  { command: "/{usr/sbin,sbin,usr/bin}/runuser", pkg: "util-linux", usedBy: "test/helpers/postgres.ts (PostgreSQL runs as the user postgres)" },
+  { command: "pgrep", pkg: "procps", usedBy: "test/helpers/postgres.ts (waits for every server process to end)" },
+  { command: "patroni", pkg: "patroni", usedBy: "the PostgreSQL failover tests (replication and failover)" },
+  { command: "etcd", pkg: "etcd-server", usedBy: "the PostgreSQL failover tests (Patroni's configuration store)" },
+  { command: "/usr/sbin/keepalived", pkg: "keepalived", usedBy: "the floating address test" },
+  { command: "ip", pkg: "iproute2", usedBy: "the floating address test (network namespaces, veth pairs)" },
 ];
 
 export interface SetupEnv {
   /** The PATH the tests will run with. */
   path: string;
+  /** Whether a file matches an absolute path or glob (default: looks on this machine's disk). */
+  exists?: (pattern: string) => boolean;
   isRoot: boolean;
   /** apt-get's path, or null where there is none. */
   aptGet: string | null;
@@ -38,8 +55,18 @@ export interface SetupEnv {
   exec: (cmd: string[]) => { code: number; output: string };
 }
 
-export function missing(path: string, needs: readonly Need[] = NEEDS): Need[] {
-  return needs.filter((n) => !Bun.which(n.command, { PATH: path }));
+/** Whether a file matches an absolute path or glob. */
+export function fileMatches(pattern: string): boolean {
+  const brace = /\{([^{}]*)\}/.exec(pattern);
+  if (brace) return brace[1]!.split(",").some((alt) => fileMatches(pattern.slice(0, brace.index) + alt + pattern.slice(brace.index + brace[0].length)));
+  if (!/[*?[]/.test(pattern)) return existsSync(pattern);
+  for (const _ of new Bun.Glob(pattern.slice(1)).scanSync({ cwd: "/", onlyFiles: true, followSymlinks: true })) return true;
+  return false;
+}
+
+/** What of `needs` this machine lacks: commands not on `path`, absolute paths or globs matching no file. */
+export function missing(path: string, needs: readonly Need[] = NEEDS, exists: (pattern: string) => boolean = fileMatches): Need[] {
+  return needs.filter((n) => (n.command.startsWith("/") ? !exists(n.command) : !Bun.which(n.command, { PATH: path })));
 }
 
 function installCommand(pkgs: string[]): string {
@@ -52,7 +79,7 @@ function listing(list: Need[]): string {
 
 /** Returns the process's exit code: 0 when every command the tests need is on PATH afterwards. */
 export function setup(env: SetupEnv, opts: { install: boolean } = { install: true }): number {
-  const absent = missing(env.path);
+  const absent = missing(env.path, NEEDS, env.exists);
   if (absent.length === 0) return 0;
   const pkgs = [...new Set(absent.map((n) => n.pkg))];
   if (!opts.install || !env.isRoot || env.aptGet === null) {
@@ -75,7 +102,7 @@ export function setup(env: SetupEnv, opts: { install: boolean } = { install: tru
       return 1;
     }
   }
-  const still = missing(env.path);
+  const still = missing(env.path, NEEDS, env.exists);
   if (still.length > 0) {
     env.log(`test setup: apt-get installed ${pkgs.join(", ")}, but these are still not on PATH (${env.path}):\n${listing(still)}`);
     return 1;

@@ -1,10 +1,11 @@
 // A real PostgreSQL for one test: Debian's server binaries (package postgresql), a fresh data
 // dir in a temp dir, trust authentication on 127.0.0.1 only, a free port, the unix socket inside
-// the temp dir, fsync off. initdb refuses to run as root, so as root everything runs as the
-// `postgres` user (runuser). The server runs in a process group of its own: kill9() kills the
-// postmaster and every backend at once, as a machine crash would; start() brings it back on the
-// same port and data. stop() always kills it and removes the temp dir, and a process that exits
-// without calling stop() still does both.
+// the temp dir, fsync off (commits survive a killed server, not a crashed machine). initdb
+// refuses to run as root, so as root everything runs as the `postgres` user (runuser). The
+// server runs in a process group of its own: kill9() kills the postmaster and every backend at
+// once, as if the server crashed; start() brings it back on the same port and data. stop()
+// always kills it and removes the temp dir, and a process that exits without calling stop()
+// still does both.
 //
 //   const pg = await startPostgres();
 //   try { ... pg.url ... } finally { await pg.stop(); }
@@ -90,9 +91,48 @@ function onExit(fn: () => void): void {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+const OWNER = "owner.pid";
+
+/**
+ * Removes what earlier test processes left behind when they ended without stop() or their exit
+ * hook (a runner that exits without an exit event): temp dirs whose owning process is gone,
+ * after killing any server still running in them.
+ */
+function sweepLeftovers(): void {
+  for (const name of readdirSync(tmpdir())) {
+    if (!name.startsWith("llmgw-pg-")) continue;
+    const root = join(tmpdir(), name);
+    let owner: number;
+    try {
+      owner = Number(readFileSync(join(root, OWNER), "utf8"));
+    } catch {
+      continue; // not one of ours, or still being made
+    }
+    if (!(owner > 0) || alive(owner)) continue;
+    try {
+      const pid = Number(readFileSync(join(root, "data", "postmaster.pid"), "utf8").split("\n")[0]);
+      if (pid > 0) process.kill(pid, "SIGKILL");
+    } catch {
+      /* no server ran there */
+    }
+    rmSync(root, { recursive: true, force: true });
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as { code?: string }).code === "EPERM";
+  }
+}
+
 export async function startPostgres(opts: StartPostgresOptions = {}): Promise<Postgres> {
   const bin = postgresBinDir();
+  sweepLeftovers();
   const root = mkdtempSync(join(tmpdir(), "llmgw-pg-"));
+  writeFileSync(join(root, OWNER), String(process.pid));
   const dataDir = join(root, "data");
   const host = "127.0.0.1";
   const database = opts.database ?? "llmgw";
@@ -140,8 +180,9 @@ export async function startPostgres(opts: StartPostgresOptions = {}): Promise<Po
       listen_addresses: host,
       port,
       unix_socket_directories: root,
+      // Off: nothing waits for the disk. Safe against a killed server (the kernel still holds
+      // what was written); synchronous_commit stays on, or a kill -9 would lose commits.
       fsync: "off",
-      synchronous_commit: "off",
       full_page_writes: "off",
       max_connections: 200,
       shared_buffers: "64MB",

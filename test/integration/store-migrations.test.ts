@@ -113,11 +113,11 @@ let dir: string;
 beforeAll(async () => {
   pg = await startPostgres();
   dir = mkdtempSync(join(tmpdir(), "llmgw-mig-"));
-});
+}, 60_000);
 afterAll(async () => {
   await pg?.stop();
-  rmSync(dir, { recursive: true, force: true });
-});
+  if (dir) rmSync(dir, { recursive: true, force: true });
+}, 30_000);
 
 describe("both dialects' migrations build one schema", () => {
   test("SQLite's file and PostgreSQL's catalog agree on tables, columns, nullability, defaults, keys, indexes and foreign keys", async () => {
@@ -144,7 +144,7 @@ describe("both dialects' migrations build one schema", () => {
     } finally {
       await sql.end();
     }
-  });
+  }, 30_000);
 
   test("the embedded PostgreSQL migrator builds what drizzle's migrate() builds from drizzle/pg/, and opening again applies nothing", async () => {
     await pg.sql("CREATE DATABASE by_drizzle", "postgres");
@@ -161,7 +161,7 @@ describe("both dialects' migrations build one schema", () => {
     } finally {
       await Promise.all([a.end(), b.end()]);
     }
-  });
+  }, 30_000);
 
   test("five control planes opening one fresh database at once migrate it once", async () => {
     await pg.sql("CREATE DATABASE together", "postgres");
@@ -170,5 +170,5 @@ describe("both dialects' migrations build one schema", () => {
     await Promise.all(stores.map((s) => s.close()));
     const rows = await pg.sql("SELECT count(*)::int AS n FROM drizzle.__drizzle_migrations", "together");
     expect(rows[0]!.n).toBe(JOURNALS.pg.length);
-  });
+  }, 30_000);
 });

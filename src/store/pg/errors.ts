@@ -25,6 +25,13 @@ export interface PgFailure {
 const CONNECT_CODES = new Set(["ECONNREFUSED", "CONNECT_TIMEOUT", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "ETIMEDOUT", "ConnectionRefused"]);
 const BROKEN_CODES = new Set(["ECONNRESET", "EPIPE", "CONNECTION_CLOSED", "CONNECTION_DESTROYED", "CONNECTION_ENDED", "ECONNABORTED", "ERR_SOCKET_CLOSED", "ConnectionClosed"]);
 
+/** The driver's own error: drizzle wraps it (DrizzleQueryError, its cause). */
+function driverError(err: unknown): unknown {
+  let e = err;
+  for (let i = 0; i < 5 && e instanceof Error && typeof (e as { code?: unknown }).code !== "string" && e.cause !== undefined; i++) e = e.cause;
+  return e;
+}
+
 function codeOf(err: unknown): string | undefined {
   const code = (err as { code?: unknown } | null)?.code;
   return typeof code === "string" ? code : undefined;
@@ -43,6 +50,7 @@ export function hostsOf(url: string): string {
 
 export function classify(err: unknown, where: string): PgFailure | undefined {
   if (err instanceof StoreUnavailableError) return { kind: "not sent", error: err, standby: false };
+  err = driverError(err);
   const code = codeOf(err);
   if (code === undefined) return undefined;
   const detail = (err as Error).message;

@@ -1,0 +1,417 @@
+// The StorePort contract (src/control/store-port.ts) as tests, for every dialect: each
+// dialect's test file calls storeContract() with a factory that opens a fresh, empty store (and
+// can open a second instance on the same database, as another control plane would). Both the
+// SQLite store and the PostgreSQL store must pass all of it unchanged.
+//
+// Lease tests wait on the database's clock (a TTL of a few hundred milliseconds): that clock is
+// the database's own and cannot be driven by a ManualScheduler.
+
+import { afterEach, beforeEach, describe, expect, test as bunTest } from "bun:test";
+import { FencedError } from "../../src/control/errors";
+import type { StorePort } from "../../src/control/store-port";
+import type { PlanWrite, StoreChange } from "../../src/control/types";
+import { heartbeat, model } from "../helpers/fleet";
+import { until } from "../helpers/until";
+
+export interface ContractStore {
+  store: StorePort;
+  /** A second instance on the same database (another control plane); closed by close(). */
+  other(): Promise<StorePort>;
+  close(): Promise<void>;
+}
+
+const NOW = 1_800_000_000_000;
+
+function plan(p: Partial<PlanWrite>): PlanWrite {
+  return { create: [], update: [], remove: [], modelState: new Map(), nodeAdmin: [], events: [], ...p };
+}
+
+const replica = (id: string, m = "m1", node = "n1") => ({ id, model: m, profile: "default", shards: [{ node, gpus: [0] }], port: 20000, endpoint: `http://10.0.0.1:20000` });
+
+/** Every contract test may take this long (lease tests wait on the database's clock, on a busy machine). */
+const T = 30_000;
+const test = (name: string, fn: () => Promise<void>) => bunTest(name, fn, T);
+
+export function storeContract(dialect: string, open: () => Promise<ContractStore>): void {
+  describe(`StorePort contract: ${dialect}`, () => {
+    let h: ContractStore;
+    let s: StorePort;
+    // Generous: a fresh PostgreSQL database per test on a busy machine.
+    beforeEach(async () => {
+      h = await open();
+      s = h.store;
+    }, 30_000);
+    afterEach(async () => {
+      await h.close();
+    }, 30_000);
+
+    describe("nodes", () => {
+      test("a heartbeat creates a node with its GPUs and weights, then updates it and replaces them", async () => {
+        expect(await s.applyHeartbeat(heartbeat({ name: "n1", gpus: ["H100-80GB", "H100-80GB"], models: ["a", "b", "a"] }), NOW, { credentialHash: "h1", pending: false })).toEqual({ created: true, taken: false });
+        let snap = await s.snapshot();
+        expect(snap.nodes).toEqual([{ name: "n1", address: heartbeat({ name: "n1" }).address, labels: {}, fabrics: [], adminState: "none", lastHeartbeat: NOW, agentVersion: "0.1.0", registeredAt: NOW }]);
+        expect(snap.gpus.map((g) => [g.node, g.index, g.uuid, g.healthy, g.parent, g.memoryMib])).toEqual([
+          ["n1", 0, "GPU-n1-0", true, null, 81559],
+          ["n1", 1, "GPU-n1-1", true, null, 81559],
+        ]);
+        expect(snap.weights).toEqual([{ node: "n1", model: "a" }, { node: "n1", model: "b" }]);
+        const hb = { ...heartbeat({ name: "n1", gpus: ["A100/3g"], unhealthy: [0], models: ["c"] }), address: "10.9.9.9", labels: { rack: "r1" }, fabrics: ["ib0"], agent_version: "0.2.0" };
+        expect(await s.applyHeartbeat(hb, NOW + 5)).toEqual({ created: false, taken: false });
+        snap = await s.snapshot();
+        expect(snap.nodes[0]).toEqual({ name: "n1", address: "10.9.9.9", labels: { rack: "r1" }, fabrics: ["ib0"], adminState: "none", lastHeartbeat: NOW + 5, agentVersion: "0.2.0", registeredAt: NOW });
+        expect(snap.gpus).toEqual([{ node: "n1", index: 0, uuid: "MIG-n1-0", name: "A100/3g", class: "A100/3g", memoryMib: 81559, healthy: false, parent: "GPU-n1-card" }]);
+        expect(snap.weights).toEqual([{ node: "n1", model: "c" }]);
+        expect(await s.countNodes()).toBe(1);
+      });
+
+      test("a join for a name whose node holds a credential is taken and writes nothing; a node without one claims it", async () => {
+        await s.applyHeartbeat(heartbeat({ name: "n1", gpus: ["H100-80GB"] }), NOW, { credentialHash: "h1", pending: false });
+        const intruder = { ...heartbeat({ name: "n1" }), address: "10.6.6.6" };
+        expect(await s.applyHeartbeat(intruder, NOW + 1, { credentialHash: "h2", pending: false })).toEqual({ created: false, taken: true });
+        const snap = await s.snapshot();
+        expect(snap.nodes[0]!.address).not.toBe("10.6.6.6");
+        expect(snap.gpus).toHaveLength(1);
+        expect(await s.credentialHashOf("n1")).toBe("h1");
+        // A node that joined before credentials existed claims one with its next join.
+        await s.applyHeartbeat(heartbeat({ name: "old" }), NOW);
+        expect(await s.credentialHashOf("old")).toBeUndefined();
+        expect(await s.applyHeartbeat(heartbeat({ name: "old" }), NOW + 1, { credentialHash: "h3", pending: false })).toEqual({ created: false, taken: false });
+        expect(await s.credentialHashOf("old")).toBe("h3");
+        expect(await s.nodeByCredentialHash("h3")).toBe("old");
+        expect(await s.nodeByCredentialHash("nope")).toBeUndefined();
+        expect(await s.nodeCredentials()).toEqual(expect.arrayContaining([{ node: "n1", hash: "h1" }, { node: "old", hash: "h3" }]));
+        expect(await s.nodeCredentials()).toHaveLength(2);
+      });
+
+      test("a pending join waits for approval; trust says what the agent API checks", async () => {
+        await s.applyHeartbeat(heartbeat({ name: "p1" }), NOW, { credentialHash: "hp", pending: true });
+        expect(await s.nodeTrust("p1")).toEqual({ exists: true, hasCredential: true, adminState: "pending", allowedAddress: undefined });
+        expect(await s.nodeTrust("ghost")).toEqual({ exists: false, hasCredential: false, adminState: undefined, allowedAddress: undefined });
+        await s.setAllowedAddress("ghost", "10.1.1.1", NOW);
+        expect(await s.nodeTrust("ghost")).toEqual({ exists: false, hasCredential: false, adminState: undefined, allowedAddress: "10.1.1.1" });
+      });
+
+      test("touchNodes sets last heartbeats in one go and ignores unknown names", async () => {
+        await s.touchNodes([]);
+        for (const n of ["a", "b", "c"]) await s.applyHeartbeat(heartbeat({ name: n }), NOW);
+        await s.touchNodes([
+          { name: "a", at: NOW + 10 },
+          { name: "c", at: NOW + 30 },
+          { name: "zz", at: NOW + 99 },
+        ]);
+        expect((await s.snapshot()).nodes.map((n) => [n.name, n.lastHeartbeat])).toEqual([
+          ["a", NOW + 10],
+          ["b", NOW],
+          ["c", NOW + 30],
+        ]);
+        expect(await s.countNodes()).toBe(3);
+      });
+
+      test("deleteNode forgets the node, its GPUs, weights, address allowance and the given replicas, and writes the events", async () => {
+        await s.applyHeartbeat(heartbeat({ name: "n1", gpus: ["H100-80GB"], models: ["x"] }), NOW, { credentialHash: "h1", pending: false });
+        await s.applyHeartbeat(heartbeat({ name: "n2", gpus: ["H100-80GB"] }), NOW);
+        await s.setAllowedAddress("n1", "10.2.2.2", NOW);
+        await s.saveModels([{ spec: model({ name: "m1" }), revision: 1, created: true }], NOW);
+        await s.applyPlan(plan({ create: [replica("r1"), replica("r2", "m1", "n2")] }), NOW);
+        expect(await s.deleteNode("n1", ["r1"], [{ kind: "node.deleted", subject: "n1", message: "deleted" }], NOW + 1)).toBe(true);
+        const snap = await s.snapshot();
+        expect(snap.nodes.map((n) => n.name)).toEqual(["n2"]);
+        expect(snap.gpus.map((g) => g.node)).toEqual(["n2"]);
+        expect(snap.weights).toEqual([]);
+        expect(snap.replicas.map((r) => r.id)).toEqual(["r2"]);
+        expect(await s.listAllowedAddresses()).toEqual([]);
+        expect(await s.nodeByCredentialHash("h1")).toBeUndefined();
+        expect((await s.listEvents({ limit: 10 })).map((e) => [e.kind, e.subject, e.at])).toEqual([["node.deleted", "n1", NOW + 1]]);
+        expect(await s.deleteNode("n1", [], [{ kind: "k", subject: "s", message: "m" }], NOW)).toBe(false);
+        expect(await s.listEvents({ limit: 10 })).toHaveLength(1);
+      });
+
+      test("allowed addresses: set, replace, clear, listed by name", async () => {
+        expect(await s.setAllowedAddress("b", "10.0.0.2", NOW)).toEqual({ previous: undefined });
+        expect(await s.setAllowedAddress("a", "10.0.0.1", NOW)).toEqual({ previous: undefined });
+        expect(await s.setAllowedAddress("b", "10.0.0.3", NOW)).toEqual({ previous: "10.0.0.2" });
+        expect(await s.listAllowedAddresses()).toEqual([
+          { node: "a", address: "10.0.0.1" },
+          { node: "b", address: "10.0.0.3" },
+        ]);
+        expect(await s.setAllowedAddress("b", null, NOW)).toEqual({ previous: "10.0.0.3" });
+        expect(await s.setAllowedAddress("b", null, NOW)).toEqual({ previous: undefined });
+        expect(await s.listAllowedAddresses()).toEqual([{ node: "a", address: "10.0.0.1" }]);
+      });
+
+      test("admin state: the previous one, and nothing for an unknown node", async () => {
+        await s.applyHeartbeat(heartbeat({ name: "n1" }), NOW);
+        expect(await s.setAdminState("n1", "cordoned")).toEqual({ previous: "none" });
+        expect(await s.setAdminState("n1", "draining")).toEqual({ previous: "cordoned" });
+        expect(await s.setAdminState("ghost", "cordoned")).toEqual({ previous: undefined });
+        expect((await s.snapshot()).nodes.map((n) => [n.name, n.adminState])).toEqual([["n1", "draining"]]);
+        expect(await s.countNodes()).toBe(1);
+      });
+    });
+
+    describe("catalog", () => {
+      test("models and aliases: written, found by name or alias, listed by name; an update replaces spec, revision and aliases", async () => {
+        const b = model({ name: "b", aliases: ["bee", "bb"] });
+        await s.saveModels([{ spec: b, revision: 1, created: true }, { spec: model({ name: "a" }), revision: 1, created: true }], NOW);
+        expect((await s.models()).map((m) => m.name)).toEqual(["a", "b"]);
+        expect(await s.modelByName("b")).toEqual({ name: "b", spec: b, revision: 1, createdAt: NOW, updatedAt: NOW });
+        expect((await s.modelByAlias("bee"))?.name).toBe("b");
+        expect(await s.modelByAlias("b")).toBeUndefined();
+        expect(await s.modelByName("bee")).toBeUndefined();
+        const b2 = model({ name: "b", aliases: ["bx"], weight: 3 });
+        await s.saveModels([{ spec: b2, revision: 2, created: false }], NOW + 5);
+        expect(await s.modelByName("b")).toEqual({ name: "b", spec: b2, revision: 2, createdAt: NOW, updatedAt: NOW + 5 });
+        expect(await s.modelByAlias("bee")).toBeUndefined();
+        expect((await s.modelByAlias("bx"))?.name).toBe("b");
+      });
+
+      test("saveModels is all or nothing: an alias owned twice writes none of them", async () => {
+        await s.saveModels([{ spec: model({ name: "a", aliases: ["x"] }), revision: 1, created: true }], NOW);
+        await expect(s.saveModels([{ spec: model({ name: "c" }), revision: 1, created: true }, { spec: model({ name: "d", aliases: ["x"] }), revision: 1, created: true }], NOW)).rejects.toThrow();
+        expect((await s.models()).map((m) => m.name)).toEqual(["a"]);
+        expect((await s.snapshot()).modelState.map((m) => m.model)).toEqual(["a"]);
+      });
+
+      test("model state: defaults on first write, patches, parking and unparking; saveModels clears failures and parking", async () => {
+        await s.saveModels([{ spec: model({ name: "m1" }), revision: 1, created: true }], NOW);
+        expect((await s.snapshot()).modelState).toEqual([{ model: "m1", failures: 0, parked: false, reason: null, lastFailureAt: null, lastRequestedAt: null, scaleTarget: null, unplaceableReason: null }]);
+        await s.updateModelState("m1", { failures: 3, parked: true, reason: "crashed", lastFailureAt: NOW });
+        await s.updateModelState("m2", { lastRequestedAt: NOW, scaleTarget: 2 });
+        expect(await s.parkedModels()).toEqual(["m1"]);
+        const st = (await s.replicaSnapshot()).modelState.sort((x, y) => (x.model < y.model ? -1 : 1));
+        expect(st).toEqual([
+          { model: "m1", failures: 3, parked: true, reason: "crashed", lastFailureAt: NOW, lastRequestedAt: null, scaleTarget: null, unplaceableReason: null },
+          { model: "m2", failures: 0, parked: false, reason: null, lastFailureAt: null, lastRequestedAt: NOW, scaleTarget: 2, unplaceableReason: null },
+        ]);
+        expect(await s.unpark("m2")).toBe(false);
+        expect(await s.unpark("m1")).toBe(true);
+        expect(await s.unpark("m1")).toBe(false);
+        expect((await s.snapshot()).modelState.find((m) => m.model === "m1")).toMatchObject({ failures: 0, parked: false, reason: null, lastFailureAt: null });
+        await s.updateModelState("m1", { failures: 2, parked: true, reason: "r", unplaceableReason: "no GPUs" });
+        await s.saveModels([{ spec: model({ name: "m1" }), revision: 2, created: false }], NOW);
+        expect((await s.snapshot()).modelState.find((m) => m.model === "m1")).toMatchObject({ failures: 0, parked: false, reason: null, unplaceableReason: null });
+      });
+
+      test("deleteModel forgets the model, its aliases and its state; false when there was none", async () => {
+        await s.saveModels([{ spec: model({ name: "m1", aliases: ["one"] }), revision: 1, created: true }], NOW);
+        expect(await s.deleteModel("m1")).toBe(true);
+        expect(await s.deleteModel("m1")).toBe(false);
+        expect(await s.models()).toEqual([]);
+        expect(await s.modelByAlias("one")).toBeUndefined();
+        expect((await s.snapshot()).modelState).toEqual([]);
+        // The alias is free again.
+        await s.saveModels([{ spec: model({ name: "m2", aliases: ["one"] }), revision: 1, created: true }], NOW);
+        expect((await s.modelByAlias("one"))?.name).toBe("m2");
+      });
+    });
+
+    describe("plans", () => {
+      test("applyPlan creates, updates and removes replicas, patches model state and nodes, writes events", async () => {
+        await s.applyHeartbeat(heartbeat({ name: "n1", gpus: ["H100-80GB"] }), NOW);
+        await s.applyPlan(plan({ create: [replica("r2"), replica("r1")], events: [{ kind: "replica.created", subject: "r1", message: "created", data: { n: 1 } }] }), NOW);
+        let snap = await s.snapshot();
+        expect(snap.replicas).toEqual([
+          { id: "r1", model: "m1", profile: "default", state: "starting", shards: [{ node: "n1", gpus: [0] }], port: 20000, endpoint: "http://10.0.0.1:20000", failures: 0, error: null, createdAt: NOW, updatedAt: NOW, readyAt: null },
+          { id: "r2", model: "m1", profile: "default", state: "starting", shards: [{ node: "n1", gpus: [0] }], port: 20000, endpoint: "http://10.0.0.1:20000", failures: 0, error: null, createdAt: NOW, updatedAt: NOW, readyAt: null },
+        ]);
+        await s.applyPlan(
+          plan({
+            update: [{ id: "r1", patch: { state: "ready", readyAt: NOW + 1, failures: 1, error: "e", shards: [{ node: "n1", gpus: [0, 1] }] } }],
+            remove: ["r2"],
+            modelState: new Map([["m1", { scaleTarget: 3 }], ["m9", {}]]),
+            nodeAdmin: [{ node: "n1", state: "draining" }],
+          }),
+          NOW + 2,
+        );
+        snap = await s.snapshot();
+        expect(snap.replicas).toEqual([
+          { id: "r1", model: "m1", profile: "default", state: "ready", shards: [{ node: "n1", gpus: [0, 1] }], port: 20000, endpoint: "http://10.0.0.1:20000", failures: 1, error: "e", createdAt: NOW, updatedAt: NOW + 2, readyAt: NOW + 1 },
+        ]);
+        expect(snap.modelState.map((m) => [m.model, m.scaleTarget])).toEqual([["m1", 3]]);
+        expect(snap.nodes[0]!.adminState).toBe("draining");
+        expect((await s.listEvents({ limit: 5 })).map((e) => ({ kind: e.kind, data: e.data }))).toEqual([{ kind: "replica.created", data: { n: 1 } }]);
+        expect((await s.replicaSnapshot("n1")).replicas.map((r) => r.id)).toEqual(["r1"]);
+      });
+
+      test("applyPlan is all or nothing: a plan that fails part-way writes nothing", async () => {
+        await s.applyPlan(plan({ create: [replica("r1")] }), NOW);
+        const bad = plan({
+          create: [replica("r2"), replica("r1")], // r1 exists
+          remove: ["r1"],
+          modelState: new Map([["m1", { failures: 5 }]]),
+          events: [{ kind: "k", subject: "s", message: "m" }],
+        });
+        await expect(s.applyPlan(bad, NOW + 1)).rejects.toThrow();
+        const snap = await s.snapshot();
+        expect(snap.replicas.map((r) => [r.id, r.updatedAt])).toEqual([["r1", NOW]]);
+        expect(snap.modelState).toEqual([]);
+        expect(await s.listEvents({ limit: 5 })).toEqual([]);
+      });
+    });
+
+    describe("events", () => {
+      test("ids rise; newest `limit` oldest first without a cursor, after the cursor with one; filters by subject, kind, since", async () => {
+        const ids: number[] = [];
+        for (let i = 0; i < 6; i++) ids.push(await s.appendEvent({ kind: i % 2 ? "odd" : "even", subject: i < 3 ? "x" : "y", message: `e${i}`, at: NOW + i, data: i === 0 ? { deep: [1, "a"] } : undefined }));
+        expect([...ids].sort((a, b) => a - b)).toEqual(ids);
+        expect(new Set(ids).size).toBe(6);
+        expect((await s.listEvents({ limit: 2 })).map((e) => e.message)).toEqual(["e4", "e5"]);
+        expect((await s.listEvents({ limit: 2, afterId: ids[1] })).map((e) => e.message)).toEqual(["e2", "e3"]);
+        expect((await s.listEvents({ limit: 10, afterId: ids[5] })).map((e) => e.message)).toEqual([]);
+        expect((await s.listEvents({ limit: 10, subject: "x", kind: "even" })).map((e) => e.message)).toEqual(["e0", "e2"]);
+        expect((await s.listEvents({ limit: 10, since: NOW + 4 })).map((e) => e.message)).toEqual(["e4", "e5"]);
+        const first = (await s.listEvents({ limit: 10, afterId: 0 }))[0]!;
+        expect(first).toEqual({ id: ids[0]!, at: NOW, kind: "even", subject: "x", message: "e0", data: { deep: [1, "a"] } });
+        expect((await s.listEvents({ limit: 10, afterId: 0 }))[1]!.data).toBeNull();
+      });
+    });
+
+    describe("API keys", () => {
+      test("created once per name, listed by name, revoked", async () => {
+        expect(await s.createApiKey({ name: "b", hash: "hb", pool: null, createdAt: NOW })).toBe(true);
+        expect(await s.createApiKey({ name: "a", hash: "ha", pool: "p1", createdAt: NOW + 1 })).toBe(true);
+        expect(await s.createApiKey({ name: "b", hash: "hb2", pool: null, createdAt: NOW })).toBe(false);
+        expect(await s.listApiKeys()).toEqual([
+          { name: "a", hash: "ha", pool: "p1", createdAt: NOW + 1 },
+          { name: "b", hash: "hb", pool: null, createdAt: NOW },
+        ]);
+        expect(await s.revokeApiKey("b")).toBe(true);
+        expect(await s.revokeApiKey("b")).toBe(false);
+        expect((await s.listApiKeys()).map((k) => k.name)).toEqual(["a"]);
+      });
+    });
+
+    describe("lease and fencing", () => {
+      test("taken at epoch 1, renewed at the same epoch, refused while held, taken after it lapses at epoch + 1, released", async () => {
+        expect(await s.readLease()).toBeUndefined();
+        const a1 = await s.acquireLease("a", 60_000);
+        expect(a1).toMatchObject({ holder: "a", epoch: 1 });
+        expect(a1.expiresInMs).toBeGreaterThan(59_000);
+        expect(a1.expiresInMs).toBeLessThanOrEqual(60_000);
+        expect(await s.acquireLease("a", 60_000)).toMatchObject({ holder: "a", epoch: 1 });
+        const refused = await s.acquireLease("b", 60_000);
+        expect(refused).toMatchObject({ holder: "a", epoch: 1 });
+        // A short lease, then let it lapse by the database's clock.
+        expect(await s.acquireLease("a", 300)).toMatchObject({ holder: "a", epoch: 1 });
+        await until("the lease to lapse", async () => ((await s.readLease())!.expiresInMs <= 0 ? true : undefined), { timeoutMs: 5000, everyMs: 50 });
+        expect(await s.acquireLease("b", 60_000)).toMatchObject({ holder: "b", epoch: 2 });
+        expect(await s.acquireLease("a", 60_000)).toMatchObject({ holder: "b", epoch: 2 });
+        await s.releaseLease("a"); // not the holder: nothing changes
+        expect(await s.readLease()).toMatchObject({ holder: "b", epoch: 2 });
+        await s.releaseLease("b");
+        expect((await s.readLease())!.expiresInMs).toBeLessThanOrEqual(0);
+        expect(await s.acquireLease("a", 60_000)).toMatchObject({ holder: "a", epoch: 3 });
+        // A second instance on the same database sees the same lease.
+        const o = await h.other();
+        expect(await o.readLease()).toMatchObject({ holder: "a", epoch: 3 });
+        expect(await o.acquireLease("c", 60_000)).toMatchObject({ holder: "a", epoch: 3 });
+      });
+
+      test("a plan under the lease it holds is written; under an old epoch, a lapsed lease, or none, nothing is written (FencedError)", async () => {
+        await expect(s.applyPlan(plan({ create: [replica("r0")] }), NOW, { holder: "a", epoch: 1 })).rejects.toBeInstanceOf(FencedError);
+        await s.acquireLease("a", 300);
+        await s.applyPlan(plan({ create: [replica("r1")] }), NOW, { holder: "a", epoch: 1 });
+        await until("the lease to lapse", async () => ((await s.readLease())!.expiresInMs <= 0 ? true : undefined), { timeoutMs: 5000, everyMs: 50 });
+        // Lapsed: still the holder on paper, but not by the database's clock.
+        await expect(s.applyPlan(plan({ create: [replica("r2")] }), NOW, { holder: "a", epoch: 1 })).rejects.toBeInstanceOf(FencedError);
+        const o = await h.other();
+        expect(await o.acquireLease("b", 60_000)).toMatchObject({ holder: "b", epoch: 2 });
+        const old = plan({ create: [replica("r3")], remove: ["r1"], modelState: new Map([["m1", { failures: 1 }]]), events: [{ kind: "k", subject: "s", message: "m" }] });
+        const err = await s.applyPlan(old, NOW, { holder: "a", epoch: 1 }).catch((e: unknown) => e);
+        expect(err).toBeInstanceOf(FencedError);
+        expect((err as FencedError).epoch).toBe(1);
+        // Same holder name, wrong epoch: refused too.
+        await expect(s.applyPlan(old, NOW, { holder: "b", epoch: 1 })).rejects.toBeInstanceOf(FencedError);
+        const snap = await s.snapshot();
+        expect(snap.replicas.map((r) => r.id)).toEqual(["r1"]);
+        expect(snap.modelState).toEqual([]);
+        expect(await s.listEvents({ limit: 5 })).toEqual([]);
+        await o.applyPlan(plan({ remove: ["r1"] }), NOW, { holder: "b", epoch: 2 });
+        expect((await s.snapshot()).replicas).toEqual([]);
+        // Unfenced writes (reports' verdicts) pass regardless of the lease.
+        await s.applyPlan(plan({ create: [replica("r4")] }), NOW);
+        expect((await s.snapshot()).replicas.map((r) => r.id)).toEqual(["r4"]);
+      });
+    });
+
+    describe("control planes, router usage, node reports", () => {
+      test("control planes register, refresh and are forgotten with their router's report", async () => {
+        await s.upsertControlPlane({ name: "b", adminUrl: "http://b:1", routerUrl: "http://b:2", startedAt: NOW });
+        await s.upsertControlPlane({ name: "a", adminUrl: "http://a:1", routerUrl: "http://a:2", startedAt: NOW });
+        await s.upsertControlPlane({ name: "b", adminUrl: "http://b:9", routerUrl: "http://b:8", startedAt: NOW + 7 });
+        const rows = await s.controlPlanes();
+        expect(rows.map(({ seenAgoMs: _, ...r }) => r)).toEqual([
+          { name: "a", adminUrl: "http://a:1", routerUrl: "http://a:2", startedAt: NOW },
+          { name: "b", adminUrl: "http://b:9", routerUrl: "http://b:8", startedAt: NOW + 7 },
+        ]);
+        for (const r of rows) {
+          expect(r.seenAgoMs).toBeGreaterThanOrEqual(0);
+          expect(r.seenAgoMs).toBeLessThan(10_000);
+        }
+        await s.reportUsage("b", NOW, new Map([["r1", NOW]]));
+        await s.reportUsage("a", NOW, new Map());
+        await s.removeControlPlane("b");
+        expect((await s.controlPlanes()).map((r) => r.name)).toEqual(["a"]);
+        expect((await s.routerUsage()).map((r) => r.router)).toEqual(["a"]);
+      });
+
+      test("router usage: each router's last report replaces its previous one", async () => {
+        await s.reportUsage("r-b", NOW - 100, new Map([["x", NOW - 5], ["y", NOW - 1]]));
+        await s.reportUsage("r-a", NOW - 50, new Map([["x", NOW - 2]]));
+        await s.reportUsage("r-b", NOW - 10, new Map([["z", NOW]]));
+        const u = await s.routerUsage();
+        expect(u.map(({ reportedAgoMs: _, ...r }) => ({ ...r, lastUsed: [...r.lastUsed] }))).toEqual([
+          { router: "r-a", watchingSince: NOW - 50, lastUsed: [["x", NOW - 2]] },
+          { router: "r-b", watchingSince: NOW - 10, lastUsed: [["z", NOW]] },
+        ]);
+        for (const r of u) expect(r.reportedAgoMs).toBeGreaterThanOrEqual(0);
+      });
+
+      test("node reports: saved, replaced, listed by node", async () => {
+        await s.saveNodeReport("n2", '{"engines":[]}', NOW);
+        await s.saveNodeReport("n1", '{"a":1}', NOW);
+        await s.saveNodeReport("n2", '{"engines":["vllm"]}', NOW + 1);
+        expect(await s.nodeReports()).toEqual([
+          { node: "n1", report: '{"a":1}', at: NOW },
+          { node: "n2", report: '{"engines":["vllm"]}', at: NOW + 1 },
+        ]);
+      });
+    });
+
+    describe("watch", () => {
+      test("another instance's commit is heard; this instance's own is not; stopping stops it", async () => {
+        const o = await h.other();
+        const heard: StoreChange[] = [];
+        const stop = s.watch((c) => heard.push(c));
+        // The watcher needs a moment to stand (a LISTEN, a first data_version): keep writing until heard.
+        await until("the first change of another instance", async () => {
+          if (heard.length > 0) return true;
+          await o.upsertControlPlane({ name: "o", adminUrl: "http://o:1", routerUrl: "http://o:2", startedAt: NOW });
+          return undefined;
+        }, { timeoutMs: 10_000, everyMs: 100 });
+        for (const c of heard) expect(c).toBe("any");
+        heard.length = 0;
+        // Own writes first, then one of the other's: when the other's is heard, an own one
+        // (had it been passed on) would have come before it.
+        await s.saveNodeReport("mine", "{}", NOW);
+        await s.acquireLease("mine", 60_000);
+        await o.saveModels([{ spec: model({ name: "theirs" }), revision: 1, created: true }], NOW);
+        await until("the other instance's catalog write", () => heard.length > 0, { timeoutMs: 10_000 });
+        expect(heard).toEqual(["any"]);
+        heard.length = 0;
+        await o.applyHeartbeat(heartbeat({ name: "n1" }), NOW);
+        await until("the other's heartbeat", () => heard.length > 0, { timeoutMs: 10_000 });
+        expect(heard.at(-1)).toBe("any");
+        heard.length = 0;
+        await o.touchNodes([{ name: "n1", at: NOW + 1 }]);
+        await until("the other's last-seen touch", () => heard.length > 0, { timeoutMs: 10_000 });
+        expect(["seen", "any"]).toContain(heard[0]!);
+        stop();
+        heard.length = 0;
+        await o.saveNodeReport("after", "{}", NOW);
+        await Bun.sleep(600); // longer than SQLite's poll and a notification's trip
+        expect(heard).toEqual([]);
+      });
+    });
+  });
+}

@@ -1,0 +1,65 @@
+// The StorePort contract (test/contract/store.ts) on the PostgreSQL store, against a real
+// PostgreSQL 15 (test/helpers/postgres.ts): a fresh database per test, migrated by the store
+// as it opens; "another instance" is a second PgStore on the same database (another control plane).
+
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { PgStore } from "../../src/store/pg";
+import { openStore } from "../../src/store/open";
+import { storeContract } from "../contract/store";
+import { type Postgres, startPostgres } from "../helpers/postgres";
+
+let pg: Postgres;
+beforeAll(async () => {
+  pg = await startPostgres();
+}, 60_000);
+afterAll(async () => {
+  await pg?.stop();
+}, 30_000);
+
+let n = 0;
+const freshUrl = async () => {
+  const db = `contract_${++n}`;
+  await pg.sql(`CREATE DATABASE ${db}`, "postgres");
+  return pg.url.replace(/\/llmgw$/, `/${db}`);
+};
+
+storeContract("PostgreSQL", async () => {
+  const url = await freshUrl();
+  const store = await PgStore.open({ url });
+  const others: PgStore[] = [];
+  return {
+    store,
+    other: async () => {
+      const o = await PgStore.open({ url });
+      others.push(o);
+      return o;
+    },
+    close: async () => {
+      await Promise.all([store.close(), ...others.map((o) => o.close())]);
+    },
+  };
+});
+
+describe("PostgreSQL only", () => {
+  test("backupTo refuses, pointing at pg_dump", async () => {
+    const store = await PgStore.open({ url: await freshUrl() });
+    try {
+      await expect(store.backupTo("/tmp/x")).rejects.toThrow(/pg_dump/);
+    } finally {
+      await store.close();
+    }
+  }, 30_000);
+
+  test("openStore opens a postgres:// URL as the PostgreSQL dialect, describing it without its password", async () => {
+    const url = (await freshUrl()).replace("postgres@", "postgres:s3cret@");
+    const opened = await openStore({ target: url, dataDir: "/nonexistent" });
+    try {
+      expect(opened.dialect).toBe("postgres");
+      expect(opened.describe).not.toContain("s3cret");
+      expect(opened.describe).toContain(":***@");
+      expect(await opened.store.countNodes()).toBe(0);
+    } finally {
+      await opened.close();
+    }
+  }, 30_000);
+});
