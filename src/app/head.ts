@@ -12,7 +12,7 @@ import type { Logger } from "pino";
 import { buildAdminApp } from "../api/app";
 import { type FetchApp, serveApp } from "../api/listener";
 import { ConfigError, type ServeConfig } from "../config";
-import { ensureDataDir, localUrl, resolveEngineSecret, resolveToken, writeServerInfo } from "../config/datadir";
+import { ensureDataDir, localUrl, resolveEngineSecret, resolveToken, writePrivateFile, writeServerInfo } from "../config/datadir";
 import { type ListenerCaps, fitCaps, openFileLimit } from "../config/limits";
 import { Controller } from "../control/controller";
 import { hostPort, isLoopbackHost } from "../lib/net";
@@ -114,7 +114,8 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   const admin = resolveToken(dataDir, "admin.token", config.admin_token, "llmgw_admin");
   const join_ = resolveToken(dataDir, "join.token", config.join_token, "llmgw_join");
   // Each replica's engine key is derived from this; kept so keys outlive a restart.
-  const engineSecret = resolveEngineSecret(dataDir).token;
+  const secret = resolveEngineSecret(dataDir);
+  let engineSecret = secret.token;
   for (const [kind, t] of [["admin", admin], ["join", join_]] as const)
     log.info({ kind, source: t.source, path: t.source === "given" ? undefined : t.path }, `${kind} token ${t.source}`);
 
@@ -123,6 +124,28 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   // Several control planes on one store: on by itself with PostgreSQL, asked for with SQLite.
   const ha = opened.dialect === "postgres" || config.ha === true;
   log.info({ path: opened.describe, dialect: opened.dialect, ...(ha ? { ha } : {}) }, "store opened");
+  if (ha) {
+    // Every control plane must derive the same engine keys (any router may serve any replica)
+    // and accept the same generated tokens (an agent joins, and the CLI calls, whichever answers):
+    // the first to start stores its own, the others adopt them and keep a copy in their data dir.
+    const adopt = async (key: string, t: { token: string; path: string; source: string }): Promise<string> => {
+      if (t.source === "given") return t.token;
+      const shared = await opened.store.sharedSecret(key, t.token);
+      if (shared !== t.token) {
+        writePrivateFile(t.path, `${shared}\n`);
+        log.info({ kind: key, path: t.path }, `${key.replace(/_/g, " ")} taken from the store, shared by every control plane`);
+      }
+      return shared;
+    };
+    try {
+      engineSecret = await adopt("engine_secret", secret);
+      admin.token = await adopt("admin_token", admin);
+      join_.token = await adopt("join_token", join_);
+    } catch (e) {
+      await opened.close().catch(() => undefined);
+      throw new Error(`cannot read the shared secrets from the store (${opened.describe}): ${(e as Error).message}`);
+    }
+  }
   const close = () => void opened.close().catch((e) => log.warn({ err: (e as Error).message }, "store not closed cleanly"));
   const model = new ModelStore(opened.store, scheduler);
   const controller = buildController(config, { store: model, log, scheduler, dataDir, engineSecret });

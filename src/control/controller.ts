@@ -349,7 +349,9 @@ export class Controller {
    * its own agents and router.
    */
   async storeChanged(change: StoreChange = "any"): Promise<void> {
-    if (change !== "seen") await this.loadReports();
+    // The lease and usage reports are read on their own rounds and ticks: nothing to do now.
+    if (change === "meta") return;
+    if (change === "any" || change === "reports") await this.loadReports();
     this.wake();
   }
 

@@ -445,10 +445,14 @@ export class ModelStore implements StorePort {
   nodeReports(): Promise<NodeReportRow[]> {
     return this.inner.nodeReports();
   }
+  sharedSecret(key: string, candidate: string): Promise<string> {
+    return this.inner.sharedSecret(key, candidate);
+  }
   /** Another writer's change: memory is dropped (the next read reloads), then fn hears of it. */
   watch(fn: (change: StoreChange) => void): () => void {
     return this.inner.watch((change) => {
-      this.invalidate();
+      // The lease, control planes, router usage, events and node reports are not held here.
+      if (change === "any" || change === "seen") this.invalidate();
       fn(change);
     });
   }

@@ -113,6 +113,12 @@ export interface StorePort {
    */
   watch(fn: (change: StoreChange) => void): () => void;
 
+  /**
+   * A secret every control plane on this store must share (the engine secret, generated tokens):
+   * stores `candidate` under `key` unless one is stored already, and answers the stored one.
+   */
+  sharedSecret(key: string, candidate: string): Promise<string>;
+
   /** A consistent copy of the whole database at `path` (which must not exist), written while the server runs. */
   backupTo(path: string): Promise<void>;
 }

@@ -218,6 +218,8 @@ export interface NodeReportRow {
 
 /**
  * What another writer changed, as far as the store can tell: "seen" when only nodes' last
- * heartbeats moved (a cheap refresh will do), "any" for everything else (reload).
+ * heartbeats moved; "reports" for node reports; "meta" for what the in-memory model does not
+ * hold (the lease, control-plane rows, router usage, events); "any" for everything else
+ * (reload). A store that cannot tell says "any".
  */
-export type StoreChange = "seen" | "any";
+export type StoreChange = "seen" | "any" | "meta" | "reports";

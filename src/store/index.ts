@@ -476,6 +476,15 @@ export class Store implements StorePort {
     });
   }
 
+  sharedSecret(key: string, candidate: string): Promise<string> {
+    return guarded(() =>
+      this.db.transaction((tx) => {
+        tx.insert(schema.meta).values({ key: `secret:${key}`, value: candidate }).onConflictDoNothing({ target: schema.meta.key }).run();
+        return tx.select().from(schema.meta).where(eq(schema.meta.key, `secret:${key}`)).get()!.value;
+      }),
+    );
+  }
+
   // ---- SQLite only: the demo's marker, test fixtures, `llmgw backup` checks --------------
 
   getMeta(key: string): string | undefined {

@@ -106,6 +106,8 @@ export class PgStore implements StorePort {
     this.payload = {
       seen: JSON.stringify({ from: this.instanceId, change: "seen" }),
       any: JSON.stringify({ from: this.instanceId, change: "any" }),
+      meta: JSON.stringify({ from: this.instanceId, change: "meta" }),
+      reports: JSON.stringify({ from: this.instanceId, change: "reports" }),
     };
     this.client = this.connect();
     this.db = drizzle({ client: this.client, schema });
@@ -459,7 +461,7 @@ export class PgStore implements StorePort {
   acquireLease(holder: string, ttlMs: number): Promise<Lease> {
     const ttl = Math.max(1, Math.floor(ttlMs));
     // A second try after a lost answer renews what the first took: same holder, same epoch.
-    return this.write("idempotent", "any", async (tx) => {
+    return this.write("idempotent", "meta", async (tx) => {
       // Renewed by its holder while unexpired (same epoch); taken when free or lapsed (epoch + 1).
       await tx.execute(sql`INSERT INTO leases (name, holder, epoch, expires_at) VALUES ('leader', ${holder}, 1, ${DB_NOW} + ${ttl}::bigint)
         ON CONFLICT (name) DO UPDATE SET
@@ -472,7 +474,7 @@ export class PgStore implements StorePort {
   }
 
   releaseLease(holder: string): Promise<void> {
-    return this.write("idempotent", "any", async (tx) => {
+    return this.write("idempotent", "meta", async (tx) => {
       await tx.execute(sql`UPDATE leases SET expires_at = ${DB_NOW} - 1 WHERE name = 'leader' AND holder = ${holder}`);
     });
   }
@@ -482,7 +484,7 @@ export class PgStore implements StorePort {
   }
 
   upsertControlPlane(cp: ControlPlaneRecord): Promise<void> {
-    return this.write("idempotent", "any", async (tx) => {
+    return this.write("idempotent", "meta", async (tx) => {
       await tx.execute(sql`INSERT INTO control_planes (name, admin_url, router_url, started_at, seen_at) VALUES (${cp.name}, ${cp.adminUrl}, ${cp.routerUrl}, ${cp.startedAt}::bigint, ${DB_NOW})
         ON CONFLICT (name) DO UPDATE SET admin_url = excluded.admin_url, router_url = excluded.router_url, started_at = excluded.started_at, seen_at = excluded.seen_at`);
     });
@@ -503,7 +505,7 @@ export class PgStore implements StorePort {
   }
 
   removeControlPlane(name: string): Promise<void> {
-    return this.write("idempotent", "any", async (tx) => {
+    return this.write("idempotent", "meta", async (tx) => {
       await tx.delete(schema.controlPlanes).where(eq(schema.controlPlanes.name, name));
       await tx.delete(schema.routerUsage).where(eq(schema.routerUsage.router, name));
     });
@@ -511,7 +513,7 @@ export class PgStore implements StorePort {
 
   reportUsage(router: string, watchingSince: number, lastUsed: ReadonlyMap<string, number>): Promise<void> {
     const map = JSON.stringify(Object.fromEntries(lastUsed));
-    return this.write("idempotent", "any", async (tx) => {
+    return this.write("idempotent", "meta", async (tx) => {
       await tx.execute(sql`INSERT INTO router_usage (router, watching_since, last_used, reported_at) VALUES (${router}, ${watchingSince}::bigint, ${map}::jsonb, ${DB_NOW})
         ON CONFLICT (router) DO UPDATE SET watching_since = excluded.watching_since, last_used = excluded.last_used, reported_at = excluded.reported_at`);
     });
@@ -536,13 +538,20 @@ export class PgStore implements StorePort {
   }
 
   saveNodeReport(node: string, report: string, now: number): Promise<void> {
-    return this.write("idempotent", "any", async (tx) => {
+    return this.write("idempotent", "reports", async (tx) => {
       await tx.insert(schema.nodeReports).values({ node, report, at: now }).onConflictDoUpdate({ target: schema.nodeReports.node, set: { report, at: now } });
     });
   }
 
   nodeReports(): Promise<NodeReportRow[]> {
     return this.call("read", () => this.db.select().from(schema.nodeReports).orderBy(byBytes(schema.nodeReports.node)));
+  }
+
+  sharedSecret(key: string, candidate: string): Promise<string> {
+    return this.write("idempotent", "meta", async (tx) => {
+      await tx.insert(schema.meta).values({ key: `secret:${key}`, value: candidate }).onConflictDoNothing({ target: schema.meta.key });
+      return (await tx.select().from(schema.meta).where(eq(schema.meta.key, `secret:${key}`)))[0]!.value;
+    });
   }
 
   /**
@@ -565,7 +574,7 @@ export class PgStore implements StorePort {
       return;
     }
     if (m.from === this.instanceId) return;
-    const change: StoreChange = m.change === "seen" ? "seen" : "any";
+    const change: StoreChange = m.change === "seen" || m.change === "meta" || m.change === "reports" ? m.change : "any";
     for (const w of [...this.watchers]) w(change);
   }
 
@@ -611,7 +620,7 @@ export class PgStore implements StorePort {
   // ---- events -------------------------------------------------------------------------
 
   appendEvent(e: NewEvent & { at: number }): Promise<number> {
-    return this.write("once", "any", async (tx) => (await tx.insert(schema.events).values(eventRecord(e, e.at)).returning({ id: schema.events.id }))[0]!.id);
+    return this.write("once", "meta", async (tx) => (await tx.insert(schema.events).values(eventRecord(e, e.at)).returning({ id: schema.events.id }))[0]!.id);
   }
 
   listEvents(opts: { afterId?: number; limit: number; subject?: string; kind?: string; since?: number }): Promise<EventRow[]> {
