@@ -24,6 +24,7 @@ import { Store } from "../store";
 import { ModelStore } from "../control/model";
 import type { StorePort } from "../control/store-port";
 import { StoreUnavailableError } from "../control/errors";
+import { PatroniPoller } from "./patroni";
 import { RouterLink } from "./router-thread";
 import type { RouterWorkerData } from "./router-worker";
 import { type ShedLog, shedLogger } from "./router-shed";
@@ -121,6 +122,10 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   const model = new ModelStore(store, scheduler);
   const controller = buildController(config, { store: model, log, scheduler, dataDir, engineSecret });
   controller.setJoinToken(join_.token);
+  // The summary's store[] and store_error, from the store's Patroni members (serve --patroni).
+  const patroni = config.patroni ? new PatroniPoller({ urls: config.patroni, scheduler, log }) : undefined;
+  if (patroni) controller.setSummarySources({ store: () => patroni.snapshot() });
+  patroni?.start();
 
   // Set once the router listens; the summary leaves it out until then.
   let exposure: RouterExposure = { listen: `${config.listen.host}:${config.listen.port}`, api_key_required: config.require_api_key, open: false };
@@ -195,6 +200,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
       if (stopped) return;
       stopped = true;
       timer?.cancel();
+      patroni?.stop();
       controller.load.stop();
       await (link ?? router)!.stop();
       adminListener.stop();
