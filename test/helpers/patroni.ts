@@ -3,6 +3,9 @@
 // REST API port, PostgreSQL port and data directory, all on 127.0.0.1 and free ports. Short
 // timings (ttl 8 s, loop_wait 1 s, retry_timeout 3 s, primary_start_timeout 0) so a failover
 // takes seconds and a crashed primary is failed over rather than restarted in place.
+// synchronous_mode: a commit is acknowledged only once the sync standby has it, so a failover
+// (which Patroni makes only to that standby) loses no acknowledged write: without it, what the
+// old primary acknowledged in its last moments may be gone on the new one.
 //
 // PostgreSQL refuses to run as root, so when the test runs as root Patroni (which starts
 // PostgreSQL) runs as the `postgres` user through runuser, with every directory owned by it.
@@ -45,8 +48,11 @@ export interface PatroniCluster {
   etcdUrl: string;
   /** Milliseconds from start to the first leader with its replicas streaming. */
   startMs: number;
-  /** Resolves with the leader's name once a leader runs and every other member runs as a replica. */
-  waitForLeader(opts?: { timeoutMs?: number; not?: string }): Promise<string>;
+  /**
+   * Resolves with the leader's name once a leader (other than `not`) runs and, unless
+   * `replicas: false`, every other member runs as a replica with a known lag.
+   */
+  waitForLeader(opts?: { timeoutMs?: number; not?: string; replicas?: boolean }): Promise<string>;
   /** The current leader's member, as `GET /cluster` of any answering member says; undefined when none. */
   leader(): Promise<PatroniMember | undefined>;
   /** `GET /cluster` as the first answering member reports it (raw JSON). */
@@ -110,6 +116,7 @@ bootstrap:
     retry_timeout: 3
     maximum_lag_on_failover: 16777216
     primary_start_timeout: 0
+    synchronous_mode: true
     postgresql:
       use_pg_rewind: true
       parameters:
@@ -301,7 +308,7 @@ export async function startPatroni(opts: { members?: number; log?: (line: string
       startMs,
       cluster,
       leader,
-      waitForLeader: (o = {}) => waitLeader(members, procs, logs, { timeoutMs: o.timeoutMs ?? 60_000, replicas: true, not: o.not }),
+      waitForLeader: (o = {}) => waitLeader(members, procs, logs, { timeoutMs: o.timeoutMs ?? 60_000, replicas: o.replicas ?? true, not: o.not }),
       async killPostgres(member) {
         const m = member ?? (await leader());
         if (!m) throw new Error("no leader to kill the postgres of");
@@ -346,7 +353,8 @@ async function waitLeader(members: PatroniMember[], procs: Bun.Subprocess[], log
         if (!l || l.name === o.not) return false;
         if (!o.replicas) return l.name;
         const others = c.members.filter((x) => x !== l);
-        const ok = others.length === members.length - 1 && others.every((x) => (x.state === "running" || x.state === "streaming") && typeof x.lag === "number");
+        // synchronous_mode: acknowledged writes are safe only once a sync standby is named.
+        const ok = others.length === members.length - 1 && others.every((x) => (x.state === "running" || x.state === "streaming") && typeof x.lag === "number") && others.some((x) => x.role === "sync_standby");
         return ok ? l.name : false;
       } catch {
         /* next member */
