@@ -218,6 +218,16 @@ async function underLoad(tag: string, fault: () => Promise<void>) {
       await Bun.sleep(250);
     }
   })();
+  try {
+    return await measure(tag, load, old, storeErrors, fault);
+  } finally {
+    watching = false;
+    await load.stop();
+    await watcher;
+  }
+}
+
+async function measure(tag: string, load: Load, old: string, storeErrors: Set<string>, fault: () => Promise<void>) {
   const t0 = Date.now();
   await fault();
   const newLeader = await pg.waitForLeader({ not: old, timeoutMs: 90_000, replicas: false });
@@ -232,8 +242,6 @@ async function underLoad(tag: string, fault: () => Promise<void>) {
   const gap = times.reduce((g, t, i) => (i === 0 ? g : Math.max(g, t - times[i - 1]!)), 0);
   await Bun.sleep(1500);
   await load.stop();
-  watching = false;
-  await watcher;
   const s = await storeSettled(old);
   await assertNothingLost(load);
   const figures = { from: old, to: newLeader, primaryMs, writingAgainMs: firstAfter - t0, longestNoAckMs: gap, acked: load.acks.length, refused: load.failures.length, storeErrors: [...storeErrors].length };

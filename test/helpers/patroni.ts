@@ -320,7 +320,9 @@ export async function startPatroni(opts: { members?: number; log?: (line: string
       async switchover(to) {
         const from = await leader();
         if (!from) throw new Error("no leader to switch over from");
-        const candidate = to ?? members.find((m) => m.name !== from.name)!.name;
+        // In synchronous mode Patroni switches over only to the sync standby.
+        const c = (await cluster()) as { members: ClusterMember[] };
+        const candidate = to ?? c.members.find((m) => m.role === "sync_standby")?.name ?? members.find((m) => m.name !== from.name)!.name;
         const r = await fetch(`${from.restUrl}/switchover`, {
           method: "POST",
           headers: { "content-type": "application/json" },
