@@ -9,10 +9,12 @@
 //      `llmgw apply` in a loop. serve reconnects to the new primary by itself; every heartbeat
 //      and every apply it acknowledged is in the store afterwards (nothing acknowledged lost);
 //      `store` shows the new leader and lag; no store_error once it is over. The times from
-//      the kill to the new primary and to serve writing again are printed.
+//      the kill to the new primary and to serve writing again are printed. A second control
+//      plane (cp2) on the same store takes half the agents; afterwards one of the two leads,
+//      the other stands by, and both show the same nodes.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { ModelView, NodeView, Summary } from "../../src/protocol/views";
 import { heartbeat } from "../helpers/fleet";
@@ -25,6 +27,9 @@ let pg: PatroniCluster;
 let dir: string;
 let bin: string;
 let serve: Awaited<ReturnType<typeof startServe>>;
+/** A second control plane on the same store (its own data dir holding the first's tokens and engine secret). */
+let serve2: Awaited<ReturnType<typeof startServe>>;
+let dir2: string;
 
 async function runAsync(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   const p = Bun.spawn([bin, ...args], { cwd: dir, env: { PATH: process.env.PATH ?? "", NO_COLOR: "1" }, stdout: "pipe", stderr: "pipe" });
@@ -40,13 +45,22 @@ async function summary(): Promise<Summary | undefined> {
 beforeAll(async () => {
   pg = await startPatroni({ log: (l) => console.log(l) });
   ({ dir, bin } = scratchWithBinary());
-  serve = await startServe(bin, dir, ["--store", pg.url, "--patroni", pg.members.map((m) => m.restUrl).join(","), "--heartbeat-interval", "1s", "--reconcile-interval", "1s", "--node-timeout", "60s"]);
+  const flags = ["--store", pg.url, "--patroni", pg.members.map((m) => m.restUrl).join(","), "--heartbeat-interval", "1s", "--reconcile-interval", "1s", "--node-timeout", "60s"];
+  serve = await startServe(bin, dir, [...flags, "--name", "cp1"]);
+  const second = scratchWithBinary();
+  dir2 = second.dir;
+  mkdirSync(join(dir2, "llmgw-data"), { mode: 0o700 });
+  for (const f of ["admin.token", "join.token", "engine.secret"]) copyFileSync(join(dir, "llmgw-data", f), join(dir2, "llmgw-data", f));
+  serve2 = await startServe(second.bin, dir2, [...flags, "--name", "cp2"]);
 }, 240_000);
 
 afterAll(async () => {
-  serve?.proc.kill("SIGTERM");
-  await Promise.race([serve?.proc.exited, Bun.sleep(10_000)]);
-  if (serve && serve.proc.exitCode === null) serve.proc.kill("SIGKILL");
+  for (const s of [serve2, serve]) {
+    s?.proc.kill("SIGTERM");
+    await Promise.race([s?.proc.exited, Bun.sleep(10_000)]);
+    if (s && s.proc.exitCode === null) s.proc.kill("SIGKILL");
+  }
+  if (dir2) rmSync(dir2, { recursive: true, force: true });
   await pg?.stop();
   if (dir) rmSync(dir, { recursive: true, force: true });
 }, 60_000);
@@ -112,13 +126,15 @@ interface Load {
 }
 
 function startLoad(tag: string): Load {
-  const send = heartbeatSender(serve);
+  // Agents spread over both control planes: the third steady one and every other new node talk to the second.
+  const senders = [heartbeatSender(serve), heartbeatSender(serve2)];
+  const senderOf = (name: string) => senders[/-steady-3$|-late-\d*[13579]$/.test(name) ? 1 : 0]!;
   const load: Load = { registered: new Set(), applied: new Set(), acks: [], failures: [], stop: async () => {} };
   let on = true;
   const loops: Promise<void>[] = [];
   const beat = async (name: string, kind: "heartbeat" | "register") => {
     try {
-      const r = await send({ ...heartbeat({ name, gpus: ["H100-80GB"] }), address: "127.0.0.1" } as never);
+      const r = await senderOf(name)({ ...heartbeat({ name, gpus: ["H100-80GB"] }), address: "127.0.0.1" } as never);
       if (r.status === 200) {
         load.acks.push({ at: Date.now(), kind });
         if (kind === "register") load.registered.add(name);
@@ -196,6 +212,19 @@ async function assertNothingLost(load: Load) {
   }
 }
 
+/** Both control planes answer after the fault, one leads, and the standby reads the same nodes from the store. */
+async function assertControlPlanes() {
+  const view = await until("both control planes to answer, one leading", async () => {
+    const s = await summary();
+    const m = s?.control_planes.members ?? [];
+    return m.length === 2 && m.filter((x) => x.state === "leading").length === 1 && m.filter((x) => x.state === "standing by").length === 1 ? s!.control_planes : undefined;
+  }, 30_000);
+  expect(view.members!.map((m) => m.name).sort()).toEqual(["cp1", "cp2"]);
+  const auth = (s: typeof serve) => ({ headers: { authorization: `Bearer ${s.adminToken}` } });
+  const names = async (s: typeof serve) => ((await (await fetch(`${s.adminUrl}/api/v1/nodes`, auth(s))).json()) as NodeView[]).map((n) => n.name).sort();
+  await until("the standby to show the same nodes as the leader", async () => JSON.stringify(await names(serve)) === JSON.stringify(await names(serve2)), 30_000);
+}
+
 async function storeSettled(notLeader: string) {
   return until(() => `status to show a new store leader other than ${notLeader}, no store_error`, async () => {
     const s = await summary();
@@ -244,6 +273,7 @@ async function measure(tag: string, load: Load, old: string, storeErrors: Set<st
   await load.stop();
   const s = await storeSettled(old);
   await assertNothingLost(load);
+  await assertControlPlanes();
   const figures = { from: old, to: newLeader, primaryMs, writingAgainMs: firstAfter - t0, longestNoAckMs: gap, acked: load.acks.length, refused: load.failures.length, storeErrors: [...storeErrors].length };
   console.log(`${tag}: ${JSON.stringify(figures)}`);
   if (load.failures.length > 0) console.log(`${tag}: first refusals: ${load.failures.slice(0, 3).map((f) => f.what).join(" | ")}`);
@@ -267,5 +297,7 @@ describe("failover and switchover under load", () => {
     expect(s.store.find((m) => m.role === "leader")!.name).toBe(figures.to);
     const human = run(bin, ["status"], { cwd: dir }).stdout;
     expect(human).toContain(`Store           ${figures.to} leads · `);
+    expect(human).toMatch(/^Control planes  cp[12] leads · 1 standing by \(cp[12]( \(this one\))?\)$/m);
+    expect(human).not.toContain("Attention");
   }, 240_000);
 });
