@@ -318,20 +318,27 @@ export async function startPatroni(opts: { members?: number; log?: (line: string
         return pid;
       },
       async switchover(to) {
-        const from = await leader();
-        if (!from) throw new Error("no leader to switch over from");
-        // In synchronous mode Patroni switches over only to the sync standby.
-        const c = (await cluster()) as { members: ClusterMember[] };
-        const candidate = to ?? c.members.find((m) => m.role === "sync_standby")?.name ?? members.find((m) => m.name !== from.name)!.name;
-        const r = await fetch(`${from.restUrl}/switchover`, {
-          method: "POST",
-          headers: { "content-type": "application/json" },
-          body: JSON.stringify({ leader: from.name, candidate }),
-          signal: AbortSignal.timeout(30_000),
-        });
-        const text = await r.text();
-        if (r.status !== 200) throw new Error(`switchover ${from.name} → ${candidate}: ${r.status} ${text}`);
-        return candidate;
+        // In synchronous mode Patroni switches over only to the sync standby, which it names
+        // a loop or two after the replicas run (and may rename): wait for one, retry a 412.
+        let last = "";
+        for (let attempt = 0; attempt < 10; attempt++) {
+          await waitLeader(members, procs, logs, { timeoutMs: 60_000, replicas: true });
+          const c = (await cluster()) as { members: ClusterMember[] };
+          const from = c.members.find((m) => m.role === "leader" && m.state === "running");
+          const candidate = to ?? c.members.find((m) => m.role === "sync_standby")?.name;
+          if (!from || !candidate) continue;
+          const r = await fetch(`${members.find((m) => m.name === from.name)!.restUrl}/switchover`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body: JSON.stringify({ leader: from.name, candidate }),
+            signal: AbortSignal.timeout(30_000),
+          });
+          last = `switchover ${from.name} → ${candidate}: ${r.status} ${await r.text()}`;
+          if (r.status === 200) return candidate;
+          if (r.status !== 412) break;
+          await Bun.sleep(500);
+        }
+        throw new Error(last || "no leader and sync standby to switch over between");
       },
       stop,
     };
