@@ -26,6 +26,7 @@ import { ModelStore } from "../control/model";
 import type { StorePort } from "../control/store-port";
 import { StoreUnavailableError } from "../control/errors";
 import { advertisedUrl, defaultName, joinControlPlanes } from "./control-planes";
+import { PatroniPoller } from "./patroni";
 import { RouterLink } from "./router-thread";
 import type { RouterWorkerData } from "./router-worker";
 import { type ShedLog, shedLogger } from "./router-shed";
@@ -150,6 +151,10 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   const model = new ModelStore(opened.store, scheduler);
   const controller = buildController(config, { store: model, log, scheduler, dataDir, engineSecret });
   controller.setJoinToken(join_.token);
+  // The summary's store[] and store_error, from the store's Patroni members (serve --patroni).
+  const patroni = config.patroni ? new PatroniPoller({ urls: config.patroni, scheduler, log }) : undefined;
+  if (patroni) controller.setSummarySources({ store: () => patroni.snapshot() });
+  patroni?.start();
 
   // Set once the router listens; the summary leaves it out until then.
   let exposure: RouterExposure = { listen: `${config.listen.host}:${config.listen.port}`, api_key_required: config.require_api_key, open: false };
@@ -163,6 +168,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   try {
     adminPort = adminListener.listen();
   } catch (e) {
+    patroni?.stop();
     close();
     throw new Error(`cannot listen on ${config.admin_listen.host}:${config.admin_listen.port} (admin): ${(e as Error).message}`);
   }
@@ -177,6 +183,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
     routerAddr = link ? await link.start() : router!.start();
   } catch (e) {
     adminListener.stop();
+    patroni?.stop();
     close();
     throw new Error(`cannot listen on ${config.listen.host}:${config.listen.port} (router): ${(e as Error).message}`);
   }
@@ -227,6 +234,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
       // First: a leader gives the lease up, so a standby takes over at once.
       await member?.stop();
       timer?.cancel();
+      patroni?.stop();
       controller.load.stop();
       await (link ?? router)!.stop();
       adminListener.stop();

@@ -71,6 +71,9 @@ export const command: Command = {
     const { loadConfig, ServeConfig } = await import("../config");
     const { createLogger } = await import("../log");
     const { startServer } = await import("../app/head");
+    // --patroni URL,URL,… as the help says (and as LLMGW_PATRONI takes it), or repeated.
+    const patroni = flags["patroni"];
+    if (Array.isArray(patroni)) flags = { ...flags, patroni: patroni.flatMap((v) => v.split(",").map((u) => u.trim()).filter(Boolean)) };
     const config = await loadConfig(ServeConfig, { flags, env: process.env });
     const log = createLogger({ level: config.log_level, role: "serve" });
     const server = await startServer({ config, log });

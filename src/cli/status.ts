@@ -6,7 +6,7 @@ import type { Summary } from "../protocol/views";
 import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
 import type { Command } from "./command";
 import { safeDeep } from "../lib/text";
-import { human, oneLine, plural } from "../lib/format";
+import { bytes, human, oneLine, plural } from "../lib/format";
 import { type Style, detectStyle, paint, table, usageBar } from "./render";
 
 export function renderStatus(summary: Summary, style: Style): string {
@@ -20,8 +20,8 @@ export function renderStatus(summary: Summary, style: Style): string {
   if (n.unreachable) nodeParts.push(paint(style, "red", `${n.unreachable} unreachable`));
   if (n.pending) nodeParts.push(paint(style, "yellow", `${n.pending} pending approval (llmgw nodes approve NAME)`));
   out.push(`${paint(style, "bold", "llmgw")} ${s.version}`);
+  out.push(...haLines(s, style));
   out.push(`Nodes     ${plural(n.total, "node")}: ${nodeParts.join(", ")}`);
-  if (s.store_error) out.push(paint(style, "red", `Store     ${s.store_error}`));
   if (s.router?.open)
     out.push(paint(style, "yellow", `Router    open, no API key required: anyone who reaches ${s.router.listen} can use every model (serve --require-api-key)`));
   out.push(...discoveryLines(s, style));
@@ -67,6 +67,11 @@ export function renderStatus(summary: Summary, style: Style): string {
   out.push(`Replicas  ${rParts.join(" · ")}`);
   out.push(`Models    ${m.total} total · ${m.satisfied} satisfied · ${m.short ? paint(style, "yellow", `${m.short} short`) : "0 short"}`);
 
+  const attention = haAttention(s);
+  if (attention.length > 0) {
+    out.push("", paint(style, "bold", paint(style, "red", "Attention")));
+    for (const a of attention) out.push(`  ${a}`);
+  }
   if (s.unplaceable.length > 0) {
     out.push("", paint(style, "bold", paint(style, "red", "Unplaceable")));
     for (const name of s.unplaceable) out.push(`  ${name}${s.unplaceable_reasons[name] ? `  ${paint(style, "dim", oneLine(s.unplaceable_reasons[name]!, 110))}` : ""}`);
@@ -87,6 +92,82 @@ export function renderStatus(summary: Summary, style: Style): string {
     out.push(table(["REPLICA", "MODEL", "WAS IDLE", "FOR", "AT"], s.evictions.map((e) => [e.replica, e.model, human(e.idle_seconds), e.for_model, e.at.slice(11, 19)]), { indent: "  " }));
   }
   return out.join("\n") + "\n";
+}
+
+/**
+ * A replica further behind than this is worth a look: Patroni's default
+ * maximum_lag_on_failover, past which it would not fail over to that member.
+ */
+export const STORE_LAG_WARN = 1024 * 1024;
+
+/** Patroni 3.0.2 says a healthy replica is "running", later versions "streaming". */
+const HEALTHY_STORE_STATES = new Set(["running", "streaming"]);
+const STORE_LEADER_ROLES = new Set(["leader", "standby_leader", "master", "primary"]);
+
+function storeLeader(s: Summary) {
+  return s.store.find((m) => STORE_LEADER_ROLES.has(m.role) && HEALTHY_STORE_STATES.has(m.state));
+}
+
+/**
+ * Above the fleet, only with several control planes or a replicated store: who leads, who
+ * stands by, the floating address; the store's leader and replicas with their lag. A single
+ * head node on SQLite shows neither line.
+ */
+function haLines(s: Summary, style: Style): string[] {
+  const lines: string[] = [];
+  const cp = s.control_planes ?? {};
+  const members = cp.members ?? [];
+  if (members.length > 0 || cp.floating) {
+    const parts: string[] = [];
+    const leaders = members.filter((m) => m.state === "leading");
+    const standing = members.filter((m) => m.state === "standing by");
+    const silent = members.filter((m) => m.state === "not answering");
+    const other = members.filter((m) => !["leading", "standing by", "not answering"].includes(m.state));
+    const me = (m: { name: string; this?: boolean }) => `${m.name}${m.this ? " (this one)" : ""}`;
+    if (leaders.length === 1) parts.push(`${me(leaders[0]!)} leads`);
+    else if (leaders.length === 0) parts.push(paint(style, "red", "none leads"));
+    else parts.push(paint(style, "red", `${leaders.map(me).join(", ")} all say they lead`));
+    if (standing.length > 0) parts.push(`${standing.length} standing by (${standing.map(me).join(", ")})`);
+    if (silent.length > 0) parts.push(paint(style, "red", `${silent.length} not answering (${silent.map((m) => m.name).join(", ")})`));
+    for (const m of other) parts.push(paint(style, "yellow", `${me(m)} ${m.state}`));
+    if (cp.floating) parts.push(cp.floating_up ? `floating ${cp.floating} up` : paint(style, "red", `floating ${cp.floating} down`));
+    lines.push(`Control planes  ${parts.join(" · ")}`);
+  }
+  if (s.store.length > 0) {
+    const leader = storeLeader(s);
+    const parts = [leader ? `${leader.name} leads` : paint(style, "red", "no leader")];
+    for (const m of s.store) {
+      if (m === leader) continue;
+      const healthy = HEALTHY_STORE_STATES.has(m.state);
+      const lag = STORE_LEADER_ROLES.has(m.role) ? "" : m.lag < 0 ? ", lag unknown" : `, ${bytes(m.lag)} behind`;
+      const text = `${m.name} ${m.role.replace(/_/g, " ")} ${m.state || "state unknown"}${lag}`;
+      parts.push(healthy && m.lag >= 0 && m.lag <= STORE_LAG_WARN && !STORE_LEADER_ROLES.has(m.role) ? text : paint(style, healthy && !STORE_LEADER_ROLES.has(m.role) ? "yellow" : "red", text));
+    }
+    lines.push(`Store           ${parts.join(" · ")}`);
+  }
+  if (s.store_error) lines.push(paint(style, "red", `Store           ${oneLine(s.store_error, 300)}`));
+  return lines;
+}
+
+/** What needs a person in the control planes and the store, one sentence each. */
+export function haAttention(s: Summary): string[] {
+  const out: string[] = [];
+  const cp = s.control_planes ?? {};
+  const members = cp.members ?? [];
+  if (members.length > 0 && !members.some((m) => m.state === "leading")) out.push("no control plane leads: nothing reconciles or places replicas until one takes the lease");
+  for (const m of members) if (m.state === "not answering") out.push(`control plane ${m.name} (${m.address}) is not answering`);
+  if (cp.floating && !cp.floating_up) out.push(`the floating address ${cp.floating} does not answer as the leader: check keepalived on the head nodes`);
+  if (s.store_error) out.push(`cannot read the store's members: ${oneLine(s.store_error, 300)}`);
+  if (s.store.length > 0) {
+    if (!storeLeader(s)) out.push(`the store has no running leader (${s.store.map((m) => `${m.name} ${m.role} ${m.state || "unknown"}`).join(", ")}): writes wait until Patroni promotes one`);
+    for (const m of s.store) {
+      if (STORE_LEADER_ROLES.has(m.role)) continue;
+      if (!HEALTHY_STORE_STATES.has(m.state)) out.push(`store member ${m.name} is ${m.state || "in an unknown state"}, not replicating`);
+      else if (m.lag < 0) out.push(`store member ${m.name}: lag unknown`);
+      else if (m.lag > STORE_LAG_WARN) out.push(`store member ${m.name} is ${bytes(m.lag)} behind the leader`);
+    }
+  }
+  return out;
 }
 
 /** Nodes named per line before the rest are counted. */

@@ -48,3 +48,16 @@ export function errorText(e: unknown): string {
   if (e instanceof Error) return e.name === "TimeoutError" ? "timed out" : e.message || e.name;
   return String(e);
 }
+
+/** Bytes as people read them: 0 B, 812 B, 1.2 KiB, 20 MiB, 3.4 GiB. */
+export function bytes(n: number): string {
+  if (!Number.isFinite(n) || n < 1024) return `${Math.max(0, Math.round(n))} B`;
+  const units = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+  let v = n / 1024;
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return `${v < 10 ? Number(v.toFixed(1)) : Math.round(v)} ${units[i]}`;
+}
