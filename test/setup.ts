@@ -38,6 +38,7 @@ export const NEEDS: readonly Need[] = [
   { command: "pgrep", pkg: "procps", usedBy: "test/helpers/postgres.ts (waits for every server process to end)" },
   { command: "patroni", pkg: "patroni", usedBy: "the PostgreSQL failover tests (replication and failover)" },
   { command: "etcd", pkg: "etcd-server", usedBy: "the PostgreSQL failover tests (Patroni's configuration store)" },
+  { command: "/usr/lib/python3/dist-packages/etcd/__init__.py", pkg: "python3-etcd", usedBy: "the PostgreSQL failover tests (Patroni's etcd client: patroni depends on it or on consul, kazoo or kubernetes)" },
   { command: "/usr/sbin/keepalived", pkg: "keepalived", usedBy: "the floating address test" },
   { command: "ip", pkg: "iproute2", usedBy: "the floating address test (network namespaces, veth pairs)" },
 ];

@@ -29,7 +29,7 @@ function provide(dir: string, command: string) {
   chmodSync(join(dir, command), 0o755);
 }
 
-const ALL_PKGS = "chromium prometheus systemd openssl procps postgresql util-linux patroni etcd-server keepalived iproute2";
+const ALL_PKGS = "chromium prometheus systemd openssl procps postgresql util-linux patroni etcd-server python3-etcd keepalived iproute2";
 
 function env(path: string, over: Partial<SetupEnv> = {}): SetupEnv & { lines: string[]; ran: string[][] } {
   const lines: string[] = [];
@@ -129,7 +129,7 @@ describe("test/setup.ts", () => {
   test("PostgreSQL's server binaries, not on PATH, are checked by their glob; missing, the package postgresql is installed", () => {
     const initdb = NEEDS.find((n) => n.command.endsWith("/bin/initdb"))!;
     expect(initdb).toMatchObject({ command: "/usr/lib/postgresql/*/bin/initdb", pkg: "postgresql" });
-    for (const pkg of ["postgresql", "patroni", "etcd-server", "keepalived", "iproute2", "util-linux"]) expect(NEEDS.map((n) => n.pkg)).toContain(pkg);
+    for (const pkg of ["postgresql", "patroni", "etcd-server", "python3-etcd", "keepalived", "iproute2", "util-linux"]) expect(NEEDS.map((n) => n.pkg)).toContain(pkg);
     const dir = pathWith(ALL.filter((c) => !c.startsWith("/usr/lib/postgresql/")));
     // On PATH under the same name does not count: the helper looks under /usr/lib/postgresql.
     provide(dir, "initdb");
