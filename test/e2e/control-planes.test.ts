@@ -7,49 +7,11 @@
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { EventView, NodeView, Summary } from "../../src/protocol/views";
-import { ADMIN_TOKEN, HaCluster } from "../helpers/ha-cluster";
+import { ADMIN_TOKEN, CHAT, HaCluster, openStream, routes } from "../helpers/ha-cluster";
 import { until } from "../helpers/until";
 
 const TTL_MS = 3000;
 const RENEW_MS = 1000;
-const PROFILE = { name: "h100", engine: "vllm", gpu_class: "H100-80GB", gpus: 1 };
-
-interface StreamEnd {
-  kind: "done" | "eof" | "error";
-  text: string;
-}
-
-/** A long streaming chat (about 8 s of the fake engine's tokens); resolves once its first content arrived. */
-async function openStream(routerUrl: string, prompt: string): Promise<{ status: number; replica: string | null; end: Promise<StreamEnd> }> {
-  const res = await fetch(`${routerUrl}/v1/chat/completions`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ model: "chat", stream: true, max_tokens: 1600, messages: [{ role: "user", content: prompt }] }),
-  });
-  const reader = res.body!.getReader();
-  const dec = new TextDecoder();
-  let text = "";
-  while (!text.includes('"content":"The')) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    text += dec.decode(value, { stream: true });
-  }
-  const end = (async (): Promise<StreamEnd> => {
-    try {
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done) return { kind: text.includes("data: [DONE]") ? "done" : "eof", text };
-        text += dec.decode(value, { stream: true });
-      }
-    } catch {
-      return { kind: "error", text };
-    }
-  })();
-  return { status: res.status, replica: res.headers.get("x-llmgw-replica"), end };
-}
-
-const routes = async (routerUrl: string) =>
-  (await fetch(`${routerUrl}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "chat", max_tokens: 2, messages: [{ role: "user", content: "hi" }] }) })).status === 200;
 
 let c: HaCluster;
 
@@ -74,7 +36,7 @@ describe("kill -9 of the leading control plane while streams run through both ro
     const put = await fetch(`${c.serve("cp-b").adminUrl}/api/v1/models/chat`, {
       method: "PUT",
       headers: { authorization: `Bearer ${ADMIN_TOKEN}`, "content-type": "application/json" },
-      body: JSON.stringify({ replicas: { min: 2 }, placement: "spread", profiles: [PROFILE] }),
+      body: JSON.stringify(CHAT),
     });
     expect(put.status).toBe(201);
     await until("two ready replicas", async () => (await c.replicas("cp-b")).filter((r) => r.state === "ready").length === 2, 30_000);

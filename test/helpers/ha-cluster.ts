@@ -160,3 +160,46 @@ export class HaCluster {
     rmSync(this.bin, { force: true });
   }
 }
+
+// ---- clients of the routers --------------------------------------------------------------------
+
+/** The model both tests stream from: two replicas, one per node. */
+export const CHAT = { replicas: { min: 2 }, placement: "spread", profiles: [{ name: "h100", engine: "vllm", gpu_class: "H100-80GB", gpus: 1 }] };
+
+interface StreamEnd {
+  kind: "done" | "eof" | "error";
+  text: string;
+}
+
+/** A long streaming chat (about 8 s of the fake engine's tokens); resolves once its first content arrived. */
+export async function openStream(routerUrl: string, prompt: string): Promise<{ status: number; replica: string | null; end: Promise<StreamEnd> }> {
+  const res = await fetch(`${routerUrl}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "chat", stream: true, max_tokens: 1600, messages: [{ role: "user", content: prompt }] }),
+  });
+  const reader = res.body!.getReader();
+  const dec = new TextDecoder();
+  let text = "";
+  while (!text.includes('"content":"The')) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    text += dec.decode(value, { stream: true });
+  }
+  const end = (async (): Promise<StreamEnd> => {
+    try {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) return { kind: text.includes("data: [DONE]") ? "done" : "eof", text };
+        text += dec.decode(value, { stream: true });
+      }
+    } catch {
+      return { kind: "error", text };
+    }
+  })();
+  return { status: res.status, replica: res.headers.get("x-llmgw-replica"), end };
+}
+
+export const routes = async (routerUrl: string) =>
+  (await fetch(`${routerUrl}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "chat", max_tokens: 2, messages: [{ role: "user", content: "hi" }] }) })).status === 200;
+
