@@ -200,6 +200,8 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
       { listen: exposure.listen, require_api_key: false },
       "router: open, no API key required: anyone who reaches this address can use every model (set --require-api-key and create keys with `llmgw keys create`)",
     );
+  // Among several control planes: joined (the lease asked once) before anyone is told where this one is.
+  const member = ha ? await joinControlPlanes(membershipOptions(config, { controller, model, scheduler, log, adminPort, routerUrl, scheme, tls })) : undefined;
   writeServerInfo(dataDir, {
     admin_url: adminUrl,
     router_url: routerUrl,
@@ -210,7 +212,6 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   });
   log.info({ admin: `${config.admin_listen.host}:${adminPort}`, url: adminUrl, version: VERSION }, "admin API listening");
 
-  const member = ha ? await joinControlPlanes(membershipOptions(config, { controller, model, scheduler, log, adminPort, routerUrl, scheme, tls })) : undefined;
   const timer = loop ? await startLoop(controller, log, scheduler, config.reconcile_interval) : undefined;
   let stopped = false;
   const server: RunningServer = {

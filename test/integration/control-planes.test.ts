@@ -132,3 +132,27 @@ describe("two control planes on one SQLite file", () => {
     expect(kinds).toEqual(["control_plane.leading control_plane/cp-a", "control_plane.stepped_down control_plane/cp-a", "control_plane.leading control_plane/cp-b"]);
   });
 });
+
+describe("the floating address", () => {
+  test("floating_up: whether <floating>:<this admin port>/healthz?leader=1 answers as a leader, probed with each renewal", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "llmgw-ha-float-"));
+    const common = { store: join(dir, "llmgw.db"), ha: true, lease_renew: "1s" };
+    // The floating address on this machine: its own admin listener answers there as the leader.
+    const up = await testServer({ ...common, name: "f-up", floating_address: "127.0.0.1" });
+    // Nothing listens on 127.0.0.2 (the admin listener is on 127.0.0.1 only): down.
+    const down = await testServer({ ...common, name: "f-down", floating_address: "127.0.0.2" });
+    try {
+      const cp = async (s: TestServer) => (await json<Summary>(s.admin("/api/v1/summary"))).control_planes;
+      await until("the probe answered", async () => {
+        await up.clock.run(1000);
+        return (await cp(up)).floating_up === true;
+      });
+      expect(await cp(up)).toMatchObject({ floating: "127.0.0.1", floating_up: true });
+      for (let i = 0; i < 3; i++) await down.clock.run(1000);
+      expect(await cp(down)).toMatchObject({ floating: "127.0.0.2", floating_up: false });
+    } finally {
+      await down.stop();
+      await up.stop();
+    }
+  });
+});
