@@ -569,7 +569,21 @@ export class Controller {
       this.publishEndpoints(after);
       this.wake();
     } else if (created) this.wake();
+    // A standby answers from what the store holds now, not from its last tick: an agent that
+    // failed over to it must not be handed a set older than the leader's (same epoch, fewer
+    // replicas), or it would stop engines the leader placed. Only after a change: once per change.
+    if (!this.lead.leading) await this.catchUp();
     return this.response(hb.node);
+  }
+
+  /** Projects assignments and endpoints again when the store changed since they last were. */
+  private async catchUp(): Promise<void> {
+    const snap = await this.snapshot();
+    const key = snap.version === undefined ? undefined : `${snap.version}/${this.reported}`;
+    if (key !== undefined && key === this.projectedAt) return;
+    this.refreshAssignments(snap);
+    this.publish(snap);
+    this.projectedAt = key;
   }
 
   /**
