@@ -11,7 +11,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { type ControlPlane, controlPlane, JOIN_TOKEN, leads, oneLeader } from "./ha-pair";
+import { type ControlPlane, controlPlane, JOIN_TOKEN, leads, oneLeader, startPair } from "./ha-pair";
 
 export interface FailoverRound {
   leadMs: number;
@@ -63,11 +63,7 @@ export async function failoverBench(o: { store: (dir: string) => string; leaseTt
   const node = nodeLoop(() => cps);
   const rounds: FailoverRound[] = [];
   try {
-    await cps[0]!.start();
-    await oneLeader([cps[0]!], 30_000);
-    await cps[1]!.start();
-    await Bun.sleep(renewMs + 500);
-    if ((await Promise.all(cps.map(leads))).every(Boolean)) throw new Error("both control planes lead: this branch has no leader lease yet");
+    await startPair(cps, renewMs);
     for (let r = 0; r < o.rounds; r++) {
       const leader = await oneLeader(cps, ttlMs + 30_000);
       const survivor = cps.find((c) => c !== leader)!;

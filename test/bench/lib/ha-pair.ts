@@ -108,3 +108,13 @@ export async function oneLeader(cps: ControlPlane[], timeoutMs: number): Promise
   }
   throw new Error(`no single leader within ${timeoutMs} ms: ${cps.map((c, i) => `${c.name} ${seen[i] ? "leads" : "does not lead"}`).join(", ")}`);
 }
+
+/** Starts them one after another (the first leads), then checks that only one leads a renewal later. */
+export async function startPair(cps: ControlPlane[], renewMs: number): Promise<ControlPlane> {
+  await cps[0]!.start();
+  await oneLeader([cps[0]!], 30_000);
+  for (const cp of cps.slice(1)) await cp.start();
+  await Bun.sleep(renewMs + 500);
+  if ((await Promise.all(cps.map(leads))).filter(Boolean).length > 1) throw new Error("several control planes lead at once: this branch has no leader lease yet");
+  return oneLeader(cps, 30_000);
+}

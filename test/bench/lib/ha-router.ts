@@ -7,7 +7,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { controlPlane, JOIN_TOKEN, oneLeader } from "./ha-pair";
+import { controlPlane, JOIN_TOKEN, oneLeader, startPair } from "./ha-pair";
 import { type Child, spawnChild } from "./procs";
 import { BIN } from "./scale-head";
 
@@ -52,11 +52,7 @@ export async function routerBench(o: { store: (dir: string) => string; seconds: 
   const cps = [0, 1].map((i) => controlPlane(i, { dir, store, leaseTtl: "15s", leaseRenew: "5s", cpus: "1", logLevel: "warn" }));
   let agent: Child | undefined;
   try {
-    await cps[0]!.start();
-    await oneLeader([cps[0]!], 30_000);
-    await cps[1]!.start();
-    await Bun.sleep(1000);
-    const leader = await oneLeader(cps, 30_000);
+    const leader = await startPair(cps, 5000);
     const standby = cps.find((c) => c !== leader)!;
     const tokenFile = join(dir, "join.token");
     await Bun.write(tokenFile, JOIN_TOKEN);
