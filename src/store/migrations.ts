@@ -1,21 +1,33 @@
-// The SQL migrations, embedded in the binary. drizzle's own migrate() reads drizzle/ from
-// disk, which a compiled binary does not have; so each migration is imported as text and
-// handed to the dialect's migrator exactly as drizzle's file reader would build it.
+// The SQL migrations of both dialects, embedded in the binary. drizzle's own migrate() reads
+// drizzle/<dialect>/ from disk, which a compiled binary does not have; so each migration is
+// imported as text and shaped exactly as drizzle's file reader would build it.
 // After `npm run db:generate` adds a migration, add its import here: a test fails until then.
 
 import { createHash } from "node:crypto";
-import journal from "../../drizzle/meta/_journal.json";
-import m0000 from "../../drizzle/0000_init.sql" with { type: "text" };
-import m0001 from "../../drizzle/0001_api_keys.sql" with { type: "text" };
-import m0002 from "../../drizzle/0002_node_trust.sql" with { type: "text" };
-import m0003 from "../../drizzle/0003_control_planes.sql" with { type: "text" };
+import sqliteJournal from "../../drizzle/sqlite/meta/_journal.json";
+import s0000 from "../../drizzle/sqlite/0000_init.sql" with { type: "text" };
+import s0001 from "../../drizzle/sqlite/0001_api_keys.sql" with { type: "text" };
+import s0002 from "../../drizzle/sqlite/0002_node_trust.sql" with { type: "text" };
+import s0003 from "../../drizzle/sqlite/0003_control_planes.sql" with { type: "text" };
+import pgJournal from "../../drizzle/pg/meta/_journal.json";
+import p0000 from "../../drizzle/pg/0000_init.sql" with { type: "text" };
 
-export const EMBEDDED_SQL: Record<string, string> = {
-  "0000_init": m0000,
-  "0001_api_keys": m0001,
-  "0002_node_trust": m0002,
-  "0003_control_planes": m0003,
+export type MigrationDialect = "sqlite" | "pg";
+
+export const EMBEDDED: Record<MigrationDialect, Record<string, string>> = {
+  sqlite: {
+    "0000_init": s0000,
+    "0001_api_keys": s0001,
+    "0002_node_trust": s0002,
+    "0003_control_planes": s0003,
+  },
+  pg: {
+    "0000_init": p0000,
+  },
 };
+
+/** The SQLite set (as before the PostgreSQL dialect came). */
+export const EMBEDDED_SQL = EMBEDDED.sqlite;
 
 export interface MigrationMeta {
   sql: string[];
@@ -31,13 +43,18 @@ export interface JournalEntry {
   breakpoints: boolean;
 }
 
-export const JOURNAL: JournalEntry[] = (journal as { entries: JournalEntry[] }).entries;
+export const JOURNALS: Record<MigrationDialect, JournalEntry[]> = {
+  sqlite: (sqliteJournal as { entries: JournalEntry[] }).entries,
+  pg: (pgJournal as { entries: JournalEntry[] }).entries,
+};
+
+export const JOURNAL = JOURNALS.sqlite;
 
 /** The migrations in journal order, shaped as drizzle's readMigrationFiles() returns them. */
-export function embeddedMigrations(): MigrationMeta[] {
-  return JOURNAL.map((entry) => {
-    const query = EMBEDDED_SQL[entry.tag];
-    if (query === undefined) throw new Error(`migration ${entry.tag} is in the journal but not embedded in src/store/migrations.ts`);
+export function embeddedMigrations(dialect: MigrationDialect = "sqlite"): MigrationMeta[] {
+  return JOURNALS[dialect].map((entry) => {
+    const query = EMBEDDED[dialect][entry.tag];
+    if (query === undefined) throw new Error(`${dialect} migration ${entry.tag} is in the journal but not embedded in src/store/migrations.ts`);
     return {
       sql: query.split("--> statement-breakpoint"),
       bps: entry.breakpoints,

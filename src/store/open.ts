@@ -6,6 +6,7 @@
 import { isAbsolute, join, resolve } from "node:path";
 import type { StorePort } from "../control/store-port";
 import { Store } from "./index";
+import { PgStore } from "./pg/index";
 
 export type Dialect = "sqlite" | "postgres";
 
@@ -16,6 +17,8 @@ export interface OpenedStore {
   describe: string;
   /** The SQLite store itself, for the test helpers' back doors; absent on PostgreSQL. */
   sqlite?: Store;
+  /** The PostgreSQL store itself; absent on SQLite. */
+  postgres?: PgStore;
   close(): Promise<void>;
 }
 
@@ -24,6 +27,10 @@ export interface OpenStoreOptions {
   target: string | undefined;
   dataDir: string;
   busyTimeoutMs?: number;
+  /** PostgreSQL: seconds a connection attempt may take (default 5). */
+  connectTimeoutS?: number;
+  /** PostgreSQL: names this control plane in the store's change notifications. */
+  instanceId?: string;
 }
 
 export function isPostgresUrl(target: string): boolean {
@@ -35,9 +42,34 @@ export function redactUrl(target: string): string {
   return target.replace(/^(postgres(?:ql)?:\/\/[^:@/]*):[^@/]*@/i, "$1:***@");
 }
 
+/** Text with the URL's password (and any URL's password) taken out. */
+function redactSecrets(text: string, url: string): string {
+  const pw = /^postgres(?:ql)?:\/\/[^:@/]*:([^@/]*)@/i.exec(url)?.[1];
+  let out = text.replace(/(postgres(?:ql)?:\/\/[^:@/\s]*):[^@/\s]*@/gi, "$1:***@");
+  if (pw) {
+    out = out.split(pw).join("***");
+    try {
+      const decoded = decodeURIComponent(pw);
+      if (decoded !== "") out = out.split(decoded).join("***");
+    } catch {
+      /* not URI-encoded */
+    }
+  }
+  return out;
+}
+
 export async function openStore(o: OpenStoreOptions): Promise<OpenedStore> {
   if (o.target !== undefined && isPostgresUrl(o.target)) {
-    throw new Error(`PostgreSQL stores are not built yet (${redactUrl(o.target)})`);
+    const describe = redactUrl(o.target);
+    let store: PgStore;
+    try {
+      store = await PgStore.open({ url: o.target, connectTimeoutS: o.connectTimeoutS, instanceId: o.instanceId });
+    } catch (e) {
+      // Whatever the driver said, without the URL's password.
+      const why = e instanceof Error ? e.message : String(e);
+      throw new Error(`cannot open the PostgreSQL store ${describe}: ${redactSecrets(why, o.target)}`);
+    }
+    return { store, dialect: "postgres", describe, postgres: store, close: () => store.close() };
   }
   const path = o.target === undefined ? join(o.dataDir, "llmgw.db") : isAbsolute(o.target) ? o.target : resolve(o.target);
   const store = new Store({ path, busyTimeoutMs: o.busyTimeoutMs });

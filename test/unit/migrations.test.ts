@@ -1,5 +1,6 @@
-// The compiled binary carries its migrations inside it; this pins that the embedded set is
-// exactly drizzle/ and builds the same schema as drizzle's own file-reading migrator.
+// The compiled binary carries its migrations inside it; this pins that each dialect's embedded
+// set is exactly drizzle/<dialect>/ and that SQLite's builds the same schema as drizzle's own
+// file-reading migrator (PostgreSQL's: test/integration/store-migrations.test.ts).
 
 import { Database } from "bun:sqlite";
 import { describe, expect, test } from "bun:test";
@@ -7,10 +8,12 @@ import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { drizzle } from "drizzle-orm/bun-sqlite";
 import { migrate } from "drizzle-orm/bun-sqlite/migrator";
-import { EMBEDDED_SQL, JOURNAL, embeddedMigrations } from "../../src/store/migrations";
+import { EMBEDDED, JOURNAL, JOURNALS, embeddedMigrations, type MigrationDialect } from "../../src/store/migrations";
 import { Store } from "../../src/store";
 
-const DRIZZLE = join(import.meta.dir, "../../drizzle");
+const ROOT = join(import.meta.dir, "../../drizzle");
+const DRIZZLE = join(ROOT, "sqlite");
+const dirOf = (d: MigrationDialect) => join(ROOT, d);
 
 function schemaOf(db: Database): string[] {
   return (db.query("SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name").all() as { sql: string | null }[]).map(
@@ -19,16 +22,26 @@ function schemaOf(db: Database): string[] {
 }
 
 describe("embedded migrations", () => {
-  test("every .sql file in drizzle/ is embedded, and nothing else", () => {
-    const files = readdirSync(DRIZZLE).filter((f) => f.endsWith(".sql")).map((f) => f.replace(/\.sql$/, "")).sort();
-    expect(files.length).toBeGreaterThan(0);
-    expect(Object.keys(EMBEDDED_SQL).sort()).toEqual(files);
-    expect(JOURNAL.map((e) => e.tag).sort()).toEqual(files);
+  test("drizzle/ holds one folder per dialect and no migration outside them", () => {
+    expect(readdirSync(ROOT).sort()).toEqual(["pg", "sqlite"]);
   });
 
-  test("the embedded text is byte-for-byte the file on disk", () => {
-    for (const [tag, text] of Object.entries(EMBEDDED_SQL)) expect(text).toBe(readFileSync(join(DRIZZLE, `${tag}.sql`), "utf8"));
-  });
+  for (const dialect of ["sqlite", "pg"] as const) {
+    test(`${dialect}: every .sql file in drizzle/${dialect}/ is embedded, and every journal entry, and nothing else`, () => {
+      const files = readdirSync(dirOf(dialect)).filter((f) => f.endsWith(".sql")).map((f) => f.replace(/\.sql$/, "")).sort();
+      expect(files.length).toBeGreaterThan(0);
+      expect(Object.keys(EMBEDDED[dialect]).sort()).toEqual(files);
+      expect(JOURNALS[dialect].map((e) => e.tag).sort()).toEqual(files);
+      const journal = JSON.parse(readFileSync(join(dirOf(dialect), "meta/_journal.json"), "utf8")) as { dialect: string; entries: unknown[] };
+      expect(journal.dialect).toBe(dialect === "pg" ? "postgresql" : "sqlite");
+      expect(JOURNALS[dialect]).toEqual(journal.entries as never);
+      expect(embeddedMigrations(dialect).map((m) => m.folderMillis)).toEqual(JOURNALS[dialect].map((e) => e.when));
+    });
+
+    test(`${dialect}: the embedded text is byte-for-byte the file on disk`, () => {
+      for (const [tag, text] of Object.entries(EMBEDDED[dialect])) expect(text).toBe(readFileSync(join(dirOf(dialect), `${tag}.sql`), "utf8"));
+    });
+  }
 
   test("applying them yields the same schema as drizzle's migrate() from the folder", () => {
     const fromFolder = new Database(":memory:");

@@ -1,0 +1,654 @@
+// The PostgreSQL dialect of the control plane's StorePort (src/control/store-port.ts), so that
+// several control planes share one database (a Patroni cluster behind a multi-host URL). It
+// persists and maps exactly as the SQLite dialect in ../index.ts does; the shared contract suite
+// (test/contract/store.ts) holds the two to one behaviour.
+//
+// - Driver: postgres-js (the only one that follows a multi-host URL to the primary, with
+//   `target_session_attrs=primary`), through drizzle-orm/postgres-js.
+// - Migrations run at open, from the binary (../migrations.ts), in one transaction under an
+//   advisory lock, so control planes starting together do not race; drizzle's own table records them.
+// - Every committing write sends pg_notify('llmgw_changes', {"from": <this instance>, "change"})
+//   in its transaction; watch() LISTENs on a connection of its own and ignores its own instance.
+// - Failures: a lost or refused connection, a standby's read-only answer (after a failover) and
+//   the like reject with StoreUnavailableError naming host:port (./errors.ts). Reads and
+//   idempotent writes are tried again a few times; a call that may have been applied when its
+//   connection broke is tried again only when doing it twice is harmless (never a plan).
+// - Times of leases and control planes are the database's clock.
+
+import { randomUUID } from "node:crypto";
+import { and, asc, count, desc, eq, gt, gte, inArray, sql, type SQL } from "drizzle-orm";
+import { drizzle, type PostgresJsDatabase } from "drizzle-orm/postgres-js";
+import postgres from "postgres";
+import type { StorePort } from "../../control/store-port";
+import type { ApiKeyRow, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, GpuRow, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeRow, NodeTrust, PlanWrite, ReplicaRow, RouterUsage, Snapshot, StoreChange } from "../../control/types";
+import { FencedError } from "../../control/errors";
+import type { ModelSpec } from "../../protocol/catalog";
+import type { HeartbeatRequest } from "../../protocol/heartbeat";
+import type { AdminState } from "../../protocol/views";
+import { embeddedMigrations } from "../migrations";
+import { classify, hostsOf } from "./errors";
+import * as schema from "./schema";
+
+export const CHANNEL = "llmgw_changes";
+/** pg_advisory_xact_lock key taken while migrating ("llmgw" in ASCII). */
+const MIGRATION_LOCK = 0x6c6c6d6777;
+/** The database's own clock, ms since epoch (clock_timestamp: the moment of the call, not of the transaction's start). */
+const DB_NOW = sql.raw("(extract(epoch from clock_timestamp()) * 1000)::bigint");
+
+type Db = PostgresJsDatabase<typeof schema>;
+type Tx = Parameters<Parameters<Db["transaction"]>[0]>[0];
+type Sql = postgres.Sql<Record<string, never>>;
+
+/** How a call may be tried again after a failure (see the file's head). */
+type Retry = "read" | "idempotent" | "once";
+
+export interface PgStoreOptions {
+  /** postgres://user[:password]@host[:port][,host2[:port]…]/database[?target_session_attrs=primary] */
+  url: string;
+  /** Connections in the pool (default 10). */
+  max?: number;
+  /** Seconds a connection attempt may take (default 5). */
+  connectTimeoutS?: number;
+  /** Further tries of a call that may be tried again (default 3). */
+  retries?: number;
+  /** Names this store in its notifications (default a random UUID). */
+  instanceId?: string;
+}
+
+type ModelRecord = typeof schema.models.$inferSelect;
+const toModel = (r: ModelRecord): ModelRow => ({ name: r.name, spec: r.spec as ModelSpec, revision: r.revision, createdAt: r.createdAt, updatedAt: r.updatedAt });
+const eventRecord = (e: NewEvent, at: number) => ({ at, kind: e.kind, subject: e.subject, message: e.message, data: e.data ?? null });
+const toEvent = (r: typeof schema.events.$inferSelect): EventRow => ({ id: r.id, at: r.at, kind: r.kind, subject: r.subject, message: r.message, data: r.data });
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+/** Text ordered by bytes, as SQLite orders it, whatever the database's collation. */
+const byBytes = (col: SQL.Aliased | Parameters<typeof asc>[0]) => sql`${col} COLLATE "C"`;
+
+// The snapshot's queries, written out: one round trip for all of them, rows shaped as the domain types.
+const SNAPSHOT_SQL = {
+  nodes: `SELECT name, address, labels, fabrics, admin_state AS "adminState", last_heartbeat AS "lastHeartbeat", agent_version AS "agentVersion", registered_at AS "registeredAt" FROM nodes ORDER BY name COLLATE "C"`,
+  gpus: `SELECT node, idx AS "index", uuid, name, class, memory_mib AS "memoryMib", healthy, parent FROM gpus ORDER BY node COLLATE "C", idx`,
+  weights: `SELECT node, model FROM weights ORDER BY node COLLATE "C", model COLLATE "C"`,
+  models: `SELECT name, spec, revision, created_at AS "createdAt", updated_at AS "updatedAt" FROM models ORDER BY name COLLATE "C"`,
+  replicas: `SELECT id, model, profile, state, shards, port, endpoint, failures, error, created_at AS "createdAt", updated_at AS "updatedAt", ready_at AS "readyAt" FROM replicas ORDER BY id COLLATE "C"`,
+  modelState: `SELECT model, failures, parked, reason, last_failure_at AS "lastFailureAt", last_requested_at AS "lastRequestedAt", scale_target AS "scaleTarget", unplaceable_reason AS "unplaceableReason" FROM model_state ORDER BY model COLLATE "C"`,
+} as const;
+
+/** A multi-host URL without target_session_attrs reaches whichever member is first: ask for the primary. */
+export function withPrimaryTarget(url: string): string {
+  const authority = url.replace(/^postgres(ql)?:\/\//i, "").split(/[/?]/)[0] ?? "";
+  if (!authority.includes(",") || /[?&]target_session_attrs=/.test(url)) return url;
+  return `${url}${url.includes("?") ? "&" : "?"}target_session_attrs=primary`;
+}
+
+export class PgStore implements StorePort {
+  readonly instanceId: string;
+  /** Where the database is, for messages: host:port, never a password. */
+  readonly where: string;
+  private readonly url: string;
+  private readonly opts: PgStoreOptions;
+  private readonly retries: number;
+  private client: Sql;
+  private db: Db;
+  private readonly payload: Record<StoreChange, string>;
+  private closed = false;
+  // watch(): one LISTEN connection for every watcher, kept up by listenLoop().
+  private readonly watchers = new Set<(change: StoreChange) => void>();
+  private listener: Sql | undefined;
+  private listening = false;
+  private listenLoopRunning = false;
+
+  private constructor(opts: PgStoreOptions) {
+    this.opts = opts;
+    this.url = withPrimaryTarget(opts.url);
+    this.where = hostsOf(opts.url);
+    this.retries = opts.retries ?? 3;
+    this.instanceId = opts.instanceId ?? randomUUID();
+    this.payload = {
+      seen: JSON.stringify({ from: this.instanceId, change: "seen" }),
+      any: JSON.stringify({ from: this.instanceId, change: "any" }),
+    };
+    this.client = this.connect();
+    this.db = drizzle({ client: this.client, schema });
+  }
+
+  /** Connects and migrates; rejects with StoreUnavailableError when the server cannot be reached. */
+  static async open(opts: PgStoreOptions): Promise<PgStore> {
+    const store = new PgStore(opts);
+    try {
+      await store.call("idempotent", () => store.migrate());
+    } catch (e) {
+      await store.close();
+      throw e;
+    }
+    return store;
+  }
+
+  private connect(extra: Partial<postgres.Options<Record<string, never>>> = {}): Sql {
+    return postgres(this.url, {
+      max: this.opts.max ?? 10,
+      connect_timeout: this.opts.connectTimeoutS ?? 5,
+      onnotice: () => {},
+      // ms times and ids are bigint: read them as JS numbers (exact below 2^53).
+      types: { bigint: { to: 20, from: [20], serialize: (x: number) => String(x), parse: (x: string) => Number(x) } },
+      connection: { application_name: "llmgw" },
+      ...extra,
+    }) as unknown as Sql;
+  }
+
+  /** Applies the embedded migrations not yet applied, in one transaction, one control plane at a time. */
+  private async migrate(): Promise<void> {
+    const migrations = embeddedMigrations("pg");
+    await this.client.begin(async (t) => {
+      await t`SELECT pg_advisory_xact_lock(${MIGRATION_LOCK})`;
+      // drizzle's own bookkeeping (as its pg migrator keeps it), so drizzle-kit agrees on what is applied.
+      await t.unsafe(`CREATE SCHEMA IF NOT EXISTS drizzle`);
+      await t.unsafe(`CREATE TABLE IF NOT EXISTS drizzle.__drizzle_migrations (id SERIAL PRIMARY KEY, hash text NOT NULL, created_at bigint)`);
+      const last = (await t.unsafe(`SELECT created_at FROM drizzle.__drizzle_migrations ORDER BY created_at DESC LIMIT 1`))[0] as { created_at: number | string } | undefined;
+      for (const m of migrations) {
+        if (last && Number(last.created_at) >= m.folderMillis) continue;
+        for (const stmt of m.sql) if (stmt.trim() !== "") await t.unsafe(stmt);
+        await t`INSERT INTO drizzle.__drizzle_migrations (hash, created_at) VALUES (${m.hash}, ${m.folderMillis})`;
+      }
+    });
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    this.watchers.clear();
+    const l = this.listener;
+    this.listener = undefined;
+    await Promise.all([this.client.end({ timeout: 2 }), l?.end({ timeout: 1 })]);
+  }
+
+  /** Runs fn, turning PostgreSQL's failures into StoreUnavailableError and trying again what may be. */
+  private async call<T>(retry: Retry, fn: () => Promise<T>): Promise<T> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await fn();
+      } catch (e) {
+        const f = classify(e, this.where);
+        if (!f) throw e;
+        if (f.standby) this.reconnect();
+        const again = !this.closed && attempt < this.retries && (f.kind !== "maybe applied" || retry !== "once");
+        if (!again) throw f.error;
+        await sleep(30 * 3 ** attempt);
+      }
+    }
+  }
+
+  /** A pool whose connections reached a standby (a failover): start a new one, which finds the primary. */
+  private reconnect(): void {
+    const old = this.client;
+    this.client = this.connect();
+    this.db = drizzle({ client: this.client, schema });
+    void old.end({ timeout: 5 }).catch(() => {});
+  }
+
+  /** A committing write: fn in one transaction that also announces the change to other control planes. */
+  private write<T>(retry: Retry, change: StoreChange, fn: (tx: Tx) => Promise<T>): Promise<T> {
+    return this.call(retry, () =>
+      this.db.transaction(async (tx) => {
+        const r = await fn(tx);
+        await tx.execute(sql`SELECT pg_notify(${CHANNEL}, ${this.payload[change]})`);
+        return r;
+      }),
+    );
+  }
+
+  // ---- reads of everything --------------------------------------------------------------
+
+  snapshot(): Promise<Snapshot> {
+    return this.call("read", () =>
+      this.client.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", async (t) => {
+        const q = (text: string) => t.unsafe(text, [], { prepare: true });
+        // Issued together: postgres-js pipelines them on the transaction's connection.
+        const [nodes, gpus, weights, models, replicas, modelState] = await Promise.all([
+          q(SNAPSHOT_SQL.nodes),
+          q(SNAPSHOT_SQL.gpus),
+          q(SNAPSHOT_SQL.weights),
+          q(SNAPSHOT_SQL.models),
+          q(SNAPSHOT_SQL.replicas),
+          q(SNAPSHOT_SQL.modelState),
+        ]);
+        return {
+          nodes: [...nodes] as unknown as NodeRow[],
+          gpus: [...gpus] as unknown as GpuRow[],
+          weights: [...weights] as unknown as { node: string; model: string }[],
+          models: [...models] as unknown as ModelRow[],
+          replicas: [...replicas] as unknown as ReplicaRow[],
+          modelState: [...modelState] as unknown as ModelStateRow[],
+        };
+      }) as Promise<Snapshot>,
+    );
+  }
+
+  replicaSnapshot(): Promise<Pick<Snapshot, "replicas" | "modelState">> {
+    return this.call("read", () =>
+      this.client.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", async (t) => {
+        const [replicas, modelState] = await Promise.all([t.unsafe(SNAPSHOT_SQL.replicas, [], { prepare: true }), t.unsafe(SNAPSHOT_SQL.modelState, [], { prepare: true })]);
+        return { replicas: [...replicas] as unknown as ReplicaRow[], modelState: [...modelState] as unknown as ModelStateRow[] };
+      }) as Promise<Pick<Snapshot, "replicas" | "modelState">>,
+    );
+  }
+
+  // ---- nodes --------------------------------------------------------------------------
+
+  applyHeartbeat(hb: HeartbeatRequest, now: number, join?: { credentialHash: string; pending: boolean }): Promise<{ created: boolean; taken: boolean }> {
+    // Without a join, doing it twice is doing it once; with one, a second try would find the credential it gave.
+    return this.write(join ? "once" : "idempotent", "any", async (tx) => {
+      let existing = (await tx.select({ h: schema.nodes.credentialHash }).from(schema.nodes).where(eq(schema.nodes.name, hb.node)).for("update"))[0];
+      let created = false;
+      if (!existing) {
+        const inserted = await tx
+          .insert(schema.nodes)
+          .values({
+            name: hb.node,
+            address: hb.address,
+            labels: hb.labels,
+            fabrics: hb.fabrics,
+            adminState: join?.pending ? "pending" : "none",
+            lastHeartbeat: now,
+            agentVersion: hb.agent_version,
+            registeredAt: now,
+            credentialHash: join?.credentialHash ?? null,
+          })
+          .onConflictDoNothing({ target: schema.nodes.name })
+          .returning({ n: schema.nodes.name });
+        created = inserted.length === 1;
+        // Another control plane inserted it just now: take it as existing.
+        if (!created) existing = (await tx.select({ h: schema.nodes.credentialHash }).from(schema.nodes).where(eq(schema.nodes.name, hb.node)).for("update"))[0];
+      }
+      if (existing) {
+        if (join && existing.h !== null) return { created: false, taken: true };
+        await tx
+          .update(schema.nodes)
+          .set({ address: hb.address, labels: hb.labels, fabrics: hb.fabrics, lastHeartbeat: now, agentVersion: hb.agent_version, ...(join ? { credentialHash: join.credentialHash } : {}) })
+          .where(eq(schema.nodes.name, hb.node));
+      }
+      await tx.delete(schema.gpus).where(eq(schema.gpus.node, hb.node));
+      if (hb.gpus.length > 0)
+        await tx
+          .insert(schema.gpus)
+          .values(hb.gpus.map((g) => ({ node: hb.node, index: g.index, uuid: g.uuid, name: g.name, class: g.class, memoryMib: g.memory_mib, healthy: g.healthy, parent: g.parent })));
+      await tx.delete(schema.weights).where(eq(schema.weights.node, hb.node));
+      const models = [...new Set(hb.models)];
+      if (models.length > 0) await tx.insert(schema.weights).values(models.map((m) => ({ node: hb.node, model: m })));
+      return { created, taken: false };
+    });
+  }
+
+  nodeTrust(name: string): Promise<NodeTrust> {
+    return this.call("read", async () => {
+      const [rows, allowed] = await Promise.all([
+        this.db.select({ h: schema.nodes.credentialHash, s: schema.nodes.adminState }).from(schema.nodes).where(eq(schema.nodes.name, name)),
+        this.db.select({ a: schema.nodeAddresses.address }).from(schema.nodeAddresses).where(eq(schema.nodeAddresses.node, name)),
+      ]);
+      const row = rows[0];
+      return { exists: !!row, hasCredential: !!row?.h, adminState: row?.s, allowedAddress: allowed[0]?.a };
+    });
+  }
+
+  nodeByCredentialHash(hash: string): Promise<string | undefined> {
+    return this.call("read", async () => (await this.db.select({ n: schema.nodes.name }).from(schema.nodes).where(eq(schema.nodes.credentialHash, hash)))[0]?.n);
+  }
+
+  credentialHashOf(name: string): Promise<string | undefined> {
+    return this.call("read", async () => (await this.db.select({ h: schema.nodes.credentialHash }).from(schema.nodes).where(eq(schema.nodes.name, name)))[0]?.h ?? undefined);
+  }
+
+  countNodes(): Promise<number> {
+    return this.call("read", async () => (await this.db.select({ n: count() }).from(schema.nodes))[0]?.n ?? 0);
+  }
+
+  touchNodes(seen: { name: string; at: number }[]): Promise<void> {
+    if (seen.length === 0) return Promise.resolve();
+    // One statement for the whole batch, its rows handed over as one JSON document.
+    const rows = JSON.stringify(seen);
+    return this.write("idempotent", "seen", async (tx) => {
+      await tx.execute(sql`UPDATE nodes SET last_heartbeat = v.at FROM jsonb_to_recordset(${rows}::jsonb) AS v(name text, at bigint) WHERE nodes.name = v.name`);
+    });
+  }
+
+  nodeCredentials(): Promise<{ node: string; hash: string }[]> {
+    return this.call("read", async () =>
+      (await this.db.select({ node: schema.nodes.name, hash: schema.nodes.credentialHash }).from(schema.nodes)).flatMap((r) => (r.hash === null ? [] : [{ node: r.node, hash: r.hash }])),
+    );
+  }
+
+  deleteNode(name: string, replicaIds: string[], events: NewEvent[], now: number): Promise<boolean> {
+    return this.write("once", "any", async (tx) => {
+      const gone = await tx.delete(schema.nodes).where(eq(schema.nodes.name, name)).returning({ n: schema.nodes.name });
+      if (gone.length === 0) return false;
+      if (replicaIds.length > 0) await tx.delete(schema.replicas).where(inArray(schema.replicas.id, replicaIds));
+      await tx.delete(schema.nodeAddresses).where(eq(schema.nodeAddresses.node, name));
+      if (events.length > 0) await tx.insert(schema.events).values(events.map((e) => eventRecord(e, now)));
+      return true;
+    });
+  }
+
+  setAllowedAddress(name: string, address: string | null, now: number): Promise<{ previous: string | undefined }> {
+    return this.write("once", "any", async (tx) => {
+      const prev = (await tx.select({ a: schema.nodeAddresses.address }).from(schema.nodeAddresses).where(eq(schema.nodeAddresses.node, name)).for("update"))[0]?.a;
+      if (address === null) await tx.delete(schema.nodeAddresses).where(eq(schema.nodeAddresses.node, name));
+      else await tx.insert(schema.nodeAddresses).values({ node: name, address, createdAt: now }).onConflictDoUpdate({ target: schema.nodeAddresses.node, set: { address, createdAt: now } });
+      return { previous: prev };
+    });
+  }
+
+  listAllowedAddresses(): Promise<{ node: string; address: string }[]> {
+    return this.call("read", () =>
+      this.db.select({ node: schema.nodeAddresses.node, address: schema.nodeAddresses.address }).from(schema.nodeAddresses).orderBy(byBytes(schema.nodeAddresses.node)),
+    );
+  }
+
+  setAdminState(name: string, state: AdminState): Promise<{ previous: AdminState | undefined }> {
+    return this.write("once", "any", async (tx) => {
+      const row = (await tx.select({ s: schema.nodes.adminState }).from(schema.nodes).where(eq(schema.nodes.name, name)).for("update"))[0];
+      if (!row) return { previous: undefined };
+      await tx.update(schema.nodes).set({ adminState: state }).where(eq(schema.nodes.name, name));
+      return { previous: row.s };
+    });
+  }
+
+  // ---- catalog ------------------------------------------------------------------------
+
+  models(): Promise<ModelRow[]> {
+    return this.call("read", async () => (await this.db.select().from(schema.models).orderBy(byBytes(schema.models.name))).map(toModel));
+  }
+
+  modelByName(name: string): Promise<ModelRow | undefined> {
+    return this.call("read", async () => {
+      const r = (await this.db.select().from(schema.models).where(eq(schema.models.name, name)))[0];
+      return r && toModel(r);
+    });
+  }
+
+  modelByAlias(alias: string): Promise<ModelRow | undefined> {
+    return this.call("read", async () => {
+      const r = (
+        await this.db
+          .select({ m: schema.models })
+          .from(schema.modelAliases)
+          .innerJoin(schema.models, eq(schema.models.name, schema.modelAliases.model))
+          .where(eq(schema.modelAliases.alias, alias))
+      )[0];
+      return r ? toModel(r.m) : undefined;
+    });
+  }
+
+  saveModels(models: ModelWrite[], now: number): Promise<void> {
+    return this.write("once", "any", async (tx) => {
+      for (const { spec, revision, created } of models) {
+        if (created) await tx.insert(schema.models).values({ name: spec.name, spec, revision, createdAt: now, updatedAt: now });
+        else {
+          await tx.update(schema.models).set({ spec, revision, updatedAt: now }).where(eq(schema.models.name, spec.name));
+          await tx.delete(schema.modelAliases).where(eq(schema.modelAliases.model, spec.name));
+        }
+        if (spec.aliases.length > 0) await tx.insert(schema.modelAliases).values(spec.aliases.map((a) => ({ alias: a, model: spec.name })));
+        await tx
+          .insert(schema.modelState)
+          .values({ model: spec.name })
+          .onConflictDoUpdate({ target: schema.modelState.model, set: { failures: 0, parked: false, reason: null, unplaceableReason: null } });
+      }
+    });
+  }
+
+  deleteModel(name: string): Promise<boolean> {
+    return this.write("once", "any", async (tx) => {
+      const gone = await tx.delete(schema.models).where(eq(schema.models.name, name)).returning({ n: schema.models.name });
+      if (gone.length === 0) return false;
+      await tx.delete(schema.modelState).where(eq(schema.modelState.model, name));
+      return true;
+    });
+  }
+
+  updateModelState(model: string, patch: Partial<Omit<ModelStateRow, "model">>): Promise<void> {
+    // Setting the same values twice is setting them once.
+    return this.write("idempotent", "any", async (tx) => {
+      const insert = tx.insert(schema.modelState).values({ model, ...patch });
+      await (Object.keys(patch).length === 0 ? insert.onConflictDoNothing() : insert.onConflictDoUpdate({ target: schema.modelState.model, set: patch }));
+    });
+  }
+
+  unpark(model: string): Promise<boolean> {
+    return this.write("once", "any", async (tx) => {
+      const done = await tx
+        .update(schema.modelState)
+        .set({ parked: false, failures: 0, reason: null, lastFailureAt: null })
+        .where(and(eq(schema.modelState.model, model), eq(schema.modelState.parked, true)))
+        .returning({ m: schema.modelState.model });
+      return done.length > 0;
+    });
+  }
+
+  parkedModels(): Promise<string[]> {
+    return this.call("read", async () =>
+      (await this.db.select({ m: schema.modelState.model }).from(schema.modelState).where(eq(schema.modelState.parked, true)).orderBy(byBytes(schema.modelState.model))).map((r) => r.m),
+    );
+  }
+
+  // ---- replicas -----------------------------------------------------------------------
+
+  applyPlan(plan: PlanWrite, now: number, fence?: Fence): Promise<void> {
+    // "once": a plan whose connection broke mid-way may have been committed; it is never sent twice.
+    return this.write("once", "any", async (tx) => {
+      if (fence) {
+        // The lease row, locked until this transaction ends: no successor can take it meanwhile.
+        const held = (await tx.execute(sql`SELECT holder, epoch, expires_at > ${DB_NOW} AS live FROM leases WHERE name = 'leader' FOR UPDATE`))[0] as
+          | { holder: string; epoch: number; live: boolean }
+          | undefined;
+        if (!held || held.holder !== fence.holder || held.epoch !== fence.epoch || !held.live) throw new FencedError(fence.epoch);
+      }
+      if (plan.create.length > 0)
+        await tx
+          .insert(schema.replicas)
+          .values(plan.create.map((r) => ({ id: r.id, model: r.model, profile: r.profile, state: "starting" as const, shards: r.shards, port: r.port, endpoint: r.endpoint, createdAt: now, updatedAt: now })));
+      for (const u of plan.update) await tx.update(schema.replicas).set({ ...u.patch, updatedAt: now }).where(eq(schema.replicas.id, u.id));
+      if (plan.remove.length > 0) await tx.delete(schema.replicas).where(inArray(schema.replicas.id, plan.remove));
+      for (const [model, patch] of plan.modelState) {
+        if (Object.keys(patch).length === 0) continue;
+        await tx.insert(schema.modelState).values({ model, ...patch }).onConflictDoUpdate({ target: schema.modelState.model, set: patch });
+      }
+      for (const n of plan.nodeAdmin) await tx.update(schema.nodes).set({ adminState: n.state }).where(eq(schema.nodes.name, n.node));
+      if (plan.events.length > 0) await tx.insert(schema.events).values(plan.events.map((e) => eventRecord(e, now)));
+    });
+  }
+
+  // ---- several control planes -------------------------------------------------------------
+
+  acquireLease(holder: string, ttlMs: number): Promise<Lease> {
+    const ttl = Math.max(1, Math.floor(ttlMs));
+    // A second try after a lost answer renews what the first took: same holder, same epoch.
+    return this.write("idempotent", "any", async (tx) => {
+      // Renewed by its holder while unexpired (same epoch); taken when free or lapsed (epoch + 1).
+      await tx.execute(sql`INSERT INTO leases (name, holder, epoch, expires_at) VALUES ('leader', ${holder}, 1, ${DB_NOW} + ${ttl}::bigint)
+        ON CONFLICT (name) DO UPDATE SET
+          epoch = CASE WHEN leases.holder = excluded.holder AND leases.expires_at > ${DB_NOW} THEN leases.epoch ELSE leases.epoch + 1 END,
+          holder = excluded.holder,
+          expires_at = excluded.expires_at
+        WHERE leases.holder = excluded.holder OR leases.expires_at <= ${DB_NOW}`);
+      return (await readLeaseRow(tx))!;
+    });
+  }
+
+  releaseLease(holder: string): Promise<void> {
+    return this.write("idempotent", "any", async (tx) => {
+      await tx.execute(sql`UPDATE leases SET expires_at = ${DB_NOW} - 1 WHERE name = 'leader' AND holder = ${holder}`);
+    });
+  }
+
+  readLease(): Promise<Lease | undefined> {
+    return this.call("read", () => readLeaseRow(this.db));
+  }
+
+  upsertControlPlane(cp: ControlPlaneRecord): Promise<void> {
+    return this.write("idempotent", "any", async (tx) => {
+      await tx.execute(sql`INSERT INTO control_planes (name, admin_url, router_url, started_at, seen_at) VALUES (${cp.name}, ${cp.adminUrl}, ${cp.routerUrl}, ${cp.startedAt}::bigint, ${DB_NOW})
+        ON CONFLICT (name) DO UPDATE SET admin_url = excluded.admin_url, router_url = excluded.router_url, started_at = excluded.started_at, seen_at = excluded.seen_at`);
+    });
+  }
+
+  controlPlanes(): Promise<ControlPlaneRow[]> {
+    return this.call("read", async () =>
+      (
+        (await this.db.execute(sql`SELECT name, admin_url, router_url, started_at, ${DB_NOW} - seen_at AS ago FROM control_planes ORDER BY name COLLATE "C"`)) as unknown as {
+          name: string;
+          admin_url: string;
+          router_url: string;
+          started_at: number;
+          ago: number;
+        }[]
+      ).map((r) => ({ name: r.name, adminUrl: r.admin_url, routerUrl: r.router_url, startedAt: Number(r.started_at), seenAgoMs: Number(r.ago) })),
+    );
+  }
+
+  removeControlPlane(name: string): Promise<void> {
+    return this.write("idempotent", "any", async (tx) => {
+      await tx.delete(schema.controlPlanes).where(eq(schema.controlPlanes.name, name));
+      await tx.delete(schema.routerUsage).where(eq(schema.routerUsage.router, name));
+    });
+  }
+
+  reportUsage(router: string, watchingSince: number, lastUsed: ReadonlyMap<string, number>): Promise<void> {
+    const map = JSON.stringify(Object.fromEntries(lastUsed));
+    return this.write("idempotent", "any", async (tx) => {
+      await tx.execute(sql`INSERT INTO router_usage (router, watching_since, last_used, reported_at) VALUES (${router}, ${watchingSince}::bigint, ${map}::jsonb, ${DB_NOW})
+        ON CONFLICT (router) DO UPDATE SET watching_since = excluded.watching_since, last_used = excluded.last_used, reported_at = excluded.reported_at`);
+    });
+  }
+
+  routerUsage(): Promise<RouterUsage[]> {
+    return this.call("read", async () =>
+      (
+        (await this.db.execute(sql`SELECT router, watching_since, last_used, ${DB_NOW} - reported_at AS ago FROM router_usage ORDER BY router COLLATE "C"`)) as unknown as {
+          router: string;
+          watching_since: number;
+          last_used: Record<string, number> | string;
+          ago: number;
+        }[]
+      ).map((r) => ({
+        router: r.router,
+        watchingSince: Number(r.watching_since),
+        lastUsed: new Map(Object.entries(typeof r.last_used === "string" ? (JSON.parse(r.last_used) as Record<string, number>) : r.last_used)),
+        reportedAgoMs: Number(r.ago),
+      })),
+    );
+  }
+
+  saveNodeReport(node: string, report: string, now: number): Promise<void> {
+    return this.write("idempotent", "any", async (tx) => {
+      await tx.insert(schema.nodeReports).values({ node, report, at: now }).onConflictDoUpdate({ target: schema.nodeReports.node, set: { report, at: now } });
+    });
+  }
+
+  nodeReports(): Promise<NodeReportRow[]> {
+    return this.call("read", () => this.db.select().from(schema.nodeReports).orderBy(byBytes(schema.nodeReports.node)));
+  }
+
+  /**
+   * Other instances' commits, heard through LISTEN on a connection of this store's own. After
+   * that connection was lost and came back, fn hears "any": what was announced meanwhile is lost.
+   */
+  watch(fn: (change: StoreChange) => void): () => void {
+    this.watchers.add(fn);
+    if (!this.listenLoopRunning) void this.listenLoop(false);
+    return () => {
+      this.watchers.delete(fn);
+    };
+  }
+
+  private dispatch(payload: string): void {
+    let m: { from?: unknown; change?: unknown };
+    try {
+      m = JSON.parse(payload) as typeof m;
+    } catch {
+      return;
+    }
+    if (m.from === this.instanceId) return;
+    const change: StoreChange = m.change === "seen" ? "seen" : "any";
+    for (const w of [...this.watchers]) w(change);
+  }
+
+  /** (Re)establishes the LISTEN connection until it stands, then tells the watchers when it came back. */
+  private async listenLoop(resumed: boolean): Promise<void> {
+    this.listenLoopRunning = true;
+    try {
+      for (let attempt = 0; !this.closed; attempt++) {
+        if (!this.listener) {
+          this.listener = this.connect({
+            max: 1,
+            idle_timeout: undefined,
+            max_lifetime: null,
+            onnotify: (channel: string, payload: string) => {
+              if (channel === CHANNEL) this.dispatch(payload);
+            },
+            onclose: () => {
+              if (!this.listening) return;
+              this.listening = false;
+              if (!this.closed && !this.listenLoopRunning) void this.listenLoop(true);
+            },
+          } as Partial<postgres.Options<Record<string, never>>>);
+        }
+        try {
+          await this.listener.unsafe(`LISTEN ${CHANNEL}`);
+          this.listening = true;
+          if (resumed) for (const w of [...this.watchers]) w("any");
+          return;
+        } catch {
+          resumed = true;
+          // A standby refuses LISTEN and a dead server refuses the connection: start afresh, later.
+          const l = this.listener;
+          this.listener = undefined;
+          void l?.end({ timeout: 0 }).catch(() => {});
+          await sleep(Math.min(1000, 50 * 2 ** attempt));
+        }
+      }
+    } finally {
+      this.listenLoopRunning = false;
+    }
+  }
+
+  // ---- events -------------------------------------------------------------------------
+
+  appendEvent(e: NewEvent & { at: number }): Promise<number> {
+    return this.write("once", "any", async (tx) => (await tx.insert(schema.events).values(eventRecord(e, e.at)).returning({ id: schema.events.id }))[0]!.id);
+  }
+
+  listEvents(opts: { afterId?: number; limit: number; subject?: string; kind?: string; since?: number }): Promise<EventRow[]> {
+    return this.call("read", async () => {
+      const where = and(
+        opts.afterId !== undefined ? gt(schema.events.id, opts.afterId) : undefined,
+        opts.subject !== undefined ? eq(schema.events.subject, opts.subject) : undefined,
+        opts.kind !== undefined ? eq(schema.events.kind, opts.kind) : undefined,
+        opts.since !== undefined ? gte(schema.events.at, opts.since) : undefined,
+      );
+      if (opts.afterId !== undefined) return (await this.db.select().from(schema.events).where(where).orderBy(asc(schema.events.id)).limit(opts.limit)).map(toEvent);
+      return (await this.db.select().from(schema.events).where(where).orderBy(desc(schema.events.id)).limit(opts.limit)).reverse().map(toEvent);
+    });
+  }
+
+  // ---- API keys -----------------------------------------------------------------------
+
+  createApiKey(k: ApiKeyRow): Promise<boolean> {
+    return this.write("once", "any", async (tx) => (await tx.insert(schema.apiKeys).values(k).onConflictDoNothing({ target: schema.apiKeys.name }).returning({ n: schema.apiKeys.name })).length > 0);
+  }
+
+  listApiKeys(): Promise<ApiKeyRow[]> {
+    return this.call("read", () => this.db.select().from(schema.apiKeys).orderBy(byBytes(schema.apiKeys.name)));
+  }
+
+  revokeApiKey(name: string): Promise<boolean> {
+    return this.write("once", "any", async (tx) => (await tx.delete(schema.apiKeys).where(eq(schema.apiKeys.name, name)).returning({ n: schema.apiKeys.name })).length > 0);
+  }
+
+  backupTo(_path: string): Promise<void> {
+    return Promise.reject(
+      new Error(`the store is PostgreSQL (${this.where}): back it up with PostgreSQL's own tools, e.g. \`pg_dump --format=custom --file=llmgw.dump <URL>\` (or Patroni's/pgBackRest's backups); \`llmgw backup\` copies only a SQLite store`),
+    );
+  }
+}
+
+async function readLeaseRow(db: Pick<Db, "execute">): Promise<Lease | undefined> {
+  const r = (await db.execute(sql`SELECT holder, epoch, expires_at - ${DB_NOW} AS remaining FROM leases WHERE name = 'leader'`))[0] as { holder: string; epoch: number; remaining: number } | undefined;
+  return r ? { holder: r.holder, epoch: Number(r.epoch), expiresInMs: Number(r.remaining) } : undefined;
+}
