@@ -18,6 +18,7 @@
 import { readFileSync } from "node:fs";
 import { type FailoverFigures, failoverBench } from "./lib/ha-failover";
 import { type HeartbeatFigures, heartbeatBench } from "./lib/ha-heartbeat";
+import { heartbeatInproc, type InprocRate } from "./lib/ha-heartbeat-inproc";
 import { type ReconcileFigures, reconcileBench } from "./lib/ha-reconcile";
 import { type RouterFigures, routerBench } from "./lib/ha-router";
 import { benchStores } from "./lib/ha-stores";
@@ -27,7 +28,7 @@ const arg = (name: string) => {
   const i = process.argv.indexOf(name);
   return i >= 0 ? process.argv[i + 1] : undefined;
 };
-const PARTS = new Set((arg("--only") ?? "reconcile,heartbeat,failover,router").split(","));
+const PARTS = new Set((arg("--only") ?? "reconcile,inproc,heartbeat,failover,router").split(","));
 const QUICK = process.argv.includes("--quick");
 const NODES = 1000;
 
@@ -35,12 +36,13 @@ type Dialect = "sqlite" | "postgres";
 const DIALECTS: Dialect[] = ["sqlite", "postgres"];
 interface Results {
   reconcile: Partial<Record<Dialect, ReconcileFigures | string>>;
+  inproc: Partial<Record<Dialect, { steady: InprocRate; changing: InprocRate } | string>>;
   heartbeat: Partial<Record<Dialect, HeartbeatFigures | string>>;
   failoverShort: Partial<Record<Dialect, FailoverFigures | string>>;
   failoverDefault: Partial<Record<Dialect, FailoverFigures | string>>;
   router: Partial<Record<Dialect, RouterFigures | string>>;
 }
-const res: Results = { reconcile: {}, heartbeat: {}, failoverShort: {}, failoverDefault: {}, router: {} };
+const res: Results = { reconcile: {}, inproc: {}, heartbeat: {}, failoverShort: {}, failoverDefault: {}, router: {} };
 
 cleanupOnExit();
 const loadavg = () => (readText("/proc/loadavg") ?? "?").split(" ").slice(0, 3).join(" ");
@@ -87,11 +89,29 @@ try {
         await opened.close();
       }
     });
+  if (PARTS.has("inproc"))
+    await each("heartbeat in process", res.inproc, async (_, target) => {
+      const opened = await stores.open(target);
+      try {
+        const f = await heartbeatInproc(opened.store, { nodes: NODES, seconds: QUICK ? 4 : 10, concurrency: 64 });
+        const r = (x: InprocRate) => `${x.rate.toFixed(0)}/s (p50 ${x.p50.toFixed(2)} ms, p99 ${x.p99.toFixed(2)} ms, ${x.errors} failed)`;
+        log(`  steady ${r(f.steady)}; changing ${r(f.changing)}`);
+        return f;
+      } finally {
+        await opened.close();
+      }
+    });
   if (PARTS.has("heartbeat"))
-    await each("heartbeat", res.heartbeat, async (d, target) => {
-      const f = await heartbeatBench({ nodes: NODES, seconds: QUICK ? 5 : 15, concurrency: 64, storeArgs: ["--store", target] });
+    await each("heartbeat through serve", res.heartbeat, async (d, target) => {
+      // SQLite: the single head node's own file in its data dir, as serve runs by default.
+      const f = await heartbeatBench({ nodes: NODES, seconds: QUICK ? 5 : 15, concurrency: 64, storeArgs: d === "sqlite" ? [] : ["--store", target] });
+      if (d === "postgres") {
+        // A serve that does not read --store yet would have measured its own SQLite file instead.
+        const opened = await stores.open(target);
+        const stored = await opened.store.countNodes().finally(() => opened.close());
+        if (stored < f.joined) throw new Error(`serve did not use --store (PostgreSQL): ${stored} nodes there, ${f.joined} joined`);
+      }
       log(`  ${f.joined} joined; steady ${f.steady.rate.toFixed(0)}/s (p50 ${f.steady.p50.toFixed(1)} ms, p99 ${f.steady.p99.toFixed(1)} ms, ${f.steady.errors} failed); changing ${f.changing.rate.toFixed(0)}/s (p50 ${f.changing.p50.toFixed(1)} ms, p99 ${f.changing.p99.toFixed(1)} ms, ${f.changing.errors} failed)`);
-      void d;
       return f;
     });
   if (PARTS.has("failover")) {
@@ -135,8 +155,10 @@ row("tick after a catalog change, p50", res.reconcile, (f: ReconcileFigures) => 
 row("tick after a reload (other writer), p50", res.reconcile, (f: ReconcileFigures) => f.tickReload.p50, ms, "< 30 ms", under30);
 row("tick steady, CPU of this process, p50", res.reconcile, (f: ReconcileFigures) => f.tickSteady.cpuP50, ms, "(context)", () => true);
 row("tick after a reload, CPU of this process, p50", res.reconcile, (f: ReconcileFigures) => f.tickReload.cpuP50, ms, "(context)", () => true);
-row("heartbeats/s, unchanged, 1,000 nodes", res.heartbeat, (f: HeartbeatFigures) => f.steady.rate, (n) => `${n.toFixed(0)}/s`, "≥ 2,000/s", (n) => n >= 2000);
-row("heartbeats/s, each with news", res.heartbeat, (f: HeartbeatFigures) => f.changing.rate, (n) => `${n.toFixed(0)}/s`, "≥ 2,000/s", (n) => n >= 2000);
+row("in process: heartbeats/s, unchanged", res.inproc, (f: { steady: InprocRate }) => f.steady.rate, (n) => `${n.toFixed(0)}/s`, "(context)", () => true);
+row("in process: heartbeats/s, each with news", res.inproc, (f: { changing: InprocRate }) => f.changing.rate, (n) => `${n.toFixed(0)}/s`, "(context)", () => true);
+row("serve: heartbeats/s, unchanged, 1,000 nodes", res.heartbeat, (f: HeartbeatFigures) => f.steady.rate, (n) => `${n.toFixed(0)}/s`, "≥ 2,000/s", (n) => n >= 2000);
+row("serve: heartbeats/s, each with news", res.heartbeat, (f: HeartbeatFigures) => f.changing.rate, (n) => `${n.toFixed(0)}/s`, "≥ 2,000/s", (n) => n >= 2000);
 const worst = (f: FailoverFigures) => Math.max(...f.rounds.map((r) => (Number.isNaN(r.planMs) ? Infinity : r.planMs)));
 const med = (f: FailoverFigures) => [...f.rounds.map((r) => r.planMs)].sort((a, b) => a - b)[Math.floor(f.rounds.length / 2)]!;
 const leadWorst = (f: FailoverFigures) => Math.max(...f.rounds.map((r) => (Number.isNaN(r.leadMs) ? Infinity : r.leadMs)));
