@@ -50,7 +50,7 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
       agents.push(agent);
     }
     if (o.demo) {
-      parts.store.setMeta("mode", "demo");
+      parts.store?.setMeta("mode", "demo");
       await parts.controller.putModels(o.demo.catalog);
     }
   } catch (e) {

@@ -6,7 +6,7 @@
 
 import { X509Certificate, createPrivateKey } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { resolve } from "node:path";
 import type { Hono } from "hono";
 import type { Logger } from "pino";
 import { buildAdminApp } from "../api/app";
@@ -20,10 +20,12 @@ import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
 import type { RouterExposure } from "../protocol/views";
 import { Http1Server } from "../http/server";
 import { Router, type RouterOptions } from "../router/router";
-import { Store } from "../store";
+import type { Store } from "../store";
+import { openStore } from "../store/open";
 import { ModelStore } from "../control/model";
 import type { StorePort } from "../control/store-port";
 import { StoreUnavailableError } from "../control/errors";
+import { advertisedUrl, defaultName, joinControlPlanes } from "./control-planes";
 import { RouterLink } from "./router-thread";
 import type { RouterWorkerData } from "./router-worker";
 import { type ShedLog, shedLogger } from "./router-shed";
@@ -85,7 +87,8 @@ export interface StartOptions {
  * else holds the RunningServer.
  */
 export interface HeadParts {
-  store: Store;
+  /** The SQLite store (absent on PostgreSQL). */
+  store?: Store;
   /** The in-memory model the controller reads: invalidate() it after writing to `store` directly. */
   model: ModelStore;
   controller: Controller;
@@ -115,10 +118,13 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   for (const [kind, t] of [["admin", admin], ["join", join_]] as const)
     log.info({ kind, source: t.source, path: t.source === "given" ? undefined : t.path }, `${kind} token ${t.source}`);
 
-  const dbPath = join(dataDir, "llmgw.db");
-  const store = new Store({ path: dbPath, busyTimeoutMs: config.db_busy_timeout });
-  log.info({ path: dbPath }, "store opened");
-  const model = new ModelStore(store, scheduler);
+  const opened = await openStore({ target: config.store, dataDir, busyTimeoutMs: config.db_busy_timeout });
+  const store = opened.sqlite;
+  // Several control planes on one store: on by itself with PostgreSQL, asked for with SQLite.
+  const ha = opened.dialect === "postgres" || config.ha === true;
+  log.info({ path: opened.describe, dialect: opened.dialect, ...(ha ? { ha } : {}) }, "store opened");
+  const close = () => void opened.close().catch((e) => log.warn({ err: (e as Error).message }, "store not closed cleanly"));
+  const model = new ModelStore(opened.store, scheduler);
   const controller = buildController(config, { store: model, log, scheduler, dataDir, engineSecret });
   controller.setJoinToken(join_.token);
 
@@ -134,7 +140,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   try {
     adminPort = adminListener.listen();
   } catch (e) {
-    store.close();
+    close();
     throw new Error(`cannot listen on ${config.admin_listen.host}:${config.admin_listen.port} (admin): ${(e as Error).message}`);
   }
   const adminUrl = localUrl(config.admin_listen.host, adminPort, scheme);
@@ -148,7 +154,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
     routerAddr = link ? await link.start() : router!.start();
   } catch (e) {
     adminListener.stop();
-    store.close();
+    close();
     throw new Error(`cannot listen on ${config.listen.host}:${config.listen.port} (router): ${(e as Error).message}`);
   }
   const sink = (link ?? router)!;
@@ -174,6 +180,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   });
   log.info({ admin: `${config.admin_listen.host}:${adminPort}`, url: adminUrl, version: VERSION }, "admin API listening");
 
+  const member = ha ? await joinControlPlanes(membershipOptions(config, { controller, model, scheduler, log, adminPort, routerUrl, scheme, tls })) : undefined;
   const timer = loop ? await startLoop(controller, log, scheduler, config.reconcile_interval) : undefined;
   let stopped = false;
   const server: RunningServer = {
@@ -194,16 +201,39 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
     async stop() {
       if (stopped) return;
       stopped = true;
+      // First: a leader gives the lease up, so a standby takes over at once.
+      await member?.stop();
       timer?.cancel();
       controller.load.stop();
       await (link ?? router)!.stop();
       adminListener.stop();
       await model.flush().catch((e) => log.warn({ err: e }, "last-seen times not written at stop"));
-      store.close();
+      await opened.close().catch((e) => log.warn({ err: (e as Error).message }, "store not closed cleanly"));
       log.info("server stopped");
     },
   };
-  return { server, parts: { store, model, controller, ...(router ? { router } : {}) } };
+  return { server, parts: { ...(store ? { store } : {}), model, controller, ...(router ? { router } : {}) } };
+}
+
+/** This control plane among the others: its name, where it is reached, the lease's timings, the floating address. */
+function membershipOptions(
+  config: ServeConfig,
+  o: { controller: Controller; model: ModelStore; scheduler: Scheduler; log: Logger; adminPort: number; routerUrl: string; scheme: "http" | "https"; tls: LoadedTls | undefined },
+): Parameters<typeof joinControlPlanes>[0] {
+  const name = config.name ?? defaultName();
+  const adminUrl = config.advertise_url?.replace(/\/+$/, "") ?? advertisedUrl(config.admin_listen.host, o.adminPort, o.scheme);
+  if (config.lease_renew * 2 > config.lease_ttl)
+    o.log.warn({ lease_ttl_ms: config.lease_ttl, lease_renew_ms: config.lease_renew }, "the lease is renewed less than twice within its TTL: one slow renewal makes the leader step down (lower --lease-renew or raise --lease-ttl)");
+  return {
+    controller: o.controller,
+    model: o.model,
+    scheduler: o.scheduler,
+    log: o.log,
+    record: { name, adminUrl, routerUrl: o.routerUrl, startedAt: o.scheduler.now() },
+    ttlMs: config.lease_ttl,
+    renewMs: config.lease_renew,
+    ...(config.floating_address ? { floating: { address: config.floating_address, port: o.adminPort, scheme: o.scheme, ...(o.tls ? { ca: o.tls.cert } : {}) } } : {}),
+  };
 }
 
 function buildController(config: ServeConfig, o: { store: StorePort; log: Logger; scheduler: Scheduler; dataDir: string; engineSecret: string }): Controller {

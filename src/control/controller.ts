@@ -21,12 +21,12 @@ import { type EngineReport, type HeartbeatRequest, type HeartbeatResponse, logsT
 import type { AdminState, EventView, ModelView, NodeView, ReplicaView, Summary, Tables } from "../protocol/views";
 import { AssignmentBroker } from "./broker";
 import { type PutResult, catalogChanges } from "./catalog";
-import { ConflictError, NotFoundError } from "./errors";
+import { ConflictError, FencedError, NotFoundError } from "./errors";
 import type { EndpointSink, UsageSource } from "./interfaces";
 import * as project from "./projections";
 import { LoadMonitor, SUMMARY_CACHE_MS } from "./load";
 import { reachability } from "./reachability";
-import { DEFAULT_RECONCILE, type Plan, type ReconcileConfig, isEmpty, processReports, reconcile } from "./reconciler";
+import { DEFAULT_RECONCILE, type Plan, type ReconcileConfig, emptyPlan, isEmpty, processReports, reconcile } from "./reconciler";
 import { type ScaleChange, scale, scaleEvent, withTargets } from "./scaling";
 import type { StorePort } from "./store-port";
 import { summarize } from "./summary";
@@ -203,7 +203,19 @@ export class Controller {
     return this.lead;
   }
   setLeadership(l: { leading: boolean; epoch: number; name?: string }): void {
+    const was = this.lead.leading;
     this.lead = l;
+    // A new leader reconciles at once, not on the next tick.
+    if (l.leading && !was) this.wake(true);
+  }
+  private onFenced: ((e: FencedError) => void) | undefined;
+  /** Told when a plan write was fenced (the lease keeper steps down); without one the controller steps down by itself. */
+  setFencedHandler(fn: (e: FencedError) => void): void {
+    this.onFenced = fn;
+  }
+  /** Another control plane wrote to the store (its watch, or the periodic backstop): look again soon. */
+  storeChanged(): void {
+    this.wake();
   }
 
   /** The store's snapshot with what the latest heartbeats said that is kept in memory only. */
@@ -308,26 +320,9 @@ export class Controller {
       const now = this.scheduler.now();
       const seen = this.observe(now);
       const read = await this.snapshot();
-      const scaled = this.usage
-        ? scale({ models: read.models, modelState: read.modelState, inflight: this.usage.inflightByModel(), now, delayMs: this.scaleDownDelayMs, lowSince: this.lowSince })
-        : { changes: [], lowSince: this.lowSince };
-      // The reconcile step sees the targets as they will be written.
-      const snapshot = scaled.changes.length > 0 ? { ...read, modelState: withTargets(read.modelState, scaled.changes) } : read;
-      // Deadlines discount the time this head node was not listening, and cover the interval announced.
-      const deaf = this.load.deafSpans();
-      const config = { ...this.config, nodeTimeoutMs: this.load.nodeTimeoutInForce() };
-      const reach = reachability({ nodes: snapshot.nodes, now, watchedSince: this.watchedSince, nodeTimeoutMs: config.nodeTimeoutMs, unreachable: this.unreachable, deaf });
-      const plan = reconcile({ snapshot, now, lastUsed: this.lastUsed, config, newId: this.newId, engines: this.engines, deaf, ...seen });
-      const write = combined(plan, scaled.changes, reach.events);
-      let after = snapshot;
-      if (!isEmpty(write)) {
-        await this.store.applyPlan(write, now);
-        for (const e of reach.events) this.log.warn({ kind: e.kind, subject: e.subject }, e.message);
-        this.logEvents(plan);
-        after = await this.snapshot();
-      }
-      this.lowSince = scaled.lowSince;
-      this.unreachable = reach.unreachable;
+      // A standby decides and writes nothing: it projects what the leader wrote, for its own agents and router.
+      const decided = this.lead.leading ? await this.decide(read, now, seen) : this.standBy(read, now);
+      const after = decided.after;
       // Unchanged state projects to unchanged assignments and endpoints: skip the O(fleet) work.
       const key = after.version === undefined ? undefined : `${after.version}/${this.reported}`;
       if (key === undefined || key !== this.projectedAt) {
@@ -336,18 +331,69 @@ export class Controller {
         this.projectedAt = key;
       }
       this.load.tickTook(this.scheduler.mono() - began);
-      await this.writeEpisodes();
-      return plan;
+      await this.writeEpisodes(this.lead.leading);
+      return decided.plan;
     });
   }
 
+  /** The leader's part of a tick: scaling, reachability and the reconcile plan, written in one fenced transaction. */
+  private async decide(read: Snapshot, now: number, seen: { watchedSince: number; jumpedAt: number }): Promise<{ plan: Plan; after: Snapshot }> {
+    const scaled = this.usage
+      ? scale({ models: read.models, modelState: read.modelState, inflight: this.usage.inflightByModel(), now, delayMs: this.scaleDownDelayMs, lowSince: this.lowSince })
+      : { changes: [], lowSince: this.lowSince };
+    // The reconcile step sees the targets as they will be written.
+    const snapshot = scaled.changes.length > 0 ? { ...read, modelState: withTargets(read.modelState, scaled.changes) } : read;
+    // Deadlines discount the time this head node was not listening, and cover the interval announced.
+    const deaf = this.load.deafSpans();
+    const config = { ...this.config, nodeTimeoutMs: this.load.nodeTimeoutInForce() };
+    const reach = reachability({ nodes: snapshot.nodes, now, watchedSince: this.watchedSince, nodeTimeoutMs: config.nodeTimeoutMs, unreachable: this.unreachable, deaf });
+    const plan = reconcile({ snapshot, now, lastUsed: this.lastUsed, config, newId: this.newId, engines: this.engines, deaf, ...seen });
+    const write = combined(plan, scaled.changes, reach.events);
+    let after = snapshot;
+    if (!isEmpty(write)) {
+      const { name, epoch } = this.lead;
+      try {
+        // Several control planes: only under the lease this one holds (the store checks it in the transaction).
+        await this.store.applyPlan(write, now, name !== undefined ? { holder: name, epoch } : undefined);
+      } catch (e) {
+        if (!(e instanceof FencedError)) throw e;
+        this.fenced(e);
+        return { plan: emptyPlan(), after: await this.snapshot() };
+      }
+      for (const e of reach.events) this.log.warn({ kind: e.kind, subject: e.subject }, e.message);
+      this.logEvents(plan);
+      after = await this.snapshot();
+    }
+    this.lowSince = scaled.lowSince;
+    this.unreachable = reach.unreachable;
+    return { plan, after };
+  }
+
+  /**
+   * A standby's tick: nothing decided or written. Which nodes are unreachable is still followed
+   * (silently: the leader writes the events), so one that takes over does not announce again an
+   * outage the old leader already did.
+   */
+  private standBy(read: Snapshot, now: number): { plan: Plan; after: Snapshot } {
+    const nodeTimeoutMs = this.load.nodeTimeoutInForce();
+    this.unreachable = reachability({ nodes: read.nodes, now, watchedSince: this.watchedSince, nodeTimeoutMs, unreachable: this.unreachable, deaf: this.load.deafSpans() }).unreachable;
+    return { plan: emptyPlan(), after: read };
+  }
+
+  private fenced(e: FencedError): void {
+    this.log.warn({ epoch: e.epoch, name: this.lead.name }, e.message);
+    if (this.onFenced) this.onFenced(e);
+    else this.lead = { ...this.lead, leading: false };
+  }
+
   /** head.behind / head.caught_up, once per episode, as events and in the log. */
-  private async writeEpisodes(): Promise<void> {
+  private async writeEpisodes(write = true): Promise<void> {
     for (const e of this.load.takeEpisodes()) {
       const by = Number((e.behindMs / 1000).toFixed(1));
       const every = Number((e.intervalMs / 1000).toFixed(1));
       const message = e.kind === "head.behind" ? `head node behind by ${by} s: heartbeats slowed to ${every} s` : `head node caught up (it was behind by up to ${by} s): heartbeats every ${every} s`;
-      await this.event(e.kind, "head", message, { behind_ms: Math.round(e.behindMs), heartbeat_interval_ms: Math.round(e.intervalMs) });
+      // A standby writes nothing in its tick: its episodes go to its log only.
+      if (write) await this.event(e.kind, "head", message, { behind_ms: Math.round(e.behindMs), heartbeat_interval_ms: Math.round(e.intervalMs) });
       if (e.kind === "head.behind") this.log.warn({ kind: e.kind, behind_ms: Math.round(e.behindMs), heartbeat_interval_ms: e.intervalMs }, message);
       else this.log.info({ kind: e.kind, behind_ms: Math.round(e.behindMs), heartbeat_interval_ms: e.intervalMs }, message);
     }
@@ -490,7 +536,8 @@ export class Controller {
   /** What the node should run now, as the heartbeat answer carries it. */
   response(node: string): HeartbeatResponse {
     const { assignments, generation } = this.broker.current(node);
-    return { assignments, heartbeat_interval_ms: this.load.intervalMs(), generation };
+    // The epoch the assignments come from: this one's when leading, the leader's when standing by (0: a single head node).
+    return { assignments, heartbeat_interval_ms: this.load.intervalMs(), generation, epoch: this.lead.epoch };
   }
 
   /** The long poll: resolves when the node's assignments change, or after waitMs. */

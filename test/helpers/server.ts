@@ -15,7 +15,7 @@ import { SegmentName } from "../../src/protocol/common";
 import type { UsageSource } from "../../src/protocol/routing";
 import { T0 } from "./fleet";
 
-type Store = HeadParts["store"];
+type Store = NonNullable<HeadParts["store"]>;
 type Controller = HeadParts["controller"];
 
 /** Writes straight into the head node, past the API's checks. */
@@ -74,7 +74,9 @@ export async function testServer(overrides: Record<string, unknown> = {}, log: p
   const config = ServeConfig.parse({ data_dir: dataDir, admin_listen: "127.0.0.1:0", listen: "127.0.0.1:0", ...overrides });
   const clock = new ManualScheduler(T0);
   const { server, parts } = await startHead({ config, log, scheduler: clock, loop: false });
-  const { store, model, controller } = parts;
+  const { model, controller } = parts;
+  if (!parts.store) throw new Error("testServer: the test helpers' back doors need the SQLite store");
+  const store = parts.store;
   // Writes past the controller leave the in-memory model behind: each back door drops it, so the
   // next read loads the store again.
   const past = <T>(v: T): T => {

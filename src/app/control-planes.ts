@@ -1,0 +1,164 @@
+// A head node among several on one store (`serve --ha`, or any PostgreSQL store): the lease
+// keeper that decides whether this one leads, its row in control_planes (refreshed with every
+// renewal), the store's watch and a periodic backstop that make a standby see the leader's writes,
+// the probe of the floating address, and the summary's `control_planes` built from them. Each
+// renewal round refreshes what the summary shows, so a summary never waits on the store or the
+// network for it.
+
+import { hostname, networkInterfaces } from "node:os";
+import type { Logger } from "pino";
+import type { Controller } from "../control/controller";
+import { LeaseKeeper, controlPlanesView } from "../control/ha";
+import type { ModelStore } from "../control/model";
+import type { ControlPlaneRecord, Lease } from "../control/types";
+import { bracketHost } from "../lib/net";
+import type { Scheduler, Timer } from "../lib/scheduler";
+import { HealthSchema, type Summary } from "../protocol/views";
+
+/** How often a standby reloads everything even without a notification (one missed is not forever). */
+export const BACKSTOP_RELOAD_MS = 10_000;
+
+export interface ControlPlaneOptions {
+  controller: Controller;
+  model: ModelStore;
+  scheduler: Scheduler;
+  log: Logger;
+  record: ControlPlaneRecord;
+  ttlMs: number;
+  renewMs: number;
+  /** `--floating-address`: probed on this control plane's admin port, with its scheme. */
+  floating?: { address: string; port: number; scheme: "http" | "https"; ca?: string };
+}
+
+export interface ControlPlaneMembership {
+  keeper: LeaseKeeper;
+  /** Stops watching and renewing; a leader releases the lease (a standby takes over at once). */
+  stop(): Promise<void>;
+}
+
+/** The name a control plane goes by without `--name`. */
+export function defaultName(): string {
+  return hostname().replace(/[^A-Za-z0-9._:-]/g, "-").replace(/^[^A-Za-z0-9]+/, "") || "llmgw";
+}
+
+/**
+ * The admin URL others reach this control plane at, without `--advertise-url`: the listen host,
+ * or on a wildcard listener the machine's first non-internal address.
+ */
+export function advertisedUrl(host: string, port: number, scheme: "http" | "https"): string {
+  let h = host;
+  if (h === "" || h === "0.0.0.0" || h === "::") {
+    const v6 = h === "::";
+    h = v6 ? "::1" : "127.0.0.1";
+    found: for (const list of Object.values(networkInterfaces()))
+      for (const a of list ?? [])
+        if (!a.internal && (a.family === "IPv4" || v6)) {
+          h = a.address;
+          break found;
+        }
+  }
+  return `${scheme}://${bracketHost(h)}:${port}`;
+}
+
+export async function joinControlPlanes(o: ControlPlaneOptions): Promise<ControlPlaneMembership> {
+  const { controller, model, scheduler, log, record } = o;
+  const self = record.name;
+  let view: Summary["control_planes"] = { members: [] };
+  let floatingUp = false;
+  let refreshing = false;
+  let probing = false;
+  let registerFailing = false;
+
+  const register = async () => {
+    try {
+      await model.upsertControlPlane(record);
+      if (registerFailing) log.info({ name: self }, "control plane registered again");
+      registerFailing = false;
+    } catch (e) {
+      if (!registerFailing) log.warn({ name: self, err: (e as Error).message }, "control plane row not refreshed: others may show this one as not answering");
+      registerFailing = true;
+    }
+  };
+  const refresh = async (lease: Lease | undefined) => {
+    if (refreshing) return;
+    refreshing = true;
+    try {
+      await register();
+      const rows = await model.controlPlanes();
+      const floating = o.floating ? { address: o.floating.address, up: floatingUp } : undefined;
+      view = controlPlanesView({ rows, lease: lease ?? (await model.readLease()), self, ttlMs: o.ttlMs, ...(floating ? { floating } : {}) });
+    } catch {
+      // The store does not answer: the last picture stays (the keeper logs the cause).
+    } finally {
+      refreshing = false;
+    }
+  };
+  const probe = async () => {
+    if (!o.floating || probing) return;
+    probing = true;
+    floatingUp = await probeLeader(o.floating, scheduler, Math.min(1000, o.renewMs / 2));
+    probing = false;
+  };
+
+  const keeper = new LeaseKeeper({
+    store: model,
+    scheduler,
+    log: log.child({ component: "lease" }),
+    name: self,
+    ttlMs: o.ttlMs,
+    renewMs: o.renewMs,
+    onChange: (l) => controller.setLeadership(l),
+    onRound: (lease) => {
+      void refresh(lease);
+      void probe();
+    },
+  });
+  controller.setFencedHandler((e) => keeper.fenced(e));
+  controller.setLeadership({ leading: false, epoch: 0, name: self });
+  controller.setSummarySources({ controlPlanes: () => view });
+
+  // Another control plane's commit: the model has dropped its memory already; a tick soon reloads it.
+  const unwatch = model.watch(() => controller.storeChanged());
+  const backstop: Timer = scheduler
+    .every(BACKSTOP_RELOAD_MS, () => {
+      model.invalidate();
+      controller.storeChanged();
+    })
+    .unref();
+
+  await register();
+  await keeper.start();
+  await refresh(keeper.lease());
+  log.info({ name: self, address: record.adminUrl, leading: keeper.leadership().leading, epoch: keeper.leadership().epoch, lease_ttl_ms: o.ttlMs, lease_renew_ms: o.renewMs }, keeper.leadership().leading ? "control plane leads" : "control plane stands by");
+
+  return {
+    keeper,
+    async stop() {
+      unwatch();
+      backstop.cancel();
+      await keeper.stop();
+    },
+  };
+}
+
+/** Whether the floating address answers `/healthz?leader=1` as a leader (200, leading: true), within timeoutMs. */
+async function probeLeader(f: NonNullable<ControlPlaneOptions["floating"]>, scheduler: Scheduler, timeoutMs: number): Promise<boolean> {
+  const abort = new AbortController();
+  const timer = scheduler.after(timeoutMs, () => abort.abort());
+  try {
+    // The control planes share one certificate (agents pin one fingerprint across them): trust
+    // it, whatever name the floating address goes by.
+    const tls = f.scheme === "https" ? { tls: { ...(f.ca ? { ca: f.ca } : {}), checkServerIdentity: () => undefined } } : {};
+    const res = await fetch(`${f.scheme}://${bracketHost(f.address)}:${f.port}/healthz?leader=1`, { signal: abort.signal, ...tls });
+    if (res.status !== 200) {
+      await res.arrayBuffer().catch(() => undefined);
+      return false;
+    }
+    const body = HealthSchema.safeParse(await res.json());
+    return body.success && body.data.leading;
+  } catch {
+    return false;
+  } finally {
+    timer.cancel();
+  }
+}
