@@ -5,7 +5,7 @@
 // near rate/N), each to the server it joined. Mode `steady`: every heartbeat repeats the
 // node's last one (what a settled fleet sends); `changing`: every heartbeat reports other
 // weights than the one before, so each one is a store write. Prints one JSON line:
-// {"mode", "joined", "seconds", "answered", "errors", "rate", "p50", "p99"} per mode, in order.
+// {"mode", "joined", "joinSeconds", "seconds", "answered", "errors", "rate", "p50", "p99"} per mode, in order.
 //   bun test/bench/lib/ha-hbload.ts SERVER[,SERVER…] JOIN_TOKEN NODES SECONDS CONCURRENCY steady[,changing]
 
 import { gpuClasses, simAddress } from "./fleet";
@@ -68,6 +68,7 @@ async function beat(n: SimNode): Promise<number | undefined> {
   }
 }
 
+const started = performance.now();
 let next = 0;
 await Promise.all(
   Array.from({ length: 64 }, async () => {
@@ -78,10 +79,12 @@ await Promise.all(
   }),
 );
 const joined = nodes.filter((n) => n.credential).length;
+const joinSeconds = (performance.now() - started) / 1000;
 errors = 0;
-// One unmeasured round first: every node's first heartbeat after joining may still write.
+// One unmeasured round first (10 s at most): every node's first heartbeat after joining may still write.
 next = 0;
-await Promise.all(Array.from({ length: CONCURRENCY }, async () => { while (next < N) await beat(nodes[next++]!); }));
+const warmUntil = performance.now() + 10_000;
+await Promise.all(Array.from({ length: CONCURRENCY }, async () => { while (next < N && performance.now() < warmUntil) await beat(nodes[next++]!); }));
 for (const mode of modes!.split(",")) {
   CHANGING = mode === "changing";
   errors = 0;
@@ -100,6 +103,6 @@ for (const mode of modes!.split(",")) {
   const secs = (performance.now() - t0) / 1000;
   lat.sort((a, b) => a - b);
   const q = (p: number) => lat[Math.min(lat.length - 1, Math.floor((p / 100) * lat.length))] ?? NaN;
-  console.log(JSON.stringify({ mode, joined, seconds: secs, answered: lat.length, errors, rate: lat.length / secs, p50: q(50), p99: q(99) }));
+  console.log(JSON.stringify({ mode, joined, joinSeconds, seconds: secs, answered: lat.length, errors, rate: lat.length / secs, p50: q(50), p99: q(99) }));
 }
 process.exit(0);

@@ -1,6 +1,6 @@
 // The HA bench's router part: two control planes (lib/ha-pair.ts) on one store, pinned to core
-// 1 with the agent and its fake engine (`llmgw agent --simulate`, engine auth off); the model
-// "chat" placed by the leader; then wrk (one thread, 64 keep-alive connections, core 0) sends
+// 1 with a fake engine (no delays, 4,096 slots) that this bench starts for the replica of "chat"
+// the leader placed on the node this bench plays; then wrk (one thread, 64 keep-alive connections, core 0) sends
 // small non-streamed chat requests through the leader's router and the standby's in turns
 // (ROUNDS slices each, so a slow spell of the shared machine falls on both), after a warm-up.
 
@@ -8,8 +8,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { controlPlane, JOIN_TOKEN, oneLeader, startPair } from "./ha-pair";
-import { type Child, spawnChild } from "./procs";
-import { BIN } from "./scale-head";
+import { BUN, type Child, spawnChild } from "./procs";
 
 export interface RouterFigures {
   leaderRps: number;
@@ -50,18 +49,42 @@ export async function routerBench(o: { store: (dir: string) => string; seconds: 
   const dir = mkdtempSync(join(tmpdir(), "llmgw-bench-ha-router-"));
   const store = o.store(dir);
   const cps = [0, 1].map((i) => controlPlane(i, { dir, store, leaseTtl: "15s", leaseRenew: "5s", cpus: "1", logLevel: "warn" }));
-  let agent: Child | undefined;
+  let engine: Child | undefined;
+  let keepBeating: ReturnType<typeof setInterval> | undefined;
   try {
     const leader = await startPair(cps, 5000);
     const standby = cps.find((c) => c !== leader)!;
-    const tokenFile = join(dir, "join.token");
-    await Bun.write(tokenFile, JOIN_TOKEN);
-    agent = await spawnChild(
-      "agent",
-      [BIN, "agent", "--server", leader.admin, "--token-file", tokenFile, "--name", "chat-node", "--address", "127.0.0.1", "--engine-host", "127.0.0.1", "--simulate", `${CHAT_CLASS}:1`, "--simulate-models", "chat", "--state-dir", join(dir, "agent"), "--logs-listen", "off", "--engine-auth", "off", "--log-level", "warn"],
-      { waitUrl: false, cpus: "1" },
-    );
+    // The node is this bench: it heartbeats to the leader, starts a fake engine with no delays
+    // and thousands of slots (an agent's fake engine answers in 35 ms on 8 slots, and would be
+    // the bottleneck measured) on the port its assignment names, and reports it ready.
+    const gpu = { index: 0, uuid: "GPU-chat-0", name: "NVIDIA L4", class: CHAT_CLASS, memory_mib: 23034, healthy: true, parent: null };
+    let credential: string | undefined;
+    let replicas: { id: string; state: "ready"; port: number; error: null }[] = [];
+    const beat = async () => {
+      const r = await fetch(`${leader.admin}/agent/v1/heartbeat`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${credential ?? JOIN_TOKEN}`, "content-type": "application/json" },
+        body: JSON.stringify({ node: "chat-node", address: "127.0.0.1", agent_version: "bench", fabrics: [], gpus: [gpu], models: ["chat"], replicas }),
+        signal: AbortSignal.timeout(5000),
+      });
+      const t = await r.text();
+      if (!r.ok) throw new Error(`heartbeat: ${r.status} ${t.slice(0, 200)}`);
+      const a = JSON.parse(t) as { credential?: string; assignments: { id: string; port: number }[] };
+      credential = a.credential ?? credential;
+      return a.assignments;
+    };
+    await beat();
     await leader.api("/models/chat", { method: "PUT", body: JSON.stringify({ profiles: [{ name: "p", engine: "fake", gpu_class: CHAT_CLASS }] }) });
+    let assigned: { id: string; port: number } | undefined;
+    for (let i = 0; i < 300 && !assigned; i++) {
+      assigned = (await beat())[0];
+      if (!assigned) await Bun.sleep(100);
+    }
+    if (!assigned) throw new Error("the leader placed no replica of \"chat\"");
+    engine = await spawnChild("engine", [BUN, "src/sim/fake-engine.ts", "--port", String(assigned.port), "--host", "127.0.0.1", "--model", "chat", "--ttft-ms", "0", "--token-delay-ms", "0", "--tokens", "4", "--slots", "4096"], { cpus: "1" });
+    replicas = [{ id: assigned.id, state: "ready", port: assigned.port, error: null }];
+    await beat();
+    keepBeating = setInterval(() => void beat().catch(() => undefined), 1000);
     for (const cp of [leader, standby]) {
       let ok = false;
       for (let i = 0; i < 600 && !ok; i++) if (!(ok = await chatOk(cp.router))) await Bun.sleep(100);
@@ -85,7 +108,8 @@ export async function routerBench(o: { store: (dir: string) => string; seconds: 
     if (!(await oneLeader(cps, 5000) === leader)) throw new Error("the lead changed during the router measurement");
     return { leaderRps: acc.leader.req / acc.leader.s, standbyRps: acc.standby.req / acc.standby.s, leaderPerRound: acc.leader.per, standbyPerRound: acc.standby.per, non2xx };
   } finally {
-    await agent?.kill();
+    clearInterval(keepBeating);
+    await engine?.kill();
     await Promise.all(cps.map((c) => c.stop()));
     rmSync(dir, { recursive: true, force: true });
   }
