@@ -21,7 +21,7 @@ import type { RouterExposure } from "../protocol/views";
 import { Http1Server } from "../http/server";
 import { Router, type RouterOptions } from "../router/router";
 import type { Store } from "../store";
-import { openStore } from "../store/open";
+import { type OpenedStore, openStore } from "../store/open";
 import { ModelStore } from "../control/model";
 import type { StorePort } from "../control/store-port";
 import { StoreUnavailableError } from "../control/errors";
@@ -125,28 +125,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   // Several control planes on one store: on by itself with PostgreSQL, asked for with SQLite.
   const ha = opened.dialect === "postgres" || config.ha === true;
   log.info({ path: opened.describe, dialect: opened.dialect, ...(ha ? { ha } : {}) }, "store opened");
-  if (ha) {
-    // Every control plane must derive the same engine keys (any router may serve any replica)
-    // and accept the same generated tokens (an agent joins, and the CLI calls, whichever answers):
-    // the first to start stores its own, the others adopt them and keep a copy in their data dir.
-    const adopt = async (key: string, t: { token: string; path: string; source: string }): Promise<string> => {
-      if (t.source === "given") return t.token;
-      const shared = await opened.store.sharedSecret(key, t.token);
-      if (shared !== t.token) {
-        writePrivateFile(t.path, `${shared}\n`);
-        log.info({ kind: key, path: t.path }, `${key.replace(/_/g, " ")} taken from the store, shared by every control plane`);
-      }
-      return shared;
-    };
-    try {
-      engineSecret = await adopt("engine_secret", secret);
-      admin.token = await adopt("admin_token", admin);
-      join_.token = await adopt("join_token", join_);
-    } catch (e) {
-      await opened.close().catch(() => undefined);
-      throw new Error(`cannot read the shared secrets from the store (${opened.describe}): ${(e as Error).message}`);
-    }
-  }
+  if (ha) engineSecret = await adoptSharedSecrets(opened, log, secret, admin, join_);
   const close = () => void opened.close().catch((e) => log.warn({ err: (e as Error).message }, "store not closed cleanly"));
   const model = new ModelStore(opened.store, scheduler);
   const controller = buildController(config, { store: model, log, scheduler, dataDir, engineSecret });
@@ -266,6 +245,39 @@ function membershipOptions(
     renewMs: config.lease_renew,
     ...(config.floating_address ? { floating: { address: config.floating_address, port: o.adminPort, scheme: o.scheme, ...(o.tls ? { ca: o.tls.cert } : {}) } } : {}),
   };
+}
+
+/**
+ * Every control plane on one store must derive the same engine keys (any router may serve any
+ * replica) and accept the same generated tokens (an agent joins, and the CLI calls, whichever
+ * answers): the first to start stores its own, the others adopt them and keep a copy in their
+ * data dir. Tokens given by flag or config stay as given. Returns the engine secret.
+ */
+async function adoptSharedSecrets(
+  opened: OpenedStore,
+  log: Logger,
+  secret: { token: string; path: string; source: string },
+  ...tokens: { token: string; path: string; source: string }[]
+): Promise<string> {
+  const adopt = async (key: string, t: { token: string; path: string; source: string }): Promise<string> => {
+    if (t.source === "given") return t.token;
+    const shared = await opened.store.sharedSecret(key, t.token);
+    if (shared !== t.token) {
+      writePrivateFile(t.path, `${shared}\n`);
+      log.info({ kind: key, path: t.path }, `${key.replace(/_/g, " ")} taken from the store, shared by every control plane`);
+    }
+    return shared;
+  };
+  try {
+    const engine = await adopt("engine_secret", secret);
+    const [admin, join] = tokens;
+    admin!.token = await adopt("admin_token", admin!);
+    join!.token = await adopt("join_token", join!);
+    return engine;
+  } catch (e) {
+    await opened.close().catch(() => undefined);
+    throw new Error(`cannot read the shared secrets from the store (${opened.describe}): ${(e as Error).message}`);
+  }
 }
 
 function buildController(config: ServeConfig, o: { store: StorePort; log: Logger; scheduler: Scheduler; dataDir: string; engineSecret: string }): Controller {
