@@ -52,9 +52,8 @@ export class HaCluster {
     this.ports.set(name, ports);
     const dataDir = join(this.dir, `data-${name}`);
     mkdirSync(dataDir, { recursive: true });
-    // One engine secret for all: every router must present the key each engine was given.
-    const first = [...this.serves.values()][0];
-    if (first && !existsSync(join(dataDir, "engine.secret"))) copyFileSync(join(first.dataDir, "engine.secret"), join(dataDir, "engine.secret"));
+    // No engine secret is copied: the control planes share one through the store, or routers
+    // other than the first one's would present keys the engines were never given.
     const spawnedAt = Date.now() - 1000;
     const args = [
       "serve", "--data-dir", dataDir, "--store", this.storeOf(name), "--ha", "--name", name,
