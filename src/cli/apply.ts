@@ -7,6 +7,8 @@ import { safeText } from "../lib/text";
 import { parseDuration } from "../protocol/duration";
 import { CLIENT_FLAGS, CliError, resolveClient } from "./client";
 import { WAIT_TIMEOUT, waitForModels } from "./wait";
+import { oneLine } from "../lib/format";
+import type { ModelView } from "../protocol/views";
 import type { Command } from "./command";
 
 export async function readCatalogFile(path: string): Promise<unknown> {
@@ -27,7 +29,7 @@ export const command: Command = {
   usage: "llmgw apply -f FILE",
   flags: {
     file: { kind: "string", short: "f", value: "FILE", help: "catalog file (.yaml, .yml or .json; - for stdin)" },
-    wait: { kind: "boolean", short: "w", help: "follow the models until each is ready or parked (exit 1 if any is parked)" },
+    wait: { kind: "boolean", short: "w", help: "follow the models until each is ready, parked, or known never to fit this fleet (exit 1 for either of those, at once)" },
     timeout: { kind: "string", value: "DURATION", help: `give up waiting after this long (default ${WAIT_TIMEOUT})` },
     ...CLIENT_FLAGS,
   },
@@ -42,10 +44,19 @@ export const command: Command = {
     if (timeout === undefined) throw new UsageError(`--timeout must be a duration like 10m, not "${flags.timeout}"`);
     const res = await client.send<{ results: { name: string; message: string }[] }>("POST", "/api/v1/apply", data);
     for (const r of res.results) process.stdout.write(`${safeText(r.message)}\n`);
+    // What can never run on this fleet is said now: no tick needs to pass to know it.
+    const applied = new Set(res.results.map((r) => r.name));
+    const hopeless = (await client.get<ModelView[]>("/api/v1/models")).filter((m) => applied.has(m.name) && m.never_fits && !m.parked);
+    for (const m of hopeless) process.stdout.write(`${safeText(`model/${m.name} ${oneLine(m.reason ?? "can never fit on this fleet", 300)}`)}\n`);
     if (!flags.wait) return;
     const final = await waitForModels(client, res.results.map((r) => r.name), timeout);
     const parked = final.filter((m) => m.parked);
-    if (parked.length > 0) throw new CliError(`${parked.map((m) => m.name).join(", ")} parked: see \`llmgw models\` for why`);
+    const never = final.filter((m) => !m.parked && m.never_fits && m.ready < m.desired);
+    const problems = [
+      ...(parked.length > 0 ? [`${parked.map((m) => m.name).join(", ")} parked: see \`llmgw models\` for why`] : []),
+      ...never.map((m) => `${m.name} ${oneLine(m.reason ?? "can never fit on this fleet", 300)}`),
+    ];
+    if (problems.length > 0) throw new CliError(problems.join("; "));
     process.stdout.write("all models ready\n");
   },
 };

@@ -7,7 +7,7 @@ import { safeText } from "../lib/text";
 import { oneLine } from "../lib/format";
 
 /** How long `apply --wait` and `drain --wait` follow before giving up, unless --timeout says. */
-export const WAIT_TIMEOUT = "30m";
+export const WAIT_TIMEOUT = "10m";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -60,11 +60,20 @@ export async function waitForModels(client: Client, names: string[], deadlineMs:
     async () => {
       last = (await client.get<ModelView[]>("/api/v1/models")).filter((m) => want.has(m.name));
       for (const m of last) {
-        const line = m.parked ? `parked: ${oneLine(m.reason ?? "", 140)}` : m.ready >= m.desired ? `ready ${m.ready}/${m.desired}` : m.unplaceable && m.reason ? `waiting: ${oneLine(m.reason, 140)}` : `starting ${m.ready}/${m.desired}`;
+        const line = m.parked
+          ? `parked: ${oneLine(m.reason ?? "", 140)}`
+          : m.ready >= m.desired
+            ? `ready ${m.ready}/${m.desired}`
+            : m.never_fits && m.reason
+              ? `${oneLine(m.reason, 240)}`
+              : m.unplaceable && m.reason
+                ? `waiting: ${oneLine(m.reason, 140)}`
+                : `starting ${m.ready}/${m.desired}`;
         if (shown.get(m.name) !== line) process.stdout.write(safeText(`model/${m.name} ${line}`) + "\n");
         shown.set(m.name, line);
       }
-      return last.length === want.size && last.every((m) => m.parked || (m.ready >= m.desired && !m.unplaceable));
+      // Done, or never going to be: parked, or no node of this fleet could ever host it.
+      return last.length === want.size && last.every((m) => m.parked || (m.never_fits && m.ready < m.desired) || (m.ready >= m.desired && !m.unplaceable));
     },
     () => false,
   );

@@ -27,7 +27,7 @@ export function catalogChanges(specs: readonly ModelSpec[], stored: readonly Mod
         );
     }
     const existing = models.get(spec.name);
-    if (existing && JSON.stringify(existing.spec) === JSON.stringify(spec)) {
+    if (existing && canonical(existing.spec) === canonical(spec)) {
       results.push({ name: spec.name, result: "unchanged", revision: existing.revision });
       continue;
     }
@@ -39,4 +39,11 @@ export function catalogChanges(specs: readonly ModelSpec[], stored: readonly Mod
     results.push({ name: spec.name, result: existing ? "configured" : "created", revision });
   }
   return { results, writes };
+}
+
+/** JSON with every object's keys sorted: two specs that say the same compare equal whatever order their fields were filled in. */
+function canonical(v: unknown): string {
+  return JSON.stringify(v, (_k, x: unknown) =>
+    x !== null && typeof x === "object" && !Array.isArray(x) ? Object.fromEntries(Object.entries(x as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) : x,
+  );
 }

@@ -42,12 +42,13 @@ export function isMigClass(gpuClass: string): boolean {
 const ModelFields = z.strictObject({
   name: Name,
   aliases: z.array(Name).max(CATALOG_LIMITS.aliases).default([]),
+  /** Absent: min 1, or min 0 for an on-demand model (it starts when asked for). */
   replicas: z
     .strictObject({
-      min: z.number().int().min(0).max(1000).default(1),
+      min: z.number().int().min(0).max(1000).optional(),
       max: z.number().int().min(0).max(1000).optional(),
     })
-    .default({ min: 1 }),
+    .optional(),
   /** true: no replica until asked for, and back to none after idle_timeout. */
   on_demand: z.boolean().default(false),
   idle_timeout: Duration.prefault("30m"),
@@ -67,10 +68,13 @@ const ModelFields = z.strictObject({
   profiles: z.array(Profile).min(1, "a model needs at least one profile").max(CATALOG_LIMITS.profiles),
 });
 
+/** A model's minimum when its file gives none: an on-demand model waits to be asked for. */
+const defaultMin = (m: { on_demand: boolean }) => (m.on_demand ? 0 : 1);
+
 export const ModelSpec = ModelFields.superRefine((m, ctx) => {
-  const max = m.replicas.max;
-  if (max !== undefined && max < m.replicas.min)
-    ctx.addIssue({ code: "custom", path: ["replicas", "max"], message: `max (${max}) is below min (${m.replicas.min})` });
+  const max = m.replicas?.max;
+  const min = m.replicas?.min ?? defaultMin(m);
+  if (max !== undefined && max < min) ctx.addIssue({ code: "custom", path: ["replicas", "max"], message: `max (${max}) is below min (${min})` });
   const seen = new Set<string>();
   m.profiles.forEach((p, i) => {
     if (seen.has(p.name)) ctx.addIssue({ code: "custom", path: ["profiles", i, "name"], message: `duplicate profile name "${p.name}"` });
@@ -87,11 +91,11 @@ export const ModelSpec = ModelFields.superRefine((m, ctx) => {
   });
   if (new Set(m.aliases).size !== m.aliases.length)
     ctx.addIssue({ code: "custom", path: ["aliases"], message: "aliases repeat" });
-}).transform((m) => ({
-  ...m,
+}).transform((m) => {
+  const min = m.replicas?.min ?? defaultMin(m);
   // max defaults to min (or 1 for an on-demand model with min 0), so "max" always means something.
-  replicas: { min: m.replicas.min, max: m.replicas.max ?? Math.max(m.replicas.min, 1) },
-}));
+  return { ...m, replicas: { min, max: m.replicas?.max ?? Math.max(min, 1) } };
+});
 export type ModelSpec = z.infer<typeof ModelSpec>;
 /** What a caller may send: defaults not yet applied. */
 export type ModelSpecInput = z.input<typeof ModelSpec>;

@@ -135,6 +135,24 @@ describe("compiled binary", () => {
     expect(run(bin, ["replicas", "--interval", "1"], { cwd: dir }).code).toBe(2);
   });
 
+  test("apply says at once what can never fit, with the nearest class; --wait gives up at once, exit 1", () => {
+    writeFileSync(join(dir, "typo.yaml"), "models:\n  - name: typo-model\n    profiles:\n      - {name: p, engine: vllm, gpu_class: h100-80gb}\n");
+    const a = run(bin, ["apply", "-f", "typo.yaml"], { cwd: dir });
+    expect(a.code).toBe(0);
+    expect(a.stdout).toBe(
+      "model/typo-model created\nmodel/typo-model can never fit on this fleet: no node has h100-80gb GPUs (did you mean H100-80GB?); waiting will not help (add such nodes, or change the model's profiles)\n",
+    );
+    writeFileSync(join(dir, "huge.yaml"), "models:\n  - name: huge-model\n    profiles:\n      - {name: p, engine: vllm, gpu_class: H100-80GB, gpus: 16}\n");
+    const started = Date.now();
+    const w = run(bin, ["apply", "-f", "huge.yaml", "--wait"], { cwd: dir });
+    expect(w.code).toBe(1);
+    expect(Date.now() - started).toBeLessThan(10_000);
+    expect(w.stderr).toContain("huge-model can never fit on this fleet: no node has 16 H100-80GB GPUs (the largest has 4)");
+    const m = run(bin, ["models", "huge-model", "-o", "json"], { cwd: dir });
+    expect(JSON.parse(m.stdout)).toMatchObject({ never_fits: true, unplaceable: true });
+    for (const name of ["typo-model", "huge-model"]) expect(run(bin, ["models", "delete", name], { cwd: dir }).code).toBe(0);
+  });
+
   test("an unknown command suggests the nearest one, and exits 2", () => {
     const r = run(bin, ["nods"], { cwd: dir });
     expect(r.code).toBe(2);

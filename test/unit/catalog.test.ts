@@ -108,3 +108,18 @@ describe("catalog file", () => {
     expect(r.error!.issues[0]!.message).toContain("appears twice");
   });
 });
+
+describe("replica defaults", () => {
+  const profiles = [{ name: "p", engine: "vllm", gpu_class: "H100-80GB" }];
+  test("an on-demand model without replicas waits to be asked for: min 0, max 1", () => {
+    expect(ModelSpec.parse({ name: "m", on_demand: true, profiles }).replicas).toEqual({ min: 0, max: 1 });
+    expect(ModelSpec.parse({ name: "m", on_demand: true, replicas: { max: 3 }, profiles }).replicas).toEqual({ min: 0, max: 3 });
+  });
+  test("any other model keeps min 1; a min given is kept, and max below it is refused", () => {
+    expect(ModelSpec.parse({ name: "m", profiles }).replicas).toEqual({ min: 1, max: 1 });
+    expect(ModelSpec.parse({ name: "m", on_demand: true, replicas: { min: 2 }, profiles }).replicas).toEqual({ min: 2, max: 2 });
+    const bad = ModelSpec.safeParse({ name: "m", replicas: { max: 0 }, profiles });
+    expect(bad.success).toBe(false);
+    expect(bad.error!.issues[0]!.message).toBe("max (0) is below min (1)");
+  });
+});
