@@ -141,6 +141,20 @@ export class ModelStore implements StorePort {
     }
   }
 
+  private async refreshSeen(): Promise<void> {
+    const s = this.state;
+    if (!s) return;
+    const rows = await this.inner.nodesSeen();
+    if (this.state !== s) return;
+    for (const { name, at } of rows) {
+      const n = s.nodes.get(name);
+      if (n && at > n.lastHeartbeat) {
+        s.nodes.set(name, { ...n, lastHeartbeat: at });
+        this.nodesStale = true;
+      }
+    }
+  }
+
   private changed(): void {
     this.cached = undefined;
     this.version++;
@@ -448,11 +462,26 @@ export class ModelStore implements StorePort {
   sharedSecret(key: string, candidate: string): Promise<string> {
     return this.inner.sharedSecret(key, candidate);
   }
-  /** Another writer's change: memory is dropped (the next read reloads), then fn hears of it. */
+  nodesSeen(): Promise<{ name: string; at: number }[]> {
+    return this.load().then((s) => [...s.nodes.values()].map((n) => ({ name: n.name, at: n.lastHeartbeat })));
+  }
+
+  /**
+   * Another writer's change: memory is dropped (the next read reloads), then fn hears of it.
+   * Only last-seen times moved ("seen": another control plane's batched flush, once a second):
+   * those are read alone and merged, newest wins, without a reload.
+   */
   watch(fn: (change: StoreChange) => void): () => void {
     return this.inner.watch((change) => {
       // The lease, control planes, router usage, events and node reports are not held here.
-      if (change === "any" || change === "seen") this.invalidate();
+      if (change === "any") this.invalidate();
+      if (change === "seen") {
+        void this.refreshSeen().then(
+          () => fn(change),
+          () => (this.invalidate(), fn(change)),
+        );
+        return;
+      }
       fn(change);
     });
   }

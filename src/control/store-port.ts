@@ -28,6 +28,8 @@ export interface StorePort {
   /** The stored hash of a node's credential. */
   credentialHashOf(name: string): Promise<string | undefined>;
   countNodes(): Promise<number>;
+  /** Every node's last heartbeat: what another control plane's batched "last seen" moved. */
+  nodesSeen(): Promise<{ name: string; at: number }[]>;
   /** Sets each named node's last heartbeat, in one transaction (the model's batched "last seen"). */
   touchNodes(seen: { name: string; at: number }[]): Promise<void>;
   /** Every node's credential hash (nodes without one are left out): what the in-memory model loads. */

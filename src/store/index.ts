@@ -476,6 +476,10 @@ export class Store implements StorePort {
     });
   }
 
+  nodesSeen(): Promise<{ name: string; at: number }[]> {
+    return guarded(() => this.db.select({ name: schema.nodes.name, at: schema.nodes.lastHeartbeat }).from(schema.nodes).all());
+  }
+
   sharedSecret(key: string, candidate: string): Promise<string> {
     return guarded(() =>
       this.db.transaction((tx) => {

@@ -3,7 +3,10 @@
 // as it opens; "another instance" is a second PgStore on the same database (another control plane).
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { ModelStore } from "../../src/control/model";
 import { PgStore } from "../../src/store/pg";
+import { heartbeat } from "../helpers/fleet";
+import { until } from "../helpers/until";
 import { openStore } from "../../src/store/open";
 import { storeContract } from "../contract/store";
 import { type Postgres, startPostgres } from "../helpers/postgres";
@@ -60,6 +63,36 @@ describe("PostgreSQL only", () => {
       expect(await opened.store.countNodes()).toBe(0);
     } finally {
       await opened.close();
+    }
+  }, 30_000);
+
+  test("another control plane's last-seen flush reaches the in-memory model without a reload; its catalog write reloads it", async () => {
+    const url = await freshUrl();
+    const [a, b] = [await PgStore.open({ url }), await PgStore.open({ url })];
+    const model = new ModelStore(a);
+    try {
+      await b.applyHeartbeat(heartbeat({ name: "n1", gpus: ["H100-80GB"] }), 1_000);
+      const first = await model.snapshot();
+      expect(first.nodes.map((n) => n.lastHeartbeat)).toEqual([1_000]);
+      const heard: string[] = [];
+      const stop = model.watch((c) => heard.push(c));
+      await until("the watch to stand", async () => {
+        if (heard.includes("seen")) return true;
+        await b.touchNodes([{ name: "n1", at: 5_000 }]);
+        return undefined;
+      }, { timeoutMs: 10_000, everyMs: 100 });
+      const after = await model.snapshot();
+      expect(after.nodes[0]!.lastHeartbeat).toBe(5_000);
+      // Last-seen times do not count as a change: the tick's skip still holds.
+      expect(after.version).toBe(first.version);
+      await b.saveModels([{ spec: (await import("../helpers/fleet")).model({ name: "m" }), revision: 1, created: true }], 6_000);
+      await until("the catalog write heard", () => heard.includes("any"), { timeoutMs: 10_000 });
+      const reloaded = await model.snapshot();
+      expect(reloaded.models.map((m) => m.name)).toEqual(["m"]);
+      expect(reloaded.version).toBeGreaterThan(first.version!);
+      stop();
+    } finally {
+      await Promise.all([a.close(), b.close()]);
     }
   }, 30_000);
 });

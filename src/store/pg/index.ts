@@ -547,6 +547,10 @@ export class PgStore implements StorePort {
     return this.call("read", () => this.db.select().from(schema.nodeReports).orderBy(byBytes(schema.nodeReports.node)));
   }
 
+  nodesSeen(): Promise<{ name: string; at: number }[]> {
+    return this.call("read", () => this.db.select({ name: schema.nodes.name, at: schema.nodes.lastHeartbeat }).from(schema.nodes));
+  }
+
   sharedSecret(key: string, candidate: string): Promise<string> {
     return this.write("idempotent", "meta", async (tx) => {
       await tx.insert(schema.meta).values({ key: `secret:${key}`, value: candidate }).onConflictDoNothing({ target: schema.meta.key });
