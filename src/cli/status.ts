@@ -5,20 +5,34 @@
 import type { Summary } from "../protocol/views";
 import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
 import type { Command } from "./command";
+import { WATCH_FLAGS, runWatched, watchSettings } from "./watch";
 import { safeDeep } from "../lib/text";
 import { bytes, human, oneLine, plural } from "../lib/format";
 import { type Style, detectStyle, paint, table, usageBar } from "./render";
 
-export function renderStatus(summary: Summary, style: Style): string {
+/**
+ * "2 unreachable (gpu-07, gpu-09)": the nodes in a state that needs a person, the first few by
+ * name (all the summary names with -o wide), then how many more.
+ */
+function namedCount(count: number, what: string, names: readonly string[] | undefined, wide: boolean): string {
+  if (!names || names.length === 0) return `${count} ${what}`;
+  const shown = names.slice(0, wide ? names.length : NAMED);
+  const more = count - shown.length;
+  return `${count} ${what} (${shown.join(", ")}${more > 0 ? `, and ${more} more` : ""})`;
+}
+
+export function renderStatus(summary: Summary, style: Style, opts: { wide?: boolean } = {}): string {
   // Every string in the summary came from a node, an engine or the catalog.
   const s = safeDeep(summary);
   const out: string[] = [];
   const n = s.nodes;
+  const names = s.node_names;
+  const wide = opts.wide === true;
   const nodeParts = [`${n.ready} ready`];
-  if (n.cordoned) nodeParts.push(paint(style, "yellow", `${n.cordoned} cordoned`));
-  if (n.draining) nodeParts.push(paint(style, "yellow", `${n.draining} draining`));
-  if (n.unreachable) nodeParts.push(paint(style, "red", `${n.unreachable} unreachable`));
-  if (n.pending) nodeParts.push(paint(style, "yellow", `${n.pending} pending approval (llmgw nodes approve NAME)`));
+  if (n.cordoned) nodeParts.push(paint(style, "yellow", namedCount(n.cordoned, "cordoned", names?.cordoned, wide)));
+  if (n.draining) nodeParts.push(paint(style, "yellow", namedCount(n.draining, "draining", names?.draining, wide)));
+  if (n.unreachable) nodeParts.push(paint(style, "red", namedCount(n.unreachable, "unreachable", names?.unreachable, wide)));
+  if (n.pending) nodeParts.push(paint(style, "yellow", `${namedCount(n.pending, "pending approval", names?.pending, wide)}: llmgw nodes approve NAME`));
   out.push(`${paint(style, "bold", "llmgw")} ${s.version}`);
   out.push(...haLines(s, style));
   out.push(`Nodes     ${plural(n.total, "node")}: ${nodeParts.join(", ")}`);
@@ -203,14 +217,19 @@ function discoveryLines(s: Summary, style: Style): string[] {
 export const command: Command = {
   name: "status",
   summary: "Show the fleet summary: capacity, fabrics, replicas, models, and what needs attention.",
-  usage: "llmgw status [-o json] [--server URL] [--token TOKEN]",
-  flags: { ...OUTPUT_FLAG, ...CLIENT_FLAGS },
-  examples: ["./llmgw status", "llmgw status -o json | jq .gpus", "llmgw status --server http://head:8001 --token $TOKEN"],
+  usage: "llmgw status [-o table|wide|json] [-w] [--server URL] [--token TOKEN]",
+  flags: { ...OUTPUT_FLAG, ...WATCH_FLAGS, ...CLIENT_FLAGS },
+  details: `Nodes that need a person (unreachable, cordoned, draining, pending) are named, the first ${NAMED} of each; -o wide names up to 20. -w keeps the screen refreshed.`,
+  examples: ["./llmgw status", "llmgw status -w", "llmgw status -o wide", "llmgw status -o json | jq .gpus", "llmgw status --server http://head:8001 --token $TOKEN"],
   async run({ flags }) {
     const format = outputFormat(flags, ["table", "wide", "json"]);
     const client = resolveClient(flags);
-    const s = await client.get<Summary>("/api/v1/summary");
-    process.stdout.write(format === "json" ? `${JSON.stringify(s, null, 2)}\n` : renderStatus(s, detectStyle()));
+    const w = watchSettings(flags, format);
+    const style = detectStyle();
+    await runWatched(async () => {
+      const s = await client.get<Summary>("/api/v1/summary");
+      return format === "json" ? `${JSON.stringify(s, null, 2)}\n` : renderStatus(s, style, { wide: format === "wide" });
+    }, { ...w, title: "status" });
   },
 };
 

@@ -4,6 +4,9 @@
 
 import type { ClassUse, DiscoveryProblem, FabricUse, IdleReplica, ParkedModel, Summary, Tables, UnhealthyGpus } from "../protocol/views";
 
+/** Nodes named per state that needs a person (the summary's node_names), bounded at any fleet size. */
+const NAMED_NODES = 20;
+
 /** Nodes named per unhealthy reason: enough to start looking, bounded at any fleet size. */
 const REASON_NODES = 5;
 
@@ -30,9 +33,11 @@ export function summarize(t: Tables, extras: SummaryExtras): Summary {
   const byReason = new Map<string, UnhealthyGpus>();
   const discovery: DiscoveryProblem[] = [];
 
+  const named: NonNullable<Summary["node_names"]> = { unreachable: [], cordoned: [], draining: [], pending: [] };
   for (const n of t.nodes) {
     // Pending appears only when a node waits for approval, so the seed's shape stays the same.
     nodes[n.state] = (nodes[n.state] ?? 0) + 1;
+    if (n.state !== "ready" && named[n.state].length < NAMED_NODES) named[n.state].push(n.name);
     if (n.discovery_error !== null) discovery.push({ node: n.name, gpus: n.gpus.length, error: n.discovery_error });
     // Per device, not per card: a card in MIG mode contributes its instances, each in its
     // own class, and whole cards beside them keep theirs.
@@ -124,6 +129,7 @@ export function summarize(t: Tables, extras: SummaryExtras): Summary {
   const s: Summary = {
     version: extras.version,
     nodes,
+    node_names: { unreachable: named.unreachable.sort(), cordoned: named.cordoned.sort(), draining: named.draining.sort(), pending: named.pending.sort() },
     gpus: [...byClass.values()].sort(byName),
     fabrics: [...byFabric.values()].sort(byName),
     replicas,

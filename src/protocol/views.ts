@@ -183,6 +183,14 @@ export type HeadLoad = z.infer<typeof HeadLoadSchema>;
 export const SummarySchema = z.object({
   version: z.string(),
   nodes: NodeTotalsSchema,
+  /**
+   * The first nodes (by name, at most 20) in each state that needs a person: unreachable,
+   * cordoned, draining, pending. The counts in `nodes` say how many there are in all.
+   */
+  node_names: z
+    .object({ unreachable: z.array(z.string()), cordoned: z.array(z.string()), draining: z.array(z.string()), pending: z.array(z.string()) })
+    .optional()
+    .describe("The first nodes (by name, at most 20) in each state that needs a person; the counts in `nodes` say how many in all."),
   gpus: z.array(ClassUseSchema),
   fabrics: z.array(FabricUseSchema),
   replicas: ReplicaTotalsSchema,

@@ -82,6 +82,13 @@ describe("status view", () => {
   test("colour on a terminal", () => {
     expect(renderStatus(summary, color)).toContain("\x1b[31m4 unreachable");
   });
+  test("nodes that need a person are named: the first five, then how many more; -o wide names all the summary holds", () => {
+    const unreachable = ["g01", "g02", "g03", "g04", "g05", "g06", "g07"];
+    const named = { ...summary, nodes: { ...summary.nodes, unreachable: 9, ready: 185 }, node_names: { unreachable, cordoned: ["c1", "c2", "c3", "c4"], draining: ["d1", "d2"], pending: [] } };
+    const out = renderStatus(named, plain);
+    expect(out).toContain("200 nodes: 185 ready, 4 cordoned (c1, c2, c3, c4), 2 draining (d1, d2), 9 unreachable (g01, g02, g03, g04, g05, and 4 more)");
+    expect(renderStatus(named, plain, { wide: true })).toContain("9 unreachable (g01, g02, g03, g04, g05, g06, g07, and 2 more)");
+  });
 });
 
 describe("tables", () => {

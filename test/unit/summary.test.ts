@@ -32,6 +32,22 @@ describe("node totals", () => {
   });
 });
 
+describe("nodes named", () => {
+  test("the nodes in each state that needs a person, by name, at most 20; ready ones are not named", () => {
+    const nodes = [
+      { name: "ok", gpus: ["H100-80GB"] },
+      { name: "c", admin: "cordoned" as const, gpus: ["H100-80GB"] },
+      { name: "d", admin: "draining" as const, gpus: ["H100-80GB"] },
+      ...Array.from({ length: 25 }, (_, i) => ({ name: `u${String(i).padStart(2, "0")}`, lastHeartbeat: T0 - 10 * TIMEOUT, gpus: ["H100-80GB"] })),
+    ];
+    const { s } = sum({ nodes });
+    expect(s.nodes).toMatchObject({ ready: 1, cordoned: 1, draining: 1, unreachable: 25 });
+    expect(s.node_names).toMatchObject({ cordoned: ["c"], draining: ["d"], pending: [] });
+    expect(s.node_names!.unreachable).toHaveLength(20);
+    expect(s.node_names!.unreachable[0]).toBe("u00");
+  });
+});
+
 describe("GPU classes", () => {
   test("a card in MIG mode contributes its instances, each its own class, beside whole cards", () => {
     const { s } = sum({
