@@ -25,6 +25,14 @@ export interface SummaryExtras {
   controlPlanes?: Summary["control_planes"];
 }
 
+/** The first nodes by name in each state that needs a person. */
+function nodeNames(t: Tables): NonNullable<Summary["node_names"]> {
+  const named: NonNullable<Summary["node_names"]> = { unreachable: [], cordoned: [], draining: [], pending: [] };
+  for (const n of [...t.nodes].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)))
+    if (n.state !== "ready" && named[n.state].length < NAMED_NODES) named[n.state].push(n.name);
+  return named;
+}
+
 export function summarize(t: Tables, extras: SummaryExtras): Summary {
   const nodes: Summary["nodes"] = { total: t.nodes.length, ready: 0, cordoned: 0, draining: 0, unreachable: 0 };
   const byClass = new Map<string, ClassUse>();
@@ -33,11 +41,9 @@ export function summarize(t: Tables, extras: SummaryExtras): Summary {
   const byReason = new Map<string, UnhealthyGpus>();
   const discovery: DiscoveryProblem[] = [];
 
-  const named: NonNullable<Summary["node_names"]> = { unreachable: [], cordoned: [], draining: [], pending: [] };
   for (const n of t.nodes) {
     // Pending appears only when a node waits for approval, so the seed's shape stays the same.
     nodes[n.state] = (nodes[n.state] ?? 0) + 1;
-    if (n.state !== "ready" && named[n.state].length < NAMED_NODES) named[n.state].push(n.name);
     if (n.discovery_error !== null) discovery.push({ node: n.name, gpus: n.gpus.length, error: n.discovery_error });
     // Per device, not per card: a card in MIG mode contributes its instances, each in its
     // own class, and whole cards beside them keep theirs.
@@ -129,7 +135,7 @@ export function summarize(t: Tables, extras: SummaryExtras): Summary {
   const s: Summary = {
     version: extras.version,
     nodes,
-    node_names: { unreachable: named.unreachable.sort(), cordoned: named.cordoned.sort(), draining: named.draining.sort(), pending: named.pending.sort() },
+    node_names: nodeNames(t),
     gpus: [...byClass.values()].sort(byName),
     fabrics: [...byFabric.values()].sort(byName),
     replicas,
