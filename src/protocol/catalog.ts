@@ -92,9 +92,11 @@ export const ModelSpec = ModelFields.superRefine((m, ctx) => {
   if (new Set(m.aliases).size !== m.aliases.length)
     ctx.addIssue({ code: "custom", path: ["aliases"], message: "aliases repeat" });
 }).transform((m) => {
-  const min = m.replicas?.min ?? defaultMin(m);
+  const { name, aliases, replicas: given, ...rest } = m;
+  const min = given?.min ?? defaultMin(m);
   // max defaults to min (or 1 for an on-demand model with min 0), so "max" always means something.
-  return { ...m, replicas: { min, max: m.replicas?.max ?? Math.max(min, 1) } };
+  // Rebuilt in the declared field order, given or not, so a spec reads (and stores) the same either way.
+  return { name, aliases, replicas: { min, max: given?.max ?? Math.max(min, 1) }, ...rest };
 });
 export type ModelSpec = z.infer<typeof ModelSpec>;
 /** What a caller may send: defaults not yet applied. */
