@@ -83,7 +83,7 @@ describe("the summary's store, from Patroni", () => {
     expect(s.store.some((m) => m.role === "sync_standby")).toBe(true);
     const human = run(bin, ["status"], { cwd: dir });
     expect(human.code).toBe(0);
-    expect(human.stdout).toMatch(new RegExp(`^Store {11}${leader} leads · pg\\d (replica|sync standby) running, \\d+ (B|KiB) behind · pg\\d (replica|sync standby) running`, "m"));
+    expect(human.stdout).toMatch(new RegExp(`^Store {11}${leader} leads · pg\\d (replica|sync standby) running, [\\d.]+ (B|KiB|MiB) behind · pg\\d (replica|sync standby) running`, "m"));
     expect(human.stdout).not.toContain("Attention");
     // The store URL's password appears nowhere a user sees.
     expect(JSON.stringify(s)).not.toContain(SUPERUSER_PASSWORD);
