@@ -15,9 +15,12 @@ const MODEL = "m";
 const REQUESTS = 300;
 const FLOODERS = 4;
 const children: Bun.Subprocess[] = [];
-afterAll(() => {
+afterAll(async () => {
+  // SIGTERM first: the agent stops the engine it started (killed, it would leave it running).
+  for (const c of children) c.kill("SIGTERM");
+  await Promise.race([Promise.all(children.map((c) => c.exited)), Bun.sleep(10_000)]);
   for (const c of children) c.kill("SIGKILL");
-});
+}, 20_000);
 
 const pct = (xs: number[], p: number) => {
   const s = [...xs].sort((a, b) => a - b);
