@@ -267,7 +267,8 @@ export class ModelStore implements StorePort {
       this.touch(s, existing, now);
       return { created: false, taken: false };
     }
-    if (join && existing && s.credOf.has(hb.node)) return { created: false, taken: true };
+    // A credential that never spoke (its join's answer was lost) may be issued again: see store/credentialUsed.
+    if (join && existing && s.credOf.has(hb.node) && existing.lastHeartbeat !== existing.registeredAt) return { created: false, taken: true };
     const result = await this.write(() => this.inner.applyHeartbeat(hb, now, join));
     if (result.taken || this.state !== s) return result;
     const prev = s.nodes.get(hb.node);
@@ -279,7 +280,7 @@ export class ModelStore implements StorePort {
       adminState: prev?.adminState ?? (join?.pending ? "pending" : "none"),
       lastHeartbeat: Math.max(now, this.touched.get(hb.node) ?? now),
       agentVersion: hb.agent_version,
-      registeredAt: prev?.registeredAt ?? now,
+      registeredAt: join ? now : (prev?.registeredAt ?? now),
     } as NodeRow);
     if (join) {
       const old = s.credOf.get(hb.node);

@@ -18,6 +18,7 @@ import type { ModelSpec } from "../protocol/catalog";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { AdminState } from "../protocol/views";
 import { guarded } from "./errors";
+import { credentialUsed } from "./credential";
 import { embeddedMigrations } from "./migrations";
 import * as schema from "./schema";
 
@@ -77,11 +78,15 @@ export class Store implements StorePort {
   applyHeartbeat(hb: HeartbeatRequest, now: number, join?: { credentialHash: string; pending: boolean }): Promise<{ created: boolean; taken: boolean }> {
     return guarded(() =>
       this.db.transaction((tx) => {
-        const existing = tx.select({ name: schema.nodes.name, credentialHash: schema.nodes.credentialHash }).from(schema.nodes).where(eq(schema.nodes.name, hb.node)).get();
+        const existing = tx
+          .select({ name: schema.nodes.name, credentialHash: schema.nodes.credentialHash, lastHeartbeat: schema.nodes.lastHeartbeat, registeredAt: schema.nodes.registeredAt })
+          .from(schema.nodes)
+          .where(eq(schema.nodes.name, hb.node))
+          .get();
         if (existing) {
-          if (join && existing.credentialHash !== null) return { created: false, taken: true };
+          if (join && credentialUsed(existing)) return { created: false, taken: true };
           tx.update(schema.nodes)
-            .set({ address: hb.address, labels: hb.labels, fabrics: hb.fabrics, lastHeartbeat: now, agentVersion: hb.agent_version, ...(join ? { credentialHash: join.credentialHash } : {}) })
+            .set({ address: hb.address, labels: hb.labels, fabrics: hb.fabrics, lastHeartbeat: now, agentVersion: hb.agent_version, ...(join ? { credentialHash: join.credentialHash, registeredAt: now } : {}) })
             .where(eq(schema.nodes.name, hb.node))
             .run();
         } else {

@@ -66,8 +66,10 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
 
       test("a join for a name whose node holds a credential is taken and writes nothing; a node without one claims it", async () => {
         await s.applyHeartbeat(heartbeat({ name: "n1", gpus: ["H100-80GB"] }), NOW, { credentialHash: "h1", pending: false });
+        // Its credential has spoken: from now on the join token cannot speak for it.
+        await s.applyHeartbeat(heartbeat({ name: "n1", gpus: ["H100-80GB"] }), NOW + 1);
         const intruder = { ...heartbeat({ name: "n1" }), address: "10.6.6.6" };
-        expect(await s.applyHeartbeat(intruder, NOW + 1, { credentialHash: "h2", pending: false })).toEqual({ created: false, taken: true });
+        expect(await s.applyHeartbeat(intruder, NOW + 2, { credentialHash: "h2", pending: false })).toEqual({ created: false, taken: true });
         const snap = await s.snapshot();
         expect(snap.nodes[0]!.address).not.toBe("10.6.6.6");
         expect(snap.gpus).toHaveLength(1);
@@ -81,6 +83,16 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
         expect(await s.nodeByCredentialHash("nope")).toBeUndefined();
         expect(await s.nodeCredentials()).toEqual(expect.arrayContaining([{ node: "n1", hash: "h1" }, { node: "old", hash: "h3" }]));
         expect(await s.nodeCredentials()).toHaveLength(2);
+      });
+
+      test("a join whose answer was lost (its credential never spoke) may be retried: a new credential replaces it; once used, never again", async () => {
+        await s.applyHeartbeat(heartbeat({ name: "lost" }), NOW, { credentialHash: "first", pending: false });
+        expect(await s.applyHeartbeat(heartbeat({ name: "lost" }), NOW + 5, { credentialHash: "second", pending: false })).toEqual({ created: false, taken: false });
+        expect(await s.credentialHashOf("lost")).toBe("second");
+        expect(await s.nodeByCredentialHash("first")).toBeUndefined();
+        await s.applyHeartbeat(heartbeat({ name: "lost" }), NOW + 10);
+        expect(await s.applyHeartbeat(heartbeat({ name: "lost" }), NOW + 15, { credentialHash: "third", pending: false })).toEqual({ created: false, taken: true });
+        expect(await s.credentialHashOf("lost")).toBe("second");
       });
 
       test("a pending join waits for approval; trust says what the agent API checks", async () => {

@@ -25,6 +25,7 @@ import { FencedError } from "../../control/errors";
 import type { ModelSpec } from "../../protocol/catalog";
 import type { HeartbeatRequest } from "../../protocol/heartbeat";
 import type { AdminState } from "../../protocol/views";
+import { credentialUsed } from "../credential";
 import { embeddedMigrations } from "../migrations";
 import { classify, hostsOf } from "./errors";
 import * as schema from "./schema";
@@ -238,7 +239,8 @@ export class PgStore implements StorePort {
   applyHeartbeat(hb: HeartbeatRequest, now: number, join?: { credentialHash: string; pending: boolean }): Promise<{ created: boolean; taken: boolean }> {
     // Without a join, doing it twice is doing it once; with one, a second try would find the credential it gave.
     return this.write(join ? "once" : "idempotent", "any", async (tx) => {
-      let existing = (await tx.select({ h: schema.nodes.credentialHash }).from(schema.nodes).where(eq(schema.nodes.name, hb.node)).for("update"))[0];
+      const select = () => tx.select({ credentialHash: schema.nodes.credentialHash, lastHeartbeat: schema.nodes.lastHeartbeat, registeredAt: schema.nodes.registeredAt }).from(schema.nodes).where(eq(schema.nodes.name, hb.node)).for("update");
+      let existing = (await select())[0];
       let created = false;
       if (!existing) {
         const inserted = await tx
@@ -258,13 +260,13 @@ export class PgStore implements StorePort {
           .returning({ n: schema.nodes.name });
         created = inserted.length === 1;
         // Another control plane inserted it just now: take it as existing.
-        if (!created) existing = (await tx.select({ h: schema.nodes.credentialHash }).from(schema.nodes).where(eq(schema.nodes.name, hb.node)).for("update"))[0];
+        if (!created) existing = (await select())[0];
       }
       if (existing) {
-        if (join && existing.h !== null) return { created: false, taken: true };
+        if (join && credentialUsed(existing)) return { created: false, taken: true };
         await tx
           .update(schema.nodes)
-          .set({ address: hb.address, labels: hb.labels, fabrics: hb.fabrics, lastHeartbeat: now, agentVersion: hb.agent_version, ...(join ? { credentialHash: join.credentialHash } : {}) })
+          .set({ address: hb.address, labels: hb.labels, fabrics: hb.fabrics, lastHeartbeat: now, agentVersion: hb.agent_version, ...(join ? { credentialHash: join.credentialHash, registeredAt: now } : {}) })
           .where(eq(schema.nodes.name, hb.node));
       }
       await tx.delete(schema.gpus).where(eq(schema.gpus.node, hb.node));
