@@ -212,14 +212,7 @@ export class Router implements EndpointSink, UsageSource {
     const usable = endpoints.filter((e) => e.key === undefined || KEY_CHARS.test(e.key));
     if (usable.length !== endpoints.length) this.o.log?.warn({ endpoints: endpoints.filter((e) => !usable.includes(e)).map((e) => e.id) }, "endpoints left out: engine key is not visible ASCII");
     this.balancer.setEndpoints(usable);
-    // Each waiter on its own: one that throws must not leave the others waiting.
-    for (const w of [...this.waiters]) {
-      try {
-        w();
-      } catch (e) {
-        this.o.log?.warn({ err: (e as Error).message }, "cold-start waiter failed");
-      }
-    }
+    this.wakeWaiters();
   }
 
   setCatalog(models: CatalogEntry[]): void {
@@ -231,6 +224,11 @@ export class Router implements EndpointSink, UsageSource {
     this.catalog = map;
     this.catalogList = models;
     // A held request for a model that can no longer come up is answered now, not at its deadline.
+    this.wakeWaiters();
+  }
+
+  /** Each cold-start waiter looks again; each on its own: one that throws must not leave the others waiting. */
+  private wakeWaiters(): void {
     for (const w of [...this.waiters]) {
       try {
         w();

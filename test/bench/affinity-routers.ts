@@ -19,7 +19,7 @@ import { Router } from "../../src/router/router";
 import { type FakeEngine, startFakeEngine } from "../../src/sim/fake-engine";
 import type { EndpointInfo } from "../../src/protocol/routing";
 import { ROUTER_DEFAULTS } from "../helpers/router-settings";
-import { BLOCK_CHARS, CACHE_SHARE, CONCURRENCY, CONVERSATIONS, ENGINE, ENGINES, GROUPS, MODEL, TURNS, conversations, rng, userMessage, workloadBlocks } from "./lib/conversations";
+import { BLOCK_CHARS, CACHE_SHARE, CONCURRENCY, CONVERSATIONS, ENGINE, ENGINES, GROUPS, MODEL, TURNS, conversations, rng, streamTurn, userMessage, workloadBlocks } from "./lib/conversations";
 import { pct, table } from "./lib/procs";
 
 type Spread = "per request" | "per conversation";
@@ -77,31 +77,8 @@ async function run(systemChars: number, cacheBlocks: number, routerCount: number
         const via = routerOf(c);
         let engine = -1;
         let reply = "";
-        const start = performance.now();
         try {
-          const res = await fetch(`${urls[via]}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: MODEL, messages: c.messages, stream: true }) });
-          if (res.status !== 200) throw new Error(`status ${res.status}: ${await res.text()}`);
-          engine = Number(res.headers.get("x-llmgw-replica")?.slice(1) ?? -1);
-          const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
-          let buf = "";
-          let first = true;
-          for (;;) {
-            const { value, done } = await reader.read();
-            if (done) break;
-            if (first) {
-              first = false;
-              ttft.push(performance.now() - start);
-            }
-            buf += value;
-            let nl: number;
-            while ((nl = buf.indexOf("\n\n")) >= 0) {
-              const frame = buf.slice(0, nl);
-              buf = buf.slice(nl + 2);
-              if (!frame.startsWith("data: {")) continue;
-              const delta = (JSON.parse(frame.slice(6)) as { choices: { delta?: { content?: string } }[] }).choices[0]?.delta?.content;
-              if (delta) reply += delta;
-            }
-          }
+          ({ reply, replica: engine } = await streamTurn(urls[via]!, c.messages, (ms) => ttft.push(ms)));
         } catch (e) {
           errors++;
           if (errors <= 3) console.error(`${routerCount} routers ${spread}: ${(e as Error).message}`);

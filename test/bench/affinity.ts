@@ -30,7 +30,7 @@ import type { EndpointInfo } from "../../src/protocol/routing";
 import { pct, table } from "./lib/procs";
 import { ROUTER_DEFAULTS } from "../helpers/router-settings";
 
-import { BLOCK_CHARS, CACHE_SHARE, CONCURRENCY, CONVERSATIONS, type Conversation, ENGINE, ENGINES, GROUPS, MODEL, TURNS, conversations, rng, userMessage, workloadBlocks } from "./lib/conversations";
+import { BLOCK_CHARS, CACHE_SHARE, CONCURRENCY, CONVERSATIONS, type Conversation, ENGINE, ENGINES, GROUPS, MODEL, TURNS, conversations, rng, streamTurn, userMessage, workloadBlocks } from "./lib/conversations";
 
 /** Where a turn goes: an engine (index known) or the router (index read from x-llmgw-replica). */
 type Dispatch = (conv: Conversation) => { url: string; engine: number; done: () => void };
@@ -116,36 +116,11 @@ async function runPolicy(systemChars: number, cacheBlocks: number, policy: strin
         const d = dispatch(c);
         const key = prefixKey({ messages: c.messages });
         let engine = d.engine;
-        const start = performance.now();
         let reply = "";
         try {
-          const res = await fetch(`${d.url}/v1/chat/completions`, {
-            method: "POST",
-            headers: { "content-type": "application/json" },
-            body: JSON.stringify({ model: MODEL, messages: c.messages, stream: true }),
-          });
-          if (res.status !== 200) throw new Error(`status ${res.status}: ${await res.text()}`);
-          if (engine < 0) engine = Number(res.headers.get("x-llmgw-replica")?.slice(1) ?? -1);
-          const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
-          let buf = "";
-          let first = true;
-          for (;;) {
-            const { value, done } = await reader.read();
-            if (done) break;
-            if (first) {
-              first = false;
-              ttft.push(performance.now() - start);
-            }
-            buf += value;
-            let nl: number;
-            while ((nl = buf.indexOf("\n\n")) >= 0) {
-              const frame = buf.slice(0, nl);
-              buf = buf.slice(nl + 2);
-              if (!frame.startsWith("data: {")) continue;
-              const delta = (JSON.parse(frame.slice(6)) as { choices: { delta?: { content?: string } }[] }).choices[0]?.delta?.content;
-              if (delta) reply += delta;
-            }
-          }
+          const turn = await streamTurn(d.url, c.messages, (ms) => ttft.push(ms));
+          reply = turn.reply;
+          if (engine < 0) engine = turn.replica;
         } catch (e) {
           errors++;
           if (errors <= 3) console.error(`${policy}: ${(e as Error).message}`);

@@ -17,6 +17,18 @@ export function scratchWithBinary(): { dir: string; bin: string } {
   return { dir, bin };
 }
 
+/** Fake engines this binary runs that are alive (not zombies), from `ps`, with their port. */
+export function fakeEnginesOf(bin: string): { pid: number; port: number }[] {
+  const ps = Bun.spawnSync(["ps", "-eo", "pid=,stat=,args="], { stdout: "pipe" }).stdout.toString();
+  const out: { pid: number; port: number }[] = [];
+  for (const line of ps.split("\n")) {
+    const m = /^\s*(\d+)\s+(\S+)\s+(.*)$/.exec(line);
+    if (!m || m[2]!.startsWith("Z") || !m[3]!.startsWith(`${bin} fake-engine `)) continue;
+    out.push({ pid: Number(m[1]), port: Number(/--port (\d+)/.exec(m[3]!)?.[1] ?? -1) });
+  }
+  return out;
+}
+
 export function run(bin: string, args: string[], opts: { cwd: string; env?: Record<string, string> }) {
   const p = Bun.spawnSync([bin, ...args], { cwd: opts.cwd, env: { PATH: process.env.PATH ?? "", NO_COLOR: "1", ...opts.env }, stdout: "pipe", stderr: "pipe" });
   return { code: p.exitCode, stdout: p.stdout.toString(), stderr: p.stderr.toString() };

@@ -7,7 +7,7 @@ import { afterAll, beforeAll } from "bun:test";
 import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import type { EventView, ModelView, NodeView, ReplicaView } from "../../src/protocol/views";
-import { scratchWithBinary } from "./binary";
+import { fakeEnginesOf, scratchWithBinary } from "./binary";
 import { freePort } from "./ports";
 import { until } from "./until";
 
@@ -155,18 +155,8 @@ export class Cluster {
 
   /** Fake engines of this cluster's binary that are alive (not zombies), from `ps`, with their port. */
   engines(): { pid: number; port: number }[] {
-    const ps = Bun.spawnSync(["ps", "-eo", "pid=,stat=,args="], { stdout: "pipe" }).stdout.toString();
-    const out: { pid: number; port: number }[] = [];
-    for (const line of ps.split("\n")) {
-      const m = /^\s*(\d+)\s+(\S+)\s+(.*)$/.exec(line);
-      if (!m || m[2]!.startsWith("Z")) continue;
-      const args = m[3]!;
-      if (!args.startsWith(`${this.bin} fake-engine `)) continue;
-      const port = Number(/--port (\d+)/.exec(args)?.[1] ?? -1);
-      const pid = Number(m[1]);
-      this.enginePidsSeen.add(pid);
-      out.push({ pid, port });
-    }
+    const out = fakeEnginesOf(this.bin);
+    for (const e of out) this.enginePidsSeen.add(e.pid);
     return out;
   }
 

@@ -3,10 +3,10 @@
 // the same admin and join tokens and the same engine secret, plus simulated agents running the
 // built-in fake engine. Remembers every process it started and kills them all in cleanup().
 
-import { copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { mkdirSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import type { Health, ReplicaView } from "../../src/protocol/views";
-import { scratchWithBinary } from "./binary";
+import { fakeEnginesOf, scratchWithBinary } from "./binary";
 import { running } from "./cluster";
 import { freePort } from "./ports";
 import { until } from "./until";
@@ -138,14 +138,7 @@ export class HaCluster {
 
   /** Fake engines of this binary that are alive (not zombies), by port. */
   engines(): { pid: number; port: number }[] {
-    const ps = Bun.spawnSync(["ps", "-eo", "pid=,stat=,args="], { stdout: "pipe" }).stdout.toString();
-    const out: { pid: number; port: number }[] = [];
-    for (const line of ps.split("\n")) {
-      const m = /^\s*(\d+)\s+(\S+)\s+(.*)$/.exec(line);
-      if (!m || m[2]!.startsWith("Z") || !m[3]!.startsWith(`${this.bin} fake-engine `)) continue;
-      out.push({ pid: Number(m[1]), port: Number(/--port (\d+)/.exec(m[3]!)?.[1] ?? -1) });
-    }
-    return out;
+    return fakeEnginesOf(this.bin);
   }
 
   async cleanup(): Promise<void> {

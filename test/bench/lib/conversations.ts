@@ -92,3 +92,36 @@ export function workloadBlocks(systemChars: number): { distinct: number; ceiling
   return { distinct: seen.size, ceiling: hits / queried };
 }
 
+
+/**
+ * One streamed chat turn: posts the conversation, notes the time to first byte, and returns
+ * the reply's text and the replica that answered (x-llmgw-replica "eN" → N; -1 when absent).
+ */
+export async function streamTurn(url: string, messages: Message[], onFirstByte: (ms: number) => void): Promise<{ reply: string; replica: number }> {
+  const start = performance.now();
+  const res = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: MODEL, messages, stream: true }) });
+  if (res.status !== 200) throw new Error(`status ${res.status}: ${await res.text()}`);
+  const replica = Number(res.headers.get("x-llmgw-replica")?.slice(1) ?? -1);
+  const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  let reply = "";
+  let first = true;
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    if (first) {
+      first = false;
+      onFirstByte(performance.now() - start);
+    }
+    buf += value;
+    let nl: number;
+    while ((nl = buf.indexOf("\n\n")) >= 0) {
+      const frame = buf.slice(0, nl);
+      buf = buf.slice(nl + 2);
+      if (!frame.startsWith("data: {")) continue;
+      const delta = (JSON.parse(frame.slice(6)) as { choices: { delta?: { content?: string } }[] }).choices[0]?.delta?.content;
+      if (delta) reply += delta;
+    }
+  }
+  return { reply, replica };
+}

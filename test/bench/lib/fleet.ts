@@ -26,6 +26,19 @@ export function gpuClasses(i: number, mig: boolean): string[] {
   return Array<string>(8).fill(CLASSES[i % CLASSES.length]!);
 }
 
+/** Node i's GPUs as a simulated agent reports them (wire shape): gpuClasses(i, true), GPU 3 unhealthy on every 17th node. */
+export function simGpuReports(i: number): Record<string, unknown>[] {
+  return gpuClasses(i, true).map((c, g) => ({
+    index: g,
+    uuid: c.includes("/") ? `MIG-${i}-${g}` : `GPU-${i}-${g}`,
+    name: c,
+    class: c,
+    memory_mib: 81559,
+    healthy: !(i % 17 === 0 && g === 3),
+    parent: c.includes("/") ? `GPU-${i}-card` : null,
+  }));
+}
+
 export interface FleetOptions {
   nodes: number;
   mig: boolean;

@@ -8,7 +8,7 @@
 // {"mode", "joined", "joinSeconds", "seconds", "answered", "errors", "rate", "p50", "p99"} per mode, in order.
 //   bun test/bench/lib/ha-hbload.ts SERVER[,SERVER…] JOIN_TOKEN NODES SECONDS CONCURRENCY steady[,changing]
 
-import { gpuClasses, simAddress } from "./fleet";
+import { simAddress, simGpuReports } from "./fleet";
 
 const [serversArg, joinToken, nodesArg, secondsArg, concArg, modes] = process.argv.slice(2);
 const servers = serversArg!.split(",");
@@ -26,15 +26,7 @@ interface SimNode {
 }
 
 function nodeBody(i: number): Record<string, unknown> {
-  const gpus = gpuClasses(i, true).map((c, g) => ({
-    index: g,
-    uuid: c.includes("/") ? `MIG-${i}-${g}` : `GPU-${i}-${g}`,
-    name: c,
-    class: c,
-    memory_mib: 81559,
-    healthy: !(i % 17 === 0 && g === 3),
-    parent: c.includes("/") ? `GPU-${i}-card` : null,
-  }));
+  const gpus = simGpuReports(i);
   return { node: `sim-${i}`, address: simAddress(i), agent_version: "bench", fabrics: [`ib-${i % 4}`], gpus, models: [`m${i % 500}`], replicas: [] };
 }
 

@@ -9,7 +9,7 @@
 // {"t": ms since start, "n": heartbeats answered, "err": failed, "ms": [latencies], "interval": ms}.
 //   bun test/bench/lib/scale-fleet.ts SERVER JOIN_TOKEN NODES MODELS [--speed X] [--fabrics F]
 
-import { gpuClasses, simAddress } from "./fleet";
+import { simAddress, simGpuReports } from "./fleet";
 
 const [server, joinToken, nodesArg, modelsArg] = process.argv.slice(2);
 const flag = (name: string, dflt: number) => {
@@ -64,16 +64,7 @@ async function poll(n: SimNode): Promise<void> {
 }
 
 function nodeBody(i: number): Record<string, unknown> {
-  const classes = gpuClasses(i, true);
-  const gpus = classes.map((c, g) => ({
-    index: g,
-    uuid: c.includes("/") ? `MIG-${i}-${g}` : `GPU-${i}-${g}`,
-    name: c,
-    class: c,
-    memory_mib: 81559,
-    healthy: !(i % 17 === 0 && g === 3),
-    parent: c.includes("/") ? `GPU-${i}-card` : null,
-  }));
+  const gpus = simGpuReports(i);
   return {
     node: `sim-${i}`,
     address: simAddress(i),
