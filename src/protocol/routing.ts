@@ -85,3 +85,34 @@ export interface UsageSource {
 export interface DemandSink {
   requestModel(nameOrAlias: string): void;
 }
+
+/**
+ * Upper bounds (ms) of the buckets the router counts each request's time to first byte in; the
+ * last count of `ModelTraffic.ttft_counts` is for everything slower than the last bound.
+ */
+export const TTFT_BUCKETS_MS = [25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000] as const;
+
+/**
+ * What the router has seen of one model (its canonical name) since it started: cumulative
+ * counters, so a reader takes rates and windowed percentiles from the difference of two
+ * snapshots; and the two gauges as they are now.
+ */
+export interface ModelTraffic {
+  model: string;
+  /** Requests answered (any status), and of those the ones that failed (status ≥ 500 or no answer). */
+  requests: number;
+  errors: number;
+  /** Completion tokens the engines reported (usage) or the router counted in streamed chunks. */
+  output_tokens: number;
+  /** Requests per TTFT bucket (length TTFT_BUCKETS_MS.length + 1), cumulative. */
+  ttft_counts: number[];
+  /** Requests being proxied now, and requests held for a replica (cold start) now. */
+  inflight: number;
+  queued: number;
+}
+
+/** Router → control (or to whoever draws it): the traffic figures, per model. */
+export interface TrafficSource {
+  /** A snapshot: fresh from the router's thread when it runs on one. */
+  traffic(): Promise<ModelTraffic[]>;
+}
