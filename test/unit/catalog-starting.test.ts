@@ -1,0 +1,42 @@
+// The catalog the router gets names where a model's replica is starting (CatalogEntry.starting),
+// so a request held for its cold start can say so: the oldest starting replica's leader node and
+// since when; nothing for a model whose replicas are all ready, failed or not yet placed.
+
+import { describe, expect, test } from "bun:test";
+import { catalog } from "../../src/control/projections";
+import { DEFAULT_RECONCILE } from "../../src/control/reconciler";
+import { ToRouter } from "../../src/protocol/router-link";
+import { T0, model, snapshot } from "../helpers/fleet";
+
+describe("CatalogEntry.starting", () => {
+  const fleet = (replicas: Parameters<typeof snapshot>[0]["replicas"]) => {
+    const s = snapshot({ nodes: [{ name: "h100-1", gpus: ["H100-80GB"] }, { name: "h100-2", gpus: ["H100-80GB"] }], models: [model({ name: "m", on_demand: true }), model({ name: "other" })], replicas });
+    return s;
+  };
+
+  test("a starting replica's node and since when; the oldest of several; the leader of a multi-node one", () => {
+    const s = fleet([
+      { id: "r2", model: "m", state: "starting", shards: [{ node: "h100-2", gpus: [0] }, { node: "h100-1", gpus: [0] }] },
+      { id: "r1", model: "m", state: "starting", shards: [{ node: "h100-1", gpus: [0] }] },
+    ]);
+    s.replicas[0]!.createdAt = T0 - 5_000;
+    s.replicas[1]!.createdAt = T0 - 1_000;
+    const m = catalog(s, DEFAULT_RECONCILE).find((e) => e.name === "m")!;
+    expect(m.starting).toEqual({ node: "h100-2", since: T0 - 5_000 });
+    expect(catalog(s, DEFAULT_RECONCILE).find((e) => e.name === "other")!.starting).toBeUndefined();
+  });
+
+  test("ready, failed or draining replicas are not starting", () => {
+    for (const state of ["ready", "failed", "draining"] as const) {
+      const s = fleet([{ id: "r1", model: "m", state, shards: [{ node: "h100-1", gpus: [0] }] }]);
+      expect(catalog(s, DEFAULT_RECONCILE).find((e) => e.name === "m")!.starting).toBeUndefined();
+    }
+  });
+
+  test("the router thread's message keeps the field (zod would strip a field it does not know)", () => {
+    const s = fleet([{ id: "r1", model: "m", state: "starting", shards: [{ node: "h100-1", gpus: [0] }] }]);
+    const parsed = ToRouter.parse(JSON.parse(JSON.stringify({ type: "catalog", models: catalog(s, DEFAULT_RECONCILE) })));
+    expect(parsed.type === "catalog" && parsed.models.find((e) => e.name === "m")!.starting).toEqual({ node: "h100-1", since: T0 });
+    expect(ToRouter.safeParse({ type: "catalog", models: [{ name: "m", aliases: [], on_demand: true, pool: "default", created: 1, starting: { node: 3 } }] }).success).toBe(false);
+  });
+});
