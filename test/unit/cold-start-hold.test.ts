@@ -1,6 +1,7 @@
-// The catalog the router gets names where a model's replica is starting (CatalogEntry.starting),
-// so a request held for its cold start can say so: the oldest starting replica's leader node and
-// since when; nothing for a model whose replicas are all ready, failed or not yet placed.
+// What the router's cold-start hold is told and set with. The catalog names where a model's
+// replica is starting (CatalogEntry.starting), so a request held for its cold start can say so:
+// the oldest starting replica's leader node and since when; nothing for a model whose replicas
+// are all ready, failed or not yet placed. And the serve flags of the hold reach the router.
 
 import { describe, expect, test } from "bun:test";
 import { catalog } from "../../src/control/projections";
@@ -38,5 +39,23 @@ describe("CatalogEntry.starting", () => {
     const parsed = ToRouter.parse(JSON.parse(JSON.stringify({ type: "catalog", models: catalog(s, DEFAULT_RECONCILE) })));
     expect(parsed.type === "catalog" && parsed.models.find((e) => e.name === "m")!.starting).toEqual({ node: "h100-1", since: T0 });
     expect(ToRouter.safeParse({ type: "catalog", models: [{ name: "m", aliases: [], on_demand: true, pool: "default", created: 1, starting: { node: 3 } }] }).success).toBe(false);
+  });
+});
+
+describe("serve flags of the cold-start hold", () => {
+  test("--cold-start-progress-interval and --max-held-per-model reach the router's settings; defaults 5s and 64", async () => {
+    const { ServeConfig, loadConfig } = await import("../../src/config");
+    const { routerSettings } = await import("../../src/app/head");
+    const none = routerSettings(await loadConfig(ServeConfig, { flags: {}, env: {} }));
+    expect([none.coldStartProgressMs, none.maxHeldPerModel]).toEqual([5_000, 64]);
+    const set = routerSettings(await loadConfig(ServeConfig, { flags: { "cold-start-progress-interval": "2s" }, env: { LLMGW_MAX_HELD_PER_MODEL: "3" } }));
+    expect([set.coldStartProgressMs, set.maxHeldPerModel]).toEqual([2_000, 3]);
+  });
+
+  test("bad values are refused, naming the key", async () => {
+    const { ServeConfig, loadConfig } = await import("../../src/config");
+    const err = (await loadConfig(ServeConfig, { flags: { "cold-start-progress-interval": "50ms", "max-held-per-model": "0" }, env: {} }).catch((e: unknown) => e)) as Error;
+    expect(err.message).toContain("cold_start_progress_interval (from flag --cold-start-progress-interval): must be at least 100ms");
+    expect(err.message).toContain("max_held_per_model (from flag --max-held-per-model)");
   });
 });
