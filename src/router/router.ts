@@ -223,6 +223,11 @@ export class Router implements EndpointSink, UsageSource {
         this.balancer.endpoints().map((e) => [[e.id, e.info.models[0] ?? ""], e.inflight] as [string[], number]),
       ),
     );
+    this.registry.add(
+      new Gauge("llmgw_router_held_requests", "Requests held for a cold start now, by model (at most --max-held-per-model each).", ["model"], () =>
+        [...this.holding].map(([model, n]) => [[model], n] as [string[], number]),
+      ),
+    );
   }
 
   // ---- EndpointSink / UsageSource ------------------------------------------------------

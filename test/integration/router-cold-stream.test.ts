@@ -215,6 +215,9 @@ describe("held requests per model are bounded", () => {
     expect(e.message).toContain("--max-held-per-model 2");
     const metrics = await (await fetch(`${url}/metrics`, { headers: { authorization: "Bearer admin-token-0123456789" } })).text();
     expect(metrics).toContain('llmgw_router_requests_total{model="m",status="503"} 1');
+    expect(metrics).toContain('llmgw_router_held_requests{model="m"} 2');
+    const promtool = Bun.spawnSync(["promtool", "check", "metrics"], { stdin: new TextEncoder().encode(metrics) });
+    expect(promtool.stderr.toString() + promtool.stdout.toString()).toBe("");
     // A held request ending (its client gone) frees its place.
     ac.abort();
     await a.res.catch(() => {});
