@@ -185,6 +185,23 @@ describe("a streamed request held for a cold start", () => {
     expect(data(body.text())).toEqual([`data: ${JSON.stringify({ error: { message: "max_tokens is too large", type: "invalid_request_error", param: "max_tokens", code: null } })}`]);
   });
 
+  test("a replica that cannot be reached once the stream is open: every attempt failed, said as an error event", async () => {
+    const closed = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response() });
+    const dead = `http://127.0.0.1:${closed.port}`;
+    await closed.stop(true);
+    const { r, scheduler, held } = cold();
+    const { res } = await held();
+    scheduler.advance(1_000);
+    const body = reader(await res);
+    r.setEndpoints([ep("dead", dead)]);
+    await body.done;
+    const events = data(body.text());
+    expect(events).toHaveLength(1);
+    const e = JSON.parse(events[0]!.slice(6)) as { error: { message: string; code: string } };
+    expect(e.error.code).toBe("upstream_error");
+    expect(e.error.message).toContain("cannot reach replica dead");
+  });
+
   test("a node name that would break the line stays on one line", async () => {
     const { scheduler, held } = cold({}, cat({ starting: { node: "n1\n\ndata: {\"forged\":1}\r", since: 0 } }));
     const { res } = await held();
