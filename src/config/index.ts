@@ -65,9 +65,9 @@ export const ServeConfig = z.strictObject({
   /** Router: how long a request for a cold on-demand model waits for its replica, at least; a model whose start timeout is longer is waited for that long. */
   cold_start_timeout: Duration.prefault("5m"),
   /**
-   * Router: a streamed request held for a cold start gets its headers after 1 s (or this, when
-   * shorter) and then an SSE comment line this often, saying what it waits for: clients see
-   * progress, and proxies that cut a silent connection (often after 60 s) do not.
+   * Router: a streamed request held for a cold start gets its headers at once and then an SSE
+   * comment line this often (and when its replica's node becomes known), saying what it waits
+   * for: clients see progress, and proxies that cut a silent connection (often after 60 s) do not.
    */
   cold_start_progress_interval: Duration.refine((ms) => ms >= 100, "must be at least 100ms").prefault("5s"),
   /** Router: requests held for one cold model at once; past it a request is answered 503 with Retry-After. */

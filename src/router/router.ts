@@ -61,9 +61,9 @@ export interface RouterOptions {
    */
   coldStartTimeoutMs: number;
   /**
-   * A streamed request (`"stream": true`) held for a cold start gets 200 and text/event-stream
-   * after HOLD_GRACE_MS (or this, when shorter), then an SSE comment line this often saying what
-   * it waits for and how long it has, so no proxy cuts a silent connection.
+   * A streamed request (`"stream": true`) held for a cold start gets 200 and text/event-stream at
+   * once, then an SSE comment line this often (and when the node of its replica becomes known)
+   * saying what it waits for and how long it has, so no proxy cuts a silent connection.
    */
   coldStartProgressMs: number;
   /** Requests held for one cold model at once; past it a request is answered 503 with Retry-After. */
@@ -147,12 +147,6 @@ const NON_ASCII = /[^\x00-\x7f]/;
 const dec = new TextDecoder();
 /** Bodies up to this size are buffered when not streamed: one write instead of a stream is faster. */
 const BUFFER_LIMIT = 1024 * 1024;
-/**
- * How long a streamed request is held silently before its headers go out: a replica that is
- * nearly up (a warm-up of under a second) answers with its own headers and no comment, and a
- * second is far below any proxy's idle cut (60 s for nginx and most load balancers).
- */
-const HOLD_GRACE_MS = 1_000;
 /** The paths whose streamed answers are SSE: only these are opened early for a held request. */
 const SSE_PATHS = new Set(["/v1/chat/completions", "/v1/completions", "/v1/responses"]);
 /** The head of a stream opened for a held request: SSE, never cached, never buffered by nginx. */
@@ -414,8 +408,8 @@ export class Router implements EndpointSink, UsageSource {
 
   /**
    * Waits until the model has an endpoint, the deadline passes, the model becomes unavailable,
-   * or the client goes away. A streamed request (`progress`) is answered 200 meanwhile, after
-   * the grace, and sent a comment line every coldStartProgressMs.
+   * or the client goes away. A streamed request (`progress`) is answered 200 at once, and sent
+   * a comment line every coldStartProgressMs and whenever the node of its replica changes.
    */
   private waitForEndpoint(entry: CatalogEntry, model: string, pool: string | undefined, holdMs: number, ex: ClientExchange, progress: boolean, then: (ok: boolean) => void): void {
     if (this.balancer.has(model, pool)) return then(true);
@@ -440,39 +434,42 @@ export class Router implements EndpointSink, UsageSource {
         this.internalError(ex, e);
       }
     };
+    /** The node the last comment named: a new one is told at once, not at the next interval. */
+    let shown: string | undefined;
     const check = () => {
       if (this.balancer.has(model, pool)) done(true);
       else if (!this.server || this.catalog.get(model)?.unavailable) done(false);
+      else if (progress && ex.answered && this.startingNode(name) !== shown) ex.write(this.progressLine(name, since, (shown = this.startingNode(name))));
     };
     const timer = this.scheduler.after(holdMs, () => done(false));
     this.waiters.add(check);
     ex.onAbort = () => done(false);
     if (!progress) return;
-    const every = this.o.coldStartProgressMs;
+    // Headers and a first comment at once, with no grace to wait for a fast warm-up: real cold
+    // starts take tens of seconds, and a client told "starting" from the first moment never
+    // has to guess whether a silent connection is a cold start or a hang.
+    ex.stream(200, HELD_HEADERS, this.progressLine(name, since, (shown = this.startingNode(name))));
     // A throw here would be the timer's, far from any request: it ends this hold alone.
-    const guarded = (fn: () => void) => () => {
+    ticker = this.scheduler.every(this.o.coldStartProgressMs, () => {
       try {
-        if (!over) fn();
+        if (!over) ex.write(this.progressLine(name, since, (shown = this.startingNode(name))));
       } catch (e) {
         this.o.log?.warn({ err: (e as Error).message }, "cold-start progress failed");
         done(false);
       }
-    };
-    ticker = this.scheduler.after(
-      Math.min(HOLD_GRACE_MS, every),
-      guarded(() => {
-        ex.stream(200, HELD_HEADERS, this.progressLine(name, since));
-        ticker = this.scheduler.every(every, guarded(() => void ex.write(this.progressLine(name, since))));
-      }),
-    );
+    });
+  }
+
+  /** Where the control plane says the model's replica is starting, if it has. */
+  private startingNode(name: string): string | undefined {
+    return this.catalog.get(name)?.starting?.node;
   }
 
   /**
    * The SSE comment a held stream is sent: the model, the node its replica starts on when the
    * control plane has said, and the seconds waited. One line, whatever the names hold.
    */
-  private progressLine(name: string, since: number): Uint8Array {
-    const node = this.catalog.get(name)?.starting?.node;
+  private progressLine(name: string, since: number, node: string | undefined): Uint8Array {
     const secs = Math.round((this.scheduler.mono() - since) / 1000);
     return enc.encode(`: ${safeText(`starting ${name}${node ? ` on ${node}` : ""}`).slice(0, 300)}, ${secs} s\n\n`);
   }
@@ -520,8 +517,8 @@ export class Router implements EndpointSink, UsageSource {
   /**
    * No replica serves the model: 404 if the catalog does not know it (in this pool); otherwise
    * the control plane hears of the demand, and an on-demand model is waited for (then `go`),
-   * any other answered 503 at once. A streamed request (`progress`) held long is answered 200
-   * early, and any error then comes as an SSE error event.
+   * any other answered 503 at once. A streamed request (`progress`) held is answered 200 at
+   * once, and any error then comes as an SSE error event.
    */
   private coldStart(ex: ClientExchange, model: string, pool: string | undefined, progress: boolean, go: () => void): void {
     const entry = this.catalog.get(model);

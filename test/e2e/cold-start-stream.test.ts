@@ -1,6 +1,6 @@
 // Issue #16 end to end with the compiled binary: `serve` and one simulated agent (node h100-2).
 // A streamed request for a cold on-demand model gets 200 and SSE comment lines while its replica
-// starts (`: starting llama-3.1-8b on h100-2, 1 s`), before the first data chunk, and then a
+// starts (`: starting llama-3.1-8b on h100-2, 0 s`), before the first data chunk, and then a
 // normal completion that the official SDK reads like any other stream. The agent polls a
 // starting engine's health every 2 s, so the replica is starting for a while, on a known node.
 

@@ -1,7 +1,7 @@
-// A streamed request held for a cold start, over real HTTP on a ManualScheduler: after a second
-// it gets 200 and text/event-stream, then an SSE comment line every --cold-start-progress-interval
-// naming the model, the node its replica starts on (CatalogEntry.starting) and the seconds
-// waited; then the engine's stream is piped into it. Failing while held (timeout, the model
+// A streamed request held for a cold start, over real HTTP on a ManualScheduler: at once it gets
+// 200 and text/event-stream, then an SSE comment line every --cold-start-progress-interval (and
+// when the node becomes known) naming the model, the node its replica starts on
+// (CatalogEntry.starting) and the seconds waited; then the engine's stream is piped into it. Failing while held (timeout, the model
 // turning unavailable, the engine's own error) ends it with an OpenAI-shaped error event. And
 // the number of requests held per model is bounded: the overflow is 503 with Retry-After.
 
@@ -60,57 +60,46 @@ function reader(res: Response) {
 const data = (text: string) => text.split("\n").filter((l) => l.startsWith("data: "));
 
 describe("a streamed request held for a cold start", () => {
-  test("gets 200 + text/event-stream after a second, a comment line at each interval naming the node once known, then the engine's stream", async () => {
+  test("gets 200 + text/event-stream at once, a comment line at each interval and when the node becomes known, then the engine's stream", async () => {
     const { r, scheduler, held } = cold({ coldStartProgressMs: 5_000 });
     const { res } = await held();
-    // Held silently through the grace: only the hold's timer and the grace's are added to the
-    // router's sweep and the listener's.
-    expect(scheduler.pending).toBe(4);
-    scheduler.advance(999);
-    expect(scheduler.pending).toBe(4);
-    scheduler.advance(1);
     const answer = await res;
     expect(answer.status).toBe(200);
     expect(answer.headers.get("content-type")).toBe("text/event-stream");
     expect(answer.headers.get("cache-control")).toBe("no-cache");
+    // The hold's deadline and the comment interval, beside the router's sweep and the listener's.
+    expect(scheduler.pending).toBe(4);
     const body = reader(answer);
     await until("the first comment", () => body.text().length > 0);
-    expect(body.text()).toBe(": starting m, 1 s\n\n");
+    expect(body.text()).toBe(": starting m, 0 s\n\n");
     scheduler.advance(4_999);
+    expect(body.text()).toBe(": starting m, 0 s\n\n");
     scheduler.advance(1);
-    await until("the second comment", () => body.text().includes("6 s"));
-    expect(body.text()).toBe(": starting m, 1 s\n\n: starting m, 6 s\n\n");
-    // The control plane says where the replica starts: the next comment names the node.
+    await until("the second comment", () => body.text().includes("5 s"));
+    expect(body.text()).toBe(": starting m, 0 s\n\n: starting m, 5 s\n\n");
+    // The control plane says where the replica starts: a comment names the node at once.
+    scheduler.advance(2_000);
     r.setCatalog(cat({ starting: { node: "h100-2", since: 0 } }));
-    scheduler.advance(5_000);
-    await until("the third comment", () => body.text().includes("11 s"));
-    expect(body.text().endsWith(": starting m on h100-2, 11 s\n\n")).toBe(true);
+    await until("the comment naming the node", () => body.text().includes("h100-2"));
+    expect(body.text().endsWith(": starting m on h100-2, 7 s\n\n")).toBe(true);
+    // An unchanged catalog or endpoint list says nothing new.
+    r.setCatalog(cat({ starting: { node: "h100-2", since: 0 } }));
+    scheduler.advance(3_000);
+    await until("the third interval's comment", () => body.text().includes("10 s"));
     // Ready: the engine's stream follows in the same response, whole.
     r.setEndpoints([ep("late", engine.url)]);
     await body.done;
     const text = body.text();
     const firstData = text.indexOf("data: ");
-    expect(text.slice(0, firstData).split("\n\n").filter(Boolean)).toEqual([": starting m, 1 s", ": starting m, 6 s", ": starting m on h100-2, 11 s"]);
+    expect(text.slice(0, firstData).split("\n\n").filter(Boolean)).toEqual([": starting m, 0 s", ": starting m, 5 s", ": starting m on h100-2, 7 s", ": starting m on h100-2, 10 s"]);
     const events = data(text);
     expect(events.at(-1)).toBe("data: [DONE]");
     const chunks = events.slice(0, -1).map((l) => JSON.parse(l.slice(6)) as { object: string; choices: { delta: { content?: string } }[] });
     expect(chunks.every((c) => c.object === "chat.completion.chunk")).toBe(true);
     expect(chunks.map((c) => c.choices[0]?.delta.content ?? "").join("").length).toBeGreaterThan(0);
-    // Nothing is held any more, and the answer counted as a 200.
+    // Nothing is held any more: no timer of the hold is left.
     expect(r.heldByModel().size).toBe(0);
     expect(scheduler.pending).toBe(2);
-  });
-
-  test("a replica ready within the grace answers with its own head, no comment", async () => {
-    const { r, scheduler, held } = cold();
-    const { res } = await held();
-    scheduler.advance(500);
-    r.setEndpoints([ep("quick", engine.url)]);
-    const answer = await res;
-    expect(answer.headers.get("x-llmgw-replica")).toBe("quick");
-    const text = await answer.text();
-    expect(text.startsWith("data: ")).toBe(true);
-    expect(text).not.toContain(": starting");
   });
 
   test("a request not streamed, or to a path that does not stream SSE, waits silently as before", async () => {
@@ -129,12 +118,11 @@ describe("a streamed request held for a cold start", () => {
 
   test("the model turning unavailable while held ends the stream with an OpenAI-shaped error event; the official SDK raises it", async () => {
     const { default: OpenAI } = await import("openai");
-    const { r, url, scheduler } = cold();
+    const { r, url } = cold();
     const reason = "'m' can never fit on this fleet: no node has H200-141GB GPUs";
     const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "x", maxRetries: 0 });
     const created = client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }], stream: true });
     await until("the request to be held", () => r.heldByModel().get("m") === 1);
-    scheduler.advance(1_000);
     const stream = await created;
     r.setCatalog(cat({ unavailable: { reason } }));
     const err = await (async () => {
@@ -147,7 +135,6 @@ describe("a streamed request held for a cold start", () => {
     r.setCatalog(cat());
     const res = fetch(`${url}/v1/completions`, { method: "POST", body: JSON.stringify({ model: "m-alias", prompt: "x", stream: true }) });
     await until("the second request to be held", () => r.heldByModel().get("m") === 1);
-    scheduler.advance(1_000);
     const body = reader(await res);
     await until("the comment", () => body.text().length > 0);
     r.setCatalog(cat({ unavailable: { reason } }));
@@ -155,17 +142,16 @@ describe("a streamed request held for a cold start", () => {
     const events = data(body.text());
     expect(events).toHaveLength(1);
     expect(JSON.parse(events[0]!.slice(6))).toEqual({ error: { message: reason, type: "server_error", param: null, code: "model_unavailable" } });
-    expect(body.text().startsWith(": starting m, 1 s\n\n")).toBe(true);
+    expect(body.text().startsWith(": starting m, 0 s\n\n")).toBe(true);
   }, 30_000);
 
   test("the hold timing out ends the stream with an error event saying how long it waited", async () => {
     const { scheduler, held } = cold({ coldStartTimeoutMs: 12_000, coldStartProgressMs: 5_000 });
     const { res } = await held(chat({ stream: true }), "/v1/responses");
-    scheduler.advance(1_000);
     const body = reader(await res);
-    scheduler.advance(11_000);
+    scheduler.advance(12_000);
     await body.done;
-    expect(body.text().split("\n\n").filter((l) => l.startsWith(":"))).toEqual([": starting m, 1 s", ": starting m, 6 s", ": starting m, 11 s"]);
+    expect(body.text().split("\n\n").filter((l) => l.startsWith(":"))).toEqual([": starting m, 0 s", ": starting m, 5 s", ": starting m, 10 s"]);
     const events = data(body.text());
     expect(events).toHaveLength(1);
     const e = JSON.parse(events[0]!.slice(6)) as { error: { message: string; code: string } };
@@ -176,9 +162,8 @@ describe("a streamed request held for a cold start", () => {
   test("an engine that answers an error once the stream is open: its error becomes the event", async () => {
     const up = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => Response.json({ error: { message: "max_tokens is too large", type: "invalid_request_error", param: "max_tokens", code: null } }, { status: 400 }) });
     cleanups.push(() => up.stop(true));
-    const { r, scheduler, held } = cold();
+    const { r, held } = cold();
     const { res } = await held();
-    scheduler.advance(1_000);
     const body = reader(await res);
     r.setEndpoints([ep("e", `http://127.0.0.1:${up.port}`)]);
     await body.done;
@@ -189,9 +174,8 @@ describe("a streamed request held for a cold start", () => {
     const closed = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response() });
     const dead = `http://127.0.0.1:${closed.port}`;
     await closed.stop(true);
-    const { r, scheduler, held } = cold();
+    const { r, held } = cold();
     const { res } = await held();
-    scheduler.advance(1_000);
     const body = reader(await res);
     r.setEndpoints([ep("dead", dead)]);
     await body.done;
@@ -203,15 +187,14 @@ describe("a streamed request held for a cold start", () => {
   });
 
   test("a node name that would break the line stays on one line", async () => {
-    const { scheduler, held } = cold({}, cat({ starting: { node: "n1\n\ndata: {\"forged\":1}\r", since: 0 } }));
+    const { held } = cold({}, cat({ starting: { node: "n1\n\ndata: {\"forged\":1}\r", since: 0 } }));
     const { res } = await held();
-    scheduler.advance(1_000);
     const body = reader(await res);
     await until("the comment", () => body.text().endsWith("\n\n"));
     const lines = body.text().split("\n").filter(Boolean);
     expect(lines).toHaveLength(1);
     expect(lines[0]!.startsWith(": starting m on n1")).toBe(true);
-    expect(lines[0]!.endsWith(", 1 s")).toBe(true);
+    expect(lines[0]!.endsWith(", 0 s")).toBe(true);
   });
 });
 
