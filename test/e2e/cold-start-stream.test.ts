@@ -38,7 +38,7 @@ beforeAll(async () => {
   ({ dir, bin } = scratchWithBinary());
   serve = await startServe(bin, dir, [
     "--heartbeat-interval", "300ms", "--reconcile-interval", "200ms", "--engine-base-port", String(freePort(900)), "--log-level", "warn",
-    "--cold-start-progress-interval", "300ms", "--max-held-per-model", "8",
+    "--cold-start-progress-interval", "300ms", "--max-held-per-model", "2",
   ]);
   agent = Bun.spawn(
     [bin, "agent", "--server", serve.adminUrl, "--token", serve.joinToken, "--name", "h100-2", "--address", "127.0.0.1", "--engine-host", "127.0.0.1",
@@ -99,5 +99,36 @@ describe("a streamed request for a cold on-demand model", () => {
     let content = "";
     for await (const c of await client.chat.completions.create({ model: "llama-3.1-8b", stream: true, messages: [{ role: "user", content: "again" }] })) content += c.choices[0]?.delta.content ?? "";
     expect(content.length).toBeGreaterThan(0);
+  }, 60_000);
+
+  test("past --max-held-per-model the next request for a model waiting for GPUs is refused 503 with Retry-After", async () => {
+    // The node's one GPU serves llama-3.1-8b, just used: a second on-demand model waits for it.
+    writeFileSync(join(dir, "more.yaml"), `models:
+  - name: qwen2.5-7b
+    on_demand: true
+    profiles:
+      - {name: h100, engine: vllm, gpu_class: H100-80GB, gpus: 1}
+`);
+    expect(run(bin, ["apply", "-f", "more.yaml"], { cwd: dir }).code).toBe(0);
+    const body = JSON.stringify({ model: "qwen2.5-7b", stream: true, messages: [{ role: "user", content: "hi" }] });
+    const post = (signal?: AbortSignal) => fetch(`${serve.routerUrl}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body, ...(signal ? { signal } : {}) });
+    const ac = new AbortController();
+    try {
+      const held = await Promise.all([post(ac.signal), post(ac.signal)]);
+      for (const h of held) {
+        expect(h.status).toBe(200);
+        const first = new TextDecoder().decode((await h.body!.getReader().read()).value);
+        expect(first).toStartWith(": starting qwen2.5-7b");
+      }
+      const over = await post();
+      expect(over.status).toBe(503);
+      expect(over.headers.get("retry-after")).toBe("10");
+      const e = ((await over.json()) as { error: { message: string; code: string } }).error;
+      expect(e.code).toBe("too_many_waiting");
+      expect(e.message).toContain("'qwen2.5-7b'");
+      expect(e.message).toContain("--max-held-per-model 2");
+    } finally {
+      ac.abort();
+    }
   }, 60_000);
 });
