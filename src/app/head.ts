@@ -367,13 +367,15 @@ function adminListenerFor(l: Listening, app: Hono, scheme: "http" | "https"): Ht
 }
 
 /** The router's settings from the config (their defaults are the schema's, stated nowhere else). */
-export function routerSettings(config: ServeConfig): Pick<RouterOptions, "maxBodyBytes" | "maxAttempts" | "firstByteTimeoutMs" | "idleTimeoutMs" | "coldStartTimeoutMs" | "cooldownMs"> {
+export function routerSettings(config: ServeConfig): Pick<RouterOptions, "maxBodyBytes" | "maxAttempts" | "firstByteTimeoutMs" | "idleTimeoutMs" | "coldStartTimeoutMs" | "coldStartProgressMs" | "maxHeldPerModel" | "cooldownMs"> {
   return {
     maxBodyBytes: config.max_body_bytes,
     maxAttempts: config.max_attempts,
     firstByteTimeoutMs: config.first_byte_timeout,
     idleTimeoutMs: config.stream_idle_timeout,
     coldStartTimeoutMs: config.cold_start_timeout,
+    coldStartProgressMs: config.cold_start_progress_interval,
+    maxHeldPerModel: config.max_held_per_model,
     cooldownMs: config.endpoint_cooldown,
   };
 }

@@ -28,6 +28,8 @@ export const SERVE_FLAGS: FlagSpecs = {
   "first-byte-timeout": { kind: "string", value: "DURATION", help: `router: upstream's first byte within this (default ${d("first_byte_timeout")})` },
   "stream-idle-timeout": { kind: "string", value: "DURATION", help: `router: longest quiet gap in a stream (default ${d("stream_idle_timeout")})` },
   "cold-start-timeout": { kind: "string", value: "DURATION", help: `router: a request for an on-demand model with no replica waits this long, or as long as the server gives the model's replica to start when that is longer (its profiles' longest start timeout, else --start-timeout, + 2 heartbeat intervals + 1m) (default ${d("cold_start_timeout")})` },
+  "cold-start-progress-interval": { kind: "string", value: "DURATION", help: `router: a streamed request (stream: true) held for a cold start gets 200 and text/event-stream at once, then an SSE comment line this often and when its node is known (": starting MODEL on NODE, 12 s"), so proxies do not cut it (default ${d("cold_start_progress_interval")})` },
+  "max-held-per-model": { kind: "string", value: "N", help: `router: requests held for one cold model at once; past it 503 with Retry-After (default ${d("max_held_per_model")})` },
   "max-attempts": { kind: "string", value: "N", help: `router: attempts per request, retries only before the first byte (default ${d("max_attempts")})` },
   "max-body-bytes": { kind: "string", value: "BYTES", help: `router: largest request body (default ${d("max_body_bytes")})` },
   "balance-load-factor": { kind: "string", value: "F", help: `router: load bound for placing a conversation, × its share of the requests in flight (default ${d("balance_load_factor")}); a conversation stays on its replica up to max(2, F) × its share` },

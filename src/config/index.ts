@@ -64,6 +64,14 @@ export const ServeConfig = z.strictObject({
   stream_idle_timeout: Duration.prefault("2m"),
   /** Router: how long a request for a cold on-demand model waits for its replica, at least; a model whose start timeout is longer is waited for that long. */
   cold_start_timeout: Duration.prefault("5m"),
+  /**
+   * Router: a streamed request held for a cold start gets its headers at once and then an SSE
+   * comment line this often (and when its replica's node becomes known), saying what it waits
+   * for: clients see progress, and proxies that cut a silent connection (often after 60 s) do not.
+   */
+  cold_start_progress_interval: Duration.refine((ms) => ms >= 100, "must be at least 100ms").prefault("5s"),
+  /** Router: requests held for one cold model at once; past it a request is answered 503 with Retry-After. */
+  max_held_per_model: z.coerce.number().int().min(1).max(1_000_000).default(64),
   /** Router: attempts per request (retries only before the first byte). */
   max_attempts: z.coerce.number().int().min(1).max(10).default(3),
   /** Router: largest request body, bytes. */

@@ -107,6 +107,7 @@ export function endpointsFingerprint(eps: readonly EndpointInfo[]): string {
 /** The catalog as the router needs it: names, aliases, pools, and how long a cold on-demand model may take. */
 export function catalog(snapshot: Snapshot, config: Pick<ReconcileConfig, "startTimeoutMs" | "startMarginMs">): CatalogEntry[] {
   const state = new Map(snapshot.modelState.map((st) => [st.model, st]));
+  const starting = startingByModel(snapshot);
   let cap: FleetCapacity | undefined;
   return snapshot.models.map((m) => {
     const spec = m.spec;
@@ -119,8 +120,22 @@ export function catalog(snapshot: Snapshot, config: Pick<ReconcileConfig, "start
       const never = modelNeverFits((cap ??= fleetCapacity(snapshot)), spec);
       if (never !== undefined) entry.unavailable = { reason: `'${m.name}' ${neverText(never)}` };
     }
+    const s = starting.get(m.name);
+    if (s !== undefined) entry.starting = s;
     return entry;
   });
+}
+
+/** Per model, its oldest replica still starting that has a node: where it starts (the leader's node) and since when. */
+function startingByModel(snapshot: Snapshot): Map<string, { node: string; since: number }> {
+  const out = new Map<string, { node: string; since: number }>();
+  for (const r of snapshot.replicas) {
+    const node = r.shards[0]?.node;
+    if (r.state !== "starting" || node === undefined) continue;
+    const seen = out.get(r.model);
+    if (seen === undefined || r.createdAt < seen.since) out.set(r.model, { node, since: r.createdAt });
+  }
+  return out;
 }
 
 /** What a client is told of a parked model: why, and that an operator (not waiting) brings it back. */

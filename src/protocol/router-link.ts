@@ -23,6 +23,7 @@ const Catalog = z.object({
   created: z.number(),
   start_timeout_ms: z.number().optional(),
   unavailable: z.object({ reason: z.string() }).optional(),
+  starting: z.object({ node: z.string(), since: z.number() }).optional(),
 });
 
 const ApiKey = z.object({ name: z.string(), sha256: z.string(), pool: z.string().nullable() });

@@ -43,6 +43,12 @@ export interface CatalogEntry {
    * model out of /v1/models.
    */
   unavailable?: { reason: string };
+  /**
+   * Set while a replica of this model is starting (its oldest, when several): the node its
+   * engine runs on (the leader's, for a multi-node replica) and since when (ms since epoch). The
+   * router names the node in the progress comments of a streamed request it holds for it.
+   */
+  starting?: { node: string; since: number };
 }
 
 /** A client API key as the router checks it: never the key itself, only its SHA-256 (hex). */

@@ -23,6 +23,7 @@
 
 import { createHash, timingSafeEqual } from "node:crypto";
 import { hostPort } from "../lib/net";
+import { safeText } from "../lib/text";
 import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
 import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, UsageSource } from "../protocol/routing";
 import { Balancer, type Lease } from "./balancer";
@@ -59,6 +60,14 @@ export interface RouterOptions {
    * model whose catalog entry says its replicas may take longer to start is waited for that long.
    */
   coldStartTimeoutMs: number;
+  /**
+   * A streamed request (`"stream": true`) held for a cold start gets 200 and text/event-stream at
+   * once, then an SSE comment line this often (and when the node of its replica becomes known)
+   * saying what it waits for and how long it has, so no proxy cuts a silent connection.
+   */
+  coldStartProgressMs: number;
+  /** Requests held for one cold model at once; past it a request is answered 503 with Retry-After. */
+  maxHeldPerModel: number;
   /** A failing endpoint (connection error, 5xx) is passed over this long. */
   cooldownMs: number;
   /** Engine /metrics polling interval; 0 turns polling off. */
@@ -138,6 +147,10 @@ const NON_ASCII = /[^\x00-\x7f]/;
 const dec = new TextDecoder();
 /** Bodies up to this size are buffered when not streamed: one write instead of a stream is faster. */
 const BUFFER_LIMIT = 1024 * 1024;
+/** The paths whose streamed answers are SSE: only these are opened early for a held request. */
+const SSE_PATHS = new Set(["/v1/chat/completions", "/v1/completions", "/v1/responses"]);
+/** The head of a stream opened for a held request: SSE, never cached, never buffered by nginx. */
+const HELD_HEADERS = { "content-type": "text/event-stream", "cache-control": "no-cache", "x-accel-buffering": "no" };
 
 export class Router implements EndpointSink, UsageSource {
   readonly balancer: Balancer;
@@ -147,6 +160,8 @@ export class Router implements EndpointSink, UsageSource {
   private server: Http1Server | undefined;
   private poller: EngineMetricsPoller | undefined;
   private readonly waiters = new Set<() => void>();
+  /** Requests held for a cold start now, per model (its name): bounded by maxHeldPerModel. */
+  private readonly holding = new Map<string, number>();
   /** @internal Deadlines of the attempts in flight, expired by one sweep. */
   readonly watches = new WatchList();
   /** @internal The one source of time; Attempt reads latencies off it. */
@@ -202,6 +217,11 @@ export class Router implements EndpointSink, UsageSource {
         this.balancer.endpoints().map((e) => [[e.id, e.info.models[0] ?? ""], e.inflight] as [string[], number]),
       ),
     );
+    this.registry.add(
+      new Gauge("llmgw_router_held_requests", "Requests held for a cold start now, by model (at most --max-held-per-model each).", ["model"], () =>
+        [...this.holding].map(([model, n]) => [[model], n] as [string[], number]),
+      ),
+    );
   }
 
   // ---- EndpointSink / UsageSource ------------------------------------------------------
@@ -248,6 +268,11 @@ export class Router implements EndpointSink, UsageSource {
 
   inflightByModel(): ReadonlyMap<string, number> {
     return this.balancer.inflightByModel();
+  }
+
+  /** Requests held for a cold start now, per model (its name, not an alias); absent: none. */
+  heldByModel(): ReadonlyMap<string, number> {
+    return this.holding;
   }
 
   // ---- serving ------------------------------------------------------------------------
@@ -381,12 +406,27 @@ export class Router implements EndpointSink, UsageSource {
     return Math.max(this.o.coldStartTimeoutMs, entry.start_timeout_ms ?? 0);
   }
 
-  /** Waits until the model has an endpoint, the deadline passes, or the client goes away. */
-  private waitForEndpoint(model: string, pool: string | undefined, holdMs: number, ex: ClientExchange, then: (ok: boolean) => void): void {
+  /**
+   * Waits until the model has an endpoint, the deadline passes, the model becomes unavailable,
+   * or the client goes away. A streamed request (`progress`) is answered 200 at once, and sent
+   * a comment line every coldStartProgressMs and whenever the node of its replica changes.
+   */
+  private waitForEndpoint(entry: CatalogEntry, model: string, pool: string | undefined, holdMs: number, ex: ClientExchange, progress: boolean, then: (ok: boolean) => void): void {
     if (this.balancer.has(model, pool)) return then(true);
+    const name = entry.name;
+    this.holding.set(name, (this.holding.get(name) ?? 0) + 1);
+    const since = this.scheduler.mono();
+    let ticker: Timer | undefined;
+    let over = false;
     const done = (ok: boolean) => {
+      if (over) return;
+      over = true;
       timer.cancel();
+      ticker?.cancel();
       this.waiters.delete(check);
+      const n = (this.holding.get(name) ?? 1) - 1;
+      if (n > 0) this.holding.set(name, n);
+      else this.holding.delete(name);
       ex.onAbort = undefined;
       try {
         then(ok);
@@ -394,13 +434,54 @@ export class Router implements EndpointSink, UsageSource {
         this.internalError(ex, e);
       }
     };
+    /** The node the last comment named: a new one is told at once, not at the next interval. */
+    let shown: string | undefined;
     const check = () => {
       if (this.balancer.has(model, pool)) done(true);
       else if (!this.server || this.catalog.get(model)?.unavailable) done(false);
+      else if (progress && ex.answered && this.startingNode(name) !== shown) ex.write(this.progressLine(name, since, (shown = this.startingNode(name))));
     };
     const timer = this.scheduler.after(holdMs, () => done(false));
     this.waiters.add(check);
     ex.onAbort = () => done(false);
+    if (!progress) return;
+    // Headers and a first comment at once, with no grace to wait for a fast warm-up: real cold
+    // starts take tens of seconds, and a client told "starting" from the first moment never
+    // has to guess whether a silent connection is a cold start or a hang.
+    ex.stream(200, HELD_HEADERS, this.progressLine(name, since, (shown = this.startingNode(name))));
+    // A throw here would be the timer's, far from any request: it ends this hold alone.
+    ticker = this.scheduler.every(this.o.coldStartProgressMs, () => {
+      try {
+        if (!over) ex.write(this.progressLine(name, since, (shown = this.startingNode(name))));
+      } catch (e) {
+        this.o.log?.warn({ err: (e as Error).message }, "cold-start progress failed");
+        done(false);
+      }
+    });
+  }
+
+  /** Where the control plane says the model's replica is starting, if it has. */
+  private startingNode(name: string): string | undefined {
+    return this.catalog.get(name)?.starting?.node;
+  }
+
+  /**
+   * The SSE comment a held stream is sent: the model, the node its replica starts on when the
+   * control plane has said, and the seconds waited. One line, whatever the names hold.
+   */
+  private progressLine(name: string, since: number, node: string | undefined): Uint8Array {
+    const secs = Math.round((this.scheduler.mono() - since) / 1000);
+    return enc.encode(`: ${safeText(`starting ${name}${node ? ` on ${node}` : ""}`).slice(0, 300)}, ${secs} s\n\n`);
+  }
+
+  /**
+   * @internal A whole reply, or, to a stream already opened for a held request (its 200 sent),
+   * the reply's OpenAI-shaped error as an SSE event, then the end.
+   */
+  answer(ex: ClientExchange, r: Reply): void {
+    if (ex.aborted) return;
+    if (!ex.answered) return send(ex, r);
+    ex.end(enc.encode(`data: ${r.body}\n\n`));
   }
 
   /**
@@ -423,22 +504,23 @@ export class Router implements EndpointSink, UsageSource {
     if (typeof model !== "string")
       return send(ex, openAIError(400, `model must be a string, not ${model === null ? "null" : Array.isArray(model) ? "an array" : typeof model}`, { param: "model", code: "invalid_type" }));
 
+    const stream = body.stream === true;
     const go = () => {
       const key = prefixKey(body);
-      const stream = body.stream === true;
       const extra = forwardHeaders(ex.headers);
       new Call(this, ex, model, pool, key, stream, extra, body, ex.body, ex.target, t0).next();
     };
     if (this.balancer.has(model, pool)) return go();
-    this.coldStart(ex, model, pool, go);
+    this.coldStart(ex, model, pool, stream && SSE_PATHS.has(ex.path), go);
   }
 
   /**
    * No replica serves the model: 404 if the catalog does not know it (in this pool); otherwise
    * the control plane hears of the demand, and an on-demand model is waited for (then `go`),
-   * any other answered 503 at once.
+   * any other answered 503 at once. A streamed request (`progress`) held is answered 200 at
+   * once, and any error then comes as an SSE error event.
    */
-  private coldStart(ex: ClientExchange, model: string, pool: string | undefined, go: () => void): void {
+  private coldStart(ex: ClientExchange, model: string, pool: string | undefined, progress: boolean, go: () => void): void {
     const entry = this.catalog.get(model);
     if (!entry || (pool !== undefined && entry.pool !== pool))
       return send(ex, openAIError(404, `The model '${model}' does not exist${pool ? ` in pool '${pool}'` : ""}`, { param: "model", code: "model_not_found" }));
@@ -450,7 +532,7 @@ export class Router implements EndpointSink, UsageSource {
     const holdMs = this.coldStartHoldMs(entry);
     const notReady = () => {
       this.requests.inc([entry.name, "503"]);
-      send(
+      this.answer(
         ex,
         openAIError(503, `no replica of '${model}' is ready${entry.on_demand ? ` after waiting ${Math.round(holdMs / 1000)}s for one to start` : ""}; try again shortly`, {
           code: "model_not_ready",
@@ -459,7 +541,13 @@ export class Router implements EndpointSink, UsageSource {
       );
     };
     if (!entry.on_demand) return notReady();
-    this.waitForEndpoint(model, pool, holdMs, ex, (ok) => {
+    const held = this.holding.get(entry.name) ?? 0;
+    if (held >= this.o.maxHeldPerModel) {
+      this.requests.inc([entry.name, "503"]);
+      const message = `${held} requests are already waiting for '${entry.name}' to start, the most one model may hold (--max-held-per-model ${this.o.maxHeldPerModel}); try again shortly`;
+      return send(ex, openAIError(503, message, { code: "too_many_waiting", headers: { "retry-after": "10" } }));
+    }
+    this.waitForEndpoint(entry, model, pool, holdMs, ex, progress, (ok) => {
       if (ok && !ex.aborted) return go();
       const now = this.catalog.get(model);
       if (now?.unavailable) return this.unavailable(ex, now);
@@ -473,7 +561,7 @@ export class Router implements EndpointSink, UsageSource {
    */
   private unavailable(ex: ClientExchange, entry: CatalogEntry): void {
     this.requests.inc([entry.name, "503"]);
-    send(ex, openAIError(503, entry.unavailable!.reason, { code: "model_unavailable", headers: { "x-should-retry": "false" } }));
+    this.answer(ex, openAIError(503, entry.unavailable!.reason, { code: "model_unavailable", headers: { "x-should-retry": "false" } }));
   }
 
   private readonly perModel = new Map<string, ModelSeries>();
@@ -624,6 +712,8 @@ class Call {
   private attempts = 0;
   private exclude: Set<string> | undefined;
   private lastError = "no replica answered";
+  /** The client's 200 and SSE head went out while the request was held: the engine's stream is piped into it. */
+  readonly opened: boolean;
 
   constructor(
     readonly r: Router,
@@ -637,7 +727,9 @@ class Call {
     private readonly bytes: Uint8Array,
     private readonly path: string,
     readonly t0: number,
-  ) {}
+  ) {
+    this.opened = ex.answered;
+  }
 
   next(): void {
     const r = this.r;
@@ -645,7 +737,7 @@ class Call {
     try {
       const lease = this.attempts < r.maxAttempts && !this.ex.aborted ? r.balancer.acquire(this.model, this.key, this.pool, this.exclude) : undefined;
       if (lease === undefined) {
-        send(this.ex, r.gaveUp(this.model, this.lastError));
+        r.answer(this.ex, r.gaveUp(this.model, this.lastError));
         return;
       }
       this.attempts++;
@@ -691,8 +783,12 @@ class Attempt implements ExchangeHandler, Watch {
   private released = false;
   private status = 0;
   private headers: HeaderBlock | undefined;
-  /** "buffer": whole small body, one write. "stream": passed on as it comes. "retry": a status to retry on; its body is kept for the message. */
-  private mode: "buffer" | "stream" | "retry" = "stream";
+  /**
+   * "buffer": whole small body, one write. "stream": passed on as it comes. "retry": a status to
+   * retry on; its body is kept for the message. "event": the engine's error for a stream already
+   * opened (Call.opened), kept to be sent as an SSE error event.
+   */
+  private mode: "buffer" | "stream" | "retry" | "event" = "stream";
   /** Body bytes not yet written, as ranges of the engine's socket reads (copied once, into the write to the client). */
   private readonly parts = new Pieces();
   private sse = false;
@@ -715,6 +811,9 @@ class Attempt implements ExchangeHandler, Watch {
     this.stream = call.stream;
     this.t0 = call.t0;
     this.deadline = this.r.clock + this.r.firstByteTimeoutMs;
+    // The client already has its 200 and SSE head: the engine's body follows it, and a failure
+    // ends it with an error event.
+    if (call.opened) this.started = this.sse = true;
   }
 
   start(path: string, payload: Uint8Array, extra: ExtraHeaders): void {
@@ -826,6 +925,12 @@ class Attempt implements ExchangeHandler, Watch {
     // Any other 5xx is the engine's own answer and goes to the client, but the replica is
     // passed over for a while: a client's 4xx never counts against it.
     if (status >= 500) this.r.balancer.cooldown(this.lease.endpoint.id, this.r.cooldownMs);
+    // The engine's headers can no longer be sent: its body is piped into the open stream, or
+    // its error turned into an error event.
+    if (this.call.opened) {
+      this.mode = status < 300 ? "stream" : "event";
+      return;
+    }
     // The headers the client gets, as text. Usually only Content-Type is passed on, and the
     // text for it is made once per replica and type.
     let type: string | undefined;
@@ -896,6 +1001,15 @@ class Attempt implements ExchangeHandler, Watch {
   }
 
   private end(): void {
+    if (this.mode === "event") {
+      const text = dec.decode(this.parts.bytes());
+      this.parts.clear();
+      this.settled = true;
+      const ex = this.ex;
+      this.finish(this.status);
+      ex.end(enc.encode(errorEvent(text, this.status, this.lease.endpoint.id)));
+      return;
+    }
     if (this.mode === "retry") {
       const text = dec.decode(this.parts.bytes()).slice(0, 200);
       const kind = this.status === 429 ? "busy" : `http_${this.status}`;
@@ -997,6 +1111,18 @@ class Attempt implements ExchangeHandler, Watch {
  */
 function block(text: string): HeaderBlock {
   return NON_ASCII.test(text) ? { text, bytes: text.length, latin1: true } : { text, bytes: text.length };
+}
+
+/** An engine's error answer as an SSE error event: its own OpenAI-shaped error when it sent one. */
+function errorEvent(text: string, status: number, replica: string): string {
+  try {
+    const parsed = JSON.parse(text) as { error?: unknown };
+    if (typeof parsed === "object" && parsed !== null && typeof parsed.error === "object" && parsed.error !== null) return `data: ${JSON.stringify({ error: parsed.error })}\n\n`;
+  } catch {
+    // Not JSON: the message quotes it.
+  }
+  const shown = text.slice(0, 200);
+  return `data: ${openAIErrorBody(status, `replica ${replica} answered ${status}${shown ? `: ${shown}` : ""}`, { code: "upstream_error" })}\n\n`;
 }
 
 /** A whole reply to the client. */
