@@ -43,7 +43,7 @@ export function logOutput(format: LogFormat = "auto", stream: { isTTY?: boolean 
 export function createLogger(opts: {
   level: string;
   role: string;
-  /** Default: auto, for stdout; JSON to a destination given. */
+  /** Default: auto, for stdout; JSON to a destination given (which, for text, gets the text lines). */
   format?: LogFormat | LogOutput;
   destination?: pino.DestinationStream;
 }): Logger {
