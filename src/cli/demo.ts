@@ -19,7 +19,7 @@ export const command: Command = {
     listen: { kind: "string", value: "HOST:PORT", help: "router (default 127.0.0.1:8000)" },
     "engine-base-port": { kind: "string", value: "PORT", help: "first port for the fake engines (default 8100)" },
     "log-level": { kind: "string", value: "LEVEL", choices: LOG_LEVELS, help: "server log level (default warn: the demo prints what matters)" },
-    "log-format": { kind: "string", value: "FORMAT", choices: LOG_FORMATS, help: LOG_FORMAT_HELP },
+    "log-format": { kind: "string", value: "FORMAT", choices: LOG_FORMATS, help: `${LOG_FORMAT_HELP} (default auto)` },
     help: { kind: "boolean", short: "h", help: "show this help" },
   },
   examples: ["llmgw demo", "llmgw demo --nodes 12", "llmgw status   # in another terminal, same directory"],

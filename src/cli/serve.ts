@@ -48,7 +48,7 @@ export const SERVE_FLAGS: FlagSpecs = {
   "tls-cert": { kind: "string", value: "FILE", help: "PEM certificate: both listeners serve HTTPS (with --tls-key; env LLMGW_TLS_CERT)" },
   "tls-key": { kind: "string", value: "FILE", help: "PEM private key of --tls-cert (env LLMGW_TLS_KEY)" },
   "log-level": { kind: "string", value: "LEVEL", choices: LOG_LEVELS, help: `trace, debug, info, warn, error (default ${d("log_level")})` },
-  "log-format": { kind: "string", value: "FORMAT", choices: LOG_FORMATS, help: LOG_FORMAT_HELP },
+  "log-format": { kind: "string", value: "FORMAT", choices: LOG_FORMATS, help: `${LOG_FORMAT_HELP} (default ${d("log_format")})` },
   store: { kind: "string", value: "URL", help: "where the state lives: postgres://user@db1:5432,db2:5432,db3:5432/llmgw?target_session_attrs=primary for several control planes, or a SQLite file (default <data-dir>/llmgw.db; env LLMGW_STORE)" },
   ha: { kind: "boolean", help: "several control planes on this store, one leading by a lease (on by itself with a PostgreSQL store; on SQLite only for control planes sharing one file on one machine)" },
   name: { kind: "string", value: "NAME", help: "this control plane's name among the others (default the hostname)" },

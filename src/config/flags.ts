@@ -26,7 +26,7 @@ export const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "
 export const LOG_FORMATS = ["auto", "text", "json"] as const;
 
 export const LOG_FORMAT_HELP =
-  "auto (default): readable text lines when stdout is a terminal, JSON lines when it is piped or a file; text; or json";
+  "auto: readable text lines when stdout is a terminal, JSON lines when it is piped or a file; or text, or json";
 
 export function parseFlags(argv: string[], specs: FlagSpecs): { flags: FlagValues; positionals: string[] } {
   const flags: FlagValues = {};
