@@ -31,10 +31,15 @@ const COMMANDS: Record<string, { summary: string; load: Loader }> = {
   uninstall: { summary: "remove the systemd service written by install", load: async () => (await import("./cli/install")).uninstall },
   completion: {
     summary: "print a shell completion script (bash or zsh)",
-    load: async () => (await import("./cli/completion")).completionCommand(() => Promise.all(Object.values(COMMANDS).map((c) => c.load()))),
+    load: async () => (await import("./cli/completion")).completionCommand(allCommands),
   },
   version: { summary: "print the version", load: async () => (await import("./cli/version")).command },
 };
+
+/** Every command, loaded: what the completion script is generated from. */
+export function allCommands(): Promise<Command[]> {
+  return Promise.all(Object.values(COMMANDS).map((c) => c.load()));
+}
 
 function topHelp(): string {
   const w = Math.max(...Object.keys(COMMANDS).map((k) => k.length)) + 2;
@@ -61,6 +66,8 @@ export async function main(argv: string[]): Promise<number> {
     return name ? 0 : 2;
   }
   if (name === "--version" || name === "-v") return main(["version"]);
+  // Hidden: the names shell completion offers (completion.ts); quiet on every failure.
+  if (name === "__complete") return (await import("./cli/complete-names")).runComplete(rest);
   const entry = COMMANDS[name];
   if (!entry) {
     const { nearest, safeText } = await import("./lib/text");

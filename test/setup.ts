@@ -41,6 +41,8 @@ export const NEEDS: readonly Need[] = [
   { command: "/usr/lib/python3/dist-packages/etcd/__init__.py", pkg: "python3-etcd", usedBy: "the PostgreSQL failover tests (Patroni's etcd client: patroni depends on it or on consul, kazoo or kubernetes)" },
   { command: "/usr/sbin/keepalived", pkg: "keepalived", usedBy: "the floating address test" },
   { command: "ip", pkg: "iproute2", usedBy: "the floating address test (network namespaces, veth pairs)" },
+  { command: "zsh", pkg: "zsh", usedBy: "test/unit/completion.test.ts (the zsh completion script, driven in a real zsh)" },
+  { command: "script", pkg: "bsdutils", usedBy: "test/e2e/log-format.test.ts (serve on a pseudo-terminal)" },
 ];
 
 export interface SetupEnv {

@@ -31,6 +31,7 @@ import { RouterLink } from "./router-thread";
 import type { RouterWorkerData } from "./router-worker";
 import { type ShedLog, shedLogger } from "./router-shed";
 import { VERSION } from "../version";
+import { logOutput } from "../log";
 
 /** Largest request body on the admin listener (a catalog, a heartbeat), bytes. */
 const ADMIN_MAX_BODY = 8 * 1024 * 1024;
@@ -407,6 +408,8 @@ function routerWorkerData(l: Listening, adminToken: string): RouterWorkerData {
   const { config, log, tls, caps } = l;
   return {
     logLevel: log.level,
+    // Made concrete here: the thread's own stdout is not the terminal's to ask.
+    logOutput: logOutput(config.log_format),
     host: config.listen.host,
     port: config.listen.port,
     ...routerSettings(config),

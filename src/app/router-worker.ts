@@ -5,7 +5,7 @@
 
 import { parentPort, workerData } from "node:worker_threads";
 import { realScheduler } from "../lib/scheduler";
-import { createLogger } from "../log";
+import { type LogOutput, createLogger } from "../log";
 import { type FromRouter, ToRouter } from "../protocol/router-link";
 import { Router, type RouterOptions } from "../router/router";
 import { shedLogger } from "./router-shed";
@@ -13,6 +13,7 @@ import { shedLogger } from "./router-shed";
 /** What the head node hands the router thread: everything but the scheduler, the log and the demand sink. */
 export type RouterWorkerData = Omit<RouterOptions, "scheduler" | "now" | "log" | "demand" | "listener"> & {
   logLevel: string;
+  logOutput: LogOutput;
   listener: Omit<NonNullable<RouterOptions["listener"]>, "onShed" | "clock">;
 };
 
@@ -20,10 +21,10 @@ function main(): void {
   const port = parentPort;
   if (!port) throw new Error("router-worker.ts runs only as a Worker");
   const data = workerData as RouterWorkerData;
-  const log = createLogger({ level: data.logLevel, role: "serve" }).child({ component: "router", thread: "router" });
+  const log = createLogger({ level: data.logLevel, role: "serve", format: data.logOutput }).child({ component: "router", thread: "router" });
   const send = (m: FromRouter) => port.postMessage(m);
   const shed = shedLogger(log, realScheduler);
-  const { logLevel: _level, listener, ...options } = data;
+  const { logLevel: _level, logOutput: _output, listener, ...options } = data;
   const router = new Router({
     ...options,
     scheduler: realScheduler,

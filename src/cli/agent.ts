@@ -4,7 +4,7 @@
 
 import { basename, join } from "node:path";
 import { AgentConfig, defaultText } from "../config";
-import type { FlagSpecs } from "../config/flags";
+import { type FlagSpecs, LOG_FORMAT_HELP, LOG_FORMATS, LOG_LEVELS } from "../config/flags";
 import type { Command } from "./command";
 
 /** A flag's default as its schema writes it: help states defaults from there, never twice. */
@@ -49,7 +49,8 @@ export const AGENT_FLAGS: FlagSpecs = {
   "stop-grace": { kind: "string", value: "DURATION", help: `time between an engine's SIGTERM and SIGKILL (default ${d("stop_grace")})` },
   "start-timeout": { kind: "string", value: "DURATION", help: `how long an engine has to become healthy (default ${d("start_timeout")})` },
   "health-interval": { kind: "string", value: "DURATION", help: `how often a starting engine's /health is polled (default ${d("health_interval")})` },
-  "log-level": { kind: "string", value: "LEVEL", help: `trace, debug, info, warn, error (default ${d("log_level")})` },
+  "log-level": { kind: "string", value: "LEVEL", choices: LOG_LEVELS, help: `trace, debug, info, warn, error (default ${d("log_level")})` },
+  "log-format": { kind: "string", value: "FORMAT", choices: LOG_FORMATS, help: `${LOG_FORMAT_HELP} (default ${d("log_format")})` },
   help: { kind: "boolean", short: "h", help: "show this help" },
 };
 
@@ -86,7 +87,7 @@ export const command: Command = {
     const { createLogger } = await import("../log");
     const { NodeAgent, AgentError } = await import("../agent/agent");
     const config = await loadConfig(AgentConfig, { flags, env: process.env });
-    const log = createLogger({ level: config.log_level, role: "agent" });
+    const log = createLogger({ level: config.log_level, role: "agent", format: config.log_format });
     const { engineAuthWarning } = await import("../agent/engines");
     const off = engineAuthWarning(config.engine_auth);
     if (off) log.warn(off.fields, off.message);

@@ -21,11 +21,15 @@ export const CLIENT_FLAGS: FlagSpecs = {
   help: { kind: "boolean", short: "h", help: "show this help" },
 };
 
-export const OUTPUT_FLAG: FlagSpecs = {
-  output: { kind: "string", short: "o", value: "FORMAT", help: "table (default), wide or json" },
-};
-
 export type OutputFormat = "table" | "wide" | "json";
+
+/** -o/--output taking these formats (the first is the default): its help and its completion say just these. */
+export function outputFlag(formats: readonly OutputFormat[]): FlagSpecs {
+  const help = `${formats[0]} (default)${formats.length > 2 ? `, ${formats.slice(1, -1).join(", ")}` : ""}${formats.length > 1 ? ` or ${formats.at(-1)}` : ""}`;
+  return { output: { kind: "string", short: "o", value: "FORMAT", help, choices: formats } };
+}
+
+export const OUTPUT_FLAG: FlagSpecs = outputFlag(["table", "wide", "json"]);
 
 export function outputFormat(flags: FlagValues, allowed: OutputFormat[] = ["table", "wide", "json"]): OutputFormat {
   const o = (flags.output as string | undefined) ?? "table";
@@ -71,7 +75,8 @@ export function resolveServer(flags: FlagValues, env = process.env): { server: s
   return { server, dataDir, ...(caPath ? { caPath } : {}), ...(tls ? { tls } : {}) };
 }
 
-export function resolveClient(flags: FlagValues, env = process.env): Client {
+export function resolveClient(flags: FlagValues, env = process.env, opts: { timeoutMs?: number } = {}): Client {
+  const timeoutMs = opts.timeoutMs ?? REQUEST_TIMEOUT_MS;
   const { server, dataDir, caPath, tls } = resolveServer(flags, env);
   const token = (flags.token as string | undefined) ?? env.LLMGW_TOKEN ?? readTokenFile(dataDir, "admin.token");
   if (!token) throw new CliError(`no admin token: pass --token (or LLMGW_TOKEN), or run where ${dataDir}/admin.token is readable`);
@@ -83,14 +88,14 @@ export function resolveClient(flags: FlagValues, env = process.env): Client {
         method,
         headers: { authorization: `Bearer ${token}`, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
         body: body === undefined ? undefined : JSON.stringify(body),
-        signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+        signal: AbortSignal.timeout(timeoutMs),
         ...(tls ? { tls } : {}),
       });
     } catch (e) {
       const err = e as Error & { code?: string };
       const why =
         err.name === "TimeoutError"
-          ? `no answer within ${exactDuration(REQUEST_TIMEOUT_MS)}`
+          ? `no answer within ${exactDuration(timeoutMs)}`
           : err.code === "ConnectionRefused" || err.code === "ECONNREFUSED"
             ? "connection refused"
             : certificateProblem(err, server, caPath) ?? err.message;

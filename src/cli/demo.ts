@@ -4,8 +4,9 @@
 
 import { readdirSync, readFileSync, rmSync, writeSync } from "node:fs";
 import { join } from "node:path";
-import { UsageError } from "../config/flags";
+import { LOG_FORMAT_HELP, LOG_FORMATS, LOG_LEVELS, UsageError } from "../config/flags";
 import type { Command } from "./command";
+import type { LogFormat } from "../log";
 
 export const command: Command = {
   name: "demo",
@@ -17,7 +18,8 @@ export const command: Command = {
     "admin-listen": { kind: "string", value: "HOST:PORT", help: "admin API (default 127.0.0.1:8001)" },
     listen: { kind: "string", value: "HOST:PORT", help: "router (default 127.0.0.1:8000)" },
     "engine-base-port": { kind: "string", value: "PORT", help: "first port for the fake engines (default 8100)" },
-    "log-level": { kind: "string", value: "LEVEL", help: "server log level (default warn: the demo prints what matters)" },
+    "log-level": { kind: "string", value: "LEVEL", choices: LOG_LEVELS, help: "server log level (default warn: the demo prints what matters)" },
+    "log-format": { kind: "string", value: "FORMAT", choices: LOG_FORMATS, help: `${LOG_FORMAT_HELP} (default auto)` },
     help: { kind: "boolean", short: "h", help: "show this help" },
   },
   examples: ["llmgw demo", "llmgw demo --nodes 12", "llmgw status   # in another terminal, same directory"],
@@ -25,6 +27,10 @@ export const command: Command = {
     const nodesFlag = flags.nodes as string | undefined;
     const count = nodesFlag === undefined ? undefined : Number(nodesFlag);
     if (count !== undefined && (!Number.isInteger(count) || count < 1 || count > 200)) throw new UsageError(`--nodes must be a whole number from 1 to 200, not "${nodesFlag}"`);
+    const logFormat = (flags["log-format"] as string | undefined) ?? "auto";
+    if (!(LOG_FORMATS as readonly string[]).includes(logFormat)) throw new UsageError(`--log-format must be auto, text or json, not "${logFormat}"`);
+    const logLevel = (flags["log-level"] as string | undefined) ?? "warn";
+    if (!(LOG_LEVELS as readonly string[]).includes(logLevel)) throw new UsageError(`--log-level must be one of ${LOG_LEVELS.join(", ")}, not "${logLevel}"`);
     const dataDir = (flags["data-dir"] as string | undefined) ?? process.env.LLMGW_DATA_DIR ?? "./llmgw-data";
 
     const { holdsServerData, startCluster } = await import("../app/cluster");
@@ -42,7 +48,8 @@ export const command: Command = {
     const { createLogger } = await import("../log");
     const { demoNodes, demoCatalog } = await import("../sim/demo");
     const { ModelSpec } = await import("../protocol/catalog");
-    const log = createLogger({ level: (flags["log-level"] as string | undefined) ?? "warn", role: "demo" });
+    const format = logFormat as LogFormat;
+    const log = createLogger({ level: logLevel, role: "demo", format });
     const nodes = demoNodes(count);
     const cluster = await startCluster({
       serve: {
@@ -54,13 +61,14 @@ export const command: Command = {
         replace_after: "10s",
         restart_backoff: "1s",
         start_timeout: "60s",
+        log_format: format,
         ...(flags["engine-base-port"] ? { engine_base_port: flags["engine-base-port"] } : {}),
       },
       nodes,
       log,
       // Engine exits are the demo's point (one model fails on purpose); `llmgw events` tells
       // them better than warnings scrolling past here.
-      agentLog: createLogger({ level: "error", role: "demo-agent" }),
+      agentLog: createLogger({ level: "error", role: "demo-agent", format }),
       demo: { catalog: demoCatalog().map((m) => ModelSpec.parse(m)) },
     });
 

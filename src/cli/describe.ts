@@ -7,7 +7,7 @@ import { UsageError } from "../config/flags";
 import { ago, human, oneLine } from "../lib/format";
 import { safeDeep } from "../lib/text";
 import type { EventView, ModelView, NodeView, ReplicaView } from "../protocol/views";
-import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
+import { CLIENT_FLAGS, outputFlag, outputFormat, resolveClient } from "./client";
 import type { Command } from "./command";
 import { renderEvent } from "./events";
 import { modelStatus } from "./models";
@@ -89,7 +89,7 @@ export const command: Command = {
   name: "describe",
   summary: "Describe one model, node or replica: what it is, where it runs, recent events and why it is not what it should be.",
   usage: "llmgw describe model|node|replica NAME [-o table|json]",
-  flags: { ...OUTPUT_FLAG, ...CLIENT_FLAGS },
+  flags: { ...outputFlag(["table", "json"]), ...CLIENT_FLAGS },
   details: `A model: its status and reason, profiles, replicas with placement, and its last ${RECENT_EVENTS} events. A node: its GPUs, the replicas on it and its events. A replica: its placement, endpoint, state, error and events.`,
   examples: ["llmgw describe model llama-3.1-8b", "llmgw describe node gpu-01", "llmgw describe replica r-1a2b3c4d", "llmgw describe model llama-3.1-8b -o json"],
   async run({ flags, positionals }) {

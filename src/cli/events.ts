@@ -38,7 +38,7 @@ export const command: Command = {
   flags: {
     follow: { kind: "boolean", short: "f", help: "keep printing new events" },
     limit: { kind: "string", short: "n", value: "N", help: `how many recent events to show first (default ${DEFAULT_LIMIT})` },
-    subject: { kind: "string", value: "SUBJECT", help: "only events about this, e.g. node/gpu-01 or model/llama" },
+    subject: { kind: "string", value: "SUBJECT", complete: "subjects", help: "only events about this, e.g. node/gpu-01 or model/llama" },
     ...OUTPUT_FLAG,
     ...CLIENT_FLAGS,
   },

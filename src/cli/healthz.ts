@@ -9,7 +9,7 @@ import { exactDuration } from "../lib/format";
 import { safeText } from "../lib/text";
 import { parseDuration } from "../protocol/duration";
 import type { Health } from "../protocol/views";
-import { OUTPUT_FLAG, certificateProblem, outputFormat, resolveServer } from "./client";
+import { certificateProblem, outputFlag, outputFormat, resolveServer } from "./client";
 import type { Command } from "./command";
 
 const DEFAULT_TIMEOUT = "2s";
@@ -20,7 +20,7 @@ const FLAGS: FlagSpecs = {
   ca: { kind: "string", value: "FILE", help: "PEM CA to trust for an https server (env LLMGW_CA)" },
   "data-dir": { kind: "string", value: "DIR", help: `data dir of a local server (env LLMGW_DATA_DIR; default ${DEFAULT_DATA_DIR})` },
   timeout: { kind: "string", value: "DURATION", help: `give up on the server after this long (default ${DEFAULT_TIMEOUT})` },
-  ...OUTPUT_FLAG,
+  ...outputFlag(["table", "json"]),
   help: { kind: "boolean", short: "h", help: "show this help" },
 };
 

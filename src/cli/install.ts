@@ -98,7 +98,7 @@ export const install: Command = {
     "router-id": { kind: "string", value: "N", help: `keepalived: virtual_router_id, 1 to 255, the same on every head node and unique on the network (default ${KEEPALIVED_DEFAULTS.routerId.llmgw}; ${KEEPALIVED_DEFAULTS.routerId.database} --for database)` },
     priority: { kind: "string", value: "N", help: `keepalived: this node's VRRP priority, 1 to 254 (default ${KEEPALIVED_DEFAULTS.priority})` },
     server: { kind: "string", value: "URL", help: `keepalived: the local serve's admin URL the check asks (default ${KEEPALIVED_DEFAULTS.server})` },
-    for: { kind: "string", value: "WHAT", help: "keepalived: llmgw (the address follows the llmgw leader; default) or database (it follows Patroni's primary)" },
+    for: { kind: "string", value: "WHAT", choices: ["llmgw", "database"], help: "keepalived: llmgw (the address follows the llmgw leader; default) or database (it follows Patroni's primary)" },
     patroni: { kind: "string", value: "URL", help: `keepalived --for database: the local Patroni REST API (default ${KEEPALIVED_DEFAULTS.patroni})` },
     "auth-pass": { kind: "string", value: "PASS", help: "keepalived: VRRP password, at most 8 characters, the same on every head node (default llmgw + the router id)" },
     "script-user": { kind: "string", value: "USER", help: `keepalived: the user the check runs as (default ${KEEPALIVED_DEFAULTS.scriptUser})` },

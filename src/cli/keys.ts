@@ -2,7 +2,7 @@
 // creation; the server keeps only its hash.
 
 import { UsageError } from "../config/flags";
-import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
+import { CLIENT_FLAGS, outputFlag, outputFormat, resolveClient } from "./client";
 import type { Command } from "./command";
 import { safeDeep, safeText } from "../lib/text";
 import { table } from "./render";
@@ -11,7 +11,7 @@ export const command: Command = {
   name: "keys",
   summary: "Create, list and revoke client API keys for the router.",
   usage: "llmgw keys create NAME [--pool POOL]\n  llmgw keys list [-o json]\n  llmgw keys revoke NAME",
-  flags: { pool: { kind: "string", value: "POOL", help: "bind the key to one pool: its requests see only that pool's models" }, ...OUTPUT_FLAG, ...CLIENT_FLAGS },
+  flags: { pool: { kind: "string", value: "POOL", help: "bind the key to one pool: its requests see only that pool's models" }, ...outputFlag(["table", "json"]), ...CLIENT_FLAGS },
   details: "Keys are checked on /v1/* when serve runs with --require-api-key. The key is shown once, when created; only its SHA-256 is stored.",
   examples: ["llmgw keys create team-a --pool team-a", "llmgw keys list", "llmgw keys revoke team-a"],
   async run({ flags, positionals }) {

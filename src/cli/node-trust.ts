@@ -5,7 +5,7 @@ import { UsageError, type FlagSpecs, type FlagValues } from "../config/flags";
 import type { JoinTokenRotated, NodeAddressResult, NodeApproved, NodeDeleted } from "../protocol/admin";
 import { parseDuration } from "../protocol/duration";
 import type { NodeView, ReplicaView } from "../protocol/views";
-import { CLIENT_FLAGS, CliError, OUTPUT_FLAG, resolveClient } from "./client";
+import { CLIENT_FLAGS, CliError, outputFlag, resolveClient } from "./client";
 import type { Command } from "./command";
 import { waitForDrain } from "./wait";
 
@@ -82,7 +82,7 @@ export const joinTokenCommand: Command = {
   name: "join-token",
   summary: "Replace the join token (llmgw join-token rotate).",
   usage: "llmgw join-token rotate [--server URL] [--token TOKEN]",
-  flags: { ...OUTPUT_FLAG, ...CLIENT_FLAGS },
+  flags: { ...outputFlag(["table", "json"]), ...CLIENT_FLAGS },
   details:
     "rotate: a new join token is written where the old one was (join.token in the server's data dir, 0600); the old one stops admitting new nodes at once. Nodes that have joined keep working with their own credentials. The new token is not printed: it is read from the file (see `llmgw join-command`).",
   examples: ["llmgw join-token rotate"],

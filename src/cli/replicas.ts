@@ -32,7 +32,7 @@ export const command: Command = {
   name: "replicas",
   summary: "List replicas: model, state, GPUs, and how long each has gone unasked-for.",
   usage: "llmgw replicas [--model NAME] [-o table|wide|json]",
-  flags: { model: { kind: "string", short: "m", value: "NAME", help: "only this model (name or alias)" }, ...OUTPUT_FLAG, ...WATCH_FLAGS, ...CLIENT_FLAGS },
+  flags: { model: { kind: "string", short: "m", value: "NAME", complete: "models", help: "only this model (name or alias)" }, ...OUTPUT_FLAG, ...WATCH_FLAGS, ...CLIENT_FLAGS },
   details: "IDLE is '-' when the router has not reported the replica yet (unknown is never idle).",
   examples: ["llmgw replicas", "llmgw replicas --model llama-3.1-8b -o wide"],
   async run({ flags }) {

@@ -3,7 +3,7 @@
 
 import { join } from "node:path";
 import { ServeConfig, defaultText } from "../config";
-import type { FlagSpecs } from "../config/flags";
+import { type FlagSpecs, LOG_FORMAT_HELP, LOG_FORMATS, LOG_LEVELS } from "../config/flags";
 import type { Command } from "./command";
 
 /** A default as the schema states it: help never writes one of its own. */
@@ -49,7 +49,8 @@ export const SERVE_FLAGS: FlagSpecs = {
   "heartbeat-burst": { kind: "string", value: "N", help: `requests per node allowed at once above --heartbeat-rate (default ${d("heartbeat_burst")})` },
   "tls-cert": { kind: "string", value: "FILE", help: "PEM certificate: both listeners serve HTTPS (with --tls-key; env LLMGW_TLS_CERT)" },
   "tls-key": { kind: "string", value: "FILE", help: "PEM private key of --tls-cert (env LLMGW_TLS_KEY)" },
-  "log-level": { kind: "string", value: "LEVEL", help: `trace, debug, info, warn, error (default ${d("log_level")})` },
+  "log-level": { kind: "string", value: "LEVEL", choices: LOG_LEVELS, help: `trace, debug, info, warn, error (default ${d("log_level")})` },
+  "log-format": { kind: "string", value: "FORMAT", choices: LOG_FORMATS, help: `${LOG_FORMAT_HELP} (default ${d("log_format")})` },
   store: { kind: "string", value: "URL", help: "where the state lives: postgres://user@db1:5432,db2:5432,db3:5432/llmgw?target_session_attrs=primary for several control planes, or a SQLite file (default <data-dir>/llmgw.db; env LLMGW_STORE)" },
   ha: { kind: "boolean", help: "several control planes on this store, one leading by a lease (on by itself with a PostgreSQL store; on SQLite only for control planes sharing one file on one machine)" },
   name: { kind: "string", value: "NAME", help: "this control plane's name among the others (default the hostname)" },
@@ -77,7 +78,7 @@ export const command: Command = {
     const patroni = flags["patroni"];
     if (Array.isArray(patroni)) flags = { ...flags, patroni: patroni.flatMap((v) => v.split(",").map((u) => u.trim()).filter(Boolean)) };
     const config = await loadConfig(ServeConfig, { flags, env: process.env });
-    const log = createLogger({ level: config.log_level, role: "serve" });
+    const log = createLogger({ level: config.log_level, role: "serve", format: config.log_format });
     const server = await startServer({ config, log });
     // Synchronously after the listener opened: no heartbeat is handled before this.
     process.stderr.write(`llmgw serve: admin API on ${server.adminUrl}, OpenAI API on ${server.routerUrl}/v1 (data dir ${server.dataDir})\n`);

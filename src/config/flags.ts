@@ -8,13 +8,25 @@ export interface FlagSpec {
   kind: FlagKind;
   short?: string;
   help?: string;
-  /** Shown in help as the value's name, e.g. URL, FILE. */
+  /** Shown in help as the value's name, e.g. URL, FILE (a FILE, PATH or DIR value completes as one). */
   value?: string;
+  /** The values it takes, for shell completion (checking them is the command's or the config schema's job). */
+  choices?: readonly string[];
+  /** What shell completion offers for its value when it is a name the server knows, or a path. */
+  complete?: FlagCompletion;
 }
+export type FlagCompletion = "nodes" | "models" | "replicas" | "subjects" | "keys" | "files" | "dirs";
 export type FlagSpecs = Record<string, FlagSpec>;
 export type FlagValues = Record<string, string | boolean | string[]>;
 
 export class UsageError extends Error {}
+
+/** The log levels and formats serve, agent and demo take (their config schemas check them). */
+export const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"] as const;
+export const LOG_FORMATS = ["auto", "text", "json"] as const;
+
+export const LOG_FORMAT_HELP =
+  "auto: readable text lines when stdout is a terminal, JSON lines when it is piped or a file; or text, or json";
 
 export function parseFlags(argv: string[], specs: FlagSpecs): { flags: FlagValues; positionals: string[] } {
   const flags: FlagValues = {};

@@ -15,7 +15,7 @@
 import { z } from "zod";
 import { Duration, Name, SegmentName } from "../protocol/common";
 import { DEFAULT_DATA_DIR } from "./datadir";
-import type { FlagValues } from "./flags";
+import { type FlagValues, LOG_FORMATS, LOG_LEVELS } from "./flags";
 
 export const HostPort = z.string().transform((v, ctx) => {
   const m = /^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]*):(\d{1,5})$/.exec(v.trim());
@@ -30,7 +30,9 @@ export const HostPort = z.string().transform((v, ctx) => {
 export type HostPort = z.infer<typeof HostPort>;
 
 const Secret = z.string().min(16, "must be at least 16 characters").max(512).regex(/^[\x21-\x7e]+$/, "must be printable ASCII without spaces");
-const LogLevel = z.enum(["trace", "debug", "info", "warn", "error", "fatal", "silent"]);
+const LogLevel = z.enum(LOG_LEVELS);
+/** auto: text on a terminal, JSON otherwise (src/log.ts). */
+const LogFormat = z.enum(LOG_FORMATS, { message: "must be auto, text or json" });
 
 export const ServeConfig = z.strictObject({
   data_dir: z.string().min(1).default(DEFAULT_DATA_DIR),
@@ -119,6 +121,7 @@ export const ServeConfig = z.strictObject({
   /** Agent API requests per node allowed at once above heartbeat_rate. */
   heartbeat_burst: z.coerce.number().int().min(1).max(1_000_000).default(100),
   log_level: LogLevel.default("info"),
+  log_format: LogFormat.default("auto"),
   /** PEM certificate (chain) both listeners serve HTTPS with; needs tls_key. */
   tls_cert: z.string().min(1).optional(),
   /** PEM private key of tls_cert. */
@@ -270,6 +273,7 @@ export const AgentConfig = z.strictObject({
   start_timeout: Duration.prefault("10m"),
   health_interval: Duration.prefault("2s"),
   log_level: LogLevel.default("info"),
+  log_format: LogFormat.default("auto"),
   /** PEM CA (or the server's own self-signed certificate) to trust for an https server. */
   server_ca: z.string().min(1).optional(),
   /** Pin: the SHA-256 fingerprint the server's certificate must have. */
