@@ -81,7 +81,7 @@ export function renderStatus(summary: Summary, style: Style, opts: { wide?: bool
   out.push(`Replicas  ${rParts.join(" · ")}`);
   out.push(`Models    ${m.total} total · ${m.satisfied} satisfied · ${m.short ? paint(style, "yellow", `${m.short} short`) : "0 short"}`);
 
-  const attention = haAttention(s);
+  const attention = [...haAttention(s), ...drainAttention(s, wide)];
   if (attention.length > 0) {
     out.push("", paint(style, "bold", paint(style, "red", "Attention")));
     for (const a of attention) out.push(`  ${a}`);
@@ -181,6 +181,21 @@ export function haAttention(s: Summary): string[] {
       else if (m.lag > STORE_LAG_WARN) out.push(`store member ${m.name} is ${bytes(m.lag)} behind the leader`);
     }
   }
+  return out;
+}
+
+/** Stuck drains listed one a line before the rest are counted (all with -o wide). */
+const DRAIN_LINES = 5;
+
+/**
+ * "drain of gpu-03 cannot finish: llama-70b has nowhere else to go now: …", one line per drain
+ * that cannot finish, never-ending ones first; a drain that only takes time is not listed.
+ */
+export function drainAttention(s: Pick<Summary, "stuck_drains">, wide = false): string[] {
+  const stuck = [...(s.stuck_drains ?? [])].sort((a, b) => Number(b.never) - Number(a.never));
+  const shown = wide ? stuck : stuck.slice(0, DRAIN_LINES);
+  const out = shown.map((d) => `drain of ${d.node} ${d.never ? "can never finish" : "cannot finish"} (${plural(d.remaining, "replica")} left): ${oneLine(d.reason, 300)}`);
+  if (stuck.length > shown.length) out.push(`… and ${stuck.length - shown.length} more stuck drains (llmgw status -o wide)`);
   return out;
 }
 

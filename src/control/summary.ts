@@ -150,6 +150,11 @@ export function summarize(t: Tables, extras: SummaryExtras): Summary {
     unhealthy_gpus: [...byReason.values()].sort((a, b) => b.gpus - a.gpus || (a.reason < b.reason ? -1 : 1)),
     gpu_discovery: discovery.sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0)),
   };
+  const stuck = t.nodes
+    .filter((n) => n.drain?.blocked)
+    .map((n) => ({ node: n.name, remaining: n.drain!.remaining, never: n.drain!.never, reason: n.drain!.blocked! }))
+    .sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0));
+  if (stuck.length > 0) s.stuck_drains = stuck;
   if (extras.storeError) s.store_error = extras.storeError;
   return s;
 }
