@@ -7,7 +7,7 @@
 import type { EventView, ModelView, NodeView, ReplicaView } from "../protocol/views";
 import { type Client, CliError } from "./client";
 import { safeText } from "../lib/text";
-import { humanMs, oneLine } from "../lib/format";
+import { humanMs, oneLine, plural } from "../lib/format";
 
 /** How long `apply --wait` and `drain --wait` follow before giving up, unless --timeout says. */
 export const WAIT_TIMEOUT = "10m";
@@ -88,7 +88,7 @@ function drainCause(n: NodeView, left: readonly ReplicaView[]): string {
   if (d?.blocked) return d.blocked;
   const r = d?.replicas.find((x) => x.reason);
   if (r) return `${r.model} (${r.id}): ${r.reason}`;
-  return left.length > 0 ? `${left.length} replicas still on ${n.name}` : `${n.name} not yet cordoned`;
+  return left.length > 0 ? `${plural(left.length, "replica")} still on ${n.name}` : `${n.name} not yet cordoned`;
 }
 
 export async function waitForDrain(client: Client, node: string, o: WaitOptions): Promise<void> {
@@ -107,18 +107,18 @@ export async function waitForDrain(client: Client, node: string, o: WaitOptions)
       const rs = await all();
       const left = on(rs);
       if (n.admin_state === "cordoned" && left.length === 0) return { done: true, cause: "" };
-      if (n.admin_state !== "draining" && n.admin_state !== "cordoned") throw new CliError(`drain of ${node} stopped: the node is ${n.state} now (uncordoned?), ${left.length} replicas still on it`);
+      if (n.admin_state !== "draining" && n.admin_state !== "cordoned") throw new CliError(`drain of ${node} stopped: the node is ${n.state} now (uncordoned?), ${plural(left.length, "replica")} still on it`);
       if (n.drain?.never && n.drain.blocked) throw new CliError(`drain of ${node} can never finish: ${oneLine(n.drain.blocked, 400)}`);
-      // Progress: a replica on the node moved, stopped or changed state; a replica of what is moving became ready.
+      // Progress: a replica on the node moved, stopped or changed state; a replacement of what is moving was placed or became ready.
       for (const r of left) moving.add(r.model);
       const progress = [
         ...left.map((r) => `${r.id}:${r.state}`).sort(),
         "|",
-        ...rs.filter((r) => r.state === "ready" && moving.has(r.model)).map((r) => r.id).sort(),
+        ...rs.filter((r) => (r.state === "ready" || r.state === "starting") && moving.has(r.model) && !left.includes(r)).map((r) => `${r.id}:${r.state}`).sort(),
       ].join(",");
       const cause = drainCause(n, left);
       const stalled = stalls.check(node, progress, now);
-      if (stalled !== undefined) c.write(safeText(`node/${node} stalled: nothing moved for ${humanMs(stalled)}, ${left.length} replicas left: ${oneLine(cause, 300)}`) + "\n");
+      if (stalled !== undefined) c.write(safeText(`node/${node} stalled: nothing moved for ${humanMs(stalled)}, ${plural(left.length, "replica")} left: ${oneLine(cause, 300)}`) + "\n");
       return { done: false, cause };
     },
     (e) => e.subject === `node/${node}` || [...moving].some((m) => e.message.includes(` of ${m} `) || e.message.endsWith(` of ${m}`)),

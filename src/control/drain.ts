@@ -86,6 +86,7 @@ export function drainProgress(snapshot: Snapshot, facts: ReadonlyMap<string, Dra
       d.never = stuck.status === "never";
       d.blocked = `${stuck.model} has nowhere else to go${d.never ? "" : " now"}: ${stuck.reason}`;
       if (stuck.reason?.startsWith("parked")) d.blocked = `${stuck.model} is ${stuck.reason}`;
+      else if (d.never) d.blocked += ` (\`llmgw uncordon ${node}\` calls the drain off; or add such nodes)`;
     }
     out.set(node, d);
   }
@@ -109,7 +110,7 @@ function replicaDrain(
   const st = f?.state;
   if (st?.parked) return { status: "never", reason: `parked after ${plural(st.failures, "failed start")} (${st.reason ?? "no error given"}); llmgw models unpark ${m.name} to retry` };
   const cannot = never(m, desired);
-  if (cannot !== undefined) return { status: "never", reason: `${cannot}; waiting will not help (llmgw uncordon to stop the drain, or add such nodes)` };
+  if (cannot !== undefined) return { status: "never", reason: `${cannot}; waiting will not help` };
   if (other.ready + other.starting >= desired) return { status: "waiting", reason: `its replacement is starting elsewhere (${other.ready}/${desired} ready)` };
   if (st?.unplaceableReason) return { status: "blocked", reason: st.unplaceableReason };
   if (st && st.failures > 0 && st.reason) return { status: "blocked", reason: `its replacement failed to start (${plural(st.failures, "failure")}, retrying): ${st.reason}` };

@@ -39,7 +39,7 @@ describe("drain progress per draining node", () => {
     expect(d.remaining).toBe(1);
     expect(d.never).toBe(true);
     expect(d.replicas).toEqual([{ id: "r1", model: "llama-70b", state: "ready", status: "never", reason: expect.stringContaining("no other node has H100-80GB GPUs") }]);
-    expect(d.blocked).toStartWith("llama-70b has nowhere else to go: no other node has H100-80GB GPUs; waiting will not help");
+    expect(d.blocked).toBe("llama-70b has nowhere else to go: no other node has H100-80GB GPUs; waiting will not help (`llmgw uncordon gpu-03` calls the drain off; or add such nodes)");
   });
 
   test("never: other nodes of the class are too small even all free", () => {
