@@ -102,7 +102,7 @@ function replicaDrain(
   other: { ready: number; starting: number },
   never: (m: ModelRow, desired: number) => string | undefined,
 ): { status: DrainStatus; reason: string | null } {
-  if (r.state === "draining") return { status: "stopping", reason: "stopping" };
+  if (r.state === "draining") return { status: "stopping", reason: null };
   // Starting ones have served nothing and stop at once; a model gone from the catalog stops too.
   if (r.state === "starting" || !m) return { status: "stopping", reason: "stops at the next reconcile" };
   const desired = f?.desired ?? m.spec.replicas.min;

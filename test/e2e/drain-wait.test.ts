@@ -107,5 +107,18 @@ test("a drain blocked now is said stalled with its cause and waits on; the timeo
   expect(n.drain).toMatchObject({ remaining: 1, never: false });
   expect(n.drain!.blocked).toStartWith("llama-70b has nowhere else to go now: ");
   expect((await cli(["status"])).stdout).toMatch(/Attention\n {2}drain of solo-01 cannot finish \(1 replica left\): llama-70b has nowhere else to go now: /);
-  expect((await cli(["drain", "--help"])).stdout).toContain("(default 2m)");
+  expect((await cli(["nodes", "solo-01"])).stdout).toMatch(/Drain: +1 replica left, cannot finish now: llama-70b has nowhere else to go now: [^\n]*\n +r-\S+ llama-70b ready: blocked \(/);
+  const help = (await cli(["drain", "--help"])).stdout;
+  expect(help).toContain("--stall DURATION");
+  expect(help).toContain("(default 2m)");
+  expect(help).toContain("(default 10m)");
 }, 40_000);
+
+test("apply --wait says a model stalled, with its reason, and exits 1 at the timeout naming it", async () => {
+  writeFileSync(join(dir, "third.yaml"), `models:\n  - name: third\n    replicas: {min: 1}\n    profiles:\n      - {name: tp4, engine: vllm, gpu_class: ${H}, gpus: 4}\n`);
+  const a = await cli(["apply", "-f", "third.yaml", "--wait", "--stall", "1s", "--timeout", "3s"]);
+  expect(a.code).toBe(1);
+  expect(a.stdout).toMatch(/^model\/third stalled: ready 0\/1 for 1s: /m);
+  expect(a.stderr).toMatch(/^error: wait for third not done after 3s: third ready 0\/1: not now: no H100-80GB node has 4 free GPUs/);
+  expect((await cli(["apply", "--help"])).stdout).toMatch(/--stall DURATION[\s\S]*\(default 2m\)/);
+}, 30_000);
