@@ -234,7 +234,7 @@ export const command: Command = {
   summary: "Show the fleet summary: capacity, fabrics, replicas, models, and what needs attention.",
   usage: "llmgw status [-o table|wide|json] [-w] [--server URL] [--token TOKEN]",
   flags: { ...OUTPUT_FLAG, ...WATCH_FLAGS, ...CLIENT_FLAGS },
-  details: `Nodes that need a person (unreachable, cordoned, draining, pending) are named, the first ${NAMED} of each; -o wide names up to 20. -w keeps the screen refreshed.`,
+  details: `Nodes that need a person (unreachable, cordoned, draining, pending) are named, the first ${NAMED} of each; -o wide names up to 20. Drains that cannot finish (a model with nowhere else to go, now or ever) are listed under Attention with why; one that only takes time is not. -w keeps the screen refreshed.`,
   examples: ["./llmgw status", "llmgw status -w", "llmgw status -o wide", "llmgw status -o json | jq .gpus", "llmgw status --server http://head:8001 --token $TOKEN"],
   async run({ flags }) {
     const format = outputFormat(flags, ["table", "wide", "json"]);
