@@ -6,7 +6,7 @@ import { UsageError } from "../config/flags";
 import { safeText } from "../lib/text";
 import { parseDuration } from "../protocol/duration";
 import { CLIENT_FLAGS, CliError, resolveClient } from "./client";
-import { WAIT_TIMEOUT, waitForModels } from "./wait";
+import { STALL_AFTER, WAIT_TIMEOUT, waitForModels } from "./wait";
 import { oneLine } from "../lib/format";
 import type { ModelView } from "../protocol/views";
 import type { Command } from "./command";
@@ -26,11 +26,12 @@ export async function readCatalogFile(path: string): Promise<unknown> {
 export const command: Command = {
   name: "apply",
   summary: "Create or replace the models in a catalog file (YAML or JSON).",
-  usage: "llmgw apply -f FILE",
+  usage: "llmgw apply -f FILE [--wait [--timeout DURATION] [--stall DURATION]]",
   flags: {
     file: { kind: "string", short: "f", value: "FILE", help: "catalog file (.yaml, .yml or .json; - for stdin)" },
     wait: { kind: "boolean", short: "w", help: "follow the models until each is ready, parked, or known never to fit this fleet (exit 1 for either of those, at once)" },
-    timeout: { kind: "string", value: "DURATION", help: `give up waiting after this long (default ${WAIT_TIMEOUT})` },
+    timeout: { kind: "string", value: "DURATION", help: `give up waiting after this long, exit 1 with what each model waits on (default ${WAIT_TIMEOUT})` },
+    stall: { kind: "string", value: "DURATION", help: `say so, with the model's reason, when its ready count has not risen for this long, and keep waiting (default ${STALL_AFTER})` },
     ...CLIENT_FLAGS,
   },
   details: "Models not in the file are left alone; remove one with DELETE /api/v1/models/NAME.",
@@ -42,6 +43,8 @@ export const command: Command = {
     const client = resolveClient(flags);
     const timeout = parseDuration((flags.timeout as string | undefined) ?? WAIT_TIMEOUT);
     if (timeout === undefined) throw new UsageError(`--timeout must be a duration like 10m, not "${flags.timeout}"`);
+    const stall = parseDuration((flags.stall as string | undefined) ?? STALL_AFTER);
+    if (stall === undefined || stall <= 0) throw new UsageError(`--stall must be a duration like 2m, not "${flags.stall}"`);
     const res = await client.send<{ results: { name: string; message: string }[] }>("POST", "/api/v1/apply", data);
     for (const r of res.results) process.stdout.write(`${safeText(r.message)}\n`);
     // What can never run on this fleet is said now: no tick needs to pass to know it.
@@ -49,7 +52,7 @@ export const command: Command = {
     const hopeless = (await client.get<ModelView[]>("/api/v1/models")).filter((m) => applied.has(m.name) && m.never_fits && !m.parked);
     for (const m of hopeless) process.stdout.write(`${safeText(`model/${m.name} ${oneLine(m.reason ?? "can never fit on this fleet", 300)}`)}\n`);
     if (!flags.wait) return;
-    const final = await waitForModels(client, res.results.map((r) => r.name), timeout);
+    const final = await waitForModels(client, res.results.map((r) => r.name), { timeoutMs: timeout, stallMs: stall });
     const parked = final.filter((m) => m.parked);
     const never = final.filter((m) => !m.parked && m.never_fits && m.ready < m.desired);
     const problems = [

@@ -7,7 +7,7 @@ import { parseDuration } from "../protocol/duration";
 import type { NodeView, ReplicaView } from "../protocol/views";
 import { CLIENT_FLAGS, CliError, outputFlag, resolveClient } from "./client";
 import type { Command } from "./command";
-import { waitForDrain } from "./wait";
+import { STALL_AFTER, waitForDrain } from "./wait";
 
 /** How long `nodes delete --force` waits for the drain before deleting anyway, unless --timeout says. */
 const DELETE_DRAIN_TIMEOUT = "5m";
@@ -67,10 +67,10 @@ export async function runNodeVerb(verb: (typeof NODE_VERBS)[number], args: strin
       const d = await client.send<{ message: string }>("POST", `${path}/drain`);
       if (flags.output !== "json") process.stdout.write(`${d.message}\n`);
       try {
-        await waitForDrain(client, name, timeout);
+        await waitForDrain(client, name, { timeoutMs: timeout, stallMs: parseDuration(STALL_AFTER)! });
       } catch (e) {
         if (!(e instanceof CliError)) throw e;
-        process.stdout.write(`node/${name} not drained within ${flags.timeout ?? DELETE_DRAIN_TIMEOUT}: deleting anyway, what is left on it stops\n`);
+        process.stdout.write(`node/${name} not drained (${e.message}): deleting anyway, what is left on it stops\n`);
       }
     }
   }

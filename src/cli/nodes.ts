@@ -6,7 +6,7 @@ import type { Command } from "./command";
 import { WATCH_FLAGS, runWatched, watchSettings } from "./watch";
 import { safeDeep } from "../lib/text";
 import { NODE_TRUST_FLAGS, NODE_VERBS, NODES_DETAILS, runNodeVerb } from "./node-trust";
-import { ago, oneLine } from "../lib/format";
+import { ago, oneLine, plural } from "../lib/format";
 import { type Style, detectStyle, paint, table } from "./render";
 
 function stateText(style: Style, s: string): string {
@@ -66,6 +66,14 @@ export function engineList(engines: NonNullable<NodeView["engines"]>, style: Sty
     .join(", ");
 }
 
+/** A draining node's progress: what is left on it, what holds it up, and each replica's reason. */
+function drainLines(d: NonNullable<NodeView["drain"]>, style: Style): string[] {
+  const head = d.blocked ? paint(style, d.never ? "red" : "yellow", `${d.never ? "can never finish" : "cannot finish now"}: ${oneLine(d.blocked, 400)}`) : "in progress";
+  const lines = [`Drain:      ${plural(d.remaining, "replica")} left, ${head}`];
+  for (const r of d.replicas) lines.push(`            ${r.id} ${r.model} ${r.state}: ${r.status}${r.reason ? ` (${oneLine(r.reason, 200)})` : ""}`);
+  return lines;
+}
+
 export function renderNode(node: NodeView, style: Style, now = Date.now()): string {
   const n = safeDeep(node);
   const lines = [
@@ -80,6 +88,7 @@ export function renderNode(node: NodeView, style: Style, now = Date.now()): stri
   ];
   if (n.discovery_error) lines.push(`Discovery:  ${paint(style, "red", oneLine(n.discovery_error, 1024))}`);
   if (n.engines.length > 0) lines.push(`Engines:    ${engineList(n.engines, style)}`);
+  if (n.drain) lines.push(...drainLines(n.drain, style));
   const reasons = n.gpus.some((g) => !g.healthy && g.reason);
   if (n.gpus.length > 0)
     lines.push(

@@ -81,7 +81,7 @@ export function renderStatus(summary: Summary, style: Style, opts: { wide?: bool
   out.push(`Replicas  ${rParts.join(" · ")}`);
   out.push(`Models    ${m.total} total · ${m.satisfied} satisfied · ${m.short ? paint(style, "yellow", `${m.short} short`) : "0 short"}`);
 
-  const attention = haAttention(s);
+  const attention = [...haAttention(s), ...drainAttention(s, wide)];
   if (attention.length > 0) {
     out.push("", paint(style, "bold", paint(style, "red", "Attention")));
     for (const a of attention) out.push(`  ${a}`);
@@ -184,6 +184,21 @@ export function haAttention(s: Summary): string[] {
   return out;
 }
 
+/** Stuck drains listed one a line before the rest are counted (all with -o wide). */
+const DRAIN_LINES = 5;
+
+/**
+ * "drain of gpu-03 cannot finish: llama-70b has nowhere else to go now: …", one line per drain
+ * that cannot finish, never-ending ones first; a drain that only takes time is not listed.
+ */
+export function drainAttention(s: Pick<Summary, "stuck_drains">, wide = false): string[] {
+  const stuck = [...(s.stuck_drains ?? [])].sort((a, b) => Number(b.never) - Number(a.never));
+  const shown = wide ? stuck : stuck.slice(0, DRAIN_LINES);
+  const out = shown.map((d) => `drain of ${d.node} ${d.never ? "can never finish" : "cannot finish"} (${plural(d.remaining, "replica")} left): ${oneLine(d.reason, 300)}`);
+  if (stuck.length > shown.length) out.push(`… and ${stuck.length - shown.length} more stuck drains (llmgw status -o wide)`);
+  return out;
+}
+
 /** Nodes named per line before the rest are counted. */
 const NAMED = 5;
 
@@ -219,7 +234,7 @@ export const command: Command = {
   summary: "Show the fleet summary: capacity, fabrics, replicas, models, and what needs attention.",
   usage: "llmgw status [-o table|wide|json] [-w] [--server URL] [--token TOKEN]",
   flags: { ...OUTPUT_FLAG, ...WATCH_FLAGS, ...CLIENT_FLAGS },
-  details: `Nodes that need a person (unreachable, cordoned, draining, pending) are named, the first ${NAMED} of each; -o wide names up to 20. -w keeps the screen refreshed.`,
+  details: `Nodes that need a person (unreachable, cordoned, draining, pending) are named, the first ${NAMED} of each; -o wide names up to 20. Drains that cannot finish (a model with nowhere else to go, now or ever) are listed under Attention with why; one that only takes time is not. -w keeps the screen refreshed.`,
   examples: ["./llmgw status", "llmgw status -w", "llmgw status -o wide", "llmgw status -o json | jq .gpus", "llmgw status --server http://head:8001 --token $TOKEN"],
   async run({ flags }) {
     const format = outputFormat(flags, ["table", "wide", "json"]);

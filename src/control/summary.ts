@@ -33,6 +33,22 @@ function nodeNames(t: Tables): NonNullable<Summary["node_names"]> {
   return named;
 }
 
+/** Classes and fabrics in name order. */
+const byName = (a: { class?: string; fabric?: string }, b: { class?: string; fabric?: string }) => {
+  const x = a.class ?? a.fabric ?? "";
+  const y = b.class ?? b.fabric ?? "";
+  return x < y ? -1 : x > y ? 1 : 0;
+};
+
+/** Drains that cannot finish, by node, with why (views' drain progress); one that only takes time is not one. */
+function stuckDrains(t: Tables): Pick<Summary, "stuck_drains"> {
+  const stuck = t.nodes
+    .filter((n) => n.drain?.blocked)
+    .map((n) => ({ node: n.name, remaining: n.drain!.remaining, never: n.drain!.never, reason: n.drain!.blocked! }))
+    .sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0));
+  return stuck.length > 0 ? { stuck_drains: stuck } : {};
+}
+
 export function summarize(t: Tables, extras: SummaryExtras): Summary {
   const nodes: Summary["nodes"] = { total: t.nodes.length, ready: 0, cordoned: 0, draining: 0, unreachable: 0 };
   const byClass = new Map<string, ClassUse>();
@@ -126,12 +142,6 @@ export function summarize(t: Tables, extras: SummaryExtras): Summary {
   unplaceable.sort();
   parked.sort((a, b) => (a.model < b.model ? -1 : 1));
 
-  const byName = (a: { class?: string; fabric?: string }, b: { class?: string; fabric?: string }) => {
-    const x = a.class ?? a.fabric ?? "";
-    const y = b.class ?? b.fabric ?? "";
-    return x < y ? -1 : x > y ? 1 : 0;
-  };
-
   const s: Summary = {
     version: extras.version,
     nodes,
@@ -149,6 +159,7 @@ export function summarize(t: Tables, extras: SummaryExtras): Summary {
     control_planes: extras.controlPlanes ?? {},
     unhealthy_gpus: [...byReason.values()].sort((a, b) => b.gpus - a.gpus || (a.reason < b.reason ? -1 : 1)),
     gpu_discovery: discovery.sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0)),
+    ...stuckDrains(t),
   };
   if (extras.storeError) s.store_error = extras.storeError;
   return s;

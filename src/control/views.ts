@@ -3,6 +3,7 @@
 // the same tables, and the summary (summary.ts) is computed from these very tables.
 
 import { type FleetCapacity, fleetCapacity, modelNeverFits, neverText } from "./capacity";
+import { type DrainModelFacts, drainProgress } from "./drain";
 import { plural } from "../lib/format";
 import type { EngineReport } from "../protocol/heartbeat";
 import type { GpuView, ModelView, NodeState, NodeView, ReplicaView, Tables } from "../protocol/views";
@@ -77,6 +78,7 @@ export function buildTables({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSin
     if (!list) weightsByNode.set(w.node, (list = []));
     list.push(w.model);
   }
+  const drains = drainProgress(snapshot, drainFacts(snapshot, now));
   const nodes: NodeView[] = snapshot.nodes.map((n) => {
     const gpus = gpusByNode.get(n.name) ?? [];
     let free = 0;
@@ -85,7 +87,7 @@ export function buildTables({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSin
       if (!g.healthy) unhealthy++;
       else if (g.in_use_by === null) free++;
     }
-    return {
+    const view: NodeView = {
       name: n.name,
       state: nodeState(n.adminState, observedFrom(n.lastHeartbeat, now, watchedSince), now, nodeTimeoutMs),
       admin_state: n.adminState,
@@ -103,8 +105,22 @@ export function buildTables({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSin
       discovery_error: snapshot.discovery?.get(n.name)?.error ?? null,
       engines: (engines?.get(n.name) ?? []).map((e) => ({ engine: e.engine, version: e.version, error: e.error })),
     };
+    const drain = drains.get(n.name);
+    return drain ? { ...view, drain } : view;
   });
   return { nodes, replicas: replicaViews(snapshot, lastUsed, now), models: modelViews(snapshot, now) };
+}
+
+/** What the drain judgement reads per model, only when some node is draining. */
+function drainFacts(snapshot: Snapshot, now: number): Map<string, DrainModelFacts> {
+  const out = new Map<string, DrainModelFacts>();
+  if (!snapshot.nodes.some((n) => n.adminState === "draining")) return out;
+  const stateByModel = new Map(snapshot.modelState.map((s) => [s.model, s]));
+  for (const m of snapshot.models) {
+    const state = stateByModel.get(m.name);
+    out.set(m.name, { state, desired: desiredReplicas(m.spec, state, now) });
+  }
+  return out;
 }
 
 /** Each node's GPUs with who holds them, and its GPU memory counting shared memory once. */

@@ -42,6 +42,29 @@ export const EngineViewSchema = z.object({
 });
 export type EngineView = z.infer<typeof EngineViewSchema>;
 
+/** How a draining node's drain is going (control/drain.ts): what is left on it and what holds it up. */
+export const NodeDrainSchema = z
+  .object({
+    remaining: z.number().int().describe("Replicas still on the node (failed ones are gone and do not count)."),
+    replicas: z
+      .array(
+        z.object({
+          id: z.string(),
+          model: z.string(),
+          state: ReplicaStateSchema,
+          status: z
+            .enum(["stopping", "waiting", "blocked", "never"])
+            .describe("stopping: it stops now; waiting: its replacement is on its way; blocked: it has nowhere else to go now; never: it never will while this drain stands (waiting will not help)."),
+          reason: z.string().nullable(),
+        }),
+      )
+      .describe("The replicas still on the node, each with why it has not moved yet."),
+    blocked: z.string().nullable().describe("Why the drain cannot finish (the first replica with nowhere to go, and why); null while it is progressing."),
+    never: z.boolean().describe("The drain can never finish as things stand: a model no other node could ever hold, or a parked one. Waiting will not help."),
+  })
+  .describe("How a draining node's drain is going.");
+export type NodeDrain = z.infer<typeof NodeDrainSchema>;
+
 export const NodeViewSchema = z.object({
   name: z.string(),
   state: NodeStateSchema,
@@ -66,6 +89,8 @@ export const NodeViewSchema = z.object({
   engines: z
     .array(EngineViewSchema)
     .describe("The engines the node's agent reported, with the version it found (null: none, with why in `error`); empty when the agent has not said (older agents, simulated nodes): unknown, not absent."),
+  /** Present only on a draining node: what is left on it and what holds the drain up. */
+  drain: NodeDrainSchema.optional(),
 });
 export type NodeView = z.infer<typeof NodeViewSchema>;
 
@@ -210,6 +235,11 @@ export const SummarySchema = z.object({
   unhealthy_gpus: z.array(UnhealthyGpusSchema).optional().describe("Unhealthy GPUs by reason, most first."),
   /** Nodes whose GPU discovery failed or is incomplete, by name. */
   gpu_discovery: z.array(DiscoveryProblemSchema).optional().describe("Nodes whose GPU discovery failed or is incomplete, by name."),
+  /** Drains that cannot finish (blocked now, or never), by node: what needs a person. A drain that only takes time is not listed. */
+  stuck_drains: z
+    .array(z.object({ node: z.string(), remaining: z.number().int(), never: z.boolean(), reason: z.string() }))
+    .optional()
+    .describe("Drains that cannot finish (blocked now, or never while the drain stands), by node, with why. A drain that only takes time is not listed."),
   /** The router's listener as this head node runs it: whether anyone who reaches it may use it. */
   router: RouterExposureSchema.optional(),
   /** How far behind the head node is; always present from a head node that measures it. */
