@@ -6,7 +6,7 @@ import { Hono } from "hono";
 import { getBunServer } from "hono/bun";
 import type { Logger } from "pino";
 import type { Controller } from "../control/controller";
-import { type ModelSpec, checkCatalogFile, inFileOrder, zodIssues } from "../protocol/catalog";
+import { type ModelSpec, catalogPath, checkCatalogFile, inFileOrder, zodIssues } from "../protocol/catalog";
 import { ConflictError } from "../control/errors";
 import { SegmentName } from "../protocol/common";
 import type { ApiKeyRevoked, ApplyResult, CreatedApiKey, ModelDeleted, ModelDetail, ModelPutResult, NodeActionResult, RouterExposure, UnparkResult } from "../protocol/views";
@@ -35,10 +35,13 @@ function asProblems(models?: unknown) {
   };
 }
 
-async function jsonBody(req: Request): Promise<unknown> {
+/** A catalog body's paths as people read them: a model by its name (catalogPath). */
+const catalogBody = (path: (string | number)[], body: unknown) => catalogPath(path, (body as { models?: unknown } | null)?.models);
+
+async function jsonBody(req: Request, render?: typeof catalogBody): Promise<unknown> {
   const type = req.headers.get("content-type") ?? "";
   if (type && !/^application\/json\b/i.test(type)) throw new HttpError(415, "unsupported_media_type", `send the body as application/json, not ${type.slice(0, 60)}`);
-  return parseJsonBody(await req.text());
+  return parseJsonBody(await req.text(), render);
 }
 
 function nodeName(raw: string): string {
@@ -128,7 +131,7 @@ export function adminRoutes(ctl: Controller, log: Logger, joinToken: string, rou
   });
   app.put("/models/:name{.+}", async (c) => {
     const name = c.req.param("name");
-    const body = await jsonBody(c.req.raw);
+    const body = await jsonBody(c.req.raw, catalogBody);
     if (body !== null && typeof body === "object" && !Array.isArray(body)) {
       const given = (body as { name?: unknown }).name;
       if (given === undefined) (body as { name?: unknown }).name = name;
@@ -159,7 +162,7 @@ export function adminRoutes(ctl: Controller, log: Logger, joinToken: string, rou
 
   /** A whole catalog file (as JSON): every model created or replaced, all or none. */
   app.post("/apply", async (c) => {
-    const body = await jsonBody(c.req.raw);
+    const body = await jsonBody(c.req.raw, catalogBody);
     const models = (body as { models?: unknown } | null)?.models;
     const { file, specs, issues } = checkCatalogFile(body);
     if (!file) {

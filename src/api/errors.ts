@@ -77,7 +77,7 @@ export function handleError(err: unknown, c: Context, log: Logger): Response {
  * Parses a JSON body, refusing strings with lone surrogates (see loneSurrogatePath); the rest
  * is checked by the route's schema.
  */
-export function parseJsonBody(text: string): unknown {
+export function parseJsonBody(text: string, render: (path: (string | number)[], body: unknown) => string = issuePath): unknown {
   if (text.trim() === "") throw new HttpError(400, "invalid_request", "(body): empty body, expected JSON");
   let v: unknown;
   try {
@@ -86,6 +86,6 @@ export function parseJsonBody(text: string): unknown {
     throw new HttpError(400, "invalid_json", `(body): malformed JSON: ${(e as Error).message}`);
   }
   const bad = loneSurrogatePath(v);
-  if (bad) throw new HttpError(400, "invalid_request", `${issuePath(bad).toWellFormed()}: holds invalid Unicode (a lone surrogate)`);
+  if (bad) throw new HttpError(400, "invalid_request", `${render(bad, v).toWellFormed()}: holds invalid Unicode (a lone surrogate)`);
   return v;
 }
