@@ -27,8 +27,11 @@ export async function readCatalogFile(path: string): Promise<CatalogText> {
   if (text.length > MAX_FILE_BYTES) throw new CliError(`${name}: ${(text.length / 1024 / 1024).toFixed(1)} MiB is more than the server accepts (${MAX_FILE_BYTES / 1024 / 1024} MiB)`);
   const kind: Kind = /\.json$/i.test(path) ? "json" : "yaml";
   try {
-    return { name, text, kind, data: kind === "json" ? JSON.parse(text) : Bun.YAML.parse(text) };
+    const data: unknown = kind === "json" ? JSON.parse(text) : Bun.YAML.parse(text);
+    if (data === null || data === undefined) throw new CliError(`${safeText(name)}: the file is empty; a catalog is a mapping with a models list (models: [...])`);
+    return { name, text, kind, data };
   } catch (e) {
+    if (e instanceof CliError) throw e;
     const { pos, message } = syntaxError(text, kind, (e as Error).message);
     throw new CliError(safeText(`${name}${pos ? `:${pos.line}:${pos.col}` : ""}: not valid ${kind === "json" ? "JSON" : "YAML"}: ${message}`));
   }

@@ -316,7 +316,8 @@ function yamlErrorAt(text: string): Pos | undefined {
   const before = prefix(line);
   const l = lines[line] ?? "";
   let col = /^ */.exec(l)![0].length;
-  if (l.length <= 300 && !/["'[\]{}]/.test(l)) for (let k = l.length; k > col; k--) if (parses(`${before}${line > 0 ? "\n" : ""}${l.slice(0, k)}`)) {
+  // A tab in the indentation is the error itself (YAML indents with spaces only).
+  if (l[col] !== "\t" && l.length <= 300 && !/["'[\]{}]/.test(l)) for (let k = l.length; k > col; k--) if (parses(`${before}${line > 0 ? "\n" : ""}${l.slice(0, k)}`)) {
     col = k;
     break;
   }

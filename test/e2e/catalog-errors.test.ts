@@ -99,6 +99,10 @@ describe("apply: catalog errors speak of the file", () => {
     const j = run(bin, ["apply", "-f", "broken.json"], { cwd: dir });
     expect(j.code).toBe(1);
     expect(j.stderr).toBe("error: broken.json:3:18: not valid JSON: expected a quoted key\n");
+    writeFileSync(join(dir, "empty.yaml"), "# nothing yet\n");
+    const e = run(bin, ["apply", "-f", "empty.yaml"], { cwd: dir });
+    expect(e.code).toBe(1);
+    expect(e.stderr).toBe("error: empty.yaml: the file is empty; a catalog is a mapping with a models list (models: [...])\n");
     expect(models()).toEqual(["llama-3.1-8b:1"]);
   });
 
