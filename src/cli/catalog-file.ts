@@ -34,6 +34,12 @@ export function positionAt(text: string, offset: number): Pos {
 
 const key = (path: readonly Seg[]) => JSON.stringify(path);
 
+/** How long the search for a YAML syntax error's position may take. */
+const SEARCH_BUDGET_MS = 2000;
+
+/** How deep positions are followed: a catalog's deepest key is models[i].profiles[j].env.NAME. */
+const MAX_DEPTH = 32;
+
 /**
  * Scans a flow collection or scalar starting at `i` (JSON when `json`, else YAML's flow style),
  * recording the position of each key and item under `path`; returns the offset after it.
@@ -76,6 +82,8 @@ function scanFlow(text: string, i: number, path: Seg[], out: Positions, offsetOf
     return [text.slice(j, k).trim(), k];
   };
   const value = (j: number, p: Seg[]): number => {
+    // A catalog nests a few levels; deeper is no catalog, and not worth a position.
+    if (p.length > MAX_DEPTH) throw new Error("nested too deep");
     j = ws(j);
     const c = text[j];
     if (c === undefined) throw new ScanError("the file ends where a value should be", j);
@@ -213,6 +221,7 @@ function yamlPositions(text: string): Positions {
     }
     const body = line.trimStart();
     if (body === "" || body.startsWith("#") || /^(?:---|\.\.\.)(?:\s|$)/.test(body) || body.startsWith("%")) continue;
+    if (stack.length > MAX_DEPTH) return out;
     let c = indent;
     let rest = body;
     for (let guard = 0; guard < 64; guard++) {
@@ -298,13 +307,17 @@ const parses = (t: string) => {
  */
 function yamlErrorAt(text: string): Pos | undefined {
   const lines = text.split("\n");
-  if (lines.length > 20_000) return undefined;
+  if (lines.length > 1_000_000) return undefined;
   const clean = cleanLineEnds(lines);
   // The first clean cut that fails, by bisection: failing is monotone over clean cuts.
   let lo = 0;
   let hi = clean.length;
   const prefix = (n: number) => lines.slice(0, n).join("\n");
+  // Each try parses a prefix again: a file of megabytes gets its message without a position
+  // rather than a wait of many seconds.
+  const deadline = performance.now() + SEARCH_BUDGET_MS;
   while (lo < hi) {
+    if (performance.now() > deadline) return undefined;
     const mid = (lo + hi) >> 1;
     if (parses(prefix(clean[mid]!))) lo = mid + 1;
     else hi = mid;
@@ -317,7 +330,7 @@ function yamlErrorAt(text: string): Pos | undefined {
   const l = lines[line] ?? "";
   let col = /^ */.exec(l)![0].length;
   // A tab in the indentation is the error itself (YAML indents with spaces only).
-  if (l[col] !== "\t" && l.length <= 300 && !/["'[\]{}]/.test(l)) for (let k = l.length; k > col; k--) if (parses(`${before}${line > 0 ? "\n" : ""}${l.slice(0, k)}`)) {
+  if (l[col] !== "\t" && l.length <= 300 && before.length <= 256 * 1024 && performance.now() < deadline && !/["'[\]{}]/.test(l)) for (let k = l.length; k > col; k--) if (parses(`${before}${line > 0 ? "\n" : ""}${l.slice(0, k)}`)) {
     col = k;
     break;
   }
