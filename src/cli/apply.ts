@@ -33,8 +33,21 @@ export async function readCatalogFile(path: string): Promise<CatalogText> {
   } catch (e) {
     if (e instanceof CliError) throw e;
     const { pos, message } = syntaxError(text, kind, (e as Error).message);
-    throw new CliError(safeText(`${name}${pos ? `:${pos.line}:${pos.col}` : ""}: not valid ${kind === "json" ? "JSON" : "YAML"}: ${message}`));
+    const what = `not valid ${kind === "json" ? "JSON" : "YAML"}`;
+    if (!pos) throw new CliError(safeText(`${name}: ${what}: ${message}`));
+    throw new CliError([safeText(`${name}:${pos.line}:${pos.col}: ${what} at line ${pos.line}, column ${pos.col}: ${message}`), ...excerpt(text, pos)].join("\n"));
   }
+}
+
+/** The line at `pos`, and a caret under its column, as compilers show them (a long line clipped around the column). */
+function excerpt(text: string, pos: { line: number; col: number }): string[] {
+  const line = text.split("\n")[pos.line - 1]?.replace(/\r$/, "");
+  if (line === undefined) return [];
+  const from = Math.max(0, pos.col - 60);
+  // One visible character per character of the line: a tab or control character would shift the caret.
+  const shown = [...line.slice(from, from + 120)].map((ch) => (ch === "\t" ? " " : safeText(ch).length === 1 ? ch : "?")).join("");
+  const n = String(pos.line);
+  return [`  ${n} | ${from > 0 ? "…" : ""}${shown}`, `  ${" ".repeat(n.length)} | ${from > 0 ? " " : ""}${" ".repeat(Math.max(0, pos.col - 1 - from))}^`];
 }
 
 /**

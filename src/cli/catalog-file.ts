@@ -288,7 +288,8 @@ export function syntaxError(text: string, kind: Kind, parserMessage: string): { 
     }
     return { message: said };
   }
-  return { pos: yamlErrorAt(text), message: said };
+  const at = yamlErrorAt(text);
+  return { pos: at?.pos, message: at?.opener ? `${said} (is the ${at.opener} here ever closed?)` : said };
 }
 
 const parses = (t: string) => {
@@ -305,7 +306,7 @@ const parses = (t: string) => {
  * (cut only where no flow collection or quoted string is open, so a prefix fails only for a
  * real error), and on that line the column after the longest part of it that still parses.
  */
-function yamlErrorAt(text: string): Pos | undefined {
+function yamlErrorAt(text: string): { pos: Pos; opener?: string } | undefined {
   const lines = text.split("\n");
   if (lines.length > 1_000_000) return undefined;
   const clean = cleanLineEnds(lines);
@@ -334,7 +335,30 @@ function yamlErrorAt(text: string): Pos | undefined {
     col = k;
     break;
   }
-  return { line: line + 1, col: Math.min(col, Math.max(0, l.length - 1)) + 1 };
+  const open = unclosedAt(l);
+  if (open !== undefined) col = open;
+  const pos = { line: line + 1, col: Math.min(col, Math.max(0, l.length - 1)) + 1 };
+  return open === undefined ? { pos } : { pos, opener: l[open] };
+}
+
+/** Where a line (starting outside any flow or quote) opens a flow collection or quoted string it does not close: the outermost, or undefined. */
+function unclosedAt(l: string): number | undefined {
+  const opens: number[] = [];
+  let quote: { ch: string; at: number } | undefined;
+  for (let i = 0; i < l.length; i++) {
+    const c = l[i]!;
+    if (quote) {
+      if (quote.ch === '"' && c === "\\") i++;
+      else if (c === quote.ch) {
+        if (quote.ch === "'" && l[i + 1] === "'") i++;
+        else quote = undefined;
+      }
+    } else if (c === "#" && (i === 0 || " \t".includes(l[i - 1]!))) break;
+    else if ((c === '"' || c === "'") && (i === 0 || " \t[{,:-".includes(l[i - 1]!))) quote = { ch: c, at: i };
+    else if (c === "[" || c === "{") opens.push(i);
+    else if ((c === "]" || c === "}") && opens.length > 0) opens.pop();
+  }
+  return opens[0] ?? quote?.at;
 }
 
 /** Numbers of lines (1-based counts of a prefix) whose end is outside any flow collection or quoted string. */

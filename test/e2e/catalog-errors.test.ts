@@ -94,11 +94,11 @@ describe("apply: catalog errors speak of the file", () => {
     writeFileSync(join(dir, "broken.yaml"), "models:\n  - name: x\n    profiles:\n      - name: p\n       engine: vllm\n");
     const y = run(bin, ["apply", "-f", "broken.yaml"], { cwd: dir });
     expect(y.code).toBe(1);
-    expect(y.stderr).toMatch(/^error: broken\.yaml:5:\d+: not valid YAML: /);
+    expect(y.stderr).toBe(["error: broken.yaml:5:8: not valid YAML at line 5, column 8: Unexpected token", "  5 |        engine: vllm", "    |        ^", ""].join("\n"));
     writeFileSync(join(dir, "broken.json"), '{\n  "models": [\n    {"name": "a",}\n  ]\n}\n');
     const j = run(bin, ["apply", "-f", "broken.json"], { cwd: dir });
     expect(j.code).toBe(1);
-    expect(j.stderr).toBe("error: broken.json:3:18: not valid JSON: expected a quoted key\n");
+    expect(j.stderr).toBe(['error: broken.json:3:18: not valid JSON at line 3, column 18: expected a quoted key', '  3 |     {"name": "a",}', "    |                  ^", ""].join("\n"));
     writeFileSync(join(dir, "empty.yaml"), "# nothing yet\n");
     const e = run(bin, ["apply", "-f", "empty.yaml"], { cwd: dir });
     expect(e.code).toBe(1);
