@@ -143,7 +143,7 @@ export function adminRoutes(ctl: Controller, log: Logger, joinToken: string, rou
         );
     }
     const parsed = ROUTES.putModel.body.safeParse(body);
-    if (!parsed.success) throw new CatalogProblems(zodIssues(parsed.error.issues, ROUTES.putModel.body));
+    if (!parsed.success) throw new CatalogProblems(zodIssues(parsed.error.issues, ROUTES.putModel.body, body));
     const spec = parsed.data;
     const [result] = await ctl.putModels([spec]).catch(asProblems());
     const { view } = await ctl.model(spec.name);

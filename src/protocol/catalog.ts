@@ -147,13 +147,13 @@ const Envelope = z.strictObject({ models: z.array(z.unknown()).max(CATALOG_LIMIT
  */
 export function checkCatalogFile(body: unknown): { file?: CatalogFile; specs: (ModelSpec | undefined)[]; issues: CatalogIssue[] } {
   const top = Envelope.safeParse(body);
-  const issues: CatalogIssue[] = top.success ? [] : zodIssues(top.error.issues, CatalogFile);
+  const issues: CatalogIssue[] = top.success ? [] : zodIssues(top.error.issues, CatalogFile, body);
   const models = isRecord(body) && Array.isArray(body.models) && body.models.length <= CATALOG_LIMITS.models ? (body.models as unknown[]) : undefined;
   if (!models) return { specs: [], issues };
   const specs = models.map((m, i) => {
     const r = ModelSpec.safeParse(m);
     if (r.success) return r.data;
-    issues.push(...zodIssues(r.error.issues, ModelSpec).map((x) => ({ path: ["models", i, ...x.path], message: x.message })));
+    issues.push(...zodIssues(r.error.issues, ModelSpec, m).map((x) => ({ path: ["models", i, ...x.path], message: x.message })));
     return undefined;
   });
   const names = models.map((m) => {
@@ -176,9 +176,16 @@ export function inFileOrder<T extends { path: readonly (string | number)[] }>(is
  * Zod's issues as catalog issues: an unknown key becomes one issue per key, at the key's own
  * path, naming the nearest key the schema knows there ("did you mean idle_timeout?").
  */
-export function zodIssues(issues: readonly z.core.$ZodIssue[], schema: z.ZodType): CatalogIssue[] {
+export function zodIssues(issues: readonly z.core.$ZodIssue[], schema: z.ZodType, input?: unknown): CatalogIssue[] {
   return issues.flatMap((i) => {
     const path = i.path.map((p) => (typeof p === "number" ? p : String(p)));
+    if (i.code === "invalid_value") {
+      // A misspelt choice (engine: vlm) gets the nearest one too.
+      const given = valueAt(input, path);
+      const choices = i.values.filter((v): v is string => typeof v === "string");
+      const near = typeof given === "string" && choices.length === i.values.length ? nearest(given, choices) : undefined;
+      return [{ path, message: near ? `${i.message}; did you mean ${near}?` : i.message }];
+    }
     if (i.code !== "unrecognized_keys") return [{ path, message: i.message }];
     const known = knownKeys(schema, path);
     return i.keys.map((k) => {
@@ -187,6 +194,15 @@ export function zodIssues(issues: readonly z.core.$ZodIssue[], schema: z.ZodType
       return { path: [...path, k], message };
     });
   });
+}
+
+function valueAt(v: unknown, path: readonly (string | number)[]): unknown {
+  let cur = v;
+  for (const seg of path) {
+    if (cur === null || typeof cur !== "object" || !Object.hasOwn(cur, seg)) return undefined;
+    cur = (cur as Record<string | number, unknown>)[seg];
+  }
+  return cur;
 }
 
 type Def = { type?: string; shape?: Record<string, unknown>; element?: unknown; in?: unknown; innerType?: unknown; valueType?: unknown };

@@ -41,6 +41,13 @@ describe("did you mean", () => {
       "models[m].idle_timout: unknown key; did you mean idle_timeout?",
     ]);
   });
+  test("a misspelt choice gets the nearest one; a far one only the list", () => {
+    expect(lines({ models: [{ name: "m", placement: "sprad", profiles: [{ ...P[0], engine: "vlm" }, { ...P[0], name: "q", engine: "tgi" }] }] })).toEqual([
+      'models[m].placement: Invalid option: expected one of "binpack"|"spread"; did you mean spread?',
+      'models[m].profiles[0].engine: Invalid option: expected one of "vllm"|"sglang"|"llama.cpp"|"fake"; did you mean vllm?',
+      'models[m].profiles[1].engine: Invalid option: expected one of "vllm"|"sglang"|"llama.cpp"|"fake"',
+    ]);
+  });
   test("a key near nothing lists the keys known there", () => {
     expect(lines({ models: [{ name: "m", profiles: P, frobnicate: 1 }] })).toEqual([
       "models[m].frobnicate: unknown key (expected one of: name, aliases, replicas, on_demand, idle_timeout, pool, weight, placement, revision, target_inflight, profiles)",
