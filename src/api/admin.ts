@@ -6,11 +6,12 @@ import { Hono } from "hono";
 import { getBunServer } from "hono/bun";
 import type { Logger } from "pino";
 import type { Controller } from "../control/controller";
-import type { ModelSpec } from "../protocol/catalog";
+import { type ModelSpec, catalogPath, checkCatalogFile, inFileOrder, zodIssues } from "../protocol/catalog";
+import { ConflictError } from "../control/errors";
 import { SegmentName } from "../protocol/common";
 import type { ApiKeyRevoked, ApplyResult, CreatedApiKey, ModelDeleted, ModelDetail, ModelPutResult, NodeActionResult, RouterExposure, UnparkResult } from "../protocol/views";
 import { VERSION } from "../version";
-import { HttpError, parseJsonBody } from "./errors";
+import { CatalogProblems, HttpError, parseJsonBody } from "./errors";
 import { join } from "node:path";
 import { generateToken, readTokenFile, writePrivateFile } from "../config/datadir";
 import type { JoinTokenRotated, NodeAddressResult, NodeApproved, NodeDeleted } from "../protocol/admin";
@@ -26,10 +27,21 @@ export function specToWire(spec: ModelSpec) {
   };
 }
 
-async function jsonBody(req: Request): Promise<unknown> {
+/** A conflict with the stored catalog, as CatalogProblems (409). */
+function asProblems(models?: unknown) {
+  return (e: unknown): never => {
+    if (e instanceof ConflictError && e.issues.length > 0) throw new CatalogProblems(e.issues, models, 409);
+    throw e;
+  };
+}
+
+/** A catalog body's paths as people read them: a model by its name (catalogPath). */
+const catalogBody = (path: (string | number)[], body: unknown) => catalogPath(path, (body as { models?: unknown } | null)?.models);
+
+async function jsonBody(req: Request, render?: typeof catalogBody): Promise<unknown> {
   const type = req.headers.get("content-type") ?? "";
   if (type && !/^application\/json\b/i.test(type)) throw new HttpError(415, "unsupported_media_type", `send the body as application/json, not ${type.slice(0, 60)}`);
-  return parseJsonBody(await req.text());
+  return parseJsonBody(await req.text(), render);
 }
 
 function nodeName(raw: string): string {
@@ -119,7 +131,7 @@ export function adminRoutes(ctl: Controller, log: Logger, joinToken: string, rou
   });
   app.put("/models/:name{.+}", async (c) => {
     const name = c.req.param("name");
-    const body = await jsonBody(c.req.raw);
+    const body = await jsonBody(c.req.raw, catalogBody);
     if (body !== null && typeof body === "object" && !Array.isArray(body)) {
       const given = (body as { name?: unknown }).name;
       if (given === undefined) (body as { name?: unknown }).name = name;
@@ -130,8 +142,10 @@ export function adminRoutes(ctl: Controller, log: Logger, joinToken: string, rou
           typeof given === "string" ? `name: "${given.slice(0, 80)}" does not match the URL's model name "${name}"` : `name: must be a string (the model's name, "${name}")`,
         );
     }
-    const spec = ROUTES.putModel.body.parse(body);
-    const [result] = await ctl.putModels([spec]);
+    const parsed = ROUTES.putModel.body.safeParse(body);
+    if (!parsed.success) throw new CatalogProblems(zodIssues(parsed.error.issues, ROUTES.putModel.body, body));
+    const spec = parsed.data;
+    const [result] = await ctl.putModels([spec]).catch(asProblems());
     const { view } = await ctl.model(spec.name);
     const answer = { ...view, spec: specToWire(spec), result: result!.result, message: `model/${spec.name} ${result!.result}` } satisfies ModelPutResult;
     return c.json(answer, result!.result === "created" ? 201 : 200);
@@ -148,8 +162,17 @@ export function adminRoutes(ctl: Controller, log: Logger, joinToken: string, rou
 
   /** A whole catalog file (as JSON): every model created or replaced, all or none. */
   app.post("/apply", async (c) => {
-    const file = ROUTES.apply.body.parse(await jsonBody(c.req.raw));
-    const results = await ctl.putModels(file.models);
+    const body = await jsonBody(c.req.raw, catalogBody);
+    const models = (body as { models?: unknown } | null)?.models;
+    const { file, specs, issues } = checkCatalogFile(body);
+    if (!file) {
+      // The models that are fine on their own are also judged against the stored catalog, so
+      // one answer names every problem; a model already refused for its names is not judged twice.
+      const named = new Set(issues.filter((i) => i.path[2] === "name" || i.path[2] === "aliases").map((i) => i.path[1]));
+      const conflicts = await ctl.catalogConflicts(specs.map((s, i) => (named.has(i) ? undefined : s)));
+      throw new CatalogProblems(inFileOrder([...issues, ...conflicts]), models);
+    }
+    const results = await ctl.putModels(file.models, true).catch(asProblems(models));
     return c.json({ results: results.map((r) => ({ ...r, message: `model/${r.name} ${r.result}` })) } satisfies ApplyResult);
   });
 

@@ -7,6 +7,7 @@ import type { Logger } from "pino";
 import { ZodError } from "zod";
 import type { ApiError } from "../protocol/views";
 import { loneSurrogatePath } from "../protocol/common";
+import { type CatalogIssue, catalogPath } from "../protocol/catalog";
 import { ConflictError, NotFoundError, StoreUnavailableError } from "../control/errors";
 
 export class HttpError extends Error {
@@ -16,6 +17,26 @@ export class HttpError extends Error {
     message: string,
   ) {
     super(message);
+  }
+}
+
+/**
+ * Every problem of a catalog body, each path as a person reads it (catalogPath): 400, or 409
+ * when each problem is a conflict with the stored catalog.
+ */
+export class CatalogProblems extends Error {
+  readonly body: ApiError;
+  constructor(
+    issues: CatalogIssue[],
+    models?: unknown,
+    readonly status: 400 | 409 = 400,
+  ) {
+    const list = issues.map((i) => ({ path: catalogPath(i.path, models), message: i.message }));
+    const first = list[0];
+    const more = list.length > 1 ? ` (and ${list.length - 1} more problem${list.length > 2 ? "s" : ""})` : "";
+    const message = first ? `${first.path}: ${first.message}${more}` : "invalid request";
+    super(message);
+    this.body = { error: { code: status === 409 ? "conflict" : "invalid_request", message, issues: list } };
   }
 }
 
@@ -38,6 +59,7 @@ export function errorBody(code: string, message: string): ApiError {
 
 export function handleError(err: unknown, c: Context, log: Logger): Response {
   if (err instanceof ZodError) return c.json(zodToApiError(err), 400);
+  if (err instanceof CatalogProblems) return c.json(err.body, err.status);
   if (err instanceof HttpError) return c.json(errorBody(err.code, err.message), err.status);
   if (err instanceof NotFoundError) return c.json(errorBody("not_found", err.message), 404);
   if (err instanceof ConflictError)
@@ -55,7 +77,7 @@ export function handleError(err: unknown, c: Context, log: Logger): Response {
  * Parses a JSON body, refusing strings with lone surrogates (see loneSurrogatePath); the rest
  * is checked by the route's schema.
  */
-export function parseJsonBody(text: string): unknown {
+export function parseJsonBody(text: string, render: (path: (string | number)[], body: unknown) => string = issuePath): unknown {
   if (text.trim() === "") throw new HttpError(400, "invalid_request", "(body): empty body, expected JSON");
   let v: unknown;
   try {
@@ -64,6 +86,6 @@ export function parseJsonBody(text: string): unknown {
     throw new HttpError(400, "invalid_json", `(body): malformed JSON: ${(e as Error).message}`);
   }
   const bad = loneSurrogatePath(v);
-  if (bad) throw new HttpError(400, "invalid_request", `${issuePath(bad).toWellFormed()}: holds invalid Unicode (a lone surrogate)`);
+  if (bad) throw new HttpError(400, "invalid_request", `${render(bad, v).toWellFormed()}: holds invalid Unicode (a lone surrogate)`);
   return v;
 }

@@ -1,26 +1,74 @@
 // `llmgw apply -f catalog.yaml`: create or replace the models a catalog file lists, all or
-// none. The file is read here (YAML or JSON) and validated by the server, which names the
-// path of every problem (e.g. models.1.profiles.0.gpus).
+// none. The file is read here (YAML or JSON; a syntax error is reported at its line and
+// column) and validated by the server, which names every problem at once by a path like
+// models[llama-3.1-8b].profiles[0].gpu_class; each is printed on its own line with the line
+// and column of the key it names, as a compiler does.
 
 import { UsageError } from "../config/flags";
 import { safeText } from "../lib/text";
 import { parseDuration } from "../protocol/duration";
-import { CLIENT_FLAGS, CliError, resolveClient } from "./client";
+import { ApiCallError, CLIENT_FLAGS, CliError, resolveClient } from "./client";
 import { STALL_AFTER, WAIT_TIMEOUT, waitForModels } from "./wait";
 import { oneLine } from "../lib/format";
 import type { ModelView } from "../protocol/views";
 import type { Command } from "./command";
+import { type Kind, pathSegments, positionOf, scanPositions, syntaxError } from "./catalog-file";
 
-export async function readCatalogFile(path: string): Promise<unknown> {
+/** What the admin API accepts in one body (src/app/head.ts): a bigger file could not be applied anyway. */
+const MAX_FILE_BYTES = 8 * 1024 * 1024;
+
+export type CatalogText = { name: string; text: string; kind: Kind; data: unknown };
+
+export async function readCatalogFile(path: string): Promise<CatalogText> {
+  const name = path === "-" ? "(stdin)" : path;
   const text = path === "-" ? await new Response(Bun.stdin.stream()).text() : await Bun.file(path).text().catch(() => {
     throw new CliError(`cannot read ${path}: no such file or not readable`);
   });
+  if (text.length > MAX_FILE_BYTES) throw new CliError(`${name}: ${(text.length / 1024 / 1024).toFixed(1)} MiB is more than the server accepts (${MAX_FILE_BYTES / 1024 / 1024} MiB)`);
+  const kind: Kind = /\.json$/i.test(path) ? "json" : "yaml";
   try {
-    if (/\.json$/i.test(path)) return JSON.parse(text);
-    return Bun.YAML.parse(text);
+    const data: unknown = kind === "json" ? JSON.parse(text) : Bun.YAML.parse(text);
+    if (data === null || data === undefined) throw new CliError(`${safeText(name)}: the file is empty; a catalog is a mapping with a models list (models: [...])`);
+    return { name, text, kind, data };
   } catch (e) {
-    throw new CliError(`${path}: not valid ${/\.json$/i.test(path) ? "JSON" : "YAML"}: ${(e as Error).message}`);
+    if (e instanceof CliError) throw e;
+    const { pos, message } = syntaxError(text, kind, (e as Error).message);
+    const what = `not valid ${kind === "json" ? "JSON" : "YAML"}`;
+    if (!pos) throw new CliError(safeText(`${name}: ${what}: ${message}`));
+    throw new CliError([safeText(`${name}:${pos.line}:${pos.col}: ${what} at line ${pos.line}, column ${pos.col}: ${message}`), ...excerpt(text, pos)].join("\n"));
   }
+}
+
+/** The line at `pos`, and a caret under its column, as compilers show them (a long line clipped around the column). */
+function excerpt(text: string, pos: { line: number; col: number }): string[] {
+  const line = text.split("\n")[pos.line - 1]?.replace(/\r$/, "");
+  if (line === undefined) return [];
+  const from = Math.max(0, pos.col - 60);
+  // One visible character per character of the line: a tab or control character would shift the caret.
+  const shown = [...line.slice(from, from + 120)].map((ch) => (ch === "\t" ? " " : safeText(ch).length === 1 ? ch : "?")).join("");
+  const n = String(pos.line);
+  return [`  ${n} | ${from > 0 ? "…" : ""}${shown}`, `  ${" ".repeat(n.length)} | ${from > 0 ? " " : ""}${" ".repeat(Math.max(0, pos.col - 1 - from))}^`];
+}
+
+/**
+ * The server's problems with a file, one line each: `FILE:LINE:COL: PATH: MESSAGE` (the
+ * position of the key the path names, when the file has it), in the file's order; those with
+ * no position after, as the server gave them.
+ */
+export function problemLines(file: CatalogText, issues: readonly { path: string; message: string }[]): string[] {
+  const positions = scanPositions(file.text, file.kind);
+  const placed = issues.map((i, n) => {
+    const segs = pathSegments(i.path, file.data);
+    const pos = segs ? positionOf(positions, segs) : undefined;
+    return { n, pos, line: safeText(`${file.name}${pos ? `:${pos.line}:${pos.col}` : ""}: ${oneLine(i.path, 300)}: ${oneLine(i.message, 500)}`) };
+  });
+  const rank = (p: (typeof placed)[number]) => (p.pos ? [p.pos.line, p.pos.col, p.n] : [Number.MAX_SAFE_INTEGER, 0, p.n]);
+  return placed
+    .sort((a, b) => {
+      const [x, y] = [rank(a), rank(b)];
+      return x[0]! - y[0]! || x[1]! - y[1]! || x[2]! - y[2]!;
+    })
+    .map((p) => p.line);
 }
 
 export const command: Command = {
@@ -34,18 +82,23 @@ export const command: Command = {
     stall: { kind: "string", value: "DURATION", help: `say so, with the model's reason, when its ready count has not risen for this long, and keep waiting (default ${STALL_AFTER})` },
     ...CLIENT_FLAGS,
   },
-  details: "Models not in the file are left alone; remove one with DELETE /api/v1/models/NAME.",
+  details:
+    "Models not in the file are left alone; remove one with `llmgw models delete NAME`. A file with problems changes nothing: each is printed on its own line as FILE:LINE:COL: PATH: MESSAGE (PATH like models[llama-3.1-8b].profiles[0].gpu_class), all of them at once; a syntax error is given at its line and column.",
   examples: ["llmgw apply -f catalog.yaml", "llmgw apply -f catalog.yaml --wait"],
   async run({ flags }) {
     const file = flags.file as string | undefined;
     if (!file) throw new UsageError("apply needs -f FILE");
-    const data = await readCatalogFile(file);
-    const client = resolveClient(flags);
     const timeout = parseDuration((flags.timeout as string | undefined) ?? WAIT_TIMEOUT);
     if (timeout === undefined) throw new UsageError(`--timeout must be a duration like 10m, not "${flags.timeout}"`);
     const stall = parseDuration((flags.stall as string | undefined) ?? STALL_AFTER);
     if (stall === undefined || stall <= 0) throw new UsageError(`--stall must be a duration like 2m, not "${flags.stall}"`);
-    const res = await client.send<{ results: { name: string; message: string }[] }>("POST", "/api/v1/apply", data);
+    const catalog = await readCatalogFile(file);
+    const client = resolveClient(flags);
+    const res = await client.send<{ results: { name: string; message: string }[] }>("POST", "/api/v1/apply", catalog.data).catch((e: unknown) => {
+      if (!(e instanceof ApiCallError) || (e.status !== 400 && e.status !== 409) || e.issues.length === 0) throw e;
+      const n = e.issues.length;
+      throw new CliError([`${safeText(catalog.name)}: ${n} problem${n > 1 ? "s" : ""}; nothing was applied`, ...problemLines(catalog, e.issues)].join("\n"));
+    });
     for (const r of res.results) process.stdout.write(`${safeText(r.message)}\n`);
     // What can never run on this fleet is said now: no tick needs to pass to know it.
     const applied = new Set(res.results.map((r) => r.name));

@@ -48,6 +48,17 @@ export class CliError extends Error {
   }
 }
 
+/** The server refused a call: its status and the problems it named (path and message each, as the server wrote them). */
+export class ApiCallError extends CliError {
+  constructor(
+    message: string,
+    readonly status: number,
+    readonly issues: { path: string; message: string }[],
+  ) {
+    super(message);
+  }
+}
+
 export interface Client {
   server: string;
   token: string;
@@ -112,7 +123,7 @@ export function resolveClient(flags: FlagValues, env = process.env, opts: { time
       const e = (data as ApiError | undefined)?.error;
       if (res.status === 401) throw new CliError(`the server at ${server} refused the admin token: ${e?.message ?? "unauthorized"}`);
       const issues = e?.issues && e.issues.length > 1 ? `\n${e.issues.map((i) => `  - ${i.path}: ${i.message}`).join("\n")}` : "";
-      throw new CliError(`${e?.message ?? `HTTP ${res.status}`}${issues}`);
+      throw new ApiCallError(`${e?.message ?? `HTTP ${res.status}`}${issues}`, res.status, e?.issues ?? []);
     }
     return data as T;
   };

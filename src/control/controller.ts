@@ -16,7 +16,7 @@ import type { Logger } from "pino";
 import type { Scheduler } from "../lib/scheduler";
 import { plural } from "../lib/format";
 import { bracketHost } from "../lib/net";
-import type { ModelSpec } from "../protocol/catalog";
+import type { CatalogIssue, ModelSpec } from "../protocol/catalog";
 import { type EngineReport, type HeartbeatRequest, type HeartbeatResponse, logsToken } from "../protocol/heartbeat";
 import type { AdminState, EventView, ModelView, NodeView, ReplicaView, Summary, Tables } from "../protocol/views";
 import { AssignmentBroker } from "./broker";
@@ -805,9 +805,10 @@ export class Controller {
    * new revision, and a new revision unparks the model: the operator changed something, so it
    * deserves another try.
    */
-  putModels(specs: ModelSpec[]): Promise<PutResult[]> {
+  putModels(specs: ModelSpec[], inFile = false): Promise<PutResult[]> {
     return this.exclusive(async () => {
-      const { results, writes } = catalogChanges(specs, await this.store.models());
+      const { results, writes, conflicts } = catalogChanges(specs, await this.store.models(), inFile);
+      if (conflicts.length > 0) throw new ConflictError(conflicts[0]!.message, conflicts[0]!.path, conflicts);
       if (writes.length > 0) await this.store.saveModels(writes, this.scheduler.now());
       for (const r of results) {
         if (r.result === "unchanged") continue;
@@ -817,6 +818,11 @@ export class Controller {
       this.wake(true);
       return results;
     });
+  }
+
+  /** What putModels would refuse of these specs (holes skipped), changing nothing: paths into a catalog file. */
+  catalogConflicts(specs: (ModelSpec | undefined)[]): Promise<CatalogIssue[]> {
+    return this.exclusive(async () => catalogChanges(specs, await this.store.models(), true).conflicts);
   }
 
   deleteModel(nameOrAlias: string): Promise<string> {

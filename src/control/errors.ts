@@ -4,7 +4,12 @@
 
 /** A name, alias or state is taken or forbids the change; `path` names the request field it concerns. */
 export class ConflictError extends Error {
-  constructor(message: string, readonly path: (string | number)[] = []) {
+  constructor(
+    message: string,
+    readonly path: (string | number)[] = [],
+    /** Every conflict found, when there are several (the first is `message` at `path`). */
+    readonly issues: { path: (string | number)[]; message: string }[] = [{ path, message }],
+  ) {
     super(message);
   }
 }

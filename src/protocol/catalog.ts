@@ -3,6 +3,7 @@
 
 import { z } from "zod";
 import { Duration, Name, Printable, safeRecord } from "./common";
+import { nearest } from "../lib/text";
 
 export const ENGINES = ["vllm", "sglang", "llama.cpp", "fake"] as const;
 export const Engine = z.enum(ENGINES);
@@ -105,22 +106,145 @@ export type ModelSpecInput = z.input<typeof ModelSpec>;
 export const CatalogFile = z
   .strictObject({ models: z.array(ModelSpec).max(CATALOG_LIMITS.models) })
   .superRefine((c, ctx) => {
-    // Names and aliases share one namespace: a request names a model by either.
-    const owner = new Map<string, string>();
-    c.models.forEach((m, i) => {
-      const names = [m.name, ...m.aliases];
-      names.forEach((n, j) => {
-        const prev = owner.get(n);
-        if (prev !== undefined && prev !== m.name)
-          ctx.addIssue({
-            code: "custom",
-            path: ["models", i, j === 0 ? "name" : "aliases"],
-            message: `"${n}" is already used by model "${prev}"`,
-          });
-        else if (prev === m.name && j === 0)
-          ctx.addIssue({ code: "custom", path: ["models", i, "name"], message: `model "${n}" appears twice` });
-        else owner.set(n, m.name);
-      });
-    });
+    for (const i of nameCollisions(c.models)) ctx.addIssue({ code: "custom", path: i.path, message: i.message });
   });
 export type CatalogFile = z.infer<typeof CatalogFile>;
+
+/** A problem in a catalog body: its path (as zod gives it) and what is wrong. */
+export type CatalogIssue = { path: (string | number)[]; message: string };
+
+/**
+ * Names and aliases share one namespace across a file: a request names a model by either. Each
+ * entry is a model's name (absent when it has no valid one) and its aliases; the issues name the
+ * second user of a name.
+ */
+export function nameCollisions(models: readonly { name?: string | undefined; aliases: readonly string[] }[]): CatalogIssue[] {
+  const issues: CatalogIssue[] = [];
+  const owner = new Map<string, string>();
+  models.forEach((m, i) => {
+    if (m.name === undefined) return;
+    [m.name, ...m.aliases].forEach((n, j) => {
+      const prev = owner.get(n);
+      const path = j === 0 ? ["models", i, "name"] : ["models", i, "aliases", j - 1];
+      if (prev !== undefined && prev !== m.name) issues.push({ path, message: `"${n}" is already used by model "${prev}"` });
+      else if (prev === m.name && j === 0) issues.push({ path, message: `model "${n}" appears twice` });
+      else owner.set(n, m.name!);
+    });
+  });
+  return issues;
+}
+
+const isRecord = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
+
+/** The top of a file alone: the models are judged one by one after it. */
+const Envelope = z.strictObject({ models: z.array(z.unknown()).max(CATALOG_LIMITS.models) });
+
+/**
+ * A catalog file judged whole, every problem found in one pass: the file's own keys, each
+ * model's schema and cross-field rules (even when another model is wrong), and the names and
+ * aliases two models share. `specs` holds the models that are valid on their own (by index),
+ * for checks against the stored catalog; `file` is set only when there is no issue at all.
+ */
+export function checkCatalogFile(body: unknown): { file?: CatalogFile; specs: (ModelSpec | undefined)[]; issues: CatalogIssue[] } {
+  const top = Envelope.safeParse(body);
+  const issues: CatalogIssue[] = top.success ? [] : zodIssues(top.error.issues, CatalogFile, body);
+  const models = isRecord(body) && Array.isArray(body.models) && body.models.length <= CATALOG_LIMITS.models ? (body.models as unknown[]) : undefined;
+  if (!models) return { specs: [], issues };
+  const specs = models.map((m, i) => {
+    const r = ModelSpec.safeParse(m);
+    if (r.success) return r.data;
+    issues.push(...zodIssues(r.error.issues, ModelSpec, m).map((x) => ({ path: ["models", i, ...x.path], message: x.message })));
+    return undefined;
+  });
+  const names = models.map((m) => {
+    if (!isRecord(m)) return { aliases: [] };
+    const valid = (v: unknown): v is string => Name.safeParse(v).success;
+    return { name: valid(m.name) ? m.name : undefined, aliases: Array.isArray(m.aliases) ? m.aliases.filter(valid) : [] };
+  });
+  issues.push(...nameCollisions(names));
+  if (issues.length > 0) return { specs, issues: inFileOrder(issues) };
+  return { file: CatalogFile.parse(body), specs, issues: [] };
+}
+
+/** Issues grouped by model, in the file's order; the file's own first. Sorting is stable. */
+export function inFileOrder<T extends { path: readonly (string | number)[] }>(issues: T[]): T[] {
+  const at = (i: T) => (i.path[0] === "models" && typeof i.path[1] === "number" ? i.path[1] : -1);
+  return [...issues].sort((a, b) => at(a) - at(b));
+}
+
+/**
+ * Zod's issues as catalog issues: an unknown key becomes one issue per key, at the key's own
+ * path, naming the nearest key the schema knows there ("did you mean idle_timeout?").
+ */
+export function zodIssues(issues: readonly z.core.$ZodIssue[], schema: z.ZodType, input?: unknown): CatalogIssue[] {
+  return issues.flatMap((i) => {
+    const path = i.path.map((p) => (typeof p === "number" ? p : String(p)));
+    if (i.code === "invalid_value") {
+      // A misspelt choice (engine: vlm) gets the nearest one too.
+      const given = valueAt(input, path);
+      const choices = i.values.filter((v): v is string => typeof v === "string");
+      const near = typeof given === "string" && choices.length === i.values.length ? nearest(given, choices) : undefined;
+      return [{ path, message: near ? `${i.message}; did you mean ${near}?` : i.message }];
+    }
+    if (i.code !== "unrecognized_keys") return [{ path, message: i.message }];
+    const known = knownKeys(schema, path);
+    return i.keys.map((k) => {
+      const near = nearest(k, known);
+      const message = near ? `unknown key; did you mean ${near}?` : `unknown key (expected one of: ${known.join(", ")})`;
+      return { path: [...path, k], message };
+    });
+  });
+}
+
+function valueAt(v: unknown, path: readonly (string | number)[]): unknown {
+  let cur = v;
+  for (const seg of path) {
+    if (cur === null || typeof cur !== "object" || !Object.hasOwn(cur, seg)) return undefined;
+    cur = (cur as Record<string | number, unknown>)[seg];
+  }
+  return cur;
+}
+
+type Def = { type?: string; shape?: Record<string, unknown>; element?: unknown; in?: unknown; innerType?: unknown; valueType?: unknown };
+
+/** The keys the object schema at `path` of `schema` knows, in declared order (none when there is no object there). */
+export function knownKeys(schema: z.ZodType, path: readonly (string | number)[]): string[] {
+  let s: unknown = schema;
+  let rest = [...path];
+  for (let guard = 0; guard < 64; guard++) {
+    const def = (s as { def?: Def } | undefined)?.def;
+    if (!def) return [];
+    if (def.type === "pipe") s = def.in;
+    else if (def.type === "optional" || def.type === "default" || def.type === "prefault" || def.type === "nullable") s = def.innerType;
+    else if (rest.length === 0) return def.type === "object" && def.shape ? Object.keys(def.shape) : [];
+    else if (def.type === "object" && def.shape) [s, rest] = [def.shape[String(rest[0])], rest.slice(1)];
+    else if (def.type === "array") [s, rest] = [def.element, rest.slice(1)];
+    else if (def.type === "record") [s, rest] = [def.valueType, rest.slice(1)];
+    else return [];
+  }
+  return [];
+}
+
+/**
+ * A path as a person reads it in a catalog file: a model by its name when it has a valid one
+ * that no other model in the body shares (`models[llama-3.1-8b].profiles[0].gpu_class`), by
+ * its index otherwise (`models[3].name`); a key that is not a plain word is quoted
+ * (`env["bad name"]`). `(body)` for the whole. `models` is the body's list, when it has one.
+ */
+export function catalogPath(path: readonly (string | number)[], models?: unknown): string {
+  if (path.length === 0) return "(body)";
+  const list = Array.isArray(models) ? models : [];
+  const nameOf = (i: number): string | undefined => {
+    const m: unknown = list[i];
+    const n = isRecord(m) ? m.name : undefined;
+    if (typeof n !== "string" || !Name.safeParse(n).success) return undefined;
+    return list.filter((o) => isRecord(o) && o.name === n).length === 1 ? n : undefined;
+  };
+  let out = "";
+  path.forEach((seg, k) => {
+    if (typeof seg === "number") out += `[${k === 1 && path[0] === "models" ? (nameOf(seg) ?? seg) : seg}]`;
+    else if (/^[A-Za-z_][A-Za-z0-9_-]*$/.test(seg)) out += k === 0 ? seg : `.${seg}`;
+    else out += `[${JSON.stringify(seg)}]`;
+  });
+  return out;
+}

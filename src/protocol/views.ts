@@ -354,8 +354,16 @@ export const ApiErrorSchema = z
       issues: z
         .array(
           z.object({
-            /** Dotted path into the body or query ("profiles.0.gpus"), or "(body)" for the whole. */
-            path: z.string().describe('Dotted path into the body or query ("profiles.0.gpus"), or "(body)" for the whole.'),
+            /**
+             * Dotted path into the body or query ("gpus.0.class"), or "(body)" for the whole; a catalog
+             * body (PUT a model, apply) names a model by its name and an index in brackets
+             * ("models[llama-3.1-8b].profiles[0].gpus", "profiles[0].gpus"; by index when the name is not valid).
+             */
+            path: z
+              .string()
+              .describe(
+                'Dotted path into the body or query ("gpus.0.class"), or "(body)" for the whole; a catalog body (PUT a model, apply) names a model by its name and an index in brackets ("models[llama-3.1-8b].profiles[0].gpus", "profiles[0].gpus"; by index when the name is not valid).',
+              ),
             message: z.string(),
           }),
         )

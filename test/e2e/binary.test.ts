@@ -166,8 +166,8 @@ describe("compiled binary", () => {
     writeFileSync(join(dir, "bad.yaml"), "models:\n  - name: x\n    profiles:\n      - {name: p, engine: tgi, gpu_class: H100-80GB, gpus: 0}\n");
     const r = run(bin, ["apply", "-f", "bad.yaml"], { cwd: dir });
     expect(r.code).toBe(1);
-    expect(r.stderr).toContain("models.0.profiles.0.engine");
-    expect(r.stderr).toContain("models.0.profiles.0.gpus");
+    expect(r.stderr).toContain("bad.yaml:4:19: models[x].profiles[0].engine: ");
+    expect(r.stderr).toContain("bad.yaml:4:54: models[x].profiles[0].gpus: ");
   });
 
   test("usage errors exit 2 and name the flag; help works on each command", () => {

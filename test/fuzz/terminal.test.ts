@@ -205,7 +205,7 @@ test("hostile heartbeat and catalog strings: refused naming the field, or accept
       if (acceptable(ModelSpec, spec)) expect(put.status).toBeLessThan(300);
       else {
         expect(put.status).toBe(400);
-        for (const p of await issuePaths(put)) expect(["pool", "profiles.0.gpu_class"]).toContain(p);
+        for (const p of await issuePaths(put)) expect(["pool", "profiles[0].gpu_class"]).toContain(p);
       }
       await s.tick();
       s.clock.advance(1000);

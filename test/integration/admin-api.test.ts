@@ -118,7 +118,9 @@ describe("catalog", () => {
   test("an alias taken by another model is 409 naming both; a name that is another's alias too", async () => {
     const r = await s.admin("/api/v1/models/other", { method: "PUT", body: JSON.stringify(modelBody({ aliases: ["llama3-8b"] })) });
     expect(r.status).toBe(409);
-    expect(((await r.json()) as { error: { message: string } }).error.message).toBe('alias "llama3-8b" of model "other" is already an alias of model "llama-3.1-8b"');
+    const body = (await r.json()) as { error: { message: string; issues: { path: string; message: string }[] } };
+    expect(body.error.message).toBe('aliases[0]: alias "llama3-8b" of model "other" is already an alias of model "llama-3.1-8b"');
+    expect(body.error.issues).toEqual([{ path: "aliases[0]", message: 'alias "llama3-8b" of model "other" is already an alias of model "llama-3.1-8b"' }]);
     const n = await s.admin("/api/v1/models/llama3-8b", { method: "PUT", body: JSON.stringify({ ...modelBody(), name: "llama3-8b" }) });
     expect(n.status).toBe(409);
   });
@@ -127,7 +129,7 @@ describe("catalog", () => {
     const r = await s.admin("/api/v1/models/bad", { method: "PUT", body: JSON.stringify({ profiles: [{ name: "p", engine: "tgi", gpu_class: H, gpus: 0 }] }) });
     expect(r.status).toBe(400);
     const issues = ((await r.json()) as { error: { issues: { path: string }[] } }).error.issues.map((i) => i.path);
-    expect(issues).toEqual(expect.arrayContaining(["profiles.0.engine", "profiles.0.gpus"]));
+    expect(issues).toEqual(expect.arrayContaining(["profiles[0].engine", "profiles[0].gpus"]));
     const m = await s.admin("/api/v1/models/bad", { method: "PUT", body: JSON.stringify({ ...modelBody(), name: "other-name" }) });
     expect(m.status).toBe(400);
     expect(((await m.json()) as { error: { message: string } }).error.message).toContain("does not match");
@@ -140,10 +142,10 @@ describe("catalog", () => {
     const put = await s.admin("/api/v1/models/mig-two", { method: "PUT", body: JSON.stringify(mig) });
     expect(put.status).toBe(400);
     const pj = (await put.json()) as { error: { issues: { path: string; message: string }[] } };
-    expect(pj.error.issues).toEqual([{ path: "profiles.0.gpus", message: "one CUDA process can use only one MIG device (NVIDIA MIG user guide): gpus must be 1 for a MIG class" }]);
+    expect(pj.error.issues).toEqual([{ path: "profiles[0].gpus", message: "one CUDA process can use only one MIG device (NVIDIA MIG user guide): gpus must be 1 for a MIG class" }]);
     const apply = await s.admin("/api/v1/apply", { method: "POST", body: JSON.stringify({ models: [{ name: "mig-two", ...mig }] }) });
     expect(apply.status).toBe(400);
-    expect(((await apply.json()) as { error: { issues: { path: string }[] } }).error.issues.map((i) => i.path)).toEqual(["models.0.profiles.0.gpus"]);
+    expect(((await apply.json()) as { error: { issues: { path: string }[] } }).error.issues.map((i) => i.path)).toEqual(["models[mig-two].profiles[0].gpus"]);
     expect((await s.admin("/api/v1/models/mig-two")).status).toBe(404);
   });
 
@@ -166,7 +168,33 @@ describe("catalog", () => {
     expect(bad.status).toBe(409);
     expect((await s.admin("/api/v1/models/m3")).status).toBe(404);
     const invalid = await s.admin("/api/v1/apply", { method: "POST", body: JSON.stringify({ models: [{ name: "m5", ...modelBody({ replicas: { min: -1 } }) }] }) });
-    expect(((await invalid.json()) as { error: { issues: { path: string }[] } }).error.issues[0]!.path).toBe("models.0.replicas.min");
+    expect(((await invalid.json()) as { error: { issues: { path: string }[] } }).error.issues[0]!.path).toBe("models[m5].replicas.min");
+  });
+
+  test("apply names every problem of a file in one answer, by model name, and changes nothing", async () => {
+    const models = [
+      { name: "ok-1", ...modelBody() },
+      { name: "typo", ...modelBody({ idle_timout: "5m", replicas: { min: 3, max: 1 } }) },
+      { name: "bad-class", profiles: [{ name: "p", engine: "tgi", gpu_class: H }] },
+      { name: "thief", ...modelBody({ aliases: ["llama3-8b"] }) },
+      { name: "twin", ...modelBody({ aliases: ["ok-1"] }) },
+      { name: 7, ...modelBody() },
+    ];
+    const r = await s.admin("/api/v1/apply", { method: "POST", body: JSON.stringify({ models, extra: 1 }) });
+    expect(r.status).toBe(400);
+    const e = ((await r.json()) as { error: { message: string; issues: { path: string; message: string }[] } }).error;
+    expect(e.issues.map((i) => `${i.path}: ${i.message}`)).toEqual([
+      "extra: unknown key (expected one of: models)",
+      "models[typo].idle_timout: unknown key; did you mean idle_timeout?",
+      "models[typo].replicas.max: max (1) is below min (3)",
+      'models[bad-class].profiles[0].engine: Invalid option: expected one of "vllm"|"sglang"|"llama.cpp"|"fake"',
+      // A conflict with the stored catalog, found although other models are wrong.
+      'models[thief].aliases[0]: alias "llama3-8b" of model "thief" is already an alias of model "llama-3.1-8b"',
+      'models[twin].aliases[0]: "ok-1" is already used by model "ok-1"',
+      "models[5].name: Invalid input: expected string, received number",
+    ]);
+    expect(e.message).toBe("extra: unknown key (expected one of: models) (and 6 more problems)");
+    for (const n of ["ok-1", "typo", "thief", "twin"]) expect((await s.admin(`/api/v1/models/${n}`)).status).toBe(404);
   });
 
   test("DELETE by name or alias; then 404", async () => {

@@ -100,7 +100,7 @@ describe("catalog file", () => {
     const r = CatalogFile.safeParse({ models: [{ name: "a", aliases: ["x"], profiles: p }, { name: "b", aliases: ["x"], profiles: p }, { name: "x", profiles: p }] });
     expect(r.success).toBe(false);
     const msgs = r.error!.issues.map((i) => `${i.path.join(".")}: ${i.message}`);
-    expect(msgs).toContain('models.1.aliases: "x" is already used by model "a"');
+    expect(msgs).toContain('models.1.aliases.0: "x" is already used by model "a"');
     expect(msgs).toContain('models.2.name: "x" is already used by model "a"');
   });
   test("a model twice in one file is rejected", () => {

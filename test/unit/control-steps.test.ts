@@ -5,7 +5,6 @@
 import { describe, expect, test } from "bun:test";
 import { AssignmentBroker } from "../../src/control/broker";
 import { catalogChanges } from "../../src/control/catalog";
-import { ConflictError } from "../../src/control/errors";
 import { reachability } from "../../src/control/reachability";
 import { scale } from "../../src/control/scaling";
 import type { ModelRow, ModelStateRow, NodeRow } from "../../src/control/types";
@@ -71,15 +70,7 @@ describe("scale", () => {
 
 describe("catalog rules", () => {
   const stored = [row(model({ name: "llama", aliases: ["l3"] }), 3)];
-  const conflict = (f: () => unknown) => {
-    try {
-      f();
-    } catch (e) {
-      expect(e).toBeInstanceOf(ConflictError);
-      return { message: (e as ConflictError).message, path: (e as ConflictError).path };
-    }
-    throw new Error("no conflict");
-  };
+  const conflict = (r: ReturnType<typeof catalogChanges>) => r.conflicts;
 
   test("new, changed and unchanged specs: created at revision 1, configured at the next, unchanged not written", () => {
     const { results, writes } = catalogChanges([model({ name: "new" }), model({ name: "llama", aliases: ["l3", "l"] }), model({ name: "llama2" })], stored);
@@ -90,18 +81,24 @@ describe("catalog rules", () => {
     ]);
     expect(writes.map((w) => [w.spec.name, w.revision, w.created])).toEqual([["new", 1, true], ["llama", 4, false], ["llama2", 1, true]]);
     const same = catalogChanges([stored[0]!.spec], stored);
-    expect(same).toEqual({ results: [{ name: "llama", result: "unchanged", revision: 3 }], writes: [] });
+    expect(same).toEqual({ results: [{ name: "llama", result: "unchanged", revision: 3 }], writes: [], conflicts: [] });
   });
 
   test("an alias that is another model's name, or another model's alias, is refused with the field's path", () => {
-    expect(conflict(() => catalogChanges([model({ name: "x", aliases: ["llama"] })], stored))).toEqual({ message: 'alias "llama" of model "x" is the name of model "llama"', path: ["aliases"] });
-    expect(conflict(() => catalogChanges([model({ name: "x", aliases: ["l3"] })], stored))).toEqual({ message: 'alias "l3" of model "x" is already an alias of model "llama"', path: ["aliases"] });
-    expect(conflict(() => catalogChanges([model({ name: "l3" })], stored))).toEqual({ message: 'name "l3" is already an alias of model "llama"', path: ["name"] });
+    expect(conflict(catalogChanges([model({ name: "x", aliases: ["llama"] })], stored))).toEqual([{ message: 'alias "llama" of model "x" is the name of model "llama"', path: ["aliases", 0] }]);
+    expect(conflict(catalogChanges([model({ name: "x", aliases: ["ok", "l3"] })], stored))).toEqual([{ message: 'alias "l3" of model "x" is already an alias of model "llama"', path: ["aliases", 1] }]);
+    expect(conflict(catalogChanges([model({ name: "l3" })], stored))).toEqual([{ message: 'name "l3" is already an alias of model "llama"', path: ["name"] }]);
   });
 
-  test("a batch is judged in order and names the model's index", () => {
-    expect(conflict(() => catalogChanges([model({ name: "a", aliases: ["b"] }), model({ name: "b" })], []))).toEqual({ message: 'name "b" is already an alias of model "a"', path: ["models", 1, "name"] });
-    expect(conflict(() => catalogChanges([model({ name: "a" }), model({ name: "c", aliases: ["a"] })], []))).toEqual({ message: 'alias "a" of model "c" is the name of model "a"', path: ["models", 1, "aliases"] });
+  test("a batch is judged in order, names the model's index in a file, and every conflict is found in one pass", () => {
+    expect(conflict(catalogChanges([model({ name: "a", aliases: ["b"] }), model({ name: "b" })], [], true))).toEqual([{ message: 'name "b" is already an alias of model "a"', path: ["models", 1, "name"] }]);
+    const all = catalogChanges([model({ name: "x", aliases: ["llama"] }), model({ name: "ok" }), model({ name: "l3" })], stored, true);
+    expect(all.conflicts).toEqual([
+      { message: 'alias "llama" of model "x" is the name of model "llama"', path: ["models", 0, "aliases", 0] },
+      { message: 'name "l3" is already an alias of model "llama"', path: ["models", 2, "name"] },
+    ]);
+    // Holes (models refused for other reasons) are skipped, indices kept.
+    expect(conflict(catalogChanges([undefined, model({ name: "l3" })], stored, true))).toEqual([{ message: 'name "l3" is already an alias of model "llama"', path: ["models", 1, "name"] }]);
     // An alias a model gives up in the same batch is free for the next one.
     expect(catalogChanges([model({ name: "llama" }), model({ name: "other", aliases: ["l3"] })], stored).results.map((r) => r.result)).toEqual(["configured", "created"]);
   });
