@@ -8,7 +8,7 @@ import type { Logger } from "pino";
 import type { Controller } from "../control/controller";
 import type { ModelSpec } from "../protocol/catalog";
 import { SegmentName } from "../protocol/common";
-import type { ApiKeyRevoked, ApplyResult, CreatedApiKey, ModelDeleted, ModelDetail, ModelPutResult, NodeActionResult, RouterExposure, UnparkResult } from "../protocol/views";
+import type { ApiKeyRevoked, ApplyDryRun, ApplyResult, Explanation, CreatedApiKey, ModelDeleted, ModelDetail, ModelPutResult, NodeActionResult, RouterExposure, UnparkResult } from "../protocol/views";
 import { VERSION } from "../version";
 import { HttpError, parseJsonBody } from "./errors";
 import { join } from "node:path";
@@ -113,6 +113,8 @@ export function adminRoutes(ctl: Controller, log: Logger, joinToken: string, rou
   });
 
   app.get("/models", async (c) => c.json(await ctl.models()));
+  // Before GET /models/{name}, whose name may hold a "/".
+  app.get("/models/:name{.+}/explain", async (c) => c.json((await ctl.explain(c.req.param("name"))) satisfies Explanation));
   app.get("/models/:name{.+}", async (c) => {
     const { view, spec } = await ctl.model(c.req.param("name"));
     return c.json({ ...view, spec: specToWire(spec) } satisfies ModelDetail);
@@ -148,7 +150,9 @@ export function adminRoutes(ctl: Controller, log: Logger, joinToken: string, rou
 
   /** A whole catalog file (as JSON): every model created or replaced, all or none. */
   app.post("/apply", async (c) => {
+    const q = ROUTES.apply.query.parse(c.req.query());
     const file = ROUTES.apply.body.parse(await jsonBody(c.req.raw));
+    if (q.dry_run) return c.json((await ctl.dryRunApply(file.models)) satisfies ApplyDryRun);
     const results = await ctl.putModels(file.models);
     return c.json({ results: results.map((r) => ({ ...r, message: `model/${r.name} ${r.result}` })) } satisfies ApplyResult);
   });
