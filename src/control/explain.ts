@@ -173,11 +173,12 @@ function nodeVerdict(w: World, n: PlacementNode, p: Profile): NodeVerdict {
   if (alone && (p.nodes <= 1 || whole)) return v("fits", `${mine.filter((g) => g.healthy && !g.used).length} ${cls} free${n.weights.has(w.model.name) ? ", has the weights" : ""}`);
   const used = mine.filter((g) => g.used).length;
   const other = n.gpus.filter((g) => g.class !== cls && (g.used || !g.healthy)).length;
-  let short = `${used}/${mine.length} ${cls} used`;
-  if (!alone && used === 0) short = `${mine.length} ${cls}, none free to take (they share memory with GPUs in use)`;
-  if (alone && !whole) short += `${other > 0 ? `, ${plural(other, "other GPU")} used or unhealthy` : ""}; a multi-node replica needs the whole node`;
+  let what = `${used}/${mine.length} ${cls} used`;
+  if (!alone && used === 0) what = `${mine.length} ${cls}, none free to take (they share memory with GPUs in use)`;
+  if (alone && other > 0) what += `, ${plural(other, "other GPU")} used or unhealthy`;
+  const note = alone && !whole ? "; a multi-node replica needs the whole node" : "";
   const by = holdersOn(w, n.name);
-  return v("exhausted", by ? `${short} by ${by}` : short, short);
+  return v("exhausted", `${what}${by ? ` by ${by}` : ""}${note}`, what + note);
 }
 
 function classesOf(n: PlacementNode): string {
@@ -228,7 +229,7 @@ export function outcomeLine(outcomes: readonly OutcomeCount[], p: Pick<Profile, 
   const add = (count: number, text: string) => parts.push(`${parts.length === 0 ? plural(count, "node") : String(count)} ${text}`);
   const get = (o: NodeOutcome) => outcomes.find((x) => x.outcome === o);
   const firstDetails = (o: OutcomeCount) => {
-    const short = [...new Set(o.nodes.map((n) => n.detail.replace(/ by .*$/, "")))];
+    const short = [...new Set(o.nodes.map((n) => n.detail.replace(/ by [^;]*/, "")))];
     return short.slice(0, 2).join(", ") + (short.length > 2 || o.count > o.nodes.length ? ", …" : "");
   };
   for (const o of ["class", "gpus"] as const) {
