@@ -113,10 +113,13 @@ export function adminRoutes(ctl: Controller, log: Logger, joinToken: string, rou
   });
 
   app.get("/models", async (c) => c.json(await ctl.models()));
-  // Before GET /models/{name}, whose name may hold a "/".
-  app.get("/models/:name{.+}/explain", async (c) => c.json((await ctl.explain(c.req.param("name"))) satisfies Explanation));
   app.get("/models/:name{.+}", async (c) => {
-    const { view, spec } = await ctl.model(c.req.param("name"));
+    const name = c.req.param("name");
+    // GET /models/{name}/explain: hono's router gives this route both (a name may hold a "/"),
+    // so it is told apart here; a model whose own name ends in "/explain" is still answered.
+    const explained = name.endsWith("/explain") ? name.slice(0, -"/explain".length) : undefined;
+    if (explained && !(await ctl.hasModel(name))) return c.json((await ctl.explain(explained)) satisfies Explanation);
+    const { view, spec } = await ctl.model(name);
     return c.json({ ...view, spec: specToWire(spec) } satisfies ModelDetail);
   });
   app.put("/models/:name{.+}", async (c) => {

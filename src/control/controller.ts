@@ -789,6 +789,11 @@ export class Controller {
     return { view, spec: row.spec };
   }
 
+  /** Whether a name or alias names a model. */
+  async hasModel(nameOrAlias: string): Promise<boolean> {
+    return (await this.resolve(nameOrAlias)) !== undefined;
+  }
+
   /** Why a model has (or has not) the replicas it wants, and what would make it fit (explain.ts). */
   async explain(nameOrAlias: string): Promise<Explanation> {
     const row = await this.resolveOrThrow(nameOrAlias);
