@@ -113,12 +113,15 @@ export function adminRoutes(ctl: Controller, log: Logger, joinToken: string, rou
   });
 
   app.get("/models", async (c) => c.json(await ctl.models()));
+  const explain = async (name: string) => ctl.explain(name) satisfies Promise<Explanation>;
+  // Registered so the route list is the documented one; hono's router hands GET .../explain to
+  // the model route below all the same (a name may hold a "/"), which tells the two apart.
+  app.get("/models/:name{.+}/explain", async (c) => c.json(await explain(c.req.param("name"))));
   app.get("/models/:name{.+}", async (c) => {
     const name = c.req.param("name");
-    // GET /models/{name}/explain: hono's router gives this route both (a name may hold a "/"),
-    // so it is told apart here; a model whose own name ends in "/explain" is still answered.
+    // A model whose own name ends in "/explain" is still answered as itself.
     const explained = name.endsWith("/explain") ? name.slice(0, -"/explain".length) : undefined;
-    if (explained && !(await ctl.hasModel(name))) return c.json((await ctl.explain(explained)) satisfies Explanation);
+    if (explained && !(await ctl.hasModel(name))) return c.json(await explain(explained));
     const { view, spec } = await ctl.model(name);
     return c.json({ ...view, spec: specToWire(spec) } satisfies ModelDetail);
   });
