@@ -8,7 +8,7 @@ import { parseDuration } from "../protocol/duration";
 import { CLIENT_FLAGS, CliError, resolveClient } from "./client";
 import { WAIT_TIMEOUT, waitForModels } from "./wait";
 import { oneLine } from "../lib/format";
-import type { ModelView } from "../protocol/views";
+import type { ApplyDryRun, ModelView } from "../protocol/views";
 import type { Command } from "./command";
 
 export async function readCatalogFile(path: string): Promise<unknown> {
@@ -23,23 +23,49 @@ export async function readCatalogFile(path: string): Promise<unknown> {
   }
 }
 
+/** What a dry run would do, per model: its result, the replicas it would start where, and why not. */
+export function renderDryRun(res: ApplyDryRun): string {
+  const lines: string[] = [];
+  const shard = (s: { node: string; gpus: readonly number[] }) => `${s.node} GPU ${s.gpus.join(",")}`;
+  for (const r of res.results) {
+    lines.push(safeText(r.message));
+    for (const p of r.placements) lines.push(safeText(`  would start a replica (profile ${p.profile}) on ${p.shards.map(shard).join(" + ")}`));
+    if (r.reason) lines.push(safeText(`  ${oneLine(r.reason, 400)}`));
+    else if (r.placements.length === 0 && r.verdict === "fits") lines.push(safeText(`  ${oneLine(r.summary, 400)}`));
+  }
+  lines.push("dry run: nothing was changed");
+  return lines.join("\n") + "\n";
+}
+
 export const command: Command = {
   name: "apply",
   summary: "Create or replace the models in a catalog file (YAML or JSON).",
-  usage: "llmgw apply -f FILE",
+  usage: "llmgw apply -f FILE [--dry-run [-o json] | --wait]",
   flags: {
     file: { kind: "string", short: "f", value: "FILE", help: "catalog file (.yaml, .yml or .json; - for stdin)" },
     wait: { kind: "boolean", short: "w", help: "follow the models until each is ready, parked, or known never to fit this fleet (exit 1 for either of those, at once)" },
     timeout: { kind: "string", value: "DURATION", help: `give up waiting after this long (default ${WAIT_TIMEOUT})` },
+    "dry-run": { kind: "boolean", help: "change nothing: validate the file, say per model what would change and where each new replica would go (node and GPUs), or why not (never, or not now)" },
+    output: { kind: "string", short: "o", value: "FORMAT", help: "with --dry-run: text (default) or json" },
     ...CLIENT_FLAGS,
   },
-  details: "Models not in the file are left alone; remove one with DELETE /api/v1/models/NAME.",
-  examples: ["llmgw apply -f catalog.yaml", "llmgw apply -f catalog.yaml --wait"],
+  details: "Models not in the file are left alone; remove one with `llmgw models delete NAME`. With --dry-run the server validates the file as apply does and answers what it would do, writing nothing (no model, replica or event); `llmgw explain MODEL` says more about one that would not fit.",
+  examples: ["llmgw apply -f catalog.yaml", "llmgw apply -f catalog.yaml --dry-run", "llmgw apply -f catalog.yaml --dry-run -o json", "llmgw apply -f catalog.yaml --wait"],
   async run({ flags }) {
     const file = flags.file as string | undefined;
     if (!file) throw new UsageError("apply needs -f FILE");
+    const dry = flags["dry-run"] === true;
+    if (dry && flags.wait) throw new UsageError("--dry-run changes nothing, so there is nothing to --wait for: use one or the other");
+    const output = (flags.output as string | undefined) ?? "text";
+    if (!dry && flags.output !== undefined) throw new UsageError("-o/--output is for --dry-run");
+    if (output !== "text" && output !== "json") throw new UsageError(`-o/--output must be text or json, not "${output}"`);
     const data = await readCatalogFile(file);
     const client = resolveClient(flags);
+    if (dry) {
+      const res = await client.send<ApplyDryRun>("POST", "/api/v1/apply?dry_run=1", data);
+      process.stdout.write(output === "json" ? `${JSON.stringify(res, null, 2)}\n` : renderDryRun(res));
+      return;
+    }
     const timeout = parseDuration((flags.timeout as string | undefined) ?? WAIT_TIMEOUT);
     if (timeout === undefined) throw new UsageError(`--timeout must be a duration like 10m, not "${flags.timeout}"`);
     const res = await client.send<{ results: { name: string; message: string }[] }>("POST", "/api/v1/apply", data);
