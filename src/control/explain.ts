@@ -299,7 +299,8 @@ function evictions(w: World, desired: number): Suggestion[] {
   const at = fitsFreeing(chosen)!.map(shardText).join(" + ");
   const idle = new Map(cands.map((c) => [c.r.id, Math.floor((ctx.now - c.used) / 60_000)]));
   const names = chosen.map((r) => `${r.id} of ${r.model} (idle ${idle.get(r.id)}m)`).join(", ");
-  const who = model.spec.on_demand ? "llmgw does this by itself when a request for it arrives" : "llmgw evicts only for on-demand models: stop them by scaling their models down";
+  const owners = [...new Set(chosen.map((r) => r.model))].join(", ");
+  const who = model.spec.on_demand ? "llmgw does this by itself when a request for it arrives" : `llmgw evicts only for on-demand models: lower the replicas of ${owners} to free them`;
   return [{ kind: "evict", message: `evicting idle ${chosen.length === 1 ? "replica" : "replicas"} ${names} would make room on ${at}; ${who}`, replicas: chosen.map((r) => r.id) }];
 }
 

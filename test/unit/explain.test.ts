@@ -70,7 +70,7 @@ describe("each node in the first bucket that rules it out", () => {
     const s = explain(mixed, "big", { lastUsed: HOUR_AGO }).suggestions;
     const evict = s.find((x) => x.kind === "evict")!;
     expect(evict.replicas).toEqual(["r-1"]);
-    expect(evict.message).toBe("evicting idle replica r-1 of qwen (idle 60m) would make room on a-busy GPU 0,1,2,3,4,5,6,7; llmgw evicts only for on-demand models: stop them by scaling their models down");
+    expect(evict.message).toBe("evicting idle replica r-1 of qwen (idle 60m) would make room on a-busy GPU 0,1,2,3,4,5,6,7; llmgw evicts only for on-demand models: lower the replicas of qwen to free them");
     const unc = s.find((x) => x.kind === "uncordon")!;
     expect(unc.nodes).toEqual(["b-cordoned"]);
     expect(unc.message).toBe("uncordon b-cordoned (`llmgw uncordon b-cordoned`): it would go to b-cordoned GPU 0,1,2,3,4,5,6,7");
