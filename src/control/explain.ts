@@ -92,7 +92,7 @@ function verdictOf(w: World, mine: readonly ReplicaRow[], profiles: ProfileExpla
     const why = st.reason ? `: ${st.reason}` : "";
     return { ...base, status: "parked", summary: `${model.name} is parked after ${plural(st.failures, "failure")}${why}`, suggestions: [{ kind: "unpark", message: `fix the cause, then \`llmgw models unpark ${model.name}\` tries again (a new revision from apply does too)` }] };
   }
-  if (need === 0 && (desired > 0 || mine.length > 0)) {
+  if (need === 0 && (desired > 0 || staying > 0)) {
     const starting = staying - ready;
     const summary = `${model.name} has what it wants: ${ready} of ${desired} ready${starting > 0 ? `, ${starting} starting` : ""}${where ? ` (${where})` : ""}; nothing is needed`;
     return { ...base, status: "running", summary, suggestions: [{ kind: "none", message: "nothing is needed" }] };

@@ -4,6 +4,8 @@
 // And apply's dry run: what would change and where, with the input untouched.
 
 import { describe, expect, test } from "bun:test";
+import { renderDryRun } from "../../src/cli/apply";
+import { renderExplanation } from "../../src/cli/explain";
 import { dryRunApply } from "../../src/control/dry-run";
 import { type ExplainInput, explainModel } from "../../src/control/explain";
 import { DEFAULT_RECONCILE } from "../../src/control/reconciler";
@@ -234,6 +236,13 @@ describe("a model that is fine, parked, or on demand", () => {
     expect(bucketOf(e, "fits")!.nodes[1]).toEqual({ name: "b", detail: "8 H100-80GB free, has the weights" });
   });
 
+  test("on demand with only a failed replica left is not running: it says where a request would go", () => {
+    const s = snapshot({ nodes: [{ name: "a", gpus: h100(8) }], models: [model({ name: "m", on_demand: true })], replicas: [{ id: "r-7", model: "m", state: "failed", shards: [{ node: "a", gpus: [0] }] }] });
+    const e = explain(s, "m");
+    expect(e.status).toBe("fits");
+    expect(e.replicas.map((r) => r.state)).toEqual(["failed"]);
+  });
+
   test("an unknown model is undefined", () => {
     expect(explainModel(input(mixed), "nope")).toBeUndefined();
   });
@@ -267,5 +276,34 @@ describe("apply's dry run", () => {
   test("a changed model is configured with its next revision", () => {
     const out = dryRunApply(input(s), [model({ name: "m", replicas: { min: 2, max: 2 } })]);
     expect(out.results[0]).toMatchObject({ name: "m", result: "configured", revision: 2, verdict: "fits", placements: [{ profile: "default", shards: [{ node: "a", gpus: [1] }] }] });
+  });
+});
+
+describe("the terminal rendering", () => {
+  // Past the edge (which refuses such strings), as data from before it would be.
+  const evil = "H100\u001b[2J";
+  const spec = big({ name: "m" });
+  const hostile = snapshot({ nodes: [{ name: "n\u001b[2J", gpus: [evil] }], models: [{ ...spec, profiles: [{ ...spec.profiles[0]!, gpu_class: evil, gpus: 1 }] }], replicas: [{ id: "r-\u001b[31m", model: "m", shards: [{ node: "n\u001b[2J", gpus: [0] }] }] });
+
+  test("what nodes and the catalog wrote is spelled out, never sent raw; no colour without a terminal", () => {
+    const text = renderExplanation(explain(hostile, "m"), { color: false });
+    expect(text).not.toContain("\u001b");
+    expect(text).not.toContain("\u0007");
+    expect(text).toContain("\\x1b[2J");
+    const coloured = renderExplanation(explain(hostile, "m"), { color: true });
+    expect(coloured).toContain("\u001b[1m");
+    expect(coloured.replace(/\u001b\[[0-9;]*m/g, "")).not.toContain("\u001b");
+    const dry = renderDryRun(dryRunApply(input(hostile), [{ ...spec, name: "x", profiles: [{ ...spec.profiles[0]!, gpu_class: evil, gpus: 1 }] }]));
+    expect(dry).toContain("\\x1b[2J");
+    expect(dry).not.toContain("\u001b");
+    expect(dry).toEndWith("dry run: nothing was changed\n");
+  });
+
+  test("a profile's buckets list the nodes they name, and say how many more there are", () => {
+    const many = snapshot({ nodes: Array.from({ length: 7 }, (_, i) => ({ name: `s${i}`, gpus: h100(2) })), models: [big()] });
+    const text = renderExplanation(explain(many, "big"), { color: false });
+    expect(text).toContain("  7 nodes filtered by GPU count; 0 fit\n");
+    expect(text).toMatch(/filtered by GPU count\s+7  s0: has 2 H100-80GB, needs 8\n/);
+    expect(text).toContain("… and 2 more\n");
   });
 });
