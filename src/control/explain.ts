@@ -259,7 +259,7 @@ export function outcomeLine(outcomes: readonly OutcomeCount[], p: Pick<Profile, 
 // ---- what would make it fit ---------------------------------------------------------------
 
 function suggest(w: World, desired: number): Suggestion[] {
-  const out = [...evictions(w, desired), ...nodeActions(w)];
+  const out = [...stopping(w), ...evictions(w, desired), ...nodeActions(w)];
   if (out.length > 0) return out;
   return [{ kind: "none", message: `nothing an operator can do now makes room: no idle replica may be evicted and no node held back would take it; wait for GPUs to free up, or add nodes${unknownIdle(w)}` }];
 }
@@ -268,6 +268,18 @@ function suggest(w: World, desired: number): Suggestion[] {
 function unknownIdle(w: World): string {
   const n = w.ctx.snapshot.replicas.filter((r) => r.state === "ready" && r.model !== w.model.name && !w.ctx.lastUsed.has(r.id)).length;
   return n > 0 ? ` (${plural(n, "replica")} ${n === 1 ? "is" : "are"} of unknown idleness, not reported by any router, so not counted as idle)` : "";
+}
+
+/** Replicas being stopped (drained, evicted) still hold their GPUs: whether waiting for them makes room. */
+function stopping(w: World): Suggestion[] {
+  const going = w.ctx.snapshot.replicas.filter((r) => r.state === "draining" && r.model !== w.model.name);
+  if (going.length === 0) return [];
+  const freed = new Set(going.flatMap((r) => r.shards.flatMap((s) => s.gpus.map((g) => gpuKey(s.node, g)))));
+  const at = trial(w, w.pnodes.map((n) => ({ ...n, gpus: n.gpus.map((g) => (g.used && freed.has(gpuKey(n.name, g.index)) ? { ...g, used: false } : g)) })), w.model.spec.profiles);
+  if (!at) return [];
+  const ids = going.map((r) => r.id).sort();
+  const named = ids.slice(0, NAMED).join(", ") + (ids.length > NAMED ? `, and ${ids.length - NAMED} more` : "");
+  return [{ kind: "wait", message: `wait: ${ids.length === 1 ? "replica" : "replicas"} ${named} ${ids.length === 1 ? "is" : "are"} stopping; once stopped it would go to ${at.map(shardText).join(" + ")}`, replicas: ids }];
 }
 
 /** The fewest idle replicas (longest idle first) whose GPUs would make room, as room.ts would choose them. */

@@ -134,6 +134,14 @@ describe("nodes held back", () => {
     expect(e.suggestions[1]!.message).toStartWith("d is draining: `llmgw uncordon d` stops the drain; it would go to d GPU");
   });
 
+  test("a replica being stopped holds its GPUs until it has: waiting for it is the way", () => {
+    const s = snapshot({ nodes: [{ name: "a", gpus: h100(8) }], models: [big(), qwen], replicas: [{ id: "r-1", model: "qwen", state: "draining", shards: [{ node: "a", gpus: all8 }] }] });
+    const e = explain(s, "big");
+    expect(e.status).toBe("not_now");
+    expect(bucketOf(e, "exhausted")!.nodes).toEqual([{ name: "a", detail: "8/8 H100-80GB used by r-1 (qwen, draining)" }]);
+    expect(e.suggestions).toEqual([{ kind: "wait", message: "wait: replica r-1 is stopping; once stopped it would go to a GPU 0,1,2,3,4,5,6,7", replicas: ["r-1"] }]);
+  });
+
   test("a node without the profile's engine is ruled out with its agent's reason", () => {
     const s = snapshot({ nodes: [{ name: "a", gpus: h100(8) }], models: [big()] });
     const engines = new Map<string, EngineReport[]>([["a", [{ engine: "vllm", version: null, error: "vllm not found on PATH" }]]]);
