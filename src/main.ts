@@ -21,6 +21,7 @@ const COMMANDS: Record<string, { summary: string; load: Loader }> = {
   keys: { summary: "create, list and revoke client API keys for the router", load: async () => (await import("./cli/keys")).command },
   logs: { summary: "show a replica's engine log (-f to follow)", load: async () => (await import("./cli/logs")).command },
   events: { summary: "show what the control plane did and why (-f to follow)", load: async () => (await import("./cli/events")).command },
+  explain: { summary: "why a model is (not) placed: per profile the nodes ruled out and why, and what would make it fit", load: async () => (await import("./cli/explain")).command },
   describe: { summary: "one model, node or replica in full: placement, recent events, why it is not what it should be", load: async () => (await import("./cli/describe")).command },
   agent: { summary: "run the node agent on a GPU node", load: async () => (await import("./cli/agent")).command },
   demo: { summary: "run a whole simulated cluster in one process", load: async () => (await import("./cli/demo")).command },

@@ -9,7 +9,7 @@ import type { Controller } from "../control/controller";
 import { type ModelSpec, catalogPath, checkCatalogFile, inFileOrder, zodIssues } from "../protocol/catalog";
 import { ConflictError } from "../control/errors";
 import { SegmentName } from "../protocol/common";
-import type { ApiKeyRevoked, ApplyResult, CreatedApiKey, ModelDeleted, ModelDetail, ModelPutResult, NodeActionResult, RouterExposure, UnparkResult } from "../protocol/views";
+import type { ApiKeyRevoked, ApplyDryRun, ApplyResult, Explanation, CreatedApiKey, ModelDeleted, ModelDetail, ModelPutResult, NodeActionResult, RouterExposure, UnparkResult } from "../protocol/views";
 import { VERSION } from "../version";
 import { CatalogProblems, HttpError, parseJsonBody } from "./errors";
 import { join } from "node:path";
@@ -125,8 +125,16 @@ export function adminRoutes(ctl: Controller, log: Logger, joinToken: string, rou
   });
 
   app.get("/models", async (c) => c.json(await ctl.models()));
+  const explain = async (name: string) => ctl.explain(name) satisfies Promise<Explanation>;
+  // Registered so the route list is the documented one; hono's router hands GET .../explain to
+  // the model route below all the same (a name may hold a "/"), which tells the two apart.
+  app.get("/models/:name{.+}/explain", async (c) => c.json(await explain(c.req.param("name"))));
   app.get("/models/:name{.+}", async (c) => {
-    const { view, spec } = await ctl.model(c.req.param("name"));
+    const name = c.req.param("name");
+    // A model whose own name ends in "/explain" is still answered as itself.
+    const explained = name.endsWith("/explain") ? name.slice(0, -"/explain".length) : undefined;
+    if (explained && !(await ctl.hasModel(name))) return c.json(await explain(explained));
+    const { view, spec } = await ctl.model(name);
     return c.json({ ...view, spec: specToWire(spec) } satisfies ModelDetail);
   });
   app.put("/models/:name{.+}", async (c) => {
@@ -162,6 +170,7 @@ export function adminRoutes(ctl: Controller, log: Logger, joinToken: string, rou
 
   /** A whole catalog file (as JSON): every model created or replaced, all or none. */
   app.post("/apply", async (c) => {
+    const q = ROUTES.apply.query.parse(c.req.query());
     const body = await jsonBody(c.req.raw, catalogBody);
     const models = (body as { models?: unknown } | null)?.models;
     const { file, specs, issues } = checkCatalogFile(body);
@@ -172,6 +181,7 @@ export function adminRoutes(ctl: Controller, log: Logger, joinToken: string, rou
       const conflicts = await ctl.catalogConflicts(specs.map((s, i) => (named.has(i) ? undefined : s)));
       throw new CatalogProblems(inFileOrder([...issues, ...conflicts]), models);
     }
+    if (q.dry_run) return c.json((await ctl.dryRunApply(file.models).catch(asProblems(models))) satisfies ApplyDryRun);
     const results = await ctl.putModels(file.models, true).catch(asProblems(models));
     return c.json({ results: results.map((r) => ({ ...r, message: `model/${r.name} ${r.result}` })) } satisfies ApplyResult);
   });

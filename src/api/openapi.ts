@@ -7,6 +7,7 @@ import { z } from "zod";
 import {
   AllowAddressBody,
   CreateKeyBody,
+  ApplyQuery,
   DeleteNodeQuery,
   EventsQuery,
   JoinTokenRotatedSchema,
@@ -257,9 +258,31 @@ export const ROUTES = {
     summary: "Create or replace every model of a catalog file, all or none",
     tags: ["models"],
     auth: "admin",
+    description:
+      "With dry_run=1 (or true) the file is validated the same way (400 and 409 alike), nothing is written and no event is logged; the answer (ApplyDryRun) says per model what apply would do, where the next reconcile would start its new replicas (node and GPUs), and why not when it would not (never on this fleet, or not now).",
+    query: ApplyQuery,
+    queryDocs: { dry_run: "Change nothing: say what would change and where each new replica would go (1 or true)." },
     body: CatalogFile,
-    ok: [{ status: 200, description: "One result per model, in the file's order.", schema: V.ApplyResultSchema }],
+    ok: [
+      {
+        status: 200,
+        description: "One result per model, in the file's order: ApplyResult, or ApplyDryRun (with `dry_run: true`, placements and reasons) for dry_run=1.",
+        schema: V.ApplyAnswerSchema,
+      },
+    ],
     errors: WRITE_ERRORS,
+  },
+  explainModel: {
+    method: "get",
+    path: "/api/v1/models/{name}/explain",
+    summary: "Why a model has (or has not) the replicas it wants, and what would make it fit",
+    description:
+      "Per profile in priority order: how many nodes each rule ruled out (class, GPU count, state, engine, unhealthy cards, GPUs in use, fabric), the nodes that fit, whether it fits now, not now or never, and suggestions (evicting named idle replicas, uncordoning or approving a node, waiting for one). Changes nothing.",
+    tags: ["models"],
+    auth: "admin",
+    params: { name: MODEL_NAME },
+    ok: [{ status: 200, description: "The explanation.", schema: V.ExplanationSchema }],
+    errors: [401, 404],
   },
   listKeys: {
     method: "get",
@@ -415,6 +438,12 @@ const OUTPUTS: [z.ZodType, string][] = [
   [V.ModelDeletedSchema, "ModelDeleted"],
   [V.UnparkResultSchema, "UnparkResult"],
   [V.ApplyResultSchema, "ApplyResult"],
+  [V.ApplyDryRunSchema, "ApplyDryRun"],
+  [V.ApplyAnswerSchema, "ApplyAnswer"],
+  [V.ExplanationSchema, "Explanation"],
+  [V.ProfileExplanationSchema, "ProfileExplanation"],
+  [V.OutcomeCountSchema, "OutcomeCount"],
+  [V.SuggestionSchema, "Suggestion"],
   [V.NodeActionResultSchema, "NodeActionResult"],
   [NodeDeletedSchema, "NodeDeleted"],
   [NodeAddressSchema, "NodeAddress"],

@@ -10,7 +10,7 @@ import { parseDuration } from "../protocol/duration";
 import { ApiCallError, CLIENT_FLAGS, CliError, resolveClient } from "./client";
 import { STALL_AFTER, WAIT_TIMEOUT, waitForModels } from "./wait";
 import { oneLine } from "../lib/format";
-import type { ModelView } from "../protocol/views";
+import type { ApplyDryRun, ModelView } from "../protocol/views";
 import type { Command } from "./command";
 import { type Kind, pathSegments, positionOf, scanPositions, syntaxError } from "./catalog-file";
 
@@ -71,34 +71,61 @@ export function problemLines(file: CatalogText, issues: readonly { path: string;
     .map((p) => p.line);
 }
 
+/** What a dry run would do, per model: its result, the replicas it would start where, and why not. */
+export function renderDryRun(res: ApplyDryRun): string {
+  const lines: string[] = [];
+  const shard = (s: { node: string; gpus: readonly number[] }) => `${s.node} GPU ${s.gpus.join(",")}`;
+  for (const r of res.results) {
+    lines.push(safeText(r.message));
+    for (const p of r.placements) lines.push(safeText(`  would start a replica (profile ${p.profile}) on ${p.shards.map(shard).join(" + ")}`));
+    if (r.reason) lines.push(safeText(`  ${oneLine(r.reason, 400)}`));
+    else if (r.placements.length === 0 && r.verdict === "fits") lines.push(safeText(`  ${oneLine(r.summary, 400)}`));
+  }
+  lines.push("dry run: nothing was changed");
+  return lines.join("\n") + "\n";
+}
+
 export const command: Command = {
   name: "apply",
   summary: "Create or replace the models in a catalog file (YAML or JSON).",
-  usage: "llmgw apply -f FILE [--wait [--timeout DURATION] [--stall DURATION]]",
+  usage: "llmgw apply -f FILE [--dry-run [-o json] | --wait [--timeout DURATION] [--stall DURATION]]",
   flags: {
     file: { kind: "string", short: "f", value: "FILE", help: "catalog file (.yaml, .yml or .json; - for stdin)" },
     wait: { kind: "boolean", short: "w", help: "follow the models until each is ready, parked, or known never to fit this fleet (exit 1 for either of those, at once)" },
     timeout: { kind: "string", value: "DURATION", help: `give up waiting after this long, exit 1 with what each model waits on (default ${WAIT_TIMEOUT})` },
     stall: { kind: "string", value: "DURATION", help: `say so, with the model's reason, when its ready count has not risen for this long, and keep waiting (default ${STALL_AFTER})` },
+    "dry-run": { kind: "boolean", help: "change nothing: validate the file, say per model what would change and where each new replica would go (node and GPUs), or why not (never, or not now)" },
+    output: { kind: "string", short: "o", value: "FORMAT", choices: ["text", "json"], help: "with --dry-run: text (default) or json" },
     ...CLIENT_FLAGS,
   },
   details:
-    "Models not in the file are left alone; remove one with `llmgw models delete NAME`. A file with problems changes nothing: each is printed on its own line as FILE:LINE:COL: PATH: MESSAGE (PATH like models[llama-3.1-8b].profiles[0].gpu_class), all of them at once; a syntax error is given at its line and column.",
-  examples: ["llmgw apply -f catalog.yaml", "llmgw apply -f catalog.yaml --wait"],
+    "Models not in the file are left alone; remove one with `llmgw models delete NAME`. A file with problems changes nothing: each is printed on its own line as FILE:LINE:COL: PATH: MESSAGE (PATH like models[llama-3.1-8b].profiles[0].gpu_class), all of them at once; a syntax error is given at its line and column. With --dry-run the server validates the file as apply does and answers what it would do, writing nothing (no model, replica or event); `llmgw explain MODEL` says more about one that would not fit.",
+  examples: ["llmgw apply -f catalog.yaml", "llmgw apply -f catalog.yaml --dry-run", "llmgw apply -f catalog.yaml --dry-run -o json", "llmgw apply -f catalog.yaml --wait"],
   async run({ flags }) {
     const file = flags.file as string | undefined;
     if (!file) throw new UsageError("apply needs -f FILE");
+    const dry = flags["dry-run"] === true;
+    if (dry && flags.wait) throw new UsageError("--dry-run changes nothing, so there is nothing to --wait for: use one or the other");
+    const output = (flags.output as string | undefined) ?? "text";
+    if (!dry && flags.output !== undefined) throw new UsageError("-o/--output is for --dry-run");
+    if (output !== "text" && output !== "json") throw new UsageError(`-o/--output must be text or json, not "${output}"`);
     const timeout = parseDuration((flags.timeout as string | undefined) ?? WAIT_TIMEOUT);
     if (timeout === undefined) throw new UsageError(`--timeout must be a duration like 10m, not "${flags.timeout}"`);
     const stall = parseDuration((flags.stall as string | undefined) ?? STALL_AFTER);
     if (stall === undefined || stall <= 0) throw new UsageError(`--stall must be a duration like 2m, not "${flags.stall}"`);
     const catalog = await readCatalogFile(file);
     const client = resolveClient(flags);
-    const res = await client.send<{ results: { name: string; message: string }[] }>("POST", "/api/v1/apply", catalog.data).catch((e: unknown) => {
+    const refused = (e: unknown): never => {
       if (!(e instanceof ApiCallError) || (e.status !== 400 && e.status !== 409) || e.issues.length === 0) throw e;
       const n = e.issues.length;
       throw new CliError([`${safeText(catalog.name)}: ${n} problem${n > 1 ? "s" : ""}; nothing was applied`, ...problemLines(catalog, e.issues)].join("\n"));
-    });
+    };
+    if (dry) {
+      const res = await client.send<ApplyDryRun>("POST", "/api/v1/apply?dry_run=1", catalog.data).catch(refused);
+      process.stdout.write(output === "json" ? `${JSON.stringify(res, null, 2)}\n` : renderDryRun(res));
+      return;
+    }
+    const res = await client.send<{ results: { name: string; message: string }[] }>("POST", "/api/v1/apply", catalog.data).catch(refused);
     for (const r of res.results) process.stdout.write(`${safeText(r.message)}\n`);
     // What can never run on this fleet is said now: no tick needs to pass to know it.
     const applied = new Set(res.results.map((r) => r.name));

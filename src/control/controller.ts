@@ -18,7 +18,9 @@ import { plural } from "../lib/format";
 import { bracketHost } from "../lib/net";
 import type { CatalogIssue, ModelSpec } from "../protocol/catalog";
 import { type EngineReport, type HeartbeatRequest, type HeartbeatResponse, logsToken } from "../protocol/heartbeat";
-import type { AdminState, EventView, ModelView, NodeView, ReplicaView, Summary, Tables } from "../protocol/views";
+import type { AdminState, ApplyDryRun, EventView, Explanation, ModelView, NodeView, ReplicaView, Summary, Tables } from "../protocol/views";
+import { dryRunApply } from "./dry-run";
+import { type ExplainInput, explainModel } from "./explain";
 import { AssignmentBroker } from "./broker";
 import { type PutResult, catalogChanges } from "./catalog";
 import { ConflictError, FencedError, NotFoundError } from "./errors";
@@ -785,6 +787,38 @@ export class Controller {
     const row = await this.resolveOrThrow(nameOrAlias);
     const view = (await this.tables()).models.find((m) => m.name === row.name)!;
     return { view, spec: row.spec };
+  }
+
+  /** Whether a name or alias names a model. */
+  async hasModel(nameOrAlias: string): Promise<boolean> {
+    return (await this.resolve(nameOrAlias)) !== undefined;
+  }
+
+  /** Why a model has (or has not) the replicas it wants, and what would make it fit (explain.ts). */
+  async explain(nameOrAlias: string): Promise<Explanation> {
+    const row = await this.resolveOrThrow(nameOrAlias);
+    const ex = explainModel(await this.explainInput(), row.name);
+    if (!ex) throw new NotFoundError(`model "${nameOrAlias}" not found`);
+    return ex;
+  }
+
+  /** What applying these specs would change and where new replicas would go, with nothing written (dry-run.ts). */
+  async dryRunApply(specs: ModelSpec[]): Promise<ApplyDryRun> {
+    return dryRunApply(await this.explainInput(), specs);
+  }
+
+  /** What a tick's reconcile step would read now, read without changing anything (no clock-jump bookkeeping). */
+  private async explainInput(): Promise<ExplainInput> {
+    return {
+      snapshot: await this.snapshot(),
+      now: this.scheduler.now(),
+      lastUsed: this.lastUsed,
+      config: { ...this.config, nodeTimeoutMs: this.load.nodeTimeoutInForce() },
+      engines: this.engines,
+      deaf: this.load.deafSpans(),
+      watchedSince: this.watchedSince,
+      jumpedAt: Math.max(this.jumpedAt, this.usageSince),
+    };
   }
 
   // ---- catalog ------------------------------------------------------------------------

@@ -38,6 +38,11 @@ export const DeleteNodeQuery = z.object({
   force: Flag,
 });
 
+/** `POST /apply?dry_run=1`: validate and say what would change and where new replicas would go, writing nothing. */
+export const ApplyQuery = z.object({
+  dry_run: Flag,
+});
+
 /** `PUT /nodes/{name}/address`: the data-plane address a node may report besides its heartbeats' source. */
 export const AllowAddressBody = z.strictObject({
   address: z

@@ -372,3 +372,92 @@ export const ApiErrorSchema = z
   })
   .describe("The admin API's one error shape. `issues` lists every problem with its path, for bad bodies.");
 export type ApiError = z.infer<typeof ApiErrorSchema>;
+
+// ---- placement explained (`GET /models/{name}/explain`, `POST /apply?dry_run=true`)
+
+/** Why a node was ruled out for a profile, or that it fits; in the order the rules are applied. */
+export const NodeOutcomeSchema = z.enum(["class", "gpus", "unreachable", "pending", "cordoned", "draining", "engine", "unhealthy", "exhausted", "fabric", "fits"]);
+export type NodeOutcome = z.infer<typeof NodeOutcomeSchema>;
+
+/** The nodes one rule ruled out (or that fit), with the first few named. */
+export const OutcomeCountSchema = z.object({
+  outcome: NodeOutcomeSchema,
+  count: z.number().int(),
+  /** The first few nodes by name, each with what it has: `8/8 H100-80GB used by r-1 (llama)`. */
+  nodes: z.array(z.object({ name: z.string(), detail: z.string() })).describe("The first few nodes, by name, each with what it has."),
+});
+export type OutcomeCount = z.infer<typeof OutcomeCountSchema>;
+
+export const VerdictSchema = z.enum(["fits", "not_now", "never"]);
+export type Verdict = z.infer<typeof VerdictSchema>;
+
+export const ProfileExplanationSchema = z.object({
+  name: z.string(),
+  engine: z.string(),
+  gpu_class: z.string(),
+  gpus: z.number().int(),
+  nodes: z.number().int(),
+  priority: z.number().int(),
+  /** fits: a replica of it would be placed now; not_now: the fleet has room for it, but not free now; never: not even all free. */
+  verdict: VerdictSchema.describe("fits: a replica would be placed now; not_now: the fleet could host it but not now; never: not even with every node ready and free."),
+  /** One line, Nomad-style: `2 nodes filtered by class; 1 exhausted: 8/8 H100-80GB used; 1 not ready: cordoned`. */
+  line: z.string(),
+  /** Placement's own reason (or the never reason) when it does not fit now; null when it does. */
+  reason: z.string().nullable(),
+  /** Where a replica of this profile would go now; null when nowhere. */
+  would_place: z.array(ShardViewSchema).nullable(),
+  outcomes: z.array(OutcomeCountSchema),
+  /** Nodes holding the model's weights (placement prefers them; the others download first). */
+  weights_on: z.array(z.string()),
+});
+export type ProfileExplanation = z.infer<typeof ProfileExplanationSchema>;
+
+export const SuggestionSchema = z.object({
+  kind: z.enum(["evict", "uncordon", "approve", "wait", "unpark", "change", "none"]),
+  message: z.string(),
+  /** The replicas to evict, for `evict`. */
+  replicas: z.array(z.string()).optional(),
+  /** The nodes concerned, for `uncordon`, `approve` and `wait`. */
+  nodes: z.array(z.string()).optional(),
+});
+export type Suggestion = z.infer<typeof SuggestionSchema>;
+
+/** `GET /models/{name}/explain`: per profile in priority order, which nodes were ruled out and why, and what would make it fit. */
+export const ExplanationSchema = z.object({
+  model: z.string(),
+  /** running: it has what it wants; fits: what it lacks would be placed now; not_now; never; parked. */
+  status: z.enum(["running", "fits", "not_now", "never", "parked"]),
+  /** One sentence for the whole model. */
+  summary: z.string(),
+  desired: z.number().int(),
+  ready: z.number().int(),
+  on_demand: z.boolean(),
+  replicas: z.array(z.object({ id: z.string(), profile: z.string(), state: ReplicaStateSchema, shards: z.array(ShardViewSchema) })),
+  profiles: z.array(ProfileExplanationSchema),
+  suggestions: z.array(SuggestionSchema),
+});
+export type Explanation = z.infer<typeof ExplanationSchema>;
+
+/** `POST /apply?dry_run=true`: what apply would do, and where each new replica would go, with nothing changed. */
+export const ApplyDryRunSchema = z.object({
+  dry_run: z.literal(true),
+  results: z.array(
+    z.object({
+      name: z.string(),
+      result: PutResultSchema,
+      revision: z.number().int(),
+      message: z.string(),
+      /** Replicas the next reconcile would start for it, and where. */
+      placements: z.array(z.object({ profile: z.string(), shards: z.array(ShardViewSchema) })),
+      /** Why it would get fewer replicas than it wants (never, or not now); null when it would not. */
+      reason: z.string().nullable(),
+      verdict: z.enum(["running", "fits", "not_now", "never", "parked"]),
+      /** The model's explanation in one sentence, on the new catalog. */
+      summary: z.string(),
+    }),
+  ),
+});
+export type ApplyDryRun = z.infer<typeof ApplyDryRunSchema>;
+
+/** `POST /apply`'s answer: the dry run's when asked for (`dry_run: true`), else what was applied. */
+export const ApplyAnswerSchema = z.union([ApplyDryRunSchema, ApplyResultSchema]);

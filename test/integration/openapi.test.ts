@@ -219,6 +219,9 @@ describe("real answers match the documented schemas", () => {
     await exchange("unparkModel", "/api/v1/models/llama/unpark", {}, 200);
     const applied = await exchange("apply", "/api/v1/apply", { json: { models: [{ name: "qwen/qwen3-8b", ...spec, aliases: [] }] } }, 200);
     expect(applied.body.results[0]).toMatchObject({ name: "qwen/qwen3-8b", result: "created" });
+    const dry = await exchange("apply", "/api/v1/apply?dry_run=1", { json: { models: [{ name: "qwen/qwen3-8b", ...spec, aliases: [] }, { name: "dry", ...spec, aliases: [] }] } }, 200);
+    expect(dry.body.results.map((r: Json) => [r.name, r.result])).toEqual([["qwen/qwen3-8b", "unchanged"], ["dry", "created"]]);
+    expect((await exchange("explainModel", "/api/v1/models/qwen/qwen3-8b/explain", {}, 200)).body.model).toBe("qwen/qwen3-8b");
     await exchange("getModel", "/api/v1/models/qwen/qwen3-8b", {}, 200);
     await exchange("deleteModel", "/api/v1/models/qwen/qwen3-8b", {}, 200);
     const key = await exchange("createKey", "/api/v1/keys", { json: { name: "ci", pool: "default" } }, 201);
