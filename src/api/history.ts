@@ -88,6 +88,8 @@ export class History {
   /** Models (or classes) seen in the last sample but not charted, for want of room. */
   untrackedModels = 0;
   untrackedClasses = 0;
+  /** Whether a router's figures are sampled into it (startSampling sets it). */
+  readsTraffic = false;
 
   constructor(o: HistoryOptions = {}) {
     this.windowMs = o.windowMs ?? HISTORY_WINDOW_MS;
@@ -214,6 +216,7 @@ export interface SamplerOptions {
 
 /** Takes one sample now (awaitable), then one every interval; cancel the timer to stop. */
 export function startSampling(o: SamplerOptions): { timer: Timer; sample: () => Promise<void> } {
+  o.history.readsTraffic = o.traffic !== undefined;
   let running: Promise<void> | undefined;
   /** A sample already under way is the one awaited: two never overlap. */
   const sample = (): Promise<void> => (running ??= once().finally(() => (running = undefined)));

@@ -10,6 +10,7 @@ import { resolve } from "node:path";
 import type { Hono } from "hono";
 import type { Logger } from "pino";
 import { buildAdminApp } from "../api/app";
+import { History, startSampling } from "../api/history";
 import { type FetchApp, serveApp } from "../api/listener";
 import { ConfigError, type ServeConfig } from "../config";
 import { ensureDataDir, localUrl, resolveEngineSecret, resolveToken, writePrivateFile, writeServerInfo } from "../config/datadir";
@@ -17,6 +18,7 @@ import { type ListenerCaps, fitCaps, openFileLimit } from "../config/limits";
 import { Controller } from "../control/controller";
 import { hostPort, isLoopbackHost } from "../lib/net";
 import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
+import type { TrafficSource } from "../protocol/routing";
 import type { RouterExposure } from "../protocol/views";
 import { Http1Server } from "../http/server";
 import { Router, type RouterOptions } from "../router/router";
@@ -102,6 +104,22 @@ export interface Head {
   parts: HeadParts;
 }
 
+/** Whether the router (in this thread or behind its link) gives its traffic figures. */
+function isTrafficSource(x: object): x is TrafficSource {
+  return typeof (x as Partial<TrafficSource>).traffic === "function";
+}
+
+/** Samples the dashboard's last hour (api/history.ts): the router's figures and GPU use per class, from now on. */
+function sampleHistory(history: History, o: { scheduler: Scheduler; sink: object; controller: Controller; log: Logger }): Timer {
+  return startSampling({
+    history,
+    scheduler: o.scheduler,
+    ...(isTrafficSource(o.sink) ? { traffic: o.sink } : {}),
+    gpus: async () => (await o.controller.summary()).gpus,
+    onError: (e) => o.log.debug({ err: (e as Error).message }, "dashboard history: sample skipped"),
+  }).timer;
+}
+
 /** Starts a head node (what `llmgw serve` runs). */
 export async function startServer(o: StartOptions): Promise<RunningServer> {
   return (await startHead(o)).server;
@@ -137,7 +155,8 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
 
   // Set once the router listens; the summary leaves it out until then.
   let exposure: RouterExposure = { listen: `${config.listen.host}:${config.listen.port}`, api_key_required: config.require_api_key, open: false };
-  const app = buildAdminApp({ controller, log, adminToken: admin.token, joinToken: join_.token, version: VERSION, maxBodyBytes: ADMIN_MAX_BODY, routerExposure: () => exposure, scheduler });
+  const history = new History();
+  const app = buildAdminApp({ controller, log, adminToken: admin.token, joinToken: join_.token, version: VERSION, maxBodyBytes: ADMIN_MAX_BODY, routerExposure: () => exposure, scheduler, history });
   const scheme = tls ? "https" : "http";
   const caps = listenerCaps(config, log);
   const listening = { config, log, scheduler, tls, caps, shed: shedLogger(log, scheduler) };
@@ -169,6 +188,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   const sink = (link ?? router)!;
   await controller.setEndpointSink(sink);
   controller.setUsageSource(sink);
+  const sampling = sampleHistory(history, { scheduler, sink, controller, log });
   if (link) log.info({ thread: "router" }, "router runs on its own thread");
   const routerUrl = localUrl(config.listen.host, routerAddr.port, scheme);
   if (tls) log.info({ cert: tls.certPath, key: tls.keyPath, fingerprint256: tls.fingerprint256 }, "TLS on: the router and the admin/agent API serve HTTPS");
@@ -214,6 +234,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
       // First: a leader gives the lease up, so a standby takes over at once.
       await member?.stop();
       timer?.cancel();
+      sampling.cancel();
       patroni?.stop();
       controller.load.stop();
       await (link ?? router)!.stop();
