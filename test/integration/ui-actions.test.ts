@@ -235,3 +235,39 @@ describe("history on the pages", () => {
     expect(html).not.toMatch(/style=/);
   });
 });
+
+describe("traffic charts", () => {
+  test("a model's rates, TTFT and load from the router's figures: on the overview and on its page, scale labelled", async () => {
+    const { History } = await import("../../src/api/history");
+    const { uiRoutes } = await import("../../src/api/ui");
+    const { TTFT_BUCKETS_MS } = await import("../../src/protocol/routing");
+    await s.admin("/api/v1/models/busy", {
+      method: "PUT",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ replicas: { min: 1 }, profiles: [{ name: "h100", engine: "vllm", gpu_class: H, gpus: 1 }] }),
+    });
+    const h = new History();
+    const buckets = (fast: number) => [fast, ...Array<number>(TTFT_BUCKETS_MS.length).fill(0)];
+    const t0 = s.clock.now() - 60_000;
+    h.readsTraffic = true;
+    h.record(t0, [{ model: "busy", requests: 0, errors: 0, output_tokens: 0, ttft_counts: buckets(0), inflight: 0, queued: 0 }], []);
+    // 30 requests in 15 s, 600 tokens, all under 25 ms; 4 in flight, 1 held.
+    h.record(t0 + 15_000, [{ model: "busy", requests: 30, errors: 0, output_tokens: 600, ttft_counts: buckets(30), inflight: 4, queued: 1 }], []);
+    const ui = uiRoutes({ controller: s.parts.controller, adminToken: s.adminToken, history: h });
+    const auth = { headers: { authorization: `Bearer ${s.adminToken}` } };
+    const overview = await (await ui.request("/fragment", auth)).text();
+    expect(overview).toContain('data-testid="model-traffic" data-model="busy"');
+    expect(overview).toContain("2.0 req/s · 40 tok/s");
+    const page = await (await ui.request("/models/busy", auth)).text();
+    for (const id of ["rps", "tokens", "ttft", "load"]) expect(page).toContain(`data-chart="${id}"`);
+    // The latest values and the top of each scale, as text beside the SVG.
+    expect(page).toMatch(/data-field="last-rps">2.0</);
+    expect(page).toMatch(/data-field="last-tokens">40</);
+    expect(page).toMatch(/data-field="last-inflight">4</);
+    expect(page).toMatch(/data-field="last-queued">1</);
+    expect(page).toMatch(/data-field="last-p50">13 ms</);
+    expect(page).toMatch(/data-chart="tokens"[^]*?data-field="max">50</);
+    expect(page).toContain("−60m");
+    expect(page).toMatch(/<polyline class="line s1" data-series="rps" points="[\d., ]+"/);
+  });
+});
