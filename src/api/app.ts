@@ -11,6 +11,7 @@ import { bodyLimit } from "hono/body-limit";
 import type { Logger } from "pino";
 import type { Controller } from "../control/controller";
 import { type Scheduler, realScheduler } from "../lib/scheduler";
+import type { TrafficSource } from "../protocol/routing";
 import type { RouterExposure } from "../protocol/views";
 import { adminRoutes } from "./admin";
 import { agentRoutes } from "./agent";
@@ -30,6 +31,8 @@ export interface AppOptions {
   routerExposure?: () => RouterExposure | undefined;
   /** Times each request for its log line (default realScheduler). */
   scheduler?: Pick<Scheduler, "mono">;
+  /** The router's traffic figures per model (for the dashboard). */
+  traffic?: TrafficSource;
 }
 
 export function buildAdminApp(o: AppOptions): Hono {
@@ -69,7 +72,7 @@ export function buildAdminApp(o: AppOptions): Hono {
   app.route("/agent/v1", agentRoutes(o.controller));
 
   // The dashboard: admin token only, by cookie from its login form or by bearer header.
-  app.route("/ui", uiRoutes({ controller: o.controller, adminToken: o.adminToken }));
+  app.route("/ui", uiRoutes({ controller: o.controller, adminToken: o.adminToken, ...(o.traffic ? { traffic: o.traffic } : {}) }));
 
   app.notFound((c) => c.json(errorBody("not_found", `no route ${c.req.method} ${c.req.path}`), 404));
   app.onError((err, c) => handleError(err, c, o.log));

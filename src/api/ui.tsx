@@ -17,6 +17,7 @@ import type { Scheduler } from "../lib/scheduler";
 /** The wall clock a session or page reads (a Scheduler, or just its now()). */
 type Clock = Pick<Scheduler, "now">;
 import type { Controller } from "../control/controller";
+import type { TrafficSource } from "../protocol/routing";
 import { safeDeep } from "../lib/text";
 import { bearerToken, tokenMatches } from "./auth";
 import { type Session, SessionStore, csrfMatches } from "./sessions";
@@ -32,6 +33,8 @@ export interface UiOptions {
   clock?: Clock;
   /** The session store; one of its own (in memory, per listener) when not given. */
   sessions?: SessionStore;
+  /** The router's traffic figures per model: requests, errors, tokens, TTFT buckets, in flight, held. */
+  traffic?: TrafficSource;
 }
 
 type Env = { Variables: { nonce: string } };

@@ -17,6 +17,7 @@ import { type ListenerCaps, fitCaps, openFileLimit } from "../config/limits";
 import { Controller } from "../control/controller";
 import { hostPort, isLoopbackHost } from "../lib/net";
 import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
+import type { ModelTraffic, TrafficSource } from "../protocol/routing";
 import type { RouterExposure } from "../protocol/views";
 import { Http1Server } from "../http/server";
 import { Router, type RouterOptions } from "../router/router";
@@ -56,6 +57,8 @@ export interface RunningServer {
   firstStart: boolean;
   /** Set when both listeners serve HTTPS. */
   tls?: ServerTls;
+  /** The router's traffic figures per model (fresh from its thread when it runs on one). */
+  traffic: TrafficSource;
   /**
    * One control-loop tick, now: collect usage, reconcile, publish. Throws what the tick threw
    * (a store that cannot take the write); the loop itself logs and retries instead. With
@@ -137,7 +140,8 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
 
   // Set once the router listens; the summary leaves it out until then.
   let exposure: RouterExposure = { listen: `${config.listen.host}:${config.listen.port}`, api_key_required: config.require_api_key, open: false };
-  const app = buildAdminApp({ controller, log, adminToken: admin.token, joinToken: join_.token, version: VERSION, maxBodyBytes: ADMIN_MAX_BODY, routerExposure: () => exposure, scheduler });
+  const traffic = new LateTraffic();
+  const app = buildAdminApp({ controller, log, adminToken: admin.token, joinToken: join_.token, version: VERSION, maxBodyBytes: ADMIN_MAX_BODY, routerExposure: () => exposure, scheduler, traffic });
   const scheme = tls ? "https" : "http";
   const caps = listenerCaps(config, log);
   const listening = { config, log, scheduler, tls, caps, shed: shedLogger(log, scheduler) };
@@ -167,6 +171,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
     throw new Error(`cannot listen on ${config.listen.host}:${config.listen.port} (router): ${(e as Error).message}`);
   }
   const sink = (link ?? router)!;
+  traffic.from = sink;
   await controller.setEndpointSink(sink);
   controller.setUsageSource(sink);
   if (link) log.info({ thread: "router" }, "router runs on its own thread");
@@ -204,6 +209,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
     joinToken: join_.token,
     firstStart: join_.source === "generated",
     dataDir,
+    traffic,
     ...(tls ? { tls: { certPath: tls.certPath, keyPath: tls.keyPath, fingerprint256: tls.fingerprint256 } } : {}),
     tick: async () => {
       await controller.tick();
@@ -224,6 +230,14 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
     },
   };
   return { server, parts: { ...(store ? { store } : {}), model, controller, ...(router ? { router } : {}) } };
+}
+
+/** The router's TrafficSource, handed out before the router exists: nothing is counted until it listens. */
+class LateTraffic implements TrafficSource {
+  from: TrafficSource | undefined;
+  traffic(): Promise<ModelTraffic[]> {
+    return this.from?.traffic() ?? Promise.resolve([]);
+  }
 }
 
 /** This control plane among the others: its name, where it is reached, the lease's timings, the floating address. */
