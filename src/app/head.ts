@@ -18,7 +18,7 @@ import { type ListenerCaps, fitCaps, openFileLimit } from "../config/limits";
 import { Controller } from "../control/controller";
 import { hostPort, isLoopbackHost } from "../lib/net";
 import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
-import type { TrafficSource } from "../protocol/routing";
+import type { ModelTraffic, TrafficSource } from "../protocol/routing";
 import type { RouterExposure } from "../protocol/views";
 import { Http1Server } from "../http/server";
 import { Router, type RouterOptions } from "../router/router";
@@ -58,6 +58,8 @@ export interface RunningServer {
   firstStart: boolean;
   /** Set when both listeners serve HTTPS. */
   tls?: ServerTls;
+  /** The router's traffic figures per model (fresh from its thread when it runs on one). */
+  traffic: TrafficSource;
   /**
    * One control-loop tick, now: collect usage, reconcile, publish. Throws what the tick threw
    * (a store that cannot take the write); the loop itself logs and retries instead. With
@@ -104,20 +106,21 @@ export interface Head {
   parts: HeadParts;
 }
 
-/** Whether the router (in this thread or behind its link) gives its traffic figures. */
-function isTrafficSource(x: object): x is TrafficSource {
-  return typeof (x as Partial<TrafficSource>).traffic === "function";
-}
-
-/** Samples the dashboard's last hour (api/history.ts): the router's figures and GPU use per class, from now on. */
-function sampleHistory(history: History, o: { scheduler: Scheduler; sink: object; controller: Controller; log: Logger }): Timer {
-  return startSampling({
+/**
+ * The dashboard's last hour (api/history.ts), sampled from now on: GPU use per class, and the
+ * router's figures once `traffic.from` is set (none before: the router is not running yet).
+ */
+function dashboardFeed(o: { scheduler: Scheduler; controller: Controller; log: Logger }): { history: History; traffic: LateTraffic; timer: Timer } {
+  const history = new History();
+  const traffic = new LateTraffic();
+  const { timer } = startSampling({
     history,
     scheduler: o.scheduler,
-    ...(isTrafficSource(o.sink) ? { traffic: o.sink } : {}),
+    traffic,
     gpus: async () => (await o.controller.summary()).gpus,
     onError: (e) => o.log.debug({ err: (e as Error).message }, "dashboard history: sample skipped"),
-  }).timer;
+  });
+  return { history, traffic, timer };
 }
 
 /** Starts a head node (what `llmgw serve` runs). */
@@ -155,8 +158,8 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
 
   // Set once the router listens; the summary leaves it out until then.
   let exposure: RouterExposure = { listen: `${config.listen.host}:${config.listen.port}`, api_key_required: config.require_api_key, open: false };
-  const history = new History();
-  const app = buildAdminApp({ controller, log, adminToken: admin.token, joinToken: join_.token, version: VERSION, maxBodyBytes: ADMIN_MAX_BODY, routerExposure: () => exposure, scheduler, history });
+  const feed = dashboardFeed({ scheduler, controller, log });
+  const app = buildAdminApp({ controller, log, adminToken: admin.token, joinToken: join_.token, version: VERSION, maxBodyBytes: ADMIN_MAX_BODY, routerExposure: () => exposure, scheduler, history: feed.history });
   const scheme = tls ? "https" : "http";
   const caps = listenerCaps(config, log);
   const listening = { config, log, scheduler, tls, caps, shed: shedLogger(log, scheduler) };
@@ -185,10 +188,9 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
     close();
     throw new Error(`cannot listen on ${config.listen.host}:${config.listen.port} (router): ${(e as Error).message}`);
   }
-  const sink = (link ?? router)!;
+  const sink = (feed.traffic.from = (link ?? router)!);
   await controller.setEndpointSink(sink);
   controller.setUsageSource(sink);
-  const sampling = sampleHistory(history, { scheduler, sink, controller, log });
   if (link) log.info({ thread: "router" }, "router runs on its own thread");
   const routerUrl = localUrl(config.listen.host, routerAddr.port, scheme);
   if (tls) log.info({ cert: tls.certPath, key: tls.keyPath, fingerprint256: tls.fingerprint256 }, "TLS on: the router and the admin/agent API serve HTTPS");
@@ -224,6 +226,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
     joinToken: join_.token,
     firstStart: join_.source === "generated",
     dataDir,
+    traffic: feed.traffic,
     ...(tls ? { tls: { certPath: tls.certPath, keyPath: tls.keyPath, fingerprint256: tls.fingerprint256 } } : {}),
     tick: async () => {
       await controller.tick();
@@ -234,7 +237,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
       // First: a leader gives the lease up, so a standby takes over at once.
       await member?.stop();
       timer?.cancel();
-      sampling.cancel();
+      feed.timer.cancel();
       patroni?.stop();
       controller.load.stop();
       await (link ?? router)!.stop();
@@ -245,6 +248,14 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
     },
   };
   return { server, parts: { ...(store ? { store } : {}), model, controller, ...(router ? { router } : {}) } };
+}
+
+/** The router's TrafficSource, handed out before the router exists: nothing is counted until it listens. */
+class LateTraffic implements TrafficSource {
+  from: TrafficSource | undefined;
+  traffic(): Promise<ModelTraffic[]> {
+    return this.from?.traffic() ?? Promise.resolve([]);
+  }
 }
 
 /** This control plane among the others: its name, where it is reached, the lease's timings, the floating address. */
