@@ -81,7 +81,8 @@ export const Chart: FC<{ id: string; title: string; series: Series[]; now: numbe
   max,
   compact,
 }) => {
-  const top = max ?? niceMax(Math.max(0, ...series.flatMap((s) => s.points.map((p) => p.v ?? 0))));
+  const peak = Math.max(0, ...series.flatMap((s) => s.points.map((p) => p.v ?? 0)));
+  const top = max ?? niceMax(peak);
   const from = now - windowMs;
   const last = (s: Series) => {
     for (let i = s.points.length - 1; i >= 0; i--) if (s.points[i]!.v !== null) return s.points[i]!.v;
@@ -90,7 +91,7 @@ export const Chart: FC<{ id: string; title: string; series: Series[]; now: numbe
   const known = series.reduce((a, s) => a + s.points.filter((p) => p.v !== null).length, 0);
   const label = `${title}, last ${Math.round(windowMs / 60_000)} minutes: ${series.map((s) => `${s.label} now ${fmt(last(s))}`).join(", ")}; scale 0 to ${fmt(top)}`;
   return (
-    <figure class={`chart${compact ? " compact" : ""}`} data-testid="chart" data-chart={id} data-points={String(known)}>
+    <figure class={`chart${compact ? " compact" : ""}`} data-testid="chart" data-chart={id} data-points={String(known)} data-peak={String(peak)}>
       <figcaption>
         <span class="t">{title}</span>
         {series.map((s) => (
@@ -197,13 +198,13 @@ export const CHART_CSS = `
 .chart .key{color:var(--muted);white-space:nowrap}.chart .key b{color:var(--fg);font-variant-numeric:tabular-nums}
 .chart .key i{display:inline-block;width:10px;height:3px;border-radius:1px;vertical-align:middle}
 .key.s1 i{background:var(--used)}.key.s2 i{background:var(--ok)}.key.s3 i{background:var(--bad)}.key.s4 i{background:var(--warn)}
-.plot{position:relative;padding-left:38px}
+.plot{position:relative;padding-left:46px}
 .plot svg{display:block;width:100%;height:60px;background:var(--head);border-radius:3px}
 .chart.compact .plot svg{height:32px}
-.plot .ymax{position:absolute;left:0;top:-2px;width:34px;text-align:right;font-size:11px;color:var(--muted);font-variant-numeric:tabular-nums}
+.plot .ymax{position:absolute;left:0;top:-2px;width:42px;white-space:nowrap;text-align:right;font-size:11px;color:var(--muted);font-variant-numeric:tabular-nums}
 .line{fill:none;stroke-width:1.5;stroke-linejoin:round}
 .line.s1{stroke:var(--used)}.line.s2{stroke:var(--ok)}.line.s3{stroke:var(--bad)}.line.s4{stroke:var(--warn)}
 .gl{stroke:var(--line);stroke-width:1}.axis{stroke:var(--muted);stroke-width:1}
-.xaxis{display:flex;justify-content:space-between;padding-left:38px;font-size:11px;color:var(--muted)}
-.nodata{margin:2px 0 0 38px;font-size:11.5px;color:var(--muted)}
+.xaxis{display:flex;justify-content:space-between;padding-left:46px;font-size:11px;color:var(--muted)}
+.nodata{margin:2px 0 0 46px;font-size:11.5px;color:var(--muted)}
 `;

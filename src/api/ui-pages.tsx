@@ -129,16 +129,20 @@ const Facts: FC<{ rows: [string, unknown][] }> = ({ rows }) => (
 const OVERVIEW_MODELS = 12;
 
 const requestsIn = (pts: readonly ModelPoint[]) => pts.reduce((a, p) => a + (p.rps ?? 0), 0);
+/** Asked for at all in the hour: a request answered, or one in flight or held at a sample. */
+const active = (pts: readonly ModelPoint[]) => pts.some((p) => (p.rps ?? 0) > 0 || p.inflight > 0 || p.queued > 0);
 
 export const TrafficSection: FC<{ h: HistoryView }> = ({ h }) => {
-  const busiest = [...h.models].sort((a, b) => requestsIn(b.points) - requestsIn(a.points) || a.name.localeCompare(b.name)).slice(0, OVERVIEW_MODELS);
-  const more = h.models.length - busiest.length + h.untrackedModels;
+  const asked = h.models.filter((m) => active(m.points));
+  const busiest = asked.sort((a, b) => requestsIn(b.points) - requestsIn(a.points) || a.name.localeCompare(b.name)).slice(0, OVERVIEW_MODELS);
+  const quiet = h.models.length - asked.length;
+  const more = asked.length - busiest.length + h.untrackedModels;
   return (
     <Section id="traffic" title="Traffic, last hour" note="per model, as the router saw it; sampled every 15 s, kept in memory only">
       {!h.traffic ? (
         <p class="empty">The router's figures are not available to this dashboard.</p>
       ) : busiest.length === 0 ? (
-        <p class="empty">No traffic sampled yet.</p>
+        <p class="empty">{h.models.length === 0 ? "No traffic sampled yet." : "No requests in the last hour."}</p>
       ) : (
         <div class="traffic">
           {busiest.map((m) => {
@@ -157,6 +161,7 @@ export const TrafficSection: FC<{ h: HistoryView }> = ({ h }) => {
           })}
         </div>
       )}
+      {quiet > 0 && busiest.length > 0 && <p class="more">{plural(quiet, "model")} not asked for in the last hour.</p>}
       {more > 0 && <p class="more">… and {plural(more, "more model")}: each model's page has its charts{h.untrackedModels > 0 ? ` (${h.untrackedModels} beyond the history's limit are not kept)` : ""}.</p>}
     </Section>
   );
@@ -457,7 +462,7 @@ export const KeysPage: FC<{ nonce: string; csrf?: string; flash?: Flash; keys: {
                     {ago(k.created_at, now)}
                   </td>
                   {csrf !== undefined && (
-                    <td>
+                    <td class="act">
                       <Action action={`/ui/keys/${encodeURIComponent(k.name)}/revoke`} csrf={csrf} label="Revoke" testid="revoke-form" danger confirm="sure" />
                     </td>
                   )}

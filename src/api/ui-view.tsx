@@ -733,6 +733,5 @@ h1.title{margin:0 0 12px;font-size:22px;display:flex;flex-wrap:wrap;gap:8px;alig
 .model-traffic h3{margin:0 0 4px;display:flex;flex-wrap:wrap;gap:2px 10px;align-items:baseline;overflow-wrap:anywhere}
 .model-traffic h3 small{font-weight:400;color:var(--muted)}
 .hint{font-size:12.5px;margin:0;flex-basis:100%}
-td .action{flex-wrap:nowrap}
-@media (max-width:700px){.facts{grid-template-columns:1fr}.facts dd{margin-bottom:4px}}
+td.act{white-space:normal;min-width:120px}td .action{gap:4px 8px}
 `+CHART_CSS;

@@ -351,9 +351,14 @@ describe("the dashboard at /ui", () => {
     // An unplaceable model's page says why.
     await page.goto(`${adminUrl}/ui/models/deepseek-v3`);
     expect(await page.locator('[data-testid="model-reason"]').textContent()).toContain("can never fit");
-    const missing = await page.goto(`${adminUrl}/ui/nodes/no-such-node`);
+    // An unknown name: the 404 page (in a context of its own, unwatched: Chromium logs every 404 to the console).
+    const lost = await browser.newContext();
+    await lost.addCookies(await ctx.cookies());
+    const lp = await lost.newPage();
+    const missing = await lp.goto(`${adminUrl}/ui/nodes/no-such-node`);
     expect(missing!.status()).toBe(404);
-    await page.locator('[data-testid="not-found"]').waitFor();
+    await lp.locator('[data-testid="not-found"]').waitFor();
+    await close(lost);
     await page.goto(`${adminUrl}/ui`);
   }, 30_000);
 
@@ -403,21 +408,42 @@ describe("the dashboard at /ui", () => {
   }, 60_000);
 
   test("after some traffic the overview and the model's page draw the last hour as inline SVG", async () => {
-    for (let i = 0; i < 5; i++) {
-      const r = await fetch(`${routerUrl}/v1/chat/completions`, {
-        method: "POST",
-        headers: { authorization: `Bearer ${clientKey}`, "content-type": "application/json" },
-        body: JSON.stringify({ model: "llama-3.1-8b", messages: [{ role: "user", content: "hi" }], max_tokens: 8 }),
-      });
-      expect(r.status).toBe(200);
-      await r.text();
-    }
+    const chat = async () => {
+      for (let i = 0; i < 3; i++) {
+        const r = await fetch(`${routerUrl}/v1/chat/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${clientKey}`, "content-type": "application/json" },
+          body: JSON.stringify({ model: "llama-3.1-8b", messages: [{ role: "user", content: "hi" }], max_tokens: 8 }),
+        });
+        expect(r.status).toBe(200);
+        await r.text();
+      }
+    };
+    await chat();
     // GPU use per class: sampled since the start.
     const gpu = page.locator('[data-testid="section-gpu-history"] [data-testid="chart"][data-chart="gpu:H100-80GB"]');
     await gpu.waitFor();
     expect(Number(await gpu.getAttribute("data-points"))).toBeGreaterThan(0);
     expect(await gpu.locator("svg polyline").count()).toBeGreaterThan(0);
     expect(await gpu.locator('[data-field="max"]').textContent()).toBe("16");
+    // The router's figures: keep asking until a sample's difference shows the requests (two samples, 15 s apart).
+    const rps = page.locator('[data-testid="model-traffic"][data-model="llama-3.1-8b"] [data-chart="rps"]');
+    await until(
+      "a request rate above 0 for llama-3.1-8b on the overview",
+      async () => {
+        await chat();
+        return (await rps.count()) > 0 && Number(await rps.getAttribute("data-peak")) > 0;
+      },
+      { timeoutMs: 45_000, everyMs: 1000 },
+    );
+    expect(await rps.locator("svg polyline").count()).toBeGreaterThan(0);
+    await page.goto(`${adminUrl}/ui/models/llama-3.1-8b`);
+    const charts = page.locator('[data-testid="section-history"] [data-testid="chart"]');
+    expect(await charts.count()).toBe(4);
+    expect(Number(await charts.and(page.locator('[data-chart="tokens"]')).getAttribute("data-peak"))).toBeGreaterThan(0);
+    expect(Number(await charts.and(page.locator('[data-chart="ttft"]')).getAttribute("data-points"))).toBeGreaterThan(0);
+    expect(await page.locator('[data-chart="ttft"] [data-field="last-p50"]').textContent()).toMatch(/ m?s$|^-$/);
+    await page.goto(`${adminUrl}/ui`);
   }, 60_000);
 
   test("at 420 px wide every page fits the viewport (tables scroll in their own box); screenshots of each", async () => {
