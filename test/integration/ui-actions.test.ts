@@ -77,6 +77,16 @@ describe("pages", () => {
     expect(n.html).toContain('data-testid="node-title" data-node="gpu-01"');
     expect(n.html.match(/data-testid="gpu-row"/g)).toHaveLength(2);
     expect(n.html).toContain('data-testid="cordon-form"');
+    // A name with a slash: linked encoded, found either way.
+    const put = await s.admin("/api/v1/models/org/tiny", {
+      method: "PUT",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ replicas: { min: 0 }, profiles: [{ name: "h100", engine: "vllm", gpu_class: H, gpus: 1 }] }),
+    });
+    expect(put.status).toBe(201);
+    expect((await get("/ui", a)).html).toContain('href="/ui/models/org%2Ftiny"');
+    for (const path of ["/ui/models/org%2Ftiny", "/ui/models/org/tiny"]) expect((await get(path, a)).html).toContain('data-model="org/tiny"');
+    expect((await get("/ui/models/org%2Ftiny", a)).html).toContain('action="/ui/models/org%2Ftiny/delete"');
     for (const path of ["/ui/models/nope", "/ui/nodes/nope", "/ui/nodes/..%2F"]) {
       const r = await get(path, a);
       expect({ path, status: r.status }).toEqual({ path, status: 404 });
@@ -206,6 +216,9 @@ describe("actions with the right token", () => {
 
   test("delete a model: not without the confirm box; with it, gone, its event, back to the overview", async () => {
     const a = await signIn();
+    // A name with a slash, through its encoded form action.
+    expect((await post("/ui/models/org%2Ftiny/delete", a, { csrf: a.csrf, confirm: "yes" })).status).toBe(303);
+    expect((await s.admin("/api/v1/models/org/tiny")).status).toBe(404);
     const r = await post("/ui/models/llama/delete", a, { csrf: a.csrf });
     expect(r.status).toBe(303);
     expect(r.headers.get("location")).toBe("/ui/models/llama");
