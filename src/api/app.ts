@@ -16,6 +16,7 @@ import { adminRoutes } from "./admin";
 import { agentRoutes } from "./agent";
 import { requireToken } from "./auth";
 import { errorBody, handleError } from "./errors";
+import type { History } from "./history";
 import { uiRoutes } from "./ui";
 
 export interface AppOptions {
@@ -30,6 +31,8 @@ export interface AppOptions {
   routerExposure?: () => RouterExposure | undefined;
   /** Times each request for its log line (default realScheduler). */
   scheduler?: Pick<Scheduler, "mono">;
+  /** The dashboard's last hour (sampled by the assembly); the dashboard keeps an empty one without. */
+  history?: History;
 }
 
 export function buildAdminApp(o: AppOptions): Hono {
@@ -69,7 +72,7 @@ export function buildAdminApp(o: AppOptions): Hono {
   app.route("/agent/v1", agentRoutes(o.controller));
 
   // The dashboard: admin token only, by cookie from its login form or by bearer header.
-  app.route("/ui", uiRoutes({ controller: o.controller, adminToken: o.adminToken }));
+  app.route("/ui", uiRoutes({ controller: o.controller, adminToken: o.adminToken, ...(o.history ? { history: o.history } : {}) }));
 
   app.notFound((c) => c.json(errorBody("not_found", `no route ${c.req.method} ${c.req.path}`), 404));
   app.onError((err, c) => handleError(err, c, o.log));

@@ -6,20 +6,24 @@
 
 import type { FC } from "hono/jsx";
 import { ago, human, oneLine, plural } from "../lib/format";
+import { CHART_CSS } from "./ui-charts";
 import type { ClassUse, EventView, ModelView, NodeView, ReplicaView, Summary, Tables } from "../protocol/views";
 
 // ---- small formatting helpers (the rest are lib/format's, shared with the CLI) ------------
 
 /** "2025-01-02T03:04:05.678Z" → "03:04:05" (UTC, labelled as such in the page). */
-const clock = (iso: string) => iso.slice(11, 19);
+export const clock = (iso: string) => iso.slice(11, 19);
 
-type Tone = "ok" | "warn" | "bad" | "muted";
+export const modelHref = (name: string) => `/ui/models/${encodeURIComponent(name)}`;
+export const nodeHref = (name: string) => `/ui/nodes/${encodeURIComponent(name)}`;
 
-function nodeTone(s: NodeView["state"]): Tone {
+export type Tone = "ok" | "warn" | "bad" | "muted";
+
+export function nodeTone(s: NodeView["state"]): Tone {
   return s === "ready" ? "ok" : s === "unreachable" ? "bad" : "warn";
 }
 
-function replicaTone(s: ReplicaView["state"]): Tone {
+export function replicaTone(s: ReplicaView["state"]): Tone {
   return s === "ready" ? "ok" : s === "failed" ? "bad" : "warn";
 }
 
@@ -29,7 +33,7 @@ export function modelStatus(m: ModelView): "parked" | "unplaceable" | "short" | 
   return m.ready < m.desired ? "short" : "ok";
 }
 
-function eventTone(kind: string): Tone {
+export function eventTone(kind: string): Tone {
   if (/failed|parked|unreachable|lost|unplaceable/.test(kind)) return "bad";
   if (/stopping|drain|cordon|evict/.test(kind)) return "warn";
   if (/ready|registered|created|unparked|reachable/.test(kind)) return "ok";
@@ -38,7 +42,7 @@ function eventTone(kind: string): Tone {
 
 // ---- pieces ---------------------------------------------------------------------------
 
-const Badge: FC<{ tone: Tone; field?: string; children?: unknown }> = ({ tone, field, children }) => (
+export const Badge: FC<{ tone: Tone; field?: string; children?: unknown }> = ({ tone, field, children }) => (
   <span class={`badge ${tone}`} data-field={field}>
     {children}
   </span>
@@ -69,7 +73,7 @@ const UsageBar: FC<{ g: ClassUse }> = ({ g }) => {
 };
 
 /** One square per GPU of a node: used, unhealthy, free. */
-const GpuStrip: FC<{ n: NodeView }> = ({ n }) => (
+export const GpuStrip: FC<{ n: NodeView }> = ({ n }) => (
   <span class="strip" aria-hidden="true">
     {n.gpus.map((g) => (
       <i class={!g.healthy ? "unhealthy" : g.in_use_by ? "used" : "free"} title={`${g.index} ${g.class}${!g.healthy ? " unhealthy" : g.in_use_by ? ` ${g.in_use_by}` : " free"}`} />
@@ -83,7 +87,7 @@ const Stat: FC<{ id: string; value: number; label: string; tone?: Tone }> = ({ i
   </span>
 );
 
-const Section: FC<{ id: string; title: string; note?: string; count?: number; children?: unknown }> = ({ id, title, note, count, children }) => (
+export const Section: FC<{ id: string; title: string; note?: string; count?: number; children?: unknown }> = ({ id, title, note, count, children }) => (
   <section class="panel" data-testid={`section-${id}`} aria-labelledby={`h-${id}`}>
     <h2 id={`h-${id}`}>
       {title}
@@ -246,7 +250,9 @@ const Attention: FC<{ s: Summary }> = ({ s }) => {
           <ul class="reasons">
             {s.unplaceable.map((name) => (
               <li data-testid="unplaceable" data-model={name}>
-                <b>{name}</b>
+                <b>
+                  <a href={modelHref(name)}>{name}</a>
+                </b>
                 {s.unplaceable_reasons[name] && <span class="reason">{s.unplaceable_reasons[name]}</span>}
               </li>
             ))}
@@ -269,7 +275,9 @@ const Attention: FC<{ s: Summary }> = ({ s }) => {
             <tbody>
               {s.parked.map((p) => (
                 <tr data-testid="parked" data-model={p.model}>
-                  <td class="name">{p.model}</td>
+                  <td class="name">
+                    <a href={modelHref(p.model)}>{p.model}</a>
+                  </td>
                   <td class="num" data-field="failures">{p.failures}</td>
                   <td class="reason" data-field="reason" title={p.reason}>
                     {oneLine(p.reason, 240)}
@@ -372,7 +380,9 @@ const Nodes: FC<{ nodes: NodeView[]; now: number }> = ({ nodes, now }) => (
           <tbody>
             {nodes.map((n) => (
               <tr data-testid="node-row" data-node={n.name}>
-                <td class="name">{n.name}</td>
+                <td class="name">
+                  <a href={nodeHref(n.name)}>{n.name}</a>
+                </td>
                 <td>
                   <Badge tone={nodeTone(n.state)} field="state">
                     {n.state}
@@ -424,7 +434,7 @@ const Models: FC<{ models: ModelView[] }> = ({ models }) => (
               return (
                 <tr data-testid="model-row" data-model={m.name}>
                   <td class="name" title={m.aliases.length ? `aliases: ${m.aliases.join(", ")}` : undefined}>
-                    {m.name}
+                    <a href={modelHref(m.name)}>{m.name}</a>
                   </td>
                   <td class="num" data-field="ready">
                     {m.ready}/{m.desired}
@@ -473,7 +483,9 @@ const Replicas: FC<{ replicas: ReplicaView[] }> = ({ replicas }) => (
             {replicas.map((r) => (
               <tr data-testid="replica-row" data-replica={r.id} data-model={r.model}>
                 <td class="mono">{r.id}</td>
-                <td class="name">{r.model}</td>
+                <td class="name">
+                  <a href={modelHref(r.model)}>{r.model}</a>
+                </td>
                 <td>{r.profile}</td>
                 <td>
                   <Badge tone={replicaTone(r.state)} field="state">
@@ -495,8 +507,8 @@ const Replicas: FC<{ replicas: ReplicaView[] }> = ({ replicas }) => (
   </Section>
 );
 
-const Events: FC<{ events: EventView[] }> = ({ events }) => (
-  <Section id="events" title="Recent events" note="newest first, times in UTC">
+export const Events: FC<{ events: EventView[]; title?: string }> = ({ events, title = "Recent events" }) => (
+  <Section id="events" title={title} note="newest first, times in UTC">
     {events.length === 0 ? (
       <p class="empty">No events yet.</p>
     ) : (
@@ -526,7 +538,7 @@ export interface DashboardData {
 }
 
 /** The part of the page that refreshes: everything inside <main>. */
-export const Dashboard: FC<{ d: DashboardData }> = ({ d }) => {
+export const Dashboard: FC<{ d: DashboardData; history?: unknown }> = ({ d, history }) => {
   const s = d.summary;
   const at = new Date(d.now).toISOString();
   return (
@@ -544,6 +556,7 @@ export const Dashboard: FC<{ d: DashboardData }> = ({ d }) => {
         <Gpus s={s} />
         <Fabrics s={s} />
       </div>
+      {history}
       <Attention s={s} />
       <Nodes nodes={d.tables.nodes} now={d.now} />
       <Models models={d.tables.models} />
@@ -554,7 +567,7 @@ export const Dashboard: FC<{ d: DashboardData }> = ({ d }) => {
 };
 
 /** Polls the fragment and swaps it in; after a 401 the page reloads into the login form. */
-const REFRESH_SCRIPT = `(()=>{const m=document.getElementById("main");let busy=false;
+export const REFRESH_SCRIPT = `(()=>{const m=document.getElementById("main");let busy=false;
 async function refresh(){if(busy||document.hidden)return;busy=true;
 try{const r=await fetch("/ui/fragment",{cache:"no-store",credentials:"same-origin"});
 if(r.status===401){location.replace("/ui");return}
@@ -563,7 +576,7 @@ m.innerHTML=await r.text();document.body.classList.remove("stale")}
 catch(e){document.body.classList.add("stale")}finally{busy=false}}
 setInterval(refresh,${2000});document.addEventListener("visibilitychange",()=>{if(!document.hidden)refresh()})})();`;
 
-const Shell: FC<{ nonce: string; title: string; head?: unknown; children?: unknown }> = ({ nonce, title, head, children }) => (
+export const Shell: FC<{ nonce: string; title: string; head?: unknown; children?: unknown }> = ({ nonce, title, head, children }) => (
   <html lang="en">
     <head>
       <meta charset="utf-8" />
@@ -581,47 +594,7 @@ const Shell: FC<{ nonce: string; title: string; head?: unknown; children?: unkno
 );
 
 /** A ?token= must not stay in the address bar: the page drops it as it loads. */
-const STRIP_QUERY = `history.replaceState(null,"","/ui");`;
-
-/**
- * The page. `csrf` is the session's CSRF token, carried by every form that changes state (log
- * out); a script signed in by bearer header has no session and gets no such form.
- */
-export const DashboardPage: FC<{ nonce: string; d: DashboardData; csrf?: string; stripQuery?: boolean }> = ({ nonce, d, csrf, stripQuery }) => (
-  <Shell
-    nonce={nonce}
-    title="llmgw dashboard"
-    head={
-      <noscript>
-        <meta http-equiv="refresh" content="5" />
-      </noscript>
-    }
-  >
-    <body>
-      <header class="top">
-        <span class="brand">llmgw</span>
-        <span class="live" aria-live="polite">
-          <span class="dot" /> live · refreshes every 2s
-        </span>
-        <span class="stale-note" role="status">
-          connection lost, retrying…
-        </span>
-        {csrf !== undefined && (
-          <form class="logout" method="post" action="/ui/logout" data-testid="logout-form">
-            <input type="hidden" name="csrf" value={csrf} />
-            <button type="submit" data-testid="logout">
-              Log out
-            </button>
-          </form>
-        )}
-      </header>
-      <main id="main" data-testid="main">
-        <Dashboard d={d} />
-      </main>
-      <script nonce={nonce} dangerouslySetInnerHTML={{ __html: (stripQuery ? STRIP_QUERY : "") + REFRESH_SCRIPT }} />
-    </body>
-  </Shell>
-);
+export const STRIP_QUERY = `history.replaceState(null,"","/ui");`;
 
 export const LoginPage: FC<{ nonce: string; error?: string; stripQuery?: boolean }> = ({ nonce, error, stripQuery }) => (
   <Shell nonce={nonce} title="llmgw — sign in">
@@ -674,6 +647,8 @@ code,.mono{font-family:var(--mono);font-size:12.5px}
 .logout{margin-left:auto;font-size:13px}
 .logout button{font:inherit;color:inherit;background:none;border:1px solid var(--line);border-radius:6px;padding:2px 10px;cursor:pointer}
 main{max-width:1400px;margin:0 auto;padding:16px 24px 40px}
+.flash-wrap{max-width:1400px;margin:0 auto;padding:12px 24px 0}
+.flash-wrap .flash{margin:0}
 .updated{display:flex;justify-content:space-between;color:var(--muted);font-size:12.5px;margin:0 0 12px}
 .cards{display:grid;grid-template-columns:repeat(auto-fit,minmax(220px,1fr));gap:12px;margin-bottom:12px}
 .card,.panel{background:var(--panel);border:1px solid var(--line);border-radius:8px}
@@ -733,5 +708,30 @@ ol.events time{color:var(--muted)}
 .login button{font:inherit;font-weight:600;padding:8px 12px;border:0;border-radius:6px;background:var(--used);color:#fff;cursor:pointer}
 .hint{color:var(--muted);font-size:12.5px;margin:0}
 .hint code{white-space:nowrap}
-@media (max-width:700px){.grid{grid-template-columns:1fr}main,.top{padding-left:12px;padding-right:12px}ol.events li{grid-template-columns:64px 1fr}ol.events .msg{grid-column:1/-1}}
-`;
+@media (max-width:700px){.grid{grid-template-columns:1fr}main,.top,.flash-wrap{padding-left:12px;padding-right:12px}ol.events li{grid-template-columns:64px 1fr}ol.events .msg{grid-column:1/-1}}
+.top{flex-wrap:wrap;row-gap:6px}
+.brand{color:inherit;text-decoration:none}
+.nav{display:flex;gap:12px;font-size:13.5px}
+.nav a{color:var(--muted);text-decoration:none}.nav a[aria-current=page],.nav a:hover{color:var(--fg)}
+td.name a,.model-traffic h3 a{color:inherit}
+.crumbs{margin:0 0 4px;color:var(--muted);font-size:12.5px}
+h1.title{margin:0 0 12px;font-size:22px;display:flex;flex-wrap:wrap;gap:8px;align-items:center;overflow-wrap:anywhere}
+.alert.warn{background:var(--warn-bg);color:var(--warn)}.alert.ok{background:var(--ok-bg);color:var(--ok)}
+.flash p{margin:0}.flash .secret{margin-top:6px;display:grid;gap:4px}
+.flash code{font-size:13px;background:var(--panel);color:var(--fg);padding:4px 8px;border-radius:4px;overflow-wrap:anywhere;user-select:all}
+.facts{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px;margin:0}
+.facts dt{color:var(--muted)}.facts dd{margin:0;overflow-wrap:anywhere}
+.actions{display:flex;flex-wrap:wrap;gap:10px;align-items:center}
+.action{display:flex;flex-wrap:wrap;gap:8px;align-items:center;margin:0}
+.action button{font:inherit;font-weight:600;padding:5px 12px;border:1px solid var(--line);border-radius:6px;background:var(--head);color:var(--fg);cursor:pointer}
+.action button.danger{border-color:var(--bad);color:var(--bad)}
+.confirm{font-size:12.5px;color:var(--muted);display:flex;gap:4px;align-items:center}
+.field{display:grid;gap:2px;font-size:13px;font-weight:600}
+.field small{font-weight:400;color:var(--muted)}
+.field input{font:inherit;font-weight:400;padding:5px 8px;border:1px solid var(--line);border-radius:6px;background:var(--bg);color:var(--fg);max-width:100%}
+.traffic{display:grid;gap:12px}
+.model-traffic h3{margin:0 0 4px;display:flex;flex-wrap:wrap;gap:2px 10px;align-items:baseline;overflow-wrap:anywhere}
+.model-traffic h3 small{font-weight:400;color:var(--muted)}
+.hint{font-size:12.5px;margin:0;flex-basis:100%}
+td.act{white-space:normal;min-width:120px}td .action{gap:4px 8px}
+`+CHART_CSS;

@@ -1,9 +1,14 @@
-// The dashboard at /ui on the admin listener: a read-only, server-rendered view of the same
-// summary and tables the admin API serves. It takes the admin token only: from a login form
+// The dashboard at /ui on the admin listener: a server-rendered view of the same summary and
+// tables the admin API serves, the last hour's charts (history.ts), a page per model and per
+// node, the API keys, and the operator's actions (cordon, uncordon, drain, unpark, delete a
+// model, create and revoke keys) as POST forms that call the controller methods the admin API
+// calls. It takes the admin token only: from a login form
 // or a `?token=` link, either of which starts a server-side session (sessions.ts: a random id
 // in an HttpOnly, SameSite=Strict cookie, 12 h at most, 1 h idle), or as `Authorization:
 // Bearer` for scripts. Logging out is a POST carrying the session's CSRF token, and revokes the
-// session. Every response carries a strict CSP whose per-response nonce is the only way an
+// session; every action is the same: a POST from a session carrying its CSRF token (else 403,
+// and nothing changes), answered with a 303 back to the page and a message shown once there.
+// Every response carries a strict CSP whose per-response nonce is the only way an
 // inline script or style runs. Everything shown passes through the sanitiser first
 // (lib/text.ts): HTML escaping stops markup, not the control characters inside it.
 
@@ -12,15 +17,23 @@ import { Hono } from "hono";
 import { compress } from "hono/compress";
 import { deleteCookie, getCookie, setCookie } from "hono/cookie";
 import type { Context } from "hono";
+import { ZodError } from "zod";
 import type { Scheduler } from "../lib/scheduler";
+import type { Controller } from "../control/controller";
+import { ConflictError, NotFoundError, StoreUnavailableError } from "../control/errors";
+import { safeDeep } from "../lib/text";
+import { CreateKeyBody } from "../protocol/admin";
+import { SegmentName } from "../protocol/common";
+import type { EventView } from "../protocol/views";
+import { bearerToken, tokenMatches } from "./auth";
+import { HttpError, zodToApiError } from "./errors";
+import { History } from "./history";
+import { type Session, SessionStore, csrfMatches } from "./sessions";
+import { DashboardPage, type Flash, type HistoryView, KeysPage, ModelPage, NodePage, NotFoundPage, Overview } from "./ui-pages";
+import { type DashboardData, ICON_SVG, LoginPage, modelHref, nodeHref } from "./ui-view";
 
 /** The wall clock a session or page reads (a Scheduler, or just its now()). */
 type Clock = Pick<Scheduler, "now">;
-import type { Controller } from "../control/controller";
-import { safeDeep } from "../lib/text";
-import { bearerToken, tokenMatches } from "./auth";
-import { type Session, SessionStore, csrfMatches } from "./sessions";
-import { Dashboard, type DashboardData, DashboardPage, ICON_SVG, LoginPage } from "./ui-view";
 
 export const UI_COOKIE = "llmgw_ui";
 const EVENTS_SHOWN = 50;
@@ -32,7 +45,13 @@ export interface UiOptions {
   clock?: Clock;
   /** The session store; one of its own (in memory, per listener) when not given. */
   sessions?: SessionStore;
+  /** The last hour's figures (history.ts), sampled by whoever built it; an empty one when not given. */
+  history?: History;
 }
+
+/** Events shown on a model's or node's page, and how far back its replicas' events are looked for. */
+const PAGE_EVENTS = 30;
+const RELATED_EVENTS_SCAN = 500;
 
 type Env = { Variables: { nonce: string } };
 
@@ -102,6 +121,36 @@ export function uiRoutes(o: UiOptions): Hono<Env> {
     return safeDeep({ summary, tables, events, now: ctl.opts.scheduler.now() });
   };
 
+  const history = o.history ?? new History();
+  const historyView = (): HistoryView =>
+    safeDeep({
+      now: ctl.opts.scheduler.now(),
+      windowMs: history.windowMs,
+      traffic: history.readsTraffic,
+      models: history.models().map((name) => ({ name, points: [...history.model(name)] })),
+      classes: history.classes().map((name) => ({ name, points: [...history.gpuClass(name)] })),
+      untrackedModels: history.untrackedModels,
+      untrackedClasses: history.untrackedClasses,
+    });
+
+  /** A message for the session's next page, taken when shown. */
+  const flashes = new WeakMap<Session, Flash>();
+  const takeFlash = (session: Session | undefined): Flash | undefined => {
+    if (!session) return undefined;
+    const f = flashes.get(session);
+    flashes.delete(session);
+    return f;
+  };
+
+  /** The newest events about `subject`, and about the replicas named (as far back as the scan goes), newest first. */
+  const relatedEvents = async (subject: string, others: string[]): Promise<EventView[]> => {
+    const [own, recent] = await Promise.all([ctl.events({ limit: PAGE_EVENTS, subject }), others.length > 0 ? ctl.events({ limit: RELATED_EVENTS_SCAN }) : []]);
+    const wanted = new Set(others);
+    const byId = new Map<number, EventView>();
+    for (const e of [...own, ...recent.filter((x) => wanted.has(x.subject))]) byId.set(e.id, e);
+    return [...byId.values()].sort((a, b) => b.id - a.id).slice(0, PAGE_EVENTS);
+  };
+
   const wrong = "That is not this server's admin token.";
 
   app.get("/", async (c) => {
@@ -113,18 +162,22 @@ export function uiRoutes(o: UiOptions): Hono<Env> {
       // the redirect that ends such a navigation (the login form again), so answer with the
       // page itself, which drops the query from the address bar as it loads.
       if (c.req.header("sec-fetch-site") === "cross-site")
-        return c.html(`<!DOCTYPE html>${<DashboardPage nonce={c.get("nonce")} d={await data()} csrf={session.csrf} stripQuery />}`);
+        return c.html(`<!DOCTYPE html>${<DashboardPage nonce={c.get("nonce")} d={await data()} h={historyView()} csrf={session.csrf} stripQuery />}`);
       return c.redirect("/ui", 303);
     }
     const who = authed(c);
     if (!who) return login(c);
-    return c.html(`<!DOCTYPE html>${<DashboardPage nonce={c.get("nonce")} d={await data()} csrf={who.session?.csrf} />}`);
+    const flash = takeFlash(who.session);
+    return c.html(`<!DOCTYPE html>${<DashboardPage nonce={c.get("nonce")} d={await data()} h={historyView()} csrf={who.session?.csrf} flash={flash} />}`);
   });
 
   app.get("/fragment", async (c) => {
     if (!authed(c)) return c.text("sign in again at /ui", 401);
-    return c.html(`${<Dashboard d={await data()} />}`);
+    return c.html(`${<Overview d={await data()} h={historyView()} />}`);
   });
+
+  pageRoutes(app, { ctl, authed, login, takeFlash, historyView, relatedEvents });
+  actionRoutes(app, { ctl, sessionOf, authed, login, flashes });
 
   // Behind the session like the rest: on the login form the browser's icon request gets a 401.
   app.get("/icon.svg", (c) => {
@@ -176,4 +229,169 @@ export function uiRoutes(o: UiOptions): Hono<Env> {
   });
 
   return app;
+}
+
+type Ctx = Context<Env>;
+type Authed = (c: Ctx) => { session?: Session } | undefined;
+
+interface PageDeps {
+  ctl: Controller;
+  authed: Authed;
+  login: (c: Ctx) => Response;
+  takeFlash: (s: Session | undefined) => Flash | undefined;
+  historyView: () => HistoryView;
+  relatedEvents: (subject: string, others: string[]) => Promise<EventView[]>;
+}
+
+/** A node's name from the URL, or undefined when it cannot be one. */
+function nodeParam(raw: string): string | undefined {
+  const r = SegmentName.safeParse(raw);
+  return r.success ? r.data : undefined;
+}
+
+/** The pages of one model, one node and the keys: read-only, for a session or a bearer script. */
+function pageRoutes(app: Hono<Env>, d: PageDeps): void {
+  const { ctl } = d;
+  const notFound = (c: Ctx, csrf: string | undefined, what: string) => c.html(`<!DOCTYPE html>${<NotFoundPage nonce={c.get("nonce")} csrf={csrf} what={safeDeep(what)} />}`, 404);
+
+  app.get("/models/:name{.+}", async (c) => {
+    const who = d.authed(c);
+    if (!who) return d.login(c);
+    const raw = c.req.param("name");
+    let found: Awaited<ReturnType<Controller["model"]>>;
+    try {
+      found = await ctl.model(raw);
+    } catch (e) {
+      if (e instanceof NotFoundError) return notFound(c, who.session?.csrf, `No model or alias is called "${raw.slice(0, 120)}".`);
+      throw e;
+    }
+    const { view, spec } = found;
+    const replicas = await ctl.replicas(view.name);
+    const events = await d.relatedEvents(`model/${view.name}`, replicas.map((r) => `replica/${r.id}`));
+    const h = d.historyView();
+    const page = safeDeep({ view, spec, replicas, events, now: h.now });
+    const points = h.models.find((m) => m.name === page.view.name)?.points ?? [];
+    const flash = d.takeFlash(who.session);
+    return c.html(
+      `<!DOCTYPE html>${<ModelPage nonce={c.get("nonce")} csrf={who.session?.csrf} flash={flash} d={{ ...page, points, windowMs: h.windowMs, traffic: h.traffic }} />}`,
+    );
+  });
+
+  app.get("/nodes/:name", async (c) => {
+    const who = d.authed(c);
+    if (!who) return d.login(c);
+    const raw = c.req.param("name");
+    const name = nodeParam(raw);
+    const tables = await ctl.tables();
+    const node = name === undefined ? undefined : tables.nodes.find((n) => n.name === name);
+    if (!node) return notFound(c, who.session?.csrf, `No node is called "${raw.slice(0, 120)}".`);
+    const replicas = tables.replicas.filter((r) => r.shards.some((s) => s.node === node.name));
+    const events = await d.relatedEvents(`node/${node.name}`, replicas.map((r) => `replica/${r.id}`));
+    const page = safeDeep({ node, replicas, events, now: ctl.opts.scheduler.now() });
+    const flash = d.takeFlash(who.session);
+    return c.html(`<!DOCTYPE html>${<NodePage nonce={c.get("nonce")} csrf={who.session?.csrf} flash={flash} d={page} />}`);
+  });
+
+  app.get("/keys", async (c) => {
+    const who = d.authed(c);
+    if (!who) return d.login(c);
+    const keys = safeDeep(await ctl.listApiKeys());
+    const flash = d.takeFlash(who.session);
+    return c.html(`<!DOCTYPE html>${<KeysPage nonce={c.get("nonce")} csrf={who.session?.csrf} flash={flash} keys={keys} now={ctl.opts.scheduler.now()} />}`);
+  });
+}
+
+interface ActionDeps {
+  ctl: Controller;
+  sessionOf: (c: Ctx) => Session | undefined;
+  authed: Authed;
+  login: (c: Ctx) => Response;
+  flashes: WeakMap<Session, Flash>;
+}
+
+type Form = Record<string, string | File | (string | File)[]>;
+/** What an action did: the message, and where to go back to. */
+type Done = { flash: Flash; to: string };
+
+/** What went wrong, as the admin API would say it (its 400, 404 and 409 messages); undefined for anything else. */
+function refusal(e: unknown): string | undefined {
+  if (e instanceof ZodError) return zodToApiError(e).error.message;
+  if (e instanceof HttpError || e instanceof NotFoundError || e instanceof ConflictError || e instanceof StoreUnavailableError) return e.message;
+  return undefined;
+}
+
+const field = (f: Form, k: string): string | undefined => (typeof f[k] === "string" ? (f[k] as string) : undefined);
+
+/**
+ * The operator's actions. Each: a session (a bearer script has none: 403, it uses the API), the
+ * session's CSRF token in the form (else 403, nothing done), then the controller method the
+ * admin API calls, and a 303 back with what happened (or why not) shown once.
+ */
+function actionRoutes(app: Hono<Env>, d: ActionDeps): void {
+  const { ctl } = d;
+  const action = (path: string, back: (c: Ctx) => string, run: (c: Ctx, form: Form) => Promise<Done>) =>
+    app.post(path, async (c) => {
+      const session = d.sessionOf(c);
+      if (!session) {
+        if (d.authed(c)) return c.text("refused: dashboard actions need a dashboard session (sign in at /ui); scripts use the admin API under /api/v1", 403);
+        return d.login(c);
+      }
+      let form: Form = {};
+      try {
+        form = (await c.req.parseBody()) as Form;
+      } catch {
+        form = {};
+      }
+      if (!csrfMatches(form.csrf, session)) return c.text("refused: this form's CSRF token is missing or not this session's; reload the page and try again", 403);
+      let done: Done;
+      try {
+        done = await run(c, form);
+      } catch (e) {
+        const why = refusal(e);
+        if (why === undefined) throw e;
+        done = { flash: { tone: "bad", text: why }, to: back(c) };
+      }
+      d.flashes.set(session, safeDeep(done.flash));
+      return c.redirect(done.to, 303);
+    });
+
+  const nodeBack = (c: Ctx) => nodeHref(c.req.param("name") ?? "");
+  for (const [verb, state, said] of [
+    ["cordon", "cordoned", "cordoned"],
+    ["uncordon", "none", "uncordoned"],
+    ["drain", "draining", "draining"],
+  ] as const) {
+    action(`/nodes/:name/${verb}`, nodeBack, async (c) => {
+      const raw = c.req.param("name") ?? "";
+      const name = nodeParam(raw);
+      if (name === undefined) throw new NotFoundError(`node "${raw.slice(0, 80)}" not found`);
+      const { changed } = await ctl.setNodeAdminState(name, state);
+      return { flash: { tone: "ok", text: `node/${name} ${changed ? said : `already ${said}`}` }, to: nodeHref(name) };
+    });
+  }
+
+  const modelBack = (c: Ctx) => modelHref(c.req.param("name") ?? "");
+  action("/models/:name{.+}/unpark", modelBack, async (c) => {
+    const { model, changed } = await ctl.unpark(c.req.param("name") ?? "");
+    return { flash: { tone: "ok", text: `model/${model} ${changed ? "unparked: it will be tried again" : "was not parked"}` }, to: modelHref(model) };
+  });
+  action("/models/:name{.+}/delete", modelBack, async (c, form) => {
+    const raw = c.req.param("name") ?? "";
+    if (field(form, "confirm") !== "yes") return { flash: { tone: "bad", text: `nothing deleted: tick the box to confirm deleting ${raw.slice(0, 120)}` }, to: modelHref(raw) };
+    const name = await ctl.deleteModel(raw);
+    return { flash: { tone: "ok", text: `model/${name} deleted` }, to: "/ui" };
+  });
+
+  action("/keys", () => "/ui/keys", async (_c, form) => {
+    const pool = field(form, "pool")?.trim();
+    const body = CreateKeyBody.parse({ name: field(form, "name")?.trim(), ...(pool ? { pool } : {}) });
+    const k = await ctl.createApiKey(body.name, body.pool);
+    return { flash: { tone: "ok", text: `key/${k.name} created${k.pool ? ` for pool ${k.pool}` : ""}`, key: { name: k.name, key: k.key } }, to: "/ui/keys" };
+  });
+  action("/keys/:name/revoke", () => "/ui/keys", async (c, form) => {
+    const name = c.req.param("name") ?? "";
+    if (field(form, "confirm") !== "yes") return { flash: { tone: "bad", text: `nothing revoked: tick the box to confirm revoking ${name.slice(0, 80)}` }, to: "/ui/keys" };
+    await ctl.revokeApiKey(name);
+    return { flash: { tone: "ok", text: `key/${name} revoked` }, to: "/ui/keys" };
+  });
 }

@@ -10,6 +10,7 @@ import { resolve } from "node:path";
 import type { Hono } from "hono";
 import type { Logger } from "pino";
 import { buildAdminApp } from "../api/app";
+import { History, startSampling } from "../api/history";
 import { type FetchApp, serveApp } from "../api/listener";
 import { ConfigError, type ServeConfig } from "../config";
 import { ensureDataDir, localUrl, resolveEngineSecret, resolveToken, writePrivateFile, writeServerInfo } from "../config/datadir";
@@ -17,6 +18,7 @@ import { type ListenerCaps, fitCaps, openFileLimit } from "../config/limits";
 import { Controller } from "../control/controller";
 import { hostPort, isLoopbackHost } from "../lib/net";
 import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
+import type { ModelTraffic, TrafficSource } from "../protocol/routing";
 import type { RouterExposure } from "../protocol/views";
 import { Http1Server } from "../http/server";
 import { Router, type RouterOptions } from "../router/router";
@@ -57,6 +59,8 @@ export interface RunningServer {
   firstStart: boolean;
   /** Set when both listeners serve HTTPS. */
   tls?: ServerTls;
+  /** The router's traffic figures per model (fresh from its thread when it runs on one). */
+  traffic: TrafficSource;
   /**
    * One control-loop tick, now: collect usage, reconcile, publish. Throws what the tick threw
    * (a store that cannot take the write); the loop itself logs and retries instead. With
@@ -103,6 +107,23 @@ export interface Head {
   parts: HeadParts;
 }
 
+/**
+ * The dashboard's last hour (api/history.ts), sampled from now on: GPU use per class, and the
+ * router's figures once `traffic.from` is set (none before: the router is not running yet).
+ */
+function dashboardFeed(o: { scheduler: Scheduler; controller: Controller; log: Logger }): { history: History; traffic: LateTraffic; timer: Timer } {
+  const history = new History();
+  const traffic = new LateTraffic();
+  const { timer } = startSampling({
+    history,
+    scheduler: o.scheduler,
+    traffic,
+    gpus: async () => (await o.controller.summary()).gpus,
+    onError: (e) => o.log.debug({ err: (e as Error).message }, "dashboard history: sample skipped"),
+  });
+  return { history, traffic, timer };
+}
+
 /** Starts a head node (what `llmgw serve` runs). */
 export async function startServer(o: StartOptions): Promise<RunningServer> {
   return (await startHead(o)).server;
@@ -138,7 +159,8 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
 
   // Set once the router listens; the summary leaves it out until then.
   let exposure: RouterExposure = { listen: `${config.listen.host}:${config.listen.port}`, api_key_required: config.require_api_key, open: false };
-  const app = buildAdminApp({ controller, log, adminToken: admin.token, joinToken: join_.token, version: VERSION, maxBodyBytes: ADMIN_MAX_BODY, routerExposure: () => exposure, scheduler });
+  const feed = dashboardFeed({ scheduler, controller, log });
+  const app = buildAdminApp({ controller, log, adminToken: admin.token, joinToken: join_.token, version: VERSION, maxBodyBytes: ADMIN_MAX_BODY, routerExposure: () => exposure, scheduler, history: feed.history });
   const scheme = tls ? "https" : "http";
   const caps = listenerCaps(config, log);
   const listening = { config, log, scheduler, tls, caps, shed: shedLogger(log, scheduler) };
@@ -167,7 +189,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
     close();
     throw new Error(`cannot listen on ${config.listen.host}:${config.listen.port} (router): ${(e as Error).message}`);
   }
-  const sink = (link ?? router)!;
+  const sink = (feed.traffic.from = (link ?? router)!);
   await controller.setEndpointSink(sink);
   controller.setUsageSource(sink);
   if (link) log.info({ thread: "router" }, "router runs on its own thread");
@@ -205,6 +227,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
     joinToken: join_.token,
     firstStart: join_.source === "generated",
     dataDir,
+    traffic: feed.traffic,
     ...(tls ? { tls: { certPath: tls.certPath, keyPath: tls.keyPath, fingerprint256: tls.fingerprint256 } } : {}),
     tick: async () => {
       await controller.tick();
@@ -215,6 +238,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
       // First: a leader gives the lease up, so a standby takes over at once.
       await member?.stop();
       timer?.cancel();
+      feed.timer.cancel();
       patroni?.stop();
       controller.load.stop();
       await (link ?? router)!.stop();
@@ -225,6 +249,14 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
     },
   };
   return { server, parts: { ...(store ? { store } : {}), model, controller, ...(router ? { router } : {}) } };
+}
+
+/** The router's TrafficSource, handed out before the router exists: nothing is counted until it listens. */
+class LateTraffic implements TrafficSource {
+  from: TrafficSource | undefined;
+  traffic(): Promise<ModelTraffic[]> {
+    return this.from?.traffic() ?? Promise.resolve([]);
+  }
 }
 
 /** This control plane among the others: its name, where it is reached, the lease's timings, the floating address. */

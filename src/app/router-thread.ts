@@ -1,14 +1,15 @@
 // The head node's side of the router thread: a RouterLink is the EndpointSink and UsageSource
 // the controller is given, and it forwards demand to the controller. It posts each table to
 // the router thread (and keeps the latest, to re-send to a new thread); usage is the latest
-// snapshot the thread reported, refreshed before each control-loop tick. A router thread that
+// snapshot the thread reported, refreshed before each control-loop tick; traffic figures are
+// asked for when someone reads them (the admin API, the dashboard). A router thread that
 // dies unexpectedly is logged and replaced on the same port.
 
 import { Worker } from "node:worker_threads";
 import type { Logger } from "pino";
 import type { Scheduler } from "../lib/scheduler";
 import { FromRouter, type ToRouter } from "../protocol/router-link";
-import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, UsageSource } from "../protocol/routing";
+import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, ModelTraffic, TrafficSource, UsageSource } from "../protocol/routing";
 import type { RouterWorkerData } from "./router-worker";
 
 /**
@@ -24,8 +25,10 @@ function workerModule(): string {
 
 /** How long a tick waits for the router thread's usage report. */
 const USAGE_DEADLINE_MS = 1_000;
+/** How long a reader of the traffic figures waits for the router thread's answer. */
+const TRAFFIC_DEADLINE_MS = 1_000;
 
-export class RouterLink implements EndpointSink, UsageSource {
+export class RouterLink implements EndpointSink, UsageSource, TrafficSource {
   private worker: Worker | undefined;
   private stopping = false;
   private endpoints: EndpointInfo[] | undefined;
@@ -34,7 +37,10 @@ export class RouterLink implements EndpointSink, UsageSource {
   private used: ReadonlyMap<string, number> = new Map();
   private inflight: ReadonlyMap<string, number> = new Map();
   private nextId = 1;
+  /** Answers awaited, by request id: called once the answer is in, or the thread is gone. */
   private pending = new Map<number, () => void>();
+  /** The last traffic figures the thread reported, for a reader it did not answer in time. */
+  private lastTraffic: ModelTraffic[] = [];
   private restarts = 0;
   /** When the current router thread started listening: its stamps go back no further. */
   private startedAt = Number.NEGATIVE_INFINITY;
@@ -67,11 +73,15 @@ export class RouterLink implements EndpointSink, UsageSource {
           resolve(m.port);
         } else if (m.type === "failed") reject(new Error(m.error));
         else if (m.type === "demand") this.o.demand.requestModel(m.model);
-        else if (m.type === "usage") {
-          this.used = new Map(m.lastUsed);
-          this.inflight = new Map(m.inflightByModel);
-          this.pending.get(m.id)?.();
+        else if (m.type === "usage" || m.type === "traffic") {
+          // A late answer still counts: it is the newest the thread gave.
+          if (m.type === "usage") {
+            this.used = new Map(m.lastUsed);
+            this.inflight = new Map(m.inflightByModel);
+          } else this.lastTraffic = m.models;
+          const done = this.pending.get(m.id);
           this.pending.delete(m.id);
+          done?.();
         }
       });
       worker.on("error", (err: Error) => {
@@ -160,6 +170,27 @@ export class RouterLink implements EndpointSink, UsageSource {
         resolve();
       });
       this.post({ type: "usage_request", id });
+    });
+  }
+
+  /**
+   * TrafficSource: asks the router thread for its figures. A thread that does not answer in time
+   * (or is gone) gets the last figures it reported: a reader is never held longer than that.
+   */
+  traffic(): Promise<ModelTraffic[]> {
+    if (!this.worker) return Promise.resolve(this.lastTraffic);
+    const id = this.nextId++;
+    return new Promise((resolve) => {
+      const deadline = this.o.scheduler.after(TRAFFIC_DEADLINE_MS, () => {
+        if (!this.pending.delete(id)) return;
+        this.o.log.warn({ waited_ms: TRAFFIC_DEADLINE_MS }, "router thread did not report traffic in time: the last report is used");
+        resolve(this.lastTraffic);
+      });
+      this.pending.set(id, () => {
+        deadline.cancel();
+        resolve(this.lastTraffic);
+      });
+      this.post({ type: "traffic_request", id });
     });
   }
 

@@ -54,6 +54,8 @@ function main(): void {
         return router.setApiKeys(m.keys);
       case "usage_request":
         return send({ type: "usage", id: m.id, lastUsed: [...router.lastUsed()], inflightByModel: [...router.inflightByModel()] });
+      case "traffic_request":
+        return send({ type: "traffic", id: m.id, models: router.trafficNow() });
       case "stop":
         void router.stop().then(() => {
           send({ type: "stopped" });

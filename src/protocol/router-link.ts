@@ -1,8 +1,9 @@
 // The messages between a head node's main thread (the control plane) and the router's own
-// thread: the EndpointSink, UsageSource and DemandSink contracts of ./routing.ts as messages.
+// thread: the EndpointSink, UsageSource, TrafficSource and DemandSink contracts of ./routing.ts as messages.
 // Each side validates what arrives with these schemas; a message that fails is logged and dropped.
 
 import { z } from "zod";
+import { TTFT_BUCKETS_MS } from "./routing";
 
 const Endpoint = z.object({
   id: z.string(),
@@ -35,11 +36,25 @@ export const ToRouter = z.discriminatedUnion("type", [
   z.object({ type: z.literal("api_keys"), keys: z.array(ApiKey) }),
   /** Asks for a usage snapshot; the router answers with a `usage` of the same id. */
   z.object({ type: z.literal("usage_request"), id: z.number().int() }),
+  /** Asks for the traffic figures; the router answers with a `traffic` of the same id. */
+  z.object({ type: z.literal("traffic_request"), id: z.number().int() }),
   z.object({ type: z.literal("stop") }),
 ]);
 export type ToRouter = z.infer<typeof ToRouter>;
 
 const Entries = z.array(z.tuple([z.string(), z.number()]));
+const Count = z.number().int().nonnegative();
+
+/** One model's ModelTraffic. */
+const Traffic = z.object({
+  model: z.string(),
+  requests: Count,
+  errors: Count,
+  output_tokens: Count,
+  ttft_counts: z.array(Count).length(TTFT_BUCKETS_MS.length + 1),
+  inflight: Count,
+  queued: Count,
+});
 
 /** Router → control. */
 export const FromRouter = z.discriminatedUnion("type", [
@@ -47,6 +62,7 @@ export const FromRouter = z.discriminatedUnion("type", [
   /** The router could not listen: the listener's own message. */
   z.object({ type: z.literal("failed"), error: z.string() }),
   z.object({ type: z.literal("usage"), id: z.number().int(), lastUsed: Entries, inflightByModel: Entries }),
+  z.object({ type: z.literal("traffic"), id: z.number().int(), models: z.array(Traffic) }),
   /** DemandSink.requestModel, as a message: nothing answers it. */
   z.object({ type: z.literal("demand"), model: z.string() }),
   z.object({ type: z.literal("stopped") }),

@@ -46,9 +46,29 @@ export class Counter extends Metric {
   get(labels: readonly string[]): number {
     return this.values.get(labels.join("\u0000"))?.v ?? 0;
   }
+  /** Every series: its label values and its count. */
+  entries(): Iterable<{ labels: readonly string[]; v: number }> {
+    return this.values.values();
+  }
   render(out: string[]): void {
     this.header(out, "counter");
     for (const { labels, v } of this.values.values()) out.push(`${this.name}${labelText(this.labelNames, labels)} ${v}`);
+  }
+}
+
+/** Another counter's series under a name and label names of their own: counted once, exported twice. */
+export class CounterView extends Metric {
+  constructor(
+    name: string,
+    help: string,
+    labelNames: readonly string[],
+    private readonly source: Counter,
+  ) {
+    super(name, help, labelNames);
+  }
+  render(out: string[]): void {
+    this.header(out, "counter");
+    for (const { labels, v } of this.source.entries()) out.push(`${this.name}${labelText(this.labelNames, labels)} ${v}`);
   }
 }
 

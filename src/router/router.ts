@@ -25,13 +25,14 @@ import { createHash, timingSafeEqual } from "node:crypto";
 import { hostPort } from "../lib/net";
 import { safeText } from "../lib/text";
 import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
-import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, UsageSource } from "../protocol/routing";
+import { type ApiKeyEntry, type CatalogEntry, type DemandSink, type EndpointInfo, type EndpointSink, type ModelTraffic, TTFT_BUCKETS_MS, type UsageSource } from "../protocol/routing";
 import { Balancer, type Lease } from "./balancer";
 import { EngineMetricsPoller } from "./engine-metrics";
 import { type Reply, jsonReply, openAIError, openAIErrorBody, sseErrorFrame } from "./errors";
 import { type ClientExchange, type HeaderBlock, Http1Server, type Http1Options, Pieces, type RequestHeaders } from "../http/server";
 import { prefixKey } from "./prefix-key";
-import { Counter, type CounterSeries, Gauge, Histogram, type HistogramSeries, Registry } from "./prom";
+import { Counter, type CounterSeries, CounterView, Gauge, Histogram, type HistogramSeries, Registry } from "./prom";
+import { TokenCount, contentKey } from "./traffic";
 import { type Exchange, type ExchangeHandler, type ExtraHeaders, type UpstreamHead, UpstreamError, UpstreamPool } from "../http/client";
 
 /**
@@ -185,6 +186,8 @@ export class Router implements EndpointSink, UsageSource {
   readonly upstreamErrors: Counter;
   readonly ttfb: Histogram;
   readonly duration: Histogram;
+  private readonly ttft: Histogram;
+  private readonly outputTokens: Counter;
   readonly firstByteTimeoutMs: number;
   readonly idleTimeoutMs: number;
   readonly cooldownMs: number;
@@ -220,6 +223,20 @@ export class Router implements EndpointSink, UsageSource {
     this.registry.add(
       new Gauge("llmgw_router_held_requests", "Requests held for a cold start now, by model (at most --max-held-per-model each).", ["model"], () =>
         [...this.holding].map(([model, n]) => [[model], n] as [string[], number]),
+      ),
+    );
+    // Per model (its canonical name), under the names the fleet's dashboards and alerts use.
+    this.registry.add(new CounterView("llmgw_model_requests_total", "Requests answered per model, by HTTP status code.", ["model", "code"], this.requests));
+    this.outputTokens = this.registry.add(
+      new Counter("llmgw_model_output_tokens_total", "Completion tokens per model: the engine's usage when it reports one, else the streamed content chunks counted.", ["model"]),
+    );
+    this.ttft = this.registry.add(
+      new Histogram("llmgw_model_ttft_seconds", "Time to first token per model as the router sees it: from the request (cold-start hold included) to the first byte of the answer.", ["model"], TTFT_BUCKETS_MS.map((ms) => ms / 1000)),
+    );
+    this.registry.add(new Gauge("llmgw_model_requests_inflight", "Requests per model being proxied to a replica now.", ["model"], () => [...this.inflightByModel()].map(([m, n]) => [[m], n] as [string[], number])));
+    this.registry.add(
+      new Gauge("llmgw_model_requests_queued", "Requests per model held for a replica to start (cold start) now.", ["model"], () =>
+        [...this.holding].map(([m, n]) => [[m], n] as [string[], number]),
       ),
     );
   }
@@ -273,6 +290,37 @@ export class Router implements EndpointSink, UsageSource {
   /** Requests held for a cold start now, per model (its name, not an alias); absent: none. */
   heldByModel(): ReadonlyMap<string, number> {
     return this.holding;
+  }
+
+  /** TrafficSource, for a router in the caller's thread (RouterLink asks the router thread for the same). */
+  traffic(): Promise<ModelTraffic[]> {
+    return Promise.resolve(this.trafficNow());
+  }
+
+  /** What the router has seen of each model: every catalog model, and any other it counted. */
+  trafficNow(): ModelTraffic[] {
+    const sums = new Map<string, { requests: number; errors: number }>();
+    for (const { labels, v } of this.requests.entries()) {
+      const [model = "", status = ""] = labels;
+      let s = sums.get(model);
+      if (s === undefined) sums.set(model, (s = { requests: 0, errors: 0 }));
+      s.requests += v;
+      if (Number(status) >= 500) s.errors += v;
+    }
+    const inflight = this.inflightByModel();
+    const names = new Set([...this.catalogList.map((m) => m.name), ...sums.keys(), ...this.perModel.keys(), ...inflight.keys(), ...this.holding.keys()]);
+    return [...names].sort().map((model) => {
+      const s = this.perModel.get(model);
+      return {
+        model,
+        requests: sums.get(model)?.requests ?? 0,
+        errors: sums.get(model)?.errors ?? 0,
+        output_tokens: s?.tokens.v ?? 0,
+        ttft_counts: s ? bucketCounts(s.ttft) : new Array<number>(TTFT_BUCKETS_MS.length + 1).fill(0),
+        inflight: inflight.get(model) ?? 0,
+        queued: this.holding.get(model) ?? 0,
+      };
+    });
   }
 
   // ---- serving ------------------------------------------------------------------------
@@ -570,7 +618,13 @@ export class Router implements EndpointSink, UsageSource {
   seriesOf(model: string): ModelSeries {
     let m = this.perModel.get(model);
     if (m === undefined) {
-      m = { ttfb: this.ttfb.child([model]), duration: this.duration.child([model]), ok: this.requests.series([model, "200"]) };
+      m = {
+        ttfb: this.ttfb.child([model]),
+        duration: this.duration.child([model]),
+        ok: this.requests.series([model, "200"]),
+        ttft: this.ttft.child([model]),
+        tokens: this.outputTokens.series([model]),
+      };
       this.perModel.set(model, m);
     }
     return m;
@@ -638,11 +692,25 @@ export class Router implements EndpointSink, UsageSource {
   }
 }
 
-/** A model's hot metric series: time to first byte, duration, and the count of 200s. */
+/** A model's hot metric series: time to first byte, duration, the count of 200s, TTFT, output tokens; and its requests held now. */
 interface ModelSeries {
   ttfb: HistogramSeries;
   duration: HistogramSeries;
   ok: CounterSeries;
+  ttft: HistogramSeries;
+  tokens: CounterSeries;
+}
+
+/** A TTFT series' count per bucket of TTFT_BUCKETS_MS, and past the last (the exposition's counts are cumulative over `le`). */
+function bucketCounts(h: HistogramSeries): number[] {
+  const out: number[] = [];
+  let below = 0;
+  for (const c of h.counts) {
+    out.push(c - below);
+    below = c;
+  }
+  out.push(h.count - below);
+  return out;
 }
 
 /** Why an attempt should be retried elsewhere (only ever before a byte reached the client). */
@@ -725,7 +793,7 @@ class Call {
     private readonly extra: ExtraHeaders,
     private readonly body: Record<string, unknown>,
     private readonly bytes: Uint8Array,
-    private readonly path: string,
+    readonly path: string,
     readonly t0: number,
   ) {
     this.opened = ex.answered;
@@ -799,6 +867,8 @@ class Attempt implements ExchangeHandler, Watch {
   private readonly ex: ClientExchange;
   private readonly stream: boolean;
   private readonly t0: number;
+  /** The answer's output tokens, counted as its bytes pass. */
+  private readonly tokens = new TokenCount();
 
   constructor(
     private readonly call: Call,
@@ -947,6 +1017,7 @@ class Attempt implements ExchangeHandler, Watch {
       this.headers = block(text);
     } else this.headers = this.r.replicaHeaders(id, type);
     this.sse = type !== undefined && type.includes("text/event-stream");
+    if (this.sse) this.tokens.key = contentKey(this.call.path);
     const len = head.contentLength;
     this.mode = !this.stream && len >= 0 && len <= BUFFER_LIMIT ? "buffer" : "stream";
   }
@@ -957,16 +1028,25 @@ class Attempt implements ExchangeHandler, Watch {
     // before the client saw a byte, so it is retried like a refused connection.
     // Ranges of the reads are kept, not copied: each socket read arrives in a fresh buffer (src/http/client.ts).
     if (this.mode !== "stream") {
-      if (this.mode === "buffer" || this.parts.count < 4) this.parts.add(d, a, b);
+      if (this.mode === "buffer") {
+        this.parts.add(d, a, b);
+        this.tokens.feed(d, a, b);
+      } else if (this.parts.count < 4) this.parts.add(d, a, b);
       return;
     }
+    this.tokens.feed(d, a, b);
     // Chunks of one read are gathered and written together at its end (onReadEnd): one write
     // per read from the engine, however many chunks it held.
     this.parts.add(d, a, b);
     if (!this.settled) {
       this.settled = true;
-      this.m.ttfb.observe((this.r.scheduler.mono() - this.t0) / 1000);
+      this.firstByte((this.r.scheduler.mono() - this.t0) / 1000);
     }
+  }
+
+  private firstByte(seconds: number): void {
+    this.m.ttfb.observe(seconds);
+    this.m.ttft.observe(seconds);
   }
 
   private readEnd(): void {
@@ -1019,7 +1099,7 @@ class Attempt implements ExchangeHandler, Watch {
     }
     if (this.mode === "buffer") {
       const now = this.r.scheduler.mono();
-      this.m.ttfb.observe((now - this.t0) / 1000);
+      this.firstByte((now - this.t0) / 1000);
       this.settled = true;
       const ex = this.ex;
       this.finish(this.status, now);
@@ -1031,7 +1111,7 @@ class Attempt implements ExchangeHandler, Watch {
     if (!this.settled) {
       // Ended with an empty body.
       this.settled = true;
-      this.m.ttfb.observe((this.r.scheduler.mono() - this.t0) / 1000);
+      this.firstByte((this.r.scheduler.mono() - this.t0) / 1000);
     }
     const ex = this.ex;
     this.finish(this.status);
@@ -1090,6 +1170,7 @@ class Attempt implements ExchangeHandler, Watch {
     if (status === 200) this.m.ok.v++;
     else this.r.requests.inc([this.model, String(status)]);
     this.m.duration.observe((now - this.t0) / 1000);
+    this.m.tokens.v += this.tokens.total();
   }
 
   private fail(kind: string, error: string, cool: boolean): void {

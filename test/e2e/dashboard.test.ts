@@ -7,7 +7,8 @@
 // 127.0.0.1.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type Browser, type BrowserContext, type Page, chromium } from "playwright-core";
 import type { Summary } from "../../src/protocol/views";
@@ -22,6 +23,9 @@ let dir: string;
 let bin: string;
 let demo: Bun.Subprocess;
 let adminUrl: string;
+let routerUrl: string;
+/** Screenshots of each page at 1400 and at 420 px (kept when LLMGW_KEEP_SCREENSHOTS is set, for a person to look at). */
+let shots: string;
 let adminToken: string;
 let joinToken: string;
 let clientKey: string;
@@ -158,12 +162,13 @@ beforeAll(async () => {
   const dataDir = join(dir, "llmgw-data");
   const info = await until("the demo's server.json", () => {
     try {
-      return JSON.parse(readFileSync(join(dataDir, "server.json"), "utf8")) as { admin_url: string };
+      return JSON.parse(readFileSync(join(dataDir, "server.json"), "utf8")) as { admin_url: string; router_url: string };
     } catch {
       return undefined;
     }
   });
   adminUrl = info.admin_url;
+  routerUrl = info.router_url;
   adminToken = readFileSync(join(dataDir, "admin.token"), "utf8").trim();
   joinToken = readFileSync(join(dataDir, "join.token"), "utf8").trim();
   let seen: Summary | undefined;
@@ -180,12 +185,16 @@ beforeAll(async () => {
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-quic"],
   });
   mkdirSync(OUT, { recursive: true });
+  shots = mkdtempSync(join(tmpdir(), "llmgw-dashboard-shots-"));
 }, 60_000);
 
 afterAll(async () => {
   await browser?.close();
   demo?.kill("SIGTERM");
   await demo?.exited;
+  if (process.env.LLMGW_KEEP_SCREENSHOTS) console.log(`screenshots kept in ${shots}`);
+  else if (shots) rmSync(shots, { recursive: true, force: true });
+  if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
 describe("the dashboard at /ui", () => {
@@ -323,6 +332,159 @@ describe("the dashboard at /ui", () => {
     expect(await page.evaluate(() => (globalThis as unknown as Win).__xss)).toBeUndefined();
     await pageMatchesStatus(page);
   }, 30_000);
+
+  test("the tables link to a page per node and per model: GPUs, replicas with placement, events, reasons", async () => {
+    await Promise.all([page.waitForURL(`${adminUrl}/ui/nodes/h100-1`), page.locator('[data-testid="node-row"][data-node="h100-1"] a').click()]);
+    await page.locator('[data-testid="node-title"][data-node="h100-1"]').waitFor();
+    expect(await page.locator('[data-testid="gpu-row"]').count()).toBe(8);
+    expect(await page.locator('[data-testid="cordon-form"] input[name="csrf"]').count()).toBe(1);
+    expect(await page.locator('[data-testid="event"]').count()).toBeGreaterThan(0);
+    // A replica placed here links to its model's page.
+    const placed = page.locator('[data-testid="replica-row"] td.name a').first();
+    const model = (await placed.textContent())!;
+    await Promise.all([page.waitForURL(`${adminUrl}/ui/models/${encodeURIComponent(model)}`), placed.click()]);
+    await page.locator(`[data-testid="model-title"][data-model="${model}"]`).waitFor();
+    expect(await page.locator('[data-testid="replica-row"]').count()).toBeGreaterThan(0);
+    expect(await page.locator('[data-testid="replica-row"] a[href="/ui/nodes/h100-1"]').count()).toBeGreaterThan(0);
+    expect(await page.locator('[data-testid="profile-row"]').count()).toBeGreaterThan(0);
+    expect(await page.locator('[data-testid="section-history"] [data-testid="chart"]').count()).toBe(4);
+    // An unplaceable model's page says why.
+    await page.goto(`${adminUrl}/ui/models/deepseek-v3`);
+    expect(await page.locator('[data-testid="model-reason"]').textContent()).toContain("can never fit");
+    // An unknown name: the 404 page (in a context of its own, unwatched: Chromium logs every 404 to the console).
+    const lost = await browser.newContext();
+    await lost.addCookies(await ctx.cookies());
+    const lp = await lost.newPage();
+    const missing = await lp.goto(`${adminUrl}/ui/nodes/no-such-node`);
+    expect(missing!.status()).toBe(404);
+    await lp.locator('[data-testid="not-found"]').waitFor();
+    await close(lost);
+    await page.goto(`${adminUrl}/ui`);
+  }, 30_000);
+
+  test("actions through the forms: cordon and uncordon a node, unpark and delete a model, create and revoke a key", async () => {
+    await page.goto(`${adminUrl}/ui/nodes/h100-2`);
+    await Promise.all([page.waitForURL(`${adminUrl}/ui/nodes/h100-2`), page.locator('[data-testid="cordon-form"] button').click()]);
+    expect(await page.locator('[data-testid="flash"]').textContent()).toContain("node/h100-2 cordoned");
+    expect(await page.locator('[data-testid="node-title"] [data-field="state"]').textContent()).toBe("cordoned");
+    expect(status().nodes.cordoned).toBe(1);
+    await page.locator('[data-testid="uncordon-form"] button').click();
+    await page.locator('[data-testid="flash"]', { hasText: "node/h100-2 uncordoned" }).waitFor();
+    expect(status().nodes.cordoned).toBe(0);
+
+    // The broken model parks after its failures; unpark it from its page.
+    await until("mistral-7b-broken parked", () => status().parked.some((p) => p.model === "mistral-7b-broken"), 30_000);
+    await page.goto(`${adminUrl}/ui/models/mistral-7b-broken`);
+    await page.locator('[data-testid="unpark-form"] button').click();
+    await page.locator('[data-testid="flash"]', { hasText: "model/mistral-7b-broken unparked" }).waitFor();
+    expect(JSON.parse(cli("events", "-o", "json")).some((e: { kind: string; subject: string }) => e.kind === "model.unparked" && e.subject === "model/mistral-7b-broken")).toBe(true);
+
+    // Delete: the browser will not send the form until the box is ticked.
+    await page.goto(`${adminUrl}/ui/models/escape-test`);
+    await page.locator('[data-testid="delete-form"] button').click();
+    expect(page.url()).toBe(`${adminUrl}/ui/models/escape-test`);
+    expect(await page.locator('[data-testid="flash"]').count()).toBe(0);
+    await page.locator('[data-testid="delete-form-confirm"]').check();
+    await Promise.all([page.waitForURL(`${adminUrl}/ui`), page.locator('[data-testid="delete-form"] button').click()]);
+    expect(await page.locator('[data-testid="flash"]').textContent()).toContain("model/escape-test deleted");
+    expect(JSON.parse(cli("models", "-o", "json")).some((m: { name: string }) => m.name === "escape-test")).toBe(false);
+
+    // A key: created from the form, its secret shown once, and the router takes it.
+    await page.locator('[data-testid="nav-keys"]').click();
+    await page.locator('[data-testid="key-name"]').fill("from-the-form");
+    await page.locator('[data-testid="create-key-form"] button').click();
+    const secret = (await page.locator('[data-testid="new-key"]').textContent())!;
+    expect(secret).toMatch(/^sk-llmgw-/);
+    const used = await fetch(`${routerUrl}/v1/models`, { headers: { authorization: `Bearer ${secret}` } });
+    expect(used.status).toBe(200);
+    await page.reload();
+    expect(await page.locator('[data-testid="new-key"]').count()).toBe(0);
+    const row = page.locator('[data-testid="key-row"][data-key="from-the-form"]');
+    await row.locator('[data-testid="revoke-form-confirm"]').check();
+    await row.locator("button").click();
+    await page.locator('[data-testid="flash"]', { hasText: "key/from-the-form revoked" }).waitFor();
+    expect(JSON.parse(cli("keys", "list", "-o", "json")).some((k: { name: string }) => k.name === "from-the-form")).toBe(false);
+    await page.goto(`${adminUrl}/ui`);
+  }, 60_000);
+
+  test("after some traffic the overview and the model's page draw the last hour as inline SVG", async () => {
+    const chat = async () => {
+      for (let i = 0; i < 3; i++) {
+        const r = await fetch(`${routerUrl}/v1/chat/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${clientKey}`, "content-type": "application/json" },
+          body: JSON.stringify({ model: "llama-3.1-8b", messages: [{ role: "user", content: "hi" }], max_tokens: 8 }),
+        });
+        expect(r.status).toBe(200);
+        await r.text();
+      }
+    };
+    await chat();
+    // GPU use per class: sampled since the start.
+    const gpu = page.locator('[data-testid="section-gpu-history"] [data-testid="chart"][data-chart="gpu:H100-80GB"]');
+    await gpu.waitFor();
+    expect(Number(await gpu.getAttribute("data-points"))).toBeGreaterThan(0);
+    expect(await gpu.locator("svg polyline").count()).toBeGreaterThan(0);
+    expect(await gpu.locator('[data-field="max"]').textContent()).toBe("16");
+    // The router's figures: keep asking until a sample's difference shows the requests (two samples, 15 s apart).
+    const rps = page.locator('[data-testid="model-traffic"][data-model="llama-3.1-8b"] [data-chart="rps"]');
+    await until(
+      "a request rate above 0 for llama-3.1-8b on the overview",
+      async () => {
+        await chat();
+        return (await rps.count()) > 0 && Number(await rps.getAttribute("data-peak")) > 0;
+      },
+      { timeoutMs: 45_000, everyMs: 1000 },
+    );
+    expect(await rps.locator("svg polyline").count()).toBeGreaterThan(0);
+    await page.goto(`${adminUrl}/ui/models/llama-3.1-8b`);
+    const charts = page.locator('[data-testid="section-history"] [data-testid="chart"]');
+    expect(await charts.count()).toBe(4);
+    expect(Number(await charts.and(page.locator('[data-chart="tokens"]')).getAttribute("data-peak"))).toBeGreaterThan(0);
+    expect(Number(await charts.and(page.locator('[data-chart="ttft"]')).getAttribute("data-points"))).toBeGreaterThan(0);
+    expect(await page.locator('[data-chart="ttft"] [data-field="last-p50"]').textContent()).toMatch(/ m?s$|^-$/);
+    await page.goto(`${adminUrl}/ui`);
+  }, 60_000);
+
+  test("at 420 px wide every page fits the viewport (tables scroll in their own box); screenshots of each", async () => {
+    const narrow = await browser.newContext({ viewport: { width: 420, height: 900 } });
+    watch(narrow, "narrow");
+    await narrow.addCookies(await ctx.cookies());
+    const p = await narrow.newPage();
+    const pages = [
+      ["overview", "/ui", "summary"],
+      ["model", "/ui/models/llama-3.1-8b", "model-title"],
+      ["node", "/ui/nodes/a100-1", "node-title"],
+      ["keys", "/ui/keys", "create-key-form"],
+    ] as const;
+    for (const [name, path, testid] of pages) {
+      for (const [width, label] of [
+        [1400, "wide"],
+        [420, "narrow"],
+      ] as const) {
+        await p.setViewportSize({ width, height: 900 });
+        await p.goto(`${adminUrl}${path}`);
+        await p.locator(`[data-testid="${testid}"]`).waitFor();
+        const sizes = await p.evaluate(() => {
+          const d = (globalThis as unknown as { document: { documentElement: { scrollWidth: number; clientWidth: number } } }).document.documentElement;
+          return { scroll: d.scrollWidth, client: d.clientWidth };
+        });
+        expect({ name, width, scroll: sizes.scroll <= width }).toEqual({ name, width, scroll: true });
+        const file = join(shots, `${name}-${label}.png`);
+        await p.screenshot({ path: file, fullPage: true });
+        // A real picture: a PNG of some size, as wide as the viewport.
+        const png = readFileSync(file);
+        expect(png.subarray(1, 4).toString()).toBe("PNG");
+        expect(png.readUInt32BE(16)).toBe(width);
+        expect(statSync(file).size).toBeGreaterThan(20_000);
+      }
+    }
+    // The charts and forms are there on a phone too.
+    await p.goto(`${adminUrl}/ui/models/llama-3.1-8b`);
+    expect(await p.locator('[data-testid="chart"]').count()).toBe(4);
+    expect(await p.locator('[data-testid="delete-form"] button').isVisible()).toBe(true);
+    await close(narrow);
+  }, 60_000);
 
   test("a screenshot of the signed-in page", async () => {
     await page.screenshot({ path: join(OUT, "dashboard.png"), fullPage: true });

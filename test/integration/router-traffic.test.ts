@@ -1,0 +1,159 @@
+// The router's traffic figures per model (TrafficSource): requests and errors, output tokens
+// from the engine's usage or the streamed chunks counted, time to first token in buckets, and
+// requests in flight and held for a cold start; in the caller's thread (Router.traffic()) and
+// on the router's own thread (RouterLink.traffic()), and as Prometheus series on /metrics.
+
+import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
+import pino from "pino";
+import { RouterLink } from "../../src/app/router-thread";
+import { ManualScheduler, realScheduler } from "../../src/lib/scheduler";
+import { type CatalogEntry, type EndpointInfo, type ModelTraffic, TTFT_BUCKETS_MS } from "../../src/protocol/routing";
+import { Router, type RouterOptions } from "../../src/router/router";
+import { type FakeEngine, startFakeEngine } from "../../src/sim/fake-engine";
+import { ROUTER_DEFAULTS } from "../helpers/router-settings";
+import { until } from "../helpers/until";
+
+const TOKENS = 5;
+let engine: FakeEngine;
+const cleanups: (() => unknown)[] = [];
+
+beforeAll(async () => {
+  engine = await startFakeEngine({ models: ["m", "m-alias"], ttftMs: 0, tokenDelayMs: 1, tokens: TOKENS });
+});
+afterAll(async () => {
+  await engine.stop();
+});
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+const ep = (id: string, url: string): EndpointInfo => ({ id, url, models: ["m", "m-alias"], engine: "vllm", pool: "default", weight: 1, priority: 0 });
+const catalog = (extra: Partial<CatalogEntry> = {}): CatalogEntry[] => [
+  { name: "m", aliases: ["m-alias"], on_demand: false, pool: "default", created: 1, ...extra },
+  { name: "idle", aliases: [], on_demand: false, pool: "default", created: 1 },
+];
+
+function router(opts: Partial<RouterOptions> = {}, endpoints: EndpointInfo[] = [ep("r1", "")], cat = catalog()) {
+  const r = new Router({ ...ROUTER_DEFAULTS, host: "127.0.0.1", port: 0, metricsIntervalMs: 0, adminToken: "admin-secret", ...opts });
+  r.setCatalog(cat);
+  r.setEndpoints(endpoints.map((e) => (e.url ? e : { ...e, url: engine.url })));
+  const { url } = r.start();
+  cleanups.push(() => r.stop());
+  return { r, url };
+}
+
+async function call(url: string, path: string, body: Record<string, unknown>): Promise<Response> {
+  const res = await fetch(`${url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+  await res.text();
+  return res;
+}
+const msgs = [{ role: "user", content: "hello there" }];
+const of = (t: ModelTraffic[], model: string) => t.find((x) => x.model === model)!;
+const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
+
+describe("Router.traffic()", () => {
+  test("counts output tokens from usage (whole answers, final usage chunks) and from streamed content chunks, per canonical model", async () => {
+    const { r, url } = router();
+    expect(of(await r.traffic(), "m")).toEqual({ model: "m", requests: 0, errors: 0, output_tokens: 0, ttft_counts: new Array(TTFT_BUCKETS_MS.length + 1).fill(0), inflight: 0, queued: 0 });
+
+    expect((await call(url, "/v1/chat/completions", { model: "m", messages: msgs })).status).toBe(200);
+    expect(of(await r.traffic(), "m").output_tokens).toBe(TOKENS);
+    // Streamed, no usage asked for: the content chunks are counted (not the role chunk, not the finish chunk).
+    await call(url, "/v1/chat/completions", { model: "m-alias", messages: msgs, stream: true });
+    expect(of(await r.traffic(), "m").output_tokens).toBe(2 * TOKENS);
+    // The final usage chunk's count wins: n=2 choices stream 2 × 3 tokens.
+    await call(url, "/v1/chat/completions", { model: "m", messages: msgs, stream: true, max_tokens: 3, n: 2, stream_options: { include_usage: true } });
+    expect(of(await r.traffic(), "m").output_tokens).toBe(2 * TOKENS + 6);
+    // Completions streamed ("text" chunks) and the Responses API (output_tokens of its usage), whole and streamed.
+    await call(url, "/v1/completions", { model: "m", prompt: "hi", stream: true, max_tokens: 2 });
+    await call(url, "/v1/responses", { model: "m", input: "hi", max_output_tokens: 4 });
+    await call(url, "/v1/responses", { model: "m", input: "hi", stream: true, max_output_tokens: 1 });
+    const t = of(await r.traffic(), "m");
+    expect(t.output_tokens).toBe(2 * TOKENS + 6 + 2 + 4 + 1);
+    expect(t.requests).toBe(6);
+    expect(t.errors).toBe(0);
+    // Every answer has a time to first token, in some bucket.
+    expect(sum(t.ttft_counts)).toBe(6);
+    expect(t.inflight).toBe(0);
+    // A catalog model nothing asked for is listed with zeros; an alias never gets a line of its own.
+    expect(of(await r.traffic(), "idle").requests).toBe(0);
+    expect((await r.traffic()).map((x) => x.model)).toEqual(["idle", "m"]);
+  });
+
+  test("errors are the answers of status 500 and above; a client's 4xx is a request, not an error", async () => {
+    const dead = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response("no") });
+    const deadUrl = `http://127.0.0.1:${dead.port}`;
+    dead.stop(true);
+    const { r, url } = router({ maxAttempts: 1 }, [ep("gone", deadUrl)]);
+    expect((await call(url, "/v1/chat/completions", { model: "m", messages: msgs })).status).toBe(502);
+    const bad = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => Response.json({ error: { message: "bad" } }, { status: 400 }) });
+    cleanups.push(() => bad.stop(true));
+    r.setEndpoints([ep("bad", `http://127.0.0.1:${bad.port}`)]);
+    expect((await call(url, "/v1/chat/completions", { model: "m", messages: msgs })).status).toBe(400);
+    const t = of(await r.traffic(), "m");
+    expect([t.requests, t.errors, t.output_tokens]).toEqual([2, 1, 0]);
+  });
+
+  test("a request held for a cold start is queued, then its time to first token includes the hold", async () => {
+    const scheduler = new ManualScheduler();
+    const asked: string[] = [];
+    const { r, url } = router({ scheduler, demand: { requestModel: (m) => void asked.push(m) } }, [], catalog({ on_demand: true }));
+    const res = call(url, "/v1/chat/completions", { model: "m-alias", messages: msgs });
+    await until("the request to be held", () => asked.length === 1);
+    expect(of(await r.traffic(), "m").queued).toBe(1);
+    expect(await (await fetch(`${url}/metrics`, { headers: { authorization: "Bearer admin-secret" } })).text()).toContain('llmgw_model_requests_queued{model="m"} 1');
+    scheduler.advance(300);
+    r.setEndpoints([{ ...ep("late", engine.url) }]);
+    expect((await res).status).toBe(200);
+    const t = of(await r.traffic(), "m");
+    expect(t.queued).toBe(0);
+    // 300 ms: in the bucket up to 500 ms, and no other.
+    const at = TTFT_BUCKETS_MS.indexOf(500);
+    expect(t.ttft_counts[at]).toBe(1);
+    expect(sum(t.ttft_counts)).toBe(1);
+  });
+
+  test("/metrics carries the per-model series under Prometheus names", async () => {
+    const { url } = router();
+    await call(url, "/v1/chat/completions", { model: "m", messages: msgs });
+    await call(url, "/v1/chat/completions", { model: "m", messages: msgs, stream: true });
+    const text = await (await fetch(`${url}/metrics`, { headers: { authorization: "Bearer admin-secret" } })).text();
+    expect(text).toContain('llmgw_model_requests_total{model="m",code="200"} 2');
+    expect(text).toContain(`llmgw_model_output_tokens_total{model="m"} ${2 * TOKENS}`);
+    expect(text).toContain('llmgw_model_ttft_seconds_bucket{model="m",le="+Inf"} 2');
+    expect(text).toContain('llmgw_model_ttft_seconds_count{model="m"} 2');
+    expect(text).toContain('llmgw_model_ttft_seconds_bucket{model="m",le="0.025"}');
+    expect(text).toContain("# TYPE llmgw_model_ttft_seconds histogram");
+    expect(text).toContain("# TYPE llmgw_model_output_tokens_total counter");
+  });
+});
+
+describe("RouterLink.traffic() (the router on its own thread)", () => {
+  test("answers with the router thread's figures, validated, and with the last ones once the thread is gone", async () => {
+    const log = pino({ level: "silent" });
+    const link = new RouterLink({
+      data: { ...ROUTER_DEFAULTS, host: "127.0.0.1", port: 0, metricsIntervalMs: 0, logLevel: "silent", logOutput: { format: "json", color: false }, listener: {} },
+      demand: { requestModel: () => undefined },
+      log,
+      scheduler: realScheduler,
+    });
+    const { port } = await link.start();
+    cleanups.push(() => link.stop());
+    link.setCatalog(catalog());
+    link.setEndpoints([ep("r1", engine.url)]);
+    const url = `http://127.0.0.1:${port}`;
+    // The tables arrive by message: the first request may race them.
+    await until("the router thread to have the endpoint", async () => (await call(url, "/v1/chat/completions", { model: "m", messages: msgs })).status === 200);
+    const before = of(await link.traffic(), "m");
+    expect(before.output_tokens).toBe(TOKENS);
+    await call(url, "/v1/chat/completions", { model: "m", messages: msgs, stream: true });
+    const t = of(await link.traffic(), "m");
+    expect(t.requests).toBe(before.requests + 1);
+    expect(t.output_tokens).toBe(2 * TOKENS);
+    expect(sum(t.ttft_counts)).toBe(sum(before.ttft_counts) + 1);
+    expect(t.ttft_counts).toHaveLength(TTFT_BUCKETS_MS.length + 1);
+    await link.stop();
+    // Gone: the last figures, at once.
+    expect(of(await link.traffic(), "m")).toEqual(t);
+  });
+});
