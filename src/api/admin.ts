@@ -165,11 +165,11 @@ export function adminRoutes(ctl: Controller, log: Logger, joinToken: string, rou
     return c.json({ name, message: `key/${name} revoked` } satisfies ApiKeyRevoked);
   });
 
-  /** A replica's engine log, fetched from its node's agent; ?follow=1 keeps streaming. */
+  /** A replica's engine log, fetched from its node's agent; ?follow=1 keeps streaming, ?previous=1 is its past run. */
   app.get("/replicas/:id/logs", async (c) => {
     const q = ROUTES.replicaLogs.query.parse(c.req.query());
-    const src = await ctl.logSource(c.req.param("id"));
-    const url = `${src.url}?tail=${q.tail}${q.follow ? "&follow=1" : ""}`;
+    const src = await ctl.logSource(c.req.param("id"), q.previous);
+    const url = `${src.url}?tail=${q.tail}${q.follow ? "&follow=1" : ""}${q.previous ? "&previous=1" : ""}`;
     // A log listener serving HTTPS sent its own certificate in its heartbeats: trust exactly
     // that one (it lists the node's address), nothing a CA signed.
     const tls = src.cert ? { tls: { ca: src.cert } } : {};

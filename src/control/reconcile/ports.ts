@@ -128,6 +128,16 @@ export function assignPorts(ctx: ReconcileContext, b: PlanBuilder, placed: reado
     for (const a of addresses) book.take(a, port, multi);
     b.plan.create.push({ id, model: p.model, profile: p.profile, shards: p.shards, port, endpoint: `http://${bracketHost(addressOf(ctx, leader))}:${port}` });
     const where = p.shards.map((s) => `${s.node}:${s.gpus.join(",")}`).join(" ");
-    b.event({ kind: "replica.placed", subject: `replica/${id}`, message: `placed replica ${id} of ${p.model} on ${where} (profile ${p.profile})` });
+    b.event({ kind: "replica.placed", subject: `replica/${id}`, message: `placed replica ${id} of ${p.model} on ${where} (profile ${p.profile})`, data: { node: leader } });
   }
+}
+
+/**
+ * The (leader) node a replica.placed event names: its data's node, or for an event written
+ * before events carried it, the first node in its message ("… on gpu-03:0,1 …").
+ */
+export function placedNode(e: { message: string; data?: unknown }): string | undefined {
+  const d = e.data as { node?: unknown } | null | undefined;
+  if (d && typeof d.node === "string" && d.node !== "") return d.node;
+  return / on ([^\s:]+):/.exec(e.message)?.[1];
 }
