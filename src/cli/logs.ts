@@ -41,6 +41,12 @@ export const command: Command = {
       // The message may quote what a node sent (its name): sanitised like the log itself.
       throw new CliError(safeText(body?.error?.message ?? `HTTP ${res.status}`));
     }
+    const of = res.headers.get("x-llmgw-log-replica");
+    if (of) {
+      const node = res.headers.get("x-llmgw-log-node");
+      const dec = (v: string) => safeText(decodeURIComponent(v));
+      process.stderr.write(`${positionals[0]} has run once; its previous run is that of ${dec(of)}${node ? ` on ${dec(node)}` : ""}, the failed replica it replaced:\n`);
+    }
     const safe = new SafeTextStream();
     for await (const chunk of res.body!) process.stdout.write(safe.push(chunk));
     process.stdout.write(safe.end());

@@ -34,7 +34,7 @@ import { summarize } from "./summary";
 import type { ModelRow, NewEvent, NodeDiscovery, NodeTrust, Snapshot, StoreChange } from "./types";
 import { knownIdleStamps, mergeUsage } from "./usage";
 import { buildTables } from "./views";
-import { placedNode } from "./reconcile/ports";
+import { placedNode, placedReplaces } from "./reconcile/ports";
 
 export interface ControllerOptions {
   store: StorePort;
@@ -860,14 +860,17 @@ export class Controller {
   /**
    * Where a replica's engine log can be read: its leader node's log listener. With `previous`,
    * a replica no longer in the control plane is looked for too: its node is the one it was
-   * placed on (the replica.placed event), whose agent keeps its last log a while.
+   * placed on (the replica.placed event), whose agent keeps its last log a while; and
+   * `predecessor` names the failed replica this one replaced, whose last run is the run before
+   * this one's when its own node has no earlier run of it.
    */
-  async logSource(id: string, previous = false): Promise<{ url: string; node: string; token: string; cert?: string }> {
+  async logSource(id: string, previous = false): Promise<{ url: string; node: string; token: string; cert?: string; predecessor?: string }> {
     const snap = await this.snapshot();
     const r = snap.replicas.find((x) => x.id === id);
+    const placed = previous || !r ? (await this.store.listEvents({ subject: `replica/${id}`, kind: "replica.placed", limit: 1 }))[0] : undefined;
     let node = r?.shards[0]!.node;
     if (!node) {
-      const placedOn = await this.lastNodeOf(id);
+      const placedOn = placed ? placedNode(placed) : undefined;
       if (!placedOn) throw new NotFoundError(`replica "${id}" not found (not in the control plane, and no event says where it ran)`);
       if (!previous) throw new NotFoundError(`replica "${id}" is no longer running (it ran on ${placedOn}): \`llmgw logs ${id} --previous\` shows its last run`);
       node = placedOn;
@@ -877,13 +880,14 @@ export class Controller {
     const digest = await this.store.credentialHashOf(node);
     if (!address || port === undefined || !digest) throw new NotFoundError(`the agent on ${node} does not serve engine logs (started with --logs-listen off, or not heartbeating)`);
     const cert = this.logsCerts.get(node);
-    return { url: `${cert ? "https" : "http"}://${bracketHost(address)}:${port}/logs/${encodeURIComponent(id)}`, node, token: logsToken(digest), ...(cert ? { cert } : {}) };
-  }
-
-  /** The node a replica gone from the control plane was placed on, from its replica.placed event. */
-  private async lastNodeOf(id: string): Promise<string | undefined> {
-    const [placed] = await this.store.listEvents({ subject: `replica/${id}`, kind: "replica.placed", limit: 1 });
-    return placed ? placedNode(placed) : undefined;
+    const predecessor = placed ? placedReplaces(placed) : undefined;
+    return {
+      url: `${cert ? "https" : "http"}://${bracketHost(address)}:${port}/logs/${encodeURIComponent(id)}`,
+      node,
+      token: logsToken(digest),
+      ...(cert ? { cert } : {}),
+      ...(predecessor ? { predecessor } : {}),
+    };
   }
 
   // ---- API keys -----------------------------------------------------------------------

@@ -114,6 +114,7 @@ function noPortReason(addresses: readonly string[], anyPort: boolean, cfg: Recon
 /** Creates the placed replicas that get a port, in order; the others' models become unplaceable with the reason. */
 export function assignPorts(ctx: ReconcileContext, b: PlanBuilder, placed: readonly Placed[], unplaceable: Map<string, string>, book: PortBook, newId: () => string): void {
   const { cfg } = ctx;
+  const lastFailed = newestFailed(ctx.snapshot.replicas);
   for (const p of placed) {
     const leader = p.shards[0]!.node;
     const addresses = [...new Set(p.shards.map((s) => addressOf(ctx, s.node)))];
@@ -128,8 +129,30 @@ export function assignPorts(ctx: ReconcileContext, b: PlanBuilder, placed: reado
     for (const a of addresses) book.take(a, port, multi);
     b.plan.create.push({ id, model: p.model, profile: p.profile, shards: p.shards, port, endpoint: `http://${bracketHost(addressOf(ctx, leader))}:${port}` });
     const where = p.shards.map((s) => `${s.node}:${s.gpus.join(",")}`).join(" ");
-    b.event({ kind: "replica.placed", subject: `replica/${id}`, message: `placed replica ${id} of ${p.model} on ${where} (profile ${p.profile})`, data: { node: leader } });
+    b.event({ kind: "replica.placed", subject: `replica/${id}`, message: `placed replica ${id} of ${p.model} on ${where} (profile ${p.profile})`, data: placedData(leader, lastFailed.get(p.model)) });
   }
+}
+
+/** Per model, its failed replica updated last: the one a replica placed now takes over from. */
+function newestFailed(replicas: ReconcileContext["snapshot"]["replicas"]): Map<string, { id: string; updatedAt: number }> {
+  const out = new Map<string, { id: string; updatedAt: number }>();
+  for (const r of replicas) {
+    if (r.state !== "failed") continue;
+    const seen = out.get(r.model);
+    if (!seen || r.updatedAt > seen.updatedAt) out.set(r.model, { id: r.id, updatedAt: r.updatedAt });
+  }
+  return out;
+}
+
+/** A replica.placed event's data: its leader node, and the failed replica it replaces (`llmgw logs NEW --previous` shows that one's run). */
+export function placedData(node: string, replaces: { id: string } | undefined): { node: string; replaces?: string } {
+  return replaces ? { node, replaces: replaces.id } : { node };
+}
+
+/** The failed replica a replica.placed event says the new one replaces. */
+export function placedReplaces(e: { data?: unknown }): string | undefined {
+  const d = e.data as { replaces?: unknown } | null | undefined;
+  return d && typeof d.replaces === "string" && d.replaces !== "" ? d.replaces : undefined;
 }
 
 /**
