@@ -183,6 +183,8 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   const member = ha ? await joinControlPlanes(membershipOptions(config, { controller, model, scheduler, log, adminPort, routerUrl, scheme, tls })) : undefined;
   writeServerInfo(dataDir, {
     admin_url: adminUrl,
+    admin_listen: hostPort(config.admin_listen.host, adminPort),
+    ...(config.advertise_url ? { advertise_url: config.advertise_url } : {}),
     router_url: routerUrl,
     pid: process.pid,
     version: VERSION,

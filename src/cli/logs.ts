@@ -45,7 +45,7 @@ export const command: Command = {
     if (of) {
       const node = res.headers.get("x-llmgw-log-node");
       const dec = (v: string) => safeText(decodeURIComponent(v));
-      process.stderr.write(`${positionals[0]} has run once; its previous run is that of ${dec(of)}${node ? ` on ${dec(node)}` : ""}, the failed replica it replaced:\n`);
+      process.stderr.write(`${safeText(positionals[0]!)} has run once; its previous run is that of ${dec(of)}${node ? ` on ${dec(node)}` : ""}, the failed replica it replaced:\n`);
     }
     const safe = new SafeTextStream();
     for await (const chunk of res.body!) process.stdout.write(safe.push(chunk));

@@ -85,8 +85,11 @@ export const command: Command = {
       );
     if (server.firstStart) {
       // First start: say how GPU nodes join. `llmgw join-command` prints it again later.
-      const { joinInstructions, primaryAddress } = await import("./join-command");
-      process.stderr.write(`\n${joinInstructions(server.adminUrl, join(server.dataDir, "join.token"), primaryAddress())}\n`);
+      const { joinAddress, joinInstructions } = await import("./join-command");
+      const { readServerInfo } = await import("../config/datadir");
+      const { networkInterfaces } = await import("node:os");
+      const info = readServerInfo(server.dataDir) ?? { admin_url: server.adminUrl };
+      process.stderr.write(`\n${joinInstructions(joinAddress(info, undefined, networkInterfaces()), join(server.dataDir, "join.token"))}\n`);
     }
     if (server.tls)
       process.stderr.write(`llmgw serve: TLS on; agents can pin the certificate with --server-fingerprint ${server.tls.fingerprint256}\n`);
