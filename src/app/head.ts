@@ -302,6 +302,7 @@ function buildController(config: ServeConfig, o: { store: StorePort; log: Logger
       // A replica an agent has not mentioned in a few heartbeats after placement is lost.
       reportGraceMs: Math.max(3 * config.heartbeat_interval, 5_000),
       basePort: config.engine_base_port,
+      portCount: config.engine_port_range,
     },
   });
   controller.setNodePolicy({ approveNodes: config.approve_nodes, maxNodes: config.max_nodes, heartbeatRate: config.heartbeat_rate, heartbeatBurst: config.heartbeat_burst });

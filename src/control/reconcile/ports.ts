@@ -104,11 +104,12 @@ export function freePort(sets: readonly (Set<number> | undefined)[], blocks: rea
   return undefined;
 }
 
-/** Why no port could be found on the addresses. */
-function noPortReason(addresses: readonly string[], anyPort: boolean, cfg: ReconcileConfig): string {
+/** Why no port could be found on the addresses: the range and that it is full, never a port outside it. */
+export function noPortReason(addresses: readonly string[], anyPort: boolean, cfg: PortRange): string {
+  const engines = `${cfg.basePort}…${cfg.basePort + cfg.portCount - 1}`;
   return anyPort
-    ? `no free rendezvous port block on ${addresses.join(", ")} (all ${rendezvousBlocks(cfg)} blocks of ${RENDEZVOUS_STRIDE} ports after the engine ports are held by multi-node replicas)`
-    : `no free engine port on ${addresses.join(", ")} (${cfg.portCount} in use)`;
+    ? `no free rendezvous port block on ${addresses.join(", ")} (all ${rendezvousBlocks(cfg)} blocks of ${RENDEZVOUS_STRIDE} ports in ${cfg.basePort + cfg.portCount}…${cfg.basePort + 2 * cfg.portCount - 1} are held by multi-node replicas; a larger --engine-port-range makes more)`
+    : `no free engine port on ${addresses.join(", ")}: all ${cfg.portCount} of ${engines} are in use (--engine-base-port and --engine-port-range; a larger range allows more replicas per address)`;
 }
 
 /** Creates the placed replicas that get a port, in order; the others' models become unplaceable with the reason. */
