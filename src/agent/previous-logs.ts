@@ -6,7 +6,7 @@
 // keepMs after the agent first saw it over. Time is the agent's Scheduler, never a file's mtime,
 // so a test drives it and a wrong file clock cannot keep or drop anything.
 
-import { closeSync, existsSync, fstatSync, openSync, readdirSync, readSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, closeSync, existsSync, fstatSync, openSync, readdirSync, readSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 export const PREVIOUS_LOGS = {
@@ -20,7 +20,7 @@ export const PREVIOUS_LOGS = {
   sweepMs: 60_000,
 } as const;
 
-export type PreviousLogLimits = Pick<typeof PREVIOUS_LOGS, "keepMs" | "maxFiles">;
+export type PreviousLogLimits = { keepMs: number; maxFiles: number };
 
 export const PREVIOUS_SUFFIX = ".previous.log";
 
@@ -56,6 +56,8 @@ export function rotateForNewRun(logPath: string, maxBytes: number = PREVIOUS_LOG
   const prev = previousPathOf(logPath);
   const tmp = `${prev}.tmp`;
   writeFileSync(tmp, lastBytes(logPath, maxBytes), { mode: 0o600 });
+  // A tmp file a crash left keeps its old mode through writeFileSync; engine logs are the owner's alone.
+  chmodSync(tmp, 0o600);
   renameSync(tmp, prev);
   rmSync(logPath, { force: true });
 }
