@@ -58,6 +58,15 @@ export class PortBook {
     return addresses.map((a) => this.ports.get(a));
   }
 
+  /** Whether every engine port of the range is taken on the address (ports outside it, from an older range, do not count). */
+  full(address: string): boolean {
+    const set = this.ports.get(address);
+    if (!set || set.size < this.cfg.portCount) return false;
+    let inRange = 0;
+    for (const p of set) if (p >= this.cfg.basePort && p < this.cfg.basePort + this.cfg.portCount) inRange++;
+    return inRange >= this.cfg.portCount;
+  }
+
   blocksOn(addresses: readonly string[]): (Set<number> | undefined)[] {
     return addresses.map((a) => this.blocks.get(a));
   }
@@ -102,6 +111,27 @@ export function freePort(sets: readonly (Set<number> | undefined)[], blocks: rea
     return p;
   }
   return undefined;
+}
+
+/**
+ * Nodes whose address has no engine port left, with why: placement leaves them out (their
+ * GPUs count as taken), so a replica goes to a node that can give it a port, or is not placed.
+ */
+export function portFullNodes(ctx: Pick<ReconcileContext, "snapshot" | "nodes" | "cfg">, book: PortBook): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const n of ctx.snapshot.nodes) {
+    const a = addressOf(ctx, n.name);
+    if (book.full(a)) out.set(n.name, noPortReason([a], false, ctx.cfg));
+  }
+  return out;
+}
+
+/** A model's reason, with the nodes placement left out for want of ports when there are any. */
+export function withPortNote(reason: string, full: ReadonlyMap<string, string>): string {
+  if (full.size === 0) return reason;
+  const [node, why] = [...full][0]!;
+  const more = full.size > 1 ? ` (and ${full.size - 1} more node${full.size > 2 ? "s" : ""})` : "";
+  return `${reason}; ${node}${more} takes no new replica: ${why}`;
 }
 
 /** Why no port could be found on the addresses: the range and that it is full, never a port outside it. */

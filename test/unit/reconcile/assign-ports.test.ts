@@ -4,7 +4,10 @@
 import { describe, expect, test } from "bun:test";
 import { fnv1a } from "../../../src/lib/hash";
 import { PortBook, assignPorts, blockOf, freePort, placedNode, placedReplaces, portsInUse, rendezvousPort } from "../../../src/control/reconcile/ports";
-import { H, builder, ctxOf } from "./fixture";
+import { H, T0, builder, ctxOf } from "./fixture";
+import { DEFAULT_RECONCILE } from "../../../src/control/reconcile/config";
+import { reconcile } from "../../../src/control/reconciler";
+import { model, snapshot } from "../../helpers/fleet";
 
 const cfg = { basePort: 8100, portCount: 900 };
 
@@ -147,5 +150,26 @@ describe("the placed event, for `llmgw logs --previous`", () => {
     expect(placedNode(old)).toBe("gpu-03");
     expect(placedReplaces(old)).toBeUndefined();
     expect(placedNode({ message: "something else", data: { node: 5 } })).toBeUndefined();
+  });
+});
+
+describe("a node whose engine ports are all in use", () => {
+  test("takes no new replica: it goes to a node with a port; with none left anywhere, the reason says the range is full", () => {
+    const snap = snapshot({
+      nodes: [{ name: "a", gpus: [H, H] }, { name: "b", gpus: [H, H] }],
+      models: [model({ name: "m", replicas: { min: 2 } })],
+      replicas: [{ id: "r-a", model: "m", shards: [{ node: "a", gpus: [0] }] }],
+    });
+    snap.nodes[1]!.address = "10.0.0.2";
+    const config = { ...DEFAULT_RECONCILE, basePort: 8100, portCount: 1 };
+    const plan = reconcile({ snapshot: snap, now: T0, lastUsed: new Map(), config, newId: () => "r-new" });
+    expect(plan.create.map((c) => [c.shards[0]!.node, c.port])).toEqual([["b", 8100]]);
+
+    // Both addresses full: nothing placed, and the reason names the range.
+    snap.replicas.push({ ...snap.replicas[0]!, id: "r-b", shards: [{ node: "b", gpus: [0] }] });
+    const none = reconcile({ snapshot: { ...snap, models: [model({ name: "m", replicas: { min: 3 } })].map((spec) => ({ name: spec.name, spec, revision: 1, createdAt: T0, updatedAt: T0 })) }, now: T0, lastUsed: new Map(), config, newId: () => "r-x" });
+    expect(none.create).toEqual([]);
+    const reason = none.events.filter((e) => e.kind === "model.unplaceable").map((e) => e.message).join(" ");
+    expect(reason).toContain("takes no new replica: no free engine port on 10.0.0.1: all 1 of 8100…8100 are in use");
   });
 });
