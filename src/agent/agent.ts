@@ -32,6 +32,7 @@ import { type Discovery, type DiscoverOptions, discoverGpus } from "./gpus";
 import { type Failure, type FetchLike, HeadClient, worthFailover } from "./head-client";
 import { type Inventory, InventoryTaker } from "./inventory";
 import { startLogServer } from "./logs";
+import { PastLogKeeper, PREVIOUS_LOGS, previousPathOf } from "./previous-logs";
 import { assertPortFree } from "./port";
 import { ProcessSet, fileSafe, type LaunchSpec } from "./runner";
 import { localWeightsEnv, modelPathFor } from "./weights";
@@ -60,6 +61,8 @@ export const AGENT_TIMING = {
   engineProbeTimeoutMs: 60_000,
   /** How often the engines' versions are asked again (an upgrade in place shows without a restart). */
   engineProbeIntervalMs: 600_000,
+  /** How often past runs' engine logs are looked over (kept for `llmgw logs --previous`, PREVIOUS_LOGS). */
+  pastLogSweepMs: PREVIOUS_LOGS.sweepMs as number,
 };
 export type AgentTiming = typeof AGENT_TIMING;
 
@@ -238,6 +241,13 @@ export class NodeAgent {
         token: () => (this.credential ? logsToken(credentialDigest(this.credential)) : undefined),
         ...(this.logsTls ? { tls: this.logsTls } : {}),
         fileFor: (id) => join(logDir, `${fileSafe(id)}.log`),
+        // The run before the one going on now; for a replica whose engine is not running (it
+        // exited, failed or was stopped) its last run.
+        previousFor: (id) => {
+          const current = join(logDir, `${fileSafe(id)}.log`);
+          return this.processSet.get(id)?.engineRunning ? previousPathOf(current) : current;
+        },
+        node: this.name,
         log: this.log.child({ component: "logs" }),
         scheduler: this.scheduler,
       });
@@ -282,7 +292,7 @@ export class NodeAgent {
         "registering with the server",
       );
       this.startLogs();
-      this.loops.push(this.heartbeatLoop(), this.inventoryLoop(), this.engineLoop());
+      this.loops.push(this.heartbeatLoop(), this.inventoryLoop(), this.engineLoop(), this.pastLogsLoop());
       await registered;
     } catch (e) {
       await this.stop();
@@ -633,6 +643,21 @@ export class NodeAgent {
       await this.sleep(this.timing.engineProbeIntervalMs, false);
       if (this.stopping) return;
       await this.probeEngineVersions();
+    }
+  }
+
+  /** Keeps past runs' engine logs within PREVIOUS_LOGS (time, count, size). */
+  private async pastLogsLoop(): Promise<void> {
+    const dir = join(this.config.state_dir, "logs");
+    const keeper = new PastLogKeeper(dir, () => new Set(this.processSet.runningIds().map(fileSafe)), () => this.scheduler.now());
+    while (!this.stopping) {
+      try {
+        const dropped = keeper.sweep();
+        if (dropped.length > 0) this.log.debug({ files: dropped }, "past engine logs deleted (kept for `llmgw logs --previous` up to their time and count)");
+      } catch (e) {
+        this.log.warn({ dir, err: errorText(e) }, "looking over past engine logs failed");
+      }
+      await this.sleep(this.timing.pastLogSweepMs, false);
     }
   }
 

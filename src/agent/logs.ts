@@ -27,6 +27,13 @@ export interface LogServerOptions {
   tls?: { cert: string; key: string };
   /** The log file of a replica id, or undefined when this agent has none. */
   fileFor: (id: string) => string | undefined;
+  /**
+   * The log of a replica's past run (?previous=1): the run before the one going on now, or the
+   * last run of a replica whose engine is not running; undefined when there is none.
+   */
+  previousFor?: (id: string) => string | undefined;
+  /** This node's name, for the answer when there is no such log. */
+  node?: string;
   pollMs?: number;
   log?: AgentLogger;
   /** Paces a followed log's polling; realScheduler unless a test drives time. */
@@ -77,8 +84,11 @@ export function startLogServer(o: LogServerOptions): { port: number; stop(): voi
       const token = typeof o.token === "function" ? o.token() : o.token;
       if (!bearerMatches(req.headers.get("authorization"), token)) return new Response("unauthorized\n", { status: 401 });
       const id = decodeURIComponent(m[1]!);
-      const path = o.fileFor(id);
-      if (!path || !existsSync(path)) return new Response(`no log for replica ${id} on this node\n`, { status: 404 });
+      const previous = url.searchParams.get("previous") === "1";
+      if (previous && url.searchParams.get("follow") === "1") return new Response("previous: a past run's log is complete; it cannot be followed\n", { status: 400 });
+      const where = o.node ? `on ${o.node}` : "on this node";
+      const path = previous ? o.previousFor?.(id) : o.fileFor(id);
+      if (!path || !existsSync(path)) return new Response(previous ? `replica ${id} has no previous run ${where}\n` : `no log for replica ${id} ${where}\n`, { status: 404 });
       const tail = Math.max(0, Math.min(100_000, Number(url.searchParams.get("tail") ?? 200) || 0));
       const first = tailLines(path, tail);
       if (url.searchParams.get("follow") !== "1") return new Response(first.text, { headers: { "content-type": "text/plain; charset=utf-8" } });

@@ -17,6 +17,7 @@ import { hostPort } from "../lib/net";
 import { safeText } from "../lib/text";
 import { rootCause, type EngineName } from "./engine-failures";
 import { type AgentLogger, silentLogger } from "./log";
+import { rotateForNewRun } from "./previous-logs";
 import { Assignment, type ReplicaReport, type ReplicaRunState } from "../protocol/heartbeat";
 
 /** The runner logs in the agent's one shape (log.ts); kept under this name for its callers. */
@@ -135,6 +136,11 @@ export class ReplicaProcess {
     return this.pidValue;
   }
 
+  /** Whether this replica's engine process is alive now (started and not yet exited). */
+  get engineRunning(): boolean {
+    return this.pidValue !== null && !this.exited;
+  }
+
   get currentState(): ReplicaRunState {
     return this.state;
   }
@@ -153,6 +159,7 @@ export class ReplicaProcess {
       spec = typeof this.opts.launch === "function" ? this.opts.launch() : this.opts.launch;
       if (spec.cmd.length === 0) throw new Error("empty command");
       privateDir(this.opts.logDir);
+      this.keepPreviousRun();
       // The child writes straight into the log (not through a pipe to us) so it keeps running
       // and logging when the agent restarts: a write to a dead pipe would SIGPIPE a C++ engine.
       // Engines log prompts and their arguments: the owner's alone, even a log an older agent made.
@@ -188,6 +195,15 @@ export class ReplicaProcess {
     const proc = this.proc;
     void proc.exited.then((code) => this.onExit(describeExit(code, proc.signalCode)));
     this.beginWatching();
+  }
+
+  /** The last run's log becomes <id>.previous.log (`llmgw logs --previous`); a failure to move it only costs that. */
+  private keepPreviousRun(): void {
+    try {
+      rotateForNewRun(this.logPath);
+    } catch (e) {
+      this.log.warn({ replica: this.id, err: errorText(e) }, "could not keep the previous run's log; this run's log is appended to it");
+    }
   }
 
   /**
@@ -496,6 +512,11 @@ export class ProcessSet {
 
   reports(): ReplicaReport[] {
     return [...this.procs.values()].map((p) => p.report());
+  }
+
+  /** Ids of the replicas whose engine process is alive now. */
+  runningIds(): string[] {
+    return [...this.procs.values()].filter((p) => p.engineRunning).map((p) => p.id);
   }
 
   /**

@@ -198,25 +198,33 @@ export function adminRoutes(ctl: Controller, log: Logger, joinToken: string, rou
     return c.json({ name, message: `key/${name} revoked` } satisfies ApiKeyRevoked);
   });
 
-  /** A replica's engine log, fetched from its node's agent; ?follow=1 keeps streaming. */
+  /**
+   * A replica's engine log, fetched from its node's agent; ?follow=1 keeps streaming, ?previous=1
+   * is its past run: when its node has none (the replica runs its first run), the last run of the
+   * failed replica it replaced, named in x-llmgw-log-replica and x-llmgw-log-node.
+   */
   app.get("/replicas/:id/logs", async (c) => {
     const q = ROUTES.replicaLogs.query.parse(c.req.query());
-    const src = await ctl.logSource(c.req.param("id"));
-    const url = `${src.url}?tail=${q.tail}${q.follow ? "&follow=1" : ""}`;
-    // A log listener serving HTTPS sent its own certificate in its heartbeats: trust exactly
-    // that one (it lists the node's address), nothing a CA signed.
-    const tls = src.cert ? { tls: { ca: src.cert } } : {};
+    const id = c.req.param("id");
     // A followed log stays open far past Bun's idle timeout.
     if (q.follow) (getBunServer(c) as { timeout?(req: Request, seconds: number): void } | undefined)?.timeout?.(c.req.raw, 0);
-    let res: Response;
-    try {
-      res = await fetch(url, { headers: { authorization: `Bearer ${src.token}` }, signal: c.req.raw.signal, ...tls });
-    } catch (e) {
-      throw new HttpError(503, "agent_unreachable", `cannot reach the agent on ${src.node} for logs: ${(e as Error).message}`);
+    const src = await ctl.logSource(id, q.previous);
+    let res = await agentLog(src, q, c.req.raw.signal);
+    let from = { id, node: src.node };
+    if (res.status === 404 && q.previous && src.predecessor) {
+      const before = await ctl.logSource(src.predecessor, true).catch(() => undefined);
+      const alt = before ? await agentLog(before, q, c.req.raw.signal).catch(() => undefined) : undefined;
+      if (alt?.ok && before) {
+        await res.body?.cancel();
+        res = alt;
+        from = { id: src.predecessor, node: before.node };
+      }
     }
     if (res.status === 404) throw new HttpError(404, "not_found", (await res.text()).trim());
-    if (!res.ok) throw new HttpError(503, "agent_unreachable", `the agent on ${src.node} answered ${res.status} for logs`);
-    return new Response(res.body, { headers: { "content-type": "text/plain; charset=utf-8", "cache-control": "no-cache" } });
+    if (!res.ok) throw new HttpError(503, "agent_unreachable", `the agent on ${from.node} answered ${res.status} for logs`);
+    const headers: Record<string, string> = { "content-type": "text/plain; charset=utf-8", "cache-control": "no-cache" };
+    if (from.id !== id) Object.assign(headers, { "x-llmgw-log-replica": encodeURIComponent(from.id), "x-llmgw-log-node": encodeURIComponent(from.node) });
+    return new Response(res.body, { headers });
   });
 
   /** A consistent copy of the database, taken while the server runs, as a download. */
@@ -238,3 +246,15 @@ export function adminRoutes(ctl: Controller, log: Logger, joinToken: string, rou
   return app;
 }
 
+/** One request to a node's log listener; unreachable is a 503 naming the node. */
+async function agentLog(src: { url: string; node: string; token: string; cert?: string }, q: { tail: number; follow: boolean; previous: boolean }, signal: AbortSignal): Promise<Response> {
+  const url = `${src.url}?tail=${q.tail}${q.follow ? "&follow=1" : ""}${q.previous ? "&previous=1" : ""}`;
+  // A log listener serving HTTPS sent its own certificate in its heartbeats: trust exactly
+  // that one (it lists the node's address), nothing a CA signed.
+  const tls = src.cert ? { tls: { ca: src.cert } } : {};
+  try {
+    return await fetch(url, { headers: { authorization: `Bearer ${src.token}` }, signal, ...tls });
+  } catch (e) {
+    throw new HttpError(503, "agent_unreachable", `cannot reach the agent on ${src.node} for logs: ${(e as Error).message}`);
+  }
+}

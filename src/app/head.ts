@@ -206,6 +206,8 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   const member = ha ? await joinControlPlanes(membershipOptions(config, { controller, model, scheduler, log, adminPort, routerUrl, scheme, tls })) : undefined;
   writeServerInfo(dataDir, {
     admin_url: adminUrl,
+    admin_listen: hostPort(config.admin_listen.host, adminPort),
+    ...(config.advertise_url ? { advertise_url: config.advertise_url } : {}),
     router_url: routerUrl,
     pid: process.pid,
     version: VERSION,
@@ -333,6 +335,7 @@ function buildController(config: ServeConfig, o: { store: StorePort; log: Logger
       // A replica an agent has not mentioned in a few heartbeats after placement is lost.
       reportGraceMs: Math.max(3 * config.heartbeat_interval, 5_000),
       basePort: config.engine_base_port,
+      portCount: config.engine_port_range,
     },
   });
   controller.setNodePolicy({ approveNodes: config.approve_nodes, maxNodes: config.max_nodes, heartbeatRate: config.heartbeat_rate, heartbeatBurst: config.heartbeat_burst });

@@ -24,7 +24,16 @@ export const SERVE_FLAGS: FlagSpecs = {
   "restart-backoff": { kind: "string", value: "DURATION", help: `first retry delay after a failure, doubling each time (default ${d("restart_backoff")})` },
   "restart-backoff-max": { kind: "string", value: "DURATION", help: `longest retry delay (default ${d("restart_backoff_max")})` },
   "replace-after": { kind: "string", value: "DURATION", help: `how long a node may be unreachable before its replicas are replaced (default ${d("replace_after")})` },
-  "engine-base-port": { kind: "string", value: "PORT", help: `first port handed to engines on each node: engines get PORT…PORT+899, multi-node replicas a rendezvous block of 16 ports each in PORT+900…PORT+1795 (default ${d("engine_base_port")})` },
+  "engine-base-port": {
+    kind: "string",
+    value: "PORT",
+    help: `first port handed to engines on each node: engines get PORT…PORT+N-1 (N = --engine-port-range), multi-node replicas a rendezvous block of 16 ports each in PORT+N…PORT+2N-1; no other port is handed out, so a firewall can open exactly these (default ${d("engine_base_port")})`,
+  },
+  "engine-port-range": {
+    kind: "string",
+    value: "N",
+    help: `how many engine ports each node address has from --engine-base-port on, so at most N replicas per address; with all N in use a replica is not placed there and its model says so (default ${d("engine_port_range")})`,
+  },
   "first-byte-timeout": { kind: "string", value: "DURATION", help: `router: upstream's first byte within this (default ${d("first_byte_timeout")})` },
   "stream-idle-timeout": { kind: "string", value: "DURATION", help: `router: longest quiet gap in a stream (default ${d("stream_idle_timeout")})` },
   "cold-start-timeout": { kind: "string", value: "DURATION", help: `router: a request for an on-demand model with no replica waits this long, or as long as the server gives the model's replica to start when that is longer (its profiles' longest start timeout, else --start-timeout, + 2 heartbeat intervals + 1m) (default ${d("cold_start_timeout")})` },
@@ -88,8 +97,11 @@ export const command: Command = {
       );
     if (server.firstStart) {
       // First start: say how GPU nodes join. `llmgw join-command` prints it again later.
-      const { joinInstructions, primaryAddress } = await import("./join-command");
-      process.stderr.write(`\n${joinInstructions(server.adminUrl, join(server.dataDir, "join.token"), primaryAddress())}\n`);
+      const { joinAddress, joinInstructions } = await import("./join-command");
+      const { readServerInfo } = await import("../config/datadir");
+      const { networkInterfaces } = await import("node:os");
+      const info = readServerInfo(server.dataDir) ?? { admin_url: server.adminUrl };
+      process.stderr.write(`\n${joinInstructions(joinAddress(info, undefined, networkInterfaces()), join(server.dataDir, "join.token"))}\n`);
     }
     if (server.tls)
       process.stderr.write(`llmgw serve: TLS on; agents can pin the certificate with --server-fingerprint ${server.tls.fingerprint256}\n`);

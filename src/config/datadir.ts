@@ -57,6 +57,10 @@ export function resolveEngineSecret(dataDir: string): { token: string; source: "
 
 export interface ServerInfo {
   admin_url: string;
+  /** host:port the admin listener is bound to (the port the one it got), so `join-command` prints an address it accepts. */
+  admin_listen?: string;
+  /** --advertise-url, when serve was given one. */
+  advertise_url?: string;
   router_url: string;
   pid: number;
   version: string;

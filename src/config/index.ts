@@ -106,10 +106,12 @@ export const ServeConfig = z.strictObject({
   admin_max_connections: z.coerce.number().int().min(1).max(1_000_000).default(2048),
   admin_max_connections_per_address: z.coerce.number().int().min(1).max(1_000_000).default(512),
   /**
-   * Engines get ports from here up (900 of them per node address); the 900 after are rendezvous
-   * blocks of 16, one per multi-node replica, never handed to anything else (control/reconciler.ts).
+   * Engines get ports engine_base_port … +engine_port_range-1 on each node address; the
+   * engine_port_range after them are rendezvous blocks of 16, one per multi-node replica, never
+   * handed to anything else (control/reconcile/ports.ts). Nothing outside the two is handed out.
    */
-  engine_base_port: z.coerce.number().int().min(1024).max(63000).default(8100),
+  engine_base_port: z.coerce.number().int().min(1024).max(65534).default(8100),
+  engine_port_range: z.coerce.number().int().min(1).max(32000).default(900),
   /** How long a write waits for a database lock held elsewhere before failing. */
   db_busy_timeout: Duration.prefault("5s"),
   /** A new node waits as pending until `llmgw nodes approve NAME`. */
@@ -150,6 +152,13 @@ export const ServeConfig = z.strictObject({
   /** Patroni REST API URLs of the store's members (http://db1:8008,…): status shows them. */
   patroni: z.array(z.string().url("must be a URL like http://10.0.0.11:8008")).min(1).max(16).optional(),
 }).superRefine((c, ctx) => {
+  const last = c.engine_base_port + 2 * c.engine_port_range - 1;
+  if (last > 65535)
+    ctx.addIssue({
+      code: "custom",
+      path: ["engine_port_range"],
+      message: `engine ports ${c.engine_base_port}…${c.engine_base_port + c.engine_port_range - 1} and their rendezvous ports after them would end at ${last}, past 65535: lower --engine-base-port or --engine-port-range`,
+    });
   // Whether the files exist and match is checked when the server starts (startServer).
   if ((c.tls_cert === undefined) !== (c.tls_key === undefined)) {
     const missing = c.tls_cert === undefined ? "tls_cert" : "tls_key";

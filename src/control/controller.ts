@@ -36,6 +36,7 @@ import { summarize } from "./summary";
 import type { ModelRow, NewEvent, NodeDiscovery, NodeTrust, Snapshot, StoreChange } from "./types";
 import { knownIdleStamps, mergeUsage } from "./usage";
 import { buildTables } from "./views";
+import { placedNode, placedReplaces } from "./reconcile/ports";
 
 export interface ControllerOptions {
   store: StorePort;
@@ -896,18 +897,37 @@ export class Controller {
     return path;
   }
 
-  /** Where a replica's engine log can be read: its leader node's log listener. */
-  async logSource(id: string): Promise<{ url: string; node: string; token: string; cert?: string }> {
+  /**
+   * Where a replica's engine log can be read: its leader node's log listener. With `previous`,
+   * a replica no longer in the control plane is looked for too: its node is the one it was
+   * placed on (the replica.placed event), whose agent keeps its last log a while; and
+   * `predecessor` names the failed replica this one replaced, whose last run is the run before
+   * this one's when its own node has no earlier run of it.
+   */
+  async logSource(id: string, previous = false): Promise<{ url: string; node: string; token: string; cert?: string; predecessor?: string }> {
     const snap = await this.snapshot();
     const r = snap.replicas.find((x) => x.id === id);
-    if (!r) throw new NotFoundError(`replica "${id}" not found`);
-    const node = r.shards[0]!.node;
+    const placed = previous || !r ? (await this.store.listEvents({ subject: `replica/${id}`, kind: "replica.placed", limit: 1 }))[0] : undefined;
+    let node = r?.shards[0]!.node;
+    if (!node) {
+      const placedOn = placed ? placedNode(placed) : undefined;
+      if (!placedOn) throw new NotFoundError(`replica "${id}" not found (not in the control plane, and no event says where it ran)`);
+      if (!previous) throw new NotFoundError(`replica "${id}" is no longer running (it ran on ${placedOn}): \`llmgw logs ${id} --previous\` shows its last run`);
+      node = placedOn;
+    }
     const address = snap.nodes.find((n) => n.name === node)?.address;
     const port = this.logsPorts.get(node);
     const digest = await this.store.credentialHashOf(node);
     if (!address || port === undefined || !digest) throw new NotFoundError(`the agent on ${node} does not serve engine logs (started with --logs-listen off, or not heartbeating)`);
     const cert = this.logsCerts.get(node);
-    return { url: `${cert ? "https" : "http"}://${bracketHost(address)}:${port}/logs/${encodeURIComponent(id)}`, node, token: logsToken(digest), ...(cert ? { cert } : {}) };
+    const predecessor = placed ? placedReplaces(placed) : undefined;
+    return {
+      url: `${cert ? "https" : "http"}://${bracketHost(address)}:${port}/logs/${encodeURIComponent(id)}`,
+      node,
+      token: logsToken(digest),
+      ...(cert ? { cert } : {}),
+      ...(predecessor ? { predecessor } : {}),
+    };
   }
 
   // ---- API keys -----------------------------------------------------------------------

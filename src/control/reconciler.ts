@@ -17,7 +17,7 @@ import { finishDrains } from "./reconcile/drains";
 import { retireLostAndOverdue } from "./reconcile/lost";
 import { type Plan, PlanBuilder } from "./reconcile/plan";
 import { byNeed, heldGpus, placeShort, placementNodes } from "./reconcile/placements";
-import { assignPorts, portsInUse } from "./reconcile/ports";
+import { assignPorts, portFullNodes, portsInUse, withPortNote } from "./reconcile/ports";
 import { recordReasons } from "./reconcile/reasons";
 import { makeRoom } from "./reconcile/room";
 import { stopUncatalogued } from "./reconcile/uncatalogued";
@@ -46,9 +46,11 @@ export function reconcile(input: ReconcileInput): Plan {
   const held = heldGpus(ctx, b);
   const ports = portsInUse(ctx);
   // The fleet as placement sees it costs O(GPUs): built only when something is to be placed.
-  const pnodes = requests.length > 0 ? placementNodes(ctx, held) : [];
+  const portFull = portFullNodes(ctx, ports);
+  const pnodes = requests.length > 0 ? placementNodes(ctx, held, portFull) : [];
   byNeed(requests);
   const result = placeShort(pnodes, requests);
+  for (const [model, why] of result.unplaceable) result.unplaceable.set(model, withPortNote(why, portFull));
   makeRoom(ctx, b, { requests, result, held, pnodes, byModel });
   assignPorts(ctx, b, result.placed, result.unplaceable, ports, input.newId);
   recordReasons(b, mstate, result.unplaceable, requests, satisfied);

@@ -27,7 +27,12 @@ export const LogsQuery = z.object({
   tail: z.coerce.number().int().min(0).max(100_000).default(LOG_TAIL_DEFAULT),
   /** Keep the stream open and send new lines as the engine writes them. */
   follow: z.enum(["0", "1", "true", "false"]).default("0").transform((v) => v === "1" || v === "true"),
-});
+  /**
+   * The log of the replica's past run: the run before the current one, or the last run of a
+   * replica whose engine has exited or that was stopped (its agent keeps it a while).
+   */
+  previous: z.enum(["0", "1", "true", "false"]).default("0").transform((v) => v === "1" || v === "true"),
+}).refine((q) => !(q.previous && q.follow), { path: ["follow"], message: "a previous run's log is complete: give previous or follow, not both" });
 export type LogsQuery = z.infer<typeof LogsQuery>;
 
 const Flag = z.enum(["0", "1", "true", "false"]).default("0").transform((v) => v === "1" || v === "true");

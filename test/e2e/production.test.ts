@@ -26,11 +26,11 @@ test("head node, join command, two GPU nodes, a catalog, status", async () => {
   procs.push(serve.proc);
 
   // 2. The join command, as printed on the head node.
-  const jc = run(bin, ["join-command", "--address", "127.0.0.1"], { cwd: head });
+  const jc = run(bin, ["join-command", "--address", "127.0.0.1", "--fabric", "rack-1"], { cwd: head });
   expect(jc.code).toBe(0);
   // It names the token file, never the token; on this one machine the node finds the file at the same path.
   const line = /^\s*(llmgw agent .*)$/m.exec(jc.stdout)![1]!.trim();
-  expect(line).toMatch(/^llmgw agent --server http:\/\/127\.0\.0\.1:\d+ --token-file \S+join\.token$/);
+  expect(line).toMatch(/^llmgw agent --server http:\/\/127\.0\.0\.1:\d+ --token-file \S+join\.token --fabric rack-1$/);
   expect(jc.stdout).not.toContain(serve.joinToken);
 
   // 3. Run it on each GPU node (own directory, own copy of the binary), plus what the node is.

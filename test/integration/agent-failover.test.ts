@@ -91,7 +91,16 @@ function pidOf(stateDir: string, id: string): number | undefined {
 
 function starts(stateDir: string, id: string): number {
   try {
-    return readFileSync(join(stateDir, "logs", `${id}.log`), "utf8").split("=== llmgw: starting replica").length - 1;
+    // A new run moves the last one's log to <id>.previous.log: both count.
+    let n = 0;
+    for (const f of [`${id}.log`, `${id}.previous.log`]) {
+      try {
+        n += readFileSync(join(stateDir, "logs", f), "utf8").split("=== llmgw: starting replica").length - 1;
+      } catch {
+        // not there
+      }
+    }
+    return n;
   } catch {
     return 0;
   }

@@ -262,7 +262,7 @@ describe("ReplicaProcess", () => {
     expect(rp.currentState).toBe("stopped");
   });
 
-  test("the log file gets stdout and stderr, appended across runs; a failure quotes only its own run", async () => {
+  test("the log file gets stdout and stderr; a new run moves the last one to <id>.previous.log; a failure quotes only its own run", async () => {
     const port = await freePort();
     const a = assignment("r/log", port, ["fail"]);
     const first = replica(a).rp;
@@ -277,10 +277,13 @@ describe("ReplicaProcess", () => {
     // The id's slash does not escape the log directory.
     expect(b.logPath).toBe(join(dir, "logs", "r_log.log"));
     const log = readFileSync(b.logPath, "utf8");
-    expect(log).toContain("RuntimeError: CUDA out of memory");
+    const previous = readFileSync(join(dir, "logs", "r_log.previous.log"), "utf8");
+    expect(previous).toContain("RuntimeError: CUDA out of memory");
+    expect(log).not.toContain("CUDA out of memory");
     expect(log).toContain("fake server listening on");
     expect(log).toContain("fatal: engine crashed");
-    expect(log.match(/=== llmgw: starting replica r\/log/g)?.length).toBe(2);
+    expect(log.match(/=== llmgw: starting replica r\/log/g)?.length).toBe(1);
+    expect(previous.match(/=== llmgw: starting replica r\/log/g)?.length).toBe(1);
     expect(b.report().error).not.toContain("CUDA out of memory");
   });
 
@@ -562,7 +565,7 @@ describe("secrets and file modes", () => {
 
     const check = () => {
       const entries = walk(root);
-      expect(entries.filter((e) => !e.dir).map((e) => e.path).sort()).toEqual([join(logDir, "r-secret.log"), ReplicaProcess.statePath(stateDir, "r-secret")]);
+      expect(entries.filter((e) => !e.dir).map((e) => e.path).sort()).toEqual([join(logDir, "r-secret.log"), join(logDir, "r-secret.previous.log"), ReplicaProcess.statePath(stateDir, "r-secret")]);
       for (const e of entries) expect([e.path, e.mode.toString(8)]).toEqual([e.path, e.dir ? "700" : "600"]);
       for (const e of entries.filter((x) => !x.dir)) {
         const bytes = readFileSync(e.path);

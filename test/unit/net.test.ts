@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { localUrl } from "../../src/config/datadir";
-import { joinCommand } from "../../src/cli/join-command";
+import { joinAddress, joinCommand } from "../../src/cli/join-command";
 import { bracketHost, hostPort, isLoopbackHost } from "../../src/lib/net";
 
 describe("isLoopbackHost", () => {
@@ -32,9 +32,10 @@ describe("IPv6 bracketing", () => {
   });
 
   test("the join command names an IPv6 head node address in brackets", () => {
-    expect(joinCommand("http://127.0.0.1:8001", "/t", "fd00::1")).toContain("--server http://[fd00::1]:8001");
-    expect(joinCommand("http://127.0.0.1:8001", "/t", "10.0.0.1")).toContain("--server http://10.0.0.1:8001");
+    const ifs = { eth0: [{ address: "fd00::1", family: "IPv6", internal: false, netmask: "", mac: "", cidr: null, scopeid: 0 } as const] };
+    const where = joinAddress({ admin_url: "http://[::1]:8001", admin_listen: "[::]:8001" }, undefined, ifs);
+    expect(joinCommand(where.url, "/t")).toContain("--server http://[fd00::1]:8001");
     // Several control planes: the list as given, whatever this head node's own address.
-    expect(joinCommand("http://127.0.0.1:8001", "/t", "10.0.0.1", ["http://10.0.0.1:8001", "http://10.0.0.2:8001"])).toBe("llmgw agent --server http://10.0.0.1:8001,http://10.0.0.2:8001 --token-file /t");
+    expect(joinCommand(where.url, "/t", { servers: ["http://10.0.0.1:8001", "http://10.0.0.2:8001"] })).toBe("llmgw agent --server http://10.0.0.1:8001,http://10.0.0.2:8001 --token-file /t --fabric FABRIC");
   });
 });

@@ -29,12 +29,12 @@ export function heldGpus(ctx: Pick<ReconcileContext, "snapshot">, b: PlanBuilder
 }
 
 /** The fleet as placement sees it: every node, its GPUs marked used when held, its weights and missing engines. */
-export function placementNodes(ctx: ReconcileContext, held: ReadonlySet<string>): PlacementNode[] {
+export function placementNodes(ctx: ReconcileContext, held: ReadonlySet<string>, portFull: ReadonlyMap<string, string> = new Map()): PlacementNode[] {
   const gpusByNode = new Map<string, PlacementNode["gpus"]>();
   for (const g of ctx.snapshot.gpus) {
     let l = gpusByNode.get(g.node);
     if (!l) gpusByNode.set(g.node, (l = []));
-    l.push({ index: g.index, uuid: g.uuid, class: g.class, healthy: g.healthy, used: held.has(gpuKey(g.node, g.index)), parent: g.parent });
+    l.push({ index: g.index, uuid: g.uuid, class: g.class, healthy: g.healthy, used: portFull.has(g.node) || held.has(gpuKey(g.node, g.index)), parent: g.parent });
   }
   const weightsByNode = new Map<string, Set<string>>();
   for (const w of ctx.snapshot.weights) {

@@ -58,6 +58,15 @@ export class PortBook {
     return addresses.map((a) => this.ports.get(a));
   }
 
+  /** Whether every engine port of the range is taken on the address (ports outside it, from an older range, do not count). */
+  full(address: string): boolean {
+    const set = this.ports.get(address);
+    if (!set || set.size < this.cfg.portCount) return false;
+    let inRange = 0;
+    for (const p of set) if (p >= this.cfg.basePort && p < this.cfg.basePort + this.cfg.portCount) inRange++;
+    return inRange >= this.cfg.portCount;
+  }
+
   blocksOn(addresses: readonly string[]): (Set<number> | undefined)[] {
     return addresses.map((a) => this.blocks.get(a));
   }
@@ -104,16 +113,39 @@ export function freePort(sets: readonly (Set<number> | undefined)[], blocks: rea
   return undefined;
 }
 
-/** Why no port could be found on the addresses. */
-function noPortReason(addresses: readonly string[], anyPort: boolean, cfg: ReconcileConfig): string {
+/**
+ * Nodes whose address has no engine port left, with why: placement leaves them out (their
+ * GPUs count as taken), so a replica goes to a node that can give it a port, or is not placed.
+ */
+export function portFullNodes(ctx: Pick<ReconcileContext, "snapshot" | "nodes" | "cfg">, book: PortBook): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const n of ctx.snapshot.nodes) {
+    const a = addressOf(ctx, n.name);
+    if (book.full(a)) out.set(n.name, noPortReason([a], false, ctx.cfg));
+  }
+  return out;
+}
+
+/** A model's reason, with the nodes placement left out for want of ports when there are any. */
+export function withPortNote(reason: string, full: ReadonlyMap<string, string>): string {
+  if (full.size === 0) return reason;
+  const [node, why] = [...full][0]!;
+  const more = full.size > 1 ? ` (and ${full.size - 1} more node${full.size > 2 ? "s" : ""})` : "";
+  return `${reason}; ${node}${more} takes no new replica: ${why}`;
+}
+
+/** Why no port could be found on the addresses: the range and that it is full, never a port outside it. */
+export function noPortReason(addresses: readonly string[], anyPort: boolean, cfg: PortRange): string {
+  const engines = `${cfg.basePort}…${cfg.basePort + cfg.portCount - 1}`;
   return anyPort
-    ? `no free rendezvous port block on ${addresses.join(", ")} (all ${rendezvousBlocks(cfg)} blocks of ${RENDEZVOUS_STRIDE} ports after the engine ports are held by multi-node replicas)`
-    : `no free engine port on ${addresses.join(", ")} (${cfg.portCount} in use)`;
+    ? `no free rendezvous port block on ${addresses.join(", ")} (all ${rendezvousBlocks(cfg)} blocks of ${RENDEZVOUS_STRIDE} ports in ${cfg.basePort + cfg.portCount}…${cfg.basePort + 2 * cfg.portCount - 1} are held by multi-node replicas; a larger --engine-port-range makes more)`
+    : `no free engine port on ${addresses.join(", ")}: all ${cfg.portCount} of ${engines} are in use (--engine-base-port and --engine-port-range; a larger range allows more replicas per address)`;
 }
 
 /** Creates the placed replicas that get a port, in order; the others' models become unplaceable with the reason. */
 export function assignPorts(ctx: ReconcileContext, b: PlanBuilder, placed: readonly Placed[], unplaceable: Map<string, string>, book: PortBook, newId: () => string): void {
   const { cfg } = ctx;
+  const lastFailed = newestFailed(ctx.snapshot.replicas);
   for (const p of placed) {
     const leader = p.shards[0]!.node;
     const addresses = [...new Set(p.shards.map((s) => addressOf(ctx, s.node)))];
@@ -128,6 +160,38 @@ export function assignPorts(ctx: ReconcileContext, b: PlanBuilder, placed: reado
     for (const a of addresses) book.take(a, port, multi);
     b.plan.create.push({ id, model: p.model, profile: p.profile, shards: p.shards, port, endpoint: `http://${bracketHost(addressOf(ctx, leader))}:${port}` });
     const where = p.shards.map((s) => `${s.node}:${s.gpus.join(",")}`).join(" ");
-    b.event({ kind: "replica.placed", subject: `replica/${id}`, message: `placed replica ${id} of ${p.model} on ${where} (profile ${p.profile})` });
+    b.event({ kind: "replica.placed", subject: `replica/${id}`, message: `placed replica ${id} of ${p.model} on ${where} (profile ${p.profile})`, data: placedData(leader, lastFailed.get(p.model)) });
   }
+}
+
+/** Per model, its failed replica updated last: the one a replica placed now takes over from. */
+function newestFailed(replicas: ReconcileContext["snapshot"]["replicas"]): Map<string, { id: string; updatedAt: number }> {
+  const out = new Map<string, { id: string; updatedAt: number }>();
+  for (const r of replicas) {
+    if (r.state !== "failed") continue;
+    const seen = out.get(r.model);
+    if (!seen || r.updatedAt > seen.updatedAt) out.set(r.model, { id: r.id, updatedAt: r.updatedAt });
+  }
+  return out;
+}
+
+/** A replica.placed event's data: its leader node, and the failed replica it replaces (`llmgw logs NEW --previous` shows that one's run). */
+export function placedData(node: string, replaces: { id: string } | undefined): { node: string; replaces?: string } {
+  return replaces ? { node, replaces: replaces.id } : { node };
+}
+
+/** The failed replica a replica.placed event says the new one replaces. */
+export function placedReplaces(e: { data?: unknown }): string | undefined {
+  const d = e.data as { replaces?: unknown } | null | undefined;
+  return d && typeof d.replaces === "string" && d.replaces !== "" ? d.replaces : undefined;
+}
+
+/**
+ * The (leader) node a replica.placed event names: its data's node, or for an event written
+ * before events carried it, the first node in its message ("… on gpu-03:0,1 …").
+ */
+export function placedNode(e: { message: string; data?: unknown }): string | undefined {
+  const d = e.data as { node?: unknown } | null | undefined;
+  if (d && typeof d.node === "string" && d.node !== "") return d.node;
+  return / on ([^\s:]+):/.exec(e.message)?.[1];
 }

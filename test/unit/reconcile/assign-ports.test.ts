@@ -3,8 +3,11 @@
 
 import { describe, expect, test } from "bun:test";
 import { fnv1a } from "../../../src/lib/hash";
-import { PortBook, assignPorts, blockOf, freePort, portsInUse, rendezvousPort } from "../../../src/control/reconcile/ports";
-import { H, builder, ctxOf } from "./fixture";
+import { PortBook, assignPorts, blockOf, freePort, placedNode, placedReplaces, portsInUse, rendezvousPort } from "../../../src/control/reconcile/ports";
+import { H, T0, builder, ctxOf } from "./fixture";
+import { DEFAULT_RECONCILE } from "../../../src/control/reconcile/config";
+import { reconcile } from "../../../src/control/reconciler";
+import { model, snapshot } from "../../helpers/fleet";
 
 const cfg = { basePort: 8100, portCount: 900 };
 
@@ -14,6 +17,30 @@ function fnvAsBefore(id: string): number {
   for (let i = 0; i < id.length; i++) h = Math.imul(h ^ id.charCodeAt(i), 16777619) >>> 0;
   return h;
 }
+
+describe("the range", () => {
+  test("every port handed out, engine or rendezvous, is inside base … base+2N-1, for many ids and range sizes", () => {
+    for (const c of [cfg, { basePort: 20000, portCount: 16 }, { basePort: 30000, portCount: 37 }, { basePort: 40000, portCount: 1 }]) {
+      const taken = new Set<number>();
+      for (let i = 0; i < c.portCount + 5; i++) {
+        const p = freePort([taken], undefined, c, `r-${i}`);
+        if (i >= c.portCount) {
+          expect(p).toBeUndefined();
+          continue;
+        }
+        expect(p).toBeGreaterThanOrEqual(c.basePort);
+        expect(p).toBeLessThan(c.basePort + c.portCount);
+        taken.add(p!);
+        if (c.portCount >= 16) {
+          const r = rendezvousPort(p!, c);
+          expect(r).toBeGreaterThanOrEqual(c.basePort + c.portCount);
+          expect(r + 15).toBeLessThan(c.basePort + 2 * c.portCount);
+        }
+      }
+      expect(taken.size).toBe(c.portCount);
+    }
+  });
+});
 
 describe("freePort", () => {
   test("the search starts at the id's FNV-1a, the same value as before", () => {
@@ -71,7 +98,7 @@ describe("assignPorts", () => {
     assignPorts(ctx, b, [placed(["a"])], new Map(), new PortBook(ctx.cfg), () => "r-new");
     const port = 8100 + (fnv1a("r-new") % 900);
     expect(b.plan.create).toEqual([{ id: "r-new", model: "m", profile: "p", shards: [{ node: "a", gpus: [0] }], port, endpoint: `http://[fd00::7]:${port}` }]);
-    expect(b.plan.events).toEqual([{ kind: "replica.placed", subject: "replica/r-new", message: "placed replica r-new of m on a:0 (profile p)" }]);
+    expect(b.plan.events).toEqual([{ kind: "replica.placed", subject: "replica/r-new", message: "placed replica r-new of m on a:0 (profile p)", data: { node: "a" } }]);
   });
 
   test("two replicas on one address in one step get different ports", () => {
@@ -93,7 +120,7 @@ describe("assignPorts", () => {
     const b = builder();
     assignPorts(ctx, b, [placed(["a"])], unplaceable, book, () => "r");
     expect(b.plan.create).toEqual([]);
-    expect(unplaceable.get("m")).toBe("no free engine port on 10.0.0.1 (2 in use)");
+    expect(unplaceable.get("m")).toBe("no free engine port on 10.0.0.1: all 2 of 8100…8101 are in use (--engine-base-port and --engine-port-range; a larger range allows more replicas per address)");
   });
 
   test("no free rendezvous block for a multi-node replica: the reason names the blocks", () => {
@@ -102,6 +129,47 @@ describe("assignPorts", () => {
     book.take("10.0.0.1", 8100, true);
     const unplaceable = new Map<string, string>();
     assignPorts(ctx, builder(), [placed(["a", "b"])], unplaceable, book, () => "r");
-    expect(unplaceable.get("m")).toBe("no free rendezvous port block on 10.0.0.1 (all 1 blocks of 16 ports after the engine ports are held by multi-node replicas)");
+    expect(unplaceable.get("m")).toBe("no free rendezvous port block on 10.0.0.1 (all 1 blocks of 16 ports in 8116…8131 are held by multi-node replicas; a larger --engine-port-range makes more)");
+  });
+});
+
+describe("the placed event, for `llmgw logs --previous`", () => {
+  const placed = (nodes: string[]) => ({ model: "m", profile: "p", shards: nodes.map((node) => ({ node, gpus: [0] })) });
+  test("names the node, and the failed replica of the model the new one replaces", () => {
+    const ctx = ctxOf({ nodes: [{ name: "a", gpus: [H, H] }], replicas: [{ id: "r-old", model: "m", state: "failed", shards: [{ node: "a", gpus: [1] }] }, { id: "r-other", model: "z", state: "failed", shards: [{ node: "a", gpus: [1] }] }] });
+    const b = builder();
+    assignPorts(ctx, b, [placed(["a"])], new Map(), new PortBook(ctx.cfg), () => "r-new");
+    const e = b.plan.events[0]!;
+    expect(e.data).toEqual({ node: "a", replaces: "r-old" });
+    expect(placedNode(e)).toBe("a");
+    expect(placedReplaces(e)).toBe("r-old");
+  });
+
+  test("an event from before data was kept: the node from its message; no data, nothing replaced", () => {
+    const old = { message: "placed replica r-1 of m on gpu-03:0,1 gpu-04:0,1 (profile p)", data: null };
+    expect(placedNode(old)).toBe("gpu-03");
+    expect(placedReplaces(old)).toBeUndefined();
+    expect(placedNode({ message: "something else", data: { node: 5 } })).toBeUndefined();
+  });
+});
+
+describe("a node whose engine ports are all in use", () => {
+  test("takes no new replica: it goes to a node with a port; with none left anywhere, the reason says the range is full", () => {
+    const snap = snapshot({
+      nodes: [{ name: "a", gpus: [H, H] }, { name: "b", gpus: [H, H] }],
+      models: [model({ name: "m", replicas: { min: 2 } })],
+      replicas: [{ id: "r-a", model: "m", shards: [{ node: "a", gpus: [0] }] }],
+    });
+    snap.nodes[1]!.address = "10.0.0.2";
+    const config = { ...DEFAULT_RECONCILE, basePort: 8100, portCount: 1 };
+    const plan = reconcile({ snapshot: snap, now: T0, lastUsed: new Map(), config, newId: () => "r-new" });
+    expect(plan.create.map((c) => [c.shards[0]!.node, c.port])).toEqual([["b", 8100]]);
+
+    // Both addresses full: nothing placed, and the reason names the range.
+    snap.replicas.push({ ...snap.replicas[0]!, id: "r-b", shards: [{ node: "b", gpus: [0] }] });
+    const none = reconcile({ snapshot: { ...snap, models: [model({ name: "m", replicas: { min: 3 } })].map((spec) => ({ name: spec.name, spec, revision: 1, createdAt: T0, updatedAt: T0 })) }, now: T0, lastUsed: new Map(), config, newId: () => "r-x" });
+    expect(none.create).toEqual([]);
+    const reason = none.events.filter((e) => e.kind === "model.unplaceable").map((e) => e.message).join(" ");
+    expect(reason).toContain("takes no new replica: no free engine port on 10.0.0.1: all 1 of 8100…8100 are in use");
   });
 });
