@@ -27,6 +27,7 @@ import { ModelStore } from "../control/model";
 import type { StorePort } from "../control/store-port";
 import { StoreUnavailableError } from "../control/errors";
 import { advertisedUrl, defaultName, joinControlPlanes } from "./control-planes";
+import { FleetPublisher } from "./fleet-publisher";
 import { PatroniPoller } from "./patroni";
 import { RouterLink } from "./router-thread";
 import type { RouterWorkerData } from "./router-worker";
@@ -196,7 +197,8 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   });
   log.info({ admin: `${config.admin_listen.host}:${adminPort}`, url: adminUrl, version: VERSION }, "admin API listening");
 
-  const timer = loop ? await startLoop(controller, log, scheduler, config.reconcile_interval) : undefined;
+  const fleet = new FleetPublisher({ controller, sink, scheduler, log });
+  const timer = loop ? await startLoop(controller, log, scheduler, config.reconcile_interval, () => fleet.publish()) : undefined;
   let stopped = false;
   const server: RunningServer = {
     adminUrl,
@@ -213,6 +215,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
     ...(tls ? { tls: { certPath: tls.certPath, keyPath: tls.keyPath, fingerprint256: tls.fingerprint256 } } : {}),
     tick: async () => {
       await controller.tick();
+      await fleet.publish(true);
     },
     async stop() {
       if (stopped) return;
@@ -436,11 +439,12 @@ function routerWorkerData(l: Listening, adminToken: string): RouterWorkerData {
  * tick (a locked or full disk, say) is logged once per cause and retried next tick; the server
  * stays up and keeps serving what it has.
  */
-async function startLoop(controller: Controller, log: Logger, scheduler: Scheduler, intervalMs: number): Promise<Timer> {
+async function startLoop(controller: Controller, log: Logger, scheduler: Scheduler, intervalMs: number, afterTick: () => Promise<void>): Promise<Timer> {
   let failing: string | undefined;
   const tick = async () => {
     try {
       await controller.tick();
+      await afterTick();
       if (failing) log.info({ was: failing }, "control loop recovered: the store is writable again");
       failing = undefined;
     } catch (e) {
