@@ -158,19 +158,12 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   }
   const adminUrl = localUrl(config.admin_listen.host, adminPort, scheme);
 
-  // Its own thread unless the config says otherwise or time is not real (a Worker cannot share a manual clock).
-  const threaded = config.router_thread && scheduler === realScheduler;
-  const router = threaded ? undefined : routerFor(listening, controller, admin.token);
-  const link = threaded ? new RouterLink({ data: routerWorkerData(listening, admin.token), demand: controller, log, scheduler }) : undefined;
-  let routerAddr: { port: number };
-  try {
-    routerAddr = link ? await link.start() : router!.start();
-  } catch (e) {
+  const { router, link, port: routerPort } = await startRouting(listening, controller, admin.token, () => {
     adminListener.stop();
     patroni?.stop();
     close();
-    throw new Error(`cannot listen on ${config.listen.host}:${config.listen.port} (router): ${(e as Error).message}`);
-  }
+  });
+  const routerAddr = { port: routerPort };
   const sink = (link ?? router)!;
   traffic.from = sink;
   await controller.setEndpointSink(sink);
@@ -240,6 +233,24 @@ class LateTraffic implements TrafficSource {
   from: TrafficSource | undefined;
   traffic(): Promise<ModelTraffic[]> {
     return this.from?.traffic() ?? Promise.resolve([]);
+  }
+}
+
+/**
+ * The router, on its own thread unless the config says otherwise or time is not real (a Worker
+ * cannot share a manual clock), listening. When it cannot listen, `undo` runs and the error names the address.
+ */
+async function startRouting(l: Listening, controller: Controller, adminToken: string, undo: () => void): Promise<{ router?: Router; link?: RouterLink; port: number }> {
+  const { config, log, scheduler } = l;
+  const threaded = config.router_thread && scheduler === realScheduler;
+  const router = threaded ? undefined : routerFor(l, controller, adminToken);
+  const link = threaded ? new RouterLink({ data: routerWorkerData(l, adminToken), demand: controller, log, scheduler }) : undefined;
+  try {
+    const { port } = link ? await link.start() : router!.start();
+    return { ...(router ? { router } : {}), ...(link ? { link } : {}), port };
+  } catch (e) {
+    undo();
+    throw new Error(`cannot listen on ${config.listen.host}:${config.listen.port} (router): ${(e as Error).message}`);
   }
 }
 
