@@ -64,22 +64,26 @@ export class TokenCount {
   /** The answer's output tokens: the engine's usage when the tail holds one, else the chunks counted. */
   total(): number {
     const n = Math.min(this.n, KEPT);
-    let text = "";
+    // A stream that ends without a usage field (none was asked for) has nothing decoded.
     let found = false;
+    for (let k = n; k >= 1 && !found; k--) {
+      const i = (this.n - k) % KEPT;
+      const at = indexOf.call(this.bufs[i]!, TOKENS_KEY, this.start(i));
+      found = at >= 0 && at < this.to[i]!;
+    }
+    if (!found) return this.chunks;
+    let text = "";
     for (let k = n; k >= 1; k--) {
       const i = (this.n - k) % KEPT;
-      const d = this.bufs[i]!;
-      const a = Math.max(this.from[i]!, this.to[i]! - TAIL_BYTES);
-      const b = this.to[i]!;
-      const at = indexOf.call(d, TOKENS_KEY, a);
-      if (at >= 0 && at < b) found = true;
-      text += dec.decode(d.subarray(a, b));
+      text += dec.decode(this.bufs[i]!.subarray(this.start(i), this.to[i]!));
     }
-    if (found) {
-      let last: number | undefined;
-      for (const m of text.matchAll(USAGE)) last = Number(m[1]);
-      if (last !== undefined && Number.isSafeInteger(last)) return last;
-    }
-    return this.chunks;
+    let last: number | undefined;
+    for (const m of text.matchAll(USAGE)) last = Number(m[1]);
+    return last !== undefined && Number.isSafeInteger(last) ? last : this.chunks;
+  }
+
+  /** Where the part of kept range i that is looked at begins. */
+  private start(i: number): number {
+    return Math.max(this.from[i]!, this.to[i]! - TAIL_BYTES);
   }
 }

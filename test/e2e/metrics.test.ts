@@ -177,3 +177,31 @@ describe("/metrics of llmgw demo", () => {
     expect(bad.stderr).toContain("--token-file");
   });
 });
+
+describe("Prometheus itself", () => {
+  test("scrapes the demo with the printed configuration (bearer token from the file) and has the fleet", async () => {
+    const tokenFile = join(dir, "llmgw-data", "admin.token");
+    const out = run(bin, ["install", "prometheus", "--router", routerUrl, "--token-file", tokenFile, "--interval", "1s", "--print"], { cwd: dir });
+    expect(out.code).toBe(0);
+    const conf = join(dir, "prometheus-live.yml");
+    writeFileSync(conf, out.stdout);
+    const port = freePort();
+    const prom = Bun.spawn(["prometheus", `--config.file=${conf}`, `--storage.tsdb.path=${join(dir, "tsdb")}`, `--web.listen-address=127.0.0.1:${port}`], { cwd: dir, stdout: "ignore", stderr: "pipe" });
+    try {
+      const api = `http://127.0.0.1:${port}/api/v1`;
+      const target = await until("Prometheus to scrape the router", async () => {
+        const r = await fetch(`${api}/targets`).catch(() => undefined);
+        if (!r?.ok) return undefined;
+        const t = ((await r.json()) as { data: { activeTargets: { health: string; lastError: string; scrapeUrl: string }[] } }).data.activeTargets[0];
+        return t && t.health !== "unknown" ? t : undefined;
+      }, 30_000);
+      expect([target.health, target.lastError]).toEqual(["up", ""]);
+      expect(target.scrapeUrl).toBe(`${routerUrl}/metrics`);
+      const q = await (await fetch(`${api}/query?query=${encodeURIComponent('llmgw_nodes{state="ready"}')}`)).json();
+      expect((q as { data: { result: { value: [number, string] }[] } }).data.result.map((r) => r.value[1])).toEqual(["4"]);
+    } finally {
+      prom.kill("SIGTERM");
+      await prom.exited;
+    }
+  }, 60_000);
+});
