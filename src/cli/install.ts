@@ -89,7 +89,7 @@ export const install: Command = {
   usage:
     "llmgw install serve|agent [--print] [--user USER] [--data-dir DIR] [--models-dir DIR] [-- FLAGS…]\n  llmgw install keepalived --interface IF --address VIP/PREFIX [--peer ADDR …] [--router-id N] [--priority N] [--server URL] [--for llmgw|database] [--patroni URL] [--print]\n  llmgw install prometheus [--router URL …] [--token-file FILE] [--interval DUR] [--ca FILE] --print|--conf FILE\n  llmgw install grafana --print|--conf FILE",
   flags: {
-    print: { kind: "boolean", help: "print the unit instead of writing it" },
+    print: { kind: "boolean", help: "print the unit (keepalived: the configuration; prometheus, grafana: the file) instead of writing it" },
     user: { kind: "string", value: "USER", help: `user the service runs as (default ${INSTALL_DEFAULTS.user})` },
     "data-dir": { kind: "string", value: "DIR", help: `serve: data dir (default ${INSTALL_DEFAULTS.serveDataDir}); agent: state dir (default ${INSTALL_DEFAULTS.agentStateDir})` },
     "models-dir": { kind: "string", value: "DIR", help: `agent: where model weights live (default ${INSTALL_DEFAULTS.modelsDir})` },
