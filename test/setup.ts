@@ -28,7 +28,7 @@ export interface Need {
 
 export const NEEDS: readonly Need[] = [
   { command: "chromium", pkg: "chromium", usedBy: "test/e2e/dashboard.test.ts (headless browser)" },
-  { command: "promtool", pkg: "prometheus", usedBy: "test/integration/router.test.ts (checks /metrics)" },
+  { command: "promtool", pkg: "prometheus", usedBy: "test/integration/router.test.ts, test/e2e/metrics.test.ts, test/unit/fleet-metrics.test.ts (checks /metrics and the Prometheus configuration)" },
   { command: "systemd-analyze", pkg: "systemd", usedBy: "test/integration/install.test.ts (verifies the units)" },
   { command: "openssl", pkg: "openssl", usedBy: "test/integration/tls.test.ts, ui-session.test.ts (makes certificates)" },
   { command: "ps", pkg: "procps", usedBy: "test/e2e/faults.test.ts (finds leftover processes)" },

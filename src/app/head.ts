@@ -28,6 +28,7 @@ import { ModelStore } from "../control/model";
 import type { StorePort } from "../control/store-port";
 import { StoreUnavailableError } from "../control/errors";
 import { advertisedUrl, defaultName, joinControlPlanes } from "./control-planes";
+import { FleetPublisher } from "./fleet-publisher";
 import { PatroniPoller } from "./patroni";
 import { RouterLink } from "./router-thread";
 import type { RouterWorkerData } from "./router-worker";
@@ -176,20 +177,14 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   }
   const adminUrl = localUrl(config.admin_listen.host, adminPort, scheme);
 
-  // Its own thread unless the config says otherwise or time is not real (a Worker cannot share a manual clock).
-  const threaded = config.router_thread && scheduler === realScheduler;
-  const router = threaded ? undefined : routerFor(listening, controller, admin.token);
-  const link = threaded ? new RouterLink({ data: routerWorkerData(listening, admin.token), demand: controller, log, scheduler }) : undefined;
-  let routerAddr: { port: number };
-  try {
-    routerAddr = link ? await link.start() : router!.start();
-  } catch (e) {
+  const { router, link, port: routerPort } = await startRouting(listening, controller, admin.token, () => {
     adminListener.stop();
     patroni?.stop();
     close();
-    throw new Error(`cannot listen on ${config.listen.host}:${config.listen.port} (router): ${(e as Error).message}`);
-  }
-  const sink = (feed.traffic.from = (link ?? router)!);
+  });
+  const routerAddr = { port: routerPort };
+  const sink = (link ?? router)!;
+  feed.traffic.from = sink;
   await controller.setEndpointSink(sink);
   controller.setUsageSource(sink);
   if (link) log.info({ thread: "router" }, "router runs on its own thread");
@@ -216,7 +211,8 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   });
   log.info({ admin: `${config.admin_listen.host}:${adminPort}`, url: adminUrl, version: VERSION }, "admin API listening");
 
-  const timer = loop ? await startLoop(controller, log, scheduler, config.reconcile_interval) : undefined;
+  const fleet = new FleetPublisher({ controller, sink, scheduler, log });
+  const timer = loop ? await startLoop(controller, log, scheduler, config.reconcile_interval, () => fleet.publish()) : undefined;
   let stopped = false;
   const server: RunningServer = {
     adminUrl,
@@ -233,6 +229,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
     ...(tls ? { tls: { certPath: tls.certPath, keyPath: tls.keyPath, fingerprint256: tls.fingerprint256 } } : {}),
     tick: async () => {
       await controller.tick();
+      await fleet.publish(true);
     },
     async stop() {
       if (stopped) return;
@@ -258,6 +255,24 @@ class LateTraffic implements TrafficSource {
   from: TrafficSource | undefined;
   traffic(): Promise<ModelTraffic[]> {
     return this.from?.traffic() ?? Promise.resolve([]);
+  }
+}
+
+/**
+ * The router, on its own thread unless the config says otherwise or time is not real (a Worker
+ * cannot share a manual clock), listening. When it cannot listen, `undo` runs and the error names the address.
+ */
+async function startRouting(l: Listening, controller: Controller, adminToken: string, undo: () => void): Promise<{ router?: Router; link?: RouterLink; port: number }> {
+  const { config, log, scheduler } = l;
+  const threaded = config.router_thread && scheduler === realScheduler;
+  const router = threaded ? undefined : routerFor(l, controller, adminToken);
+  const link = threaded ? new RouterLink({ data: routerWorkerData(l, adminToken), demand: controller, log, scheduler }) : undefined;
+  try {
+    const { port } = link ? await link.start() : router!.start();
+    return { ...(router ? { router } : {}), ...(link ? { link } : {}), port };
+  } catch (e) {
+    undo();
+    throw new Error(`cannot listen on ${config.listen.host}:${config.listen.port} (router): ${(e as Error).message}`);
   }
 }
 
@@ -462,11 +477,12 @@ function routerWorkerData(l: Listening, adminToken: string): RouterWorkerData {
  * tick (a locked or full disk, say) is logged once per cause and retried next tick; the server
  * stays up and keeps serving what it has.
  */
-async function startLoop(controller: Controller, log: Logger, scheduler: Scheduler, intervalMs: number): Promise<Timer> {
+async function startLoop(controller: Controller, log: Logger, scheduler: Scheduler, intervalMs: number, afterTick: () => Promise<void>): Promise<Timer> {
   let failing: string | undefined;
   const tick = async () => {
     try {
       await controller.tick();
+      await afterTick();
       if (failing) log.info({ was: failing }, "control loop recovered: the store is writable again");
       failing = undefined;
     } catch (e) {

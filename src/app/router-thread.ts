@@ -9,7 +9,7 @@ import { Worker } from "node:worker_threads";
 import type { Logger } from "pino";
 import type { Scheduler } from "../lib/scheduler";
 import { FromRouter, type ToRouter } from "../protocol/router-link";
-import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, ModelTraffic, TrafficSource, UsageSource } from "../protocol/routing";
+import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, ModelTraffic, TrafficSource, UsageSource } from "../protocol/routing";
 import type { RouterWorkerData } from "./router-worker";
 
 /**
@@ -28,12 +28,13 @@ const USAGE_DEADLINE_MS = 1_000;
 /** How long a reader of the traffic figures waits for the router thread's answer. */
 const TRAFFIC_DEADLINE_MS = 1_000;
 
-export class RouterLink implements EndpointSink, UsageSource, TrafficSource {
+export class RouterLink implements EndpointSink, UsageSource, TrafficSource, FleetMetricsSink {
   private worker: Worker | undefined;
   private stopping = false;
   private endpoints: EndpointInfo[] | undefined;
   private catalog: CatalogEntry[] | undefined;
   private keys: ApiKeyEntry[] | undefined;
+  private fleet: string | undefined;
   private used: ReadonlyMap<string, number> = new Map();
   private inflight: ReadonlyMap<string, number> = new Map();
   private nextId = 1;
@@ -105,7 +106,7 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource {
     try {
       const port = await this.spawn();
       this.resend();
-      this.o.log.warn({ port, restarts: this.restarts }, "router restarted: endpoints, catalog and API keys sent again");
+      this.o.log.warn({ port, restarts: this.restarts }, "router restarted: endpoints, catalog, API keys and fleet metrics sent again");
     } catch (e) {
       this.o.log.error({ err: e }, `router thread could not restart: ${(e as Error).message}`);
     }
@@ -115,6 +116,7 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource {
     if (this.endpoints) this.post({ type: "endpoints", endpoints: this.endpoints });
     if (this.catalog) this.post({ type: "catalog", models: this.catalog });
     if (this.keys) this.post({ type: "api_keys", keys: this.keys });
+    if (this.fleet !== undefined) this.post({ type: "fleet_metrics", text: this.fleet });
   }
 
   private post(m: ToRouter): void {
@@ -139,6 +141,11 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource {
   setApiKeys(keys: ApiKeyEntry[]): void {
     this.keys = keys;
     this.post({ type: "api_keys", keys });
+  }
+
+  setFleetMetrics(text: string): void {
+    this.fleet = text;
+    this.post({ type: "fleet_metrics", text });
   }
 
   lastUsed(): ReadonlyMap<string, number> {

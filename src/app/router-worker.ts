@@ -52,6 +52,8 @@ function main(): void {
         return router.setCatalog(m.models);
       case "api_keys":
         return router.setApiKeys(m.keys);
+      case "fleet_metrics":
+        return router.setFleetMetrics(m.text);
       case "usage_request":
         return send({ type: "usage", id: m.id, lastUsed: [...router.lastUsed()], inflightByModel: [...router.inflightByModel()] });
       case "traffic_request":

@@ -2,7 +2,9 @@
 // hardened (no new privileges, read-only system, writable only where it must write), restarted
 // on failure; `--print` shows the unit instead. `llmgw uninstall` removes it again.
 // `llmgw install keepalived` writes keepalived's configuration for the floating address
-// (keepalived.ts), checked with `keepalived -t` when keepalived is here.
+// (keepalived.ts), checked with `keepalived -t` when keepalived is here. `llmgw install
+// prometheus|grafana` prints (or writes) an example Prometheus configuration scraping the
+// routers' /metrics with the admin token, and the Grafana dashboard for it (prometheus.ts).
 
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -11,6 +13,7 @@ import { type FlagValues, UsageError } from "../config/flags";
 import { CliError } from "./client";
 import type { Command } from "./command";
 import { KEEPALIVED_DEFAULTS, keepalivedOptions, renderKeepalived } from "./keepalived";
+import { PROMETHEUS_DEFAULTS, grafanaDashboard, prometheusOptions, renderPrometheus } from "./prometheus";
 
 /** What an installed service gets unless a flag says otherwise: its user and its directories. */
 const INSTALL_DEFAULTS = { user: "llmgw", serveDataDir: "/var/lib/llmgw", agentStateDir: "/var/lib/llmgw-agent", modelsDir: "/var/lib/llmgw/models" } as const;
@@ -82,11 +85,11 @@ function compiledBinary(): string | undefined {
 
 export const install: Command = {
   name: "install",
-  summary: "Install llmgw serve or agent as a systemd service (or --print the unit), or write keepalived's configuration for the floating address.",
+  summary: "Install llmgw serve or agent as a systemd service (or --print the unit), write keepalived's configuration for the floating address, or print Prometheus's scrape configuration and a Grafana dashboard.",
   usage:
-    "llmgw install serve|agent [--print] [--user USER] [--data-dir DIR] [--models-dir DIR] [-- FLAGS…]\n  llmgw install keepalived --interface IF --address VIP/PREFIX [--peer ADDR …] [--router-id N] [--priority N] [--server URL] [--for llmgw|database] [--patroni URL] [--print]",
+    "llmgw install serve|agent [--print] [--user USER] [--data-dir DIR] [--models-dir DIR] [-- FLAGS…]\n  llmgw install keepalived --interface IF --address VIP/PREFIX [--peer ADDR …] [--router-id N] [--priority N] [--server URL] [--for llmgw|database] [--patroni URL] [--print]\n  llmgw install prometheus [--router URL …] [--token-file FILE] [--interval DUR] [--ca FILE] --print|--conf FILE\n  llmgw install grafana --print|--conf FILE",
   flags: {
-    print: { kind: "boolean", help: "print the unit instead of writing it" },
+    print: { kind: "boolean", help: "print the unit (keepalived: the configuration; prometheus, grafana: the file) instead of writing it" },
     user: { kind: "string", value: "USER", help: `user the service runs as (default ${INSTALL_DEFAULTS.user})` },
     "data-dir": { kind: "string", value: "DIR", help: `serve: data dir (default ${INSTALL_DEFAULTS.serveDataDir}); agent: state dir (default ${INSTALL_DEFAULTS.agentStateDir})` },
     "models-dir": { kind: "string", value: "DIR", help: `agent: where model weights live (default ${INSTALL_DEFAULTS.modelsDir})` },
@@ -102,22 +105,30 @@ export const install: Command = {
     patroni: { kind: "string", value: "URL", help: `keepalived --for database: the local Patroni REST API (default ${KEEPALIVED_DEFAULTS.patroni})` },
     "auth-pass": { kind: "string", value: "PASS", help: "keepalived: VRRP password, at most 8 characters, the same on every head node (default llmgw + the router id)" },
     "script-user": { kind: "string", value: "USER", help: `keepalived: the user the check runs as (default ${KEEPALIVED_DEFAULTS.scriptUser})` },
-    conf: { kind: "string", value: "FILE", help: `keepalived: where to write the configuration (default ${KEEPALIVED_DEFAULTS.confPath})` },
+    conf: { kind: "string", value: "FILE", help: `keepalived: where to write the configuration (default ${KEEPALIVED_DEFAULTS.confPath}); prometheus, grafana: where to write it` },
+    router: { kind: "list", value: "URL", help: `prometheus: a head node's router URL to scrape (repeat for each head node; default ${PROMETHEUS_DEFAULTS.router})` },
+    "token-file": { kind: "string", value: "FILE", help: `prometheus: the file Prometheus reads the admin token from (default ${PROMETHEUS_DEFAULTS.tokenFile})` },
+    interval: { kind: "string", value: "DUR", help: `prometheus: scrape interval (default ${PROMETHEUS_DEFAULTS.interval})` },
+    ca: { kind: "string", value: "FILE", help: "prometheus: the CA file that verifies https:// routers" },
     help: { kind: "boolean", short: "h", help: "show this help" },
   },
-  details: "Flags after `--` are passed to the command, e.g. the agent's --server and --fabric. Secrets (--token, --admin-token) belong in /etc/llmgw/ROLE.env as LLMGW_TOKEN=… (mode 0600), which the unit reads.\n\ninstall keepalived writes /etc/keepalived/keepalived.conf (--conf FILE elsewhere, --print to show it), checked with keepalived -t: the floating address follows the control plane whose `llmgw healthz --leader` passes (--for database: Patroni's primary, by curl on its GET /primary). Write it on every head node, each listing the others as --peer.",
+  details: "Flags after `--` are passed to the command, e.g. the agent's --server and --fabric. Secrets (--token, --admin-token) belong in /etc/llmgw/ROLE.env as LLMGW_TOKEN=… (mode 0600), which the unit reads.\n\ninstall keepalived writes /etc/keepalived/keepalived.conf (--conf FILE elsewhere, --print to show it), checked with keepalived -t: the floating address follows the control plane whose `llmgw healthz --leader` passes (--for database: Patroni's primary, by curl on its GET /primary). Write it on every head node, each listing the others as --peer.\n\ninstall prometheus prints a Prometheus configuration (--conf FILE writes it) that scrapes each --router's GET /metrics with the admin token as a bearer token, read from --token-file; check it with promtool check config. install grafana prints the dashboard JSON for those series (import it in Grafana: Dashboards, New, Import).",
   examples: [
     "sudo ./llmgw install serve",
     "sudo ./llmgw install agent -- --server http://10.0.0.1:8001 --fabric ib-a",
     "./llmgw install serve --print",
     "sudo ./llmgw install keepalived --interface eth0 --address 10.0.0.100/24 --peer 10.0.0.2 --peer 10.0.0.3",
     "./llmgw install keepalived --for database --interface eth0 --address 10.0.0.200/24 --print",
+    "./llmgw install prometheus --router http://10.0.0.1:8000 --router http://10.0.0.2:8000 --print > prometheus.yml",
+    "./llmgw install grafana --print > llmgw-dashboard.json",
   ],
   async run({ flags, positionals }) {
     const role = positionals[0];
     if (role === "keepalived") return installKeepalived(flags, positionals.slice(1));
-    if (role !== "serve" && role !== "agent") throw new UsageError("install takes serve, agent or keepalived");
+    if (role === "prometheus" || role === "grafana") return installMonitoring(role, flags, positionals.slice(1));
+    if (role !== "serve" && role !== "agent") throw new UsageError("install takes serve, agent, keepalived, prometheus or grafana");
     for (const f of KEEPALIVED_ONLY) if (flags[f] !== undefined) throw new UsageError(`--${f} is for install keepalived`);
+    for (const f of PROMETHEUS_ONLY) if (flags[f] !== undefined) throw new UsageError(`--${f} is for install prometheus`);
     const binary = (flags.binary as string | undefined) ?? compiledBinary();
     if (!binary) throw new CliError("run install from the compiled llmgw binary (or pass --binary /path/to/llmgw)");
     const abs = isAbsolute(binary) ? binary : resolve(binary);
@@ -147,6 +158,30 @@ export const install: Command = {
 };
 
 const KEEPALIVED_ONLY = ["interface", "address", "peer", "router-id", "priority", "server", "for", "patroni", "auth-pass", "script-user", "conf"] as const;
+const PROMETHEUS_ONLY = ["router", "token-file", "interval", "ca"] as const;
+const SERVICE_ONLY = ["user", "data-dir", "models-dir", "unit-dir"] as const;
+
+/** install prometheus|grafana: the scrape configuration or the dashboard, printed or written to --conf. */
+function installMonitoring(role: "prometheus" | "grafana", flags: FlagValues, rest: string[]): void {
+  if (rest.length > 0) throw new UsageError(`install ${role} takes flags only, not "${rest[0]}"`);
+  for (const f of [...SERVICE_ONLY, ...KEEPALIVED_ONLY.filter((k) => k !== "conf"), ...(role === "grafana" ? PROMETHEUS_ONLY : [])])
+    if (flags[f] !== undefined) throw new UsageError(`--${f} is not a flag of install ${role}`);
+  const text = role === "prometheus" ? renderPrometheus(prometheusOptions(flags)) : grafanaDashboard();
+  if (flags.print) {
+    process.stdout.write(text);
+    return;
+  }
+  const path = flags.conf as string | undefined;
+  if (path === undefined) throw new UsageError(`install ${role} needs --print (to show it) or --conf FILE (to write it)`);
+  try {
+    writeFileSync(path, text, { mode: 0o644 });
+  } catch (e) {
+    throw new CliError(`cannot write ${path}: ${(e as Error).message}`);
+  }
+  process.stdout.write(`wrote ${path}\n`);
+  if (role === "prometheus") process.stdout.write(`next: promtool check config ${path}, copy the admin token to the --token-file path, and reload Prometheus\n`);
+  else process.stdout.write("next: import it in Grafana (Dashboards, New, Import) and pick your Prometheus data source\n");
+}
 
 /**
  * keepalived's own config test (`keepalived -t -f FILE`): whether it accepts the file and what it
@@ -173,7 +208,8 @@ export function keepalivedTest(conf: string, wrap: (argv: string[]) => string[] 
 
 async function installKeepalived(flags: FlagValues, rest: string[]): Promise<void> {
   if (rest.length > 0) throw new UsageError(`install keepalived takes flags only, not "${rest[0]}" (flags after -- are for serve and agent)`);
-  for (const f of ["user", "data-dir", "models-dir", "unit-dir"]) if (flags[f] !== undefined) throw new UsageError(`--${f} is for install serve and agent, not keepalived`);
+  for (const f of SERVICE_ONLY) if (flags[f] !== undefined) throw new UsageError(`--${f} is for install serve and agent, not keepalived`);
+  for (const f of PROMETHEUS_ONLY) if (flags[f] !== undefined) throw new UsageError(`--${f} is for install prometheus, not keepalived`);
   const binary = (flags.binary as string | undefined) ?? compiledBinary() ?? "/usr/local/bin/llmgw";
   const curl = Bun.which("curl") ?? "/usr/bin/curl";
   const conf = renderKeepalived(keepalivedOptions(flags, isAbsolute(binary) ? binary : resolve(binary), curl));

@@ -34,6 +34,8 @@ export const ToRouter = z.discriminatedUnion("type", [
   z.object({ type: z.literal("endpoints"), endpoints: z.array(Endpoint) }),
   z.object({ type: z.literal("catalog"), models: z.array(Catalog) }),
   z.object({ type: z.literal("api_keys"), keys: z.array(ApiKey) }),
+  /** FleetMetricsSink.setFleetMetrics: the fleet gauges' exposition text. */
+  z.object({ type: z.literal("fleet_metrics"), text: z.string() }),
   /** Asks for a usage snapshot; the router answers with a `usage` of the same id. */
   z.object({ type: z.literal("usage_request"), id: z.number().int() }),
   /** Asks for the traffic figures; the router answers with a `traffic` of the same id. */

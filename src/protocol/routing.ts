@@ -87,6 +87,15 @@ export interface UsageSource {
   watchingSince?(): number;
 }
 
+/**
+ * Control → router: the fleet's gauges (nodes, GPUs, replicas, idleness), already in the
+ * Prometheus text exposition format, for the router to serve on its /metrics after its own
+ * series: one scrape target has everything. Replaces the last text wholesale.
+ */
+export interface FleetMetricsSink {
+  setFleetMetrics(text: string): void;
+}
+
 /** Router → control: a client asked for this model (name or alias) and nothing serves it. */
 export interface DemandSink {
   requestModel(nameOrAlias: string): void;

@@ -25,7 +25,7 @@ import { createHash, timingSafeEqual } from "node:crypto";
 import { hostPort } from "../lib/net";
 import { safeText } from "../lib/text";
 import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
-import { type ApiKeyEntry, type CatalogEntry, type DemandSink, type EndpointInfo, type EndpointSink, type ModelTraffic, TTFT_BUCKETS_MS, type UsageSource } from "../protocol/routing";
+import { type ApiKeyEntry, type CatalogEntry, type DemandSink, type EndpointInfo, type EndpointSink, type FleetMetricsSink, type ModelTraffic, TTFT_BUCKETS_MS, type UsageSource } from "../protocol/routing";
 import { Balancer, type Lease } from "./balancer";
 import { EngineMetricsPoller } from "./engine-metrics";
 import { type Reply, jsonReply, openAIError, openAIErrorBody, sseErrorFrame } from "./errors";
@@ -153,11 +153,13 @@ const SSE_PATHS = new Set(["/v1/chat/completions", "/v1/completions", "/v1/respo
 /** The head of a stream opened for a held request: SSE, never cached, never buffered by nginx. */
 const HELD_HEADERS = { "content-type": "text/event-stream", "cache-control": "no-cache", "x-accel-buffering": "no" };
 
-export class Router implements EndpointSink, UsageSource {
+export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
   readonly balancer: Balancer;
   private catalog = new Map<string, CatalogEntry>();
   private keys = new Map<string, ApiKeyEntry>();
   private catalogList: CatalogEntry[] = [];
+  /** The fleet gauges' text the control plane last sent, served after the router's own series. */
+  private fleet = "";
   private server: Http1Server | undefined;
   private poller: EngineMetricsPoller | undefined;
   private readonly waiters = new Set<() => void>();
@@ -277,6 +279,10 @@ export class Router implements EndpointSink, UsageSource {
 
   setApiKeys(keys: ApiKeyEntry[]): void {
     this.keys = new Map(keys.map((k) => [k.sha256, k]));
+  }
+
+  setFleetMetrics(text: string): void {
+    this.fleet = text;
   }
 
   lastUsed(): ReadonlyMap<string, number> {
@@ -406,7 +412,7 @@ export class Router implements EndpointSink, UsageSource {
         return send(ex, this.getModel(id, pool));
       }
       case "metrics":
-        return ex.respond(200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" }, this.registry.render());
+        return ex.respond(200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" }, this.registry.render() + this.fleet);
       default:
         return send(ex, jsonReply({ status: "ok" }));
     }

@@ -8,7 +8,6 @@
 /** Native search over a Uint8Array (Buffer's, which takes any Uint8Array). */
 const indexOf = Buffer.prototype.indexOf as unknown as (this: Uint8Array, value: Uint8Array, from: number) => number;
 const enc = new TextEncoder();
-const dec = new TextDecoder();
 const QUOTE = 0x22;
 const SPACE = 0x20;
 
@@ -19,10 +18,12 @@ const CONTENT_KEYS: Record<string, Uint8Array> = {
   // Responses API: response.output_text.delta events.
   "/v1/responses": enc.encode('"delta":'),
 };
-/** Any usage field ends so: only a tail holding one is decoded. */
-const TOKENS_KEY = enc.encode('_tokens"');
 /** completion_tokens (chat, completions) or output_tokens (Responses API); the last one wins. */
-const USAGE = /"(?:completion|output)_tokens"\s*:\s*(\d+)/g;
+const USAGE_KEYS = [enc.encode('"completion_tokens"'), enc.encode('"output_tokens"')];
+const lastIndexOf = Buffer.prototype.lastIndexOf as unknown as (this: Uint8Array, value: Uint8Array, from: number) => number;
+const COLON = 0x3a;
+const ZERO = 0x30;
+const NINE = 0x39;
 /** Ranges kept for the usage: the final usage chunk and what follows it fit in them. */
 const KEPT = 4;
 /** Bytes of each kept range looked at, from its end. */
@@ -63,23 +64,36 @@ export class TokenCount {
 
   /** The answer's output tokens: the engine's usage when the tail holds one, else the chunks counted. */
   total(): number {
-    const n = Math.min(this.n, KEPT);
-    let text = "";
-    let found = false;
-    for (let k = n; k >= 1; k--) {
+    // Newest range first; in each, the last usage field (a stream's final usage chunk). Read
+    // from the bytes: nothing is decoded.
+    for (let k = 1; k <= Math.min(this.n, KEPT); k++) {
       const i = (this.n - k) % KEPT;
       const d = this.bufs[i]!;
-      const a = Math.max(this.from[i]!, this.to[i]! - TAIL_BYTES);
+      const a = this.start(i);
       const b = this.to[i]!;
-      const at = indexOf.call(d, TOKENS_KEY, a);
-      if (at >= 0 && at < b) found = true;
-      text += dec.decode(d.subarray(a, b));
-    }
-    if (found) {
-      let last: number | undefined;
-      for (const m of text.matchAll(USAGE)) last = Number(m[1]);
-      if (last !== undefined && Number.isSafeInteger(last)) return last;
+      let best = -1;
+      let len = 0;
+      for (const key of USAGE_KEYS) {
+        if (b - key.length < a) continue;
+        const at = lastIndexOf.call(d, key, b - key.length);
+        if (at >= a && at > best) {
+          best = at;
+          len = key.length;
+        }
+      }
+      if (best < 0) continue;
+      let v = best + len;
+      while (v < b && (d[v] === SPACE || d[v] === COLON)) v++;
+      let n = 0;
+      let digits = 0;
+      for (; v < b && d[v]! >= ZERO && d[v]! <= NINE && digits < 12; v++, digits++) n = n * 10 + (d[v]! - ZERO);
+      if (digits > 0) return n;
     }
     return this.chunks;
+  }
+
+  /** Where the part of kept range i that is looked at begins. */
+  private start(i: number): number {
+    return Math.max(this.from[i]!, this.to[i]! - TAIL_BYTES);
   }
 }

@@ -3,7 +3,7 @@
 // line, and `llmgw uninstall` removes them.
 
 import { describe, expect, test } from "bun:test";
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { BINARY, run } from "../helpers/binary";
@@ -65,5 +65,33 @@ describe("completion", () => {
     const zsh = run(BINARY, ["completion", "zsh"], { cwd: tmpdir() }).stdout;
     expect(zsh).toContain("#compdef llmgw");
     expect(zsh).toContain("'status:");
+  });
+});
+
+describe("llmgw install prometheus|grafana", () => {
+  test("--conf FILE writes the file; without --print or --conf, or with another command's flags, it is refused naming why", () => {
+    const dir = mkdtempSync(join(tmpdir(), "llmgw-monitoring-"));
+    const conf = join(dir, "llmgw.yml");
+    const w = run(BINARY, ["install", "prometheus", "--router", "https://10.0.0.1:8000", "--ca", "/etc/llmgw/ca.pem", "--conf", conf], { cwd: dir });
+    expect(w.code).toBe(0);
+    expect(w.stdout).toContain(`wrote ${conf}`);
+    const text = readFileSync(conf, "utf8");
+    for (const line of ["scheme: https", 'ca_file: "/etc/llmgw/ca.pem"', '- "10.0.0.1:8000"', "type: Bearer", 'credentials_file: "/etc/prometheus/llmgw-admin.token"']) expect(text).toContain(line);
+    const g = join(dir, "dash.json");
+    expect(run(BINARY, ["install", "grafana", "--conf", g], { cwd: dir }).code).toBe(0);
+    expect(JSON.parse(readFileSync(g, "utf8")).uid).toBe("llmgw-fleet");
+
+    const none = run(BINARY, ["install", "grafana"], { cwd: dir });
+    expect([none.code, none.stderr]).toEqual([2, expect.stringContaining("needs --print")]);
+    const mixed = run(BINARY, ["install", "grafana", "--print", "--router", "http://x:1"], { cwd: dir });
+    expect([mixed.code, mixed.stderr]).toEqual([2, expect.stringContaining("--router is not a flag of install grafana")]);
+    const serveFlag = run(BINARY, ["install", "serve", "--print", "--token-file", "/x"], { cwd: dir });
+    expect([serveFlag.code, serveFlag.stderr]).toEqual([2, expect.stringContaining("--token-file is for install prometheus")]);
+    for (const bad of [["--router", "http://10.0.0.1:8000/metrics"], ["--interval", "soon"], ["--ca", "/ca.pem"], ["--router", "http://a:1", "--router", "https://b:2"]]) {
+      const r = run(BINARY, ["install", "prometheus", ...bad, "--print"], { cwd: dir });
+      expect([bad, r.code, r.stdout]).toEqual([bad, 2, ""]);
+      expect(r.stderr).toContain(`--${bad[0]!.slice(2)}`);
+    }
+    rmSync(dir, { recursive: true, force: true });
   });
 });

@@ -4,13 +4,16 @@
 // on the router's own thread (RouterLink.traffic()), and as Prometheus series on /metrics.
 
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
+import { rmSync } from "node:fs";
 import pino from "pino";
 import { RouterLink } from "../../src/app/router-thread";
 import { ManualScheduler, realScheduler } from "../../src/lib/scheduler";
 import { type CatalogEntry, type EndpointInfo, type ModelTraffic, TTFT_BUCKETS_MS } from "../../src/protocol/routing";
 import { Router, type RouterOptions } from "../../src/router/router";
 import { type FakeEngine, startFakeEngine } from "../../src/sim/fake-engine";
+import { heartbeat, model } from "../helpers/fleet";
 import { ROUTER_DEFAULTS } from "../helpers/router-settings";
+import { testServer } from "../helpers/server";
 import { until } from "../helpers/until";
 
 const TOKENS = 5;
@@ -155,5 +158,36 @@ describe("RouterLink.traffic() (the router on its own thread)", () => {
     await link.stop();
     // Gone: the last figures, at once.
     expect(of(await link.traffic(), "m")).toEqual(t);
+  });
+});
+
+describe("a head node", () => {
+  test("hands its router the fleet gauges after a tick, and its TrafficSource lists the catalog; a standby exports no fleet", async () => {
+    const s = await testServer();
+    cleanups.push(async () => {
+      await s.stop();
+      rmSync(s.dataDir, { recursive: true, force: true });
+    });
+    expect((await s.agent(heartbeat({ name: "gpu-01", gpus: ["H100-80GB", "H100-80GB"], unhealthy: [1] }))).status).toBe(200);
+    await s.seed.models([model({ name: "llama", replicas: { min: 1 } })]);
+    await s.tick();
+    const scrape = async () => (await fetch(`${s.routerUrl}/metrics`, { headers: { authorization: `Bearer ${s.adminToken}` } })).text();
+    const text = await scrape();
+    expect(text).toContain('llmgw_nodes{state="ready"} 1');
+    expect(text).toContain('llmgw_gpus{class="H100-80GB",state="unhealthy"} 1');
+    expect(text).toContain('llmgw_model_replicas_desired{model="llama"} 1');
+    expect(text).toContain("llmgw_control_plane_leading 1");
+    // The router's own series come first, the fleet after: one exposition, each family once.
+    const types = [...text.matchAll(/^# TYPE (\S+)/gm)].map((m) => m[1]);
+    expect(new Set(types).size).toBe(types.length);
+    expect((await s.traffic.traffic()).map((t) => t.model)).toEqual(["llama"]);
+
+    s.parts.controller.setLeadership({ leading: false, epoch: 1, name: "other" });
+    await s.tick();
+    const standby = await scrape();
+    expect(standby).toContain("llmgw_control_plane_leading 0");
+    expect(standby).not.toContain("llmgw_nodes{");
+    // Its router still counts its own traffic.
+    expect(standby).toContain("# TYPE llmgw_model_requests_total counter");
   });
 });

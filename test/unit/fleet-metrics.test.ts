@@ -1,0 +1,87 @@
+// The fleet gauges' text: every series the issue names, with the values the tables hold (nodes
+// by the NodeView states, GPUs used|free|unhealthy per class, replicas desired and ready,
+// unplaceable and parked as 0/1, idle seconds only where known), label values escaped, and
+// nothing but `llmgw_control_plane_leading 0` from a control plane that stands by; and promtool
+// accepts it.
+
+import { describe, expect, test } from "bun:test";
+import { FLEET_METRICS, fleetMetrics } from "../../src/control/fleet-metrics";
+import { buildTables } from "../../src/control/views";
+import { T0, model, snapshot } from "../helpers/fleet";
+
+const TIMEOUT = 15_000;
+
+function tables() {
+  const snap = snapshot({
+    nodes: [
+      { name: "a", gpus: ["H100-80GB", "H100-80GB", "H100-80GB"], unhealthy: [2] },
+      { name: "b", admin: "cordoned", gpus: ["L40S"] },
+      { name: "c", lastHeartbeat: T0 - 10 * TIMEOUT, gpus: ["L40S", 'we"ird\\class'] },
+    ],
+    models: [model({ name: "llama", replicas: { min: 2 } }), model({ name: "broken", replicas: { min: 1 } }), model({ name: "huge", replicas: { min: 1 }, profiles: [{ name: "default", engine: "vllm", gpu_class: "H200", gpus: 8 }] })],
+    replicas: [
+      { id: "llama-1", model: "llama", shards: [{ node: "a", gpus: [0] }] },
+      { id: "llama-2", model: "llama", state: "starting", shards: [{ node: "a", gpus: [1] }] },
+    ],
+    modelState: [{ model: "broken", parked: true, reason: "failed every start" }],
+  });
+  // llama-1 was last sent a request 42 s ago; llama-2's last request is unknown.
+  return buildTables({ snapshot: snap, now: T0, lastUsed: new Map([["llama-1", T0 - 42_000]]), nodeTimeoutMs: TIMEOUT, watchedSince: T0 - 3_600_000 });
+}
+
+/** The samples of one metric, as `labels value` lines. */
+function samples(text: string, name: string): string[] {
+  return text
+    .split("\n")
+    .filter((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `))
+    .map((l) => l.slice(name.length));
+}
+
+describe("fleetMetrics", () => {
+  const text = fleetMetrics(tables(), { leading: true });
+
+  test("nodes by every NodeView state, 0 included", () => {
+    expect(samples(text, "llmgw_nodes")).toEqual(['{state="ready"} 1', '{state="cordoned"} 1', '{state="draining"} 0', '{state="unreachable"} 1', '{state="pending"} 0']);
+  });
+
+  test("GPUs per class as used, free and unhealthy (unhealthy is neither), label values escaped", () => {
+    expect(samples(text, "llmgw_gpus")).toEqual([
+      '{class="H100-80GB",state="used"} 2',
+      '{class="H100-80GB",state="free"} 0',
+      '{class="H100-80GB",state="unhealthy"} 1',
+      '{class="L40S",state="used"} 0',
+      '{class="L40S",state="free"} 2',
+      '{class="L40S",state="unhealthy"} 0',
+      '{class="we\\"ird\\\\class",state="used"} 0',
+      '{class="we\\"ird\\\\class",state="free"} 1',
+      '{class="we\\"ird\\\\class",state="unhealthy"} 0',
+    ]);
+  });
+
+  test("per model: replicas desired and ready, unplaceable and parked as 0/1", () => {
+    expect(samples(text, "llmgw_model_replicas_desired")).toEqual(['{model="broken"} 1', '{model="huge"} 1', '{model="llama"} 2']);
+    expect(samples(text, "llmgw_model_replicas_ready")).toEqual(['{model="broken"} 0', '{model="huge"} 0', '{model="llama"} 1']);
+    expect(samples(text, "llmgw_model_parked")).toEqual(['{model="broken"} 1', '{model="huge"} 0', '{model="llama"} 0']);
+    // H200s no node has: can never fit. llama has one starting: not unplaceable.
+    expect(samples(text, "llmgw_model_unplaceable")).toEqual(['{model="broken"} 0', '{model="huge"} 1', '{model="llama"} 0']);
+  });
+
+  test("idle seconds only for replicas whose idleness is known: unknown is not idle", () => {
+    expect(samples(text, "llmgw_replica_idle_seconds")).toEqual(['{replica="llama-1",model="llama"} 42']);
+  });
+
+  test("every series has HELP and TYPE gauge, and promtool check metrics accepts the text", () => {
+    for (const name of FLEET_METRICS) {
+      expect(text).toContain(`# TYPE ${name} gauge\n`);
+      expect(text).toContain(`# HELP ${name} `);
+    }
+    expect(samples(text, "llmgw_control_plane_leading")).toEqual([" 1"]);
+    const p = Bun.spawnSync(["promtool", "check", "metrics"], { stdin: new TextEncoder().encode(text) });
+    expect(p.stdout.toString() + p.stderr.toString()).toBe("");
+    expect(p.exitCode).toBe(0);
+  });
+
+  test("a control plane standing by exports only that it stands by: the leader exports the fleet", () => {
+    expect(fleetMetrics(tables(), { leading: false })).toBe("# HELP llmgw_control_plane_leading 1 when this head node's control plane leads (and exports the fleet), 0 when it stands by.\n# TYPE llmgw_control_plane_leading gauge\nllmgw_control_plane_leading 0\n");
+  });
+});

@@ -1,0 +1,43 @@
+// Output tokens of one answer as the router counts them (src/router/traffic.ts): the engine's
+// usage from the answer's last bytes when there is one, else the non-empty content chunks of an
+// SSE stream; never a field that only looks like usage.
+
+import { describe, expect, test } from "bun:test";
+import { TokenCount, contentKey } from "../../src/router/traffic";
+
+const enc = new TextEncoder();
+function count(path: string, sse: boolean, ...parts: string[]): number {
+  const t = new TokenCount();
+  if (sse) t.key = contentKey(path);
+  for (const p of parts) {
+    // Each part inside a larger read, as the engine client hands them over.
+    const d = enc.encode(`xx${p}yy`);
+    t.feed(d, 2, d.length - 2);
+  }
+  return t.total();
+}
+
+describe("TokenCount", () => {
+  test("a whole answer: its usage, with or without spaces; the Responses API's output_tokens, not max_output_tokens", () => {
+    expect(count("/v1/chat/completions", false, '{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":12,"total_tokens":15}}')).toBe(12);
+    expect(count("/v1/chat/completions", false, '{"usage": {"completion_tokens": 9}}')).toBe(9);
+    expect(count("/v1/responses", false, '{"max_output_tokens":64,"usage":{"input_tokens":2,"output_tokens":5,"output_tokens_details":{"reasoning_tokens":0}}}')).toBe(5);
+    expect(count("/v1/responses", false, '{"max_output_tokens":64}')).toBe(0);
+    expect(count("/v1/embeddings", false, '{"usage":{"prompt_tokens":4,"total_tokens":4}}')).toBe(0);
+  });
+
+  test("a stream: non-empty content chunks counted (not the role chunk, not null, not the finish chunk), unless a usage chunk says", () => {
+    const chunk = (c: string) => `data: {"choices":[{"index":0,"delta":${c},"finish_reason":null}]}\n\n`;
+    const frames = [chunk('{"role":"assistant","content":""}'), chunk('{"content":"a"}'), chunk('{"content": "b"}'), chunk('{"content":null}'), chunk("{}"), "data: [DONE]\n\n"];
+    expect(count("/v1/chat/completions", true, ...frames)).toBe(2);
+    expect(count("/v1/chat/completions", true, ...frames.slice(0, -1), 'data: {"choices":[],"usage":{"completion_tokens":40}}\n\n', "data: [DONE]\n\n")).toBe(40);
+    expect(count("/v1/completions", true, 'data: {"choices":[{"text":"x"}]}\n\n', 'data: {"choices":[{"text":""}]}\n\n')).toBe(1);
+    expect(count("/v1/responses?x=1", true, 'event: response.output_text.delta\ndata: {"delta":"hi"}\n\n')).toBe(1);
+    // Bytes beyond a range are not counted, even in the same read.
+    const t = new TokenCount();
+    t.key = contentKey("/v1/chat/completions");
+    const d = enc.encode('"content":"a" "content":"b"');
+    t.feed(d, 0, 14);
+    expect(t.total()).toBe(1);
+  });
+});
