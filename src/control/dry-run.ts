@@ -8,12 +8,15 @@
 import type { ModelSpec } from "../protocol/catalog";
 import type { ApplyDryRun } from "../protocol/views";
 import { catalogChanges } from "./catalog";
+import { ConflictError } from "./errors";
 import { type ExplainInput, explainModel } from "./explain";
 import { reconcile } from "./reconciler";
 import { emptyModelState, type ModelRow, type Snapshot } from "./types";
 
 export function dryRunApply(input: ExplainInput, specs: readonly ModelSpec[]): ApplyDryRun {
-  const { results, writes } = catalogChanges(specs, input.snapshot.models);
+  const { results, writes, conflicts } = catalogChanges(specs, input.snapshot.models, true);
+  // Refused as apply refuses it (409, every conflict named), before anything is judged.
+  if (conflicts.length > 0) throw new ConflictError(conflicts[0]!.message, conflicts[0]!.path, conflicts);
   const snapshot = withCatalog(input.snapshot, writes, input.now);
   let n = 0;
   const plan = reconcile({ ...input, snapshot, newId: () => `new-${++n}` });

@@ -128,7 +128,7 @@ describe("apply --dry-run", () => {
     const before = s.peek.counts();
     const bad = await s.admin("/api/v1/apply?dry_run=1", { method: "POST", body: JSON.stringify({ models: [{ name: "x", profiles: [{ name: "p", engine: "tgi", gpu_class: H }] }] }) });
     expect(bad.status).toBe(400);
-    expect(((await bad.json()) as { error: { issues: { path: string }[] } }).error.issues.map((i) => i.path)).toContain("models.0.profiles.0.engine");
+    expect(((await bad.json()) as { error: { issues: { path: string }[] } }).error.issues.map((i) => i.path)).toContain("models[x].profiles[0].engine");
     const conflict = await s.admin("/api/v1/apply?dry_run=1", { method: "POST", body: JSON.stringify({ models: [eight("other", { aliases: ["qwen3"] })] }) });
     expect(conflict.status).toBe(409);
     const flag = await s.admin("/api/v1/apply?dry_run=maybe", { method: "POST", body: JSON.stringify(catalog) });
