@@ -3,7 +3,7 @@
 // flags to print what was sent.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { copyFileSync, mkdirSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Summary } from "../../src/protocol/views";
 import { heartbeat } from "../helpers/fleet";
@@ -17,8 +17,10 @@ beforeAll(async () => {
   ({ dir, bin } = scratchWithBinary());
   serve = await startServe(bin, dir);
 });
-afterAll(() => {
+afterAll(async () => {
   serve?.proc.kill("SIGTERM");
+  await serve?.proc.exited;
+  rmSync(dir, { recursive: true, force: true });
 });
 
 let send: ReturnType<typeof heartbeatSender> | undefined;

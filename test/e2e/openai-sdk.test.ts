@@ -226,7 +226,7 @@ describe("the OpenAI SDK against llmgw demo", () => {
     const once = run(bin, ["logs", r.id], { cwd: dir });
     expect(once.code).toBe(0);
     expect(once.stdout).toContain("llmgw fake-engine listening on");
-    expect(run(bin, ["logs", "r-nope"], { cwd: dir }).stderr).toBe('error: replica "r-nope" not found\n');
+    expect(run(bin, ["logs", "r-nope"], { cwd: dir }).stderr).toBe('error: replica "r-nope" not found (not in the control plane, and no event says where it ran)\n');
     const follow = Bun.spawn([bin, "logs", r.id, "-f", "--tail", "1"], { cwd: dir, env: { PATH: process.env.PATH ?? "" }, stdout: "pipe" });
     try {
       const reader = follow.stdout.getReader();
