@@ -10,7 +10,7 @@ import { parseDuration } from "../protocol/duration";
 import { ApiCallError, CLIENT_FLAGS, CliError, resolveClient } from "./client";
 import { STALL_AFTER, WAIT_TIMEOUT, waitForModels } from "./wait";
 import { oneLine } from "../lib/format";
-import type { ApplyDryRun, ModelView } from "../protocol/views";
+import type { ApplyDryRun } from "../protocol/views";
 import type { Command } from "./command";
 import { type Kind, pathSegments, positionOf, scanPositions, syntaxError } from "./catalog-file";
 
@@ -85,6 +85,23 @@ export function renderDryRun(res: ApplyDryRun): string {
   return lines.join("\n") + "\n";
 }
 
+/**
+ * Per model of the file that cannot be placed (all its replicas, or some), the reason and
+ * whether waiting can help: "never" is said as such, "not now" with how it may yet fit.
+ */
+export function placementLines(judged: ApplyDryRun): string[] {
+  const lines: string[] = [];
+  for (const r of judged.results) {
+    if (r.verdict === "never" && r.reason) lines.push(`model/${r.name} ${oneLine(r.reason, 400)}`);
+    else if (r.verdict === "not_now" && r.reason) {
+      const why = oneLine(r.reason.replace(/^not now: /, ""), 400);
+      const some = r.placements.length > 0 ? ` (${r.placements.length} of its new replicas can start now)` : "";
+      lines.push(`model/${r.name} cannot be placed now${some}: ${why}; waiting can help: it starts once room frees up (\`llmgw explain ${r.name}\` says what would make room)`);
+    }
+  }
+  return lines;
+}
+
 export const command: Command = {
   name: "apply",
   summary: "Create or replace the models in a catalog file (YAML or JSON).",
@@ -125,12 +142,13 @@ export const command: Command = {
       process.stdout.write(output === "json" ? `${JSON.stringify(res, null, 2)}\n` : renderDryRun(res));
       return;
     }
+    // Placement judged on the state the file is applied to (the server's dry run, which writes
+    // nothing), so what cannot be placed is said now, with whether waiting helps: no tick
+    // needs to pass to know it.
+    const judged = await client.send<ApplyDryRun>("POST", "/api/v1/apply?dry_run=1", catalog.data).catch(refused);
     const res = await client.send<{ results: { name: string; message: string }[] }>("POST", "/api/v1/apply", catalog.data).catch(refused);
     for (const r of res.results) process.stdout.write(`${safeText(r.message)}\n`);
-    // What can never run on this fleet is said now: no tick needs to pass to know it.
-    const applied = new Set(res.results.map((r) => r.name));
-    const hopeless = (await client.get<ModelView[]>("/api/v1/models")).filter((m) => applied.has(m.name) && m.never_fits && !m.parked);
-    for (const m of hopeless) process.stdout.write(`${safeText(`model/${m.name} ${oneLine(m.reason ?? "can never fit on this fleet", 300)}`)}\n`);
+    for (const line of placementLines(judged)) process.stdout.write(`${safeText(line)}\n`);
     if (!flags.wait) return;
     const final = await waitForModels(client, res.results.map((r) => r.name), { timeoutMs: timeout, stallMs: stall });
     const parked = final.filter((m) => m.parked);

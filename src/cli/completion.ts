@@ -36,7 +36,7 @@ export const POSITIONALS: Record<string, Positionals> = {
   logs: { args: [["@replicas"]] },
   keys: { sub: { create: [], list: [], revoke: [["@keys"]] } },
   backup: { args: [["@files"]] },
-  install: { sub: { serve: [], agent: [], keepalived: [] } },
+  install: { sub: { serve: [], agent: [], keepalived: [], prometheus: [], grafana: [] } },
   uninstall: { sub: { serve: [], agent: [] } },
   "join-token": { sub: { rotate: [] } },
   completion: { args: [["bash", "zsh"]] },

@@ -73,7 +73,7 @@ export const command: Command = {
   name: "explain",
   summary: "Explain a model's placement: per profile, the nodes ruled out and why, and what would make it fit.",
   usage: "llmgw explain MODEL [-o table|json]",
-  flags: { ...OUTPUT_FLAG, output: { ...OUTPUT_FLAG.output!, help: "table (default) or json" }, ...CLIENT_FLAGS },
+  flags: { ...OUTPUT_FLAG, output: { ...OUTPUT_FLAG.output!, help: "table (default) or json", choices: ["table", "json"] }, ...CLIENT_FLAGS },
   details: `Per profile, in priority order: how many nodes were filtered by class, by GPU count, not ready (unreachable, pending, cordoned, draining), without the engine, with unhealthy cards, exhausted (their GPUs held: by which replicas), or outside a fabric with enough such nodes; the nodes that fit, and where a replica would go now. The model is "never" when no node or fabric of this fleet could host it even all free, "not now" when it could. Then what would make it fit: evicting named idle replicas (only known idle ones: a replica no router has reported is not idle), uncordoning or approving a node, waiting for an unreachable one. Nothing is changed.`,
   examples: ["llmgw explain llama-3.1-70b", "llmgw explain deepseek-v3 -o json"],
   async run({ flags, positionals }) {

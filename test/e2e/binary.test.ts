@@ -155,6 +155,20 @@ describe("compiled binary", () => {
     for (const name of ["typo-model", "huge-model"]) expect(run(bin, ["models", "delete", name], { cwd: dir }).code).toBe(0);
   });
 
+  test("apply says which models cannot be placed now, why, and that waiting can help", () => {
+    // gpu-01 has 3 healthy H100-80GB: two replicas of 3 GPUs each can never both be there now.
+    writeFileSync(join(dir, "wide.yaml"), "models:\n  - name: wide-model\n    replicas: {min: 2}\n    profiles:\n      - {name: p, engine: vllm, gpu_class: H100-80GB, gpus: 3}\n");
+    const a = run(bin, ["apply", "-f", "wide.yaml"], { cwd: dir });
+    expect(a.code).toBe(0);
+    const lines = a.stdout.trim().split("\n");
+    expect(lines[0]).toBe("model/wide-model created");
+    expect(lines[1]).toStartWith("model/wide-model cannot be placed now");
+    expect(lines[1]).toContain("H100-80GB");
+    expect(lines[1]).toContain("waiting can help");
+    expect(lines[1]).not.toContain("can never fit");
+    expect(run(bin, ["models", "delete", "wide-model"], { cwd: dir }).code).toBe(0);
+  });
+
   test("an unknown command suggests the nearest one, and exits 2", () => {
     const r = run(bin, ["nods"], { cwd: dir });
     expect(r.code).toBe(2);

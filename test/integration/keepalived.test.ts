@@ -187,7 +187,8 @@ describe("llmgw install keepalived", () => {
     const help = await cli(["healthz", "--help"]);
     expect(help.stdout).toContain("--leader");
     const bash = (await cli(["completion", "bash"])).stdout;
-    expect(bash).toMatch(/healthz\) opts="[^"]*--leader/);
-    expect(bash).toMatch(/install\) opts="[^"]*--interface[^"]*--address/);
+    expect(bash).toMatch(/healthz\) _llmgw_r="[^"]*--leader/);
+    expect(bash).toMatch(/install\) _llmgw_r="[^"]*--interface[^"]*--address/);
+    expect(bash).toContain("install/0/*) __llmgw_add \"$4\" serve agent keepalived");
   });
 });
