@@ -78,7 +78,7 @@ async function wrk(url: string, script: string, seconds: number): Promise<WrkRes
 async function check(url: string, w: Workload): Promise<void> {
   const r = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(w.body) });
   const text = await r.text();
-  const ok = r.status === 200 && ((w.body as { stream?: boolean }).stream ? text.includes("data: [DONE]") : text.includes('"finish_reason":"stop"'));
+  const ok = r.status === 200 && ((w.body as { stream?: boolean }).stream ? text.includes("data: [DONE]") : /"finish_reason":"(stop|length)"/.test(text));
   if (!ok) throw new Error(`${url} answered ${r.status}: ${text.slice(0, 300)}`);
 }
 

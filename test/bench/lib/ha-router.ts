@@ -38,7 +38,7 @@ async function chatOk(url: string): Promise<boolean> {
   try {
     const r = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(BODY), signal: AbortSignal.timeout(5000) });
     const t = await r.text();
-    return r.status === 200 && t.includes('"finish_reason":"stop"');
+    return r.status === 200 && /"finish_reason":"(stop|length)"/.test(t);
   } catch {
     return false;
   }
