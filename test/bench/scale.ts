@@ -197,7 +197,8 @@ async function runSize(N: number): Promise<{ row: Row; events: EventView[] }> {
     replaced,
     costUs: beats > 0 ? (cpuSecs * 1e6) / beats : NaN,
   };
-  console.log(`${N} nodes: ${beats} heartbeats in ${secs.toFixed(0)} s (${errs} failed), serve ${row.cpuPct.toFixed(0)} % of a core (${row.threads}); ${events.length} events in the window`);
+  console.log(`${N} nodes: ${beats} heartbeats in ${secs.toFixed(0)} s (${errs} failed), serve ${row.cpuPct.toFixed(0)} % of a core (${row.threads}); ${events.length} events in the window${events.length > 0 ? `: ${[...new Set(events.map((e) => e.kind))].map((k) => `${k} ×${events.filter((e) => e.kind === k).length}`).join(", ")}` : ""}`);
+  for (const e of events.slice(0, 5)) console.log(`  event ${e.kind} ${e.subject}: ${e.message}`);
   await gen.kill();
   await serve.kill();
   rmSync(dir, { recursive: true, force: true });
