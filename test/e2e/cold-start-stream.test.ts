@@ -110,6 +110,11 @@ describe("a streamed request for a cold on-demand model", () => {
       - {name: h100, engine: vllm, gpu_class: H100-80GB, gpus: 1}
 `);
     expect(run(bin, ["apply", "-f", "more.yaml"], { cwd: dir }).code).toBe(0);
+    // The router learns the catalog after the control plane's next tick: until then the model is unknown (404).
+    await until("the router to list qwen2.5-7b", async () => {
+      const r = await fetch(`${serve.routerUrl}/v1/models`);
+      return ((await r.json()) as { data: { id: string }[] }).data.some((m) => m.id === "qwen2.5-7b");
+    });
     const body = JSON.stringify({ model: "qwen2.5-7b", stream: true, messages: [{ role: "user", content: "hi" }] });
     const post = (signal?: AbortSignal) => fetch(`${serve.routerUrl}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body, ...(signal ? { signal } : {}) });
     const ac = new AbortController();
