@@ -62,9 +62,10 @@ function watch(c: BrowserContext, label: string, opts: { allow401?: boolean } = 
     if (u.protocol !== "about:" && u.hostname !== "127.0.0.1") problems.push(`${label}: request left 127.0.0.1: ${r.url()}`);
   });
   c.on("requestfailed", (r) => {
-    // The page's own refresh, cancelled by the browser because the test navigated while it was
-    // in flight (ERR_ABORTED is the client giving up, never an answer the server broke).
-    if (r.failure()?.errorText === "net::ERR_ABORTED" && r.url().endsWith("/ui/fragment")) return;
+    // The page's own refresh or its icon, cancelled by the browser because the test navigated
+    // (a link, a form) while it was in flight: ERR_ABORTED is the client giving up, never an
+    // answer the server broke.
+    if (r.failure()?.errorText === "net::ERR_ABORTED" && (r.url().endsWith("/ui/fragment") || r.url().endsWith("/ui/icon.svg"))) return;
     if (!closing.has(c)) problems.push(`${label}: request failed: ${r.url()} ${r.failure()?.errorText}`);
   });
   c.on("page", (p) => {
