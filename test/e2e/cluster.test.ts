@@ -11,6 +11,7 @@ import { deriveEngineKey } from "../../src/control/controller";
 import type { ModelView, NodeView, ReplicaView, Summary } from "../../src/protocol/views";
 import { run, scratchWithBinary, startServe, until } from "../helpers/binary";
 import { freePort } from "../helpers/ports";
+import { enginePidsIn } from "../helpers/agent-state";
 
 let dir: string;
 let bin: string;
@@ -35,20 +36,7 @@ const replicas = () => api<ReplicaView[]>("/api/v1/replicas");
 const readyOf = async (model: string) => (await replicas()).filter((r) => r.model === model && r.state === "ready");
 
 /** Engine pids the agent recorded for its replicas. */
-function enginePids(name: string): Map<string, number> {
-  const d = join(dir, `agent-${name}`, "replicas");
-  const out = new Map<string, number>();
-  if (!existsSync(d)) return out;
-  for (const f of readdirSync(d).filter((x) => x.endsWith(".json"))) {
-    try {
-      const s = JSON.parse(readFileSync(join(d, f), "utf8")) as { pid: number; assignment: { id: string } };
-      out.set(s.assignment.id, s.pid);
-    } catch {
-      // being rewritten; the next poll reads it
-    }
-  }
-  return out;
-}
+const enginePids = (name: string) => enginePidsIn(join(dir, `agent-${name}`));
 const alive = (pid: number) => {
   try {
     process.kill(pid, 0);

@@ -11,6 +11,7 @@ import OpenAI from "openai";
 import type { NodeView, ReplicaView } from "../../src/protocol/views";
 import { run, scratchWithBinary, startServe, until } from "../helpers/binary";
 import { freePort } from "../helpers/ports";
+import { enginePidsIn } from "../helpers/agent-state";
 
 let dir: string;
 let bin: string;
@@ -20,19 +21,7 @@ let agent: Bun.Subprocess | undefined;
 const api = async <T>(path: string): Promise<T> => (await (await fetch(`${serve.adminUrl}${path}`, { headers: { authorization: `Bearer ${serve.adminToken}` } })).json()) as T;
 
 /** Engine pids the agent recorded, so none outlives the test. */
-function enginePids(): number[] {
-  const d = join(dir, "agent", "replicas");
-  if (!existsSync(d)) return [];
-  const out: number[] = [];
-  for (const f of readdirSync(d).filter((x) => x.endsWith(".json"))) {
-    try {
-      out.push((JSON.parse(readFileSync(join(d, f), "utf8")) as { pid: number }).pid);
-    } catch {
-      // being rewritten
-    }
-  }
-  return out;
-}
+const enginePids = () => [...enginePidsIn(join(dir, "agent")).values()];
 
 beforeAll(async () => {
   ({ dir, bin } = scratchWithBinary());

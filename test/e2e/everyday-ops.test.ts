@@ -10,6 +10,7 @@ import { join } from "node:path";
 import type { ModelView, NodeView, ReplicaView } from "../../src/protocol/views";
 import { run, scratchWithBinary, startServe, until } from "../helpers/binary";
 import { freePort } from "../helpers/ports";
+import { enginePidsIn } from "../helpers/agent-state";
 
 let dir: string;
 let bin: string;
@@ -22,20 +23,7 @@ const api = async <T>(path: string): Promise<T> => (await (await fetch(`${serve.
 const replicas = () => api<ReplicaView[]>("/api/v1/replicas");
 const cli = (...args: string[]) => run(bin, args, { cwd: dir });
 
-function enginePids(): Map<string, number> {
-  const d = join(dir, "agent-n1", "replicas");
-  const out = new Map<string, number>();
-  if (!existsSync(d)) return out;
-  for (const f of readdirSync(d).filter((x) => x.endsWith(".json"))) {
-    try {
-      const s = JSON.parse(readFileSync(join(d, f), "utf8")) as { pid: number; assignment: { id: string } };
-      out.set(s.assignment.id, s.pid);
-    } catch {
-      // being rewritten
-    }
-  }
-  return out;
-}
+const enginePids = () => enginePidsIn(join(dir, "agent-n1"));
 
 beforeAll(async () => {
   ({ dir, bin } = scratchWithBinary());

@@ -22,6 +22,7 @@ import {
 } from "../../src/protocol/heartbeat";
 import type { NodeView } from "../../src/protocol/views";
 import { until } from "../helpers/until";
+import { replicaStarts as starts } from "../helpers/agent-state";
 import { type TestServer, testServer } from "../helpers/server";
 
 const FAKE_ENGINE = join(import.meta.dir, "../../src/sim/fake-engine.ts");
@@ -96,24 +97,6 @@ function pidOf(stateDir: string, id: string): number | undefined {
     return (JSON.parse(readFileSync(ReplicaProcess.statePath(join(stateDir, "replicas"), id), "utf8")) as { pid: number }).pid;
   } catch {
     return undefined;
-  }
-}
-
-/** How many times the runner started this replica (one header line per start in its log). */
-function starts(stateDir: string, id: string): number {
-  try {
-    // A new run moves the last one's log to <id>.previous.log: both count.
-    let n = 0;
-    for (const f of [`${id}.log`, `${id}.previous.log`]) {
-      try {
-        n += readFileSync(join(stateDir, "logs", f), "utf8").split("=== llmgw: starting replica").length - 1;
-      } catch {
-        // not there
-      }
-    }
-    return n;
-  } catch {
-    return 0;
   }
 }
 
