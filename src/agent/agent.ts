@@ -24,7 +24,7 @@ import { realScheduler, type Scheduler, type Timer } from "../lib/scheduler";
 import { type Assignment, type EngineReport, HeartbeatRequest, HeartbeatResponse, type ReplicaReport } from "../protocol/heartbeat";
 import { credentialDigest, logsToken } from "../protocol/heartbeat";
 import { VERSION } from "../version";
-import { CREDENTIAL_FILE, EPOCH_FILE, loadCredential, loadEpoch, logCertificate, prepareStateDir, saveCredential, saveEpoch } from "./credential";
+import { CREDENTIAL_FILE, EPOCH_FILE, JOINING_FILE, joined, joiningCredential, loadCredential, loadEpoch, logCertificate, prepareStateDir, saveCredential, saveEpoch } from "./credential";
 import { probeEngines, type RealEngine, type ProbeRunner } from "./engine-versions";
 import { HEALTH_TIMEOUT_MS, type Launch, renderLaunch } from "./engines";
 import { AgentError } from "./errors";
@@ -147,6 +147,8 @@ export class NodeAgent {
   private loops: Promise<void>[] = [];
   /** What a request presents until the node has its credential. */
   private joinToken = "";
+  /** The credential this node chose for itself while it joins (sent with the join token; see JOINING_FILE). */
+  private joinCredential: string | undefined;
 
   constructor(opts: NodeAgentOptions) {
     this.config = opts.config;
@@ -275,7 +277,10 @@ export class NodeAgent {
       prepareStateDir(this.config.state_dir);
       const secret = loadCredential(this.credentialPath, this.name, this.config, this.log);
       if ("credential" in secret) this.credential = secret.credential;
-      else this.joinToken = secret.joinToken;
+      else {
+        this.joinToken = secret.joinToken;
+        this.joinCredential = joiningCredential(join(this.config.state_dir, JOINING_FILE), this.name, this.log);
+      }
       const stored = loadEpoch(this.epochPath);
       if (stored) {
         this.leaderEpoch = stored.epoch;
@@ -364,8 +369,9 @@ export class NodeAgent {
       logs_port: this.logServer?.port ?? null,
       logs_tls_cert: this.logServer && this.logsTls ? this.logsTls.cert : null,
     };
-    const sentSeq = this.answerSeq;
     const joining = this.credential === undefined;
+    if (joining && this.joinCredential !== undefined) body.join_credential = this.joinCredential;
+    const sentSeq = this.answerSeq;
     const r = await this.head.request(path, { method: "POST", body: JSON.stringify(body) }, this.timing.requestTimeoutMs);
     if (this.stopping) return "fatal";
     const url = this.url(path, r.server);
@@ -390,6 +396,7 @@ export class NodeAgent {
     if (r.ok && joining && r.value.credential) {
       try {
         saveCredential(this.credentialPath, this.name, r.server, r.value.credential);
+        joined(join(this.config.state_dir, JOINING_FILE));
       } catch (e) {
         // Without it the node could not heartbeat after a restart; say so now, loudly.
         this.log.error({ path: this.credentialPath, err: errorText(e) }, "cannot store this node's credential: after a restart the node must be deleted on the head node to join again");

@@ -4,8 +4,9 @@
 // and readable by its owner alone.
 
 import { X509Certificate } from "node:crypto";
-import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { NodeCredential, newNodeCredential } from "../protocol/heartbeat";
 import type { AgentLogger } from "./log";
 import { AgentError } from "./errors";
 import { selfSignedCertificate } from "./selfsigned";
@@ -64,6 +65,34 @@ export function loadCredential(path: string, node: string, token: { token?: stri
 
 export function saveCredential(path: string, node: string, server: string, credential: string): void {
   writePrivate(path, `${JSON.stringify({ node, server, credential })}\n`);
+}
+
+/**
+ * The credential a joining node chose for itself, kept until the head node has answered its
+ * join: every try of the join (after a timeout, a restart, a store failover) sends the same
+ * one, so a join that took effect but whose answer was lost is answered when sent again.
+ */
+export const JOINING_FILE = "node.joining";
+
+/** The stored choice for this node, or a new one stored now (a file for another node, or unreadable, is replaced). */
+export function joiningCredential(path: string, node: string, log: AgentLogger): string {
+  try {
+    const stored = JSON.parse(readFileSync(path, "utf8")) as { node?: unknown; credential?: unknown };
+    if (stored.node === node && typeof stored.credential === "string" && NodeCredential.safeParse(stored.credential).success) {
+      log.info({ path }, "a join begun earlier is tried again with the credential chosen then");
+      return stored.credential;
+    }
+  } catch {
+    // None yet (the common case), or not one this agent wrote: a new one replaces it.
+  }
+  const credential = newNodeCredential();
+  writePrivate(path, `${JSON.stringify({ node, credential })}\n`);
+  return credential;
+}
+
+/** The join was answered: the choice is the node's credential now (kept in CREDENTIAL_FILE). */
+export function joined(path: string): void {
+  rmSync(path, { force: true });
 }
 
 /**

@@ -105,7 +105,13 @@ export function agentRoutes(ctl: Controller): Hono<Env> {
       throw new HttpError(403, "forbidden", `node: this credential belongs to node ${principal.node}, not ${hb.node}; a node speaks only for itself`);
     const trust = await ctl.nodeTrust(hb.node);
     if (principal.kind === "join") {
-      if (trust.hasCredential)
+      // The same join sent again (its answer was lost) carries the credential the node chose
+      // and now holds; any other join for a name that has a credential is refused.
+      const holder = hb.join_credential !== undefined ? await ctl.nodeForCredential(hb.join_credential) : undefined;
+      const again = trust.hasCredential && holder === hb.node;
+      if (holder !== undefined && holder !== hb.node)
+        throw new HttpError(409, "credential_in_use", "join_credential: another node holds this credential; a joining agent chooses a new random one (remove its <state-dir>/node.joining and restart it)");
+      if (trust.hasCredential && !again)
         throw new HttpError(
           409,
           "node_exists",

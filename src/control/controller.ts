@@ -17,7 +17,7 @@ import type { Scheduler } from "../lib/scheduler";
 import { plural } from "../lib/format";
 import { bracketHost } from "../lib/net";
 import type { CatalogIssue, ModelSpec } from "../protocol/catalog";
-import { type EngineReport, type HeartbeatRequest, type HeartbeatResponse, logsToken } from "../protocol/heartbeat";
+import { type EngineReport, type HeartbeatRequest, type HeartbeatResponse, logsToken, newNodeCredential } from "../protocol/heartbeat";
 import type { AdminState, ApplyDryRun, EventView, Explanation, ModelView, NodeView, ReplicaView, Summary, Tables } from "../protocol/views";
 import { dryRunApply } from "./dry-run";
 import { type ExplainInput, explainModel } from "./explain";
@@ -513,19 +513,23 @@ export class Controller {
 
   /**
    * A heartbeat that carried the join token: admits a new node (pending under approve_nodes)
-   * and answers with its credential, this once. A name that holds a credential is refused: the
-   * join token must not speak for a node that has joined.
+   * and answers with its credential. A name that holds a credential is refused (the join token
+   * must not speak for a node that has joined), unless the join carries that very credential:
+   * the agent's own choice, sent again because the first answer was lost.
    */
   join(hb: HeartbeatRequest): Promise<HeartbeatResponse> {
     return this.exclusive(async () => {
-      const credential = `llmgw_node_${randomBytes(32).toString("base64url")}`;
-      const pending = this.nodePolicy.approveNodes && !(await this.store.nodeTrust(hb.node)).exists;
+      // The credential the agent chose (the same on every try of this join), else a new one.
+      const credential = hb.join_credential ?? newNodeCredential();
+      const trust = await this.store.nodeTrust(hb.node);
+      const pending = this.nodePolicy.approveNodes && !trust.exists;
       const answer = await this.receive(hb, { credentialHash: sha256(credential), pending });
       if (pending) {
         await this.event("node.pending", `node/${hb.node}`, `node ${hb.node} joined and waits for approval: llmgw nodes approve ${hb.node}`);
         this.log.warn({ node: hb.node, address: hb.address }, "node joined and waits for approval");
       }
-      this.log.info({ node: hb.node }, "node credential issued");
+      if (trust.hasCredential) this.log.info({ node: hb.node }, "the same join sent again (its answer was lost): answered with the credential the agent chose");
+      else this.log.info({ node: hb.node }, "node credential issued");
       return { ...answer, credential };
     });
   }

@@ -14,6 +14,7 @@
 import type { Scheduler } from "../lib/scheduler";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { AdminState } from "../protocol/views";
+import { joinRefused } from "./join";
 import type { StorePort } from "./store-port";
 import { type ApiKeyRow, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type GpuRow, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeRow, type NodeTrust, type PlanWrite, type ReplicaRow, type RouterUsage, type Snapshot, type StoreChange, emptyModelState } from "./types";
 
@@ -267,8 +268,8 @@ export class ModelStore implements StorePort {
       this.touch(s, existing, now);
       return { created: false, taken: false };
     }
-    // A credential that never spoke (its join's answer was lost) may be issued again: see store/credentialUsed.
-    if (join && existing && s.credOf.has(hb.node) && existing.lastHeartbeat !== existing.registeredAt) return { created: false, taken: true };
+    // The same join sent again (its answer was lost) carries the same credential: see store/joinRefused.
+    if (join && existing && joinRefused(s.credOf.get(hb.node) ?? null, join.credentialHash)) return { created: false, taken: true };
     const result = await this.write(() => this.inner.applyHeartbeat(hb, now, join));
     if (result.taken || this.state !== s) return result;
     const prev = s.nodes.get(hb.node);
@@ -280,7 +281,7 @@ export class ModelStore implements StorePort {
       adminState: prev?.adminState ?? (join?.pending ? "pending" : "none"),
       lastHeartbeat: Math.max(now, this.touched.get(hb.node) ?? now),
       agentVersion: hb.agent_version,
-      registeredAt: join ? now : (prev?.registeredAt ?? now),
+      registeredAt: join && s.credOf.get(hb.node) !== join.credentialHash ? now : (prev?.registeredAt ?? now),
     } as NodeRow);
     if (join) {
       const old = s.credOf.get(hb.node);

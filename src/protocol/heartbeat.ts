@@ -87,6 +87,16 @@ export const ReplicaReport = z.object({
 });
 export type ReplicaReport = z.infer<typeof ReplicaReport>;
 
+/** A node credential: what the head node issues (and a joining agent may propose) — `llmgw_node_` and 32 random bytes, base64url. */
+export const NodeCredential = z.string().regex(/^llmgw_node_[A-Za-z0-9_-]{43}$/, "must be llmgw_node_ followed by 43 base64url characters (32 random bytes)");
+
+/** A new node credential: 32 random bytes. */
+export function newNodeCredential(): string {
+  const bytes = new Uint8Array(32);
+  crypto.getRandomValues(bytes);
+  return `llmgw_node_${Buffer.from(bytes).toString("base64url")}`;
+}
+
 export const HeartbeatRequest = z
   .object({
     node: SegmentName,
@@ -117,6 +127,14 @@ export const HeartbeatRequest = z
      * when the head node's agent API does: the head node trusts exactly this certificate.
      */
     logs_tls_cert: z.string().min(1).max(16_384).regex(/^-----BEGIN CERTIFICATE-----[A-Za-z0-9+/=\r\n-]+-----END CERTIFICATE-----\s*$/, "must be one PEM certificate").nullish(),
+    /**
+     * With the join token only: the credential the joining node chose for itself (random, kept
+     * in its state dir before the first try). The head node keeps its SHA-256 as the node's
+     * credential, so a join whose answer was lost (a timeout, a store failover after the
+     * commit) can be sent again and is answered as the same join, not refused as a node that
+     * has already joined. Absent from older agents: the head node then chooses one.
+     */
+    join_credential: NodeCredential.optional(),
   })
   .superRefine((hb, ctx) => {
     const seenIndex = new Map<number, number>();

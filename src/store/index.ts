@@ -18,7 +18,7 @@ import type { ModelSpec } from "../protocol/catalog";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { AdminState } from "../protocol/views";
 import { guarded } from "./errors";
-import { credentialUsed } from "./credential";
+import { joinRefused } from "../control/join";
 import { embeddedMigrations } from "./migrations";
 import * as schema from "./schema";
 
@@ -84,9 +84,9 @@ export class Store implements StorePort {
           .where(eq(schema.nodes.name, hb.node))
           .get();
         if (existing) {
-          if (join && credentialUsed(existing)) return { created: false, taken: true };
+          if (join && joinRefused(existing.credentialHash, join.credentialHash)) return { created: false, taken: true };
           tx.update(schema.nodes)
-            .set({ address: hb.address, labels: hb.labels, fabrics: hb.fabrics, lastHeartbeat: now, agentVersion: hb.agent_version, ...(join ? { credentialHash: join.credentialHash, registeredAt: now } : {}) })
+            .set({ address: hb.address, labels: hb.labels, fabrics: hb.fabrics, lastHeartbeat: now, agentVersion: hb.agent_version, ...(join && existing.credentialHash !== join.credentialHash ? { credentialHash: join.credentialHash, registeredAt: now } : {}) })
             .where(eq(schema.nodes.name, hb.node))
             .run();
         } else {

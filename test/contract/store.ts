@@ -85,14 +85,17 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
         expect(await s.nodeCredentials()).toHaveLength(2);
       });
 
-      test("a join whose answer was lost (its credential never spoke) may be retried: a new credential replaces it; once used, never again", async () => {
+      test("a join sent again with the same credential (its answer was lost) is the same join; with another, taken, even before the credential spoke", async () => {
         await s.applyHeartbeat(heartbeat({ name: "lost" }), NOW, { credentialHash: "first", pending: false });
-        expect(await s.applyHeartbeat(heartbeat({ name: "lost" }), NOW + 5, { credentialHash: "second", pending: false })).toEqual({ created: false, taken: false });
-        expect(await s.credentialHashOf("lost")).toBe("second");
-        expect(await s.nodeByCredentialHash("first")).toBeUndefined();
-        await s.applyHeartbeat(heartbeat({ name: "lost" }), NOW + 10);
-        expect(await s.applyHeartbeat(heartbeat({ name: "lost" }), NOW + 15, { credentialHash: "third", pending: false })).toEqual({ created: false, taken: true });
-        expect(await s.credentialHashOf("lost")).toBe("second");
+        expect(await s.applyHeartbeat(heartbeat({ name: "lost", gpus: ["H100-80GB"] }), NOW + 5, { credentialHash: "first", pending: false })).toEqual({ created: false, taken: false });
+        expect(await s.credentialHashOf("lost")).toBe("first");
+        expect((await s.snapshot()).gpus.filter((g) => g.node === "lost")).toHaveLength(1);
+        expect((await s.snapshot()).nodes.find((n) => n.name === "lost")!.registeredAt).toBe(NOW);
+        expect(await s.applyHeartbeat(heartbeat({ name: "lost" }), NOW + 10, { credentialHash: "second", pending: false })).toEqual({ created: false, taken: true });
+        expect(await s.credentialHashOf("lost")).toBe("first");
+        expect(await s.nodeByCredentialHash("second")).toBeUndefined();
+        await s.applyHeartbeat(heartbeat({ name: "lost" }), NOW + 15);
+        expect(await s.applyHeartbeat(heartbeat({ name: "lost" }), NOW + 20, { credentialHash: "first", pending: false })).toEqual({ created: false, taken: false });
       });
 
       test("a pending join waits for approval; trust says what the agent API checks", async () => {

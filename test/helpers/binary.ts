@@ -4,6 +4,7 @@
 import { copyFileSync, existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { newNodeCredential } from "../../src/protocol/heartbeat";
 import { until } from "./until";
 
 export const BINARY = join(import.meta.dir, "../../dist/llmgw");
@@ -73,6 +74,7 @@ export async function startServe(bin: string, dir: string, extra: string[] = [])
  */
 export function heartbeatSender(serve: { adminUrl: string; joinToken: string; adminToken: string }) {
   const credentials = new Map<string, string>();
+  const chosen = new Map<string, string>();
   const allowed = new Map<string, string>();
   return async (body: { node: string; address: string }): Promise<Response> => {
     if (body.address !== "127.0.0.1" && allowed.get(body.node) !== body.address) {
@@ -84,10 +86,14 @@ export function heartbeatSender(serve: { adminUrl: string; joinToken: string; ad
       if (r.status !== 200) throw new Error(`allowing ${body.address} for ${body.node}: ${r.status} ${await r.text()}`);
       allowed.set(body.node, body.address);
     }
+    // Joining, it sends the credential it chose, as the agent does: a join whose answer was lost
+    // (a store failover after the commit) is answered when sent again.
+    const credential = credentials.get(body.node);
+    if (credential === undefined && !chosen.has(body.node)) chosen.set(body.node, newNodeCredential());
     const res = await fetch(`${serve.adminUrl}/agent/v1/heartbeat`, {
       method: "POST",
-      headers: { authorization: `Bearer ${credentials.get(body.node) ?? serve.joinToken}`, "content-type": "application/json" },
-      body: JSON.stringify(body),
+      headers: { authorization: `Bearer ${credential ?? serve.joinToken}`, "content-type": "application/json" },
+      body: JSON.stringify(credential === undefined ? { ...body, join_credential: chosen.get(body.node) } : body),
     });
     if (res.ok) {
       const answer = (await res.clone().json()) as { credential?: string };

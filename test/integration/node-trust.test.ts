@@ -3,15 +3,17 @@
 // allowed, and the operator can delete, approve, rotate, cap and rate-limit.
 
 import { afterEach, describe, expect, test } from "bun:test";
-import { mkdirSync, mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pino from "pino";
 import { NodeAgent } from "../../src/agent/agent";
+import { joiningCredential } from "../../src/agent/credential";
 import { bearerMatches } from "../../src/agent/logs";
 import { fileSafe } from "../../src/agent/runner";
 import { selfSignedCertificate } from "../../src/agent/selfsigned";
 import { AgentConfig } from "../../src/config";
+import { NodeCredential, newNodeCredential } from "../../src/protocol/heartbeat";
 import { heartbeat } from "../helpers/fleet";
 import { type TestServer, testServer } from "../helpers/server";
 
@@ -62,6 +64,49 @@ describe("credentials", () => {
     const e = await errorOf(r);
     expect(e.message).toContain("llmgw nodes delete gpu-01");
     expect(e.message).toContain("node.credential");
+  });
+
+  test("a join sent again with the credential the agent chose (its answer was lost) is answered as the same join; any other join for the name is refused", async () => {
+    const s = await server();
+    const chosen = newNodeCredential();
+    const first = await post(s, local("gpu-01", { join_credential: chosen }), s.joinToken);
+    expect(first.status).toBe(200);
+    expect(((await first.json()) as { credential?: string }).credential).toBe(chosen);
+    const row = () => s.db.query("SELECT credential_hash, registered_at FROM nodes WHERE name = 'gpu-01'").get() as { credential_hash: string; registered_at: number };
+    const before = row();
+    // The answer never reached the agent: it sends the same join again, and again after its credential spoke.
+    for (const _ of [1, 2]) {
+      const again = await post(s, local("gpu-01", { join_credential: chosen }), s.joinToken);
+      expect(again.status).toBe(200);
+      expect(((await again.json()) as { credential?: string }).credential).toBe(chosen);
+      expect(row()).toEqual(before);
+      expect((await post(s, local("gpu-01"), chosen)).status).toBe(200);
+    }
+    expect((s.db.query("SELECT count(*) AS n FROM events WHERE kind = 'node.registered'").get() as { n: number }).n).toBe(1);
+    // Someone else with the join token: another credential, or none, is refused and changes nothing.
+    for (const other of [{ join_credential: newNodeCredential() }, {}]) {
+      const r = await post(s, local("gpu-01", other), s.joinToken);
+      expect(r.status).toBe(409);
+      expect((await errorOf(r)).code).toBe("node_exists");
+    }
+    expect(row()).toEqual(before);
+    expect((await post(s, local("gpu-01"), chosen)).status).toBe(200);
+  });
+
+  test("a join proposing another node's credential, or a malformed one, is refused and creates nothing", async () => {
+    const s = await server();
+    const chosen = newNodeCredential();
+    expect((await post(s, local("gpu-01", { join_credential: chosen }), s.joinToken)).status).toBe(200);
+    const taken = await post(s, local("gpu-02", { join_credential: chosen }), s.joinToken);
+    expect(taken.status).toBe(409);
+    expect(await errorOf(taken)).toMatchObject({ code: "credential_in_use" });
+    for (const bad of ["short", `llmgw_node_${"!".repeat(43)}`, `${chosen}x`, 42]) {
+      const r = await post(s, local("gpu-03", { join_credential: bad }), s.joinToken);
+      expect(r.status).toBe(400);
+      expect((await errorOf(r)).message).toContain("join_credential");
+    }
+    const names = (s.db.query("SELECT name FROM nodes ORDER BY name").all() as { name: string }[]).map((r) => r.name);
+    expect(names).toEqual(["gpu-01"]);
   });
 
   test("a wrong credential is 401; another node's credential cannot heartbeat for it (403)", async () => {
@@ -257,6 +302,44 @@ describe("the agent", () => {
     const d = make();
     const gone = await d.start().then(() => undefined, (e: Error) => e);
     expect(gone?.message).toContain(file);
+  });
+
+  test("a join that took effect but whose answer was lost: restarted, the agent sends the credential it chose again and is answered, not refused", async () => {
+    const s = await server({ heartbeat_interval: "200ms" });
+    const stateDir = join(mkdtempSync(join(tmpdir(), "llmgw-nt-")), "state");
+    mkdirSync(stateDir, { recursive: true, mode: 0o700 });
+    const tokenFile = join(stateDir, "..", "join.token");
+    await Bun.write(tokenFile, `${s.joinToken}\n`);
+    const make = () =>
+      new NodeAgent({
+        config: AgentConfig.parse({ server: s.adminUrl, token_file: tokenFile, name: "sim-01", address: "127.0.0.1", simulate: "H100-80GB:1", state_dir: stateDir, logs_listen: "off" }),
+        log: pino({ level: "silent" }),
+        selfExe: [process.execPath],
+      });
+    // The agent chose its credential and sent the join; the head node committed it; the answer never came.
+    const chosen = newNodeCredential();
+    writeFileSync(join(stateDir, "node.joining"), JSON.stringify({ node: "sim-01", credential: chosen }), { mode: 0o600 });
+    expect((await post(s, { ...local("sim-01"), join_credential: chosen }, s.joinToken)).status).toBe(200);
+    const a = make();
+    await a.start();
+    await a.stop();
+    expect((JSON.parse(readFileSync(join(stateDir, "node.credential"), "utf8")) as { credential: string }).credential).toBe(chosen);
+    expect(existsSync(join(stateDir, "node.joining"))).toBe(false);
+    expect(await s.peek.nodeForCredential(chosen)).toBe("sim-01");
+  });
+
+  test("a joining agent keeps its chosen credential 0600 until answered; one chosen for another node is replaced", async () => {
+    const log = pino({ level: "silent" });
+    const dir = mkdtempSync(join(tmpdir(), "llmgw-nt-"));
+    const path = join(dir, "node.joining");
+    const first = joiningCredential(path, "sim-01", log);
+    expect(NodeCredential.safeParse(first).success).toBe(true);
+    expect(statSync(path).mode & 0o777).toBe(0o600);
+    expect(joiningCredential(path, "sim-01", log)).toBe(first);
+    const other = joiningCredential(path, "sim-02", log);
+    expect(other).not.toBe(first);
+    writeFileSync(path, "not json");
+    expect(NodeCredential.safeParse(joiningCredential(path, "sim-02", log)).success).toBe(true);
   });
 
   test("the log listener compares tokens in constant time (digests) and refuses before the node has a credential", () => {

@@ -25,7 +25,7 @@ import { FencedError } from "../../control/errors";
 import type { ModelSpec } from "../../protocol/catalog";
 import type { HeartbeatRequest } from "../../protocol/heartbeat";
 import type { AdminState } from "../../protocol/views";
-import { credentialUsed } from "../credential";
+import { joinRefused } from "../../control/join";
 import { embeddedMigrations } from "../migrations";
 import { classify, hostsOf } from "./errors";
 import * as schema from "./schema";
@@ -263,10 +263,10 @@ export class PgStore implements StorePort {
         if (!created) existing = (await select())[0];
       }
       if (existing) {
-        if (join && credentialUsed(existing)) return { created: false, taken: true };
+        if (join && joinRefused(existing.credentialHash, join.credentialHash)) return { created: false, taken: true };
         await tx
           .update(schema.nodes)
-          .set({ address: hb.address, labels: hb.labels, fabrics: hb.fabrics, lastHeartbeat: now, agentVersion: hb.agent_version, ...(join ? { credentialHash: join.credentialHash, registeredAt: now } : {}) })
+          .set({ address: hb.address, labels: hb.labels, fabrics: hb.fabrics, lastHeartbeat: now, agentVersion: hb.agent_version, ...(join && existing.credentialHash !== join.credentialHash ? { credentialHash: join.credentialHash, registeredAt: now } : {}) })
           .where(eq(schema.nodes.name, hb.node));
       }
       await tx.delete(schema.gpus).where(eq(schema.gpus.node, hb.node));
