@@ -6,6 +6,7 @@
 
 import { UsageError } from "../config/flags";
 import { safeText } from "../lib/text";
+import { catalogPath } from "../protocol/catalog";
 import { parseDuration } from "../protocol/duration";
 import { ApiCallError, CLIENT_FLAGS, CliError, resolveClient } from "./client";
 import { STALL_AFTER, WAIT_TIMEOUT, waitForModels } from "./wait";
@@ -29,6 +30,7 @@ export async function readCatalogFile(path: string): Promise<CatalogText> {
   try {
     const data: unknown = kind === "json" ? JSON.parse(text) : Bun.YAML.parse(text);
     if (data === null || data === undefined) throw new CliError(`${safeText(name)}: the file is empty; a catalog is a mapping with a models list (models: [...])`);
+    duplicateKeys({ name, text, kind, data });
     return { name, text, kind, data };
   } catch (e) {
     if (e instanceof CliError) throw e;
@@ -37,6 +39,22 @@ export async function readCatalogFile(path: string): Promise<CatalogText> {
     if (!pos) throw new CliError(safeText(`${name}: ${what}: ${message}`));
     throw new CliError([safeText(`${name}:${pos.line}:${pos.col}: ${what} at line ${pos.line}, column ${pos.col}: ${message}`), ...excerpt(text, pos)].join("\n"));
   }
+}
+
+/**
+ * A key named twice in one mapping: the parsers keep the last one without a word, so an edit
+ * that added a second `replicas:` would apply only half of what its author sees. Each is an
+ * error at its line and column, naming where the first one is; nothing is sent.
+ */
+function duplicateKeys(file: CatalogText): void {
+  const { duplicates } = scanPositions(file.text, file.kind);
+  if (duplicates.length === 0) return;
+  const models = (file.data as { models?: unknown } | null)?.models;
+  const lines = duplicates.map(
+    (d) => `${file.name}:${d.at.line}:${d.at.col}: ${catalogPath(d.path, d.path.length === 3 && d.path[2] === "name" ? undefined : models)}: duplicate key ${JSON.stringify(String(d.path.at(-1)))} (first at line ${d.first.line}, column ${d.first.col}); name each key once: only the last would count`,
+  );
+  const n = duplicates.length;
+  throw new CliError([`${file.name}: ${n} problem${n > 1 ? "s" : ""}; nothing was applied`, ...lines].map((l) => safeText(l)).join("\n"));
 }
 
 /** The line at `pos`, and a caret under its column, as compilers show them (a long line clipped around the column). */

@@ -8,8 +8,21 @@ export type Seg = string | number;
 export type Pos = { line: number; col: number };
 export type Kind = "yaml" | "json";
 
-/** A scanned file: each key's (and each sequence item's) position, by JSON of its path. */
-export type Positions = Map<string, Pos>;
+/**
+ * A scanned file: each key's (and each sequence item's) position, by JSON of its path; and each
+ * key a mapping names twice (YAML and JSON parsers keep the last silently), with both places.
+ */
+export class Positions extends Map<string, Pos> {
+  readonly duplicates: { path: Seg[]; at: Pos; first: Pos }[] = [];
+
+  /** Records a mapping key's position; a second one under the same path is a duplicate. */
+  setKey(path: Seg[], at: Pos): void {
+    const k = key(path);
+    const first = this.get(k);
+    if (first !== undefined) this.duplicates.push({ path, at, first });
+    else this.set(k, at);
+  }
+}
 
 class ScanError extends Error {
   constructor(
@@ -97,7 +110,7 @@ function scanFlow(text: string, i: number, path: Seg[], out: Positions, offsetOf
         if (text[j] === '"' || (!json && text[j] === "'")) [k, j] = quoted(j);
         else if (json) throw new ScanError("expected a quoted key", j);
         else [k, j] = plain(j, ",}\n");
-        out.set(key([...p, k]), offsetOf(at));
+        out.setKey([...p, k], offsetOf(at));
         j = ws(j);
         if (text[j] === ":") j = value(j + 1, [...p, k]);
         else if (json) throw new ScanError("expected ':' after the key", j);
@@ -143,7 +156,7 @@ function scanFlow(text: string, i: number, path: Seg[], out: Positions, offsetOf
 
 /** Positions in a JSON text; a syntax error is thrown as a ScanError at its offset. */
 function jsonPositions(text: string): Positions {
-  const out: Positions = new Map();
+  const out = new Positions();
   const offsetOf = lineIndex(text);
   const end = scanFlow(text, 0, [], out, offsetOf, true);
   let j = end;
@@ -198,7 +211,7 @@ function colonAt(s: string): { key: string; end: number } | undefined {
 
 /** Positions in a YAML text of block style with flow collections inside; best effort on anything else. */
 function yamlPositions(text: string): Positions {
-  const out: Positions = new Map();
+  const out = new Positions();
   const offsetOf = lineIndex(text);
   const lines = text.split("\n");
   const stack: Frame[] = [];
@@ -246,7 +259,7 @@ function yamlPositions(text: string): Positions {
         if (!(top?.kind === "map" && top.col === c)) stack.push({ col: c, kind: "map", path: childPath(), key: "", index: 0 });
         const map = stack.at(-1)!;
         map.key = kv.key;
-        out.set(key([...map.path, kv.key]), offsetOf(lineStart + c));
+        out.setKey([...map.path, kv.key], offsetOf(lineStart + c));
         const v = rest.slice(kv.end).trimStart();
         const vAt = lineStart + c + (rest.length - v.length);
         if (v.startsWith("[") || v.startsWith("{")) skipUntil = flowEnd(text, vAt, [...map.path, kv.key], out, offsetOf);
@@ -273,7 +286,7 @@ export function scanPositions(text: string, kind: Kind): Positions {
   try {
     return kind === "json" ? jsonPositions(text) : yamlPositions(text);
   } catch {
-    return new Map();
+    return new Positions();
   }
 }
 

@@ -106,6 +106,31 @@ describe("apply: catalog errors speak of the file", () => {
     expect(models()).toEqual(["llama-3.1-8b:1"]);
   });
 
+  test("a key named twice in one mapping (the parsers would keep the last silently) is an error at both places; nothing is sent", () => {
+    writeFileSync(
+      join(dir, "twice.yaml"),
+      "models:\n  - name: llama-3.1-8b\n    replicas: {min: 1, min: 3}\n    profiles:\n      - name: h100\n        engine: vllm\n        gpu_class: H100-80GB\n        engine: sglang\n  - name: other\n    profiles: [{name: p, engine: vllm, gpu_class: H100-80GB}]\n",
+    );
+    const y = run(bin, ["apply", "-f", "twice.yaml"], { cwd: dir });
+    expect(y.code).toBe(1);
+    expect(y.stderr).toBe(
+      [
+        "error: twice.yaml: 2 problems; nothing was applied",
+        'twice.yaml:3:24: models[llama-3.1-8b].replicas.min: duplicate key "min" (first at line 3, column 16); name each key once: only the last would count',
+        'twice.yaml:8:9: models[llama-3.1-8b].profiles[0].engine: duplicate key "engine" (first at line 6, column 9); name each key once: only the last would count',
+        "",
+      ].join("\n"),
+    );
+    writeFileSync(join(dir, "twice.json"), '{"models": [{"name": "a", "name": "b", "profiles": []}]}\n');
+    const j = run(bin, ["apply", "-f", "twice.json", "--dry-run"], { cwd: dir });
+    expect(j.code).toBe(1);
+    expect(j.stderr).toContain('twice.json:1:27: models[0].name: duplicate key "name" (first at line 1, column 14)');
+    // The same keys in different items, or at different depths, are no duplicates.
+    writeFileSync(join(dir, "fine.yaml"), `${GOOD}  - name: other\n    profiles:\n      - {name: h100, engine: vllm, gpu_class: H100-80GB}\n      - {name: l40s, engine: vllm, gpu_class: L40S}\n`);
+    expect(run(bin, ["apply", "-f", "fine.yaml", "--dry-run"], { cwd: dir }).code).toBe(0);
+    expect(models()).toEqual(["llama-3.1-8b:1"]);
+  });
+
   test("control characters in a file's keys never reach the terminal", () => {
     writeFileSync(join(dir, "hostile.yaml"), 'models:\n  - name: m\n    "evil\\u001b[2Jkey": 1\n    profiles:\n      - {name: p, engine: vllm, gpu_class: "H\\u001b]0;pwned\\u0007"}\n');
     const r = run(bin, ["apply", "-f", "hostile.yaml"], { cwd: dir });
