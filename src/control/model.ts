@@ -268,7 +268,7 @@ export class ModelStore implements StorePort {
       this.touch(s, existing, now);
       return { created: false, taken: false };
     }
-    // The same join sent again (its answer was lost) carries the same credential: see store/joinRefused.
+    // The same join sent again (its answer was lost) carries the same credential: see control/join.ts.
     if (join && existing && joinRefused(s.credOf.get(hb.node) ?? null, join.credentialHash)) return { created: false, taken: true };
     const result = await this.write(() => this.inner.applyHeartbeat(hb, now, join));
     if (result.taken || this.state !== s) return result;

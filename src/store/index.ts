@@ -79,7 +79,7 @@ export class Store implements StorePort {
     return guarded(() =>
       this.db.transaction((tx) => {
         const existing = tx
-          .select({ name: schema.nodes.name, credentialHash: schema.nodes.credentialHash, lastHeartbeat: schema.nodes.lastHeartbeat, registeredAt: schema.nodes.registeredAt })
+          .select({ name: schema.nodes.name, credentialHash: schema.nodes.credentialHash })
           .from(schema.nodes)
           .where(eq(schema.nodes.name, hb.node))
           .get();

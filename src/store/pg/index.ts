@@ -239,7 +239,7 @@ export class PgStore implements StorePort {
   applyHeartbeat(hb: HeartbeatRequest, now: number, join?: { credentialHash: string; pending: boolean }): Promise<{ created: boolean; taken: boolean }> {
     // Without a join, doing it twice is doing it once; with one, a second try would find the credential it gave.
     return this.write(join ? "once" : "idempotent", "any", async (tx) => {
-      const select = () => tx.select({ credentialHash: schema.nodes.credentialHash, lastHeartbeat: schema.nodes.lastHeartbeat, registeredAt: schema.nodes.registeredAt }).from(schema.nodes).where(eq(schema.nodes.name, hb.node)).for("update");
+      const select = () => tx.select({ credentialHash: schema.nodes.credentialHash }).from(schema.nodes).where(eq(schema.nodes.name, hb.node)).for("update");
       let existing = (await select())[0];
       let created = false;
       if (!existing) {
