@@ -377,12 +377,27 @@ export interface EngineMetricsPollerOptions {
   log?: EngineMetricsLog;
   /** Rounds and request timeouts run on it (default: the real clock). */
   scheduler?: Scheduler;
+  /**
+   * Spread each round's requests evenly over this many ms instead of sending them all at once
+   * (default 0: at once). A thousand engines polled in one burst cost the thread that serves
+   * prompts tens of milliseconds every round.
+   */
+  spreadMs?: number;
+  /**
+   * At most this many requests a second (default: no cap): a round over more endpoints takes
+   * longer than the interval, and the rounds due meanwhile are skipped, as for a slow round.
+   */
+  maxPerSecond?: number;
 }
+
+/** The finest step a spread round is cut into (ms). */
+const SPREAD_STEP_MS = 10;
 
 const NO_LOG: EngineMetricsLog = { debug() {}, warn() {} };
 
 /**
- * Polls every endpoint's /metrics each interval, all at once, each with a timeout. A round that
+ * Polls every endpoint's /metrics each interval, all at once or spread over part of it
+ * (spreadMs, maxPerSecond), each with a timeout. A round that
  * is still running when the next is due makes that one skip, so a hanging engine can never pile
  * up requests. Anything short of a readable exposition counts as unknown: the endpoint gets -1s,
  * every failure is logged at debug, and a warning goes out once per endpoint per outage.
@@ -395,6 +410,8 @@ export class EngineMetricsPoller {
   private readonly fetchFn: typeof fetch;
   private readonly log: EngineMetricsLog;
   private readonly scheduler: Scheduler;
+  private readonly spreadMs: number;
+  private readonly maxPerSecond: number;
   private timer: Timer | undefined;
   private round: Promise<void> | undefined;
   /** Aborts the current round's requests when stop() is called. */
@@ -414,12 +431,16 @@ export class EngineMetricsPoller {
     this.fetchFn = opts.fetch ?? fetch;
     this.log = opts.log ?? NO_LOG;
     this.scheduler = opts.scheduler ?? realScheduler;
+    this.spreadMs = opts.spreadMs ?? 0;
+    this.maxPerSecond = opts.maxPerSecond ?? Number.POSITIVE_INFINITY;
     for (const [k, v] of [
       ["intervalMs", this.intervalMs],
       ["timeoutMs", this.timeoutMs],
     ] as const) {
       if (!Number.isFinite(v) || v <= 0) throw new Error(`EngineMetricsPoller ${k} must be a positive number of milliseconds, got ${v}`);
     }
+    if (!Number.isFinite(this.spreadMs) || this.spreadMs < 0) throw new Error(`EngineMetricsPoller spreadMs must be 0 or more milliseconds, got ${this.spreadMs}`);
+    if (!(this.maxPerSecond > 0)) throw new Error(`EngineMetricsPoller maxPerSecond must be positive, got ${this.maxPerSecond}`);
   }
 
   /** Polls now and then every interval until stop(). Calling it twice changes nothing. */
@@ -478,7 +499,37 @@ export class EngineMetricsPoller {
     const abort = new AbortController();
     const gen = this.generation;
     this.roundAbort = abort;
-    await Promise.all(list.map((ep) => this.pollEndpoint(ep, abort.signal, gen)));
+    const spread = Math.max(this.spreadMs, Number.isFinite(this.maxPerSecond) ? (list.length / this.maxPerSecond) * 1000 : 0);
+    const steps = Math.min(list.length, Math.floor(spread / SPREAD_STEP_MS));
+    if (steps <= 1) {
+      await Promise.all(list.map((ep) => this.pollEndpoint(ep, abort.signal, gen)));
+      return;
+    }
+    // Step k starts its share of the endpoints k × spread/steps ms into the round; stop() cancels the steps not begun.
+    const per = Math.ceil(list.length / steps);
+    const polls: Promise<void>[] = [];
+    for (let k = 0; k * per < list.length; k++) {
+      const batch = list.slice(k * per, (k + 1) * per);
+      const run = () => Promise.all(batch.map((ep) => this.pollEndpoint(ep, abort.signal, gen))).then(() => {});
+      if (k === 0) polls.push(run());
+      else polls.push(this.later((k * spread) / steps, abort.signal, run));
+    }
+    await Promise.all(polls);
+  }
+
+  /** `run` after `ms` on the scheduler, or nothing once `signal` aborts; settles when either is done. */
+  private later(ms: number, signal: AbortSignal, run: () => Promise<void>): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const timer = this.scheduler.after(ms, () => {
+        signal.removeEventListener("abort", cancel);
+        void run().then(resolve);
+      }).unref();
+      const cancel = () => {
+        timer.cancel();
+        resolve();
+      };
+      signal.addEventListener("abort", cancel, { once: true });
+    });
   }
 
   private async pollEndpoint(ep: MetricsEndpoint, stopSignal: AbortSignal, gen: number): Promise<void> {

@@ -510,6 +510,60 @@ describe("EngineMetricsPoller against real servers", () => {
     expect(s.pending).toBe(0);
   });
 
+  test("spread: a round's requests go out evenly over spreadMs, not in one burst; stop() cancels the steps not begun", async () => {
+    const s = new ManualScheduler();
+    const sent: number[] = [];
+    const fetchFn = (async () => {
+      sent.push(s.mono());
+      return new Response("vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n");
+    }) as unknown as typeof fetch;
+    const endpoints = Array.from({ length: 100 }, (_, i) => ({ id: `e${i}`, url: `http://127.0.0.1:9/${i}`, info: { engine: "vllm" as const } }));
+    const applied = new Set<string>();
+    const poller = new EngineMetricsPoller({ endpoints: () => endpoints, apply: (id) => applied.add(id), intervalMs: 1000, spreadMs: 500, fetch: fetchFn, scheduler: s });
+    const round = poller.pollOnce();
+    // 50 steps of 10 ms, two endpoints each: the first step at once.
+    expect(sent).toEqual([0, 0]);
+    for (let t = 10; t <= 490; t += 10) s.advance(10);
+    await round;
+    expect(sent).toHaveLength(100);
+    expect(applied.size).toBe(100);
+    // No instant carries more than two; the last ones go out within the spread.
+    const perInstant = new Map<number, number>();
+    for (const t of sent) perInstant.set(t, (perInstant.get(t) ?? 0) + 1);
+    expect(Math.max(...perInstant.values())).toBe(2);
+    expect(Math.max(...sent)).toBe(490);
+    // Stopped in the middle of a round: nothing more is sent, no timer is left.
+    sent.length = 0;
+    void poller.pollOnce();
+    s.advance(100);
+    expect(sent).toHaveLength(22);
+    poller.stop();
+    s.advance(1000);
+    expect(sent).toHaveLength(22);
+    expect(s.pending).toBe(0);
+  });
+
+  test("maxPerSecond: a round over more endpoints than the cap takes longer than the interval, and the ticks due meanwhile skip", async () => {
+    const s = new ManualScheduler();
+    const sent: number[] = [];
+    const fetchFn = (async () => {
+      sent.push(s.mono());
+      return new Response("vllm:num_requests_running 0\n");
+    }) as unknown as typeof fetch;
+    const endpoints = Array.from({ length: 100 }, (_, i) => ({ id: `e${i}`, url: `http://127.0.0.1:9/${i}`, info: { engine: "vllm" as const } }));
+    const poller = new EngineMetricsPoller({ endpoints: () => endpoints, apply: () => {}, intervalMs: 1000, maxPerSecond: 50, fetch: fetchFn, scheduler: s });
+    poller.start();
+    for (let t = 0; t < 2000; t += 10) {
+      s.advance(10);
+      await Promise.resolve();
+    }
+    poller.stop();
+    // 100 endpoints at 50 a second: one round in 2 s, never more than 50 sent in any second.
+    expect(sent.length).toBeGreaterThanOrEqual(99);
+    expect(sent.filter((t) => t < 1000).length).toBeLessThanOrEqual(50);
+    expect(poller.skippedRounds).toBeGreaterThanOrEqual(1);
+  });
+
   test("pollOnce during a round joins it instead of starting another", async () => {
     const hung = serve(hang);
     const s = new ManualScheduler();
