@@ -7,7 +7,7 @@
 
 import { Worker } from "node:worker_threads";
 import type { Logger } from "pino";
-import type { Scheduler } from "../lib/scheduler";
+import type { Scheduler, Timer } from "../lib/scheduler";
 import { FromRouter, type ToRouter } from "../protocol/router-link";
 import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, ModelTraffic, TrafficSource, UsageSource } from "../protocol/routing";
 import type { RouterWorkerData } from "./router-worker";
@@ -22,6 +22,14 @@ function workerModule(): string {
   if (here.includes("$bunfs")) return new URL("./app/router-worker.js", here).pathname;
   return new URL("./router-worker.ts", here).pathname;
 }
+
+/**
+ * The endpoint list and the catalog reach the router thread at most once per this many ms each:
+ * the first change at once, the latest of a burst at its end. While a large catalog comes up,
+ * every heartbeat that reports a replica ready changes the list, and each copy costs the thread
+ * that serves prompts milliseconds to receive and index at a thousand replicas.
+ */
+export const TABLE_EVERY_MS = 200;
 
 /** How long a tick waits for the router thread's usage report. */
 const USAGE_DEADLINE_MS = 1_000;
@@ -45,6 +53,11 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
   private restarts = 0;
   /** When the current router thread started listening: its stamps go back no further. */
   private startedAt = Number.NEGATIVE_INFINITY;
+  /** Per table: when it was last posted, and the post held back until TABLE_EVERY_MS has passed. */
+  private readonly tables = {
+    endpoints: { last: Number.NEGATIVE_INFINITY, timer: undefined as Timer | undefined },
+    catalog: { last: Number.NEGATIVE_INFINITY, timer: undefined as Timer | undefined },
+  };
 
   constructor(private readonly o: { data: RouterWorkerData; demand: DemandSink; log: Logger; scheduler: Scheduler }) {}
 
@@ -130,12 +143,29 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
 
   setEndpoints(endpoints: EndpointInfo[]): void {
     this.endpoints = endpoints;
-    this.post({ type: "endpoints", endpoints });
+    this.postTable("endpoints");
   }
 
   setCatalog(models: CatalogEntry[]): void {
     this.catalog = models;
-    this.post({ type: "catalog", models });
+    this.postTable("catalog");
+  }
+
+  /** Posts the latest of a table now, or once TABLE_EVERY_MS has passed since the last post of it. */
+  private postTable(kind: "endpoints" | "catalog"): void {
+    const t = this.tables[kind];
+    if (t.timer !== undefined) return;
+    const send = () => {
+      t.last = this.o.scheduler.mono();
+      if (kind === "endpoints" && this.endpoints) this.post({ type: "endpoints", endpoints: this.endpoints });
+      if (kind === "catalog" && this.catalog) this.post({ type: "catalog", models: this.catalog });
+    };
+    const wait = t.last + TABLE_EVERY_MS - this.o.scheduler.mono();
+    if (wait <= 0) return send();
+    t.timer = this.o.scheduler.after(wait, () => {
+      t.timer = undefined;
+      send();
+    });
   }
 
   setApiKeys(keys: ApiKeyEntry[]): void {
@@ -204,6 +234,10 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
   /** Stops the router cleanly (its listener closes, requests under way end), then ends the thread. */
   async stop(): Promise<void> {
     this.stopping = true;
+    for (const t of Object.values(this.tables)) {
+      t.timer?.cancel();
+      t.timer = undefined;
+    }
     const worker = this.worker;
     if (!worker) return;
     this.worker = undefined;

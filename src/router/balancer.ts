@@ -211,6 +211,13 @@ export class Balancer implements UsageSource {
   private states = new Map<string, State>();
   private list: readonly State[] = [];
   private models = new Map<string, ModelTiers>();
+  /**
+   * The tiers of the current table by signature: the next table reuses a tier whose members
+   * and their weights are unchanged (the same State objects) instead of building its ring again.
+   * A thousand models' rings cost the router thread ~18 ms per table otherwise, and the table is
+   * re-sent whenever a replica becomes ready.
+   */
+  private tierMemo = new Map<string, Tier>();
   // Removed endpoints still serving requests: their models still have work in flight, and an
   // id that comes back before they finish (a list published without it for a tick) is the same
   // replica with the same requests on it.
@@ -296,10 +303,12 @@ export class Balancer implements UsageSource {
       const out: Tier[] = [];
       for (const priority of [...byPriority.keys()].sort((a, b) => a - b)) {
         const members = byPriority.get(priority)!;
-        const sig = `${priority}\n${members.map((m) => m.id).join("\n")}`;
+        const sig = `${priority}\n${members.map((m) => `${m.id} ${m.vnodes.length}`).join("\n")}`;
         let t = memo.get(sig);
         if (t === undefined) {
-          memo.set(sig, (t = this.buildTier(priority, members)));
+          const prev = this.tierMemo.get(sig);
+          t = prev !== undefined && sameStates(prev.members, members) ? prev : this.buildTier(priority, members);
+          memo.set(sig, t);
           for (const m of members) {
             let set = tiersOf.get(m);
             if (set === undefined) tiersOf.set(m, (set = new Set()));
@@ -321,6 +330,7 @@ export class Balancer implements UsageSource {
     this.states = next;
     this.list = ordered;
     this.models = models;
+    this.tierMemo = memo;
   }
 
   private buildTier(priority: number, members: State[]): Tier {
@@ -547,6 +557,13 @@ export class Balancer implements UsageSource {
     for (const s of this.orphans.values()) add(s);
     return out;
   }
+}
+
+/** The same State objects in the same order (a State replaced for an id is another member). */
+function sameStates(a: readonly State[], b: readonly State[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
 }
 
 /**

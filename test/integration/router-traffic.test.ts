@@ -6,7 +6,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
 import pino from "pino";
-import { RouterLink } from "../../src/app/router-thread";
+import { RouterLink, TABLE_EVERY_MS } from "../../src/app/router-thread";
+import type { ToRouter } from "../../src/protocol/router-link";
 import { ManualScheduler, realScheduler } from "../../src/lib/scheduler";
 import { type CatalogEntry, type EndpointInfo, type ModelTraffic, TTFT_BUCKETS_MS } from "../../src/protocol/routing";
 import { Router, type RouterOptions } from "../../src/router/router";
@@ -158,6 +159,46 @@ describe("RouterLink.traffic() (the router on its own thread)", () => {
     await link.stop();
     // Gone: the last figures, at once.
     expect(of(await link.traffic(), "m")).toEqual(t);
+  });
+});
+
+describe("RouterLink tables (the router on its own thread)", () => {
+  test("a burst of endpoint lists and catalogs reaches the thread as the first at once and the latest one TABLE_EVERY_MS later, never more often", async () => {
+    const s = new ManualScheduler();
+    const link = new RouterLink({
+      data: { ...ROUTER_DEFAULTS, host: "127.0.0.1", port: 0, metricsIntervalMs: 0, logLevel: "silent", logOutput: { format: "json", color: false }, listener: {} },
+      demand: { requestModel: () => undefined },
+      log: pino({ level: "silent" }),
+      scheduler: s,
+    });
+    const { port } = await link.start();
+    cleanups.push(() => link.stop());
+    const posted: ToRouter[] = [];
+    const spy = link as unknown as { post(m: ToRouter): void };
+    const post = spy.post.bind(link);
+    spy.post = (m) => {
+      posted.push(m);
+      post(m);
+    };
+    const kinds = () => posted.map((m) => (m.type === "endpoints" ? `endpoints:${m.endpoints.map((e) => e.id).join(",")}` : m.type === "catalog" ? `catalog:${m.models.length}` : m.type));
+    link.setCatalog(catalog());
+    // Twenty lists in a row, as heartbeats reporting replicas ready make them: the last one names the engine.
+    for (let i = 1; i <= 20; i++) link.setEndpoints([ep(`r${i}`, i === 20 ? engine.url : "http://127.0.0.1:9")]);
+    link.setCatalog(catalog({ on_demand: true }));
+    expect(kinds()).toEqual(["catalog:2", "endpoints:r1"]);
+    s.advance(TABLE_EVERY_MS - 1);
+    expect(posted).toHaveLength(2);
+    s.advance(1);
+    expect(kinds()).toEqual(["catalog:2", "endpoints:r1", "endpoints:r20", "catalog:2"]);
+    // Nothing new: nothing more is sent; a change after a quiet spell goes at once.
+    s.advance(10 * TABLE_EVERY_MS);
+    expect(posted).toHaveLength(4);
+    link.setEndpoints([ep("r20", engine.url)]);
+    expect(kinds().at(-1)).toBe("endpoints:r20");
+    // The thread has the latest list: a request reaches the engine.
+    await until("the router thread to route to the last list", async () => (await call(`http://127.0.0.1:${port}`, "/v1/chat/completions", { model: "m", messages: msgs })).status === 200);
+    await link.stop();
+    expect(s.pending).toBe(0);
   });
 });
 

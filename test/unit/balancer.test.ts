@@ -91,6 +91,26 @@ describe("models and counting", () => {
     }
   });
 
+  test("a table re-sent with a model's members unchanged keeps that model's tier (no ring rebuilt); a new weight or member rebuilds only its own", () => {
+    const { b } = balancer([ep("a"), ep("b"), ep("x", { models: ["other"] })]);
+    const tier = (name: string) => (b as unknown as { models: Map<string, { any: object[] }> }).models.get(name)!.any[0]!;
+    const [llama, other] = [tier("llama"), tier("other")];
+    const lease = b.acquire("llama", 7)!;
+    b.setEndpoints([ep("a"), ep("b"), ep("x", { models: ["other"] })]);
+    expect(tier("llama")).toBe(llama);
+    expect(tier("llama3")).toBe(llama);
+    expect(tier("other")).toBe(other);
+    // Its counts stay right across the reuse: released, the key's home is chosen again.
+    lease.release();
+    expect(inflight(b)).toEqual({ a: 0, b: 0, x: 0 });
+    expect(b.acquire("llama", 7)!.endpoint.id).toBe(lease.endpoint.id);
+    b.setEndpoints([ep("a", { weight: 2 }), ep("b"), ep("x", { models: ["other"] })]);
+    expect(tier("llama")).not.toBe(llama);
+    expect(tier("other")).toBe(other);
+    b.setEndpoints([ep("a", { weight: 2 }), ep("b"), ep("x", { models: ["other"] }), ep("y", { models: ["other"] })]);
+    expect(tier("other")).not.toBe(other);
+  });
+
   test("a removed endpoint's lease released later breaks nothing, and counts until then", () => {
     const { b } = balancer([ep("a"), ep("b", { models: ["qwen"] })]);
     const old = b.acquire("qwen", 1)!;
