@@ -3,6 +3,7 @@
 // messages of protocol/router-link.ts, so a heartbeat flood, a large apply or a slow store on
 // the main thread never delays a request. See router-thread.ts for the other side.
 
+import { getPriority, setPriority } from "node:os";
 import { parentPort, workerData } from "node:worker_threads";
 import { realScheduler } from "../lib/scheduler";
 import { type LogOutput, createLogger } from "../log";
@@ -32,6 +33,7 @@ function main(): void {
     demand: { requestModel: (model) => send({ type: "demand", model }) },
     listener: { ...listener, onShed: (cap, address) => shed("router", cap, address) },
   });
+  raisePriority(log);
   try {
     send({ type: "started", port: router.start().port });
   } catch (e) {
@@ -65,6 +67,33 @@ function main(): void {
         });
     }
   });
+}
+
+/**
+ * How much nicer the control plane is than the router thread. On a head node with few cores
+ * the router thread otherwise waits its turn behind the control plane's work (placing a large
+ * catalog, a heartbeat flood): on Linux a thread's nice value is its own, so the router thread
+ * asks for this much more CPU priority than the process has, which the control plane's thread
+ * keeps. It needs CAP_SYS_NICE (the unit `llmgw install serve` writes grants it); without, the
+ * thread runs at the process's priority, as before.
+ */
+const ROUTER_PRIORITY_BOOST = 5;
+
+function raisePriority(log: { info(o: object, m: string): void; debug(o: object, m: string): void }): void {
+  const base = osPriority(() => getPriority(0));
+  if (typeof base !== "number") return;
+  const want = Math.max(-20, base - ROUTER_PRIORITY_BOOST);
+  const err = osPriority(() => setPriority(0, want));
+  if (err instanceof Error) log.debug({ nice: base, wanted: want, err: err.message }, "router thread: runs at the process's CPU priority (raising it needs CAP_SYS_NICE)");
+  else log.info({ nice: want, control_plane_nice: base }, "router thread: runs at a higher CPU priority than the control plane");
+}
+
+function osPriority<T>(f: () => T): T | Error | undefined {
+  try {
+    return f();
+  } catch (e) {
+    return e instanceof Error ? e : undefined;
+  }
 }
 
 main();

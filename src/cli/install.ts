@@ -61,7 +61,7 @@ KillMode=mixed
 TimeoutStopSec=${serve ? "30s" : "90s"}
 LimitNOFILE=65536
 NoNewPrivileges=yes
-ProtectSystem=strict
+${serve ? "# Lets the router thread run at a higher CPU priority than the control plane (nice), nothing more.\nAmbientCapabilities=CAP_SYS_NICE\n" : ""}ProtectSystem=strict
 ProtectHome=yes
 PrivateTmp=yes
 ProtectKernelTunables=yes

@@ -22,7 +22,7 @@ describe("llmgw install", () => {
     expect(r.code).toBe(0);
     const unit = r.stdout;
     expect(unit).toContain(`ExecStart=${BINARY} serve --data-dir /var/lib/llmgw-test`);
-    for (const line of ["User=root", "Restart=on-failure", "NoNewPrivileges=yes", "ProtectSystem=strict", "ReadWritePaths=/var/lib/llmgw-test", "WantedBy=multi-user.target"])
+    for (const line of ["User=root", "Restart=on-failure", "NoNewPrivileges=yes", "AmbientCapabilities=CAP_SYS_NICE", "ProtectSystem=strict", "ReadWritePaths=/var/lib/llmgw-test", "WantedBy=multi-user.target"])
       expect(unit).toContain(line);
     expect(verify(unit, "llmgw-serve.service")).toEqual({ code: 0, out: "" });
   });
@@ -32,6 +32,8 @@ describe("llmgw install", () => {
     expect(r.code).toBe(0);
     expect(r.stdout).toContain(`ExecStart=${BINARY} agent --state-dir /var/lib/llmgw-agent --models-dir /var/lib/llmgw/models --server http://10.0.0.1:8001 --fabric ib-a --label "rack=a b"`);
     expect(r.stdout).not.toContain("PrivateDevices=yes");
+    // The router thread's priority is serve's: the agent is given no capability.
+    expect(r.stdout).not.toContain("AmbientCapabilities");
     expect(verify(r.stdout, "llmgw-agent.service")).toEqual({ code: 0, out: "" });
   });
 

@@ -4,7 +4,7 @@
 // on the router's own thread (RouterLink.traffic()), and as Prometheus series on /metrics.
 
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
-import { rmSync } from "node:fs";
+import { readFileSync, readdirSync, rmSync } from "node:fs";
 import pino from "pino";
 import { RouterLink, TABLE_EVERY_MS } from "../../src/app/router-thread";
 import type { ToRouter } from "../../src/protocol/router-link";
@@ -199,6 +199,31 @@ describe("RouterLink tables (the router on its own thread)", () => {
     await until("the router thread to route to the last list", async () => (await call(`http://127.0.0.1:${port}`, "/v1/chat/completions", { model: "m", messages: msgs })).status === 200);
     await link.stop();
     expect(s.pending).toBe(0);
+  });
+});
+
+describe("the router thread's CPU priority", () => {
+  test("with CAP_SYS_NICE (root here) the router thread runs 5 nicer than the process, the control plane's thread keeps its own", async () => {
+    const { getPriority } = await import("node:os");
+    const niceOf = (task: string) => {
+      const st = readFileSync(`/proc/self/task/${task}/stat`, "utf8");
+      return Number(st.slice(st.lastIndexOf(")") + 2).split(" ")[16]);
+    };
+    const before = new Set(readdirSync("/proc/self/task"));
+    const link = new RouterLink({
+      data: { ...ROUTER_DEFAULTS, host: "127.0.0.1", port: 0, metricsIntervalMs: 0, logLevel: "silent", logOutput: { format: "json", color: false }, listener: {} },
+      demand: { requestModel: () => undefined },
+      log: pino({ level: "silent" }),
+      scheduler: realScheduler,
+    });
+    await link.start();
+    cleanups.push(() => link.stop());
+    const base = getPriority(0);
+    const fresh = readdirSync("/proc/self/task").filter((t) => !before.has(t));
+    const boosted = fresh.filter((t) => niceOf(t) === base - 5);
+    if (process.getuid?.() === 0) expect(boosted.length).toBeGreaterThan(0);
+    else expect(boosted).toEqual([]);
+    expect(niceOf(String(process.pid))).toBe(base);
   });
 });
 
