@@ -24,12 +24,15 @@ function workerModule(): string {
 }
 
 /**
- * The endpoint list and the catalog reach the router thread at most once per this many ms each:
- * the first change at once, the latest of a burst at its end. While a large catalog comes up,
- * every heartbeat that reports a replica ready changes the list, and each copy costs the thread
- * that serves prompts milliseconds to receive and index at a thousand replicas.
+ * How often the endpoint list and the catalog reach the router thread, each, once a burst has
+ * used up TABLE_BURST posts: the latest of a burst is posted at the end of each such period.
+ * While a large catalog comes up, every heartbeat that reports a replica ready changes the list,
+ * and each copy costs the thread that serves prompts milliseconds to receive and index at a
+ * thousand replicas. Changes at the everyday rate (an apply, a few replicas ready) go at once.
  */
 export const TABLE_EVERY_MS = 200;
+/** Posts of one table that go at once before TABLE_EVERY_MS paces them; one comes back per period. */
+export const TABLE_BURST = 8;
 
 /** How long a tick waits for the router thread's usage report. */
 const USAGE_DEADLINE_MS = 1_000;
@@ -53,10 +56,10 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
   private restarts = 0;
   /** When the current router thread started listening: its stamps go back no further. */
   private startedAt = Number.NEGATIVE_INFINITY;
-  /** Per table: when it was last posted, and the post held back until TABLE_EVERY_MS has passed. */
+  /** Per table: its posts left (a token bucket of TABLE_BURST, one back per TABLE_EVERY_MS), as of when, and the post held back. */
   private readonly tables = {
-    endpoints: { last: Number.NEGATIVE_INFINITY, timer: undefined as Timer | undefined },
-    catalog: { last: Number.NEGATIVE_INFINITY, timer: undefined as Timer | undefined },
+    endpoints: { tokens: TABLE_BURST, at: Number.NEGATIVE_INFINITY, timer: undefined as Timer | undefined },
+    catalog: { tokens: TABLE_BURST, at: Number.NEGATIVE_INFINITY, timer: undefined as Timer | undefined },
   };
 
   constructor(private readonly o: { data: RouterWorkerData; demand: DemandSink; log: Logger; scheduler: Scheduler }) {}
@@ -151,19 +154,29 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
     this.postTable("catalog");
   }
 
-  /** Posts the latest of a table now, or once TABLE_EVERY_MS has passed since the last post of it. */
+  /** Posts the latest of a table now while the table has posts left, else when the next one comes back. */
   private postTable(kind: "endpoints" | "catalog"): void {
     const t = this.tables[kind];
     if (t.timer !== undefined) return;
+    const now = this.o.scheduler.mono();
+    if (t.at === Number.NEGATIVE_INFINITY) t.at = now;
+    const back = Math.floor((now - t.at) / TABLE_EVERY_MS);
+    if (back > 0) {
+      t.tokens = Math.min(TABLE_BURST, t.tokens + back);
+      t.at = t.tokens === TABLE_BURST ? now : t.at + back * TABLE_EVERY_MS;
+    }
     const send = () => {
-      t.last = this.o.scheduler.mono();
       if (kind === "endpoints" && this.endpoints) this.post({ type: "endpoints", endpoints: this.endpoints });
       if (kind === "catalog" && this.catalog) this.post({ type: "catalog", models: this.catalog });
     };
-    const wait = t.last + TABLE_EVERY_MS - this.o.scheduler.mono();
-    if (wait <= 0) return send();
-    t.timer = this.o.scheduler.after(wait, () => {
+    if (t.tokens > 0) {
+      t.tokens--;
+      return send();
+    }
+    t.timer = this.o.scheduler.after(t.at + TABLE_EVERY_MS - now, () => {
       t.timer = undefined;
+      t.tokens = 0;
+      t.at += TABLE_EVERY_MS;
       send();
     });
   }

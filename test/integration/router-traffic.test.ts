@@ -6,7 +6,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
 import { readFileSync, readdirSync, rmSync } from "node:fs";
 import pino from "pino";
-import { RouterLink, TABLE_EVERY_MS } from "../../src/app/router-thread";
+import { RouterLink, TABLE_BURST, TABLE_EVERY_MS } from "../../src/app/router-thread";
 import type { ToRouter } from "../../src/protocol/router-link";
 import { ManualScheduler, realScheduler } from "../../src/lib/scheduler";
 import { type CatalogEntry, type EndpointInfo, type ModelTraffic, TTFT_BUCKETS_MS } from "../../src/protocol/routing";
@@ -163,7 +163,7 @@ describe("RouterLink.traffic() (the router on its own thread)", () => {
 });
 
 describe("RouterLink tables (the router on its own thread)", () => {
-  test("a burst of endpoint lists and catalogs reaches the thread as the first at once and the latest one TABLE_EVERY_MS later, never more often", async () => {
+  test("endpoint lists and catalogs go at once at the everyday rate; a long burst is paced to one per TABLE_EVERY_MS, the latest one sent", async () => {
     const s = new ManualScheduler();
     const link = new RouterLink({
       data: { ...ROUTER_DEFAULTS, host: "127.0.0.1", port: 0, metricsIntervalMs: 0, logLevel: "silent", logOutput: { format: "json", color: false }, listener: {} },
@@ -181,19 +181,29 @@ describe("RouterLink tables (the router on its own thread)", () => {
       post(m);
     };
     const kinds = () => posted.map((m) => (m.type === "endpoints" ? `endpoints:${m.endpoints.map((e) => e.id).join(",")}` : m.type === "catalog" ? `catalog:${m.models.length}` : m.type));
+    const eps = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => `endpoints:r${from + i}`);
     link.setCatalog(catalog());
     // Twenty lists in a row, as heartbeats reporting replicas ready make them: the last one names the engine.
     for (let i = 1; i <= 20; i++) link.setEndpoints([ep(`r${i}`, i === 20 ? engine.url : "http://127.0.0.1:9")]);
     link.setCatalog(catalog({ on_demand: true }));
-    expect(kinds()).toEqual(["catalog:2", "endpoints:r1"]);
+    // The first TABLE_BURST lists go at once; the catalog has its own allowance.
+    expect(kinds()).toEqual(["catalog:2", ...eps(1, TABLE_BURST), "catalog:2"]);
     s.advance(TABLE_EVERY_MS - 1);
-    expect(posted).toHaveLength(2);
+    expect(posted).toHaveLength(TABLE_BURST + 2);
     s.advance(1);
-    expect(kinds()).toEqual(["catalog:2", "endpoints:r1", "endpoints:r20", "catalog:2"]);
-    // Nothing new: nothing more is sent; a change after a quiet spell goes at once.
-    s.advance(10 * TABLE_EVERY_MS);
-    expect(posted).toHaveLength(4);
+    expect(kinds().slice(TABLE_BURST + 2)).toEqual(["endpoints:r20"]);
+    // Still in the burst: the next list waits its period too, and only the latest is sent.
+    link.setEndpoints([ep("r21", "http://127.0.0.1:9")]);
     link.setEndpoints([ep("r20", engine.url)]);
+    expect(posted).toHaveLength(TABLE_BURST + 3);
+    s.advance(TABLE_EVERY_MS);
+    expect(kinds().at(-1)).toBe("endpoints:r20");
+    expect(posted).toHaveLength(TABLE_BURST + 4);
+    // Nothing new: nothing more is sent; after a quiet spell a burst goes at once again.
+    s.advance(TABLE_BURST * TABLE_EVERY_MS);
+    expect(posted).toHaveLength(TABLE_BURST + 4);
+    for (let i = 0; i < TABLE_BURST; i++) link.setEndpoints([ep("r20", engine.url)]);
+    expect(posted).toHaveLength(2 * TABLE_BURST + 4);
     expect(kinds().at(-1)).toBe("endpoints:r20");
     // The thread has the latest list: a request reaches the engine.
     await until("the router thread to route to the last list", async () => (await call(`http://127.0.0.1:${port}`, "/v1/chat/completions", { model: "m", messages: msgs })).status === 200);
