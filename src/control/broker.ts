@@ -5,6 +5,15 @@
 import type { Assignment } from "../protocol/heartbeat";
 import type { Scheduler } from "../lib/scheduler";
 
+/**
+ * A long poll that nothing wakes is answered up to this share of its wait early, at random (as
+ * Consul and Nomad spread their blocking queries, though never later than asked): agents that
+ * started their polls together, after a head node restart or a cold start of the cluster, would
+ * otherwise all be answered, and all ask again, in the same instant every wait, a burst that
+ * holds up the heartbeats behind it.
+ */
+export const WAIT_JITTER = 1 / 16;
+
 export class AssignmentBroker {
   private readonly sets = new Map<string, { generation: number; fingerprint: string; assignments: Assignment[] }>();
   private readonly waiters = new Map<string, Set<() => void>>();
@@ -16,6 +25,8 @@ export class AssignmentBroker {
   constructor(
     private readonly base: number,
     private readonly scheduler: Scheduler,
+    /** In [0, 1): how early within WAIT_JITTER each wait ends. */
+    private readonly random: () => number = Math.random,
   ) {}
 
   current(node: string): { generation: number; assignments: Assignment[] } {
@@ -38,13 +49,16 @@ export class AssignmentBroker {
     this.wake(node);
   }
 
-  /** Resolves when the node's generation differs from `generation`, after waitMs, or on abort. */
+  /**
+   * Resolves when the node's generation differs from `generation`, on abort, or after waitMs
+   * less a random share of it up to WAIT_JITTER.
+   */
   async wait(node: string, generation: number, waitMs: number, signal?: AbortSignal): Promise<void> {
     if (this.current(node).generation !== generation || waitMs <= 0) return;
     await new Promise<void>((resolve) => {
       let set = this.waiters.get(node);
       if (!set) this.waiters.set(node, (set = new Set()));
-      const timer = this.scheduler.after(waitMs, () => done());
+      const timer = this.scheduler.after(Math.round(waitMs * (1 - WAIT_JITTER * this.random())), () => done());
       const done = () => {
         timer.cancel();
         set!.delete(done);

@@ -3,7 +3,7 @@
 // of assignment generations and long polls (timed by a manual scheduler, so nothing sleeps).
 
 import { describe, expect, test } from "bun:test";
-import { AssignmentBroker } from "../../src/control/broker";
+import { AssignmentBroker, WAIT_JITTER } from "../../src/control/broker";
 import { catalogChanges } from "../../src/control/catalog";
 import { reachability } from "../../src/control/reachability";
 import { scale } from "../../src/control/scaling";
@@ -141,7 +141,7 @@ describe("assignment broker", () => {
 
   test("a long poll answers at once for another generation, on a change, on the scheduler's timeout, on abort and when the node is forgotten", async () => {
     const sched = new ManualScheduler(T0);
-    const b = new AssignmentBroker(0, sched);
+    const b = new AssignmentBroker(0, sched, () => 0);
     const settled = (p: Promise<void>) => Promise.race([p.then(() => true), sched.run(0).then(() => false)]);
     expect(await settled(b.wait("n", 7, 10_000))).toBe(true);
     expect(await settled(b.wait("n", 0, 0))).toBe(true);
@@ -169,5 +169,22 @@ describe("assignment broker", () => {
     const onForget = b.wait("n", 2, 10_000);
     b.forget("n");
     expect(await settled(onForget)).toBe(true);
+  });
+
+  test("polls that nothing wakes end spread over the last WAIT_JITTER of their wait, never after it", async () => {
+    const sched = new ManualScheduler(T0);
+    const draws = [0, 0.5, 0.999];
+    const b = new AssignmentBroker(0, sched, () => draws.shift()!);
+    const ended: number[] = [];
+    const t0 = sched.mono();
+    for (let i = 0; i < 3; i++) void b.wait("n", 0, 16_000).then(() => ended.push(sched.mono() - t0));
+    expect(WAIT_JITTER).toBe(1 / 16);
+    for (let t = 0; t < 16_000; t += 100) {
+      sched.advance(100);
+      await sched.run(0);
+    }
+    // 16 s less 0, half and nearly all of a sixteenth.
+    expect(ended.sort((x, y) => x - y)).toEqual([15_100, 15_500, 16_000]);
+    expect(sched.pending).toBe(0);
   });
 });
