@@ -20,7 +20,8 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { BUN, type Child, cleanupOnExit, killAll, pct, spawnChild, table } from "./lib/procs";
-import { allowAddresses, applyModels, BIN, scaleModels, startScaleHead } from "./lib/scale-head";
+import { othersMeter } from "./lib/cpu";
+import { allowAddresses, applyModels, BENCH_NICE, BIN, scaleModels, startScaleHead } from "./lib/scale-head";
 
 const arg = (name: string): string | undefined => {
   const i = process.argv.indexOf(name);
@@ -92,6 +93,8 @@ interface Row {
   unreachable: number;
   replaced: number;
   costUs: number;
+  /** Percent of serve's core (CPU 0) other processes used in the steady window: above a few %, the tail is partly theirs. */
+  othersPct: number;
 }
 
 async function runSize(N: number): Promise<{ row: Row; events: EventView[] }> {
@@ -100,7 +103,7 @@ async function runSize(N: number): Promise<{ row: Row; events: EventView[] }> {
   const { serve, admin, adminToken, joinToken, api } = head;
   const MODELS = Math.max(1, Math.floor(N / 2));
   await allowAddresses(head, N);
-  const gen: Child = await spawnChild("fleet", [BUN, "test/bench/lib/scale-fleet.ts", admin, joinToken, String(N), String(MODELS), "--speed", String(SPEED)], { waitUrl: false, cpus: "1", nofile: 20000, env: { BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" } });
+  const gen: Child = await spawnChild("fleet", [BUN, "test/bench/lib/scale-fleet.ts", admin, joinToken, String(N), String(MODELS), "--speed", String(SPEED)], { waitUrl: false, cpus: "1", nofile: 20000, nice: BENCH_NICE, env: { BUN_CONFIG_MAX_HTTP_REQUESTS: "65535" } });
   const stats: { t: number; n: number; err: number; interval: number; ms: number[]; at: number }[] = [];
   const reg = await gen.waitLine(/^registered /, 600_000);
   const [, regMs, regCount] = reg.split(" ");
@@ -145,6 +148,8 @@ async function runSize(N: number): Promise<{ row: Row; events: EventView[] }> {
   const c0 = procTicks(serve.pid);
   const th0 = threadTicks(serve.pid);
   const w0 = performance.now();
+  // How much of serve's core other processes took meanwhile (the machine may be shared).
+  const others = othersMeter(() => [serve.proc.pid], 0, false);
   const statusMs: number[] = [];
   const statusEvery = STEADY_MS / 11;
   while (performance.now() - w0 < STEADY_MS) {
@@ -157,6 +162,7 @@ async function runSize(N: number): Promise<{ row: Row; events: EventView[] }> {
     await Bun.sleep(100);
   }
   const w1 = performance.now();
+  const othersOnCore = others();
   const c1 = procTicks(serve.pid);
   const th1 = threadTicks(serve.pid);
   clearInterval(pump);
@@ -196,6 +202,7 @@ async function runSize(N: number): Promise<{ row: Row; events: EventView[] }> {
     unreachable,
     replaced,
     costUs: beats > 0 ? (cpuSecs * 1e6) / beats : NaN,
+    othersPct: othersOnCore * 100,
   };
   console.log(`${N} nodes: ${beats} heartbeats in ${secs.toFixed(0)} s (${errs} failed), serve ${row.cpuPct.toFixed(0)} % of a core (${row.threads}); ${events.length} events in the window${events.length > 0 ? `: ${[...new Set(events.map((e) => e.kind))].map((k) => `${k} ×${events.filter((e) => e.kind === k).length}`).join(", ")}` : ""}`);
   for (const e of events.slice(0, 5)) console.log(`  event ${e.kind} ${e.subject}: ${e.message}`);
@@ -217,8 +224,8 @@ async function main(): Promise<void> {
   }
   console.log(
     `\n${table([
-      ["nodes", "registration", "hb p50", "hb p99", "hb failed", "interval", "status p50", "converge", "serve CPU", "main thread", "µs/heartbeat", "unreachable", "replaced"],
-      ...rows.map((r) => [r.nodes, ms(r.registrationMs), ms(r.hbP50), ms(r.hbP99), r.hbErrors, ms(r.interval), ms(r.statusP50), `${ms(r.convergeMs)}${r.converged === "all satisfied" ? "" : " (stalled)"}`, `${r.cpuPct.toFixed(0)}%`, `${r.mainThreadPct.toFixed(0)}%`, r.costUs.toFixed(0), r.unreachable, r.replaced]),
+      ["nodes", "registration", "hb p50", "hb p99", "hb failed", "interval", "status p50", "converge", "serve CPU", "main thread", "µs/heartbeat", "unreachable", "replaced", "others on core"],
+      ...rows.map((r) => [r.nodes, ms(r.registrationMs), ms(r.hbP50), ms(r.hbP99), r.hbErrors, ms(r.interval), ms(r.statusP50), `${ms(r.convergeMs)}${r.converged === "all satisfied" ? "" : " (stalled)"}`, `${r.cpuPct.toFixed(0)}%`, `${r.mainThreadPct.toFixed(0)}%`, r.costUs.toFixed(0), r.unreachable, r.replaced, `${r.othersPct.toFixed(0)}%`]),
     ])}`,
   );
   for (const r of rows) console.log(`${r.nodes} nodes: converge: ${r.converged}; serve threads: ${r.threads}`);
