@@ -153,7 +153,7 @@ async function runSize(N: number): Promise<{ row: Row; events: EventView[] }> {
   const statusMs: number[] = [];
   const statusEvery = STEADY_MS / 11;
   while (performance.now() - w0 < STEADY_MS) {
-    if (statusMs.length < 10 && performance.now() - w0 > statusEvery * (statusMs.length + 1)) {
+    if (process.env.SCALE_NO_STATUS !== "1" && statusMs.length < 10 && performance.now() - w0 > statusEvery * (statusMs.length + 1)) {
       const t = performance.now();
       const p = Bun.spawn([BIN, "status", "--server", admin, "--token", adminToken], { stdout: "ignore", stderr: "pipe", env: { ...process.env, NO_COLOR: "1" } });
       await p.exited;
@@ -172,6 +172,12 @@ async function runSize(N: number): Promise<{ row: Row; events: EventView[] }> {
   }
   const inWindow = stats.filter((s) => s.at > w0 + 1000 && s.at <= w1 + 300);
   const lat = inWindow.flatMap((s) => s.ms).sort((a, b) => a - b);
+  // SCALE_SECONDS=1: each second of the window (heartbeats, p99, max), to see when a tail happens.
+  if (process.env.SCALE_SECONDS === "1")
+    for (const s of inWindow) {
+      const ms = [...s.ms].sort((a, b) => a - b);
+      console.log(`  t=${((s.at - w0) / 1000).toFixed(1)} s: ${ms.length} heartbeats, p99 ${pct(ms, 99).toFixed(1)} ms, max ${(ms.at(-1) ?? 0).toFixed(1)} ms`);
+    }
   const beats = inWindow.length ? inWindow.at(-1)!.n - (stats[stats.indexOf(inWindow[0]!) - 1]?.n ?? 0) : 0;
   const errs = inWindow.length ? inWindow.at(-1)!.err - (stats[stats.indexOf(inWindow[0]!) - 1]?.err ?? 0) : 0;
   const secs = (w1 - w0) / 1000;
