@@ -16,10 +16,12 @@ import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { AdminState } from "../protocol/views";
 import { joinRefused } from "./join";
 import type { StorePort } from "./store-port";
-import { type ApiKeyRow, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type GpuRow, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeRow, type NodeTrust, type PlanWrite, type ReplicaRow, type RouterUsage, type Snapshot, type StoreChange, emptyModelState } from "./types";
+import { type ApiKeyRow, type ChangeRead, CHANGE_KINDS, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type GpuRow, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeRow, type NodeTrust, type PlanWrite, type ReplicaRow, type RouterUsage, type Snapshot, type StoreChange, emptyModelState } from "./types";
 
 /** How often touched last-seen times reach the store. */
 export const TOUCH_FLUSH_MS = 1000;
+/** Changes read at once; a reader further behind loads everything (cheaper then). */
+export const CHANGES_READ_LIMIT = 5000;
 
 type Base = Omit<Snapshot, "discovery" | "revisions">;
 
@@ -36,6 +38,8 @@ interface State {
   apiKeys: Map<string, ApiKeyRow>;
   credOf: Map<string, string>;
   nodeOfCred: Map<string, string>;
+  /** The store's change seq this memory holds everything up to. */
+  cursor: number;
 }
 
 const byKey = <T>(m: Map<string, T>): T[] => [...m.keys()].sort(cmp).map((k) => m.get(k)!);
@@ -61,6 +65,16 @@ export class ModelStore implements StorePort {
   private version = 0;
   /** Transactions this model has asked of the store (tests and benchmarks read it). */
   writes = 0;
+  /** Another writer committed: the next read first reads the store's changes since the cursor. */
+  private behind = false;
+  /** With `behind`: last-seen times may have moved too (a store that cannot tell them apart). */
+  private seenStale = false;
+  private catching: Promise<State> | undefined;
+  /** Rises when one of this model's writes starts and when it ends: a change read overlapping one is not applied. */
+  private writeGen = 0;
+  /** Full loads and change reads so far (tests and benchmarks read them). */
+  loads = 0;
+  changeReads = 0;
 
   constructor(
     readonly inner: StorePort,
@@ -71,6 +85,7 @@ export class ModelStore implements StorePort {
   invalidate(): void {
     this.state = undefined;
     this.loading = undefined;
+    this.behind = false;
     this.cached = undefined;
     this.version++;
   }
@@ -82,6 +97,7 @@ export class ModelStore implements StorePort {
   }
 
   private load(): Promise<State> {
+    if (this.state && this.behind) return this.catchUp(this.state);
     if (this.state) return Promise.resolve(this.state);
     if (!this.loading) {
       const p = this.read().then(
@@ -102,7 +118,46 @@ export class ModelStore implements StorePort {
     return this.loading;
   }
 
+  /** Another writer's commits, read alone: only the rows they name are read again. */
+  private catchUp(s: State): Promise<State> {
+    this.catching ??= this.readChanges(s).finally(() => (this.catching = undefined));
+    return this.catching;
+  }
+
+  private async readChanges(s: State): Promise<State> {
+    const gen = this.writeGen;
+    this.behind = false;
+    this.changeReads++;
+    const seenToo = this.seenStale;
+    this.seenStale = false;
+    let read: ChangeRead;
+    let seen: { name: string; at: number }[] = [];
+    try {
+      [read, seen] = await Promise.all([this.inner.changesSince(s.cursor, CHANGES_READ_LIMIT), seenToo ? this.inner.nodesSeen() : seen]);
+    } catch {
+      this.invalidate();
+      return this.load();
+    }
+    if (this.state !== s) return this.load();
+    // One of this model's own writes overlapped the read: its rows may be older than memory. Next read.
+    if (gen !== this.writeGen) {
+      this.behind = true;
+      return s;
+    }
+    // A gap (pruned, or a reader too far behind), a kind this version does not know: doubt, load everything.
+    if (read.changes.length >= CHANGES_READ_LIMIT || !applyChanges(s, read, this.touched)) {
+      this.invalidate();
+      return this.load();
+    }
+    if (read.changes.length > 0) this.changed();
+    this.mergeSeen(s, seen);
+    return s;
+  }
+
   private async read(): Promise<State> {
+    this.loads++;
+    // Before the rows: the changes read later start where this load surely holds everything (read twice is harmless).
+    const cursor = await this.inner.changeCursor();
     const snap = await this.inner.snapshot();
     const [allowed, keys, creds] = [await this.inner.listAllowedAddresses(), await this.inner.listApiKeys(), await this.inner.nodeCredentials()];
     const s: State = {
@@ -118,6 +173,7 @@ export class ModelStore implements StorePort {
       apiKeys: new Map(keys.map((k) => [k.name, k])),
       credOf: new Map(creds.map((c) => [c.node, c.hash])),
       nodeOfCred: new Map(creds.map((c) => [c.hash, c.node])),
+      cursor,
     };
     for (const n of snap.nodes) {
       const at = this.touched.get(n.name);
@@ -134,11 +190,14 @@ export class ModelStore implements StorePort {
   /** Runs a store write; on failure memory is dropped (the next read reloads), then the error goes on. */
   private async write<T>(fn: () => Promise<T>): Promise<T> {
     this.writes++;
+    this.writeGen++;
     try {
       return await fn();
     } catch (e) {
       this.invalidate();
       throw e;
+    } finally {
+      this.writeGen++;
     }
   }
 
@@ -146,7 +205,11 @@ export class ModelStore implements StorePort {
     const s = this.state;
     if (!s) return;
     const rows = await this.inner.nodesSeen();
-    if (this.state !== s) return;
+    if (this.state === s) this.mergeSeen(s, rows);
+  }
+
+  /** Newer last-seen times into memory (newest wins). */
+  private mergeSeen(s: State, rows: readonly { name: string; at: number }[]): void {
     for (const { name, at } of rows) {
       const n = s.nodes.get(name);
       if (n && at > n.lastHeartbeat) {
@@ -411,14 +474,43 @@ export class ModelStore implements StorePort {
     }
     return out;
   }
-  saveModels(models: ModelWrite[], now: number): Promise<void> {
-    return this.thenReload(() => this.inner.saveModels(models, now));
+  /** Written through: memory takes the entries as the store wrote them (a spec as its JSON reads back). */
+  async saveModels(models: ModelWrite[], now: number): Promise<void> {
+    const s = await this.load();
+    await this.write(() => this.inner.saveModels(models, now));
+    if (this.state !== s) return;
+    for (const { spec, revision, created } of models) {
+      const prev = s.models.get(spec.name);
+      // Memory does not hold what the store just updated: doubt, so load everything again.
+      if (!created && !prev) return this.invalidate();
+      dropModel(s, spec.name);
+      setModel(s, { name: spec.name, spec: JSON.parse(JSON.stringify(spec)) as ModelRow["spec"], revision, createdAt: created || !prev ? now : prev.createdAt, updatedAt: now });
+      patchModelState(s, spec.name, { failures: 0, parked: false, reason: null, unplaceableReason: null });
+    }
+    this.changed();
   }
-  deleteModel(name: string): Promise<boolean> {
-    return this.thenReload(() => this.inner.deleteModel(name));
+  async deleteModel(name: string): Promise<boolean> {
+    const s = await this.load();
+    const out = await this.write(() => this.inner.deleteModel(name));
+    if (this.state !== s) return out;
+    if (out !== s.models.has(name)) this.invalidate();
+    else if (out) {
+      dropModel(s, name);
+      s.modelState.delete(name);
+      this.changed();
+    }
+    return out;
   }
-  unpark(model: string): Promise<boolean> {
-    return this.thenReload(() => this.inner.unpark(model));
+  async unpark(model: string): Promise<boolean> {
+    const s = await this.load();
+    const out = await this.write(() => this.inner.unpark(model));
+    if (this.state !== s) return out;
+    if (out !== (s.modelState.get(model)?.parked === true)) this.invalidate();
+    else if (out) {
+      patchModelState(s, model, { parked: false, failures: 0, reason: null, lastFailureAt: null });
+      this.changed();
+    }
+    return out;
   }
   createApiKey(k: ApiKeyRow): Promise<boolean> {
     return this.thenReload(() => this.inner.createApiKey(k));
@@ -464,19 +556,36 @@ export class ModelStore implements StorePort {
   sharedSecret(key: string, candidate: string): Promise<string> {
     return this.inner.sharedSecret(key, candidate);
   }
+  changeCursor(): Promise<number> {
+    return this.inner.changeCursor();
+  }
+  changesSince(after: number, limit: number): Promise<ChangeRead> {
+    return this.inner.changesSince(after, limit);
+  }
   nodesSeen(): Promise<{ name: string; at: number }[]> {
     return this.load().then((s) => [...s.nodes.values()].map((n) => ({ name: n.name, at: n.lastHeartbeat })));
   }
 
   /**
-   * Another writer's change: memory is dropped (the next read reloads), then fn hears of it.
-   * Only last-seen times moved ("seen": another control plane's batched flush, once a second):
-   * those are read alone and merged, newest wins, without a reload.
+   * Another writer committed: the next read first reads the changes committed since this memory's
+   * cursor and the rows they name. Last-seen times are no changes: they are read again too.
+   */
+  otherWriter(): void {
+    if (!this.state) return;
+    this.behind = true;
+    this.seenStale = true;
+  }
+
+  /**
+   * Another writer's change ("any"): the next read reads what it changed (otherWriter()), then fn
+   * hears of it. Only last-seen times moved ("seen": another control plane's batched flush, once a
+   * second): those are read alone and merged, newest wins.
    */
   watch(fn: (change: StoreChange) => void): () => void {
     return this.inner.watch((change) => {
       // The lease, control planes, router usage, events and node reports are not held here.
-      if (change === "any") this.invalidate();
+      // "any": the next read reads the store's changes since this memory's cursor (or everything, on doubt).
+      if (change === "any") this.otherWriter();
       if (change === "seen") {
         void this.refreshSeen().then(
           () => fn(change),
@@ -493,9 +602,90 @@ export class ModelStore implements StorePort {
   }
 }
 
+/**
+ * Another writer's changes into memory: each node, model, replica and key they name takes its
+ * rows as read (none read: deleted). False, and nothing applied, when the changes do not follow
+ * the cursor without a gap or name a kind this version does not know: the caller loads everything.
+ */
+function applyChanges(s: State, read: ChangeRead, touched: ReadonlyMap<string, number>): boolean {
+  let next = s.cursor + 1;
+  for (const c of read.changes) if (c.seq !== next++ || !CHANGE_KINDS.has(c.kind)) return false;
+  if (read.changes.length === 0) return true;
+  const keys = { node: new Set<string>(), model: new Set<string>(), replica: new Set<string>(), key: new Set<string>() };
+  for (const c of read.changes) keys[c.kind as keyof typeof keys].add(c.key);
+  applyNodes(s, keys.node, read, touched);
+  const models = new Map(read.models.map((m) => [m.name, m]));
+  const states = new Map(read.modelState.map((m) => [m.model, m]));
+  for (const name of keys.model) {
+    dropModel(s, name);
+    const m = models.get(name);
+    if (m) setModel(s, m);
+    const st = states.get(name);
+    if (st) s.modelState.set(name, st);
+    else s.modelState.delete(name);
+  }
+  const replicas = new Map(read.replicas.map((r) => [r.id, r]));
+  for (const id of keys.replica) {
+    const r = replicas.get(id);
+    if (r) setReplica(s, r);
+    else dropReplica(s, id);
+  }
+  const apiKeys = new Map(read.apiKeys.map((k) => [k.name, k]));
+  for (const name of keys.key) {
+    const k = apiKeys.get(name);
+    if (k) s.apiKeys.set(name, k);
+    else s.apiKeys.delete(name);
+  }
+  s.cursor = read.changes[read.changes.length - 1]!.seq;
+  return true;
+}
+
+/** The named nodes' rows, GPUs, weights, credentials and allowed addresses, as read; a last-seen time in memory that is newer stays. */
+function applyNodes(s: State, names: ReadonlySet<string>, read: ChangeRead, touched: ReadonlyMap<string, number>): void {
+  if (names.size === 0) return;
+  const rows = new Map(read.nodes.map((n) => [n.name, n]));
+  const gpus = new Map<string, GpuRow[]>();
+  for (const g of read.gpus) (gpus.get(g.node) ?? gpus.set(g.node, []).get(g.node)!).push(g);
+  const weights = new Map<string, string[]>();
+  for (const w of read.weights) (weights.get(w.node) ?? weights.set(w.node, []).get(w.node)!).push(w.model);
+  const creds = new Map(read.credentials.map((c) => [c.node, c.hash]));
+  const addresses = new Map(read.addresses.map((a) => [a.node, a.address]));
+  for (const name of names) {
+    const row = rows.get(name);
+    const seen = Math.max(s.nodes.get(name)?.lastHeartbeat ?? 0, touched.get(name) ?? 0);
+    if (row) s.nodes.set(name, seen > row.lastHeartbeat ? { ...row, lastHeartbeat: seen } : row);
+    else s.nodes.delete(name);
+    setOrDelete(s.gpus, name, gpus.get(name));
+    setOrDelete(s.weights, name, weights.get(name));
+    const old = s.credOf.get(name);
+    if (old !== undefined && s.nodeOfCred.get(old) === name) s.nodeOfCred.delete(old);
+    const hash = creds.get(name);
+    if (hash !== undefined) {
+      s.credOf.set(name, hash);
+      s.nodeOfCred.set(hash, name);
+    } else s.credOf.delete(name);
+    const address = addresses.get(name);
+    if (address !== undefined) s.allowed.set(name, address);
+    else s.allowed.delete(name);
+  }
+}
+
+function setOrDelete<T>(m: Map<string, T>, key: string, v: T | undefined): void {
+  if (v !== undefined) m.set(key, v);
+  else m.delete(key);
+}
+
 function setModel(s: State, m: ModelRow): void {
   s.models.set(m.name, m);
   for (const a of m.spec.aliases ?? []) s.aliases.set(a, m.name);
+}
+
+/** Forgets a model and the aliases it owns (its state stays: the caller decides). */
+function dropModel(s: State, name: string): void {
+  const m = s.models.get(name);
+  if (!m) return;
+  for (const a of m.spec.aliases ?? []) if (s.aliases.get(a) === name) s.aliases.delete(a);
+  s.models.delete(name);
 }
 
 function setReplica(s: State, r: ReplicaRow): void {

@@ -20,7 +20,7 @@ import { and, asc, count, desc, eq, gt, gte, inArray, sql, type SQL } from "driz
 import { drizzle, type PostgresJsDatabase } from "drizzle-orm/postgres-js";
 import postgres from "postgres";
 import type { StorePort } from "../../control/store-port";
-import type { ApiKeyRow, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, GpuRow, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeRow, NodeTrust, PlanWrite, ReplicaRow, RouterUsage, Snapshot, StoreChange } from "../../control/types";
+import { type ApiKeyRow, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type GpuRow, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeRow, type NodeTrust, type PlanWrite, type ReplicaRow, type RouterUsage, type Snapshot, type StoreChange, type ChangeRead, CHANGES_KEPT, changedKeys } from "../../control/types";
 import { FencedError } from "../../control/errors";
 import type { ModelSpec } from "../../protocol/catalog";
 import type { HeartbeatRequest } from "../../protocol/heartbeat";
@@ -72,6 +72,20 @@ const SNAPSHOT_SQL = {
   models: `SELECT name, spec, revision, created_at AS "createdAt", updated_at AS "updatedAt" FROM models ORDER BY name COLLATE "C"`,
   replicas: `SELECT id, model, profile, state, shards, port, endpoint, failures, error, created_at AS "createdAt", updated_at AS "updatedAt", ready_at AS "readyAt" FROM replicas ORDER BY id COLLATE "C"`,
   modelState: `SELECT model, failures, parked, reason, last_failure_at AS "lastFailureAt", last_requested_at AS "lastRequestedAt", scale_target AS "scaleTarget", unplaceable_reason AS "unplaceableReason" FROM model_state ORDER BY model COLLATE "C"`,
+} as const;
+
+// changesSince's queries: the snapshot's columns, of the rows the changes name ($1, a text array).
+const CHANGE_SQL = {
+  changes: `SELECT seq, kind, key FROM changes WHERE seq > $1 ORDER BY seq LIMIT $2`,
+  nodes: `SELECT name, address, labels, fabrics, admin_state AS "adminState", last_heartbeat AS "lastHeartbeat", agent_version AS "agentVersion", registered_at AS "registeredAt" FROM nodes WHERE name = ANY($1::text[])`,
+  gpus: `SELECT node, idx AS "index", uuid, name, class, memory_mib AS "memoryMib", healthy, parent FROM gpus WHERE node = ANY($1::text[]) ORDER BY node COLLATE "C", idx`,
+  weights: `SELECT node, model FROM weights WHERE node = ANY($1::text[]) ORDER BY node COLLATE "C", model COLLATE "C"`,
+  credentials: `SELECT name AS node, credential_hash AS hash FROM nodes WHERE name = ANY($1::text[]) AND credential_hash IS NOT NULL`,
+  addresses: `SELECT node, address FROM node_addresses WHERE node = ANY($1::text[])`,
+  models: `SELECT name, spec, revision, created_at AS "createdAt", updated_at AS "updatedAt" FROM models WHERE name = ANY($1::text[])`,
+  modelState: `SELECT model, failures, parked, reason, last_failure_at AS "lastFailureAt", last_requested_at AS "lastRequestedAt", scale_target AS "scaleTarget", unplaceable_reason AS "unplaceableReason" FROM model_state WHERE model = ANY($1::text[])`,
+  replicas: `SELECT id, model, profile, state, shards, port, endpoint, failures, error, created_at AS "createdAt", updated_at AS "updatedAt", ready_at AS "readyAt" FROM replicas WHERE id = ANY($1::text[])`,
+  apiKeys: `SELECT name, hash, pool, created_at AS "createdAt" FROM api_keys WHERE name = ANY($1::text[])`,
 } as const;
 
 /** A multi-host URL without target_session_attrs reaches whichever member is first: ask for the primary. */
@@ -191,6 +205,9 @@ export class PgStore implements StorePort {
   private write<T>(retry: Retry, change: StoreChange, fn: (tx: Tx) => Promise<T>): Promise<T> {
     return this.call(retry, () =>
       this.db.transaction(async (tx) => {
+        // What the in-memory model holds may change: the change counter first (its row lock, held
+        // to the commit, orders the triggers' seqs as the commits), before any other row's lock.
+        if (change === "any") await tx.execute(sql`SELECT seq FROM change_counter WHERE id = 1 FOR UPDATE`);
         const r = await fn(tx);
         await tx.execute(sql`SELECT pg_notify(${CHANNEL}, ${this.payload[change]})`);
         return r;
@@ -222,6 +239,33 @@ export class PgStore implements StorePort {
           modelState: [...modelState] as unknown as ModelStateRow[],
         };
       }) as Promise<Snapshot>,
+    );
+  }
+
+  changeCursor(): Promise<number> {
+    return this.call("read", async () => Number((await this.db.select({ seq: schema.changeCounter.seq }).from(schema.changeCounter).where(eq(schema.changeCounter.id, 1)))[0]?.seq ?? 0));
+  }
+
+  changesSince(after: number, limit: number): Promise<ChangeRead> {
+    return this.call("read", () =>
+      this.client.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", async (t) => {
+        const rows = await t.unsafe(CHANGE_SQL.changes, [after, limit], { prepare: true });
+        const changes = rows.map((r) => ({ seq: Number(r.seq), kind: String(r.kind), key: String(r.key) }));
+        const k = changedKeys(changes);
+        const q = (text: string, keys: string[]) => (keys.length > 0 ? t.unsafe(text, [keys], { prepare: true }).then((r) => [...r]) : Promise.resolve([]));
+        const [nodes, gpus, weights, credentials, addresses, models, modelState, replicas, apiKeys] = await Promise.all([
+          q(CHANGE_SQL.nodes, k.node),
+          q(CHANGE_SQL.gpus, k.node),
+          q(CHANGE_SQL.weights, k.node),
+          q(CHANGE_SQL.credentials, k.node),
+          q(CHANGE_SQL.addresses, k.node),
+          q(CHANGE_SQL.models, k.model),
+          q(CHANGE_SQL.modelState, k.model),
+          q(CHANGE_SQL.replicas, k.replica),
+          q(CHANGE_SQL.apiKeys, k.key),
+        ]);
+        return { changes, nodes, gpus, weights, credentials, addresses, models, modelState, replicas, apiKeys } as unknown as ChangeRead;
+      }) as Promise<ChangeRead>,
     );
   }
 
@@ -455,6 +499,8 @@ export class PgStore implements StorePort {
       }
       for (const n of plan.nodeAdmin) await tx.update(schema.nodes).set({ adminState: n.state }).where(eq(schema.nodes.name, n.node));
       if (plan.events.length > 0) await tx.insert(schema.events).values(plan.events.map((e) => eventRecord(e, now)));
+      // The leader's plans keep the changes table short: the oldest rows go (a reader that far behind loads everything).
+      await tx.execute(sql`DELETE FROM changes WHERE seq <= (SELECT seq FROM change_counter WHERE id = 1) - ${CHANGES_KEPT}`);
     });
   }
 
