@@ -42,7 +42,23 @@ interface State {
   cursor: number;
 }
 
-const byKey = <T>(m: Map<string, T>): T[] => [...m.keys()].sort(cmp).map((k) => m.get(k)!);
+/** Each map's keys as last sorted: reused while the map holds exactly those keys (same size, every one present). */
+const sortedKeys = new WeakMap<Map<string, unknown>, string[]>();
+const keysOf = (m: Map<string, unknown>): string[] => {
+  const last = sortedKeys.get(m);
+  if (last && last.length === m.size && last.every((k) => m.has(k))) return last;
+  const keys = [...m.keys()].sort(cmp);
+  sortedKeys.set(m, keys);
+  return keys;
+};
+/** A node's weights as snapshot rows, built once per list (lists are replaced, never edited). */
+const weightRowsOf = new WeakMap<string[], { node: string; model: string }[]>();
+const weightRows = (node: string, models: string[]) => {
+  let rows = weightRowsOf.get(models);
+  if (!rows) weightRowsOf.set(models, (rows = models.map((model) => ({ node, model }))));
+  return rows;
+};
+const byKey = <T>(m: Map<string, T>): T[] => keysOf(m).map((k) => m.get(k)!);
 const cmp = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
 const sameList = <T, U>(a: readonly T[], b: readonly U[], eq: (x: T, y: U) => boolean) => a.length === b.length && a.every((x, i) => eq(x, b[i]!));
 const sameRecord = (a: Record<string, string>, b: Record<string, string>) => {
@@ -234,8 +250,8 @@ export class ModelStore implements StorePort {
     if (!this.cached) {
       const gpus: GpuRow[] = [];
       const weights: { node: string; model: string }[] = [];
-      for (const n of [...s.gpus.keys()].sort(cmp)) gpus.push(...s.gpus.get(n)!);
-      for (const n of [...s.weights.keys()].sort(cmp)) for (const m of s.weights.get(n)!) weights.push({ node: n, model: m });
+      for (const n of keysOf(s.gpus)) gpus.push(...s.gpus.get(n)!);
+      for (const n of keysOf(s.weights)) weights.push(...weightRows(n, s.weights.get(n)!));
       this.cached = {
         nodes: byKey(s.nodes) as NodeRow[],
         gpus: gpus as GpuRow[],

@@ -63,6 +63,63 @@ export function assignments(snapshot: Snapshot, config: ReconcileConfig, engineK
   return { byNode, settled };
 }
 
+/**
+ * The nodes whose assignment sets may differ between two snapshots of the in-memory model (rows
+ * are replaced, never edited, so an unchanged row is the same object): nodes come or gone or
+ * moved address, GPUs replaced, and every node of a replica that changed, came, went, or whose
+ * model changed. Undefined (project every node) for snapshots without a version (a plain store)
+ * or when most of the fleet is touched anyway (a full reload).
+ */
+export function touchedNodes(prev: Snapshot, next: Snapshot): Set<string> | undefined {
+  if (prev.version === undefined || next.version === undefined) return undefined;
+  const touched = new Set<string>();
+  const nodes = new Map(prev.nodes.map((n) => [n.name, n]));
+  for (const n of next.nodes) {
+    if (nodes.get(n.name)?.address !== n.address) touched.add(n.name);
+    nodes.delete(n.name);
+  }
+  for (const name of nodes.keys()) touched.add(name);
+  touchedGpus(prev, next, touched);
+  const models = new Map(prev.models.map((m) => [m.name, m]));
+  const changedModels = new Set<string>();
+  for (const m of next.models) {
+    if (models.get(m.name) !== m) changedModels.add(m.name);
+    models.delete(m.name);
+  }
+  for (const name of models.keys()) changedModels.add(name);
+  const replicas = new Map(prev.replicas.map((r) => [r.id, r]));
+  for (const r of next.replicas) {
+    const p = replicas.get(r.id);
+    replicas.delete(r.id);
+    if (p === r && !changedModels.has(r.model)) continue;
+    for (const sh of r.shards) touched.add(sh.node);
+    for (const sh of p?.shards ?? []) touched.add(sh.node);
+  }
+  for (const p of replicas.values()) for (const sh of p.shards) touched.add(sh.node);
+  return touched.size > next.nodes.length / 4 ? undefined : touched;
+}
+
+/** Nodes whose GPU rows differ (rows in node, index order). */
+function touchedGpus(prev: Snapshot, next: Snapshot, touched: Set<string>): void {
+  if (prev.gpus === next.gpus) return;
+  if (prev.gpus.length === next.gpus.length) {
+    prev.gpus.forEach((g, i) => {
+      const h = next.gpus[i]!;
+      if (g === h) return;
+      touched.add(g.node);
+      touched.add(h.node);
+    });
+    return;
+  }
+  const key = (g: { node: string; index: number }) => `${g.node}\u0000${g.index}`;
+  const before = new Map(prev.gpus.map((g) => [key(g), g]));
+  for (const g of next.gpus) {
+    if (before.get(key(g)) !== g) touched.add(g.node);
+    before.delete(key(g));
+  }
+  for (const g of before.values()) touched.add(g.node);
+}
+
 /** The catalog's pin wins; else the revision this replica was handed, else a common one (settled once every node said). */
 function revisionFor(r: ReplicaRow, spec: ModelSpec, snapshot: Snapshot, before: ReadonlyMap<string, string | null>, settled: Map<string, string | null>): string | null {
   const kept = before.get(r.id);
