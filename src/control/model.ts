@@ -23,7 +23,9 @@ export const TOUCH_FLUSH_MS = 1000;
 /** Changes read at once; a reader further behind loads everything (cheaper then). */
 export const CHANGES_READ_LIMIT = 5000;
 
-type Base = Omit<Snapshot, "discovery" | "revisions">;
+type Base = Omit<Snapshot, "discovery" | "revisions" | "version">;
+/** The snapshot's arrays, each built again only when its collection changed. */
+type Collection = "nodes" | "gpus" | "weights" | "models" | "replicas" | "modelState";
 
 interface State {
   nodes: Map<string, NodeRow>;
@@ -74,6 +76,8 @@ export class ModelStore implements StorePort {
   private cached: Base | undefined;
   /** Only last-seen times changed since `cached` was built. */
   private nodesStale = false;
+  /** Collections changed since `cached` was built (see changed()). */
+  private readonly dirty = new Set<Collection>();
   private readonly touched = new Map<string, number>();
   private lastFlush = Number.NEGATIVE_INFINITY;
   private flushTimer: { cancel(): void } | undefined;
@@ -165,7 +169,7 @@ export class ModelStore implements StorePort {
       this.invalidate();
       return this.load();
     }
-    if (read.changes.length > 0) this.changed();
+    if (read.changes.length > 0) this.changed(...changedCollections(read));
     this.mergeSeen(s, seen);
     return s;
   }
@@ -235,8 +239,10 @@ export class ModelStore implements StorePort {
     }
   }
 
-  private changed(): void {
-    this.cached = undefined;
+  /** Something but last-seen times changed: the snapshot arrays of the named collections (all when none is named) are built again. */
+  private changed(...which: Collection[]): void {
+    if (this.cached && which.length > 0) for (const c of which) this.dirty.add(c);
+    else this.cached = undefined;
     this.version++;
   }
 
@@ -245,8 +251,9 @@ export class ModelStore implements StorePort {
   async snapshot(): Promise<Snapshot> {
     const s = await this.load();
     this.flushIfDue();
-    if (this.cached && this.nodesStale) this.cached = { ...this.cached, nodes: byKey(s.nodes) as NodeRow[] };
+    if (this.cached && (this.nodesStale || this.dirty.size > 0)) this.cached = this.rebuilt(s, this.cached);
     this.nodesStale = false;
+    this.dirty.clear();
     if (!this.cached) {
       const gpus: GpuRow[] = [];
       const weights: { node: string; model: string }[] = [];
@@ -262,6 +269,25 @@ export class ModelStore implements StorePort {
       };
     }
     return { ...this.cached, version: this.version };
+  }
+
+  /** The cached snapshot with the dirty collections' arrays (and the nodes', when last-seen moved) built again; the rest stay the same arrays. */
+  private rebuilt(s: State, c: Base): Base {
+    const d = this.dirty;
+    const out = { ...c };
+    if (this.nodesStale || d.has("nodes")) out.nodes = byKey(s.nodes);
+    if (d.has("gpus")) {
+      out.gpus = [];
+      for (const n of keysOf(s.gpus)) out.gpus.push(...s.gpus.get(n)!);
+    }
+    if (d.has("weights")) {
+      out.weights = [];
+      for (const n of keysOf(s.weights)) out.weights.push(...weightRows(n, s.weights.get(n)!));
+    }
+    if (d.has("models")) out.models = byKey(s.models);
+    if (d.has("replicas")) out.replicas = byKey(s.replicas);
+    if (d.has("modelState")) out.modelState = byKey(s.modelState);
+    return out;
   }
 
   async replicaSnapshot(node?: string): Promise<Pick<Snapshot, "replicas" | "modelState">> {
@@ -376,7 +402,7 @@ export class ModelStore implements StorePort {
     const models = [...new Set(hb.models)].sort(cmp);
     if (models.length > 0) s.weights.set(hb.node, models);
     else s.weights.delete(hb.node);
-    this.changed();
+    this.changed("nodes", "gpus", "weights");
     return result;
   }
 
@@ -449,7 +475,7 @@ export class ModelStore implements StorePort {
       const row = s.nodes.get(n.node);
       if (row) s.nodes.set(n.node, { ...row, adminState: n.state });
     }
-    this.changed();
+    this.changed("replicas", "modelState", ...(plan.nodeAdmin.length > 0 ? (["nodes"] as const) : []));
   }
 
   async updateModelState(model: string, patch: Partial<Omit<ModelStateRow, "model">>): Promise<void> {
@@ -457,7 +483,7 @@ export class ModelStore implements StorePort {
     await this.write(() => this.inner.updateModelState(model, patch));
     if (this.state !== s) return;
     patchModelState(s, model, patch);
-    this.changed();
+    this.changed("modelState");
   }
 
   // ---- rare writes: through the store, then memory loads again ------------------------
@@ -486,7 +512,7 @@ export class ModelStore implements StorePort {
     const row = s.nodes.get(name);
     if (this.state === s && row && out.previous !== undefined) {
       s.nodes.set(name, { ...row, adminState: state });
-      this.changed();
+      this.changed("nodes");
     }
     return out;
   }
@@ -503,7 +529,7 @@ export class ModelStore implements StorePort {
       setModel(s, { name: spec.name, spec: JSON.parse(JSON.stringify(spec)) as ModelRow["spec"], revision, createdAt: created || !prev ? now : prev.createdAt, updatedAt: now });
       patchModelState(s, spec.name, { failures: 0, parked: false, reason: null, unplaceableReason: null });
     }
-    this.changed();
+    this.changed("models", "modelState");
   }
   async deleteModel(name: string): Promise<boolean> {
     const s = await this.load();
@@ -513,7 +539,7 @@ export class ModelStore implements StorePort {
     else if (out) {
       dropModel(s, name);
       s.modelState.delete(name);
-      this.changed();
+      this.changed("models", "modelState");
     }
     return out;
   }
@@ -524,7 +550,7 @@ export class ModelStore implements StorePort {
     if (out !== (s.modelState.get(model)?.parked === true)) this.invalidate();
     else if (out) {
       patchModelState(s, model, { parked: false, failures: 0, reason: null, lastFailureAt: null });
-      this.changed();
+      this.changed("modelState");
     }
     return out;
   }
@@ -684,6 +710,16 @@ function applyNodes(s: State, names: ReadonlySet<string>, read: ChangeRead, touc
     if (address !== undefined) s.allowed.set(name, address);
     else s.allowed.delete(name);
   }
+}
+
+/** The snapshot collections the changes read touch. */
+function changedCollections(read: ChangeRead): Collection[] {
+  const kinds = new Set(read.changes.map((c) => c.kind));
+  const out: Collection[] = [];
+  if (kinds.has("node")) out.push("nodes", "gpus", "weights");
+  if (kinds.has("model")) out.push("models", "modelState");
+  if (kinds.has("replica")) out.push("replicas");
+  return out.length > 0 ? out : ["nodes"];
 }
 
 function setOrDelete<T>(m: Map<string, T>, key: string, v: T | undefined): void {

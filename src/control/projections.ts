@@ -65,20 +65,22 @@ export function assignments(snapshot: Snapshot, config: ReconcileConfig, engineK
 
 /**
  * The nodes whose assignment sets may differ between two snapshots of the in-memory model (rows
- * are replaced, never edited, so an unchanged row is the same object): nodes come or gone or
- * moved address, GPUs replaced, and every node of a replica that changed, came, went, or whose
- * model changed. Undefined (project every node) for snapshots without a version (a plain store)
+ * are replaced, never edited, so an unchanged row is the same object): nodes whose GPUs were
+ * replaced, and every node of a replica that changed, came, went, whose model changed, or one of
+ * whose nodes came, went or moved address. Undefined (project every node) for snapshots without a version (a plain store)
  * or when most of the fleet is touched anyway (a full reload).
  */
 export function touchedNodes(prev: Snapshot, next: Snapshot): Set<string> | undefined {
   if (prev.version === undefined || next.version === undefined) return undefined;
-  const touched = new Set<string>();
+  // Nodes come, gone or at another address: every node of a replica on one (its leader's address).
+  const moved = new Set<string>();
   const nodes = new Map(prev.nodes.map((n) => [n.name, n]));
   for (const n of next.nodes) {
-    if (nodes.get(n.name)?.address !== n.address) touched.add(n.name);
+    if (nodes.get(n.name)?.address !== n.address) moved.add(n.name);
     nodes.delete(n.name);
   }
-  for (const name of nodes.keys()) touched.add(name);
+  for (const name of nodes.keys()) moved.add(name);
+  const touched = new Set(moved);
   touchedGpus(prev, next, touched);
   const models = new Map(prev.models.map((m) => [m.name, m]));
   const changedModels = new Set<string>();
@@ -91,7 +93,7 @@ export function touchedNodes(prev: Snapshot, next: Snapshot): Set<string> | unde
   for (const r of next.replicas) {
     const p = replicas.get(r.id);
     replicas.delete(r.id);
-    if (p === r && !changedModels.has(r.model)) continue;
+    if (p === r && !changedModels.has(r.model) && (moved.size === 0 || !r.shards.some((sh) => moved.has(sh.node)))) continue;
     for (const sh of r.shards) touched.add(sh.node);
     for (const sh of p?.shards ?? []) touched.add(sh.node);
   }

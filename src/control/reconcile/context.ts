@@ -85,5 +85,16 @@ export function addressOf(ctx: Pick<ReconcileContext, "nodes">, node: string): s
   return ctx.nodes.get(node)?.address ?? node;
 }
 
+// Every step asks the keys of every GPU held, and of every GPU again for placement: each is
+// built once (a new string per ask costs its allocation and its hashing in the set).
+const gpuKeys = new Map<string, string[]>();
+
 /** A GPU's key in sets of held GPUs. */
-export const gpuKey = (node: string, idx: number): string => `${node}\u0000${idx}`;
+export const gpuKey = (node: string, idx: number): string => {
+  let keys = gpuKeys.get(node);
+  if (!keys) {
+    if (gpuKeys.size >= 100_000) gpuKeys.clear();
+    gpuKeys.set(node, (keys = []));
+  }
+  return (keys[idx] ??= `${node}\u0000${idx}`);
+};

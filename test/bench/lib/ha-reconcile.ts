@@ -85,19 +85,25 @@ export async function seedReconcileFleet(store: StorePort, NODES = 1000, MODELS 
 }
 
 /** Another writer's commit: one model's min raised by one through `other`, resolved once `model`'s watch heard it. */
-async function otherWrites(other: StorePort, model: ModelStore, m: ModelSpec): Promise<void> {
+async function otherWrites(other: StorePort, heard: () => Promise<void>, m: ModelSpec): Promise<void> {
   const row = await other.modelByName(m.name);
   const min = (row?.spec.replicas.min ?? m.replicas.min) + 1;
   const spec = modelSpec({ ...m, replicas: { ...m.replicas, min, max: Math.max(min, m.replicas.max ?? min) } } as Parameters<typeof modelSpec>[0]);
-  let stop = () => {};
-  const heard = new Promise<void>((resolve) => {
-    stop = model.watch((c) => {
-      if (c === "any") resolve();
-    });
-  });
+  const next = heard();
   await other.saveModels([{ spec, revision: (row?.revision ?? 1) + 1, created: false }], T0);
-  await heard;
-  stop();
+  await next;
+}
+
+/** The model's watch, kept for the whole run: heard() resolves at the next "any" it passes on. */
+function hearing(model: ModelStore): { heard: () => Promise<void>; stop: () => void } {
+  let waiting: (() => void)[] = [];
+  const stop = model.watch((c) => {
+    if (c !== "any") return;
+    const w = waiting;
+    waiting = [];
+    for (const f of w) f();
+  });
+  return { heard: () => new Promise<void>((r) => waiting.push(r)), stop };
 }
 
 export async function reconcileBench(store: StorePort, o: { runs: number; log?: (s: string) => void; other?: () => Promise<StorePort> }): Promise<ReconcileFigures> {
@@ -135,8 +141,16 @@ export async function reconcileBench(store: StorePort, o: { runs: number; log?: 
   let tickReload: Stat = { p50: Number.NaN, p95: Number.NaN, cpuP50: Number.NaN, n: 0 };
   if (o.other) {
     const other = await o.other();
+    const watch = hearing(model);
     let j = 0;
-    tickReload = await timed(o.runs, () => otherWrites(other, model, models[(k + j++) % models.length]!), () => controller.tick());
+    // The watch's first notification may precede its LISTEN (PostgreSQL): write until one is heard, then settle.
+    for (let heardOne = false; !heardOne; ) {
+      const m = models[(k + j++) % models.length]!;
+      heardOne = await Promise.race([otherWrites(other, watch.heard, m).then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 1000))]);
+    }
+    await controller.tick();
+    tickReload = await timed(o.runs, () => otherWrites(other, watch.heard, models[(k + j++) % models.length]!), () => controller.tick());
+    watch.stop();
   }
   const tickFullReload = await timed(o.runs, () => model.invalidate(), () => controller.tick());
   await model.flush().catch(() => undefined);
