@@ -261,3 +261,5 @@ export function changedKeys(changes: readonly Change[]): Record<ChangeKind, stri
 
 /** Changes kept in the store: a reader further behind finds a gap and loads everything. */
 export const CHANGES_KEPT = 50_000;
+/** Plans between two prunes of the changes table (the first plan of a store instance prunes). */
+export const PRUNE_EVERY = 100;

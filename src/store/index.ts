@@ -12,7 +12,7 @@ import { Database } from "bun:sqlite";
 import { and, asc, count, desc, eq, getTableColumns, gt, gte, inArray, sql } from "drizzle-orm";
 import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
 import type { StorePort } from "../control/store-port";
-import { type ApiKeyRow, type ChangeRead, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeTrust, type PlanWrite, type RouterUsage, type Snapshot, type StoreChange, CHANGES_KEPT, changedKeys } from "../control/types";
+import { type ApiKeyRow, type ChangeRead, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeTrust, type PlanWrite, type RouterUsage, type Snapshot, type StoreChange, CHANGES_KEPT, PRUNE_EVERY, changedKeys } from "../control/types";
 import { FencedError } from "../control/errors";
 import type { ModelSpec } from "../protocol/catalog";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
@@ -51,6 +51,8 @@ export class Store implements StorePort {
   private readonly db: BunSQLiteDatabase<typeof schema>;
   readonly sqlite: Database;
   private touchStatement: { run(values: { at: number; name: string }): unknown } | undefined;
+  /** Plans written since the changes table was last pruned. */
+  private plansUnpruned = PRUNE_EVERY - 1;
   constructor(opts: OpenOptions) {
     this.sqlite = new Database(opts.path, { create: true, strict: true });
     // WAL lets the CLI-facing reads run beside the reconciler's writes; the busy timeout
@@ -329,8 +331,11 @@ export class Store implements StorePort {
         }
         for (const n of plan.nodeAdmin) tx.update(schema.nodes).set({ adminState: n.state }).where(eq(schema.nodes.name, n.node)).run();
         for (const e of plan.events) tx.insert(schema.events).values(eventRecord(e, now)).run();
-        // The leader's plans keep the changes table short: the oldest rows go (a reader that far behind loads everything).
-        tx.run(sql`DELETE FROM changes WHERE seq <= (SELECT seq FROM change_counter WHERE id = 1) - ${CHANGES_KEPT}`);
+        // The leader's plans keep the changes table short (every PRUNE_EVERY-th): the oldest rows go (a reader that far behind loads everything).
+        if (++this.plansUnpruned >= PRUNE_EVERY) {
+          this.plansUnpruned = 0;
+          tx.run(sql`DELETE FROM changes WHERE seq <= (SELECT seq FROM change_counter WHERE id = 1) - ${CHANGES_KEPT}`);
+        }
       }),
     );
   }

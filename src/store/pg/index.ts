@@ -20,7 +20,7 @@ import { and, asc, count, desc, eq, gt, gte, inArray, sql, type SQL } from "driz
 import { drizzle, type PostgresJsDatabase } from "drizzle-orm/postgres-js";
 import postgres from "postgres";
 import type { StorePort } from "../../control/store-port";
-import { type ApiKeyRow, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type GpuRow, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeRow, type NodeTrust, type PlanWrite, type ReplicaRow, type RouterUsage, type Snapshot, type StoreChange, type ChangeRead, CHANGES_KEPT, changedKeys } from "../../control/types";
+import { type ApiKeyRow, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type GpuRow, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeRow, type NodeTrust, type PlanWrite, type ReplicaRow, type RouterUsage, type Snapshot, type StoreChange, type ChangeRead, CHANGES_KEPT, PRUNE_EVERY, changedKeys } from "../../control/types";
 import { FencedError } from "../../control/errors";
 import type { ModelSpec } from "../../protocol/catalog";
 import type { HeartbeatRequest } from "../../protocol/heartbeat";
@@ -111,6 +111,8 @@ export class PgStore implements StorePort {
   private listener: Sql | undefined;
   private listening = false;
   private listenLoopRunning = false;
+  /** Plans written since the changes table was last pruned. */
+  private plansUnpruned = PRUNE_EVERY - 1;
 
   private constructor(opts: PgStoreOptions) {
     this.opts = opts;
@@ -499,8 +501,11 @@ export class PgStore implements StorePort {
       }
       for (const n of plan.nodeAdmin) await tx.update(schema.nodes).set({ adminState: n.state }).where(eq(schema.nodes.name, n.node));
       if (plan.events.length > 0) await tx.insert(schema.events).values(plan.events.map((e) => eventRecord(e, now)));
-      // The leader's plans keep the changes table short: the oldest rows go (a reader that far behind loads everything).
-      await tx.execute(sql`DELETE FROM changes WHERE seq <= (SELECT seq FROM change_counter WHERE id = 1) - ${CHANGES_KEPT}`);
+      // The leader's plans keep the changes table short (every PRUNE_EVERY-th): the oldest rows go (a reader that far behind loads everything).
+      if (++this.plansUnpruned >= PRUNE_EVERY) {
+        this.plansUnpruned = 0;
+        await tx.execute(sql`DELETE FROM changes WHERE seq <= (SELECT seq FROM change_counter WHERE id = 1) - ${CHANGES_KEPT}`);
+      }
     });
   }
 
