@@ -87,8 +87,6 @@ export class ModelStore implements StorePort {
   writes = 0;
   /** Another writer committed: the next read first reads the store's changes since the cursor. */
   private behind = false;
-  /** With `behind`: last-seen times may have moved too (a store that cannot tell them apart). */
-  private seenStale = false;
   private catching: Promise<State> | undefined;
   /** Rises when one of this model's writes starts and when it ends: a change read overlapping one is not applied. */
   private writeGen = 0;
@@ -148,12 +146,9 @@ export class ModelStore implements StorePort {
     const gen = this.writeGen;
     this.behind = false;
     this.changeReads++;
-    const seenToo = this.seenStale;
-    this.seenStale = false;
     let read: ChangeRead;
-    let seen: { name: string; at: number }[] = [];
     try {
-      [read, seen] = await Promise.all([this.inner.changesSince(s.cursor, CHANGES_READ_LIMIT), seenToo ? this.inner.nodesSeen() : seen]);
+      read = await this.inner.changesSince(s.cursor, CHANGES_READ_LIMIT);
     } catch {
       this.invalidate();
       return this.load();
@@ -170,7 +165,6 @@ export class ModelStore implements StorePort {
       return this.load();
     }
     if (read.changes.length > 0) this.changed(...changedCollections(read));
-    this.mergeSeen(s, seen);
     return s;
   }
 
@@ -610,12 +604,10 @@ export class ModelStore implements StorePort {
 
   /**
    * Another writer committed: the next read first reads the changes committed since this memory's
-   * cursor and the rows they name. Last-seen times are no changes: they are read again too.
+   * cursor and the rows they name. (Last-seen times are no changes: the store says "seen" for them.)
    */
   otherWriter(): void {
-    if (!this.state) return;
-    this.behind = true;
-    this.seenStale = true;
+    if (this.state) this.behind = true;
   }
 
   /**

@@ -220,7 +220,8 @@ export interface NodeReportRow {
  * What another writer changed, as far as the store can tell: "seen" when only nodes' last
  * heartbeats moved; "reports" for node reports; "meta" for what the in-memory model does not
  * hold (the lease, control-plane rows, router usage, events); "any" for everything else
- * (reload). A store that cannot tell says "any".
+ * (the in-memory model reads the store's changes). A store that cannot tell says "any" and
+ * then "seen" (last-seen times may have moved as well).
  */
 export type StoreChange = "seen" | "any" | "meta" | "reports";
 

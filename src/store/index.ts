@@ -454,7 +454,8 @@ export class Store implements StorePort {
 
   /**
    * Another connection's commits, seen through PRAGMA data_version (it changes only when
-   * another connection wrote): several control planes on one SQLite file on one machine.
+   * another connection wrote): several control planes on one SQLite file on one machine. It
+   * cannot tell what changed: "any", then "seen" (last-seen times may have moved too).
    */
   watch(fn: (change: StoreChange) => void, everyMs = 250): () => void {
     let last = this.dataVersion();
@@ -468,6 +469,7 @@ export class Store implements StorePort {
       if (v !== last) {
         last = v;
         fn("any");
+        fn("seen");
       }
     }, everyMs);
     timer.unref();

@@ -613,7 +613,7 @@ export class PgStore implements StorePort {
 
   /**
    * Other instances' commits, heard through LISTEN on a connection of this store's own. After
-   * that connection was lost and came back, fn hears "any": what was announced meanwhile is lost.
+   * that connection was lost and came back, fn hears "any" and "seen": what was announced meanwhile is lost.
    */
   watch(fn: (change: StoreChange) => void): () => void {
     this.watchers.add(fn);
@@ -658,7 +658,12 @@ export class PgStore implements StorePort {
         try {
           await this.listener.unsafe(`LISTEN ${CHANNEL}`);
           this.listening = true;
-          if (resumed) for (const w of [...this.watchers]) w("any");
+          // What was announced meanwhile is lost: anything, and last-seen times.
+          if (resumed)
+            for (const w of [...this.watchers]) {
+              w("any");
+              w("seen");
+            }
           return;
         } catch {
           resumed = true;
