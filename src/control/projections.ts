@@ -80,8 +80,10 @@ export function touchedNodes(prev: Snapshot, next: Snapshot): Set<string> | unde
     nodes.delete(n.name);
   }
   for (const name of nodes.keys()) moved.add(name);
+  const limit = next.nodes.length / 4;
   const touched = new Set(moved);
-  touchedGpus(prev, next, touched);
+  touchedGpus(prev, next, touched, limit);
+  if (touched.size > limit) return undefined;
   const models = new Map(prev.models.map((m) => [m.name, m]));
   const changedModels = new Set<string>();
   for (const m of next.models) {
@@ -96,21 +98,23 @@ export function touchedNodes(prev: Snapshot, next: Snapshot): Set<string> | unde
     if (p === r && !changedModels.has(r.model) && (moved.size === 0 || !r.shards.some((sh) => moved.has(sh.node)))) continue;
     for (const sh of r.shards) touched.add(sh.node);
     for (const sh of p?.shards ?? []) touched.add(sh.node);
+    if (touched.size > limit) return undefined;
   }
   for (const p of replicas.values()) for (const sh of p.shards) touched.add(sh.node);
-  return touched.size > next.nodes.length / 4 ? undefined : touched;
+  return touched.size > limit ? undefined : touched;
 }
 
-/** Nodes whose GPU rows differ (rows in node, index order). */
-function touchedGpus(prev: Snapshot, next: Snapshot, touched: Set<string>): void {
+/** Nodes whose GPU rows differ (rows in node, index order); it stops once more than `limit` are. */
+function touchedGpus(prev: Snapshot, next: Snapshot, touched: Set<string>, limit: number): void {
   if (prev.gpus === next.gpus) return;
   if (prev.gpus.length === next.gpus.length) {
-    prev.gpus.forEach((g, i) => {
+    for (let i = 0; i < prev.gpus.length && touched.size <= limit; i++) {
+      const g = prev.gpus[i]!;
       const h = next.gpus[i]!;
-      if (g === h) return;
+      if (g === h) continue;
       touched.add(g.node);
       touched.add(h.node);
-    });
+    }
     return;
   }
   const key = (g: { node: string; index: number }) => `${g.node}\u0000${g.index}`;
