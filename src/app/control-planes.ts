@@ -117,7 +117,8 @@ export async function joinControlPlanes(o: ControlPlaneOptions): Promise<Control
   controller.setLeadership({ leading: false, epoch: 0, name: self });
   controller.setSummarySources({ controlPlanes: () => view });
 
-  // Another control plane's commit: the model has dropped its memory already; a tick soon reloads it.
+  // Another control plane's commit: the model reads what it changed at its next read (a tick soon);
+  // the backstop reloads everything now and then all the same.
   const unwatch = model.watch((change) => void controller.storeChanged(change));
   const backstop: Timer = scheduler
     .every(BACKSTOP_RELOAD_MS, () => {

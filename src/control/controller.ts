@@ -113,6 +113,8 @@ export class Controller {
    * projected from: a tick over unchanged state (the steady state of a large fleet) skips them.
    */
   private projectedAt: string | undefined;
+  /** The snapshot (and reported-revisions count) every node's assignments were last brought up to: the next tick projects only what changed since. */
+  private projectedFrom: { snapshot: Snapshot; reported: number } | undefined;
   /** Rises whenever a node's reported revisions change (they feed the assignments). */
   private reported = 0;
   /** Each node's last reported revisions, as sent, to tell a change from a repeat. */
@@ -254,6 +256,7 @@ export class Controller {
     this.lastPublished = "";
     this.lastCatalog = "";
     this.projectedAt = undefined;
+    this.projectedFrom = undefined;
     await this.publishKeys();
   }
 
@@ -667,11 +670,23 @@ export class Controller {
       if (v !== undefined) merged.set(r.id, v);
     }
     this.replicaRevisions = merged;
-    for (const n of sub.nodes) this.broker.offer(n.name, byNode.get(n.name) ?? []);
+    // Only the given nodes: a peer of theirs also runs replicas left out of `sub`.
+    for (const n of sub.nodes) if (nodes.has(n.name)) this.broker.offer(n.name, byNode.get(n.name) ?? []);
   }
 
-  /** Recomputes every node's assignment set; the broker bumps and wakes the nodes whose set changed. */
+  /**
+   * Brings every node's assignment set up to the snapshot; the broker bumps and wakes the nodes
+   * whose set changed. Only the nodes a change since the last time touched are projected again
+   * (the in-memory model's snapshots), else all of them.
+   */
   private refreshAssignments(snapshot: Snapshot): void {
+    const prev = this.projectedFrom;
+    this.projectedFrom = { snapshot, reported: this.reported };
+    const touched = prev && prev.reported === this.reported ? project.touchedNodes(prev.snapshot, snapshot) : undefined;
+    if (touched) {
+      if (touched.size > 0) this.refreshNodes(snapshot, touched);
+      return;
+    }
     const { byNode, settled } = project.assignments(snapshot, this.config, this.engineKey, this.replicaRevisions);
     this.replicaRevisions = settled;
     for (const n of snapshot.nodes) this.broker.offer(n.name, byNode.get(n.name) ?? []);

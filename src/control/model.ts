@@ -16,12 +16,16 @@ import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { AdminState } from "../protocol/views";
 import { joinRefused } from "./join";
 import type { StorePort } from "./store-port";
-import { type ApiKeyRow, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type GpuRow, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeRow, type NodeTrust, type PlanWrite, type ReplicaRow, type RouterUsage, type Snapshot, type StoreChange, emptyModelState } from "./types";
+import { type ApiKeyRow, type ChangeRead, CHANGE_KINDS, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type GpuRow, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeRow, type NodeTrust, type PlanWrite, type ReplicaRow, type RouterUsage, type Snapshot, type StoreChange, emptyModelState } from "./types";
 
 /** How often touched last-seen times reach the store. */
 export const TOUCH_FLUSH_MS = 1000;
+/** Changes read at once; a reader further behind loads everything (cheaper then). */
+export const CHANGES_READ_LIMIT = 5000;
 
-type Base = Omit<Snapshot, "discovery" | "revisions">;
+type Base = Omit<Snapshot, "discovery" | "revisions" | "version">;
+/** The snapshot's arrays, each built again only when its collection changed. */
+type Collection = "nodes" | "gpus" | "weights" | "models" | "replicas" | "modelState";
 
 interface State {
   nodes: Map<string, NodeRow>;
@@ -36,9 +40,27 @@ interface State {
   apiKeys: Map<string, ApiKeyRow>;
   credOf: Map<string, string>;
   nodeOfCred: Map<string, string>;
+  /** The store's change seq this memory holds everything up to. */
+  cursor: number;
 }
 
-const byKey = <T>(m: Map<string, T>): T[] => [...m.keys()].sort(cmp).map((k) => m.get(k)!);
+/** Each map's keys as last sorted: reused while the map holds exactly those keys (same size, every one present). */
+const sortedKeys = new WeakMap<Map<string, unknown>, string[]>();
+const keysOf = (m: Map<string, unknown>): string[] => {
+  const last = sortedKeys.get(m);
+  if (last && last.length === m.size && last.every((k) => m.has(k))) return last;
+  const keys = [...m.keys()].sort(cmp);
+  sortedKeys.set(m, keys);
+  return keys;
+};
+/** A node's weights as snapshot rows, built once per list (lists are replaced, never edited). */
+const weightRowsOf = new WeakMap<string[], { node: string; model: string }[]>();
+const weightRows = (node: string, models: string[]) => {
+  let rows = weightRowsOf.get(models);
+  if (!rows) weightRowsOf.set(models, (rows = models.map((model) => ({ node, model }))));
+  return rows;
+};
+const byKey = <T>(m: Map<string, T>): T[] => keysOf(m).map((k) => m.get(k)!);
 const cmp = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
 const sameList = <T, U>(a: readonly T[], b: readonly U[], eq: (x: T, y: U) => boolean) => a.length === b.length && a.every((x, i) => eq(x, b[i]!));
 const sameRecord = (a: Record<string, string>, b: Record<string, string>) => {
@@ -54,6 +76,8 @@ export class ModelStore implements StorePort {
   private cached: Base | undefined;
   /** Only last-seen times changed since `cached` was built. */
   private nodesStale = false;
+  /** Collections changed since `cached` was built (see changed()). */
+  private readonly dirty = new Set<Collection>();
   private readonly touched = new Map<string, number>();
   private lastFlush = Number.NEGATIVE_INFINITY;
   private flushTimer: { cancel(): void } | undefined;
@@ -61,6 +85,14 @@ export class ModelStore implements StorePort {
   private version = 0;
   /** Transactions this model has asked of the store (tests and benchmarks read it). */
   writes = 0;
+  /** Another writer committed: the next read first reads the store's changes since the cursor. */
+  private behind = false;
+  private catching: Promise<State> | undefined;
+  /** Rises when one of this model's writes starts and when it ends: a change read overlapping one is not applied. */
+  private writeGen = 0;
+  /** Full loads and change reads so far (tests and benchmarks read them). */
+  loads = 0;
+  changeReads = 0;
 
   constructor(
     readonly inner: StorePort,
@@ -71,6 +103,7 @@ export class ModelStore implements StorePort {
   invalidate(): void {
     this.state = undefined;
     this.loading = undefined;
+    this.behind = false;
     this.cached = undefined;
     this.version++;
   }
@@ -82,6 +115,7 @@ export class ModelStore implements StorePort {
   }
 
   private load(): Promise<State> {
+    if (this.state && this.behind) return this.catchUp(this.state);
     if (this.state) return Promise.resolve(this.state);
     if (!this.loading) {
       const p = this.read().then(
@@ -102,7 +136,42 @@ export class ModelStore implements StorePort {
     return this.loading;
   }
 
+  /** Another writer's commits, read alone: only the rows they name are read again. */
+  private catchUp(s: State): Promise<State> {
+    this.catching ??= this.readChanges(s).finally(() => (this.catching = undefined));
+    return this.catching;
+  }
+
+  private async readChanges(s: State): Promise<State> {
+    const gen = this.writeGen;
+    this.behind = false;
+    this.changeReads++;
+    let read: ChangeRead;
+    try {
+      read = await this.inner.changesSince(s.cursor, CHANGES_READ_LIMIT);
+    } catch {
+      this.invalidate();
+      return this.load();
+    }
+    if (this.state !== s) return this.load();
+    // One of this model's own writes overlapped the read: its rows may be older than memory. Next read.
+    if (gen !== this.writeGen) {
+      this.behind = true;
+      return s;
+    }
+    // A gap (pruned, or a reader too far behind), a kind this version does not know: doubt, load everything.
+    if (read.changes.length >= CHANGES_READ_LIMIT || !applyChanges(s, read, this.touched)) {
+      this.invalidate();
+      return this.load();
+    }
+    if (read.changes.length > 0) this.changed(...changedCollections(read));
+    return s;
+  }
+
   private async read(): Promise<State> {
+    this.loads++;
+    // Before the rows: the changes read later start where this load surely holds everything (read twice is harmless).
+    const cursor = await this.inner.changeCursor();
     const snap = await this.inner.snapshot();
     const [allowed, keys, creds] = [await this.inner.listAllowedAddresses(), await this.inner.listApiKeys(), await this.inner.nodeCredentials()];
     const s: State = {
@@ -118,6 +187,7 @@ export class ModelStore implements StorePort {
       apiKeys: new Map(keys.map((k) => [k.name, k])),
       credOf: new Map(creds.map((c) => [c.node, c.hash])),
       nodeOfCred: new Map(creds.map((c) => [c.hash, c.node])),
+      cursor,
     };
     for (const n of snap.nodes) {
       const at = this.touched.get(n.name);
@@ -134,11 +204,14 @@ export class ModelStore implements StorePort {
   /** Runs a store write; on failure memory is dropped (the next read reloads), then the error goes on. */
   private async write<T>(fn: () => Promise<T>): Promise<T> {
     this.writes++;
+    this.writeGen++;
     try {
       return await fn();
     } catch (e) {
       this.invalidate();
       throw e;
+    } finally {
+      this.writeGen++;
     }
   }
 
@@ -146,7 +219,11 @@ export class ModelStore implements StorePort {
     const s = this.state;
     if (!s) return;
     const rows = await this.inner.nodesSeen();
-    if (this.state !== s) return;
+    if (this.state === s) this.mergeSeen(s, rows);
+  }
+
+  /** Newer last-seen times into memory (newest wins). */
+  private mergeSeen(s: State, rows: readonly { name: string; at: number }[]): void {
     for (const { name, at } of rows) {
       const n = s.nodes.get(name);
       if (n && at > n.lastHeartbeat) {
@@ -156,8 +233,10 @@ export class ModelStore implements StorePort {
     }
   }
 
-  private changed(): void {
-    this.cached = undefined;
+  /** Something but last-seen times changed: the snapshot arrays of the named collections (all when none is named) are built again. */
+  private changed(...which: Collection[]): void {
+    if (this.cached && which.length > 0) for (const c of which) this.dirty.add(c);
+    else this.cached = undefined;
     this.version++;
   }
 
@@ -166,13 +245,14 @@ export class ModelStore implements StorePort {
   async snapshot(): Promise<Snapshot> {
     const s = await this.load();
     this.flushIfDue();
-    if (this.cached && this.nodesStale) this.cached = { ...this.cached, nodes: byKey(s.nodes) as NodeRow[] };
+    if (this.cached && (this.nodesStale || this.dirty.size > 0)) this.cached = this.rebuilt(s, this.cached);
     this.nodesStale = false;
+    this.dirty.clear();
     if (!this.cached) {
       const gpus: GpuRow[] = [];
       const weights: { node: string; model: string }[] = [];
-      for (const n of [...s.gpus.keys()].sort(cmp)) gpus.push(...s.gpus.get(n)!);
-      for (const n of [...s.weights.keys()].sort(cmp)) for (const m of s.weights.get(n)!) weights.push({ node: n, model: m });
+      for (const n of keysOf(s.gpus)) gpus.push(...s.gpus.get(n)!);
+      for (const n of keysOf(s.weights)) weights.push(...weightRows(n, s.weights.get(n)!));
       this.cached = {
         nodes: byKey(s.nodes) as NodeRow[],
         gpus: gpus as GpuRow[],
@@ -183,6 +263,25 @@ export class ModelStore implements StorePort {
       };
     }
     return { ...this.cached, version: this.version };
+  }
+
+  /** The cached snapshot with the dirty collections' arrays (and the nodes', when last-seen moved) built again; the rest stay the same arrays. */
+  private rebuilt(s: State, c: Base): Base {
+    const d = this.dirty;
+    const out = { ...c };
+    if (this.nodesStale || d.has("nodes")) out.nodes = byKey(s.nodes);
+    if (d.has("gpus")) {
+      out.gpus = [];
+      for (const n of keysOf(s.gpus)) out.gpus.push(...s.gpus.get(n)!);
+    }
+    if (d.has("weights")) {
+      out.weights = [];
+      for (const n of keysOf(s.weights)) out.weights.push(...weightRows(n, s.weights.get(n)!));
+    }
+    if (d.has("models")) out.models = byKey(s.models);
+    if (d.has("replicas")) out.replicas = byKey(s.replicas);
+    if (d.has("modelState")) out.modelState = byKey(s.modelState);
+    return out;
   }
 
   async replicaSnapshot(node?: string): Promise<Pick<Snapshot, "replicas" | "modelState">> {
@@ -297,7 +396,7 @@ export class ModelStore implements StorePort {
     const models = [...new Set(hb.models)].sort(cmp);
     if (models.length > 0) s.weights.set(hb.node, models);
     else s.weights.delete(hb.node);
-    this.changed();
+    this.changed("nodes", "gpus", "weights");
     return result;
   }
 
@@ -370,7 +469,7 @@ export class ModelStore implements StorePort {
       const row = s.nodes.get(n.node);
       if (row) s.nodes.set(n.node, { ...row, adminState: n.state });
     }
-    this.changed();
+    this.changed("replicas", "modelState", ...(plan.nodeAdmin.length > 0 ? (["nodes"] as const) : []));
   }
 
   async updateModelState(model: string, patch: Partial<Omit<ModelStateRow, "model">>): Promise<void> {
@@ -378,7 +477,7 @@ export class ModelStore implements StorePort {
     await this.write(() => this.inner.updateModelState(model, patch));
     if (this.state !== s) return;
     patchModelState(s, model, patch);
-    this.changed();
+    this.changed("modelState");
   }
 
   // ---- rare writes: through the store, then memory loads again ------------------------
@@ -407,18 +506,47 @@ export class ModelStore implements StorePort {
     const row = s.nodes.get(name);
     if (this.state === s && row && out.previous !== undefined) {
       s.nodes.set(name, { ...row, adminState: state });
-      this.changed();
+      this.changed("nodes");
     }
     return out;
   }
-  saveModels(models: ModelWrite[], now: number): Promise<void> {
-    return this.thenReload(() => this.inner.saveModels(models, now));
+  /** Written through: memory takes the entries as the store wrote them (a spec as its JSON reads back). */
+  async saveModels(models: ModelWrite[], now: number): Promise<void> {
+    const s = await this.load();
+    await this.write(() => this.inner.saveModels(models, now));
+    if (this.state !== s) return;
+    for (const { spec, revision, created } of models) {
+      const prev = s.models.get(spec.name);
+      // Memory does not hold what the store just updated: doubt, so load everything again.
+      if (!created && !prev) return this.invalidate();
+      dropModel(s, spec.name);
+      setModel(s, { name: spec.name, spec: JSON.parse(JSON.stringify(spec)) as ModelRow["spec"], revision, createdAt: created || !prev ? now : prev.createdAt, updatedAt: now });
+      patchModelState(s, spec.name, { failures: 0, parked: false, reason: null, unplaceableReason: null });
+    }
+    this.changed("models", "modelState");
   }
-  deleteModel(name: string): Promise<boolean> {
-    return this.thenReload(() => this.inner.deleteModel(name));
+  async deleteModel(name: string): Promise<boolean> {
+    const s = await this.load();
+    const out = await this.write(() => this.inner.deleteModel(name));
+    if (this.state !== s) return out;
+    if (out !== s.models.has(name)) this.invalidate();
+    else if (out) {
+      dropModel(s, name);
+      s.modelState.delete(name);
+      this.changed("models", "modelState");
+    }
+    return out;
   }
-  unpark(model: string): Promise<boolean> {
-    return this.thenReload(() => this.inner.unpark(model));
+  async unpark(model: string): Promise<boolean> {
+    const s = await this.load();
+    const out = await this.write(() => this.inner.unpark(model));
+    if (this.state !== s) return out;
+    if (out !== (s.modelState.get(model)?.parked === true)) this.invalidate();
+    else if (out) {
+      patchModelState(s, model, { parked: false, failures: 0, reason: null, lastFailureAt: null });
+      this.changed("modelState");
+    }
+    return out;
   }
   createApiKey(k: ApiKeyRow): Promise<boolean> {
     return this.thenReload(() => this.inner.createApiKey(k));
@@ -464,19 +592,34 @@ export class ModelStore implements StorePort {
   sharedSecret(key: string, candidate: string): Promise<string> {
     return this.inner.sharedSecret(key, candidate);
   }
+  changeCursor(): Promise<number> {
+    return this.inner.changeCursor();
+  }
+  changesSince(after: number, limit: number): Promise<ChangeRead> {
+    return this.inner.changesSince(after, limit);
+  }
   nodesSeen(): Promise<{ name: string; at: number }[]> {
     return this.load().then((s) => [...s.nodes.values()].map((n) => ({ name: n.name, at: n.lastHeartbeat })));
   }
 
   /**
-   * Another writer's change: memory is dropped (the next read reloads), then fn hears of it.
-   * Only last-seen times moved ("seen": another control plane's batched flush, once a second):
-   * those are read alone and merged, newest wins, without a reload.
+   * Another writer committed: the next read first reads the changes committed since this memory's
+   * cursor and the rows they name. (Last-seen times are no changes: the store says "seen" for them.)
+   */
+  otherWriter(): void {
+    if (this.state) this.behind = true;
+  }
+
+  /**
+   * Another writer's change ("any"): the next read reads what it changed (otherWriter()), then fn
+   * hears of it. Only last-seen times moved ("seen": another control plane's batched flush, once a
+   * second): those are read alone and merged, newest wins.
    */
   watch(fn: (change: StoreChange) => void): () => void {
     return this.inner.watch((change) => {
       // The lease, control planes, router usage, events and node reports are not held here.
-      if (change === "any") this.invalidate();
+      // "any": the next read reads the store's changes since this memory's cursor (or everything, on doubt).
+      if (change === "any") this.otherWriter();
       if (change === "seen") {
         void this.refreshSeen().then(
           () => fn(change),
@@ -493,9 +636,100 @@ export class ModelStore implements StorePort {
   }
 }
 
+/**
+ * Another writer's changes into memory: each node, model, replica and key they name takes its
+ * rows as read (none read: deleted). False, and nothing applied, when the changes do not follow
+ * the cursor without a gap or name a kind this version does not know: the caller loads everything.
+ */
+function applyChanges(s: State, read: ChangeRead, touched: ReadonlyMap<string, number>): boolean {
+  let next = s.cursor + 1;
+  for (const c of read.changes) if (c.seq !== next++ || !CHANGE_KINDS.has(c.kind)) return false;
+  if (read.changes.length === 0) return true;
+  const keys = { node: new Set<string>(), model: new Set<string>(), replica: new Set<string>(), key: new Set<string>() };
+  for (const c of read.changes) keys[c.kind as keyof typeof keys].add(c.key);
+  applyNodes(s, keys.node, read, touched);
+  const models = new Map(read.models.map((m) => [m.name, m]));
+  const states = new Map(read.modelState.map((m) => [m.model, m]));
+  for (const name of keys.model) {
+    dropModel(s, name);
+    const m = models.get(name);
+    if (m) setModel(s, m);
+    const st = states.get(name);
+    if (st) s.modelState.set(name, st);
+    else s.modelState.delete(name);
+  }
+  const replicas = new Map(read.replicas.map((r) => [r.id, r]));
+  for (const id of keys.replica) {
+    const r = replicas.get(id);
+    if (r) setReplica(s, r);
+    else dropReplica(s, id);
+  }
+  const apiKeys = new Map(read.apiKeys.map((k) => [k.name, k]));
+  for (const name of keys.key) {
+    const k = apiKeys.get(name);
+    if (k) s.apiKeys.set(name, k);
+    else s.apiKeys.delete(name);
+  }
+  s.cursor = read.changes[read.changes.length - 1]!.seq;
+  return true;
+}
+
+/** The named nodes' rows, GPUs, weights, credentials and allowed addresses, as read; a last-seen time in memory that is newer stays. */
+function applyNodes(s: State, names: ReadonlySet<string>, read: ChangeRead, touched: ReadonlyMap<string, number>): void {
+  if (names.size === 0) return;
+  const rows = new Map(read.nodes.map((n) => [n.name, n]));
+  const gpus = new Map<string, GpuRow[]>();
+  for (const g of read.gpus) (gpus.get(g.node) ?? gpus.set(g.node, []).get(g.node)!).push(g);
+  const weights = new Map<string, string[]>();
+  for (const w of read.weights) (weights.get(w.node) ?? weights.set(w.node, []).get(w.node)!).push(w.model);
+  const creds = new Map(read.credentials.map((c) => [c.node, c.hash]));
+  const addresses = new Map(read.addresses.map((a) => [a.node, a.address]));
+  for (const name of names) {
+    const row = rows.get(name);
+    const seen = Math.max(s.nodes.get(name)?.lastHeartbeat ?? 0, touched.get(name) ?? 0);
+    if (row) s.nodes.set(name, seen > row.lastHeartbeat ? { ...row, lastHeartbeat: seen } : row);
+    else s.nodes.delete(name);
+    setOrDelete(s.gpus, name, gpus.get(name));
+    setOrDelete(s.weights, name, weights.get(name));
+    const old = s.credOf.get(name);
+    if (old !== undefined && s.nodeOfCred.get(old) === name) s.nodeOfCred.delete(old);
+    const hash = creds.get(name);
+    if (hash !== undefined) {
+      s.credOf.set(name, hash);
+      s.nodeOfCred.set(hash, name);
+    } else s.credOf.delete(name);
+    const address = addresses.get(name);
+    if (address !== undefined) s.allowed.set(name, address);
+    else s.allowed.delete(name);
+  }
+}
+
+/** The snapshot collections the changes read touch. */
+function changedCollections(read: ChangeRead): Collection[] {
+  const kinds = new Set(read.changes.map((c) => c.kind));
+  const out: Collection[] = [];
+  if (kinds.has("node")) out.push("nodes", "gpus", "weights");
+  if (kinds.has("model")) out.push("models", "modelState");
+  if (kinds.has("replica")) out.push("replicas");
+  return out.length > 0 ? out : ["nodes"];
+}
+
+function setOrDelete<T>(m: Map<string, T>, key: string, v: T | undefined): void {
+  if (v !== undefined) m.set(key, v);
+  else m.delete(key);
+}
+
 function setModel(s: State, m: ModelRow): void {
   s.models.set(m.name, m);
   for (const a of m.spec.aliases ?? []) s.aliases.set(a, m.name);
+}
+
+/** Forgets a model and the aliases it owns (its state stays: the caller decides). */
+function dropModel(s: State, name: string): void {
+  const m = s.models.get(name);
+  if (!m) return;
+  for (const a of m.spec.aliases ?? []) if (s.aliases.get(a) === name) s.aliases.delete(a);
+  s.models.delete(name);
 }
 
 function setReplica(s: State, r: ReplicaRow): void {

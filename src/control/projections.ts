@@ -63,6 +63,69 @@ export function assignments(snapshot: Snapshot, config: ReconcileConfig, engineK
   return { byNode, settled };
 }
 
+/**
+ * The nodes whose assignment sets may differ between two snapshots of the in-memory model (rows
+ * are replaced, never edited, so an unchanged row is the same object): nodes whose GPUs were
+ * replaced, and every node of a replica that changed, came, went, whose model changed, or one of
+ * whose nodes came, went or moved address. Undefined (project every node) for snapshots without a version (a plain store)
+ * or when most of the fleet is touched anyway (a full reload).
+ */
+export function touchedNodes(prev: Snapshot, next: Snapshot): Set<string> | undefined {
+  if (prev.version === undefined || next.version === undefined) return undefined;
+  // Nodes come, gone or at another address: every node of a replica on one (its leader's address).
+  const moved = new Set<string>();
+  const nodes = new Map(prev.nodes.map((n) => [n.name, n]));
+  for (const n of next.nodes) {
+    if (nodes.get(n.name)?.address !== n.address) moved.add(n.name);
+    nodes.delete(n.name);
+  }
+  for (const name of nodes.keys()) moved.add(name);
+  const limit = next.nodes.length / 4;
+  const touched = new Set(moved);
+  touchedGpus(prev, next, touched, limit);
+  if (touched.size > limit) return undefined;
+  const models = new Map(prev.models.map((m) => [m.name, m]));
+  const changedModels = new Set<string>();
+  for (const m of next.models) {
+    if (models.get(m.name) !== m) changedModels.add(m.name);
+    models.delete(m.name);
+  }
+  for (const name of models.keys()) changedModels.add(name);
+  const replicas = new Map(prev.replicas.map((r) => [r.id, r]));
+  for (const r of next.replicas) {
+    const p = replicas.get(r.id);
+    replicas.delete(r.id);
+    if (p === r && !changedModels.has(r.model) && (moved.size === 0 || !r.shards.some((sh) => moved.has(sh.node)))) continue;
+    for (const sh of r.shards) touched.add(sh.node);
+    for (const sh of p?.shards ?? []) touched.add(sh.node);
+    if (touched.size > limit) return undefined;
+  }
+  for (const p of replicas.values()) for (const sh of p.shards) touched.add(sh.node);
+  return touched.size > limit ? undefined : touched;
+}
+
+/** Nodes whose GPU rows differ (rows in node, index order); it stops once more than `limit` are. */
+function touchedGpus(prev: Snapshot, next: Snapshot, touched: Set<string>, limit: number): void {
+  if (prev.gpus === next.gpus) return;
+  if (prev.gpus.length === next.gpus.length) {
+    for (let i = 0; i < prev.gpus.length && touched.size <= limit; i++) {
+      const g = prev.gpus[i]!;
+      const h = next.gpus[i]!;
+      if (g === h) continue;
+      touched.add(g.node);
+      touched.add(h.node);
+    }
+    return;
+  }
+  const key = (g: { node: string; index: number }) => `${g.node}\u0000${g.index}`;
+  const before = new Map(prev.gpus.map((g) => [key(g), g]));
+  for (const g of next.gpus) {
+    if (before.get(key(g)) !== g) touched.add(g.node);
+    before.delete(key(g));
+  }
+  for (const g of before.values()) touched.add(g.node);
+}
+
 /** The catalog's pin wins; else the revision this replica was handed, else a common one (settled once every node said). */
 function revisionFor(r: ReplicaRow, spec: ModelSpec, snapshot: Snapshot, before: ReadonlyMap<string, string | null>, settled: Map<string, string | null>): string | null {
   const kept = before.get(r.id);

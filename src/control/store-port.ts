@@ -6,7 +6,7 @@
 
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { AdminState } from "../protocol/views";
-import type { ApiKeyRow, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, RouterUsage, Snapshot, StoreChange } from "./types";
+import type { ApiKeyRow, ChangeRead, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, RouterUsage, Snapshot, StoreChange } from "./types";
 
 export interface StorePort {
   /** One consistent read of everything the views are built from. */
@@ -114,6 +114,15 @@ export interface StorePort {
    * LISTEN/NOTIFY, SQLite's data_version. Returns a function that stops watching.
    */
   watch(fn: (change: StoreChange) => void): () => void;
+
+  /** The seq of the last change committed (0 before any): read before a full load, it is where reading changes resumes. */
+  changeCursor(): Promise<number>;
+  /**
+   * At most `limit` changes after seq `after`, oldest first, with the rows they name as they now
+   * stand, in one consistent read. Changes commit in seq order without gaps; pruned ones are gone,
+   * so a first seq other than after + 1 means the caller must load everything.
+   */
+  changesSince(after: number, limit: number): Promise<ChangeRead>;
 
   /**
    * A secret every control plane on this store must share (the engine secret, generated tokens):

@@ -220,6 +220,47 @@ export interface NodeReportRow {
  * What another writer changed, as far as the store can tell: "seen" when only nodes' last
  * heartbeats moved; "reports" for node reports; "meta" for what the in-memory model does not
  * hold (the lease, control-plane rows, router usage, events); "any" for everything else
- * (reload). A store that cannot tell says "any".
+ * (the in-memory model reads the store's changes). A store that cannot tell says "any" and
+ * then "seen" (last-seen times may have moved as well).
  */
 export type StoreChange = "seen" | "any" | "meta" | "reports";
+
+// ---- another writer's commits, read alone (the store's changes table)
+
+/** What a change row names: a node (its row, GPUs, weights, credential, allowed address), a model (its row and state), a replica, an API key. */
+export type ChangeKind = "node" | "model" | "replica" | "key";
+export const CHANGE_KINDS: ReadonlySet<string> = new Set<ChangeKind>(["node", "model", "replica", "key"]);
+
+/** One row written in a table the in-memory model holds; seq rises by one per change, in commit order. */
+export interface Change {
+  seq: number;
+  /** A ChangeKind; anything else is a kind this version does not know (the reader loads everything). */
+  kind: string;
+  key: string;
+}
+
+/** The changes after a cursor and, read in the same transaction, the rows they name as they stand (a name without a row: deleted). */
+export interface ChangeRead {
+  changes: Change[];
+  nodes: NodeRow[];
+  gpus: GpuRow[];
+  weights: { node: string; model: string }[];
+  credentials: { node: string; hash: string }[];
+  addresses: { node: string; address: string }[];
+  models: ModelRow[];
+  modelState: ModelStateRow[];
+  replicas: ReplicaRow[];
+  apiKeys: ApiKeyRow[];
+}
+
+/** The distinct keys the changes name, per kind (what a store reads for changesSince). */
+export function changedKeys(changes: readonly Change[]): Record<ChangeKind, string[]> {
+  const out: Record<ChangeKind, Set<string>> = { node: new Set(), model: new Set(), replica: new Set(), key: new Set() };
+  for (const c of changes) if (CHANGE_KINDS.has(c.kind)) out[c.kind as ChangeKind].add(c.key);
+  return { node: [...out.node], model: [...out.model], replica: [...out.replica], key: [...out.key] };
+}
+
+/** Changes kept in the store: a reader further behind finds a gap and loads everything. */
+export const CHANGES_KEPT = 50_000;
+/** Plans between two prunes of the changes table (the first plan of a store instance prunes). */
+export const PRUNE_EVERY = 100;

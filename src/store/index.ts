@@ -12,7 +12,7 @@ import { Database } from "bun:sqlite";
 import { and, asc, count, desc, eq, getTableColumns, gt, gte, inArray, sql } from "drizzle-orm";
 import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
 import type { StorePort } from "../control/store-port";
-import type { ApiKeyRow, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, RouterUsage, Snapshot, StoreChange } from "../control/types";
+import { type ApiKeyRow, type ChangeRead, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeTrust, type PlanWrite, type RouterUsage, type Snapshot, type StoreChange, CHANGES_KEPT, PRUNE_EVERY, changedKeys } from "../control/types";
 import { FencedError } from "../control/errors";
 import type { ModelSpec } from "../protocol/catalog";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
@@ -51,6 +51,8 @@ export class Store implements StorePort {
   private readonly db: BunSQLiteDatabase<typeof schema>;
   readonly sqlite: Database;
   private touchStatement: { run(values: { at: number; name: string }): unknown } | undefined;
+  /** Plans written since the changes table was last pruned. */
+  private plansUnpruned = PRUNE_EVERY - 1;
   constructor(opts: OpenOptions) {
     this.sqlite = new Database(opts.path, { create: true, strict: true });
     // WAL lets the CLI-facing reads run beside the reconciler's writes; the busy timeout
@@ -329,7 +331,48 @@ export class Store implements StorePort {
         }
         for (const n of plan.nodeAdmin) tx.update(schema.nodes).set({ adminState: n.state }).where(eq(schema.nodes.name, n.node)).run();
         for (const e of plan.events) tx.insert(schema.events).values(eventRecord(e, now)).run();
+        // The leader's plans keep the changes table short (every PRUNE_EVERY-th): the oldest rows go (a reader that far behind loads everything).
+        if (++this.plansUnpruned >= PRUNE_EVERY) {
+          this.plansUnpruned = 0;
+          tx.run(sql`DELETE FROM changes WHERE seq <= (SELECT seq FROM change_counter WHERE id = 1) - ${CHANGES_KEPT}`);
+        }
       }),
+    );
+  }
+
+  changeCursor(): Promise<number> {
+    return guarded(() => this.db.select({ seq: schema.changeCounter.seq }).from(schema.changeCounter).where(eq(schema.changeCounter.id, 1)).get()?.seq ?? 0);
+  }
+
+  changesSince(after: number, limit: number): Promise<ChangeRead> {
+    return guarded(() =>
+      this.db.transaction(
+        (tx) => {
+          const changes = tx.select().from(schema.changes).where(gt(schema.changes.seq, after)).orderBy(asc(schema.changes.seq)).limit(limit).all();
+          const k = changedKeys(changes);
+          const some = <T>(keys: string[], read: () => T[]): T[] => (keys.length > 0 ? read() : []);
+          return {
+            changes,
+            nodes: some(k.node, () => tx.select(nodeColumns).from(schema.nodes).where(inArray(schema.nodes.name, k.node)).all()),
+            gpus: some(k.node, () => tx.select().from(schema.gpus).where(inArray(schema.gpus.node, k.node)).orderBy(asc(schema.gpus.node), asc(schema.gpus.index)).all()),
+            weights: some(k.node, () => tx.select().from(schema.weights).where(inArray(schema.weights.node, k.node)).orderBy(asc(schema.weights.node), asc(schema.weights.model)).all()),
+            credentials: some(k.node, () =>
+              tx
+                .select({ node: schema.nodes.name, hash: schema.nodes.credentialHash })
+                .from(schema.nodes)
+                .where(inArray(schema.nodes.name, k.node))
+                .all()
+                .flatMap((r) => (r.hash === null ? [] : [{ node: r.node, hash: r.hash }])),
+            ),
+            addresses: some(k.node, () => tx.select({ node: schema.nodeAddresses.node, address: schema.nodeAddresses.address }).from(schema.nodeAddresses).where(inArray(schema.nodeAddresses.node, k.node)).all()),
+            models: some(k.model, () => tx.select().from(schema.models).where(inArray(schema.models.name, k.model)).all().map(toModel)),
+            modelState: some(k.model, () => tx.select().from(schema.modelState).where(inArray(schema.modelState.model, k.model)).all()),
+            replicas: some(k.replica, () => tx.select().from(schema.replicas).where(inArray(schema.replicas.id, k.replica)).all()),
+            apiKeys: some(k.key, () => tx.select().from(schema.apiKeys).where(inArray(schema.apiKeys.name, k.key)).all()),
+          };
+        },
+        { behavior: "deferred" },
+      ),
     );
   }
 
@@ -411,7 +454,8 @@ export class Store implements StorePort {
 
   /**
    * Another connection's commits, seen through PRAGMA data_version (it changes only when
-   * another connection wrote): several control planes on one SQLite file on one machine.
+   * another connection wrote): several control planes on one SQLite file on one machine. It
+   * cannot tell what changed: "any", then "seen" (last-seen times may have moved too).
    */
   watch(fn: (change: StoreChange) => void, everyMs = 250): () => void {
     let last = this.dataVersion();
@@ -425,6 +469,7 @@ export class Store implements StorePort {
       if (v !== last) {
         last = v;
         fn("any");
+        fn("seen");
       }
     }, everyMs);
     timer.unref();

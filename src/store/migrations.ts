@@ -9,8 +9,10 @@ import s0000 from "../../drizzle/sqlite/0000_init.sql" with { type: "text" };
 import s0001 from "../../drizzle/sqlite/0001_api_keys.sql" with { type: "text" };
 import s0002 from "../../drizzle/sqlite/0002_node_trust.sql" with { type: "text" };
 import s0003 from "../../drizzle/sqlite/0003_control_planes.sql" with { type: "text" };
+import s0004 from "../../drizzle/sqlite/0004_changes.sql" with { type: "text" };
 import pgJournal from "../../drizzle/pg/meta/_journal.json";
 import p0000 from "../../drizzle/pg/0000_init.sql" with { type: "text" };
+import p0001 from "../../drizzle/pg/0001_changes.sql" with { type: "text" };
 
 export type MigrationDialect = "sqlite" | "pg";
 
@@ -20,9 +22,11 @@ export const EMBEDDED: Record<MigrationDialect, Record<string, string>> = {
     "0001_api_keys": s0001,
     "0002_node_trust": s0002,
     "0003_control_planes": s0003,
+    "0004_changes": s0004,
   },
   pg: {
     "0000_init": p0000,
+    "0001_changes": p0001,
   },
 };
 

@@ -177,3 +177,23 @@ export const nodeReports = sqliteTable("node_reports", {
   report: text("report").notNull(),
   at: integer("at").notNull(),
 });
+
+// ---- what committed writes changed, so another control plane reads them alone (../control/model.ts)
+
+/**
+ * One row per row written in a table the in-memory model holds, filled by triggers (see the
+ * migration that made them): which node, model, replica or API key changed (kind, key), in the
+ * order the writes committed. seq rises by one with each row, without gaps (change_counter); the
+ * oldest rows are pruned, so a reader whose cursor is older finds a gap and loads everything.
+ */
+export const changes = sqliteTable("changes", {
+  seq: integer("seq").primaryKey(),
+  kind: text("kind", { enum: ["node", "model", "replica", "key"] }).notNull(),
+  key: text("key").notNull(),
+});
+
+/** The last seq handed out (one row, id 1): the triggers raise it, so seq follows commit order. */
+export const changeCounter = sqliteTable("change_counter", {
+  id: integer("id").primaryKey(),
+  seq: integer("seq").notNull(),
+});

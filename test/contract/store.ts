@@ -405,7 +405,8 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
           return undefined;
         }, { timeoutMs: 10_000, everyMs: 100 });
         // A control-plane row is nothing the in-memory model holds: "meta" where the store can tell (PostgreSQL), "any" where it cannot (SQLite).
-        for (const c of heard) expect(["any", "meta"]).toContain(c);
+        // (A store that cannot tell last-seen times apart also says "seen" with each "any": SQLite.)
+        for (const c of heard) expect(["any", "meta", "seen"]).toContain(c);
         heard.length = 0;
         // Own writes first, then one of the other's: when the other's is heard, an own one
         // (had it been passed on) would have come before it.
@@ -413,11 +414,11 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
         await s.acquireLease("mine", 60_000);
         await o.saveModels([{ spec: model({ name: "theirs" }), revision: 1, created: true }], NOW);
         await until("the other instance's catalog write", () => heard.length > 0, { timeoutMs: 10_000 });
-        expect(heard).toEqual(["any"]);
+        expect(heard.filter((c) => c !== "seen")).toEqual(["any"]);
         heard.length = 0;
         await o.applyHeartbeat(heartbeat({ name: "n1" }), NOW);
         await until("the other's heartbeat", () => heard.length > 0, { timeoutMs: 10_000 });
-        expect(heard.at(-1)).toBe("any");
+        expect(heard.filter((c) => c !== "seen").at(-1)).toBe("any");
         heard.length = 0;
         await o.touchNodes([{ name: "n1", at: NOW + 1 }]);
         await until("the other's last-seen touch", () => heard.length > 0, { timeoutMs: 10_000 });
@@ -427,6 +428,46 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
         await o.saveNodeReport("after", "{}", NOW);
         await Bun.sleep(600); // longer than SQLite's poll and a notification's trip
         expect(heard).toEqual([]);
+      });
+    });
+
+    describe("changes", () => {
+      test("every write of what the model holds is a change, in order, without gaps; the rows named come with them", async () => {
+        const c0 = await s.changeCursor();
+        const o = await h.other();
+        await s.applyHeartbeat(heartbeat({ name: "n1", gpus: ["H100-80GB"], models: ["w"] }), NOW, { credentialHash: "h1", pending: false });
+        await o.saveModels([{ spec: model({ name: "m1", aliases: ["one"] }), revision: 1, created: true }], NOW);
+        await s.applyPlan(plan({ create: [replica("r1")] }), NOW);
+        await o.createApiKey({ name: "k1", hash: "kh1", pool: null, createdAt: NOW });
+        await s.setAllowedAddress("n2", "10.0.0.2", NOW);
+        const c1 = await o.changeCursor();
+        expect(c1).toBeGreaterThan(c0);
+        const read = await o.changesSince(c0, 1000);
+        expect(read.changes.map((c) => c.seq)).toEqual(Array.from({ length: c1 - c0 }, (_, i) => c0 + 1 + i));
+        expect(new Set(read.changes.map((c) => `${c.kind}:${c.key}`))).toEqual(new Set(["node:n1", "model:m1", "replica:r1", "key:k1", "node:n2"]));
+        const snap = await s.snapshot();
+        expect(read.nodes).toEqual(snap.nodes);
+        expect(read.gpus).toEqual(snap.gpus);
+        expect(read.weights).toEqual(snap.weights);
+        expect(read.credentials).toEqual([{ node: "n1", hash: "h1" }]);
+        expect(read.addresses).toEqual([{ node: "n2", address: "10.0.0.2" }]);
+        expect(read.models).toEqual(snap.models);
+        expect(read.modelState).toEqual(snap.modelState);
+        expect(read.replicas).toEqual(snap.replicas);
+        expect(read.apiKeys).toEqual(await s.listApiKeys());
+        // Paged: the limit holds, the next page starts where the first ended.
+        const page = await s.changesSince(c0, 2);
+        expect(page.changes.map((c) => c.seq)).toEqual([c0 + 1, c0 + 2]);
+        // A last-seen touch is no change; a deletion is, and names what is gone.
+        await o.touchNodes([{ name: "n1", at: NOW + 5 }]);
+        expect(await s.changeCursor()).toBe(c1);
+        await s.deleteModel("m1");
+        const gone = await s.changesSince(c1, 1000);
+        expect(gone.changes.every((c) => c.kind === "model" && c.key === "m1")).toBe(true);
+        expect(gone.changes.length).toBeGreaterThan(0);
+        expect(gone.models).toEqual([]);
+        expect(gone.modelState).toEqual([]);
+        expect((await s.changesSince(await s.changeCursor(), 1000)).changes).toEqual([]);
       });
     });
   });

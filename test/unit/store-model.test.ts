@@ -2,6 +2,9 @@
 // never holds what the store refused.
 
 import { describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { ModelStore } from "../../src/control/model";
 import { ManualScheduler } from "../../src/lib/scheduler";
 import { Store } from "../../src/store";
@@ -12,7 +15,9 @@ function setup() {
   const store = new Store({ path: ":memory:" });
   const clock = new ManualScheduler(T0);
   const m = new ModelStore(store, clock);
-  const changes = () => (store.sqlite.query("SELECT total_changes() AS n").get() as { n: number }).n;
+  // Rows the statements wrote, without what the change triggers add (the counter and one journal row per row).
+  const journal = () => (store.sqlite.query("SELECT seq FROM change_counter").get() as { seq: number }).seq;
+  const changes = () => (store.sqlite.query("SELECT total_changes() AS n").get() as { n: number }).n - 2 * journal();
   return { store, clock, m, changes };
 }
 
@@ -118,5 +123,97 @@ describe("in-memory model", () => {
     const mem = await m.snapshot();
     expect(rows(mem)).toEqual(await store.snapshot());
     expect(mem.gpus.filter((g) => g.node === "n2").length).toBe(1);
+  });
+});
+
+describe("in-memory model: another writer's commits", () => {
+  function pair() {
+    const dir = mkdtempSync(join(tmpdir(), "llmgw-model-"));
+    const path = join(dir, "store.db");
+    const store = new Store({ path });
+    const other = new Store({ path });
+    const m = new ModelStore(store, new ManualScheduler(T0));
+    return { store, other, m, close: () => (store.close(), other.close(), rmSync(dir, { recursive: true, force: true })) };
+  }
+  const empty = { update: [], remove: [], modelState: new Map(), nodeAdmin: [], events: [] };
+
+  test("are read alone (only the rows they name) and give the model a full load gives", async () => {
+    const { store, other, m, close } = pair();
+    try {
+      for (const n of ["n1", "n2", "n3"]) await m.applyHeartbeat(hb(n), T0, { credentialHash: `h-${n}`, pending: false });
+      await m.saveModels([{ spec: model({ name: "m1", aliases: ["one"] }), revision: 1, created: true }], T0);
+      await m.applyPlan({ ...empty, create: [{ id: "r1", model: "m1", profile: "p", shards: [{ node: "n1", gpus: [0] }], port: 9000, endpoint: "e1" }] }, T0);
+      await m.snapshot();
+      const loads = m.loads;
+      // Another control plane: a catalog change (alias moved), a replica, a node changed, one deleted, an address, a key.
+      await other.saveModels(
+        [
+          { spec: model({ name: "m1", aliases: [] }), revision: 2, created: false },
+          { spec: model({ name: "m2", aliases: ["one"] }), revision: 1, created: true },
+        ],
+        T0 + 1,
+      );
+      await other.applyPlan({ ...empty, create: [{ id: "r2", model: "m2", profile: "p", shards: [{ node: "n2", gpus: [0, 1] }], port: 9001, endpoint: "e2" }], update: [{ id: "r1", patch: { state: "ready", readyAt: T0 + 1 } }], modelState: new Map([["m1", { failures: 1 }]]) }, T0 + 1);
+      await other.applyHeartbeat(hb("n2", ["H100-80GB"]), T0 + 2);
+      await other.deleteNode("n3", [], [], T0 + 2);
+      await other.applyHeartbeat(hb("n4"), T0 + 2, { credentialHash: "h-n4", pending: false });
+      await other.setAllowedAddress("n4", "10.4.4.4", T0 + 2);
+      await other.createApiKey({ name: "k1", hash: "kh1", pool: null, createdAt: T0 + 2 });
+      m.otherWriter();
+      const mem = await m.snapshot();
+      expect(m.loads).toBe(loads);
+      expect(m.changeReads).toBe(1);
+      const fresh = new ModelStore(store);
+      expect(rows(mem)).toEqual(rows(await fresh.snapshot()));
+      expect(mem.nodes.map((n) => n.name)).toEqual(["n1", "n2", "n4"]);
+      expect((await m.modelByAlias("one"))?.name).toBe("m2");
+      expect(await m.nodeByCredentialHash("h-n4")).toBe("n4");
+      expect(await m.nodeByCredentialHash("h-n3")).toBeUndefined();
+      expect(await m.nodeTrust("n4")).toEqual(await fresh.nodeTrust("n4"));
+      expect(await m.listApiKeys()).toEqual(await fresh.listApiKeys());
+      expect((await m.replicaSnapshot("n2")).replicas.map((r) => r.id)).toEqual(["r2"]);
+      // Nothing new: a change read that finds nothing keeps memory (and its version) as it is.
+      m.otherWriter();
+      const again = await m.snapshot();
+      expect(again.version).toBe(mem.version);
+      expect(m.loads).toBe(loads);
+    } finally {
+      close();
+    }
+  });
+
+  test("a gap in the changes, or a kind this version does not know, loads everything", async () => {
+    const { store, other, m, close } = pair();
+    try {
+      await m.applyHeartbeat(hb("n1"), T0, { credentialHash: "h1", pending: false });
+      await m.snapshot();
+      const loads = m.loads;
+      // Pruned (or never seen) changes: the first one after the cursor is missing.
+      await other.saveModels([{ spec: model({ name: "m1" }), revision: 1, created: true }], T0);
+      await other.applyHeartbeat(hb("n2"), T0, { credentialHash: "h2", pending: false });
+      const first = (other.sqlite.query("SELECT min(seq) AS s FROM changes WHERE kind = 'model'").get() as { s: number }).s;
+      other.sqlite.run("DELETE FROM changes WHERE seq = ?", [first]);
+      m.otherWriter();
+      let mem = await m.snapshot();
+      expect(m.loads).toBe(loads + 1);
+      expect(rows(mem)).toEqual(rows(await new ModelStore(store).snapshot()));
+      expect(mem.models.map((x) => x.name)).toEqual(["m1"]);
+      // A kind from a later version: not guessed at.
+      other.sqlite.run("UPDATE change_counter SET seq = seq + 1");
+      other.sqlite.run("INSERT INTO changes (seq, kind, key) SELECT seq, 'router', 'x' FROM change_counter");
+      await other.applyHeartbeat(hb("n3"), T0, { credentialHash: "h3", pending: false });
+      m.otherWriter();
+      mem = await m.snapshot();
+      expect(m.loads).toBe(loads + 2);
+      expect(mem.nodes.map((n) => n.name)).toEqual(["n1", "n2", "n3"]);
+      // And after the reload, reading changes resumes from where it read.
+      await other.setAdminState("n3", "cordoned");
+      m.otherWriter();
+      mem = await m.snapshot();
+      expect(m.loads).toBe(loads + 2);
+      expect(mem.nodes.find((n) => n.name === "n3")?.adminState).toBe("cordoned");
+    } finally {
+      close();
+    }
   });
 });

@@ -36,6 +36,8 @@ export interface ReconcileContext {
   engines: ReadonlyMap<string, readonly EngineReport[]> | undefined;
   deaf: readonly Stall[];
   nodes: ReadonlyMap<string, NodeRow>;
+  /** The nodes being drained (most often none): what onDrainingNode asks of every replica. */
+  draining: ReadonlySet<string>;
   /** Each node's state, its heartbeat read as observed (see heartbeatAt). */
   nodeState: ReadonlyMap<string, NodeState>;
   models: ReadonlyMap<string, ModelRow>;
@@ -54,6 +56,7 @@ export function contextOf({ snapshot, now, lastUsed, config, watchedSince = Numb
     engines,
     deaf,
     nodes: new Map(snapshot.nodes.map((n) => [n.name, n])),
+    draining: new Set(snapshot.nodes.filter((n) => n.adminState === "draining").map((n) => n.name)),
     nodeState: new Map(),
     models: new Map(snapshot.models.map((m) => [m.name, m])),
     modelState: new Map(snapshot.modelState.map((s) => [s.model, s])),
@@ -71,8 +74,10 @@ export function heartbeatAt(ctx: Pick<ReconcileContext, "now" | "watchedSince"> 
 }
 
 /** Whether any shard of the replica is on a node being drained. */
-export function onDrainingNode(ctx: Pick<ReconcileContext, "nodes">, r: ReplicaRow): boolean {
-  return r.shards.some((s) => ctx.nodes.get(s.node)?.adminState === "draining");
+export function onDrainingNode(ctx: Pick<ReconcileContext, "draining">, r: ReplicaRow): boolean {
+  if (ctx.draining.size === 0) return false;
+  for (const s of r.shards) if (ctx.draining.has(s.node)) return true;
+  return false;
 }
 
 /** Where engines on the node are reached, and whose ports they share: its address, or its name when it has none. */
@@ -80,5 +85,16 @@ export function addressOf(ctx: Pick<ReconcileContext, "nodes">, node: string): s
   return ctx.nodes.get(node)?.address ?? node;
 }
 
+// Every step asks the keys of every GPU held, and of every GPU again for placement: each is
+// built once (a new string per ask costs its allocation and its hashing in the set).
+const gpuKeys = new Map<string, string[]>();
+
 /** A GPU's key in sets of held GPUs. */
-export const gpuKey = (node: string, idx: number): string => `${node}\u0000${idx}`;
+export const gpuKey = (node: string, idx: number): string => {
+  let keys = gpuKeys.get(node);
+  if (!keys) {
+    if (gpuKeys.size >= 100_000) gpuKeys.clear();
+    gpuKeys.set(node, (keys = []));
+  }
+  return (keys[idx] ??= `${node}\u0000${idx}`);
+};

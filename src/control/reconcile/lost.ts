@@ -11,12 +11,26 @@ import { recordFailure } from "./failures";
 import type { PlanBuilder } from "./plan";
 import type { ReplicaRow } from "../types";
 
-/** The first shard of the replica whose node is gone for good, if any. */
+/** Nodes unreachable past the replacement delay, worked out once per step (a step asks for every replica's shards). */
+const goneOf = new WeakMap<ReconcileContext, ReadonlySet<string>>();
+function goneNodes(ctx: ReconcileContext): ReadonlySet<string> {
+  let gone = goneOf.get(ctx);
+  if (gone) return gone;
+  const out = new Set<string>();
+  for (const [name, state] of ctx.nodeState) {
+    if (state !== "unreachable") continue;
+    const n = ctx.nodes.get(name);
+    if (n && ctx.now - heartbeatAt(ctx, n) > ctx.cfg.nodeTimeoutMs + ctx.cfg.replaceAfterMs) out.add(name);
+  }
+  goneOf.set(ctx, (gone = out));
+  return gone;
+}
+
+/** The first shard of the replica whose node is gone for good (deleted, or unreachable past the replacement delay), if any. */
 export function lostShard(ctx: ReconcileContext, r: ReplicaRow): ReplicaRow["shards"][number] | undefined {
-  return r.shards.find((s) => {
-    const n = ctx.nodes.get(s.node);
-    return !n || (ctx.nodeState.get(s.node) === "unreachable" && ctx.now - heartbeatAt(ctx, n) > ctx.cfg.nodeTimeoutMs + ctx.cfg.replaceAfterMs);
-  });
+  const gone = goneNodes(ctx);
+  for (const s of r.shards) if (!ctx.nodes.has(s.node) || gone.has(s.node)) return s;
+  return undefined;
 }
 
 /** Why a starting replica has been starting too long, or undefined while it is in time (or not starting). */

@@ -7,6 +7,7 @@ import { holdsGpus } from "../views";
 import { type ReconcileContext, gpuKey } from "./context";
 import type { ModelRequest } from "./desired";
 import type { PlanBuilder } from "./plan";
+import type { GpuRow } from "../types";
 
 /** The engines a node's reports say it cannot run (no version found), with why. */
 export function missingEngines(reports: readonly EngineReport[] | undefined): Map<string, string> | undefined {
@@ -28,28 +29,52 @@ export function heldGpus(ctx: Pick<ReconcileContext, "snapshot">, b: PlanBuilder
   return held;
 }
 
-/** The fleet as placement sees it: every node, its GPUs marked used when held, its weights and missing engines. */
-export function placementNodes(ctx: ReconcileContext, held: ReadonlySet<string>, portFull: ReadonlyMap<string, string> = new Map()): PlacementNode[] {
-  const gpusByNode = new Map<string, PlacementNode["gpus"]>();
-  for (const g of ctx.snapshot.gpus) {
-    let l = gpusByNode.get(g.node);
-    if (!l) gpusByNode.set(g.node, (l = []));
-    l.push({ index: g.index, uuid: g.uuid, class: g.class, healthy: g.healthy, used: portFull.has(g.node) || held.has(gpuKey(g.node, g.index)), parent: g.parent });
+// Grouped per node once per array: the in-memory model hands out the same GPU and weight arrays
+// while they stand, so a step over unchanged hardware does not group them again (read-only).
+const gpusGrouped = new WeakMap<readonly GpuRow[], Map<string, GpuRow[]>>();
+const weightsGrouped = new WeakMap<readonly { node: string; model: string }[], Map<string, ReadonlySet<string>>>();
+
+function gpusByNode(gpus: readonly GpuRow[]): Map<string, GpuRow[]> {
+  let out = gpusGrouped.get(gpus);
+  if (out) return out;
+  out = new Map();
+  for (const g of gpus) {
+    let l = out.get(g.node);
+    if (!l) out.set(g.node, (l = []));
+    l.push(g);
   }
-  const weightsByNode = new Map<string, Set<string>>();
-  for (const w of ctx.snapshot.weights) {
-    let s = weightsByNode.get(w.node);
-    if (!s) weightsByNode.set(w.node, (s = new Set()));
+  gpusGrouped.set(gpus, out);
+  return out;
+}
+
+function weightsByNode(weights: readonly { node: string; model: string }[]): Map<string, ReadonlySet<string>> {
+  let out = weightsGrouped.get(weights);
+  if (out) return out;
+  const sets = new Map<string, Set<string>>();
+  for (const w of weights) {
+    let s = sets.get(w.node);
+    if (!s) sets.set(w.node, (s = new Set()));
     s.add(w.model);
   }
+  weightsGrouped.set(weights, (out = sets));
+  return out;
+}
+
+const NO_WEIGHTS: ReadonlySet<string> = new Set();
+
+/** The fleet as placement sees it: every node, its GPUs marked used when held, its weights and missing engines. */
+export function placementNodes(ctx: ReconcileContext, held: ReadonlySet<string>, portFull: ReadonlyMap<string, string> = new Map()): PlacementNode[] {
+  const gpus = gpusByNode(ctx.snapshot.gpus);
+  const weights = weightsByNode(ctx.snapshot.weights);
   return ctx.snapshot.nodes.map((n) => {
     const missing = missingEngines(ctx.engines?.get(n.name));
+    const full = portFull.has(n.name);
     return {
       name: n.name,
       state: ctx.nodeState.get(n.name)!,
       fabrics: n.fabrics,
-      gpus: gpusByNode.get(n.name) ?? [],
-      weights: weightsByNode.get(n.name) ?? new Set(),
+      gpus: (gpus.get(n.name) ?? []).map((g) => ({ index: g.index, uuid: g.uuid, class: g.class, healthy: g.healthy, used: full || held.has(gpuKey(n.name, g.index)), parent: g.parent })),
+      weights: weights.get(n.name) ?? NO_WEIGHTS,
       ...(missing ? { missingEngines: missing } : {}),
     };
   });

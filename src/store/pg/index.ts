@@ -20,7 +20,7 @@ import { and, asc, count, desc, eq, gt, gte, inArray, sql, type SQL } from "driz
 import { drizzle, type PostgresJsDatabase } from "drizzle-orm/postgres-js";
 import postgres from "postgres";
 import type { StorePort } from "../../control/store-port";
-import type { ApiKeyRow, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, GpuRow, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeRow, NodeTrust, PlanWrite, ReplicaRow, RouterUsage, Snapshot, StoreChange } from "../../control/types";
+import { type ApiKeyRow, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type GpuRow, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeRow, type NodeTrust, type PlanWrite, type ReplicaRow, type RouterUsage, type Snapshot, type StoreChange, type ChangeRead, CHANGES_KEPT, PRUNE_EVERY, changedKeys } from "../../control/types";
 import { FencedError } from "../../control/errors";
 import type { ModelSpec } from "../../protocol/catalog";
 import type { HeartbeatRequest } from "../../protocol/heartbeat";
@@ -74,6 +74,20 @@ const SNAPSHOT_SQL = {
   modelState: `SELECT model, failures, parked, reason, last_failure_at AS "lastFailureAt", last_requested_at AS "lastRequestedAt", scale_target AS "scaleTarget", unplaceable_reason AS "unplaceableReason" FROM model_state ORDER BY model COLLATE "C"`,
 } as const;
 
+// changesSince's queries: the snapshot's columns, of the rows the changes name ($1, a text array).
+const CHANGE_SQL = {
+  changes: `SELECT seq, kind, key FROM changes WHERE seq > $1 ORDER BY seq LIMIT $2`,
+  nodes: `SELECT name, address, labels, fabrics, admin_state AS "adminState", last_heartbeat AS "lastHeartbeat", agent_version AS "agentVersion", registered_at AS "registeredAt" FROM nodes WHERE name = ANY($1::text[])`,
+  gpus: `SELECT node, idx AS "index", uuid, name, class, memory_mib AS "memoryMib", healthy, parent FROM gpus WHERE node = ANY($1::text[]) ORDER BY node COLLATE "C", idx`,
+  weights: `SELECT node, model FROM weights WHERE node = ANY($1::text[]) ORDER BY node COLLATE "C", model COLLATE "C"`,
+  credentials: `SELECT name AS node, credential_hash AS hash FROM nodes WHERE name = ANY($1::text[]) AND credential_hash IS NOT NULL`,
+  addresses: `SELECT node, address FROM node_addresses WHERE node = ANY($1::text[])`,
+  models: `SELECT name, spec, revision, created_at AS "createdAt", updated_at AS "updatedAt" FROM models WHERE name = ANY($1::text[])`,
+  modelState: `SELECT model, failures, parked, reason, last_failure_at AS "lastFailureAt", last_requested_at AS "lastRequestedAt", scale_target AS "scaleTarget", unplaceable_reason AS "unplaceableReason" FROM model_state WHERE model = ANY($1::text[])`,
+  replicas: `SELECT id, model, profile, state, shards, port, endpoint, failures, error, created_at AS "createdAt", updated_at AS "updatedAt", ready_at AS "readyAt" FROM replicas WHERE id = ANY($1::text[])`,
+  apiKeys: `SELECT name, hash, pool, created_at AS "createdAt" FROM api_keys WHERE name = ANY($1::text[])`,
+} as const;
+
 /** A multi-host URL without target_session_attrs reaches whichever member is first: ask for the primary. */
 export function withPrimaryTarget(url: string): string {
   const authority = url.replace(/^postgres(ql)?:\/\//i, "").split(/[/?]/)[0] ?? "";
@@ -97,6 +111,8 @@ export class PgStore implements StorePort {
   private listener: Sql | undefined;
   private listening = false;
   private listenLoopRunning = false;
+  /** Plans written since the changes table was last pruned. */
+  private plansUnpruned = PRUNE_EVERY - 1;
 
   private constructor(opts: PgStoreOptions) {
     this.opts = opts;
@@ -191,6 +207,9 @@ export class PgStore implements StorePort {
   private write<T>(retry: Retry, change: StoreChange, fn: (tx: Tx) => Promise<T>): Promise<T> {
     return this.call(retry, () =>
       this.db.transaction(async (tx) => {
+        // What the in-memory model holds may change: the change counter first (its row lock, held
+        // to the commit, orders the triggers' seqs as the commits), before any other row's lock.
+        if (change === "any") await tx.execute(sql`SELECT seq FROM change_counter WHERE id = 1 FOR UPDATE`);
         const r = await fn(tx);
         await tx.execute(sql`SELECT pg_notify(${CHANNEL}, ${this.payload[change]})`);
         return r;
@@ -222,6 +241,33 @@ export class PgStore implements StorePort {
           modelState: [...modelState] as unknown as ModelStateRow[],
         };
       }) as Promise<Snapshot>,
+    );
+  }
+
+  changeCursor(): Promise<number> {
+    return this.call("read", async () => Number((await this.db.select({ seq: schema.changeCounter.seq }).from(schema.changeCounter).where(eq(schema.changeCounter.id, 1)))[0]?.seq ?? 0));
+  }
+
+  changesSince(after: number, limit: number): Promise<ChangeRead> {
+    return this.call("read", () =>
+      this.client.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", async (t) => {
+        const rows = await t.unsafe(CHANGE_SQL.changes, [after, limit], { prepare: true });
+        const changes = rows.map((r) => ({ seq: Number(r.seq), kind: String(r.kind), key: String(r.key) }));
+        const k = changedKeys(changes);
+        const q = (text: string, keys: string[]) => (keys.length > 0 ? t.unsafe(text, [keys], { prepare: true }).then((r) => [...r]) : Promise.resolve([]));
+        const [nodes, gpus, weights, credentials, addresses, models, modelState, replicas, apiKeys] = await Promise.all([
+          q(CHANGE_SQL.nodes, k.node),
+          q(CHANGE_SQL.gpus, k.node),
+          q(CHANGE_SQL.weights, k.node),
+          q(CHANGE_SQL.credentials, k.node),
+          q(CHANGE_SQL.addresses, k.node),
+          q(CHANGE_SQL.models, k.model),
+          q(CHANGE_SQL.modelState, k.model),
+          q(CHANGE_SQL.replicas, k.replica),
+          q(CHANGE_SQL.apiKeys, k.key),
+        ]);
+        return { changes, nodes, gpus, weights, credentials, addresses, models, modelState, replicas, apiKeys } as unknown as ChangeRead;
+      }) as Promise<ChangeRead>,
     );
   }
 
@@ -455,6 +501,11 @@ export class PgStore implements StorePort {
       }
       for (const n of plan.nodeAdmin) await tx.update(schema.nodes).set({ adminState: n.state }).where(eq(schema.nodes.name, n.node));
       if (plan.events.length > 0) await tx.insert(schema.events).values(plan.events.map((e) => eventRecord(e, now)));
+      // The leader's plans keep the changes table short (every PRUNE_EVERY-th): the oldest rows go (a reader that far behind loads everything).
+      if (++this.plansUnpruned >= PRUNE_EVERY) {
+        this.plansUnpruned = 0;
+        await tx.execute(sql`DELETE FROM changes WHERE seq <= (SELECT seq FROM change_counter WHERE id = 1) - ${CHANGES_KEPT}`);
+      }
     });
   }
 
@@ -562,7 +613,7 @@ export class PgStore implements StorePort {
 
   /**
    * Other instances' commits, heard through LISTEN on a connection of this store's own. After
-   * that connection was lost and came back, fn hears "any": what was announced meanwhile is lost.
+   * that connection was lost and came back, fn hears "any" and "seen": what was announced meanwhile is lost.
    */
   watch(fn: (change: StoreChange) => void): () => void {
     this.watchers.add(fn);
@@ -607,7 +658,12 @@ export class PgStore implements StorePort {
         try {
           await this.listener.unsafe(`LISTEN ${CHANNEL}`);
           this.listening = true;
-          if (resumed) for (const w of [...this.watchers]) w("any");
+          // What was announced meanwhile is lost: anything, and last-seen times.
+          if (resumed)
+            for (const w of [...this.watchers]) {
+              w("any");
+              w("seen");
+            }
           return;
         } catch {
           resumed = true;

@@ -147,3 +147,15 @@ export const nodeReports = pgTable("node_reports", {
   report: text("report").notNull(),
   at: ms("at").notNull(),
 });
+
+/** See ../schema.ts. */
+export const changes = pgTable("changes", {
+  seq: ms("seq").primaryKey(),
+  kind: text("kind", { enum: ["node", "model", "replica", "key"] }).notNull(),
+  key: text("key").notNull(),
+});
+
+export const changeCounter = pgTable("change_counter", {
+  id: integer("id").primaryKey(),
+  seq: ms("seq").notNull(),
+});

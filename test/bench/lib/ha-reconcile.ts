@@ -9,8 +9,11 @@
 //   tick steady        Controller.tick() over unchanged state (nothing to write);
 //   tick local change  one model's min raised by one through the controller first (one replica
 //                      to place: decide, the plan's transaction, projections);
-//   tick after reload  memory dropped first (another writer committed: watch() invalidates),
-//                      so the tick reads the whole store again, then reconciles.
+//   tick other writer  another control plane (a second store on the same database) raised one
+//                      model's min by one first, and this model's watch() heard it: the tick
+//                      reads that writer's changes (the changes table), decides, writes, projects;
+//   tick full reload   memory dropped first (a doubt: a gap in the changes), so the tick reads
+//                      the whole store again, then reconciles.
 // The clock stands still (ManualScheduler), so no deadline passes between runs.
 
 import pino from "pino";
@@ -29,7 +32,10 @@ export interface ReconcileFigures {
   snapshotReload: Stat;
   tickSteady: Stat;
   tickChange: Stat;
+  /** After another writer's commit, heard through watch(). */
   tickReload: Stat;
+  /** After memory was dropped: everything read again. */
+  tickFullReload: Stat;
   placedFirst: number;
 }
 
@@ -78,7 +84,29 @@ export async function seedReconcileFleet(store: StorePort, NODES = 1000, MODELS 
   return { models };
 }
 
-export async function reconcileBench(store: StorePort, o: { runs: number; log?: (s: string) => void }): Promise<ReconcileFigures> {
+/** Another writer's commit: one model's min raised by one through `other`, resolved once `model`'s watch heard it. */
+async function otherWrites(other: StorePort, heard: () => Promise<void>, m: ModelSpec): Promise<void> {
+  const row = await other.modelByName(m.name);
+  const min = (row?.spec.replicas.min ?? m.replicas.min) + 1;
+  const spec = modelSpec({ ...m, replicas: { ...m.replicas, min, max: Math.max(min, m.replicas.max ?? min) } } as Parameters<typeof modelSpec>[0]);
+  const next = heard();
+  await other.saveModels([{ spec, revision: (row?.revision ?? 1) + 1, created: false }], T0);
+  await next;
+}
+
+/** The model's watch, kept for the whole run: heard() resolves at the next "any" it passes on. */
+function hearing(model: ModelStore): { heard: () => Promise<void>; stop: () => void } {
+  let waiting: (() => void)[] = [];
+  const stop = model.watch((c) => {
+    if (c !== "any") return;
+    const w = waiting;
+    waiting = [];
+    for (const f of w) f();
+  });
+  return { heard: () => new Promise<void>((r) => waiting.push(r)), stop };
+}
+
+export async function reconcileBench(store: StorePort, o: { runs: number; log?: (s: string) => void; other?: () => Promise<StorePort> }): Promise<ReconcileFigures> {
   const say = o.log ?? (() => {});
   const s0 = performance.now();
   const { models } = await seedReconcileFleet(store);
@@ -110,7 +138,21 @@ export async function reconcileBench(store: StorePort, o: { runs: number; log?: 
     },
     () => controller.tick(),
   );
-  const tickReload = await timed(o.runs, () => model.invalidate(), () => controller.tick());
+  let tickReload: Stat = { p50: Number.NaN, p95: Number.NaN, cpuP50: Number.NaN, n: 0 };
+  if (o.other) {
+    const other = await o.other();
+    const watch = hearing(model);
+    let j = 0;
+    // The watch's first notification may precede its LISTEN (PostgreSQL): write until one is heard, then settle.
+    for (let heardOne = false; !heardOne; ) {
+      const m = models[(k + j++) % models.length]!;
+      heardOne = await Promise.race([otherWrites(other, watch.heard, m).then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 1000))]);
+    }
+    await controller.tick();
+    tickReload = await timed(o.runs, () => otherWrites(other, watch.heard, models[(k + j++) % models.length]!), () => controller.tick());
+    watch.stop();
+  }
+  const tickFullReload = await timed(o.runs, () => model.invalidate(), () => controller.tick());
   await model.flush().catch(() => undefined);
-  return { seedMs, snapshotStore, snapshotReload, tickSteady, tickChange, tickReload, placedFirst };
+  return { seedMs, snapshotStore, snapshotReload, tickSteady, tickChange, tickReload, tickFullReload, placedFirst };
 }
