@@ -226,6 +226,19 @@ export class HeaderFields {
     readonly maxHeaders: number,
   ) {}
 
+  /** Empty again, for the next head: fresh arrays (the last head's may still be held), no framing headers. */
+  reset(): void {
+    if (this.names.length > 0) {
+      this.names = [];
+      this.values = [];
+    }
+    this.contentLength = undefined;
+    this.transferEncoding = undefined;
+    this.connection = undefined;
+    this.expect = undefined;
+    this.hosts = 0;
+  }
+
   /**
    * Tokenizes the header lines text[at, end of text): CRLF-separated, already checked for
    * controls and bare CR/LF (BAD_HEAD_BYTE).

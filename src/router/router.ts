@@ -146,6 +146,17 @@ const PASS_DOWN = new Set(["content-type", "cache-control", "x-request-id", "ope
 const enc = new TextEncoder();
 const NON_ASCII = /[^\x00-\x7f]/;
 const dec = new TextDecoder();
+const utf8Slice = (Buffer.prototype as unknown as { utf8Slice(this: Uint8Array, start: number, end: number): string }).utf8Slice;
+
+/**
+ * A request body as text exactly as TextDecoder reads it (one leading BOM dropped, bytes that
+ * are not UTF-8 as U+FFFD), through Buffer's decoder: JSON.parse reads its string in about half
+ * the time of TextDecoder's.
+ */
+export function utf8Text(b: Uint8Array): string {
+  const from = b.length >= 3 && b[0] === 0xef && b[1] === 0xbb && b[2] === 0xbf ? 3 : 0;
+  return utf8Slice.call(b, from, b.length);
+}
 /** Bodies up to this size are buffered when not streamed: one write instead of a stream is faster. */
 const BUFFER_LIMIT = 1024 * 1024;
 /** The paths whose streamed answers are SSE: only these are opened early for a held request. */
@@ -548,7 +559,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
     const pool = keyPool ?? ex.headers.get("x-llmgw-pool");
     let body: Record<string, unknown>;
     try {
-      body = JSON.parse(dec.decode(ex.body));
+      body = JSON.parse(utf8Text(ex.body));
     } catch (e) {
       return send(ex, openAIError(400, `We could not parse the JSON body of your request: ${(e as Error).message}`, { code: "invalid_json" }));
     }
@@ -1011,15 +1022,18 @@ class Attempt implements ExchangeHandler, Watch {
     // text for it is made once per replica and type.
     let type: string | undefined;
     let more = false;
-    for (const [k, v] of head.headers) {
+    const names = head.names;
+    const values = head.values;
+    for (let i = 0; i < names.length; i++) {
+      const k = names[i]!;
       if (!PASS_DOWN.has(k)) continue;
-      if (k === "content-type" && type === undefined) type = v;
+      if (k === "content-type" && type === undefined) type = values[i];
       else more = true;
     }
     const id = this.lease.endpoint.id;
     if (more) {
       let text = `x-llmgw-replica: ${id}\r\n`;
-      for (const [k, v] of head.headers) if (PASS_DOWN.has(k)) text += `${k}: ${v}\r\n`;
+      for (let i = 0; i < names.length; i++) if (PASS_DOWN.has(names[i]!)) text += `${names[i]!}: ${values[i]!}\r\n`;
       this.headers = block(text);
     } else this.headers = this.r.replicaHeaders(id, type);
     this.sse = type !== undefined && type.includes("text/event-stream");
