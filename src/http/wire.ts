@@ -226,12 +226,10 @@ export class HeaderFields {
     readonly maxHeaders: number,
   ) {}
 
-  /** Empty again, for the next head: fresh arrays (the last head's may still be held), no framing headers. */
+  /** Empty again, for the next head: fresh arrays (the last head's are still held by whoever it went to), no framing headers. */
   reset(): void {
-    if (this.names.length > 0) {
-      this.names = [];
-      this.values = [];
-    }
+    this.names = [];
+    this.values = [];
     this.contentLength = undefined;
     this.transferEncoding = undefined;
     this.connection = undefined;

@@ -570,13 +570,15 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       return send(ex, openAIError(400, `model must be a string, not ${model === null ? "null" : Array.isArray(model) ? "an array" : typeof model}`, { param: "model", code: "invalid_type" }));
 
     const stream = body.stream === true;
-    const go = () => {
-      const key = prefixKey(body);
-      const extra = forwardHeaders(ex.headers);
-      new Call(this, ex, model, pool, key, stream, extra, body, ex.body, ex.target, t0).next();
-    };
-    if (this.balancer.has(model, pool)) return go();
-    this.coldStart(ex, model, pool, stream && SSE_PATHS.has(ex.path), go);
+    // The common case calls straight on; only a request held for a cold start needs a closure.
+    if (this.balancer.has(model, pool)) return this.call(ex, body, model, pool, stream, t0);
+    this.coldStart(ex, model, pool, stream && SSE_PATHS.has(ex.path), () => this.call(ex, body, model, pool, stream, t0));
+  }
+
+  private call(ex: ClientExchange, body: Record<string, unknown>, model: string, pool: string | undefined, stream: boolean, t0: number): void {
+    const key = prefixKey(body);
+    const extra = forwardHeaders(ex.headers);
+    new Call(this, ex, model, pool, key, stream, extra, body, ex.body, ex.target, t0).next();
   }
 
   /**
@@ -1232,12 +1234,13 @@ function send(ex: ClientExchange, r: Reply): void {
 }
 
 /** Headers passed upstream: what identifies or traces the request (the pool adds Host, Content-Type, Content-Length). */
-function forwardHeaders(h: RequestHeaders): [string, string][] {
-  const out: [string, string][] = [];
+function forwardHeaders(h: RequestHeaders): ExtraHeaders {
+  let out: [string, string][] | undefined;
   const names = h.names;
   for (let i = 0; i < names.length; i++) {
     const n = names[i]!;
-    if (PASS_UP.has(n)) out.push([n, h.values[i]!]);
+    if (PASS_UP.has(n)) (out ??= []).push([n, h.values[i]!]);
   }
-  return out;
+  return out ?? NO_HEADERS;
 }
+const NO_HEADERS: ExtraHeaders = [];
