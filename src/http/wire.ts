@@ -292,7 +292,7 @@ export class HeaderFields {
     const te = this.transferEncoding;
     if (te !== undefined) {
       if (this.contentLength !== undefined) throw new WireError(400, `a ${this.side} may not carry both Transfer-Encoding and Content-Length`, "bad_request");
-      if (te.toLowerCase() !== "chunked")
+      if (te !== "chunked" && te.toLowerCase() !== "chunked")
         throw new WireError(501, `Transfer-Encoding: ${te.slice(0, 40)} is not supported${this.side === "request" ? "; send chunked or a Content-Length" : ""}`, "not_implemented");
       return "chunked";
     }

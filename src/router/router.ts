@@ -671,6 +671,41 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
     return b;
   }
 
+  /** The last answer headers of more than a content type rendered per replica, with the [name, value, …] they were made of. */
+  private readonly passed = new Map<string, { pairs: string[]; block: HeaderBlock }>();
+
+  /**
+   * @internal The answer headers for a replica that passes on more than a content type (an SSE
+   * stream's Cache-Control, a request id): the last ones made for it again when the engine sent
+   * the same pass-down headers, as it does answer after answer.
+   */
+  passedHeaders(id: string, names: readonly string[], values: readonly string[]): HeaderBlock {
+    const last = this.passed.get(id);
+    if (last !== undefined) {
+      const pairs = last.pairs;
+      let j = 0;
+      let same = true;
+      for (let i = 0; i < names.length && same; i++) {
+        if (!PASS_DOWN.has(names[i]!)) continue;
+        same = j < pairs.length && pairs[j] === names[i] && pairs[j + 1] === values[i];
+        j += 2;
+      }
+      if (same && j === pairs.length) return last.block;
+    }
+    let text = `x-llmgw-replica: ${id}\r\n`;
+    const pairs: string[] = [];
+    for (let i = 0; i < names.length; i++) {
+      if (!PASS_DOWN.has(names[i]!)) continue;
+      text += `${names[i]!}: ${values[i]!}\r\n`;
+      pairs.push(names[i]!, values[i]!);
+    }
+    const b = block(text);
+    // Replicas come and go: dropped when it outgrows the fleet, as the content-type cache is.
+    if (this.passed.size > 4096) this.passed.clear();
+    this.passed.set(id, { pairs, block: b });
+    return b;
+  }
+
   /** @internal For Call: retries are counted by replica model and reason. */
   countRetry(model: string, kind: string): void {
     this.retries.inc([model, kind]);
@@ -1033,11 +1068,7 @@ class Attempt implements ExchangeHandler, Watch {
       else more = true;
     }
     const id = this.lease.endpoint.id;
-    if (more) {
-      let text = `x-llmgw-replica: ${id}\r\n`;
-      for (let i = 0; i < names.length; i++) if (PASS_DOWN.has(names[i]!)) text += `${names[i]!}: ${values[i]!}\r\n`;
-      this.headers = block(text);
-    } else this.headers = this.r.replicaHeaders(id, type);
+    this.headers = more ? this.r.passedHeaders(id, names, values) : this.r.replicaHeaders(id, type);
     this.sse = type !== undefined && type.includes("text/event-stream");
     if (this.sse) this.tokens.key = contentKey(this.call.path);
     const len = head.contentLength;

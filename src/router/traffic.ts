@@ -32,8 +32,13 @@ const TAIL_BYTES = 4096;
 /** The content key of a path's streamed chunks, or undefined when its chunks carry no tokens. */
 export function contentKey(path: string): Uint8Array | undefined {
   const q = path.indexOf("?");
-  return CONTENT_KEYS[q < 0 ? path : path.slice(0, q)];
+  const p = q < 0 ? path : path.slice(0, q);
+  // Compared, not looked up: a key lookup hashes the path, fresh from each request's head.
+  return p === "/v1/chat/completions" ? CHAT_KEY : p === "/v1/completions" ? TEXT_KEY : p === "/v1/responses" ? DELTA_KEY : undefined;
 }
+const CHAT_KEY = CONTENT_KEYS["/v1/chat/completions"];
+const TEXT_KEY = CONTENT_KEYS["/v1/completions"];
+const DELTA_KEY = CONTENT_KEYS["/v1/responses"];
 
 export class TokenCount {
   /** Content chunks seen (SSE only). */
