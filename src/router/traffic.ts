@@ -73,9 +73,14 @@ export class TokenCount {
     // from the bytes: nothing is decoded.
     for (let k = 1; k <= Math.min(this.n, KEPT); k++) {
       const i = (this.n - k) % KEPT;
-      const d = this.bufs[i]!;
-      const a = this.start(i);
-      const b = this.to[i]!;
+      const whole = this.bufs[i]!;
+      const from = this.start(i);
+      const to = this.to[i]!;
+      // The range alone is searched: a backward search of the whole read would run on to its
+      // start for a stream with no usage, once per kept range and key (a few KiB each time).
+      const d = from === 0 && to === whole.length ? whole : whole.subarray(from, to);
+      const a = 0;
+      const b = to - from;
       let best = -1;
       let len = 0;
       for (const key of USAGE_KEYS) {
