@@ -57,8 +57,9 @@ interface WrkResult {
   requests: number;
 }
 
+/** wrk for `seconds` (whole seconds: wrk reads no fraction, so an odd duration's half-rounds are rounded). */
 async function wrk(url: string, script: string, seconds: number): Promise<WrkResult> {
-  const c = await spawnChild("wrk", ["wrk", "-t1", `-c${CONNECTIONS}`, `-d${seconds}s`, "--latency", "-s", script, `${url}/v1/chat/completions`], {
+  const c = await spawnChild("wrk", ["wrk", "-t1", `-c${CONNECTIONS}`, `-d${Math.max(1, Math.round(seconds))}s`, "--latency", "-s", script, `${url}/v1/chat/completions`], {
     cpus: LOAD_CPUS,
     waitUrl: false,
   });
