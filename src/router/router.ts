@@ -653,6 +653,18 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
 
   /** @internal The answer headers for a replica and a content type, rendered once. */
   replicaHeaders(id: string, type: string | undefined): HeaderBlock {
+    // The last one asked for, compared first: the type is a string fresh from each engine
+    // answer, and comparing it costs less than hashing it for the lookup.
+    const last = this.lastBlock;
+    if (last !== undefined && last.id === id && last.type === type) return last.block;
+    const b = this.replicaBlock(id, type);
+    this.lastBlock = { id, type, block: b };
+    return b;
+  }
+
+  private lastBlock: { id: string; type: string | undefined; block: HeaderBlock } | undefined;
+
+  private replicaBlock(id: string, type: string | undefined): HeaderBlock {
     let byType = this.blocks.get(id);
     if (byType === undefined) {
       // Replicas come and go: the cache is dropped when it outgrows the fleet, not kept forever.
