@@ -37,12 +37,23 @@ export class UpstreamError extends Error {
 }
 
 /** The parts of a response head the router uses. Header names are lower case. */
-export interface UpstreamHead {
-  status: number;
-  /** Headers in arrival order as [name, value]; repeated names appear repeatedly. */
-  headers: [string, string][];
-  /** Content-Length, or -1 when the body is chunked or runs to the end of the connection. */
-  contentLength: number;
+export class UpstreamHead {
+  constructor(
+    readonly status: number,
+    /** Header names in arrival order (lower case); repeated names appear repeatedly. */
+    readonly names: readonly string[],
+    /** Their values, in the same order. */
+    readonly values: readonly string[],
+    /** Content-Length, or -1 when the body is chunked or runs to the end of the connection. */
+    readonly contentLength: number,
+  ) {}
+
+  /** Headers in arrival order as [name, value], made when asked for (the router reads names and values). */
+  get headers(): [string, string][] {
+    const out: [string, string][] = new Array(this.names.length);
+    for (let i = 0; i < this.names.length; i++) out[i] = [this.names[i]!, this.values[i]!];
+    return out;
+  }
 }
 
 export interface ExchangeHandler {
@@ -323,8 +334,6 @@ class Conn {
     const values = f.values;
     this.resetHead();
     if (status < 200) return undefined;
-    const headers: [string, string][] = new Array(names.length);
-    for (let i = 0; i < names.length; i++) headers[i] = [names[i]!, values[i]!];
     let length: number;
     if (status === 204 || status === 304) {
       this.state = DONE;
@@ -342,14 +351,14 @@ class Conn {
       this.keepAlive = false;
       this.state = BODY_CLOSE;
     }
-    return { status, headers, contentLength: length };
+    return new UpstreamHead(status, names, values, length);
   }
 
   private resetHead(): void {
     this.headBytes = 0;
     this.hStatus = 0;
-    if (this.hFields.names.length > 0 || this.hFields.contentLength !== undefined || this.hFields.transferEncoding !== undefined || this.hFields.connection !== undefined)
-      this.hFields = new HeaderFields("response", this.pool.maxHeaders);
+    // The names and values went out with the head: the next head gets arrays of its own.
+    this.hFields.reset();
     this.hHttp11 = true;
   }
 

@@ -422,6 +422,8 @@ export class Conn {
   private bodySize = 0;
   /** The chunked body being read. */
   private decoder: ChunkedDecoder | undefined;
+  /** The header fields of the head being read, reused from head to head. */
+  private fields: HeaderFields | undefined;
   /** Reads are paused: bytes pipelined behind the request in flight wait in the kernel, not here. */
   private paused = false;
   /** Bytes received on the connection in all. @internal */
@@ -574,7 +576,9 @@ export class Conn {
     const http10 = version === "HTTP/1.0";
     const target = requestTarget(text, sp1, sp2);
     // Header lines, with the few that frame the request picked out on the way (wire.ts).
-    const f = new HeaderFields("request", this.server.maxHeaders);
+    // One HeaderFields per connection, emptied for each head (its arrays go to the request's headers).
+    const f = (this.fields ??= new HeaderFields("request", this.server.maxHeaders));
+    f.reset();
     if (eol + 2 < text.length) f.lines(text, eol + 2);
     const hosts = f.hosts;
     if (hosts > 1 || (!http10 && hosts === 0)) throw new Refusal(400, hosts > 1 ? "more than one Host header" : "HTTP/1.1 requests need a Host header", "bad_request");

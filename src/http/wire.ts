@@ -226,6 +226,17 @@ export class HeaderFields {
     readonly maxHeaders: number,
   ) {}
 
+  /** Empty again, for the next head: fresh arrays (the last head's are still held by whoever it went to), no framing headers. */
+  reset(): void {
+    this.names = [];
+    this.values = [];
+    this.contentLength = undefined;
+    this.transferEncoding = undefined;
+    this.connection = undefined;
+    this.expect = undefined;
+    this.hosts = 0;
+  }
+
   /**
    * Tokenizes the header lines text[at, end of text): CRLF-separated, already checked for
    * controls and bare CR/LF (BAD_HEAD_BYTE).
@@ -281,7 +292,7 @@ export class HeaderFields {
     const te = this.transferEncoding;
     if (te !== undefined) {
       if (this.contentLength !== undefined) throw new WireError(400, `a ${this.side} may not carry both Transfer-Encoding and Content-Length`, "bad_request");
-      if (te.toLowerCase() !== "chunked")
+      if (te !== "chunked" && te.toLowerCase() !== "chunked")
         throw new WireError(501, `Transfer-Encoding: ${te.slice(0, 40)} is not supported${this.side === "request" ? "; send chunked or a Content-Length" : ""}`, "not_implemented");
       return "chunked";
     }

@@ -32,8 +32,13 @@ const TAIL_BYTES = 4096;
 /** The content key of a path's streamed chunks, or undefined when its chunks carry no tokens. */
 export function contentKey(path: string): Uint8Array | undefined {
   const q = path.indexOf("?");
-  return CONTENT_KEYS[q < 0 ? path : path.slice(0, q)];
+  const p = q < 0 ? path : path.slice(0, q);
+  // Compared, not looked up: a key lookup hashes the path, fresh from each request's head.
+  return p === "/v1/chat/completions" ? CHAT_KEY : p === "/v1/completions" ? TEXT_KEY : p === "/v1/responses" ? DELTA_KEY : undefined;
 }
+const CHAT_KEY = CONTENT_KEYS["/v1/chat/completions"];
+const TEXT_KEY = CONTENT_KEYS["/v1/completions"];
+const DELTA_KEY = CONTENT_KEYS["/v1/responses"];
 
 export class TokenCount {
   /** Content chunks seen (SSE only). */
@@ -65,17 +70,48 @@ export class TokenCount {
   /** The answer's output tokens: the engine's usage when the tail holds one, else the chunks counted. */
   total(): number {
     // Newest range first; in each, the last usage field (a stream's final usage chunk). Read
-    // from the bytes: nothing is decoded.
+    // from the bytes: nothing is decoded. A backward search runs on past a range's start (to
+    // the read's, when a stream carries no usage), so what it found is kept for the ranges
+    // before it in the same read: there the last match at or before their end is the same one
+    // whenever it lies at or before that end. (No view of the range: a first view of a fresh
+    // socket read costs more than the search.)
+    let prev: Uint8Array | undefined;
+    // Per key: where in `prev` the last search started (-1: none yet), and what it found.
+    let from0 = -1;
+    let found0 = -1;
+    let from1 = -1;
+    let found1 = -1;
     for (let k = 1; k <= Math.min(this.n, KEPT); k++) {
       const i = (this.n - k) % KEPT;
       const d = this.bufs[i]!;
       const a = this.start(i);
       const b = this.to[i]!;
+      if (d !== prev) {
+        prev = d;
+        from0 = from1 = -1;
+      }
       let best = -1;
       let len = 0;
-      for (const key of USAGE_KEYS) {
-        if (b - key.length < a) continue;
-        const at = lastIndexOf.call(d, key, b - key.length);
+      for (let j = 0; j < USAGE_KEYS.length; j++) {
+        const key = USAGE_KEYS[j]!;
+        const end = b - key.length;
+        if (end < a) continue;
+        const searched = j === 0 ? from0 : from1;
+        const last = j === 0 ? found0 : found1;
+        let at: number;
+        // A search of this read from `searched` on down found `last`: the same for any end
+        // between them.
+        if (searched >= end && last <= end) at = last;
+        else {
+          at = lastIndexOf.call(d, key, end);
+          if (j === 0) {
+            from0 = end;
+            found0 = at;
+          } else {
+            from1 = end;
+            found1 = at;
+          }
+        }
         if (at >= a && at > best) {
           best = at;
           len = key.length;

@@ -8,7 +8,10 @@
 // and a Bun.serve proxy whose upstream client is a hand-rolled HTTP/1.1 over Bun.connect
 // (lib/raw-proxy.ts: Bun without fetch, the floor of any Bun.serve proxy: one socket write
 // each way and none of the router's work; llmgw's router has its own server on Bun.listen
-// instead, src/http/server.ts, and beats it). Every proxy and the engine share core 1. Two
+// instead, src/http/server.ts, and beats it), and the floor of ANY Bun proxy (lib/floor-proxy.ts:
+// Bun.listen in front, pooled Bun.connect sockets behind, bytes relayed as they come with only
+// the message boundaries parsed: if it is below nginx, no Bun router can reach nginx here; printed
+// as floor/nginx, floor/haproxy and llmgw/floor). Every proxy and the engine share core 1. Two
 // workloads: (a) small non-streamed answers (4 tokens), (b) streamed answers of 20 tokens (22 SSE
 // events; at token delay 0 the fake engine writes them in one write). Prints req/s, latency, the
 // CPU each process spent per request, the share of core 1 other people's processes took meanwhile
@@ -28,6 +31,7 @@ const ABLATE = process.argv.includes("--ablate");
 const baselineAt = process.argv.indexOf("--baseline");
 const BASELINE = baselineAt > 0 ? process.argv[baselineAt + 1] : undefined;
 const WARMUP_S = 2;
+const FLOOR = "floor: Bun.listen+Bun.connect relay";
 const ROUNDS = 2;
 const CONNECTIONS = 64;
 const MODEL = "m";
@@ -53,8 +57,9 @@ interface WrkResult {
   requests: number;
 }
 
+/** wrk for `seconds` (whole seconds: wrk reads no fraction, so an odd duration's half-rounds are rounded). */
 async function wrk(url: string, script: string, seconds: number): Promise<WrkResult> {
-  const c = await spawnChild("wrk", ["wrk", "-t1", `-c${CONNECTIONS}`, `-d${seconds}s`, "--latency", "-s", script, `${url}/v1/chat/completions`], {
+  const c = await spawnChild("wrk", ["wrk", "-t1", `-c${CONNECTIONS}`, `-d${Math.max(1, Math.round(seconds))}s`, "--latency", "-s", script, `${url}/v1/chat/completions`], {
     cpus: LOAD_CPUS,
     waitUrl: false,
   });
@@ -95,7 +100,8 @@ try {
   const bare = await spawnChild("bare", [BUN, "test/bench/lib/bare-proxy.ts", engine.url], { cpus: PROXY_CPUS, env: bareEnv });
   const bareBuf = await spawnChild("bare-buffered", [BUN, "test/bench/lib/bare-proxy.ts", engine.url, "--buffer"], { cpus: PROXY_CPUS, env: bareEnv });
   const raw = await spawnChild("raw", [BUN, "test/bench/lib/raw-proxy.ts", engine.url], { cpus: PROXY_CPUS });
-  const core1 = [engine, router, nginx, haproxy, onBun, bare, bareBuf, raw];
+  const floor = await spawnChild("floor", [BUN, "test/bench/lib/floor-proxy.ts", engine.url], { cpus: PROXY_CPUS });
+  const core1 = [engine, router, nginx, haproxy, onBun, bare, bareBuf, raw, floor];
   const baseline = BASELINE === undefined ? undefined : await routerProc("router-baseline", MODEL, [engine.url], { cpus: PROXY_CPUS, cwd: BASELINE });
   if (baseline) core1.push(baseline);
   const ablations: Record<string, [string, string, Child][]> = { small: [], stream: [] };
@@ -132,6 +138,7 @@ try {
     if (w.key === "small") targets.push(["bare Bun proxy (buffers body)", bareBuf.url, bareBuf]);
     targets.push(...ablations[w.key]!);
     targets.push(["Bun.serve + raw-socket client", raw.url, raw]);
+    targets.push([FLOOR, floor.url, floor]);
     // Each target is measured in ROUNDS slices of the duration, the targets taking turns, so a
     // slow spell of the (shared, virtual) machine is spread over all of them instead of one.
     interface Acc {
@@ -199,7 +206,12 @@ try {
       `llmgw/nginx = ${(l / rps.get("nginx (1 worker)")!).toFixed(2)}   llmgw/haproxy = ${(l / rps.get("haproxy (1 thread)")!).toFixed(2)} (target ≥ 1.0 for both)   own server/Bun.serve = ${(l / rps.get("llmgw router on Bun.serve")!).toFixed(2)}   llmgw/direct = ${(l / rps.get("direct")!).toFixed(2)}   llmgw/bare Bun proxy = ${(l / rps.get("bare Bun proxy (streams body)")!).toFixed(2)}` +
         (w.key === "small" ? `   llmgw/bare buffered = ${(l / rps.get("bare Bun proxy (buffers body)")!).toFixed(2)}` : "") +
         (baseline ? `   baseline/nginx = ${(rps.get("llmgw router (baseline checkout)")! / rps.get("nginx (1 worker)")!).toFixed(2)}   baseline/haproxy = ${(rps.get("llmgw router (baseline checkout)")! / rps.get("haproxy (1 thread)")!).toFixed(2)}` : "") +
-        `   llmgw/Bun.serve+raw client = ${(l / rps.get("Bun.serve + raw-socket client")!).toFixed(2)}   Bun.serve+raw client/nginx = ${(rps.get("Bun.serve + raw-socket client")! / rps.get("nginx (1 worker)")!).toFixed(2)}`,
+        `   llmgw/Bun.serve+raw client = ${(l / rps.get("Bun.serve + raw-socket client")!).toFixed(2)}   Bun.serve+raw client/nginx = ${(rps.get("Bun.serve + raw-socket client")! / rps.get("nginx (1 worker)")!).toFixed(2)}`
+    );
+    const f = rps.get(FLOOR)!;
+    console.log(
+      `floor/nginx = ${(f / rps.get("nginx (1 worker)")!).toFixed(2)}   floor/haproxy = ${(f / rps.get("haproxy (1 thread)")!).toFixed(2)}   llmgw/floor = ${(l / f).toFixed(2)}` +
+        (baseline ? `   baseline/floor = ${(rps.get("llmgw router (baseline checkout)")! / f).toFixed(2)}` : ""),
     );
   }
 } catch (e) {

@@ -95,6 +95,30 @@ describe("header bytes >= 0x80", () => {
     expect(res2.headers).toContainEqual(["content-type", "text/event-stream; x=\xe9"]);
   });
 
+  test("the headers a replica passes on are its own for each answer: a request id that changes, one that goes away, one more header", async () => {
+    const heads = [
+      ["Content-Type: application/json", "X-Request-Id: one"],
+      ["Content-Type: application/json", "X-Request-Id: one"],
+      ["Content-Type: application/json", "X-Request-Id: two"],
+      ["Content-Type: application/json", "X-Request-Id: two", "Cache-Control: no-store"],
+      ["Content-Type: application/json", "Cache-Control: no-store"],
+      ["Content-Type: text/plain", "Cache-Control: no-store"],
+      ["Content-Type: application/json"],
+      ["Content-Type: application/json", "X-Request-Id: one"],
+      ["Content-Type: application/json", "X-Request-Id: one", "Cache-Control: no-store"],
+      // The last answer's headers less its last one.
+      ["Content-Type: application/json", "X-Request-Id: one"],
+    ];
+    const e = engine((_req, n) => engineAnswer(heads[(n - 1) % heads.length]));
+    const { port } = router([ep("a", e.url)]);
+    for (const h of heads) {
+      const res = await rawRequest(port, chatRequest());
+      expect(res.status).toBe(200);
+      const passed = res.headers.filter(([n]) => n === "x-request-id" || n === "cache-control" || n === "content-type");
+      expect(passed).toEqual(h.map((l) => [l.slice(0, l.indexOf(":")).toLowerCase(), l.slice(l.indexOf(":") + 2)] as [string, string]));
+    }
+  });
+
   test("every byte 0x00-0xFF in every position of a request header line: forwarded byte-exact or refused with 400; never a 5xx; in-flight back to 0; the next request served", async () => {
     const e = engine(() => engineAnswer());
     const { r, port } = router([ep("a", e.url)]);

@@ -145,6 +145,23 @@ describe("errors in OpenAI's shape", () => {
     expect(((await unknown.json()) as { error: { code: string } }).error.code).toBe("model_not_found");
   });
 
+  test("the body is read as TextDecoder reads it: one leading BOM dropped, bytes not UTF-8 as U+FFFD", async () => {
+    const { url } = router({}, [ep("a", e1.url)]);
+    const bytes = (pre: number[], text: string) => new Uint8Array([...pre, ...new TextEncoder().encode(text)]);
+    // One BOM: JSON after it, answered.
+    const bom = await post(url, bytes([0xef, 0xbb, 0xbf], chat("m")) as unknown as string);
+    expect(bom.status).toBe(200);
+    // Two: the second is text JSON cannot start with.
+    const two = await post(url, bytes([0xef, 0xbb, 0xbf, 0xef, 0xbb, 0xbf], chat("m")) as unknown as string);
+    expect(two.status).toBe(400);
+    expect(((await two.json()) as { error: { code: string } }).error.code).toBe("invalid_json");
+    // A model name with a byte that is not UTF-8: read as U+FFFD, an unknown model named so.
+    const body = new Uint8Array([...new TextEncoder().encode('{"model":"m'), 0xff, ...new TextEncoder().encode('","messages":[]}')]);
+    const odd = await post(url, body as unknown as string);
+    expect(odd.status).toBe(404);
+    expect(((await odd.json()) as { error: { message: string } }).error.message).toContain("'m\ufffd'");
+  });
+
   test("a body over the limit is 413", async () => {
     const { url } = router({ maxBodyBytes: 1024 }, [ep("a", e1.url)]);
     const r = await post(url, chat("m", { pad: "x".repeat(5000) }));

@@ -40,4 +40,43 @@ describe("TokenCount", () => {
     t.feed(d, 0, 14);
     expect(t.total()).toBe(1);
   });
+
+  test("the usage is found in whichever kept range of one read holds it, never past a range's end, and in an older read after a newer one without it", () => {
+    const chunk = (c: string) => `data: {"choices":[{"index":0,"delta":{"content":"${c}"}}]}\n\n`;
+    const usage = 'data: {"choices":[],"usage":{"completion_tokens":7}}\n\n';
+    // Several ranges of one read, the usage in each position among them (the engine client's
+    // chunked decoder hands ranges of one read in order, framing bytes between them).
+    const parts = [chunk("a"), chunk("b"), chunk("c"), "data: [DONE]\n\n"];
+    for (let at = 0; at < parts.length; at++) {
+      const ranges = [...parts.slice(0, at), usage, ...parts.slice(at)];
+      let text = "";
+      const bounds: [number, number][] = [];
+      for (const r of ranges) {
+        text += "1f\r\n";
+        bounds.push([text.length, text.length + r.length]);
+        text += `${r}\r\n`;
+      }
+      const d = enc.encode(text);
+      const t = new TokenCount();
+      t.key = contentKey("/v1/chat/completions");
+      for (const [a, b] of bounds) t.feed(d, a, b);
+      // Only the last four ranges are kept: a usage older than them is not seen, and the chunks are counted.
+      expect(t.total()).toBe(ranges.length - ranges.indexOf(usage) <= 4 ? 7 : 3);
+    }
+    // A usage in the read after the range's end is not the answer's.
+    const after = enc.encode(`${chunk("a")}${usage}`);
+    const t = new TokenCount();
+    t.key = contentKey("/v1/chat/completions");
+    t.feed(after, 0, chunk("a").length);
+    expect(t.total()).toBe(1);
+    // An older read holds the usage; the newer ones hold none.
+    const old = new TokenCount();
+    old.key = contentKey("/v1/chat/completions");
+    const r1 = enc.encode(`xx${usage}`);
+    const r2 = enc.encode(`${chunk("a")}${chunk("b")}`);
+    old.feed(r1, 2, r1.length);
+    old.feed(r2, 0, chunk("a").length);
+    old.feed(r2, chunk("a").length, r2.length);
+    expect(old.total()).toBe(7);
+  });
 });
