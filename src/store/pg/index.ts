@@ -74,6 +74,21 @@ const SNAPSHOT_SQL = {
   modelState: `SELECT model, failures, parked, reason, last_failure_at AS "lastFailureAt", last_requested_at AS "lastRequestedAt", scale_target AS "scaleTarget", unplaceable_reason AS "unplaceableReason" FROM model_state ORDER BY model COLLATE "C"`,
 } as const;
 
+// A group of heartbeats' inventory, each statement for all of its nodes at once, rows handed over as JSON text.
+const HEARTBEAT_SQL = {
+  nodes: `INSERT INTO nodes (name, address, labels, fabrics, admin_state, last_heartbeat, agent_version, registered_at)
+    SELECT v.name, v.address, v.labels, v.fabrics, 'none', $2::bigint, v.agent_version, $2::bigint
+    FROM jsonb_to_recordset($1::text::jsonb) AS v(name text, address text, labels jsonb, fabrics jsonb, agent_version text)
+    ON CONFLICT (name) DO UPDATE SET address = excluded.address, labels = excluded.labels, fabrics = excluded.fabrics, last_heartbeat = excluded.last_heartbeat, agent_version = excluded.agent_version
+    RETURNING name, (xmax = 0) AS inserted`,
+  deleteGpus: `DELETE FROM gpus WHERE node IN (SELECT jsonb_array_elements_text($1::text::jsonb))`,
+  insertGpus: `INSERT INTO gpus (node, idx, uuid, name, class, memory_mib, healthy, parent)
+    SELECT v.node, v.idx, v.uuid, v.name, v.class, v.memory_mib, v.healthy, v.parent
+    FROM jsonb_to_recordset($1::text::jsonb) AS v(node text, idx integer, uuid text, name text, class text, memory_mib integer, healthy boolean, parent text)`,
+  deleteWeights: `DELETE FROM weights WHERE node IN (SELECT jsonb_array_elements_text($1::text::jsonb))`,
+  insertWeights: `INSERT INTO weights (node, model) SELECT v.node, v.model FROM jsonb_to_recordset($1::text::jsonb) AS v(node text, model text)`,
+} as const;
+
 /** A multi-host URL without target_session_attrs reaches whichever member is first: ask for the primary. */
 export function withPrimaryTarget(url: string): string {
   const authority = url.replace(/^postgres(ql)?:\/\//i, "").split(/[/?]/)[0] ?? "";
@@ -237,8 +252,9 @@ export class PgStore implements StorePort {
   // ---- nodes --------------------------------------------------------------------------
 
   applyHeartbeat(hb: HeartbeatRequest, now: number, join?: { credentialHash: string; pending: boolean }): Promise<{ created: boolean; taken: boolean }> {
-    // Without a join, doing it twice is doing it once; with one, a second try would find the credential it gave.
-    return this.write(join ? "once" : "idempotent", "any", async (tx) => {
+    // Without a join, as part of a group (doing it twice is doing it once); with one, a second try would find the credential it gave.
+    if (!join) return this.applyHeartbeats([hb], now).then(([r]) => ({ created: r!.created, taken: false }));
+    return this.write("once", "any", async (tx) => {
       const select = () => tx.select({ credentialHash: schema.nodes.credentialHash }).from(schema.nodes).where(eq(schema.nodes.name, hb.node)).for("update");
       let existing = (await select())[0];
       let created = false;
@@ -278,6 +294,41 @@ export class PgStore implements StorePort {
       const models = [...new Set(hb.models)];
       if (models.length > 0) await tx.insert(schema.weights).values(models.map((m) => ({ node: hb.node, model: m })));
       return { created, taken: false };
+    });
+  }
+
+  applyHeartbeats(hbs: readonly HeartbeatRequest[], now: number): Promise<{ created: boolean }[]> {
+    if (hbs.length === 0) return Promise.resolve([]);
+    // Written as each node's last heartbeat says (the earlier ones are overwritten in full), in
+    // name order, so that two control planes writing the same nodes never wait on each other in a circle.
+    const last = new Map<string, HeartbeatRequest>();
+    for (const hb of hbs) last.set(hb.node, hb);
+    const names = [...last.keys()].sort();
+    const rows = (f: (hb: HeartbeatRequest) => unknown[]) => JSON.stringify(names.flatMap((n) => f(last.get(n)!)));
+    const nodes = rows((hb) => [{ name: hb.node, address: hb.address, labels: hb.labels, fabrics: hb.fabrics, agent_version: hb.agent_version }]);
+    const gpus = rows((hb) => hb.gpus.map((g) => ({ node: hb.node, idx: g.index, uuid: g.uuid, name: g.name, class: g.class, memory_mib: g.memory_mib, healthy: g.healthy, parent: g.parent ?? null })));
+    const weights = rows((hb) => [...new Set(hb.models)].map((m) => ({ node: hb.node, model: m })));
+    const named = JSON.stringify(names);
+    // Doing it twice is doing it once. One round trip: the statements go pipelined on the transaction's connection.
+    return this.call("idempotent", async () => {
+      const inserted = (await this.client.begin(async (t) => {
+        const q = (text: string, params: unknown[]) => t.unsafe(text, params as never[], { prepare: true });
+        const [upserted] = await Promise.all([
+          q(HEARTBEAT_SQL.nodes, [nodes, now]),
+          q(HEARTBEAT_SQL.deleteGpus, [named]),
+          q(HEARTBEAT_SQL.insertGpus, [gpus]),
+          q(HEARTBEAT_SQL.deleteWeights, [named]),
+          q(HEARTBEAT_SQL.insertWeights, [weights]),
+          q(`SELECT pg_notify($1, $2)`, [CHANNEL, this.payload.any]),
+        ]);
+        return new Set([...upserted!].filter((r) => r.inserted === true).map((r) => r.name as string));
+      })) as Set<string>;
+      const first = new Set<string>();
+      return hbs.map((hb) => {
+        const created = inserted.has(hb.node) && !first.has(hb.node);
+        first.add(hb.node);
+        return { created };
+      });
     });
   }
 
