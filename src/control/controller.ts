@@ -543,14 +543,29 @@ export class Controller {
    * a group is being written are written after it, together, in one transaction (writeGroup).
    */
   async heartbeat(hb: HeartbeatRequest): Promise<HeartbeatResponse> {
-    const quick = await this.answerUnchanged(hb);
-    if (quick) return quick;
-    return new Promise<HeartbeatResponse>((resolve, reject) => {
-      this.grouped.push({ hb, resolve, reject, at: this.scheduler.mono() });
-      this.inGroup.set(hb.node, (this.inGroup.get(hb.node) ?? 0) + 1);
-      this.armGroup();
-    });
+    // A node's heartbeats take their turns in the order they came: each is answered or queued
+    // before the node's next one is looked at, so the store ends as its last one says.
+    const before = this.nodeTurn.get(hb.node);
+    let done = () => {};
+    const mine = new Promise<void>((r) => (done = r));
+    this.nodeTurn.set(hb.node, mine);
+    try {
+      if (before) await before;
+      const quick = await this.answerUnchanged(hb);
+      if (quick) return quick;
+      return new Promise<HeartbeatResponse>((resolve, reject) => {
+        this.grouped.push({ hb, resolve, reject, at: this.scheduler.mono() });
+        this.inGroup.set(hb.node, (this.inGroup.get(hb.node) ?? 0) + 1);
+        this.armGroup();
+      });
+    } finally {
+      done();
+      if (this.nodeTurn.get(hb.node) === mine) this.nodeTurn.delete(hb.node);
+    }
   }
+
+  /** Per node, the turn of its latest heartbeat (see heartbeat()). */
+  private readonly nodeTurn = new Map<string, Promise<void>>();
 
   /** Heartbeats waiting for the next group write, in arrival order. */
   private grouped: { hb: HeartbeatRequest; resolve: (a: HeartbeatResponse) => void; reject: (e: unknown) => void; at: number }[] = [];
