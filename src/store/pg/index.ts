@@ -74,20 +74,25 @@ const SNAPSHOT_SQL = {
   modelState: `SELECT model, failures, parked, reason, last_failure_at AS "lastFailureAt", last_requested_at AS "lastRequestedAt", scale_target AS "scaleTarget", unplaceable_reason AS "unplaceableReason" FROM model_state ORDER BY model COLLATE "C"`,
 } as const;
 
-// A group of heartbeats' inventory, each statement for all of its nodes at once, rows handed over as JSON text.
-const HEARTBEAT_SQL = {
-  nodes: `INSERT INTO nodes (name, address, labels, fabrics, admin_state, last_heartbeat, agent_version, registered_at)
-    SELECT v.name, v.address, v.labels, v.fabrics, 'none', $2::bigint, v.agent_version, $2::bigint
-    FROM jsonb_to_recordset($1::text::jsonb) AS v(name text, address text, labels jsonb, fabrics jsonb, agent_version text)
+// A group of heartbeats' inventory in one statement (one round trip, its own transaction), rows
+// handed over as JSON text: the nodes upserted; each node's GPUs and weights upserted and the
+// ones it no longer reports deleted (rows apart from those upserted, so no two parts touch one row).
+const HEARTBEATS_SQL = `WITH
+  v AS (SELECT * FROM jsonb_to_recordset($1::text::jsonb) AS v(name text, address text, labels jsonb, fabrics jsonb, agent_version text)),
+  g AS (SELECT * FROM jsonb_to_recordset($3::text::jsonb) AS g(node text, idx integer, uuid text, name text, class text, memory_mib integer, healthy boolean, parent text)),
+  w AS (SELECT * FROM jsonb_to_recordset($4::text::jsonb) AS w(node text, model text)),
+  up AS (
+    INSERT INTO nodes (name, address, labels, fabrics, admin_state, last_heartbeat, agent_version, registered_at)
+    SELECT v.name, v.address, v.labels, v.fabrics, 'none', $2::bigint, v.agent_version, $2::bigint FROM v
     ON CONFLICT (name) DO UPDATE SET address = excluded.address, labels = excluded.labels, fabrics = excluded.fabrics, last_heartbeat = excluded.last_heartbeat, agent_version = excluded.agent_version
-    RETURNING name, (xmax = 0) AS inserted`,
-  deleteGpus: `DELETE FROM gpus WHERE node IN (SELECT jsonb_array_elements_text($1::text::jsonb))`,
-  insertGpus: `INSERT INTO gpus (node, idx, uuid, name, class, memory_mib, healthy, parent)
-    SELECT v.node, v.idx, v.uuid, v.name, v.class, v.memory_mib, v.healthy, v.parent
-    FROM jsonb_to_recordset($1::text::jsonb) AS v(node text, idx integer, uuid text, name text, class text, memory_mib integer, healthy boolean, parent text)`,
-  deleteWeights: `DELETE FROM weights WHERE node IN (SELECT jsonb_array_elements_text($1::text::jsonb))`,
-  insertWeights: `INSERT INTO weights (node, model) SELECT v.node, v.model FROM jsonb_to_recordset($1::text::jsonb) AS v(node text, model text)`,
-} as const;
+    RETURNING name, (xmax = 0) AS inserted),
+  dg AS (DELETE FROM gpus USING v WHERE gpus.node = v.name AND NOT EXISTS (SELECT 1 FROM g WHERE g.node = gpus.node AND g.idx = gpus.idx)),
+  ig AS (
+    INSERT INTO gpus (node, idx, uuid, name, class, memory_mib, healthy, parent) SELECT g.node, g.idx, g.uuid, g.name, g.class, g.memory_mib, g.healthy, g.parent FROM g
+    ON CONFLICT (node, idx) DO UPDATE SET uuid = excluded.uuid, name = excluded.name, class = excluded.class, memory_mib = excluded.memory_mib, healthy = excluded.healthy, parent = excluded.parent),
+  dw AS (DELETE FROM weights USING v WHERE weights.node = v.name AND NOT EXISTS (SELECT 1 FROM w WHERE w.node = weights.node AND w.model = weights.model)),
+  iw AS (INSERT INTO weights (node, model) SELECT w.node, w.model FROM w ON CONFLICT DO NOTHING)
+SELECT up.name, up.inserted FROM up CROSS JOIN (SELECT pg_notify($5, $6)) AS n`;
 
 /** A multi-host URL without target_session_attrs reaches whichever member is first: ask for the primary. */
 export function withPrimaryTarget(url: string): string {
@@ -308,21 +313,10 @@ export class PgStore implements StorePort {
     const nodes = rows((hb) => [{ name: hb.node, address: hb.address, labels: hb.labels, fabrics: hb.fabrics, agent_version: hb.agent_version }]);
     const gpus = rows((hb) => hb.gpus.map((g) => ({ node: hb.node, idx: g.index, uuid: g.uuid, name: g.name, class: g.class, memory_mib: g.memory_mib, healthy: g.healthy, parent: g.parent ?? null })));
     const weights = rows((hb) => [...new Set(hb.models)].map((m) => ({ node: hb.node, model: m })));
-    const named = JSON.stringify(names);
-    // Doing it twice is doing it once. One round trip: the statements go pipelined on the transaction's connection.
+    // Doing it twice is doing it once.
     return this.call("idempotent", async () => {
-      const inserted = (await this.client.begin(async (t) => {
-        const q = (text: string, params: unknown[]) => t.unsafe(text, params as never[], { prepare: true });
-        const [upserted] = await Promise.all([
-          q(HEARTBEAT_SQL.nodes, [nodes, now]),
-          q(HEARTBEAT_SQL.deleteGpus, [named]),
-          q(HEARTBEAT_SQL.insertGpus, [gpus]),
-          q(HEARTBEAT_SQL.deleteWeights, [named]),
-          q(HEARTBEAT_SQL.insertWeights, [weights]),
-          q(`SELECT pg_notify($1, $2)`, [CHANNEL, this.payload.any]),
-        ]);
-        return new Set([...upserted!].filter((r) => r.inserted === true).map((r) => r.name as string));
-      })) as Set<string>;
+      const upserted = await this.client.unsafe(HEARTBEATS_SQL, [nodes, now, gpus, weights, CHANNEL, this.payload.any] as never[], { prepare: true });
+      const inserted = new Set([...upserted].filter((r) => r.inserted === true).map((r) => r.name as string));
       const first = new Set<string>();
       return hbs.map((hb) => {
         const created = inserted.has(hb.node) && !first.has(hb.node);
