@@ -576,7 +576,11 @@ export class Controller {
   private armGroup(): void {
     if (this.groupArmed || this.grouped.length === 0) return;
     this.groupArmed = true;
-    this.exclusive(() => this.writeGroup()).catch((e: unknown) => this.log.error({ err: (e as Error).message }, "a group of heartbeats was not handled"));
+    const go = () => void this.exclusive(() => this.writeGroup()).catch((e: unknown) => this.log.error({ err: (e as Error).message }, "a group of heartbeats was not handled"));
+    // After the requests read together with this one: a synchronous store (SQLite) would
+    // otherwise write each heartbeat alone, before the next is even read.
+    if (this.scheduler.soon) this.scheduler.soon(go);
+    else go();
   }
 
   /**
