@@ -75,8 +75,9 @@ const SNAPSHOT_SQL = {
 } as const;
 
 // A group of heartbeats' inventory in one statement (one round trip, its own transaction), rows
-// handed over as JSON text: the nodes upserted; each node's GPUs and weights upserted and the
-// ones it no longer reports deleted (rows apart from those upserted, so no two parts touch one row).
+// handed over as JSON text: the nodes upserted; each node's GPUs and weights upserted (a GPU row
+// that says the same is left alone: no new row version) and the ones it no longer reports
+// deleted (rows apart from those upserted, so no two parts touch one row).
 const HEARTBEATS_SQL = `WITH
   v AS (SELECT * FROM jsonb_to_recordset($1::text::jsonb) AS v(name text, address text, labels jsonb, fabrics jsonb, agent_version text)),
   g AS (SELECT * FROM jsonb_to_recordset($3::text::jsonb) AS g(node text, idx integer, uuid text, name text, class text, memory_mib integer, healthy boolean, parent text)),
@@ -89,7 +90,8 @@ const HEARTBEATS_SQL = `WITH
   dg AS (DELETE FROM gpus USING v WHERE gpus.node = v.name AND NOT EXISTS (SELECT 1 FROM g WHERE g.node = gpus.node AND g.idx = gpus.idx)),
   ig AS (
     INSERT INTO gpus (node, idx, uuid, name, class, memory_mib, healthy, parent) SELECT g.node, g.idx, g.uuid, g.name, g.class, g.memory_mib, g.healthy, g.parent FROM g
-    ON CONFLICT (node, idx) DO UPDATE SET uuid = excluded.uuid, name = excluded.name, class = excluded.class, memory_mib = excluded.memory_mib, healthy = excluded.healthy, parent = excluded.parent),
+    ON CONFLICT (node, idx) DO UPDATE SET uuid = excluded.uuid, name = excluded.name, class = excluded.class, memory_mib = excluded.memory_mib, healthy = excluded.healthy, parent = excluded.parent
+    WHERE (gpus.uuid, gpus.name, gpus.class, gpus.memory_mib, gpus.healthy, gpus.parent) IS DISTINCT FROM (excluded.uuid, excluded.name, excluded.class, excluded.memory_mib, excluded.healthy, excluded.parent)),
   dw AS (DELETE FROM weights USING v WHERE weights.node = v.name AND NOT EXISTS (SELECT 1 FROM w WHERE w.node = weights.node AND w.model = weights.model)),
   iw AS (INSERT INTO weights (node, model) SELECT w.node, w.model FROM w ON CONFLICT DO NOTHING)
 SELECT up.name, up.inserted FROM up CROSS JOIN (SELECT pg_notify($5, $6)) AS n`;
