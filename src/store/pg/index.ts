@@ -310,7 +310,8 @@ export class PgStore implements StorePort {
     // name order, so that two control planes writing the same nodes never wait on each other in a circle.
     const last = new Map<string, HeartbeatRequest>();
     for (const hb of hbs) last.set(hb.node, hb);
-    const names = [...last.keys()].sort();
+    // Byte order, as COLLATE "C" sorts (touchNodes locks in that order too).
+    const names = [...last.keys()].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
     const rows = (f: (hb: HeartbeatRequest) => unknown[]) => JSON.stringify(names.flatMap((n) => f(last.get(n)!)));
     const nodes = rows((hb) => [{ name: hb.node, address: hb.address, labels: hb.labels, fabrics: hb.fabrics, agent_version: hb.agent_version }]);
     const gpus = rows((hb) => hb.gpus.map((g) => ({ node: hb.node, idx: g.index, uuid: g.uuid, name: g.name, class: g.class, memory_mib: g.memory_mib, healthy: g.healthy, parent: g.parent ?? null })));
@@ -353,9 +354,12 @@ export class PgStore implements StorePort {
 
   touchNodes(seen: { name: string; at: number }[]): Promise<void> {
     if (seen.length === 0) return Promise.resolve();
-    // One statement for the whole batch, its rows handed over as one JSON document.
+    // One statement for the whole batch, its rows handed over as one JSON document. The rows are
+    // locked first, in name order, as a group of heartbeats locks them (applyHeartbeats): two
+    // writers of many node rows never wait on each other in a circle.
     const rows = JSON.stringify(seen);
     return this.write("idempotent", "seen", async (tx) => {
+      await tx.execute(sql`SELECT 1 FROM nodes WHERE name IN (SELECT v.name FROM jsonb_to_recordset(${rows}::jsonb) AS v(name text)) ORDER BY name COLLATE "C" FOR UPDATE`);
       await tx.execute(sql`UPDATE nodes SET last_heartbeat = v.at FROM jsonb_to_recordset(${rows}::jsonb) AS v(name text, at bigint) WHERE nodes.name = v.name`);
     });
   }
