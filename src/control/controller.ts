@@ -23,7 +23,7 @@ import { dryRunApply } from "./dry-run";
 import { type ExplainInput, explainModel } from "./explain";
 import { AssignmentBroker } from "./broker";
 import { type PutResult, catalogChanges } from "./catalog";
-import { ConflictError, FencedError, NotFoundError } from "./errors";
+import { ConflictError, FencedError, NotFoundError, StoreUnavailableError } from "./errors";
 import type { EndpointSink, UsageSource } from "./interfaces";
 import * as project from "./projections";
 import { LoadMonitor, SUMMARY_CACHE_MS } from "./load";
@@ -82,6 +82,8 @@ export const AGENT_CREDENTIAL_FILE = "node.credential";
 
 /** The least time between two ticks a wake() asks for. */
 const WAKE_GAP_MS = 150;
+/** Heartbeats with news written in one transaction at most (the rest wait for the next). */
+const MAX_GROUP = 256;
 
 const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
 
@@ -537,12 +539,127 @@ export class Controller {
     });
   }
 
-  /** A heartbeat from a node already known (by its credential, or from inside the process). */
-  heartbeat(hb: HeartbeatRequest): Promise<HeartbeatResponse> {
-    return this.exclusive(
-      () => this.receive(hb),
-      (ms) => this.load.queueWait(ms),
+  /**
+   * A heartbeat from a node already known (by its credential, or from inside the process). One
+   * that says what the store holds (the common case) is answered at once, without the lock
+   * (answerUnchanged). One with news waits for the next group: the heartbeats that arrive while
+   * a group is being written are written after it, together, in one transaction (writeGroup).
+   */
+  async heartbeat(hb: HeartbeatRequest): Promise<HeartbeatResponse> {
+    // A node's heartbeats take their turns in the order they came: each is answered or queued
+    // before the node's next one is looked at, so the store ends as its last one says.
+    const before = this.nodeTurn.get(hb.node);
+    let done = () => {};
+    const mine = new Promise<void>((r) => (done = r));
+    this.nodeTurn.set(hb.node, mine);
+    try {
+      if (before) await before;
+      const quick = await this.answerUnchanged(hb);
+      if (quick) return quick;
+      return new Promise<HeartbeatResponse>((resolve, reject) => {
+        this.grouped.push({ hb, resolve, reject, at: this.scheduler.mono() });
+        this.inGroup.set(hb.node, (this.inGroup.get(hb.node) ?? 0) + 1);
+        this.armGroup();
+      });
+    } finally {
+      done();
+      if (this.nodeTurn.get(hb.node) === mine) this.nodeTurn.delete(hb.node);
+    }
+  }
+
+  /** Per node, the turn of its latest heartbeat (see heartbeat()). */
+  private readonly nodeTurn = new Map<string, Promise<void>>();
+
+  /** Heartbeats waiting for the next group write, in arrival order. */
+  private grouped: { hb: HeartbeatRequest; resolve: (a: HeartbeatResponse) => void; reject: (e: unknown) => void; at: number }[] = [];
+  private groupArmed = false;
+  /** Per node, how many of its heartbeats wait or are being written: a later one never overtakes them. */
+  private readonly inGroup = new Map<string, number>();
+
+  private armGroup(): void {
+    if (this.groupArmed || this.grouped.length === 0) return;
+    this.groupArmed = true;
+    const go = () => void this.exclusive(() => this.writeGroup()).catch((e: unknown) => this.log.error({ err: (e as Error).message }, "a group of heartbeats was not handled"));
+    // After the requests read together with this one: a synchronous store (SQLite) would
+    // otherwise write each heartbeat alone, before the next is even read.
+    if (this.scheduler.soon) this.scheduler.soon(go);
+    else go();
+  }
+
+  /**
+   * Without the lock, for a leader whose store keeps a model in memory: a heartbeat that says
+   * what is stored (a last-seen touch, batched to the store), whose reports change nothing and
+   * whose node report is held already, changes nothing another writer could be deciding on.
+   * Undefined when the heartbeat must take the lock's path.
+   */
+  private async answerUnchanged(hb: HeartbeatRequest): Promise<HeartbeatResponse | undefined> {
+    const skip = () => !this.lead.leading || this.inGroup.has(hb.node) || this.unreachable.has(hb.node);
+    if (!this.store.touchIfUnchanged || skip()) return undefined;
+    const report = reportOf(hb);
+    if (this.shared && this.shared.ledger.toWrite(hb.node, report) !== undefined) return undefined;
+    const now = this.scheduler.now();
+    const seen = this.observe(now);
+    const mine = await this.store.replicaSnapshot(hb.node);
+    const plan = processReports({ snapshot: mine, node: hb.node, reports: hb.replicas, now, config: this.config, watchedSince: seen.watchedSince, deaf: this.load.deafSpans() });
+    if (!isEmpty(plan) || skip() || !(await this.store.touchIfUnchanged(hb, now))) return undefined;
+    this.applyReport(hb.node, report);
+    // A tick may have found the node silent meanwhile: then the lock's path writes that it is back.
+    if (this.unreachable.has(hb.node)) return undefined;
+    return this.response(hb.node);
+  }
+
+  /**
+   * One group of heartbeats with news: their inventory in one transaction, then each one's
+   * reports in arrival order. A failure fails only the heartbeat it belongs to.
+   */
+  private async writeGroup(): Promise<void> {
+    this.groupArmed = false;
+    const group = this.grouped.splice(0, MAX_GROUP);
+    // More than a group waited: the rest go next.
+    this.armGroup();
+    const mono = this.scheduler.mono();
+    this.load.queueWait(Math.max(...group.map((g) => mono - g.at)));
+    const now = this.scheduler.now();
+    const seen = this.observe(now);
+    const applied = await this.applyGroup(
+      group.map((g) => g.hb),
+      now,
     );
+    for (const [i, g] of group.entries()) {
+      const r = applied[i]!;
+      try {
+        if ("error" in r) throw r.error;
+        g.resolve(await this.received(g.hb, now, seen, r.created));
+      } catch (e) {
+        g.reject(e);
+      } finally {
+        const left = (this.inGroup.get(g.hb.node) ?? 1) - 1;
+        if (left > 0) this.inGroup.set(g.hb.node, left);
+        else this.inGroup.delete(g.hb.node);
+      }
+    }
+  }
+
+  /**
+   * The group's inventory in one transaction; when that fails, one transaction per heartbeat, so
+   * that a heartbeat the store refuses fails alone. A store that does not answer fails them all
+   * at once (each was tried again already where that is safe): their agents send them again.
+   */
+  private async applyGroup(hbs: HeartbeatRequest[], now: number): Promise<({ created: boolean } | { error: unknown })[]> {
+    try {
+      return await this.store.applyHeartbeats(hbs, now);
+    } catch (e) {
+      if (hbs.length === 1 || e instanceof StoreUnavailableError) return hbs.map(() => ({ error: e }));
+      const out: ({ created: boolean } | { error: unknown })[] = [];
+      for (const hb of hbs)
+        out.push(
+          await this.store.applyHeartbeat(hb, now).then(
+            (r) => ({ created: r.created }),
+            (error: unknown) => ({ error }),
+          ),
+        );
+      return out;
+    }
   }
 
   private async receive(hb: HeartbeatRequest, join?: { credentialHash: string; pending: boolean }): Promise<HeartbeatResponse> {
@@ -550,6 +667,11 @@ export class Controller {
     const seen = this.observe(now);
     const { created, taken } = await this.store.applyHeartbeat(hb, now, join);
     if (taken) throw takenError(hb.node);
+    return this.received(hb, now, seen, created);
+  }
+
+  /** The rest of a heartbeat once the store took its inventory: its report, events, replica verdicts, the answer. */
+  private async received(hb: HeartbeatRequest, now: number, seen: { watchedSince: number }, created: boolean): Promise<HeartbeatResponse> {
     await this.noteReported(hb, now);
     if (created) {
       const gpus = hb.gpus.length;

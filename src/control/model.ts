@@ -371,6 +371,49 @@ export class ModelStore implements StorePort {
     if (join && existing && joinRefused(s.credOf.get(hb.node) ?? null, join.credentialHash)) return { created: false, taken: true };
     const result = await this.write(() => this.inner.applyHeartbeat(hb, now, join));
     if (result.taken || this.state !== s) return result;
+    this.remember(s, hb, now, join);
+    this.changed("nodes", "gpus", "weights");
+    return result;
+  }
+
+  /**
+   * Several heartbeats, in order: the unchanged ones are touched in memory, the others written in
+   * one transaction (a node with one written stays written for the rest of the group, so its
+   * last heartbeat is what ends in the store).
+   */
+  async applyHeartbeats(hbs: readonly HeartbeatRequest[], now: number): Promise<{ created: boolean }[]> {
+    const s = await this.load();
+    const out = hbs.map(() => ({ created: false }));
+    const written = new Set<string>();
+    const pick: number[] = [];
+    hbs.forEach((hb, i) => {
+      const existing = s.nodes.get(hb.node);
+      if (existing && !written.has(hb.node) && this.unchanged(s, hb)) this.touch(s, existing, now);
+      else (written.add(hb.node), pick.push(i));
+    });
+    if (pick.length === 0) return out;
+    const result = await this.write(() => this.inner.applyHeartbeats(pick.map((i) => hbs[i]!), now));
+    pick.forEach((i, k) => (out[i] = result[k]!));
+    if (this.state !== s) return out;
+    for (const i of pick) this.remember(s, hbs[i]!, now);
+    this.changed("nodes", "gpus", "weights");
+    return out;
+  }
+
+  /**
+   * True (and the node's last-seen time touched) when the heartbeat says exactly what memory
+   * holds: answered with no write, nothing else to do. False when it must be written.
+   */
+  async touchIfUnchanged(hb: HeartbeatRequest, now: number): Promise<boolean> {
+    const s = this.state ?? (await this.load());
+    const existing = s.nodes.get(hb.node);
+    if (!existing || !this.unchanged(s, hb)) return false;
+    this.touch(s, existing, now);
+    return true;
+  }
+
+  /** A heartbeat the store took, now in memory too. */
+  private remember(s: State, hb: HeartbeatRequest, now: number, join?: { credentialHash: string; pending: boolean }): void {
     const prev = s.nodes.get(hb.node);
     s.nodes.set(hb.node, {
       name: hb.node,
@@ -396,8 +439,6 @@ export class ModelStore implements StorePort {
     const models = [...new Set(hb.models)].sort(cmp);
     if (models.length > 0) s.weights.set(hb.node, models);
     else s.weights.delete(hb.node);
-    this.changed("nodes", "gpus", "weights");
-    return result;
   }
 
   private touch(s: State, row: NodeRow, at: number): void {

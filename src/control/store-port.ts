@@ -22,6 +22,17 @@ export interface StorePort {
    * written and `taken` is true.
    */
   applyHeartbeat(hb: HeartbeatRequest, now: number, join?: { credentialHash: string; pending: boolean }): Promise<{ created: boolean; taken: boolean }>;
+  /**
+   * Upserts several heartbeats (none with the join token) in one transaction, all or none, in
+   * the order given: a node named twice ends as its last heartbeat says. One answer per
+   * heartbeat: `created` is true for the first heartbeat of a node that had no row.
+   */
+  applyHeartbeats(hbs: readonly HeartbeatRequest[], now: number): Promise<{ created: boolean }[]>;
+  /**
+   * Optional (the in-memory model, control/model.ts, has it): true, with the node's last-seen
+   * time touched and nothing written, when the heartbeat says exactly what is stored already.
+   */
+  touchIfUnchanged?(hb: HeartbeatRequest, now: number): Promise<boolean>;
   nodeTrust(name: string): Promise<NodeTrust>;
   /** The node a credential (by its SHA-256) belongs to. */
   nodeByCredentialHash(hash: string): Promise<string | undefined>;

@@ -22,6 +22,11 @@ export interface Scheduler {
   after(ms: number, fn: () => void): Timer;
   /** Runs fn every ms, the first time ms from now. */
   every(ms: number, fn: () => void): Timer;
+  /**
+   * Runs fn once the I/O callbacks already due have run (setImmediate), so that fn sees what
+   * arrived together. Optional: without it (the manual scheduler) callers run fn at once.
+   */
+  soon?(fn: () => void): void;
 }
 
 function realTimer(h: ReturnType<typeof setTimeout>, clear: (h: ReturnType<typeof setTimeout>) => void): Timer {
@@ -41,6 +46,7 @@ export const realScheduler: Scheduler = {
   mono: () => performance.now(),
   after: (ms, fn) => realTimer(setTimeout(fn, Math.max(0, ms)), clearTimeout),
   every: (ms, fn) => realTimer(setInterval(fn, Math.max(1, ms)), clearInterval),
+  soon: (fn) => void setImmediate(fn),
 };
 
 interface Pending {

@@ -47,12 +47,24 @@ function readLeaseRow(db: { all<T>(q: ReturnType<typeof sql>): T[] }): Lease | u
   return r ? { holder: r.holder, epoch: r.epoch, expiresInMs: r.left } : undefined;
 }
 
+type Statement = ReturnType<Database["prepare"]>;
+interface HeartbeatStatements {
+  exists: Statement;
+  update: Statement;
+  insert: Statement;
+  deleteGpus: Statement;
+  insertGpu: Statement;
+  deleteWeights: Statement;
+  insertWeight: Statement;
+}
+
 export class Store implements StorePort {
   private readonly db: BunSQLiteDatabase<typeof schema>;
   readonly sqlite: Database;
   private touchStatement: { run(values: { at: number; name: string }): unknown } | undefined;
   /** Plans written since the changes table was last pruned. */
   private plansUnpruned = PRUNE_EVERY - 1;
+  private hbStatements: HeartbeatStatements | undefined;
   constructor(opts: OpenOptions) {
     this.sqlite = new Database(opts.path, { create: true, strict: true });
     // WAL lets the CLI-facing reads run beside the reconciler's writes; the busy timeout
@@ -78,6 +90,7 @@ export class Store implements StorePort {
   }
 
   applyHeartbeat(hb: HeartbeatRequest, now: number, join?: { credentialHash: string; pending: boolean }): Promise<{ created: boolean; taken: boolean }> {
+    if (!join) return this.applyHeartbeats([hb], now).then(([r]) => ({ created: r!.created, taken: false }));
     return guarded(() =>
       this.db.transaction((tx) => {
         const existing = tx
@@ -117,6 +130,47 @@ export class Store implements StorePort {
         return { created: !existing, taken: false };
       }),
     );
+  }
+
+  /**
+   * The heartbeat's hot path, in bun:sqlite statements prepared once (drizzle builds its query
+   * anew on every call, which at thousands of heartbeats a second is most of their cost).
+   */
+  private heartbeatStatements(): HeartbeatStatements {
+    const q = (text: string) => this.sqlite.prepare(text);
+    this.hbStatements ??= {
+      exists: q("SELECT 1 AS x FROM nodes WHERE name = ?"),
+      update: q("UPDATE nodes SET address = ?, labels = ?, fabrics = ?, last_heartbeat = ?, agent_version = ? WHERE name = ?"),
+      insert: q("INSERT INTO nodes (name, address, labels, fabrics, admin_state, last_heartbeat, agent_version, registered_at, credential_hash) VALUES (?, ?, ?, ?, 'none', ?, ?, ?, NULL)"),
+      deleteGpus: q("DELETE FROM gpus WHERE node = ?"),
+      insertGpu: q("INSERT INTO gpus (node, idx, uuid, name, class, memory_mib, healthy, parent) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
+      deleteWeights: q("DELETE FROM weights WHERE node = ?"),
+      insertWeight: q("INSERT INTO weights (node, model) VALUES (?, ?)"),
+    };
+    return this.hbStatements;
+  }
+
+  applyHeartbeats(hbs: readonly HeartbeatRequest[], now: number): Promise<{ created: boolean }[]> {
+    if (hbs.length === 0) return Promise.resolve([]);
+    return guarded(() => {
+      const st = this.heartbeatStatements();
+      return this.sqlite
+        .transaction(() =>
+          hbs.map((hb) => {
+            const labels = JSON.stringify(hb.labels);
+            const fabrics = JSON.stringify(hb.fabrics);
+            const existed = st.exists.get(hb.node) !== null;
+            if (existed) st.update.run(hb.address, labels, fabrics, now, hb.agent_version, hb.node);
+            else st.insert.run(hb.node, hb.address, labels, fabrics, now, hb.agent_version, now);
+            st.deleteGpus.run(hb.node);
+            for (const g of hb.gpus) st.insertGpu.run(hb.node, g.index, g.uuid, g.name, g.class, g.memory_mib, g.healthy ? 1 : 0, g.parent ?? null);
+            st.deleteWeights.run(hb.node);
+            for (const m of new Set(hb.models)) st.insertWeight.run(hb.node, m);
+            return { created: !existed };
+          }),
+        )
+        .immediate();
+    });
   }
 
   snapshot(): Promise<Snapshot> {

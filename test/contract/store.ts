@@ -64,6 +64,51 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
         expect(await s.countNodes()).toBe(1);
       });
 
+      test("a group of heartbeats is written in one go, in order: a node named twice ends as its last one says, created once", async () => {
+        await s.applyHeartbeat(heartbeat({ name: "n1", gpus: ["H100-80GB"], models: ["a"] }), NOW, { credentialHash: "h1", pending: false });
+        const group = [
+          heartbeat({ name: "n2", gpus: ["H100-80GB", "H100-80GB"], models: ["x"] }),
+          { ...heartbeat({ name: "n1", gpus: ["A100-80GB"], models: ["b", "b"] }), address: "10.9.9.9" },
+          heartbeat({ name: "n2", gpus: ["L40S"], models: ["y", "z"] }),
+          heartbeat({ name: "n3", models: [] }),
+        ];
+        expect(await s.applyHeartbeats(group, NOW + 5)).toEqual([{ created: true }, { created: false }, { created: false }, { created: true }]);
+        const snap = await s.snapshot();
+        expect(snap.nodes.map((n) => [n.name, n.address === "10.9.9.9", n.lastHeartbeat, n.registeredAt, n.adminState])).toEqual([
+          ["n1", true, NOW + 5, NOW, "none"],
+          ["n2", false, NOW + 5, NOW + 5, "none"],
+          ["n3", false, NOW + 5, NOW + 5, "none"],
+        ]);
+        expect(snap.gpus.map((g) => [g.node, g.index, g.class])).toEqual([
+          ["n1", 0, "A100-80GB"],
+          ["n2", 0, "L40S"],
+        ]);
+        expect(snap.weights).toEqual([
+          { node: "n1", model: "b" },
+          { node: "n2", model: "y" },
+          { node: "n2", model: "z" },
+        ]);
+        // The heartbeats carry no credential: the one stored stays.
+        expect(await s.credentialHashOf("n1")).toBe("h1");
+        expect(await s.credentialHashOf("n2")).toBeUndefined();
+        expect(await s.applyHeartbeats([], NOW)).toEqual([]);
+      });
+
+      test("a group is all or none: one heartbeat the store refuses leaves every node of the group as it was", async () => {
+        await s.applyHeartbeat(heartbeat({ name: "n1", gpus: ["H100-80GB"], models: ["a"] }), NOW);
+        const good = heartbeat({ name: "n1", gpus: ["L40S"], models: ["b"] });
+        const dup = heartbeat({ name: "bad", gpus: ["H100-80GB", "H100-80GB"] });
+        // Two GPUs with one index: the second row breaks the key.
+        const bad = { ...dup, gpus: dup.gpus.map((g) => ({ ...g, index: 0 })) };
+        await expect(s.applyHeartbeats([good, bad], NOW + 5)).rejects.toThrow();
+        const snap = await s.snapshot();
+        expect(snap.nodes.map((n) => [n.name, n.lastHeartbeat])).toEqual([["n1", NOW]]);
+        expect(snap.gpus.map((g) => g.class)).toEqual(["H100-80GB"]);
+        expect(snap.weights).toEqual([{ node: "n1", model: "a" }]);
+        expect(await s.applyHeartbeats([good], NOW + 6)).toEqual([{ created: false }]);
+        expect((await s.snapshot()).gpus.map((g) => g.class)).toEqual(["L40S"]);
+      });
+
       test("a join for a name whose node holds a credential is taken and writes nothing; a node without one claims it", async () => {
         await s.applyHeartbeat(heartbeat({ name: "n1", gpus: ["H100-80GB"] }), NOW, { credentialHash: "h1", pending: false });
         // Its credential has spoken: from now on the join token cannot speak for it.

@@ -88,6 +88,28 @@ const CHANGE_SQL = {
   apiKeys: `SELECT name, hash, pool, created_at AS "createdAt" FROM api_keys WHERE name = ANY($1::text[])`,
 } as const;
 
+// A group of heartbeats' inventory in one statement (after the change counter's lock, applyHeartbeats), rows
+// handed over as JSON text: the nodes upserted; each node's GPUs and weights upserted (a GPU row
+// that says the same is left alone: no new row version) and the ones it no longer reports
+// deleted (rows apart from those upserted, so no two parts touch one row).
+const HEARTBEATS_SQL = `WITH
+  v AS (SELECT * FROM jsonb_to_recordset($1::text::jsonb) AS v(name text, address text, labels jsonb, fabrics jsonb, agent_version text)),
+  g AS (SELECT * FROM jsonb_to_recordset($3::text::jsonb) AS g(node text, idx integer, uuid text, name text, class text, memory_mib integer, healthy boolean, parent text)),
+  w AS (SELECT * FROM jsonb_to_recordset($4::text::jsonb) AS w(node text, model text)),
+  up AS (
+    INSERT INTO nodes (name, address, labels, fabrics, admin_state, last_heartbeat, agent_version, registered_at)
+    SELECT v.name, v.address, v.labels, v.fabrics, 'none', $2::bigint, v.agent_version, $2::bigint FROM v
+    ON CONFLICT (name) DO UPDATE SET address = excluded.address, labels = excluded.labels, fabrics = excluded.fabrics, last_heartbeat = excluded.last_heartbeat, agent_version = excluded.agent_version
+    RETURNING name, (xmax = 0) AS inserted),
+  dg AS (DELETE FROM gpus USING v WHERE gpus.node = v.name AND NOT EXISTS (SELECT 1 FROM g WHERE g.node = gpus.node AND g.idx = gpus.idx)),
+  ig AS (
+    INSERT INTO gpus (node, idx, uuid, name, class, memory_mib, healthy, parent) SELECT g.node, g.idx, g.uuid, g.name, g.class, g.memory_mib, g.healthy, g.parent FROM g
+    ON CONFLICT (node, idx) DO UPDATE SET uuid = excluded.uuid, name = excluded.name, class = excluded.class, memory_mib = excluded.memory_mib, healthy = excluded.healthy, parent = excluded.parent
+    WHERE (gpus.uuid, gpus.name, gpus.class, gpus.memory_mib, gpus.healthy, gpus.parent) IS DISTINCT FROM (excluded.uuid, excluded.name, excluded.class, excluded.memory_mib, excluded.healthy, excluded.parent)),
+  dw AS (DELETE FROM weights USING v WHERE weights.node = v.name AND NOT EXISTS (SELECT 1 FROM w WHERE w.node = weights.node AND w.model = weights.model)),
+  iw AS (INSERT INTO weights (node, model) SELECT w.node, w.model FROM w ON CONFLICT DO NOTHING)
+SELECT up.name, up.inserted FROM up CROSS JOIN (SELECT pg_notify($5, $6)) AS n`;
+
 /** A multi-host URL without target_session_attrs reaches whichever member is first: ask for the primary. */
 export function withPrimaryTarget(url: string): string {
   const authority = url.replace(/^postgres(ql)?:\/\//i, "").split(/[/?]/)[0] ?? "";
@@ -283,8 +305,9 @@ export class PgStore implements StorePort {
   // ---- nodes --------------------------------------------------------------------------
 
   applyHeartbeat(hb: HeartbeatRequest, now: number, join?: { credentialHash: string; pending: boolean }): Promise<{ created: boolean; taken: boolean }> {
-    // Without a join, doing it twice is doing it once; with one, a second try would find the credential it gave.
-    return this.write(join ? "once" : "idempotent", "any", async (tx) => {
+    // Without a join, as part of a group (doing it twice is doing it once); with one, a second try would find the credential it gave.
+    if (!join) return this.applyHeartbeats([hb], now).then(([r]) => ({ created: r!.created, taken: false }));
+    return this.write("once", "any", async (tx) => {
       const select = () => tx.select({ credentialHash: schema.nodes.credentialHash }).from(schema.nodes).where(eq(schema.nodes.name, hb.node)).for("update");
       let existing = (await select())[0];
       let created = false;
@@ -327,6 +350,37 @@ export class PgStore implements StorePort {
     });
   }
 
+  applyHeartbeats(hbs: readonly HeartbeatRequest[], now: number): Promise<{ created: boolean }[]> {
+    if (hbs.length === 0) return Promise.resolve([]);
+    // Written as each node's last heartbeat says (the earlier ones are overwritten in full), in
+    // name order, so that two control planes writing the same nodes never wait on each other in a circle.
+    const last = new Map<string, HeartbeatRequest>();
+    for (const hb of hbs) last.set(hb.node, hb);
+    // Byte order, as COLLATE "C" sorts (touchNodes locks in that order too).
+    const names = [...last.keys()].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+    const rows = (f: (hb: HeartbeatRequest) => unknown[]) => JSON.stringify(names.flatMap((n) => f(last.get(n)!)));
+    const nodes = rows((hb) => [{ name: hb.node, address: hb.address, labels: hb.labels, fabrics: hb.fabrics, agent_version: hb.agent_version }]);
+    const gpus = rows((hb) => hb.gpus.map((g) => ({ node: hb.node, idx: g.index, uuid: g.uuid, name: g.name, class: g.class, memory_mib: g.memory_mib, healthy: g.healthy, parent: g.parent ?? null })));
+    const weights = rows((hb) => [...new Set(hb.models)].map((m) => ({ node: hb.node, model: m })));
+    // Doing it twice is doing it once.
+    return this.call("idempotent", async () => {
+      // The change counter's row first, as every write of what the in-memory model holds takes
+      // it (write()): the triggers of a node whose inventory changed take it too, and taken after
+      // the node rows it could close a circle with a plan holding it and waiting for one of them.
+      const upserted = await this.client.begin(async (t) => {
+        await t.unsafe(`SELECT seq FROM change_counter WHERE id = 1 FOR UPDATE`, [], { prepare: true });
+        return t.unsafe(HEARTBEATS_SQL, [nodes, now, gpus, weights, CHANNEL, this.payload.any] as never[], { prepare: true });
+      });
+      const inserted = new Set([...upserted].filter((r) => r.inserted === true).map((r) => r.name as string));
+      const first = new Set<string>();
+      return hbs.map((hb) => {
+        const created = inserted.has(hb.node) && !first.has(hb.node);
+        first.add(hb.node);
+        return { created };
+      });
+    });
+  }
+
   nodeTrust(name: string): Promise<NodeTrust> {
     return this.call("read", async () => {
       const [rows, allowed] = await Promise.all([
@@ -352,9 +406,12 @@ export class PgStore implements StorePort {
 
   touchNodes(seen: { name: string; at: number }[]): Promise<void> {
     if (seen.length === 0) return Promise.resolve();
-    // One statement for the whole batch, its rows handed over as one JSON document.
+    // One statement for the whole batch, its rows handed over as one JSON document. The rows are
+    // locked first, in name order, as a group of heartbeats locks them (applyHeartbeats): two
+    // writers of many node rows never wait on each other in a circle.
     const rows = JSON.stringify(seen);
     return this.write("idempotent", "seen", async (tx) => {
+      await tx.execute(sql`SELECT 1 FROM nodes WHERE name IN (SELECT v.name FROM jsonb_to_recordset(${rows}::jsonb) AS v(name text)) ORDER BY name COLLATE "C" FOR UPDATE`);
       await tx.execute(sql`UPDATE nodes SET last_heartbeat = v.at FROM jsonb_to_recordset(${rows}::jsonb) AS v(name text, at bigint) WHERE nodes.name = v.name`);
     });
   }

@@ -1,0 +1,119 @@
+// Heartbeats through the controller: one with news waits for the next group, and the heartbeats
+// that arrive while a group is being written go together in one transaction; a heartbeat the
+// store refuses fails alone; a node's heartbeats end in the store in the order they came (its
+// last one wins), and an unchanged one is answered without waiting for the lock.
+
+import { describe, expect, test } from "bun:test";
+import pino from "pino";
+import { Controller } from "../../src/control/controller";
+import { ModelStore } from "../../src/control/model";
+import { ManualScheduler } from "../../src/lib/scheduler";
+import type { HeartbeatRequest } from "../../src/protocol/heartbeat";
+import { Store } from "../../src/store";
+import { T0, heartbeat } from "../helpers/fleet";
+
+const H = "H100-80GB";
+const silent = pino({ level: "silent" });
+
+/** A store whose group writes can be held at the door: each call is recorded as it arrives. */
+class GatedStore extends Store {
+  readonly calls: string[][] = [];
+  private gate: Promise<void> | undefined;
+  private open: (() => void) | undefined;
+  private arrived: (() => void) | undefined;
+  hold(): Promise<void> {
+    this.gate = new Promise((r) => (this.open = r));
+    return new Promise((r) => (this.arrived = r));
+  }
+  release(): void {
+    this.gate = undefined;
+    this.open?.();
+  }
+  override async applyHeartbeats(hbs: readonly HeartbeatRequest[], now: number): Promise<{ created: boolean }[]> {
+    this.calls.push(hbs.map((h) => h.node));
+    const gate = this.gate;
+    this.arrived?.();
+    this.arrived = undefined;
+    if (gate) await gate;
+    return super.applyHeartbeats(hbs, now);
+  }
+}
+
+async function setup(o: { model: boolean }) {
+  const inner = new GatedStore({ path: ":memory:" });
+  const scheduler = new ManualScheduler(T0);
+  const store = o.model ? new ModelStore(inner, scheduler) : inner;
+  const ctl = new Controller({ store, scheduler, log: silent, version: "t", nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
+  for (const n of ["n1", "n2", "n3", "n4"]) await ctl.heartbeat(heartbeat({ name: n, gpus: [H], models: ["a"] }));
+  inner.calls.length = 0;
+  return { inner, store, ctl };
+}
+
+const weightsOf = async (s: Store, node: string) => (await s.snapshot()).weights.filter((w) => w.node === node).map((w) => w.model);
+
+describe("heartbeats in groups", () => {
+  test("the heartbeats that arrive while a group is written go together in the next one", async () => {
+    const { inner, ctl } = await setup({ model: false });
+    const held = inner.hold();
+    const first = ctl.heartbeat(heartbeat({ name: "n1", gpus: [H], models: ["b"] }));
+    await held;
+    const rest = ["n2", "n3", "n4"].map((n) => ctl.heartbeat(heartbeat({ name: n, gpus: [H], models: ["b"] })));
+    inner.release();
+    for (const a of await Promise.all([first, ...rest])) expect(a.heartbeat_interval_ms).toBe(1_000);
+    expect(inner.calls).toEqual([["n1"], ["n2", "n3", "n4"]]);
+    for (const n of ["n1", "n2", "n3", "n4"]) expect(await weightsOf(inner, n)).toEqual(["b"]);
+  });
+
+  test("a heartbeat the store refuses fails alone: the group is written again one by one and the others are answered", async () => {
+    const { inner, ctl } = await setup({ model: true });
+    const held = inner.hold();
+    const first = ctl.heartbeat(heartbeat({ name: "n1", gpus: [H], models: ["b"] }));
+    await held;
+    const two = heartbeat({ name: "n3", gpus: [H, H] });
+    // Two GPUs with one index: the store's key refuses the second row.
+    const bad = { ...two, gpus: two.gpus.map((g) => ({ ...g, index: 0 })) };
+    const answers = [ctl.heartbeat(heartbeat({ name: "n2", gpus: [H], models: ["c"] })), ctl.heartbeat(bad), ctl.heartbeat(heartbeat({ name: "n4", gpus: [H], models: ["d"] }))];
+    inner.release();
+    await first;
+    const settled = await Promise.allSettled(answers);
+    expect(settled.map((s) => s.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
+    expect(inner.calls).toEqual([["n1"], ["n2", "n3", "n4"], ["n2"], ["n3"], ["n4"]]);
+    expect(await weightsOf(inner, "n2")).toEqual(["c"]);
+    expect(await weightsOf(inner, "n4")).toEqual(["d"]);
+    // The refused one wrote nothing: n3 is as its last good heartbeat left it.
+    expect(await weightsOf(inner, "n3")).toEqual(["a"]);
+    expect((await inner.snapshot()).gpus.filter((g) => g.node === "n3")).toHaveLength(1);
+    // Its next good heartbeat is taken.
+    await ctl.heartbeat(heartbeat({ name: "n3", gpus: [H], models: ["e"] }));
+    expect(await weightsOf(inner, "n3")).toEqual(["e"]);
+  });
+
+  test("a node's heartbeats end in the store in the order they came: one that repeats what is stored waits behind its news", async () => {
+    const { inner, store, ctl } = await setup({ model: true });
+    const held = inner.hold();
+    const first = ctl.heartbeat(heartbeat({ name: "n2", gpus: [H], models: ["b"] }));
+    await held;
+    // n1 reports new weights, then (before those are written) the ones stored: the later one wins.
+    const news = ctl.heartbeat(heartbeat({ name: "n1", gpus: [H], models: ["b"] }));
+    const back = ctl.heartbeat(heartbeat({ name: "n1", gpus: [H], models: ["a"] }));
+    inner.release();
+    await Promise.all([first, news, back]);
+    expect(inner.calls).toEqual([["n2"], ["n1", "n1"]]);
+    expect(await weightsOf(inner, "n1")).toEqual(["a"]);
+    expect((await store.snapshot()).weights.filter((w) => w.node === "n1").map((w) => w.model)).toEqual(["a"]);
+  });
+
+  test("an unchanged heartbeat is answered while a group holds the lock, and writes nothing", async () => {
+    const { inner, ctl } = await setup({ model: true });
+    const held = inner.hold();
+    const first = ctl.heartbeat(heartbeat({ name: "n2", gpus: [H], models: ["b"] }));
+    await held;
+    const same = await ctl.heartbeat(heartbeat({ name: "n1", gpus: [H], models: ["a"] }));
+    expect(same.epoch).toBe(0);
+    expect(same.heartbeat_interval_ms).toBe(1_000);
+    expect(inner.calls).toEqual([["n2"]]);
+    inner.release();
+    await first;
+    expect(await weightsOf(inner, "n2")).toEqual(["b"]);
+  });
+});
