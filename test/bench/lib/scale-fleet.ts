@@ -31,19 +31,28 @@ interface SimNode {
   replicas: { id: string; state: "ready"; port: number }[];
   generation: number;
   early?: ReturnType<typeof setTimeout>;
+  /** The heartbeat in flight: as an agent's one loop, a node never has two (a later one would race it). */
+  inflight?: Promise<boolean>;
+  /** Another heartbeat was asked for while one was in flight: sent as soon as it is answered. */
+  again?: boolean;
 }
 
 type Answer = { assignments: { id: string; port: number; shard: { rank: number } }[]; heartbeat_interval_ms: number; generation: number; credential?: string };
 
-/** Takes an answer's assignments; a changed set is reported ready in an early heartbeat, as an agent does. */
+/**
+ * Takes an answer's assignments; a changed set is reported ready in an early heartbeat, as an
+ * agent does. An answer older than the set held (a heartbeat's and the long poll's answers
+ * race) is dropped, as the agent drops it: taken, it would report replicas as gone.
+ */
 function accept(n: SimNode, a: Answer): void {
+  if (a.generation < n.generation) return;
   const before = n.replicas.map((r) => r.id).join(",");
   n.replicas = a.assignments.map((x) => ({ id: x.id, state: "ready" as const, port: x.port }));
   n.generation = a.generation;
   if (n.replicas.map((r) => r.id).join(",") !== before && n.credential && !n.early)
     n.early = setTimeout(() => {
       n.early = undefined;
-      void beat(n);
+      void beat(n, true);
     }, 250);
 }
 
@@ -82,7 +91,28 @@ let answered = 0;
 let errors = 0;
 const t0 = performance.now();
 
-async function beat(n: SimNode): Promise<boolean> {
+/**
+ * One heartbeat of the node's. With one in flight (see SimNode.inflight): the periodic one is
+ * that one; an early one (news since it was sent) goes right after it.
+ */
+function beat(n: SimNode, early = false): Promise<boolean> {
+  if (n.inflight) {
+    if (early) n.again = true;
+    return n.inflight;
+  }
+  const run = (async () => {
+    let ok: boolean;
+    do {
+      n.again = false;
+      ok = await beatOnce(n);
+    } while (n.again && n.credential);
+    return ok;
+  })().finally(() => (n.inflight = undefined));
+  n.inflight = run;
+  return run;
+}
+
+async function beatOnce(n: SimNode): Promise<boolean> {
   const started = performance.now();
   try {
     const r = await fetch(`${server}/agent/v1/heartbeat`, {
