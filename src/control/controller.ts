@@ -391,10 +391,14 @@ export class Controller {
       // Usage first, so idleness is as fresh as what is published beside it.
       await this.usage?.refresh?.();
       this.collectUsage();
+      // The snapshot before the clock is read: unchanged heartbeats are answered without the
+      // lock, so they may stamp nodes while this tick waits (the usage exchange, the store). A
+      // stamp later than `now` would read as a clock that went back (observedFrom): the node
+      // heard last at the start of the watch, and declared unreachable a moment after its heartbeat.
+      const read = await this.snapshot();
       const now = this.scheduler.now();
       const seen = this.observe(now);
       await this.shareUsage(now, seen.watchedSince);
-      const read = await this.snapshot();
       // A standby decides and writes nothing: it projects what the leader wrote, for its own agents and router.
       const decided = this.lead.leading ? await this.decide(read, now, seen) : this.standBy(read, now);
       const after = decided.after;

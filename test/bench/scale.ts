@@ -14,13 +14,15 @@
 //                 stopping events (none should happen: every node keeps heartbeating).
 // --overload: 5,000 nodes (or --sizes), heartbeats --speed times too fast (default 5), and the
 // events seen printed. Ends with a table and one JSON line.
-//   bun test/bench/scale.ts [--sizes 100,500] [--steady 60s] [--overload] [--speed 5]
+// --store postgres: serve on a local PostgreSQL (started for the run) instead of SQLite.
+//   bun test/bench/scale.ts [--sizes 100,500] [--steady 60s] [--overload] [--speed 5] [--store postgres]
 
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { BUN, type Child, cleanupOnExit, killAll, pct, spawnChild, table } from "./lib/procs";
 import { othersMeter } from "./lib/cpu";
+import { type BenchStores, benchStores } from "./lib/ha-stores";
 import { allowAddresses, applyModels, BENCH_NICE, BIN, scaleModels, startScaleHead } from "./lib/scale-head";
 
 const arg = (name: string): string | undefined => {
@@ -31,6 +33,10 @@ const OVERLOAD = process.argv.includes("--overload");
 const SIZES = (arg("--sizes") ?? (OVERLOAD ? "5000" : "100,500,1000,2000,5000")).split(",").map(Number);
 const STEADY_MS = parseDur(arg("--steady") ?? "60s");
 const SPEED = Number(arg("--speed") ?? (OVERLOAD ? 5 : 1));
+// --store postgres: serve on a local PostgreSQL started for the run (fsync on, a new database per
+// size: lib/ha-stores.ts) instead of its SQLite file; PostgreSQL's own CPU is not serve's.
+const STORE = arg("--store") ?? "sqlite";
+if (STORE !== "sqlite" && STORE !== "postgres") throw new Error(`--store: sqlite or postgres, not ${STORE}`);
 const CONVERGE_MAX_MS = 120_000;
 const TICK = 100;
 
@@ -97,9 +103,11 @@ interface Row {
   othersPct: number;
 }
 
-async function runSize(N: number): Promise<{ row: Row; events: EventView[] }> {
+async function runSize(N: number, stores: BenchStores | undefined): Promise<{ row: Row; events: EventView[] }> {
   const dir = mkdtempSync(join(tmpdir(), "llmgw-bench-scale-"));
-  const head = await startScaleHead(dir, N, { cpus: "0", extraArgs: ["--max-connections", "1024"] });
+  const url = stores ? await stores.pgUrl() : undefined;
+  if (stores && !url) throw new Error(`--store postgres: ${stores.pgMissing}`);
+  const head = await startScaleHead(dir, N, { cpus: "0", extraArgs: ["--max-connections", "1024", ...(url ? ["--store", url] : [])] });
   const { serve, admin, adminToken, joinToken, api } = head;
   const MODELS = Math.max(1, Math.floor(N / 2));
   await allowAddresses(head, N);
@@ -223,8 +231,11 @@ const ms = (x: number) => (Number.isNaN(x) ? "-" : x >= 1000 ? `${(x / 1000).toF
 async function main(): Promise<void> {
   const rows: Row[] = [];
   const allEvents: EventView[] = [];
+  const stores = STORE === "postgres" ? await benchStores({ postgres: true }) : undefined;
+  if (stores?.pgMissing) throw new Error(`--store postgres: ${stores.pgMissing}`);
+  if (stores) console.log("store: PostgreSQL (local, fsync on), a new database per size");
   for (const n of SIZES) {
-    const { row, events } = await runSize(n);
+    const { row, events } = await runSize(n, stores);
     rows.push(row);
     if (OVERLOAD) allEvents.push(...events);
   }
@@ -244,7 +255,8 @@ async function main(): Promise<void> {
     for (const [k, v] of byKind) console.log(`  ${k}: ${v}`);
     for (const e of allEvents.slice(0, 20)) console.log(`  #${e.id} ${e.kind} ${e.subject}: ${e.message}`);
   }
-  console.log(JSON.stringify({ bench: "scale", speed: SPEED, steady_s: STEADY_MS / 1000, cost_ratio: ratio, rows }));
+  await stores?.stop();
+  console.log(JSON.stringify({ bench: "scale", store: STORE, speed: SPEED, steady_s: STEADY_MS / 1000, cost_ratio: ratio, rows }));
 }
 
 try {

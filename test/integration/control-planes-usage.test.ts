@@ -172,3 +172,42 @@ describe("idleness across two routers", () => {
     expect((await idleOf(w.a)).get(r1)).toBe(10);
   });
 });
+
+describe("a heartbeat answered while the leader's tick waits on the store", () => {
+  test("stamps its node later than the tick's clock reading without making it unreachable", async () => {
+    const clock = new ManualScheduler(T0);
+    env = await startPlanes({ names: ["a"], clock });
+    const [a] = env.planes as [Plane];
+    await lead(a);
+    a.ctl.setUsageSource(new RouterUsageSide(T0));
+    await a.ctl.heartbeat(heartbeat(solo));
+    // Watched for well past the node timeout, the node heartbeating every 5 s.
+    for (let t = 0; t < 2 * MIN; t += 5_000) {
+      clock.advance(5_000);
+      await a.ctl.heartbeat(heartbeat(solo));
+      await a.ctl.tick();
+    }
+    // The next tick's usage exchange waits on the store; meanwhile the clock moves and the node's
+    // unchanged heartbeat is answered (without the controller's lock).
+    let release = () => {};
+    let entered = () => {};
+    const held = new Promise<void>((r) => (release = r));
+    const waiting = new Promise<void>((r) => (entered = r));
+    const report = a.model.reportUsage.bind(a.model);
+    a.model.reportUsage = async (...args) => {
+      entered();
+      await held;
+      return report(...args);
+    };
+    clock.advance(5_000);
+    const tick = a.ctl.tick();
+    await waiting;
+    clock.advance(50);
+    await a.ctl.heartbeat(heartbeat(solo));
+    release();
+    await tick;
+    const events = (await a.ctl.events({ limit: 1000 })).filter((e) => e.kind === "node.unreachable");
+    expect(events).toEqual([]);
+    expect((await a.ctl.nodes()).find((n) => n.name === "solo")?.state).toBe("ready");
+  });
+});
