@@ -20,6 +20,9 @@ const CONTENT_KEYS: Record<string, Uint8Array> = {
 };
 /** completion_tokens (chat, completions) or output_tokens (Responses API); the last one wins. */
 const USAGE_KEYS = [enc.encode('"completion_tokens"'), enc.encode('"output_tokens"')];
+/** total()'s per-key search memo (it runs to the end without yielding, so one pair serves every count). */
+const SEARCHED = new Int32Array(USAGE_KEYS.length);
+const FOUND = new Int32Array(USAGE_KEYS.length);
 const lastIndexOf = Buffer.prototype.lastIndexOf as unknown as (this: Uint8Array, value: Uint8Array, from: number) => number;
 const COLON = 0x3a;
 const ZERO = 0x30;
@@ -77,10 +80,8 @@ export class TokenCount {
     // socket read costs more than the search.)
     let prev: Uint8Array | undefined;
     // Per key: where in `prev` the last search started (-1: none yet), and what it found.
-    let from0 = -1;
-    let found0 = -1;
-    let from1 = -1;
-    let found1 = -1;
+    const searched = SEARCHED;
+    const found = FOUND;
     for (let k = 1; k <= Math.min(this.n, KEPT); k++) {
       const i = (this.n - k) % KEPT;
       const d = this.bufs[i]!;
@@ -88,7 +89,7 @@ export class TokenCount {
       const b = this.to[i]!;
       if (d !== prev) {
         prev = d;
-        from0 = from1 = -1;
+        searched.fill(-1);
       }
       let best = -1;
       let len = 0;
@@ -96,21 +97,12 @@ export class TokenCount {
         const key = USAGE_KEYS[j]!;
         const end = b - key.length;
         if (end < a) continue;
-        const searched = j === 0 ? from0 : from1;
-        const last = j === 0 ? found0 : found1;
-        let at: number;
-        // A search of this read from `searched` on down found `last`: the same for any end
-        // between them.
-        if (searched >= end && last <= end) at = last;
-        else {
+        // A search of this read from searched[j] on down found found[j]: the same for any end between them.
+        let at = found[j]!;
+        if (!(searched[j]! >= end && at <= end)) {
           at = lastIndexOf.call(d, key, end);
-          if (j === 0) {
-            from0 = end;
-            found0 = at;
-          } else {
-            from1 = end;
-            found1 = at;
-          }
+          searched[j] = end;
+          found[j] = at;
         }
         if (at >= a && at > best) {
           best = at;
