@@ -31,7 +31,7 @@ import { type NodeReport, ReportLedger, reportOf } from "./node-reports";
 import { reachability } from "./reachability";
 import { DEFAULT_RECONCILE, type Plan, type ReconcileConfig, emptyPlan, isEmpty, processReports, reconcile } from "./reconciler";
 import { type ScaleChange, scale, scaleEvent, withTargets } from "./scaling";
-import type { StorePort } from "./store-port";
+import type { JoinWrite, StorePort } from "./store-port";
 import { summarize } from "./summary";
 import type { ModelRow, NewEvent, NodeDiscovery, NodeTrust, Snapshot, StoreChange } from "./types";
 import { knownIdleStamps, mergeUsage } from "./usage";
@@ -82,6 +82,20 @@ export const AGENT_CREDENTIAL_FILE = "node.credential";
 
 /** The least time between two ticks a wake() asks for. */
 const WAKE_GAP_MS = 150;
+/** A heartbeat (or join) waiting for its group's write, and how to answer it. */
+interface Waiting {
+  hb: HeartbeatRequest;
+  resolve: (a: HeartbeatResponse) => void;
+  reject: (e: unknown) => void;
+  at: number;
+}
+
+/** What a group's heartbeats leave to write together after it: their events, and the nodes that registered. */
+interface Batch {
+  events: NewEvent[];
+  created: string[];
+}
+
 /** Heartbeats with news written in one transaction at most (the rest wait for the next). */
 const MAX_GROUP = 256;
 
@@ -527,20 +541,117 @@ export class Controller {
    * the agent's own choice, sent again because the first answer was lost.
    */
   join(hb: HeartbeatRequest): Promise<HeartbeatResponse> {
-    return this.exclusive(async () => {
-      // The credential the agent chose (the same on every try of this join), else a new one.
-      const credential = hb.join_credential ?? newNodeCredential();
-      const trust = await this.store.nodeTrust(hb.node);
-      const pending = this.nodePolicy.approveNodes && !trust.exists;
-      const answer = await this.receive(hb, { credentialHash: sha256(credential), pending });
-      if (pending) {
-        await this.event("node.pending", `node/${hb.node}`, `node ${hb.node} joined and waits for approval: llmgw nodes approve ${hb.node}`);
-        this.log.warn({ node: hb.node, address: hb.address }, "node joined and waits for approval");
-      }
-      if (trust.hasCredential) this.log.info({ node: hb.node }, "the same join sent again (its answer was lost): answered with the credential the agent chose");
-      else this.log.info({ node: hb.node }, "node credential issued");
-      return { ...answer, credential };
+    return new Promise<HeartbeatResponse>((resolve, reject) => {
+      this.joining.push({ hb, resolve, reject, at: this.scheduler.mono() });
+      this.armJoins();
     });
+  }
+
+  /** Joins waiting for the next group write, in arrival order (see writeJoins). */
+  private joining: Waiting[] = [];
+  private joinsArmed = false;
+
+  private armJoins(): void {
+    if (this.joinsArmed || this.joining.length === 0) return;
+    this.joinsArmed = true;
+    const go = () => void this.exclusive(() => this.writeJoins()).catch((e: unknown) => this.log.error({ err: (e as Error).message }, "a group of joins was not handled"));
+    if (this.scheduler.soon) this.scheduler.soon(go);
+    else go();
+  }
+
+  /**
+   * The joins that arrived together, in one transaction (a cold start of the whole cluster is a
+   * few commits, not one per node) and their events in one more. A node named twice waits for
+   * the next group, so that its second join sees what the first wrote. A join the store refuses
+   * fails alone.
+   */
+  private async writeJoins(): Promise<void> {
+    this.joinsArmed = false;
+    const group: Waiting[] = [];
+    const later: Waiting[] = [];
+    const names = new Set<string>();
+    for (const w of this.joining) {
+      if (group.length < MAX_GROUP && !names.has(w.hb.node)) {
+        names.add(w.hb.node);
+        group.push(w);
+      } else later.push(w);
+    }
+    this.joining = later;
+    this.armJoins();
+    const mono = this.scheduler.mono();
+    this.load.queueWait(Math.max(...group.map((g) => mono - g.at)));
+    const now = this.scheduler.now();
+    const seen = this.observe(now);
+    // The credential the agent chose (the same on every try of its join), else a new one.
+    const credentials = group.map((g) => g.hb.join_credential ?? newNodeCredential());
+    const trusts: NodeTrust[] = [];
+    for (const g of group) trusts.push(await this.store.nodeTrust(g.hb.node));
+    const writes: JoinWrite[] = group.map((g, i) => ({ hb: g.hb, join: { credentialHash: sha256(credentials[i]!), pending: this.nodePolicy.approveNodes && !trusts[i]!.exists } }));
+    const applied = await this.applyJoinGroup(writes, now);
+    const batch: Batch = { events: [], created: [] };
+    const answers: ({ ok: HeartbeatResponse } | { error: unknown })[] = [];
+    for (const [i, g] of group.entries()) {
+      const r = applied[i]!;
+      const node = g.hb.node;
+      try {
+        if ("error" in r) throw r.error;
+        if (r.taken) throw takenError(node);
+        const answer = await this.received(g.hb, now, seen, r.created, batch);
+        if (writes[i]!.join.pending) {
+          batch.events.push({ kind: "node.pending", subject: `node/${node}`, message: `node ${node} joined and waits for approval: llmgw nodes approve ${node}` });
+          this.log.warn({ node, address: g.hb.address }, "node joined and waits for approval");
+        }
+        if (trusts[i]!.hasCredential) this.log.info({ node }, "the same join sent again (its answer was lost): answered with the credential the agent chose");
+        else this.log.info({ node }, "node credential issued");
+        answers.push({ ok: { ...answer, credential: credentials[i]! } });
+      } catch (e) {
+        answers.push({ error: e });
+      }
+    }
+    await this.writeBatch(batch, now);
+    for (const [i, g] of group.entries()) {
+      const a = answers[i]!;
+      if ("ok" in a) g.resolve(a.ok);
+      else g.reject(a.error);
+    }
+  }
+
+  /** The joins in one transaction; when that fails, one at a time, so that a join the store refuses fails alone. */
+  private async applyJoinGroup(writes: JoinWrite[], now: number): Promise<({ created: boolean; taken: boolean } | { error: unknown })[]> {
+    try {
+      return await this.store.applyJoins(writes, now);
+    } catch (e) {
+      if (writes.length === 1 || e instanceof StoreUnavailableError) return writes.map(() => ({ error: e }));
+      const out: ({ created: boolean; taken: boolean } | { error: unknown })[] = [];
+      for (const w of writes)
+        out.push(
+          await this.store.applyHeartbeat(w.hb, now, w.join).then(
+            (r) => r,
+            (error: unknown) => ({ error }),
+          ),
+        );
+      return out;
+    }
+  }
+
+  /**
+   * What a group's heartbeats left to write: their events in one transaction, then, when nodes
+   * registered, the parked models tried again once. The nodes are written already: a failure
+   * here is logged, and their answers still go out.
+   */
+  private async writeBatch(batch: Batch, now: number): Promise<void> {
+    try {
+      if (batch.events.length > 0) {
+        const plan = { ...emptyPlan(), events: batch.events };
+        await this.store.applyPlan(plan, now);
+      }
+      if (batch.created.length > 0) {
+        const why = batch.created.length === 1 ? `new node ${batch.created[0]}` : `${batch.created.length} new nodes`;
+        for (const m of await this.store.parkedModels()) await this.unparkModel(m, why);
+      }
+    } catch (e) {
+      this.log.warn({ err: (e as Error).message, events: batch.events.length }, "the events of a group of joins were not written");
+    }
   }
 
   /**
@@ -575,7 +686,7 @@ export class Controller {
   private readonly nodeTurn = new Map<string, Promise<void>>();
 
   /** Heartbeats waiting for the next group write, in arrival order. */
-  private grouped: { hb: HeartbeatRequest; resolve: (a: HeartbeatResponse) => void; reject: (e: unknown) => void; at: number }[] = [];
+  private grouped: Waiting[] = [];
   private groupArmed = false;
   /** Per node, how many of its heartbeats wait or are being written: a later one never overtakes them. */
   private readonly inGroup = new Map<string, number>();
@@ -666,29 +777,24 @@ export class Controller {
     }
   }
 
-  private async receive(hb: HeartbeatRequest, join?: { credentialHash: string; pending: boolean }): Promise<HeartbeatResponse> {
-    const now = this.scheduler.now();
-    const seen = this.observe(now);
-    const { created, taken } = await this.store.applyHeartbeat(hb, now, join);
-    if (taken) throw takenError(hb.node);
-    return this.received(hb, now, seen, created);
-  }
-
   /** The rest of a heartbeat once the store took its inventory: its report, events, replica verdicts, the answer. */
-  private async received(hb: HeartbeatRequest, now: number, seen: { watchedSince: number }, created: boolean): Promise<HeartbeatResponse> {
+  private async received(hb: HeartbeatRequest, now: number, seen: { watchedSince: number }, created: boolean, batch?: Batch): Promise<HeartbeatResponse> {
     await this.noteReported(hb, now);
+    // With a batch (a group of joins), its events are written together after the group.
+    const event = (kind: string, message: string) => (batch ? void batch.events.push({ kind, subject: `node/${hb.node}`, message }) : this.event(kind, `node/${hb.node}`, message));
     if (created) {
       const gpus = hb.gpus.length;
-      await this.event("node.registered", `node/${hb.node}`, `node ${hb.node} registered with ${plural(gpus, "GPU")} (${hb.address})`);
+      await event("node.registered", `node ${hb.node} registered with ${plural(gpus, "GPU")} (${hb.address})`);
       this.log.info({ node: hb.node, address: hb.address, gpus, fabrics: hb.fabrics }, "node registered");
       // New hardware is a reason to try parked models again.
-      for (const m of await this.store.parkedModels()) await this.unparkModel(m, `new node ${hb.node}`);
+      if (batch) batch.created.push(hb.node);
+      else for (const m of await this.store.parkedModels()) await this.unparkModel(m, `new node ${hb.node}`);
     }
     if (this.unreachable.has(hb.node)) {
       const rest = new Set(this.unreachable);
       rest.delete(hb.node);
       this.unreachable = rest;
-      await this.event("node.reachable", `node/${hb.node}`, `node ${hb.node} is heartbeating again`);
+      await event("node.reachable", `node ${hb.node} is heartbeating again`);
     }
     // Heartbeats are the busiest path: read only the replicas here, and recompute assignments
     // only when a report changed something (the tick does it for everything else).

@@ -15,7 +15,7 @@ import type { Scheduler } from "../lib/scheduler";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { AdminState } from "../protocol/views";
 import { joinRefused } from "./join";
-import type { StorePort } from "./store-port";
+import type { JoinWrite, StorePort } from "./store-port";
 import { type ApiKeyRow, type ChangeRead, CHANGE_KINDS, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type GpuRow, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeRow, type NodeTrust, type PlanWrite, type ReplicaRow, type RouterUsage, type Snapshot, type StoreChange, emptyModelState } from "./types";
 
 /** How often touched last-seen times reach the store. */
@@ -374,6 +374,23 @@ export class ModelStore implements StorePort {
     this.remember(s, hb, now, join);
     this.changed("nodes", "gpus", "weights");
     return result;
+  }
+
+  /** Several joins in one transaction: the ones memory already refuses are not written. */
+  async applyJoins(joins: readonly JoinWrite[], now: number): Promise<{ created: boolean; taken: boolean }[]> {
+    const s = await this.load();
+    const out = joins.map(() => ({ created: false, taken: true }));
+    const pick: number[] = [];
+    joins.forEach((j, i) => {
+      if (!(s.nodes.has(j.hb.node) && joinRefused(s.credOf.get(j.hb.node) ?? null, j.join.credentialHash))) pick.push(i);
+    });
+    if (pick.length === 0) return out;
+    const result = await this.write(() => this.inner.applyJoins(pick.map((i) => joins[i]!), now));
+    pick.forEach((i, k) => (out[i] = result[k]!));
+    if (this.state !== s) return out;
+    for (const i of pick) if (!out[i]!.taken) this.remember(s, joins[i]!.hb, now, joins[i]!.join);
+    this.changed("nodes", "gpus", "weights");
+    return out;
   }
 
   /**

@@ -8,6 +8,12 @@ import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { AdminState } from "../protocol/views";
 import type { ApiKeyRow, ChangeRead, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, RouterUsage, Snapshot, StoreChange } from "./types";
 
+/** One join to write: the heartbeat, and its node's credential hash and whether it waits for approval. */
+export interface JoinWrite {
+  hb: HeartbeatRequest;
+  join: { credentialHash: string; pending: boolean };
+}
+
 export interface StorePort {
   /** One consistent read of everything the views are built from. */
   snapshot(): Promise<Snapshot>;
@@ -28,6 +34,12 @@ export interface StorePort {
    * heartbeat: `created` is true for the first heartbeat of a node that had no row.
    */
   applyHeartbeats(hbs: readonly HeartbeatRequest[], now: number): Promise<{ created: boolean }[]>;
+  /**
+   * Several joins (heartbeats that carried the join token) in one transaction, all or none, in
+   * the order given, each as applyHeartbeat with its `join` would write it (a refused one writes
+   * nothing and answers `taken`): a cold start of the whole cluster is a few commits, not one per node.
+   */
+  applyJoins(joins: readonly JoinWrite[], now: number): Promise<{ created: boolean; taken: boolean }[]>;
   /**
    * Optional (the in-memory model, control/model.ts, has it): true, with the node's last-seen
    * time touched and nothing written, when the heartbeat says exactly what is stored already.

@@ -11,7 +11,7 @@
 import { Database } from "bun:sqlite";
 import { and, asc, count, desc, eq, getTableColumns, gt, gte, inArray, sql } from "drizzle-orm";
 import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
-import type { StorePort } from "../control/store-port";
+import type { JoinWrite, StorePort } from "../control/store-port";
 import { type ApiKeyRow, type ChangeRead, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeTrust, type PlanWrite, type RouterUsage, type Snapshot, type StoreChange, CHANGES_KEPT, PRUNE_EVERY, changedKeys } from "../control/types";
 import { FencedError } from "../control/errors";
 import type { ModelSpec } from "../protocol/catalog";
@@ -91,45 +91,12 @@ export class Store implements StorePort {
 
   applyHeartbeat(hb: HeartbeatRequest, now: number, join?: { credentialHash: string; pending: boolean }): Promise<{ created: boolean; taken: boolean }> {
     if (!join) return this.applyHeartbeats([hb], now).then(([r]) => ({ created: r!.created, taken: false }));
-    return guarded(() =>
-      this.db.transaction((tx) => {
-        const existing = tx
-          .select({ name: schema.nodes.name, credentialHash: schema.nodes.credentialHash })
-          .from(schema.nodes)
-          .where(eq(schema.nodes.name, hb.node))
-          .get();
-        if (existing) {
-          if (join && joinRefused(existing.credentialHash, join.credentialHash)) return { created: false, taken: true };
-          tx.update(schema.nodes)
-            .set({ address: hb.address, labels: hb.labels, fabrics: hb.fabrics, lastHeartbeat: now, agentVersion: hb.agent_version, ...(join && existing.credentialHash !== join.credentialHash ? { credentialHash: join.credentialHash, registeredAt: now } : {}) })
-            .where(eq(schema.nodes.name, hb.node))
-            .run();
-        } else {
-          tx.insert(schema.nodes)
-            .values({
-              name: hb.node,
-              address: hb.address,
-              labels: hb.labels,
-              fabrics: hb.fabrics,
-              adminState: join?.pending ? "pending" : "none",
-              lastHeartbeat: now,
-              agentVersion: hb.agent_version,
-              registeredAt: now,
-              credentialHash: join?.credentialHash ?? null,
-            })
-            .run();
-        }
-        tx.delete(schema.gpus).where(eq(schema.gpus.node, hb.node)).run();
-        if (hb.gpus.length > 0)
-          tx.insert(schema.gpus)
-            .values(hb.gpus.map((g) => ({ node: hb.node, index: g.index, uuid: g.uuid, name: g.name, class: g.class, memoryMib: g.memory_mib, healthy: g.healthy, parent: g.parent })))
-            .run();
-        tx.delete(schema.weights).where(eq(schema.weights.node, hb.node)).run();
-        const models = [...new Set(hb.models)];
-        if (models.length > 0) tx.insert(schema.weights).values(models.map((m) => ({ node: hb.node, model: m }))).run();
-        return { created: !existing, taken: false };
-      }),
-    );
+    return this.applyJoins([{ hb, join }], now).then(([r]) => r!);
+  }
+
+  applyJoins(joins: readonly JoinWrite[], now: number): Promise<{ created: boolean; taken: boolean }[]> {
+    if (joins.length === 0) return Promise.resolve([]);
+    return guarded(() => this.db.transaction((tx) => joins.map(({ hb, join }) => joinOne(tx, hb, now, join))));
   }
 
   /**
@@ -616,4 +583,45 @@ export class Store implements StorePort {
     }
     return out;
   }
+}
+
+type Tx = Parameters<Parameters<BunSQLiteDatabase<typeof schema>["transaction"]>[0]>[0];
+
+/** One join inside a transaction: applyJoins' step. */
+function joinOne(tx: Tx, hb: HeartbeatRequest, now: number, join: { credentialHash: string; pending: boolean }): { created: boolean; taken: boolean } {
+  const existing = tx
+    .select({ name: schema.nodes.name, credentialHash: schema.nodes.credentialHash })
+    .from(schema.nodes)
+    .where(eq(schema.nodes.name, hb.node))
+    .get();
+  if (existing) {
+    if (joinRefused(existing.credentialHash, join.credentialHash)) return { created: false, taken: true };
+    tx.update(schema.nodes)
+      .set({ address: hb.address, labels: hb.labels, fabrics: hb.fabrics, lastHeartbeat: now, agentVersion: hb.agent_version, ...(existing.credentialHash !== join.credentialHash ? { credentialHash: join.credentialHash, registeredAt: now } : {}) })
+      .where(eq(schema.nodes.name, hb.node))
+      .run();
+  } else {
+    tx.insert(schema.nodes)
+      .values({
+        name: hb.node,
+        address: hb.address,
+        labels: hb.labels,
+        fabrics: hb.fabrics,
+        adminState: join.pending ? "pending" : "none",
+        lastHeartbeat: now,
+        agentVersion: hb.agent_version,
+        registeredAt: now,
+        credentialHash: join.credentialHash,
+      })
+      .run();
+  }
+  tx.delete(schema.gpus).where(eq(schema.gpus.node, hb.node)).run();
+  if (hb.gpus.length > 0)
+    tx.insert(schema.gpus)
+      .values(hb.gpus.map((g) => ({ node: hb.node, index: g.index, uuid: g.uuid, name: g.name, class: g.class, memoryMib: g.memory_mib, healthy: g.healthy, parent: g.parent })))
+      .run();
+  tx.delete(schema.weights).where(eq(schema.weights.node, hb.node)).run();
+  const models = [...new Set(hb.models)];
+  if (models.length > 0) tx.insert(schema.weights).values(models.map((m) => ({ node: hb.node, model: m }))).run();
+  return { created: !existing, taken: false };
 }

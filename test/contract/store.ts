@@ -143,6 +143,63 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
         expect(await s.applyHeartbeat(heartbeat({ name: "lost" }), NOW + 20, { credentialHash: "first", pending: false })).toEqual({ created: false, taken: false });
       });
 
+      test("applyJoins writes a group of joins in order, each as applyHeartbeat would: new, pending, the same join again, taken", async () => {
+        await s.applyHeartbeat(heartbeat({ name: "old" }), NOW, { credentialHash: "h-old", pending: false });
+        const out = await s.applyJoins(
+          [
+            { hb: heartbeat({ name: "b", gpus: ["H100-80GB", "H100-80GB"], models: ["x"] }), join: { credentialHash: "hb", pending: false } },
+            { hb: heartbeat({ name: "a", gpus: ["A100/3g"] }), join: { credentialHash: "ha", pending: true } },
+            { hb: heartbeat({ name: "old", gpus: ["H100-80GB"] }), join: { credentialHash: "h-old", pending: true } },
+            { hb: heartbeat({ name: "old", models: ["y"] }), join: { credentialHash: "h-intruder", pending: false } },
+          ],
+          NOW + 10,
+        );
+        expect(out).toEqual([
+          { created: true, taken: false },
+          { created: true, taken: false },
+          { created: false, taken: false },
+          { created: false, taken: true },
+        ]);
+        const snap = await s.snapshot();
+        expect(snap.nodes.map((n) => [n.name, n.adminState, n.registeredAt, n.lastHeartbeat])).toEqual([
+          ["a", "pending", NOW + 10, NOW + 10],
+          ["b", "none", NOW + 10, NOW + 10],
+          // The same join again: not made pending, registered when it first joined.
+          ["old", "none", NOW, NOW + 10],
+        ]);
+        expect(snap.gpus.map((g) => [g.node, g.index])).toEqual([
+          ["a", 0],
+          ["b", 0],
+          ["b", 1],
+          ["old", 0],
+        ]);
+        // The refused join wrote nothing: "old" keeps its weights (none) and its credential.
+        expect(snap.weights).toEqual([{ node: "b", model: "x" }]);
+        expect(await s.nodeByCredentialHash("ha")).toBe("a");
+        expect(await s.nodeByCredentialHash("hb")).toBe("b");
+        expect(await s.credentialHashOf("old")).toBe("h-old");
+        expect(await s.nodeByCredentialHash("h-intruder")).toBeUndefined();
+        expect(await s.applyJoins([], NOW)).toEqual([]);
+      });
+
+      test("applyJoins with a node named twice writes them one after the other: the second with another credential is taken", async () => {
+        const out = await s.applyJoins(
+          [
+            { hb: heartbeat({ name: "d" }), join: { credentialHash: "d1", pending: false } },
+            { hb: heartbeat({ name: "d", gpus: ["H100-80GB"] }), join: { credentialHash: "d2", pending: false } },
+            { hb: heartbeat({ name: "d", gpus: ["H100-80GB", "H100-80GB"] }), join: { credentialHash: "d1", pending: false } },
+          ],
+          NOW,
+        );
+        expect(out).toEqual([
+          { created: true, taken: false },
+          { created: false, taken: true },
+          { created: false, taken: false },
+        ]);
+        expect(await s.credentialHashOf("d")).toBe("d1");
+        expect((await s.snapshot()).gpus).toHaveLength(2);
+      });
+
       test("a pending join waits for approval; trust says what the agent API checks", async () => {
         await s.applyHeartbeat(heartbeat({ name: "p1" }), NOW, { credentialHash: "hp", pending: true });
         expect(await s.nodeTrust("p1")).toEqual({ exists: true, hasCredential: true, adminState: "pending", allowedAddress: undefined });
@@ -291,6 +348,45 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
         expect(snap.nodes[0]!.adminState).toBe("draining");
         expect((await s.listEvents({ limit: 5 })).map((e) => ({ kind: e.kind, data: e.data }))).toEqual([{ kind: "replica.created", data: { n: 1 } }]);
         expect((await s.replicaSnapshot("n1")).replicas.map((r) => r.id)).toEqual(["r1"]);
+      });
+
+      test("applyPlan with many rows: a replica updated twice ends as both patches in order say; model state by several field sets; events in order, data kept or null", async () => {
+        await s.applyHeartbeat(heartbeat({ name: "n1", gpus: ["H100-80GB"] }), NOW);
+        const ids = Array.from({ length: 300 }, (_, i) => `r${String(i).padStart(3, "0")}`);
+        await s.applyPlan(plan({ create: ids.map((id) => replica(id, `m${Number(id.slice(1)) % 7}`)) }), NOW);
+        await s.applyPlan(
+          plan({
+            update: [
+              ...ids.map((id) => ({ id, patch: { state: "ready" as const, readyAt: NOW + 1 } })),
+              { id: "r001", patch: { state: "failed" as const, error: "boom", failures: 2 } },
+              { id: "r002", patch: { error: null, readyAt: undefined } },
+            ],
+            modelState: new Map<string, object>([
+              ["m0", { scaleTarget: 2 }],
+              ["m1", { failures: 3, parked: true, reason: "it kept failing" }],
+              ["m2", { scaleTarget: 5 }],
+              ["m3", {}],
+            ]) as PlanWrite["modelState"],
+            events: Array.from({ length: 50 }, (_, i) => ({ kind: "k", subject: `s${i}`, message: `m${i}`, ...(i % 2 ? { data: { i } } : {}) })),
+          }),
+          NOW + 2,
+        );
+        const snap = await s.snapshot();
+        expect(snap.replicas).toHaveLength(300);
+        expect(snap.replicas.filter((r) => r.state === "ready" && r.readyAt === NOW + 1 && r.updatedAt === NOW + 2)).toHaveLength(299);
+        expect(snap.replicas.find((r) => r.id === "r001")).toMatchObject({ state: "failed", error: "boom", failures: 2, readyAt: NOW + 1 });
+        expect(snap.replicas.find((r) => r.id === "r002")).toMatchObject({ state: "ready", error: null, readyAt: NOW + 1 });
+        const st = new Map(snap.modelState.map((m) => [m.model, m]));
+        expect([...st.keys()].sort()).toEqual(["m0", "m1", "m2"]);
+        expect(st.get("m0")).toMatchObject({ scaleTarget: 2, failures: 0, parked: false });
+        expect(st.get("m1")).toMatchObject({ failures: 3, parked: true, reason: "it kept failing", scaleTarget: null });
+        expect(st.get("m2")!.scaleTarget).toBe(5);
+        const events = await s.listEvents({ limit: 100 });
+        expect(events.map((e) => e.subject)).toEqual(Array.from({ length: 50 }, (_, i) => `s${i}`));
+        expect(events.map((e) => e.data)).toEqual(Array.from({ length: 50 }, (_, i) => (i % 2 ? { i } : null)));
+        // A patch on a row that exists already.
+        await s.applyPlan(plan({ modelState: new Map([["m0", { scaleTarget: 4 }]]) }), NOW + 3);
+        expect((await s.snapshot()).modelState.find((m) => m.model === "m0")!.scaleTarget).toBe(4);
       });
 
       test("applyPlan is all or nothing: a plan that fails part-way writes nothing", async () => {

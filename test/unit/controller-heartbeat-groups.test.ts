@@ -117,3 +117,40 @@ describe("heartbeats in groups", () => {
     expect(await weightsOf(inner, "n2")).toEqual(["b"]);
   });
 });
+
+/** A store whose joins are recorded as they arrive, as groups; a join can be held at the door like a group of heartbeats. */
+class JoinCountingStore extends GatedStore {
+  readonly joinCalls: string[][] = [];
+  override async applyJoins(joins: Parameters<Store["applyJoins"]>[0], now: number): ReturnType<Store["applyJoins"]> {
+    this.joinCalls.push(joins.map((j) => j.hb.node));
+    return super.applyJoins(joins, now);
+  }
+}
+
+describe("joins in groups", () => {
+  test("the joins that arrive together are written in one transaction, each answered with its credential, their events written; a join for a taken name fails alone", async () => {
+    const inner = new JoinCountingStore({ path: ":memory:" });
+    const scheduler = new ManualScheduler(T0);
+    const store = new ModelStore(inner, scheduler);
+    const ctl = new Controller({ store, scheduler, log: silent, version: "t", nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
+    const first = ctl.join({ ...heartbeat({ name: "j0", gpus: [H] }), join_credential: "llmgw-node-cred-j0-0123456789abcdef0123" });
+    const names = Array.from({ length: 20 }, (_, i) => `j${i + 1}`);
+    const rest = names.map((n) => ctl.join({ ...heartbeat({ name: n, gpus: [H, H] }), join_credential: `llmgw-node-cred-${n}-0123456789abcdef0123` }));
+    // The same name again with another credential: refused, the others are not.
+    const intruder = ctl.join({ ...heartbeat({ name: "j0" }), join_credential: "llmgw-node-cred-other-0123456789abcdef01" });
+    const answers = await Promise.allSettled([first, ...rest, intruder]);
+    expect(answers.slice(0, 21).map((a) => a.status)).toEqual(Array(21).fill("fulfilled"));
+    expect(answers[21]!.status).toBe("rejected");
+    expect(String((answers[21] as PromiseRejectedResult).reason.message)).toContain("node j0 has already joined");
+    for (const [i, a] of answers.slice(1, 21).entries()) expect((a as PromiseFulfilledResult<{ credential?: string }>).value.credential).toBe(`llmgw-node-cred-${names[i]}-0123456789abcdef0123`);
+    // All twenty-one in one group; the intruder (j0 named again, so in the next group) refused by
+    // the in-memory model without a write.
+    expect(inner.joinCalls).toEqual([["j0", ...names]]);
+    const snap = await inner.snapshot();
+    expect(snap.nodes).toHaveLength(21);
+    expect(snap.gpus).toHaveLength(41);
+    for (const n of ["j0", ...names]) expect(await inner.nodeByCredentialHash(new Bun.CryptoHasher("sha256").update(`llmgw-node-cred-${n}-0123456789abcdef0123`).digest("hex"))).toBe(n);
+    const events = (await inner.listEvents({ limit: 100 })).filter((e) => e.kind === "node.registered");
+    expect(events.map((e) => e.subject).sort()).toEqual(["j0", ...names].map((n) => `node/${n}`).sort());
+  });
+});

@@ -19,7 +19,7 @@ import { randomUUID } from "node:crypto";
 import { and, asc, count, desc, eq, gt, gte, inArray, sql, type SQL } from "drizzle-orm";
 import { drizzle, type PostgresJsDatabase } from "drizzle-orm/postgres-js";
 import postgres from "postgres";
-import type { StorePort } from "../../control/store-port";
+import type { JoinWrite, StorePort } from "../../control/store-port";
 import { type ApiKeyRow, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type GpuRow, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeRow, type NodeTrust, type PlanWrite, type ReplicaRow, type RouterUsage, type Snapshot, type StoreChange, type ChangeRead, CHANGES_KEPT, PRUNE_EVERY, changedKeys } from "../../control/types";
 import { FencedError } from "../../control/errors";
 import type { ModelSpec } from "../../protocol/catalog";
@@ -307,47 +307,66 @@ export class PgStore implements StorePort {
   applyHeartbeat(hb: HeartbeatRequest, now: number, join?: { credentialHash: string; pending: boolean }): Promise<{ created: boolean; taken: boolean }> {
     // Without a join, as part of a group (doing it twice is doing it once); with one, a second try would find the credential it gave.
     if (!join) return this.applyHeartbeats([hb], now).then(([r]) => ({ created: r!.created, taken: false }));
-    return this.write("once", "any", async (tx) => {
-      const select = () => tx.select({ credentialHash: schema.nodes.credentialHash }).from(schema.nodes).where(eq(schema.nodes.name, hb.node)).for("update");
-      let existing = (await select())[0];
-      let created = false;
-      if (!existing) {
-        const inserted = await tx
-          .insert(schema.nodes)
-          .values({
-            name: hb.node,
-            address: hb.address,
-            labels: hb.labels,
-            fabrics: hb.fabrics,
-            adminState: join?.pending ? "pending" : "none",
-            lastHeartbeat: now,
-            agentVersion: hb.agent_version,
-            registeredAt: now,
-            credentialHash: join?.credentialHash ?? null,
-          })
-          .onConflictDoNothing({ target: schema.nodes.name })
-          .returning({ n: schema.nodes.name });
-        created = inserted.length === 1;
-        // Another control plane inserted it just now: take it as existing.
-        if (!created) existing = (await select())[0];
+    return this.write("once", "any", (tx) => joinOne(tx, hb, now, join));
+  }
+
+  /**
+   * The joins in one transaction of a few statements: their node rows locked (in name order),
+   * the refused ones set aside, the inventory of the rest written as a group of heartbeats is
+   * (HEARTBEATS_SQL), then their credentials. A row another control plane inserted meanwhile
+   * (absent when locked, present when upserted) rolls the group back, and each join is then
+   * written alone, as applyHeartbeat checks it.
+   */
+  async applyJoins(joins: readonly JoinWrite[], now: number): Promise<{ created: boolean; taken: boolean }[]> {
+    if (joins.length === 0) return [];
+    if (joins.length === 1 || new Set(joins.map((j) => j.hb.node)).size < joins.length) {
+      // A node named twice: one after the other, as each would be alone.
+      return this.write("once", "any", async (tx) => {
+        const out: { created: boolean; taken: boolean }[] = [];
+        for (const { hb, join } of joins) out.push(await joinOne(tx, hb, now, join));
+        return out;
+      });
+    }
+    try {
+      return await this.call("once", () => this.joinGroup(joins, now));
+    } catch (e) {
+      if (!(e instanceof RaceLost)) throw e;
+      const out: { created: boolean; taken: boolean }[] = [];
+      for (const { hb, join } of joins) out.push(await this.applyHeartbeat(hb, now, join));
+      return out;
+    }
+  }
+
+  private joinGroup(joins: readonly JoinWrite[], now: number): Promise<{ created: boolean; taken: boolean }[]> {
+    const names = joins.map((j) => j.hb.node).sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+    return this.client.begin(async (t) => {
+      await t.unsafe(`SELECT seq FROM change_counter WHERE id = 1 FOR UPDATE`, [], { prepare: true });
+      const held = await t.unsafe(`SELECT name, credential_hash AS hash FROM nodes WHERE name = ANY($1::text[]) ORDER BY name COLLATE "C" FOR UPDATE`, [names] as never[], { prepare: true });
+      const stored = new Map<string, string | null>([...held].map((r) => [r.name as string, (r.hash as string | null) ?? null]));
+      const taken = new Set(joins.filter((j) => stored.has(j.hb.node) && joinRefused(stored.get(j.hb.node) ?? null, j.join.credentialHash)).map((j) => j.hb.node));
+      const go = joins.filter((j) => !taken.has(j.hb.node)).sort((a, b) => Buffer.compare(Buffer.from(a.hb.node), Buffer.from(b.hb.node)));
+      const inserted = new Set<string>();
+      if (go.length > 0) {
+        const rows = (f: (hb: HeartbeatRequest) => unknown[]) => JSON.stringify(go.flatMap((j) => f(j.hb)));
+        const nodes = rows((hb) => [{ name: hb.node, address: hb.address, labels: hb.labels, fabrics: hb.fabrics, agent_version: hb.agent_version }]);
+        const gpus = rows((hb) => hb.gpus.map((g) => ({ node: hb.node, idx: g.index, uuid: g.uuid, name: g.name, class: g.class, memory_mib: g.memory_mib, healthy: g.healthy, parent: g.parent ?? null })));
+        const weights = rows((hb) => [...new Set(hb.models)].map((m) => ({ node: hb.node, model: m })));
+        const upserted = await t.unsafe(HEARTBEATS_SQL, [nodes, now, gpus, weights, CHANNEL, this.payload.any] as never[], { prepare: true });
+        for (const r of upserted) if (r.inserted === true) inserted.add(r.name as string);
+        // Absent when locked, yet not inserted by us: another control plane's join of that name.
+        for (const j of go) if (!stored.has(j.hb.node) && !inserted.has(j.hb.node)) throw new RaceLost();
+        const creds = JSON.stringify(go.map((j) => ({ name: j.hb.node, hash: j.join.credentialHash, pending: inserted.has(j.hb.node) && j.join.pending })));
+        await t.unsafe(
+          `UPDATE nodes SET credential_hash = v.hash,
+             registered_at = CASE WHEN nodes.credential_hash IS DISTINCT FROM v.hash THEN $2::bigint ELSE nodes.registered_at END,
+             admin_state = CASE WHEN v.pending THEN 'pending' ELSE nodes.admin_state END
+           FROM jsonb_to_recordset($1::text::jsonb) AS v(name text, hash text, pending boolean) WHERE nodes.name = v.name`,
+          [creds, now] as never[],
+          { prepare: true },
+        );
       }
-      if (existing) {
-        if (join && joinRefused(existing.credentialHash, join.credentialHash)) return { created: false, taken: true };
-        await tx
-          .update(schema.nodes)
-          .set({ address: hb.address, labels: hb.labels, fabrics: hb.fabrics, lastHeartbeat: now, agentVersion: hb.agent_version, ...(join && existing.credentialHash !== join.credentialHash ? { credentialHash: join.credentialHash, registeredAt: now } : {}) })
-          .where(eq(schema.nodes.name, hb.node));
-      }
-      await tx.delete(schema.gpus).where(eq(schema.gpus.node, hb.node));
-      if (hb.gpus.length > 0)
-        await tx
-          .insert(schema.gpus)
-          .values(hb.gpus.map((g) => ({ node: hb.node, index: g.index, uuid: g.uuid, name: g.name, class: g.class, memoryMib: g.memory_mib, healthy: g.healthy, parent: g.parent })));
-      await tx.delete(schema.weights).where(eq(schema.weights.node, hb.node));
-      const models = [...new Set(hb.models)];
-      if (models.length > 0) await tx.insert(schema.weights).values(models.map((m) => ({ node: hb.node, model: m })));
-      return { created, taken: false };
-    });
+      return joins.map((j) => (taken.has(j.hb.node) ? { created: false, taken: true } : { created: inserted.has(j.hb.node), taken: false }));
+    }) as Promise<{ created: boolean; taken: boolean }[]>;
   }
 
   applyHeartbeats(hbs: readonly HeartbeatRequest[], now: number): Promise<{ created: boolean }[]> {
@@ -485,18 +504,23 @@ export class PgStore implements StorePort {
 
   saveModels(models: ModelWrite[], now: number): Promise<void> {
     return this.write("once", "any", async (tx) => {
-      for (const { spec, revision, created } of models) {
-        if (created) await tx.insert(schema.models).values({ name: spec.name, spec, revision, createdAt: now, updatedAt: now });
-        else {
-          await tx.update(schema.models).set({ spec, revision, updatedAt: now }).where(eq(schema.models.name, spec.name));
-          await tx.delete(schema.modelAliases).where(eq(schema.modelAliases.model, spec.name));
-        }
-        if (spec.aliases.length > 0) await tx.insert(schema.modelAliases).values(spec.aliases.map((a) => ({ alias: a, model: spec.name })));
-        await tx
-          .insert(schema.modelState)
-          .values({ model: spec.name })
-          .onConflictDoUpdate({ target: schema.modelState.model, set: { failures: 0, parked: false, reason: null, unplaceableReason: null } });
+      if (models.length === 0) return;
+      const fresh = models.filter((m) => m.created).map(({ spec, revision }) => ({ name: spec.name, spec, revision }));
+      const changed = models.filter((m) => !m.created).map(({ spec, revision }) => ({ name: spec.name, spec, revision }));
+      // A catalog entry's rows in a few statements for the whole catalog (see applyPlan).
+      if (fresh.length > 0)
+        await tx.execute(sql`INSERT INTO models (name, spec, revision, created_at, updated_at) SELECT v.name, v.spec, v.revision, ${now}::bigint, ${now}::bigint FROM ${recordset(fresh, "name text, spec jsonb, revision integer")}`);
+      if (changed.length > 0) {
+        await tx.execute(sql`UPDATE models SET spec = v.spec, revision = v.revision, updated_at = ${now}::bigint FROM ${recordset(changed, "name text, spec jsonb, revision integer")} WHERE models.name = v.name`);
+        await tx.execute(sql`DELETE FROM model_aliases WHERE model IN (SELECT v.name FROM ${recordset(changed.map((m) => ({ name: m.name })), "name text")})`);
       }
+      const aliases = models.flatMap(({ spec }) => spec.aliases.map((alias) => ({ alias, model: spec.name })));
+      if (aliases.length > 0) await tx.execute(sql`INSERT INTO model_aliases (alias, model) SELECT v.alias, v.model FROM ${recordset(aliases, "alias text, model text")}`);
+      const names = [...new Set(models.map((m) => m.spec.name))].map((name) => ({ name }));
+      await tx.execute(
+        sql`INSERT INTO model_state (model) SELECT v.name FROM ${recordset(names, "name text")}
+          ON CONFLICT (model) DO UPDATE SET failures = 0, parked = false, reason = NULL, unplaceable_reason = NULL`,
+      );
     });
   }
 
@@ -546,18 +570,21 @@ export class PgStore implements StorePort {
           | undefined;
         if (!held || held.holder !== fence.holder || held.epoch !== fence.epoch || !held.live) throw new FencedError(fence.epoch);
       }
-      if (plan.create.length > 0)
-        await tx
-          .insert(schema.replicas)
-          .values(plan.create.map((r) => ({ id: r.id, model: r.model, profile: r.profile, state: "starting" as const, shards: r.shards, port: r.port, endpoint: r.endpoint, createdAt: now, updatedAt: now })));
-      for (const u of plan.update) await tx.update(schema.replicas).set({ ...u.patch, updatedAt: now }).where(eq(schema.replicas.id, u.id));
-      if (plan.remove.length > 0) await tx.delete(schema.replicas).where(inArray(schema.replicas.id, plan.remove));
-      for (const [model, patch] of plan.modelState) {
-        if (Object.keys(patch).length === 0) continue;
-        await tx.insert(schema.modelState).values({ model, ...patch }).onConflictDoUpdate({ target: schema.modelState.model, set: patch });
+      // Each part in one statement, its rows handed over as one JSON document: a plan of
+      // thousands of rows is a few round trips, not one per row.
+      if (plan.create.length > 0) {
+        const rows = plan.create.map((r) => ({ id: r.id, model: r.model, profile: r.profile, shards: r.shards, port: r.port, endpoint: r.endpoint }));
+        await tx.execute(
+          sql`INSERT INTO replicas (id, model, profile, state, shards, port, endpoint, created_at, updated_at)
+            SELECT v.id, v.model, v.profile, 'starting', v.shards, v.port, v.endpoint, ${now}::bigint, ${now}::bigint
+            FROM ${recordset(rows, "id text, model text, profile text, shards jsonb, port integer, endpoint text")}`,
+        );
       }
+      await updateReplicas(tx, plan.update, now);
+      if (plan.remove.length > 0) await tx.delete(schema.replicas).where(inArray(schema.replicas.id, plan.remove));
+      await upsertModelState(tx, plan.modelState);
       for (const n of plan.nodeAdmin) await tx.update(schema.nodes).set({ adminState: n.state }).where(eq(schema.nodes.name, n.node));
-      if (plan.events.length > 0) await tx.insert(schema.events).values(plan.events.map((e) => eventRecord(e, now)));
+      await insertEvents(tx, plan.events, now);
       // The leader's plans keep the changes table short (every PRUNE_EVERY-th): the oldest rows go (a reader that far behind loads everything).
       if (++this.plansUnpruned >= PRUNE_EVERY) {
         this.plansUnpruned = 0;
@@ -779,4 +806,135 @@ export class PgStore implements StorePort {
 async function readLeaseRow(db: Pick<Db, "execute">): Promise<Lease | undefined> {
   const r = (await db.execute(sql`SELECT holder, epoch, expires_at - ${DB_NOW} AS remaining FROM leases WHERE name = 'leader'`))[0] as { holder: string; epoch: number; remaining: number } | undefined;
   return r ? { holder: r.holder, epoch: Number(r.epoch), expiresInMs: Number(r.remaining) } : undefined;
+}
+
+/** A join that took its rows alone. */
+class RaceLost extends Error {}
+
+/** One join inside a transaction: applyHeartbeat's with a join, and applyJoins' step for a node named twice. */
+async function joinOne(tx: Tx, hb: HeartbeatRequest, now: number, join: { credentialHash: string; pending: boolean }): Promise<{ created: boolean; taken: boolean }> {
+  const select = () => tx.select({ credentialHash: schema.nodes.credentialHash }).from(schema.nodes).where(eq(schema.nodes.name, hb.node)).for("update");
+  let existing = (await select())[0];
+  let created = false;
+  if (!existing) {
+    const inserted = await tx
+      .insert(schema.nodes)
+      .values({
+        name: hb.node,
+        address: hb.address,
+        labels: hb.labels,
+        fabrics: hb.fabrics,
+        adminState: join.pending ? "pending" : "none",
+        lastHeartbeat: now,
+        agentVersion: hb.agent_version,
+        registeredAt: now,
+        credentialHash: join.credentialHash,
+      })
+      .onConflictDoNothing({ target: schema.nodes.name })
+      .returning({ n: schema.nodes.name });
+    created = inserted.length === 1;
+    // Another control plane inserted it just now: take it as existing.
+    if (!created) existing = (await select())[0];
+  }
+  if (existing) {
+    if (joinRefused(existing.credentialHash, join.credentialHash)) return { created: false, taken: true };
+    await tx
+      .update(schema.nodes)
+      .set({ address: hb.address, labels: hb.labels, fabrics: hb.fabrics, lastHeartbeat: now, agentVersion: hb.agent_version, ...(existing.credentialHash !== join.credentialHash ? { credentialHash: join.credentialHash, registeredAt: now } : {}) })
+      .where(eq(schema.nodes.name, hb.node));
+  }
+  await tx.delete(schema.gpus).where(eq(schema.gpus.node, hb.node));
+  if (hb.gpus.length > 0)
+    await tx
+      .insert(schema.gpus)
+      .values(hb.gpus.map((g) => ({ node: hb.node, index: g.index, uuid: g.uuid, name: g.name, class: g.class, memoryMib: g.memory_mib, healthy: g.healthy, parent: g.parent })));
+  await tx.delete(schema.weights).where(eq(schema.weights.node, hb.node));
+  const models = [...new Set(hb.models)];
+  if (models.length > 0) await tx.insert(schema.weights).values(models.map((m) => ({ node: hb.node, model: m })));
+  return { created, taken: false };
+}
+
+/** Rows handed to one statement as one JSON document: `jsonb_to_recordset(...) AS v(<columns>)`. */
+function recordset(rows: readonly object[], columns: string): SQL {
+  return sql`jsonb_to_recordset(${JSON.stringify(rows)}::text::jsonb) AS v(${sql.raw(columns)})`;
+}
+
+/** Column and type of each field a replica or model-state patch may set. */
+const REPLICA_COLUMNS: Record<string, [string, string]> = {
+  model: ["model", "text"],
+  profile: ["profile", "text"],
+  state: ["state", "text"],
+  shards: ["shards", "jsonb"],
+  port: ["port", "integer"],
+  endpoint: ["endpoint", "text"],
+  failures: ["failures", "integer"],
+  error: ["error", "text"],
+  createdAt: ["created_at", "bigint"],
+  readyAt: ["ready_at", "bigint"],
+};
+const MODEL_STATE_COLUMNS: Record<string, [string, string]> = {
+  failures: ["failures", "integer"],
+  parked: ["parked", "boolean"],
+  reason: ["reason", "text"],
+  lastFailureAt: ["last_failure_at", "bigint"],
+  lastRequestedAt: ["last_requested_at", "bigint"],
+  scaleTarget: ["scale_target", "integer"],
+  unplaceableReason: ["unplaceable_reason", "text"],
+};
+
+/** Patches grouped by the fields they set (undefined ones are not set, as drizzle's updates leave them), keys in order. */
+function byFields(patches: Iterable<[string, object]>, columns: Record<string, [string, string]>): { fields: string[]; rows: Record<string, unknown>[] }[] {
+  const groups = new Map<string, { fields: string[]; rows: Record<string, unknown>[] }>();
+  for (const [key, patch] of patches) {
+    const set = Object.entries(patch).filter(([, v]) => v !== undefined);
+    for (const [f] of set) if (!Object.hasOwn(columns, f)) throw new Error(`no column for the field ${f}`);
+    const fields = set.map(([f]) => f).sort();
+    const id = fields.join(",");
+    let g = groups.get(id);
+    if (!g) groups.set(id, (g = { fields, rows: [] }));
+    g.rows.push({ key, ...Object.fromEntries(set) });
+  }
+  return [...groups.values()];
+}
+
+/** A plan's replica updates, one statement per set of fields; a replica updated twice ends as both in order say. */
+async function updateReplicas(tx: Tx, updates: PlanWrite["update"], now: number): Promise<void> {
+  if (updates.length === 0) return;
+  const merged = new Map<string, object>();
+  for (const u of updates) {
+    // updated_at is the plan's time, whatever a patch says.
+    const { updatedAt: _, ...patch } = u.patch;
+    const into: Record<string, unknown> = { ...merged.get(u.id) };
+    for (const [k, v] of Object.entries(patch)) if (v !== undefined) into[k] = v;
+    merged.set(u.id, into);
+  }
+  for (const { fields, rows } of byFields(merged, REPLICA_COLUMNS)) {
+    const set = [...fields.map((f) => `${REPLICA_COLUMNS[f]![0]} = v."${f}"`), "updated_at = "].join(", ");
+    const columns = ["key text", ...fields.map((f) => `"${f}" ${REPLICA_COLUMNS[f]![1]}`)].join(", ");
+    await tx.execute(sql`UPDATE replicas SET ${sql.raw(set)}${now}::bigint FROM ${recordset(rows, columns)} WHERE replicas.id = v.key`);
+  }
+}
+
+/** A plan's model-state patches, upserted one statement per set of fields (an empty patch writes nothing). */
+async function upsertModelState(tx: Tx, patches: PlanWrite["modelState"]): Promise<void> {
+  const nonEmpty = [...patches].filter(([, p]) => Object.values(p).some((v) => v !== undefined));
+  for (const { fields, rows } of byFields(nonEmpty, MODEL_STATE_COLUMNS)) {
+    const cols = fields.map((f) => MODEL_STATE_COLUMNS[f]![0]);
+    const columns = ["key text", ...fields.map((f) => `"${f}" ${MODEL_STATE_COLUMNS[f]![1]}`)].join(", ");
+    const text = `INSERT INTO model_state (model, ${cols.join(", ")}) SELECT v.key, ${fields.map((f) => `v."${f}"`).join(", ")} FROM `;
+    const conflict = ` ON CONFLICT (model) DO UPDATE SET ${cols.map((c) => `${c} = excluded.${c}`).join(", ")}`;
+    await tx.execute(sql`${sql.raw(text)}${recordset(rows, columns)}${sql.raw(conflict)}`);
+  }
+}
+
+/** Events in one statement, their ids in the order given. */
+async function insertEvents(tx: Tx, events: readonly NewEvent[], at: number): Promise<void> {
+  if (events.length === 0) return;
+  const rows = JSON.stringify(events.map((e) => ({ kind: e.kind, subject: e.subject, message: e.message, data: e.data ?? null })));
+  await tx.execute(
+    sql`INSERT INTO events (at, kind, subject, message, data)
+      SELECT ${at}::bigint, v.kind, v.subject, v.message, v.data
+      FROM ROWS FROM (jsonb_to_recordset(${rows}::text::jsonb) AS (kind text, subject text, message text, data jsonb)) WITH ORDINALITY AS v(kind, subject, message, data, ord)
+      ORDER BY v.ord`,
+  );
 }
