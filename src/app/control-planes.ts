@@ -118,12 +118,25 @@ export async function joinControlPlanes(o: ControlPlaneOptions): Promise<Control
   controller.setSummarySources({ controlPlanes: () => view });
 
   // Another control plane's commit: the model reads what it changed at its next read (a tick soon);
-  // the backstop reloads everything now and then all the same.
+  // the backstop reloads everything now and then all the same, in the background: reads (the
+  // heartbeats answered from memory) go on from memory meanwhile.
   const unwatch = model.watch((change) => void controller.storeChanged(change));
+  let reloading = false;
   const backstop: Timer = scheduler
     .every(BACKSTOP_RELOAD_MS, () => {
-      model.invalidate();
-      void controller.storeChanged();
+      if (reloading) return;
+      reloading = true;
+      void model
+        .reload()
+        .then(
+          () => controller.storeChanged(),
+          (e: unknown) => {
+            log.warn({ err: (e as Error).message }, "the backstop reload of the store failed: memory is read again from the store");
+            model.invalidate();
+            return controller.storeChanged();
+          },
+        )
+        .finally(() => (reloading = false));
     })
     .unref();
 

@@ -108,6 +108,35 @@ export class ModelStore implements StorePort {
     this.version++;
   }
 
+  /**
+   * Loads everything from the store again while reads go on from memory (the backstop against a
+   * missed change notice): heartbeats answered from memory never wait for a full read. The new
+   * state replaces memory unless one of this model's writes, or a full load, overlapped the read
+   * (then memory stays: the change reads keep it in step, and the next reload tries again). A
+   * node's last-seen time never goes back: the newer of memory's and the store's is kept.
+   * True when memory was replaced.
+   */
+  async reload(): Promise<boolean> {
+    const s = this.state;
+    if (!s) {
+      await this.load();
+      return true;
+    }
+    const gen = this.writeGen;
+    const fresh = await this.read();
+    if (this.state !== s || gen !== this.writeGen) return false;
+    for (const [name, n] of s.nodes) {
+      const f = fresh.nodes.get(name);
+      if (f && n.lastHeartbeat > f.lastHeartbeat) fresh.nodes.set(name, { ...f, lastHeartbeat: n.lastHeartbeat });
+    }
+    this.state = fresh;
+    // What others committed after the read's cursor is read at the next read.
+    this.behind = true;
+    this.cached = undefined;
+    this.version++;
+    return true;
+  }
+
   /** Loads everything from the store now. */
   async rebuild(): Promise<void> {
     this.invalidate();
@@ -201,17 +230,21 @@ export class ModelStore implements StorePort {
     return s;
   }
 
-  /** Runs a store write; on failure memory is dropped (the next read reloads), then the error goes on. */
-  private async write<T>(fn: () => Promise<T>): Promise<T> {
+  /**
+   * Runs a store write; on failure memory is dropped (the next read reloads), then the error goes on.
+   * A write of last-seen times alone leaves the write generation: a read it overlaps keeps the
+   * newer of memory's and the store's times anyway.
+   */
+  private async write<T>(fn: () => Promise<T>, seenOnly = false): Promise<T> {
     this.writes++;
-    this.writeGen++;
+    if (!seenOnly) this.writeGen++;
     try {
       return await fn();
     } catch (e) {
       this.invalidate();
       throw e;
     } finally {
-      this.writeGen++;
+      if (!seenOnly) this.writeGen++;
     }
   }
 
@@ -493,7 +526,7 @@ export class ModelStore implements StorePort {
     const seen = [...this.touched].map(([name, at]) => ({ name, at }));
     this.touched.clear();
     try {
-      await this.write(() => this.inner.touchNodes(seen));
+      await this.write(() => this.inner.touchNodes(seen), true);
     } catch (e) {
       // Memory still holds the newer times (the reload below keeps them): try again next time.
       for (const { name, at } of seen) if (!this.touched.has(name)) this.touched.set(name, at);

@@ -126,6 +126,86 @@ describe("in-memory model", () => {
   });
 });
 
+describe("in-memory model: the background reload", () => {
+  /** A store whose full read waits at a gate the test opens. */
+  function gated() {
+    const store = new Store({ path: ":memory:" });
+    let open: () => void = () => {};
+    let gate: Promise<void> | undefined;
+    const slow = new Proxy(store, {
+      get(target, prop, receiver) {
+        if (prop === "snapshot")
+          return async () => {
+            const snap = await target.snapshot();
+            if (gate) await gate;
+            return snap;
+          };
+        const v = Reflect.get(target, prop, receiver);
+        return typeof v === "function" ? v.bind(target) : v;
+      },
+    });
+    const close = () => {
+      gate = new Promise<void>((r) => (open = r));
+    };
+    const m = new ModelStore(slow, new ManualScheduler(T0));
+    return { store, m, close, open: () => (open(), (gate = undefined)) };
+  }
+
+  test("reads go on from memory while it reads; then the store's state replaces memory", async () => {
+    const { store, m, close, open } = gated();
+    await m.applyHeartbeat(hb("n1"), T0, { credentialHash: "h1", pending: false });
+    await m.snapshot();
+    const loads = m.loads;
+    // Behind the model's back (a missed notice): the store alone holds n1 cordoned.
+    await store.setAdminState("n1", "cordoned");
+    close();
+    const done = m.reload();
+    // Reads during the reload: answered at once, from memory as it was.
+    const during = await m.snapshot();
+    expect(during.nodes[0]!.adminState).toBe("none");
+    expect((await m.nodeTrust("n1")).exists).toBe(true);
+    open();
+    expect(await done).toBe(true);
+    expect(m.loads).toBe(loads + 1);
+    const after = await m.snapshot();
+    expect(after.nodes[0]!.adminState).toBe("cordoned");
+    expect(after.version).toBeGreaterThan(during.version!);
+    expect(rows(after)).toEqual(await store.snapshot());
+  });
+
+  test("a write of its own during the read keeps memory (what the read saw may be older)", async () => {
+    const { store, m, close, open } = gated();
+    await m.applyHeartbeat(hb("n1"), T0);
+    await m.snapshot();
+    close();
+    const done = m.reload();
+    await Promise.resolve();
+    // Written through the model while the reload's read waits: the read's rows predate it.
+    const write = m.applyPlan({ create: [], update: [], remove: [], modelState: new Map(), nodeAdmin: [{ node: "n1", state: "draining" }], events: [] }, T0);
+    open();
+    await write;
+    expect(await done).toBe(false);
+    const mem = await m.snapshot();
+    expect(mem.nodes[0]!.adminState).toBe("draining");
+    expect(rows(mem)).toEqual(await store.snapshot());
+  });
+
+  test("a node's last-seen time never goes back: memory's newer touch outlives the store's older row", async () => {
+    const { store, m, close, open } = gated();
+    await m.applyHeartbeat(hb("n1"), T0);
+    await m.snapshot();
+    close();
+    const done = m.reload();
+    // Touched while the read waits, its rows already read: the touch is flushed at once (the first
+    // in a second), which does not void the reload, and the read's older row does not win.
+    await m.applyHeartbeat(hb("n1"), T0 + 500);
+    open();
+    expect(await done).toBe(true);
+    expect((await m.snapshot()).nodes[0]!.lastHeartbeat).toBe(T0 + 500);
+    expect((await store.snapshot()).nodes[0]!.lastHeartbeat).toBe(T0 + 500);
+  });
+});
+
 describe("in-memory model: another writer's commits", () => {
   function pair() {
     const dir = mkdtempSync(join(tmpdir(), "llmgw-model-"));
