@@ -21,7 +21,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { BUN, type Child, cleanupOnExit, killAll, pct, spawnChild, table } from "./lib/procs";
-import { othersMeter } from "./lib/cpu";
+import { othersMeter, stealMeter } from "./lib/cpu";
 import { type BenchStores, benchStores } from "./lib/ha-stores";
 import { allowAddresses, applyModels, BENCH_NICE, BIN, scaleModels, startScaleHead } from "./lib/scale-head";
 
@@ -101,6 +101,8 @@ interface Row {
   costUs: number;
   /** Percent of serve's core (CPU 0) other processes used in the steady window: above a few %, the tail is partly theirs. */
   othersPct: number;
+  /** Of othersPct, the hypervisor's steal on serve's core. */
+  stealPct: number;
 }
 
 async function runSize(N: number, stores: BenchStores | undefined): Promise<{ row: Row; events: EventView[] }> {
@@ -158,6 +160,7 @@ async function runSize(N: number, stores: BenchStores | undefined): Promise<{ ro
   const w0 = performance.now();
   // How much of serve's core other processes took meanwhile (the machine may be shared).
   const others = othersMeter(() => [serve.proc.pid], 0, false);
+  const steal = stealMeter(0);
   const statusMs: number[] = [];
   const statusEvery = STEADY_MS / 11;
   while (performance.now() - w0 < STEADY_MS) {
@@ -171,6 +174,7 @@ async function runSize(N: number, stores: BenchStores | undefined): Promise<{ ro
   }
   const w1 = performance.now();
   const othersOnCore = others();
+  const stolen = steal();
   const c1 = procTicks(serve.pid);
   const th1 = threadTicks(serve.pid);
   clearInterval(pump);
@@ -217,6 +221,7 @@ async function runSize(N: number, stores: BenchStores | undefined): Promise<{ ro
     replaced,
     costUs: beats > 0 ? (cpuSecs * 1e6) / beats : NaN,
     othersPct: othersOnCore * 100,
+    stealPct: stolen * 100,
   };
   console.log(`${N} nodes: ${beats} heartbeats in ${secs.toFixed(0)} s (${errs} failed), serve ${row.cpuPct.toFixed(0)} % of a core (${row.threads}); ${events.length} events in the window${events.length > 0 ? `: ${[...new Set(events.map((e) => e.kind))].map((k) => `${k} ×${events.filter((e) => e.kind === k).length}`).join(", ")}` : ""}`);
   for (const e of events.slice(0, 5)) console.log(`  event ${e.kind} ${e.subject}: ${e.message}`);
@@ -241,8 +246,8 @@ async function main(): Promise<void> {
   }
   console.log(
     `\n${table([
-      ["nodes", "registration", "hb p50", "hb p99", "hb failed", "interval", "status p50", "converge", "serve CPU", "main thread", "µs/heartbeat", "unreachable", "replaced", "others on core"],
-      ...rows.map((r) => [r.nodes, ms(r.registrationMs), ms(r.hbP50), ms(r.hbP99), r.hbErrors, ms(r.interval), ms(r.statusP50), `${ms(r.convergeMs)}${r.converged === "all satisfied" ? "" : " (stalled)"}`, `${r.cpuPct.toFixed(0)}%`, `${r.mainThreadPct.toFixed(0)}%`, r.costUs.toFixed(0), r.unreachable, r.replaced, `${r.othersPct.toFixed(0)}%`]),
+      ["nodes", "registration", "hb p50", "hb p99", "hb failed", "interval", "status p50", "converge", "serve CPU", "main thread", "µs/heartbeat", "unreachable", "replaced", "others on core", "of it steal"],
+      ...rows.map((r) => [r.nodes, ms(r.registrationMs), ms(r.hbP50), ms(r.hbP99), r.hbErrors, ms(r.interval), ms(r.statusP50), `${ms(r.convergeMs)}${r.converged === "all satisfied" ? "" : " (stalled)"}`, `${r.cpuPct.toFixed(0)}%`, `${r.mainThreadPct.toFixed(0)}%`, r.costUs.toFixed(0), r.unreachable, r.replaced, `${r.othersPct.toFixed(0)}%`, `${r.stealPct.toFixed(0)}%`]),
     ])}`,
   );
   for (const r of rows) console.log(`${r.nodes} nodes: converge: ${r.converged}; serve threads: ${r.threads}`);

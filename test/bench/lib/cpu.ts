@@ -33,6 +33,21 @@ export function tcpExt(): Record<string, number> {
   return Object.fromEntries(names.map((n, i) => [n, values[i]!]));
 }
 
+/**
+ * The share of one core (all cores when cpu is undefined) the hypervisor took between two calls
+ * (steal time in /proc/stat): on a virtual machine, time a process was ready and not run.
+ */
+export function stealMeter(cpu?: number): () => number {
+  const name = cpu === undefined ? "cpu" : `cpu${cpu}`;
+  const read = () => {
+    const line = readFileSync("/proc/stat", "utf8").split("\n").find((l) => l.startsWith(`${name} `));
+    return line ? Number(line.trim().split(/\s+/)[8]) / TICK : NaN;
+  };
+  const t0 = performance.now();
+  const s0 = read();
+  return () => (read() - s0) / ((performance.now() - t0) / 1000);
+}
+
 /** Busy CPU seconds of one core (all cores when cpu is undefined) since boot, from /proc/stat. */
 export function coreBusySeconds(cpu?: number): number {
   const name = cpu === undefined ? "cpu" : `cpu${cpu}`;
