@@ -338,19 +338,16 @@ export class PgStore implements StorePort {
   }
 
   private joinGroup(joins: readonly JoinWrite[], now: number): Promise<{ created: boolean; taken: boolean }[]> {
-    const names = joins.map((j) => j.hb.node).sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+    const names = joins.map((j) => j.hb.node).sort(byteOrder);
     return this.client.begin(async (t) => {
       await t.unsafe(`SELECT seq FROM change_counter WHERE id = 1 FOR UPDATE`, [], { prepare: true });
       const held = await t.unsafe(`SELECT name, credential_hash AS hash FROM nodes WHERE name = ANY($1::text[]) ORDER BY name COLLATE "C" FOR UPDATE`, [names] as never[], { prepare: true });
       const stored = new Map<string, string | null>([...held].map((r) => [r.name as string, (r.hash as string | null) ?? null]));
       const taken = new Set(joins.filter((j) => stored.has(j.hb.node) && joinRefused(stored.get(j.hb.node) ?? null, j.join.credentialHash)).map((j) => j.hb.node));
-      const go = joins.filter((j) => !taken.has(j.hb.node)).sort((a, b) => Buffer.compare(Buffer.from(a.hb.node), Buffer.from(b.hb.node)));
+      const go = joins.filter((j) => !taken.has(j.hb.node)).sort((a, b) => byteOrder(a.hb.node, b.hb.node));
       const inserted = new Set<string>();
       if (go.length > 0) {
-        const rows = (f: (hb: HeartbeatRequest) => unknown[]) => JSON.stringify(go.flatMap((j) => f(j.hb)));
-        const nodes = rows((hb) => [{ name: hb.node, address: hb.address, labels: hb.labels, fabrics: hb.fabrics, agent_version: hb.agent_version }]);
-        const gpus = rows((hb) => hb.gpus.map((g) => ({ node: hb.node, idx: g.index, uuid: g.uuid, name: g.name, class: g.class, memory_mib: g.memory_mib, healthy: g.healthy, parent: g.parent ?? null })));
-        const weights = rows((hb) => [...new Set(hb.models)].map((m) => ({ node: hb.node, model: m })));
+        const { nodes, gpus, weights } = inventoryRows(go.map((j) => j.hb));
         const upserted = await t.unsafe(HEARTBEATS_SQL, [nodes, now, gpus, weights, CHANNEL, this.payload.any] as never[], { prepare: true });
         for (const r of upserted) if (r.inserted === true) inserted.add(r.name as string);
         // Absent when locked, yet not inserted by us: another control plane's join of that name.
@@ -376,11 +373,8 @@ export class PgStore implements StorePort {
     const last = new Map<string, HeartbeatRequest>();
     for (const hb of hbs) last.set(hb.node, hb);
     // Byte order, as COLLATE "C" sorts (touchNodes locks in that order too).
-    const names = [...last.keys()].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
-    const rows = (f: (hb: HeartbeatRequest) => unknown[]) => JSON.stringify(names.flatMap((n) => f(last.get(n)!)));
-    const nodes = rows((hb) => [{ name: hb.node, address: hb.address, labels: hb.labels, fabrics: hb.fabrics, agent_version: hb.agent_version }]);
-    const gpus = rows((hb) => hb.gpus.map((g) => ({ node: hb.node, idx: g.index, uuid: g.uuid, name: g.name, class: g.class, memory_mib: g.memory_mib, healthy: g.healthy, parent: g.parent ?? null })));
-    const weights = rows((hb) => [...new Set(hb.models)].map((m) => ({ node: hb.node, model: m })));
+    const names = [...last.keys()].sort(byteOrder);
+    const { nodes, gpus, weights } = inventoryRows(names.map((n) => last.get(n)!));
     // Doing it twice is doing it once.
     return this.call("idempotent", async () => {
       // The change counter's row first, as every write of what the in-memory model holds takes
@@ -806,6 +800,20 @@ export class PgStore implements StorePort {
 async function readLeaseRow(db: Pick<Db, "execute">): Promise<Lease | undefined> {
   const r = (await db.execute(sql`SELECT holder, epoch, expires_at - ${DB_NOW} AS remaining FROM leases WHERE name = 'leader'`))[0] as { holder: string; epoch: number; remaining: number } | undefined;
   return r ? { holder: r.holder, epoch: Number(r.epoch), expiresInMs: Number(r.remaining) } : undefined;
+}
+
+/** Names in byte order, as COLLATE "C" sorts them: the order node rows are locked in. */
+function byteOrder(a: string, b: string): number {
+  return Buffer.compare(Buffer.from(a), Buffer.from(b));
+}
+
+/** A group of heartbeats' inventory as HEARTBEATS_SQL takes it: nodes, GPUs and weights, each one JSON document. */
+function inventoryRows(hbs: readonly HeartbeatRequest[]): { nodes: string; gpus: string; weights: string } {
+  return {
+    nodes: JSON.stringify(hbs.map((hb) => ({ name: hb.node, address: hb.address, labels: hb.labels, fabrics: hb.fabrics, agent_version: hb.agent_version }))),
+    gpus: JSON.stringify(hbs.flatMap((hb) => hb.gpus.map((g) => ({ node: hb.node, idx: g.index, uuid: g.uuid, name: g.name, class: g.class, memory_mib: g.memory_mib, healthy: g.healthy, parent: g.parent ?? null })))),
+    weights: JSON.stringify(hbs.flatMap((hb) => [...new Set(hb.models)].map((m) => ({ node: hb.node, model: m })))),
+  };
 }
 
 /** A join that took its rows alone. */
