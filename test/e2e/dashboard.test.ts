@@ -63,9 +63,10 @@ function watch(c: BrowserContext, label: string, opts: { allow401?: boolean } = 
   });
   c.on("requestfailed", (r) => {
     // The page's own refresh or its icon, cancelled by the browser because the test navigated
-    // (a link, a form) while it was in flight: ERR_ABORTED is the client giving up, never an
-    // answer the server broke.
-    if (r.failure()?.errorText === "net::ERR_ABORTED" && (r.url().endsWith("/ui/fragment") || r.url().endsWith("/ui/icon.svg"))) return;
+    // (a link, a form) while it was in flight, or a navigation superseded by the next one (the
+    // page's own refresh, a redirect the test did not wait for): ERR_ABORTED is the client giving
+    // up, never an answer the server broke.
+    if (r.failure()?.errorText === "net::ERR_ABORTED" && (r.isNavigationRequest() || r.url().endsWith("/ui/fragment") || r.url().endsWith("/ui/icon.svg"))) return;
     if (!closing.has(c)) problems.push(`${label}: request failed: ${r.url()} ${r.failure()?.errorText}`);
   });
   c.on("page", (p) => {

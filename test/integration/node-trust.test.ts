@@ -16,6 +16,7 @@ import { AgentConfig } from "../../src/config";
 import { NodeCredential, newNodeCredential } from "../../src/protocol/heartbeat";
 import { heartbeat } from "../helpers/fleet";
 import { type TestServer, testServer } from "../helpers/server";
+import { until } from "../helpers/until";
 
 const H = "H100-80GB";
 let servers: TestServer[] = [];
@@ -383,6 +384,9 @@ describe("engine logs", () => {
     s.seed.replica({ id: "r-log1", model: "m", profile: "p", state: "ready", shards: [{ node: "log-01", gpus: [0] }], port: 9, endpoint: null, createdAt: 0, updatedAt: 0 });
     mkdirSync(join(stateDir, "logs"), { recursive: true });
     writeFileSync(join(stateDir, "logs", `${fileSafe("r-log1")}.log`), "engine says hello\n");
+    // The listener's address and certificate digest arrive with a heartbeat, which on a loaded
+    // machine can land after start() returns: wait for the head node to know them.
+    await until("the head node to know log-01's log listener", () => s.peek.logSource("r-log1").then(() => true, () => false));
     return { s, agent, stateDir };
   }
 
