@@ -104,7 +104,7 @@ describe("node trust from the CLI", () => {
   test("the first start said where the join token is and printed no token", async () => {
     serve.proc.kill("SIGTERM");
     await serve.proc.exited;
-    const err = await new Response(serve.proc.stderr).text();
+    const err = serve.stderr();
     expect(err).toContain("--token-file");
     expect(err).toContain("join.token");
     expect(err).not.toContain(serve.joinToken);

@@ -38,20 +38,35 @@ export function run(bin: string, args: string[], opts: { cwd: string; env?: Reco
 /** Polls for real child processes, which no clock can hurry: the one helper, re-exported for the end-to-end tests. */
 export { until } from "./until";
 
+let serveStarts = 0;
+
 export async function startServe(bin: string, dir: string, extra: string[] = []) {
+  // Output goes to files, never to pipes nobody reads: a full pipe (64 KiB of logs, soon reached
+  // through a failover's warnings) would block serve's next log line, and with it serve.
+  const n = ++serveStarts;
+  const logFile = join(dir, `serve-${n}.log`);
+  const stderrFile = join(dir, `serve-${n}.stderr`);
   const proc = Bun.spawn([bin, "serve", "--admin-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--node-timeout", "15s", ...extra], {
     cwd: dir,
     env: { PATH: process.env.PATH ?? "" },
-    stdout: "pipe",
-    stderr: "pipe",
+    stdout: Bun.file(logFile),
+    stderr: Bun.file(stderrFile),
   });
+  /** What serve wrote to stderr so far (all of it once it has exited). */
+  const stderr = (): string => {
+    try {
+      return readFileSync(stderrFile, "utf8");
+    } catch {
+      return "";
+    }
+  };
   let exited = false;
   void proc.exited.then(() => (exited = true));
   const spawnedAt = Date.now() - 1000;
   // serve starts itself again (to lift Bun's fetch limit), so the pid in server.json is the
   // child's: recognise this start by its time instead.
   const info = await until("server.json", async () => {
-    if (exited) throw new Error(`serve exited with ${proc.exitCode}: ${await new Response(proc.stderr).text()}`);
+    if (exited) throw new Error(`serve exited with ${proc.exitCode}: ${stderr()}`);
     try {
       const i = JSON.parse(readFileSync(join(dir, "llmgw-data", "server.json"), "utf8")) as { admin_url: string; router_url: string; pid: number; started_at: string };
       return Date.parse(i.started_at) >= spawnedAt ? i : undefined;
@@ -64,7 +79,7 @@ export async function startServe(bin: string, dir: string, extra: string[] = [])
   });
   const joinToken = readFileSync(join(dir, "llmgw-data", "join.token"), "utf8").trim();
   const adminToken = readFileSync(join(dir, "llmgw-data", "admin.token"), "utf8").trim();
-  return { proc, adminUrl: info.admin_url, routerUrl: info.router_url, servePid: info.pid, joinToken, adminToken };
+  return { proc, adminUrl: info.admin_url, routerUrl: info.router_url, servePid: info.pid, joinToken, adminToken, stderr, logFile };
 }
 
 /**
