@@ -37,6 +37,8 @@ const SPEED = Number(arg("--speed") ?? (OVERLOAD ? 5 : 1));
 // size: lib/ha-stores.ts) instead of its SQLite file; PostgreSQL's own CPU is not serve's.
 const STORE = arg("--store") ?? "sqlite";
 if (STORE !== "sqlite" && STORE !== "postgres") throw new Error(`--store: sqlite or postgres, not ${STORE}`);
+// SCALE_SERVE_ARGS="--reconcile-interval 5s": more flags for serve, to see what a setting costs.
+const SERVE_ARGS = (process.env.SCALE_SERVE_ARGS ?? "").split(/\s+/).filter((a) => a !== "");
 const CONVERGE_MAX_MS = 120_000;
 const TICK = 100;
 
@@ -109,7 +111,7 @@ async function runSize(N: number, stores: BenchStores | undefined): Promise<{ ro
   const dir = mkdtempSync(join(tmpdir(), "llmgw-bench-scale-"));
   const url = stores ? await stores.pgUrl() : undefined;
   if (stores && !url) throw new Error(`--store postgres: ${stores.pgMissing}`);
-  const head = await startScaleHead(dir, N, { cpus: "0", extraArgs: ["--max-connections", "1024", ...(url ? ["--store", url] : [])] });
+  const head = await startScaleHead(dir, N, { cpus: "0", extraArgs: ["--max-connections", "1024", ...(url ? ["--store", url] : []), ...SERVE_ARGS] });
   const { serve, admin, adminToken, joinToken, api } = head;
   const MODELS = Math.max(1, Math.floor(N / 2));
   await allowAddresses(head, N);
