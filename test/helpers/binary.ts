@@ -79,7 +79,7 @@ export async function startServe(bin: string, dir: string, extra: string[] = [])
   });
   const joinToken = readFileSync(join(dir, "llmgw-data", "join.token"), "utf8").trim();
   const adminToken = readFileSync(join(dir, "llmgw-data", "admin.token"), "utf8").trim();
-  return { proc, adminUrl: info.admin_url, routerUrl: info.router_url, servePid: info.pid, joinToken, adminToken, stderr, logFile };
+  return { proc, adminUrl: info.admin_url, routerUrl: info.router_url, servePid: info.pid, joinToken, adminToken, stderr };
 }
 
 /**
