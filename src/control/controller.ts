@@ -29,13 +29,13 @@ import * as project from "./projections";
 import { LoadMonitor, SUMMARY_CACHE_MS } from "./load";
 import { type NodeReport, ReportLedger, reportOf } from "./node-reports";
 import { reachability } from "./reachability";
-import { DEFAULT_RECONCILE, type Plan, type ReconcileConfig, emptyPlan, isEmpty, processReports, reconcile } from "./reconciler";
+import { DEFAULT_RECONCILE, type Plan, type ReconcileConfig, emptyPlan, isEmpty, processReports, reconcilePaced } from "./reconciler";
 import { type ScaleChange, scale, scaleEvent, withTargets } from "./scaling";
 import type { JoinWrite, StorePort } from "./store-port";
 import { summarize } from "./summary";
 import type { ModelRow, NewEvent, NodeDiscovery, NodeTrust, Snapshot, StoreChange } from "./types";
 import { knownIdleStamps, mergeUsage } from "./usage";
-import { buildTables } from "./views";
+import { buildTablesPaced } from "./views";
 import { placedNode, placedReplaces } from "./reconcile/ports";
 
 export interface ControllerOptions {
@@ -169,6 +169,8 @@ export class Controller {
   nodePolicy: NodePolicy = { ...DEFAULT_NODE_POLICY };
   /** Per model, since when its load has been low enough to scale down (scaling.ts). */
   private lowSince: ReadonlyMap<string, number> = new Map();
+  /** Of the tick under way, the time spent in pause(): listening, not working. */
+  private pausedMs = 0;
   readonly scaleDownDelayMs: number;
   private onWake: (() => void) | undefined;
   /** How far behind this head node is (load.ts): deadlines, the announced interval, shedding. */
@@ -400,6 +402,7 @@ export class Controller {
   tick(): Promise<Plan> {
     return this.exclusive(async () => {
       const began = this.scheduler.mono();
+      this.pausedMs = 0;
       // Before any silence is judged: a stall that ended just now counts already.
       this.load.sample();
       // Usage first, so idleness is as fresh as what is published beside it.
@@ -420,13 +423,35 @@ export class Controller {
       const key = after.version === undefined ? undefined : `${after.version}/${this.reported}`;
       if (key === undefined || key !== this.projectedAt) {
         this.refreshAssignments(after);
+        await this.tickPause();
         this.publish(after);
         this.projectedAt = key;
       }
-      this.load.tickTook(this.scheduler.mono() - began);
+      // The tick's own work: the pauses that let heartbeats in between its steps were listening time.
+      this.load.tickTook(this.scheduler.mono() - began - this.pausedMs);
       await this.writeEpisodes(this.lead.leading);
       return decided.plan;
     });
+  }
+
+  /**
+   * Between the steps of a tick or of the tables: lets the I/O already due run (heartbeats above
+   * all), so none waits for the whole of them, which at a few thousand nodes is tens of
+   * milliseconds of work. What runs meanwhile cannot change what a tick decides on: the snapshot
+   * is a value, heartbeats that change state wait for the lock the tick holds, and unchanged ones
+   * only stamp a node (into rows the snapshot does not hold). Without `soon` (the manual
+   * scheduler) only a promise turn.
+   */
+  private pause(): Promise<void> {
+    const soon = this.scheduler.soon;
+    return soon ? new Promise((resolve) => soon(resolve)) : Promise.resolve();
+  }
+
+  /** pause(), the time it took counted as the tick's listening time (see tick()). */
+  private async tickPause(): Promise<void> {
+    const from = this.scheduler.mono();
+    await this.pause();
+    this.pausedMs += this.scheduler.mono() - from;
   }
 
   /** The leader's part of a tick: scaling, reachability and the reconcile plan, written in one fenced transaction. */
@@ -440,8 +465,12 @@ export class Controller {
     const deaf = this.load.deafSpans();
     const config = { ...this.config, nodeTimeoutMs: this.load.nodeTimeoutInForce() };
     const reach = reachability({ nodes: snapshot.nodes, now, watchedSince: this.watchedSince, nodeTimeoutMs: config.nodeTimeoutMs, unreachable: this.unreachable, deaf });
+    await this.tickPause();
     // With several routers, nothing is known idle for longer than every live one has watched.
-    const plan = reconcile({ snapshot, now, lastUsed: this.lastUsed, config, newId: this.newId, engines: this.engines, deaf, ...seen, jumpedAt: Math.max(seen.jumpedAt, this.usageSince) });
+    const plan = await reconcilePaced(
+      { snapshot, now, lastUsed: this.lastUsed, config, newId: this.newId, engines: this.engines, deaf, ...seen, jumpedAt: Math.max(seen.jumpedAt, this.usageSince) },
+      () => this.tickPause(),
+    );
     const write = combined(plan, scaled.changes, reach.events);
     let after = snapshot;
     if (!isEmpty(write)) {
@@ -982,7 +1011,7 @@ export class Controller {
     const snapshot = await this.snapshot();
     // With several routers a table shows how long a replica is known to have gone unused.
     const lastUsed = this.shared ? knownIdleStamps({ lastUsed: this.lastUsed, since: this.usageSince }) : this.lastUsed;
-    return buildTables({ snapshot, now: this.scheduler.now(), lastUsed, nodeTimeoutMs: this.config.nodeTimeoutMs, watchedSince: this.watchedSince, engines: this.engines });
+    return buildTablesPaced({ snapshot, now: this.scheduler.now(), lastUsed, nodeTimeoutMs: this.config.nodeTimeoutMs, watchedSince: this.watchedSince, engines: this.engines }, () => this.pause());
   }
 
   async summary(): Promise<Summary> {

@@ -21,6 +21,7 @@ import { assignPorts, portFullNodes, portsInUse, withPortNote } from "./reconcil
 import { recordReasons } from "./reconcile/reasons";
 import { makeRoom } from "./reconcile/room";
 import { stopUncatalogued } from "./reconcile/uncatalogued";
+import { runPaced, runSteps } from "../lib/steps";
 import { observedFrom } from "./views";
 
 export { observedFrom };
@@ -33,24 +34,44 @@ export { RENDEZVOUS_STRIDE, rendezvousBlocks, rendezvousPort } from "./reconcile
 export { type ReportsInput, processReports } from "./reconcile/reports";
 
 export function reconcile(input: ReconcileInput): Plan {
+  return runSteps(reconcileSteps(input));
+}
+
+/**
+ * The same step, paced: `pause` runs between the named steps, so a caller on a busy event loop
+ * (the controller's tick) lets waiting I/O in between them instead of holding it for the whole
+ * step. The plan is the one reconcile() returns for the same input: the snapshot is a value.
+ */
+export function reconcilePaced(input: ReconcileInput, pause: () => Promise<void>): Promise<Plan> {
+  return runPaced(reconcileSteps(input), pause);
+}
+
+/** The named steps in order; each `yield` is a point where a caller may pause. */
+function* reconcileSteps(input: ReconcileInput): Generator<void, Plan> {
   const ctx = contextOf(input);
   const b = new PlanBuilder();
+  yield;
   // What is gone: lost with their nodes, overdue starts, models no longer in the catalog.
   retireLostAndOverdue(ctx, b);
   stopUncatalogued(ctx, b);
   const byModel = replicasByModel(ctx.snapshot.replicas, b);
+  yield;
   // What each model wants against what it has.
   const mstate = recordUse(ctx, b);
   const { requests, satisfied } = decideModels(ctx, b, mstate, byModel);
+  yield;
   // Placing what is short, over the GPUs as they are once the removals above are done.
   const held = heldGpus(ctx, b);
   const ports = portsInUse(ctx);
+  yield;
   // The fleet as placement sees it costs O(GPUs): built only when something is to be placed.
   const portFull = portFullNodes(ctx, ports);
   const pnodes = requests.length > 0 ? placementNodes(ctx, held, portFull) : [];
+  if (requests.length > 0) yield;
   byNeed(requests);
   const result = placeShort(pnodes, requests);
   for (const [model, why] of result.unplaceable) result.unplaceable.set(model, withPortNote(why, portFull));
+  if (requests.length > 0) yield;
   makeRoom(ctx, b, { requests, result, held, pnodes, byModel });
   assignPorts(ctx, b, result.placed, result.unplaceable, ports, input.newId);
   recordReasons(b, mstate, result.unplaceable, requests, satisfied);

@@ -5,6 +5,7 @@
 import { type FleetCapacity, fleetCapacity, modelNeverFits, neverText } from "./capacity";
 import { type DrainModelFacts, drainProgress } from "./drain";
 import { plural } from "../lib/format";
+import { runPaced, runSteps } from "../lib/steps";
 import type { EngineReport } from "../protocol/heartbeat";
 import type { GpuView, ModelView, NodeState, NodeView, ReplicaView, Tables } from "../protocol/views";
 import type { ModelRow, ModelStateRow, Snapshot } from "./types";
@@ -70,8 +71,21 @@ export function idleSeconds(id: string, lastUsed: ReadonlyMap<string, number>, n
 
 const iso = (ms: number) => new Date(ms).toISOString();
 
-export function buildTables({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSince = Number.NEGATIVE_INFINITY, engines }: ViewInputs): Tables {
+export function buildTables(inputs: ViewInputs): Tables {
+  return runSteps(tableSteps(inputs));
+}
+
+/**
+ * The same tables, paced: `pause` runs between the GPU, node, replica and model views (at a few
+ * thousand nodes each is milliseconds of work), so a busy head node answers heartbeats in between.
+ */
+export function buildTablesPaced(inputs: ViewInputs, pause: () => Promise<void>): Promise<Tables> {
+  return runPaced(tableSteps(inputs), pause);
+}
+
+function* tableSteps({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSince = Number.NEGATIVE_INFINITY, engines }: ViewInputs): Generator<void, Tables> {
   const { gpusByNode, memoryByNode } = gpuViews(snapshot);
+  yield;
   const weightsByNode = new Map<string, string[]>();
   for (const w of snapshot.weights) {
     let list = weightsByNode.get(w.node);
@@ -108,7 +122,10 @@ export function buildTables({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSin
     const drain = drains.get(n.name);
     return drain ? { ...view, drain } : view;
   });
-  return { nodes, replicas: replicaViews(snapshot, lastUsed, now), models: modelViews(snapshot, now) };
+  yield;
+  const replicas = replicaViews(snapshot, lastUsed, now);
+  yield;
+  return { nodes, replicas, models: modelViews(snapshot, now) };
 }
 
 /** What the drain judgement reads per model, only when some node is draining. */
