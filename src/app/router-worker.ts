@@ -57,7 +57,10 @@ function main(): void {
       case "fleet_metrics":
         return router.setFleetMetrics(m.text);
       case "usage_request":
-        return send({ type: "usage", id: m.id, lastUsed: [...router.lastUsed()], inflightByModel: [...router.inflightByModel()] });
+        // Models with nothing in flight are left out: a missing model reads as 0, and the
+        // message (cloned and validated on the control plane's thread every tick) stays as small
+        // as the traffic, not as the catalog.
+        return send({ type: "usage", id: m.id, lastUsed: [...router.lastUsed()], inflightByModel: [...router.inflightByModel()].filter(([, n]) => n > 0) });
       case "traffic_request":
         return send({ type: "traffic", id: m.id, models: router.trafficNow() });
       case "stop":
