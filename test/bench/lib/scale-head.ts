@@ -33,7 +33,7 @@ export async function startScaleHead(dir: string, N: number, o: { cpus: string; 
   const joinToken = "bench-join-token-0123456789abcdef";
   const serve = await spawnChild(
     "serve",
-    [...(process.env.SCALE_PROF ? [join(ROOT, "node_modules/.bin/bun"), "--cpu-prof", `--cpu-prof-dir=${process.env.SCALE_PROF}`, join(ROOT, "src/main.ts")] : [BIN]), "serve", "--data-dir", join(dir, "head"), "--listen", `127.0.0.1:${routerPort}`, "--admin-listen", `127.0.0.1:${adminPort}`, "--admin-token", adminToken, "--join-token", joinToken,
+    [...(process.env.SCALE_PROF ? [join(ROOT, "node_modules/.bin/bun"), "--cpu-prof", "--cpu-prof-md", `--cpu-prof-dir=${process.env.SCALE_PROF}`, join(ROOT, "src/main.ts")] : [BIN]), "serve", "--data-dir", join(dir, "head"), "--listen", `127.0.0.1:${routerPort}`, "--admin-listen", `127.0.0.1:${adminPort}`, "--admin-token", adminToken, "--join-token", joinToken,
       "--log-level", process.env.SCALE_LOG ?? "warn", "--max-nodes", String(N + 100), "--admin-max-connections", "8192", "--admin-max-connections-per-address", "8192",
       "--heartbeat-rate", "1000", "--heartbeat-burst", "1000", ...(o.extraArgs ?? [])],
     { waitUrl: false, cpus: o.cpus, nofile: 20000, nice: o.nice ?? BENCH_NICE },
