@@ -162,6 +162,40 @@ describe("RouterLink.traffic() (the router on its own thread)", () => {
   });
 });
 
+describe("RouterLink usage (the router on its own thread)", () => {
+  test("refresh() reports requests in flight per model, and nothing for a model with none in flight", async () => {
+    const slow = await startFakeEngine({ models: ["m"], ttftMs: 1_500, tokenDelayMs: 0, tokens: 1 });
+    cleanups.push(() => slow.stop());
+    const link = new RouterLink({
+      data: { ...ROUTER_DEFAULTS, host: "127.0.0.1", port: 0, metricsIntervalMs: 0, logLevel: "silent", logOutput: { format: "json", color: false }, listener: {} },
+      demand: { requestModel: () => undefined },
+      log: pino({ level: "silent" }),
+      scheduler: realScheduler,
+    });
+    const { port } = await link.start();
+    cleanups.push(() => link.stop());
+    link.setCatalog(catalog());
+    link.setEndpoints([ep("r1", slow.url)]);
+    await until("the router thread to have the endpoint", async () => {
+      await link.refresh();
+      return link.watchingSince() > 0 && (await fetch(`http://127.0.0.1:${port}/v1/models`)).ok;
+    });
+    await link.refresh();
+    // Idle: the model has an endpoint but nothing in flight, and is left out (read as 0).
+    expect(link.inflightByModel().has("m")).toBe(false);
+    // The engine takes 1.5 s to its first token: long enough to see the request in flight.
+    const pending = call(`http://127.0.0.1:${port}`, "/v1/chat/completions", { model: "m", messages: msgs });
+    await until("the request to be in flight", async () => {
+      await link.refresh();
+      return link.inflightByModel().get("m") === 1;
+    });
+    expect([...link.inflightByModel().keys()]).toEqual(["m"]);
+    expect((await pending).status).toBe(200);
+    await link.refresh();
+    expect(link.inflightByModel().has("m")).toBe(false);
+  });
+});
+
 describe("RouterLink tables (the router on its own thread)", () => {
   test("endpoint lists and catalogs go at once at the everyday rate; a long burst is paced to one per TABLE_EVERY_MS, the latest one sent", async () => {
     const s = new ManualScheduler();
