@@ -6,6 +6,7 @@
 // everything.
 
 import type { NodeState, Tables } from "../protocol/views";
+import { runPaced, runSteps } from "../lib/steps";
 
 /** Every state a node can be in, in the order they are listed (each is exported, 0 included). */
 const NODE_STATES: readonly NodeState[] = ["ready", "cordoned", "draining", "unreachable", "pending"];
@@ -49,6 +50,19 @@ const byName = <T extends { name: string }>(xs: readonly T[]): T[] => [...xs].so
  * target counts each node once, and the fleet is never shown twice.
  */
 export function fleetMetrics(t: Tables, o: { leading: boolean }): string {
+  return runSteps(fleetMetricSteps(t, o));
+}
+
+/**
+ * The same text, paced: `pause` runs between the metric families (at a thousand models and a
+ * few thousand nodes the whole is milliseconds of string building), so a busy head node answers
+ * heartbeats in between.
+ */
+export function fleetMetricsPaced(t: Tables, o: { leading: boolean }, pause: () => Promise<void>): Promise<string> {
+  return runPaced(fleetMetricSteps(t, o), pause);
+}
+
+function* fleetMetricSteps(t: Tables, o: { leading: boolean }): Generator<void, string> {
   const out = new Out();
   out.gauge("llmgw_control_plane_leading", "1 when this head node's control plane leads (and exports the fleet), 0 when it stands by.", [[[], o.leading ? 1 : 0]]);
   if (!o.leading) return out.lines.join("\n") + "\n";
@@ -73,12 +87,15 @@ export function fleetMetrics(t: Tables, o: { leading: boolean }): string {
     "GPUs (MIG instances counted each) by class and state: used by a replica, free, or unhealthy.",
     classes.flatMap((cls) => GPU_STATES.map((state) => [[["class", cls], ["state", state]], gpus.get(cls)![state]] as [[string, string][], number])),
   );
+  yield;
   const models = byName(t.models);
   const per = (name: string, help: string, value: (m: Tables["models"][number]) => number) => out.gauge(name, help, models.map((m) => [[["model", m.name]], value(m)]));
   per("llmgw_model_replicas_desired", "Replicas the control plane wants of the model now.", (m) => m.desired);
   per("llmgw_model_replicas_ready", "Replicas of the model ready to serve.", (m) => m.ready);
+  yield;
   per("llmgw_model_unplaceable", "1 when the model's wanted replicas cannot be placed (not now, or never on this fleet), else 0.", (m) => (m.unplaceable ? 1 : 0));
   per("llmgw_model_parked", "1 when the model is parked after failing every start (`llmgw models unpark` retries it), else 0.", (m) => (m.parked ? 1 : 0));
+  yield;
   // Unknown is not idle: a replica whose last request the routers cannot vouch for has no sample.
   const idle = [...t.replicas].filter((r) => r.idle_seconds >= 0).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   out.gauge(

@@ -5,7 +5,7 @@
 // accepts it.
 
 import { describe, expect, test } from "bun:test";
-import { FLEET_METRICS, fleetMetrics } from "../../src/control/fleet-metrics";
+import { FLEET_METRICS, fleetMetrics, fleetMetricsPaced } from "../../src/control/fleet-metrics";
 import { buildTables } from "../../src/control/views";
 import { T0, model, snapshot } from "../helpers/fleet";
 
@@ -79,6 +79,16 @@ describe("fleetMetrics", () => {
     const p = Bun.spawnSync(["promtool", "check", "metrics"], { stdin: new TextEncoder().encode(text) });
     expect(p.stdout.toString() + p.stderr.toString()).toBe("");
     expect(p.exitCode).toBe(0);
+  });
+
+  test("rendered paced (the head node lets heartbeats in between the families), the text is the same", async () => {
+    let pauses = 0;
+    const paced = await fleetMetricsPaced(tables(), { leading: true }, async () => {
+      pauses++;
+    });
+    expect(paced).toBe(fleetMetrics(tables(), { leading: true }));
+    expect(paced).toContain("llmgw_replica_idle_seconds{");
+    expect(pauses).toBe(3);
   });
 
   test("a control plane standing by exports only that it stands by: the leader exports the fleet", () => {
