@@ -11,6 +11,7 @@ import type { Scheduler, Timer } from "../lib/scheduler";
 import { FromRouter, type ToRouter } from "../protocol/router-link";
 import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, ModelTraffic, TrafficSource, UsageSource } from "../protocol/routing";
 import type { RouterWorkerData } from "./router-worker";
+import { TrafficReceived } from "./traffic-delta";
 
 /**
  * The worker's module. From source, the file beside this one; in the compiled binary (build.ts
@@ -53,6 +54,8 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
   private pending = new Map<number, () => void>();
   /** The last traffic figures the thread reported, for a reader it did not answer in time. */
   private lastTraffic: ModelTraffic[] = [];
+  /** The figures received so far, per model: the thread sends only what changed (traffic-delta.ts). */
+  private readonly trafficIn = new TrafficReceived();
   private restarts = 0;
   /** When the current router thread started listening: its stamps go back no further. */
   private startedAt = Number.NEGATIVE_INFINITY;
@@ -95,7 +98,7 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
           if (m.type === "usage") {
             this.used = new Map(m.lastUsed);
             this.inflight = new Map(m.inflightByModel);
-          } else this.lastTraffic = m.models;
+          } else this.lastTraffic = this.trafficIn.take(m);
           const done = this.pending.get(m.id);
           this.pending.delete(m.id);
           done?.();

@@ -10,6 +10,7 @@ import { type LogOutput, createLogger } from "../log";
 import { type FromRouter, ToRouter } from "../protocol/router-link";
 import { Router, type RouterOptions } from "../router/router";
 import { shedLogger } from "./router-shed";
+import { TrafficSent } from "./traffic-delta";
 
 /** What the head node hands the router thread: everything but the scheduler, the log and the demand sink. */
 export type RouterWorkerData = Omit<RouterOptions, "scheduler" | "now" | "log" | "demand" | "listener"> & {
@@ -34,6 +35,7 @@ function main(): void {
     listener: { ...listener, onShed: (cap, address) => shed("router", cap, address) },
   });
   raisePriority(log);
+  const trafficSent = new TrafficSent();
   try {
     send({ type: "started", port: router.start().port });
   } catch (e) {
@@ -62,7 +64,7 @@ function main(): void {
         // as the traffic, not as the catalog.
         return send({ type: "usage", id: m.id, lastUsed: [...router.lastUsed()], inflightByModel: [...router.inflightByModel()].filter(([, n]) => n > 0) });
       case "traffic_request":
-        return send({ type: "traffic", id: m.id, models: router.trafficNow() });
+        return send({ type: "traffic", id: m.id, ...trafficSent.delta(router.trafficNow()) });
       case "stop":
         void router.stop().then(() => {
           send({ type: "stopped" });

@@ -64,7 +64,8 @@ export const FromRouter = z.discriminatedUnion("type", [
   /** The router could not listen: the listener's own message. */
   z.object({ type: z.literal("failed"), error: z.string() }),
   z.object({ type: z.literal("usage"), id: z.number().int(), lastUsed: Entries, inflightByModel: Entries }),
-  z.object({ type: z.literal("traffic"), id: z.number().int(), models: z.array(Traffic) }),
+  /** TrafficSource.traffic(), as changes: every model's name, the figures of those that changed since the last answer (app/traffic-delta.ts). */
+  z.object({ type: z.literal("traffic"), id: z.number().int(), models: z.array(z.string()), changed: z.array(Traffic) }),
   /** DemandSink.requestModel, as a message: nothing answers it. */
   z.object({ type: z.literal("demand"), model: z.string() }),
   z.object({ type: z.literal("stopped") }),
