@@ -11,7 +11,7 @@ import type { Scheduler, Timer } from "../lib/scheduler";
 import { FromRouter, type ToRouter } from "../protocol/router-link";
 import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, ModelTraffic, TrafficSource, UsageSource } from "../protocol/routing";
 import type { RouterWorkerData } from "./router-worker";
-import { TrafficReceived } from "./traffic-delta";
+import { ListReceived, ListSent } from "./list-delta";
 
 /**
  * The worker's module. From source, the file beside this one; in the compiled binary (build.ts
@@ -54,8 +54,11 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
   private pending = new Map<number, () => void>();
   /** The last traffic figures the thread reported, for a reader it did not answer in time. */
   private lastTraffic: ModelTraffic[] = [];
-  /** The figures received so far, per model: the thread sends only what changed (traffic-delta.ts). */
-  private readonly trafficIn = new TrafficReceived();
+  /** The figures received so far, per model: the thread sends only what changed (list-delta.ts). */
+  private readonly trafficIn = new ListReceived<ModelTraffic>((t) => t.model);
+  /** What the current thread was sent of each table: the next post carries only what changed. */
+  private readonly endpointsOut = new ListSent<EndpointInfo>((e) => e.id);
+  private readonly catalogOut = new ListSent<CatalogEntry>((m) => m.name);
   private restarts = 0;
   /** When the current router thread started listening: its stamps go back no further. */
   private startedAt = Number.NEGATIVE_INFINITY;
@@ -132,8 +135,11 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
   }
 
   private resend(): void {
-    if (this.endpoints) this.post({ type: "endpoints", endpoints: this.endpoints });
-    if (this.catalog) this.post({ type: "catalog", models: this.catalog });
+    // A new thread has received nothing: the tables go whole.
+    this.endpointsOut.reset();
+    this.catalogOut.reset();
+    this.sendTable("endpoints");
+    this.sendTable("catalog");
     if (this.keys) this.post({ type: "api_keys", keys: this.keys });
     if (this.fleet !== undefined) this.post({ type: "fleet_metrics", text: this.fleet });
   }
@@ -168,10 +174,7 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
       t.tokens = Math.min(TABLE_BURST, t.tokens + back);
       t.at = t.tokens === TABLE_BURST ? now : t.at + back * TABLE_EVERY_MS;
     }
-    const send = () => {
-      if (kind === "endpoints" && this.endpoints) this.post({ type: "endpoints", endpoints: this.endpoints });
-      if (kind === "catalog" && this.catalog) this.post({ type: "catalog", models: this.catalog });
-    };
+    const send = () => this.sendTable(kind);
     if (t.tokens > 0) {
       t.tokens--;
       return send();
@@ -182,6 +185,14 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
       t.at += TABLE_EVERY_MS;
       send();
     });
+  }
+
+  /** Posts the latest of a table as the change from what this thread was last sent; nothing without a thread. */
+  private sendTable(kind: "endpoints" | "catalog"): void {
+    // Without a thread nothing is sent, so nothing counts as sent: the delta waits for one.
+    if (!this.worker) return;
+    if (kind === "endpoints" && this.endpoints) this.post({ type: "endpoints", ...this.endpointsOut.delta(this.endpoints) });
+    if (kind === "catalog" && this.catalog) this.post({ type: "catalog", ...this.catalogOut.delta(this.catalog) });
   }
 
   setApiKeys(keys: ApiKeyEntry[]): void {

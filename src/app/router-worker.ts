@@ -8,9 +8,10 @@ import { parentPort, workerData } from "node:worker_threads";
 import { realScheduler } from "../lib/scheduler";
 import { type LogOutput, createLogger } from "../log";
 import { type FromRouter, ToRouter } from "../protocol/router-link";
+import type { CatalogEntry, EndpointInfo, ModelTraffic } from "../protocol/routing";
 import { Router, type RouterOptions } from "../router/router";
 import { shedLogger } from "./router-shed";
-import { TrafficSent } from "./traffic-delta";
+import { ListReceived, ListSent } from "./list-delta";
 
 /** What the head node hands the router thread: everything but the scheduler, the log and the demand sink. */
 export type RouterWorkerData = Omit<RouterOptions, "scheduler" | "now" | "log" | "demand" | "listener"> & {
@@ -35,7 +36,10 @@ function main(): void {
     listener: { ...listener, onShed: (cap, address) => shed("router", cap, address) },
   });
   raisePriority(log);
-  const trafficSent = new TrafficSent();
+  // The tables come as changes, the traffic figures go as changes (list-delta.ts).
+  const endpointsIn = new ListReceived<EndpointInfo>((e) => e.id);
+  const catalogIn = new ListReceived<CatalogEntry>((m) => m.name);
+  const trafficOut = new ListSent<ModelTraffic>((t) => t.model);
   try {
     send({ type: "started", port: router.start().port });
   } catch (e) {
@@ -51,9 +55,9 @@ function main(): void {
     const m = parsed.data;
     switch (m.type) {
       case "endpoints":
-        return router.setEndpoints(m.endpoints);
+        return router.setEndpoints(endpointsIn.take(m));
       case "catalog":
-        return router.setCatalog(m.models);
+        return router.setCatalog(catalogIn.take(m));
       case "api_keys":
         return router.setApiKeys(m.keys);
       case "fleet_metrics":
@@ -64,7 +68,7 @@ function main(): void {
         // as the traffic, not as the catalog.
         return send({ type: "usage", id: m.id, lastUsed: [...router.lastUsed()], inflightByModel: [...router.inflightByModel()].filter(([, n]) => n > 0) });
       case "traffic_request":
-        return send({ type: "traffic", id: m.id, ...trafficSent.delta(router.trafficNow()) });
+        return send({ type: "traffic", id: m.id, ...trafficOut.delta(router.trafficNow()) });
       case "stop":
         void router.stop().then(() => {
           send({ type: "stopped" });

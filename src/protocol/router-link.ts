@@ -1,6 +1,7 @@
 // The messages between a head node's main thread (the control plane) and the router's own
 // thread: the EndpointSink, UsageSource, TrafficSource and DemandSink contracts of ./routing.ts as messages.
 // Each side validates what arrives with these schemas; a message that fails is logged and dropped.
+// The endpoint list, the catalog and the traffic figures go as changes (app/list-delta.ts).
 
 import { z } from "zod";
 import { TTFT_BUCKETS_MS } from "./routing";
@@ -31,8 +32,10 @@ const ApiKey = z.object({ name: z.string(), sha256: z.string(), pool: z.string()
 
 /** Control → router. */
 export const ToRouter = z.discriminatedUnion("type", [
-  z.object({ type: z.literal("endpoints"), endpoints: z.array(Endpoint) }),
-  z.object({ type: z.literal("catalog"), models: z.array(Catalog) }),
+  /** EndpointSink.setEndpoints, as changes (app/list-delta.ts): every endpoint id in order, whole only those that changed. */
+  z.object({ type: z.literal("endpoints"), keys: z.array(z.string()), changed: z.array(Endpoint) }),
+  /** EndpointSink.setCatalog, as changes: every model name in order, whole only the entries that changed. */
+  z.object({ type: z.literal("catalog"), keys: z.array(z.string()), changed: z.array(Catalog) }),
   z.object({ type: z.literal("api_keys"), keys: z.array(ApiKey) }),
   /** FleetMetricsSink.setFleetMetrics: the fleet gauges' exposition text. */
   z.object({ type: z.literal("fleet_metrics"), text: z.string() }),
@@ -64,8 +67,8 @@ export const FromRouter = z.discriminatedUnion("type", [
   /** The router could not listen: the listener's own message. */
   z.object({ type: z.literal("failed"), error: z.string() }),
   z.object({ type: z.literal("usage"), id: z.number().int(), lastUsed: Entries, inflightByModel: Entries }),
-  /** TrafficSource.traffic(), as changes: every model's name, the figures of those that changed since the last answer (app/traffic-delta.ts). */
-  z.object({ type: z.literal("traffic"), id: z.number().int(), models: z.array(z.string()), changed: z.array(Traffic) }),
+  /** TrafficSource.traffic(), as changes: every model's name in order, the figures of those that changed since the last answer. */
+  z.object({ type: z.literal("traffic"), id: z.number().int(), keys: z.array(z.string()), changed: z.array(Traffic) }),
   /** DemandSink.requestModel, as a message: nothing answers it. */
   z.object({ type: z.literal("demand"), model: z.string() }),
   z.object({ type: z.literal("stopped") }),

@@ -197,6 +197,34 @@ describe("RouterLink usage (the router on its own thread)", () => {
 });
 
 describe("RouterLink tables (the router on its own thread)", () => {
+  test("a router thread that dies is replaced on its port and sent the whole tables again, not the changes since the dead one's", async () => {
+    const link = new RouterLink({
+      data: { ...ROUTER_DEFAULTS, host: "127.0.0.1", port: 0, metricsIntervalMs: 0, logLevel: "silent", logOutput: { format: "json", color: false }, listener: {} },
+      demand: { requestModel: () => undefined },
+      log: pino({ level: "silent" }),
+      scheduler: realScheduler,
+    });
+    const { port } = await link.start();
+    cleanups.push(() => link.stop());
+    link.setCatalog(catalog());
+    link.setEndpoints([ep("r1", engine.url)]);
+    const url = `http://127.0.0.1:${port}`;
+    await until("the router thread to serve the model", async () => (await call(url, "/v1/chat/completions", { model: "m", messages: msgs })).status === 200);
+    const first = (link as unknown as { worker: { threadId: number; terminate(): Promise<number> } }).worker;
+    const firstId = first.threadId;
+    await first.terminate();
+    // The tables are unchanged since the dead thread had them: the new one must still get all of them.
+    await until(
+      "a new router thread to serve the model on the same port",
+      async () => {
+        const w = (link as unknown as { worker?: { threadId: number } }).worker;
+        if (w === undefined || w.threadId === firstId) return false;
+        return (await call(url, "/v1/chat/completions", { model: "m", messages: msgs }).catch(() => undefined))?.status === 200;
+      },
+      15_000,
+    );
+  });
+
   test("endpoint lists and catalogs go at once at the everyday rate; a long burst is paced to one per TABLE_EVERY_MS, the latest one sent", async () => {
     const s = new ManualScheduler();
     const link = new RouterLink({
@@ -214,7 +242,7 @@ describe("RouterLink tables (the router on its own thread)", () => {
       posted.push(m);
       post(m);
     };
-    const kinds = () => posted.map((m) => (m.type === "endpoints" ? `endpoints:${m.endpoints.map((e) => e.id).join(",")}` : m.type === "catalog" ? `catalog:${m.models.length}` : m.type));
+    const kinds = () => posted.map((m) => (m.type === "endpoints" ? `endpoints:${m.keys.join(",")}` : m.type === "catalog" ? `catalog:${m.keys.length}` : m.type));
     const eps = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => `endpoints:r${from + i}`);
     link.setCatalog(catalog());
     // Twenty lists in a row, as heartbeats reporting replicas ready make them: the last one names the engine.

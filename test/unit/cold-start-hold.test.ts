@@ -36,9 +36,10 @@ describe("CatalogEntry.starting", () => {
 
   test("the router thread's message keeps the field (zod would strip a field it does not know)", () => {
     const s = fleet([{ id: "r1", model: "m", state: "starting", shards: [{ node: "h100-1", gpus: [0] }] }]);
-    const parsed = ToRouter.parse(JSON.parse(JSON.stringify({ type: "catalog", models: catalog(s, DEFAULT_RECONCILE) })));
-    expect(parsed.type === "catalog" && parsed.models.find((e) => e.name === "m")!.starting).toEqual({ node: "h100-1", since: T0 });
-    expect(ToRouter.safeParse({ type: "catalog", models: [{ name: "m", aliases: [], on_demand: true, pool: "default", created: 1, starting: { node: 3 } }] }).success).toBe(false);
+    const entries = catalog(s, DEFAULT_RECONCILE);
+    const parsed = ToRouter.parse(JSON.parse(JSON.stringify({ type: "catalog", keys: entries.map((e) => e.name), changed: entries })));
+    expect(parsed.type === "catalog" && parsed.changed.find((e) => e.name === "m")!.starting).toEqual({ node: "h100-1", since: T0 });
+    expect(ToRouter.safeParse({ type: "catalog", keys: ["m"], changed: [{ name: "m", aliases: [], on_demand: true, pool: "default", created: 1, starting: { node: 3 } }] }).success).toBe(false);
   });
 });
 
