@@ -51,6 +51,8 @@ export class ListSent<T> {
 /** The receiving side. */
 export class ListReceived<T> {
   private byKey = new Map<string, T>();
+  /** Of the last message, keys whose entry was never received (0 while the two sides are in step). */
+  missing = 0;
 
   constructor(private readonly keyOf: (t: T) => string) {}
 
@@ -62,8 +64,10 @@ export class ListReceived<T> {
     for (const t of m.changed) this.byKey.set(this.keyOf(t), t);
     const next = new Map<string, T>();
     const out: T[] = [];
+    this.missing = 0;
     for (const key of m.keys) {
       const t = this.byKey.get(key);
+      if (t === undefined) this.missing++;
       if (t === undefined || next.has(key)) continue;
       next.set(key, t);
       out.push(t);

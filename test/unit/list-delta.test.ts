@@ -73,6 +73,7 @@ describe("lists as changes", () => {
     const d = sent.delta([ep("r1", "http://a"), ep("r2", "http://b"), ep("r1", "http://c")]);
     expect(d.keys).toEqual(["r1", "r2"]);
     expect(got.take(d)).toEqual([ep("r1", "http://a"), ep("r2", "http://b")]);
+    expect(got.missing).toBe(0);
     expect(sent.delta([ep("r2", "http://b"), ep("r1", "http://a")]).changed).toEqual([]);
     // A new receiver: it has nothing, and is sent everything.
     sent.reset();
@@ -80,5 +81,11 @@ describe("lists as changes", () => {
     const again = sent.delta([ep("r2", "http://b"), ep("r1", "http://a")]);
     expect(again.changed).toHaveLength(2);
     expect(fresh.take(again)).toEqual([ep("r2", "http://b"), ep("r1", "http://a")]);
+  });
+
+  test("a receiver out of step leaves out what it never received, and counts it", () => {
+    const got = new ListReceived(byModel);
+    expect(got.take({ keys: ["a", "b"], changed: [zeros("b")] })).toEqual([zeros("b")]);
+    expect(got.missing).toBe(1);
   });
 });
