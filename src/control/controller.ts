@@ -637,6 +637,7 @@ export class Controller {
         answers.push({ error: e });
       }
     }
+    this.flushEndpoints();
     await this.writeBatch(batch, now);
     for (const [i, g] of group.entries()) {
       const a = answers[i]!;
@@ -769,19 +770,32 @@ export class Controller {
       group.map((g) => g.hb),
       now,
     );
-    for (const [i, g] of group.entries()) {
-      const r = applied[i]!;
-      try {
-        if ("error" in r) throw r.error;
-        g.resolve(await this.received(g.hb, now, seen, r.created));
-      } catch (e) {
-        g.reject(e);
-      } finally {
-        const left = (this.inGroup.get(g.hb.node) ?? 1) - 1;
-        if (left > 0) this.inGroup.set(g.hb.node, left);
-        else this.inGroup.delete(g.hb.node);
+    try {
+      for (const [i, g] of group.entries()) {
+        const r = applied[i]!;
+        try {
+          if ("error" in r) throw r.error;
+          g.resolve(await this.received(g.hb, now, seen, r.created));
+        } catch (e) {
+          g.reject(e);
+        } finally {
+          const left = (this.inGroup.get(g.hb.node) ?? 1) - 1;
+          if (left > 0) this.inGroup.set(g.hb.node, left);
+          else this.inGroup.delete(g.hb.node);
+        }
       }
+    } finally {
+      this.flushEndpoints();
     }
+  }
+
+  /** Of the group of heartbeats under way, the latest snapshot whose endpoints are yet to be published. */
+  private endpointsDue: Snapshot | undefined;
+
+  private flushEndpoints(): void {
+    const due = this.endpointsDue;
+    this.endpointsDue = undefined;
+    if (due) this.publishEndpoints(due);
   }
 
   /**
@@ -835,9 +849,10 @@ export class Controller {
       for (const r of mine.replicas) for (const sh of r.shards) touched.add(sh.node);
       const after = await this.apply(plan, now);
       this.refreshNodes(after, touched);
-      // A replica that became ready (or stopped being) is routed to (or not) now, not after the
-      // coalesced tick: once the API says ready, the router serves it.
-      this.publishEndpoints(after);
+      // A replica that became ready (or stopped being) is routed to (or not) at the end of this
+      // group of heartbeats, not after the coalesced tick: the endpoint list is projected from
+      // the whole fleet, so once per group (a cold start reports hundreds ready at once), not per heartbeat.
+      this.endpointsDue = after;
       this.wake();
     } else if (created) this.wake();
     // A standby answers from what the store holds now, not from its last tick: an agent that

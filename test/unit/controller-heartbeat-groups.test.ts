@@ -10,7 +10,8 @@ import { ModelStore } from "../../src/control/model";
 import { ManualScheduler } from "../../src/lib/scheduler";
 import type { HeartbeatRequest } from "../../src/protocol/heartbeat";
 import { Store } from "../../src/store";
-import { T0, heartbeat } from "../helpers/fleet";
+import type { EndpointInfo } from "../../src/protocol/routing";
+import { T0, heartbeat, model } from "../helpers/fleet";
 
 const H = "H100-80GB";
 const silent = pino({ level: "silent" });
@@ -62,6 +63,28 @@ describe("heartbeats in groups", () => {
     for (const a of await Promise.all([first, ...rest])) expect(a.heartbeat_interval_ms).toBe(1_000);
     expect(inner.calls).toEqual([["n1"], ["n2", "n3", "n4"]]);
     for (const n of ["n1", "n2", "n3", "n4"]) expect(await weightsOf(inner, n)).toEqual(["b"]);
+  });
+
+  test("a group of heartbeats that report replicas ready publishes the endpoint list once, naming them all", async () => {
+    const { inner, ctl } = await setup({ model: true });
+    const published: EndpointInfo[][] = [];
+    ctl.setEndpointSink({ setEndpoints: (e) => published.push(e), setCatalog: () => {}, setApiKeys: () => {} });
+    await ctl.putModels([model({ name: "a", replicas: { min: 4, max: 4 }, placement: "spread" })]);
+    await ctl.tick();
+    const on = (n: string) => ctl.response(n).assignments.map((a) => ({ id: a.id, state: "ready" as const, port: a.port, error: null }));
+    expect(["n1", "n2", "n3", "n4"].map((n) => on(n).length)).toEqual([1, 1, 1, 1]);
+    published.length = 0;
+    // n1's report opens a group; the other three arrive while it is written and go together
+    // (each also reports new weights on disk, so that the store is written, and can be held).
+    const held = inner.hold();
+    const first = ctl.heartbeat({ ...heartbeat({ name: "n1", gpus: [H], models: ["a", "b"] }), replicas: on("n1") });
+    await held;
+    const rest = ["n2", "n3", "n4"].map((n) => ctl.heartbeat({ ...heartbeat({ name: n, gpus: [H], models: ["a", "b"] }), replicas: on(n) }));
+    inner.release();
+    await Promise.all([first, ...rest]);
+    expect(inner.calls.slice(-2)).toEqual([["n1"], ["n2", "n3", "n4"]]);
+    // Once for n1's group, once for the group of three: not once per heartbeat.
+    expect(published.map((list) => list.length)).toEqual([1, 4]);
   });
 
   test("a heartbeat the store refuses fails alone: the group is written again one by one and the others are answered", async () => {
