@@ -8,7 +8,7 @@ import { readFileSync, readdirSync, rmSync } from "node:fs";
 import pino from "pino";
 import { RouterLink, TABLE_BURST, TABLE_EVERY_MS } from "../../src/app/router-thread";
 import type { ToRouter } from "../../src/protocol/router-link";
-import { ManualScheduler, realScheduler } from "../../src/lib/scheduler";
+import { ManualScheduler, type Scheduler, realScheduler } from "../../src/lib/scheduler";
 import { type CatalogEntry, type EndpointInfo, type ModelTraffic, TTFT_BUCKETS_MS } from "../../src/protocol/routing";
 import { Router, type RouterOptions } from "../../src/router/router";
 import { type FakeEngine, startFakeEngine } from "../../src/sim/fake-engine";
@@ -52,6 +52,19 @@ async function call(url: string, path: string, body: Record<string, unknown>): P
   return res;
 }
 const msgs = [{ role: "user", content: "hello there" }];
+
+/** A RouterLink with the router on its own thread, started, stopped after the test. */
+async function threadLink(scheduler: Scheduler = realScheduler): Promise<{ link: RouterLink; port: number }> {
+  const link = new RouterLink({
+    data: { ...ROUTER_DEFAULTS, host: "127.0.0.1", port: 0, metricsIntervalMs: 0, logLevel: "silent", logOutput: { format: "json", color: false }, listener: {} },
+    demand: { requestModel: () => undefined },
+    log: pino({ level: "silent" }),
+    scheduler,
+  });
+  const { port } = await link.start();
+  cleanups.push(() => link.stop());
+  return { link, port };
+}
 const of = (t: ModelTraffic[], model: string) => t.find((x) => x.model === model)!;
 const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
 
@@ -134,15 +147,7 @@ describe("Router.traffic()", () => {
 
 describe("RouterLink.traffic() (the router on its own thread)", () => {
   test("answers with the router thread's figures, validated, and with the last ones once the thread is gone", async () => {
-    const log = pino({ level: "silent" });
-    const link = new RouterLink({
-      data: { ...ROUTER_DEFAULTS, host: "127.0.0.1", port: 0, metricsIntervalMs: 0, logLevel: "silent", logOutput: { format: "json", color: false }, listener: {} },
-      demand: { requestModel: () => undefined },
-      log,
-      scheduler: realScheduler,
-    });
-    const { port } = await link.start();
-    cleanups.push(() => link.stop());
+    const { link, port } = await threadLink();
     link.setCatalog(catalog());
     link.setEndpoints([ep("r1", engine.url)]);
     const url = `http://127.0.0.1:${port}`;
@@ -166,14 +171,7 @@ describe("RouterLink usage (the router on its own thread)", () => {
   test("refresh() reports requests in flight per model, and nothing for a model with none in flight", async () => {
     const slow = await startFakeEngine({ models: ["m"], ttftMs: 1_500, tokenDelayMs: 0, tokens: 1 });
     cleanups.push(() => slow.stop());
-    const link = new RouterLink({
-      data: { ...ROUTER_DEFAULTS, host: "127.0.0.1", port: 0, metricsIntervalMs: 0, logLevel: "silent", logOutput: { format: "json", color: false }, listener: {} },
-      demand: { requestModel: () => undefined },
-      log: pino({ level: "silent" }),
-      scheduler: realScheduler,
-    });
-    const { port } = await link.start();
-    cleanups.push(() => link.stop());
+    const { link, port } = await threadLink();
     link.setCatalog(catalog());
     link.setEndpoints([ep("r1", slow.url)]);
     await until("the router thread to have the endpoint", async () => {
@@ -198,14 +196,7 @@ describe("RouterLink usage (the router on its own thread)", () => {
 
 describe("RouterLink tables (the router on its own thread)", () => {
   test("a router thread that dies is replaced on its port and sent the whole tables again, not the changes since the dead one's", async () => {
-    const link = new RouterLink({
-      data: { ...ROUTER_DEFAULTS, host: "127.0.0.1", port: 0, metricsIntervalMs: 0, logLevel: "silent", logOutput: { format: "json", color: false }, listener: {} },
-      demand: { requestModel: () => undefined },
-      log: pino({ level: "silent" }),
-      scheduler: realScheduler,
-    });
-    const { port } = await link.start();
-    cleanups.push(() => link.stop());
+    const { link, port } = await threadLink();
     link.setCatalog(catalog());
     link.setEndpoints([ep("r1", engine.url)]);
     const url = `http://127.0.0.1:${port}`;
@@ -227,14 +218,7 @@ describe("RouterLink tables (the router on its own thread)", () => {
 
   test("endpoint lists and catalogs go at once at the everyday rate; a long burst is paced to one per TABLE_EVERY_MS, the latest one sent", async () => {
     const s = new ManualScheduler();
-    const link = new RouterLink({
-      data: { ...ROUTER_DEFAULTS, host: "127.0.0.1", port: 0, metricsIntervalMs: 0, logLevel: "silent", logOutput: { format: "json", color: false }, listener: {} },
-      demand: { requestModel: () => undefined },
-      log: pino({ level: "silent" }),
-      scheduler: s,
-    });
-    const { port } = await link.start();
-    cleanups.push(() => link.stop());
+    const { link, port } = await threadLink(s);
     const posted: ToRouter[] = [];
     const spy = link as unknown as { post(m: ToRouter): void };
     const post = spy.post.bind(link);
@@ -282,14 +266,7 @@ describe("the router thread's CPU priority", () => {
       return Number(st.slice(st.lastIndexOf(")") + 2).split(" ")[16]);
     };
     const before = new Set(readdirSync("/proc/self/task"));
-    const link = new RouterLink({
-      data: { ...ROUTER_DEFAULTS, host: "127.0.0.1", port: 0, metricsIntervalMs: 0, logLevel: "silent", logOutput: { format: "json", color: false }, listener: {} },
-      demand: { requestModel: () => undefined },
-      log: pino({ level: "silent" }),
-      scheduler: realScheduler,
-    });
-    await link.start();
-    cleanups.push(() => link.stop());
+    const { link } = await threadLink();
     const base = getPriority(0);
     const fresh = readdirSync("/proc/self/task").filter((t) => !before.has(t));
     const boosted = fresh.filter((t) => niceOf(t) === base - 5);
