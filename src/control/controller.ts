@@ -4,7 +4,9 @@
 // front door: the admin and agent APIs call the Controller; each tick it collects the router's
 // usage, decides (scaling, reachability, reconcile: pure functions of one snapshot), applies the
 // plan in one store transaction and publishes (assignments through the broker, endpoints and
-// catalog to the router).
+// catalog to the router). The pure steps are generators (lib/steps.ts): a tick, and any build of
+// the tables, lets the I/O already due run between them, so heartbeats are answered during a
+// tick at a few thousand nodes instead of queueing behind all of it.
 //
 // What it may import: protocol/ (the wire types, and the router-facing interfaces in
 // protocol/routing.ts, re-exported by interfaces.ts) and lib/. Never router/, store/, api/,
