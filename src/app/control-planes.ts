@@ -15,8 +15,12 @@ import { bracketHost } from "../lib/net";
 import type { Scheduler, Timer } from "../lib/scheduler";
 import { HealthSchema, type Summary } from "../protocol/views";
 
-/** How often a standby reloads everything even without a notification (one missed is not forever). */
-export const BACKSTOP_RELOAD_MS = 10_000;
+/**
+ * How often a control plane reloads everything even without a notification (one missed is not
+ * forever). The read is the whole store: at a few thousand nodes, a pause of the head node's
+ * thread worth keeping rare.
+ */
+export const BACKSTOP_RELOAD_MS = 30_000;
 
 export interface ControlPlaneOptions {
   controller: Controller;

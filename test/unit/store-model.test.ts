@@ -173,6 +173,22 @@ describe("in-memory model: the background reload", () => {
     expect(rows(after)).toEqual(await store.snapshot());
   });
 
+  test("a reload that finds in the store what memory holds changes nothing: the same snapshot, the same version", async () => {
+    const { m } = gated();
+    await m.applyHeartbeat(hb("n1"), T0, { credentialHash: "h1", pending: false });
+    await m.applyHeartbeat(hb("n2", ["H100-80GB"]), T0 + 10);
+    await m.applyPlan({ create: [], update: [], remove: [], modelState: new Map(), nodeAdmin: [{ node: "n2", state: "cordoned" }], events: [] }, T0 + 20);
+    const before = await m.snapshot();
+    const loads = m.loads;
+    expect(await m.reload()).toBe(true);
+    expect(m.loads).toBe(loads + 1);
+    const after = await m.snapshot();
+    expect(after.version).toBe(before.version!);
+    // The very arrays: nothing was rebuilt, so nothing downstream projects again.
+    expect(after.nodes).toBe(before.nodes);
+    expect(after.nodes.find((n) => n.name === "n2")!.adminState).toBe("cordoned");
+  });
+
   test("a write of its own during the read keeps memory (what the read saw may be older)", async () => {
     const { store, m, close, open } = gated();
     await m.applyHeartbeat(hb("n1"), T0);
