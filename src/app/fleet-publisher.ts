@@ -7,7 +7,7 @@
 import type { Logger } from "pino";
 import type { Controller } from "../control/controller";
 import { fleetMetricsPaced } from "../control/fleet-metrics";
-import type { Scheduler } from "../lib/scheduler";
+import { letIoIn, type Scheduler } from "../lib/scheduler";
 import type { FleetMetricsSink } from "../protocol/routing";
 
 /**
@@ -34,9 +34,7 @@ export class FleetPublisher {
       // A standby exports no fleet (the leader does): its tables are not even built.
       const tables = leading ? await this.o.controller.tables() : { nodes: [], replicas: [], models: [] };
       // Rendered in steps, the I/O already due let in between (a heartbeat waits for one family, not all).
-      const soon = this.o.scheduler.soon;
-      const pause = soon ? () => new Promise<void>((resolve) => soon(resolve)) : () => Promise.resolve();
-      this.o.sink.setFleetMetrics(await fleetMetricsPaced(tables, { leading }, pause));
+      this.o.sink.setFleetMetrics(await fleetMetricsPaced(tables, { leading }, () => letIoIn(this.o.scheduler)));
       this.failing = undefined;
     } catch (e) {
       // The last text stays on /metrics; said once per cause.

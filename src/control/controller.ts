@@ -15,7 +15,7 @@
 
 import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import type { Logger } from "pino";
-import type { Scheduler } from "../lib/scheduler";
+import { letIoIn, type Scheduler } from "../lib/scheduler";
 import { plural } from "../lib/format";
 import { bracketHost } from "../lib/net";
 import type { CatalogIssue, ModelSpec } from "../protocol/catalog";
@@ -445,8 +445,7 @@ export class Controller {
    * scheduler) only a promise turn.
    */
   private pause(): Promise<void> {
-    const soon = this.scheduler.soon;
-    return soon ? new Promise((resolve) => soon(resolve)) : Promise.resolve();
+    return letIoIn(this.scheduler);
   }
 
   /** pause(), the time it took counted as the tick's listening time (see tick()). */

@@ -11,7 +11,7 @@
 // change (copy on write: rows are replaced, never edited, so a snapshot never changes under its
 // holder); touching last-seen times rebuilds only the nodes array, lazily, on the next call.
 
-import type { Scheduler } from "../lib/scheduler";
+import { letIoIn, type Scheduler } from "../lib/scheduler";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { AdminState } from "../protocol/views";
 import { joinRefused } from "./join";
@@ -159,11 +159,10 @@ export class ModelStore implements StorePort {
    * nodes take milliseconds to compare).
    */
   private async holdsAll(fresh: State, mem: State): Promise<boolean> {
-    const soon = this.scheduler?.soon;
     for (const k of Object.keys(mem) as (keyof State)[]) {
       if (k === "cursor") continue;
       if (!Bun.deepEquals(fresh[k], mem[k])) return false;
-      if (soon) await new Promise<void>((resolve) => soon(resolve));
+      await letIoIn(this.scheduler);
     }
     return true;
   }

@@ -29,6 +29,16 @@ export interface Scheduler {
   soon?(fn: () => void): void;
 }
 
+/**
+ * Resolves once the I/O callbacks already due have run (scheduler.soon), so long synchronous
+ * work done in steps lets heartbeats and requests in between them. Without `soon` (the manual
+ * scheduler) only a promise turn.
+ */
+export function letIoIn(scheduler: Pick<Scheduler, "soon"> | undefined): Promise<void> {
+  const soon = scheduler?.soon;
+  return soon ? new Promise((resolve) => soon(resolve)) : Promise.resolve();
+}
+
 function realTimer(h: ReturnType<typeof setTimeout>, clear: (h: ReturnType<typeof setTimeout>) => void): Timer {
   const t: Timer = {
     cancel: () => clear(h),
