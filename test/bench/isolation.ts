@@ -12,12 +12,12 @@
 // same percentile), and the router's /healthz. Prints p50/p99 of each and the ratio to idle.
 //   bun test/bench/isolation.ts [requests-per-phase, default 2000]
 
-import { mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Socket } from "bun";
 import { maxHeartbeat } from "./lib/fleet";
 import { cleanupOnExit, freePort, killAll, pct, ROOT, spawnChild, table } from "./lib/procs";
+import { scratchDir } from "../helpers/tmp";
 
 const N = Number(process.argv[2] ?? 2000);
 const FLOODERS = 8;
@@ -170,7 +170,7 @@ async function measure(name: string, routerUrl: string, engineUrl: string, engin
 }
 
 async function main(): Promise<void> {
-  const dir = mkdtempSync(join(tmpdir(), "llmgw-bench-iso-"));
+  const dir = scratchDir("llmgw-bench-iso-");
   const routerPort = freePort();
   const adminPort = freePort();
   const serve = await spawnChild(

@@ -11,11 +11,10 @@
 //   steady   N nodes heartbeating, the catalog converged.
 //   bun test/bench/scale-router.ts [nodes, default 2000] [requests per phase, default 1000: a p99 of its ten slowest, not its four]
 
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { cleanupOnExit, killAll, pct, spawnChild, table } from "./lib/procs";
 import { allowAddresses, applyModels, BIN, scaleModels, startScaleHead } from "./lib/scale-head";
+import { scratchDir } from "../helpers/tmp";
 
 const N = Number(process.argv[2] ?? 2000);
 const REQUESTS = Number(process.argv[3] ?? 1000);
@@ -61,7 +60,7 @@ async function measure(name: string, routerUrl: string, engineUrl: string): Prom
 }
 
 async function main(): Promise<void> {
-  const dir = mkdtempSync(join(tmpdir(), "llmgw-bench-scale-router-"));
+  const dir = scratchDir("llmgw-bench-scale-router-");
   // Both cores: the router thread must not share one core with the control plane it is
   // isolated from (on a 2-core machine the load generator and this client share them too).
   const head = await startScaleHead(dir, N, { cpus: "0,1" });

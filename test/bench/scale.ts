@@ -17,13 +17,13 @@
 // --store postgres: serve on a local PostgreSQL (started for the run) instead of SQLite.
 //   bun test/bench/scale.ts [--sizes 100,500] [--steady 60s] [--overload] [--speed 5] [--store postgres]
 
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { BUN, type Child, cleanupOnExit, killAll, pct, spawnChild, table } from "./lib/procs";
 import { othersMeter, stealMeter } from "./lib/cpu";
 import { type BenchStores, benchStores } from "./lib/ha-stores";
 import { allowAddresses, applyModels, BENCH_NICE, BIN, scaleModels, startScaleHead } from "./lib/scale-head";
+import { scratchDir } from "../helpers/tmp";
 
 const arg = (name: string): string | undefined => {
   const i = process.argv.indexOf(name);
@@ -108,7 +108,7 @@ interface Row {
 }
 
 async function runSize(N: number, stores: BenchStores | undefined): Promise<{ row: Row; events: EventView[] }> {
-  const dir = mkdtempSync(join(tmpdir(), "llmgw-bench-scale-"));
+  const dir = scratchDir("llmgw-bench-scale-");
   const url = stores ? await stores.pgUrl() : undefined;
   if (stores && !url) throw new Error(`--store postgres: ${stores.pgMissing}`);
   const head = await startScaleHead(dir, N, { cpus: "0", extraArgs: ["--max-connections", "1024", ...(url ? ["--store", url] : []), ...SERVE_ARGS] });

@@ -5,14 +5,14 @@
 //
 //   bun test/bench/store-pg.ts
 
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
 import type { StorePort } from "../../src/control/store-port";
 import { Store } from "../../src/store";
 import { PgStore } from "../../src/store/pg";
 import { heartbeat, model } from "../helpers/fleet";
 import { startPostgres } from "../helpers/postgres";
+import { scratchDir } from "../helpers/tmp";
 
 const NODES = 1000;
 const GPUS = 8;
@@ -75,7 +75,7 @@ async function measure(name: string, s: StorePort) {
 
 const fmt = (o: { p50: number; p95: number; max: number }) => `p50 ${o.p50.toFixed(1)} ms, p95 ${o.p95.toFixed(1)} ms, max ${o.max.toFixed(1)} ms`;
 
-const dir = mkdtempSync(join(tmpdir(), "llmgw-bench-"));
+const dir = scratchDir("llmgw-bench-");
 const pg = await startPostgres();
 try {
   const lite = new Store({ path: join(dir, "bench.db") });

@@ -7,13 +7,13 @@
 // 127.0.0.1.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { type Browser, type BrowserContext, type Page, chromium } from "playwright-core";
 import type { Summary } from "../../src/protocol/views";
 import { run, scratchWithBinary, until } from "../helpers/binary";
 import { freePort } from "../helpers/ports";
+import { scratchDir } from "../helpers/tmp";
 
 /** Debian's chromium, found on PATH as test/setup.ts (run first by `npm test`) finds it. */
 const CHROMIUM = Bun.which("chromium") ?? "/usr/bin/chromium";
@@ -187,7 +187,7 @@ beforeAll(async () => {
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-quic"],
   });
   mkdirSync(OUT, { recursive: true });
-  shots = mkdtempSync(join(tmpdir(), "llmgw-dashboard-shots-"));
+  shots = scratchDir("llmgw-dashboard-shots-");
 }, 60_000);
 
 afterAll(async () => {

@@ -5,14 +5,14 @@
 // ConfigError whose every line names its key, never another exception.
 
 import { afterAll, expect, test } from "bun:test";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import fc from "fast-check";
 import { EXTRA_KEYS, type Op, type Path, Raw, allPaths, applyOp, containerAt, mutated, own } from "../helpers/fuzz";
 import { specToWire } from "../../src/api/admin";
 import { AgentConfig, ConfigError, loadConfig, ServeConfig } from "../../src/config";
 import { CatalogFile, ModelSpec } from "../../src/protocol/catalog";
+import { scratchDir } from "../helpers/tmp";
 
 const SEED = Number(process.env.FUZZ_SEED ?? 424242);
 /** Multiplies every run count: FUZZ_SCALE=10 for a long soak, 0.1 for a quick look. */
@@ -150,7 +150,7 @@ function report(prefix: string): string[] {
   return out;
 }
 
-const dir = mkdtempSync(join(tmpdir(), "llmgw-fuzz-config-"));
+const dir = scratchDir("llmgw-fuzz-config-");
 afterAll(() => {
   rmSync(dir, { recursive: true, force: true });
   const rows = [...counts].map(([k, n]) => `  ${k.padEnd(44)} ${String(n).padStart(6)} cases`);

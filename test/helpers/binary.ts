@@ -1,17 +1,17 @@
 // Runs the compiled binary (dist/llmgw) from a scratch directory holding nothing else, the way
 // an operator runs it after copying it to a head node.
 
-import { copyFileSync, existsSync, mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { copyFileSync, existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { newNodeCredential } from "../../src/protocol/heartbeat";
 import { until } from "./until";
+import { scratchDir } from "./tmp";
 
 export const BINARY = join(import.meta.dir, "../../dist/llmgw");
 
 export function scratchWithBinary(): { dir: string; bin: string } {
   if (!existsSync(BINARY)) throw new Error(`${BINARY} is missing: run \`bun build.ts\` (npm test does) before the end-to-end tests`);
-  const dir = mkdtempSync(join(tmpdir(), "llmgw-e2e-"));
+  const dir = scratchDir("llmgw-e2e-");
   const bin = join(dir, "llmgw");
   copyFileSync(BINARY, bin);
   Bun.spawnSync(["chmod", "755", bin]);

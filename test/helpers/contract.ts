@@ -3,10 +3,10 @@
 // "llama-server") resolves to the fake of one engine version; plus polling its /health (with
 // the one poll-until helper, test/helpers/until.ts).
 
-import { existsSync, mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { until } from "./until";
+import { scratchDir } from "./tmp";
 
 export const FAKES = join(import.meta.dir, "..", "fakes");
 
@@ -34,7 +34,7 @@ export function fakeEnv(dirs: FakeDir | readonly FakeDir[], extra: Record<string
 
 /** A fresh file for the fakes to record their argv and GPU environment in (LLMGW_CONTRACT_RECORD). */
 export function recordFile(): string {
-  return join(mkdtempSync(join(tmpdir(), "llmgw-contract-")), "record.jsonl");
+  return join(scratchDir("llmgw-contract-"), "record.jsonl");
 }
 
 export type Recorded = { engine: string; version: string; argv: string[]; env: Record<string, string>; pid: number };

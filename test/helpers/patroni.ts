@@ -11,11 +11,11 @@
 // PostgreSQL) runs as the `postgres` user through runuser, with every directory owned by it.
 // Debian packages needed: patroni (3.0.2 with python3-etcd), etcd-server (3.4), postgresql (15).
 
-import { chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { chownSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { freePort } from "./ports";
 import { until } from "./until";
+import { scratchDir } from "./tmp";
 
 export const ETCD = "/usr/bin/etcd";
 export const PATRONI = "/usr/bin/patroni";
@@ -188,7 +188,7 @@ export async function startPatroni(opts: { members?: number; log?: (line: string
   requireBinaries();
   const t0 = performance.now();
   const n = opts.members ?? 3;
-  const dir = mkdtempSync(join(tmpdir(), "llmgw-patroni-"));
+  const dir = scratchDir("llmgw-patroni-");
   ownedDir(dir);
   const procs: Bun.Subprocess[] = [];
   const members: PatroniMember[] = [];

@@ -3,8 +3,7 @@
 // given by hand (lead(): the lease taken for long enough, no keeper renewing it; the lease is
 // another test's subject); store.watch is wired as the app wires it.
 
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
 import pino from "pino";
 import { Controller } from "../../src/control/controller";
@@ -13,6 +12,7 @@ import { ModelStore } from "../../src/control/model";
 import type { ManualScheduler } from "../../src/lib/scheduler";
 import type { UsageSource } from "../../src/protocol/routing";
 import { Store } from "../../src/store";
+import { scratchDir } from "./tmp";
 
 export interface Plane {
   name: string;
@@ -66,7 +66,7 @@ export interface Planes {
 }
 
 export async function startPlanes(o: { names: string[]; clock: ManualScheduler; liveWithinMs?: number; log?: pino.Logger; watch?: boolean; controller?: Partial<ConstructorParameters<typeof Controller>[0]> }): Promise<Planes> {
-  const dir = mkdtempSync(join(tmpdir(), "llmgw-planes-"));
+  const dir = scratchDir("llmgw-planes-");
   const path = join(dir, "llmgw.db");
   const log = o.log ?? pino({ level: "silent" });
   const planes: Plane[] = [];

@@ -10,11 +10,12 @@
 //   const pg = await startPostgres();
 //   try { ... pg.url ... } finally { await pg.stop(); }
 
-import { chownSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { chownSync, existsSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import postgres from "postgres";
 import { freePort } from "./ports";
+import { scratchDir } from "./tmp";
 
 export interface StartPostgresOptions {
   /** The port to listen on (default: a free one). */
@@ -131,7 +132,7 @@ function alive(pid: number): boolean {
 export async function startPostgres(opts: StartPostgresOptions = {}): Promise<Postgres> {
   const bin = postgresBinDir();
   sweepLeftovers();
-  const root = mkdtempSync(join(tmpdir(), "llmgw-pg-"));
+  const root = scratchDir("llmgw-pg-");
   writeFileSync(join(root, OWNER), String(process.pid));
   const dataDir = join(root, "data");
   const host = "127.0.0.1";

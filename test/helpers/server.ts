@@ -4,8 +4,7 @@
 // never shows) it goes through `seed`, `peek` and `db` below, the one list of such back doors.
 
 import type { Database } from "bun:sqlite";
-import { mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import pino from "pino";
 import { type HeadParts, type RunningServer, startHead } from "../../src/app/head";
@@ -14,6 +13,7 @@ import { ManualScheduler } from "../../src/lib/scheduler";
 import { SegmentName } from "../../src/protocol/common";
 import type { UsageSource } from "../../src/protocol/routing";
 import { T0 } from "./fleet";
+import { scratchDir } from "./tmp";
 
 type Store = NonNullable<HeadParts["store"]>;
 type Controller = HeadParts["controller"];
@@ -70,7 +70,7 @@ export interface TestServer extends RunningServer {
 }
 
 export async function testServer(overrides: Record<string, unknown> = {}, log: pino.Logger = pino({ level: "silent" })): Promise<TestServer> {
-  const dataDir = mkdtempSync(join(tmpdir(), "llmgw-test-"));
+  const dataDir = scratchDir("llmgw-test-");
   const config = ServeConfig.parse({ data_dir: dataDir, admin_listen: "127.0.0.1:0", listen: "127.0.0.1:0", ...overrides });
   const clock = new ManualScheduler(T0);
   const { server, parts } = await startHead({ config, log, scheduler: clock, loop: false });

@@ -5,8 +5,7 @@
 // A clean stop of the leader hands the lease over at once, with a higher epoch.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { copyFileSync, mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { copyFileSync } from "node:fs";
 import { join } from "node:path";
 import type { EndpointInfo } from "../../src/control/interfaces";
 import type { HeartbeatResponse } from "../../src/protocol/heartbeat";
@@ -14,6 +13,7 @@ import type { Health, ReplicaView, Summary } from "../../src/protocol/views";
 import { heartbeat, model } from "../helpers/fleet";
 import { type TestServer, testServer } from "../helpers/server";
 import { until } from "../helpers/until";
+import { scratchDir } from "../helpers/tmp";
 
 const H = "H100-80GB";
 let a: TestServer;
@@ -29,12 +29,12 @@ const health = async (s: TestServer, leader = false) => {
 const json = async <T>(r: Response | Promise<Response>): Promise<T> => (await (await r).json()) as T;
 
 beforeAll(async () => {
-  const dir = mkdtempSync(join(tmpdir(), "llmgw-ha-int-"));
+  const dir = scratchDir("llmgw-ha-int-");
   storePath = join(dir, "llmgw.db");
   const common = { store: storePath, ha: true, lease_ttl: "60s", lease_renew: "1s", admin_token: "llmgw_admin_shared_token_for_both_heads", join_token: "llmgw_join_shared_token_for_both_heads" };
   a = await testServer({ ...common, name: "cp-a" });
   // The engine secret too is one for all control planes: engine keys must agree on every router.
-  const bData = mkdtempSync(join(tmpdir(), "llmgw-ha-int-b-"));
+  const bData = scratchDir("llmgw-ha-int-b-");
   copyFileSync(join(a.dataDir, "engine.secret"), join(bData, "engine.secret"));
   b = await testServer({ ...common, name: "cp-b", data_dir: bData });
   // Its router still gets everything; the test sees each endpoint list on the way.
@@ -135,7 +135,7 @@ describe("two control planes on one SQLite file", () => {
 
 describe("the floating address", () => {
   test("floating_up: whether <floating>:<this admin port>/healthz?leader=1 answers as a leader, probed with each renewal", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "llmgw-ha-float-"));
+    const dir = scratchDir("llmgw-ha-float-");
     const common = { store: join(dir, "llmgw.db"), ha: true, lease_renew: "1s" };
     // The floating address on this machine: its own admin listener answers there as the leader.
     const up = await testServer({ ...common, name: "f-up", floating_address: "127.0.0.1" });

@@ -2,16 +2,15 @@
 // holds nothing): a real server's data is never the demo's to delete.
 
 import { expect, test } from "bun:test";
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { holdsServerData } from "../../src/app/cluster";
 import { Store } from "../../src/store";
 import { heartbeat } from "../helpers/fleet";
 import { testServer } from "../helpers/server";
+import { scratchDir } from "../helpers/tmp";
 
 test("no database, or an empty one, is no server's data", async () => {
-  expect(holdsServerData(mkdtempSync(join(tmpdir(), "llmgw-demo-")))).toBe(false);
+  expect(holdsServerData(scratchDir("llmgw-demo-"))).toBe(false);
   const s = await testServer();
   await s.stop();
   expect(holdsServerData(s.dataDir)).toBe(false);

@@ -3,13 +3,14 @@
 // line, and `llmgw uninstall` removes them.
 
 import { describe, expect, test } from "bun:test";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { BINARY, run } from "../helpers/binary";
+import { scratchDir } from "../helpers/tmp";
 
 const verify = (unit: string, name: string) => {
-  const dir = mkdtempSync(join(tmpdir(), "llmgw-unit-"));
+  const dir = scratchDir("llmgw-unit-");
   const path = join(dir, name);
   writeFileSync(path, unit);
   const p = Bun.spawnSync(["systemd-analyze", "verify", path], { stdout: "pipe", stderr: "pipe" });
@@ -44,8 +45,8 @@ describe("llmgw install", () => {
   });
 
   test("install writes the unit where told; uninstall removes it", () => {
-    const unitDir = mkdtempSync(join(tmpdir(), "llmgw-units-"));
-    const data = mkdtempSync(join(tmpdir(), "llmgw-data-"));
+    const unitDir = scratchDir("llmgw-units-");
+    const data = scratchDir("llmgw-data-");
     const w = run(BINARY, ["install", "serve", "--unit-dir", unitDir, "--user", "root", "--data-dir", data], { cwd: tmpdir() });
     expect(w.code).toBe(0);
     expect(w.stdout).toContain(`wrote ${unitDir}/llmgw-serve.service`);
@@ -72,7 +73,7 @@ describe("completion", () => {
 
 describe("llmgw install prometheus|grafana", () => {
   test("--conf FILE writes the file; without --print or --conf, or with another command's flags, it is refused naming why", () => {
-    const dir = mkdtempSync(join(tmpdir(), "llmgw-monitoring-"));
+    const dir = scratchDir("llmgw-monitoring-");
     const conf = join(dir, "llmgw.yml");
     const w = run(BINARY, ["install", "prometheus", "--router", "https://10.0.0.1:8000", "--ca", "/etc/llmgw/ca.pem", "--conf", conf], { cwd: dir });
     expect(w.code).toBe(0);

@@ -3,13 +3,14 @@
 // (`keepalived -t`), for the llmgw leader and for Patroni's primary, every flag checked by name.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { keepalivedTest } from "../../src/cli/install";
 import { BINARY, run } from "../helpers/binary";
 import { type NetnsLab, createLab, leftovers } from "../helpers/netns";
 import { type TestServer, testServer } from "../helpers/server";
+import { scratchDir } from "../helpers/tmp";
 
 /** Runs the binary without blocking this process's event loop (the server under test lives in it). */
 async function cli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
@@ -84,7 +85,7 @@ describe("llmgw healthz", () => {
     expect((await cli(["healthz", "-o", "wide", "--server", s.adminUrl])).code).toBe(2);
     expect((await cli(["healthz", "--server", "ftp://x"])).code).toBe(2);
     expect((await cli(["healthz", "extra"])).code).toBe(2);
-    const none = await cli(["healthz", "--data-dir", mkdtempSync(join(tmpdir(), "llmgw-empty-"))]);
+    const none = await cli(["healthz", "--data-dir", scratchDir("llmgw-empty-")]);
     expect(none.code).toBe(1);
     expect(none.stderr).toContain("server.json");
     const dataDir = JSON.parse(readFileSync(join(s.dataDir, "server.json"), "utf8")) as { admin_url: string };
@@ -168,7 +169,7 @@ describe("llmgw install keepalived", () => {
   });
 
   test("without --print it writes the file where told and checks it", () => {
-    const dir = mkdtempSync(join(tmpdir(), "llmgw-ka-"));
+    const dir = scratchDir("llmgw-ka-");
     const path = join(dir, "keepalived.conf");
     const args = ["install", "keepalived", "--address", "10.0.0.100/24", "--binary", BINARY, "--conf", path];
     const r = run("ip", ["netns", "exec", lab.hosts[0]!.ns, BINARY, ...args, "--interface", "veth0"], { cwd: tmpdir() });

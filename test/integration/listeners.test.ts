@@ -3,15 +3,14 @@
 // the admin listener is as strict as the router's (one Host, deadlines on the injected clock).
 
 import { afterEach, describe, expect, test } from "bun:test";
-import { mkdtempSync } from "node:fs";
 import { connect, type Socket } from "node:net";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pino from "pino";
 import { type HeadParts, type RunningServer, startHead } from "../../src/app/head";
 import { ServeConfig } from "../../src/config";
 import { ManualScheduler } from "../../src/lib/scheduler";
 import { T0, heartbeat } from "../helpers/fleet";
+import { scratchDir } from "../helpers/tmp";
 
 const cleanups: (() => unknown)[] = [];
 afterEach(async () => {
@@ -25,7 +24,7 @@ interface Started extends RunningServer {
 }
 
 async function start(overrides: Record<string, unknown> = {}): Promise<Started> {
-  const config = ServeConfig.parse({ data_dir: mkdtempSync(join(tmpdir(), "llmgw-listeners-")), admin_listen: "127.0.0.1:0", listen: "127.0.0.1:0", ...overrides });
+  const config = ServeConfig.parse({ data_dir: scratchDir("llmgw-listeners-"), admin_listen: "127.0.0.1:0", listen: "127.0.0.1:0", ...overrides });
   const listenerClock = new ManualScheduler(T0);
   const { server: s, parts } = await startHead({ config, log: pino({ level: "silent" }), scheduler: listenerClock, loop: false });
   cleanups.push(() => s.stop());

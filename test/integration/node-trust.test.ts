@@ -3,8 +3,7 @@
 // allowed, and the operator can delete, approve, rotate, cap and rate-limit.
 
 import { afterEach, describe, expect, test } from "bun:test";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import pino from "pino";
 import { NodeAgent } from "../../src/agent/agent";
@@ -17,6 +16,7 @@ import { NodeCredential, newNodeCredential } from "../../src/protocol/heartbeat"
 import { heartbeat } from "../helpers/fleet";
 import { type TestServer, testServer } from "../helpers/server";
 import { until } from "../helpers/until";
+import { scratchDir } from "../helpers/tmp";
 
 const H = "H100-80GB";
 let servers: TestServer[] = [];
@@ -270,7 +270,7 @@ describe("operator verbs", () => {
 describe("the agent", () => {
   test("keeps its credential 0600 in a 0700 state dir, uses it after a restart, and is refused a takeover of its own name without it", async () => {
     const s = await server({ heartbeat_interval: "200ms" });
-    const stateDir = join(mkdtempSync(join(tmpdir(), "llmgw-nt-")), "state");
+    const stateDir = join(scratchDir("llmgw-nt-"), "state");
     const tokenFile = join(stateDir, "..", "join.token");
     await Bun.write(tokenFile, `${s.joinToken}\n`);
     const make = (over: Record<string, unknown> = {}) =>
@@ -307,7 +307,7 @@ describe("the agent", () => {
 
   test("a join that took effect but whose answer was lost: restarted, the agent sends the credential it chose again and is answered, not refused", async () => {
     const s = await server({ heartbeat_interval: "200ms" });
-    const stateDir = join(mkdtempSync(join(tmpdir(), "llmgw-nt-")), "state");
+    const stateDir = join(scratchDir("llmgw-nt-"), "state");
     mkdirSync(stateDir, { recursive: true, mode: 0o700 });
     const tokenFile = join(stateDir, "..", "join.token");
     await Bun.write(tokenFile, `${s.joinToken}\n`);
@@ -331,7 +331,7 @@ describe("the agent", () => {
 
   test("a joining agent keeps its chosen credential 0600 until answered; one chosen for another node is replaced", async () => {
     const log = pino({ level: "silent" });
-    const dir = mkdtempSync(join(tmpdir(), "llmgw-nt-"));
+    const dir = scratchDir("llmgw-nt-");
     const path = join(dir, "node.joining");
     const first = joiningCredential(path, "sim-01", log);
     expect(NodeCredential.safeParse(first).success).toBe(true);
@@ -356,7 +356,7 @@ describe("the agent", () => {
 describe("engine logs", () => {
   /** A head node, an agent with a log listener, and a replica of that agent's whose log has a line. */
   async function withLog(tls: boolean) {
-    const dir = mkdtempSync(join(tmpdir(), "llmgw-nt-logs-"));
+    const dir = scratchDir("llmgw-nt-logs-");
     let o: Record<string, unknown> = {};
     if (tls) {
       const c = selfSignedCertificate(["127.0.0.1"]);

@@ -3,13 +3,13 @@
 // machine would open it.
 
 import { afterAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { Store } from "../../src/store";
 import { storeContract } from "../contract/store";
+import { scratchDir } from "../helpers/tmp";
 
-const root = mkdtempSync(join(tmpdir(), "llmgw-contract-"));
+const root = scratchDir("llmgw-contract-");
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 let n = 0;
 

@@ -5,14 +5,14 @@
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
-import { mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Writable } from "node:stream";
 import pino from "pino";
 import type { Summary } from "../../src/protocol/views";
 import { heartbeat } from "../helpers/fleet";
 import { type TestServer, testServer } from "../helpers/server";
+import { scratchDir } from "../helpers/tmp";
 
 const logs: string[] = [];
 let s: TestServer;
@@ -76,7 +76,7 @@ describe("backup", () => {
     expect(res.status).toBe(200);
     const bytes = new Uint8Array(await res.arrayBuffer());
     expect(new TextDecoder().decode(bytes.slice(0, 15))).toBe("SQLite format 3");
-    const dir = mkdtempSync(join(tmpdir(), "llmgw-restore-"));
+    const dir = scratchDir("llmgw-restore-");
     writeFileSync(join(dir, "llmgw.db"), bytes);
     const restored = await testServer({ data_dir: dir });
     try {

@@ -6,8 +6,7 @@
 
 import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { drizzle } from "drizzle-orm/postgres-js";
 import { migrate } from "drizzle-orm/postgres-js/migrator";
@@ -16,6 +15,7 @@ import { JOURNALS } from "../../src/store/migrations";
 import { Store } from "../../src/store";
 import { PgStore } from "../../src/store/pg";
 import { type Postgres, startPostgres } from "../helpers/postgres";
+import { scratchDir } from "../helpers/tmp";
 
 interface Column {
   name: string;
@@ -112,7 +112,7 @@ let pg: Postgres;
 let dir: string;
 beforeAll(async () => {
   pg = await startPostgres();
-  dir = mkdtempSync(join(tmpdir(), "llmgw-mig-"));
+  dir = scratchDir("llmgw-mig-");
 }, 60_000);
 afterAll(async () => {
   await pg?.stop();

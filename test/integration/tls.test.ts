@@ -3,8 +3,7 @@
 // recorded. Certificates are made here with openssl (self-signed, 127.0.0.1 and localhost).
 
 import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import pino from "pino";
 import { AgentError, NodeAgent, type AgentTiming } from "../../src/agent/agent";
@@ -14,6 +13,7 @@ import { readServerInfo } from "../../src/config/datadir";
 import type { NodeView } from "../../src/protocol/views";
 import { type TestServer, testServer } from "../helpers/server";
 import { until } from "../helpers/until";
+import { scratchDir } from "../helpers/tmp";
 
 const FAST: Partial<AgentTiming> = { backoffInitialMs: 50, backoffMaxMs: 200, longPollWaitMs: 5_000, requestTimeoutMs: 3_000 };
 
@@ -54,7 +54,7 @@ function makeCert(name: string, san = "IP:127.0.0.1,DNS:localhost"): Cert {
 }
 
 beforeAll(() => {
-  dir = mkdtempSync(join(tmpdir(), "llmgw-tls-"));
+  dir = scratchDir("llmgw-tls-");
   good = makeCert("server");
   other = makeCert("other");
   named = makeCert("named", "DNS:head.example");
@@ -84,7 +84,7 @@ function makeAgent(server: TestServer, config: Record<string, unknown>, name = "
     name,
     // What the head node sees its heartbeats come from.
     address: "127.0.0.1",
-    state_dir: mkdtempSync(join(tmpdir(), "llmgw-agent-")),
+    state_dir: scratchDir("llmgw-agent-"),
     simulate: "H100-80GB:2",
     logs_listen: "127.0.0.1:0",
     ...config,
@@ -314,7 +314,7 @@ describe("the CLI over HTTPS", () => {
 
   test("elsewhere it needs --ca (or LLMGW_CA), and says so", async () => {
     const server = await tlsServer();
-    const elsewhere = mkdtempSync(join(tmpdir(), "llmgw-cli-"));
+    const elsewhere = scratchDir("llmgw-cli-");
     cleanup.push(() => rmSync(elsewhere, { recursive: true, force: true }));
     const flags = { "data-dir": elsewhere, server: server.adminUrl, token: server.adminToken };
 

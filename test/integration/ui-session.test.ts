@@ -4,14 +4,14 @@
 // the logout URL that changes nothing.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { ManualScheduler } from "../../src/lib/scheduler";
 import { SESSION_MAX, SessionStore } from "../../src/api/sessions";
 import { UI_COOKIE } from "../../src/api/ui";
 import { SESSION_ABSOLUTE_MS, SESSION_IDLE_MS } from "../../src/api/sessions";
 import { type TestServer, testServer } from "../helpers/server";
+import { scratchDir } from "../helpers/tmp";
 
 let s: TestServer;
 beforeAll(async () => {
@@ -169,7 +169,7 @@ describe("expiry, by the injected clock", () => {
 
 describe("transport and bounds", () => {
   test("over TLS the cookie is Secure", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "llmgw-ui-tls-"));
+    const dir = scratchDir("llmgw-ui-tls-");
     try {
       const cert = join(dir, "c.pem");
       const key = join(dir, "c.key");

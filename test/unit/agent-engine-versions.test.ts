@@ -3,8 +3,7 @@
 // hangs: a missing engine, a failing command and a hung import each come back with a reason.
 
 import { describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import {
   compareVersions,
@@ -19,6 +18,7 @@ import {
 } from "../../src/agent/engine-versions";
 import { EngineReport } from "../../src/protocol/heartbeat";
 import { ManualScheduler } from "../../src/lib/scheduler";
+import { scratchDir } from "../helpers/tmp";
 
 describe("parsing", () => {
   test("vllm --version: the version alone, after any platform-detection log lines", () => {
@@ -102,7 +102,7 @@ describe("probing", () => {
   });
 
   test("a hung version command is killed at the timeout and reported, not waited on", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "llmgw-probe-"));
+    const dir = scratchDir("llmgw-probe-");
     const script = join(dir, "vllm");
     writeFileSync(script, "#!/bin/sh\nexec sleep 30\n", { mode: 0o755 });
     try {

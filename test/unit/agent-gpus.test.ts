@@ -2,8 +2,7 @@
 // the parsers, the MIG rule, health marking, the not-installed path, class names, --simulate.
 
 import { describe, expect, test } from "bun:test";
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { chmodSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import fc from "fast-check";
 import {
@@ -22,6 +21,7 @@ import {
 import { GpuReport, HeartbeatRequest } from "../../src/protocol/heartbeat";
 import { readFixture } from "../fixtures/read";
 import { ManualScheduler } from "../../src/lib/scheduler";
+import { scratchDir } from "../helpers/tmp";
 
 const fx = {
   h100L: readFixture("nvidia-smi/L__h100-80gb-hbm3-mig__590.48.01.txt"),
@@ -472,7 +472,7 @@ describe("discoverGpus", () => {
   });
 
   test("real process: a stand-in nvidia-smi script printing the captures; and a hung one times out", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "llmgw-smi-"));
+    const dir = scratchDir("llmgw-smi-");
     try {
       writeFileSync(join(dir, "q.csv"), fx.h100Csv);
       writeFileSync(join(dir, "l.txt"), fx.h100L);

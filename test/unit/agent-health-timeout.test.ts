@@ -2,12 +2,12 @@
 // a ProcessSet hands each replica the timeout its engine needs instead of one for all.
 
 import { afterEach, expect, test } from "bun:test";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { ProcessSet } from "../../src/agent/runner";
 import { ManualScheduler } from "../../src/lib/scheduler";
 import { Assignment } from "../../src/protocol/heartbeat";
+import { scratchDir } from "../helpers/tmp";
 
 const cleanup: Array<() => Promise<void> | void> = [];
 afterEach(async () => {
@@ -22,7 +22,7 @@ function assignment(id: string, engine: Assignment["engine"], port: number): Ass
 }
 
 test("each replica's health probe is cut off at its own engine's timeout", async () => {
-  const dir = mkdtempSync(join(tmpdir(), "llmgw-health-timeout-"));
+  const dir = scratchDir("llmgw-health-timeout-");
   cleanup.push(() => rmSync(dir, { recursive: true, force: true }));
   const clock = new ManualScheduler();
   // A /health that never answers: each probe ends only when its timeout aborts it.

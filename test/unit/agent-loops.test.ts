@@ -4,13 +4,13 @@
 // spinning when something in between answers at once. No real time passes.
 
 import { afterEach, expect, test } from "bun:test";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
 import pino from "pino";
 import { AGENT_TIMING, type FetchLike, NodeAgent } from "../../src/agent/agent";
 import { AgentConfig } from "../../src/config";
 import { ManualScheduler } from "../../src/lib/scheduler";
+import { scratchDir } from "../helpers/tmp";
 
 const cleanup: Array<() => Promise<void> | void> = [];
 afterEach(async () => {
@@ -54,7 +54,7 @@ class FakeHead {
 }
 
 async function startAgent(): Promise<{ clock: ManualScheduler; head: FakeHead; agent: NodeAgent }> {
-  const dir = mkdtempSync(join(tmpdir(), "llmgw-agent-loops-"));
+  const dir = scratchDir("llmgw-agent-loops-");
   cleanup.push(() => rmSync(dir, { recursive: true, force: true }));
   const clock = new ManualScheduler();
   const head = new FakeHead(clock);

@@ -6,8 +6,7 @@
 // the real child processes: starting up, answering, writing output, exiting after a signal.
 
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { LaunchError } from "../../src/agent/engines";
 import { isAlive, lastLines, ProcessSet, readTail, ReplicaProcess, type LaunchSpec, type ReplicaProcessOptions } from "../../src/agent/runner";
@@ -15,6 +14,7 @@ import { ManualScheduler } from "../../src/lib/scheduler";
 import { Assignment, type ReplicaReport } from "../../src/protocol/heartbeat";
 import { readFixture } from "../fixtures/read";
 import { until } from "../helpers/until";
+import { scratchDir } from "../helpers/tmp";
 
 const SERVER = `
 const [port, mode = "ok", delay = "0"] = process.argv.slice(2);
@@ -54,7 +54,7 @@ let script: string;
 const cleanup: Array<() => Promise<void>> = [];
 
 beforeEach(() => {
-  dir = mkdtempSync(join(tmpdir(), "llmgw-runner-"));
+  dir = scratchDir("llmgw-runner-");
   script = join(dir, "server.ts");
   writeFileSync(script, SERVER);
 });

@@ -3,11 +3,11 @@
 // revisions a hub cache holds, which GGUF file llama.cpp gets, and the engines' offline env.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdirSync, mkdtempSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { mkdirSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { LaunchError } from "../../src/agent/engines";
 import { MAX_REVISIONS, ggufFile, localWeightsEnv, modelPathFor, scanModels, scanWeights } from "../../src/agent/weights";
+import { scratchDir } from "../helpers/tmp";
 
 let root: string;
 const put = (rel: string, content = "x") => {
@@ -17,7 +17,7 @@ const put = (rel: string, content = "x") => {
 };
 
 beforeAll(() => {
-  root = mkdtempSync(join(tmpdir(), "llmgw-weights-"));
+  root = scratchDir("llmgw-weights-");
   // Present (under good/).
   put("good/Llama-3.1-8B-Instruct/config.json");
   put("good/Llama-3.1-8B-Instruct/model-00001-of-00004.safetensors");

@@ -5,11 +5,11 @@
 // server is tested through the compiled binary in test/e2e/completion.test.ts).
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { bashScript, zshScript } from "../../src/cli/completion";
 import { allCommands } from "../../src/main";
+import { scratchDir } from "../helpers/tmp";
 
 let dir: string;
 let script: string;
@@ -26,7 +26,7 @@ esac
 `;
 
 beforeAll(async () => {
-  dir = mkdtempSync(join(tmpdir(), "llmgw-completion-"));
+  dir = scratchDir("llmgw-completion-");
   script = join(dir, "llmgw.bash");
   writeFileSync(script, bashScript(await allCommands(), ["llmgw", "./llmgw"]));
   writeFileSync(join(dir, "llmgw"), STUB, { mode: 0o755 });

@@ -2,15 +2,15 @@
 // named at once with its key and source.
 
 import { describe, expect, test } from "bun:test";
-import { mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { AgentConfig, ConfigError, ServeConfig, defaultText, loadConfig } from "../../src/config";
 import { UsageError, parseFlags } from "../../src/config/flags";
 import { SERVE_FLAGS } from "../../src/cli/serve";
 import { AGENT_FLAGS } from "../../src/cli/agent";
+import { scratchDir } from "../helpers/tmp";
 
-const dir = mkdtempSync(join(tmpdir(), "llmgw-cfg-"));
+const dir = scratchDir("llmgw-cfg-");
 const file = (name: string, text: string) => {
   const p = join(dir, name);
   writeFileSync(p, text);

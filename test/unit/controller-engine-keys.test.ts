@@ -3,8 +3,7 @@
 // node's secret in its data dir, and so the same after a restart with that data dir.
 
 import { afterEach, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync, statSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { rmSync, statSync } from "node:fs";
 import { join } from "node:path";
 import pino from "pino";
 import { ensureDataDir, resolveEngineSecret } from "../../src/config/datadir";
@@ -14,6 +13,7 @@ import type { EndpointInfo } from "../../src/control/interfaces";
 import { Assignment, type ReplicaReport } from "../../src/protocol/heartbeat";
 import { Store } from "../../src/store";
 import { T0, heartbeat, model, type NodeDef } from "../helpers/fleet";
+import { scratchDir } from "../helpers/tmp";
 
 const H = "H100-80GB";
 const silent = pino({ level: "silent" });
@@ -104,7 +104,7 @@ describe("the head node's engine secret", () => {
   }
 
   test("is generated once, kept 0600 in the data dir, and gives the same keys after a restart", async () => {
-    const dataDir = ensureDataDir(mkdtempSync(join(tmpdir(), "llmgw-engine-secret-")));
+    const dataDir = ensureDataDir(scratchDir("llmgw-engine-secret-"));
     dirs.push(dataDir);
     const first = boot(dataDir);
     expect(first.secret.source).toBe("generated");
@@ -135,7 +135,7 @@ describe("the head node's engine secret", () => {
     second.store.close();
 
     // A different data dir is a different head node: different keys for the same ids.
-    const otherDir = ensureDataDir(mkdtempSync(join(tmpdir(), "llmgw-engine-secret-")));
+    const otherDir = ensureDataDir(scratchDir("llmgw-engine-secret-"));
     dirs.push(otherDir);
     const other = boot(otherDir);
     expect(other.ctl.engineKey(before[0]!.id)).not.toBe(before[0]!.engine_key);

@@ -5,8 +5,7 @@
 // fail). The last tests run two keepers on one real SQLite file.
 
 import { afterEach, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
 import pino from "pino";
 import { FencedError } from "../../src/control/errors";
@@ -15,6 +14,7 @@ import type { Lease, NewEvent } from "../../src/control/types";
 import { ManualScheduler } from "../../src/lib/scheduler";
 import { Store } from "../../src/store";
 import { until } from "../helpers/until";
+import { scratchDir } from "../helpers/tmp";
 
 const silent = pino({ level: "silent" });
 const TTL = 3000;
@@ -283,7 +283,7 @@ describe("two LeaseKeepers on one SQLite file", () => {
   });
 
   test("one leads, the other stands by; a stop hands over with the epoch + 1 and the old fence is refused", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "llmgw-ha-"));
+    const dir = scratchDir("llmgw-ha-");
     dirs.push(dir);
     const path = join(dir, "llmgw.db");
     const [sa, sb] = [new Store({ path }), new Store({ path })];
@@ -311,7 +311,7 @@ describe("two LeaseKeepers on one SQLite file", () => {
   });
 
   test("by the database's clock: a lease of 300 ms that nobody renews is taken by the other", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "llmgw-ha-"));
+    const dir = scratchDir("llmgw-ha-");
     dirs.push(dir);
     const path = join(dir, "llmgw.db");
     const [sa, sb] = [new Store({ path }), new Store({ path })];

@@ -10,6 +10,7 @@ import { drizzle } from "drizzle-orm/bun-sqlite";
 import { migrate } from "drizzle-orm/bun-sqlite/migrator";
 import { EMBEDDED, JOURNAL, JOURNALS, embeddedMigrations, type MigrationDialect } from "../../src/store/migrations";
 import { Store } from "../../src/store";
+import { scratchDir } from "../helpers/tmp";
 
 const ROOT = join(import.meta.dir, "../../drizzle");
 const DRIZZLE = join(ROOT, "sqlite");
@@ -52,7 +53,7 @@ describe("embedded migrations", () => {
   });
 
   test("opening an existing database again applies nothing twice and keeps its rows", () => {
-    const dir = require("node:fs").mkdtempSync(join(require("node:os").tmpdir(), "llmgw-mig-"));
+    const dir = scratchDir("llmgw-mig-");
     const path = join(dir, "x.db");
     const a = new Store({ path });
     a.setMeta("k", "v");

@@ -2,18 +2,18 @@
 // time (the agent's Scheduler), count and size.
 
 import { afterEach, describe, expect, test } from "bun:test";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { PastLogKeeper, pastLogsToDrop, previousPathOf, rotateForNewRun } from "../../src/agent/previous-logs";
 import { ManualScheduler } from "../../src/lib/scheduler";
+import { scratchDir } from "../helpers/tmp";
 
 const dirs: string[] = [];
 afterEach(() => {
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
 const tmp = () => {
-  const d = mkdtempSync(join(tmpdir(), "llmgw-prev-"));
+  const d = scratchDir("llmgw-prev-");
   dirs.push(d);
   return d;
 };

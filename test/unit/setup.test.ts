@@ -2,10 +2,10 @@
 // so that what it does when commands are missing is checked without touching the machine.
 
 import { describe, expect, test } from "bun:test";
-import { chmodSync, mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { chmodSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { NEEDS, type SetupEnv, fileMatches, missing, setup } from "../setup";
+import { scratchDir } from "../helpers/tmp";
 
 /** Per stand-in PATH directory, the absolute paths/globs of NEEDS that "exist" beside it. */
 const files = new Map<string, Set<string>>();
@@ -14,7 +14,7 @@ const missingOn = (dir: string) => missing(dir, NEEDS, existsFor(dir));
 
 /** A PATH directory holding a stand-in for each of `commands` (absolute ones are recorded as present). */
 function pathWith(commands: string[]): string {
-  const dir = mkdtempSync(join(tmpdir(), "llmgw-setup-"));
+  const dir = scratchDir("llmgw-setup-");
   files.set(dir, new Set());
   for (const c of commands) provide(dir, c);
   return dir;
@@ -148,7 +148,7 @@ describe("test/setup.ts", () => {
   });
 
   test("fileMatches finds a file by absolute path, glob or {a,b} alternatives, and nothing where there is none", () => {
-    const root = mkdtempSync(join(tmpdir(), "llmgw-setup-glob-"));
+    const root = scratchDir("llmgw-setup-glob-");
     mkdirSync(join(root, "lib/pg/15/bin"), { recursive: true });
     writeFileSync(join(root, "lib/pg/15/bin/initdb"), "");
     expect(fileMatches(join(root, "lib/pg/15/bin/initdb"))).toBe(true);

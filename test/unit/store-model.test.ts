@@ -2,14 +2,14 @@
 // never holds what the store refused.
 
 import { describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { ModelStore } from "../../src/control/model";
 import { ManualScheduler } from "../../src/lib/scheduler";
 import { Store } from "../../src/store";
 import type { Snapshot } from "../../src/control/types";
 import { T0, heartbeat, model } from "../helpers/fleet";
+import { scratchDir } from "../helpers/tmp";
 
 function setup() {
   const store = new Store({ path: ":memory:" });
@@ -224,7 +224,7 @@ describe("in-memory model: the background reload", () => {
 
 describe("in-memory model: another writer's commits", () => {
   function pair() {
-    const dir = mkdtempSync(join(tmpdir(), "llmgw-model-"));
+    const dir = scratchDir("llmgw-model-");
     const path = join(dir, "store.db");
     const store = new Store({ path });
     const other = new Store({ path });

@@ -8,10 +8,9 @@
 //               that had anything to do, written to the store).
 // The killed one is started again and must rejoin standing by before the next round.
 
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { rmSync } from "node:fs";
 import { type ControlPlane, controlPlane, JOIN_TOKEN, leads, oneLeader, startPair } from "./ha-pair";
+import { scratchDir } from "../../helpers/tmp";
 
 export interface FailoverRound {
   leadMs: number;
@@ -55,7 +54,7 @@ function nodeLoop(cps: () => ControlPlane[]): { stop(): void } {
 
 export async function failoverBench(o: { store: (dir: string) => string; leaseTtl: string; leaseRenew: string; rounds: number; log?: (s: string) => void }): Promise<FailoverFigures> {
   const say = o.log ?? (() => {});
-  const dir = mkdtempSync(join(tmpdir(), "llmgw-bench-ha-fo-"));
+  const dir = scratchDir("llmgw-bench-ha-fo-");
   const store = o.store(dir);
   const cps = [0, 1].map((i) => controlPlane(i, { dir, store, leaseTtl: o.leaseTtl, leaseRenew: o.leaseRenew, logLevel: "warn" }));
   const ttlMs = durMs(o.leaseTtl);

@@ -3,11 +3,10 @@
 // through its agent API by lib/ha-hbload.ts (pinned to CPU 1), then heartbeats back to back for
 // a few seconds, unchanged (`steady`) and with news each time (`changing`: a store write each).
 
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { rmSync } from "node:fs";
 import { BUN, spawnChild } from "./procs";
 import { allowAddresses, startScaleHead } from "./scale-head";
+import { scratchDir } from "../../helpers/tmp";
 
 export interface HeartbeatFigures {
   steady: { rate: number; p50: number; p99: number; errors: number };
@@ -17,7 +16,7 @@ export interface HeartbeatFigures {
 }
 
 export async function heartbeatBench(o: { nodes: number; seconds: number; concurrency: number; storeArgs: string[] }): Promise<HeartbeatFigures> {
-  const dir = mkdtempSync(join(tmpdir(), "llmgw-bench-ha-hb-"));
+  const dir = scratchDir("llmgw-bench-ha-hb-");
   const head = await startScaleHead(dir, o.nodes, { cpus: "0", extraArgs: ["--max-connections", "1024", ...o.storeArgs] });
   try {
     await allowAddresses(head, o.nodes);

@@ -4,11 +4,11 @@
 // small non-streamed chat requests through the leader's router and the standby's in turns
 // (ROUNDS slices each, so a slow spell of the shared machine falls on both), after a warm-up.
 
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { controlPlane, JOIN_TOKEN, oneLeader, startPair } from "./ha-pair";
 import { BUN, type Child, spawnChild } from "./procs";
+import { scratchDir } from "../../helpers/tmp";
 
 export interface RouterFigures {
   leaderRps: number;
@@ -46,7 +46,7 @@ async function chatOk(url: string): Promise<boolean> {
 
 export async function routerBench(o: { store: (dir: string) => string; seconds: number; rounds: number; log?: (s: string) => void }): Promise<RouterFigures> {
   const say = o.log ?? (() => {});
-  const dir = mkdtempSync(join(tmpdir(), "llmgw-bench-ha-router-"));
+  const dir = scratchDir("llmgw-bench-ha-router-");
   const store = o.store(dir);
   const cps = [0, 1].map((i) => controlPlane(i, { dir, store, leaseTtl: "15s", leaseRenew: "5s", cpus: "1", logLevel: "warn" }));
   let engine: Child | undefined;

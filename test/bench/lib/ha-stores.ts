@@ -4,11 +4,11 @@
 // test helper's default turns fsync off). Each `fresh()` is an empty store: a new SQLite file,
 // or a new database on the one PostgreSQL server.
 
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { type OpenedStore, openStore } from "../../../src/store/open";
 import { ROOT } from "./procs";
+import { scratchDir } from "../../helpers/tmp";
 
 export interface BenchStores {
   /** A new empty SQLite file's path. */
@@ -21,7 +21,7 @@ export interface BenchStores {
 }
 
 export async function benchStores(o: { postgres: boolean }): Promise<BenchStores> {
-  const dir = mkdtempSync(join(tmpdir(), "llmgw-bench-ha-"));
+  const dir = scratchDir("llmgw-bench-ha-");
   let n = 0;
   let pg: { url: string; sql(q: string): Promise<unknown>; stop(): Promise<void> } | undefined;
   let pgMissing: string | undefined;
