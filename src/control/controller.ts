@@ -927,6 +927,10 @@ export class Controller {
 
   /** The long poll: resolves when the node's assignments change, or after waitMs. */
   async waitForAssignments(node: string, generation: number, waitMs: number, signal?: AbortSignal): Promise<HeartbeatResponse> {
+    // A standby, as for a heartbeat, answers from what the store holds now: an agent that fails
+    // over asks its long poll first (at once), and a set from the standby's last tick may lack a
+    // replica the leader placed since, which would stop that engine until the next heartbeat.
+    if (!this.lead.leading) await this.exclusive(() => this.catchUp());
     await this.broker.wait(node, generation, waitMs, signal);
     return this.response(node);
   }

@@ -118,6 +118,28 @@ describe("two control planes on one SQLite file", () => {
     expect(fromA.members![0]!.address).toBe(a.adminUrl);
   });
 
+  test("the standby's long poll, like its heartbeat answer, hands out what the store holds now, not its last tick's set", async () => {
+    // n2 registers through the standby, which projects its (empty) set then.
+    const joined = await json<HeartbeatResponse>(b.agent(heartbeat({ name: "n2", fabrics: ["f"], gpus: ["L4-24GB"], models: ["m2"] })));
+    expect(joined.assignments).toEqual([]);
+    await b.tick();
+    expect((await b.admin("/api/v1/models/m2", { method: "PUT", body: JSON.stringify(model({ name: "m2", replicas: { min: 1 }, profiles: [{ name: "l4", engine: "vllm", gpu_class: "L4-24GB", gpus: 1 }] })) })).status).toBe(201);
+    const placed = await until("the leader placed m2 on n2", async () => {
+      a.parts.model.invalidate();
+      await a.tick();
+      return (await json<ReplicaView[]>(a.admin("/api/v1/replicas"))).find((r) => r.model === "m2");
+    });
+    // The standby's reads see it (its watch of the store), but it has not ticked since: an agent
+    // that fails over to it asks its long poll first (at once, wait_ms=0), and a set without the
+    // leader's replica would stop its engine there.
+    await until("the standby reads the leader's replica", async () => (await json<ReplicaView[]>(b.admin("/api/v1/replicas"))).some((r) => r.id === placed.id));
+    const res = await fetch(`${b.adminUrl}/agent/v1/assignments?node=n2&generation=0&wait_ms=0`, { headers: { authorization: `Bearer ${b.credentials.get("n2")}` } });
+    expect(res.status).toBe(200);
+    const answer = (await res.json()) as HeartbeatResponse;
+    expect(answer.epoch).toBe(1);
+    expect(answer.assignments.map((x) => x.id)).toEqual([placed.id]);
+  });
+
   test("a clean stop of the leader: the standby leads on its next renewal, epoch 2, and the replica stays the same", async () => {
     const before = (await json<ReplicaView[]>(b.admin("/api/v1/replicas"))).map((r) => r.id);
     await a.stop();
