@@ -39,7 +39,11 @@ async function runAsync(args: string[]): Promise<{ code: number; stdout: string;
 }
 
 async function summary(): Promise<Summary | undefined> {
+  const t0 = performance.now();
   const r = await runAsync(["status", "-o", "json"]);
+  // A slow answer is what stretches the polling waits below past their bounds: said when it happens.
+  const took = performance.now() - t0;
+  if (took > 5_000) console.log(`patroni: status took ${Math.round(took)} ms (exit ${r.code}${r.code === 0 ? "" : `: ${r.stderr.trim().slice(0, 200)}`})`);
   return r.code === 0 ? (JSON.parse(r.stdout) as Summary) : undefined;
 }
 
