@@ -17,6 +17,8 @@ import type { NodeView } from "../../src/protocol/views";
 import { type TestServer, testServer } from "../helpers/server";
 import { until } from "../helpers/until";
 import { replicaStarts as starts } from "../helpers/agent-state";
+// Engine ports from below the ephemeral range (see ports.ts): one from it can be taken by any outgoing connection.
+import { freePort } from "../helpers/ports";
 
 const FAKE_ENGINE = join(import.meta.dir, "../../src/sim/fake-engine.ts");
 const SELF_EXE = [process.execPath, FAKE_ENGINE];
@@ -41,6 +43,20 @@ function captureLog(): { log: pino.Logger; lines: Line[] } {
   return { log, lines };
 }
 
+/** What the agent logged (info and above), for a failure's message: the run that showed it says why. */
+function agentSaid(lines: Line[]): string {
+  return `the agent said:\n${lines.filter((l) => l.level >= 30).map((l) => JSON.stringify(l)).join("\n")}`;
+}
+
+/** Runs `step`; should it fail, the error carries what the agent logged. */
+async function saying<T>(lines: Line[], step: () => Promise<T>): Promise<T> {
+  try {
+    return await step();
+  } catch (e) {
+    throw new Error(`${(e as Error).message}; ${agentSaid(lines)}`);
+  }
+}
+
 function makeAgent(config: Record<string, unknown>, extra: Partial<NodeAgentOptions> = {}): NodeAgent {
   const cfg = AgentConfig.parse({
     name: "sim-01",
@@ -60,13 +76,6 @@ function makeAgent(config: Record<string, unknown>, extra: Partial<NodeAgentOpti
 }
 
 const stateDirOf = (agent: NodeAgent) => (agent as unknown as { config: AgentConfig }).config.state_dir;
-
-async function freePort(): Promise<number> {
-  const s = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response() });
-  const port = s.port!;
-  await s.stop(true);
-  return port;
-}
 
 function assignment(id: string, port: number): Assignment {
   return Assignment.parse({
@@ -202,8 +211,7 @@ describe("failover between servers", () => {
   let s: TestServer;
 
   test("a dead first server: the agent registers with the real head node behind it, logs one switch, and runs what it assigns", async () => {
-    let base = 0;
-    while (base === 0 || base > 63_000) base = await freePort();
+    const base = freePort(16);
     s = await testServer({ heartbeat_interval: "200ms", engine_base_port: base });
     cleanup.push(() => s.stop());
     const dead = `http://127.0.0.1:${await freePort()}`;
@@ -221,11 +229,13 @@ describe("failover between servers", () => {
 
     const put = await s.admin("/api/v1/models/llama-3.1-8b", { method: "PUT", body: JSON.stringify({ replicas: { min: 1 }, profiles: [{ name: "h100", engine: "vllm", gpu_class: "H100-80GB", gpus: 1 }] }) });
     expect(put.status).toBeLessThan(300);
-    await until("the replica ready on the head node", async () => {
-      await s.tick();
-      const reps = (await (await s.admin("/api/v1/replicas")).json()) as Array<{ state: string }>;
-      return reps.some((r) => r.state === "ready");
-    });
+    await saying(lines, () =>
+      until("the replica ready on the head node", async () => {
+        await s.tick();
+        const reps = (await (await s.admin("/api/v1/replicas")).json()) as Array<{ state: string }>;
+        return reps.some((r) => r.state === "ready");
+      }),
+    );
     expect(agent.reports().map((r) => r.state)).toEqual(["ready"]);
     expect(switches(lines)).toHaveLength(1);
   });
@@ -422,7 +432,7 @@ describe("leader epochs", () => {
 
 describe("two control planes on one store", () => {
   test("the leader stops: the agent moves to the standby, which leads at epoch 2; the replica and its engine stay", async () => {
-    const base = await freePort();
+    const base = freePort(16);
     const dir = tempDir("llmgw-agent-ha-");
     const common = {
       store: join(dir, "llmgw.db"),
@@ -430,7 +440,7 @@ describe("two control planes on one store", () => {
       lease_ttl: "60s",
       lease_renew: "1s",
       heartbeat_interval: "200ms",
-      engine_base_port: base > 60_000 ? 20_000 : base,
+      engine_base_port: base,
       admin_token: "llmgw_admin_shared_token_for_both_heads",
       join_token: "llmgw_join_shared_token_for_both_heads",
     };
@@ -483,7 +493,7 @@ describe("two control planes on one store", () => {
     // Should the engine have been started again, the failure carries what the agent logged, so
     // the cause can be read from the run that showed it.
     const after = pidOf(stateDir, ready.id);
-    if (after !== pid) throw new Error(`engine ${pid} replaced by ${after}; the agent said:\n${lines.filter((l) => l.level >= 30).map((l) => JSON.stringify(l)).join("\n")}`);
+    if (after !== pid) throw new Error(`engine ${pid} replaced by ${after}; ${agentSaid(lines)}`);
     expect(isAlive(pid)).toBe(true);
     expect(starts(stateDir, ready.id)).toBe(1);
   });

@@ -24,6 +24,8 @@ import type { NodeView } from "../../src/protocol/views";
 import { until } from "../helpers/until";
 import { replicaStarts as starts } from "../helpers/agent-state";
 import { type TestServer, testServer } from "../helpers/server";
+// Engine ports from below the ephemeral range (see ports.ts): one from it can be taken by any outgoing connection.
+import { freePort } from "../helpers/ports";
 
 const FAKE_ENGINE = join(import.meta.dir, "../../src/sim/fake-engine.ts");
 /** renderLaunch appends "fake-engine" and its flags; fake-engine.ts run directly skips that word. */
@@ -65,13 +67,6 @@ function makeAgent(config: Record<string, unknown>, extra: Partial<NodeAgentOpti
   // Before the state dir's removal (cleanups run in reverse), so no engine outlives its test.
   cleanup.push(() => agent.stop());
   return agent;
-}
-
-async function freePort(): Promise<number> {
-  const s = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response() });
-  const port = s.port!;
-  await s.stop(true);
-  return port;
 }
 
 function assignment(id: string, port: number, extra: Partial<Assignment> = {}): Assignment {
@@ -279,13 +274,8 @@ describe("against the real head node", () => {
   });
 
   test("a model in the catalog becomes a ready replica on the agent's fake engine, and goes away with the model", async () => {
-    // Engine ports from a base the OS just said was free, not 8100, which another llmgw here may hold.
-    let base = 0;
-    while (base === 0 || base > 63_000) {
-      const probe = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response() });
-      base = probe.port!;
-      void probe.stop(true);
-    }
+    // Engine ports from a free block below the ephemeral range, not 8100, which another llmgw here may hold.
+    const base = freePort(16);
     await startServer({ engine_base_port: base });
     const agent = makeAgent({ server: s.adminUrl, token: s.joinToken, simulate: "H100-80GB:2", address: "127.0.0.1" });
     const stateDir = (agent as unknown as { config: AgentConfig }).config.state_dir;
@@ -319,12 +309,7 @@ describe("against the real head node", () => {
   });
 
   test("an agent with --engine-auth off starts its engines without a key", async () => {
-    let base = 0;
-    while (base === 0 || base > 63_000) {
-      const probe = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response() });
-      base = probe.port!;
-      void probe.stop(true);
-    }
+    const base = freePort(16);
     await startServer({ engine_base_port: base });
     const agent = makeAgent({ server: s.adminUrl, token: s.joinToken, simulate: "H100-80GB:1", address: "127.0.0.1", engine_auth: "off" });
     await agent.start();

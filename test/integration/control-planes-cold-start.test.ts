@@ -15,6 +15,8 @@ import { T0, heartbeat, model } from "../helpers/fleet";
 import { type Plane, type Planes, lead, startPlanes } from "../helpers/planes";
 import { ROUTER_DEFAULTS } from "../helpers/router-settings";
 import { until } from "../helpers/until";
+// The engine's port, chosen by the control plane from a free block below the ephemeral range (see ports.ts).
+import { freePort } from "../helpers/ports";
 
 const H = "H100-80GB";
 const cleanups: (() => unknown)[] = [];
@@ -25,18 +27,10 @@ afterEach(async () => {
   env = undefined;
 });
 
-/** A port nothing listens on now (the engine's, chosen by the control plane from here). */
-function freePort(): number {
-  const s = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response() });
-  const port = s.port!;
-  void s.stop(true);
-  return port;
-}
-
 describe("scale from zero with two control planes", () => {
   test("a request held by the standby's router is served once the leader's replica is ready", async () => {
     const clock = new ManualScheduler(T0);
-    env = await startPlanes({ names: ["a", "b"], clock, controller: { reconcile: { backoffMs: 2_000, backoffMaxMs: 60_000, maxFailures: 3, replaceAfterMs: 30_000, reportGraceMs: 60_000, startTimeoutMs: 120_000, basePort: freePort() } } });
+    env = await startPlanes({ names: ["a", "b"], clock, controller: { reconcile: { backoffMs: 2_000, backoffMaxMs: 60_000, maxFailures: 3, replaceAfterMs: 30_000, reportGraceMs: 60_000, startTimeoutMs: 120_000, basePort: freePort(16) } } });
     const [a, b] = env.planes as [Plane, Plane];
     await lead(a);
     // Both tick when woken (by the store's watch, by demand): the leader reconciles, the standby
