@@ -1,5 +1,5 @@
 // Benchmark: proxy throughput. wrk (one thread, 64 keep-alive connections, pinned to core 0)
-// POSTs chat requests for 10 s per target (two 5 s rounds, the targets taking turns) to a fake
+// POSTs chat requests for 8 s per target (four 2 s rounds, the targets taking turns) to a fake
 // engine (ttft 0, no token delay): directly, through llmgw's router (its own process,
 // lib/router-main.ts), the same router on Bun.serve instead of its own server
 // (LLMGW_HTTP_SERVER=bun: what the own server is worth), through nginx (one worker, keep-alive
@@ -16,15 +16,16 @@
 // events; at token delay 0 the fake engine writes them in one write). Prints req/s, latency, the
 // CPU each process spent per request, the share of core 1 other people's processes took meanwhile
 // (the machine is shared: above a few %, a figure is noise), and the ratios llmgw/nginx and
-// llmgw/haproxy (target ≥ 1.0: nginx for small answers, haproxy for streams) and llmgw/direct. --ablate adds bare-proxy variants that each add one piece of the
+// llmgw/haproxy (target ≥ 1.0: nginx for small answers, haproxy for streams) and llmgw/direct, from req/s and again from
+// the CPU each request cost core 1 round by round (less hostage to the machine's slow spells). --ablate adds bare-proxy variants that each add one piece of the
 // router's per-request work (lib/bare-proxy.ts flags), to see what the router's own cost is made
 // of (another minute). Needs wrk, nginx and taskset on PATH and 2+ cores. About 2.5 minutes:
-//   bun test/bench/proxy.ts [seconds-per-target, default 10] [--ablate] [--baseline DIR]
+//   bun test/bench/proxy.ts [seconds-per-target, default 8] [--ablate] [--baseline DIR]
 
 import { groupCpuSeconds, othersMeter } from "./lib/cpu";
 import { BUN, type Child, cleanupOnExit, fakeEngineProc, haproxyProc, killAll, nginxProc, routerProc, spawnChild, table } from "./lib/procs";
 
-const DURATION_S = Number(process.argv.slice(2).find((a, i, all) => !a.startsWith("--") && all[i - 1] !== "--baseline") ?? 10);
+const DURATION_S = Number(process.argv.slice(2).find((a, i, all) => !a.startsWith("--") && all[i - 1] !== "--baseline") ?? 8);
 const ABLATE = process.argv.includes("--ablate");
 // --baseline DIR: the router of another checkout (say, main) measured in the same interleaved
 // rounds, for before/after figures that share one run's noise.
@@ -32,7 +33,7 @@ const baselineAt = process.argv.indexOf("--baseline");
 const BASELINE = baselineAt > 0 ? process.argv[baselineAt + 1] : undefined;
 const WARMUP_S = 2;
 const FLOOR = "floor: Bun.listen+Bun.connect relay";
-const ROUNDS = 2;
+const ROUNDS = 4;
 const CONNECTIONS = 64;
 const MODEL = "m";
 const PROXY_CPUS = "1";
@@ -85,6 +86,13 @@ async function check(url: string, w: Workload): Promise<void> {
   const text = await r.text();
   const ok = r.status === 200 && ((w.body as { stream?: boolean }).stream ? text.includes("data: [DONE]") : /"finish_reason":"(stop|length)"/.test(text));
   if (!ok) throw new Error(`${url} answered ${r.status}: ${text.slice(0, 300)}`);
+}
+
+function median(xs: number[]): number {
+  if (xs.length === 0) return Number.NaN;
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 === 1 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 }
 
 cleanupOnExit();
@@ -151,13 +159,17 @@ try {
       errors: string[];
       pCpu: number;
       eCpu: number;
+      /** Per round: the proxy's CPU over the engine's, for the same requests (the machine's speed cancels out). */
+      relCpu: number[];
+      /** Per round: proxy and engine µs of CPU per request, together (what one request costs core 1). */
+      coreUs: number[];
       others: number[];
     }
     const acc = new Map<string, Acc>();
     for (const [name, url] of targets) {
       await check(url, w);
       await wrk(url, script, WARMUP_S);
-      acc.set(name, { requests: 0, seconds: 0, perRound: [], p50: [], p99: [], non2xx: 0, errors: [], pCpu: 0, eCpu: 0, others: [] });
+      acc.set(name, { requests: 0, seconds: 0, perRound: [], p50: [], p99: [], non2xx: 0, errors: [], pCpu: 0, eCpu: 0, relCpu: [], coreUs: [], others: [] });
     }
     const slice = DURATION_S / ROUNDS;
     for (let round = 0; round < ROUNDS; round++) {
@@ -168,8 +180,12 @@ try {
         const others = othersMeter(() => core1.map((c) => c.pid), 1);
         const r = await wrk(url, script, slice);
         a.others.push(others());
-        a.pCpu += proxy ? groupCpuSeconds(proxy.pid) - p0 : 0;
-        a.eCpu += groupCpuSeconds(engine.pid) - e0;
+        const pRound = proxy ? groupCpuSeconds(proxy.pid) - p0 : 0;
+        const eRound = groupCpuSeconds(engine.pid) - e0;
+        a.pCpu += pRound;
+        a.eCpu += eRound;
+        if (eRound > 0) a.relCpu.push(pRound / eRound);
+        if (r.requests > 0) a.coreUs.push(((pRound + eRound) * 1e6) / r.requests);
         a.requests += r.requests;
         a.seconds += r.requests / r.rps;
         a.perRound.push(r.rps);
@@ -179,7 +195,7 @@ try {
         if (r.errors) a.errors.push(r.errors);
       }
     }
-    const rows: (string | number)[][] = [["target", "req/s", "per round", "p50", "p99", "non-2xx", "socket errors", "proxy µs CPU/req", "engine µs CPU/req", "others on core 1"]];
+    const rows: (string | number)[][] = [["target", "req/s", "per round", "p50", "p99", "non-2xx", "socket errors", "proxy µs CPU/req", "engine µs CPU/req", "proxy/engine CPU", "others on core 1"]];
     const rps = new Map<string, number>();
     for (const [name, , proxy] of targets) {
       const a = acc.get(name)!;
@@ -196,6 +212,7 @@ try {
         a.errors.length ? a.errors.join("; ") : "none",
         proxy ? per(a.pCpu) : "-",
         per(a.eCpu),
+        proxy ? median(a.relCpu).toFixed(2) : "-",
         a.others.map((o) => `${(o * 100).toFixed(0)}%`).join(" "),
       ]);
     }
@@ -207,6 +224,18 @@ try {
         (w.key === "small" ? `   llmgw/bare buffered = ${(l / rps.get("bare Bun proxy (buffers body)")!).toFixed(2)}` : "") +
         (baseline ? `   baseline/nginx = ${(rps.get("llmgw router (baseline checkout)")! / rps.get("nginx (1 worker)")!).toFixed(2)}   baseline/haproxy = ${(rps.get("llmgw router (baseline checkout)")! / rps.get("haproxy (1 thread)")!).toFixed(2)}` : "") +
         `   llmgw/Bun.serve+raw client = ${(l / rps.get("Bun.serve + raw-socket client")!).toFixed(2)}   Bun.serve+raw client/nginx = ${(rps.get("Bun.serve + raw-socket client")! / rps.get("nginx (1 worker)")!).toFixed(2)}`
+    );
+    // The same comparison from CPU instead of wall-clock throughput: core 1 is saturated, so a
+    // target's req/s is 1 / (its µs + the engine's µs per request). Each round's figure is set
+    // against the same round's, a few seconds apart, so a slow spell of the machine counts less
+    // than it does in req/s (here the machine's speed swings by more than half within a minute).
+    const coreRatio = (a: string, b: string) => {
+      const x = acc.get(a)!.coreUs;
+      const y = acc.get(b)!.coreUs;
+      return median(x.map((v, i) => (y[i] ?? Number.NaN) / v).filter(Number.isFinite)).toFixed(2);
+    };
+    console.log(
+      `from CPU per request, round by round: llmgw/nginx = ${coreRatio("llmgw router", "nginx (1 worker)")}   llmgw/haproxy = ${coreRatio("llmgw router", "haproxy (1 thread)")}   floor/nginx = ${coreRatio(FLOOR, "nginx (1 worker)")}   floor/haproxy = ${coreRatio(FLOOR, "haproxy (1 thread)")}   llmgw/floor = ${coreRatio("llmgw router", FLOOR)}`,
     );
     const f = rps.get(FLOOR)!;
     console.log(
