@@ -245,10 +245,12 @@ export async function startPatroni(opts: { members?: number; log?: (line: string
       [ETCD, "--name", "llmgw-test", "--data-dir", join(dir, "etcd"), "--listen-client-urls", `http://127.0.0.1:${etcdPort}`, "--advertise-client-urls", `http://127.0.0.1:${etcdPort}`,
         "--listen-peer-urls", `http://127.0.0.1:${peerPort}`, "--initial-advertise-peer-urls", `http://127.0.0.1:${peerPort}`, "--initial-cluster", `llmgw-test=http://127.0.0.1:${peerPort}`,
         "--heartbeat-interval", "100", "--election-timeout", "500", "--log-level", "warn"],
+      // stdout read too: a pipe nobody reads fills (64 KiB) and then blocks the process writing to it.
       { stdout: "pipe", stderr: "pipe" },
     );
     procs.push(etcd);
     collect("etcd", etcd.stderr);
+    collect("etcd stdout", etcd.stdout);
     const etcdUrl = `http://127.0.0.1:${etcdPort}`;
     await until("etcd to answer /health", async () => {
       if (etcd.exitCode !== null) throw new Error(`etcd exited with ${etcd.exitCode}: ${(logs.get("etcd") ?? []).slice(-10).join("\n")}`);
@@ -271,6 +273,7 @@ export async function startPatroni(opts: { members?: number; log?: (line: string
       const p = Bun.spawn(asPostgres([PATRONI, yaml]), { cwd: dir, env: { PATH: "/usr/sbin:/usr/bin:/sbin:/bin", HOME: dir, LANG: "C.UTF-8" }, stdout: "pipe", stderr: "pipe" });
       procs.push(p);
       collect(name, p.stderr);
+      collect(`${name} stdout`, p.stdout);
       members.push({ name, restUrl: `http://127.0.0.1:${restPort}`, pgPort, pid: p.pid, dataDir });
       // The first member bootstraps alone; the others clone from it once it leads.
       if (i === 1) await waitLeader(members, procs, logs, { timeoutMs: 60_000, replicas: false });
