@@ -14,7 +14,7 @@
 // as floor/nginx, floor/haproxy and llmgw/floor). Every proxy and the engine share core 1. Two
 // workloads: (a) small non-streamed answers (4 tokens), (b) streamed answers of 20 tokens (22 SSE
 // events; at token delay 0 the fake engine writes them in one write). Prints req/s, latency, the
-// CPU each process spent per request, the share of core 1 other people's processes took meanwhile
+// CPU each process spent per request (the proxy's user share apart: its own code, where the kernel's socket work is alike for all), the share of core 1 other people's processes took meanwhile
 // (the machine is shared: above a few %, a figure is noise), and the ratios llmgw/nginx and
 // llmgw/haproxy (target ≥ 1.0: nginx for small answers, haproxy for streams) and llmgw/direct, from req/s and again from
 // the CPU each request cost core 1 round by round (less hostage to the machine's slow spells). --ablate adds bare-proxy variants that each add one piece of the
@@ -22,7 +22,7 @@
 // of (another minute). Needs wrk, nginx and taskset on PATH and 2+ cores. About 2.5 minutes:
 //   bun test/bench/proxy.ts [seconds-per-target, default 8] [--ablate] [--baseline DIR]
 
-import { groupCpuSeconds, othersMeter } from "./lib/cpu";
+import { groupCpuTimes, othersMeter } from "./lib/cpu";
 import { BUN, type Child, cleanupOnExit, fakeEngineProc, haproxyProc, killAll, nginxProc, routerProc, spawnChild, table } from "./lib/procs";
 
 const DURATION_S = Number(process.argv.slice(2).find((a, i, all) => !a.startsWith("--") && all[i - 1] !== "--baseline") ?? 8);
@@ -86,6 +86,11 @@ async function check(url: string, w: Workload): Promise<void> {
   const text = await r.text();
   const ok = r.status === 200 && ((w.body as { stream?: boolean }).stream ? text.includes("data: [DONE]") : /"finish_reason":"(stop|length)"/.test(text));
   if (!ok) throw new Error(`${url} answered ${r.status}: ${text.slice(0, 300)}`);
+}
+
+function cpuOf(pgid: number): number {
+  const t = groupCpuTimes(pgid);
+  return t.user + t.system;
 }
 
 function median(xs: number[]): number {
@@ -158,6 +163,8 @@ try {
       non2xx: number;
       errors: string[];
       pCpu: number;
+      /** The proxy's user CPU (its own code; the rest is the kernel's, mostly socket calls every proxy makes alike). */
+      pUser: number;
       eCpu: number;
       /** Per round: the proxy's CPU over the engine's, for the same requests (the machine's speed cancels out). */
       relCpu: number[];
@@ -169,20 +176,22 @@ try {
     for (const [name, url] of targets) {
       await check(url, w);
       await wrk(url, script, WARMUP_S);
-      acc.set(name, { requests: 0, seconds: 0, perRound: [], p50: [], p99: [], non2xx: 0, errors: [], pCpu: 0, eCpu: 0, relCpu: [], coreUs: [], others: [] });
+      acc.set(name, { requests: 0, seconds: 0, perRound: [], p50: [], p99: [], non2xx: 0, errors: [], pCpu: 0, pUser: 0, eCpu: 0, relCpu: [], coreUs: [], others: [] });
     }
     const slice = DURATION_S / ROUNDS;
     for (let round = 0; round < ROUNDS; round++) {
       for (const [name, url, proxy] of targets) {
         const a = acc.get(name)!;
-        const p0 = proxy ? groupCpuSeconds(proxy.pid) : 0;
-        const e0 = groupCpuSeconds(engine.pid);
+        const p0 = proxy ? groupCpuTimes(proxy.pid) : { user: 0, system: 0 };
+        const e0 = cpuOf(engine.pid);
         const others = othersMeter(() => core1.map((c) => c.pid), 1);
         const r = await wrk(url, script, slice);
         a.others.push(others());
-        const pRound = proxy ? groupCpuSeconds(proxy.pid) - p0 : 0;
-        const eRound = groupCpuSeconds(engine.pid) - e0;
+        const p1 = proxy ? groupCpuTimes(proxy.pid) : p0;
+        const pRound = p1.user + p1.system - (p0.user + p0.system);
+        const eRound = cpuOf(engine.pid) - e0;
         a.pCpu += pRound;
+        a.pUser += p1.user - p0.user;
         a.eCpu += eRound;
         if (eRound > 0) a.relCpu.push(pRound / eRound);
         if (r.requests > 0) a.coreUs.push(((pRound + eRound) * 1e6) / r.requests);
@@ -195,7 +204,7 @@ try {
         if (r.errors) a.errors.push(r.errors);
       }
     }
-    const rows: (string | number)[][] = [["target", "req/s", "per round", "p50", "p99", "non-2xx", "socket errors", "proxy µs CPU/req", "engine µs CPU/req", "proxy/engine CPU", "others on core 1"]];
+    const rows: (string | number)[][] = [["target", "req/s", "per round", "p50", "p99", "non-2xx", "socket errors", "proxy µs CPU/req", "of it user", "engine µs CPU/req", "proxy/engine CPU", "others on core 1"]];
     const rps = new Map<string, number>();
     for (const [name, , proxy] of targets) {
       const a = acc.get(name)!;
@@ -211,6 +220,7 @@ try {
         a.non2xx,
         a.errors.length ? a.errors.join("; ") : "none",
         proxy ? per(a.pCpu) : "-",
+        proxy ? per(a.pUser) : "-",
         per(a.eCpu),
         proxy ? median(a.relCpu).toFixed(2) : "-",
         a.others.map((o) => `${(o * 100).toFixed(0)}%`).join(" "),
@@ -236,6 +246,19 @@ try {
     };
     console.log(
       `from CPU per request, round by round: llmgw/nginx = ${coreRatio("llmgw router", "nginx (1 worker)")}   llmgw/haproxy = ${coreRatio("llmgw router", "haproxy (1 thread)")}   floor/nginx = ${coreRatio(FLOOR, "nginx (1 worker)")}   floor/haproxy = ${coreRatio(FLOOR, "haproxy (1 thread)")}   llmgw/floor = ${coreRatio("llmgw router", FLOOR)}`,
+    );
+    // Where the difference lies: the kernel's share is about the same for every proxy (the same
+    // socket calls), so what one proxy spends over another is mostly user time, its own code.
+    const userUs = (name: string) => {
+      const a = acc.get(name)!;
+      return a.requests > 0 ? ((a.pUser * 1e6) / a.requests).toFixed(1) : "-";
+    };
+    const sysUs = (name: string) => {
+      const a = acc.get(name)!;
+      return a.requests > 0 ? (((a.pCpu - a.pUser) * 1e6) / a.requests).toFixed(1) : "-";
+    };
+    console.log(
+      `µs per request, user + system: llmgw ${userUs("llmgw router")} + ${sysUs("llmgw router")}   nginx ${userUs("nginx (1 worker)")} + ${sysUs("nginx (1 worker)")}   haproxy ${userUs("haproxy (1 thread)")} + ${sysUs("haproxy (1 thread)")}   floor ${userUs(FLOOR)} + ${sysUs(FLOOR)}`,
     );
     const f = rps.get(FLOOR)!;
     console.log(

@@ -7,7 +7,18 @@ const TICK = 100; // USER_HZ on Linux
 
 /** utime + stime in seconds of every process whose process group is pgid (a detached child's pid). */
 export function groupCpuSeconds(pgid: number): number {
-  let ticks = 0;
+  const t = groupCpuTimes(pgid);
+  return t.user + t.system;
+}
+
+/**
+ * User and system CPU seconds of every process whose process group is pgid, apart: for a proxy,
+ * system time is mostly the sockets' (the same syscalls cost every proxy about the same), user
+ * time its own code.
+ */
+export function groupCpuTimes(pgid: number): { user: number; system: number } {
+  let user = 0;
+  let system = 0;
   for (const d of readdirSync("/proc")) {
     if (d.charCodeAt(0) < 48 || d.charCodeAt(0) > 57) continue;
     let s: string;
@@ -20,9 +31,10 @@ export function groupCpuSeconds(pgid: number): number {
     const f = s.slice(s.lastIndexOf(")") + 2).split(" ");
     // f[0] is field 3 (state): pgrp is field 5, utime 14, stime 15.
     if (Number(f[2]) !== pgid) continue;
-    ticks += Number(f[11]) + Number(f[12]);
+    user += Number(f[11]);
+    system += Number(f[12]);
   }
-  return ticks / TICK;
+  return { user: user / TICK, system: system / TICK };
 }
 
 /** The kernel's TCP extension counters (ListenOverflows, ListenDrops, TCPSynRetrans, …), machine-wide. */
