@@ -11,7 +11,10 @@
 // instead, src/http/server.ts, and beats it), and the floor of ANY Bun proxy (lib/floor-proxy.ts:
 // Bun.listen in front, pooled Bun.connect sockets behind, bytes relayed as they come with only
 // the message boundaries parsed: if it is below nginx, no Bun router can reach nginx here; printed
-// as floor/nginx, floor/haproxy and llmgw/floor). Every proxy and the engine share core 1. Two
+// as floor/nginx, floor/haproxy and llmgw/floor), and the same floor with the work no router can
+// skip (lib/floor-proxy.ts --lean: both heads read by the router's tokenizer, the JSON body, the
+// replica picked, heads of its own written, tokens counted: if it is below nginx, no redesign of
+// the request path reaches nginx here; printed as lean/nginx, lean/haproxy and llmgw/lean). Every proxy and the engine share core 1. Two
 // workloads: (a) small non-streamed answers (4 tokens), (b) streamed answers of 20 tokens (22 SSE
 // events; at token delay 0 the fake engine writes them in one write). Prints req/s, latency, the
 // CPU each process spent per request (the proxy's user share apart: its own code, where the kernel's socket work is alike for all), the share of core 1 other people's processes took meanwhile
@@ -33,6 +36,7 @@ const baselineAt = process.argv.indexOf("--baseline");
 const BASELINE = baselineAt > 0 ? process.argv[baselineAt + 1] : undefined;
 const WARMUP_S = 2;
 const FLOOR = "floor: Bun.listen+Bun.connect relay";
+const LEAN = "lean: floor + what a router must do";
 const ROUNDS = 4;
 const CONNECTIONS = 64;
 const MODEL = "m";
@@ -114,7 +118,8 @@ try {
   const bareBuf = await spawnChild("bare-buffered", [BUN, "test/bench/lib/bare-proxy.ts", engine.url, "--buffer"], { cpus: PROXY_CPUS, env: bareEnv });
   const raw = await spawnChild("raw", [BUN, "test/bench/lib/raw-proxy.ts", engine.url], { cpus: PROXY_CPUS });
   const floor = await spawnChild("floor", [BUN, "test/bench/lib/floor-proxy.ts", engine.url], { cpus: PROXY_CPUS });
-  const core1 = [engine, router, nginx, haproxy, onBun, bare, bareBuf, raw, floor];
+  const lean = await spawnChild("lean", [BUN, "test/bench/lib/floor-proxy.ts", engine.url, "--lean"], { cpus: PROXY_CPUS });
+  const core1 = [engine, router, nginx, haproxy, onBun, bare, bareBuf, raw, floor, lean];
   const baseline = BASELINE === undefined ? undefined : await routerProc("router-baseline", MODEL, [engine.url], { cpus: PROXY_CPUS, cwd: BASELINE });
   if (baseline) core1.push(baseline);
   const ablations: Record<string, [string, string, Child][]> = { small: [], stream: [] };
@@ -152,6 +157,7 @@ try {
     targets.push(...ablations[w.key]!);
     targets.push(["Bun.serve + raw-socket client", raw.url, raw]);
     targets.push([FLOOR, floor.url, floor]);
+    targets.push([LEAN, lean.url, lean]);
     // Each target is measured in ROUNDS slices of the duration, the targets taking turns, so a
     // slow spell of the (shared, virtual) machine is spread over all of them instead of one.
     interface Acc {
@@ -258,7 +264,13 @@ try {
       return a.requests > 0 ? (((a.pCpu - a.pUser) * 1e6) / a.requests).toFixed(1) : "-";
     };
     console.log(
-      `µs per request, user + system: llmgw ${userUs("llmgw router")} + ${sysUs("llmgw router")}   nginx ${userUs("nginx (1 worker)")} + ${sysUs("nginx (1 worker)")}   haproxy ${userUs("haproxy (1 thread)")} + ${sysUs("haproxy (1 thread)")}   floor ${userUs(FLOOR)} + ${sysUs(FLOOR)}`,
+      `µs per request, user + system: llmgw ${userUs("llmgw router")} + ${sysUs("llmgw router")}   nginx ${userUs("nginx (1 worker)")} + ${sysUs("nginx (1 worker)")}   haproxy ${userUs("haproxy (1 thread)")} + ${sysUs("haproxy (1 thread)")}   floor ${userUs(FLOOR)} + ${sysUs(FLOOR)}   lean ${userUs(LEAN)} + ${sysUs(LEAN)}`,
+    );
+    // The lean proxy is the floor plus the work no router can skip (lib/floor-proxy.ts --lean):
+    // at or above nginx, a redesigned request path could meet the target; below it, none could.
+    const le = rps.get(LEAN)!;
+    console.log(
+      `lean/nginx = ${(le / rps.get("nginx (1 worker)")!).toFixed(2)}   lean/haproxy = ${(le / rps.get("haproxy (1 thread)")!).toFixed(2)}   llmgw/lean = ${(l / le).toFixed(2)}   from CPU per request: lean/nginx = ${coreRatio(LEAN, "nginx (1 worker)")}   lean/haproxy = ${coreRatio(LEAN, "haproxy (1 thread)")}   llmgw/lean = ${coreRatio("llmgw router", LEAN)}`,
     );
     const f = rps.get(FLOOR)!;
     console.log(
