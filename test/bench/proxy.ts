@@ -14,18 +14,20 @@
 // as floor/nginx, floor/haproxy and llmgw/floor), and the same floor with the work no router can
 // skip (lib/floor-proxy.ts --lean: both heads read by the router's tokenizer, the JSON body, the
 // replica picked, heads of its own written, tokens counted: if it is below nginx, no redesign of
-// the request path reaches nginx here; printed as lean/nginx, lean/haproxy and llmgw/lean). Every proxy and the engine share core 1. Two
-// workloads: (a) small non-streamed answers (4 tokens), (b) streamed answers of 20 tokens (22 SSE
-// events; at token delay 0 the fake engine writes them in one write). Prints req/s, latency, the
-// CPU each process spent per request (the proxy's user share apart: its own code, where the kernel's socket work is alike for all), the share of core 1 other people's processes took meanwhile
+// the request path reaches nginx here; printed as lean/nginx, lean/haproxy and llmgw/lean).
+// Every proxy and the engine share core 1. Two workloads: (a) small non-streamed answers (4
+// tokens), (b) streamed answers of 20 tokens (22 SSE events; at token delay 0 the fake engine
+// writes them in one write). Prints req/s, latency, the CPU each process spent per request (the
+// proxy's user time apart: its own code, where the kernel's socket work is about the same for
+// every proxy), the share of core 1 other people's processes took meanwhile
 // (the machine is shared: above a few %, a figure is noise), and the ratios llmgw/nginx and
 // llmgw/haproxy (target ≥ 1.0: nginx for small answers, haproxy for streams) and llmgw/direct, from req/s and again from
 // the CPU each request cost core 1 round by round (less hostage to the machine's slow spells). --ablate adds bare-proxy variants that each add one piece of the
 // router's per-request work (lib/bare-proxy.ts flags), to see what the router's own cost is made
-// of (another minute). Needs wrk, nginx and taskset on PATH and 2+ cores. About 2.5 minutes:
+// of (another minute). Needs wrk, nginx, haproxy and taskset on PATH and 2+ cores. About 3.5 minutes:
 //   bun test/bench/proxy.ts [seconds-per-target, default 8] [--ablate] [--baseline DIR]
 
-import { groupCpuTimes, othersMeter } from "./lib/cpu";
+import { groupCpuSeconds, groupCpuTimes, othersMeter } from "./lib/cpu";
 import { BUN, type Child, cleanupOnExit, fakeEngineProc, haproxyProc, killAll, nginxProc, routerProc, spawnChild, table } from "./lib/procs";
 
 const DURATION_S = Number(process.argv.slice(2).find((a, i, all) => !a.startsWith("--") && all[i - 1] !== "--baseline") ?? 8);
@@ -90,11 +92,6 @@ async function check(url: string, w: Workload): Promise<void> {
   const text = await r.text();
   const ok = r.status === 200 && ((w.body as { stream?: boolean }).stream ? text.includes("data: [DONE]") : /"finish_reason":"(stop|length)"/.test(text));
   if (!ok) throw new Error(`${url} answered ${r.status}: ${text.slice(0, 300)}`);
-}
-
-function cpuOf(pgid: number): number {
-  const t = groupCpuTimes(pgid);
-  return t.user + t.system;
 }
 
 function median(xs: number[]): number {
@@ -189,13 +186,13 @@ try {
       for (const [name, url, proxy] of targets) {
         const a = acc.get(name)!;
         const p0 = proxy ? groupCpuTimes(proxy.pid) : { user: 0, system: 0 };
-        const e0 = cpuOf(engine.pid);
+        const e0 = groupCpuSeconds(engine.pid);
         const others = othersMeter(() => core1.map((c) => c.pid), 1);
         const r = await wrk(url, script, slice);
         a.others.push(others());
         const p1 = proxy ? groupCpuTimes(proxy.pid) : p0;
         const pRound = p1.user + p1.system - (p0.user + p0.system);
-        const eRound = cpuOf(engine.pid) - e0;
+        const eRound = groupCpuSeconds(engine.pid) - e0;
         a.pCpu += pRound;
         a.pUser += p1.user - p0.user;
         a.eCpu += eRound;

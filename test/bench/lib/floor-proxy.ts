@@ -16,8 +16,9 @@
 // (src/router/traffic.ts) and the request timed. What the router spends beyond this is the cost
 // of its structure (server, client and router objects, the answer re-framed and copied,
 // deadlines, metrics), which a redesign of the request path could hope to cut; what --lean itself
-// spends over nginx, no redesign can.
-//   [FLOOR_PORT=N] bun test/bench/lib/floor-proxy.ts UPSTREAM_URL [--lean]   (port 0, any free one, unless FLOOR_PORT: a fixed port for a profiler run by hand)
+// spends over nginx, no redesign of that structure can.
+//   [FLOOR_PORT=N] bun test/bench/lib/floor-proxy.ts UPSTREAM_URL [--lean]
+// It listens on a free port unless FLOOR_PORT names one (for a profiler run by hand).
 
 import type { Socket } from "bun";
 import { HeaderFields, checkHeadText, headEnd as wireHeadEnd } from "../../../src/http/wire";
