@@ -21,7 +21,7 @@
 // It listens on a free port unless FLOOR_PORT names one (for a profiler run by hand).
 
 import type { Socket } from "bun";
-import { HeaderFields, checkHeadText, headEnd as wireHeadEnd } from "../../../src/http/wire";
+import { HeaderFields, checkHeadText } from "../../../src/http/wire";
 import { prefixKey } from "../../../src/router/prefix-key";
 import { TokenCount, contentKey } from "../../../src/router/traffic";
 
@@ -112,6 +112,8 @@ class Upstream {
   client: Client | undefined;
   private state = R_HEAD;
   private head: Uint8Array = EMPTY;
+  /** The read a head was found in, joined to the head's earlier reads (seekHead). */
+  private joined: Uint8Array = EMPTY;
   private remaining = 0;
   /** The chunk-size or trailer line being read, when a read ends inside it. */
   private line = "";
@@ -141,14 +143,10 @@ class Upstream {
    */
   private leanData(c: Client, d: Uint8Array): void {
     if (this.state === R_HEAD) {
-      const all = this.head.length ? join(this.head, d) : d;
-      const i = wireHeadEnd(all, Math.max(0, this.head.length - 3));
-      if (i < 0) {
-        this.head = all.slice();
-        return;
-      }
+      const i = this.seekHead(d);
+      if (i < 0) return;
+      const all = this.joined;
       const text = latin1Slice.call(all, 0, i);
-      this.head = EMPTY;
       checkHeadText(text, "response");
       const eol = text.indexOf("\r\n");
       const status = Number(text.slice(9, 12));
@@ -177,18 +175,32 @@ class Upstream {
     this.frame(d, 0);
   }
 
+  /**
+   * The read joined to a head begun in earlier reads (left in `joined`), and where that head ends
+   * in it; -1 while it has not (the bytes are kept for the next read).
+   */
+  private seekHead(d: Uint8Array): number {
+    const prior = this.head.length;
+    const all = prior ? join(this.head, d) : d;
+    const i = headEnd(all, Math.max(0, prior - 3));
+    if (i < 0) {
+      this.head = all.slice();
+      return -1;
+    }
+    this.joined = all;
+    this.head = EMPTY;
+    return i;
+  }
+
   /** Follows the body's framing over d[p..] and finishes the exchange at its end. */
   private frame(d: Uint8Array, p: number): void {
     if (this.state === R_HEAD) {
-      const all = this.head.length ? join(this.head, d) : d;
-      const i = headEnd(all, Math.max(0, this.head.length - 3));
-      if (i < 0) {
-        this.head = all.slice();
-        return;
-      }
+      const i = this.seekHead(d);
+      if (i < 0) return;
+      const all = this.joined;
       const text = latin1Slice.call(all, 0, i + 2);
-      p = i + 4 - this.head.length;
-      this.head = EMPTY;
+      // Where the body starts in d: the joined bytes hold the earlier reads' head before it.
+      p = i + 4 - (all.length - d.length);
       if (CHUNKED.test(text)) this.state = R_SIZE;
       else {
         const m = CONTENT_LENGTH.exec(text);
@@ -342,7 +354,7 @@ class Client {
    */
   private leanNext(): void {
     const b = this.buf;
-    const i = wireHeadEnd(b, 0);
+    const i = headEnd(b, 0);
     if (i < 0) return;
     const t0 = performance.now();
     const text = latin1Slice.call(b, 0, i);
