@@ -89,6 +89,14 @@ describe("status view", () => {
     expect(out).toContain("200 nodes: 185 ready, 4 cordoned (c1, c2, c3, c4), 2 draining (d1, d2), 9 unreachable (g01, g02, g03, g04, g05, and 4 more)");
     expect(renderStatus(named, plain, { wide: true })).toContain("9 unreachable (g01, g02, g03, g04, g05, g06, g07, and 2 more)");
   });
+  test("a head node that gives new nodes work without approval says so under Attention; with approval, or on loopback, nothing", () => {
+    const open = renderStatus({ ...summary, node_admission: { listen: "0.0.0.0:8001", approve_nodes: false, open: true } }, plain);
+    expect(open).toContain(
+      "Attention\n  nodes join without approval: anyone who holds the join token and reaches 0.0.0.0:8001 is given replicas, prompts and the catalog's env (serve --approve-nodes)\n",
+    );
+    for (const a of [{ listen: "0.0.0.0:8001", approve_nodes: true, open: false }, { listen: "127.0.0.1:8001", approve_nodes: false, open: false }])
+      expect(renderStatus({ ...summary, node_admission: a }, plain)).not.toContain("without approval");
+  });
 });
 
 describe("tables", () => {
