@@ -5,7 +5,7 @@
 // pinned by unit tests.
 
 import { hostPort } from "../lib/net";
-import type { Assignment } from "../protocol/heartbeat";
+import { type Assignment, launchInputProblem } from "../protocol/heartbeat";
 import { compareVersions, llamaBuild, type RealEngine } from "./engine-versions";
 
 export type LaunchOptions = {
@@ -165,6 +165,7 @@ function fmt(engine: Assignment["engine"], v: string | number): string {
 }
 
 export function renderLaunch(a: Assignment, opts: LaunchOptions): Launch {
+  checkInputs(a);
   checkShape(a);
   const version = knownVersion(a, opts);
   if (version !== undefined && a.engine !== "fake") {
@@ -228,6 +229,19 @@ type Template = {
  * /health without a key (SGLang's other ranks).
  */
 type Rendered = { cmd: string[]; servesHttp?: boolean; checksKey?: boolean };
+
+/**
+ * What the head node sends is checked here as the head node checks the catalog and the nodes it
+ * comes from: a name that would read as a flag, or an env variable that loads code, starts
+ * nothing, whichever head node sent it.
+ */
+function checkInputs(a: Assignment): void {
+  const problem = launchInputProblem(a);
+  if (problem !== undefined)
+    throw new LaunchError(
+      `replica ${a.id} not started: ${problem}. A head node refuses this in a catalog too: the model's entry was stored before that check (change it and apply it again), or this assignment came from no catalog a head node accepted (check which head node this agent follows)`,
+    );
+}
 
 /** Refusals that do not depend on the engine's version: rank, leader, one UUID per GPU, MIG. */
 function checkShape(a: Assignment): void {

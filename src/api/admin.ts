@@ -9,7 +9,7 @@ import type { Controller } from "../control/controller";
 import { type ModelSpec, catalogPath, checkCatalogFile, inFileOrder, zodIssues } from "../protocol/catalog";
 import { ConflictError } from "../control/errors";
 import { SegmentName } from "../protocol/common";
-import type { ApiKeyRevoked, ApplyDryRun, ApplyResult, Explanation, CreatedApiKey, ModelDeleted, ModelDetail, ModelPutResult, NodeActionResult, RouterExposure, UnparkResult } from "../protocol/views";
+import type { ApiKeyRevoked, ApplyDryRun, ApplyResult, Explanation, CreatedApiKey, ModelDeleted, ModelDetail, ModelPutResult, NodeActionResult, NodeAdmission, RouterExposure, UnparkResult } from "../protocol/views";
 import { VERSION } from "../version";
 import { CatalogProblems, HttpError, parseJsonBody } from "./errors";
 import { join } from "node:path";
@@ -50,7 +50,13 @@ function nodeName(raw: string): string {
   return r.data;
 }
 
-export function adminRoutes(ctl: Controller, log: Logger, joinToken: string, routerExposure: () => RouterExposure | undefined = () => undefined): Hono {
+export function adminRoutes(
+  ctl: Controller,
+  log: Logger,
+  joinToken: string,
+  routerExposure: () => RouterExposure | undefined = () => undefined,
+  nodeAdmission: () => NodeAdmission | undefined = () => undefined,
+): Hono {
   const app = new Hono();
   let currentJoinToken = joinToken;
 
@@ -58,8 +64,9 @@ export function adminRoutes(ctl: Controller, log: Logger, joinToken: string, rou
 
   app.get("/summary", async (c) => {
     const router = routerExposure();
+    const admission = nodeAdmission();
     const summary = await ctl.summary();
-    return c.json(router ? { ...summary, router } : summary);
+    return c.json({ ...summary, ...(router ? { router } : {}), ...(admission ? { node_admission: admission } : {}) });
   });
 
   app.get("/nodes", async (c) => c.json(await ctl.nodes()));

@@ -11,7 +11,7 @@ import { bodyLimit } from "hono/body-limit";
 import type { Logger } from "pino";
 import type { Controller } from "../control/controller";
 import { type Scheduler, realScheduler } from "../lib/scheduler";
-import type { RouterExposure } from "../protocol/views";
+import type { NodeAdmission, RouterExposure } from "../protocol/views";
 import { adminRoutes } from "./admin";
 import { agentRoutes } from "./agent";
 import { requireToken } from "./auth";
@@ -29,6 +29,8 @@ export interface AppOptions {
   maxBodyBytes: number;
   /** How the router listens, for the summary (known once it has started). */
   routerExposure?: () => RouterExposure | undefined;
+  /** How new nodes are admitted, for the summary. */
+  nodeAdmission?: () => NodeAdmission | undefined;
   /** Times each request for its log line (default realScheduler). */
   scheduler?: Pick<Scheduler, "mono">;
   /** The dashboard's last hour (sampled by the assembly); the dashboard keeps an empty one without. */
@@ -65,7 +67,7 @@ export function buildAdminApp(o: AppOptions): Hono {
 
 
   app.use("/api/v1/*", requireToken("admin", o.adminToken));
-  app.route("/api/v1", adminRoutes(o.controller, o.log, o.joinToken, o.routerExposure));
+  app.route("/api/v1", adminRoutes(o.controller, o.log, o.joinToken, o.routerExposure, o.nodeAdmission));
 
   // The agent API checks its own tokens: a node credential, or the join token for a first
   // heartbeat (the assembly gives the controller the join token).

@@ -11,7 +11,7 @@ import type { ModelSpec } from "../protocol/catalog";
 import type { EventView, ModelView, NodeView, ReplicaView } from "../protocol/views";
 import type { GpuPoint, ModelPoint } from "./history";
 import { fmtMs, fmtRate, gpuChart, modelCharts } from "./ui-charts";
-import { Badge, Dashboard, type DashboardData, Events, GpuStrip, REFRESH_SCRIPT, STRIP_QUERY, Section, Shell, modelHref, modelStatus, nodeHref, nodeTone, replicaTone } from "./ui-view";
+import { Badge, Dashboard, type DashboardData, Events, GpuStrip, REFRESH_SCRIPT, Section, Shell, modelHref, modelStatus, nodeHref, nodeTone, replicaTone } from "./ui-view";
 
 
 /** The last hour as plain data (sanitised with the rest of a page's data). */
@@ -507,7 +507,7 @@ export const Overview: FC<{ d: DashboardData; h: HistoryView }> = ({ d, h }) => 
  * The overview page. `csrf` is the session's CSRF token, carried by every form that changes
  * state; a script signed in by bearer header has no session and gets no such form.
  */
-export const DashboardPage: FC<{ nonce: string; d: DashboardData; h: HistoryView; csrf?: string; flash?: Flash; stripQuery?: boolean }> = ({ nonce, d, h, csrf, flash, stripQuery }) => (
+export const DashboardPage: FC<{ nonce: string; d: DashboardData; h: HistoryView; csrf?: string; flash?: Flash }> = ({ nonce, d, h, csrf, flash }) => (
   <Shell
     nonce={nonce}
     title="llmgw dashboard"
@@ -527,7 +527,7 @@ export const DashboardPage: FC<{ nonce: string; d: DashboardData; h: HistoryView
       <main id="main" data-testid="main">
         <Overview d={d} h={h} />
       </main>
-      <script nonce={nonce} dangerouslySetInnerHTML={{ __html: (stripQuery ? STRIP_QUERY : "") + REFRESH_SCRIPT }} />
+      <script nonce={nonce} dangerouslySetInnerHTML={{ __html: REFRESH_SCRIPT }} />
     </body>
   </Shell>
 );

@@ -593,7 +593,7 @@ export const Shell: FC<{ nonce: string; title: string; head?: unknown; children?
   </html>
 );
 
-/** A ?token= must not stay in the address bar: the page drops it as it loads. */
+/** An old sign-in link's ?token= must not stay in the address bar: the sign-in form drops it as it loads. */
 export const STRIP_QUERY = `history.replaceState(null,"","/ui");`;
 
 export const LoginPage: FC<{ nonce: string; error?: string; stripQuery?: boolean }> = ({ nonce, error, stripQuery }) => (

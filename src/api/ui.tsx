@@ -2,12 +2,13 @@
 // tables the admin API serves, the last hour's charts (history.ts), a page per model and per
 // node, the API keys, and the operator's actions (cordon, uncordon, drain, unpark, delete a
 // model, create and revoke keys) as POST forms that call the controller methods the admin API
-// calls. It takes the admin token only: from a login form
-// or a `?token=` link, either of which starts a server-side session (sessions.ts: a random id
-// in an HttpOnly, SameSite=Strict cookie, 12 h at most, 1 h idle), or as `Authorization:
-// Bearer` for scripts. Logging out is a POST carrying the session's CSRF token, and revokes the
-// session; every action is the same: a POST from a session carrying its CSRF token (else 403,
-// and nothing changes), answered with a 303 back to the page and a message shown once there.
+// calls. It takes the admin token only: posted from its sign-in form, which starts a
+// server-side session (sessions.ts: a random id in an HttpOnly, SameSite=Strict cookie, 12 h at
+// most, 1 h idle), or as `Authorization: Bearer` for scripts. Never from the URL: a token in a
+// link stays in browser history and proxy logs. Logging out is a POST carrying the session's
+// CSRF token, and revokes the session; every action is the same: a POST from a session
+// carrying its CSRF token (else 403, and nothing changes), answered with a 303 back to the page
+// and a message shown once there.
 // Every response carries a strict CSP whose per-response nonce is the only way an
 // inline script or style runs. Everything shown passes through the sanitiser first
 // (lib/text.ts): HTML escaping stops markup, not the control characters inside it.
@@ -152,21 +153,15 @@ export function uiRoutes(o: UiOptions): Hono<Env> {
   };
 
   const wrong = "That is not this server's admin token.";
+  const LINK_REFUSED = "Sign-in links (/ui?token=…) no longer sign in: the token would stay in browser history and proxy logs. Paste the admin token here instead.";
 
   app.get("/", async (c) => {
-    const given = c.req.query("token");
-    if (given !== undefined) {
-      if (given.length > 1024 || !tokenMatches(given, o.adminToken)) return login(c, wrong, true);
-      const session = startSession(c);
-      // A link followed from another site: the browser would not send the Strict cookie on
-      // the redirect that ends such a navigation (the login form again), so answer with the
-      // page itself, which drops the query from the address bar as it loads.
-      if (c.req.header("sec-fetch-site") === "cross-site")
-        return c.html(`<!DOCTYPE html>${<DashboardPage nonce={c.get("nonce")} d={await data()} h={historyView()} csrf={session.csrf} stripQuery />}`);
-      return c.redirect("/ui", 303);
-    }
+    // A sign-in link of older releases (/ui?token=…) signs no one in, and its token is neither
+    // checked nor shown: the form, with the query dropped from the address bar.
+    const linked = c.req.query("token") !== undefined;
     const who = authed(c);
-    if (!who) return login(c);
+    if (!who) return login(c, linked ? LINK_REFUSED : undefined, linked);
+    if (linked) return c.redirect("/ui", 303);
     const flash = takeFlash(who.session);
     return c.html(`<!DOCTYPE html>${<DashboardPage nonce={c.get("nonce")} d={await data()} h={historyView()} csrf={who.session?.csrf} flash={flash} />}`);
   });

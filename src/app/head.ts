@@ -19,7 +19,7 @@ import { Controller } from "../control/controller";
 import { hostPort, isLoopbackHost } from "../lib/net";
 import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
 import type { ModelTraffic, TrafficSource } from "../protocol/routing";
-import type { RouterExposure } from "../protocol/views";
+import type { NodeAdmission, RouterExposure } from "../protocol/views";
 import { Http1Server } from "../http/server";
 import { Router, type RouterOptions } from "../router/router";
 import type { Store } from "../store";
@@ -46,6 +46,8 @@ export interface RunningServer {
   adminUrl: string;
   /** How the router listens: open = beyond loopback with no API key required. */
   exposure: RouterExposure;
+  /** How new nodes are admitted: open = beyond loopback without --approve-nodes. */
+  admission: NodeAdmission;
   /** The admin listener's Hono app (its `routes` list every route it serves). */
   adminApp: Hono;
   /** The admin/agent listener. */
@@ -160,8 +162,9 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
 
   // Set once the router listens; the summary leaves it out until then.
   let exposure: RouterExposure = { listen: `${config.listen.host}:${config.listen.port}`, api_key_required: config.require_api_key, open: false };
+  let admission: NodeAdmission | undefined;
   const feed = dashboardFeed({ scheduler, controller, log });
-  const app = buildAdminApp({ controller, log, adminToken: admin.token, joinToken: join_.token, version: VERSION, maxBodyBytes: ADMIN_MAX_BODY, routerExposure: () => exposure, scheduler, history: feed.history });
+  const app = buildAdminApp({ controller, log, adminToken: admin.token, joinToken: join_.token, version: VERSION, maxBodyBytes: ADMIN_MAX_BODY, routerExposure: () => exposure, nodeAdmission: () => admission, scheduler, history: feed.history });
   const scheme = tls ? "https" : "http";
   const caps = listenerCaps(config, log);
   const listening = { config, log, scheduler, tls, caps, shed: shedLogger(log, scheduler) };
@@ -176,6 +179,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
     throw new Error(`cannot listen on ${config.admin_listen.host}:${config.admin_listen.port} (admin): ${(e as Error).message}`);
   }
   const adminUrl = localUrl(config.admin_listen.host, adminPort, scheme);
+  admission = nodeAdmission(config.admin_listen.host, adminPort, config.approve_nodes);
 
   const { router, link, port: routerPort } = await startRouting(listening, controller, admin.token, () => {
     adminListener.stop();
@@ -192,11 +196,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   if (tls) log.info({ cert: tls.certPath, key: tls.keyPath, fingerprint256: tls.fingerprint256 }, "TLS on: the router and the admin/agent API serve HTTPS");
   log.info({ listen: `${config.listen.host}:${routerAddr.port}`, url: routerUrl }, "router listening");
   exposure = routerExposure(config.listen.host, routerAddr.port, config.require_api_key);
-  if (exposure.open)
-    log.warn(
-      { listen: exposure.listen, require_api_key: false },
-      "router: open, no API key required: anyone who reaches this address can use every model (set --require-api-key and create keys with `llmgw keys create`)",
-    );
+  warnOpen(log, exposure, admission);
   // Among several control planes: joined (the lease asked once) before anyone is told where this one is.
   const member = ha ? await joinControlPlanes(membershipOptions(config, { controller, model, scheduler, log, adminPort, routerUrl, scheme, tls })) : undefined;
   writeServerInfo(dataDir, {
@@ -217,6 +217,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   const server: RunningServer = {
     adminUrl,
     exposure,
+    admission,
     adminApp: app,
     adminListener,
     caps,
@@ -538,6 +539,31 @@ function loadTls(config: ServeConfig): LoadedTls | undefined {
   }
   if (!matches) throw new ConfigError([`tls_key ${keyPath} is not the private key of the certificate in tls_cert ${certPath}`]);
   return { certPath, keyPath, cert, key, fingerprint256: x509.fingerprint256 };
+}
+
+/**
+ * How new nodes are admitted, as the summary reports it and `serve` warns about it: without
+ * --approve-nodes the join token alone gets a node replicas, and with them prompts and the
+ * catalog's env. Said rather than changed by default, as the open router is: every real cluster
+ * listens beyond loopback (agents must reach it), so approval by default would be a step per
+ * node for everyone, and an operator who distributes the join token has chosen who holds it.
+ */
+export function nodeAdmission(host: string, port: number, approveNodes: boolean): NodeAdmission {
+  return { listen: hostPort(host, port), approve_nodes: approveNodes, open: !approveNodes && !isLoopbackHost(host) };
+}
+
+/** The start's warnings about who can use this head node without a credential of their own. */
+function warnOpen(log: Logger, router: RouterExposure, admission: NodeAdmission): void {
+  if (router.open)
+    log.warn(
+      { listen: router.listen, require_api_key: false },
+      "router: open, no API key required: anyone who reaches this address can use every model (set --require-api-key and create keys with `llmgw keys create`)",
+    );
+  if (admission.open)
+    log.warn(
+      { listen: admission.listen, approve_nodes: false },
+      "nodes join without approval: anyone who holds the join token and reaches this address is given replicas, and with them prompts and the catalog's env (HF_TOKEN and the like); set --approve-nodes to hold new nodes until `llmgw nodes approve NAME`",
+    );
 }
 
 /** How the router listens, as the summary reports it and `serve` warns about it. */

@@ -69,7 +69,7 @@ export function renderReplicaDetail(replica: ReplicaView, events: EventView[], s
     `ID:         ${r.id}`,
     `Model:      ${r.model} (profile ${r.profile})`,
     `State:      ${paint(style, color, r.state)}${r.ready_at ? `, ready since ${ago(r.ready_at, now)}` : ""}`,
-    `Placement:  ${placementText(r)}`,
+    `Placement:  ${placementText(r, Number.POSITIVE_INFINITY)}`,
     `Endpoint:   ${r.endpoint ?? "-"}`,
     `Created:    ${ago(r.created_at, now)} (${r.created_at})`,
     `Idle:       ${r.idle_seconds < 0 ? "unknown (the router has not reported it)" : human(r.idle_seconds)}`,

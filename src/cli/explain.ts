@@ -8,7 +8,7 @@ import { safeDeep } from "../lib/text";
 import type { Explanation, NodeOutcome, ProfileExplanation } from "../protocol/views";
 import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
 import type { Command } from "./command";
-import { type Paint, type Style, detectStyle, paint, width } from "./render";
+import { type Paint, type Style, clip, detectStyle, paint, width } from "./render";
 
 const LABEL: Record<NodeOutcome, string> = {
   class: "filtered by class",
@@ -34,6 +34,9 @@ const STATUS: Record<Explanation["status"], [string, Paint]> = {
 
 const VERDICT: Record<ProfileExplanation["verdict"], [string, Paint]> = { fits: ["fits now", "green"], not_now: ["not now", "yellow"], never: ["never", "red"] };
 
+/** Widest a node's detail is shown: what a node reports (its classes, an engine's error) is unbounded in older servers' answers. */
+const DETAIL_MAX = 300;
+
 const shard = (s: { node: string; gpus: readonly number[] }) => `${s.node} GPU ${s.gpus.join(",")}`;
 
 function renderProfile(p: ProfileExplanation, style: Style): string {
@@ -44,7 +47,7 @@ function renderProfile(p: ProfileExplanation, style: Style): string {
   for (const o of p.outcomes) {
     const label = `${LABEL[o.outcome].padEnd(w)}  ${String(o.count).padStart(3)}`;
     const tint = o.outcome === "fits" ? "green" : "gray";
-    o.nodes.forEach((n, i) => lines.push(`    ${i === 0 ? paint(style, tint, label) : " ".repeat(width(label))}  ${n.name}: ${n.detail}`));
+    o.nodes.forEach((n, i) => lines.push(`    ${i === 0 ? paint(style, tint, label) : " ".repeat(width(label))}  ${n.name}: ${clip(n.detail, DETAIL_MAX)}`));
     if (o.count > o.nodes.length) lines.push(`    ${" ".repeat(width(label))}  … and ${o.count - o.nodes.length} more`);
   }
   if (p.would_place) lines.push(`  Would go to: ${p.would_place.map(shard).join(" + ")}`);

@@ -7,7 +7,7 @@ import type { Command } from "./command";
 import { WATCH_FLAGS, runWatched, watchSettings } from "./watch";
 import { safeDeep, safeText } from "../lib/text";
 import { oneLine } from "../lib/format";
-import { type Style, detectStyle, paint, table } from "./render";
+import { type Style, detectStyle, listCell, paint, table } from "./render";
 
 export function modelStatus(m: ModelView): "parked" | "unplaceable" | "short" | "ok" {
   if (m.parked) return "parked";
@@ -25,7 +25,7 @@ export function renderModels(list: ModelView[], style: Style, wide: boolean): st
     const st = modelStatus(m);
     const color = st === "ok" ? "green" : st === "short" ? "yellow" : "red";
     const row = [m.name, `${m.ready}/${m.desired}`, String(m.min), String(m.max), m.on_demand ? "yes" : "no", paint(style, color, st)];
-    if (wide) row.push(m.aliases.join(",") || "-", String(m.total), String(m.failures), String(m.revision));
+    if (wide) row.push(listCell(m.aliases), String(m.total), String(m.failures), String(m.revision));
     row.push(m.reason ? oneLine(m.reason, wide ? 200 : 80) : "-");
     return row;
   });

@@ -7,7 +7,7 @@ import { WATCH_FLAGS, runWatched, watchSettings } from "./watch";
 import { safeDeep } from "../lib/text";
 import { NODE_TRUST_FLAGS, NODE_VERBS, NODES_DETAILS, runNodeVerb } from "./node-trust";
 import { ago, oneLine, plural } from "../lib/format";
-import { type Style, detectStyle, paint, table } from "./render";
+import { type Style, clip, detectStyle, listCell, paint, table } from "./render";
 
 function stateText(style: Style, s: string): string {
   return paint(style, s === "ready" ? "green" : s === "unreachable" ? "red" : "yellow", s);
@@ -16,7 +16,7 @@ function stateText(style: Style, s: string): string {
 function classes(n: NodeView): string {
   const counts = new Map<string, number>();
   for (const g of n.gpus) counts.set(g.class, (counts.get(g.class) ?? 0) + 1);
-  return [...counts].map(([c, k]) => `${k}x${c}`).join(",") || "-";
+  return listCell([...counts].map(([c, k]) => `${k}x${c}`));
 }
 
 export function renderNodes(list: NodeView[], style: Style, wide: boolean, now = Date.now()): string {
@@ -32,11 +32,11 @@ export function renderNodes(list: NodeView[], style: Style, wide: boolean, now =
       `${n.gpu_free}/${n.gpu_total}`,
       n.gpu_unhealthy ? paint(style, "red", String(n.gpu_unhealthy)) : "0",
       classes(n),
-      n.fabrics.join(",") || "-",
+      listCell(n.fabrics),
       String(n.models.length),
       ago(n.last_heartbeat, now),
     ];
-    if (wide) row.push(n.address, n.agent_version, Object.entries(n.labels).map(([k, v]) => `${k}=${v}`).join(",") || "-");
+    if (wide) row.push(clip(n.address), clip(n.agent_version), listCell(Object.entries(n.labels).map(([k, v]) => `${k}=${v}`)));
     return row;
   });
   return table(headers, rows, { right: [2, 3, 6] }) + "\n" + problems(nodes, style);

@@ -30,6 +30,37 @@ function pad(s: string, w: number, right: boolean): string {
   return right ? gap + s : s + gap;
 }
 
+/**
+ * Widest a cell holding a list gets (GPU classes, fabrics, labels, aliases, placements): every
+ * row is padded to the widest cell of its column, so one node reporting 256 classes would make
+ * each row of the table kilobytes long. The whole list is in `-o json` and the one-item views.
+ */
+export const LIST_CELL_MAX = 60;
+/** Widest a cell of free text gets (an address, a version), for the same reason. */
+export const TEXT_CELL_MAX = 64;
+
+/** `s` cut to `max` characters, the cut marked with "…". For plain text (no colour codes). */
+export function clip(s: string, max: number = TEXT_CELL_MAX): string {
+  return s.length <= max ? s : `${s.slice(0, Math.max(0, max - 1))}…`;
+}
+
+/**
+ * Items joined by `sep` within `max` characters: as many as fit whole, then how many were left
+ * out ("8xH100-80GB,2xA100-80GB,+254 more"); "-" for none. An item too long on its own is cut
+ * with "…". For plain text (no colour codes).
+ */
+export function listCell(items: readonly string[], max: number = LIST_CELL_MAX, sep = ","): string {
+  if (items.length === 0) return "-";
+  const whole = items.join(sep);
+  if (whole.length <= max) return whole;
+  const more = (k: number) => `${sep}+${items.length - k} more`;
+  let shown = items[0]!.length;
+  let k = 1;
+  while (k < items.length && shown + sep.length + items[k]!.length + more(k + 1).length <= max) shown += sep.length + items[k++]!.length;
+  const head = items.slice(0, k).join(sep);
+  return head.length + more(k).length <= max ? head + more(k) : clip(items[0]!, max - more(1).length) + more(1);
+}
+
 /** A kubectl-like table: upper-case headers, two spaces between columns; numeric columns right-aligned. */
 export function table(headers: string[], rows: string[][], opts: { right?: number[]; indent?: string } = {}): string {
   const right = new Set(opts.right ?? []);

@@ -7,10 +7,11 @@ import type { Command } from "./command";
 import { WATCH_FLAGS, runWatched, watchSettings } from "./watch";
 import { safeDeep } from "../lib/text";
 import { human, oneLine } from "../lib/format";
-import { type Style, detectStyle, paint, table } from "./render";
+import { LIST_CELL_MAX, type Style, detectStyle, listCell, paint, table } from "./render";
 
-export function placementText(r: ReplicaView): string {
-  return r.shards.map((s) => `${s.node}:${s.gpus.join(",")}`).join(" ") || "-";
+/** "gpu-01:0,1 gpu-02:0,1": each shard's node and GPUs, within max characters (a table cell's by default). */
+export function placementText(r: ReplicaView, max = LIST_CELL_MAX): string {
+  return listCell(r.shards.map((s) => `${s.node}:${s.gpus.join(",")}`), max, " ");
 }
 
 export function renderReplicas(list: ReplicaView[], style: Style, wide: boolean): string {

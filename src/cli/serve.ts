@@ -95,6 +95,10 @@ export const command: Command = {
       process.stderr.write(
         `llmgw serve: router: open, no API key required: anyone who reaches ${server.exposure.listen} can use every model (--require-api-key, then \`llmgw keys create NAME\`)\n`,
       );
+    if (server.admission.open)
+      process.stderr.write(
+        `llmgw serve: nodes join without approval: anyone who holds the join token and reaches ${server.admission.listen} is given replicas, prompts and the catalog's env (--approve-nodes, then \`llmgw nodes approve NAME\`)\n`,
+      );
     if (server.firstStart) {
       // First start: say how GPU nodes join. `llmgw join-command` prints it again later.
       const { joinAddress, joinInstructions } = await import("./join-command");

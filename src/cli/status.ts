@@ -81,7 +81,7 @@ export function renderStatus(summary: Summary, style: Style, opts: { wide?: bool
   out.push(`Replicas  ${rParts.join(" · ")}`);
   out.push(`Models    ${m.total} total · ${m.satisfied} satisfied · ${m.short ? paint(style, "yellow", `${m.short} short`) : "0 short"}`);
 
-  const attention = [...haAttention(s), ...drainAttention(s, wide)];
+  const attention = [...haAttention(s), ...admissionAttention(s), ...drainAttention(s, wide)];
   if (attention.length > 0) {
     out.push("", paint(style, "bold", paint(style, "red", "Attention")));
     for (const a of attention) out.push(`  ${a}`);
@@ -197,6 +197,13 @@ export function drainAttention(s: Pick<Summary, "stuck_drains">, wide = false): 
   const out = shown.map((d) => `drain of ${d.node} ${d.never ? "can never finish" : "cannot finish"} (${plural(d.remaining, "replica")} left): ${oneLine(d.reason, 300)}`);
   if (stuck.length > shown.length) out.push(`… and ${stuck.length - shown.length} more stuck drains (llmgw status -o wide)`);
   return out;
+}
+
+/** A head node beyond loopback without --approve-nodes: the join token alone gets a node work. */
+export function admissionAttention(s: Pick<Summary, "node_admission">): string[] {
+  const a = s.node_admission;
+  if (!a?.open) return [];
+  return [`nodes join without approval: anyone who holds the join token and reaches ${a.listen} is given replicas, prompts and the catalog's env (serve --approve-nodes)`];
 }
 
 /** Nodes named per line before the rest are counted. */

@@ -181,11 +181,16 @@ function nodeVerdict(w: World, n: PlacementNode, p: Profile): NodeVerdict {
   return v("exhausted", `${what}${by ? ` by ${by}` : ""}${note}`, what + note);
 }
 
+/** Classes named in a node's detail: a node may report up to 256, one line must stay one line. */
+const CLASSES_NAMED = 8;
+
 function classesOf(n: PlacementNode): string {
   if (n.gpus.length === 0) return "has no GPUs";
   const counts = new Map<string, number>();
   for (const g of n.gpus) counts.set(g.class, (counts.get(g.class) ?? 0) + 1);
-  return `has ${[...counts].map(([c, k]) => `${k}× ${c}`).join(", ")}`;
+  const named = [...counts].slice(0, CLASSES_NAMED).map(([c, k]) => `${k}× ${c}`);
+  const more = counts.size - named.length;
+  return `has ${named.join(", ")}${more > 0 ? `, and ${plural(more, "more class", "more classes")} (llmgw nodes ${n.name})` : ""}`;
 }
 
 /** "r-1 (llama), r-2 (qwen)": the replicas holding GPUs on the node. */

@@ -2,7 +2,7 @@
 // bodies. Catalog bodies use protocol/catalog.ts.
 
 import { z } from "zod";
-import { Printable } from "./common";
+import { NodeAddress, Printable } from "./common";
 import { LOG_TAIL_DEFAULT } from "./defaults";
 
 export const EventsQuery = z.object({
@@ -50,11 +50,7 @@ export const ApplyQuery = z.object({
 
 /** `PUT /nodes/{name}/address`: the data-plane address a node may report besides its heartbeats' source. */
 export const AllowAddressBody = z.strictObject({
-  address: z
-    .string()
-    .min(1)
-    .max(255)
-    .regex(/^[A-Za-z0-9.:\-\[\]%]+$/, "must be an IP address or a host name"),
+  address: NodeAddress,
 });
 export type AllowAddressBody = z.infer<typeof AllowAddressBody>;
 

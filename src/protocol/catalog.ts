@@ -2,7 +2,8 @@
 // `PUT /api/v1/models/{name}` and stored. One schema for every way in.
 
 import { z } from "zod";
-import { Duration, Name, Printable, safeRecord } from "./common";
+import { Duration, Name, Printable } from "./common";
+import { EngineEnv } from "./engine-env";
 import { nearest } from "../lib/text";
 
 export const ENGINES = ["vllm", "sglang", "llama.cpp", "fake"] as const;
@@ -22,7 +23,8 @@ export const Profile = z.strictObject({
   /** Router tier: lower is preferred; the router spills to the next tier when saturated. */
   priority: z.number().int().min(0).max(1000).default(0),
   args: z.array(z.string().max(4096)).max(CATALOG_LIMITS.args).default([]),
-  env: safeRecord(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "must be an environment variable name"), z.string().max(4096)).default({}),
+  /** The engine's environment on top of the agent's own; the variables in engine-env.ts are refused. */
+  env: EngineEnv.default({}),
   /**
    * How long a replica of this profile has to become healthy, from the agent's launch; the head
    * node waits this plus a margin (see ReconcileConfig.startMarginMs). Absent: the server's

@@ -50,6 +50,17 @@ export const Name = z
   // Model names become paths under an agent's models dir: no way out of it.
   .refine((s) => !s.split("/").some((seg) => seg === "" || seg === "." || seg === ".."), "must not contain empty, '.' or '..' path segments");
 
+/**
+ * A node's data-plane address as an operator allows it (`llmgw nodes allow-address`): an IP
+ * literal or a host name. It becomes an engine's argument (a multi-node leader's address), so it
+ * never starts with "-" or anything else that is neither a letter, a digit, ":" nor "[".
+ */
+export const NodeAddress = z
+  .string()
+  .min(1)
+  .max(255)
+  .regex(/^[A-Za-z0-9:\[][A-Za-z0-9.:\-\[\]%]*$/, "must be an IP address or a host name");
+
 /** A path-safe name (no slash), for things that appear as one URL segment. */
 export const SegmentName = Name.refine((s) => !s.includes("/"), "must not contain '/'");
 

@@ -3,8 +3,9 @@
 // schemas, so a change here is a protocol change.
 
 import { z } from "zod";
-import { Engine } from "./catalog";
-import { Labels, Name, Printable, PrintableMultiline, SegmentName } from "./common";
+import { CATALOG_LIMITS, Engine, Profile } from "./catalog";
+import { Labels, Name, NodeAddress, Printable, PrintableMultiline, SegmentName } from "./common";
+import { EngineEnv } from "./engine-env";
 
 /** Limits that keep one heartbeat from costing the head node more than a fleet's worth. */
 export const HEARTBEAT_LIMITS = { gpus: 256, models: 4096, replicas: 1024, fabrics: 16 } as const;
@@ -192,6 +193,39 @@ export const Assignment = z.object({
   }),
 });
 export type Assignment = z.infer<typeof Assignment>;
+
+/**
+ * The strings of an assignment that reach an engine's command line or environment, under the
+ * rules the head node applies where they come from: the catalog's names, aliases, args and env
+ * (catalog.ts), a node's address as allowed (common.ts), the GPUs' uuids as reported. The wire
+ * schema above stays lenient on them, so one bad assignment fails that replica, with the reason,
+ * rather than the whole answer; the agent checks these before it starts anything. A name
+ * starting with "-" would be read by the engine as a flag.
+ */
+export const LaunchInputs = z.object({
+  model: Name,
+  served_names: z.array(Name).min(1).max(1 + CATALOG_LIMITS.aliases),
+  profile: Name,
+  args: Profile.shape.args,
+  env: EngineEnv,
+  // Joined with "," into CUDA_VISIBLE_DEVICES: one uuid must not name two devices.
+  gpu_uuids: z.array(GpuReport.shape.uuid.refine((u) => !u.includes(","), "must not contain ','")).max(HEARTBEAT_LIMITS.gpus),
+  revision: Revision.nullable(),
+  shard: z.object({ leader_address: z.union([z.literal(""), NodeAddress]) }),
+});
+
+/** What is wrong with an assignment's launch inputs, as "<field> <value>: <problem>", or undefined. */
+export function launchInputProblem(a: Assignment): string | undefined {
+  const r = LaunchInputs.safeParse(a);
+  if (r.success) return undefined;
+  const issue = r.error.issues[0]!;
+  const at = issue.path.map((p, i) => (typeof p === "number" ? `[${p}]` : i === 0 ? String(p) : `.${String(p)}`)).join("");
+  let v: unknown = a;
+  for (const p of issue.path) v = v !== null && typeof v === "object" ? (v as Record<PropertyKey, unknown>)[p as PropertyKey] : undefined;
+  // An env value or an argument may be a secret (HF_TOKEN, --hf-token): named, never quoted.
+  const shown = typeof v === "string" && issue.path[0] !== "env" && issue.path[0] !== "args" ? ` ${JSON.stringify(v.length > 80 ? `${v.slice(0, 80)}…` : v)}` : "";
+  return `${at}${shown}: ${issue.message}`;
+}
 
 export const HeartbeatResponse = z.object({
   /** Everything this node should be running now; anything else it runs should stop. */

@@ -196,6 +196,16 @@ export const RouterExposureSchema = z.object({
 });
 export type RouterExposure = z.infer<typeof RouterExposureSchema>;
 
+/** How new nodes are admitted: `open` is an admin listener beyond loopback that gives a new node work without approval. */
+export const NodeAdmissionSchema = z.object({
+  listen: z.string().describe("host:port the admin and agent API listens on."),
+  approve_nodes: z.boolean().describe("true under `serve --approve-nodes`: a new node waits as pending until `llmgw nodes approve`."),
+  open: z
+    .boolean()
+    .describe("true when the agent API listens beyond loopback and a new node is given replicas without approval: anyone holding the join token who reaches it receives prompts and the catalog's env (HF_TOKEN and the like)."),
+});
+export type NodeAdmission = z.infer<typeof NodeAdmissionSchema>;
+
 /** How far behind the head node is and what it does about it (control/load.ts). */
 export const HeadLoadSchema = z.object({
   behind_ms: z.number().int().nonnegative().describe("The worst lateness of the recent past (event-loop lag, a stall, heartbeat queue wait, tick time); 0 when calm."),
@@ -242,6 +252,8 @@ export const SummarySchema = z.object({
     .describe("Drains that cannot finish (blocked now, or never while the drain stands), by node, with why. A drain that only takes time is not listed."),
   /** The router's listener as this head node runs it: whether anyone who reaches it may use it. */
   router: RouterExposureSchema.optional(),
+  /** How this head node admits new nodes: whether holding the join token is enough to get work. */
+  node_admission: NodeAdmissionSchema.optional(),
   /** How far behind the head node is; always present from a head node that measures it. */
   head: HeadLoadSchema.optional().describe("How far behind the head node is; always present from a head node that measures it."),
 });

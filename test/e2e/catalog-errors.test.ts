@@ -77,6 +77,53 @@ describe("apply: catalog errors speak of the file", () => {
     expect(models()).toEqual(before);
   });
 
+  test("an env that would load code into the engine, or set what llmgw sets, is refused naming the model, profile and variable; the API refuses it too", async () => {
+    writeFileSync(
+      join(dir, "env.yaml"),
+      [
+        "models:",
+        "  - name: llama-3.1-8b",
+        "    profiles:",
+        "      - name: h100",
+        "        engine: vllm",
+        "        gpu_class: H100-80GB",
+        "        env: {HF_TOKEN: hf_x, LD_PRELOAD: /tmp/evil.so, PATH: /tmp/bin, BASH_ENV: /tmp/rc}",
+        "      - name: l40s",
+        "        engine: vllm",
+        "        gpu_class: L40S",
+        "        env: {PYTHONPATH: /tmp/py, CUDA_VISIBLE_DEVICES: '0', NODE_OPTIONS: --require=/tmp/x.js}",
+        "",
+      ].join("\n"),
+    );
+    const r = run(bin, ["apply", "-f", "env.yaml"], { cwd: dir });
+    expect(r.code).toBe(1);
+    const lines = r.stderr.trimEnd().split("\n");
+    expect(lines[0]).toBe("error: env.yaml: 6 problems; nothing was applied");
+    const at = lines.slice(1).map((l) => /^env\.yaml:\d+:\d+: (\S+): (\S+) is refused: /.exec(l)?.slice(1));
+    expect(at).toEqual([
+      ["models[llama-3.1-8b].profiles[0].env.LD_PRELOAD", "LD_PRELOAD"],
+      ["models[llama-3.1-8b].profiles[0].env.PATH", "PATH"],
+      ["models[llama-3.1-8b].profiles[0].env.BASH_ENV", "BASH_ENV"],
+      ["models[llama-3.1-8b].profiles[1].env.PYTHONPATH", "PYTHONPATH"],
+      ["models[llama-3.1-8b].profiles[1].env.CUDA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"],
+      ["models[llama-3.1-8b].profiles[1].env.NODE_OPTIONS", "NODE_OPTIONS"],
+    ]);
+    expect(r.stderr).toContain("sets it in its agent's own environment");
+    expect(r.stderr).not.toContain("hf_x");
+
+    // The server's own check, whatever client sent it.
+    const { adminUrl, adminToken } = serve;
+    const put = await fetch(`${adminUrl}/api/v1/models/env-test`, {
+      method: "PUT",
+      headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json" },
+      body: JSON.stringify({ name: "env-test", profiles: [{ name: "p", engine: "vllm", gpu_class: "H100-80GB", env: { LD_LIBRARY_PATH: "/tmp/lib" } }] }),
+    });
+    expect(put.status).toBe(400);
+    const body = (await put.json()) as { error: { message: string; issues?: { path: string; message: string }[] } };
+    expect(JSON.stringify(body.error)).toContain("LD_LIBRARY_PATH is refused: the dynamic loader reads it");
+    expect(models()).toEqual(["llama-3.1-8b:1"]);
+  });
+
   test("a conflict with the stored catalog is listed beside the file's own problems", () => {
     writeFileSync(join(dir, "steal.json"), JSON.stringify({ models: [{ name: "thief", aliases: ["llama3-8b"], profiles: [{ name: "p", engine: "vllm", gpu_class: "H100-80GB" }] }, { name: "other", weight: -1, profiles: [{ name: "p", engine: "vllm", gpu_class: "X" }] }] }, null, 2));
     const r = run(bin, ["apply", "-f", "steal.json"], { cwd: dir });

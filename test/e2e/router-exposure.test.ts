@@ -1,5 +1,7 @@
 // A router listening beyond loopback with no API key required serves every model to anyone who
-// reaches it: `serve` says so when it starts and `status` says so for as long as it lasts.
+// reaches it: `serve` says so when it starts and `status` says so for as long as it lasts. The
+// same for an agent API beyond loopback without --approve-nodes: the join token alone gets a
+// node replicas, prompts and the catalog's env.
 
 import { afterEach, describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
@@ -14,9 +16,9 @@ afterEach(async () => {
   }
 });
 
-async function serve(listenHost: string, extra: string[] = []) {
+async function serve(listenHost: string, extra: string[] = [], adminHost = "127.0.0.1") {
   const { dir, bin } = scratchWithBinary();
-  const p = Bun.spawn([bin, "serve", "--admin-listen", "127.0.0.1:0", "--listen", `${listenHost}:0`, "--log-level", "warn", ...extra], {
+  const p = Bun.spawn([bin, "serve", "--admin-listen", `${adminHost}:0`, "--listen", `${listenHost}:0`, "--log-level", "warn", ...extra], {
     cwd: dir,
     env: { PATH: process.env.PATH ?? "", NO_COLOR: "1" },
     stdout: "pipe",
@@ -24,8 +26,12 @@ async function serve(listenHost: string, extra: string[] = []) {
   });
   procs.push(p);
   let stderr = "";
+  let stdout = "";
   void (async () => {
     for await (const chunk of p.stderr) stderr += new TextDecoder().decode(chunk);
+  })();
+  void (async () => {
+    for await (const chunk of p.stdout) stdout += new TextDecoder().decode(chunk);
   })();
   await until("server.json", () => {
     try {
@@ -35,7 +41,7 @@ async function serve(listenHost: string, extra: string[] = []) {
     }
   });
   await until("the start lines", () => (stderr.includes("llmgw serve: admin API on") ? true : undefined));
-  return { dir, bin, stderr: () => stderr };
+  return { dir, bin, stderr: () => stderr, stdout: () => stdout };
 }
 
 describe("an open router is said out loud", () => {
@@ -56,6 +62,32 @@ describe("an open router is said out loud", () => {
       expect(status.stdout).not.toContain("Router ");
       expect(s.stderr()).not.toContain("router: open");
       expect((JSON.parse(run(s.bin, ["status", "-o", "json"], { cwd: s.dir }).stdout) as { router: { open: boolean } }).router.open).toBe(false);
+    }
+  }, 30_000);
+});
+
+describe("nodes joining without approval are said out loud", () => {
+  // The admin listener on 0.0.0.0 is what is being tested: only there does the warning apply.
+  test("an agent API beyond loopback without --approve-nodes: a warning at start and in status's attention list", async () => {
+    const s = await serve("127.0.0.1", [], "0.0.0.0");
+    await until("the warning", () => (s.stderr().includes("nodes join without approval") ? true : undefined));
+    expect(s.stderr()).toMatch(/llmgw serve: nodes join without approval: anyone who holds the join token and reaches 0\.0\.0\.0:\d+ is given replicas, prompts and the catalog's env \(--approve-nodes/);
+    // The log line too (warn level, what journald keeps).
+    await until("the log line", () => (s.stdout().includes('"msg":"nodes join without approval') ? true : undefined));
+    const status = run(s.bin, ["status"], { cwd: s.dir });
+    expect(status.code).toBe(0);
+    expect(status.stdout).toMatch(/Attention\n(?: {2}.*\n)* {2}nodes join without approval: anyone who holds the join token and reaches 0\.0\.0\.0:\d+ is given replicas, prompts and the catalog's env \(serve --approve-nodes\)/);
+    const json = JSON.parse(run(s.bin, ["status", "-o", "json"], { cwd: s.dir }).stdout) as { node_admission: { open: boolean; approve_nodes: boolean } };
+    expect(json.node_admission).toMatchObject({ open: true, approve_nodes: false });
+  }, 30_000);
+
+  test("with --approve-nodes, or on loopback only, nothing is said", async () => {
+    for (const s of [await serve("127.0.0.1", ["--approve-nodes"], "0.0.0.0"), await serve("127.0.0.1")]) {
+      const status = run(s.bin, ["status"], { cwd: s.dir });
+      expect(status.code).toBe(0);
+      expect(status.stdout).not.toContain("without approval");
+      expect(s.stderr()).not.toContain("without approval");
+      expect((JSON.parse(run(s.bin, ["status", "-o", "json"], { cwd: s.dir }).stdout) as { node_admission: { open: boolean } }).node_admission.open).toBe(false);
     }
   }, 30_000);
 });

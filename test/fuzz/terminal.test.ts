@@ -1,9 +1,10 @@
 // Property-based fuzzing of what reaches an operator's terminal and the dashboard: heartbeats
 // and catalog entries whose strings are full of control characters and escape sequences
-// (screen clears, OSC titles and hyperlinks, C1 CSI, bidi overrides, CR overwrites) against a
-// real head node. Each is either refused with the field named, or accepted; either way no CLI
-// view (status, nodes, nodes NAME, events, replicas, models, models NAME) nor the dashboard
-// holds a control character other than newline, plus, on a terminal, the CLI's own colours.
+// (screen clears, OSC titles and hyperlinks, C1 CSI, bidi overrides and marks, invisible format
+// characters, CR overwrites) against a real head node. Each is either refused with the field
+// named, or accepted; either way no CLI view (status, nodes, nodes NAME, events, replicas,
+// models, models NAME) nor the dashboard holds a control character other than newline, plus, on
+// a terminal, the CLI's own colours.
 // Half the cases skip the edge and hand the heartbeat to the controller directly, as data
 // stored before the edge checked it would be: the render edge must hold on its own.
 
@@ -24,7 +25,7 @@ import { type TestServer, testServer } from "../helpers/server";
 let s: TestServer;
 
 // eslint-disable-next-line no-control-regex
-const CONTROL = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/;
+const CONTROL = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff]/;
 /** The CLI's own SGR codes (render.ts CODES and the reset): the only escapes allowed, and only with colour on. */
 // eslint-disable-next-line no-control-regex
 const OWN_COLOURS = /\x1b\[(?:0|1|2|31|32|33|34|35|36|90)m/g;
@@ -32,6 +33,8 @@ const OWN_COLOURS = /\x1b\[(?:0|1|2|31|32|33|34|35|36|90)m/g;
 const ESCAPES = [
   "\u001b[2J", "\u001b[41m", "\u001b]0;pwned\u0007", "\u001b]8;;http://evil.example/\u001b\\", "\u009b31m", "\u009d0;t\u009c", "\u001bc", "\u001b[?1049h",
   "\u001b[1A\u001b[2K", "\r", "\n", "\t", "\r\n", "\u0000", "\u0007", "\u0008", "\u007f", "\u0085", "\u202e", "\u2066", "\u2069", "\u2028", "\ud800",
+  // Bidi marks and invisible format characters: drawn as nothing, they reorder or disguise a name.
+  "\u200e", "\u200f", "\u061c", "\u200b", "\u200d", "\u2060", "\ufeff",
 ];
 const TEXT = ["H100-80GB", "NVIDIA H100 80GB HBM3", "10.0.0.7", "0.1.0", " ", "é", "مرحبا", "👩‍👩‍👧‍👦", "<b>x</b>", "FAKE BANNER"];
 const hostileText = fc

@@ -398,6 +398,26 @@ describe("assignments", () => {
     expect(starts(stateDir, "bad")).toBe(1);
   });
 
+  test("a forged assignment (an env that loads code, a name that reads as a flag) is reported failed with the reason and never started; a good one beside it runs", async () => {
+    const stub = stubHead();
+    const agent = makeAgent({ server: stub.url, token: stub.token, simulate: "H100-80GB:2" });
+    const stateDir = (agent as unknown as { config: AgentConfig }).config.state_dir;
+    await agent.start();
+    stub.set([
+      assignment("preload", await freePort(), { env: { HF_TOKEN: "hf_secret", LD_PRELOAD: "/tmp/evil.so" } }),
+      assignment("flag", await freePort(), { served_names: ["llama-3.1-8b", "--trust-remote-code"] }),
+      assignment("ok", await freePort()),
+    ]);
+    const preload = await until("preload reported failed", () => stub.reportsOf("preload").find((r) => r.state === "failed"));
+    expect(preload.error).toStartWith("could not start: replica preload not started: env.LD_PRELOAD: LD_PRELOAD is refused: the dynamic loader reads it");
+    expect(preload.error).not.toContain("hf_secret");
+    const flag = await until("flag reported failed", () => stub.reportsOf("flag").find((r) => r.state === "failed"));
+    expect(flag.error).toContain('served_names[1] "--trust-remote-code": may contain only letters');
+    await until("ok ready", () => stub.reportsOf("ok").find((r) => r.state === "ready"));
+    expect([starts(stateDir, "preload"), starts(stateDir, "flag"), starts(stateDir, "ok")]).toEqual([0, 0, 1]);
+    expect(stub.reportsOf("preload").some((r) => r.state === "ready")).toBe(false);
+  });
+
   test("a port something else already listens on fails the replica with a reason instead of passing its health check", async () => {
     const squatter = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response("ok") });
     cleanup.push(() => squatter.stop(true));
@@ -670,8 +690,7 @@ describe("weights", () => {
     expect(stub.heartbeats[0]!.models).toEqual(["org/m"]);
     expect(stub.heartbeats[0]!.model_revisions).toEqual({ "org/m": [revA, revB] });
 
-    const env = { PATH: `${bin}:${process.env.PATH ?? ""}` };
-    stub.set([assignment("pinned", await freePort(), { model: "org/m", revision: revB, env }), assignment("absent", await freePort(), { model: "org/m", revision: revC, env })]);
+    stub.set([assignment("pinned", await freePort(), { model: "org/m", revision: revB }), assignment("absent", await freePort(), { model: "org/m", revision: revC })]);
     await until("pinned failed", () => stub.reportsOf("pinned").find((r) => r.state === "failed"));
     const args = readFileSync(`${out}.args`, "utf8").split("\n");
     expect(args.slice(0, 2)).toEqual(["serve", join(entry, "snapshots", revB)]);

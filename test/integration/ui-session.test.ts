@@ -76,10 +76,25 @@ describe("sign-in", () => {
       expect(x.setCookie).not.toContain("Secure");
       expect(await fragment(x.cookie)).toBe(200);
     }
-    // The ?token= link starts a session of its own too.
-    const link = await fetch(`${s.adminUrl}/ui?token=${encodeURIComponent(s.adminToken)}`, { redirect: "manual" });
-    expect(link.status).toBe(303);
-    expect(link.headers.get("set-cookie")).not.toContain(a.cookie);
+  });
+
+  test("an old sign-in link (/ui?token=…) signs no one in and never echoes the token: the form, its query dropped; signed in, it only redirects to /ui", async () => {
+    for (const token of [s.adminToken, "wrong-token-in-link"]) {
+      const link = await fetch(`${s.adminUrl}/ui?token=${encodeURIComponent(token)}`, { redirect: "manual" });
+      expect(link.status).toBe(401);
+      expect(link.headers.get("set-cookie")).toBeNull();
+      const page = await link.text();
+      expect(page).toContain('data-testid="login-form"');
+      expect(page).toContain("no longer sign in");
+      expect(page).toContain('history.replaceState(null,"","/ui")');
+      expect(page).not.toContain(token);
+    }
+    const a = await signIn();
+    const followed = await fetch(`${s.adminUrl}/ui?token=${encodeURIComponent(s.adminToken)}`, { redirect: "manual", headers: { cookie: a.cookie } });
+    expect(followed.status).toBe(303);
+    expect(followed.headers.get("location")).toBe("/ui");
+    expect(followed.headers.get("set-cookie")).toBeNull();
+    expect(await fragment(a.cookie)).toBe(200);
   });
 
   test("signing in again ends the session the browser held before", async () => {

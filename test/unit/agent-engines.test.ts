@@ -161,9 +161,9 @@ describe("llama.cpp", () => {
     expect(() => renderLaunch(a, opts)).toThrow(/llama\.cpp cannot run one replica across 2 nodes/);
   });
 
-  test("a served name containing a comma is rejected rather than split", () => {
+  test("a served name containing a comma is rejected rather than split (no catalog name has one)", () => {
     const a = assignment({ engine: "llama.cpp", served_names: ["a,b"] });
-    expect(() => renderLaunch(a, opts)).toThrow(/--alias splits names/);
+    expect(() => renderLaunch(a, opts)).toThrow(/served_names\[0\] "a,b": may contain only letters/);
   });
 });
 
@@ -199,11 +199,10 @@ describe("environment and validation", () => {
     }
   });
 
-  test("the catalog cannot override the GPUs placement chose", () => {
-    const l = renderLaunch(assignment({ env: { CUDA_VISIBLE_DEVICES: "0,1,2,3,4,5,6,7", CUDA_DEVICE_ORDER: "FASTEST_FIRST" } }), opts);
-    expect(l.env).toEqual(VLLM_GPUS);
-    const s = renderLaunch(assignment({ engine: "sglang", env: { CUDA_VISIBLE_DEVICES: "0,1,2,3,4,5,6,7" } }), opts);
-    expect(s.env.CUDA_VISIBLE_DEVICES).toBe("GPU-aaaa,GPU-bbbb");
+  test("the catalog cannot override the GPUs placement chose: an env that tries starts nothing", () => {
+    expect(() => renderLaunch(assignment({ env: { CUDA_VISIBLE_DEVICES: "0,1,2,3,4,5,6,7" } }), opts)).toThrow(/env\.CUDA_VISIBLE_DEVICES: CUDA_VISIBLE_DEVICES is refused/);
+    expect(() => renderLaunch(assignment({ engine: "sglang", env: { CUDA_DEVICE_ORDER: "FASTEST_FIRST" } }), opts)).toThrow(/env\.CUDA_DEVICE_ORDER: CUDA_DEVICE_ORDER is refused/);
+    expect(renderLaunch(assignment({ env: { NCCL_DEBUG: "INFO" } }), opts).env).toEqual({ NCCL_DEBUG: "INFO", ...VLLM_GPUS });
   });
 
   test("arguments are never joined into a shell string", () => {
@@ -273,10 +272,9 @@ describe("engine keys", () => {
     }
   });
 
-  test("the profile's env cannot replace the replica's key", () => {
-    const l = renderLaunch(keyed({ env: { VLLM_API_KEY: "operator-chosen-key-0000", HF_TOKEN: "hf_x" } }), opts);
-    expect(l.env.VLLM_API_KEY).toBe(KEY);
-    expect(l.env.HF_TOKEN).toBe("hf_x");
+  test("the profile's env cannot replace the replica's key: such an assignment starts nothing", () => {
+    expect(() => renderLaunch(keyed({ env: { VLLM_API_KEY: "operator-chosen-key-0000", HF_TOKEN: "hf_x" } }), opts)).toThrow(/env\.VLLM_API_KEY: VLLM_API_KEY is refused: llmgw sets it/);
+    expect(renderLaunch(keyed({ env: { HF_TOKEN: "hf_x" } }), opts).env).toMatchObject({ VLLM_API_KEY: KEY, HF_TOKEN: "hf_x" });
   });
 
   test("a profile that sets --api-key itself is refused while engine auth is on", () => {
@@ -395,9 +393,8 @@ describe("templates by engine version", () => {
     for (const version of ["b6869", "b8172"]) expect(renderLaunch(a, { ...o, version }).cmd).toEqual([...base, "--alias", "llama-3-8b", "-ngl", "999", "--metrics"]);
     for (const version of ["b8173", "b10991"]) expect(renderLaunch(a, { ...o, version }).cmd).toEqual([...base, "--alias", "llama-3-8b,llama3", "--metrics"]);
     expect(renderLaunch(a, { ...o, version: "b6869" }).env).toEqual({ CUDA_VISIBLE_DEVICES: "GPU-cccc" });
-    // A comma is literal for an older build's single alias, a separator for a newer one.
-    expect(renderLaunch(assignment({ engine: "llama.cpp", served_names: ["a,b"] }), { ...o, version: "b6869" }).cmd).toContain("a,b");
-    expect(() => renderLaunch(assignment({ engine: "llama.cpp", served_names: ["a,b"] }), { ...o, version: "b8173" })).toThrow(/--alias splits names/);
+    // No catalog name holds the comma a newer build's list splits on: refused on every build.
+    for (const version of ["b6869", "b8173"]) expect(() => renderLaunch(assignment({ engine: "llama.cpp", served_names: ["a,b"] }), { ...o, version })).toThrow(/served_names\[0\] "a,b"/);
   });
 
   test("more than one MIG device for one engine is refused on every engine", () => {
@@ -410,5 +407,52 @@ describe("templates by engine version", () => {
   test("health probe timeouts: at least 5 s for SGLang, whose /health generates a token", () => {
     expect(HEALTH_TIMEOUT_MS.sglang).toBeGreaterThanOrEqual(5_000);
     expect([HEALTH_TIMEOUT_MS.vllm, HEALTH_TIMEOUT_MS["llama.cpp"], HEALTH_TIMEOUT_MS.fake]).toEqual([2_000, 2_000, 2_000]);
+  });
+});
+
+describe("what a head node sends is checked as the head node checks a catalog, before anything starts", () => {
+  const engines = ["vllm", "sglang", "llama.cpp", "fake"] as const;
+  const refusal = (a: Assignment): string => {
+    try {
+      renderLaunch(a, { ...opts, modelPath: "/models/m.gguf" });
+    } catch (e) {
+      expect(e).toBeInstanceOf(LaunchError);
+      return (e as Error).message;
+    }
+    throw new Error(`rendered: ${JSON.stringify(a)}`);
+  };
+
+  test("an env variable that loads code into the engine, or one llmgw sets, is refused by name on every engine, its value never quoted", () => {
+    for (const engine of engines)
+      for (const name of ["LD_PRELOAD", "LD_LIBRARY_PATH", "PATH", "BASH_ENV", "PYTHONPATH", "PYTHONSTARTUP", "NODE_OPTIONS", "GCONV_PATH", "CUDA_VISIBLE_DEVICES", "LLAMA_API_KEY"]) {
+        const m = refusal(assignment({ engine, env: { HF_TOKEN: "hf_secret", [name]: "/tmp/evil-value" } }));
+        expect(m).toStartWith(`replica r-1 not started: env.${name}: ${name} is refused: `);
+        expect(m).not.toContain("/tmp/evil-value");
+        expect(m).not.toContain("hf_secret");
+      }
+  });
+
+  test("a served name, alias or profile that would read as a flag (--trust-remote-code was injected this way) is refused, quoted", () => {
+    for (const engine of engines) {
+      expect(refusal(assignment({ engine, served_names: ["--trust-remote-code"] }))).toStartWith('replica r-1 not started: served_names[0] "--trust-remote-code": may contain only letters');
+      expect(refusal(assignment({ engine, served_names: ["llama-3-8b", "-x"] }))).toStartWith('replica r-1 not started: served_names[1] "-x": ');
+      expect(refusal(assignment({ engine, profile: "--enforce-eager" }))).toContain('profile "--enforce-eager": ');
+    }
+    // Names the catalog accepts are not refused: dots, colons, slashes inside.
+    expect(renderLaunch(assignment({ served_names: ["org/llama-3.1:8b", "l3"] }), opts).cmd).toContain("org/llama-3.1:8b");
+  });
+
+  test("a leader address that would read as a flag, and a GPU uuid that would name two devices, are refused", () => {
+    const shard = { rank: 1, size: 2, leader_port: 29600 };
+    expect(refusal(assignment({ shard: { ...shard, leader_address: "--trust-remote-code" } }))).toContain('shard.leader_address "--trust-remote-code": must be an IP address or a host name');
+    expect(refusal(assignment({ engine: "sglang", shard: { ...shard, leader_address: "-h" } }))).toContain("shard.leader_address");
+    expect(refusal(assignment({ engine: "sglang", gpu_uuids: ["GPU-aaaa,GPU-cccc", "GPU-bbbb"] }))).toContain(`gpu_uuids[0] "GPU-aaaa,GPU-cccc": must not contain ','`);
+    for (const leader of ["10.0.0.5", "fd00::5", "gpu-01.example", "[fd00::5]"]) expect(() => renderLaunch(assignment({ engine: "sglang", shard: { ...shard, leader_address: leader } }), opts)).not.toThrow();
+  });
+
+  test("args stay the catalog's to choose (flags are what they are for), within its limits", () => {
+    expect(renderLaunch(assignment({ args: ["--trust-remote-code"] }), opts).cmd.at(-1)).toBe("--trust-remote-code");
+    expect(refusal(assignment({ args: ["x".repeat(4097)] }))).toContain("args[0]: ");
+    expect(refusal(assignment({ args: ["x".repeat(4097)] }))).not.toContain("xxxx");
   });
 });

@@ -3,6 +3,9 @@
 
 import { describe, expect, test } from "bun:test";
 import { CatalogFile, ModelSpec } from "../../src/protocol/catalog";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { ENGINE_ENV_REFUSED, refusedEngineEnvNames } from "../../src/protocol/engine-env";
 
 const paths = (r: { success: boolean; error?: { issues: { path: PropertyKey[] }[] } }) => r.error?.issues.map((i) => i.path.join(".")) ?? [];
 
@@ -87,6 +90,33 @@ models:
       expect(paths(r)).toEqual(["revision"]);
       expect(r.error!.issues[0]!.message).toContain("40-character");
     }
+  });
+
+  test("a profile's env may not set what loads code into the engine, nor what llmgw sets itself: each refused at its path, saying why", () => {
+    const refused = [...ENGINE_ENV_REFUSED.flatMap((r) => r.names), "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "LD_"];
+    for (const name of refused) {
+      const r = ModelSpec.safeParse({ name: "m", profiles: [{ name: "h100", engine: "vllm", gpu_class: "X", env: { HF_TOKEN: "hf_x", [name]: "/tmp/x" } }] });
+      expect({ name, ok: r.success }).toEqual({ name, ok: false });
+      expect(r.error!.issues.map((i) => i.path.join("."))).toEqual([`profiles.0.env.${name}`]);
+      expect(r.error!.issues[0]!.message).toStartWith(`${name} is refused: `);
+    }
+    expect(ModelSpec.safeParse({ name: "m", profiles: [{ name: "p", engine: "vllm", gpu_class: "X", env: { LD_PRELOAD: "/tmp/evil.so" } }] }).error!.issues[0]!.message).toBe(
+      "LD_PRELOAD is refused: the dynamic loader reads it (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT…) and would load libraries of the catalog's choosing into the engine; remove it from the profile; a node whose engines need it sets it in its agent's own environment (engines inherit that)",
+    );
+    expect(ModelSpec.safeParse({ name: "m", profiles: [{ name: "p", engine: "vllm", gpu_class: "X", env: { CUDA_VISIBLE_DEVICES: "0" } }] }).error!.issues[0]!.message).toStartWith(
+      "CUDA_VISIBLE_DEVICES is refused: llmgw sets it to the GPUs placement chose",
+    );
+    // What engines are tuned with stays allowed: the Hub's token and offline switch, NCCL, vLLM's own, a lower-case name.
+    const env = { HF_TOKEN: "hf_x", HF_HUB_OFFLINE: "0", NCCL_DEBUG: "INFO", VLLM_LOGGING_LEVEL: "DEBUG", PYTHONUNBUFFERED: "1", path: "x", TMPDIR: "/scratch" };
+    expect(ModelSpec.parse({ name: "m", profiles: [{ name: "p", engine: "vllm", gpu_class: "X", env }] }).profiles[0]!.env).toEqual(env);
+  });
+
+  test("the README lists every refused env variable, and no other", () => {
+    const readme = readFileSync(join(import.meta.dir, "../../README.md"), "utf8");
+    const start = readme.indexOf("A profile's `env` may not set");
+    const paragraph = readme.slice(start, readme.indexOf("\n\n", start));
+    const listed = [...paragraph.matchAll(/`([A-Z_][A-Z0-9_]*\*?)`/g)].map((m) => m[1]!);
+    expect(listed.sort()).toEqual(refusedEngineEnvNames().sort());
   });
 
   test("a model needs a profile", () => {

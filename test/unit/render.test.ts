@@ -4,9 +4,15 @@
 import { describe, expect, test } from "bun:test";
 import { renderStatus } from "../../src/cli/status";
 import { renderReplicas } from "../../src/cli/replicas";
-import { detectStyle, table, usageBar } from "../../src/cli/render";
+import { renderModels } from "../../src/cli/models";
+import { renderNodes } from "../../src/cli/nodes";
+import { renderExplanation } from "../../src/cli/explain";
+import { LIST_CELL_MAX, clip, detectStyle, listCell, table, usageBar } from "../../src/cli/render";
+import { explainModel } from "../../src/control/explain";
+import { DEFAULT_RECONCILE } from "../../src/control/reconciler";
 import { human } from "../../src/lib/format";
-import type { ReplicaView, Summary } from "../../src/protocol/views";
+import type { GpuView, ModelView, NodeView, ReplicaView, Summary } from "../../src/protocol/views";
+import { T0, model, snapshot } from "../helpers/fleet";
 
 const plain = { color: false };
 const color = { color: true };
@@ -89,6 +95,14 @@ describe("status view", () => {
     expect(out).toContain("200 nodes: 185 ready, 4 cordoned (c1, c2, c3, c4), 2 draining (d1, d2), 9 unreachable (g01, g02, g03, g04, g05, and 4 more)");
     expect(renderStatus(named, plain, { wide: true })).toContain("9 unreachable (g01, g02, g03, g04, g05, g06, g07, and 2 more)");
   });
+  test("a head node that gives new nodes work without approval says so under Attention; with approval, or on loopback, nothing", () => {
+    const open = renderStatus({ ...summary, node_admission: { listen: "0.0.0.0:8001", approve_nodes: false, open: true } }, plain);
+    expect(open).toContain(
+      "Attention\n  nodes join without approval: anyone who holds the join token and reaches 0.0.0.0:8001 is given replicas, prompts and the catalog's env (serve --approve-nodes)\n",
+    );
+    for (const a of [{ listen: "0.0.0.0:8001", approve_nodes: true, open: false }, { listen: "127.0.0.1:8001", approve_nodes: false, open: false }])
+      expect(renderStatus({ ...summary, node_admission: a }, plain)).not.toContain("without approval");
+  });
 });
 
 describe("tables", () => {
@@ -104,5 +118,86 @@ describe("tables", () => {
   });
   test("columns align and numeric columns right-align", () => {
     expect(table(["A", "NUM"], [["x", "1"], ["long", "100"]], { right: [1] })).toBe("A     NUM\nx       1\nlong  100");
+  });
+});
+
+describe("cells that hold lists stop at a width and say what they left out", () => {
+  test("listCell: whole when it fits; otherwise the items that fit whole, then +N more; one item too long is cut with …", () => {
+    expect(listCell([])).toBe("-");
+    expect(listCell(["8xH100-80GB", "2xA100-80GB/3g.40gb"])).toBe("8xH100-80GB,2xA100-80GB/3g.40gb");
+    expect(listCell(["aaaa", "bbbb", "cccc", "dddd"], 17)).toBe("aaaa,bbbb,+2 more");
+    expect(listCell(["aaaa", "bbbb", "cccc", "dddd"], 16)).toBe("aaaa,+3 more");
+    expect(listCell(["x".repeat(100), "y"], 20)).toBe(`${"x".repeat(11)}…,+1 more`);
+    expect(listCell(["a", "b", "c"], 20, " ")).toBe("a b c");
+    for (let n = 1; n <= 300; n += 7) {
+      const items = Array.from({ length: n }, (_, i) => `${i % 3}xCLASS-${i}`);
+      const cell = listCell(items);
+      expect(cell.length).toBeLessThanOrEqual(LIST_CELL_MAX);
+      const shown = cell.endsWith(" more") ? Number(/\+(\d+) more$/.exec(cell)![1]) : 0;
+      // What is shown plus what is counted is every item.
+      expect(cell.split(",").filter((x) => !x.startsWith("+")).length + shown).toBe(n);
+    }
+    expect(clip("short")).toBe("short");
+    expect(clip("x".repeat(70), 10)).toBe(`${"x".repeat(9)}…`);
+  });
+
+  const gpu = (i: number, cls: string): GpuView => ({ index: i, uuid: `GPU-${i}`, name: "NVIDIA X", class: cls, memory_mib: 1024, healthy: true, parent: null, in_use_by: null, reason: null });
+  const node = (name: string, gpus: GpuView[], extra: Partial<NodeView> = {}): NodeView => ({
+    name, state: "ready", admin_state: "none", address: "10.0.0.1", fabrics: [], labels: {}, agent_version: "0.1.0", gpus, models: [],
+    last_heartbeat: "2026-01-01T12:00:00.000Z", gpu_total: gpus.length, gpu_free: gpus.length, gpu_unhealthy: 0, gpu_memory_mib: 0, discovery_error: null, engines: [], ...extra,
+  });
+  // The issue's node: 256 GPUs of 256 classes, beside an ordinary one.
+  const classes = Array.from({ length: 256 }, (_, i) => `VENDOR-ACCELERATOR-CLASS-${String(i).padStart(3, "0")}`);
+  const wide256 = node("gpu-wide", classes.map((c, i) => gpu(i, c)), {
+    fabrics: Array.from({ length: 16 }, (_, i) => `fabric-${i}-${"f".repeat(100)}`),
+    labels: Object.fromEntries(Array.from({ length: 64 }, (_, i) => [`label-${i}`, "v".repeat(200)])),
+    address: `${"h".repeat(200)}.example`,
+  });
+  const plainNode = node("gpu-01", [gpu(0, "H100-80GB"), gpu(1, "H100-80GB")]);
+
+  test("llmgw nodes: a node reporting 256 classes, 16 long fabrics and 64 labels pads no row to kilobytes", () => {
+    for (const wide of [false, true]) {
+      const out = renderNodes([wide256, plainNode], plain, wide, Date.parse("2026-01-01T12:00:10.000Z"));
+      const lines = out.trimEnd().split("\n");
+      for (const l of lines) expect(l.length).toBeLessThan(wide ? 420 : 200);
+      const row = lines.find((l) => l.startsWith("gpu-wide"))!;
+      expect(row).toContain("1xVENDOR-ACCELERATOR-CLASS-000,");
+      expect(row).toContain("1xVENDOR-ACCELERATOR-CLASS-000,+255 more");
+      expect(row).toContain("…,+15 more");
+      if (wide) expect(row).toMatch(/ h{63}… .* label-0=v+…,\+63 more$/);
+      expect(lines.find((l) => l.startsWith("gpu-01"))).toContain("2xH100-80GB");
+    }
+  });
+
+  test("llmgw explain: a node ruled out by class names its first classes and counts the rest", () => {
+    const s = snapshot({ nodes: [{ name: "gpu-wide", gpus: classes }, { name: "gpu-01", gpus: ["H100-80GB"] }], models: [model({ name: "m" })] });
+    const e = explainModel({ snapshot: s, now: T0, lastUsed: new Map(), config: DEFAULT_RECONCILE }, "m")!;
+    const detail = e.profiles[0]!.outcomes.find((o) => o.outcome === "class")!.nodes[0]!.detail;
+    expect(detail).toStartWith("has 1× VENDOR-ACCELERATOR-CLASS-000, 1× VENDOR-ACCELERATOR-CLASS-001,");
+    expect(detail).toEndWith(", and 248 more classes (llmgw nodes gpu-wide)");
+    const out = renderExplanation(e, plain);
+    for (const l of out.split("\n")) expect(l.length).toBeLessThan(420);
+    // An older server's detail, unbounded: cut in the view.
+    const old = structuredClone(e);
+    old.profiles[0]!.outcomes.find((o) => o.outcome === "class")!.nodes[0]!.detail = `has ${classes.map((c) => `1× ${c}`).join(", ")}`;
+    for (const l of renderExplanation(old, plain).split("\n")) expect(l.length).toBeLessThan(420);
+    expect(renderExplanation(old, plain)).toContain("…");
+  });
+
+  test("llmgw models -o wide and llmgw replicas: 32 long aliases and a 64-node placement stay one short cell", () => {
+    const m: ModelView = {
+      name: "m", aliases: Array.from({ length: 32 }, (_, i) => `alias-${i}-${"a".repeat(100)}`), desired: 1, ready: 1, total: 1, min: 1, max: 1,
+      on_demand: false, parked: false, unplaceable: false, failures: 0, reason: null, revision: 1,
+    } as ModelView;
+    const mo = renderModels([m], plain, true);
+    for (const l of mo.split("\n")) expect(l.length).toBeLessThan(200);
+    expect(mo).toContain("+31 more");
+    const r: ReplicaView = {
+      id: "r-1", model: "m", profile: "p", state: "ready", shards: Array.from({ length: 64 }, (_, i) => ({ node: `node-${i}-${"n".repeat(60)}`, gpus: [0, 1, 2, 3, 4, 5, 6, 7] })),
+      endpoint: null, idle_seconds: -1, failures: 0, error: null, created_at: "", ready_at: null,
+    };
+    const ro = renderReplicas([r], plain, false);
+    for (const l of ro.split("\n")) expect(l.length).toBeLessThan(200);
+    expect(ro).toContain("+63 more");
   });
 });

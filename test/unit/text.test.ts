@@ -10,9 +10,11 @@ import { HeartbeatRequest } from "../../src/protocol/heartbeat";
 import { ModelSpec } from "../../src/protocol/catalog";
 
 // eslint-disable-next-line no-control-regex
-const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/;
+const CONTROL = /[\u0000-\u001f\u007f-\u009f\u061c\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff]/;
 // eslint-disable-next-line no-control-regex
-const CONTROL_BUT_NL_TAB = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/;
+const CONTROL_BUT_NL_TAB = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff]/;
+/** Every bidi and invisible format character the sanitiser spells out (besides the line separators, which become spaces). */
+const FORMAT_CHARS = [0x061c, 0x200b, 0x200c, 0x200d, 0x200e, 0x200f, 0x202a, 0x202b, 0x202c, 0x202d, 0x202e, 0x2060, 0x2061, 0x2062, 0x2063, 0x2064, 0x2066, 0x2067, 0x2068, 0x2069, 0x206a, 0x206f, 0xfeff];
 
 describe("safeText", () => {
   test("the issue's sequences are spelled out, visible and inert", () => {
@@ -25,7 +27,22 @@ describe("safeText", () => {
   });
 
   test("printable text, any script, emoji and markup, is left exactly as it is", () => {
-    for (const s of ["NVIDIA H100 80GB HBM3", "A100-80GB/3g.40gb", "مرحبا بالعالم", "👩‍👩‍👧‍👦", "<script>alert(1)</script>", "café ü ß", ""]) expect(safeText(s)).toBe(s);
+    for (const s of ["NVIDIA H100 80GB HBM3", "A100-80GB/3g.40gb", "مرحبا بالعالم", "👩👍🏽", "<script>alert(1)</script>", "café ü ß", ""]) expect(safeText(s)).toBe(s);
+  });
+
+  test("bidi marks (LRM, RLM, ALM) and invisible format characters are spelled out on one line and in multi-line text, and refused by Printable", () => {
+    // The issue's case: a right-to-left mark reorders what a terminal shows, and is drawn as nothing.
+    expect(safeText("gpu-01\u200f\u200e")).toBe("gpu-01\\u200f\\u200e");
+    for (const c of FORMAT_CHARS) {
+      const ch = String.fromCharCode(c);
+      const hex = c.toString(16).padStart(4, "0");
+      expect(safeText(`a${ch}b`)).toBe(`a\\u${hex}b`);
+      expect(safeText(`a${ch}b\nc`, { multiline: true })).toBe(`a\\u${hex}b\nc`);
+      expect(firstUnsafe(`ab${ch}`)).toEqual({ at: 2, code: `U+${hex.toUpperCase()}` });
+      expect(Printable(16).safeParse(`x${ch}`).success).toBe(false);
+    }
+    // An emoji sequence joined by U+200D shows as its parts, the joiners spelled out.
+    expect(safeText("👩\u200d👩")).toBe("👩\\u200d👩");
   });
 
   test("multi-line keeps newline and tab, turns CR and CRLF into newlines, spells out the rest", () => {
