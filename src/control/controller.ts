@@ -23,6 +23,7 @@ import { type EngineReport, type HeartbeatRequest, type HeartbeatResponse, logsT
 import type { AdminState, ApplyDryRun, EventView, Explanation, ModelView, NodeView, ReplicaView, Summary, Tables } from "../protocol/views";
 import { dryRunApply } from "./dry-run";
 import { type ExplainInput, explainModel } from "./explain";
+import { KeyPublisher } from "./key-publisher";
 import { AssignmentBroker } from "./broker";
 import { type PutResult, catalogChanges } from "./catalog";
 import { ConflictError, FencedError, NotFoundError, StoreUnavailableError } from "./errors";
@@ -138,6 +139,8 @@ export class Controller {
   /** Each node's last reported revisions, as sent, to tell a change from a repeat. */
   private readonly revisionsSaid = new Map<string, string>();
   private lastCatalog = "";
+  /** The client API keys as the router was last handed them (key-publisher.ts). */
+  private readonly keys = new KeyPublisher(() => this.store.listApiKeys());
   /** Each node's assignment set and generation, and the long polls waiting on them. */
   private readonly broker: AssignmentBroker;
   /** Nodes last seen unreachable, so the event is written once per outage. */
@@ -277,6 +280,7 @@ export class Controller {
     this.lastCatalog = "";
     this.projectedAt = undefined;
     this.projectedFrom = undefined;
+    this.keys.reset();
     await this.publishKeys();
   }
 
@@ -427,6 +431,8 @@ export class Controller {
         this.refreshAssignments(after);
         await this.tickPause();
         this.publish(after);
+        // Keys another control plane created or revoked arrive with the state read here.
+        await this.publishKeys();
         this.projectedAt = key;
       }
       // The tick's own work: the pauses that let heartbeats in between its steps were listening time.
@@ -1253,9 +1259,7 @@ export class Controller {
   }
 
   private async publishKeys(): Promise<void> {
-    if (!this.sink) return;
-    const keys = await this.store.listApiKeys();
-    this.sink?.setApiKeys(keys.map((k) => ({ name: k.name, sha256: k.hash, pool: k.pool })));
+    await this.keys.publish(this.sink);
   }
 
   // ---- node admin ---------------------------------------------------------------------
