@@ -27,7 +27,7 @@ import { type OpenedStore, openStore } from "../store/open";
 import { ModelStore } from "../control/model";
 import type { StorePort } from "../control/store-port";
 import { StoreUnavailableError } from "../control/errors";
-import { advertisedUrl, defaultName, joinControlPlanes } from "./control-planes";
+import { advertisedUrl, defaultName, joinControlPlanes, newInstanceId, refuseNamesake } from "./control-planes";
 import { FleetPublisher } from "./fleet-publisher";
 import { PatroniPoller } from "./patroni";
 import { RouterLink } from "./router-thread";
@@ -148,6 +148,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   // Several control planes on one store: on by itself with PostgreSQL, asked for with SQLite.
   const ha = opened.dialect === "postgres" || config.ha === true;
   log.info({ path: opened.describe, dialect: opened.dialect, ...(ha ? { ha } : {}) }, "store opened");
+  if (ha) await beforeJoining(opened, () => refuseNamesake({ store: opened.store, describe: opened.describe, name: config.name ?? defaultName(), ttlMs: config.lease_ttl, renewMs: config.lease_renew, scheduler, log }));
   if (ha) engineSecret = await adoptSharedSecrets(opened, log, secret, admin, join_);
   const close = () => void opened.close().catch((e) => log.warn({ err: (e as Error).message }, "store not closed cleanly"));
   const model = new ModelStore(opened.store, scheduler);
@@ -291,10 +292,21 @@ function membershipOptions(
     scheduler: o.scheduler,
     log: o.log,
     record: { name, adminUrl, routerUrl: o.routerUrl, startedAt: o.scheduler.now() },
+    instance: newInstanceId(),
     ttlMs: config.lease_ttl,
     renewMs: config.lease_renew,
     ...(config.floating_address ? { floating: { address: config.floating_address, port: o.adminPort, scheme: o.scheme, ...(o.tls ? { ca: o.tls.cert } : {}) } } : {}),
   };
+}
+
+/** A check made before this control plane joins the others; when it refuses, the store is closed and nothing else was started. */
+async function beforeJoining(opened: OpenedStore, check: () => Promise<void>): Promise<void> {
+  try {
+    await check();
+  } catch (e) {
+    await opened.close().catch(() => undefined);
+    throw e;
+  }
 }
 
 /**

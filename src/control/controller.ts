@@ -27,6 +27,7 @@ import { KeyPublisher } from "./key-publisher";
 import { AssignmentBroker } from "./broker";
 import { type PutResult, catalogChanges } from "./catalog";
 import { ConflictError, FencedError, NotFoundError, StoreUnavailableError } from "./errors";
+import type { Leadership } from "./ha";
 import type { EndpointSink, UsageSource } from "./interfaces";
 import * as project from "./projections";
 import { LoadMonitor, SUMMARY_CACHE_MS } from "./load";
@@ -227,7 +228,7 @@ export class Controller {
    * Whether this control plane leads, under which epoch: a single head node always leads
    * (epoch 0); with several on one store the lease decides (ha.ts sets it).
    */
-  private lead: { leading: boolean; epoch: number; name?: string } = { leading: true, epoch: 0 };
+  private lead: Leadership = { leading: true, epoch: 0 };
   /**
    * What the summary says of the world beyond this store's rows, as last observed (never
    * fetched while a summary waits): the replicated store's members as Patroni reports them, and
@@ -237,10 +238,10 @@ export class Controller {
   setSummarySources(s: { store?: () => { members: Summary["store"]; error?: string }; controlPlanes?: () => Summary["control_planes"] }): void {
     this.summarySources = { ...this.summarySources, ...s };
   }
-  leadership(): { leading: boolean; epoch: number; name?: string } {
+  leadership(): Leadership {
     return this.lead;
   }
-  setLeadership(l: { leading: boolean; epoch: number; name?: string }): void {
+  setLeadership(l: Leadership): void {
     const was = this.lead.leading;
     this.lead = l;
     // A new leader reconciles at once, not on the next tick.
@@ -481,10 +482,10 @@ export class Controller {
     const write = combined(plan, scaled.changes, reach.events);
     let after = snapshot;
     if (!isEmpty(write)) {
-      const { name, epoch } = this.lead;
+      const { name, holder = name, epoch } = this.lead;
       try {
         // Several control planes: only under the lease this one holds (the store checks it in the transaction).
-        await this.store.applyPlan(write, now, name !== undefined ? { holder: name, epoch } : undefined);
+        await this.store.applyPlan(write, now, holder !== undefined ? { holder, epoch } : undefined);
       } catch (e) {
         if (!(e instanceof FencedError)) throw e;
         this.fenced(e);

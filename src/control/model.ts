@@ -680,8 +680,8 @@ export class ModelStore implements StorePort {
   }
 
   // ---- several control planes: not modelled, straight to the store ----------------------
-  acquireLease(holder: string, ttlMs: number): Promise<Lease> {
-    return this.inner.acquireLease(holder, ttlMs);
+  acquireLease(holder: string, ttlMs: number, take?: boolean): Promise<Lease> {
+    return this.inner.acquireLease(holder, ttlMs, take);
   }
   releaseLease(holder: string): Promise<void> {
     return this.inner.releaseLease(holder);

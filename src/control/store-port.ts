@@ -105,9 +105,10 @@ export interface StorePort {
   /**
    * Takes or renews the leader lease for `holder`, by the database's clock: renewed when holder
    * holds it unexpired (same epoch), taken when it is free or expired (epoch + 1), refused when
-   * another holds it unexpired. Always answers the lease as it now stands.
+   * another holds it unexpired. With `take` (a holder that does not lead asks for a new term) the
+   * epoch rises even when holder still holds it. Always answers the lease as it now stands.
    */
-  acquireLease(holder: string, ttlMs: number): Promise<Lease>;
+  acquireLease(holder: string, ttlMs: number, take?: boolean): Promise<Lease>;
   /** Gives the lease up at once (a clean stop) when holder holds it; the next taker raises the epoch. */
   releaseLease(holder: string): Promise<void>;
   /** The lease as it stands, or undefined when nobody ever took it. */

@@ -399,14 +399,15 @@ export class Store implements StorePort {
 
   // ---- several control planes -------------------------------------------------------------
 
-  acquireLease(holder: string, ttlMs: number): Promise<Lease> {
+  acquireLease(holder: string, ttlMs: number, take = false): Promise<Lease> {
     const ttl = Math.max(1, Math.floor(ttlMs));
+    const renew = take ? 0 : 1;
     return guarded(() =>
       this.db.transaction((tx) => {
-        // Renewed by its holder while unexpired (same epoch); taken when free or lapsed (epoch + 1).
+        // Renewed by its holder while unexpired (same epoch); taken when free or lapsed, or asked to take (epoch + 1).
         tx.run(sql`INSERT INTO leases (name, holder, epoch, expires_at) VALUES ('leader', ${holder}, 1, ${DB_NOW} + ${ttl})
           ON CONFLICT (name) DO UPDATE SET
-            epoch = CASE WHEN leases.holder = excluded.holder AND leases.expires_at > ${DB_NOW} THEN leases.epoch ELSE leases.epoch + 1 END,
+            epoch = CASE WHEN ${renew} = 1 AND leases.holder = excluded.holder AND leases.expires_at > ${DB_NOW} THEN leases.epoch ELSE leases.epoch + 1 END,
             holder = excluded.holder,
             expires_at = excluded.expires_at
           WHERE leases.holder = excluded.holder OR leases.expires_at <= ${DB_NOW}`);

@@ -463,6 +463,26 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
         expect(await o.acquireLease("c", 60_000)).toMatchObject({ holder: "a", epoch: 3 });
       });
 
+      test("every taking raises the epoch, also by the holder it names (a new term); only renewing keeps it; two processes of one name are two holders", async () => {
+        expect(await s.acquireLease("a@1", 60_000, true)).toMatchObject({ holder: "a@1", epoch: 1 });
+        expect(await s.acquireLease("a@1", 60_000)).toMatchObject({ holder: "a@1", epoch: 1 });
+        // It stepped down (a slow renewal) and takes the lease again: a new term, though it held it.
+        expect(await s.acquireLease("a@1", 60_000, true)).toMatchObject({ holder: "a@1", epoch: 2 });
+        expect(await s.acquireLease("a@1", 60_000)).toMatchObject({ holder: "a@1", epoch: 2 });
+        // Another process under the same name, or this one restarted: refused while the lease runs.
+        const o = await h.other();
+        expect(await o.acquireLease("a@2", 60_000, true)).toMatchObject({ holder: "a@1", epoch: 2 });
+        expect(await o.acquireLease("a@2", 60_000)).toMatchObject({ holder: "a@1", epoch: 2 });
+        await expect(o.applyPlan(plan({ create: [replica("r1")] }), NOW, { holder: "a@2", epoch: 2 })).rejects.toBeInstanceOf(FencedError);
+        await s.releaseLease("a@2"); // not the holder: nothing changes
+        expect(await s.readLease()).toMatchObject({ holder: "a@1", epoch: 2 });
+        await s.releaseLease("a@1");
+        expect(await o.acquireLease("a@2", 60_000, true)).toMatchObject({ holder: "a@2", epoch: 3 });
+        // The old term's writes are fenced by the new one.
+        await expect(s.applyPlan(plan({ create: [replica("r2")] }), NOW, { holder: "a@1", epoch: 2 })).rejects.toBeInstanceOf(FencedError);
+        expect((await s.snapshot()).replicas).toEqual([]);
+      });
+
       test("a plan under the lease it holds is written; under an old epoch, a lapsed lease, or none, nothing is written (FencedError)", async () => {
         await expect(s.applyPlan(plan({ create: [replica("r0")] }), NOW, { holder: "a", epoch: 1 })).rejects.toBeInstanceOf(FencedError);
         await s.acquireLease("a", 300);

@@ -52,8 +52,8 @@ afterAll(async () => {
 
 describe("two control planes on one SQLite file", () => {
   test("the first leads (epoch 1), the second stands by; /healthz?leader=1 tells them apart", async () => {
-    expect(a.parts.controller.leadership()).toEqual({ leading: true, epoch: 1, name: "cp-a" });
-    expect(b.parts.controller.leadership()).toEqual({ leading: false, epoch: 1, name: "cp-b" });
+    expect(a.parts.controller.leadership()).toEqual({ leading: true, epoch: 1, name: "cp-a", holder: expect.stringMatching(/^cp-a@/) });
+    expect(b.parts.controller.leadership()).toEqual({ leading: false, epoch: 1, name: "cp-b", holder: expect.stringMatching(/^cp-b@/) });
     expect(await health(a, true)).toEqual({ status: 200, body: { status: "ok", version: expect.any(String), leading: true, epoch: 1, name: "cp-a" } });
     expect(await health(b, true)).toEqual({ status: 503, body: { status: "standing by", version: expect.any(String), leading: false, epoch: 1, name: "cp-b" } });
     expect((await health(b)).status).toBe(200);
@@ -144,7 +144,7 @@ describe("two control planes on one SQLite file", () => {
     const before = (await json<ReplicaView[]>(b.admin("/api/v1/replicas"))).map((r) => r.id);
     await a.stop();
     await b.clock.run(1000);
-    expect(b.parts.controller.leadership()).toEqual({ leading: true, epoch: 2, name: "cp-b" });
+    expect(b.parts.controller.leadership()).toEqual({ leading: true, epoch: 2, name: "cp-b", holder: expect.stringMatching(/^cp-b@/) });
     expect(await health(b, true)).toEqual({ status: 200, body: expect.objectContaining({ leading: true, epoch: 2 }) });
     await b.tick();
     expect((await json<ReplicaView[]>(b.admin("/api/v1/replicas"))).map((r) => r.id)).toEqual(before);

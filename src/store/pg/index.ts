@@ -589,14 +589,15 @@ export class PgStore implements StorePort {
 
   // ---- several control planes -------------------------------------------------------------
 
-  acquireLease(holder: string, ttlMs: number): Promise<Lease> {
+  acquireLease(holder: string, ttlMs: number, take = false): Promise<Lease> {
     const ttl = Math.max(1, Math.floor(ttlMs));
-    // A second try after a lost answer renews what the first took: same holder, same epoch.
+    // A second try after a lost answer renews what the first took (same holder, same epoch); a
+    // second try of a take takes again, one epoch higher: still one holder.
     return this.write("idempotent", "meta", async (tx) => {
-      // Renewed by its holder while unexpired (same epoch); taken when free or lapsed (epoch + 1).
+      // Renewed by its holder while unexpired (same epoch); taken when free or lapsed, or asked to take (epoch + 1).
       await tx.execute(sql`INSERT INTO leases (name, holder, epoch, expires_at) VALUES ('leader', ${holder}, 1, ${DB_NOW} + ${ttl}::bigint)
         ON CONFLICT (name) DO UPDATE SET
-          epoch = CASE WHEN leases.holder = excluded.holder AND leases.expires_at > ${DB_NOW} THEN leases.epoch ELSE leases.epoch + 1 END,
+          epoch = CASE WHEN ${!take}::boolean AND leases.holder = excluded.holder AND leases.expires_at > ${DB_NOW} THEN leases.epoch ELSE leases.epoch + 1 END,
           holder = excluded.holder,
           expires_at = excluded.expires_at
         WHERE leases.holder = excluded.holder OR leases.expires_at <= ${DB_NOW}`);
