@@ -36,6 +36,8 @@ export interface ControlPlaneOptions {
   instance: string;
   ttlMs: number;
   renewMs: number;
+  /** Told whenever the store may hold news beyond the model's rows (another's write, a lease round, the backstop): the shared join token is read again. */
+  onStoreNews?: () => void;
   /** `--floating-address`: probed on this control plane's admin port, with its scheme. */
   floating?: { address: string; port: number; scheme: "http" | "https"; ca?: string };
 }
@@ -145,6 +147,7 @@ export async function joinControlPlanes(o: ControlPlaneOptions): Promise<Control
     onRound: (lease) => {
       void refresh(lease);
       void probe();
+      o.onStoreNews?.();
     },
   });
   controller.setFencedHandler((e) => keeper.fenced(e));
@@ -154,7 +157,10 @@ export async function joinControlPlanes(o: ControlPlaneOptions): Promise<Control
   // Another control plane's commit: the model reads what it changed at its next read (a tick soon);
   // the backstop reloads everything now and then all the same, in the background: reads (the
   // heartbeats answered from memory) go on from memory meanwhile.
-  const unwatch = model.watch((change) => void controller.storeChanged(change));
+  const unwatch = model.watch((change) => {
+    void controller.storeChanged(change);
+    if (change !== "seen" && change !== "reports") o.onStoreNews?.();
+  });
   let reloading = false;
   const backstop: Timer = scheduler
     .every(BACKSTOP_RELOAD_MS, () => {
@@ -163,7 +169,7 @@ export async function joinControlPlanes(o: ControlPlaneOptions): Promise<Control
       void model
         .reload()
         .then(
-          () => controller.storeChanged(),
+          () => (o.onStoreNews?.(), controller.storeChanged()),
           (e: unknown) => {
             log.warn({ err: (e as Error).message }, "the backstop reload of the store failed: memory is read again from the store");
             model.invalidate();

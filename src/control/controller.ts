@@ -552,6 +552,11 @@ export class Controller {
     this.joinTokenDigest = createHash("sha256").update(token).digest();
   }
 
+  /** The join token by its SHA-256 (hex) alone: with several control planes, the store's (shared-tokens.ts). */
+  setJoinTokenDigest(sha256: string): void {
+    this.joinTokenDigest = Buffer.from(sha256, "hex");
+  }
+
   /** Constant time over digests, so neither content nor length leaks. */
   isJoinToken(presented: string): boolean {
     if (!this.joinTokenDigest) return false;

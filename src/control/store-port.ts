@@ -6,7 +6,7 @@
 
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { AdminState } from "../protocol/views";
-import type { ApiKeyRow, ChangeRead, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, RouterUsage, Snapshot, StoreChange } from "./types";
+import type { ApiKeyRow, ChangeRead, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, RouterUsage, SharedTokenKind, Snapshot, StoreChange, TokenDigests } from "./types";
 
 /** One join to write: the heartbeat, and its node's credential hash and whether it waits for approval. */
 export interface JoinWrite {
@@ -149,10 +149,22 @@ export interface StorePort {
   changesSince(after: number, limit: number): Promise<ChangeRead>;
 
   /**
-   * A secret every control plane on this store must share (the engine secret, generated tokens):
+   * A secret every control plane on this store must share and use as it is (the engine secret):
    * stores `candidate` under `key` unless one is stored already, and answers the stored one.
    */
   sharedSecret(key: string, candidate: string): Promise<string>;
+  /**
+   * The digests of the tokens every control plane on this store shares (never the tokens). A
+   * token an older version kept here in clear is first replaced by its digest.
+   */
+  tokenDigests(): Promise<TokenDigests>;
+  /**
+   * Stores `sha256` as `kind`'s digest: with "claim" only when none is stored (the first control
+   * plane's token), with "replace" in place of the stored one, which joins the retired digests
+   * (a rotation; replacing with the digest already stored changes nothing). Answers the digests
+   * as they now stand.
+   */
+  putTokenDigest(kind: SharedTokenKind, sha256: string, mode: "claim" | "replace"): Promise<TokenDigests>;
 
   /** A consistent copy of the whole database at `path` (which must not exist), written while the server runs. */
   backupTo(path: string): Promise<void>;

@@ -510,6 +510,29 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
       });
     });
 
+    describe("shared token digests", () => {
+      const hex = (c: string | number) => (typeof c === "number" ? c.toString(16).padStart(64, "0") : c.repeat(64));
+      test("claimed once (the first stays, on any instance), replaced with the old one retired, read back alike by every instance", async () => {
+        expect(await s.tokenDigests()).toEqual({});
+        expect(await s.putTokenDigest("join", hex("a"), "claim")).toEqual({ join: { sha256: hex("a"), retired: [] } });
+        const o = await h.other();
+        expect(await o.putTokenDigest("join", hex("b"), "claim")).toEqual({ join: { sha256: hex("a"), retired: [] } });
+        expect(await o.putTokenDigest("admin", hex("c"), "claim")).toEqual({ admin: { sha256: hex("c"), retired: [] }, join: { sha256: hex("a"), retired: [] } });
+        expect((await o.putTokenDigest("join", hex("b"), "replace")).join).toEqual({ sha256: hex("b"), retired: [hex("a")] });
+        // The digest already stored: nothing changes (a rotation sent twice).
+        expect((await s.putTokenDigest("join", hex("b"), "replace")).join).toEqual({ sha256: hex("b"), retired: [hex("a")] });
+        expect(await s.tokenDigests()).toEqual({ admin: { sha256: hex("c"), retired: [] }, join: { sha256: hex("b"), retired: [hex("a")] } });
+        // A retired digest put back leaves the retired list; the list keeps the newest 32.
+        expect((await s.putTokenDigest("join", hex("a"), "replace")).join).toEqual({ sha256: hex("a"), retired: [hex("b")] });
+        for (let i = 1; i <= 40; i++) await s.putTokenDigest("join", hex(i), "replace");
+        const join = (await o.tokenDigests()).join!;
+        expect(join.sha256).toBe(hex(40));
+        expect(join.retired.length).toBe(32);
+        expect(join.retired.at(-1)).toBe(hex(39));
+        expect((await s.tokenDigests()).admin).toEqual({ sha256: hex("c"), retired: [] });
+      });
+    });
+
     describe("control planes, router usage, node reports", () => {
       test("control planes register, refresh and are forgotten with their router's report", async () => {
         await s.upsertControlPlane({ name: "b", adminUrl: "http://b:1", routerUrl: "http://b:2", startedAt: NOW });

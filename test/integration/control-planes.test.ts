@@ -158,7 +158,8 @@ describe("two control planes on one SQLite file", () => {
 describe("the floating address", () => {
   test("floating_up: whether <floating>:<this admin port>/healthz?leader=1 answers as a leader, probed with each renewal", async () => {
     const dir = scratchDir("llmgw-ha-float-");
-    const common = { store: join(dir, "llmgw.db"), ha: true, lease_renew: "1s" };
+    // Control planes on one store share one admin token (the store keeps only its digest).
+    const common = { store: join(dir, "llmgw.db"), ha: true, lease_renew: "1s", admin_token: "llmgw_admin_floating_test_token_0123" };
     // The floating address on this machine: its own admin listener answers there as the leader.
     const up = await testServer({ ...common, name: "f-up", floating_address: "127.0.0.1" });
     // Nothing listens on 127.0.0.2 (the admin listener is on 127.0.0.1 only): down.

@@ -277,7 +277,7 @@ describe("LeaseKeeper on one store", () => {
     expect(second.keeper.leadership()).toEqual({ leading: true, epoch: 2, name: "head", holder: "head@p2" });
     oneHolderPerEpoch(leases, [first, second]);
     const view = controlPlanesView({ rows: [{ name: "head", adminUrl: "http://h:1", routerUrl: "http://h:2", startedAt: 0, seenAgoMs: 0 }], lease: { holder: "head@p2", epoch: 2, expiresInMs: 1000 }, self: "head", ttlMs: TTL });
-    expect(view?.members.map((m) => m.state)).toEqual(["leading"]);
+    expect(view?.members?.map((m) => m.state)).toEqual(["leading"]);
     await stopAll([first, second]);
   });
 
