@@ -55,6 +55,8 @@ export async function adoptSharedSecrets(o: {
   ttlMs: number;
 }): Promise<SharedSecrets> {
   const { opened, log } = o;
+  /** Tokens whose digest the store holds now: theirs, whatever happens next. */
+  const kept = new Set<LocalToken>();
   try {
     const engineSecret = await opened.store.sharedSecret("engine_secret", o.secret.token);
     if (engineSecret !== o.secret.token) {
@@ -76,9 +78,12 @@ export async function adoptSharedSecrets(o: {
         digests = await opened.store.putTokenDigest(kind, at.sha256, "replace");
         log.warn({ kind, source: t.source }, `${kind} token given to this control plane replaces the one the store held (no other control plane runs): start the others with it too`);
       }
-      if (v.act !== "follow") return true;
-      dropJoinCopy(t, log);
-      return false;
+      if (v.act === "follow") {
+        dropJoinCopy(t, log);
+        return false;
+      }
+      kept.add(t);
+      return true;
     };
     await adopt("admin", o.admin);
     const joinHeld = await adopt("join", o.join);
@@ -86,8 +91,8 @@ export async function adoptSharedSecrets(o: {
     return { engineSecret, joinSha256: digests.join!.sha256, joinHeld };
   } catch (e) {
     await opened.close().catch(() => undefined);
-    // Tokens made just now are no one's: the next start must not take them for copies.
-    for (const t of [o.admin, o.join]) if (t.source === "generated") rmSync(t.path, { force: true });
+    // Tokens made just now that the store does not hold are no one's: the next start must not take them for copies.
+    for (const t of [o.admin, o.join]) if (t.source === "generated" && !kept.has(t)) rmSync(t.path, { force: true });
     if (e instanceof ConfigError) throw e;
     throw new Error(`cannot read the shared secrets from the store (${opened.describe}): ${(e as Error).message}`);
   }
