@@ -12,8 +12,6 @@ import { SegmentName } from "../protocol/common";
 import type { ApiKeyRevoked, ApplyDryRun, ApplyResult, Explanation, CreatedApiKey, ModelDeleted, ModelDetail, ModelPutResult, NodeActionResult, NodeAdmission, RouterExposure, UnparkResult } from "../protocol/views";
 import { VERSION } from "../version";
 import { CatalogProblems, HttpError, parseJsonBody } from "./errors";
-import { join } from "node:path";
-import { generateToken, readTokenFile, writePrivateFile } from "../config/datadir";
 import type { JoinTokenRotated, NodeAddressResult, NodeApproved, NodeDeleted } from "../protocol/admin";
 import { openApiDocument, ROUTES } from "./openapi";
 
@@ -50,15 +48,22 @@ function nodeName(raw: string): string {
   return r.data;
 }
 
+/** How `join-token rotate` replaces the join token: the assembly's, which knows where it lives (a file; with several control planes, the store too). */
+export interface JoinTokenRotation {
+  /** Given by flag, env or config: not this server's to replace. */
+  given: boolean;
+  /** A new token put in force; answers the file it was written to, and whether every control plane on the store follows it. */
+  rotate(): Promise<{ path: string; shared: boolean }>;
+}
+
 export function adminRoutes(
   ctl: Controller,
   log: Logger,
-  joinToken: string,
+  rotation: JoinTokenRotation,
   routerExposure: () => RouterExposure | undefined = () => undefined,
   nodeAdmission: () => NodeAdmission | undefined = () => undefined,
 ): Hono {
   const app = new Hono();
-  let currentJoinToken = joinToken;
 
   app.get("/openapi.json", (c) => c.json(openApiDocument(VERSION)));
 
@@ -109,21 +114,16 @@ export function adminRoutes(
     const { changed } = await ctl.allowNodeAddress(name, null);
     return c.json({ node: name, address: null, changed, message: `node/${name} ${changed ? "may report only the address it heartbeats from" : "had no address allowance"}` } satisfies NodeAddressResult);
   });
-  /** A new join token in the data dir's join.token; the old one stops admitting at once. */
+  /** A new join token in the data dir's join.token; the old one stops admitting at once (on every control plane of the store). */
   app.post("/join-token/rotate", async (c) => {
-    const dir = ctl.opts.dataDir;
-    if (!dir) throw new HttpError(409, "conflict", "this server has no data dir to write a join token to");
-    const path = join(dir, "join.token");
     // A token given by --join-token or LLMGW_JOIN_TOKEN is not the file's: writing the file would not change it for the next start.
-    if (readTokenFile(dir, "join.token") !== currentJoinToken)
+    if (rotation.given)
       throw new HttpError(409, "conflict", "the join token was given with --join-token (or LLMGW_JOIN_TOKEN, or the config file): change it there and restart, or remove it to let the server keep one in join.token");
-    const token = generateToken("llmgw_join");
-    writePrivateFile(path, `${token}\n`);
-    currentJoinToken = token;
-    ctl.setJoinToken(token);
-    await ctl.event("join_token.rotated", "join-token", "join token rotated: the old one no longer admits new nodes; joined nodes keep their credentials");
-    log.warn({ path }, "join token rotated");
-    return c.json({ path, message: `join token rotated: the new one is in ${path} (0600); the old one no longer admits new nodes, joined nodes keep working` } satisfies JoinTokenRotated);
+    const { path, shared } = await rotation.rotate();
+    const where = shared ? " on any control plane of this store" : "";
+    await ctl.event("join_token.rotated", "join-token", `join token rotated: the old one no longer admits new nodes${where}; joined nodes keep their credentials`);
+    log.warn({ path, shared }, "join token rotated");
+    return c.json({ path, message: `join token rotated: the new one is in ${path} (0600); the old one no longer admits new nodes${where}, joined nodes keep working` } satisfies JoinTokenRotated);
   });
 
   app.get("/replicas", async (c) => {

@@ -12,7 +12,7 @@ import type { Logger } from "pino";
 import type { Controller } from "../control/controller";
 import { type Scheduler, realScheduler } from "../lib/scheduler";
 import type { NodeAdmission, RouterExposure } from "../protocol/views";
-import { adminRoutes } from "./admin";
+import { type JoinTokenRotation, adminRoutes } from "./admin";
 import { agentRoutes } from "./agent";
 import { requireToken } from "./auth";
 import { errorBody, handleError } from "./errors";
@@ -23,7 +23,8 @@ export interface AppOptions {
   controller: Controller;
   log: Logger;
   adminToken: string;
-  joinToken: string;
+  /** How `join-token rotate` replaces the join token (the assembly knows where it lives). */
+  joinTokenRotation: JoinTokenRotation;
   version: string;
   /** Largest accepted request body, bytes. */
   maxBodyBytes: number;
@@ -67,7 +68,7 @@ export function buildAdminApp(o: AppOptions): Hono {
 
 
   app.use("/api/v1/*", requireToken("admin", o.adminToken));
-  app.route("/api/v1", adminRoutes(o.controller, o.log, o.joinToken, o.routerExposure, o.nodeAdmission));
+  app.route("/api/v1", adminRoutes(o.controller, o.log, o.joinTokenRotation, o.routerExposure, o.nodeAdmission));
 
   // The agent API checks its own tokens: a node credential, or the join token for a first
   // heartbeat (the assembly gives the controller the join token).

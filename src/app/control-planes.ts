@@ -5,11 +5,15 @@
 // renewal round refreshes what the summary shows, so a summary never waits on the store or the
 // network for it.
 
+import { randomBytes } from "node:crypto";
 import { hostname, networkInterfaces } from "node:os";
 import type { Logger } from "pino";
+import { ConfigError } from "../config";
 import type { Controller } from "../control/controller";
 import { LeaseKeeper, controlPlanesView } from "../control/ha";
 import type { ModelStore } from "../control/model";
+import { liveNamesake } from "../control/name-clash";
+import type { StorePort } from "../control/store-port";
 import type { ControlPlaneRecord, Lease } from "../control/types";
 import { bracketHost } from "../lib/net";
 import type { Scheduler, Timer } from "../lib/scheduler";
@@ -28,8 +32,12 @@ export interface ControlPlaneOptions {
   scheduler: Scheduler;
   log: Logger;
   record: ControlPlaneRecord;
+  /** This process's own id: the lease is held by name and id (two processes of one name are two holders). */
+  instance: string;
   ttlMs: number;
   renewMs: number;
+  /** Told whenever the store may hold news beyond the model's rows (another's write, a lease round, the backstop): the shared join token is read again. */
+  onStoreNews?: () => void;
   /** `--floating-address`: probed on this control plane's admin port, with its scheme. */
   floating?: { address: string; port: number; scheme: "http" | "https"; ca?: string };
 }
@@ -38,6 +46,29 @@ export interface ControlPlaneMembership {
   keeper: LeaseKeeper;
   /** Stops watching and renewing; a leader releases the lease (a standby takes over at once). */
   stop(): Promise<void>;
+}
+
+/** A new id for this process among the control planes (random: a restart is another holder of the lease). */
+export function newInstanceId(): string {
+  return randomBytes(4).toString("hex");
+}
+
+/**
+ * Refuses to start while another live control plane goes by this one's name on the store (see
+ * control/name-clash.ts): it would write over this one's rows, and keepalived could not tell the
+ * two apart. A recent row that turns out to be this one's own earlier run costs a short wait.
+ */
+export async function refuseNamesake(o: { store: Pick<StorePort, "controlPlanes">; describe: string; name: string; ttlMs: number; renewMs: number; scheduler: Scheduler; log: Logger }): Promise<void> {
+  const live = await liveNamesake({
+    ...o,
+    onWatch: (row, upToMs) =>
+      o.log.info({ name: o.name, seen_ago_ms: row.seenAgoMs, address: row.adminUrl, wait_ms: upToMs }, `a control plane named ${o.name} was on this store moments ago: waiting up to ${upToMs} ms to tell a live one from an earlier run of this one`),
+  });
+  if (!live) return;
+  throw new ConfigError([
+    `name ${o.name}: another control plane named ${o.name} is running on this store (${o.describe}); it answers at ${live.adminUrl} and refreshed its row ${live.seenAgoMs} ms ago. ` +
+      "Give each control plane its own --name (the default is the machine's host name, so two on one machine, or machines cloned from one image, clash), or stop the other one first",
+  ]);
 }
 
 /** The name a control plane goes by without `--name`. */
@@ -109,22 +140,27 @@ export async function joinControlPlanes(o: ControlPlaneOptions): Promise<Control
     scheduler,
     log: log.child({ component: "lease" }),
     name: self,
+    instance: o.instance,
     ttlMs: o.ttlMs,
     renewMs: o.renewMs,
     onChange: (l) => controller.setLeadership(l),
     onRound: (lease) => {
       void refresh(lease);
       void probe();
+      o.onStoreNews?.();
     },
   });
   controller.setFencedHandler((e) => keeper.fenced(e));
-  controller.setLeadership({ leading: false, epoch: 0, name: self });
+  controller.setLeadership(keeper.leadership());
   controller.setSummarySources({ controlPlanes: () => view });
 
   // Another control plane's commit: the model reads what it changed at its next read (a tick soon);
   // the backstop reloads everything now and then all the same, in the background: reads (the
   // heartbeats answered from memory) go on from memory meanwhile.
-  const unwatch = model.watch((change) => void controller.storeChanged(change));
+  const unwatch = model.watch((change) => {
+    void controller.storeChanged(change);
+    if (change !== "seen" && change !== "reports") o.onStoreNews?.();
+  });
   let reloading = false;
   const backstop: Timer = scheduler
     .every(BACKSTOP_RELOAD_MS, () => {
@@ -133,7 +169,7 @@ export async function joinControlPlanes(o: ControlPlaneOptions): Promise<Control
       void model
         .reload()
         .then(
-          () => controller.storeChanged(),
+          () => (o.onStoreNews?.(), controller.storeChanged()),
           (e: unknown) => {
             log.warn({ err: (e as Error).message }, "the backstop reload of the store failed: memory is read again from the store");
             model.invalidate();
@@ -150,7 +186,7 @@ export async function joinControlPlanes(o: ControlPlaneOptions): Promise<Control
   await register();
   await keeper.start();
   await refresh(keeper.lease());
-  log.info({ name: self, address: record.adminUrl, leading: keeper.leadership().leading, epoch: keeper.leadership().epoch, lease_ttl_ms: o.ttlMs, lease_renew_ms: o.renewMs }, keeper.leadership().leading ? "control plane leads" : "control plane stands by");
+  log.info({ name: self, holder: keeper.holder, address: record.adminUrl, leading: keeper.leadership().leading, epoch: keeper.leadership().epoch, lease_ttl_ms: o.ttlMs, lease_renew_ms: o.renewMs }, keeper.leadership().leading ? "control plane leads" : "control plane stands by");
 
   return {
     keeper,

@@ -13,7 +13,7 @@ import { buildAdminApp } from "../api/app";
 import { History, startSampling } from "../api/history";
 import { type FetchApp, serveApp } from "../api/listener";
 import { ConfigError, type ServeConfig } from "../config";
-import { ensureDataDir, localUrl, resolveEngineSecret, resolveToken, writePrivateFile, writeServerInfo } from "../config/datadir";
+import { ensureDataDir, localUrl, resolveEngineSecret, resolveToken, writeServerInfo } from "../config/datadir";
 import { type ListenerCaps, fitCaps, openFileLimit } from "../config/limits";
 import { Controller } from "../control/controller";
 import { hostPort, isLoopbackHost } from "../lib/net";
@@ -27,7 +27,8 @@ import { type OpenedStore, openStore } from "../store/open";
 import { ModelStore } from "../control/model";
 import type { StorePort } from "../control/store-port";
 import { StoreUnavailableError } from "../control/errors";
-import { advertisedUrl, defaultName, joinControlPlanes } from "./control-planes";
+import { advertisedUrl, defaultName, joinControlPlanes, newInstanceId, refuseNamesake } from "./control-planes";
+import { type LocalToken, type SharedSecrets, adoptSharedSecrets, keepJoinToken } from "./shared-secrets";
 import { FleetPublisher } from "./fleet-publisher";
 import { PatroniPoller } from "./patroni";
 import { RouterLink } from "./router-thread";
@@ -141,7 +142,6 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   const join_ = resolveToken(dataDir, "join.token", config.join_token, "llmgw_join");
   // Each replica's engine key is derived from this; kept so keys outlive a restart.
   const secret = resolveEngineSecret(dataDir);
-  let engineSecret = secret.token;
   for (const [kind, t] of [["admin", admin], ["join", join_]] as const)
     log.info({ kind, source: t.source, path: t.source === "given" ? undefined : t.path }, `${kind} token ${t.source}`);
 
@@ -150,11 +150,12 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   // Several control planes on one store: on by itself with PostgreSQL, asked for with SQLite.
   const ha = opened.dialect === "postgres" || config.ha === true;
   log.info({ path: opened.describe, dialect: opened.dialect, ...(ha ? { ha } : {}) }, "store opened");
-  if (ha) engineSecret = await adoptSharedSecrets(opened, log, secret, admin, join_);
+  const shared = ha ? await amongOthers(opened, config, { scheduler, log, secret, admin, join: join_ }) : undefined;
   const close = () => void opened.close().catch((e) => log.warn({ err: (e as Error).message }, "store not closed cleanly"));
   const model = new ModelStore(opened.store, scheduler);
-  const controller = buildController(config, { store: model, log, scheduler, dataDir, engineSecret });
-  controller.setJoinToken(join_.token);
+  const controller = buildController(config, { store: model, log, scheduler, dataDir, engineSecret: shared?.engineSecret ?? secret.token });
+  // The join token agents present, followed in the store with several control planes, and how it is rotated.
+  const { follower, rotation } = keepJoinToken({ ...(shared ? { shared } : {}), join: join_, controller, store: model, scheduler, log, dataDir });
   // The summary's store[] and store_error, from the store's Patroni members (serve --patroni).
   const patroni = config.patroni ? new PatroniPoller({ urls: config.patroni, scheduler, log }) : undefined;
   if (patroni) controller.setSummarySources({ store: () => patroni.snapshot() });
@@ -164,7 +165,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   let exposure: RouterExposure = { listen: `${config.listen.host}:${config.listen.port}`, api_key_required: config.require_api_key, open: false };
   let admission: NodeAdmission | undefined;
   const feed = dashboardFeed({ scheduler, controller, log });
-  const app = buildAdminApp({ controller, log, adminToken: admin.token, joinToken: join_.token, version: VERSION, maxBodyBytes: ADMIN_MAX_BODY, routerExposure: () => exposure, nodeAdmission: () => admission, scheduler, history: feed.history });
+  const app = buildAdminApp({ controller, log, adminToken: admin.token, joinTokenRotation: rotation, version: VERSION, maxBodyBytes: ADMIN_MAX_BODY, routerExposure: () => exposure, nodeAdmission: () => admission, scheduler, history: feed.history });
   const scheme = tls ? "https" : "http";
   const caps = listenerCaps(config, log);
   const listening = { config, log, scheduler, tls, caps, shed: shedLogger(log, scheduler) };
@@ -198,7 +199,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   exposure = routerExposure(config.listen.host, routerAddr.port, config.require_api_key);
   warnOpen(log, exposure, admission);
   // Among several control planes: joined (the lease asked once) before anyone is told where this one is.
-  const member = ha ? await joinControlPlanes(membershipOptions(config, { controller, model, scheduler, log, adminPort, routerUrl, scheme, tls })) : undefined;
+  const member = ha ? await joinControlPlanes({ ...membershipOptions(config, { controller, model, scheduler, log, adminPort, routerUrl, scheme, tls }), onStoreNews: () => follower?.poke() }) : undefined;
   writeServerInfo(dataDir, {
     admin_url: adminUrl,
     admin_listen: hostPort(config.admin_listen.host, adminPort),
@@ -223,8 +224,9 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
     caps,
     routerUrl,
     adminToken: admin.token,
-    joinToken: join_.token,
-    firstStart: join_.source === "generated",
+    // Empty where this control plane holds no copy of the store's join token.
+    joinToken: shared && !shared.joinHeld ? "" : join_.token,
+    firstStart: join_.source === "generated" && (shared?.joinHeld ?? true),
     dataDir,
     traffic: feed.traffic,
     ...(tls ? { tls: { certPath: tls.certPath, keyPath: tls.keyPath, fingerprint256: tls.fingerprint256 } } : {}),
@@ -237,6 +239,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
       stopped = true;
       // First: a leader gives the lease up, so a standby takes over at once.
       await member?.stop();
+      follower?.stop();
       timer?.cancel();
       feed.timer.cancel();
       patroni?.stop();
@@ -292,6 +295,7 @@ function membershipOptions(
     scheduler: o.scheduler,
     log: o.log,
     record: { name, adminUrl, routerUrl: o.routerUrl, startedAt: o.scheduler.now() },
+    instance: newInstanceId(),
     ttlMs: config.lease_ttl,
     renewMs: config.lease_renew,
     ...(config.floating_address ? { floating: { address: config.floating_address, port: o.adminPort, scheme: o.scheme, ...(o.tls ? { ca: o.tls.cert } : {}) } } : {}),
@@ -299,36 +303,19 @@ function membershipOptions(
 }
 
 /**
- * Every control plane on one store must derive the same engine keys (any router may serve any
- * replica) and accept the same generated tokens (an agent joins, and the CLI calls, whichever
- * answers): the first to start stores its own, the others adopt them and keep a copy in their
- * data dir. Tokens given by flag or config stay as given. Returns the engine secret.
+ * Several control planes on one store, before this one starts anything: refuses to run beside a
+ * live one of its name (control-planes.ts), then takes the store's engine secret and the digests
+ * of its tokens (shared-secrets.ts). A refusal closes the store.
  */
-async function adoptSharedSecrets(
-  opened: OpenedStore,
-  log: Logger,
-  secret: { token: string; path: string; source: string },
-  ...tokens: { token: string; path: string; source: string }[]
-): Promise<string> {
-  const adopt = async (key: string, t: { token: string; path: string; source: string }): Promise<string> => {
-    if (t.source === "given") return t.token;
-    const shared = await opened.store.sharedSecret(key, t.token);
-    if (shared !== t.token) {
-      writePrivateFile(t.path, `${shared}\n`);
-      log.info({ kind: key, path: t.path }, `${key.replace(/_/g, " ")} taken from the store, shared by every control plane`);
-    }
-    return shared;
-  };
+async function amongOthers(opened: OpenedStore, config: ServeConfig, o: { scheduler: Scheduler; log: Logger; secret: LocalToken; admin: LocalToken; join: LocalToken }): Promise<SharedSecrets> {
+  const name = config.name ?? defaultName();
   try {
-    const engine = await adopt("engine_secret", secret);
-    const [admin, join] = tokens;
-    admin!.token = await adopt("admin_token", admin!);
-    join!.token = await adopt("join_token", join!);
-    return engine;
+    await refuseNamesake({ store: opened.store, describe: opened.describe, name, ttlMs: config.lease_ttl, renewMs: config.lease_renew, scheduler: o.scheduler, log: o.log });
   } catch (e) {
     await opened.close().catch(() => undefined);
-    throw new Error(`cannot read the shared secrets from the store (${opened.describe}): ${(e as Error).message}`);
+    throw e;
   }
+  return adoptSharedSecrets({ opened, log: o.log, secret: o.secret, admin: o.admin, join: o.join, name, ttlMs: config.lease_ttl });
 }
 
 function buildController(config: ServeConfig, o: { store: StorePort; log: Logger; scheduler: Scheduler; dataDir: string; engineSecret: string }): Controller {

@@ -84,6 +84,19 @@ export function joinAddress(info: Pick<ServerInfo, "admin_url" | "admin_listen" 
   return { url: at(primary.address), note: `the address of interface ${primary.name} (serve listens on all addresses; another interface's address works too, or give --address)` };
 }
 
+/**
+ * Why a serve's data dir may hold no join token, and what to do: it was given to serve by flag,
+ * or (several control planes on one store, which keeps only its digest) this one was never given
+ * a copy, or the token was rotated on another control plane since.
+ */
+export function noJoinToken(path: string): string {
+  return (
+    `no join token in ${path}: this serve holds no copy of it. It was given to serve with --join-token (or LLMGW_JOIN_TOKEN), or, with several control planes on one store, ` +
+    "it was made or last rotated on another control plane (the store keeps only its digest): run join-command there, or copy that control plane's join.token here (mode 0600); " +
+    "`llmgw join-token rotate` here makes a new one instead (the old one then stops admitting nodes on every control plane)"
+  );
+}
+
 /** What the printed command has for --fabric until the operator fills it in. */
 export const FABRIC_PLACEHOLDER = "FABRIC";
 
@@ -153,7 +166,8 @@ export const command: Command = {
     const dataDir = (flags["data-dir"] as string | undefined) ?? process.env.LLMGW_DATA_DIR ?? DEFAULT_DATA_DIR;
     const info = readServerInfo(dataDir);
     const token = readTokenFile(dataDir, "join.token");
-    if (!info || !token) throw new CliError(`no server data in ${dataDir}: run this beside \`llmgw serve\` (or pass --data-dir)`);
+    if (!info) throw new CliError(`no server data in ${dataDir}: run this beside \`llmgw serve\` (or pass --data-dir)`);
+    if (!token) throw new CliError(noJoinToken(resolve(dataDir, "join.token")));
     const where = servers ? { url: info.admin_url, note: "" } : joinAddress(info, flags.address as string | undefined, networkInterfaces());
     process.stdout.write(joinInstructions(where, resolve(dataDir, "join.token"), { ...(servers ? { servers } : {}), ...(fabric !== undefined ? { fabric } : {}) }));
   },

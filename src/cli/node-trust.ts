@@ -84,7 +84,7 @@ export const joinTokenCommand: Command = {
   usage: "llmgw join-token rotate [--server URL] [--token TOKEN]",
   flags: { ...outputFlag(["table", "json"]), ...CLIENT_FLAGS },
   details:
-    "rotate: a new join token is written where the old one was (join.token in the server's data dir, 0600); the old one stops admitting new nodes at once. Nodes that have joined keep working with their own credentials. The new token is not printed: it is read from the file (see `llmgw join-command`).",
+    "rotate: a new join token is written where the old one was (join.token in the server's data dir, 0600); the old one stops admitting new nodes at once (with several control planes on one store, on every one of them). Nodes that have joined keep working with their own credentials. The new token is not printed: it is read from the file (see `llmgw join-command`).",
   examples: ["llmgw join-token rotate"],
   async run({ flags, positionals }) {
     if (positionals[0] !== "rotate" || positionals.length !== 1) throw new UsageError("join-token takes one verb: rotate");

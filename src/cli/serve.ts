@@ -14,7 +14,7 @@ export const SERVE_FLAGS: FlagSpecs = {
   "data-dir": { kind: "string", value: "DIR", help: `database, tokens and state (default ${d("data_dir")}; env LLMGW_DATA_DIR)` },
   listen: { kind: "string", value: "HOST:PORT", help: `router (OpenAI API) listener (default ${d("listen")})` },
   "admin-listen": { kind: "string", value: "HOST:PORT", help: `admin and agent API listener (default ${d("admin_listen")})` },
-  "admin-token": { kind: "string", value: "TOKEN", help: "admin token (default: generated into <data-dir>/admin.token)" },
+  "admin-token": { kind: "string", value: "TOKEN", help: "admin token (default: generated into <data-dir>/admin.token); several control planes on one store share one, which the store keeps only as a digest" },
   "join-token": { kind: "string", value: "TOKEN", help: "agent join token (default: generated into <data-dir>/join.token)" },
   "node-timeout": { kind: "string", value: "DURATION", help: `no heartbeat for this long makes a node unreachable (default ${d("node_timeout")})` },
   "heartbeat-interval": { kind: "string", value: "DURATION", help: `how often agents heartbeat (default ${d("heartbeat_interval")})` },

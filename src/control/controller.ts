@@ -23,9 +23,11 @@ import { type EngineReport, type HeartbeatRequest, type HeartbeatResponse, logsT
 import type { AdminState, ApplyDryRun, EventView, Explanation, ModelView, NodeView, ReplicaView, Summary, Tables } from "../protocol/views";
 import { dryRunApply } from "./dry-run";
 import { type ExplainInput, explainModel } from "./explain";
+import { KeyPublisher } from "./key-publisher";
 import { AssignmentBroker } from "./broker";
 import { type PutResult, catalogChanges } from "./catalog";
 import { ConflictError, FencedError, NotFoundError, StoreUnavailableError } from "./errors";
+import type { Leadership } from "./ha";
 import type { EndpointSink, UsageSource } from "./interfaces";
 import * as project from "./projections";
 import { LoadMonitor, SUMMARY_CACHE_MS } from "./load";
@@ -138,6 +140,8 @@ export class Controller {
   /** Each node's last reported revisions, as sent, to tell a change from a repeat. */
   private readonly revisionsSaid = new Map<string, string>();
   private lastCatalog = "";
+  /** The client API keys as the router was last handed them (key-publisher.ts). */
+  private readonly keys = new KeyPublisher(() => this.store.listApiKeys());
   /** Each node's assignment set and generation, and the long polls waiting on them. */
   private readonly broker: AssignmentBroker;
   /** Nodes last seen unreachable, so the event is written once per outage. */
@@ -224,7 +228,7 @@ export class Controller {
    * Whether this control plane leads, under which epoch: a single head node always leads
    * (epoch 0); with several on one store the lease decides (ha.ts sets it).
    */
-  private lead: { leading: boolean; epoch: number; name?: string } = { leading: true, epoch: 0 };
+  private lead: Leadership = { leading: true, epoch: 0 };
   /**
    * What the summary says of the world beyond this store's rows, as last observed (never
    * fetched while a summary waits): the replicated store's members as Patroni reports them, and
@@ -234,10 +238,10 @@ export class Controller {
   setSummarySources(s: { store?: () => { members: Summary["store"]; error?: string }; controlPlanes?: () => Summary["control_planes"] }): void {
     this.summarySources = { ...this.summarySources, ...s };
   }
-  leadership(): { leading: boolean; epoch: number; name?: string } {
+  leadership(): Leadership {
     return this.lead;
   }
-  setLeadership(l: { leading: boolean; epoch: number; name?: string }): void {
+  setLeadership(l: Leadership): void {
     const was = this.lead.leading;
     this.lead = l;
     // A new leader reconciles at once, not on the next tick.
@@ -277,6 +281,7 @@ export class Controller {
     this.lastCatalog = "";
     this.projectedAt = undefined;
     this.projectedFrom = undefined;
+    this.keys.reset();
     await this.publishKeys();
   }
 
@@ -427,6 +432,8 @@ export class Controller {
         this.refreshAssignments(after);
         await this.tickPause();
         this.publish(after);
+        // Keys another control plane created or revoked arrive with the state read here.
+        await this.publishKeys();
         this.projectedAt = key;
       }
       // The tick's own work: the pauses that let heartbeats in between its steps were listening time.
@@ -475,10 +482,10 @@ export class Controller {
     const write = combined(plan, scaled.changes, reach.events);
     let after = snapshot;
     if (!isEmpty(write)) {
-      const { name, epoch } = this.lead;
+      const { name, holder = name, epoch } = this.lead;
       try {
         // Several control planes: only under the lease this one holds (the store checks it in the transaction).
-        await this.store.applyPlan(write, now, name !== undefined ? { holder: name, epoch } : undefined);
+        await this.store.applyPlan(write, now, holder !== undefined ? { holder, epoch } : undefined);
       } catch (e) {
         if (!(e instanceof FencedError)) throw e;
         this.fenced(e);
@@ -543,6 +550,11 @@ export class Controller {
   /** The join token agents present to be admitted; replaced by `llmgw join-token rotate`. */
   setJoinToken(token: string): void {
     this.joinTokenDigest = createHash("sha256").update(token).digest();
+  }
+
+  /** The join token by its SHA-256 (hex) alone: with several control planes, the store's (shared-tokens.ts). */
+  setJoinTokenDigest(sha256: string): void {
+    this.joinTokenDigest = Buffer.from(sha256, "hex");
   }
 
   /** Constant time over digests, so neither content nor length leaks. */
@@ -1253,9 +1265,7 @@ export class Controller {
   }
 
   private async publishKeys(): Promise<void> {
-    if (!this.sink) return;
-    const keys = await this.store.listApiKeys();
-    this.sink?.setApiKeys(keys.map((k) => ({ name: k.name, sha256: k.hash, pool: k.pool })));
+    await this.keys.publish(this.sink);
   }
 
   // ---- node admin ---------------------------------------------------------------------

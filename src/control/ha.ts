@@ -4,7 +4,10 @@
 // and steps down at once when a renewal fails or takes too long, when its own monotonic deadline
 // (start of the last good renewal + TTL − a margin) passes, or when a plan write was fenced: a
 // leader cut off from the store stops before its lease can lapse, so no two ever act on one
-// epoch. Also here: the summary's `control_planes`, as a pure function of what the store says.
+// epoch. The lease is held by this process, not by its name (two processes under one name, or a
+// restarted one while its predecessor's lease runs, are two holders), and every taking of it,
+// even by the process that held it before stepping down, raises the epoch: one epoch, one term of
+// one process. Also here: the summary's `control_planes`, as a pure function of what the store says.
 
 import type { Logger } from "pino";
 import type { Scheduler, Timer } from "../lib/scheduler";
@@ -21,14 +24,29 @@ export interface Leadership {
   /** The epoch it leads under; standing by, the lease row's (what the leader's assignments carry). */
   epoch: number;
   name?: string;
+  /** The lease holder this process writes (leaseHolder()), when it is not the bare name: what its fenced writes carry. */
+  holder?: string;
+}
+
+/** The lease holder of one process: its name and an id of its own, so two processes under one name are two holders. */
+export function leaseHolder(name: string, instance: string): string {
+  return `${name}@${instance}`;
+}
+
+/** The control plane's name in a lease holder (names never hold "@"). */
+export function holderName(holder: string): string {
+  const at = holder.indexOf("@");
+  return at < 0 ? holder : holder.slice(0, at);
 }
 
 export interface LeaseKeeperOptions {
   store: LeasePort;
   scheduler: Scheduler;
   log: Logger;
-  /** This control plane's name: the lease holder it writes. */
+  /** This control plane's name (`serve --name`). */
   name: string;
+  /** This process's own id (random at each start): the lease is held as leaseHolder(name, instance). Without one, the name alone. */
+  instance?: string;
   ttlMs: number;
   renewMs: number;
   /** A renewal taking longer than this counts as failed (default: the renewal interval, at most a third of the TTL). */
@@ -58,9 +76,12 @@ export class LeaseKeeper {
   private failing: string | undefined;
   readonly timeoutMs: number;
   readonly marginMs: number;
+  /** What this keeper writes as the lease's holder. */
+  readonly holder: string;
 
   constructor(private readonly o: LeaseKeeperOptions) {
-    this.state = { leading: false, epoch: 0, name: o.name };
+    this.holder = o.instance === undefined ? o.name : leaseHolder(o.name, o.instance);
+    this.state = { leading: false, epoch: 0, ...this.who() };
     this.timeoutMs = Math.max(1, o.timeoutMs ?? Math.min(o.renewMs, o.ttlMs / 3));
     this.marginMs = Math.max(0, o.marginMs ?? Math.min(1000, o.ttlMs / 10));
   }
@@ -93,7 +114,8 @@ export class LeaseKeeper {
       this.failed(`the lease renewal took longer than ${this.timeoutMs} ms`);
     });
     try {
-      const lease = await this.o.store.acquireLease(this.o.name, this.o.ttlMs);
+      // Standing by, it asks to take the lease: a new term, a new epoch, even if the lease is still its own.
+      const lease = await this.o.store.acquireLease(this.holder, this.o.ttlMs, !this.state.leading);
       if (round !== this.round || this.stopped) return;
       this.took(lease, began);
     } catch (e) {
@@ -108,6 +130,8 @@ export class LeaseKeeper {
   /** A plan write the store fenced: another leads now. */
   fenced(e: FencedError): void {
     if (this.stopped) return;
+    // A write of an earlier term of this process, fenced by the term it leads now: nothing to step down from.
+    if (this.state.leading && e.epoch < this.state.epoch) return;
     this.change({ leading: false, epoch: Math.max(e.epoch, this.state.epoch) }, `a plan write was fenced (epoch ${e.epoch} no longer holds the lease)`);
   }
 
@@ -122,7 +146,7 @@ export class LeaseKeeper {
       // Bounded: a store that does not answer must not hold up the stop (the lease then lapses by itself).
       let timer: Timer | undefined;
       const late = new Promise<never>((_, reject) => (timer = this.o.scheduler.after(this.timeoutMs, () => reject(new Error(`no answer within ${this.timeoutMs} ms`)))));
-      await Promise.race([this.o.store.releaseLease(this.o.name), late]).finally(() => timer?.cancel());
+      await Promise.race([this.o.store.releaseLease(this.holder), late]).finally(() => timer?.cancel());
       if (was.leading) this.o.log.info({ name: this.o.name, epoch: was.epoch }, "leader lease released: a standby takes over at once");
     } catch (e) {
       if (was.leading) this.o.log.warn({ name: this.o.name, epoch: was.epoch, err: (e as Error).message }, "leader lease not released: a standby takes over once it lapses");
@@ -135,7 +159,7 @@ export class LeaseKeeper {
     this.failing = undefined;
     this.deadline?.cancel();
     this.takeover?.cancel();
-    const mine = lease.holder === this.o.name && lease.expiresInMs > 0;
+    const mine = lease.holder === this.holder && lease.expiresInMs > 0;
     // Counted from before the request left: the store's lease cannot end earlier than this.
     const until = began + Math.min(this.o.ttlMs, lease.expiresInMs) - this.marginMs;
     const left = until - this.o.scheduler.mono();
@@ -143,7 +167,7 @@ export class LeaseKeeper {
       this.deadline = this.o.scheduler.after(left, () => this.change({ leading: false, epoch: this.state.epoch }, "no renewal succeeded before the lease's deadline"));
       this.change({ leading: true, epoch: lease.epoch }, "it holds the lease");
     } else {
-      this.change({ leading: false, epoch: lease.epoch }, mine ? "the renewal came back too late" : `${lease.holder} holds the lease`);
+      this.change({ leading: false, epoch: lease.epoch }, mine ? "the renewal came back too late" : this.heldBy(lease.holder));
       // Try again the moment the holder's lease should lapse, if that is before the next round.
       const lapse = Math.max(0, lease.expiresInMs) + TAKEOVER_SLACK_MS;
       if (!mine && lapse < this.o.renewMs) this.takeover = this.o.scheduler.after(lapse, () => void this.renew());
@@ -159,21 +183,32 @@ export class LeaseKeeper {
     this.o.onRound?.(undefined);
   }
 
+  /** Who holds the lease, as a log line says it: another process under this one's name is named as such. */
+  private heldBy(holder: string): string {
+    const name = holderName(holder);
+    return name === this.o.name && holder !== this.holder ? `another process named ${name} (${holder}) holds the lease` : `${name} holds the lease`;
+  }
+
+  private who(): { name: string; holder?: string } {
+    return this.holder === this.o.name ? { name: this.o.name } : { name: this.o.name, holder: this.holder };
+  }
+
   private change(next: { leading: boolean; epoch: number }, why: string): void {
     const prev = this.state;
     if (prev.leading === next.leading && prev.epoch === next.epoch) return;
     if (!next.leading) this.deadline?.cancel();
-    this.state = { ...next, name: this.o.name };
+    this.state = { ...next, ...this.who() };
     this.o.onChange(this.state);
     if (prev.leading === next.leading) return;
     const { name } = this.o;
     const kind = next.leading ? "control_plane.leading" : "control_plane.stepped_down";
     const epoch = next.leading ? next.epoch : prev.epoch;
     const message = next.leading ? `control plane ${name} leads (epoch ${epoch})` : `control plane ${name} stepped down (epoch ${epoch}): ${why}`;
-    if (next.leading) this.o.log.info({ kind, name, epoch }, message);
-    else this.o.log.warn({ kind, name, epoch, why }, message);
+    const holder = this.holder;
+    if (next.leading) this.o.log.info({ kind, name, holder, epoch }, message);
+    else this.o.log.warn({ kind, name, holder, epoch, why }, message);
     // Best effort: a leader stepping down because the store is gone cannot write this either.
-    void this.o.store.appendEvent({ at: this.o.scheduler.now(), kind, subject: `control_plane/${name}`, message, data: { epoch, name } }).catch(() => undefined);
+    void this.o.store.appendEvent({ at: this.o.scheduler.now(), kind, subject: `control_plane/${name}`, message, data: { epoch, name, holder } }).catch(() => undefined);
   }
 }
 
@@ -192,7 +227,7 @@ export interface ControlPlanesInput {
  * rows; only `this` differs.
  */
 export function controlPlanesView(i: ControlPlanesInput): Summary["control_planes"] {
-  const holder = i.lease && i.lease.expiresInMs > 0 ? i.lease.holder : undefined;
+  const holder = i.lease && i.lease.expiresInMs > 0 ? holderName(i.lease.holder) : undefined;
   const members = i.rows.map((r) => ({
     name: r.name,
     address: r.adminUrl,

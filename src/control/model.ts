@@ -16,7 +16,7 @@ import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { AdminState } from "../protocol/views";
 import { joinRefused } from "./join";
 import type { JoinWrite, StorePort } from "./store-port";
-import { type ApiKeyRow, type ChangeRead, CHANGE_KINDS, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type GpuRow, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeRow, type NodeTrust, type PlanWrite, type ReplicaRow, type RouterUsage, type Snapshot, type StoreChange, emptyModelState } from "./types";
+import { type ApiKeyRow, type ChangeRead, CHANGE_KINDS, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type GpuRow, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeRow, type NodeTrust, type PlanWrite, type ReplicaRow, type RouterUsage, type SharedTokenKind, type Snapshot, type StoreChange, type TokenDigests, emptyModelState } from "./types";
 
 /** How often touched last-seen times reach the store. */
 export const TOUCH_FLUSH_MS = 1000;
@@ -680,8 +680,8 @@ export class ModelStore implements StorePort {
   }
 
   // ---- several control planes: not modelled, straight to the store ----------------------
-  acquireLease(holder: string, ttlMs: number): Promise<Lease> {
-    return this.inner.acquireLease(holder, ttlMs);
+  acquireLease(holder: string, ttlMs: number, take?: boolean): Promise<Lease> {
+    return this.inner.acquireLease(holder, ttlMs, take);
   }
   releaseLease(holder: string): Promise<void> {
     return this.inner.releaseLease(holder);
@@ -712,6 +712,12 @@ export class ModelStore implements StorePort {
   }
   sharedSecret(key: string, candidate: string): Promise<string> {
     return this.inner.sharedSecret(key, candidate);
+  }
+  tokenDigests(): Promise<TokenDigests> {
+    return this.inner.tokenDigests();
+  }
+  putTokenDigest(kind: SharedTokenKind, sha256: string, mode: "claim" | "replace"): Promise<TokenDigests> {
+    return this.inner.putTokenDigest(kind, sha256, mode);
   }
   changeCursor(): Promise<number> {
     return this.inner.changeCursor();

@@ -6,7 +6,7 @@
 
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { AdminState } from "../protocol/views";
-import type { ApiKeyRow, ChangeRead, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, RouterUsage, Snapshot, StoreChange } from "./types";
+import type { ApiKeyRow, ChangeRead, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, RouterUsage, SharedTokenKind, Snapshot, StoreChange, TokenDigests } from "./types";
 
 /** One join to write: the heartbeat, and its node's credential hash and whether it waits for approval. */
 export interface JoinWrite {
@@ -105,9 +105,10 @@ export interface StorePort {
   /**
    * Takes or renews the leader lease for `holder`, by the database's clock: renewed when holder
    * holds it unexpired (same epoch), taken when it is free or expired (epoch + 1), refused when
-   * another holds it unexpired. Always answers the lease as it now stands.
+   * another holds it unexpired. With `take` (a holder that does not lead asks for a new term) the
+   * epoch rises even when holder still holds it. Always answers the lease as it now stands.
    */
-  acquireLease(holder: string, ttlMs: number): Promise<Lease>;
+  acquireLease(holder: string, ttlMs: number, take?: boolean): Promise<Lease>;
   /** Gives the lease up at once (a clean stop) when holder holds it; the next taker raises the epoch. */
   releaseLease(holder: string): Promise<void>;
   /** The lease as it stands, or undefined when nobody ever took it. */
@@ -148,10 +149,22 @@ export interface StorePort {
   changesSince(after: number, limit: number): Promise<ChangeRead>;
 
   /**
-   * A secret every control plane on this store must share (the engine secret, generated tokens):
+   * A secret every control plane on this store must share and use as it is (the engine secret):
    * stores `candidate` under `key` unless one is stored already, and answers the stored one.
    */
   sharedSecret(key: string, candidate: string): Promise<string>;
+  /**
+   * The digests of the tokens every control plane on this store shares (never the tokens). A
+   * token an older version kept here in clear is first replaced by its digest.
+   */
+  tokenDigests(): Promise<TokenDigests>;
+  /**
+   * Stores `sha256` as `kind`'s digest: with "claim" only when none is stored (the first control
+   * plane's token), with "replace" in place of the stored one, which joins the retired digests
+   * (a rotation; replacing with the digest already stored changes nothing). Answers the digests
+   * as they now stand.
+   */
+  putTokenDigest(kind: SharedTokenKind, sha256: string, mode: "claim" | "replace"): Promise<TokenDigests>;
 
   /** A consistent copy of the whole database at `path` (which must not exist), written while the server runs. */
   backupTo(path: string): Promise<void>;

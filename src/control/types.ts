@@ -174,6 +174,18 @@ export interface Fence {
   epoch: number;
 }
 
+/** A token every control plane on one store shares: "admin" administers, "join" admits new nodes. */
+export type SharedTokenKind = "admin" | "join";
+
+/** What the store keeps of a shared token: its SHA-256 (hex), never the token, and the digests it replaced (rotated away), newest last. */
+export interface TokenDigest {
+  sha256: string;
+  retired: string[];
+}
+
+/** Each shared token's digest; a kind absent has none stored yet. */
+export type TokenDigests = Partial<Record<SharedTokenKind, TokenDigest>>;
+
 /** The leader lease as the store holds it (times by the database's clock). */
 export interface Lease {
   holder: string;

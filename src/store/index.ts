@@ -12,7 +12,7 @@ import { Database } from "bun:sqlite";
 import { and, asc, count, desc, eq, getTableColumns, gt, gte, inArray, sql } from "drizzle-orm";
 import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
 import type { JoinWrite, StorePort } from "../control/store-port";
-import { type ApiKeyRow, type ChangeRead, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeTrust, type PlanWrite, type RouterUsage, type Snapshot, type StoreChange, CHANGES_KEPT, PRUNE_EVERY, changedKeys } from "../control/types";
+import { type ApiKeyRow, type ChangeRead, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeTrust, type PlanWrite, type RouterUsage, type SharedTokenKind, type Snapshot, type StoreChange, type TokenDigests, CHANGES_KEPT, PRUNE_EVERY, changedKeys } from "../control/types";
 import { FencedError } from "../control/errors";
 import type { ModelSpec } from "../protocol/catalog";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
@@ -21,6 +21,7 @@ import { guarded } from "./errors";
 import { joinRefused } from "../control/join";
 import { embeddedMigrations } from "./migrations";
 import * as schema from "./schema";
+import { DIGEST_KEYS, TOKEN_KEYS, clearTokenMigration, digestsOf, nextDigest } from "./token-digests";
 
 // The domain types, importable from here as before (test fixtures use them).
 export type { EventRow, GpuRow, ModelRow, ModelStateRow, NodeDiscovery, NodeRow, ReplicaRow, Snapshot } from "../control/types";
@@ -76,6 +77,8 @@ export class Store implements StorePort {
     this.sqlite.exec("PRAGMA synchronous = NORMAL");
     this.db = drizzle({ client: this.sqlite, schema });
     this.migrate();
+    // Tokens an older version kept in clear: digests from the first open on.
+    this.db.transaction((tx) => tokenRows(tx));
   }
 
   private migrate(): void {
@@ -399,14 +402,15 @@ export class Store implements StorePort {
 
   // ---- several control planes -------------------------------------------------------------
 
-  acquireLease(holder: string, ttlMs: number): Promise<Lease> {
+  acquireLease(holder: string, ttlMs: number, take = false): Promise<Lease> {
     const ttl = Math.max(1, Math.floor(ttlMs));
+    const renew = take ? 0 : 1;
     return guarded(() =>
       this.db.transaction((tx) => {
-        // Renewed by its holder while unexpired (same epoch); taken when free or lapsed (epoch + 1).
+        // Renewed by its holder while unexpired (same epoch); taken when free or lapsed, or asked to take (epoch + 1).
         tx.run(sql`INSERT INTO leases (name, holder, epoch, expires_at) VALUES ('leader', ${holder}, 1, ${DB_NOW} + ${ttl})
           ON CONFLICT (name) DO UPDATE SET
-            epoch = CASE WHEN leases.holder = excluded.holder AND leases.expires_at > ${DB_NOW} THEN leases.epoch ELSE leases.epoch + 1 END,
+            epoch = CASE WHEN ${renew} = 1 AND leases.holder = excluded.holder AND leases.expires_at > ${DB_NOW} THEN leases.epoch ELSE leases.epoch + 1 END,
             holder = excluded.holder,
             expires_at = excluded.expires_at
           WHERE leases.holder = excluded.holder OR leases.expires_at <= ${DB_NOW}`);
@@ -560,6 +564,26 @@ export class Store implements StorePort {
     );
   }
 
+  tokenDigests(): Promise<TokenDigests> {
+    return guarded(() => this.db.transaction((tx) => digestsOf(tokenRows(tx))));
+  }
+
+  putTokenDigest(kind: SharedTokenKind, sha256: string, mode: "claim" | "replace"): Promise<TokenDigests> {
+    return guarded(() =>
+      this.db.transaction(
+        (tx) => {
+          const held = digestsOf(tokenRows(tx));
+          const next = nextDigest(held[kind], sha256, mode);
+          if (!next) return held;
+          const value = JSON.stringify(next);
+          tx.insert(schema.meta).values({ key: DIGEST_KEYS[kind], value }).onConflictDoUpdate({ target: schema.meta.key, set: { value } }).run();
+          return { ...held, [kind]: next };
+        },
+        { behavior: "immediate" },
+      ),
+    );
+  }
+
   // ---- SQLite only: the demo's marker, test fixtures, `llmgw backup` checks --------------
 
   getMeta(key: string): string | undefined {
@@ -586,6 +610,16 @@ export class Store implements StorePort {
 }
 
 type Tx = Parameters<Parameters<BunSQLiteDatabase<typeof schema>["transaction"]>[0]>[0];
+
+/** The shared tokens' meta rows, after replacing any token kept in clear by its digest (token-digests.ts). */
+function tokenRows(tx: Tx): { key: string; value: string }[] {
+  const rows = tx.select().from(schema.meta).where(inArray(schema.meta.key, TOKEN_KEYS)).all();
+  const { put, remove } = clearTokenMigration(rows);
+  if (put.length === 0 && remove.length === 0) return rows;
+  for (const r of put) tx.insert(schema.meta).values(r).onConflictDoNothing({ target: schema.meta.key }).run();
+  tx.delete(schema.meta).where(inArray(schema.meta.key, remove)).run();
+  return tx.select().from(schema.meta).where(inArray(schema.meta.key, TOKEN_KEYS)).all();
+}
 
 /** One join inside a transaction: applyJoins' step. */
 function joinOne(tx: Tx, hb: HeartbeatRequest, now: number, join: { credentialHash: string; pending: boolean }): { created: boolean; taken: boolean } {

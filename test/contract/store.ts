@@ -463,6 +463,26 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
         expect(await o.acquireLease("c", 60_000)).toMatchObject({ holder: "a", epoch: 3 });
       });
 
+      test("every taking raises the epoch, also by the holder it names (a new term); only renewing keeps it; two processes of one name are two holders", async () => {
+        expect(await s.acquireLease("a@1", 60_000, true)).toMatchObject({ holder: "a@1", epoch: 1 });
+        expect(await s.acquireLease("a@1", 60_000)).toMatchObject({ holder: "a@1", epoch: 1 });
+        // It stepped down (a slow renewal) and takes the lease again: a new term, though it held it.
+        expect(await s.acquireLease("a@1", 60_000, true)).toMatchObject({ holder: "a@1", epoch: 2 });
+        expect(await s.acquireLease("a@1", 60_000)).toMatchObject({ holder: "a@1", epoch: 2 });
+        // Another process under the same name, or this one restarted: refused while the lease runs.
+        const o = await h.other();
+        expect(await o.acquireLease("a@2", 60_000, true)).toMatchObject({ holder: "a@1", epoch: 2 });
+        expect(await o.acquireLease("a@2", 60_000)).toMatchObject({ holder: "a@1", epoch: 2 });
+        await expect(o.applyPlan(plan({ create: [replica("r1")] }), NOW, { holder: "a@2", epoch: 2 })).rejects.toBeInstanceOf(FencedError);
+        await s.releaseLease("a@2"); // not the holder: nothing changes
+        expect(await s.readLease()).toMatchObject({ holder: "a@1", epoch: 2 });
+        await s.releaseLease("a@1");
+        expect(await o.acquireLease("a@2", 60_000, true)).toMatchObject({ holder: "a@2", epoch: 3 });
+        // The old term's writes are fenced by the new one.
+        await expect(s.applyPlan(plan({ create: [replica("r2")] }), NOW, { holder: "a@1", epoch: 2 })).rejects.toBeInstanceOf(FencedError);
+        expect((await s.snapshot()).replicas).toEqual([]);
+      });
+
       test("a plan under the lease it holds is written; under an old epoch, a lapsed lease, or none, nothing is written (FencedError)", async () => {
         await expect(s.applyPlan(plan({ create: [replica("r0")] }), NOW, { holder: "a", epoch: 1 })).rejects.toBeInstanceOf(FencedError);
         await s.acquireLease("a", 300);
@@ -487,6 +507,29 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
         // Unfenced writes (reports' verdicts) pass regardless of the lease.
         await s.applyPlan(plan({ create: [replica("r4")] }), NOW);
         expect((await s.snapshot()).replicas.map((r) => r.id)).toEqual(["r4"]);
+      });
+    });
+
+    describe("shared token digests", () => {
+      const hex = (c: string | number) => (typeof c === "number" ? c.toString(16).padStart(64, "0") : c.repeat(64));
+      test("claimed once (the first stays, on any instance), replaced with the old one retired, read back alike by every instance", async () => {
+        expect(await s.tokenDigests()).toEqual({});
+        expect(await s.putTokenDigest("join", hex("a"), "claim")).toEqual({ join: { sha256: hex("a"), retired: [] } });
+        const o = await h.other();
+        expect(await o.putTokenDigest("join", hex("b"), "claim")).toEqual({ join: { sha256: hex("a"), retired: [] } });
+        expect(await o.putTokenDigest("admin", hex("c"), "claim")).toEqual({ admin: { sha256: hex("c"), retired: [] }, join: { sha256: hex("a"), retired: [] } });
+        expect((await o.putTokenDigest("join", hex("b"), "replace")).join).toEqual({ sha256: hex("b"), retired: [hex("a")] });
+        // The digest already stored: nothing changes (a rotation sent twice).
+        expect((await s.putTokenDigest("join", hex("b"), "replace")).join).toEqual({ sha256: hex("b"), retired: [hex("a")] });
+        expect(await s.tokenDigests()).toEqual({ admin: { sha256: hex("c"), retired: [] }, join: { sha256: hex("b"), retired: [hex("a")] } });
+        // A retired digest put back leaves the retired list; the list keeps the newest 32.
+        expect((await s.putTokenDigest("join", hex("a"), "replace")).join).toEqual({ sha256: hex("a"), retired: [hex("b")] });
+        for (let i = 1; i <= 40; i++) await s.putTokenDigest("join", hex(i), "replace");
+        const join = (await o.tokenDigests()).join!;
+        expect(join.sha256).toBe(hex(40));
+        expect(join.retired.length).toBe(32);
+        expect(join.retired.at(-1)).toBe(hex(39));
+        expect((await s.tokenDigests()).admin).toEqual({ sha256: hex("c"), retired: [] });
       });
     });
 

@@ -19,6 +19,8 @@ const ADMIN_PORT = 8001;
 /** The two serve share one store and elect a leader by lease (several control planes). */
 const SHARED_STORE = true;
 const LEASE = { ttl: "3s", renew: "1s" };
+/** Control planes on one store share one admin token (the store keeps only its digest). */
+const ADMIN_TOKEN = "llmgw_admin_floating_address_test_0123";
 const KEEPALIVED = Bun.which("keepalived") ?? Bun.which("keepalived", { PATH: "/usr/sbin:/sbin" });
 
 let lab: NetnsLab | undefined;
@@ -83,7 +85,7 @@ beforeAll(async () => {
   for (let i = 0; i < 2; i++) {
     const data = join(scratch.dir, `data-${i}`);
     const shared = SHARED_STORE
-      ? ["--store", join(scratch.dir, "shared.db"), "--ha", "--lease-ttl", LEASE.ttl, "--lease-renew", LEASE.renew, "--advertise-url", `http://${lab.hosts[i]!.address}:${ADMIN_PORT}`]
+      ? ["--store", join(scratch.dir, "shared.db"), "--ha", "--lease-ttl", LEASE.ttl, "--lease-renew", LEASE.renew, "--advertise-url", `http://${lab.hosts[i]!.address}:${ADMIN_PORT}`, "--admin-token", ADMIN_TOKEN]
       : [];
     const serve = Bun.spawn(
       lab.exec(i, [scratch.bin, "serve", "--data-dir", data, "--admin-listen", `0.0.0.0:${ADMIN_PORT}`, "--listen", "127.0.0.1:8000", "--name", `head-${i}`, ...shared]),

@@ -34,10 +34,14 @@ export class HaCluster {
   private starts = 0;
   readonly enginePort = freePort(900);
 
-  /** `store`: a PostgreSQL URL, per serve if they reach it differently; default one SQLite file in the scratch dir. */
+  /**
+   * `store`: a PostgreSQL URL, per serve if they reach it differently; default one SQLite file in
+   * the scratch dir. `joinToken: "file"`: no --join-token, each serve keeps (or follows) its own.
+   */
   constructor(
     private readonly flags: string[],
     private readonly store?: (name: string) => string,
+    private readonly o: { joinToken?: "flag" | "file" } = {},
   ) {
     ({ dir: this.dir, bin: this.bin } = scratchWithBinary());
   }
@@ -58,7 +62,7 @@ export class HaCluster {
     const args = [
       "serve", "--data-dir", dataDir, "--store", this.storeOf(name), "--ha", "--name", name,
       "--admin-listen", `127.0.0.1:${ports.admin}`, "--listen", `127.0.0.1:${ports.router}`,
-      "--admin-token", ADMIN_TOKEN, "--join-token", JOIN_TOKEN,
+      "--admin-token", ADMIN_TOKEN, ...(this.o.joinToken === "file" ? [] : ["--join-token", JOIN_TOKEN]),
       "--heartbeat-interval", "300ms", "--restart-backoff", "100ms", "--reconcile-interval", "200ms", "--node-timeout", "15s",
       "--engine-base-port", String(this.enginePort), "--log-level", "info", ...this.flags, ...extra,
     ];
@@ -95,6 +99,13 @@ export class HaCluster {
   kill9(name: string): void {
     const s = this.serve(name);
     for (const pid of [s.pid, s.proc.pid]) if (running(pid)) process.kill(pid, "SIGKILL");
+  }
+
+  /** SIGTERM to the serving process and its parent; resolves once both are gone (a clean stop: the lease is released). */
+  async stop(name: string): Promise<void> {
+    const s = this.serve(name);
+    for (const pid of [s.pid, s.proc.pid]) if (running(pid)) process.kill(pid, "SIGTERM");
+    await until(`serve ${name} to stop`, () => ![s.pid, s.proc.pid].some(running), 15_000);
   }
 
   async health(name: string): Promise<{ status: number; body: Health } | undefined> {

@@ -52,8 +52,8 @@ afterAll(async () => {
 
 describe("two control planes on one SQLite file", () => {
   test("the first leads (epoch 1), the second stands by; /healthz?leader=1 tells them apart", async () => {
-    expect(a.parts.controller.leadership()).toEqual({ leading: true, epoch: 1, name: "cp-a" });
-    expect(b.parts.controller.leadership()).toEqual({ leading: false, epoch: 1, name: "cp-b" });
+    expect(a.parts.controller.leadership()).toEqual({ leading: true, epoch: 1, name: "cp-a", holder: expect.stringMatching(/^cp-a@/) });
+    expect(b.parts.controller.leadership()).toEqual({ leading: false, epoch: 1, name: "cp-b", holder: expect.stringMatching(/^cp-b@/) });
     expect(await health(a, true)).toEqual({ status: 200, body: { status: "ok", version: expect.any(String), leading: true, epoch: 1, name: "cp-a" } });
     expect(await health(b, true)).toEqual({ status: 503, body: { status: "standing by", version: expect.any(String), leading: false, epoch: 1, name: "cp-b" } });
     expect((await health(b)).status).toBe(200);
@@ -144,7 +144,7 @@ describe("two control planes on one SQLite file", () => {
     const before = (await json<ReplicaView[]>(b.admin("/api/v1/replicas"))).map((r) => r.id);
     await a.stop();
     await b.clock.run(1000);
-    expect(b.parts.controller.leadership()).toEqual({ leading: true, epoch: 2, name: "cp-b" });
+    expect(b.parts.controller.leadership()).toEqual({ leading: true, epoch: 2, name: "cp-b", holder: expect.stringMatching(/^cp-b@/) });
     expect(await health(b, true)).toEqual({ status: 200, body: expect.objectContaining({ leading: true, epoch: 2 }) });
     await b.tick();
     expect((await json<ReplicaView[]>(b.admin("/api/v1/replicas"))).map((r) => r.id)).toEqual(before);
@@ -158,7 +158,8 @@ describe("two control planes on one SQLite file", () => {
 describe("the floating address", () => {
   test("floating_up: whether <floating>:<this admin port>/healthz?leader=1 answers as a leader, probed with each renewal", async () => {
     const dir = scratchDir("llmgw-ha-float-");
-    const common = { store: join(dir, "llmgw.db"), ha: true, lease_renew: "1s" };
+    // Control planes on one store share one admin token (the store keeps only its digest).
+    const common = { store: join(dir, "llmgw.db"), ha: true, lease_renew: "1s", admin_token: "llmgw_admin_floating_test_token_0123" };
     // The floating address on this machine: its own admin listener answers there as the leader.
     const up = await testServer({ ...common, name: "f-up", floating_address: "127.0.0.1" });
     // Nothing listens on 127.0.0.2 (the admin listener is on 127.0.0.1 only): down.

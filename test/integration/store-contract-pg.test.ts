@@ -3,6 +3,7 @@
 // as it opens; "another instance" is a second PgStore on the same database (another control plane).
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { createHash } from "node:crypto";
 import { ModelStore } from "../../src/control/model";
 import { PgStore } from "../../src/store/pg";
 import { heartbeat } from "../helpers/fleet";
@@ -19,6 +20,7 @@ afterAll(async () => {
   await pg?.stop();
 }, 30_000);
 
+const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
 let n = 0;
 const freshUrl = async () => {
   const db = `contract_${++n}`;
@@ -44,6 +46,28 @@ storeContract("PostgreSQL", async () => {
 });
 
 describe("PostgreSQL only", () => {
+  test("tokens an older version kept in clear in meta are digests from the first open on, and again when one writes them while this version runs", async () => {
+    const url = await freshUrl();
+    const db = url.slice(url.lastIndexOf("/") + 1);
+    await (await PgStore.open({ url })).close();
+    await pg.sql("INSERT INTO meta (key, value) VALUES ('secret:admin_token', 'llmgw_admin_kept_in_clear_0123'), ('secret:join_token', 'llmgw_join_kept_in_clear_0123'), ('secret:engine_secret', 'llmgw_engine_stays_usable')", db);
+    const s = await PgStore.open({ url });
+    const values = async () => (await pg.sql("SELECT key, value FROM meta", db)).map((r) => `${r.key}=${r.value}`).join("\n");
+    try {
+      expect(await values()).not.toContain("kept_in_clear");
+      expect(await s.tokenDigests()).toEqual({
+        admin: { sha256: sha256("llmgw_admin_kept_in_clear_0123"), retired: [] },
+        join: { sha256: sha256("llmgw_join_kept_in_clear_0123"), retired: [] },
+      });
+      expect(await values()).toContain("secret:engine_secret=llmgw_engine_stays_usable");
+      await pg.sql("INSERT INTO meta (key, value) VALUES ('secret:join_token', 'llmgw_join_written_again_0123')", db);
+      expect((await s.tokenDigests()).join).toEqual({ sha256: sha256("llmgw_join_kept_in_clear_0123"), retired: [] });
+      expect(await values()).not.toContain("written_again");
+    } finally {
+      await s.close();
+    }
+  }, 30_000);
+
   test("backupTo refuses, pointing at pg_dump", async () => {
     const store = await PgStore.open({ url: await freshUrl() });
     try {

@@ -28,12 +28,12 @@ class ClockLeases {
   readonly granted = new Map<number, Set<string>>();
   constructor(readonly clock: ManualScheduler) {}
 
-  acquire(holder: string, ttl: number): Lease {
+  acquire(holder: string, ttl: number, take = false): Lease {
     const now = this.clock.mono();
     const r = this.row;
     if (!r) this.row = { holder, epoch: 1, expiresAt: now + ttl };
-    else if (r.holder === holder && r.expiresAt > now) r.expiresAt = now + ttl;
-    else if (r.expiresAt <= now) this.row = { holder, epoch: r.epoch + 1, expiresAt: now + ttl };
+    else if (r.holder === holder && r.expiresAt > now && !take) r.expiresAt = now + ttl;
+    else if (r.holder === holder || r.expiresAt <= now) this.row = { holder, epoch: r.epoch + 1, expiresAt: now + ttl };
     const row = this.row!;
     if (row.holder === holder) (this.granted.get(row.epoch) ?? this.granted.set(row.epoch, new Set()).get(row.epoch)!).add(holder);
     return { holder: row.holder, epoch: row.epoch, expiresInMs: row.expiresAt - now };
@@ -59,7 +59,7 @@ class ClockLeases {
     const conn = {
       mode: "up" as "up" | "hang" | "fail",
       latencyMs: 0,
-      acquireLease: (holder: string, ttl: number) => answer(() => leases.acquire(holder, ttl)),
+      acquireLease: (holder: string, ttl: number, take?: boolean) => answer(() => leases.acquire(holder, ttl, take)),
       releaseLease: (holder: string) =>
         answer(() => {
           if (leases.row?.holder === holder) leases.row.expiresAt = leases.clock.mono() - 1;
@@ -85,7 +85,7 @@ async function stopAll(members: Member[]): Promise<void> {
   }
 }
 
-function member(leases: ClockLeases, name: string, o: { timeoutMs?: number } = {}): Member {
+function member(leases: ClockLeases, name: string, o: { timeoutMs?: number; instance?: string } = {}): Member {
   const conn = leases.connection();
   const changes: Leadership[] = [];
   const keeper = new LeaseKeeper({ store: conn, scheduler: leases.clock, log: silent, name, ttlMs: TTL, renewMs: RENEW, onChange: (l) => changes.push(l), ...o });
@@ -99,7 +99,7 @@ async function watchedRun(leases: ClockLeases, members: Member[], ms: number, st
     const leading = members.filter((m) => m.keeper.leadership().leading);
     expect(leading.length).toBeLessThanOrEqual(1);
     // A control plane that believes it leads holds the lease by the store's own clock.
-    for (const m of leading) expect(leases.holds(m.keeper.leadership().name!, m.keeper.leadership().epoch)).toBe(true);
+    for (const m of leading) expect(leases.holds(m.keeper.holder, m.keeper.leadership().epoch)).toBe(true);
   }
 }
 
@@ -196,10 +196,10 @@ describe("LeaseKeeper on one store", () => {
     expect(a.keeper.leadership().leading).toBe(false);
     // The event is best effort: this connection cannot write it.
     expect(leases.events.map((e) => e.kind)).toEqual(["control_plane.leading"]);
-    // Back: it retakes its own unexpired lease, same epoch (nobody else ever held it).
+    // Back: it takes its own unexpired lease again as a new term, one epoch higher.
     a.conn.mode = "up";
     await leases.clock.run(RENEW);
-    expect(a.keeper.leadership()).toEqual({ leading: true, epoch: 1, name: "a" });
+    expect(a.keeper.leadership()).toEqual({ leading: true, epoch: 2, name: "a" });
     await a.keeper.stop();
   });
 
@@ -242,6 +242,43 @@ describe("LeaseKeeper on one store", () => {
     await leases.clock.run(0);
     expect(leases.events.map((e) => e.kind)).toEqual(["control_plane.leading", "control_plane.stepped_down"]);
     await a.keeper.stop();
+  });
+
+  test("a plan write of an earlier term, fenced after it took the lease again, does not step it down", async () => {
+    const leases = new ClockLeases(new ManualScheduler());
+    const a = member(leases, "a");
+    await a.keeper.start();
+    a.conn.mode = "fail";
+    await leases.clock.run(RENEW);
+    a.conn.mode = "up";
+    await leases.clock.run(RENEW);
+    expect(a.keeper.leadership()).toEqual({ leading: true, epoch: 2, name: "a" });
+    a.keeper.fenced(new FencedError(1));
+    expect(a.keeper.leadership()).toEqual({ leading: true, epoch: 2, name: "a" });
+    await a.keeper.stop();
+  });
+
+  test("two processes under one name are two holders: one leads, the other stands by, then takes over with a higher epoch", async () => {
+    const leases = new ClockLeases(new ManualScheduler());
+    const first = member(leases, "head", { instance: "p1" });
+    const conn = leases.connection();
+    const changes: Leadership[] = [];
+    const second = { conn, changes, keeper: new LeaseKeeper({ store: conn, scheduler: leases.clock, log: silent, name: "head", instance: "p2", ttlMs: TTL, renewMs: RENEW, onChange: (l) => changes.push(l) }) };
+    await first.keeper.start();
+    await second.keeper.start();
+    expect(first.keeper.leadership()).toEqual({ leading: true, epoch: 1, name: "head", holder: "head@p1" });
+    expect(second.keeper.leadership()).toEqual({ leading: false, epoch: 1, name: "head", holder: "head@p2" });
+    expect(leases.row!.holder).toBe("head@p1");
+    await watchedRun(leases, [first, second], 5 * TTL);
+    expect(second.changes.filter((c) => c.leading)).toEqual([]);
+    // The first dies silently (a kill -9): the second takes the lease only once it lapsed, as a new term.
+    first.conn.mode = "hang";
+    await watchedRun(leases, [first, second], 2 * TTL);
+    expect(second.keeper.leadership()).toEqual({ leading: true, epoch: 2, name: "head", holder: "head@p2" });
+    oneHolderPerEpoch(leases, [first, second]);
+    const view = controlPlanesView({ rows: [{ name: "head", adminUrl: "http://h:1", routerUrl: "http://h:2", startedAt: 0, seenAgoMs: 0 }], lease: { holder: "head@p2", epoch: 2, expiresInMs: 1000 }, self: "head", ttlMs: TTL });
+    expect(view?.members?.map((m) => m.state)).toEqual(["leading"]);
+    await stopAll([first, second]);
   });
 
   test("a clean stop releases the lease: the standby leads on its next round, epoch + 1", async () => {

@@ -20,13 +20,14 @@ import { and, asc, count, desc, eq, gt, gte, inArray, sql, type SQL } from "driz
 import { drizzle, type PostgresJsDatabase } from "drizzle-orm/postgres-js";
 import postgres from "postgres";
 import type { JoinWrite, StorePort } from "../../control/store-port";
-import { type ApiKeyRow, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type GpuRow, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeRow, type NodeTrust, type PlanWrite, type ReplicaRow, type RouterUsage, type Snapshot, type StoreChange, type ChangeRead, CHANGES_KEPT, PRUNE_EVERY, changedKeys } from "../../control/types";
+import { type ApiKeyRow, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type GpuRow, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeRow, type NodeTrust, type PlanWrite, type ReplicaRow, type RouterUsage, type SharedTokenKind, type Snapshot, type StoreChange, type ChangeRead, type TokenDigests, CHANGES_KEPT, PRUNE_EVERY, changedKeys } from "../../control/types";
 import { FencedError } from "../../control/errors";
 import type { ModelSpec } from "../../protocol/catalog";
 import type { HeartbeatRequest } from "../../protocol/heartbeat";
 import type { AdminState } from "../../protocol/views";
 import { joinRefused } from "../../control/join";
 import { embeddedMigrations } from "../migrations";
+import { DIGEST_KEYS, TOKEN_KEYS, clearTokenMigration, digestsOf, nextDigest } from "../token-digests";
 import { classify, hostsOf } from "./errors";
 import * as schema from "./schema";
 
@@ -190,6 +191,11 @@ export class PgStore implements StorePort {
         for (const stmt of m.sql) if (stmt.trim() !== "") await t.unsafe(stmt);
         await t`INSERT INTO drizzle.__drizzle_migrations (hash, created_at) VALUES (${m.hash}, ${m.folderMillis})`;
       }
+      // Tokens an older version kept in clear: digests from the first open on.
+      const rows = (await t`SELECT key, value FROM meta WHERE key = ANY(${TOKEN_KEYS}::text[])`) as unknown as { key: string; value: string }[];
+      const { put, remove } = clearTokenMigration(rows);
+      for (const r of put) await t`INSERT INTO meta (key, value) VALUES (${r.key}, ${r.value}) ON CONFLICT (key) DO NOTHING`;
+      if (remove.length > 0) await t`DELETE FROM meta WHERE key = ANY(${remove}::text[])`;
     });
   }
 
@@ -589,14 +595,15 @@ export class PgStore implements StorePort {
 
   // ---- several control planes -------------------------------------------------------------
 
-  acquireLease(holder: string, ttlMs: number): Promise<Lease> {
+  acquireLease(holder: string, ttlMs: number, take = false): Promise<Lease> {
     const ttl = Math.max(1, Math.floor(ttlMs));
-    // A second try after a lost answer renews what the first took: same holder, same epoch.
+    // A second try after a lost answer renews what the first took (same holder, same epoch); a
+    // second try of a take takes again, one epoch higher: still one holder.
     return this.write("idempotent", "meta", async (tx) => {
-      // Renewed by its holder while unexpired (same epoch); taken when free or lapsed (epoch + 1).
+      // Renewed by its holder while unexpired (same epoch); taken when free or lapsed, or asked to take (epoch + 1).
       await tx.execute(sql`INSERT INTO leases (name, holder, epoch, expires_at) VALUES ('leader', ${holder}, 1, ${DB_NOW} + ${ttl}::bigint)
         ON CONFLICT (name) DO UPDATE SET
-          epoch = CASE WHEN leases.holder = excluded.holder AND leases.expires_at > ${DB_NOW} THEN leases.epoch ELSE leases.epoch + 1 END,
+          epoch = CASE WHEN ${!take}::boolean AND leases.holder = excluded.holder AND leases.expires_at > ${DB_NOW} THEN leases.epoch ELSE leases.epoch + 1 END,
           holder = excluded.holder,
           expires_at = excluded.expires_at
         WHERE leases.holder = excluded.holder OR leases.expires_at <= ${DB_NOW}`);
@@ -686,6 +693,30 @@ export class PgStore implements StorePort {
     return this.write("idempotent", "meta", async (tx) => {
       await tx.insert(schema.meta).values({ key: `secret:${key}`, value: candidate }).onConflictDoNothing({ target: schema.meta.key });
       return (await tx.select().from(schema.meta).where(eq(schema.meta.key, `secret:${key}`)))[0]!.value;
+    });
+  }
+
+  tokenDigests(): Promise<TokenDigests> {
+    return this.call("read", () => this.db.select().from(schema.meta).where(inArray(schema.meta.key, TOKEN_KEYS))).then((rows) => {
+      const { put, remove } = clearTokenMigration(rows);
+      // An older version wrote a token in clear again (several control planes during an upgrade).
+      if (put.length > 0 || remove.length > 0) return this.write("idempotent", "meta", async (tx) => digestsOf(await tokenRows(tx)));
+      return digestsOf(rows);
+    });
+  }
+
+  putTokenDigest(kind: SharedTokenKind, sha256: string, mode: "claim" | "replace"): Promise<TokenDigests> {
+    return this.write("idempotent", "meta", async (tx) => {
+      // The row locked to the commit: two rotations at once apply one after the other.
+      await tx.execute(sql`SELECT key FROM meta WHERE key = ${DIGEST_KEYS[kind]} FOR UPDATE`);
+      const held = digestsOf(await tokenRows(tx));
+      const next = nextDigest(held[kind], sha256, mode);
+      if (!next) return held;
+      const value = JSON.stringify(next);
+      // A claim never overwrites: the first control plane's stays, whoever committed first.
+      if (mode === "claim") await tx.insert(schema.meta).values({ key: DIGEST_KEYS[kind], value }).onConflictDoNothing({ target: schema.meta.key });
+      else await tx.insert(schema.meta).values({ key: DIGEST_KEYS[kind], value }).onConflictDoUpdate({ target: schema.meta.key, set: { value } });
+      return digestsOf(await tokenRows(tx));
     });
   }
 
@@ -795,6 +826,16 @@ export class PgStore implements StorePort {
       new Error(`the store is PostgreSQL (${this.where}): back it up with PostgreSQL's own tools, e.g. \`pg_dump --format=custom --file=llmgw.dump <URL>\` (or Patroni's/pgBackRest's backups); \`llmgw backup\` copies only a SQLite store`),
     );
   }
+}
+
+/** The shared tokens' meta rows, after replacing any token kept in clear by its digest (token-digests.ts). */
+async function tokenRows(tx: Tx): Promise<{ key: string; value: string }[]> {
+  const rows = await tx.select().from(schema.meta).where(inArray(schema.meta.key, TOKEN_KEYS));
+  const { put, remove } = clearTokenMigration(rows);
+  if (put.length === 0 && remove.length === 0) return rows;
+  for (const r of put) await tx.insert(schema.meta).values(r).onConflictDoNothing({ target: schema.meta.key });
+  await tx.delete(schema.meta).where(inArray(schema.meta.key, remove));
+  return tx.select().from(schema.meta).where(inArray(schema.meta.key, TOKEN_KEYS));
 }
 
 async function readLeaseRow(db: Pick<Db, "execute">): Promise<Lease | undefined> {

@@ -1,0 +1,44 @@
+// The router is handed the API key list when it differs from what it holds, and a publication
+// overtaken by a later one (a create or revoke while a tick read the keys) sends nothing.
+
+import { describe, expect, test } from "bun:test";
+import { KeyPublisher } from "../../src/control/key-publisher";
+import type { ApiKeyRow } from "../../src/control/types";
+import type { ApiKeyEntry } from "../../src/protocol/routing";
+
+const row = (name: string, hash = `h-${name}`, pool: string | null = null): ApiKeyRow => ({ name, hash, pool, createdAt: 1 });
+
+describe("KeyPublisher", () => {
+  test("sends the first list, then only a different one; reset() sends again", async () => {
+    let rows = [row("a")];
+    const k = new KeyPublisher(async () => rows);
+    const sent: ApiKeyEntry[][] = [];
+    const sink = { setApiKeys: (e: ApiKeyEntry[]) => sent.push(e) };
+    expect(await k.publish(undefined)).toBe(false);
+    expect(await k.publish(sink)).toBe(true);
+    expect(await k.publish(sink)).toBe(false);
+    rows = [row("a", "h-other")];
+    expect(await k.publish(sink)).toBe(true);
+    rows = [row("a", "h-other", "p")];
+    expect(await k.publish(sink)).toBe(true);
+    rows = [];
+    expect(await k.publish(sink)).toBe(true);
+    k.reset();
+    expect(await k.publish(sink)).toBe(true);
+    expect(sent).toEqual([[{ name: "a", sha256: "h-a", pool: null }], [{ name: "a", sha256: "h-other", pool: null }], [{ name: "a", sha256: "h-other", pool: "p" }], [], []]);
+  });
+
+  test("an older read finishing after a newer one sends nothing: a revoked key is never handed back", async () => {
+    const reads: ((r: ApiKeyRow[]) => void)[] = [];
+    const k = new KeyPublisher(() => new Promise((resolve) => reads.push(resolve)));
+    const sent: string[][] = [];
+    const sink = { setApiKeys: (e: ApiKeyEntry[]) => sent.push(e.map((x) => x.name)) };
+    const tick = k.publish(sink);
+    const revoke = k.publish(sink);
+    reads[1]!([]);
+    expect(await revoke).toBe(true);
+    reads[0]!([row("revoked")]);
+    expect(await tick).toBe(false);
+    expect(sent).toEqual([[]]);
+  });
+});
