@@ -201,6 +201,12 @@ export const HeartbeatResponse = z.object({
   /** Bumps whenever the assignment set for the node changes; the long poll waits on it. */
   generation: z.number().int().min(0),
   /**
+   * Where this server's generations started (its boot): another value means another count (the
+   * server restarted, or another control plane answers), not a change of the set. Absent from
+   * older servers. The agent holds back an empty set that comes with a new count (agent.ts).
+   */
+  generation_base: z.number().int().min(0).optional(),
+  /**
    * The node's own credential, in the answer to the heartbeat that joined it with the join
    * token and never again: the agent keeps it (0600) and sends it instead of the join token
    * from then on. The head node keeps only its SHA-256.
