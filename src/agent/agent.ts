@@ -24,6 +24,7 @@ import { realScheduler, type Scheduler, type Timer } from "../lib/scheduler";
 import { type Assignment, type EngineReport, HeartbeatRequest, HeartbeatResponse, type ReplicaReport } from "../protocol/heartbeat";
 import { credentialDigest, logsToken } from "../protocol/heartbeat";
 import { VERSION } from "../version";
+import { type AnswerCount, emptySetHold } from "./answer-guard";
 import { CREDENTIAL_FILE, EPOCH_FILE, JOINING_FILE, joined, joiningCredential, loadCredential, loadEpoch, logCertificate, prepareStateDir, saveCredential, saveEpoch } from "./credential";
 import { probeEngines, type RealEngine, type ProbeRunner } from "./engine-versions";
 import { HEALTH_TIMEOUT_MS, type Launch, renderLaunch } from "./engines";
@@ -113,6 +114,11 @@ export class NodeAgent {
    * count, so the first answer from another server is applied even when its number is the same.
    */
   private genFrom: string | null = null;
+  /** Where that server's generations started, and the epoch of that answer: with the server, they tell one count from another. */
+  private genBase: number | undefined;
+  private genEpoch = 0;
+  /** The engines kept running against an empty set that came with a new count, until a second answer confirms it (answer-guard.ts). */
+  private holding: string[] | null = null;
   /**
    * Bumps whenever an answer's assignments are applied. An answer whose request went out before
    * the latest applied answer arrived may describe an older state (the heartbeat and the long
@@ -431,8 +437,9 @@ export class NodeAgent {
     this.head.answered(r.server);
     this.intervalMs = this.boundInterval(r.value.heartbeat_interval_ms);
     // The same generation from the same server at the same epoch means the same set: applying it
-    // again would only cost a reconcile.
-    if (r.value.generation !== this.gen || r.server !== this.genFrom || (r.value.epoch ?? 0) > this.leaderEpoch) this.accept(r.value, sentSeq, "heartbeat", r.server);
+    // again would only cost a reconcile. Unless a set is held back: this answer may confirm it.
+    if (r.value.generation !== this.gen || r.server !== this.genFrom || (r.value.epoch ?? 0) > this.leaderEpoch || this.holding !== null)
+      this.accept(r.value, sentSeq, "heartbeat", r.server);
     this.registeredNow(r.server);
     return "ok";
   }
@@ -535,12 +542,39 @@ export class NodeAgent {
     }
     this.answerSeq++;
     const ids = res.assignments.map((a) => a.id);
-    if (res.generation !== this.gen || (server !== this.genFrom && ids.join("\n") !== this.appliedIds))
+    const held = this.holdsBack(res, { server, generation: res.generation, base: res.generation_base, epoch }, source);
+    if (!held && (res.generation !== this.gen || (server !== this.genFrom && ids.join("\n") !== this.appliedIds)))
       this.log.info({ generation: res.generation, replicas: ids, source, ...(this.servers.length > 1 ? { server } : {}) }, "assignments changed");
+    // Held too: the long poll waits on this count, and the next answer from it confirms or replaces the set.
     this.gen = res.generation;
     this.genFrom = server;
+    this.genBase = res.generation_base;
+    this.genEpoch = epoch;
+    if (held) return;
     this.appliedIds = ids.join("\n");
     this.apply(res.assignments);
+  }
+
+  /**
+   * Whether an empty set is held back: it would stop the engines running here, and it comes with
+   * another count than the answer before (a restarted server, another one, a new leader: see
+   * emptySetHold). The next answer of the same count obeyed confirms it; any other replaces it.
+   */
+  private holdsBack(res: HeartbeatResponse, count: AnswerCount, source: string): boolean {
+    const was = this.holding;
+    this.holding = null;
+    const running = this.processSet.ids();
+    if (res.assignments.length > 0 || running.length === 0) return false;
+    const prev = this.gen === null || this.genFrom === null ? null : { server: this.genFrom, generation: this.gen, base: this.genBase, epoch: this.genEpoch };
+    const why = emptySetHold(prev, count);
+    const fields = { replicas: running, generation: res.generation, previous_generation: this.gen, epoch: count.epoch, server: count.server, source };
+    if (why === undefined) {
+      if (was !== null) this.log.warn(fields, `a second answer from ${count.server} confirms the empty assignment set: stopping the ${running.length} engine(s) held back`);
+      return false;
+    }
+    this.holding = running;
+    this.log.warn(fields, `holding back an empty assignment set from ${count.server}: ${why}; the ${running.length} engine(s) running here keep running until a second answer says the same`);
+    return true;
   }
   /** One reconcile at a time; sets that arrive meanwhile collapse into the newest. */
   private apply(set: Assignment[]): void {
