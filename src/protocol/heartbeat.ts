@@ -193,6 +193,13 @@ export const Assignment = z.object({
 });
 export type Assignment = z.infer<typeof Assignment>;
 
+/**
+ * The highest leader epoch an answer may carry: what the stores' lease row holds (a signed 32-bit
+ * column). Each lease acquisition raises the epoch by one, so no cluster gets there (one takeover
+ * a second for 68 years); anything above it is a forgery or a bug, refused before an agent keeps it.
+ */
+export const EPOCH_MAX = 2 ** 31 - 1;
+
 export const HeartbeatResponse = z.object({
   /** Everything this node should be running now; anything else it runs should stop. */
   assignments: z.array(Assignment),
@@ -217,7 +224,7 @@ export const HeartbeatResponse = z.object({
    * absent for a single head node). An agent remembers the highest it has seen and refuses
    * assignments from an older one: a leader that lost its lease cannot undo its successor's work.
    */
-  epoch: z.number().int().min(0).optional(),
+  epoch: z.number().int().min(0).max(EPOCH_MAX).optional(),
 });
 export type HeartbeatResponse = z.infer<typeof HeartbeatResponse>;
 

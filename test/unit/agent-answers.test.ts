@@ -1,17 +1,19 @@
 // What the agent checks of an answer before it obeys it (src/agent/answer-guard.ts), on a
 // ManualScheduler against head nodes faked at the fetch: an empty set that comes with a new count
-// (a restarted server, a new leader, another server) is held until a second answer says the same.
-// The engines are never spawned (the executable does not exist): what the agent keeps or stops shows
+// (a restarted server, a new leader, another server) is held until a second answer says the same,
+// and a leader epoch that jumps too far is followed only once another server confirms it. The
+// engines are never spawned (the executable does not exist): what the agent keeps or stops shows
 // in its process set, and in its log.
 
 import { afterEach, describe, expect, test } from "bun:test";
-import { rmSync } from "node:fs";
+import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import pino from "pino";
-import { type FetchLike, NodeAgent } from "../../src/agent/agent";
-import { GENERATION_RESET_JUMP, emptySetHold } from "../../src/agent/answer-guard";
+import { EPOCH_FILE, type FetchLike, NodeAgent } from "../../src/agent/agent";
+import { EPOCH_JUMP_MAX, EpochJumps, GENERATION_RESET_JUMP, emptySetHold } from "../../src/agent/answer-guard";
 import { AgentConfig } from "../../src/config";
 import { ManualScheduler } from "../../src/lib/scheduler";
-import { Assignment, AssignmentsQuery, type HeartbeatResponse } from "../../src/protocol/heartbeat";
+import { Assignment, AssignmentsQuery, EPOCH_MAX, HeartbeatResponse } from "../../src/protocol/heartbeat";
 import { freePort } from "../helpers/ports";
 import { scratchDir } from "../helpers/tmp";
 
@@ -42,6 +44,21 @@ describe("emptySetHold", () => {
     expect(emptySetHold(old, { ...old, generation: old.generation + 3 })).toBeUndefined();
     expect(emptySetHold(old, { ...old, generation: old.generation + GENERATION_RESET_JUMP })).toContain("jumped");
     expect(emptySetHold(old, { ...old, generation: 7 })).toContain("jumped");
+  });
+});
+
+describe("EpochJumps", () => {
+  test("up to EPOCH_JUMP_MAX above the highest is judged as before; beyond, one server's word is not enough, a second's is", () => {
+    const j = new EpochJumps();
+    expect(j.judge("a", 3 + EPOCH_JUMP_MAX, 3)).toEqual({ kind: "within" });
+    expect(j.judge("a", 2, 3)).toEqual({ kind: "within" });
+    expect(j.judge("a", 4 + EPOCH_JUMP_MAX, 3)).toEqual({ kind: "unconfirmed" });
+    // The same server again confirms nothing; a lower claim elsewhere neither.
+    expect(j.judge("a", 4 + EPOCH_JUMP_MAX, 3)).toEqual({ kind: "unconfirmed" });
+    expect(j.judge("b", 5 + EPOCH_JUMP_MAX, 3)).toEqual({ kind: "unconfirmed" });
+    expect(j.judge("c", 4 + EPOCH_JUMP_MAX, 3)).toEqual({ kind: "confirmed", by: "a" });
+    j.followed();
+    expect(j.judge("c", 4 + EPOCH_JUMP_MAX, 3)).toEqual({ kind: "unconfirmed" });
   });
 });
 
@@ -208,5 +225,77 @@ describe("an empty set that comes with a new count waits for a second answer", (
     await clock.run(0);
     expect(kept()).toEqual([]);
     expect(said("holding back")).toEqual([]);
+  });
+});
+
+describe("a leader epoch that jumps too far is followed only when another server confirms it", () => {
+  const r1 = () => assignment("r1", freePort());
+
+  test("epoch 2^53 − 1 is refused by the schema; one 5,000 above is neither followed, kept nor applied; the real leader is followed on", async () => {
+    const head = new FakeServer("http://head.test:8001", { assignments: [r1()], generation: 11, generation_base: 10, epoch: 3 });
+    const { agent, clock, kept, said, stateDir } = await startAgent([head]);
+    expect(agent.highestEpoch).toBe(3);
+    const forged = { assignments: [], heartbeat_interval_ms: INTERVAL, generation: 99, generation_base: 99 };
+
+    head.once.push({ ...forged, epoch: 2 ** 53 - 1 });
+    await clock.run(INTERVAL);
+    expect(HeartbeatResponse.safeParse({ ...forged, epoch: EPOCH_MAX + 1 }).success).toBe(false);
+    expect(agent.highestEpoch).toBe(3);
+
+    head.once.push({ ...forged, epoch: 3 + 5_000 });
+    await clock.run(INTERVAL);
+    expect(agent.highestEpoch).toBe(3);
+    expect(JSON.parse(readFileSync(join(stateDir, EPOCH_FILE), "utf8")).epoch).toBe(3);
+    expect(kept()).toEqual(["r1"]);
+    const refused = said("refusing assignments from http://head.test:8001");
+    expect(refused).toHaveLength(1);
+    expect(refused[0]).toMatchObject({ level: 40, epoch: 5_003, highest_epoch: 3 });
+    expect(refused[0]!.msg).toContain(`leader epoch 5003, more than ${EPOCH_JUMP_MAX} above epoch 3 seen before`);
+    expect(refused[0]!.msg).toContain("--server-fingerprint");
+
+    // The real leader goes on: its next epoch is followed, its set applied.
+    const r2 = assignment("r2", freePort());
+    head.say({ assignments: [head.said.assignments[0]!, r2], generation: 12, epoch: 4 });
+    await clock.run(INTERVAL);
+    expect(agent.highestEpoch).toBe(4);
+    expect(kept().sort()).toEqual(["r1", "r2"]);
+  });
+
+  test("with two servers, a forged jump at the first sends the agent to the second, whose leader it follows", async () => {
+    const a = new FakeServer("http://a.test:8001", { assignments: [r1()], generation: 11, generation_base: 10, epoch: 3 });
+    const b = new FakeServer("http://b.test:8001", { assignments: a.said.assignments, generation: 21, generation_base: 20, epoch: 3 });
+    const { agent, clock, kept } = await startAgent([a, b]);
+    expect(agent.server).toBe(a.url);
+    a.say({ assignments: [], generation: 12, epoch: 3 + 5_000 });
+    await clock.run(INTERVAL);
+    expect(agent.server).toBe(b.url);
+    expect(agent.highestEpoch).toBe(3);
+    expect(kept()).toEqual(["r1"]);
+  });
+
+  test("a jump both servers report is followed: kept in leader.epoch, its set applied", async () => {
+    const a = new FakeServer("http://a.test:8001", { assignments: [r1()], generation: 11, generation_base: 10, epoch: 3 });
+    const b = new FakeServer("http://b.test:8001", { assignments: a.said.assignments, generation: 21, generation_base: 20, epoch: 3 });
+    const { agent, clock, kept, said, stateDir } = await startAgent([a, b]);
+    const r2 = assignment("r2", freePort());
+    b.say({ assignments: [r2], generation: 22, epoch: 3 + 5_000 });
+    a.say({ assignments: [r2], generation: 12, epoch: 3 + 5_000 });
+    await clock.run(INTERVAL);
+    expect(agent.server).toBe(b.url);
+    expect(agent.highestEpoch).toBe(5_003);
+    expect(JSON.parse(readFileSync(join(stateDir, EPOCH_FILE), "utf8"))).toEqual({ epoch: 5_003, server: b.url });
+    expect(kept()).toEqual(["r2"]);
+    expect(said("leader epoch 5003 from http://b.test:8001 is more than")[0]!.msg).toContain("and http://a.test:8001 reports it too: following it");
+  });
+
+  test("an absurd epoch an older agent kept is ignored at start, with a warning", async () => {
+    const stateDir = scratchDir("llmgw-agent-answers-");
+    writeFileSync(join(stateDir, EPOCH_FILE), JSON.stringify({ epoch: 2 ** 53 - 1, server: "http://forged" }));
+    const head = new FakeServer("http://head.test:8001", { assignments: [r1()], generation: 11, generation_base: 10, epoch: 3 });
+    const { agent, kept, said } = await startAgent([head], { stateDir });
+    expect(agent.highestEpoch).toBe(3);
+    expect(kept()).toEqual(["r1"]);
+    expect(said(`ignoring leader epoch ${2 ** 53 - 1}`)).toHaveLength(1);
+    expect(existsSync(join(stateDir, EPOCH_FILE))).toBe(true);
   });
 });
