@@ -21,9 +21,10 @@ import type { Logger } from "pino";
 import type { AgentConfig } from "../config";
 import { errorText } from "../lib/format";
 import { realScheduler, type Scheduler, type Timer } from "../lib/scheduler";
-import { type Assignment, type EngineReport, HeartbeatRequest, HeartbeatResponse, type ReplicaReport } from "../protocol/heartbeat";
+import { type Assignment, EPOCH_MAX, type EngineReport, HeartbeatRequest, HeartbeatResponse, type ReplicaReport } from "../protocol/heartbeat";
 import { credentialDigest, logsToken } from "../protocol/heartbeat";
 import { VERSION } from "../version";
+import { type AnswerCount, EPOCH_JUMP_MAX, EpochJumps, emptySetHold } from "./answer-guard";
 import { CREDENTIAL_FILE, EPOCH_FILE, JOINING_FILE, joined, joiningCredential, loadCredential, loadEpoch, logCertificate, prepareStateDir, saveCredential, saveEpoch } from "./credential";
 import { probeEngines, type RealEngine, type ProbeRunner } from "./engine-versions";
 import { HEALTH_TIMEOUT_MS, type Launch, renderLaunch } from "./engines";
@@ -113,6 +114,11 @@ export class NodeAgent {
    * count, so the first answer from another server is applied even when its number is the same.
    */
   private genFrom: string | null = null;
+  /** Where that server's generations started, and the epoch of that answer: with the server, they tell one count from another. */
+  private genBase: number | undefined;
+  private genEpoch = 0;
+  /** The engines kept running against an empty set that came with a new count, until a second answer confirms it (answer-guard.ts). */
+  private holding: string[] | null = null;
   /**
    * Bumps whenever an answer's assignments are applied. An answer whose request went out before
    * the latest applied answer arrived may describe an older state (the heartbeat and the long
@@ -129,6 +135,9 @@ export class NodeAgent {
   private readonly epochPath: string;
   /** Stale epochs already warned about: one warning each, not one per answer. */
   private readonly warnedStale = new Set<number>();
+  /** Epochs that jumped too far, until another server confirms one; and those warned about. */
+  private readonly jumps = new EpochJumps();
+  private readonly warnedJump = new Set<string>();
   /** The replica ids of the set last applied, to tell a move to another server from a change. */
   private appliedIds = "";
   private pendingSet: Assignment[] | null = null;
@@ -282,7 +291,10 @@ export class NodeAgent {
         this.joinCredential = joiningCredential(join(this.config.state_dir, JOINING_FILE), this.name, this.log);
       }
       const stored = loadEpoch(this.epochPath);
-      if (stored) {
+      if (stored && stored.epoch > EPOCH_MAX)
+        // What an older agent kept from a forged answer: kept, it would refuse every honest one.
+        this.log.warn({ epoch: stored.epoch, max: EPOCH_MAX, path: this.epochPath }, `ignoring leader epoch ${stored.epoch} kept in ${this.epochPath}: no leader gets past ${EPOCH_MAX}; following whichever leader answers`);
+      else if (stored) {
         this.leaderEpoch = stored.epoch;
         this.leaderEpochFrom = stored.server;
         this.log.info({ epoch: stored.epoch, server: stored.server, path: this.epochPath }, `leader epoch ${stored.epoch} kept from before: assignments from an older leader are refused`);
@@ -424,15 +436,17 @@ export class NodeAgent {
       return r;
     }
     // The server took the heartbeat (the node is registered) even when its assignments are refused.
-    if (this.refuseStale(r.value, r.server, "heartbeat")) {
+    const refused = this.refusal(r.value, r.server, "heartbeat");
+    if (refused !== undefined) {
       this.registeredNow(r.server);
-      return this.head.failover(r.server, staleReason(r.value, this.leaderEpoch)) ? "again" : "ok";
+      return this.head.failover(r.server, refused) ? "again" : "ok";
     }
     this.head.answered(r.server);
     this.intervalMs = this.boundInterval(r.value.heartbeat_interval_ms);
     // The same generation from the same server at the same epoch means the same set: applying it
-    // again would only cost a reconcile.
-    if (r.value.generation !== this.gen || r.server !== this.genFrom || (r.value.epoch ?? 0) > this.leaderEpoch) this.accept(r.value, sentSeq, "heartbeat", r.server);
+    // again would only cost a reconcile. Unless a set is held back: this answer may confirm it.
+    if (r.value.generation !== this.gen || r.server !== this.genFrom || (r.value.epoch ?? 0) > this.leaderEpoch || this.holding !== null)
+      this.accept(r.value, sentSeq, "heartbeat", r.server);
     this.registeredNow(r.server);
     return "ok";
   }
@@ -470,7 +484,8 @@ export class NodeAgent {
       const r = await this.head.request(path + query, { method: "GET" }, wait + this.timing.requestTimeoutMs);
       if (this.stopping) return;
       if (!r.ok && r.kind === "switched") continue;
-      if (r.ok && !this.refuseStale(r.value, r.server, "long poll")) {
+      const refused = r.ok ? this.refusal(r.value, r.server, "long poll") : undefined;
+      if (r.ok && refused === undefined) {
         if (failing) this.log.info({ url: this.url(path, r.server) }, "the assignments long poll works again");
         failing = false;
         backoff = this.timing.backoffInitialMs;
@@ -482,7 +497,7 @@ export class NodeAgent {
         if (wait > 0 && r.value.generation === asked && this.scheduler.mono() - began < Math.min(1_000, wait / 2)) await this.sleep(backoff, false);
         continue;
       }
-      if (r.ok ? this.head.failover(r.server, staleReason(r.value, this.leaderEpoch)) : worthFailover(r) && this.head.failover(r.server, failureReason(r))) continue;
+      if (r.ok ? this.head.failover(r.server, refused!) : worthFailover(r) && this.head.failover(r.server, failureReason(r))) continue;
       if (!r.ok) {
         failing = true;
         this.logFailure("assignments long poll", path, r, backoff);
@@ -491,6 +506,43 @@ export class NodeAgent {
       await this.sleep(backoff, false);
       backoff = Math.min(backoff * 2, this.timing.backoffMaxMs);
     }
+  }
+
+  /**
+   * Why an answer's assignments are not applied (what runs here keeps running), for the move to
+   * another server; undefined when they may be. Its leader is older than one seen already, or
+   * its epoch jumped further than EPOCH_JUMP_MAX and no other server confirms it.
+   */
+  private refusal(res: HeartbeatResponse, server: string, source: string): string | undefined {
+    if (this.refuseStale(res, server, source)) return staleReason(res, this.leaderEpoch);
+    return this.refuseJump(res.epoch ?? 0, server, source);
+  }
+
+  /**
+   * An epoch more than EPOCH_JUMP_MAX above the highest seen is neither followed, kept, nor its
+   * assignments applied on one server's word; once another server reports one as high, it is.
+   */
+  private refuseJump(epoch: number, server: string, source: string): string | undefined {
+    const verdict = this.jumps.judge(server, epoch, this.leaderEpoch);
+    if (verdict.kind === "within") return undefined;
+    const fields = { server, epoch, highest_epoch: this.leaderEpoch, highest_from: this.leaderEpochFrom, max_jump: EPOCH_JUMP_MAX, source };
+    if (verdict.kind === "confirmed") {
+      this.log.warn({ ...fields, confirmed_by: verdict.by }, `leader epoch ${epoch} from ${server} is more than ${EPOCH_JUMP_MAX} above epoch ${this.leaderEpoch} seen before, and ${verdict.by} reports it too: following it`);
+      return undefined;
+    }
+    const key = `${epoch} ${server}`;
+    if (!this.warnedJump.has(key)) {
+      if (this.warnedJump.size >= 64) this.warnedJump.clear();
+      this.warnedJump.add(key);
+      const others = this.servers.length > 1 ? "until another of its servers (--server) reports an epoch at least as high" : "for good: no other server (--server) can confirm it";
+      this.log.warn(
+        fields,
+        `refusing assignments from ${server}: they carry leader epoch ${epoch}, more than ${EPOCH_JUMP_MAX} above epoch ${this.leaderEpoch} seen before; the epoch is not followed or kept and the replicas running here are left as they are, ${others}. ` +
+          `A forged answer looks like this: serve the agent API over TLS and pin its certificate (--server-fingerprint or --server-ca). ` +
+          `If the control planes really changed leader that often while this agent was away, stop the agent, remove ${this.epochPath} and start it again`,
+      );
+    }
+    return `answers for leader epoch ${epoch}, more than ${EPOCH_JUMP_MAX} above epoch ${this.leaderEpoch}, confirmed by no other server`;
   }
 
   /**
@@ -523,6 +575,7 @@ export class NodeAgent {
       this.log.info({ epoch, previous_epoch: this.leaderEpoch, server, source }, `following leader epoch ${epoch} (${server})`);
       this.leaderEpoch = epoch;
       this.leaderEpochFrom = server;
+      this.jumps.followed();
       try {
         saveEpoch(this.epochPath, epoch, server);
       } catch (e) {
@@ -535,12 +588,39 @@ export class NodeAgent {
     }
     this.answerSeq++;
     const ids = res.assignments.map((a) => a.id);
-    if (res.generation !== this.gen || (server !== this.genFrom && ids.join("\n") !== this.appliedIds))
+    const held = this.holdsBack(res, { server, generation: res.generation, base: res.generation_base, epoch }, source);
+    if (!held && (res.generation !== this.gen || (server !== this.genFrom && ids.join("\n") !== this.appliedIds)))
       this.log.info({ generation: res.generation, replicas: ids, source, ...(this.servers.length > 1 ? { server } : {}) }, "assignments changed");
+    // Held too: the long poll waits on this count, and the next answer from it confirms or replaces the set.
     this.gen = res.generation;
     this.genFrom = server;
+    this.genBase = res.generation_base;
+    this.genEpoch = epoch;
+    if (held) return;
     this.appliedIds = ids.join("\n");
     this.apply(res.assignments);
+  }
+
+  /**
+   * Whether an empty set is held back: it would stop the engines running here, and it comes with
+   * another count than the answer before (a restarted server, another one, a new leader: see
+   * emptySetHold). The next answer of the same count obeyed confirms it; any other replaces it.
+   */
+  private holdsBack(res: HeartbeatResponse, count: AnswerCount, source: string): boolean {
+    const was = this.holding;
+    this.holding = null;
+    const running = this.processSet.ids();
+    if (res.assignments.length > 0 || running.length === 0) return false;
+    const prev = this.gen === null || this.genFrom === null ? null : { server: this.genFrom, generation: this.gen, base: this.genBase, epoch: this.genEpoch };
+    const why = emptySetHold(prev, count);
+    const fields = { replicas: running, generation: res.generation, previous_generation: this.gen, epoch: count.epoch, server: count.server, source };
+    if (why === undefined) {
+      if (was !== null) this.log.warn(fields, `a second answer from ${count.server} confirms the empty assignment set: stopping the ${running.length} engine(s) held back`);
+      return false;
+    }
+    this.holding = running;
+    this.log.warn(fields, `holding back an empty assignment set from ${count.server}: ${why}; the ${running.length} engine(s) running here keep running until a second answer says the same`);
+    return true;
   }
   /** One reconcile at a time; sets that arrive meanwhile collapse into the newest. */
   private apply(set: Assignment[]): void {

@@ -17,13 +17,15 @@ export const WAIT_JITTER = 1 / 16;
 export class AssignmentBroker {
   private readonly sets = new Map<string, { generation: number; fingerprint: string; assignments: Assignment[] }>();
   private readonly waiters = new Map<string, Set<() => void>>();
+  /** Every node of the loaded state was offered its set once (offerAll): a node never offered since has nothing to run. */
+  private complete = false;
 
   /**
    * @param base where every node's generation starts: the boot time, so an agent that kept its
    * number across a server restart never mistakes the new server's set for the one it has.
    */
   constructor(
-    private readonly base: number,
+    readonly base: number,
     private readonly scheduler: Scheduler,
     /** In [0, 1): how early within WAIT_JITTER each wait ends. */
     private readonly random: () => number = Math.random,
@@ -32,6 +34,21 @@ export class AssignmentBroker {
   current(node: string): { generation: number; assignments: Assignment[] } {
     const s = this.sets.get(node);
     return { generation: s?.generation ?? this.base, assignments: s?.assignments ?? [] };
+  }
+
+  /**
+   * Whether current(node) says what the loaded state assigns the node. Until then it says
+   * "nothing" at the base generation, which an agent would obey by stopping every engine it runs:
+   * a head node that just started (or took over) must project before it answers.
+   */
+  projected(node: string): boolean {
+    return this.complete || this.sets.has(node);
+  }
+
+  /** Offers every node of the loaded state its set: from now on a node never offered runs nothing. */
+  offerAll(sets: Iterable<readonly [string, Assignment[]]>): void {
+    for (const [node, assignments] of sets) this.offer(node, assignments);
+    this.complete = true;
   }
 
   /** Sets a node's assignments; bumps its generation and wakes its waiters when they changed. */

@@ -751,7 +751,8 @@ export class Controller {
    * Undefined when the heartbeat must take the lock's path.
    */
   private async answerUnchanged(hb: HeartbeatRequest): Promise<HeartbeatResponse | undefined> {
-    const skip = () => !this.lead.leading || this.inGroup.has(hb.node) || this.unreachable.has(hb.node);
+    // A node not projected yet (the first heartbeats after a start) takes the lock's path, which projects first.
+    const skip = () => this.answersFromStore(hb.node) || this.inGroup.has(hb.node) || this.unreachable.has(hb.node);
     if (!this.store.touchIfUnchanged || skip()) return undefined;
     const report = reportOf(hb);
     if (this.shared && this.shared.ledger.toWrite(hb.node, report) !== undefined) return undefined;
@@ -871,8 +872,18 @@ export class Controller {
     // A standby answers from what the store holds now, not from its last tick: an agent that
     // failed over to it must not be handed a set older than the leader's (same epoch, fewer
     // replicas), or it would stop engines the leader placed. Only after a change: once per change.
-    if (!this.lead.leading) await this.catchUp();
+    if (this.answersFromStore(hb.node)) await this.catchUp();
     return this.response(hb.node);
+  }
+
+  /**
+   * Whether a node's answer must be projected from what the store holds now: standing by (see
+   * above), or leading without having projected this node since the start (the first tick may be
+   * under way), where the broker would answer an empty set at a new generation and the agent
+   * would stop every engine it runs.
+   */
+  private answersFromStore(node: string): boolean {
+    return !this.lead.leading || !this.broker.projected(node);
   }
 
   /** Projects assignments and endpoints again when the store changed since they last were. */
@@ -934,15 +945,20 @@ export class Controller {
   response(node: string): HeartbeatResponse {
     const { assignments, generation } = this.broker.current(node);
     // The epoch the assignments come from: this one's when leading, the leader's when standing by (0: a single head node).
-    return { assignments, heartbeat_interval_ms: this.load.intervalMs(), generation, epoch: this.lead.epoch };
+    return { assignments, heartbeat_interval_ms: this.load.intervalMs(), generation, generation_base: this.broker.base, epoch: this.lead.epoch };
   }
 
   /** The long poll: resolves when the node's assignments change, or after waitMs. */
   async waitForAssignments(node: string, generation: number, waitMs: number, signal?: AbortSignal): Promise<HeartbeatResponse> {
     // A standby, as for a heartbeat, answers from what the store holds now: an agent that fails
     // over asks its long poll first (at once), and a set from the standby's last tick may lack a
-    // replica the leader placed since, which would stop that engine until the next heartbeat.
-    if (!this.lead.leading) await this.exclusive(() => this.catchUp());
+    // replica the leader placed since, which would stop that engine until the next heartbeat. A
+    // leader that has not projected this node since it started projects first, as for a heartbeat
+    // (once: the polls queued behind the first projection find it done).
+    if (this.answersFromStore(node))
+      await this.exclusive(async () => {
+        if (this.answersFromStore(node)) await this.catchUp();
+      });
     await this.broker.wait(node, generation, waitMs, signal);
     return this.response(node);
   }
@@ -982,7 +998,7 @@ export class Controller {
     }
     const { byNode, settled } = project.assignments(snapshot, this.config, this.engineKey, this.replicaRevisions);
     this.replicaRevisions = settled;
-    for (const n of snapshot.nodes) this.broker.offer(n.name, byNode.get(n.name) ?? []);
+    this.broker.offerAll(snapshot.nodes.map((n) => [n.name, byNode.get(n.name) ?? []] as const));
   }
 
   // ---- router -------------------------------------------------------------------------

@@ -227,6 +227,13 @@ export function launchInputProblem(a: Assignment): string | undefined {
   return `${at}${shown}: ${issue.message}`;
 }
 
+/**
+ * The highest leader epoch an answer may carry: what the stores' lease row holds (a signed 32-bit
+ * column). Each lease acquisition raises the epoch by one, so no cluster gets there (one takeover
+ * a second for 68 years); anything above it is a forgery or a bug, refused before an agent keeps it.
+ */
+export const EPOCH_MAX = 2 ** 31 - 1;
+
 export const HeartbeatResponse = z.object({
   /** Everything this node should be running now; anything else it runs should stop. */
   assignments: z.array(Assignment),
@@ -234,6 +241,12 @@ export const HeartbeatResponse = z.object({
   heartbeat_interval_ms: z.number().int().positive(),
   /** Bumps whenever the assignment set for the node changes; the long poll waits on it. */
   generation: z.number().int().min(0),
+  /**
+   * Where this server's generations started (its boot): another value means another count (the
+   * server restarted, or another control plane answers), not a change of the set. Absent from
+   * older servers. The agent holds back an empty set that comes with a new count (agent.ts).
+   */
+  generation_base: z.number().int().min(0).optional(),
   /**
    * The node's own credential, in the answer to the heartbeat that joined it with the join
    * token and never again: the agent keeps it (0600) and sends it instead of the join token
@@ -245,7 +258,7 @@ export const HeartbeatResponse = z.object({
    * absent for a single head node). An agent remembers the highest it has seen and refuses
    * assignments from an older one: a leader that lost its lease cannot undo its successor's work.
    */
-  epoch: z.number().int().min(0).optional(),
+  epoch: z.number().int().min(0).max(EPOCH_MAX).optional(),
 });
 export type HeartbeatResponse = z.infer<typeof HeartbeatResponse>;
 
