@@ -56,10 +56,33 @@ describe("one --name, two processes", () => {
 
   test("killed and started again at once, the same control plane is not refused, and leads under a new epoch once the old lease lapsed", async () => {
     const before = leaseRow().holder;
+    const adminUrl = c.serve("head").adminUrl;
     c.kill9("head");
     const restarted = Date.now();
+    // Its listeners open before it asks for the lease (and here it waits for its predecessor's
+    // row to go still first): every leader check answered meanwhile must say it does not lead.
+    const answers: { status: number; leading: boolean; epoch: number }[] = [];
+    let watching = true;
+    const watch = (async () => {
+      while (watching) {
+        try {
+          const r = await fetch(`${adminUrl}/healthz?leader=1`);
+          const b = (await r.json()) as { leading: boolean; epoch: number };
+          answers.push({ status: r.status, leading: b.leading, epoch: b.epoch });
+          if (b.leading) return;
+        } catch {
+          // Not listening yet.
+        }
+        await Bun.sleep(20);
+      }
+    })();
     await c.startServe("head");
     const leads = await until("head leads again", async () => ((await c.health("head"))?.status === 200 ? Date.now() : undefined), 15_000);
+    watching = false;
+    await watch;
+    expect(answers.filter((a) => a.status === 503).length).toBeGreaterThan(0);
+    expect(answers.filter((a) => a.leading || a.status === 200).map((a) => a.epoch)).not.toContain(0);
+    expect(answers.filter((a) => a.leading || a.status === 200).map((a) => a.epoch)).not.toContain(1);
     console.log(`restart under the same name: serving after ${leads - restarted} ms (the predecessor's lease had up to ${TTL_MS} ms left)`);
     expect((await c.health("head"))!.body).toMatchObject({ leading: true, epoch: 2, name: "head" });
     const now = leaseRow();
