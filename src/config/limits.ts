@@ -48,6 +48,22 @@ export function fitCaps(wanted: ListenerCaps, limit: number | undefined): Listen
   return { router: lower(wanted.router), admin: lower(wanted.admin), lowered: true };
 }
 
+/** How long a connection that has not authenticated has for its next request head, at most. */
+export const UNAUTHENTICATED_HEAD_MS = 5_000;
+
+/**
+ * The admin listener's room for connections that have not authenticated yet (a request with the
+ * admin token, a node credential or the join token, or a dashboard session makes one
+ * authenticated): half its cap, each with UNAUTHENTICATED_HEAD_MS (or the head timeout, if
+ * shorter) for its next head. The other half is kept for connections that have authenticated
+ * (agents' long polls, the operator's calls); a new connection that finds the room full closes
+ * the oldest unauthenticated one instead (src/http/server.ts), so slow heads from a few
+ * addresses cannot lock the operator or a joining agent out.
+ */
+export function unauthenticatedRoom(total: number, headTimeoutMs: number): { headTimeoutMs: number; maxConnections: number } {
+  return { headTimeoutMs: Math.min(UNAUTHENTICATED_HEAD_MS, headTimeoutMs), maxConnections: Math.max(1, Math.floor(total / 2)) };
+}
+
 /**
  * The soft limit on open files (RLIMIT_NOFILE) this process runs with (Bun raises it to the
  * hard limit at start), or undefined when it cannot be read.
