@@ -5,7 +5,8 @@
 // accepts gzip (plain text to one that asks for identity), or the bomb whatever the poller asks.
 // Each phase sends small non-streamed chat requests for "m", one at a time on a keep-alive
 // connection, while the router polls every engine's /metrics each second, and prints their
-// p50/p99/max, the router's CPU share, and its resident memory at the end.
+// p50/p99/max, the router's CPU share, its resident memory at the end, and then its CPU share
+// with no requests (5 s): what the polling alone costs.
 //   bun test/bench/hostile-metrics.ts [seconds-per-phase, default 10]
 
 import { readFileSync } from "node:fs";
@@ -44,7 +45,7 @@ async function measure(routerUrl: string, seconds: number): Promise<number[]> {
 }
 
 const engine = await fakeEngineProc("engine-m", { model: "m", ttftMs: 0, tokenDelayMs: 0, tokens: 4, slots: 64 });
-const rows: (string | number)[][] = [["engine for model h", "requests", "p50 ms", "p99 ms", "max ms", "router CPU %", "router RSS MB", "polls of h"]];
+const rows: (string | number)[][] = [["engine for model h", "requests", "p50 ms", "p99 ms", "max ms", "router CPU %", "router RSS MB", "idle CPU %", "polls of h"]];
 const phases: { name: string; start: () => Promise<Child> }[] = [
   { name: "fake engine (baseline)", start: () => fakeEngineProc("engine-h", { model: "h", ttftMs: 0, tokenDelayMs: 0, tokens: 4, slots: 64 }) },
   { name: "300,000 series", start: () => spawnChild("hostile", [BUN, "test/helpers/hostile-engine.ts", "--mode", "series", "--series", "300000"]) },
@@ -64,8 +65,11 @@ for (const phase of phases) {
   const lat = await measure(router.url, SECONDS);
   const cpu = ((groupCpuSeconds(router.pid) - cpu0) / ((performance.now() - t0) / 1000)) * 100;
   const rss = rssMb(router.pid);
+  const idle0 = groupCpuSeconds(router.pid);
+  await Bun.sleep(5000);
+  const idle = ((groupCpuSeconds(router.pid) - idle0) / 5) * 100;
   const stats = h.url && phase.name !== phases[0]!.name ? ((await (await fetch(`${h.url}/stats`)).json()) as { requests: number }).requests : NaN;
-  rows.push([phase.name, lat.length, pct(lat, 50).toFixed(2), pct(lat, 99).toFixed(2), lat[lat.length - 1]!.toFixed(1), cpu.toFixed(1), rss.toFixed(0), Number.isNaN(stats) ? "-" : stats]);
+  rows.push([phase.name, lat.length, pct(lat, 50).toFixed(2), pct(lat, 99).toFixed(2), lat[lat.length - 1]!.toFixed(1), cpu.toFixed(1), rss.toFixed(0), idle.toFixed(1), Number.isNaN(stats) ? "-" : stats]);
   await router.kill();
   await h.kill();
 }
