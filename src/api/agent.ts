@@ -9,7 +9,7 @@ import { isIP } from "node:net";
 import type { Controller } from "../control/controller";
 import { AGENT_CREDENTIAL_FILE } from "../control/controller";
 import { AssignmentsQuery, HeartbeatRequest } from "../protocol/heartbeat";
-import { bearerToken } from "./auth";
+import { bearerToken, markAuthenticated } from "./auth";
 import { HttpError, errorBody, parseJsonBody } from "./errors";
 import { TokenBuckets } from "./ratelimit";
 
@@ -76,8 +76,10 @@ export function agentRoutes(ctl: Controller): Hono<Env> {
   app.use("*", async (c, next) => {
     const presented = bearerToken(c.req.header("authorization"));
     if (presented === undefined) return unauthorized(c, "missing bearer token: this route needs the node's credential, or the join token for a node's first heartbeat");
-    if (ctl.isJoinToken(presented)) c.set("principal", { kind: "join" });
-    else {
+    if (ctl.isJoinToken(presented)) {
+      c.set("principal", { kind: "join" });
+      markAuthenticated(c);
+    } else {
       const node = await ctl.nodeForCredential(presented);
       if (node === undefined)
         return unauthorized(
@@ -85,6 +87,7 @@ export function agentRoutes(ctl: Controller): Hono<Env> {
           `wrong bearer token: neither the join token nor a node credential this head node knows (a deleted node must join again: remove the agent's <state-dir>/${AGENT_CREDENTIAL_FILE} and restart it)`,
         );
       c.set("principal", { kind: "node", node });
+      markAuthenticated(c);
       // Before the body is read: a node that floods costs a hash lookup, not a parse.
       const r = limited(c, node);
       if (r) return r;

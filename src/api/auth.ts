@@ -4,6 +4,7 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { MiddlewareHandler } from "hono";
 import { errorBody } from "./errors";
+import type { PeerEnv } from "./listener";
 
 const digest = (s: string) => createHash("sha256").update(s).digest();
 
@@ -17,6 +18,15 @@ export function bearerToken(header: string | undefined): string | undefined {
   return m?.[1];
 }
 
+/**
+ * The request proved who sent it (a token, a credential, a session): the listener stops
+ * treating its connection as an unauthenticated one (short deadlines, first to be closed when
+ * the admin listener is full). A no-op where the app is not served by the listener.
+ */
+export function markAuthenticated(c: { env: unknown }): void {
+  (c.env as Partial<PeerEnv> | undefined)?.authenticated?.();
+}
+
 /** Refuses requests that do not carry `Authorization: Bearer <token>` for this kind. */
 export function requireToken(kind: "admin" | "join", expected: string): MiddlewareHandler {
   return async (c, next) => {
@@ -26,6 +36,7 @@ export function requireToken(kind: "admin" | "join", expected: string): Middlewa
       c.header("WWW-Authenticate", 'Bearer realm="llmgw"');
       return c.json(errorBody("unauthorized", `missing or wrong bearer token: this route needs ${what}`), 401);
     }
+    markAuthenticated(c);
     await next();
   };
 }

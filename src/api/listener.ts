@@ -7,9 +7,14 @@
 
 import type { ClientExchange, HeaderBlock } from "../http/server";
 
-/** What Hono's getConnInfo ('hono/bun') reads from a fetch handler's second argument. */
+/**
+ * The fetch handler's second argument (the app's `c.env`): what Hono's getConnInfo ('hono/bun')
+ * reads, and `authenticated`, which the app's auth calls once a request proves who sent it
+ * (auth.ts markAuthenticated), so the listener treats its connection as authenticated.
+ */
 export interface PeerEnv {
   requestIP(req: Request): { address: string; family: "IPv4" | "IPv6"; port: number } | null;
+  authenticated?(): void;
 }
 
 export interface FetchApp {
@@ -76,7 +81,7 @@ async function handle(app: FetchApp, o: ServeAppOptions, ex: ClientExchange): Pr
     ...(bodied ? { body: ex.body } : {}),
   });
   const peer = { address: ex.remoteAddress, family: ex.remoteFamily, port: ex.remotePort };
-  const res = await app.fetch(req, { requestIP: () => peer });
+  const res = await app.fetch(req, { requestIP: () => peer, authenticated: () => ex.authenticated() });
   if (ex.aborted) {
     res.body?.cancel().catch(() => {});
     return;

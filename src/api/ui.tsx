@@ -26,7 +26,7 @@ import { safeDeep } from "../lib/text";
 import { CreateKeyBody } from "../protocol/admin";
 import { SegmentName } from "../protocol/common";
 import type { EventView } from "../protocol/views";
-import { bearerToken, tokenMatches } from "./auth";
+import { bearerToken, markAuthenticated, tokenMatches } from "./auth";
 import { HttpError, zodToApiError } from "./errors";
 import { History } from "./history";
 import { type Session, SessionStore, csrfMatches } from "./sessions";
@@ -87,8 +87,12 @@ export function uiRoutes(o: UiOptions): Hono<Env> {
   /** Signed in: by a live session, or by the admin token as a bearer header (no session). */
   const authed = (c: Context<Env>): { session?: Session } | undefined => {
     const bearer = bearerToken(c.req.header("authorization"));
-    if (bearer !== undefined && tokenMatches(bearer, o.adminToken)) return {};
+    if (bearer !== undefined && tokenMatches(bearer, o.adminToken)) {
+      markAuthenticated(c);
+      return {};
+    }
     const session = sessionOf(c);
+    if (session) markAuthenticated(c);
     return session ? { session } : undefined;
   };
 
@@ -96,6 +100,7 @@ export function uiRoutes(o: UiOptions): Hono<Env> {
 
   /** A new session for every sign-in; the one the browser held before, if any, ends. */
   const startSession = (c: Context<Env>): Session => {
+    markAuthenticated(c);
     sessions.revoke(getCookie(c, UI_COOKIE));
     const { id, session } = sessions.create();
     setCookie(c, UI_COOKIE, id, { path: "/ui", httpOnly: true, sameSite: "Strict", secure: secure(c), maxAge: Math.floor(sessions.absoluteMs / 1000) });

@@ -14,7 +14,7 @@ import { History, startSampling } from "../api/history";
 import { type FetchApp, serveApp } from "../api/listener";
 import { ConfigError, type ServeConfig } from "../config";
 import { ensureDataDir, localUrl, resolveEngineSecret, resolveToken, writeServerInfo } from "../config/datadir";
-import { type ListenerCaps, fitCaps, openFileLimit } from "../config/limits";
+import { type ListenerCaps, fitCaps, openFileLimit, unauthenticatedRoom } from "../config/limits";
 import { Controller } from "../control/controller";
 import { hostPort, isLoopbackHost } from "../lib/net";
 import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
@@ -401,6 +401,7 @@ function adminListenerFor(l: Listening, app: Hono, scheme: "http" | "https"): Ht
     ...deadlines(l),
     maxConnections: caps.admin.total,
     maxConnectionsPerAddress: caps.admin.perAddress,
+    unauthenticated: unauthenticatedRoom(caps.admin.total, config.head_timeout),
     onShed: (cap, address) => l.shed("admin", cap, address),
     errorBody: adminErrorBody,
     handler: serveApp(app as unknown as FetchApp, { scheme, errorBody: adminErrorBody, onError: (err) => log.error({ err }, "admin request failed") }),

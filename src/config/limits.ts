@@ -30,7 +30,9 @@ export function reserveFor(limit: number): number {
 /**
  * The caps as given when they fit the limit, else lowered in proportion (each listener keeps a
  * share of its own, at least 1). A router connection counts twice: a request in flight holds
- * a socket to its engine as well. An unknown limit leaves the caps as they are.
+ * a socket to its engine as well. An unknown limit leaves the caps as they are. A lowered
+ * per-address cap keeps its share of its listener's total (a quarter, by default): clamped to
+ * the lowered total instead, it would equal it, and one address could take every connection.
  */
 export function fitCaps(wanted: ListenerCaps, limit: number | undefined): ListenerCaps & { lowered: boolean } {
   const clampAddress = (c: Caps): Caps => ({ total: c.total, perAddress: Math.min(c.perAddress, c.total) });
@@ -39,13 +41,27 @@ export function fitCaps(wanted: ListenerCaps, limit: number | undefined): Listen
   const need = 2 * wanted.router.total + wanted.admin.total;
   if (need <= budget) return { router: clampAddress(wanted.router), admin: clampAddress(wanted.admin), lowered: false };
   const f = budget / need;
-  const router = Math.max(1, Math.floor(wanted.router.total * f));
-  const admin = Math.max(1, Math.floor(wanted.admin.total * f));
-  return {
-    router: clampAddress({ total: router, perAddress: wanted.router.perAddress }),
-    admin: clampAddress({ total: admin, perAddress: wanted.admin.perAddress }),
-    lowered: true,
+  const lower = (c: Caps): Caps => {
+    const total = Math.max(1, Math.floor(c.total * f));
+    return clampAddress({ total, perAddress: Math.max(1, Math.floor((total * c.perAddress) / c.total)) });
   };
+  return { router: lower(wanted.router), admin: lower(wanted.admin), lowered: true };
+}
+
+/** How long a connection that has not authenticated has for its next request head, at most. */
+export const UNAUTHENTICATED_HEAD_MS = 5_000;
+
+/**
+ * The admin listener's room for connections that have not authenticated yet (a request with the
+ * admin token, a node credential or the join token, or a dashboard session makes one
+ * authenticated): half its cap, each with UNAUTHENTICATED_HEAD_MS (or the head timeout, if
+ * shorter) for its next head. The other half is kept for connections that have authenticated
+ * (agents' long polls, the operator's calls); a new connection that finds the room full closes
+ * the oldest unauthenticated one instead (src/http/server.ts), so slow heads from a few
+ * addresses cannot lock the operator or a joining agent out.
+ */
+export function unauthenticatedRoom(total: number, headTimeoutMs: number): { headTimeoutMs: number; maxConnections: number } {
+  return { headTimeoutMs: Math.min(UNAUTHENTICATED_HEAD_MS, headTimeoutMs), maxConnections: Math.max(1, Math.floor(total / 2)) };
 }
 
 /**

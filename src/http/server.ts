@@ -28,7 +28,13 @@
 //   once, never left waiting: a short 503 with the write side shut behind it, dropped when the
 //   client closes or 2 s later (TLS, or many shed at once: just closed), so a flood costs the
 //   process at most the caps' descriptors and a few (see src/config/limits.ts for fitting them
-//   under the open-file limit).
+//   under the open-file limit);
+// - with `unauthenticated` (the admin listener), a connection counts as unauthenticated until
+//   the handler says one of its requests authenticated (ClientExchange.authenticated()): until
+//   then each head must arrive whole within a short deadline of its own, at most a share of the
+//   connections may be such, and a new connection that finds that share (or the whole cap) full
+//   closes the oldest unauthenticated one not being answered instead of being shed, so slow
+//   heads that nobody can vouch for never lock out an operator or a joining agent.
 
 import type { Socket, TCPSocketListener } from "bun";
 import { realScheduler, type Scheduler, type Timer } from "../lib/scheduler";
@@ -82,8 +88,18 @@ export interface Http1Options {
   maxConnections?: number;
   /** Open connections from one source address at most (default: no cap); shed as over maxConnections. */
   maxConnectionsPerAddress?: number;
-  /** A connection was shed; `cap` says which cap it hit. */
-  onShed?: (cap: "total" | "address", address: string) => void;
+  /**
+   * Connections that have not authenticated yet: how long each may take over its next head
+   * (from its accept, or the end of its last answer), and how many may be open at once.
+   * Absent (the router): every connection is treated alike.
+   */
+  unauthenticated?: { headTimeoutMs: number; maxConnections: number };
+  /**
+   * A connection was shed; `cap` says which cap it hit ("unauthenticated": the unauthenticated
+   * share, with none of them to close), or "evicted": an unauthenticated connection (from
+   * `address`) was closed to make room for a new one.
+   */
+  onShed?: (cap: ShedCap, address: string) => void;
   /**
    * Time: deadlines are set from its mono() and checked at each sweep, which runs on its
    * every(); the Date header reads its now(). Default realScheduler; tests pass a
@@ -110,6 +126,9 @@ export interface Http1Options {
   /** A handler threw before answering: the client got 500, this gets the error. */
   onHandlerError?: (err: unknown) => void;
 }
+
+/** Why a connection was shed or closed at accept (see Http1Options.onShed). */
+export type ShedCap = "total" | "address" | "unauthenticated" | "evicted";
 
 const REASONS: Record<number, string> = {
   100: "Continue", 200: "OK", 201: "Created", 202: "Accepted", 204: "No Content", 206: "Partial Content",
@@ -219,6 +238,14 @@ export class ClientExchange {
 
   get answered(): boolean {
     return this.state !== 0;
+  }
+
+  /**
+   * The handler found this request authenticated: its connection leaves the unauthenticated
+   * share for good and keeps the listener's usual deadlines (see Http1Options.unauthenticated).
+   */
+  authenticated(): void {
+    this.conn.authenticate();
   }
 
   /** The client's address (IPv4-mapped IPv6 as the socket reports it). */
@@ -431,6 +458,10 @@ export class Conn {
   /** When the body being read started (server clock), and bytesIn at its first byte. */
   private bodyStart = 0;
   private bodyFrom = 0;
+  /** No request on it has authenticated yet (only where the server has an unauthenticated share). */
+  unauthenticated = false;
+  /** While unauthenticated: when the next head must be whole (set at accept and after each answer). */
+  private unauthUntil = Number.POSITIVE_INFINITY;
 
   constructor(
     readonly socket: Socket<Conn>,
@@ -439,6 +470,35 @@ export class Conn {
     readonly address: string,
   ) {
     this.deadline = server.time() + server.idleTimeoutMs;
+  }
+
+  /** @internal Counted as unauthenticated from its accept on: its first head has the short deadline. */
+  distrust(): void {
+    this.unauthenticated = true;
+    this.unauthUntil = this.server.time() + this.server.unauthHeadTimeoutMs;
+    this.deadline = Math.min(this.deadline, this.unauthUntil);
+  }
+
+  /** See ClientExchange.authenticated(). */
+  authenticate(): void {
+    if (!this.unauthenticated) return;
+    this.unauthenticated = false;
+    this.unauthUntil = Number.POSITIVE_INFINITY;
+    this.server.vouch(this);
+  }
+
+  /**
+   * @internal Which unauthenticated connection to close first for a new one: 0 no request past
+   * its head (idle, a head arriving, or closing), 1 a body arriving, 2 being answered (never).
+   */
+  get evictRank(): number {
+    if (this.closing || this.state === HEAD) return 0;
+    return this.state === BODY_LENGTH || this.state === BODY_CHUNKED ? 1 : 2;
+  }
+
+  /** An idle connection's deadline from `now`: the idle timeout, or sooner an unauthenticated one's next head. */
+  private idleDeadline(now: number): number {
+    return Math.min(now + this.server.idleTimeoutMs, this.unauthUntil);
   }
 
   onData(d: Uint8Array): void {
@@ -489,7 +549,7 @@ export class Conn {
     // connection keeps the one its last answer (or its accept) set.
     const st = this.state;
     if (st === HEAD) {
-      if (this.headDeadline !== Number.POSITIVE_INFINITY) this.deadline = Math.min(this.server.time() + this.server.idleTimeoutMs, this.headDeadline);
+      if (this.headDeadline !== Number.POSITIVE_INFINITY) this.deadline = Math.min(this.idleDeadline(this.server.time()), this.headDeadline);
     } else if (st === BODY_LENGTH || st === BODY_CHUNKED) {
       const now = this.server.time();
       if (Number.isNaN(this.bodyStart)) this.bodyStart = now;
@@ -708,7 +768,9 @@ export class Conn {
     this.headDeadline = Number.POSITIVE_INFINITY;
     // From the clock as it is now: the last sweep may be long past if the loop was busy (a big
     // heartbeat on the admin listener), and a deadline set from it would come that much early.
-    this.deadline = this.server.time() + (this.pending === undefined ? this.server.idleTimeoutMs : this.server.sendTimeoutMs);
+    const now = this.server.time();
+    if (this.unauthenticated) this.unauthUntil = now + this.server.unauthHeadTimeoutMs;
+    this.deadline = this.pending === undefined ? this.idleDeadline(now) : now + this.server.sendTimeoutMs;
     if (this.paused) {
       this.paused = false;
       this.socket.resume();
@@ -777,7 +839,7 @@ export class Conn {
         return;
       }
     }
-    if (this.current === undefined) this.deadline = this.server.time() + this.server.idleTimeoutMs;
+    if (this.current === undefined) this.deadline = this.idleDeadline(this.server.time());
     if (this.closing) {
       this.socket.end();
       return;
@@ -821,7 +883,9 @@ export class Conn {
       return;
     }
     const s = this.server;
-    if (this.state === HEAD) this.refuse(new Refusal(408, `the request head did not arrive in time (idle ${s.idleTimeoutMs} ms at most, ${s.headTimeoutMs} ms in all)`, "request_timeout"));
+    if (this.state === HEAD && this.unauthenticated)
+      this.refuse(new Refusal(408, `the request head did not arrive in time (${s.unauthHeadTimeoutMs} ms at most before a connection has authenticated)`, "request_timeout"));
+    else if (this.state === HEAD) this.refuse(new Refusal(408, `the request head did not arrive in time (idle ${s.idleTimeoutMs} ms at most, ${s.headTimeoutMs} ms in all)`, "request_timeout"));
     else if (this.state === BODY_LENGTH || this.state === BODY_CHUNKED)
       this.refuse(
         new Refusal(408, `the request body did not arrive in time (idle ${s.idleTimeoutMs} ms at most; ${s.bodyTimeoutMs} ms in all${s.bodyMinRate > 0 ? `, plus 1 s per ${s.bodyMinRate} bytes received` : ""})`, "request_timeout"),
@@ -833,8 +897,10 @@ export class Http1Server {
   readonly conns = new Set<Conn>();
   /** Open connections by source address. */
   readonly perAddress = new Map<string, number>();
-  /** Connections shed at a cap since the start, by cap. */
-  readonly shed = { total: 0, address: 0 };
+  /** Connections shed at a cap since the start, by cap; `evicted`: unauthenticated ones closed for a new one. */
+  readonly shed = { total: 0, address: 0, unauthenticated: 0, evicted: 0 };
+  /** Open connections that have not authenticated, oldest first (with Http1Options.unauthenticated only). */
+  readonly unauth = new Set<Conn>();
   /** Shed connections whose 503 is going out, with when they are cut regardless. */
   private readonly lingering = new Map<Socket<Conn>, number>();
   private readonly clock: { now(): number };
@@ -849,9 +915,13 @@ export class Http1Server {
   readonly sendTimeoutMs: number;
   readonly maxConnections: number;
   readonly maxConnectionsPerAddress: number;
+  /** Unauthenticated connections at most, and the time each has for its next head (Infinity: not tracked). */
+  readonly maxUnauthenticated: number;
+  readonly unauthHeadTimeoutMs: number;
   /** The answer to a connection shed at a cap after its status and date lines, made once. */
   private readonly shedTotal: string;
   private readonly shedAddress: string;
+  private readonly shedUnauthenticated: string;
   readonly handler: (ex: ClientExchange) => void;
   readonly errorBody: Http1Options["errorBody"];
   readonly onHandlerError: Http1Options["onHandlerError"];
@@ -872,6 +942,8 @@ export class Http1Server {
     this.sendTimeoutMs = o.sendTimeoutMs ?? 60_000;
     this.maxConnections = o.maxConnections ?? Number.POSITIVE_INFINITY;
     this.maxConnectionsPerAddress = o.maxConnectionsPerAddress ?? Number.POSITIVE_INFINITY;
+    this.maxUnauthenticated = o.unauthenticated?.maxConnections ?? Number.POSITIVE_INFINITY;
+    this.unauthHeadTimeoutMs = o.unauthenticated?.headTimeoutMs ?? Number.POSITIVE_INFINITY;
     this.handler = o.handler;
     this.errorBody = o.errorBody;
     this.onHandlerError = o.onHandlerError;
@@ -884,6 +956,7 @@ export class Http1Server {
     };
     this.shedTotal = shedAnswer(`the server is at its cap of ${this.maxConnections} open connections; try again shortly`);
     this.shedAddress = shedAnswer(`your address is at its cap of ${this.maxConnectionsPerAddress} open connections; close some or try again shortly`);
+    this.shedUnauthenticated = shedAnswer(`the server is at its cap of ${this.maxUnauthenticated} connections that have not authenticated; try again shortly`);
   }
 
   /**
@@ -897,7 +970,22 @@ export class Http1Server {
   private admit(s: Socket<Conn>): void {
     const address = s.remoteAddress ?? "";
     const n = this.perAddress.get(address) ?? 0;
-    const cap: "total" | "address" | undefined = this.conns.size >= this.maxConnections ? "total" : n >= this.maxConnectionsPerAddress ? "address" : undefined;
+    const full = this.conns.size >= this.maxConnections;
+    const overAddress = n >= this.maxConnectionsPerAddress;
+    let cap: ShedCap | undefined = full ? "total" : overAddress ? "address" : undefined;
+    const tracked = this.o.unauthenticated !== undefined;
+    if (tracked && !overAddress && (full || this.unauth.size >= this.maxUnauthenticated)) {
+      // Room is made by closing a connection nobody has vouched for, not by refusing the new
+      // one: slow heads must not lock out the operator or an agent that is about to authenticate.
+      const victim = this.evictable();
+      if (victim !== undefined) {
+        this.shed.evicted++;
+        this.o.onShed?.("evicted", victim.address);
+        victim.kill();
+        victim.onClose();
+        cap = undefined;
+      } else cap = full ? "total" : "unauthenticated";
+    }
     if (cap !== undefined) {
       this.shed[cap]++;
       this.o.onShed?.(cap, address);
@@ -905,7 +993,7 @@ export class Http1Server {
         s.terminate();
         return;
       }
-      s.write(statusLine(503) + date() + (cap === "total" ? this.shedTotal : this.shedAddress));
+      s.write(statusLine(503) + date() + (cap === "total" ? this.shedTotal : cap === "address" ? this.shedAddress : this.shedUnauthenticated));
       s.end();
       this.lingering.set(s, this.time() + SHED_LINGER_MS);
       return;
@@ -916,10 +1004,31 @@ export class Http1Server {
     s.data = c;
     this.conns.add(c);
     this.perAddress.set(address, n + 1);
+    if (tracked) {
+      c.distrust();
+      this.unauth.add(c);
+    }
+  }
+
+  /** The oldest unauthenticated connection with no request past its head, else the oldest reading a body. */
+  private evictable(): Conn | undefined {
+    let body: Conn | undefined;
+    for (const c of this.unauth) {
+      const rank = c.evictRank;
+      if (rank === 0) return c;
+      if (rank === 1 && body === undefined) body = c;
+    }
+    return body;
+  }
+
+  /** @internal A request on `c` authenticated: it leaves the unauthenticated share. */
+  vouch(c: Conn): void {
+    this.unauth.delete(c);
   }
 
   /** @internal A connection is gone: it no longer counts against the caps. */
   release(c: Conn): void {
+    this.unauth.delete(c);
     if (!this.conns.delete(c)) return;
     const n = this.perAddress.get(c.address) ?? 1;
     if (n <= 1) this.perAddress.delete(c.address);
@@ -969,7 +1078,7 @@ export class Http1Server {
     });
     // Deadlines (idle, slow heads) are checked by one sweep over every connection, at a quarter
     // of the shortest timeout (at most once a second).
-    const tick = Math.max(10, Math.min(1000, Math.min(this.idleTimeoutMs, this.headTimeoutMs, this.bodyTimeoutMs) / 4));
+    const tick = Math.max(10, Math.min(1000, Math.min(this.idleTimeoutMs, this.headTimeoutMs, this.bodyTimeoutMs, this.unauthHeadTimeoutMs) / 4));
     this.lastTimerSweep = this.clock.now();
     this.sweeper = this.scheduler.every(tick, () => this.timerSweep()).unref();
     return this.listener.port;

@@ -1,10 +1,13 @@
 // The router's view of engine load: a small Prometheus text-format parser, the mapping from
 // vLLM / SGLang / llama.cpp metric names to one {running, waiting, kvUsage} figure, and a poller
 // that refreshes those figures off the request path so the balancer can pass over busy replicas.
-// Its rounds and per-request timeouts run on an injected Scheduler (src/lib/scheduler.ts).
+// Its rounds and per-request timeouts run on an injected Scheduler (src/lib/scheduler.ts). An
+// answer is read as it arrives, within caps and in slices with I/O let in between
+// (metrics-body.ts): an engine's /metrics can cost other requests nothing they can see.
 
 import { errorText } from "../lib/format";
-import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
+import { letIoIn, type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
+import { METRICS_CAPS, type MetricsCaps, MetricsRefused, readLinesWithin } from "./metrics-body";
 
 /** One sample line of a Prometheus text exposition. */
 export interface PromSample {
@@ -284,72 +287,85 @@ function familyOfHint(engine: string | undefined): number {
  * Malformed lines of the metrics we read are ignored, and other lines are not even parsed.
  */
 export function readEngineLoad(text: string, engine?: string): EngineLoad {
-  const n = FAMILIES * ROLES;
-  const sum = new Float64Array(n);
-  const max = new Float64Array(n);
-  const count = new Uint32Array(n);
-  /** slot → group → the group's value, for samples that carry rank labels */
-  let groups: Map<string, number>[] | undefined;
+  const r = new LoadReader();
   for (let start = 0; start < text.length; ) {
     let end = text.indexOf("\n", start);
     if (end < 0) end = text.length;
+    r.line(text, start, end);
+    start = end + 1;
+  }
+  return r.load(engine);
+}
+
+/**
+ * readEngineLoad a line at a time, for an exposition read as it arrives (metrics-body.ts):
+ * line() each line, then load().
+ */
+export class LoadReader {
+  private readonly sum = new Float64Array(FAMILIES * ROLES);
+  private readonly max = new Float64Array(FAMILIES * ROLES);
+  private readonly count = new Uint32Array(FAMILIES * ROLES);
+  /** slot → group → the group's value, for samples that carry rank labels */
+  private groups: Map<string, number>[] | undefined;
+
+  /** Reads the line text[start, end) (no newline). */
+  line(text: string, start: number, end: number): void {
     let s = start;
     while (s < end && isBlank(text.charCodeAt(s))) s++;
     const c = text.charCodeAt(s);
     // Every name we want starts with l, s or v: comments and most other lines stop here.
-    if (c === 118 || c === 115 || c === 108) {
-      let nameEnd = s;
-      while (nameEnd < end) {
-        const ch = text.charCodeAt(nameEnd);
-        if (ch === LBRACE || isBlank(ch)) break;
-        nameEnd++;
-      }
-      const slot = WANTED.get(text.slice(s, nameEnd));
-      if (slot !== undefined) {
-        const r = parseLine(text, start, end, undefined);
-        if (typeof r === "object") {
-          const v = r.value;
-          if (Number.isFinite(v) && v >= 0) {
-            const key = groupKey(r);
-            if (key === null) sum[slot]! += v;
-            else {
-              groups ??= Array.from({ length: n }, () => new Map<string, number>());
-              const g = groups[slot]!;
-              g.set(key, Math.max(v, g.get(key) ?? 0));
-            }
-            if (count[slot] === 0 || v > max[slot]!) max[slot] = v;
-            count[slot]!++;
-          }
+    if (c !== 118 && c !== 115 && c !== 108) return;
+    let nameEnd = s;
+    while (nameEnd < end) {
+      const ch = text.charCodeAt(nameEnd);
+      if (ch === LBRACE || isBlank(ch)) break;
+      nameEnd++;
+    }
+    const slot = WANTED.get(text.slice(s, nameEnd));
+    if (slot === undefined) return;
+    const r = parseLine(text, start, end, undefined);
+    if (typeof r !== "object") return;
+    const v = r.value;
+    if (!Number.isFinite(v) || v < 0) return;
+    const key = groupKey(r);
+    if (key === null) this.sum[slot]! += v;
+    else {
+      this.groups ??= Array.from({ length: FAMILIES * ROLES }, () => new Map<string, number>());
+      const g = this.groups[slot]!;
+      g.set(key, Math.max(v, g.get(key) ?? 0));
+    }
+    if (this.count[slot] === 0 || v > this.max[slot]!) this.max[slot] = v;
+    this.count[slot]!++;
+  }
+
+  /** The load of the lines read so far; `engine` is the hint readEngineLoad takes. */
+  load(engine?: string): EngineLoad {
+    const { count, max } = this;
+    const sum = Float64Array.from(this.sum);
+    if (this.groups) for (let slot = 0; slot < sum.length; slot++) for (const v of this.groups[slot]!.values()) sum[slot]! += v;
+    const present = (f: number): boolean => {
+      for (let r = 0; r < ROLES; r++) if (count[f * ROLES + r]! > 0) return true;
+      return false;
+    };
+    let family = familyOfHint(engine);
+    if (family < 0 || !present(family)) {
+      family = -1;
+      for (let f = 0; f < FAMILIES; f++) {
+        if (present(f)) {
+          family = f;
+          break;
         }
       }
     }
-    start = end + 1;
+    if (family < 0) return { ...UNKNOWN_LOAD };
+    const b = family * ROLES;
+    const kvSlot = count[b + KV]! > 0 ? b + KV : b + KV_FALLBACK;
+    return {
+      running: count[b + RUNNING]! > 0 ? sum[b + RUNNING]! : -1,
+      waiting: count[b + WAITING]! > 0 ? sum[b + WAITING]! : -1,
+      kvUsage: count[kvSlot]! > 0 ? max[kvSlot]! : -1,
+    };
   }
-
-  if (groups) for (let slot = 0; slot < n; slot++) for (const v of groups[slot]!.values()) sum[slot]! += v;
-
-  const present = (f: number): boolean => {
-    for (let r = 0; r < ROLES; r++) if (count[f * ROLES + r]! > 0) return true;
-    return false;
-  };
-  let family = familyOfHint(engine);
-  if (family < 0 || !present(family)) {
-    family = -1;
-    for (let f = 0; f < FAMILIES; f++) {
-      if (present(f)) {
-        family = f;
-        break;
-      }
-    }
-  }
-  if (family < 0) return { ...UNKNOWN_LOAD };
-  const b = family * ROLES;
-  const kvSlot = count[b + KV]! > 0 ? b + KV : b + KV_FALLBACK;
-  return {
-    running: count[b + RUNNING]! > 0 ? sum[b + RUNNING]! : -1,
-    waiting: count[b + WAITING]! > 0 ? sum[b + WAITING]! : -1,
-    kvUsage: count[kvSlot]! > 0 ? max[kvSlot]! : -1,
-  };
 }
 
 /** The endpoint fields the poller reads; the router's endpoint table satisfies it structurally. */
@@ -388,6 +404,8 @@ export interface EngineMetricsPollerOptions {
    * longer than the interval, and the rounds due meanwhile are skipped, as for a slow round.
    */
   maxPerSecond?: number;
+  /** How much of an answer is read at most (default METRICS_CAPS); past a cap the load is unknown. */
+  caps?: MetricsCaps;
 }
 
 /** The finest step a spread round is cut into (ms). */
@@ -400,7 +418,8 @@ const NO_LOG: EngineMetricsLog = { debug() {}, warn() {} };
  * (spreadMs, maxPerSecond), each with a timeout. A round that
  * is still running when the next is due makes that one skip, so a hanging engine can never pile
  * up requests. Anything short of a readable exposition counts as unknown: the endpoint gets -1s,
- * every failure is logged at debug, and a warning goes out once per endpoint per outage.
+ * every failure is logged at debug, and a warning goes out once per endpoint per outage. So does
+ * an answer over a cap (caps) or compressed though identity was asked for: the read is cut there.
  */
 export class EngineMetricsPoller {
   private readonly endpoints: () => readonly MetricsEndpoint[];
@@ -412,6 +431,7 @@ export class EngineMetricsPoller {
   private readonly scheduler: Scheduler;
   private readonly spreadMs: number;
   private readonly maxPerSecond: number;
+  private readonly caps: MetricsCaps;
   private timer: Timer | undefined;
   private round: Promise<void> | undefined;
   /** Aborts the current round's requests when stop() is called. */
@@ -433,6 +453,7 @@ export class EngineMetricsPoller {
     this.scheduler = opts.scheduler ?? realScheduler;
     this.spreadMs = opts.spreadMs ?? 0;
     this.maxPerSecond = opts.maxPerSecond ?? Number.POSITIVE_INFINITY;
+    this.caps = opts.caps ?? METRICS_CAPS;
     for (const [k, v] of [
       ["intervalMs", this.intervalMs],
       ["timeoutMs", this.timeoutMs],
@@ -536,26 +557,30 @@ export class EngineMetricsPoller {
     const url = `${ep.url.replace(/\/+$/, "")}/metrics`;
     let load: EngineLoad | undefined;
     let failure: string | undefined;
+    let refused: { cap: string; limit: number | string } | undefined;
     // The timeout covers the body too, and is the scheduler's: aborted with a TimeoutError, as
     // AbortSignal.timeout() would, so it reads "timed out".
     const timeout = new AbortController();
     const timer = this.scheduler.after(this.timeoutMs, () => timeout.abort(new DOMException("The operation timed out.", "TimeoutError"))).unref();
     try {
-      const res = await this.fetchFn(url, {
-        // Plain text, not OpenMetrics: prometheus_client (vLLM, SGLang) negotiates on Accept.
-        headers: ep.info.key ? { accept: "text/plain", authorization: `Bearer ${ep.info.key}` } : { accept: "text/plain" },
-        signal: AbortSignal.any([stopSignal, timeout.signal]),
-      });
+      // Plain text, not OpenMetrics: prometheus_client (vLLM, SGLang) negotiates on Accept.
+      // Uncompressed: an answer compressed anyway is refused, not inflated (metrics-body.ts).
+      const headers: Record<string, string> = { accept: "text/plain", "accept-encoding": "identity" };
+      if (ep.info.key) headers.authorization = `Bearer ${ep.info.key}`;
+      const res = await this.fetchFn(url, { headers, decompress: false, signal: AbortSignal.any([stopSignal, timeout.signal]) });
       if (!res.ok) {
         failure = `HTTP ${res.status}`;
         await res.body?.cancel().catch(() => {});
       } else {
-        const l = readEngineLoad(await res.text(), ep.info.engine);
+        const reader = new LoadReader();
+        await readLinesWithin(res, this.caps, (text, start, end) => reader.line(text, start, end), () => letIoIn(this.scheduler));
+        const l = reader.load(ep.info.engine);
         if (l.running < 0 && l.waiting < 0 && l.kvUsage < 0) failure = "no vLLM, SGLang or llama.cpp load metrics in the response";
         else load = l;
       }
     } catch (e) {
       failure = failureText(e);
+      if (e instanceof MetricsRefused) refused = { cap: e.cap, limit: e.limit };
     } finally {
       timer.cancel();
     }
@@ -569,7 +594,7 @@ export class EngineMetricsPoller {
       this.safeApply(ep.id, load);
       return;
     }
-    const fields = { endpoint: ep.id, url, err: failure };
+    const fields = { endpoint: ep.id, engine: ep.info.engine, url, err: failure, ...refused };
     this.log.debug(fields, "engine metrics unavailable; load unknown");
     if (!this.down.has(ep.id)) {
       this.down.add(ep.id);
@@ -593,5 +618,5 @@ export class EngineMetricsPoller {
  * from a DNS failure or a bug in apply.
  */
 function failureText(e: unknown): string {
-  return e instanceof Error && e.name !== "TimeoutError" ? `${e.name}: ${e.message}` : errorText(e);
+  return e instanceof Error && e.name !== "TimeoutError" && !(e instanceof MetricsRefused) ? `${e.name}: ${e.message}` : errorText(e);
 }

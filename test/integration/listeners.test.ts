@@ -67,6 +67,8 @@ interface Raw {
   sock: Socket;
   text(): string;
   closed(): boolean;
+  /** Forgets what was received so far. */
+  reset(): void;
 }
 
 /** A raw TCP client, from a chosen source address (127.0.0.x are all loopback on Linux). */
@@ -82,7 +84,7 @@ async function raw(p: number, localAddress = "127.0.0.1"): Promise<Raw> {
     sock.once("error", reject);
   });
   cleanups.push(() => sock.destroy());
-  return { sock, text: () => got, closed: () => closed };
+  return { sock, text: () => got, closed: () => closed, reset: () => void (got = "") };
 }
 
 /** Opens a keep-alive connection and has one request answered on it, so it surely counts as open. */
@@ -127,7 +129,7 @@ describe("admin/agent listener", () => {
     expect(c.text()).toContain('"code":"request_timeout"');
   });
 
-  test("a head trickled a byte per idle period is cut at head_timeout with 408, on both listeners", async () => {
+  test("a head trickled a byte per idle period is cut at head_timeout with 408, on both listeners (the admin listener's connection authenticated)", async () => {
     const s = await start({ head_timeout: "30s" });
     // The router's listener is its own; read it from the router for the test.
     const routerListener = (s.router as unknown as { server: typeof s.adminListener }).server;
@@ -135,6 +137,12 @@ describe("admin/agent listener", () => {
       // Each listener reads the clock at its sweeps: bring this one up to the present first.
       listener.sweep();
       const c = await raw(port(url));
+      if (listener === s.adminListener) {
+        // Until it authenticates, a connection to the admin listener has a few seconds per head.
+        c.sock.write(`GET /api/v1/nodes HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer ${s.adminToken}\r\n\r\n`);
+        await settle(() => /^HTTP\/1\.1 200 [^]*\r\n\r\n\[\]$/.test(c.text()), "the authenticated answer");
+        c.reset();
+      }
       const head = "GET /healthz HTTP/1.1\r\nHost: h\r\n";
       for (let i = 0; i < 4; i++) {
         c.sock.write(head[i]!);
@@ -179,6 +187,100 @@ describe("admin/agent listener", () => {
     expect(body.error.code).toBe("overloaded");
     const r = await s.heartbeat("n1");
     expect(r.status).toBe(200);
+  });
+
+  test("slow unauthenticated heads from five addresses cannot lock out the operator or a joining agent, nor cut an agent already connected", async () => {
+    const s = await start({ admin_max_connections: 40, admin_max_connections_per_address: 10 });
+    const ap = port(s.adminUrl);
+    // An agent that joined before the flood, on a connection it keeps.
+    const agent = await raw(ap);
+    const hb = (name: string, token: string) => {
+      const body = JSON.stringify({ ...heartbeat({ name }), address: "127.0.0.1" });
+      return `POST /agent/v1/heartbeat HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer ${token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
+    };
+    /** The status and body of the answer on the agent's connection, once it is whole. */
+    const answered = (): [string, string] | undefined => {
+      const t = agent.text();
+      const end = t.indexOf("\r\n\r\n");
+      const length = /\r\ncontent-length: (\d+)\r\n/i.exec(t.slice(0, end + 2));
+      if (end < 0 || length === null || t.length < end + 4 + Number(length[1])) return undefined;
+      return [t.slice(9, 12), t.slice(end + 4)];
+    };
+    agent.sock.write(hb("early", s.joinToken));
+    await settle(() => answered() !== undefined, "the early agent's join");
+    const credential = (JSON.parse(answered()![1]) as { credential: string }).credential;
+    agent.reset();
+
+    // Ten connections from each of 127.0.0.2..6, each sending a head that never ends.
+    const slow: Raw[] = [];
+    for (let a = 2; a <= 6; a++)
+      for (let i = 0; i < 10; i++) {
+        const c = await raw(ap, `127.0.0.${a}`);
+        c.sock.write("GET /healthz HTTP/1.1\r\nHost: h\r\n");
+        slow.push(c);
+      }
+    const l = s.adminListener;
+    const shed = l.shed as Record<string, number>;
+    await settle(() => l.conns.size - 1 + (shed.total ?? 0) + (shed.address ?? 0) + (shed.evicted ?? 0) + (shed.unauthenticated ?? 0) >= slow.length, "every slow connection to be taken or shed");
+
+    // The operator, on a new connection: answered at once.
+    let t0 = performance.now();
+    const nodes = await fetch(`${s.adminUrl}/api/v1/nodes`, { headers: { authorization: `Bearer ${s.adminToken}` } });
+    expect(nodes.status).toBe(200);
+    expect(((await nodes.json()) as { name: string }[]).map((n) => n.name)).toEqual(["early"]);
+    expect(performance.now() - t0).toBeLessThan(1000);
+    // A new agent joins.
+    t0 = performance.now();
+    const joined = await s.heartbeat("late");
+    expect(joined.status).toBe(200);
+    expect(performance.now() - t0).toBeLessThan(1000);
+    // The slow heads hold at most the unauthenticated half of the cap; the rest were closed for newer ones.
+    expect(l.unauth.size).toBeLessThanOrEqual(20);
+    expect(l.shed.evicted).toBeGreaterThanOrEqual(slow.length - 20);
+    // The agent that was there before keeps its connection, and heartbeats on it.
+    expect(agent.closed()).toBe(false);
+    agent.sock.write(hb("early", credential));
+    await settle(() => answered() !== undefined, "the early agent's heartbeat");
+    expect(answered()![0]).toBe("200");
+
+    // Past the few seconds an unauthenticated head has, every slow head is cut; the agent stays.
+    s.listenerClock.advance(6_000);
+    l.sweep();
+    await settle(() => slow.every((c) => c.closed()), "the slow heads to be cut");
+    expect(slow.filter((c) => c.text().startsWith("HTTP/1.1 408 ")).length).toBeGreaterThan(0);
+    expect(agent.closed()).toBe(false);
+  });
+
+  test("a connection counts as authenticated after an admin-token, join-token, node-credential or dashboard request; not after a wrong token or an open route", async () => {
+    const s = await start();
+    const l = s.adminListener;
+    const joined = await s.heartbeat("n1");
+    const credential = ((await joined.json()) as { credential: string }).credential;
+    // Fetch's own keep-alive connections would count too: only the raw ones below are open.
+    await settle(() => l.conns.size === 0 || [...l.conns].every((c) => !c.unauthenticated), "no unauthenticated connection left");
+    const before = l.unauth.size;
+    const body = (name: string) => JSON.stringify({ ...heartbeat({ name }), address: "127.0.0.1" });
+    const post = (path: string, token: string | undefined, b: string, type = "application/json") =>
+      `POST ${path} HTTP/1.1\r\nHost: h\r\n${token ? `Authorization: Bearer ${token}\r\n` : ""}Content-Type: ${type}\r\nContent-Length: ${b.length}\r\n\r\n${b}`;
+    const get = (path: string, token?: string) => `GET ${path} HTTP/1.1\r\nHost: h\r\n${token ? `Authorization: Bearer ${token}\r\n` : ""}\r\n`;
+    const cases: [string, string, string, boolean][] = [
+      ["admin token", get("/api/v1/nodes", s.adminToken), "200", true],
+      ["join token", post("/agent/v1/heartbeat", s.joinToken, body("n2")), "200", true],
+      ["node credential", post("/agent/v1/heartbeat", credential, body("n1")), "200", true],
+      ["dashboard, bearer", get("/ui", s.adminToken), "200", true],
+      ["dashboard, sign-in form", post("/ui/login", undefined, `token=${encodeURIComponent(s.adminToken)}`, "application/x-www-form-urlencoded"), "303", true],
+      ["wrong admin token", get("/api/v1/nodes", "nope"), "401", false],
+      ["wrong agent token", post("/agent/v1/heartbeat", "nope", body("n3")), "401", false],
+      ["open route", get("/healthz"), "200", false],
+    ];
+    for (const [what, request, status, vouched] of cases) {
+      const c = await raw(port(s.adminUrl));
+      c.sock.write(request);
+      await settle(() => /^HTTP\/1\.1 \d{3} /.test(c.text()), `an answer to the ${what} request`);
+      expect({ what, status: c.text().slice(9, 12), unauthenticated: l.unauth.size - before }).toEqual({ what, status, unauthenticated: vouched ? 0 : 1 });
+      c.sock.destroy();
+      await settle(() => l.unauth.size === before, "the connection to go");
+    }
   });
 
   test("the router's caps and the admin listener's are separate, and fitted under the open-file limit", async () => {

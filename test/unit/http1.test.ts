@@ -1803,6 +1803,117 @@ describe("slow and greedy clients", () => {
     expect((await next.response()).status).toBe(200);
   });
 
+  /** Answers /auth as an authenticated request, holds /hold unanswered, echoes the rest. */
+  const vouching = (held: ClientExchange[]) => (ex: ClientExchange) => {
+    if (ex.path === "/auth") ex.authenticated();
+    if (ex.path === "/hold") held.push(ex);
+    else echo(ex);
+  };
+
+  test("until a request on it authenticates, a connection has the short deadline for each head; then the usual idle and head timeouts", async () => {
+    const clock = new ManualScheduler(0);
+    const s = serve(vouching([]), { clock, idleTimeoutMs: 10_000, headTimeoutMs: 30_000, unauthenticated: { headTimeoutMs: 2_000, maxConnections: 10 } });
+    s.server.sweep();
+    const idle = await Client.open(s.port);
+    const slow = await Client.open(s.port);
+    const answered = await Client.open(s.port);
+    const vouched = await Client.open(s.port);
+    slow.write("GET / HTTP/1.1\r\nHost: h\r\n");
+    answered.write("GET /open HTTP/1.1\r\nHost: h\r\n\r\n");
+    expect((await answered.response()).status).toBe(200);
+    vouched.write("GET /auth HTTP/1.1\r\nHost: h\r\n\r\n");
+    expect((await vouched.response()).status).toBe(200);
+    await settle(() => s.server.conns.size === 4 && s.server.unauth.size === 3, "three unauthenticated connections and one authenticated");
+    clock.advance(1_500);
+    s.server.sweep();
+    await turns(10);
+    expect([idle.closed, slow.closed, answered.closed, vouched.closed]).toEqual([false, false, false, false]);
+    clock.advance(1_000);
+    s.server.sweep();
+    // Past 2 s: a slow head gets 408 saying why; idle ones are closed, answered or not.
+    const r = await slow.response();
+    expect(r.status).toBe(408);
+    expect((JSON.parse(r.text) as { error: { message: string } }).error.message).toContain("2000 ms at most before a connection has authenticated");
+    await idle.waitClosed();
+    await answered.waitClosed();
+    // The authenticated one keeps the idle timeout, and a head on it the head timeout.
+    clock.advance(7_000);
+    s.server.sweep();
+    await turns(10);
+    expect(vouched.closed).toBe(false);
+    vouched.write("GET /again HTTP/1.1\r\nHost: h\r\n");
+    await settle(() => unparsed(onlyConn(s)) > 0, "part of a head");
+    clock.advance(9_000);
+    s.server.sweep();
+    await turns(10);
+    expect(vouched.closed).toBe(false);
+    vouched.write("\r\n");
+    expect((await vouched.response()).status).toBe(200);
+  });
+
+  test("a new connection that finds the unauthenticated share full closes the oldest one with no request past its head, then one reading a body; never one being answered or one that authenticated", async () => {
+    const held: ClientExchange[] = [];
+    const shed: string[] = [];
+    const s = serve(vouching(held), { maxConnections: 10, unauthenticated: { headTimeoutMs: 60_000, maxConnections: 3 }, onShed: (cap) => void shed.push(cap) });
+    const vouched = await Client.open(s.port);
+    vouched.write("GET /auth HTTP/1.1\r\nHost: h\r\n\r\n");
+    expect((await vouched.response()).status).toBe(200);
+    const busy = await Client.open(s.port);
+    busy.write("GET /hold HTTP/1.1\r\nHost: h\r\n\r\n");
+    await settle(() => held.length === 1, "the held request");
+    const body = await Client.open(s.port);
+    body.write("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nab");
+    const head = await Client.open(s.port);
+    head.write("GET / HTTP/1.1\r\n");
+    await settle(() => s.server.conns.size === 4 && s.server.unauth.size === 3 && [...s.server.conns].every((c) => c.bytesIn > 0), "three unauthenticated connections at work");
+    // The share is full: the slow head goes (the oldest with nothing past its head), not the
+    // older ones reading a body or being answered.
+    const first = await Client.open(s.port);
+    await head.waitClosed();
+    expect([busy.closed, body.closed, vouched.closed]).toEqual([false, false, false]);
+    first.write("GET /hold HTTP/1.1\r\nHost: h\r\n\r\n");
+    await settle(() => held.length === 2, "the second held request");
+    // Now only the body is left to close.
+    const second = await Client.open(s.port);
+    await body.waitClosed();
+    second.write("GET /hold HTTP/1.1\r\nHost: h\r\n\r\n");
+    await settle(() => held.length === 3, "the third held request");
+    // Every unauthenticated connection is being answered: a new one is shed with a 503.
+    const third = await Client.open(s.port);
+    const r = await third.response();
+    expect(r.status).toBe(503);
+    expect(r.text).toContain("connections that have not authenticated");
+    expect(shed).toEqual(["evicted", "evicted", "unauthenticated"]);
+    expect(s.server.shed).toMatchObject({ evicted: 2, unauthenticated: 1, total: 0 });
+    // The authenticated connection was never a candidate, and is served on.
+    vouched.write("GET /again HTTP/1.1\r\nHost: h\r\n\r\n");
+    expect((await vouched.response()).status).toBe(200);
+    for (const ex of held) ex.respond(200, {}, "done");
+    expect((await busy.response()).status).toBe(200);
+  });
+
+  test("at the total cap, a new connection closes an unauthenticated one; with none left it is shed as before", async () => {
+    const shed: string[] = [];
+    const s = serve(vouching([]), { maxConnections: 3, unauthenticated: { headTimeoutMs: 60_000, maxConnections: 3 }, onShed: (cap) => void shed.push(cap) });
+    const vouched: Client[] = [];
+    for (let i = 0; i < 2; i++) {
+      const c = await Client.open(s.port);
+      c.write("GET /auth HTTP/1.1\r\nHost: h\r\n\r\n");
+      expect((await c.response()).status).toBe(200);
+      vouched.push(c);
+    }
+    const idle = await Client.open(s.port);
+    await settle(() => s.server.conns.size === 3, "three connections");
+    const next = await Client.open(s.port);
+    await idle.waitClosed();
+    next.write("GET /auth HTTP/1.1\r\nHost: h\r\n\r\n");
+    expect((await next.response()).status).toBe(200);
+    const over = await Client.open(s.port);
+    expect((await over.response()).status).toBe(503);
+    expect(shed).toEqual(["evicted", "total"]);
+    expect(vouched.every((c) => !c.closed)).toBe(true);
+  });
+
   test("the per-address cap sheds a third connection from 127.0.0.2 while 127.0.0.1 is still served", async () => {
     const s = serve(echo, { maxConnectionsPerAddress: 2 });
     const req = "GET / HTTP/1.1\r\nHost: h\r\n\r\n";

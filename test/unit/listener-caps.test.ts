@@ -34,6 +34,24 @@ describe("connection caps and the open-file limit", () => {
     expect(c.admin.perAddress).toBeLessThanOrEqual(c.admin.total);
   });
 
+  test("lowered caps keep each per-address cap its share of the total, so one address cannot take every connection", () => {
+    for (const limit of [256, 1024, 4096]) {
+      const c = fitCaps(wanted, limit);
+      expect(c.lowered).toBe(true);
+      for (const l of ["router", "admin"] as const) {
+        // The defaults' share: a quarter.
+        expect(c[l].perAddress).toBe(Math.max(1, Math.floor((c[l].total * wanted[l].perAddress) / wanted[l].total)));
+        expect(c[l].perAddress).toBeLessThanOrEqual(Math.ceil(c[l].total / 4));
+        expect(c[l].perAddress).toBeGreaterThanOrEqual(1);
+      }
+    }
+    // Other shares are kept as given, within the lowered total; a cap of 1 stays 1.
+    const c = fitCaps({ router: { total: 10_000, perAddress: 5_000 }, admin: { total: 10_000, perAddress: 20_000 } }, 1024);
+    expect(c.router.perAddress).toBe(Math.floor(c.router.total / 2));
+    expect(c.admin.perAddress).toBe(c.admin.total);
+    expect(fitCaps({ router: { total: 100_000, perAddress: 1 }, admin: { total: 10, perAddress: 1 } }, 1024).router.perAddress).toBe(1);
+  });
+
   test("the defaults fit the common hard limits with room to spare", () => {
     for (const limit of [20_000, 65_536, 524_288]) expect(fitCaps(wanted, limit).lowered).toBe(false);
   });

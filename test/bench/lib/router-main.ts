@@ -1,7 +1,7 @@
 // The router alone in its own process, for the network benches: a Router on 127.0.0.1 with a
-// static endpoint list and a one-model catalog, nothing else of `llmgw serve` (no store, no
-// control plane), so a bench measures the proxy path and nothing beside it. Prints its URL and
-// runs until SIGTERM/SIGINT.
+// static endpoint list and a catalog of the models they serve, nothing else of `llmgw serve`
+// (no store, no control plane), so a bench measures the proxy path and nothing beside it.
+// Prints its URL and runs until SIGTERM/SIGINT.
 //   LLMGW_BENCH_ENDPOINTS='[{"id":"e0","url":"http://127.0.0.1:9000"}]' \
 //     bun test/bench/lib/router-main.ts --port 0 --model m [--metrics-ms 1000] [--gc-ms N]
 // Endpoints may also be given as --endpoints JSON; each needs id and url, the rest defaults.
@@ -49,7 +49,9 @@ const endpoints: EndpointInfo[] = (JSON.parse(raw) as Partial<EndpointInfo>[]).m
 }));
 
 const router = new Router({ ...settings, host: "127.0.0.1", port, metricsIntervalMs });
-router.setCatalog([{ name: model, aliases: [], on_demand: false, pool: "default", created: 0 }]);
+// Every model an endpoint serves is in the catalog, --model's first.
+const models = [...new Set([model, ...endpoints.flatMap((e) => e.models)])];
+router.setCatalog(models.map((name) => ({ name, aliases: [], on_demand: false, pool: "default", created: 0 })));
 router.setEndpoints(endpoints);
 const { url } = router.start();
 console.log(`router listening on ${url} (${endpoints.length} endpoints)`);
