@@ -30,7 +30,8 @@ import { Balancer, type Lease } from "./balancer";
 import { EngineMetricsPoller } from "./engine-metrics";
 import { type Reply, jsonReply, openAIError, openAIErrorBody, sseErrorFrame } from "./errors";
 import { type ClientExchange, type HeaderBlock, Http1Server, type Http1Options, Pieces, type RequestHeaders } from "../http/server";
-import { prefixKey } from "./prefix-key";
+import { BodyReader } from "./body-reader";
+import { type BodyFacts, type BodyRead, sizeRefusal, withModel } from "./request-body";
 import { Counter, type CounterSeries, CounterView, Gauge, Histogram, type HistogramSeries, Registry } from "./prom";
 import { TokenCount, contentKey } from "./traffic";
 import { type Exchange, type ExchangeHandler, type ExtraHeaders, type UpstreamHead, UpstreamError, UpstreamPool } from "../http/client";
@@ -50,6 +51,10 @@ export interface RouterOptions {
   /** Overrides the scheduler's wall clock for last-used stamps and cooldowns only (kept for callers that inject a clock of their own). */
   now?: () => number;
   maxBodyBytes: number;
+  /** A request body nesting arrays and objects deeper than this is refused (400) before it is parsed. */
+  maxJsonDepth: number;
+  /** A request body holding more JSON values than this (elements and members) is refused (413) before it is parsed. */
+  maxJsonValues: number;
   /** Attempts per request, counting the first; retries happen only before any byte reached the client. */
   maxAttempts: number;
   /** Upstream must send its first byte within this. */
@@ -152,17 +157,7 @@ const PASS_DOWN = new Set(["content-type", "cache-control", "x-request-id", "ope
 const enc = new TextEncoder();
 const NON_ASCII = /[^\x00-\x7f]/;
 const dec = new TextDecoder();
-const utf8Slice = (Buffer.prototype as unknown as { utf8Slice(this: Uint8Array, start: number, end: number): string }).utf8Slice;
-
-/**
- * A request body as text exactly as TextDecoder reads it (one leading BOM dropped, bytes that
- * are not UTF-8 as U+FFFD), through Buffer's decoder: JSON.parse reads its string in about half
- * the time of TextDecoder's.
- */
-export function utf8Text(b: Uint8Array): string {
-  const from = b.length >= 3 && b[0] === 0xef && b[1] === 0xbb && b[2] === 0xbf ? 3 : 0;
-  return utf8Slice.call(b, from, b.length);
-}
+export { utf8Text } from "./request-body";
 /** Bodies up to this size are buffered when not streamed: one write instead of a stream is faster. */
 const BUFFER_LIMIT = 1024 * 1024;
 /** The paths whose streamed answers are SSE: only these are opened early for a held request. */
@@ -211,6 +206,8 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
   readonly idleTimeoutMs: number;
   readonly cooldownMs: number;
   readonly maxAttempts: number;
+  /** @internal Where request bodies are read: here when cheap, else on the body worker (body-reader.ts). */
+  readonly bodies: BodyReader;
 
   constructor(opts: RouterOptions) {
     const scheduler = opts.scheduler ?? realScheduler;
@@ -228,6 +225,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
     this.cooldownMs = this.o.cooldownMs;
     this.maxAttempts = this.o.maxAttempts;
     this.balancer = new Balancer({ now: this.o.now, ...(this.o.loadFactor !== undefined ? { loadFactor: this.o.loadFactor } : {}) });
+    this.bodies = new BodyReader({ limits: { maxDepth: this.o.maxJsonDepth, maxValues: this.o.maxJsonValues }, scheduler, ...(this.o.log ? { log: this.o.log } : {}) });
     const buckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
     this.requests = this.registry.add(new Counter("llmgw_router_requests_total", "Requests by model and HTTP status.", ["model", "status"]));
     this.ttfb = this.registry.add(new Histogram("llmgw_router_time_to_first_byte_seconds", "Time from request to the upstream's first body byte.", ["model"], buckets));
@@ -357,7 +355,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       ...(this.o.serverIdleTimeoutSec !== undefined ? { idleTimeoutMs: this.o.serverIdleTimeoutSec * 1000 } : {}),
       ...this.o.listener,
       ...(this.o.tls ? { tls: { cert: Bun.file(this.o.tls.cert), key: Bun.file(this.o.tls.key) } } : {}),
-      errorBody: (status, message, code) => openAIErrorBody(status, message, { code }),
+      errorBody: (status, message, code) => openAIErrorBody(status, sizeRefusal(message, code), { code }),
       handler: (ex) => this.handle(ex),
       onHandlerError: (err) => this.o.log?.warn({ err: (err as Error).message }, "router request failed"),
     };
@@ -388,6 +386,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
   async stop(): Promise<void> {
     this.poller?.stop();
     this.sweeper?.cancel();
+    this.bodies.stop();
     for (const w of [...this.waiters]) w();
     this.server?.stop();
     this.server = undefined;
@@ -560,35 +559,37 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
   }
 
   /**
-   * POST to an inference path: checks the body (read whole by the server, within the size limit), then hands
-   * the request to a Call.
+   * POST to an inference path: its body (read whole by the server, within the size cap) is read
+   * here when that is cheap, else on the body worker (body-reader.ts), then routed.
    */
   private proxy(ex: ClientExchange, keyPool: string | undefined): void {
     const t0 = this.scheduler.mono();
     // A key bound to a pool decides the pool; otherwise the client may pick one by header.
     const pool = keyPool ?? ex.headers.get("x-llmgw-pool");
-    let body: Record<string, unknown>;
-    try {
-      body = JSON.parse(utf8Text(ex.body));
-    } catch (e) {
-      return send(ex, openAIError(400, `We could not parse the JSON body of your request: ${(e as Error).message}`, { code: "invalid_json" }));
-    }
-    if (typeof body !== "object" || body === null || Array.isArray(body)) return send(ex, openAIError(400, "the request body must be a JSON object", { code: "invalid_request" }));
-    const model = body.model;
-    if (model === undefined || model === "") return send(ex, openAIError(400, "you must provide a model parameter", { param: "model", code: "missing_model" }));
-    if (typeof model !== "string")
-      return send(ex, openAIError(400, `model must be a string, not ${model === null ? "null" : Array.isArray(model) ? "an array" : typeof model}`, { param: "model", code: "invalid_type" }));
-
-    const stream = body.stream === true;
-    // The common case calls straight on; only a request held for a cold start needs a closure.
-    if (this.balancer.has(model, pool)) return this.call(ex, body, model, pool, stream, t0);
-    this.coldStart(ex, model, pool, stream && SSE_PATHS.has(ex.path), () => this.call(ex, body, model, pool, stream, t0));
+    const read = this.bodies.readNow(ex.body);
+    if (read !== undefined) return this.routeBody(ex, read, pool, t0);
+    this.bodies.readOff(ex.body, (later) => {
+      if (ex.aborted) return;
+      try {
+        this.routeBody(ex, later, pool, t0);
+      } catch (e) {
+        this.internalError(ex, e);
+      }
+    });
   }
 
-  private call(ex: ClientExchange, body: Record<string, unknown>, model: string, pool: string | undefined, stream: boolean, t0: number): void {
-    const key = prefixKey(body);
-    const extra = forwardHeaders(ex.headers);
-    new Call(this, ex, model, pool, key, stream, extra, body, ex.body, ex.target, t0).next();
+  /** A body read: refused, or handed to a Call (at once, or once a cold model has a replica). */
+  private routeBody(ex: ClientExchange, read: BodyRead, pool: string | undefined, t0: number): void {
+    if (read.reply !== undefined) return send(ex, read.reply);
+    const facts = read.facts;
+    const model = facts.model;
+    // The common case calls straight on; only a request held for a cold start needs a closure.
+    if (this.balancer.has(model, pool)) return this.call(ex, facts, pool, t0);
+    this.coldStart(ex, model, pool, facts.stream && SSE_PATHS.has(ex.path), () => this.call(ex, facts, pool, t0));
+  }
+
+  private call(ex: ClientExchange, facts: BodyFacts, pool: string | undefined, t0: number): void {
+    new Call(this, ex, facts, pool, forwardHeaders(ex.headers), ex.target, t0).next();
   }
 
   /**
@@ -858,28 +859,28 @@ class Call {
   private lastError = "no replica answered";
   /** The client's 200 and SSE head went out while the request was held: the engine's stream is piped into it. */
   readonly opened: boolean;
+  readonly stream: boolean;
+  private readonly model: string;
 
   constructor(
     readonly r: Router,
     readonly ex: ClientExchange,
-    private readonly model: string,
+    private readonly facts: BodyFacts,
     private readonly pool: string | undefined,
-    private readonly key: number,
-    readonly stream: boolean,
     private readonly extra: ExtraHeaders,
-    private readonly body: Record<string, unknown>,
-    private readonly bytes: Uint8Array,
     readonly path: string,
     readonly t0: number,
   ) {
     this.opened = ex.answered;
+    this.model = facts.model;
+    this.stream = facts.stream;
   }
 
   next(): void {
     const r = this.r;
     let attempt: Attempt | undefined;
     try {
-      const lease = this.attempts < r.maxAttempts && !this.ex.aborted ? r.balancer.acquire(this.model, this.key, this.pool, this.exclude) : undefined;
+      const lease = this.attempts < r.maxAttempts && !this.ex.aborted ? r.balancer.acquire(this.model, this.facts.key, this.pool, this.exclude) : undefined;
       if (lease === undefined) {
         r.answer(this.ex, r.gaveUp(this.model, this.lastError));
         return;
@@ -889,7 +890,7 @@ class Call {
       const canonical = ep.info.models[0] ?? this.model;
       attempt = new Attempt(this, lease, canonical);
       // SGLang serves one name; any alias is sent to it as the model's own name.
-      const payload = ep.info.engine === "sglang" && this.model !== canonical ? enc.encode(JSON.stringify({ ...this.body, model: canonical })) : this.bytes;
+      const payload = ep.info.engine === "sglang" && this.model !== canonical ? withModel(this.ex.body, this.facts, canonical) : this.ex.body;
       attempt.start(this.path, payload, this.extra);
     } catch (e) {
       // Whatever threw, the lease taken for this attempt goes back and this request alone ends.
