@@ -32,6 +32,7 @@ import { type Reply, jsonReply, openAIError, openAIErrorBody, sseErrorFrame } fr
 import { type ClientExchange, type HeaderBlock, Http1Server, type Http1Options, Pieces, type RequestHeaders } from "../http/server";
 import { BodyReader } from "./body-reader";
 import { type BodyFacts, type BodyRead, sizeRefusal, withModel } from "./request-body";
+import { IdSniffer, ResponseIds } from "./response-ids";
 import { Counter, type CounterSeries, CounterView, Gauge, Histogram, type HistogramSeries, Registry } from "./prom";
 import { TokenCount, contentKey } from "./traffic";
 import { type Exchange, type ExchangeHandler, type ExtraHeaders, type UpstreamHead, UpstreamError, UpstreamPool } from "../http/client";
@@ -208,6 +209,8 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
   readonly maxAttempts: number;
   /** @internal Where request bodies are read: here when cheap, else on the body worker (body-reader.ts). */
   readonly bodies: BodyReader;
+  /** @internal The Responses API's ids: which key made each, on which replica (response-ids.ts). */
+  readonly responses = new ResponseIds();
 
   constructor(opts: RouterOptions) {
     const scheduler = opts.scheduler ?? realScheduler;
@@ -410,16 +413,18 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
     if (!route)
       return send(ex, openAIError(404, `no route ${ex.method} ${path.slice(0, 200)}; the router serves POST ${INFERENCE_PATHS.join(", ")} and GET /v1/models`, { code: "not_found" }));
     let pool: string | undefined;
+    let owner = "";
     if (route.auth === "admin") {
       if (!this.o.adminToken || !this.bearerIs(ex, this.o.adminToken)) return send(ex, openAIError(401, `${ex.method} ${path} needs the admin token as a bearer token`, { code: "invalid_api_key" }));
     } else if (route.auth === "client") {
       const auth = this.authorize(ex);
       if ("status" in auth) return send(ex, auth);
       pool = auth.pool;
+      owner = auth.owner ?? "";
     }
     switch (route.kind) {
       case "proxy":
-        return this.proxy(ex, pool);
+        return this.proxy(ex, pool, owner);
       case "models":
         return send(ex, this.listModels(pool));
       case "model": {
@@ -444,14 +449,14 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
     return m !== null && timingSafeEqual(digest(m[1]!), digest(token));
   }
 
-  /** Checks the client's API key when keys are required; returns an error reply, or the key's pool. */
-  private authorize(ex: ClientExchange): Reply | { pool?: string } {
+  /** Checks the client's API key when keys are required; returns an error reply, or the key's pool and SHA-256 (its owner's mark). */
+  private authorize(ex: ClientExchange): Reply | { pool?: string; owner?: string } {
     if (!this.o.requireApiKey) return {};
     const m = /^Bearer\s+(\S+)\s*$/i.exec(ex.headers.get("authorization") ?? "");
     // Keys are looked up by their SHA-256: the secret itself is never compared or kept.
     const key = m ? this.keys.get(sha256hex(m[1]!)) : undefined;
     if (!key) return openAIError(401, "Incorrect or missing API key: send Authorization: Bearer <key> (create one with `llmgw keys create NAME`)", { code: "invalid_api_key" });
-    return key.pool ? { pool: key.pool } : {};
+    return key.pool ? { pool: key.pool, owner: key.sha256 } : { owner: key.sha256 };
   }
 
   private listModels(pool: string | undefined): Reply {
@@ -562,16 +567,16 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
    * POST to an inference path: its body (read whole by the server, within the size cap) is read
    * here when that is cheap, else on the body worker (body-reader.ts), then routed.
    */
-  private proxy(ex: ClientExchange, keyPool: string | undefined): void {
+  private proxy(ex: ClientExchange, keyPool: string | undefined, owner: string): void {
     const t0 = this.scheduler.mono();
     // A key bound to a pool decides the pool; otherwise the client may pick one by header.
     const pool = keyPool ?? ex.headers.get("x-llmgw-pool");
     const read = this.bodies.readNow(ex.body);
-    if (read !== undefined) return this.routeBody(ex, read, pool, t0);
+    if (read !== undefined) return this.routeBody(ex, read, pool, owner, t0);
     this.bodies.readOff(ex.body, (later) => {
       if (ex.aborted) return;
       try {
-        this.routeBody(ex, later, pool, t0);
+        this.routeBody(ex, later, pool, owner, t0);
       } catch (e) {
         this.internalError(ex, e);
       }
@@ -579,17 +584,23 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
   }
 
   /** A body read: refused, or handed to a Call (at once, or once a cold model has a replica). */
-  private routeBody(ex: ClientExchange, read: BodyRead, pool: string | undefined, t0: number): void {
+  private routeBody(ex: ClientExchange, read: BodyRead, pool: string | undefined, owner: string, t0: number): void {
     if (read.reply !== undefined) return send(ex, read.reply);
     const facts = read.facts;
+    let pin: string | undefined;
+    if (facts.previousResponseId !== undefined && ex.path === "/v1/responses") {
+      const to = this.responses.route(facts.previousResponseId, owner, this.o.requireApiKey === true);
+      if ("status" in to) return send(ex, to);
+      pin = to.pin;
+    }
     const model = facts.model;
     // The common case calls straight on; only a request held for a cold start needs a closure.
-    if (this.balancer.has(model, pool)) return this.call(ex, facts, pool, t0);
-    this.coldStart(ex, model, pool, facts.stream && SSE_PATHS.has(ex.path), () => this.call(ex, facts, pool, t0));
+    if (this.balancer.has(model, pool)) return this.call(ex, facts, pool, owner, pin, t0);
+    this.coldStart(ex, model, pool, facts.stream && SSE_PATHS.has(ex.path), () => this.call(ex, facts, pool, owner, pin, t0));
   }
 
-  private call(ex: ClientExchange, facts: BodyFacts, pool: string | undefined, t0: number): void {
-    new Call(this, ex, facts, pool, forwardHeaders(ex.headers), ex.target, t0).next();
+  private call(ex: ClientExchange, facts: BodyFacts, pool: string | undefined, owner: string, pin: string | undefined, t0: number): void {
+    new Call(this, ex, facts, pool, forwardHeaders(ex.headers), ex.target, t0, owner, pin).next();
   }
 
   /**
@@ -870,6 +881,10 @@ class Call {
     private readonly extra: ExtraHeaders,
     readonly path: string,
     readonly t0: number,
+    /** The client's API key (its SHA-256; "" without keys): a Responses API id it is answered is remembered as its. */
+    readonly owner: string,
+    /** The replica that holds the response this request continues, tried before any other. */
+    private readonly pin: string | undefined,
   ) {
     this.opened = ex.answered;
     this.model = facts.model;
@@ -880,7 +895,7 @@ class Call {
     const r = this.r;
     let attempt: Attempt | undefined;
     try {
-      const lease = this.attempts < r.maxAttempts && !this.ex.aborted ? r.balancer.acquire(this.model, this.facts.key, this.pool, this.exclude) : undefined;
+      const lease = this.attempts < r.maxAttempts && !this.ex.aborted ? this.acquire() : undefined;
       if (lease === undefined) {
         r.answer(this.ex, r.gaveUp(this.model, this.lastError));
         return;
@@ -897,6 +912,12 @@ class Call {
       if (attempt !== undefined) attempt.crash(e);
       else r.internalError(this.ex, e);
     }
+  }
+
+  private acquire(): Lease | undefined {
+    const b = this.r.balancer;
+    const pinned = this.pin !== undefined ? b.acquireOn(this.pin, this.model, this.pool, this.exclude) : undefined;
+    return pinned ?? b.acquire(this.model, this.facts.key, this.pool, this.exclude);
   }
 
   /** An attempt failed before any byte reached the client: try another replica. */
@@ -946,6 +967,8 @@ class Attempt implements ExchangeHandler, Watch {
   private readonly t0: number;
   /** The answer's output tokens, counted as its bytes pass. */
   private readonly tokens = new TokenCount();
+  /** A Responses API answer: its response's id is looked for in its first bytes. */
+  private sniff: IdSniffer | undefined;
 
   constructor(
     private readonly call: Call,
@@ -1069,6 +1092,7 @@ class Attempt implements ExchangeHandler, Watch {
       this.mode = "retry";
       return;
     }
+    if (status < 300 && this.ex.path === "/v1/responses") this.sniff = new IdSniffer();
     // Any other 5xx is the engine's own answer and goes to the client, but the replica is
     // passed over for a while: a client's 4xx never counts against it.
     if (status >= 500) this.r.balancer.cooldown(this.lease.endpoint.id, this.r.cooldownMs);
@@ -1100,6 +1124,7 @@ class Attempt implements ExchangeHandler, Watch {
 
   /** Body bytes d[a, b). */
   private dataIn(d: Uint8Array, a: number, b: number): void {
+    if (this.sniff !== undefined) this.sniffId(d, a, b);
     // Small and whole (or a retry's message): kept until the end. Dying mid-body is still
     // before the client saw a byte, so it is retried like a refused connection.
     // Ranges of the reads are kept, not copied: each socket read arrives in a fresh buffer (src/http/client.ts).
@@ -1118,6 +1143,14 @@ class Attempt implements ExchangeHandler, Watch {
       this.settled = true;
       this.firstByte((this.r.scheduler.mono() - this.t0) / 1000);
     }
+  }
+
+  /** The response's id, remembered with the client's key and this replica once found. */
+  private sniffId(d: Uint8Array, a: number, b: number): void {
+    const s = this.sniff!;
+    const id = s.feed(d, a, b);
+    if (s.done) this.sniff = undefined;
+    if (id !== undefined) this.r.responses.remember(id, this.call.owner, this.lease.endpoint.id);
   }
 
   private firstByte(seconds: number): void {

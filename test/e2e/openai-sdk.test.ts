@@ -131,6 +131,16 @@ describe("the OpenAI SDK against llmgw demo", () => {
     expect(final?.output_text ?? final?.output.flatMap((o) => (o.type === "message" ? o.content.map((c) => (c.type === "output_text" ? c.text : "")) : [])).join("")).toBe(text);
   });
 
+  test("previous_response_id goes back to the replica that made the response, turn after turn", async () => {
+    let { data: r, response } = await client.responses.create({ model: "llama-3.1-8b", input: "Where shall we start?" }).withResponse();
+    const home = response.headers.get("x-llmgw-replica");
+    expect(home).toBeTruthy();
+    for (let t = 0; t < 4; t++) {
+      ({ data: r, response } = await client.responses.create({ model: "llama-3.1-8b", previous_response_id: r.id, input: [{ role: "user", content: `turn ${t}: ${"more ".repeat(t * 7)}` }] }).withResponse());
+      expect(response.headers.get("x-llmgw-replica")).toBe(home);
+    }
+  });
+
   test("a large body is read on the router's body worker; one nested too deep is refused naming the flag", async () => {
     const workers = () => readdirSync(`/proc/${demo.pid}/task`).filter((t) => readFileSync(`/proc/${demo.pid}/task/${t}/comm`, "utf8").trim() === "Worker").length;
     const before = workers();
