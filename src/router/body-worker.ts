@@ -14,7 +14,7 @@ import { type BodyRead, readBody } from "./request-body";
  * thread, and lowering it needs no privilege): on a busy machine the thread answering everyone
  * runs first, and costly bodies are read with what CPU is left.
  */
-const NICE_BELOW_ROUTER = 5;
+const NICE_BELOW_ROUTER = 10;
 
 function main(): void {
   const port = parentPort;
