@@ -9,8 +9,9 @@ const version = process.env.LLMGW_VERSION ?? pkg.version;
 const outfile = process.argv[2] ?? "dist/llmgw";
 
 const result = await Bun.build({
-  // The router thread's module is an entrypoint of its own: a compiled binary starts Workers only from those.
-  entrypoints: ["./src/main.ts", "./src/app/router-worker.ts"],
+  // The router thread's module and its body worker's are entrypoints of their own: a compiled
+  // binary starts Workers only from those.
+  entrypoints: ["./src/main.ts", "./src/app/router-worker.ts", "./src/router/body-worker.ts"],
   compile: {
     outfile,
     autoloadDotenv: false,

@@ -410,9 +410,11 @@ function adminListenerFor(l: Listening, app: Hono, scheme: "http" | "https"): Ht
 }
 
 /** The router's settings from the config (their defaults are the schema's, stated nowhere else). */
-export function routerSettings(config: ServeConfig): Pick<RouterOptions, "maxBodyBytes" | "maxAttempts" | "firstByteTimeoutMs" | "idleTimeoutMs" | "coldStartTimeoutMs" | "coldStartProgressMs" | "maxHeldPerModel" | "cooldownMs"> {
+export function routerSettings(config: ServeConfig): Pick<RouterOptions, "maxBodyBytes" | "maxJsonDepth" | "maxJsonValues" | "maxAttempts" | "firstByteTimeoutMs" | "idleTimeoutMs" | "coldStartTimeoutMs" | "coldStartProgressMs" | "maxHeldPerModel" | "cooldownMs"> {
   return {
     maxBodyBytes: config.max_body_bytes,
+    maxJsonDepth: config.max_json_depth,
+    maxJsonValues: config.max_json_values,
     maxAttempts: config.max_attempts,
     firstByteTimeoutMs: config.first_byte_timeout,
     idleTimeoutMs: config.stream_idle_timeout,

@@ -76,8 +76,15 @@ export const ServeConfig = z.strictObject({
   max_held_per_model: z.coerce.number().int().min(1).max(1_000_000).default(64),
   /** Router: attempts per request (retries only before the first byte). */
   max_attempts: z.coerce.number().int().min(1).max(10).default(3),
-  /** Router: largest request body, bytes. */
-  max_body_bytes: z.coerce.number().int().min(1024).max(1024 * 1024 * 1024).default(8 * 1024 * 1024),
+  /**
+   * Router: largest request body, bytes. 4 MiB holds a chat of about a million tokens of text, or
+   * images sent inline as base64 data URLs of about 3 MiB in all (base64 is 4/3 of the bytes).
+   */
+  max_body_bytes: z.coerce.number().int().min(1024).max(1024 * 1024 * 1024).default(4 * 1024 * 1024),
+  /** Router: deepest nesting of arrays and objects in a request body (the body itself is level 1); deeper is refused before parsing. */
+  max_json_depth: z.coerce.number().int().min(8).max(10_000).default(64),
+  /** Router: JSON values in a request body (array elements and object members, every level); more is refused before parsing. */
+  max_json_values: z.coerce.number().int().min(1024).max(100_000_000).default(100_000),
   /**
    * Router: bounded-load factor of prefix affinity. An endpoint takes a request for its prefix
    * while it has fewer than this × the mean in flight; higher keeps conversations on their

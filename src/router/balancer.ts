@@ -407,6 +407,25 @@ export class Balancer implements UsageSource {
       this.stickyStates[slot] = s;
       this.stickyRecent[base >>> 1] = slot - base;
     }
+    return this.take(s, now);
+  }
+
+  /**
+   * Acquires endpoint `id` itself, whatever its load or cooldown, when it serves the model in the
+   * pool and is not excluded; else undefined. For a request only that replica can serve: one
+   * continuing a response its engine keeps (the Responses API's previous_response_id).
+   */
+  acquireOn(id: string, model: string, pool?: string, exclude?: ReadonlySet<string>): Lease | undefined {
+    const s = this.states.get(id);
+    if (s === undefined || (exclude !== undefined && exclude.has(id))) return undefined;
+    const entry = this.models.get(model);
+    const tiers = entry === undefined ? undefined : pool === undefined ? entry.any : entry.pools.get(pool);
+    if (tiers === undefined || !tiers.some((t) => s.tiers.includes(t))) return undefined;
+    return this.take(s, this.now());
+  }
+
+  /** Counts a request on `s` and stamps its last use, in the same synchronous step as the pick. */
+  private take(s: State, now: number): Lease {
     s.inflight++;
     s.lastUsed = now;
     s.acquired = true;

@@ -9,6 +9,8 @@
 // change every turn and move the conversation away from its cache (measured in
 // test/bench/affinity.ts). Conversations sharing a system prompt still differ by their
 // opening question, so one long system prompt does not pile a whole group onto one replica.
+// The Responses API's opening is read the same way: its `instructions`, then its `input` items
+// (messages and other items, such as function call outputs) up to the first user message.
 
 import { FNV_OFFSET, fnvStep } from "../lib/hash";
 
@@ -95,37 +97,60 @@ function mixPrompt(prompt: unknown): boolean {
 }
 
 /**
+ * Chat messages, or Responses API input items, in order up to and including the first user
+ * message: each one's role (an item without one, its type) and content (a tool output item, its
+ * output).
+ */
+function mixMessages(messages: readonly unknown[]): void {
+  for (let i = 0; i < messages.length; i++) {
+    const m: unknown = messages[i];
+    if (m === null || typeof m !== "object") continue;
+    const msg = m as { role?: unknown; type?: unknown; content?: unknown; output?: unknown };
+    const user = msg.role === "user";
+    // Past the budget only the first user message is still read.
+    if (budget === 0 && !user) continue;
+    // The first user message always counts, with a budget of its own: a system prompt longer
+    // than maxChars must not leave every conversation behind it with the same key.
+    if (user && budget < FIRST_USER_CHARS) budget = FIRST_USER_CHARS;
+    if (typeof msg.role === "string") mixShort(msg.role);
+    else if (typeof msg.type === "string") mixShort(msg.type);
+    mixCode(SEP_ROLE);
+    mixContent(msg.content !== undefined ? msg.content : msg.output);
+    mixCode(SEP_MESSAGE);
+    if (user) break;
+  }
+}
+
+/**
  * 32-bit hash of the request's leading prompt content, at most `maxChars` characters of it:
  * role and content of the chat messages in order up to and including the first user message,
- * else the completion `prompt`, else the embeddings `input`. 0 when the body has none of them.
+ * else the completion `prompt`, else the `input`: the Responses API's items read as messages are
+ * (after its `instructions`), or a string, strings or token ids. 0 when the body has none of them.
  */
 export function prefixKey(body: unknown, maxChars = 2048): number {
   if (body === null || typeof body !== "object") return 0;
-  const b = body as { messages?: unknown; prompt?: unknown; input?: unknown };
+  const b = body as { messages?: unknown; prompt?: unknown; input?: unknown; instructions?: unknown };
   h = FNV_OFFSET;
   budget = maxChars > 0 ? maxChars : 0;
   const messages = b.messages;
   if (Array.isArray(messages)) {
     if (messages.length === 0) return 0;
-    for (let i = 0; i < messages.length; i++) {
-      const m: unknown = messages[i];
-      if (m === null || typeof m !== "object") continue;
-      const msg = m as { role?: unknown; content?: unknown };
-      const user = msg.role === "user";
-      // Past the budget only the first user message is still read.
-      if (budget === 0 && !user) continue;
-      // The first user message always counts, with a budget of its own: a system prompt longer
-      // than maxChars must not leave every conversation behind it with the same key.
-      if (user && budget < FIRST_USER_CHARS) budget = FIRST_USER_CHARS;
-      if (typeof msg.role === "string") mixShort(msg.role);
-      mixCode(SEP_ROLE);
-      mixContent(msg.content);
-      mixCode(SEP_MESSAGE);
-      if (user) break;
-    }
+    mixMessages(messages);
     return h >>> 0;
   }
   if (b.prompt !== undefined) return mixPrompt(b.prompt) ? h >>> 0 : 0;
-  if (b.input !== undefined) return mixPrompt(b.input) ? h >>> 0 : 0;
-  return 0;
+  const input = b.input;
+  if (input === undefined) return 0;
+  // The Responses API's system prompt comes first in the engine's prompt, as a system message would.
+  if (typeof b.instructions === "string" && b.instructions !== "") {
+    mixShort("system");
+    mixCode(SEP_ROLE);
+    mixText(b.instructions);
+    mixCode(SEP_MESSAGE);
+  }
+  if (Array.isArray(input) && input.length > 0 && input[0] !== null && typeof input[0] === "object" && !Array.isArray(input[0])) {
+    mixMessages(input);
+    return h >>> 0;
+  }
+  return mixPrompt(input) ? h >>> 0 : 0;
 }

@@ -30,7 +30,9 @@ import { Balancer, type Lease } from "./balancer";
 import { EngineMetricsPoller } from "./engine-metrics";
 import { type Reply, jsonReply, openAIError, openAIErrorBody, sseErrorFrame } from "./errors";
 import { type ClientExchange, type HeaderBlock, Http1Server, type Http1Options, Pieces, type RequestHeaders } from "../http/server";
-import { prefixKey } from "./prefix-key";
+import { BodyReader } from "./body-reader";
+import { type BodyFacts, type BodyRead, sizeRefusal, withModel } from "./request-body";
+import { IdSniffer, ResponseIds } from "./response-ids";
 import { Counter, type CounterSeries, CounterView, Gauge, Histogram, type HistogramSeries, Registry } from "./prom";
 import { TokenCount, contentKey } from "./traffic";
 import { type Exchange, type ExchangeHandler, type ExtraHeaders, type UpstreamHead, UpstreamError, UpstreamPool } from "../http/client";
@@ -50,6 +52,10 @@ export interface RouterOptions {
   /** Overrides the scheduler's wall clock for last-used stamps and cooldowns only (kept for callers that inject a clock of their own). */
   now?: () => number;
   maxBodyBytes: number;
+  /** A request body nesting arrays and objects deeper than this is refused (400) before it is parsed. */
+  maxJsonDepth: number;
+  /** A request body holding more JSON values than this (elements and members) is refused (413) before it is parsed. */
+  maxJsonValues: number;
   /** Attempts per request, counting the first; retries happen only before any byte reached the client. */
   maxAttempts: number;
   /** Upstream must send its first byte within this. */
@@ -152,17 +158,7 @@ const PASS_DOWN = new Set(["content-type", "cache-control", "x-request-id", "ope
 const enc = new TextEncoder();
 const NON_ASCII = /[^\x00-\x7f]/;
 const dec = new TextDecoder();
-const utf8Slice = (Buffer.prototype as unknown as { utf8Slice(this: Uint8Array, start: number, end: number): string }).utf8Slice;
-
-/**
- * A request body as text exactly as TextDecoder reads it (one leading BOM dropped, bytes that
- * are not UTF-8 as U+FFFD), through Buffer's decoder: JSON.parse reads its string in about half
- * the time of TextDecoder's.
- */
-export function utf8Text(b: Uint8Array): string {
-  const from = b.length >= 3 && b[0] === 0xef && b[1] === 0xbb && b[2] === 0xbf ? 3 : 0;
-  return utf8Slice.call(b, from, b.length);
-}
+export { utf8Text } from "./request-body";
 /** Bodies up to this size are buffered when not streamed: one write instead of a stream is faster. */
 const BUFFER_LIMIT = 1024 * 1024;
 /** The paths whose streamed answers are SSE: only these are opened early for a held request. */
@@ -211,6 +207,10 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
   readonly idleTimeoutMs: number;
   readonly cooldownMs: number;
   readonly maxAttempts: number;
+  /** @internal Where request bodies are read: here when cheap, else on the body worker (body-reader.ts). */
+  readonly bodies: BodyReader;
+  /** @internal The Responses API's ids: which key made each, on which replica (response-ids.ts). */
+  readonly responses = new ResponseIds();
 
   constructor(opts: RouterOptions) {
     const scheduler = opts.scheduler ?? realScheduler;
@@ -228,6 +228,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
     this.cooldownMs = this.o.cooldownMs;
     this.maxAttempts = this.o.maxAttempts;
     this.balancer = new Balancer({ now: this.o.now, ...(this.o.loadFactor !== undefined ? { loadFactor: this.o.loadFactor } : {}) });
+    this.bodies = new BodyReader({ limits: { maxDepth: this.o.maxJsonDepth, maxValues: this.o.maxJsonValues }, scheduler, ...(this.o.log ? { log: this.o.log } : {}) });
     const buckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
     this.requests = this.registry.add(new Counter("llmgw_router_requests_total", "Requests by model and HTTP status.", ["model", "status"]));
     this.ttfb = this.registry.add(new Histogram("llmgw_router_time_to_first_byte_seconds", "Time from request to the upstream's first body byte.", ["model"], buckets));
@@ -357,7 +358,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       ...(this.o.serverIdleTimeoutSec !== undefined ? { idleTimeoutMs: this.o.serverIdleTimeoutSec * 1000 } : {}),
       ...this.o.listener,
       ...(this.o.tls ? { tls: { cert: Bun.file(this.o.tls.cert), key: Bun.file(this.o.tls.key) } } : {}),
-      errorBody: (status, message, code) => openAIErrorBody(status, message, { code }),
+      errorBody: (status, message, code) => openAIErrorBody(status, sizeRefusal(message, code), { code }),
       handler: (ex) => this.handle(ex),
       onHandlerError: (err) => this.o.log?.warn({ err: (err as Error).message }, "router request failed"),
     };
@@ -388,6 +389,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
   async stop(): Promise<void> {
     this.poller?.stop();
     this.sweeper?.cancel();
+    this.bodies.stop();
     for (const w of [...this.waiters]) w();
     this.server?.stop();
     this.server = undefined;
@@ -411,16 +413,18 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
     if (!route)
       return send(ex, openAIError(404, `no route ${ex.method} ${path.slice(0, 200)}; the router serves POST ${INFERENCE_PATHS.join(", ")} and GET /v1/models`, { code: "not_found" }));
     let pool: string | undefined;
+    let owner = "";
     if (route.auth === "admin") {
       if (!this.o.adminToken || !this.bearerIs(ex, this.o.adminToken)) return send(ex, openAIError(401, `${ex.method} ${path} needs the admin token as a bearer token`, { code: "invalid_api_key" }));
     } else if (route.auth === "client") {
       const auth = this.authorize(ex);
       if ("status" in auth) return send(ex, auth);
       pool = auth.pool;
+      owner = auth.owner ?? "";
     }
     switch (route.kind) {
       case "proxy":
-        return this.proxy(ex, pool);
+        return this.proxy(ex, pool, owner);
       case "models":
         return send(ex, this.listModels(pool));
       case "model": {
@@ -445,14 +449,14 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
     return m !== null && timingSafeEqual(digest(m[1]!), digest(token));
   }
 
-  /** Checks the client's API key when keys are required; returns an error reply, or the key's pool. */
-  private authorize(ex: ClientExchange): Reply | { pool?: string } {
+  /** Checks the client's API key when keys are required; returns an error reply, or the key's pool and SHA-256 (its owner's mark). */
+  private authorize(ex: ClientExchange): Reply | { pool?: string; owner?: string } {
     if (!this.o.requireApiKey) return {};
     const m = /^Bearer\s+(\S+)\s*$/i.exec(ex.headers.get("authorization") ?? "");
     // Keys are looked up by their SHA-256: the secret itself is never compared or kept.
     const key = m ? this.keys.get(sha256hex(m[1]!)) : undefined;
     if (!key) return openAIError(401, "Incorrect or missing API key: send Authorization: Bearer <key> (create one with `llmgw keys create NAME`)", { code: "invalid_api_key" });
-    return key.pool ? { pool: key.pool } : {};
+    return key.pool ? { pool: key.pool, owner: key.sha256 } : { owner: key.sha256 };
   }
 
   private listModels(pool: string | undefined): Reply {
@@ -560,35 +564,43 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
   }
 
   /**
-   * POST to an inference path: checks the body (read whole by the server, within the size limit), then hands
-   * the request to a Call.
+   * POST to an inference path: its body (read whole by the server, within the size cap) is read
+   * here when that is cheap, else on the body worker (body-reader.ts), then routed.
    */
-  private proxy(ex: ClientExchange, keyPool: string | undefined): void {
+  private proxy(ex: ClientExchange, keyPool: string | undefined, owner: string): void {
     const t0 = this.scheduler.mono();
     // A key bound to a pool decides the pool; otherwise the client may pick one by header.
     const pool = keyPool ?? ex.headers.get("x-llmgw-pool");
-    let body: Record<string, unknown>;
-    try {
-      body = JSON.parse(utf8Text(ex.body));
-    } catch (e) {
-      return send(ex, openAIError(400, `We could not parse the JSON body of your request: ${(e as Error).message}`, { code: "invalid_json" }));
-    }
-    if (typeof body !== "object" || body === null || Array.isArray(body)) return send(ex, openAIError(400, "the request body must be a JSON object", { code: "invalid_request" }));
-    const model = body.model;
-    if (model === undefined || model === "") return send(ex, openAIError(400, "you must provide a model parameter", { param: "model", code: "missing_model" }));
-    if (typeof model !== "string")
-      return send(ex, openAIError(400, `model must be a string, not ${model === null ? "null" : Array.isArray(model) ? "an array" : typeof model}`, { param: "model", code: "invalid_type" }));
-
-    const stream = body.stream === true;
-    // The common case calls straight on; only a request held for a cold start needs a closure.
-    if (this.balancer.has(model, pool)) return this.call(ex, body, model, pool, stream, t0);
-    this.coldStart(ex, model, pool, stream && SSE_PATHS.has(ex.path), () => this.call(ex, body, model, pool, stream, t0));
+    const read = this.bodies.readNow(ex.body);
+    if (read !== undefined) return this.routeBody(ex, read, pool, owner, t0);
+    this.bodies.readOff(ex.body, (later) => {
+      if (ex.aborted) return;
+      try {
+        this.routeBody(ex, later, pool, owner, t0);
+      } catch (e) {
+        this.internalError(ex, e);
+      }
+    });
   }
 
-  private call(ex: ClientExchange, body: Record<string, unknown>, model: string, pool: string | undefined, stream: boolean, t0: number): void {
-    const key = prefixKey(body);
-    const extra = forwardHeaders(ex.headers);
-    new Call(this, ex, model, pool, key, stream, extra, body, ex.body, ex.target, t0).next();
+  /** A body read: refused, or handed to a Call (at once, or once a cold model has a replica). */
+  private routeBody(ex: ClientExchange, read: BodyRead, pool: string | undefined, owner: string, t0: number): void {
+    if (read.reply !== undefined) return send(ex, read.reply);
+    const facts = read.facts;
+    let pin: string | undefined;
+    if (facts.previousResponseId !== undefined && ex.path === "/v1/responses") {
+      const to = this.responses.route(facts.previousResponseId, owner, this.o.requireApiKey === true);
+      if ("status" in to) return send(ex, to);
+      pin = to.pin;
+    }
+    const model = facts.model;
+    // The common case calls straight on; only a request held for a cold start needs a closure.
+    if (this.balancer.has(model, pool)) return this.call(ex, facts, pool, owner, pin, t0);
+    this.coldStart(ex, model, pool, facts.stream && SSE_PATHS.has(ex.path), () => this.call(ex, facts, pool, owner, pin, t0));
+  }
+
+  private call(ex: ClientExchange, facts: BodyFacts, pool: string | undefined, owner: string, pin: string | undefined, t0: number): void {
+    new Call(this, ex, facts, pool, forwardHeaders(ex.headers), ex.target, t0, owner, pin).next();
   }
 
   /**
@@ -858,28 +870,32 @@ class Call {
   private lastError = "no replica answered";
   /** The client's 200 and SSE head went out while the request was held: the engine's stream is piped into it. */
   readonly opened: boolean;
+  readonly stream: boolean;
+  private readonly model: string;
 
   constructor(
     readonly r: Router,
     readonly ex: ClientExchange,
-    private readonly model: string,
+    private readonly facts: BodyFacts,
     private readonly pool: string | undefined,
-    private readonly key: number,
-    readonly stream: boolean,
     private readonly extra: ExtraHeaders,
-    private readonly body: Record<string, unknown>,
-    private readonly bytes: Uint8Array,
     readonly path: string,
     readonly t0: number,
+    /** The client's API key (its SHA-256; "" without keys): a Responses API id it is answered is remembered as its. */
+    readonly owner: string,
+    /** The replica that holds the response this request continues, tried before any other. */
+    private readonly pin: string | undefined,
   ) {
     this.opened = ex.answered;
+    this.model = facts.model;
+    this.stream = facts.stream;
   }
 
   next(): void {
     const r = this.r;
     let attempt: Attempt | undefined;
     try {
-      const lease = this.attempts < r.maxAttempts && !this.ex.aborted ? r.balancer.acquire(this.model, this.key, this.pool, this.exclude) : undefined;
+      const lease = this.attempts < r.maxAttempts && !this.ex.aborted ? this.acquire() : undefined;
       if (lease === undefined) {
         r.answer(this.ex, r.gaveUp(this.model, this.lastError));
         return;
@@ -889,13 +905,19 @@ class Call {
       const canonical = ep.info.models[0] ?? this.model;
       attempt = new Attempt(this, lease, canonical);
       // SGLang serves one name; any alias is sent to it as the model's own name.
-      const payload = ep.info.engine === "sglang" && this.model !== canonical ? enc.encode(JSON.stringify({ ...this.body, model: canonical })) : this.bytes;
+      const payload = ep.info.engine === "sglang" && this.model !== canonical ? withModel(this.ex.body, this.facts, canonical) : this.ex.body;
       attempt.start(this.path, payload, this.extra);
     } catch (e) {
       // Whatever threw, the lease taken for this attempt goes back and this request alone ends.
       if (attempt !== undefined) attempt.crash(e);
       else r.internalError(this.ex, e);
     }
+  }
+
+  private acquire(): Lease | undefined {
+    const b = this.r.balancer;
+    const pinned = this.pin !== undefined ? b.acquireOn(this.pin, this.model, this.pool, this.exclude) : undefined;
+    return pinned ?? b.acquire(this.model, this.facts.key, this.pool, this.exclude);
   }
 
   /** An attempt failed before any byte reached the client: try another replica. */
@@ -945,6 +967,8 @@ class Attempt implements ExchangeHandler, Watch {
   private readonly t0: number;
   /** The answer's output tokens, counted as its bytes pass. */
   private readonly tokens = new TokenCount();
+  /** A Responses API answer: its response's id is looked for in its first bytes. */
+  private sniff: IdSniffer | undefined;
 
   constructor(
     private readonly call: Call,
@@ -1068,6 +1092,7 @@ class Attempt implements ExchangeHandler, Watch {
       this.mode = "retry";
       return;
     }
+    if (status < 300 && this.ex.path === "/v1/responses") this.sniff = new IdSniffer();
     // Any other 5xx is the engine's own answer and goes to the client, but the replica is
     // passed over for a while: a client's 4xx never counts against it.
     if (status >= 500) this.r.balancer.cooldown(this.lease.endpoint.id, this.r.cooldownMs);
@@ -1099,6 +1124,7 @@ class Attempt implements ExchangeHandler, Watch {
 
   /** Body bytes d[a, b). */
   private dataIn(d: Uint8Array, a: number, b: number): void {
+    if (this.sniff !== undefined) this.sniffId(d, a, b);
     // Small and whole (or a retry's message): kept until the end. Dying mid-body is still
     // before the client saw a byte, so it is retried like a refused connection.
     // Ranges of the reads are kept, not copied: each socket read arrives in a fresh buffer (src/http/client.ts).
@@ -1117,6 +1143,14 @@ class Attempt implements ExchangeHandler, Watch {
       this.settled = true;
       this.firstByte((this.r.scheduler.mono() - this.t0) / 1000);
     }
+  }
+
+  /** The response's id, remembered with the client's key and this replica once found. */
+  private sniffId(d: Uint8Array, a: number, b: number): void {
+    const s = this.sniff!;
+    const id = s.feed(d, a, b);
+    if (s.done) this.sniff = undefined;
+    if (id !== undefined) this.r.responses.remember(id, this.call.owner, this.lease.endpoint.id);
   }
 
   private firstByte(seconds: number): void {

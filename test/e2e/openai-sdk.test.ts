@@ -131,6 +131,31 @@ describe("the OpenAI SDK against llmgw demo", () => {
     expect(final?.output_text ?? final?.output.flatMap((o) => (o.type === "message" ? o.content.map((c) => (c.type === "output_text" ? c.text : "")) : [])).join("")).toBe(text);
   });
 
+  test("previous_response_id goes back to the replica that made the response, turn after turn", async () => {
+    let { data: r, response } = await client.responses.create({ model: "llama-3.1-8b", input: "Where shall we start?" }).withResponse();
+    const home = response.headers.get("x-llmgw-replica");
+    expect(home).toBeTruthy();
+    for (let t = 0; t < 4; t++) {
+      ({ data: r, response } = await client.responses.create({ model: "llama-3.1-8b", previous_response_id: r.id, input: [{ role: "user", content: `turn ${t}: ${"more ".repeat(t * 7)}` }] }).withResponse());
+      expect(response.headers.get("x-llmgw-replica")).toBe(home);
+    }
+  });
+
+  test("a large body is read on the router's body worker; one nested too deep is refused naming the flag", async () => {
+    const workers = () => readdirSync(`/proc/${demo.pid}/task`).filter((t) => readFileSync(`/proc/${demo.pid}/task/${t}/comm`, "utf8").trim() === "Worker").length;
+    const before = workers();
+    const image = `data:image/png;base64,${"iVBORw0K".repeat(128 * 1024)}`;
+    const r = await client.chat.completions.create({ model: "llama-3.1-8b", messages: [{ role: "user", content: [{ type: "text", text: "What is this?" }, { type: "image_url", image_url: { url: image } }] }], max_tokens: 2 });
+    expect(r.choices[0]!.message.content!.length).toBeGreaterThan(0);
+    // The body worker is a thread of its own, started by the first body it reads.
+    expect(workers()).toBe(before + 1);
+    const deep = JSON.parse(`${"[".repeat(100)}${"]".repeat(100)}`) as string;
+    const err = await client.chat.completions.create({ model: "llama-3.1-8b", messages: [{ role: "user", content: deep }] }).catch((e) => e);
+    expect(err).toBeInstanceOf(OpenAI.BadRequestError);
+    expect((err as InstanceType<typeof OpenAI.BadRequestError>).code).toBe("json_too_deep");
+    expect((err as Error).message).toContain("--max-json-depth 64");
+  });
+
   test("completions, embeddings and the models list", async () => {
     const c = await client.completions.create({ model: "llama-3.1-8b", prompt: "Once upon a time", max_tokens: 4 });
     expect(c.choices[0]!.text.length).toBeGreaterThan(0);

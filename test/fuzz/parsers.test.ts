@@ -1,4 +1,6 @@
 // Property-based fuzzing of the parsers that take input from people and files, in process: the
+// router's pass over request bodies (scanJson, readBody) never throws and never lets through a
+// body JSON.parse finds deeper or fuller than the limits; the
 // catalog schemas (ModelSpec, CatalogFile) never throw and name every problem's path, and what
 // they accept survives storage and the GET → PUT round trip; loadConfig (serve and agent) with
 // fuzzed flags, environment and TOML/YAML/JSON files always gives a valid config or a
@@ -8,7 +10,10 @@ import { afterAll, expect, test } from "bun:test";
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import fc from "fast-check";
-import { EXTRA_KEYS, type Op, type Path, Raw, allPaths, applyOp, containerAt, mutated, own } from "../helpers/fuzz";
+import { EXTRA_KEYS, type Op, type Path, Raw, allPaths, applyOp, bodies, containerAt, mutated, own } from "../helpers/fuzz";
+import { jsonShape } from "../helpers/json-bodies";
+import { scanJson } from "../../src/router/body-scan";
+import { readBody, utf8Text } from "../../src/router/request-body";
 import { specToWire } from "../../src/api/admin";
 import { AgentConfig, ConfigError, loadConfig, ServeConfig } from "../../src/config";
 import { CatalogFile, ModelSpec } from "../../src/protocol/catalog";
@@ -469,3 +474,48 @@ test("loadConfig(AgentConfig) gives a config or a ConfigError naming keys, never
   await fuzzConfig("AgentConfig", AgentConfig, valid, { server: "http://127.0.0.1:8001", token: "c".repeat(20) }, SEED + 42, 800);
   expect(report("loadConfig(AgentConfig)")).toEqual([]);
 }, 60_000);
+
+// ---- the router's pass over request bodies ------------------------------------------------
+
+test("scanJson and readBody never throw; a body the scan passes parses within its limits, counted exactly", () => {
+  const valid = {
+    model: "m",
+    stream: true,
+    previous_response_id: "resp_1",
+    messages: [
+      { role: "system", content: "be brief" },
+      { role: "user", content: [{ type: "text", text: 'say "hi" \\ [ok]' }, { type: "image_url", image_url: { url: "data:image/png;base64,AAAA" } }] },
+    ],
+    tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: { a: { type: "array", items: { type: "string" } } } } } }],
+  };
+  fc.assert(
+    fc.property(bodies(valid), fc.integer({ min: 1, max: 10 }), fc.integer({ min: 1, max: 40 }), (body, maxDepth, maxValues) => {
+      const limits = { maxDepth, maxValues };
+      const s = scanJson(body.bytes, limits);
+      const read = readBody(body.bytes, limits);
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(utf8Text(body.bytes));
+      } catch {
+        // Not JSON: the scan only counts; JSON.parse refuses it (when the scan let it through).
+        if (s.over === undefined) expect(read.reply?.status).toBe(400);
+        return;
+      }
+      const shape = jsonShape(parsed);
+      if (s.over === "depth") expect(shape.depth).toBeGreaterThan(maxDepth);
+      else if (s.over === "values") expect(shape.values).toBeGreaterThan(maxValues);
+      else {
+        expect(shape.depth).toBeLessThanOrEqual(maxDepth);
+        expect(s.values).toBe(shape.values);
+        const model = (parsed as { model?: unknown } | null)?.model;
+        if (typeof model === "string" && model !== "" && !Array.isArray(parsed)) {
+          // Read, or refused for another field (a previous_response_id that is no string).
+          if (read.facts !== undefined) expect(read.facts.model).toBe(model);
+          else expect(read.reply?.status).toBe(400);
+          expect(JSON.parse(utf8Text(body.bytes.subarray(s.modelStart, s.modelEnd)))).toBe(model);
+        }
+      }
+    }),
+    { seed: SEED + 50, numRuns: runs(3000) },
+  );
+});

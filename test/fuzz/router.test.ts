@@ -11,6 +11,7 @@ import { Router, INFERENCE_PATHS } from "../../src/router/router";
 import { MALFORMED, chatRequest, engineAnswer, rawEngine, rawRequest } from "../helpers/raw-http";
 import { SEED, SCALE, pathParam, query, Raw, toJson, own, hostile, enc, textBody, garbage, contentType, bodies, clip, FuzzHarness, errorAnswer, assertRuns, type Req, type Res, type Judge } from "../helpers/fuzz";
 import { ROUTER_DEFAULTS } from "../helpers/router-settings";
+import { jsonShape } from "../helpers/json-bodies";
 
 // ---- the server, its catalog, and the checks -----------------------------------------------
 
@@ -63,7 +64,7 @@ function openAIErrorProblems(res: Res): string[] {
 
 let expected503 = 0;
 
-/** What the router must answer to a POST body, from the body alone: 400, 404, 413 or 503. */
+/** What the router must answer to a POST body, from the body alone: 400, 404, 413 or 503 (the limits are the config's defaults). */
 function expectedStatus(r: Req): number {
   const bytes = r.body ?? new Uint8Array();
   if (bytes.length > MAX_BODY) return 413;
@@ -75,6 +76,10 @@ function expectedStatus(r: Req): number {
   } catch {
     return 400;
   }
+  // Nesting and values are counted before the parse, so they come before any field.
+  const shape = jsonShape(body);
+  if (shape.depth > ROUTER_DEFAULTS.maxJsonDepth) return 400;
+  if (shape.values > ROUTER_DEFAULTS.maxJsonValues) return 413;
   if (body === null || typeof body !== "object" || Array.isArray(body)) return 400;
   const model = (body as { model?: unknown }).model;
   if (typeof model !== "string" || model === "") return 400;

@@ -125,7 +125,16 @@ export function applyOp(root: unknown, o: Op): void {
 
 export const describeOp = (o: Op): string => {
   const p = o.path.join(".") || "(root)";
-  const show = (v: unknown) => (v instanceof Raw ? String(v) : typeof v === "string" && v.length > 40 ? `"${v.slice(0, 40)}…"[${v.length}]` : toJson(v).slice(0, 60));
+  const show = (v: unknown) => {
+    try {
+      if (v instanceof Raw) return String(v);
+      if (typeof v === "string" && v.length > 40) return `"${v.slice(0, 40)}…"[${v.length}]`;
+      return toJson(v).slice(0, 60);
+    } catch {
+      // A value with no way to become text (a null-prototype object inside), or too deep to write out.
+      return Object.prototype.toString.call(v);
+    }
+  };
   if (o.op === "set") return `set ${p} = ${show(o.value)}`;
   if (o.op === "delete") return `delete ${p}`;
   if (o.op === "dup") return `duplicate first element of ${p}`;

@@ -849,4 +849,47 @@ describe("prefixKey", () => {
   test("0 for anything else", () => {
     for (const body of [null, undefined, 42, "text", [], {}, { model: "x" }, { messages: [] }, { prompt: [] }, { prompt: 5 }]) expect(prefixKey(body)).toBe(0);
   });
+
+  test("the Responses API's input items are read as chat messages are: each array its own key, from its opening", () => {
+    const items = (...m: object[]) => ({ model: "m", input: m });
+    const one = prefixKey(items({ role: "user", content: "first question" }));
+    const two = prefixKey(items({ role: "user", content: "another question" }));
+    expect(one).not.toBe(0);
+    expect(two).not.toBe(0);
+    expect(one).not.toBe(two);
+    // Later turns extend the opening and keep its key.
+    expect(prefixKey(items({ role: "user", content: "first question" }, { role: "assistant", content: "answer" }, { role: "user", content: "more" }))).toBe(one);
+    // Items without a role count by their type, a tool output by its output; content parts by their text.
+    const call = (output: string) => prefixKey(items({ role: "developer", content: [{ type: "input_text", text: "be brief" }] }, { type: "function_call_output", call_id: "c1", output }, { role: "user", content: "q" }));
+    expect(call("42")).not.toBe(call("43"));
+    expect(prefixKey(items({ role: "user", content: [{ type: "input_text", text: "first question" }] }))).toBe(one);
+    // A chat with the same opening has the same key: the engine's prompt starts the same.
+    expect(prefixKey({ messages: [{ role: "user", content: "first question" }] })).toBe(one);
+  });
+
+  test("the Responses API's instructions come first in its key, as a system message would", () => {
+    const r = (instructions: string | undefined, input: unknown) => prefixKey({ model: "m", input, ...(instructions !== undefined ? { instructions } : {}) });
+    expect(r("be brief", "hi")).not.toBe(r("be long", "hi"));
+    expect(r("be brief", [{ role: "user", content: "hi" }])).toBe(prefixKey({ messages: [{ role: "system", content: "be brief" }, { role: "user", content: "hi" }] }));
+    expect(r(undefined, "hi")).toBe(prefixKey({ input: "hi" }));
+  });
+});
+
+describe("acquireOn: a request only one replica can serve", () => {
+  test("takes that endpoint whatever its load, if it serves the model in the pool and is not excluded", () => {
+    const { b } = balancer([ep("a"), ep("b"), ep("c", { models: ["other"] }), ep("d", { pool: "p2" })]);
+    const held: Lease[] = [];
+    for (let i = 0; i < 10; i++) held.push(b.acquireOn("a", "llama")!);
+    expect(held.every((l) => l.endpoint.id === "a")).toBe(true);
+    expect(inflight(b).a).toBe(10);
+    b.cooldown("a", 60_000);
+    expect(b.acquireOn("a", "llama")?.endpoint.id).toBe("a");
+    expect(b.acquireOn("a", "llama", undefined, new Set(["a"]))).toBeUndefined();
+    expect(b.acquireOn("c", "llama")).toBeUndefined();
+    expect(b.acquireOn("gone", "llama")).toBeUndefined();
+    expect(b.acquireOn("d", "llama", "default")).toBeUndefined();
+    expect(b.acquireOn("d", "llama", "p2")?.endpoint.id).toBe("d");
+    for (const l of held) l.release();
+    expect(inflight(b).a).toBe(1);
+  });
 });

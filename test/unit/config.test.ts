@@ -147,7 +147,7 @@ describe("defaults in one place", () => {
   test("defaultText states a schema default as help writes it", () => {
     expect(defaultText(ServeConfig, "first_byte_timeout")).toBe("5m");
     expect(defaultText(ServeConfig, "listen")).toBe("0.0.0.0:8000");
-    expect(defaultText(ServeConfig, "max_body_bytes")).toBe("8388608");
+    expect(defaultText(ServeConfig, "max_body_bytes")).toBe("4194304");
     expect(defaultText(ServeConfig, "balance_load_factor")).toBe("1.25");
     expect(defaultText(ServeConfig, "require_api_key")).toBe("off");
     expect(defaultText(ServeConfig, "data_dir")).toBe("./llmgw-data");
@@ -165,7 +165,7 @@ describe("defaults in one place", () => {
       expect(spec.help, flag).toContain(`(default ${defaultText(ServeConfig, key)}`);
       checked++;
     }
-    expect(checked).toBe(39);
+    expect(checked).toBe(41);
   });
   test("every agent flag of a key with a scalar default states that default, read from the schema", () => {
     const stated: string[] = [];

@@ -18,7 +18,7 @@
 import { Router, type RouterOptions } from "../../../src/router/router";
 import type { EndpointInfo } from "../../../src/protocol/routing";
 
-type Settings = Pick<RouterOptions, "maxBodyBytes" | "maxAttempts" | "firstByteTimeoutMs" | "idleTimeoutMs" | "coldStartTimeoutMs" | "coldStartProgressMs" | "maxHeldPerModel" | "cooldownMs">;
+type Settings = Pick<RouterOptions, "maxBodyBytes" | "maxJsonDepth" | "maxJsonValues" | "maxAttempts" | "firstByteTimeoutMs" | "idleTimeoutMs" | "coldStartTimeoutMs" | "coldStartProgressMs" | "maxHeldPerModel" | "cooldownMs">;
 const given = process.env.LLMGW_BENCH_ROUTER_SETTINGS;
 const settings: Settings = given ? (JSON.parse(given) as Settings) : (await import("../../helpers/router-settings")).ROUTER_DEFAULTS;
 
