@@ -346,6 +346,7 @@ function buildController(config: ServeConfig, o: { store: StorePort; log: Logger
       maxFailures: config.max_failures,
       backoffMs: config.restart_backoff,
       backoffMaxMs: config.restart_backoff_max,
+      crashWindowMs: config.crash_window,
       replaceAfterMs: config.replace_after,
       // A replica an agent has not mentioned in a few heartbeats after placement is lost.
       reportGraceMs: Math.max(3 * config.heartbeat_interval, 5_000),

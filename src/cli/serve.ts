@@ -20,9 +20,10 @@ export const SERVE_FLAGS: FlagSpecs = {
   "heartbeat-interval": { kind: "string", value: "DURATION", help: `how often agents heartbeat (default ${d("heartbeat_interval")})` },
   "reconcile-interval": { kind: "string", value: "DURATION", help: `control loop tick (default ${d("reconcile_interval")})` },
   "start-timeout": { kind: "string", value: "DURATION", help: `how long an engine has to become healthy when its catalog profile sets no start_timeout; the agent is given it, and the server fails a replica still starting this + 2 heartbeat intervals + 1m after placement (default ${d("start_timeout")})` },
-  "max-failures": { kind: "string", value: "N", help: `failed starts in a row after which a model is parked (default ${d("max_failures")})` },
+  "max-failures": { kind: "string", value: "N", help: `failed starts in a row, or crashes within --crash-window of becoming ready in a row, after which a model is parked (default ${d("max_failures")})` },
   "restart-backoff": { kind: "string", value: "DURATION", help: `first retry delay after a failure, doubling each time (default ${d("restart_backoff")})` },
   "restart-backoff-max": { kind: "string", value: "DURATION", help: `longest retry delay (default ${d("restart_backoff_max")})` },
+  "crash-window": { kind: "string", value: "DURATION", help: `a replica that crashes within this long of becoming ready counts towards its model's crash loop (restarted after the restart backoff, parked after --max-failures in a row); one that stays ready this long ends the loop (default ${d("crash_window")})` },
   "replace-after": { kind: "string", value: "DURATION", help: `how long a node may be unreachable before its replicas are replaced (default ${d("replace_after")})` },
   "engine-base-port": {
     kind: "string",

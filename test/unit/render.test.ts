@@ -6,6 +6,7 @@ import { renderStatus } from "../../src/cli/status";
 import { renderReplicas } from "../../src/cli/replicas";
 import { detectStyle, table, usageBar } from "../../src/cli/render";
 import { human } from "../../src/lib/format";
+import { renderModelDetail } from "../../src/cli/describe";
 import type { ReplicaView, Summary } from "../../src/protocol/views";
 
 const plain = { color: false };
@@ -104,5 +105,24 @@ describe("tables", () => {
   });
   test("columns align and numeric columns right-align", () => {
     expect(table(["A", "NUM"], [["x", "1"], ["long", "100"]], { right: [1] })).toBe("A     NUM\nx       1\nlong  100");
+  });
+});
+
+describe("describe model", () => {
+  type Detail = Parameters<typeof renderModelDetail>[0];
+  const m = (extra: Partial<Detail>): Detail => ({
+    name: "m", aliases: [], desired: 1, ready: 0, total: 1, min: 1, max: 1, on_demand: false, parked: false, failures: 0, crashes: 0, reason: null, unplaceable: false, never_fits: false, revision: 1, spec: { profiles: [] },
+    ...extra,
+  });
+  test("a model parked for crashing says how many crashes in a row and why; one parked for failed starts says those", () => {
+    const reason = "crashed within 10m of becoming ready, 5 times in a row; last: exited with code 1: boom";
+    const crashed = renderModelDetail(m({ parked: true, crashes: 5, reason }), [], [], plain);
+    expect(crashed).toContain("Crashes:    5 soon after becoming ready, in a row, parked (`llmgw models unpark m` tries again)");
+    expect(crashed).not.toContain("Failures:");
+    expect(crashed).toContain(`Reason:     ${reason}`);
+    const failed = renderModelDetail(m({ parked: true, failures: 5, crashes: 1, reason: "exited with code 1" }), [], [], plain);
+    expect(failed).toContain("Failures:   5 failed starts in a row, parked");
+    expect(failed).toContain("Crashes:    1 soon after becoming ready, in a row\n");
+    expect(renderModelDetail(m({}), [], [], plain)).not.toMatch(/Failures:|Crashes:/);
   });
 });

@@ -71,7 +71,7 @@ const SNAPSHOT_SQL = {
   weights: `SELECT node, model FROM weights ORDER BY node COLLATE "C", model COLLATE "C"`,
   models: `SELECT name, spec, revision, created_at AS "createdAt", updated_at AS "updatedAt" FROM models ORDER BY name COLLATE "C"`,
   replicas: `SELECT id, model, profile, state, shards, port, endpoint, failures, error, created_at AS "createdAt", updated_at AS "updatedAt", ready_at AS "readyAt" FROM replicas ORDER BY id COLLATE "C"`,
-  modelState: `SELECT model, failures, parked, reason, last_failure_at AS "lastFailureAt", last_requested_at AS "lastRequestedAt", scale_target AS "scaleTarget", unplaceable_reason AS "unplaceableReason" FROM model_state ORDER BY model COLLATE "C"`,
+  modelState: `SELECT model, failures, crashes, parked, reason, last_failure_at AS "lastFailureAt", last_requested_at AS "lastRequestedAt", scale_target AS "scaleTarget", unplaceable_reason AS "unplaceableReason" FROM model_state ORDER BY model COLLATE "C"`,
 } as const;
 
 // changesSince's queries: the snapshot's columns, of the rows the changes name ($1, a text array).
@@ -83,7 +83,7 @@ const CHANGE_SQL = {
   credentials: `SELECT name AS node, credential_hash AS hash FROM nodes WHERE name = ANY($1::text[]) AND credential_hash IS NOT NULL`,
   addresses: `SELECT node, address FROM node_addresses WHERE node = ANY($1::text[])`,
   models: `SELECT name, spec, revision, created_at AS "createdAt", updated_at AS "updatedAt" FROM models WHERE name = ANY($1::text[])`,
-  modelState: `SELECT model, failures, parked, reason, last_failure_at AS "lastFailureAt", last_requested_at AS "lastRequestedAt", scale_target AS "scaleTarget", unplaceable_reason AS "unplaceableReason" FROM model_state WHERE model = ANY($1::text[])`,
+  modelState: `SELECT model, failures, crashes, parked, reason, last_failure_at AS "lastFailureAt", last_requested_at AS "lastRequestedAt", scale_target AS "scaleTarget", unplaceable_reason AS "unplaceableReason" FROM model_state WHERE model = ANY($1::text[])`,
   replicas: `SELECT id, model, profile, state, shards, port, endpoint, failures, error, created_at AS "createdAt", updated_at AS "updatedAt", ready_at AS "readyAt" FROM replicas WHERE id = ANY($1::text[])`,
   apiKeys: `SELECT name, hash, pool, created_at AS "createdAt" FROM api_keys WHERE name = ANY($1::text[])`,
 } as const;
@@ -513,7 +513,7 @@ export class PgStore implements StorePort {
       const names = [...new Set(models.map((m) => m.spec.name))].map((name) => ({ name }));
       await tx.execute(
         sql`INSERT INTO model_state (model) SELECT v.name FROM ${recordset(names, "name text")}
-          ON CONFLICT (model) DO UPDATE SET failures = 0, parked = false, reason = NULL, unplaceable_reason = NULL`,
+          ON CONFLICT (model) DO UPDATE SET failures = 0, crashes = 0, parked = false, reason = NULL, unplaceable_reason = NULL`,
       );
     });
   }
@@ -539,7 +539,7 @@ export class PgStore implements StorePort {
     return this.write("once", "any", async (tx) => {
       const done = await tx
         .update(schema.modelState)
-        .set({ parked: false, failures: 0, reason: null, lastFailureAt: null })
+        .set({ parked: false, failures: 0, crashes: 0, reason: null, lastFailureAt: null })
         .where(and(eq(schema.modelState.model, model), eq(schema.modelState.parked, true)))
         .returning({ m: schema.modelState.model });
       return done.length > 0;
@@ -882,6 +882,7 @@ const REPLICA_COLUMNS: Record<string, [string, string]> = {
 };
 const MODEL_STATE_COLUMNS: Record<string, [string, string]> = {
   failures: ["failures", "integer"],
+  crashes: ["crashes", "integer"],
   parked: ["parked", "boolean"],
   reason: ["reason", "text"],
   lastFailureAt: ["last_failure_at", "bigint"],
