@@ -143,7 +143,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   for (const [kind, t] of [["admin", admin], ["join", join_]] as const)
     log.info({ kind, source: t.source, path: t.source === "given" ? undefined : t.path }, `${kind} token ${t.source}`);
 
-  const opened = await openStore({ target: config.store, dataDir, busyTimeoutMs: config.db_busy_timeout });
+  const opened = await openStore({ target: config.store, dataDir, busyTimeoutMs: config.db_busy_timeout, queryTimeoutMs: config.db_query_timeout });
   const store = opened.sqlite;
   // Several control planes on one store: on by itself with PostgreSQL, asked for with SQLite.
   const ha = opened.dialect === "postgres" || config.ha === true;

@@ -120,6 +120,13 @@ export const ServeConfig = z.strictObject({
   engine_port_range: z.coerce.number().int().min(1).max(32000).default(900),
   /** How long a write waits for a database lock held elsewhere before failing. */
   db_busy_timeout: Duration.prefault("5s"),
+  /**
+   * PostgreSQL store: how long one call may take, its tries included, before it fails as the
+   * store being unavailable (503 to the API). A server or network that goes silent mid-failover
+   * sends no error; without a deadline a call (and a `status` behind it) would wait for the socket.
+   * 10 s: far above any call's own time, well below the CLI's 30 s.
+   */
+  db_query_timeout: Duration.refine((ms) => ms >= 100, "must be at least 100ms").prefault("10s"),
   /** A new node waits as pending until `llmgw nodes approve NAME`. */
   approve_nodes: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(false),
   /** Nodes accepted in all; a new one beyond is refused. */
