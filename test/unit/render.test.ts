@@ -7,6 +7,7 @@ import { renderReplicas } from "../../src/cli/replicas";
 import { detectStyle, table, usageBar } from "../../src/cli/render";
 import { human } from "../../src/lib/format";
 import { renderModelDetail } from "../../src/cli/describe";
+import { renderModels } from "../../src/cli/models";
 import type { ReplicaView, Summary } from "../../src/protocol/views";
 
 const plain = { color: false };
@@ -124,5 +125,10 @@ describe("describe model", () => {
     expect(failed).toContain("Failures:   5 failed starts in a row, parked");
     expect(failed).toContain("Crashes:    1 soon after becoming ready, in a row\n");
     expect(renderModelDetail(m({}), [], [], plain)).not.toMatch(/Failures:|Crashes:/);
+  });
+  test("models -o wide counts failed starts and crashes apart", () => {
+    const out = renderModels([m({ parked: true, crashes: 5, reason: "crashed within 10m of becoming ready, 5 times in a row; last: boom" })], plain, true);
+    expect(out).toMatch(/FAILURES\s+CRASHES\s+REVISION/);
+    expect(out).toMatch(/parked\s+-\s+1\s+0\s+5\s+1\s+crashed within 10m/);
   });
 });
