@@ -12,7 +12,8 @@
 //      replica ever runs twice.
 //   3. An engine crashing after it was ready is replaced after the restart backoff; one crashing
 //      at every start parks its model with its stderr, with growing backoff; a new revision
-//      unparks it.
+//      unparks it. One that crashes soon after every ready is restarted with growing backoff too,
+//      and parked after 5 crashes in a row with the crash's cause, which `status` shows.
 //   4. An engine killed mid-stream: the client gets an SSE error event within 1 s, the router's
 //      lease is released, the endpoint is passed over, and the replica is replaced.
 
