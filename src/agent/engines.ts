@@ -5,6 +5,7 @@
 // pinned by unit tests.
 
 import { hostPort } from "../lib/net";
+import { sglangDpAttention } from "../protocol/engine-ports";
 import { type Assignment, launchInputProblem } from "../protocol/heartbeat";
 import { compareVersions, llamaBuild, type RealEngine } from "./engine-versions";
 
@@ -326,6 +327,10 @@ function sglangCommand({ a, opts, newer, key, port }: Template): Rendered {
       checksKey = false;
       servesHttp = newer(ENGINE_RANGES.sglang.rankHealth);
     }
+  } else if (sglangDpAttention(a)) {
+    // Alone, SGLang with DP attention would bind 127.0.0.1:--port+233 and the ports after it,
+    // outside anything kept free for it (protocol/engine-ports.ts): it gets its block instead.
+    cmd.push("--dist-init-addr", hostPort("127.0.0.1", a.shard.leader_port));
   }
   if (key !== null && checksKey) cmd.push("--api-key", key);
   return { cmd, servesHttp, checksKey };

@@ -271,6 +271,7 @@ export const ModelPage: FC<{ nonce: string; csrf?: string; flash?: Flash; d: Mod
               ["Aliases", m.aliases.join(", ") || "-"],
               ["Revision", String(m.revision)],
               ["Failures", String(m.failures)],
+              ["Crashes soon after ready", String(m.crashes)],
             ]}
           />
         </Section>

@@ -145,7 +145,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   for (const [kind, t] of [["admin", admin], ["join", join_]] as const)
     log.info({ kind, source: t.source, path: t.source === "given" ? undefined : t.path }, `${kind} token ${t.source}`);
 
-  const opened = await openStore({ target: config.store, dataDir, busyTimeoutMs: config.db_busy_timeout });
+  const opened = await openStore({ target: config.store, dataDir, busyTimeoutMs: config.db_busy_timeout, queryTimeoutMs: config.db_query_timeout });
   const store = opened.sqlite;
   // Several control planes on one store: on by itself with PostgreSQL, asked for with SQLite.
   const ha = opened.dialect === "postgres" || config.ha === true;
@@ -334,6 +334,7 @@ function buildController(config: ServeConfig, o: { store: StorePort; log: Logger
       maxFailures: config.max_failures,
       backoffMs: config.restart_backoff,
       backoffMaxMs: config.restart_backoff_max,
+      crashWindowMs: config.crash_window,
       replaceAfterMs: config.replace_after,
       // A replica an agent has not mentioned in a few heartbeats after placement is lost.
       reportGraceMs: Math.max(3 * config.heartbeat_interval, 5_000),

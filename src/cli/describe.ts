@@ -51,7 +51,11 @@ export function renderModelDetail(model: ModelDetail, replicas: ReplicaView[], e
     `Status:     ${paint(style, color, st)}: ${m.ready} of ${m.desired} wanted ready, ${m.total} in all (min ${m.min}, max ${m.max}${m.on_demand ? ", on demand" : ""})`,
     `Revision:   ${m.revision}${m.spec?.pool ? `, pool ${m.spec.pool}` : ""}${m.spec?.placement ? `, ${m.spec.placement}` : ""}`,
   ];
-  if (m.failures > 0 || m.parked) lines.push(`Failures:   ${m.failures} in a row${m.parked ? `, parked (\`llmgw models unpark ${m.name}\` tries again)` : ""}`);
+  // An older server does not send crashes.
+  const crashes = m.crashes ?? 0;
+  const unpark = m.parked ? `, parked (\`llmgw models unpark ${m.name}\` tries again)` : "";
+  if (m.failures > 0 || (m.parked && crashes <= m.failures)) lines.push(`Failures:   ${m.failures} failed starts in a row${crashes <= m.failures ? unpark : ""}`);
+  if (crashes > 0) lines.push(`Crashes:    ${crashes} soon after becoming ready, in a row${crashes > m.failures ? unpark : ""}`);
   lines.push(`Reason:     ${m.reason ? oneLine(m.reason, 400) : "-"}`);
   let out = lines.join("\n") + "\n";
   const profiles = m.spec?.profiles ?? [];

@@ -20,12 +20,13 @@ export function renderModels(list: ModelView[], style: Style, wide: boolean): st
   const models = safeDeep(list);
   if (models.length === 0) return "No models in the catalog. Add some with `llmgw apply -f catalog.yaml`.\n";
   const headers = ["NAME", "READY", "MIN", "MAX", "ON DEMAND", "STATUS", "REASON"];
-  if (wide) headers.splice(6, 0, "ALIASES", "TOTAL", "FAILURES", "REVISION");
+  if (wide) headers.splice(6, 0, "ALIASES", "TOTAL", "FAILURES", "CRASHES", "REVISION");
   const rows = models.map((m) => {
     const st = modelStatus(m);
     const color = st === "ok" ? "green" : st === "short" ? "yellow" : "red";
     const row = [m.name, `${m.ready}/${m.desired}`, String(m.min), String(m.max), m.on_demand ? "yes" : "no", paint(style, color, st)];
-    if (wide) row.push(listCell(m.aliases), String(m.total), String(m.failures), String(m.revision));
+    // An older server sends no crashes.
+    if (wide) row.push(listCell(m.aliases), String(m.total), String(m.failures), String(m.crashes ?? 0), String(m.revision));
     row.push(m.reason ? oneLine(m.reason, wide ? 200 : 80) : "-");
     return row;
   });

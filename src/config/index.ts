@@ -53,11 +53,17 @@ export const ServeConfig = z.strictObject({
    * starts later, always decides first.
    */
   start_timeout: Duration.prefault("30m"),
-  /** Consecutive failed starts after which a model is parked. */
+  /** Consecutive failed starts, or consecutive crashes soon after becoming ready, after which a model is parked. */
   max_failures: z.coerce.number().int().min(1).max(1000).default(5),
-  /** First retry delay after a failure; doubles per consecutive failure, capped at restart_backoff_max. */
+  /** First retry delay after a failure; doubles per consecutive failure (or crash), capped at restart_backoff_max. */
   restart_backoff: Duration.prefault("2s"),
   restart_backoff_max: Duration.prefault("5m"),
+  /**
+   * A replica that crashes within this long of becoming ready counts towards its model's crash
+   * loop (parked at max_failures); one that stays ready this long ends it. 10 minutes, as
+   * Kubernetes forgets a container's restart backoff.
+   */
+  crash_window: Duration.refine((ms) => ms >= 1000, "must be at least 1s").prefault("10m"),
   /** How long a node may stay unreachable before its replicas are replaced elsewhere. */
   replace_after: Duration.prefault("30s"),
   /** Router: upstream must send its first byte within this. */
@@ -121,6 +127,13 @@ export const ServeConfig = z.strictObject({
   engine_port_range: z.coerce.number().int().min(1).max(32000).default(900),
   /** How long a write waits for a database lock held elsewhere before failing. */
   db_busy_timeout: Duration.prefault("5s"),
+  /**
+   * PostgreSQL store: how long one call may take, its tries included, before it fails as the
+   * store being unavailable (503 to the API). A server or network that goes silent mid-failover
+   * sends no error; without a deadline a call (and a `status` behind it) would wait for the socket.
+   * 10 s: far above any call's own time, well below the CLI's 30 s.
+   */
+  db_query_timeout: Duration.refine((ms) => ms >= 100, "must be at least 100ms").prefault("10s"),
   /** A new node waits as pending until `llmgw nodes approve NAME`. */
   approve_nodes: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(false),
   /** Nodes accepted in all; a new one beyond is refused. */

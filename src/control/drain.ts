@@ -9,6 +9,7 @@
 import { plural } from "../lib/format";
 import type { NodeDrain } from "../protocol/views";
 import { fleetCapacity, profileNeverFits } from "./capacity";
+import { parkedAfter } from "./reconcile/crashes";
 import { type PlacementNode, place } from "./placement";
 import type { ModelRow, ModelStateRow, Snapshot } from "./types";
 
@@ -108,7 +109,7 @@ function replicaDrain(
   const desired = f?.desired ?? m.spec.replicas.min;
   if (other.ready >= desired) return { status: "stopping", reason: `${other.ready} ready elsewhere cover it` };
   const st = f?.state;
-  if (st?.parked) return { status: "never", reason: `parked after ${plural(st.failures, "failed start")} (${st.reason ?? "no error given"}); llmgw models unpark ${m.name} to retry` };
+  if (st?.parked) return { status: "never", reason: `parked after ${parkedAfter(st)} (${st.reason ?? "no error given"}); llmgw models unpark ${m.name} to retry` };
   const cannot = never(m, desired);
   if (cannot !== undefined) return { status: "never", reason: `${cannot}; waiting will not help` };
   if (other.ready + other.starting >= desired) return { status: "waiting", reason: `its replacement is starting elsewhere (${other.ready}/${desired} ready)` };

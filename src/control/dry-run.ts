@@ -43,7 +43,7 @@ function withCatalog(s: Snapshot, writes: ReturnType<typeof catalogChanges>["wri
   for (const w of writes) {
     const was = models.get(w.spec.name);
     models.set(w.spec.name, { name: w.spec.name, spec: w.spec, revision: w.revision, createdAt: was?.createdAt ?? now, updatedAt: now });
-    state.set(w.spec.name, { ...(state.get(w.spec.name) ?? emptyModelState(w.spec.name)), failures: 0, parked: false, reason: null, unplaceableReason: null });
+    state.set(w.spec.name, { ...(state.get(w.spec.name) ?? emptyModelState(w.spec.name)), failures: 0, crashes: 0, parked: false, reason: null, unplaceableReason: null });
   }
   const { version: _v, ...rest } = s;
   return { ...rest, models: [...models.values()], modelState: [...state.values()] };

@@ -15,6 +15,7 @@ import type { Explanation, NodeOutcome, OutcomeCount, ProfileExplanation, Sugges
 import { type FleetCapacity, fleetCapacity, modelNeverFits, neverText, profileNeverFits } from "./capacity";
 import { type PlacementNode, type PlacementRequest, type Shard, place } from "./placement";
 import { type ReconcileContext, type ReconcileInput, contextOf, gpuKey, onDrainingNode } from "./reconcile/context";
+import { backoffNote, parkedAfter } from "./reconcile/crashes";
 import type { ModelRequest } from "./reconcile/desired";
 import { heldGpus, placementNodes } from "./reconcile/placements";
 import { PlanBuilder } from "./reconcile/plan";
@@ -90,7 +91,7 @@ function verdictOf(w: World, mine: readonly ReplicaRow[], profiles: ProfileExpla
   const where = wherePlaced(mine);
   if (st?.parked) {
     const why = st.reason ? `: ${st.reason}` : "";
-    return { ...base, status: "parked", summary: `${model.name} is parked after ${plural(st.failures, "failure")}${why}`, suggestions: [{ kind: "unpark", message: `fix the cause, then \`llmgw models unpark ${model.name}\` tries again (a new revision from apply does too)` }] };
+    return { ...base, status: "parked", summary: `${model.name} is parked after ${parkedAfter(st)}${why}`, suggestions: [{ kind: "unpark", message: `fix the cause, then \`llmgw models unpark ${model.name}\` tries again (a new revision from apply does too)` }] };
   }
   if (need === 0 && (desired > 0 || staying > 0)) {
     const starting = staying - ready;
@@ -103,7 +104,8 @@ function verdictOf(w: World, mine: readonly ReplicaRow[], profiles: ProfileExpla
   const lead = desired === 0 ? `${model.name} is on demand with no replica now` : `${model.name} wants ${plural(need, "more replica")}`;
   if (fit) {
     const at = fit.would_place!.map(shardText).join(" + ");
-    const then = desired === 0 ? "a request would start one" : "the next reconcile places one";
+    const held = backoffNote(st, ctx.now, ctx.cfg);
+    const then = desired === 0 ? "a request would start one" : held ? `it ${held}, then a reconcile places one` : "the next reconcile places one";
     return { ...base, status: "fits", summary: `${lead}; ${then} with profile ${fit.name} on ${at}`, suggestions: [{ kind: "none", message: "nothing is needed: it fits now" }] };
   }
   const first = profiles.find((p) => p.verdict === "not_now") ?? profiles[0];

@@ -94,7 +94,7 @@ function* fleetMetricSteps(t: Tables, o: { leading: boolean }): Generator<void, 
   per("llmgw_model_replicas_ready", "Replicas of the model ready to serve.", (m) => m.ready);
   yield;
   per("llmgw_model_unplaceable", "1 when the model's wanted replicas cannot be placed (not now, or never on this fleet), else 0.", (m) => (m.unplaceable ? 1 : 0));
-  per("llmgw_model_parked", "1 when the model is parked after failing every start (`llmgw models unpark` retries it), else 0.", (m) => (m.parked ? 1 : 0));
+  per("llmgw_model_parked", "1 when the model is parked after failing every start or crashing again and again soon after ready (`llmgw models unpark` retries it), else 0.", (m) => (m.parked ? 1 : 0));
   yield;
   // Unknown is not idle: a replica whose last request the routers cannot vouch for has no sample.
   const idle = [...t.replicas].filter((r) => r.idle_seconds >= 0).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));

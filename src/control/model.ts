@@ -642,7 +642,7 @@ export class ModelStore implements StorePort {
       if (!created && !prev) return this.invalidate();
       dropModel(s, spec.name);
       setModel(s, { name: spec.name, spec: JSON.parse(JSON.stringify(spec)) as ModelRow["spec"], revision, createdAt: created || !prev ? now : prev.createdAt, updatedAt: now });
-      patchModelState(s, spec.name, { failures: 0, parked: false, reason: null, unplaceableReason: null });
+      patchModelState(s, spec.name, { failures: 0, crashes: 0, parked: false, reason: null, unplaceableReason: null });
     }
     this.changed("models", "modelState");
   }
@@ -664,7 +664,7 @@ export class ModelStore implements StorePort {
     if (this.state !== s) return out;
     if (out !== (s.modelState.get(model)?.parked === true)) this.invalidate();
     else if (out) {
-      patchModelState(s, model, { parked: false, failures: 0, reason: null, lastFailureAt: null });
+      patchModelState(s, model, { parked: false, failures: 0, crashes: 0, reason: null, lastFailureAt: null });
       this.changed("modelState");
     }
     return out;

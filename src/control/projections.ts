@@ -6,9 +6,9 @@ import { type FleetCapacity, fleetCapacity, modelNeverFits, neverText } from "./
 import type { ModelSpec } from "../protocol/catalog";
 import type { Assignment } from "../protocol/heartbeat";
 import type { CatalogEntry, EndpointInfo } from "./interfaces";
-import { type ReconcileConfig, agentStartTimeout, rendezvousPort, serverStartDeadline } from "./reconciler";
+import { type ReconcileConfig, agentStartTimeout, parkedAfter, rendezvousPort, serverStartDeadline } from "./reconciler";
 import { commonRevision } from "./revisions";
-import type { ReplicaRow, Snapshot } from "./types";
+import type { ModelStateRow, ReplicaRow, Snapshot } from "./types";
 
 /** A replica's engine key, or null when the head node hands out none. */
 export type EngineKeyOf = (replicaId: string) => string | null;
@@ -178,7 +178,7 @@ export function catalog(snapshot: Snapshot, config: Pick<ReconcileConfig, "start
     const startMs = Math.max(...spec.profiles.map((p) => serverStartDeadline(p, config)));
     const entry: CatalogEntry = { name: m.name, aliases: spec.aliases, on_demand: spec.on_demand, pool: spec.pool, created: Math.floor(m.createdAt / 1000), start_timeout_ms: startMs };
     const st = state.get(m.name);
-    if (st?.parked) entry.unavailable = { reason: parkedReason(m.name, st.failures, st.reason) };
+    if (st?.parked) entry.unavailable = { reason: parkedReason(m.name, st, st.reason) };
     else {
       const never = modelNeverFits((cap ??= fleetCapacity(snapshot)), spec);
       if (never !== undefined) entry.unavailable = { reason: `'${m.name}' ${neverText(never)}` };
@@ -202,7 +202,7 @@ function startingByModel(snapshot: Snapshot): Map<string, { node: string; since:
 }
 
 /** What a client is told of a parked model: why, and that an operator (not waiting) brings it back. */
-export function parkedReason(model: string, failures: number, reason: string | null): string {
+export function parkedReason(model: string, counts: Pick<ModelStateRow, "failures" | "crashes">, reason: string | null): string {
   const why = reason ? `: ${reason.length > 300 ? `${reason.slice(0, 300)}…` : reason}` : "";
-  return `'${model}' is parked after ${failures} failed start${failures === 1 ? "" : "s"}${why}; it is not retried until an operator runs \`llmgw models unpark ${model}\``;
+  return `'${model}' is parked after ${parkedAfter(counts)}${why}; it is not retried until an operator runs \`llmgw models unpark ${model}\``;
 }

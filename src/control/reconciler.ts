@@ -11,6 +11,7 @@
 // never the router, the API, the store or a clock. The domain types come from types.ts.
 
 import { contextOf, type ReconcileInput } from "./reconcile/context";
+import { settleCrashes } from "./reconcile/crashes";
 import { recordUse } from "./reconcile/demand";
 import { decideModels, replicasByModel } from "./reconcile/desired";
 import { finishDrains } from "./reconcile/drains";
@@ -27,6 +28,7 @@ import { observedFrom } from "./views";
 export { observedFrom };
 export { DEFAULT_RECONCILE, type ReconcileConfig, agentStartTimeout, serverStartDeadline } from "./reconcile/config";
 export type { ReconcileInput } from "./reconcile/context";
+export { parkedAfter } from "./reconcile/crashes";
 export { backoffDelay, inBackoff, recordFailure } from "./reconcile/failures";
 export { type NewReplica, type Plan, type PlanEvent, emptyPlan, isEmpty } from "./reconcile/plan";
 export { missingEngines } from "./reconcile/placements";
@@ -51,9 +53,11 @@ function* reconcileSteps(input: ReconcileInput): Generator<void, Plan> {
   const ctx = contextOf(input);
   const b = new PlanBuilder();
   yield;
-  // What is gone: lost with their nodes, overdue starts, models no longer in the catalog.
+  // What is gone: lost with their nodes, overdue starts, models no longer in the catalog; and
+  // crash loops that a replica ready for the whole window has ended.
   retireLostAndOverdue(ctx, b);
   stopUncatalogued(ctx, b);
+  settleCrashes(ctx, b);
   const byModel = replicasByModel(ctx.snapshot.replicas, b);
   yield;
   // What each model wants against what it has.

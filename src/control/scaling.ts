@@ -65,7 +65,7 @@ export function withTargets(modelState: readonly ModelStateRow[], changes: reado
   const out = modelState.map((s) => (to.has(s.model) ? { ...s, scaleTarget: to.get(s.model)! } : s));
   for (const [model, scaleTarget] of to)
     if (!modelState.some((s) => s.model === model))
-      out.push({ model, failures: 0, parked: false, reason: null, lastFailureAt: null, lastRequestedAt: null, scaleTarget, unplaceableReason: null });
+      out.push({ model, failures: 0, crashes: 0, parked: false, reason: null, lastFailureAt: null, lastRequestedAt: null, scaleTarget, unplaceableReason: null });
   return out;
 }
 

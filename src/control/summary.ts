@@ -128,7 +128,7 @@ export function summarize(t: Tables, extras: SummaryExtras): Summary {
   const unplaceableReasons: Record<string, string> = {};
   for (const m of t.models) {
     models.total++;
-    if (m.parked) parked.push({ model: m.name, failures: m.failures, reason: m.reason ?? "" });
+    if (m.parked) parked.push({ model: m.name, failures: Math.max(m.failures, m.crashes), reason: m.reason ?? "" });
     if (m.ready >= m.desired && !m.parked) {
       models.satisfied++;
       continue;

@@ -57,7 +57,13 @@ export interface ReplicaRow {
 /** Per-model state the reconciler keeps between ticks: failures, parking, demand, placement. */
 export interface ModelStateRow {
   model: string;
+  /** Failed starts in a row (a replica that became ready ends the run). */
   failures: number;
+  /**
+   * Replicas that crashed soon after becoming ready, in a row (reconcile/crashes.ts): ended only
+   * by a replica that stays ready for the crash window, or by an unpark or a catalog change.
+   */
+  crashes: number;
   parked: boolean;
   reason: string | null;
   lastFailureAt: number | null;
@@ -71,7 +77,7 @@ export interface ModelStateRow {
 
 /** A model's control state before anything happened to it (the store's column defaults). */
 export function emptyModelState(model: string): ModelStateRow {
-  return { model, failures: 0, parked: false, reason: null, lastFailureAt: null, lastRequestedAt: null, scaleTarget: null, unplaceableReason: null };
+  return { model, failures: 0, crashes: 0, parked: false, reason: null, lastFailureAt: null, lastRequestedAt: null, scaleTarget: null, unplaceableReason: null };
 }
 
 export interface ModelRow {

@@ -240,6 +240,7 @@ function modelViews(snapshot: Snapshot, now: number): ModelView[] {
       on_demand: m.spec.on_demand,
       parked,
       failures: st?.failures ?? 0,
+      crashes: st?.crashes ?? 0,
       reason,
       unplaceable,
       never_fits: never !== undefined,

@@ -5,6 +5,7 @@ import { z } from "zod";
 import { Duration, Name, Printable } from "./common";
 import { EngineEnv } from "./engine-env";
 import { nearest } from "../lib/text";
+import { rendezvousProblem } from "./engine-ports";
 
 export const ENGINES = ["vllm", "sglang", "llama.cpp", "fake"] as const;
 export const Engine = z.enum(ENGINES);
@@ -88,6 +89,8 @@ export const ModelSpec = ModelFields.superRefine((m, ctx) => {
       ctx.addIssue({ code: "custom", path: ["profiles", i, "gpus"], message: "one CUDA process can use only one MIG device (NVIDIA MIG user guide): gpus must be 1 for a MIG class" });
     if (p.engine === "llama.cpp" && p.nodes > 1)
       ctx.addIssue({ code: "custom", path: ["profiles", i, "nodes"], message: "llama.cpp cannot run one replica across several nodes" });
+    const ports = rendezvousProblem(p);
+    if (ports !== undefined) ctx.addIssue({ code: "custom", path: ["profiles", i, "args"], message: ports });
   });
   m.aliases.forEach((a, i) => {
     if (a === m.name) ctx.addIssue({ code: "custom", path: ["aliases", i], message: `alias "${a}" is the model's own name` });

@@ -38,7 +38,7 @@ export interface CatalogEntry {
    */
   start_timeout_ms?: number;
   /**
-   * Set when waiting will not bring a replica (the model is parked after failing every start):
+   * Set when waiting will not bring a replica (the model is parked after failing every start, or crashing in a loop):
    * the router answers at once with this reason and tells clients not to retry, and leaves the
    * model out of /v1/models.
    */

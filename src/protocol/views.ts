@@ -126,7 +126,10 @@ export const ModelViewSchema = z.object({
   max: z.number().int(),
   on_demand: z.boolean(),
   parked: z.boolean(),
-  failures: z.number().int(),
+  /** Failed starts in a row. */
+  failures: z.number().int().describe("Failed starts in a row."),
+  /** Replicas that crashed soon after becoming ready, in a row (a crash loop; `serve --crash-window`). */
+  crashes: z.number().int().describe("Replicas that crashed soon after becoming ready, in a row (a crash loop; `serve --crash-window`)."),
   /** Why it is parked or cannot be placed; null when neither. */
   reason: z.string().nullable().describe("Why it is parked or cannot be placed; null when neither."),
   unplaceable: z.boolean(),
@@ -165,7 +168,12 @@ export const ReplicaTotalsSchema = z.object({ ready: z.number().int(), starting:
 export type ReplicaTotals = z.infer<typeof ReplicaTotalsSchema>;
 export const ModelTotalsSchema = z.object({ total: z.number().int(), satisfied: z.number().int(), short: z.number().int() });
 export type ModelTotals = z.infer<typeof ModelTotalsSchema>;
-export const ParkedModelSchema = z.object({ model: z.string(), failures: z.number().int(), reason: z.string() });
+/** `failures`: the failed starts, or the crashes soon after ready, in a row that parked it (the reason says which). */
+export const ParkedModelSchema = z.object({
+  model: z.string(),
+  failures: z.number().int().describe("The failed starts, or the crashes soon after becoming ready, in a row that parked it (the reason says which)."),
+  reason: z.string(),
+});
 export type ParkedModel = z.infer<typeof ParkedModelSchema>;
 export const IdleReplicaSchema = z.object({ id: z.string(), model: z.string(), idle_seconds: z.number(), gpus: z.number().int() });
 export type IdleReplica = z.infer<typeof IdleReplicaSchema>;

@@ -886,6 +886,14 @@ export async function fakeEngineMain(argv: string[]): Promise<number> {
     return 1;
   }
   process.stdout.write(`llmgw fake-engine listening on ${engine.url} serving ${opts.models.join(", ")}${opts.apiKey !== undefined ? " (API key required on /v1/*)" : ""}\n`);
+  // Lets tests make a model's engine crash a while after it became ready, as one that dies
+  // under its first requests would: LLMGW_FAKE_CRASH is printed to stderr, then it exits 1.
+  const crashAfter = Number(process.env.LLMGW_FAKE_CRASH_AFTER_MS);
+  if (process.env.LLMGW_FAKE_CRASH_AFTER_MS !== undefined && Number.isFinite(crashAfter) && crashAfter >= 0)
+    setTimeout(() => {
+      const crash = process.env.LLMGW_FAKE_CRASH || "fake engine crashing: LLMGW_FAKE_CRASH_AFTER_MS was set";
+      process.stderr.write(crash.endsWith("\n") ? crash : `${crash}\n`, () => process.exit(1));
+    }, crashAfter);
   return await new Promise<number>((resolve) => {
     // The demo asks its engines to go with it: a demo killed with SIGKILL cannot stop them,
     // and they run in their own session, so nothing else would.

@@ -287,7 +287,7 @@ export class Store implements StorePort {
           if (spec.aliases.length > 0) tx.insert(schema.modelAliases).values(spec.aliases.map((a) => ({ alias: a, model: spec.name }))).run();
           tx.insert(schema.modelState)
             .values({ model: spec.name })
-            .onConflictDoUpdate({ target: schema.modelState.model, set: { failures: 0, parked: false, reason: null, unplaceableReason: null } })
+            .onConflictDoUpdate({ target: schema.modelState.model, set: { failures: 0, crashes: 0, parked: false, reason: null, unplaceableReason: null } })
             .run();
         }
       }),
@@ -317,7 +317,7 @@ export class Store implements StorePort {
       this.db.transaction((tx) => {
         const st = tx.select().from(schema.modelState).where(eq(schema.modelState.model, model)).get();
         if (!st?.parked) return false;
-        tx.update(schema.modelState).set({ parked: false, failures: 0, reason: null, lastFailureAt: null }).where(eq(schema.modelState.model, model)).run();
+        tx.update(schema.modelState).set({ parked: false, failures: 0, crashes: 0, reason: null, lastFailureAt: null }).where(eq(schema.modelState.model, model)).run();
         return true;
       }),
     );

@@ -31,6 +31,8 @@ export interface OpenStoreOptions {
   connectTimeoutS?: number;
   /** PostgreSQL: names this control plane in the store's change notifications. */
   instanceId?: string;
+  /** PostgreSQL: how long one call may take, its tries included (`serve --db-query-timeout`). */
+  queryTimeoutMs?: number;
 }
 
 export function isPostgresUrl(target: string): boolean {
@@ -63,7 +65,7 @@ export async function openStore(o: OpenStoreOptions): Promise<OpenedStore> {
     const describe = redactUrl(o.target);
     let store: PgStore;
     try {
-      store = await PgStore.open({ url: o.target, connectTimeoutS: o.connectTimeoutS, instanceId: o.instanceId });
+      store = await PgStore.open({ url: o.target, connectTimeoutS: o.connectTimeoutS, instanceId: o.instanceId, queryTimeoutMs: o.queryTimeoutMs });
     } catch (e) {
       // Whatever the driver said, without the URL's password.
       const why = e instanceof Error ? e.message : String(e);

@@ -103,6 +103,8 @@ export const replicas = sqliteTable(
 export const modelState = sqliteTable("model_state", {
   model: text("model").primaryKey(),
   failures: integer("failures").notNull().default(0),
+  /** Crashes soon after ready in a row (control/reconcile/crashes.ts). */
+  crashes: integer("crashes").notNull().default(0),
   parked: integer("parked", { mode: "boolean" }).notNull().default(false),
   reason: text("reason"),
   lastFailureAt: integer("last_failure_at"),

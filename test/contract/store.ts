@@ -291,22 +291,22 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
 
       test("model state: defaults on first write, patches, parking and unparking; saveModels clears failures and parking", async () => {
         await s.saveModels([{ spec: model({ name: "m1" }), revision: 1, created: true }], NOW);
-        expect((await s.snapshot()).modelState).toEqual([{ model: "m1", failures: 0, parked: false, reason: null, lastFailureAt: null, lastRequestedAt: null, scaleTarget: null, unplaceableReason: null }]);
-        await s.updateModelState("m1", { failures: 3, parked: true, reason: "crashed", lastFailureAt: NOW });
+        expect((await s.snapshot()).modelState).toEqual([{ model: "m1", failures: 0, crashes: 0, parked: false, reason: null, lastFailureAt: null, lastRequestedAt: null, scaleTarget: null, unplaceableReason: null }]);
+        await s.updateModelState("m1", { failures: 3, crashes: 4, parked: true, reason: "crashed", lastFailureAt: NOW });
         await s.updateModelState("m2", { lastRequestedAt: NOW, scaleTarget: 2 });
         expect(await s.parkedModels()).toEqual(["m1"]);
         const st = (await s.replicaSnapshot()).modelState.sort((x, y) => (x.model < y.model ? -1 : 1));
         expect(st).toEqual([
-          { model: "m1", failures: 3, parked: true, reason: "crashed", lastFailureAt: NOW, lastRequestedAt: null, scaleTarget: null, unplaceableReason: null },
-          { model: "m2", failures: 0, parked: false, reason: null, lastFailureAt: null, lastRequestedAt: NOW, scaleTarget: 2, unplaceableReason: null },
+          { model: "m1", failures: 3, crashes: 4, parked: true, reason: "crashed", lastFailureAt: NOW, lastRequestedAt: null, scaleTarget: null, unplaceableReason: null },
+          { model: "m2", failures: 0, crashes: 0, parked: false, reason: null, lastFailureAt: null, lastRequestedAt: NOW, scaleTarget: 2, unplaceableReason: null },
         ]);
         expect(await s.unpark("m2")).toBe(false);
         expect(await s.unpark("m1")).toBe(true);
         expect(await s.unpark("m1")).toBe(false);
-        expect((await s.snapshot()).modelState.find((m) => m.model === "m1")).toMatchObject({ failures: 0, parked: false, reason: null, lastFailureAt: null });
-        await s.updateModelState("m1", { failures: 2, parked: true, reason: "r", unplaceableReason: "no GPUs" });
+        expect((await s.snapshot()).modelState.find((m) => m.model === "m1")).toMatchObject({ failures: 0, crashes: 0, parked: false, reason: null, lastFailureAt: null });
+        await s.updateModelState("m1", { failures: 2, crashes: 5, parked: true, reason: "r", unplaceableReason: "no GPUs" });
         await s.saveModels([{ spec: model({ name: "m1" }), revision: 2, created: false }], NOW);
-        expect((await s.snapshot()).modelState.find((m) => m.model === "m1")).toMatchObject({ failures: 0, parked: false, reason: null, unplaceableReason: null });
+        expect((await s.snapshot()).modelState.find((m) => m.model === "m1")).toMatchObject({ failures: 0, crashes: 0, parked: false, reason: null, unplaceableReason: null });
       });
 
       test("deleteModel forgets the model, its aliases and its state; false when there was none", async () => {

@@ -12,7 +12,8 @@
 //      replica ever runs twice.
 //   3. An engine crashing after it was ready is replaced after the restart backoff; one crashing
 //      at every start parks its model with its stderr, with growing backoff; a new revision
-//      unparks it.
+//      unparks it. One that crashes soon after every ready is restarted with growing backoff too,
+//      and parked after 5 crashes in a row with the crash's cause, which `status` shows.
 //   4. An engine killed mid-stream: the client gets an SSE error event within 1 s, the router's
 //      lease is released, the endpoint is passed over, and the replica is replaced.
 
@@ -419,6 +420,47 @@ describe("engines that crash", () => {
     await until("broken ready", async () => (await c.readyOf("broken")).length === 1, 15_000);
     expect(await c.model("broken")).toMatchObject({ parked: false, failures: 0, ready: 1, revision: 2 });
   }, 45_000);
+
+  test("an engine that crashes soon after becoming ready, every time, is restarted after a growing backoff, then parked with the crash's cause on `llmgw status`", async () => {
+    const c = cluster();
+    const MESSAGE = "RuntimeError: CUDA error: an illegal memory access was encountered";
+    // Ready at once (the fake engine is healthy as soon as it listens), dead 2.5 s later: well
+    // after its ready has reached the server, well within the crash window (10m).
+    const env = { LLMGW_FAKE_CRASH_AFTER_MS: "2500", LLMGW_FAKE_CRASH: MESSAGE };
+    expect(await c.putModel("crashy", { replicas: { min: 1 }, profiles: [{ ...PROFILE, env }] })).toBe(201);
+    const m = await until("crashy parked", async () => {
+      const x = await c.model("crashy");
+      return x?.parked ? x : undefined;
+    }, 60_000);
+    // Every run reached ready, so none was a failed start: before, each ready reset the count
+    // and the engine was restarted for ever.
+    expect(m).toMatchObject({ crashes: 5, failures: 0 });
+    expect(m.reason).toStartWith("crashed within 10m of becoming ready, 5 times in a row; last: exited with code 1: ");
+    expect(m.reason).toContain(MESSAGE);
+    const of = (e: EventView) => e.message.includes(" of crashy ");
+    const sorted = async (kind: string) => (await c.events(kind)).filter(of).sort((x, y) => at(x) - at(y));
+    const [placed, ready, failed] = [await sorted("replica.placed"), await sorted("replica.ready"), await sorted("replica.failed")];
+    expect([placed.length, ready.length, failed.length]).toEqual([5, 5, 5]);
+    for (let i = 0; i < 5; i++) expect(at(ready[i]!)).toBeLessThan(at(failed[i]!));
+    // Each restart waits the backoff, doubling: 100, 200, 400, 800 ms after the crash before it.
+    for (let i = 1; i < 5; i++) expect(at(placed[i]!) - at(failed[i - 1]!)).toBeGreaterThanOrEqual(BACKOFF * 2 ** (i - 1));
+    expect(failed[0]!.message).toContain("crash 1 of 5 before the model is parked; next start in 100ms at the earliest");
+    expect(failed[4]!.message).toContain("crash 5 in a row: the model is parked");
+    const parkedEvents = (await c.events("model.parked")).filter((e) => e.subject === "model/crashy");
+    expect(parkedEvents.map((e) => e.message)).toEqual([expect.stringContaining("model crashy parked after 5 crashes, each within 10m of becoming ready")]);
+    // Parked: nothing runs or starts for it.
+    expect((await c.replicas()).filter((r) => r.model === "crashy" && (r.state === "starting" || r.state === "ready"))).toEqual([]);
+
+    // What the operator sees: status's parked list with the count and the cause, explain's summary.
+    const status = run(c.bin, ["status"], { cwd: c.dir });
+    expect(status.code).toBe(0);
+    expect(status.stdout).toMatch(/crashy\s+5\s+crashed within 10m of becoming ready, 5 times in a row; last: exited with code 1/);
+    const json = JSON.parse(run(c.bin, ["status", "-o", "json"], { cwd: c.dir }).stdout) as { parked: { model: string; failures: number; reason: string }[] };
+    expect(json.parked.find((p) => p.model === "crashy")).toEqual({ model: "crashy", failures: 5, reason: m.reason! });
+    const explain = run(c.bin, ["explain", "crashy"], { cwd: c.dir });
+    expect(explain.stdout).toContain("crashy is parked after 5 crashes: crashed within 10m of becoming ready");
+    await c.putModel("crashy", { replicas: { min: 0 }, profiles: [PROFILE] });
+  }, 90_000);
 });
 
 // ---- 4 ----------------------------------------------------------------------------------------

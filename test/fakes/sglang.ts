@@ -47,9 +47,13 @@ if (process.env.CUDA_VISIBLE_DEVICES !== undefined && visible.length < perNode)
 
 // With --nnodes > 1 the leader takes the rendezvous port of --dist-init-addr and the six after it
 // (PortArgs.init_new: port_base = dist_init_port + 1 for its ZMQ sockets); one taken already is
-// torch's TCPStore error. Held for the life of the process, as the real ones are.
-if (nnodes > 1 && rank === 0) {
-  const dist = Number(/:(\d+)$/.exec(one(args, "--dist-init-addr")!)?.[1]);
+// torch's TCPStore error. Held for the life of the process, as the real ones are. With
+// --enable-dp-attention on one node the same, from --dist-init-addr when given, else from
+// 127.0.0.1:--port + 233 (ZMQ_TCP_PORT_DELTA).
+const dpAttention = args.values.has("--enable-dp-attention");
+if ((nnodes > 1 && rank === 0) || (nnodes === 1 && dpAttention)) {
+  const given = one(args, "--dist-init-addr");
+  const dist = given !== undefined ? Number(/:(\d+)$/.exec(given)?.[1]) : port + 233;
   for (let p = dist; p <= dist + 6; p++) {
     try {
       Bun.listen({ hostname: "0.0.0.0", port: p, socket: { data() {} } });

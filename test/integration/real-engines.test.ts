@@ -224,6 +224,28 @@ describe("rendered commands against the contract fakes", () => {
   }
 });
 
+test("SGLang 0.5.3 with DP attention on one node binds its rendezvous block, not --port + 233 where another engine listens", async () => {
+  const e = VERSIONS.find((v) => v.engine === "sglang" && v.fake !== null)!;
+  const s: Shape = { nodes: 1, mig: false, gpus: 2 };
+  const first = freePort(10);
+  const ports = { http: [first], rendezvous: first + 2 };
+  // Another engine's port, where SGLang would put its dist-init port left to itself.
+  let other: { stop(closeActive?: boolean): void } | undefined;
+  try {
+    other = Bun.listen({ hostname: "0.0.0.0", port: first + 233, socket: { data() {} } });
+  } catch {
+    // Taken already: as good for the test.
+  }
+  try {
+    const a = Assignment.parse({ ...assignment(e, s, 0, ports), args: ["--enable-dp-attention", "--dp-size", "2"] });
+    const l = render(e, a);
+    expect(l.cmd.join(" ")).toContain(`--dist-init-addr 127.0.0.1:${first + 2}`);
+    await runCase(e, s, [l], ports.http);
+  } finally {
+    other?.stop(true);
+  }
+}, 30_000);
+
 // ───────────────────────────────────── the agent, end to end ─────────────────────────────────────
 
 const json = <T>(bin: string, cwd: string, args: string[]): T => {

@@ -1,15 +1,25 @@
 // Losing PostgreSQL is an ordinary event for the store: while the server is down (killed with
 // SIGKILL, or shut down cleanly) every call rejects with StoreUnavailableError naming host:port
 // and never the URL's password; once it is back on the same port, the same store works again
-// without being reopened, and watch() hears other instances again.
+// without being reopened, and watch() hears other instances again. A server that goes silent
+// instead (a partition mid-failover: a TCP proxy that stops forwarding) costs a call its
+// deadline, no more, and a head node's admin API answers 503 within it.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import pino from "pino";
 import { StoreUnavailableError } from "../../src/control/errors";
 import type { StoreChange } from "../../src/control/types";
+import { startHead } from "../../src/app/head";
+import { ServeConfig } from "../../src/config";
+import { ManualScheduler } from "../../src/lib/scheduler";
 import { openStore } from "../../src/store/open";
 import { PgStore } from "../../src/store/pg";
 import { heartbeat } from "../helpers/fleet";
 import { type Postgres, startPostgres } from "../helpers/postgres";
+import { TcpProxy } from "../helpers/tcp-proxy";
+import { scratchDir } from "../helpers/tmp";
 import { until } from "../helpers/until";
 
 const SECRET = "hunter2-secret";
@@ -120,4 +130,93 @@ describe("PostgreSQL going away and coming back", () => {
     expect(err!.message).not.toContain(SECRET);
     expect(performance.now() - t0).toBeLessThan(5000);
   }, 30_000);
+});
+
+describe("PostgreSQL that stops answering mid-call (a partition: no error, only silence)", () => {
+  const DEADLINE = 1000;
+  /** Settles p; the error it rejected with and how long it took (undefined error: it answered). */
+  async function timed(p: Promise<unknown>): Promise<{ err: unknown; ms: number }> {
+    const t0 = performance.now();
+    const err = await p.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    return { err, ms: performance.now() - t0 };
+  }
+  function silent(err: unknown, port: number): void {
+    expect(err).toBeInstanceOf(StoreUnavailableError);
+    const e = err as StoreUnavailableError;
+    expect(e.code).toBe("store_unavailable");
+    expect(e.message).toStartWith(`PostgreSQL at 127.0.0.1:${port} did not answer within 1s (--db-query-timeout)`);
+    expect(e.message).not.toContain(SECRET);
+  }
+
+  test("each call fails as store_unavailable within its deadline, reads, writes and plans alike; the same store works again once the way is open", async () => {
+    const proxy = new TcpProxy({ host: pg.host, port: pg.port });
+    proxy.start();
+    const a = await PgStore.open({ url: url.replace(`:${pg.port}/`, `:${proxy.port}/`), queryTimeoutMs: DEADLINE });
+    try {
+      await a.applyHeartbeat(heartbeat({ name: "n1" }), NOW);
+      // Under way when the proxy stops forwarding: asked, never answered.
+      const calls = [a.snapshot(), a.touchNodes([{ name: "n1", at: NOW + 1 }]), a.acquireLease("a", 10_000), a.applyPlan(emptyPlan, NOW), a.listEvents({ limit: 5 })].map(timed);
+      proxy.freeze();
+      for (const { err, ms } of await Promise.all(calls)) {
+        silent(err, proxy.port);
+        expect(ms).toBeLessThan(DEADLINE + 500);
+      }
+      // Asked while it is silent: the same (its fresh connections get no further).
+      const later = await timed(a.countNodes());
+      silent(later.err, proxy.port);
+      expect(later.ms).toBeGreaterThanOrEqual(DEADLINE - 50);
+      expect(later.ms).toBeLessThan(DEADLINE + 500);
+
+      proxy.thaw();
+      await until("the store to answer again", () => a.countNodes().then(() => true, () => false), { timeoutMs: 10_000, everyMs: 50 });
+      await a.touchNodes([{ name: "n1", at: NOW + 2 }]);
+      expect((await a.snapshot()).nodes.map((n) => [n.name, n.lastHeartbeat])).toEqual([["n1", NOW + 2]]);
+    } finally {
+      proxy.stop();
+      await a.close();
+      await pg.sql("DELETE FROM nodes; DELETE FROM events; DELETE FROM leases");
+    }
+  }, 30_000);
+
+  test("a head node's admin API answers 503 with the store's reason within the deadline, reads and writes, and 200 again once the store answers", async () => {
+    const proxy = new TcpProxy({ host: pg.host, port: pg.port });
+    proxy.start();
+    const dataDir = scratchDir("llmgw-pg-deadline-");
+    const config = ServeConfig.parse({ data_dir: dataDir, admin_listen: "127.0.0.1:0", listen: "127.0.0.1:0", store: url.replace(`:${pg.port}/`, `:${proxy.port}/`), db_query_timeout: `${DEADLINE}ms`, router_thread: false });
+    const { server } = await startHead({ config, log: pino({ level: "silent" }), scheduler: new ManualScheduler(NOW), loop: false });
+    const token = readFileSync(join(dataDir, "admin.token"), "utf8").trim();
+    const admin = (path: string, init: RequestInit = {}) => fetch(`${server.adminUrl}${path}`, { ...init, headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, signal: AbortSignal.timeout(15_000) });
+    const put = () => admin("/api/v1/models/m", { method: "PUT", body: JSON.stringify({ profiles: [{ name: "p", engine: "fake", gpu_class: "H100-80GB" }] }) });
+    try {
+      expect((await admin("/api/v1/summary")).status).toBe(200);
+      proxy.freeze();
+      // What `status` asks (the summary reads recent evictions from the events) and a catalog
+      // write: each refused within the deadline, saying why.
+      const refused = async (what: string, ask: () => Promise<Response>) => {
+        const t0 = performance.now();
+        const res = await ask();
+        const ms = performance.now() - t0;
+        console.log(`PostgreSQL silent behind the proxy (deadline ${DEADLINE} ms): ${what} answered ${res.status} in ${Math.round(ms)} ms`);
+        expect(ms).toBeLessThan(DEADLINE + 1000);
+        expect(res.status).toBe(503);
+        expect(res.headers.get("retry-after")).not.toBeNull();
+        const body = (await res.json()) as { error: { code: string; message: string } };
+        expect(body.error.code).toBe("store_unavailable");
+        expect(body.error.message).toContain("did not answer within 1s (--db-query-timeout)");
+      };
+      await refused("the summary (status)", () => admin("/api/v1/summary"));
+      await refused("a catalog write", put);
+
+      proxy.thaw();
+      await until("writes to work again", async () => [200, 201].includes((await put()).status), { timeoutMs: 15_000, everyMs: 100 });
+      expect((await admin("/api/v1/summary")).status).toBe(200);
+    } finally {
+      await server.stop();
+      proxy.stop();
+      await pg.sql("DELETE FROM models; DELETE FROM model_state");
+    }
+  }, 60_000);
 });

@@ -132,6 +132,19 @@ describe("sglang", () => {
     expect(l.cmd).toContain("[fd00::5]:20000");
   });
 
+  test("DP attention on one node: its dist-init address is the replica's rendezvous block on loopback, not --port + 233", () => {
+    const l = renderLaunch(assignment({ engine: "sglang", args: ["--enable-dp-attention", "--dp-size", "2"], shard: { leader_port: 9016 } }), opts);
+    expect(l.cmd).toEqual([
+      "python3", "-m", "sglang.launch_server", "--model-path", "/models/llama-3-8b",
+      "--host", "0.0.0.0", "--port", "8100", "--served-model-name", "llama-3-8b",
+      "--tp-size", "2", "--enable-metrics",
+      "--dist-init-addr", "127.0.0.1:9016",
+      "--enable-dp-attention", "--dp-size", "2",
+    ]);
+    // Without DP attention a single-node SGLang binds nothing there: no address given.
+    expect(renderLaunch(assignment({ engine: "sglang", args: ["--dp-size", "2"] }), opts).cmd).not.toContain("--dist-init-addr");
+  });
+
   test("args and env appended", () => {
     const l = renderLaunch(assignment({ engine: "sglang", args: ["--mem-fraction-static", "0.8"], env: { NCCL_DEBUG: "INFO" } }), opts);
     expect(l.cmd.slice(-2)).toEqual(["--mem-fraction-static", "0.8"]);

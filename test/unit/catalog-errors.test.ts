@@ -26,6 +26,15 @@ describe("paths by model name", () => {
   });
 });
 
+describe("ports an engine would bind outside its block", () => {
+  test("SGLang with DP attention and more ranks than its block holds: named at the profile's args, with the limit and why", () => {
+    const body = { models: [{ name: "deepseek", profiles: [{ name: "p", engine: "sglang", gpu_class: "H200-141GB", gpus: 8, args: ["--enable-dp-attention", "--dp-size", "16"] }] }] };
+    expect(lines(body)).toEqual([
+      "models[deepseek].profiles[0].args: SGLang with --enable-dp-attention and --dp-size 16 binds its dist-init port, the 5 after it and one port per DP rank after those (PortArgs.init_new); llmgw keeps 16 ports per replica for them, so --dp-size may be at most 10",
+    ]);
+  });
+});
+
 describe("did you mean", () => {
   test("an unknown key is named at its own path with the nearest known key, at every depth", () => {
     expect(

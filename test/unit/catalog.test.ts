@@ -80,6 +80,25 @@ models:
     expect(paths(f)).toEqual(["models.0.profiles.0.gpus"]);
   });
 
+  test("SGLang with DP attention: a --dp-size its rendezvous block cannot hold, or a --dist-init-addr of its own, is refused saying why", () => {
+    const sglang = (args: string[], nodes = 1, engine = "sglang") => ModelSpec.safeParse({ name: "a", profiles: [{ name: "p", engine, gpu_class: "H100-80GB", gpus: 8, nodes, args }] });
+    const r = sglang(["--enable-dp-attention", "--dp-size", "16"]);
+    expect(r.error!.issues.map((i) => `${i.path.join(".")}: ${i.message}`)).toEqual([
+      "profiles.0.args: SGLang with --enable-dp-attention and --dp-size 16 binds its dist-init port, the 5 after it and one port per DP rank after those (PortArgs.init_new); llmgw keeps 16 ports per replica for them, so --dp-size may be at most 10",
+    ]);
+    // Every spelling of the option, and its = form.
+    for (const dp of [["--dp", "11"], ["--data-parallel-size=12"], ["--dp-size=11"]]) expect(paths(sglang(["--enable-dp-attention", ...dp]))).toEqual(["profiles.0.args"]);
+    for (const dp of [["--dp-size", "8"], ["--dp", "10"], []]) expect(sglang(["--enable-dp-attention", ...dp]).success).toBe(true);
+    // Without DP attention --dp-size binds nothing of the kind (separate engines per rank).
+    expect(sglang(["--dp-size", "16"]).success).toBe(true);
+    const own = sglang(["--enable-dp-attention", "--dist-init-addr", "127.0.0.1:5000"]);
+    expect(own.error!.issues[0]!.message).toStartWith("llmgw gives SGLang its --dist-init-addr itself");
+    expect(paths(sglang(["--nccl-init-addr=10.0.0.1:5000"], 2))).toEqual(["profiles.0.args"]);
+    // Where llmgw gives none (one node, no DP attention), or for another engine, args are the profile's business.
+    expect(sglang(["--dist-init-addr", "127.0.0.1:5000"]).success).toBe(true);
+    expect(sglang(["--enable-dp-attention", "--dp-size", "16"], 1, "vllm").success).toBe(true);
+  });
+
   test("revision pins a Hugging Face commit: a full 40-character lowercase hash, nothing shorter or named", () => {
     const base = { name: "org/m", profiles: [{ name: "p", engine: "vllm", gpu_class: "X" }] };
     const rev = "0123456789abcdef0123456789abcdef01234567";

@@ -16,6 +16,7 @@ const row = (spec: ReturnType<typeof model>, revision = 1): ModelRow => ({ name:
 const state = (m: string, scaleTarget: number | null): ModelStateRow => ({
   model: m,
   failures: 0,
+  crashes: 0,
   parked: false,
   reason: null,
   lastFailureAt: null,

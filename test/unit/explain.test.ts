@@ -231,7 +231,7 @@ describe("a model that is fine, parked, or on demand", () => {
     const s = snapshot({ nodes: [{ name: "a", gpus: h100(8) }], models: [model({ name: "m" })], modelState: [{ model: "m", parked: true, failures: 5, reason: "CUDA out of memory" }] });
     const e = explain(s, "m");
     expect(e.status).toBe("parked");
-    expect(e.summary).toBe("m is parked after 5 failures: CUDA out of memory");
+    expect(e.summary).toBe("m is parked after 5 failed starts: CUDA out of memory");
     expect(e.suggestions[0]!.message).toContain("llmgw models unpark m");
   });
 

@@ -229,6 +229,83 @@ describe("failures, backoff and parking", () => {
     expect((await ctl.models())[0]!.failures).toBe(0);
   });
 
+  test("a replica that crashes soon after becoming ready, again and again, is restarted after a growing backoff and its model parked with the crash's cause", async () => {
+    const CRASH = "exited with code 1: RuntimeError: CUDA error: an illegal memory access was encountered";
+    const starting = async () => (await byModel("m")).filter((x) => x.state === "starting").length;
+    for (const d of nodesDef) await beat(d);
+    await ctl.putModels([model({ name: "m" })]);
+    await ctl.tick();
+    for (let crash = 1; crash <= 3; crash++) {
+      expect(await starting()).toBe(1);
+      await allReady();
+      clock.advance(30_000); // serving for half a minute, then it dies
+      await failAll(CRASH);
+      // Ready first: not a failed start, so nothing resets the count.
+      expect((await ctl.models())[0]).toMatchObject({ failures: 0, crashes: crash });
+      if (crash === 3) break;
+      // Backoff 2 s, then 4 s: no start before it, one after.
+      const wait = 2_000 * 2 ** (crash - 1);
+      clock.advance(wait - 1);
+      for (const d of nodesDef) await beat(d);
+      await ctl.tick();
+      expect(await starting()).toBe(0);
+      expect((await ctl.explain("m")).summary).toContain(`waits out its restart backoff after ${crash} crash`);
+      clock.advance(1);
+      await ctl.tick();
+    }
+    const m = (await ctl.models())[0]!;
+    expect(m).toMatchObject({ parked: true, crashes: 3 });
+    expect(m.reason).toBe(`crashed within 10m of becoming ready, 3 times in a row; last: ${CRASH}`);
+    expect((await ctl.summary()).parked).toEqual([{ model: "m", failures: 3, reason: m.reason! }]);
+    expect((await ctl.explain("m")).summary).toBe(`m is parked after 3 crashes: ${m.reason}`);
+    expect((await events("model.parked")).map((e) => e.message)).toEqual([`model m parked after 3 crashes, each within 10m of becoming ready; not retried until unparked or changed. Last error: ${CRASH}`]);
+    expect((await events("replica.failed")).map((e) => e.message.slice(e.message.indexOf("; crash")))).toEqual([
+      "; crash 1 of 3 before the model is parked; next start in 2s at the earliest",
+      "; crash 2 of 3 before the model is parked; next start in 4s at the earliest",
+      "; crash 3 in a row: the model is parked",
+    ]);
+    // Parked: not started again, however long we wait, until unparked.
+    clock.advance(3_600_000);
+    for (const d of nodesDef) await beat(d);
+    await ctl.tick();
+    expect(await starting()).toBe(0);
+    expect((await ctl.unpark("m")).changed).toBe(true);
+    expect((await ctl.models())[0]).toMatchObject({ parked: false, failures: 0, crashes: 0 });
+    await ctl.tick();
+    expect(await starting()).toBe(1);
+  });
+
+  test("a replica that stays ready for the crash window ends its model's crash loop", async () => {
+    for (const d of nodesDef) await beat(d);
+    await ctl.putModels([model({ name: "m" })]);
+    await ctl.tick();
+    for (let crash = 1; crash <= 2; crash++) {
+      await allReady();
+      clock.advance(1_000);
+      await failAll();
+      clock.advance(60_000);
+      for (const d of nodesDef) await beat(d);
+      await ctl.tick();
+    }
+    await allReady();
+    expect((await ctl.models())[0]).toMatchObject({ crashes: 2, ready: 1 });
+    // Watched all along (a gap would be a clock jump, and time not watched does not count).
+    const serve = async (ms: number) => {
+      for (let t = 0; t < ms; t += 10_000) {
+        clock.advance(Math.min(10_000, ms - t));
+        for (const d of nodesDef) await beat(d, ready(ctl.response(d.name).assignments.map((a) => a.id)));
+        await ctl.tick();
+      }
+    };
+    await serve(599_000);
+    expect((await ctl.models())[0]!.crashes).toBe(2);
+    await serve(1_000);
+    expect((await ctl.models())[0]!.crashes).toBe(0);
+    // The next crash is the first of a new loop, not the third of the old one.
+    await failAll();
+    expect((await ctl.models())[0]).toMatchObject({ crashes: 1, parked: false });
+  });
+
   test("a replica not ready within the start timeout fails", async () => {
     for (const d of nodesDef) await beat(d);
     await ctl.putModels([model({ name: "m" })]);

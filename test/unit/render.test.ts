@@ -11,6 +11,7 @@ import { LIST_CELL_MAX, clip, detectStyle, listCell, table, usageBar } from "../
 import { explainModel } from "../../src/control/explain";
 import { DEFAULT_RECONCILE } from "../../src/control/reconciler";
 import { human } from "../../src/lib/format";
+import { renderModelDetail } from "../../src/cli/describe";
 import type { GpuView, ModelView, NodeView, ReplicaView, Summary } from "../../src/protocol/views";
 import { T0, model, snapshot } from "../helpers/fleet";
 
@@ -199,5 +200,29 @@ describe("cells that hold lists stop at a width and say what they left out", () 
     const ro = renderReplicas([r], plain, false);
     for (const l of ro.split("\n")) expect(l.length).toBeLessThan(200);
     expect(ro).toContain("+63 more");
+  });
+});
+
+describe("describe model", () => {
+  type Detail = Parameters<typeof renderModelDetail>[0];
+  const m = (extra: Partial<Detail>): Detail => ({
+    name: "m", aliases: [], desired: 1, ready: 0, total: 1, min: 1, max: 1, on_demand: false, parked: false, failures: 0, crashes: 0, reason: null, unplaceable: false, never_fits: false, revision: 1, spec: { profiles: [] },
+    ...extra,
+  });
+  test("a model parked for crashing says how many crashes in a row and why; one parked for failed starts says those", () => {
+    const reason = "crashed within 10m of becoming ready, 5 times in a row; last: exited with code 1: boom";
+    const crashed = renderModelDetail(m({ parked: true, crashes: 5, reason }), [], [], plain);
+    expect(crashed).toContain("Crashes:    5 soon after becoming ready, in a row, parked (`llmgw models unpark m` tries again)");
+    expect(crashed).not.toContain("Failures:");
+    expect(crashed).toContain(`Reason:     ${reason}`);
+    const failed = renderModelDetail(m({ parked: true, failures: 5, crashes: 1, reason: "exited with code 1" }), [], [], plain);
+    expect(failed).toContain("Failures:   5 failed starts in a row, parked");
+    expect(failed).toContain("Crashes:    1 soon after becoming ready, in a row\n");
+    expect(renderModelDetail(m({}), [], [], plain)).not.toMatch(/Failures:|Crashes:/);
+  });
+  test("models -o wide counts failed starts and crashes apart", () => {
+    const out = renderModels([m({ parked: true, crashes: 5, reason: "crashed within 10m of becoming ready, 5 times in a row; last: boom" })], plain, true);
+    expect(out).toMatch(/FAILURES\s+CRASHES\s+REVISION/);
+    expect(out).toMatch(/parked\s+-\s+1\s+0\s+5\s+1\s+crashed within 10m/);
   });
 });

@@ -12,9 +12,15 @@ export interface ReconcileConfig {
    * agent's verdict needs a heartbeat to come back. The agent must always be the one that decides.
    */
   startMarginMs: number;
+  /** Failed starts in a row, or crashes soon after ready in a row, after which a model is parked. */
   maxFailures: number;
   backoffMs: number;
   backoffMaxMs: number;
+  /**
+   * A replica that crashes within this long of becoming ready counts towards its model's crash
+   * loop (reconcile/crashes.ts); one that stays ready this long ends the loop (`serve --crash-window`).
+   */
+  crashWindowMs: number;
   /** How long a node stays unreachable before its replicas are replaced elsewhere. */
   replaceAfterMs: number;
   /** A replica the agent has not reported this long after placement is taken as lost. */
@@ -39,6 +45,8 @@ export const DEFAULT_RECONCILE: ReconcileConfig = {
   maxFailures: 5,
   backoffMs: 2_000,
   backoffMaxMs: 300_000,
+  // Kubernetes forgets a container's restart backoff after it has run for 10 minutes.
+  crashWindowMs: 600_000,
   replaceAfterMs: 30_000,
   reportGraceMs: 15_000,
   basePort: 8100,

@@ -7,7 +7,7 @@ import { desiredReplicas } from "../views";
 import { type ReconcileContext, onDrainingNode } from "./context";
 import { inBackoff } from "./failures";
 import type { PlanBuilder } from "./plan";
-import type { ModelRow, ModelStateRow, ReplicaRow } from "../types";
+import { type ModelRow, type ModelStateRow, type ReplicaRow, emptyModelState } from "../types";
 
 /** What one model is short, as placement takes it, with what orders it among the others. */
 export interface ModelRequest extends PlacementRequest {
@@ -60,7 +60,7 @@ export function decideModel(ctx: ReconcileContext, b: PlanBuilder, m: ModelRow, 
 
   const need = desired - Math.min(staying.filter((r) => b.stateOf(r) !== "draining").length, desired);
   if (need <= 0 || parked) return parked ? undefined : "satisfied";
-  if (inBackoff(pending && pending.failures !== undefined ? ({ ...st, ...pending } as ModelStateRow) : st, ctx.now, ctx.cfg)) return undefined;
+  if (inBackoff(pending ? { ...(st ?? emptyModelState(m.name)), ...pending } : st, ctx.now, ctx.cfg)) return undefined;
   return {
     model: m.name,
     count: need,

@@ -11,11 +11,15 @@ export function backoffDelay(failures: number, cfg: Pick<ReconcileConfig, "backo
   return Math.min(cfg.backoffMaxMs, cfg.backoffMs * 2 ** Math.min(failures - 1, 30));
 }
 
-/** True while a model must wait before its next start. A clock that went backwards does not extend the wait. */
-export function inBackoff(st: ModelStateRow | undefined, now: number, cfg: Pick<ReconcileConfig, "backoffMs" | "backoffMaxMs">): boolean {
-  if (!st || st.failures <= 0 || st.lastFailureAt == null) return false;
+/**
+ * True while a model must wait before its next start: after failed starts, or crashes soon after
+ * ready (crashes.ts), whichever run is longer. A clock that went backwards does not extend the wait.
+ */
+export function inBackoff(st: Pick<ModelStateRow, "failures" | "crashes" | "lastFailureAt"> | undefined, now: number, cfg: Pick<ReconcileConfig, "backoffMs" | "backoffMaxMs">): boolean {
+  const run = st ? Math.max(st.failures, st.crashes) : 0;
+  if (!st || run <= 0 || st.lastFailureAt == null) return false;
   const elapsed = now - st.lastFailureAt;
-  return elapsed >= 0 && elapsed < backoffDelay(st.failures, cfg);
+  return elapsed >= 0 && elapsed < backoffDelay(run, cfg);
 }
 
 /** Records a failed start: counts it, and parks the model once it has failed too often in a row. */

@@ -1,9 +1,10 @@
 // Step 7: ports. Each placed replica gets an engine port free on every address it spans, and a
-// multi-node one also the rendezvous block that goes with it; one that cannot is unplaceable
-// for this tick, saying why. Ports are counted by address, not node: simulated nodes may share
-// one, and so may nodes behind one NAT.
+// multi-node one (or a single-node SGLang one with DP attention) also the rendezvous block that
+// goes with it; one that cannot is unplaceable for this tick, saying why. Ports are counted by
+// address, not node: simulated nodes may share one, and so may nodes behind one NAT.
 
 import { fnv1a } from "../../lib/hash";
+import { RENDEZVOUS_STRIDE, usesRendezvousBlock } from "../../protocol/engine-ports";
 import { bracketHost } from "../../lib/net";
 import type { Placed } from "../placement";
 import type { ReconcileConfig } from "./config";
@@ -11,13 +12,14 @@ import { type ReconcileContext, addressOf } from "./context";
 import type { PlanBuilder } from "./plan";
 
 /**
- * Ports a multi-node replica's engines may bind from its rendezvous port up. SGLang with
- * --nnodes > 1 binds --dist-init-addr's port and port+1 … port+6 on the leader
- * (PortArgs.init_new: port_base = dist_init_port + 1, then port_base … port_base + 5), and with
- * DP attention port_base + 5 + dp_rank; vLLM's and torch's rendezvous take the port itself. 16
- * leaves room for DP attention up to 10 ranks.
+ * Ports a replica's engines may bind from its rendezvous port up (protocol/engine-ports.ts): a
+ * multi-node replica's, and a single-node SGLang one's with DP attention. SGLang binds
+ * --dist-init-addr's port and port+1 … port+6 on the leader (PortArgs.init_new: port_base =
+ * dist_init_port + 1, then port_base … port_base + 5), and with DP attention port_base + 5 +
+ * dp_rank; vLLM's and torch's rendezvous take the port itself. 16 leaves room for DP attention
+ * up to 10 ranks (the catalog refuses more).
  */
-export const RENDEZVOUS_STRIDE = 16;
+export { RENDEZVOUS_STRIDE };
 
 type PortRange = Pick<ReconcileConfig, "basePort" | "portCount">;
 
@@ -28,9 +30,9 @@ export function rendezvousBlocks(cfg: Pick<ReconcileConfig, "portCount">): numbe
 
 /**
  * The first port of the rendezvous block that goes with engine port `port` (Assignment.shard.
- * leader_port): derived, not stored, so it needs no column. Placement gives a multi-node replica
- * only an engine port whose block is free on every address it spans; a single-node replica's
- * engines never use theirs, which is why it is not reserved for them.
+ * leader_port): derived, not stored, so it needs no column. Placement gives a replica that
+ * binds one (needsBlock) only an engine port whose block is free on every address it spans;
+ * other single-node replicas' engines never use theirs, which is why it is not reserved for them.
  */
 export function rendezvousPort(port: number, cfg: PortRange): number {
   const blocks = Math.max(1, rendezvousBlocks(cfg));
@@ -48,10 +50,10 @@ export class PortBook {
   private readonly blocks = new Map<string, Set<number>>();
   constructor(private readonly cfg: PortRange) {}
 
-  /** Marks `port` taken on the address, and its block too when `multi`. */
-  take(address: string, port: number, multi: boolean): void {
+  /** Marks `port` taken on the address, and its block too when `block` (see needsBlock). */
+  take(address: string, port: number, block: boolean): void {
     add(this.ports, address, port);
-    if (multi) add(this.blocks, address, blockOf(port, this.cfg));
+    if (block) add(this.blocks, address, blockOf(port, this.cfg));
   }
 
   portsOn(addresses: readonly string[]): (Set<number> | undefined)[] {
@@ -79,15 +81,27 @@ function add(sets: Map<string, Set<number>>, address: string, v: number): void {
 }
 
 /**
+ * Whether the replica's engines bind its rendezvous block: it spans nodes, or its profile (as
+ * the catalog has it now) is SGLang with DP attention. A replica whose model or profile left the
+ * catalog is judged by its shards alone: what it was started with is no longer known.
+ */
+export function needsBlock(ctx: Pick<ReconcileContext, "models">, r: { model: string; profile: string; shards: readonly unknown[] }): boolean {
+  if (r.shards.length > 1) return true;
+  const p = ctx.models.get(r.model)?.spec.profiles.find((x) => x.name === r.profile);
+  return p !== undefined && usesRendezvousBlock(p);
+}
+
+/**
  * Ports held by the snapshot's replicas that have not failed. A replica lost with its node may
  * still have an engine on its port (the node is only silent), so its port stays taken in this
  * step even though the replica is gone.
  */
-export function portsInUse(ctx: Pick<ReconcileContext, "snapshot" | "nodes" | "cfg">): PortBook {
+export function portsInUse(ctx: Pick<ReconcileContext, "snapshot" | "nodes" | "models" | "cfg">): PortBook {
   const book = new PortBook(ctx.cfg);
   for (const r of ctx.snapshot.replicas) {
     if (r.port === null || r.state === "failed") continue;
-    for (const s of r.shards) book.take(addressOf(ctx, s.node), r.port, r.shards.length > 1);
+    const block = needsBlock(ctx, r);
+    for (const s of r.shards) book.take(addressOf(ctx, s.node), r.port, block);
   }
   return book;
 }
@@ -96,7 +110,7 @@ export function portsInUse(ctx: Pick<ReconcileContext, "snapshot" | "nodes" | "c
  * A port free on every address the replica spans. The search starts at a point derived from the
  * replica's id rather than at the lowest port, so a port that was just given up — whose engine
  * may not have exited yet — is unlikely to be handed out again at once. Blocks given: the
- * replica is multi-node, and its engine port's rendezvous block must be free too.
+ * replica binds its rendezvous block (needsBlock), which must be free too.
  */
 export function freePort(sets: readonly (Set<number> | undefined)[], blocks: readonly (Set<number> | undefined)[] | undefined, cfg: PortRange, id: string): number | undefined {
   if (blocks && rendezvousBlocks(cfg) === 0) return undefined;
@@ -138,7 +152,7 @@ export function withPortNote(reason: string, full: ReadonlyMap<string, string>):
 export function noPortReason(addresses: readonly string[], anyPort: boolean, cfg: PortRange): string {
   const engines = `${cfg.basePort}…${cfg.basePort + cfg.portCount - 1}`;
   return anyPort
-    ? `no free rendezvous port block on ${addresses.join(", ")} (all ${rendezvousBlocks(cfg)} blocks of ${RENDEZVOUS_STRIDE} ports in ${cfg.basePort + cfg.portCount}…${cfg.basePort + 2 * cfg.portCount - 1} are held by multi-node replicas; a larger --engine-port-range makes more)`
+    ? `no free rendezvous port block on ${addresses.join(", ")} (all ${rendezvousBlocks(cfg)} blocks of ${RENDEZVOUS_STRIDE} ports in ${cfg.basePort + cfg.portCount}…${cfg.basePort + 2 * cfg.portCount - 1} are held by multi-node and SGLang DP-attention replicas; a larger --engine-port-range makes more)`
     : `no free engine port on ${addresses.join(", ")}: all ${cfg.portCount} of ${engines} are in use (--engine-base-port and --engine-port-range; a larger range allows more replicas per address)`;
 }
 
@@ -150,14 +164,14 @@ export function assignPorts(ctx: ReconcileContext, b: PlanBuilder, placed: reado
     const leader = p.shards[0]!.node;
     const addresses = [...new Set(p.shards.map((s) => addressOf(ctx, s.node)))];
     const id = newId();
-    const multi = p.shards.length > 1;
+    const block = needsBlock(ctx, p);
     const portSets = book.portsOn(addresses);
-    const port = freePort(portSets, multi ? book.blocksOn(addresses) : undefined, cfg, id);
+    const port = freePort(portSets, block ? book.blocksOn(addresses) : undefined, cfg, id);
     if (port === undefined) {
-      unplaceable.set(p.model, noPortReason(addresses, multi && freePort(portSets, undefined, cfg, id) !== undefined, cfg));
+      unplaceable.set(p.model, noPortReason(addresses, block && freePort(portSets, undefined, cfg, id) !== undefined, cfg));
       continue;
     }
-    for (const a of addresses) book.take(a, port, multi);
+    for (const a of addresses) book.take(a, port, block);
     b.plan.create.push({ id, model: p.model, profile: p.profile, shards: p.shards, port, endpoint: `http://${bracketHost(addressOf(ctx, leader))}:${port}` });
     const where = p.shards.map((s) => `${s.node}:${s.gpus.join(",")}`).join(" ");
     b.event({ kind: "replica.placed", subject: `replica/${id}`, message: `placed replica ${id} of ${p.model} on ${where} (profile ${p.profile})`, data: placedData(leader, lastFailed.get(p.model)) });

@@ -6,6 +6,7 @@ import type { ReplicaReport } from "../../protocol/heartbeat";
 import { type Stall, deafTime } from "../load";
 import { observedFrom } from "../views";
 import type { ReconcileConfig } from "./config";
+import { crashNote, recordCrash } from "./crashes";
 import { recordFailure } from "./failures";
 import { type Plan, emptyPlan } from "./plan";
 import type { Snapshot } from "../types";
@@ -33,10 +34,13 @@ export function processReports({ snapshot, node, reports, now, config: cfg, watc
     if (!r.shards.some((s) => s.node === node)) continue;
     const rep = byId.get(r.id);
     const leader = r.shards[0]!.node === node;
-    const fail = (error: string) => {
+    const fail = (error: string, crashed = false) => {
       plan.update.push({ id: r.id, patch: { state: "failed", error, failures: r.failures + 1 } });
-      plan.events.push({ kind: "replica.failed", subject: `replica/${r.id}`, message: `replica ${r.id} of ${r.model} failed on ${node}: ${oneLine(error, ENGINE_ERROR_MAX)}` });
-      recordFailure(plan, r.model, mstate.get(r.model), error, now, cfg);
+      // A crash after ready counts towards the model's crash loop; a failed start towards its failures.
+      let note = "";
+      if (crashed) note = crashNote(recordCrash(plan, r, mstate.get(r.model), error, now, cfg), cfg);
+      else recordFailure(plan, r.model, mstate.get(r.model), error, now, cfg);
+      plan.events.push({ kind: "replica.failed", subject: `replica/${r.id}`, message: `replica ${r.id} of ${r.model} failed on ${node}: ${oneLine(error, ENGINE_ERROR_MAX)}${note}` });
     };
     switch (r.state) {
       case "starting":
@@ -45,13 +49,20 @@ export function processReports({ snapshot, node, reports, now, config: cfg, watc
           plan.update.push({ id: r.id, patch: { state: "ready", readyAt: now, error: null } });
           plan.events.push({ kind: "replica.ready", subject: `replica/${r.id}`, message: `replica ${r.id} of ${r.model} ready at ${r.endpoint ?? "?"}` });
           const st = mstate.get(r.model);
-          if (st && st.failures > 0) plan.modelState.set(r.model, { failures: 0, lastFailureAt: null, reason: st.parked ? st.reason : null });
+          if (st && st.failures > 0) {
+            // A crash loop's last crash stays: the backoff and the window still count from it.
+            const pending = plan.modelState.get(r.model) ?? {};
+            const keep = (pending.crashes ?? st.crashes) > 0 || pending.lastFailureAt !== undefined;
+            plan.modelState.set(r.model, { ...pending, failures: 0, ...(keep ? {} : { lastFailureAt: null, reason: st.parked ? st.reason : null }) });
+          }
         } else if ((!rep || rep.state === "stopped") && now - placedAt(r.createdAt, now, watchedSince, deaf) > cfg.reportGraceMs)
           fail(`the agent on ${node} does not run it (${rep ? "stopped" : "not reported"} ${Math.round((now - r.createdAt) / 1000)}s after placement)`);
         break;
       case "ready":
-        if (!rep || rep.state === "failed" || rep.state === "stopped")
-          fail(rep?.error ?? `engine on ${node} ${rep ? "stopped" : "is no longer running"}`);
+        // Only the engine's own end is a crash. One the agent stopped or no longer runs (an agent
+        // restarted without it) says nothing about the engine: a failure, which the next ready clears.
+        if (rep?.state === "failed") fail(rep.error ?? `engine failed on ${node}`, true);
+        else if (!rep || rep.state === "stopped") fail(rep?.error ?? `engine on ${node} ${rep ? "stopped" : "is no longer running"}`);
         break;
       case "draining":
         if (!rep || rep.state === "stopped" || rep.state === "failed") {

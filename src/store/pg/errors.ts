@@ -20,7 +20,24 @@ export interface PgFailure {
   error: StoreUnavailableError;
   /** The server is a standby now: connections to it must be dropped so the pool finds the primary. */
   standby: boolean;
+  /** The call outlived its deadline: its connection is stuck (no answer is coming), so the pool is dropped at once. */
+  stuck?: boolean;
 }
+
+/**
+ * Thrown by the store itself when a call outlives its deadline (PgStoreOptions.queryTimeoutMs):
+ * a server, or the way to it, that stopped answering mid-failover sends no error, only silence,
+ * and postgres-js waits for an answer for as long as the socket stays open.
+ */
+export class PgDeadlineError extends Error {
+  readonly code = "QUERY_DEADLINE";
+  constructor(readonly deadlineMs: number) {
+    super(`no answer within ${deadlineMs} ms`);
+  }
+}
+
+/** A deadline as written in flags: 10s, 1500ms. */
+const durationText = (ms: number) => (ms % 1000 === 0 ? `${ms / 1000}s` : `${ms}ms`);
 
 const CONNECT_CODES = new Set(["ECONNREFUSED", "CONNECT_TIMEOUT", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "ETIMEDOUT", "ConnectionRefused"]);
 const BROKEN_CODES = new Set(["ECONNRESET", "EPIPE", "CONNECTION_CLOSED", "CONNECTION_DESTROYED", "CONNECTION_ENDED", "ECONNABORTED", "ERR_SOCKET_CLOSED", "ConnectionClosed"]);
@@ -50,6 +67,17 @@ export function hostsOf(url: string): string {
 
 export function classify(err: unknown, where: string): PgFailure | undefined {
   if (err instanceof StoreUnavailableError) return { kind: "not sent", error: err, standby: false };
+  if (err instanceof PgDeadlineError)
+    return {
+      kind: "maybe applied",
+      standby: false,
+      stuck: true,
+      error: new StoreUnavailableError(
+        "store_unavailable",
+        `PostgreSQL at ${where} did not answer within ${durationText(err.deadlineMs)} (--db-query-timeout): the server or the network to it stopped answering (a failover?); what was asked may or may not have been done; the store reconnects by itself`,
+        err.code,
+      ),
+    };
   err = driverError(err);
   const code = codeOf(err);
   if (code === undefined) return undefined;
@@ -59,6 +87,10 @@ export function classify(err: unknown, where: string): PgFailure | undefined {
     standby,
     error: new StoreUnavailableError("store_unavailable", message, code),
   });
+  // statement_timeout and idle_in_transaction_session_timeout, which the store sets to its
+  // deadline so the server gives up on what the store gave up on: the transaction is rolled back.
+  if (code === "57014" || code === "25P03")
+    return unavailable("rolled back", `PostgreSQL at ${where} cancelled a statement or transaction (${code}: past --db-query-timeout, or cancelled by someone); nothing was changed, try again`);
   if (code === "40001" || code === "40P01")
     return unavailable("rolled back", `PostgreSQL at ${where} rolled the change back (${code === "40001" ? "serialization failure" : "deadlock"}) more often than it was retried; nothing was changed, try again`);
   if (code === "25006")

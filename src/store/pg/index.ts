@@ -13,6 +13,12 @@
 //   the like reject with StoreUnavailableError naming host:port (./errors.ts). Reads and
 //   idempotent writes are tried again a few times; a call that may have been applied when its
 //   connection broke is tried again only when doing it twice is harmless (never a plan).
+// - Deadline: every call, its tries included, ends within queryTimeoutMs (`serve
+//   --db-query-timeout`). A server or network that goes silent mid-failover sends no error, and
+//   postgres-js would wait for as long as the socket stays open, holding the call (and a `status`
+//   behind it). Past the deadline the call fails as a store failure and the pool it ran on is
+//   dropped; the server is given the limit too (statement_timeout, and
+//   idle_in_transaction_session_timeout a little later), so it lets go of what the store let go of.
 // - Times of leases and control planes are the database's clock.
 
 import { randomUUID } from "node:crypto";
@@ -28,7 +34,7 @@ import type { AdminState } from "../../protocol/views";
 import { joinRefused } from "../../control/join";
 import { embeddedMigrations } from "../migrations";
 import { DIGEST_KEYS, TOKEN_KEYS, clearTokenMigration, digestsOf, nextDigest } from "../token-digests";
-import { classify, hostsOf } from "./errors";
+import { PgDeadlineError, classify, hostsOf } from "./errors";
 import * as schema from "./schema";
 
 export const CHANNEL = "llmgw_changes";
@@ -55,13 +61,32 @@ export interface PgStoreOptions {
   retries?: number;
   /** Names this store in its notifications (default a random UUID). */
   instanceId?: string;
+  /** How long one call may take, its tries included, before it fails as the store being unavailable (default 10 s). */
+  queryTimeoutMs?: number;
 }
+
+/** The default deadline: far above any call's own time (a deadlock is detected in 1 s), well below a client's patience (the CLI's 30 s). */
+export const DEFAULT_QUERY_TIMEOUT_MS = 10_000;
+/** Migrations may wait for another control plane's (the advisory lock) and alter tables. */
+const MIGRATION_TIMEOUT_MS = 120_000;
 
 type ModelRecord = typeof schema.models.$inferSelect;
 const toModel = (r: ModelRecord): ModelRow => ({ name: r.name, spec: r.spec as ModelSpec, revision: r.revision, createdAt: r.createdAt, updatedAt: r.updatedAt });
 const eventRecord = (e: NewEvent, at: number) => ({ at, kind: e.kind, subject: e.subject, message: e.message, data: e.data ?? null });
 const toEvent = (r: typeof schema.events.$inferSelect): EventRow => ({ id: r.id, at: r.at, kind: r.kind, subject: r.subject, message: r.message, data: r.data });
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** fn's answer, or PgDeadlineError (naming deadlineMs) once leftMs have passed without one. */
+function within<T>(fn: () => Promise<T>, leftMs: number, deadlineMs: number): Promise<T> {
+  if (!(leftMs > 0)) return Promise.reject(new PgDeadlineError(deadlineMs));
+  const answer = fn();
+  // An answer after the deadline is no one's: it must not surface as an unhandled rejection.
+  answer.catch(() => {});
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new PgDeadlineError(deadlineMs)), leftMs)));
+  return Promise.race([answer, late]).finally(() => clearTimeout(timer));
+}
+
 /** Text ordered by bytes, as SQLite orders it, whatever the database's collation. */
 const byBytes = (col: SQL.Aliased | Parameters<typeof asc>[0]) => sql`${col} COLLATE "C"`;
 
@@ -72,7 +97,7 @@ const SNAPSHOT_SQL = {
   weights: `SELECT node, model FROM weights ORDER BY node COLLATE "C", model COLLATE "C"`,
   models: `SELECT name, spec, revision, created_at AS "createdAt", updated_at AS "updatedAt" FROM models ORDER BY name COLLATE "C"`,
   replicas: `SELECT id, model, profile, state, shards, port, endpoint, failures, error, created_at AS "createdAt", updated_at AS "updatedAt", ready_at AS "readyAt" FROM replicas ORDER BY id COLLATE "C"`,
-  modelState: `SELECT model, failures, parked, reason, last_failure_at AS "lastFailureAt", last_requested_at AS "lastRequestedAt", scale_target AS "scaleTarget", unplaceable_reason AS "unplaceableReason" FROM model_state ORDER BY model COLLATE "C"`,
+  modelState: `SELECT model, failures, crashes, parked, reason, last_failure_at AS "lastFailureAt", last_requested_at AS "lastRequestedAt", scale_target AS "scaleTarget", unplaceable_reason AS "unplaceableReason" FROM model_state ORDER BY model COLLATE "C"`,
 } as const;
 
 // changesSince's queries: the snapshot's columns, of the rows the changes name ($1, a text array).
@@ -84,7 +109,7 @@ const CHANGE_SQL = {
   credentials: `SELECT name AS node, credential_hash AS hash FROM nodes WHERE name = ANY($1::text[]) AND credential_hash IS NOT NULL`,
   addresses: `SELECT node, address FROM node_addresses WHERE node = ANY($1::text[])`,
   models: `SELECT name, spec, revision, created_at AS "createdAt", updated_at AS "updatedAt" FROM models WHERE name = ANY($1::text[])`,
-  modelState: `SELECT model, failures, parked, reason, last_failure_at AS "lastFailureAt", last_requested_at AS "lastRequestedAt", scale_target AS "scaleTarget", unplaceable_reason AS "unplaceableReason" FROM model_state WHERE model = ANY($1::text[])`,
+  modelState: `SELECT model, failures, crashes, parked, reason, last_failure_at AS "lastFailureAt", last_requested_at AS "lastRequestedAt", scale_target AS "scaleTarget", unplaceable_reason AS "unplaceableReason" FROM model_state WHERE model = ANY($1::text[])`,
   replicas: `SELECT id, model, profile, state, shards, port, endpoint, failures, error, created_at AS "createdAt", updated_at AS "updatedAt", ready_at AS "readyAt" FROM replicas WHERE id = ANY($1::text[])`,
   apiKeys: `SELECT name, hash, pool, created_at AS "createdAt" FROM api_keys WHERE name = ANY($1::text[])`,
 } as const;
@@ -125,6 +150,7 @@ export class PgStore implements StorePort {
   private readonly url: string;
   private readonly opts: PgStoreOptions;
   private readonly retries: number;
+  private readonly queryTimeoutMs: number;
   private client: Sql;
   private db: Db;
   private readonly payload: Record<StoreChange, string>;
@@ -142,6 +168,7 @@ export class PgStore implements StorePort {
     this.url = withPrimaryTarget(opts.url);
     this.where = hostsOf(opts.url);
     this.retries = opts.retries ?? 3;
+    this.queryTimeoutMs = Math.max(1, Math.floor(opts.queryTimeoutMs ?? DEFAULT_QUERY_TIMEOUT_MS));
     this.instanceId = opts.instanceId ?? randomUUID();
     this.payload = {
       seen: JSON.stringify({ from: this.instanceId, change: "seen" }),
@@ -157,7 +184,7 @@ export class PgStore implements StorePort {
   static async open(opts: PgStoreOptions): Promise<PgStore> {
     const store = new PgStore(opts);
     try {
-      await store.call("idempotent", () => store.migrate());
+      await store.call("idempotent", () => store.migrate(), MIGRATION_TIMEOUT_MS);
     } catch (e) {
       await store.close();
       throw e;
@@ -172,7 +199,12 @@ export class PgStore implements StorePort {
       onnotice: () => {},
       // ms times and ids are bigint: read them as JS numbers (exact below 2^53).
       types: { bigint: { to: 20, from: [20], serialize: (x: number) => String(x), parse: (x: string) => Number(x) } },
-      connection: { application_name: "llmgw" },
+      // The server ends what the store's deadline ended: a statement at once, and a transaction
+      // left open (with its row locks, which would hold every other control plane's writes) once
+      // the store has closed the connection itself (reconnect: a deadline's grace later). Not
+      // sooner: postgres-js answers a server's close in mid-transaction with a ROLLBACK written
+      // to the closed socket, a TypeError no one can catch.
+      connection: { application_name: "llmgw", statement_timeout: this.queryTimeoutMs, idle_in_transaction_session_timeout: 3 * this.queryTimeoutMs },
       ...extra,
     }) as unknown as Sql;
   }
@@ -181,6 +213,8 @@ export class PgStore implements StorePort {
   private async migrate(): Promise<void> {
     const migrations = embeddedMigrations("pg");
     await this.client.begin(async (t) => {
+      // Waiting for another control plane's migration is no stuck statement.
+      await t.unsafe(`SET LOCAL statement_timeout = ${MIGRATION_TIMEOUT_MS}`);
       await t`SELECT pg_advisory_xact_lock(${MIGRATION_LOCK})`;
       // drizzle's own bookkeeping (as its pg migrator keeps it), so drizzle-kit agrees on what is applied.
       await t.unsafe(`CREATE SCHEMA IF NOT EXISTS drizzle`);
@@ -207,28 +241,40 @@ export class PgStore implements StorePort {
     await Promise.all([this.client.end({ timeout: 2 }), l?.end({ timeout: 1 })]);
   }
 
-  /** Runs fn, turning PostgreSQL's failures into StoreUnavailableError and trying again what may be. */
-  private async call<T>(retry: Retry, fn: () => Promise<T>): Promise<T> {
+  /**
+   * Runs fn, turning PostgreSQL's failures into StoreUnavailableError and trying again what may
+   * be, all within deadlineMs: past it the call fails as the store being unavailable.
+   */
+  private async call<T>(retry: Retry, fn: () => Promise<T>, deadlineMs = this.queryTimeoutMs): Promise<T> {
+    const end = performance.now() + deadlineMs;
     for (let attempt = 0; ; attempt++) {
+      const pool = this.client;
       try {
-        return await fn();
+        return await within(fn, end - performance.now(), deadlineMs);
       } catch (e) {
         const f = classify(e, this.where);
         if (!f) throw e;
-        if (f.standby) this.reconnect();
-        const again = !this.closed && attempt < this.retries && (f.kind !== "maybe applied" || retry !== "once");
+        // Once per pool: calls that ran on it fail together, and a later one must not drop the fresh pool.
+        if ((f.standby || f.stuck) && this.client === pool) this.reconnect(f.stuck ? this.queryTimeoutMs / 1000 : 5);
+        const pause = 30 * 3 ** attempt;
+        const again = !this.closed && attempt < this.retries && (f.kind !== "maybe applied" || retry !== "once") && performance.now() + pause < end;
         if (!again) throw f.error;
-        await sleep(30 * 3 ** attempt);
+        await sleep(pause);
       }
     }
   }
 
-  /** A pool whose connections reached a standby (a failover): start a new one, which finds the primary. */
-  private reconnect(): void {
+  /**
+   * A pool whose connections reached a standby (a failover), or one stuck without an answer:
+   * start a new one, which finds the primary. The old one's calls get graceS to finish, then its
+   * connections are closed: a stuck one's get a deadline, so each call still under way on it
+   * ends by its own deadline, saying so, rather than by another's.
+   */
+  private reconnect(graceS = 5): void {
     const old = this.client;
     this.client = this.connect();
     this.db = drizzle({ client: this.client, schema });
-    void old.end({ timeout: 5 }).catch(() => {});
+    void old.end({ timeout: graceS }).catch(() => {});
   }
 
   /** A committing write: fn in one transaction that also announces the change to other control planes. */
@@ -519,7 +565,7 @@ export class PgStore implements StorePort {
       const names = [...new Set(models.map((m) => m.spec.name))].map((name) => ({ name }));
       await tx.execute(
         sql`INSERT INTO model_state (model) SELECT v.name FROM ${recordset(names, "name text")}
-          ON CONFLICT (model) DO UPDATE SET failures = 0, parked = false, reason = NULL, unplaceable_reason = NULL`,
+          ON CONFLICT (model) DO UPDATE SET failures = 0, crashes = 0, parked = false, reason = NULL, unplaceable_reason = NULL`,
       );
     });
   }
@@ -545,7 +591,7 @@ export class PgStore implements StorePort {
     return this.write("once", "any", async (tx) => {
       const done = await tx
         .update(schema.modelState)
-        .set({ parked: false, failures: 0, reason: null, lastFailureAt: null })
+        .set({ parked: false, failures: 0, crashes: 0, reason: null, lastFailureAt: null })
         .where(and(eq(schema.modelState.model, model), eq(schema.modelState.parked, true)))
         .returning({ m: schema.modelState.model });
       return done.length > 0;
@@ -923,6 +969,7 @@ const REPLICA_COLUMNS: Record<string, [string, string]> = {
 };
 const MODEL_STATE_COLUMNS: Record<string, [string, string]> = {
   failures: ["failures", "integer"],
+  crashes: ["crashes", "integer"],
   parked: ["parked", "boolean"],
   reason: ["reason", "text"],
   lastFailureAt: ["last_failure_at", "bigint"],

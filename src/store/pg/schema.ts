@@ -87,6 +87,7 @@ export const replicas = pgTable(
 export const modelState = pgTable("model_state", {
   model: text("model").primaryKey(),
   failures: integer("failures").notNull().default(0),
+  crashes: integer("crashes").notNull().default(0),
   parked: boolean("parked").notNull().default(false),
   reason: text("reason"),
   lastFailureAt: ms("last_failure_at"),

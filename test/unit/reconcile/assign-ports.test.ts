@@ -88,6 +88,49 @@ describe("portsInUse", () => {
   });
 });
 
+describe("SGLang with DP attention on one node", () => {
+  const dp = model({ name: "dp", profiles: [{ name: "p", engine: "sglang", gpu_class: H, gpus: 1, args: ["--enable-dp-attention", "--dp-size", "2"] }] });
+  const plain = model({ name: "plain", profiles: [{ name: "p", engine: "sglang", gpu_class: H, gpus: 1 }] });
+
+  test("holds its rendezvous block, as a multi-node replica does; a plain single-node one does not", () => {
+    const ctx = ctxOf({ nodes: [{ name: "a", gpus: [H, H] }], models: [dp, plain], replicas: [{ id: "d", model: "dp", shards: [{ node: "a", gpus: [0] }] }, { id: "s", model: "plain", shards: [{ node: "a", gpus: [1] }] }] });
+    ctx.snapshot.replicas.forEach((r, i) => ((r.port = 8200 + i), (r.profile = "p")));
+    const book = portsInUse(ctx);
+    expect(book.blocksOn(["10.0.0.1"])).toEqual([new Set([blockOf(8200, ctx.cfg)])]);
+  });
+
+  test("is given only a port whose block is free, and takes the block; with none free it is not placed, saying why", () => {
+    const ctx = ctxOf({ nodes: [{ name: "a", gpus: [H] }], models: [dp] });
+    const book = new PortBook(ctx.cfg);
+    const start = 8100 + (fnv1a("r-dp") % 900);
+    book.take("10.0.0.1", start + 1, true); // a neighbour's block, not this port's
+    const b = builder();
+    assignPorts(ctx, b, [{ model: "dp", profile: "p", shards: [{ node: "a", gpus: [0] }] }], new Map(), book, () => "r-dp");
+    const port = b.plan.create[0]!.port;
+    expect(port).toBe(start);
+    expect(book.blocksOn(["10.0.0.1"])[0]!.has(blockOf(port, ctx.cfg))).toBe(true);
+
+    const small = ctxOf({ nodes: [{ name: "a", gpus: [H] }], models: [dp] }, { config: { portCount: 16 } });
+    const full = new PortBook(small.cfg);
+    full.take("10.0.0.1", 8100, true);
+    const unplaceable = new Map<string, string>();
+    assignPorts(small, builder(), [{ model: "dp", profile: "p", shards: [{ node: "a", gpus: [0] }] }], unplaceable, full, () => "r");
+    expect(unplaceable.get("dp")).toBe("no free rendezvous port block on 10.0.0.1 (all 1 blocks of 16 ports in 8116…8131 are held by multi-node and SGLang DP-attention replicas; a larger --engine-port-range makes more)");
+  });
+
+  test("through the whole step: two such replicas on one address never share a block", () => {
+    const snap = snapshot({ nodes: [{ name: "a", gpus: [H, H] }], models: [model({ ...dp, name: "dp", replicas: { min: 2 } })] });
+    // Two ids whose searches start at different ports of one block (32 ports: 2 blocks, by parity).
+    const from = (id: string) => fnv1a(id) % 32;
+    const second = Array.from({ length: 100 }, (_, i) => `r-${i}`).find((id) => from(id) !== from("r-x") && (from(id) - from("r-x")) % 2 === 0)!;
+    const ids = ["r-x", second];
+    const plan = reconcile({ snapshot: snap, now: T0, lastUsed: new Map(), config: { ...DEFAULT_RECONCILE, portCount: 32 }, newId: () => ids.shift()! });
+    const ports = plan.create.map((c) => c.port);
+    expect(ports.length).toBe(2);
+    expect(new Set(ports.map((p) => blockOf(p, { basePort: 8100, portCount: 32 }))).size).toBe(2);
+  });
+});
+
 describe("assignPorts", () => {
   const placed = (nodes: string[]) => ({ model: "m", profile: "p", shards: nodes.map((node) => ({ node, gpus: [0] })) });
 
@@ -129,7 +172,7 @@ describe("assignPorts", () => {
     book.take("10.0.0.1", 8100, true);
     const unplaceable = new Map<string, string>();
     assignPorts(ctx, builder(), [placed(["a", "b"])], unplaceable, book, () => "r");
-    expect(unplaceable.get("m")).toBe("no free rendezvous port block on 10.0.0.1 (all 1 blocks of 16 ports in 8116…8131 are held by multi-node replicas; a larger --engine-port-range makes more)");
+    expect(unplaceable.get("m")).toBe("no free rendezvous port block on 10.0.0.1 (all 1 blocks of 16 ports in 8116…8131 are held by multi-node and SGLang DP-attention replicas; a larger --engine-port-range makes more)");
   });
 });
 

@@ -35,7 +35,7 @@ describe("recordUse", () => {
     const b = builder();
     const st = recordUse(ctx, b);
     expect([...b.plan.modelState]).toEqual([["od", { lastRequestedAt: T0 - 10_000 }]]);
-    expect(st.get("od")).toEqual({ model: "od", failures: 0, parked: false, reason: null, lastFailureAt: null, lastRequestedAt: T0 - 10_000, scaleTarget: null, unplaceableReason: null });
+    expect(st.get("od")).toEqual({ model: "od", failures: 0, crashes: 0, parked: false, reason: null, lastFailureAt: null, lastRequestedAt: T0 - 10_000, scaleTarget: null, unplaceableReason: null });
     // Models that are always on are not tracked this way.
     expect(st.has("always")).toBe(false);
   });

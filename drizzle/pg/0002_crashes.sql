@@ -1,0 +1,1 @@
+ALTER TABLE "model_state" ADD COLUMN "crashes" integer DEFAULT 0 NOT NULL;

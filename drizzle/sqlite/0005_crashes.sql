@@ -1,0 +1,1 @@
+ALTER TABLE `model_state` ADD `crashes` integer DEFAULT 0 NOT NULL;
