@@ -81,9 +81,9 @@ describe("backup", () => {
     const restored = await testServer({ data_dir: dir });
     try {
       restored.clock.set(s.clock.now());
-      // The fleet, not the listener: each server's router has its own port.
-      const { router: _ra, ...a } = (await (await s.admin("/api/v1/summary")).json()) as Summary;
-      const { router: _rb, ...b } = (await (await restored.admin("/api/v1/summary")).json()) as Summary;
+      // The fleet, not the listeners: each server's router and admin listener has its own port.
+      const { router: _ra, node_admission: _na, ...a } = (await (await s.admin("/api/v1/summary")).json()) as Summary;
+      const { router: _rb, node_admission: _nb, ...b } = (await (await restored.admin("/api/v1/summary")).json()) as Summary;
       expect(b).toEqual(a);
       expect(restored.peek.counts()).toEqual({ ...s.peek.counts(), events: restored.peek.counts().events! });
       const models = async (t: TestServer) => (await (await t.admin("/api/v1/models")).json()) as unknown;
