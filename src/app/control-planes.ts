@@ -6,6 +6,7 @@
 // network for it.
 
 import { randomBytes } from "node:crypto";
+import { connect } from "node:net";
 import { hostname, networkInterfaces } from "node:os";
 import type { Logger } from "pino";
 import { ConfigError } from "../config";
@@ -15,7 +16,7 @@ import type { ModelStore } from "../control/model";
 import { liveNamesake } from "../control/name-clash";
 import type { StorePort } from "../control/store-port";
 import type { ControlPlaneRecord, Lease } from "../control/types";
-import { bracketHost } from "../lib/net";
+import { bracketHost, isLoopbackHost } from "../lib/net";
 import type { Scheduler, Timer } from "../lib/scheduler";
 import { HealthSchema, type Summary } from "../protocol/views";
 
@@ -61,6 +62,11 @@ export function newInstanceId(): string {
 export async function refuseNamesake(o: { store: Pick<StorePort, "controlPlanes">; describe: string; name: string; ttlMs: number; renewMs: number; scheduler: Scheduler; log: Logger }): Promise<void> {
   const live = await liveNamesake({
     ...o,
+    goneAlready: async (row) => {
+      const gone = await nobodyListensHere(row.adminUrl, o.scheduler);
+      if (gone) o.log.info({ name: o.name, seen_ago_ms: row.seenAgoMs, address: row.adminUrl }, `a control plane named ${o.name} was on this store moments ago; nothing listens at ${row.adminUrl} on this machine any more: an earlier run of this one`);
+      return gone;
+    },
     onWatch: (row, upToMs) =>
       o.log.info({ name: o.name, seen_ago_ms: row.seenAgoMs, address: row.adminUrl, wait_ms: upToMs }, `a control plane named ${o.name} was on this store moments ago: waiting up to ${upToMs} ms to tell a live one from an earlier run of this one`),
   });
@@ -69,6 +75,37 @@ export async function refuseNamesake(o: { store: Pick<StorePort, "controlPlanes"
     `name ${o.name}: another control plane named ${o.name} is running on this store (${o.describe}); it answers at ${live.adminUrl} and refreshed its row ${live.seenAgoMs} ms ago. ` +
       "Give each control plane its own --name (the default is the machine's host name, so two on one machine, or machines cloned from one image, clash), or stop the other one first",
   ]);
+}
+
+/**
+ * True when `url` names this machine (a loopback address or one of its interfaces') and a TCP
+ * connection to its port is refused: whatever wrote that URL no longer listens there. Anything
+ * else (another machine, a connection accepted, a timeout, a URL that does not parse) is false:
+ * not known to be gone.
+ */
+export async function nobodyListensHere(url: string, scheduler: Scheduler, timeoutMs = 1000): Promise<boolean> {
+  let host: string;
+  let port: number;
+  try {
+    const u = new URL(url);
+    host = u.hostname.replace(/^\[|\]$/g, "");
+    port = Number(u.port || (u.protocol === "https:" ? 443 : 80));
+  } catch {
+    return false;
+  }
+  const local = isLoopbackHost(host) || Object.values(networkInterfaces()).some((list) => (list ?? []).some((a) => a.address.toLowerCase() === host.toLowerCase()));
+  if (!local) return false;
+  return new Promise<boolean>((resolve) => {
+    const socket = connect({ host, port });
+    const done = (gone: boolean) => {
+      timer.cancel();
+      socket.destroy();
+      resolve(gone);
+    };
+    const timer = scheduler.after(timeoutMs, () => done(false));
+    socket.once("connect", () => done(false));
+    socket.once("error", (e: NodeJS.ErrnoException) => done(e.code === "ECONNREFUSED"));
+  });
 }
 
 /** The name a control plane goes by without `--name`. */

@@ -4,7 +4,8 @@
 // of its name on the store, and refuses to start while one exists. A row seen lately may also be
 // this control plane's own earlier run, killed a moment ago: a live member refreshes its row every
 // lease renewal, a dead one never again, so such a row is watched until it either moves (live) or
-// stays still for two renewals (an earlier run: go on).
+// stays still for two renewals (an earlier run: go on). A row whose admin URL is on this machine
+// and refuses connections needs no watch: its writer no longer listens there.
 
 import type { Scheduler } from "../lib/scheduler";
 import type { StorePort } from "./store-port";
@@ -18,6 +19,12 @@ export interface NamesakeOptions {
   renewMs: number;
   /** Told once when a recent row must be watched, with how long at most. */
   onWatch?: (row: ControlPlaneRow, upToMs: number) => void;
+  /**
+   * Whether the row's writer is known to be gone without watching it (nothing listens at its
+   * admin URL on this very machine: an earlier run of this one, stopped or killed); asked once,
+   * before the watch. Without it, or answering false, the row is watched.
+   */
+  goneAlready?: (row: ControlPlaneRow) => Promise<boolean>;
 }
 
 /** What one more look at a namesake's row says: it refreshed (live), it is past refreshing (gone), or not yet known. */
@@ -57,6 +64,7 @@ export async function liveNamesake(o: NamesakeOptions): Promise<ControlPlaneRow 
   };
   const first = await read();
   if (!first || first.row.seenAgoMs > o.ttlMs) return undefined;
+  if (await o.goneAlready?.(first.row)) return undefined;
   o.onWatch?.(first.row, Math.max(0, stillAfterMs(o.ttlMs, o.renewMs) - first.row.seenAgoMs));
   for (;;) {
     await new Promise<void>((resolve) => o.scheduler.after(LOOK_EVERY_MS, resolve));

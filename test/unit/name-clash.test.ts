@@ -44,9 +44,9 @@ function store(clock: ManualScheduler, first: ControlPlaneRow | undefined, refre
   };
 }
 
-async function verdict(clock: ManualScheduler, s: ReturnType<typeof store>): Promise<{ live: ControlPlaneRow | undefined; waited: number[] }> {
+async function verdict(clock: ManualScheduler, s: ReturnType<typeof store>, goneAlready?: (r: ControlPlaneRow) => Promise<boolean>): Promise<{ live: ControlPlaneRow | undefined; waited: number[] }> {
   const waited: number[] = [];
-  const p = liveNamesake({ store: s, scheduler: clock, name: "head", ttlMs: TTL, renewMs: RENEW, onWatch: (_r, ms) => waited.push(ms) });
+  const p = liveNamesake({ store: s, scheduler: clock, name: "head", ttlMs: TTL, renewMs: RENEW, onWatch: (_r, ms) => waited.push(ms), ...(goneAlready ? { goneAlready } : {}) });
   let out: ControlPlaneRow | undefined | null = null;
   void p.then((v) => (out = v));
   for (let i = 0; i < 100 && out === null; i++) await clock.run(250);
@@ -77,5 +77,22 @@ describe("liveNamesake", () => {
     expect(r.live).toBeUndefined();
     expect(clock.mono() - started).toBeGreaterThanOrEqual(2300);
     expect(clock.mono() - started).toBeLessThanOrEqual(2300 + 250);
+  });
+
+  test("a recent row known gone at once (nothing listens at its address here) is not watched; one not known gone is", async () => {
+    const clock = new ManualScheduler();
+    const asked: string[] = [];
+    const started = clock.mono();
+    const s = store(clock, row(200));
+    const r = await verdict(clock, s, async (r) => (asked.push(r.adminUrl), true));
+    expect(r).toEqual({ live: undefined, waited: [] });
+    expect(asked).toEqual(["http://10.0.0.1:8001"]);
+    expect(s.reads).toBe(1);
+    // One step of the helper's clock at most: nothing waited on the clock.
+    expect(clock.mono() - started).toBeLessThanOrEqual(250);
+    // Not known gone: the row is watched, and a live one found live all the same.
+    const live = await verdict(clock, store(clock, row(200), RENEW), async () => false);
+    expect(live.live?.name).toBe("head");
+    expect(live.waited).toEqual([2300]);
   });
 });
