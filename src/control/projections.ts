@@ -178,10 +178,10 @@ export function catalog(snapshot: Snapshot, config: Pick<ReconcileConfig, "start
     const startMs = Math.max(...spec.profiles.map((p) => serverStartDeadline(p, config)));
     const entry: CatalogEntry = { name: m.name, aliases: spec.aliases, on_demand: spec.on_demand, pool: spec.pool, created: Math.floor(m.createdAt / 1000), start_timeout_ms: startMs };
     const st = state.get(m.name);
-    if (st?.parked) entry.unavailable = { reason: parkedReason(m.name, st, st.reason) };
+    if (st?.parked) entry.unavailable = { kind: "parked", reason: parkedReason(m.name, st, st.reason) };
     else {
       const never = modelNeverFits((cap ??= fleetCapacity(snapshot)), spec);
-      if (never !== undefined) entry.unavailable = { reason: `'${m.name}' ${neverText(never)}` };
+      if (never !== undefined) entry.unavailable = { kind: "never", reason: `'${m.name}' ${neverText(never)}` };
     }
     const s = starting.get(m.name);
     if (s !== undefined) entry.starting = s;

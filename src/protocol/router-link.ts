@@ -24,7 +24,7 @@ const Catalog = z.object({
   pool: z.string(),
   created: z.number(),
   start_timeout_ms: z.number().optional(),
-  unavailable: z.object({ reason: z.string() }).optional(),
+  unavailable: z.object({ kind: z.enum(["never", "parked"]), reason: z.string() }).optional(),
   starting: z.object({ node: z.string(), since: z.number() }).optional(),
 });
 

@@ -38,11 +38,12 @@ export interface CatalogEntry {
    */
   start_timeout_ms?: number;
   /**
-   * Set when waiting will not bring a replica (the model is parked after failing every start, or crashing in a loop):
-   * the router answers at once with this reason and tells clients not to retry, and leaves the
-   * model out of /v1/models.
+   * Set when waiting will not bring a replica: the model can never run on this fleet (`never`),
+   * or it is parked after failing every start, or crashing in a loop (`parked`). The router
+   * answers at once with this reason in a way no client retries, and leaves the model out of
+   * /v1/models.
    */
-  unavailable?: { reason: string };
+  unavailable?: { kind: "never" | "parked"; reason: string };
   /**
    * Set while a replica of this model is starting (its oldest, when several): the node its
    * engine runs on (the leader's, for a multi-node replica) and since when (ms since epoch). The

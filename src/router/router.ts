@@ -35,6 +35,7 @@ import { type BodyFacts, type BodyRead, sizeRefusal, withModel } from "./request
 import { IdSniffer, ResponseIds } from "./response-ids";
 import { Counter, type CounterSeries, CounterView, Gauge, Histogram, type HistogramSeries, Registry } from "./prom";
 import { TokenCount, contentKey } from "./traffic";
+import { unavailableReply } from "./unavailable";
 import { type Exchange, type ExchangeHandler, type ExtraHeaders, type UpstreamHead, UpstreamError, UpstreamPool } from "../http/client";
 
 /**
@@ -644,13 +645,11 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
     });
   }
 
-  /**
-   * A model waiting cannot bring back (parked): 503 at once with the reason, and
-   * `x-should-retry: false`, which the OpenAI SDKs honour, so no client retries in vain.
-   */
+  /** A model waiting cannot bring back (never, parked): answered at once, so no client retries in vain (unavailable.ts). */
   private unavailable(ex: ClientExchange, entry: CatalogEntry): void {
-    this.requests.inc([entry.name, "503"]);
-    this.answer(ex, openAIError(503, entry.unavailable!.reason, { code: "model_unavailable", headers: { "x-should-retry": "false" } }));
+    const reply = unavailableReply(entry.unavailable!);
+    this.requests.inc([entry.name, String(reply.status)]);
+    this.answer(ex, reply);
   }
 
   private readonly perModel = new Map<string, ModelSeries>();

@@ -173,10 +173,10 @@ describe("the OpenAI SDK against llmgw demo", () => {
     const patient = new OpenAI({ baseURL: client.baseURL, apiKey: "not-needed", timeout: 30_000 });
     const started = Date.now();
     const err = await patient.chat.completions.create({ model: "deepseek-v3", messages: [{ role: "user", content: "x" }] }).catch((e) => e);
-    expect(err).toBeInstanceOf(OpenAI.APIError);
-    expect((err as InstanceType<typeof OpenAI.APIError>).status).toBe(503);
+    expect(err).toBeInstanceOf(OpenAI.BadRequestError);
+    expect((err as InstanceType<typeof OpenAI.BadRequestError>).code).toBe("model_cannot_run");
     expect((err as Error).message).toContain("can never fit on this fleet: no node has H200-141GB GPUs");
-    // Retried, it would have waited out Retry-After (10 s) twice.
+    // Retried, it would have waited out the SDK's backoff twice.
     expect(Date.now() - started).toBeLessThan(3_000);
   });
 

@@ -124,7 +124,7 @@ describe("a streamed request held for a cold start", () => {
     const created = client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }], stream: true });
     await until("the request to be held", () => r.heldByModel().get("m") === 1);
     const stream = await created;
-    r.setCatalog(cat({ unavailable: { reason } }));
+    r.setCatalog(cat({ unavailable: { kind: "never", reason } }));
     const err = await (async () => {
       for await (const _ of stream) {
         // no chunk comes
@@ -137,11 +137,11 @@ describe("a streamed request held for a cold start", () => {
     await until("the second request to be held", () => r.heldByModel().get("m") === 1);
     const body = reader(await res);
     await until("the comment", () => body.text().length > 0);
-    r.setCatalog(cat({ unavailable: { reason } }));
+    r.setCatalog(cat({ unavailable: { kind: "never", reason } }));
     await body.done;
     const events = data(body.text());
     expect(events).toHaveLength(1);
-    expect(JSON.parse(events[0]!.slice(6))).toEqual({ error: { message: reason, type: "server_error", param: null, code: "model_unavailable" } });
+    expect(JSON.parse(events[0]!.slice(6))).toEqual({ error: { message: reason, type: "invalid_request_error", param: "model", code: "model_cannot_run" } });
     expect(body.text().startsWith(": starting m, 0 s\n\n")).toBe(true);
   }, 30_000);
 

@@ -367,28 +367,35 @@ describe("cold start and usage", () => {
     expect(((await r.json()) as { error: { message: string } }).error.message).toContain("after waiting 2s");
   });
 
-  test("a parked model is answered at once: 503 with its reason, x-should-retry: false, no Retry-After, no demand; left out of /v1/models", async () => {
-    const reason = "'m' is parked after 5 failed starts: CUDA out of memory; it is not retried until an operator runs `llmgw models unpark m`";
-    const { url } = router({ scheduler: new ManualScheduler() }, [], cat({ on_demand: true, unavailable: { reason } }));
-    const res = await post(url, chat());
-    expect(res.status).toBe(503);
-    expect(res.headers.get("x-should-retry")).toBe("false");
-    expect(res.headers.get("retry-after")).toBeNull();
-    const body = (await res.json()) as { error: { message: string; code: string } };
-    expect(body.error).toMatchObject({ message: reason, code: "model_unavailable" });
-    const models = (await (await fetch(`${url}/v1/models`)).json()) as { data: { id: string }[] };
-    expect(models.data.map((m) => m.id)).not.toContain("m");
-    expect(models.data.map((m) => m.id)).not.toContain("m-alias");
+  test("a parked model, or one that can never run, is answered at once: 400 with its reason and code, x-should-retry: false, no Retry-After, no demand; left out of /v1/models", async () => {
+    const cases = [
+      { kind: "parked" as const, reason: "'m' is parked after 5 failed starts: CUDA out of memory; it is not retried until an operator runs `llmgw models unpark m`", code: "model_parked" },
+      { kind: "never" as const, reason: "'m' can never fit on this fleet: no node has H200-141GB GPUs", code: "model_cannot_run" },
+    ];
+    for (const { kind, reason, code } of cases) {
+      const wanted: string[] = [];
+      const { url } = router({ scheduler: new ManualScheduler(), demand: { requestModel: (m) => void wanted.push(m) } }, [], cat({ on_demand: true, unavailable: { kind, reason } }));
+      const res = await post(url, chat());
+      expect(res.status).toBe(400);
+      expect(res.headers.get("x-should-retry")).toBe("false");
+      expect(res.headers.get("retry-after")).toBeNull();
+      const body = (await res.json()) as { error: { message: string; type: string; param: string | null; code: string } };
+      expect(body.error).toEqual({ message: reason, type: "invalid_request_error", param: "model", code });
+      expect(wanted).toEqual([]);
+      const models = (await (await fetch(`${url}/v1/models`)).json()) as { data: { id: string }[] };
+      expect(models.data.map((m) => m.id)).not.toContain("m");
+      expect(models.data.map((m) => m.id)).not.toContain("m-alias");
+    }
   });
 
   test("the official SDK with its default retries gives up on a parked model after one request; a model only starting still says Retry-After", async () => {
     const { default: OpenAI } = await import("openai");
-    const { url, r } = router({ scheduler: new ManualScheduler() }, [], cat({ unavailable: { reason: "'m' is parked after 5 failed starts: exit 1" } }));
+    const { url, r } = router({ scheduler: new ManualScheduler() }, [], cat({ unavailable: { kind: "parked", reason: "'m' is parked after 5 failed starts: exit 1" } }));
     let sent = 0;
     const counting: typeof fetch = Object.assign((input: string | URL | Request, init?: RequestInit) => (sent++, fetch(input, init)), { preconnect: fetch.preconnect });
     const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "x", fetch: counting });
     const err = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }] }).catch((e: unknown) => e);
-    expect((err as { status?: number }).status).toBe(503);
+    expect(err).toBeInstanceOf(OpenAI.BadRequestError);
     expect((err as Error).message).toContain("parked after 5 failed starts");
     expect(sent).toBe(1);
     // Not parked, just nothing ready yet: a plain 503 with Retry-After, which the SDK retries.
@@ -403,11 +410,13 @@ describe("cold start and usage", () => {
     const { r, scheduler, held } = coldRouter({ coldStartTimeoutMs: 60_000 }, {});
     const { res } = await held();
     scheduler.advance(10);
-    r.setCatalog(cat({ on_demand: true, unavailable: { reason: "'m' is parked after 1 failed start: exit 1" } }));
+    r.setCatalog(cat({ on_demand: true, unavailable: { kind: "parked", reason: "'m' is parked after 1 failed start: exit 1" } }));
     const answer = await res;
-    expect(answer.status).toBe(503);
+    expect(answer.status).toBe(400);
     expect(answer.headers.get("x-should-retry")).toBe("false");
-    expect(((await answer.json()) as { error: { message: string } }).error.message).toContain("parked");
+    const e = ((await answer.json()) as { error: { message: string; code: string } }).error;
+    expect(e.code).toBe("model_parked");
+    expect(e.message).toContain("parked");
   });
 
   test("last-used is absent until a request is sent (unknown, not idle), stamped by the injected clock", async () => {
