@@ -594,9 +594,11 @@ export class Controller {
    * must not speak for a node that has joined), unless the join carries that very credential:
    * the agent's own choice, sent again because the first answer was lost.
    */
-  join(hb: HeartbeatRequest): Promise<HeartbeatResponse> {
+  async join(hb: HeartbeatRequest): Promise<HeartbeatResponse> {
+    // A node joining again (its answer was lost) with a failing driver keeps its GPUs too.
+    const taken = await this.lastKnown(hb);
     return new Promise<HeartbeatResponse>((resolve, reject) => {
-      this.joining.push({ hb, resolve, reject, at: this.scheduler.mono() });
+      this.joining.push({ ...taken, resolve, reject, at: this.scheduler.mono() });
       this.armJoins();
     });
   }
@@ -634,7 +636,6 @@ export class Controller {
     this.armJoins();
     const mono = this.scheduler.mono();
     this.load.queueWait(Math.max(...group.map((g) => mono - g.at)));
-    for (const g of group) Object.assign(g, await this.lastKnown(g.hb));
     const health = await this.healthBefore(group.map((g) => g.hb));
     const now = this.scheduler.now();
     const seen = this.observe(now);
