@@ -163,7 +163,7 @@ export class NodeAgent {
     this.config = opts.config;
     this.log = opts.log;
     this.selfExe = opts.selfExe;
-    this.timing = { ...AGENT_TIMING, ...opts.timing };
+    this.timing = { ...AGENT_TIMING, inventoryIntervalMs: opts.config.inventory_interval, ...opts.timing };
     this.scheduler = opts.scheduler ?? realScheduler;
     this.probeRun = opts.probeRun;
     this.intervalMs = this.timing.heartbeatIntervalMs;

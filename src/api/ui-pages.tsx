@@ -352,7 +352,12 @@ export const NodePage: FC<{ nonce: string; csrf?: string; flash?: Flash; d: Node
           {n.state}
         </Badge>
       </h1>
-      {n.discovery_error && <p class="alert bad">GPU discovery: {n.discovery_error}</p>}
+      {n.discovery_error && (
+        <p class="alert bad">
+          GPU discovery: {n.discovery_error}
+          {n.gpus_last_known && ` (the ${plural(n.gpus.length, "GPU")} below are the last it reported, counted unhealthy until it answers again)`}
+        </p>
+      )}
       <div class="grid">
         <Section id="node" title="Node">
           <Facts

@@ -34,9 +34,9 @@ export function modelStatus(m: ModelView): "parked" | "unplaceable" | "short" | 
 }
 
 export function eventTone(kind: string): Tone {
-  if (/failed|parked|unreachable|lost|unplaceable/.test(kind)) return "bad";
+  if (/failed|parked|unreachable|lost|unplaceable|unhealthy/.test(kind)) return "bad";
   if (/stopping|drain|cordon|evict/.test(kind)) return "warn";
-  if (/ready|registered|created|unparked|reachable/.test(kind)) return "ok";
+  if (/ready|registered|created|unparked|reachable|healthy|recovered/.test(kind)) return "ok";
   return "muted";
 }
 
@@ -234,7 +234,9 @@ const Fabrics: FC<{ s: Summary }> = ({ s }) => (
 );
 
 const Attention: FC<{ s: Summary }> = ({ s }) => {
-  const nothing = s.unplaceable.length === 0 && s.parked.length === 0 && s.idle_replicas.length === 0 && s.evictions.length === 0 && !s.store_error;
+  // Nodes whose discovery fails and whose GPUs are kept, counted unhealthy (control/gpu-health.ts).
+  const kept = (s.gpu_discovery ?? []).filter((p) => p.last_known);
+  const nothing = s.unplaceable.length === 0 && s.parked.length === 0 && s.idle_replicas.length === 0 && s.evictions.length === 0 && !s.store_error && kept.length === 0;
   const idleGpus = s.idle_replicas.reduce((a, x) => a + x.gpus, 0);
   return (
     <Section id="attention" title="Needs attention">
@@ -244,6 +246,11 @@ const Attention: FC<{ s: Summary }> = ({ s }) => {
           Store: {s.store_error}
         </p>
       )}
+      {kept.map((p) => (
+        <p class="alert bad" data-testid="discovery-fails" data-node={p.node}>
+          GPU discovery fails on <a href={nodeHref(p.node)}>{p.node}</a>: its {plural(p.gpus, "GPU")} last reported are counted unhealthy until it answers again. {oneLine(p.error, 300)}
+        </p>
+      ))}
       {s.unplaceable.length > 0 && (
         <>
           <h3 class="bad">Unplaceable</h3>

@@ -153,7 +153,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   const shared = ha ? await amongOthers(opened, config, { scheduler, log, secret, admin, join: join_ }) : undefined;
   const close = () => void opened.close().catch((e) => log.warn({ err: (e as Error).message }, "store not closed cleanly"));
   const model = new ModelStore(opened.store, scheduler);
-  const controller = buildController(config, { store: model, log, scheduler, dataDir, engineSecret: shared?.engineSecret ?? secret.token, ha });
+  const controller = await buildController(config, { store: model, log, scheduler, dataDir, engineSecret: shared?.engineSecret ?? secret.token, ha });
   // The join token agents present, followed in the store with several control planes, and how it is rotated.
   const { follower, rotation } = keepJoinToken({ ...(shared ? { shared } : {}), join: join_, controller, store: model, scheduler, log, dataDir });
   // The summary's store[] and store_error, from the store's Patroni members (serve --patroni).
@@ -318,7 +318,7 @@ async function amongOthers(opened: OpenedStore, config: ServeConfig, o: { schedu
   return adoptSharedSecrets({ opened, log: o.log, secret: o.secret, admin: o.admin, join: o.join, name, ttlMs: config.lease_ttl });
 }
 
-function buildController(config: ServeConfig, o: { store: StorePort; log: Logger; scheduler: Scheduler; dataDir: string; engineSecret: string; ha: boolean }): Controller {
+async function buildController(config: ServeConfig, o: { store: StorePort; log: Logger; scheduler: Scheduler; dataDir: string; engineSecret: string; ha: boolean }): Promise<Controller> {
   const { store, log, scheduler, dataDir, engineSecret } = o;
   const controller = new Controller({
     store,
@@ -346,6 +346,8 @@ function buildController(config: ServeConfig, o: { store: StorePort; log: Logger
   // Among several control planes nobody leads before the lease says so: the listeners open (and
   // heartbeats are answered) before this one has asked for it, and it may wait a while to ask.
   if (o.ha) controller.setLeadership({ leading: false, epoch: 0 });
+  // What nodes last said beside their inventory (GPU reasons, discovery errors): a restart compares their next heartbeats with it.
+  await controller.loadReports();
   return controller;
 }
 

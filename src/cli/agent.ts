@@ -49,6 +49,7 @@ export const AGENT_FLAGS: FlagSpecs = {
   "stop-grace": { kind: "string", value: "DURATION", help: `time between an engine's SIGTERM and SIGKILL (default ${d("stop_grace")})` },
   "start-timeout": { kind: "string", value: "DURATION", help: `how long an engine has to become healthy (default ${d("start_timeout")})` },
   "health-interval": { kind: "string", value: "DURATION", help: `how often a starting engine's /health is polled (default ${d("health_interval")})` },
+  "inventory-interval": { kind: "string", value: "DURATION", help: `how often GPUs (nvidia-smi) and weights are looked at again, so a card turning unhealthy reaches the head node (default ${d("inventory_interval")})` },
   "log-level": { kind: "string", value: "LEVEL", choices: LOG_LEVELS, help: `trace, debug, info, warn, error (default ${d("log_level")})` },
   "log-format": { kind: "string", value: "FORMAT", choices: LOG_FORMATS, help: `${LOG_FORMAT_HELP} (default ${d("log_format")})` },
   help: { kind: "boolean", short: "h", help: "show this help" },

@@ -12,9 +12,9 @@ import { type Style, detectStyle, paint } from "./render";
 const DEFAULT_LIMIT = 50;
 
 function color(kind: string): "red" | "yellow" | "green" | "gray" {
-  if (/failed|parked|unreachable|lost|unplaceable/.test(kind)) return "red";
+  if (/failed|parked|unreachable|lost|unplaceable|unhealthy/.test(kind)) return "red";
   if (/stopping|drain|cordon|evict/.test(kind)) return "yellow";
-  if (/ready|registered|created|unparked|reachable/.test(kind)) return "green";
+  if (/ready|registered|created|unparked|reachable|healthy|recovered/.test(kind)) return "green";
   return "gray";
 }
 

@@ -42,6 +42,15 @@ export function renderNodes(list: NodeView[], style: Style, wide: boolean, now =
   return table(headers, rows, { right: [2, 3, 6] }) + "\n" + problems(nodes, style);
 }
 
+/**
+ * A node's discovery error; beside GPUs kept from before it failed, the agent's "reports no GPUs"
+ * gives way to what the head node does with them.
+ */
+function discoveryText(n: NodeView): string {
+  if (!n.gpus_last_known) return n.discovery_error ?? "";
+  return `its ${plural(n.gpus.length, "GPU")} last reported are kept, counted unhealthy until it answers again (or llmgw nodes delete ${n.name}): ${(n.discovery_error ?? "").replace(/: this node reports no GPUs$/, "")}`;
+}
+
 /** Shown per node at most, so a fleet of broken cards still fits a screen. */
 const PROBLEMS_PER_NODE = 3;
 
@@ -50,8 +59,9 @@ function problems(nodes: NodeView[], style: Style): string {
   const lines: string[] = [];
   for (const n of nodes) {
     // Older servers send neither field.
-    if (n.discovery_error) lines.push(`${n.name}: ${paint(style, "red", oneLine(n.discovery_error, 240))}`);
-    const bad = n.gpus.filter((g) => !g.healthy && g.reason);
+    if (n.discovery_error) lines.push(`${n.name}: ${paint(style, "red", oneLine(discoveryText(n), 240))}`);
+    // Kept GPUs give the discovery error as their reason: said once, on the line above.
+    const bad = n.gpus_last_known ? [] : n.gpus.filter((g) => !g.healthy && g.reason);
     for (const g of bad.slice(0, PROBLEMS_PER_NODE)) lines.push(`${n.name}: GPU ${g.index} ${paint(style, "yellow", oneLine(g.reason!, 160))}`);
     if (bad.length > PROBLEMS_PER_NODE) lines.push(`${n.name}: … and ${bad.length - PROBLEMS_PER_NODE} more unhealthy GPUs (llmgw nodes ${n.name})`);
   }
@@ -86,7 +96,7 @@ export function renderNode(node: NodeView, style: Style, now = Date.now()): stri
     `Weights:    ${n.models.join(", ") || "-"}`,
     `GPUs:       ${n.gpu_free} free of ${n.gpu_total}${n.gpu_unhealthy ? `, ${n.gpu_unhealthy} unhealthy` : ""}${n.gpu_memory_mib ? `, ${Math.round(n.gpu_memory_mib / 1024)}GiB memory` : ""}`,
   ];
-  if (n.discovery_error) lines.push(`Discovery:  ${paint(style, "red", oneLine(n.discovery_error, 1024))}`);
+  if (n.discovery_error) lines.push(`Discovery:  ${paint(style, "red", oneLine(discoveryText(n), 1024))}`);
   if (n.engines.length > 0) lines.push(`Engines:    ${engineList(n.engines, style)}`);
   if (n.drain) lines.push(...drainLines(n.drain, style));
   const reasons = n.gpus.some((g) => !g.healthy && g.reason);

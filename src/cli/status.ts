@@ -81,7 +81,7 @@ export function renderStatus(summary: Summary, style: Style, opts: { wide?: bool
   out.push(`Replicas  ${rParts.join(" · ")}`);
   out.push(`Models    ${m.total} total · ${m.satisfied} satisfied · ${m.short ? paint(style, "yellow", `${m.short} short`) : "0 short"}`);
 
-  const attention = [...haAttention(s), ...admissionAttention(s), ...drainAttention(s, wide)];
+  const attention = [...haAttention(s), ...admissionAttention(s), ...keptGpusAttention(s), ...drainAttention(s, wide)];
   if (attention.length > 0) {
     out.push("", paint(style, "bold", paint(style, "red", "Attention")));
     for (const a of attention) out.push(`  ${a}`);
@@ -206,6 +206,19 @@ export function admissionAttention(s: Pick<Summary, "node_admission">): string[]
   return [`nodes join without approval: anyone who holds the join token and reaches ${a.listen} is given replicas, prompts and the catalog's env (serve --approve-nodes)`];
 }
 
+/**
+ * "GPU discovery fails on gpu-07: its 8 GPUs are kept, counted unhealthy, …: nvidia-smi exited
+ * with status 9: …", one line per node whose discovery finds no GPUs and that had some.
+ */
+/** How the head node words a kept GPU's reason (control/gpu-health.ts). */
+const KEPT_REASON = "GPU discovery fails: ";
+
+export function keptGpusAttention(s: Pick<Summary, "gpu_discovery">): string[] {
+  return (s.gpu_discovery ?? [])
+    .filter((p) => p.last_known)
+    .map((p) => `GPU discovery fails on ${p.node}: its ${plural(p.gpus, "GPU")} last reported are counted unhealthy until it answers again (or llmgw nodes delete ${p.node}): ${oneLine(p.error.replace(/: this node reports no GPUs$/, ""), 300)}`);
+}
+
 /** Nodes named per line before the rest are counted. */
 const NAMED = 5;
 
@@ -215,7 +228,8 @@ const NAMED = 5;
  */
 function discoveryLines(s: Summary, style: Style): string[] {
   const lines: string[] = [];
-  const problems = s.gpu_discovery ?? [];
+  // Nodes whose GPUs are kept from before discovery failed are under Attention (keptGpusAttention).
+  const problems = (s.gpu_discovery ?? []).filter((p) => !p.last_known);
   for (const [none, what] of [
     [true, "reports no GPUs"],
     [false, "reports incomplete GPU discovery"],
@@ -229,7 +243,10 @@ function discoveryLines(s: Summary, style: Style): string[] {
     const others = group.length > 1 ? ` (also ${group.slice(1, NAMED).map((p) => p.node).join(", ")}${group.length > NAMED ? ", …" : ""})` : "";
     lines.push(paint(style, none ? "red" : "yellow", `          ${plural(group.length, "node")} ${verb}: ${first.node}: ${words}${others}`));
   }
+  // Kept GPUs' reason is their node's discovery error, said under Attention already.
+  const kept = new Set((s.gpu_discovery ?? []).filter((p) => p.last_known).map((p) => p.node));
   for (const u of s.unhealthy_gpus ?? []) {
+    if (u.reason.startsWith(KEPT_REASON) && u.nodes.every((n) => kept.has(n))) continue;
     const nodes = `${u.nodes.join(", ")}${u.gpus > u.nodes.length && u.nodes.length >= NAMED ? ", …" : ""}`;
     lines.push(paint(style, "yellow", `          ${plural(u.gpus, "unhealthy GPU")}: ${oneLine(u.reason, 160)} (${nodes})`));
   }

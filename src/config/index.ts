@@ -301,6 +301,8 @@ export const AgentConfig = z.strictObject({
   /** How long an engine has to become healthy. */
   start_timeout: Duration.prefault("10m"),
   health_interval: Duration.prefault("2s"),
+  /** How often GPUs and weights are looked at again, so health changes reach the head node. */
+  inventory_interval: Duration.refine((ms) => ms >= 100, "must be at least 100ms").prefault("30s"),
   log_level: LogLevel.default("info"),
   log_format: LogFormat.default("auto"),
   /** PEM CA (or the server's own self-signed certificate) to trust for an https server. */

@@ -32,6 +32,7 @@ import type { EndpointSink, UsageSource } from "./interfaces";
 import * as project from "./projections";
 import { LoadMonitor, SUMMARY_CACHE_MS } from "./load";
 import { type NodeReport, ReportLedger, reportOf } from "./node-reports";
+import { type HealthBefore, keepLastKnownGpus, nextHealth, storedHealth } from "./gpu-health";
 import { reachability } from "./reachability";
 import { DEFAULT_RECONCILE, type Plan, type ReconcileConfig, emptyPlan, isEmpty, processReports, reconcilePaced } from "./reconciler";
 import { type ScaleChange, scale, scaleEvent, withTargets } from "./scaling";
@@ -89,6 +90,8 @@ const WAKE_GAP_MS = 150;
 /** A heartbeat (or join) waiting for its group's write, and how to answer it. */
 interface Waiting {
   hb: HeartbeatRequest;
+  /** The node's discovery failed with no GPUs: hb carries its last known ones (gpu-health.ts). */
+  kept?: boolean;
   resolve: (a: HeartbeatResponse) => void;
   reject: (e: unknown) => void;
   at: number;
@@ -121,10 +124,18 @@ export class Controller {
   private lastUsed: ReadonlyMap<string, number> = new Map();
   /**
    * Several control planes on one store (set by the app, `serve --ha`): this one's name, which
-   * names its router in usage reports, how long a router's report keeps it limiting idleness,
-   * and what node reports it wrote or loaded. Absent for a single head node.
+   * names its router in usage reports and how long a router's report keeps it limiting idleness.
+   * Absent for a single head node.
    */
-  private shared: { name: string; liveWithinMs: number; ledger: ReportLedger } | undefined;
+  private shared: { name: string; liveWithinMs: number } | undefined;
+  /**
+   * The node reports this control plane wrote or loaded. Written by a single head node too, and
+   * loaded at start, so a restart keeps GPU reasons and discovery errors and tells a change from
+   * a repeat (gpu-health.ts) against what was known, not against an empty memory.
+   */
+  private readonly reports = new ReportLedger();
+  /** Nodes whose report (and so whose discovery error) is known here, from a heartbeat or the store. */
+  private readonly reportKnown = new Set<string>();
   /** Idleness is counted from here: the latest watchingSince of the live routers (usage.ts); -Infinity alone. */
   private usageSince = Number.NEGATIVE_INFINITY;
   private lastPublished = "";
@@ -161,9 +172,8 @@ export class Controller {
    */
   private readonly engines = new Map<string, EngineReport[]>();
   /**
-   * Discovery errors and GPU reasons, in memory like the engines: only people read them, every
-   * heartbeat (seconds apart) carries them again, so a restarted head node knows them after one
-   * interval, and the health they explain (gpus.healthy) is stored.
+   * Discovery errors and GPU reasons, in memory like the engines and in the stored node reports
+   * (loaded at start), and the health they explain (gpus.healthy) is stored.
    */
   private readonly discovery = new Map<string, NodeDiscovery>();
   /**
@@ -347,7 +357,7 @@ export class Controller {
    * the node reports already stored are loaded.
    */
   async setShared(o: { name: string; liveWithinMs: number }): Promise<void> {
-    this.shared = { ...o, ledger: new ReportLedger() };
+    this.shared = { ...o };
     await this.loadReports();
   }
 
@@ -386,9 +396,11 @@ export class Controller {
     this.wake();
   }
 
-  /** The node reports other control planes wrote since this one last looked; a bad row is skipped with a warning. */
-  private async loadReports(): Promise<void> {
-    if (!this.shared) return;
+  /**
+   * The node reports written since this one last looked (at start: all of them, this head node's
+   * earlier run's or other control planes'); a bad row is skipped with a warning.
+   */
+  async loadReports(): Promise<void> {
     let rows;
     try {
       rows = await this.store.nodeReports();
@@ -396,7 +408,7 @@ export class Controller {
       this.log.warn({ err: (e as Error).message }, "node reports not read from the store: the next change tries again");
       return;
     }
-    const { fresh, bad } = this.shared.ledger.news(rows);
+    const { fresh, bad } = this.reports.news(rows);
     for (const b of bad) this.log.warn({ node: b.node, problem: b.problem }, `ignored the stored report of node ${b.node}: ${b.problem}`);
     for (const f of fresh) this.applyReport(f.node, f.report);
   }
@@ -582,9 +594,11 @@ export class Controller {
    * must not speak for a node that has joined), unless the join carries that very credential:
    * the agent's own choice, sent again because the first answer was lost.
    */
-  join(hb: HeartbeatRequest): Promise<HeartbeatResponse> {
+  async join(hb: HeartbeatRequest): Promise<HeartbeatResponse> {
+    // A node joining again (its answer was lost) with a failing driver keeps its GPUs too.
+    const taken = await this.lastKnown(hb);
     return new Promise<HeartbeatResponse>((resolve, reject) => {
-      this.joining.push({ hb, resolve, reject, at: this.scheduler.mono() });
+      this.joining.push({ ...taken, resolve, reject, at: this.scheduler.mono() });
       this.armJoins();
     });
   }
@@ -622,6 +636,7 @@ export class Controller {
     this.armJoins();
     const mono = this.scheduler.mono();
     this.load.queueWait(Math.max(...group.map((g) => mono - g.at)));
+    const health = await this.healthBefore(group.map((g) => g.hb));
     const now = this.scheduler.now();
     const seen = this.observe(now);
     // The credential the agent chose (the same on every try of its join), else a new one.
@@ -638,7 +653,8 @@ export class Controller {
       try {
         if ("error" in r) throw r.error;
         if (r.taken) throw takenError(node);
-        const answer = await this.received(g.hb, now, seen, r.created, batch);
+        this.noteHealth(g, r.created, health, batch);
+        const answer = await this.received(g.hb, now, seen, r.created, batch, g.kept);
         if (writes[i]!.join.pending) {
           batch.events.push({ kind: "node.pending", subject: `node/${node}`, message: `node ${node} joined and waits for approval: llmgw nodes approve ${node}` });
           this.log.warn({ node, address: g.hb.address }, "node joined and waits for approval");
@@ -693,7 +709,7 @@ export class Controller {
         for (const m of await this.store.parkedModels()) await this.unparkModel(m, why);
       }
     } catch (e) {
-      this.log.warn({ err: (e as Error).message, events: batch.events.length }, "the events of a group of joins were not written");
+      this.log.warn({ err: (e as Error).message, events: batch.events.length }, "the events of a group of heartbeats were not written");
     }
   }
 
@@ -712,10 +728,11 @@ export class Controller {
     this.nodeTurn.set(hb.node, mine);
     try {
       if (before) await before;
-      const quick = await this.answerUnchanged(hb);
+      const taken = await this.lastKnown(hb);
+      const quick = await this.answerUnchanged(taken.hb, taken.kept);
       if (quick) return quick;
       return new Promise<HeartbeatResponse>((resolve, reject) => {
-        this.grouped.push({ hb, resolve, reject, at: this.scheduler.mono() });
+        this.grouped.push({ ...taken, resolve, reject, at: this.scheduler.mono() });
         this.inGroup.set(hb.node, (this.inGroup.get(hb.node) ?? 0) + 1);
         this.armGroup();
       });
@@ -750,12 +767,12 @@ export class Controller {
    * whose node report is held already, changes nothing another writer could be deciding on.
    * Undefined when the heartbeat must take the lock's path.
    */
-  private async answerUnchanged(hb: HeartbeatRequest): Promise<HeartbeatResponse | undefined> {
+  private async answerUnchanged(hb: HeartbeatRequest, kept: boolean): Promise<HeartbeatResponse | undefined> {
     // A node not projected yet (the first heartbeats after a start) takes the lock's path, which projects first.
     const skip = () => this.answersFromStore(hb.node) || this.inGroup.has(hb.node) || this.unreachable.has(hb.node);
     if (!this.store.touchIfUnchanged || skip()) return undefined;
-    const report = reportOf(hb);
-    if (this.shared && this.shared.ledger.toWrite(hb.node, report) !== undefined) return undefined;
+    const report = reportOf(hb, kept);
+    if (this.reports.toWrite(hb.node, report) !== undefined) return undefined;
     const now = this.scheduler.now();
     const seen = this.observe(now);
     const mine = await this.store.replicaSnapshot(hb.node);
@@ -778,18 +795,21 @@ export class Controller {
     this.armGroup();
     const mono = this.scheduler.mono();
     this.load.queueWait(Math.max(...group.map((g) => mono - g.at)));
+    const health = await this.healthBefore(group.map((g) => g.hb));
     const now = this.scheduler.now();
     const seen = this.observe(now);
     const applied = await this.applyGroup(
       group.map((g) => g.hb),
       now,
     );
+    const batch: Batch = { events: [], created: [] };
     try {
       for (const [i, g] of group.entries()) {
         const r = applied[i]!;
         try {
           if ("error" in r) throw r.error;
-          g.resolve(await this.received(g.hb, now, seen, r.created));
+          this.noteHealth(g, r.created, health, batch);
+          g.resolve(await this.received(g.hb, now, seen, r.created, undefined, g.kept));
         } catch (e) {
           g.reject(e);
         } finally {
@@ -800,6 +820,39 @@ export class Controller {
       }
     } finally {
       this.flushEndpoints();
+    }
+    if (batch.events.length > 0) await this.writeBatch(batch, now);
+  }
+
+  /**
+   * The heartbeat as taken (gpu-health.ts): with a discovery error and no GPUs, the node's stored
+   * GPUs, kept unhealthy. The store is read only then.
+   */
+  private async lastKnown(hb: HeartbeatRequest): Promise<{ hb: HeartbeatRequest; kept: boolean }> {
+    if (!hb.discovery_error || hb.gpus.length > 0) return { hb, kept: false };
+    return keepLastKnownGpus(hb, await this.store.nodeGpus([hb.node]));
+  }
+
+  /**
+   * What is stored of the group's nodes before it is written (gpu-health.ts). Undefined when the
+   * store cannot say: then the group's health changes go without events, its heartbeats are still handled.
+   */
+  private async healthBefore(hbs: readonly HeartbeatRequest[]): Promise<Map<string, HealthBefore> | undefined> {
+    const nodes = [...new Set(hbs.map((h) => h.node))];
+    try {
+      return storedHealth(nodes, await this.store.nodeGpus(nodes), (n) => (this.reportKnown.has(n) ? (this.discovery.get(n)?.error ?? null) : undefined));
+    } catch (e) {
+      this.log.warn({ err: (e as Error).message, nodes: nodes.length }, "stored GPUs not read: this group's GPU health changes are written without events");
+      return undefined;
+    }
+  }
+
+  /** The health events of one heartbeat the store took, into the group's batch, and logged. */
+  private noteHealth(w: Waiting, created: boolean, health: Map<string, HealthBefore> | undefined, batch: Batch): void {
+    if (!health) return;
+    for (const e of nextHealth(health, w.hb, w.kept === true, created)) {
+      batch.events.push(e);
+      this.log[/failed|unhealthy/.test(e.kind) ? "warn" : "info"]({ node: w.hb.node, kind: e.kind, ...(e.data as object) }, e.message);
     }
   }
 
@@ -835,8 +888,8 @@ export class Controller {
   }
 
   /** The rest of a heartbeat once the store took its inventory: its report, events, replica verdicts, the answer. */
-  private async received(hb: HeartbeatRequest, now: number, seen: { watchedSince: number }, created: boolean, batch?: Batch): Promise<HeartbeatResponse> {
-    await this.noteReported(hb, now);
+  private async received(hb: HeartbeatRequest, now: number, seen: { watchedSince: number }, created: boolean, batch?: Batch, kept = false): Promise<HeartbeatResponse> {
+    await this.noteReported(hb, now, kept);
     // With a batch (a group of joins), its events are written together after the group.
     const event = (kind: string, message: string) => (batch ? void batch.events.push({ kind, subject: `node/${hb.node}`, message }) : this.event(kind, `node/${hb.node}`, message));
     if (created) {
@@ -898,17 +951,17 @@ export class Controller {
 
   /**
    * What a heartbeat says that is kept in memory: log listener, certificate, engines, discovery,
-   * revisions. With several control planes it is also written to the store when it changed, so
-   * the others know it (node-reports.ts); a failed write is retried by the next heartbeat.
+   * revisions. It is also written to the store when it changed, so other control planes and a
+   * restart know it (node-reports.ts); a failed write is retried by the next heartbeat.
    */
-  private async noteReported(hb: HeartbeatRequest, now: number): Promise<void> {
-    const report = reportOf(hb);
+  private async noteReported(hb: HeartbeatRequest, now: number, kept: boolean): Promise<void> {
+    const report = reportOf(hb, kept);
     this.applyReport(hb.node, report);
-    const json = this.shared?.ledger.toWrite(hb.node, report);
+    const json = this.reports.toWrite(hb.node, report);
     if (json === undefined) return;
     try {
       await this.store.saveNodeReport(hb.node, json, now);
-      this.shared?.ledger.written(hb.node, json, now);
+      this.reports.written(hb.node, json, now);
     } catch (e) {
       this.log.warn({ node: hb.node, err: (e as Error).message }, "node report not written to the store: the next heartbeat tries again");
     }
@@ -916,7 +969,8 @@ export class Controller {
 
   private applyReport(node: string, r: NodeReport): void {
     const reasons = new Map<number, string>(r.gpu_reasons);
-    if (r.discovery_error || reasons.size > 0) this.discovery.set(node, { error: r.discovery_error || null, reasons });
+    this.reportKnown.add(node);
+    if (r.discovery_error || reasons.size > 0) this.discovery.set(node, { error: r.discovery_error || null, reasons, ...(r.gpus_kept ? { kept: true } : {}) });
     else this.discovery.delete(node);
     // A Map, not the parsed record: a model named like an Object.prototype key stays a plain entry.
     const said = r.model_revisions === undefined ? undefined : JSON.stringify(r.model_revisions);
@@ -1335,9 +1389,10 @@ export class Controller {
     this.logsCerts.delete(name);
     this.engines.delete(name);
     this.discovery.delete(name);
+    this.reportKnown.delete(name);
     this.revisions.delete(name);
     this.revisionsSaid.delete(name);
-    this.shared?.ledger.forget(name);
+    this.reports.forget(name);
     this.reported++;
     const rest = new Set(this.unreachable);
     rest.delete(name);

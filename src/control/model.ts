@@ -456,6 +456,11 @@ export class ModelStore implements StorePort {
     return out;
   }
 
+  async nodeGpus(nodes: readonly string[]): Promise<GpuRow[]> {
+    const s = await this.load();
+    return nodes.flatMap((n) => s.gpus.get(n) ?? []);
+  }
+
   /**
    * Several heartbeats, in order: the unchanged ones are touched in memory, the others written in
    * one transaction (a node with one written stays written for the rest of the group, so its

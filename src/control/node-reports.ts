@@ -11,14 +11,18 @@ import type { NodeReportRow } from "./types";
 
 export type { NodeReport };
 
-/** The document of one heartbeat, its fields in one order, so equal facts serialize equal. */
-export function reportOf(hb: HeartbeatRequest): NodeReport {
+/**
+ * The document of one heartbeat, its fields in one order, so equal facts serialize equal. `kept`:
+ * its GPUs are the node's last known ones, kept while discovery fails (gpu-health.ts).
+ */
+export function reportOf(hb: HeartbeatRequest, kept = false): NodeReport {
   const reasons: [number, string][] = [];
   for (const g of hb.gpus) if (!g.healthy && g.reason) reasons.push([g.index, g.reason]);
   return {
     ...(hb.engines !== undefined ? { engines: hb.engines } : {}),
     discovery_error: hb.discovery_error || null,
     gpu_reasons: reasons,
+    ...(kept ? { gpus_kept: true } : {}),
     ...(hb.model_revisions !== undefined ? { model_revisions: hb.model_revisions } : {}),
     logs_port: hb.logs_port,
     logs_tls_cert: hb.logs_tls_cert || null,

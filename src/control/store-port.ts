@@ -6,7 +6,7 @@
 
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { AdminState } from "../protocol/views";
-import type { ApiKeyRow, ChangeRead, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, RouterUsage, SharedTokenKind, Snapshot, StoreChange, TokenDigests } from "./types";
+import type { ApiKeyRow, ChangeRead, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, GpuRow, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, RouterUsage, SharedTokenKind, Snapshot, StoreChange, TokenDigests } from "./types";
 
 /** One join to write: the heartbeat, and its node's credential hash and whether it waits for approval. */
 export interface JoinWrite {
@@ -40,6 +40,8 @@ export interface StorePort {
    * nothing and answers `taken`): a cold start of the whole cluster is a few commits, not one per node.
    */
   applyJoins(joins: readonly JoinWrite[], now: number): Promise<{ created: boolean; taken: boolean }[]>;
+  /** The GPUs stored for these nodes, by node and index: what a heartbeat's GPU health is compared with. */
+  nodeGpus(nodes: readonly string[]): Promise<GpuRow[]>;
   /**
    * Optional (the in-memory model, control/model.ts, has it): true, with the node's last-seen
    * time touched and nothing written, when the heartbeat says exactly what is stored already.

@@ -60,7 +60,7 @@ export function summarize(t: Tables, extras: SummaryExtras): Summary {
   for (const n of t.nodes) {
     // Pending appears only when a node waits for approval, so the seed's shape stays the same.
     nodes[n.state] = (nodes[n.state] ?? 0) + 1;
-    if (n.discovery_error !== null) discovery.push({ node: n.name, gpus: n.gpus.length, error: n.discovery_error });
+    if (n.discovery_error !== null) discovery.push({ node: n.name, gpus: n.gpus.length, error: n.discovery_error, ...(n.gpus_last_known ? { last_known: true as const } : {}) });
     // Per device, not per card: a card in MIG mode contributes its instances, each in its
     // own class, and whole cards beside them keep theirs.
     for (const g of n.gpus) {

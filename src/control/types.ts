@@ -121,6 +121,8 @@ export interface NodeDiscovery {
   error: string | null;
   /** GPU index → why it is unhealthy */
   reasons: ReadonlyMap<number, string>;
+  /** Discovery fails and reports no GPUs: the node's GPUs are its last known ones, kept unhealthy (gpu-health.ts). */
+  kept?: boolean;
 }
 
 /** Everything the control plane derives its views from, read in one transaction. */

@@ -117,6 +117,7 @@ function* tableSteps({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSince = Nu
       gpu_unhealthy: unhealthy,
       gpu_memory_mib: memoryByNode.get(n.name) ?? 0,
       discovery_error: snapshot.discovery?.get(n.name)?.error ?? null,
+      ...(snapshot.discovery?.get(n.name)?.kept && gpus.length > 0 ? { gpus_last_known: true as const } : {}),
       engines: (engines?.get(n.name) ?? []).map((e) => ({ engine: e.engine, version: e.version, error: e.error })),
     };
     const drain = drains.get(n.name);

@@ -16,6 +16,8 @@ export const NodeReport = z.strictObject({
   discovery_error: PrintableMultiline(DISCOVERY_ERROR_MAX).nullable(),
   /** GPU index → why it is unhealthy, for the unhealthy GPUs that said. */
   gpu_reasons: z.array(z.tuple([z.number().int().min(0).max(65535), PrintableMultiline(REASON_MAX)])).max(256),
+  /** Present (true) while discovery fails and the node's GPUs are its last known ones, kept unhealthy. */
+  gpus_kept: z.literal(true).optional(),
   /** Absent when the agent does not report revisions. */
   model_revisions: z.record(Name, z.array(Revision).max(64)).optional(),
   logs_port: z.number().int().min(1).max(65535).nullable(),

@@ -85,6 +85,11 @@ export const NodeViewSchema = z.object({
   gpu_memory_mib: z.number().int().describe("Memory of its GPUs in MiB, each GPU instance's once (compute instances share it)."),
   /** Why GPU discovery failed or is incomplete on this node, as it last reported; null when it went well. */
   discovery_error: z.string().nullable().describe("Why GPU discovery failed or is incomplete on this node, as it last reported; null when it went well."),
+  /** Present (true) while discovery fails and finds no GPUs: `gpus` are the node's last known ones, each unhealthy with the error as its reason. */
+  gpus_last_known: z
+    .literal(true)
+    .optional()
+    .describe("Present (true) while GPU discovery fails and finds none: `gpus` are the ones the node last reported, kept and counted unhealthy with the discovery error as their reason, until discovery answers again or the node is deleted."),
   /** The engines the node's agent reported, with the version it found or why it found none; empty when it has not said. */
   engines: z
     .array(EngineViewSchema)
@@ -193,7 +198,12 @@ export type ControlPlanes = z.infer<typeof ControlPlanesSchema>;
 export const UnhealthyGpusSchema = z.object({ reason: z.string(), gpus: z.number().int(), nodes: z.array(z.string()).describe("The first few nodes, by name.") });
 export type UnhealthyGpus = z.infer<typeof UnhealthyGpusSchema>;
 /** A node whose GPU discovery failed or is incomplete. */
-export const DiscoveryProblemSchema = z.object({ node: z.string(), gpus: z.number().int(), error: z.string() });
+export const DiscoveryProblemSchema = z.object({
+  node: z.string(),
+  gpus: z.number().int(),
+  error: z.string(),
+  last_known: z.literal(true).optional().describe("Present (true) when discovery finds no GPUs and `gpus` counts the node's last known ones, kept unhealthy."),
+});
 export type DiscoveryProblem = z.infer<typeof DiscoveryProblemSchema>;
 
 /** How the router listens: `open` is a listener beyond loopback that asks no client for an API key. */

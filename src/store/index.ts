@@ -12,7 +12,7 @@ import { Database } from "bun:sqlite";
 import { and, asc, count, desc, eq, getTableColumns, gt, gte, inArray, sql } from "drizzle-orm";
 import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
 import type { JoinWrite, StorePort } from "../control/store-port";
-import { type ApiKeyRow, type ChangeRead, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeTrust, type PlanWrite, type RouterUsage, type SharedTokenKind, type Snapshot, type StoreChange, type TokenDigests, CHANGES_KEPT, PRUNE_EVERY, changedKeys } from "../control/types";
+import { type ApiKeyRow, type ChangeRead, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type GpuRow, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeTrust, type PlanWrite, type RouterUsage, type SharedTokenKind, type Snapshot, type StoreChange, type TokenDigests, CHANGES_KEPT, PRUNE_EVERY, changedKeys } from "../control/types";
 import { FencedError } from "../control/errors";
 import type { ModelSpec } from "../protocol/catalog";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
@@ -100,6 +100,18 @@ export class Store implements StorePort {
   applyJoins(joins: readonly JoinWrite[], now: number): Promise<{ created: boolean; taken: boolean }[]> {
     if (joins.length === 0) return Promise.resolve([]);
     return guarded(() => this.db.transaction((tx) => joins.map(({ hb, join }) => joinOne(tx, hb, now, join))));
+  }
+
+  nodeGpus(nodes: readonly string[]): Promise<GpuRow[]> {
+    if (nodes.length === 0) return Promise.resolve([]);
+    return guarded(() =>
+      this.db
+        .select()
+        .from(schema.gpus)
+        .where(inArray(schema.gpus.node, [...nodes]))
+        .orderBy(asc(schema.gpus.node), asc(schema.gpus.index))
+        .all(),
+    );
   }
 
   /**

@@ -64,6 +64,14 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
         expect(await s.countNodes()).toBe(1);
       });
 
+      test("nodeGpus: the named nodes' GPUs as the snapshot has them, by node and index; none for an unknown node or no names", async () => {
+        await s.applyHeartbeats([heartbeat({ name: "n2", gpus: ["L40S"], unhealthy: [0] }), heartbeat({ name: "n1", gpus: ["H100-80GB", "H100-80GB"] }), heartbeat({ name: "n3", gpus: ["L4"] })], NOW);
+        const snap = await s.snapshot();
+        expect(await s.nodeGpus(["n2", "n1", "nope"])).toEqual(snap.gpus.filter((g) => g.node !== "n3"));
+        expect((await s.nodeGpus(["n2"])).map((g) => [g.node, g.index, g.healthy])).toEqual([["n2", 0, false]]);
+        expect(await s.nodeGpus([])).toEqual([]);
+      });
+
       test("a group of heartbeats is written in one go, in order: a node named twice ends as its last one says, created once", async () => {
         await s.applyHeartbeat(heartbeat({ name: "n1", gpus: ["H100-80GB"], models: ["a"] }), NOW, { credentialHash: "h1", pending: false });
         const group = [

@@ -3,11 +3,19 @@
 // from a fixture of cards (test/fixtures/engines/nvidia-smi-*.json), in nvidia-smi's own format.
 // Usage (from a bin/nvidia-smi wrapper): bun nvidia-smi.ts FIXTURE [nvidia-smi's arguments…]
 
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 
 type Card = Record<string, string | number>;
 const [fixtureName, ...argv] = process.argv.slice(2);
+// A driver that stops answering, while the file LLMGW_CONTRACT_SMI_FAIL_IF names exists: what
+// nvidia-smi prints then, with NVML_ERROR_DRIVER_NOT_LOADED (9) as its status
+// (test/fixtures/nvidia-smi/unhealthy-gpu-outputs.txt, ci-for-research/self-hosted-runners#40).
+const failIf = process.env.LLMGW_CONTRACT_SMI_FAIL_IF;
+if (failIf && existsSync(failIf)) {
+  process.stdout.write("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.\n\n");
+  process.exit(9);
+}
 const fx = JSON.parse(readFileSync(join(import.meta.dir, "..", "fixtures", "engines", `${fixtureName}.json`), "utf8")) as { gpus: Card[] };
 // Several fake nodes on one machine must not report the same cards: LLMGW_CONTRACT_SMI_NODE=N
 // makes the UUIDs end in N.

@@ -181,6 +181,6 @@ describe("defaults in one place", () => {
       expect({ flag, help: (spec.help ?? "").includes(`default ${text}`) || (spec.help ?? "").includes(`default: ${text} on PATH`) }).toEqual({ flag, help: true });
       stated.push(flag);
     }
-    expect(stated.sort()).toEqual(["engine-auth", "engine-host", "health-interval", "llama-server", "log-format", "log-level", "logs-listen", "models-dir", "nvidia-smi", "sglang-python", "start-timeout", "state-dir", "stop-grace", "vllm"].sort());
+    expect(stated.sort()).toEqual(["engine-auth", "engine-host", "health-interval", "inventory-interval", "llama-server", "log-format", "log-level", "logs-listen", "models-dir", "nvidia-smi", "sglang-python", "start-timeout", "state-dir", "stop-grace", "vllm"].sort());
   });
 });

@@ -103,3 +103,42 @@ describe("nodes", () => {
     expect(out).not.toContain("Discovery:");
   });
 });
+
+describe("a node whose GPUs are kept from before its discovery failed", () => {
+  const reason = `GPU discovery fails: ${DRIVER.replace(": this node reports no GPUs", "")}`;
+  const kept = nodeView({
+    name: "gpu-05",
+    discovery_error: DRIVER,
+    gpus_last_known: true,
+    gpus: [0, 1].map((index) => gpu({ index, healthy: false, reason })),
+  });
+  const s: Summary = {
+    ...summary,
+    gpus: [{ class: "H200-141GB", total: 4, used: 0, unhealthy: 3 }],
+    unhealthy_gpus: [{ reason, gpus: 2, nodes: ["gpu-05"] }, ...summary.unhealthy_gpus!],
+    gpu_discovery: [{ node: "gpu-05", gpus: 2, error: DRIVER, last_known: true }, ...summary.gpu_discovery!],
+  };
+
+  test("status names it under Attention, once, with what happens to its GPUs and the driver's words", () => {
+    const out = renderStatus(s, plain);
+    const attention = out.slice(out.indexOf("Attention"));
+    expect(attention).toContain(
+      "GPU discovery fails on gpu-05: its 2 GPUs last reported are counted unhealthy until it answers again (or llmgw nodes delete gpu-05): nvidia-smi exited with status 9: NVIDIA-SMI has failed",
+    );
+    expect(attention).not.toContain("reports no GPUs");
+    // Not again beside the node totals, neither as a node without GPUs nor as its GPUs' reason.
+    expect(out.slice(0, out.indexOf("Attention"))).not.toContain("gpu-05");
+    expect(out).toContain("1 node reports no GPUs: gpu-07");
+    expect(out).toMatch(/1 unhealthy GPU: MIG mode with no GPU instances \(gpu-02\)/);
+  });
+
+  test("nodes says the error once, with what happens to the GPUs; the node's GPU table gives each one's reason", () => {
+    const table = renderNodes([kept], plain, false, NOW);
+    expect(table).toContain("gpu-05: its 2 GPUs last reported are kept, counted unhealthy until it answers again (or llmgw nodes delete gpu-05): nvidia-smi exited with status 9: NVIDIA-SMI has failed");
+    expect(table).not.toContain("gpu-05: GPU 0");
+    const one = renderNode(kept, plain, NOW);
+    expect(one).toContain("Discovery:  its 2 GPUs last reported are kept, counted unhealthy until it answers again (or llmgw nodes delete gpu-05): nvidia-smi exited with status 9");
+    expect(one).not.toContain("reports no GPUs");
+    expect(one).toMatch(/0\s+H200-141GB\s+NVIDIA H200\s+140GiB\s+unhealthy\s+-\s+GPU-0\s+GPU discovery fails: nvidia-smi exited with status 9/);
+  });
+});

@@ -362,6 +362,11 @@ export class PgStore implements StorePort {
     return this.write("once", "any", (tx) => joinOne(tx, hb, now, join));
   }
 
+  nodeGpus(nodes: readonly string[]): Promise<GpuRow[]> {
+    if (nodes.length === 0) return Promise.resolve([]);
+    return this.call("read", async () => [...(await this.client.unsafe(CHANGE_SQL.gpus, [[...nodes]] as never[], { prepare: true }))] as unknown as GpuRow[]);
+  }
+
   /**
    * The joins in one transaction of a few statements: their node rows locked (in name order),
    * the refused ones set aside, the inventory of the rest written as a group of heartbeats is
