@@ -4,6 +4,7 @@
 
 import { type FleetCapacity, fleetCapacity, modelNeverFits, neverText } from "./capacity";
 import type { ModelSpec } from "../protocol/catalog";
+import { sglangDataParallel } from "../protocol/engine-layout";
 import type { Assignment } from "../protocol/heartbeat";
 import type { CatalogEntry, EndpointInfo } from "./interfaces";
 import { type ReconcileConfig, agentStartTimeout, parkedAfter, rendezvousPort, serverStartDeadline } from "./reconciler";
@@ -148,6 +149,7 @@ export function endpoints(snapshot: Snapshot, engineKey: EngineKeyOf): EndpointI
     if (!spec) continue;
     const profile = spec.profiles.find((p) => p.name === r.profile);
     const key = engineKey(r.id);
+    const dp = profile ? sglangDataParallel(profile) : undefined;
     out.push({
       id: r.id,
       url: r.endpoint.replace(/\/+$/, ""),
@@ -157,6 +159,7 @@ export function endpoints(snapshot: Snapshot, engineKey: EngineKeyOf): EndpointI
       weight: spec.weight,
       priority: profile?.priority ?? 0,
       ...(key !== null ? { key } : {}),
+      ...(dp ? { data_parallel: dp } : {}),
     });
   }
   return out;
@@ -164,7 +167,11 @@ export function endpoints(snapshot: Snapshot, engineKey: EngineKeyOf): EndpointI
 
 /** What identifies an endpoint list: an unchanged one is not re-published. */
 export function endpointsFingerprint(eps: readonly EndpointInfo[]): string {
-  return eps.map((e) => `${e.id}|${e.url}|${e.engine}|${e.pool}|${e.models.join(",")}|${e.weight}|${e.priority}`).join(";");
+  return eps.map((e) => `${e.id}|${e.url}|${e.engine}|${e.pool}|${e.models.join(",")}|${e.weight}|${e.priority}|${dpText(e.data_parallel)}`).join(";");
+}
+
+function dpText(dp: EndpointInfo["data_parallel"]): string {
+  return dp ? `${dp.dp}x${dp.tp}${dp.dp_attention ? "a" : ""}` : "";
 }
 
 /** The catalog as the router needs it: names, aliases, pools, and how long a cold on-demand model may take. */
