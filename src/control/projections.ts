@@ -5,7 +5,7 @@
 import { type FleetCapacity, fleetCapacity, modelNeverFits, neverText } from "./capacity";
 import type { ModelSpec } from "../protocol/catalog";
 import { sglangDataParallel } from "../protocol/engine-layout";
-import type { Assignment } from "../protocol/heartbeat";
+import type { Assignment, EngineReport } from "../protocol/heartbeat";
 import type { CatalogEntry, EndpointInfo } from "./interfaces";
 import { type ReconcileConfig, agentStartTimeout, parkedAfter, rendezvousPort, serverStartDeadline } from "./reconciler";
 import { commonRevision } from "./revisions";
@@ -174,8 +174,11 @@ function dpText(dp: EndpointInfo["data_parallel"]): string {
   return dp ? `${dp.dp}x${dp.tp}${dp.dp_attention ? "a" : ""}` : "";
 }
 
-/** The catalog as the router needs it: names, aliases, pools, and how long a cold on-demand model may take. */
-export function catalog(snapshot: Snapshot, config: Pick<ReconcileConfig, "startTimeoutMs" | "startMarginMs">): CatalogEntry[] {
+/**
+ * The catalog as the router needs it: names, aliases, pools, how long a cold on-demand model may
+ * take, and why one can never run (judged with the engine versions the nodes reported).
+ */
+export function catalog(snapshot: Snapshot, config: Pick<ReconcileConfig, "startTimeoutMs" | "startMarginMs">, engines?: ReadonlyMap<string, readonly EngineReport[]>): CatalogEntry[] {
   const state = new Map(snapshot.modelState.map((st) => [st.model, st]));
   const starting = startingByModel(snapshot);
   let cap: FleetCapacity | undefined;
@@ -187,7 +190,7 @@ export function catalog(snapshot: Snapshot, config: Pick<ReconcileConfig, "start
     const st = state.get(m.name);
     if (st?.parked) entry.unavailable = { reason: parkedReason(m.name, st, st.reason) };
     else {
-      const never = modelNeverFits((cap ??= fleetCapacity(snapshot)), spec);
+      const never = modelNeverFits((cap ??= fleetCapacity(snapshot, engines)), spec);
       if (never !== undefined) entry.unavailable = { reason: `'${m.name}' ${neverText(never)}` };
     }
     const s = starting.get(m.name);
