@@ -5,8 +5,11 @@
 
 import { realScheduler, type Scheduler } from "../lib/scheduler";
 import { safeText } from "../lib/text";
+import { PEP440 } from "../lib/versions";
 import { ENGINES, type Engine } from "../protocol/catalog";
 import type { EngineReport } from "../protocol/heartbeat";
+
+export { compareVersions } from "../lib/versions";
 
 /** The engines a node has installed (or not): every catalog engine but the built-in fake one. */
 export type RealEngine = Exclude<Engine, "fake">;
@@ -29,9 +32,6 @@ export function versionCommand(engine: RealEngine, bin: EngineBins = {}): string
       return [bin.llamaServer ?? "llama-server", "--version"];
   }
 }
-
-/** A PEP 440 release such as vLLM's "0.10.1.1", "0.11.1rc2", "0.6.3.post1" or "0.11.1.dev5+g1234abc". */
-const PEP440 = /^v?(\d+(?:\.\d+)*)(?:[._-]?(a|b|rc|alpha|beta|c)[._-]?(\d*))?(?:[._-]?post[._-]?(\d*))?(?:[._-]?dev[._-]?(\d*))?(?:\+[A-Za-z0-9.]+)?$/i;
 
 /** The last line of `vllm --version` that is a version (warnings from imports may come before it). */
 export function parseVllmVersion(output: string): string | null {
@@ -60,35 +60,6 @@ function lastVersionLine(output: string): string | null {
   const lines = output.split(/\r?\n/).map((l) => l.trim()).filter((l) => l !== "");
   for (let i = lines.length - 1; i >= 0; i--) if (PEP440.test(lines[i]!) && lines[i]!.length <= 64) return lines[i]!;
   return null;
-}
-
-type Pep440 = { release: number[]; phase: number; n: number };
-
-function parsePep440(v: string): Pep440 | null {
-  const m = PEP440.exec(v.trim());
-  if (!m) return null;
-  const release = m[1]!.split(".").map(Number);
-  // Order within one release: dev < pre-release < final < post.
-  if (m[4] !== undefined) return { release, phase: 2, n: Number(m[4] || 0) };
-  if (m[2] !== undefined) return { release, phase: -1, n: Number(m[3] || 0) };
-  if (m[5] !== undefined) return { release, phase: -2, n: Number(m[5] || 0) };
-  return { release, phase: 0, n: 0 };
-}
-
-/**
- * Compares two PEP 440 versions (vLLM, SGLang): negative when a is older, 0 when equal,
- * positive when newer; null when either cannot be read. A pre-release or dev build of X counts
- * as older than X, so a template that needs X is not used on a build that may lack it.
- */
-export function compareVersions(a: string, b: string): number | null {
-  const x = parsePep440(a);
-  const y = parsePep440(b);
-  if (!x || !y) return null;
-  for (let i = 0; i < Math.max(x.release.length, y.release.length); i++) {
-    const d = (x.release[i] ?? 0) - (y.release[i] ?? 0);
-    if (d !== 0) return d;
-  }
-  return x.phase !== y.phase ? x.phase - y.phase : x.n - y.n;
 }
 
 /** "b6869" (or "6869") → 6869; null when it is not a build number. */

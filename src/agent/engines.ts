@@ -5,6 +5,7 @@
 // pinned by unit tests.
 
 import { hostPort } from "../lib/net";
+import { ENGINE_NAMES, MULTI_NODE_SINCE } from "../protocol/engine-features";
 import { sglangDpAttention } from "../protocol/engine-ports";
 import { type Assignment, launchInputProblem } from "../protocol/heartbeat";
 import { compareVersions, llamaBuild, type RealEngine } from "./engine-versions";
@@ -79,15 +80,8 @@ export const ENGINE_RANGES = {
      * --served-model-name values and VLLM_API_KEY (vllm/entrypoints/openai/cli_args.py, v0.6).
      */
     min: "0.6.0",
-    /**
-     * Multi-node without Ray: --nnodes/--node-rank/--master-addr/--master-port and --headless
-     * came with vLLM PR #23691 ("[V1] Support MP Executor for multi node distributed
-     * inference", late 2025) and were documented for the mp backend in #30509 (Dec 2025);
-     * 0.10.x and 0.11.x reject them at argument parsing. 0.12.0 is the first release taken to
-     * have them (the conservative reading: an older one needs a Ray cluster, which llmgw does
-     * not set up).
-     */
-    multiNode: "0.12.0",
+    /** Multi-node without Ray (--nnodes … --headless); where the bound comes from: protocol/engine-features.ts. */
+    multiNode: MULTI_NODE_SINCE.vllm!,
     /**
      * First release that takes UUIDs in CUDA_VISIBLE_DEVICES, or null: every release so far
      * parses the entries with int() (platforms/interface.py device_id_to_physical_device_id:
@@ -133,7 +127,7 @@ export const HEALTH_TIMEOUT_MS = {
   fake: 2_000,
 } as const satisfies Record<Assignment["engine"], number>;
 
-const ENGINE_NAME = { vllm: "vLLM", sglang: "SGLang", "llama.cpp": "llama.cpp", fake: "the fake engine" } as const;
+const ENGINE_NAME = ENGINE_NAMES;
 const VERSION_FLAG = { vllm: "--vllm-version", sglang: "--sglang-version", "llama.cpp": "--llama-server-version" } as const;
 const BIN_FLAG = { vllm: "--vllm", sglang: "--sglang-python", "llama.cpp": "--llama-server" } as const;
 

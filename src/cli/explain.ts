@@ -17,7 +17,7 @@ const LABEL: Record<NodeOutcome, string> = {
   pending: "not ready: pending",
   cordoned: "not ready: cordoned",
   draining: "not ready: draining",
-  engine: "engine missing",
+  engine: "engine missing or too old",
   unhealthy: "unhealthy cards",
   exhausted: "exhausted",
   fabric: "fabric too small",

@@ -1059,7 +1059,7 @@ export class Controller {
 
   private publish(snapshot: Snapshot): void {
     if (!this.sink) return;
-    const catalog = project.catalog(snapshot, this.config);
+    const catalog = project.catalog(snapshot, this.config, this.engines);
     const cfp = JSON.stringify(catalog);
     if (cfp !== this.lastCatalog) {
       this.lastCatalog = cfp;

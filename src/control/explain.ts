@@ -1,8 +1,9 @@
 // `llmgw explain MODEL`: why a model has (or has not) the replicas it wants, Nomad-style. Per
 // profile, in the order placement tries them, every node is put in one bucket by the first rule
-// that rules it out (class, GPU count, state, engine, unhealthy cards, GPUs in use, and for a
-// multi-node profile a fabric with enough such nodes), then what would make it fit: evicting
-// named idle replicas, uncordoning or approving a node, waiting for one to come back.
+// that rules it out (class, GPU count, an engine version that cannot serve it, state, engine
+// missing, unhealthy cards, GPUs in use, and for a multi-node profile a fabric with enough such
+// nodes), then what would make it fit: evicting named idle replicas, uncordoning or approving a
+// node, waiting for one to come back, or upgrading an engine.
 //
 // A pure function of the same inputs the reconcile step takes. It reuses the fit rules rather
 // than copying them: whether a node or the fleet can take a replica is asked of place() itself
@@ -11,8 +12,9 @@
 
 import { plural } from "../lib/format";
 import type { ModelSpec, Profile } from "../protocol/catalog";
+import { ENGINE_NAMES, lackPhrase, versionLack } from "../protocol/engine-features";
 import type { Explanation, NodeOutcome, OutcomeCount, ProfileExplanation, Suggestion } from "../protocol/views";
-import { type FleetCapacity, fleetCapacity, modelNeverFits, neverText, profileNeverFits } from "./capacity";
+import { type FleetCapacity, fleetCapacity, modelNeverFits, neverText, profileNeverFits, versionNeverText } from "./capacity";
 import { type PlacementNode, type PlacementRequest, type Shard, place } from "./placement";
 import { type ReconcileContext, type ReconcileInput, contextOf, gpuKey, onDrainingNode } from "./reconcile/context";
 import { backoffNote, parkedAfter } from "./reconcile/crashes";
@@ -68,7 +70,7 @@ export function explainModel(input: ExplainInput, name: string): Explanation | u
   const w: World = {
     ctx,
     pnodes: placementNodes(ctx, held),
-    cap: fleetCapacity(ctx.snapshot),
+    cap: fleetCapacity(ctx.snapshot, ctx.engines),
     holder,
     model,
     nodesInUse: new Set(active.flatMap((r) => r.shards.map((s) => s.node))),
@@ -99,7 +101,7 @@ function verdictOf(w: World, mine: readonly ReplicaRow[], profiles: ProfileExpla
     return { ...base, status: "running", summary, suggestions: [{ kind: "none", message: "nothing is needed" }] };
   }
   const never = modelNeverFits(w.cap, spec);
-  if (never !== undefined) return { ...base, status: "never", summary: `${model.name} ${neverText(never)}`, suggestions: [{ kind: "change", message: "add nodes with such GPUs, or change the model's profiles (gpu_class, gpus, nodes) to what the fleet has" }] };
+  if (never !== undefined) return { ...base, status: "never", summary: `${model.name} ${neverText(never)}`, suggestions: [neverSuggestion(w, spec)] };
   const fit = profiles.find((p) => p.verdict === "fits");
   const lead = desired === 0 ? `${model.name} is on demand with no replica now` : `${model.name} wants ${plural(need, "more replica")}`;
   if (fit) {
@@ -111,6 +113,14 @@ function verdictOf(w: World, mine: readonly ReplicaRow[], profiles: ProfileExpla
   const first = profiles.find((p) => p.verdict === "not_now") ?? profiles[0];
   const summary = `${lead}; not now: ${first ? `${first.name}: ${first.reason}` : "it has no profile"}`;
   return { ...base, status: "not_now", summary, suggestions: suggest(w, desired) };
+}
+
+/** What changes a "never": an engine upgrade where versions rule the nodes out, else other nodes or profiles. */
+function neverSuggestion(w: World, spec: ModelSpec): Suggestion {
+  const old = spec.profiles.map((p) => versionNeverText(w.cap, p)).find((t) => t !== undefined);
+  if (old !== undefined)
+    return { kind: "change", message: `${old}: upgrade it there (each agent asks for its engines' versions every 10 minutes), or change the model's profiles (nodes, engine) to what the fleet can serve` };
+  return { kind: "change", message: "add nodes with such GPUs, or change the model's profiles (gpu_class, gpus, nodes) to what the fleet has" };
 }
 
 function wherePlaced(mine: readonly ReplicaRow[]): string {
@@ -163,6 +173,10 @@ function nodeVerdict(w: World, n: PlacementNode, p: Profile): NodeVerdict {
   const v = (outcome: NodeOutcome, detail: string, short = detail): NodeVerdict => ({ outcome, detail, short });
   if (mine.length === 0) return v("class", classesOf(n));
   if (mine.length < p.gpus) return v("gpus", `has ${mine.length} ${cls}, needs ${p.gpus}`);
+  // Capability before capacity: a version that cannot serve p rules the node out whatever its state.
+  const version = n.engineVersions?.get(p.engine);
+  const lacks = versionLack(p.engine, version, p);
+  if (lacks) return v("engine", `${ENGINE_NAMES[p.engine]} ${version} has ${lackPhrase(lacks)}`);
   if (n.state !== "ready") return v(n.state, n.state);
   const lack = p.engine === BUILT_IN ? undefined : n.missingEngines?.get(p.engine);
   if (lack !== undefined) return v("engine", `no ${p.engine}${lack ? `: ${lack}` : ""}`);
@@ -249,7 +263,7 @@ export function outcomeLine(outcomes: readonly OutcomeCount[], p: Pick<Profile, 
     add(total, `not ready: ${notReady.length === 1 ? notReady[0]!.outcome : notReady.map((x) => `${x.count} ${x.outcome}`).join(", ")}`);
   }
   const rest: [NodeOutcome, (x: OutcomeCount) => string][] = [
-    ["engine", () => `without ${p.engine}`],
+    ["engine", (x) => (x.nodes.every((n) => n.detail.startsWith("no ")) ? `without ${p.engine}` : `whose ${p.engine} cannot serve it: ${firstDetails(x)}`)],
     ["unhealthy", (x) => `with unhealthy cards: ${firstDetails(x)}`],
     ["exhausted", (x) => `exhausted: ${firstDetails(x)}`],
     ["fabric", () => `not in a fabric with ${p.nodes} such nodes`],

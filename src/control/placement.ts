@@ -4,6 +4,7 @@
 
 import { plural } from "../lib/format";
 import type { Profile } from "../protocol/catalog";
+import { versionLack, versionLackText } from "../protocol/engine-features";
 
 export interface PlacementGpu {
   index: number;
@@ -34,6 +35,8 @@ export interface PlacementNode {
    * absent from it, means unknown (an older agent, a simulated node): never a reason to avoid it.
    */
   missingEngines?: ReadonlyMap<string, string>;
+  /** Engine → the version this node's agent reported; a profile it cannot serve (engine-features.ts) is not placed here. */
+  engineVersions?: ReadonlyMap<string, string>;
 }
 
 /** Built in, so every node can run it whatever its agent says. */
@@ -140,6 +143,9 @@ class Fleet {
   /** engine → ids of nodes whose agent found no version of it; why, per node id */
   readonly lacking: Map<string, number[]>;
   readonly lackWhy: (ReadonlyMap<string, string> | undefined)[];
+  readonly versions: (ReadonlyMap<string, string> | undefined)[];
+  /** engine and node count → ids of nodes whose engine version cannot serve such a profile */
+  private readonly unableIds = new Map<string, number[]>();
   /** bumped by every take, so a reason computed for one state is not reused for another */
   generation = 0;
   /** nodes hidden from the buckets while one profile is tried (see hide) */
@@ -164,6 +170,7 @@ class Fleet {
     });
     this.lackWhy = nodes.map((x) => x.missingEngines);
     this.lacking = lackingEngines(nodes);
+    this.versions = nodes.map((x) => x.engineVersions);
     const fabrics = fabricIndex(nodes);
     this.fabricNames = fabrics.names;
     this.fabOff = fabrics.off;
@@ -239,20 +246,34 @@ class Fleet {
     this.busy[ci.node[e]!]!++;
   }
 
+  /** Ids of the nodes whose version of p's engine cannot serve p (engine-features.ts). */
+  unable(p: Pick<Profile, "engine" | "nodes">): number[] {
+    const key = `${p.engine}\u0000${p.nodes}`;
+    let ids = this.unableIds.get(key);
+    if (ids) return ids;
+    ids = [];
+    for (let id = 0; id < this.names.length; id++) {
+      const v = this.versions[id]?.get(p.engine);
+      if (v !== undefined && versionLack(p.engine, v, p)) ids.push(id);
+    }
+    this.unableIds.set(key, ids);
+    return ids;
+  }
+
   /**
-   * Takes the ready nodes that cannot run `engine` out of class ci's buckets (and out of the
-   * ready flags the direct scans read) while one profile is tried; unhide puts them back as they
-   * are, which is as they were: a hidden node is never taken from.
+   * Takes the ready nodes that cannot run p's engine, or whose version of it cannot serve p, out
+   * of class ci's buckets (and out of the ready flags the direct scans read) while one profile is
+   * tried; unhide puts them back as they are, which is as they were: a hidden node is never taken from.
    */
-  hide(ci: ClassIndex, engine: string): void {
-    const ids = this.lacking.get(engine);
-    if (!ids) return;
-    for (const id of ids) {
-      if (!this.ready[id]) continue;
-      this.ready[id] = 0;
-      this.hidden.push(id);
-      const e = this.entryOf(id, ci.id);
-      if (e >= 0) clearBit(ci, this.busy[id] === 0 ? 1 : 0, ci.free[e]!, e);
+  hide(ci: ClassIndex, p: Pick<Profile, "engine" | "nodes">): void {
+    for (const ids of [this.lacking.get(p.engine), this.unable(p)]) {
+      for (const id of ids ?? []) {
+        if (!this.ready[id]) continue;
+        this.ready[id] = 0;
+        this.hidden.push(id);
+        const e = this.entryOf(id, ci.id);
+        if (e >= 0) clearBit(ci, this.busy[id] === 0 ? 1 : 0, ci.free[e]!, e);
+      }
     }
   }
 
@@ -768,7 +789,7 @@ export function place(nodes: readonly PlacementNode[], requests: readonly Placem
     const c = fleet.classId.get(p.gpu_class);
     if (c === undefined) return null;
     const ci = fleet.classes[c]!;
-    fleet.hide(ci, p.engine);
+    fleet.hide(ci, p);
     try {
       return tryClass(ci, p, spread, m);
     } finally {
@@ -901,16 +922,22 @@ function profileReason(fleet: Fleet, p: Profile): string {
   // Counted before the nodes that cannot run the engine are hidden, then everything else is
   // counted without them, as placement saw the class.
   const lack = p.engine === ALWAYS_AVAILABLE ? "" : lackText(fleet, ci, p.engine);
-  if (!lack) return classReason(fleet, ci, p, "");
-  fleet.hide(ci, p.engine);
+  // Capability before capacity: the ready nodes whose engine version cannot serve p, said first.
+  const unable = fleet.unable(p).filter((id) => fleet.ready[id] && fleet.entryOf(id, ci.id) >= 0);
+  const lacks = unable.length > 0 ? versionLack(p.engine, fleet.versions[unable[0]!]?.get(p.engine), p) : undefined;
+  const old = lacks ? versionLackText(p.engine, unable.map((id) => ({ node: fleet.names[id]!, version: fleet.versions[id]!.get(p.engine)! })), lacks) : "";
+  if (!lack && !old) return classReason(fleet, ci, p, "", false);
+  fleet.hide(ci, p);
   try {
-    return classReason(fleet, ci, p, lack);
+    const rest = classReason(fleet, ci, p, lack, old !== "");
+    return old && rest ? `${old}; ${rest}` : old || rest;
   } finally {
     fleet.unhide(ci);
   }
 }
 
-function classReason(fleet: Fleet, ci: ClassIndex, p: Profile, lack: string): string {
+/** `versionsHid`: ready nodes were hidden for their engine's version, said before this. */
+function classReason(fleet: Fleet, ci: ClassIndex, p: Profile, lack: string, versionsHid: boolean): string {
   const cls = p.gpu_class;
   const { notReady, fabrics: classFabrics } = fleet.stats(ci);
   const notReadyText = (["cordoned", "draining", "unreachable", "pending"] as const)
@@ -922,10 +949,11 @@ function classReason(fleet: Fleet, ci: ClassIndex, p: Profile, lack: string): st
   const notReadySuffix = notReadyText ? `; not ready: ${notReadyText}` : "";
   const need = `needs ${p.nodes} whole ${cls} nodes (${plural(p.gpus, "GPU")} each) in one fabric`;
   if (readyNodes === 0 && lack) return `${p.nodes > 1 ? `${need}; ` : ""}no ready ${cls} node can run ${p.engine} (${lack}${notReadySuffix})`;
+  if (readyNodes === 0 && versionsHid) return notReadyText && `not ready: ${notReadyText}`;
   if (readyNodes === 0) return `no ready node has ${cls} GPUs (${notReadyText})`;
   const lackSuffix = lack ? `; ${lack}` : "";
   // Fabrics of ready nodes that can run the engine: the class's own list may name some only the hidden nodes are in.
-  const fabrics = lack ? classFabrics.filter((f) => hasReadyIn(fleet, ci, f)) : classFabrics;
+  const fabrics = lack || versionsHid ? classFabrics.filter((f) => hasReadyIn(fleet, ci, f)) : classFabrics;
 
   if (p.nodes <= 1) {
     // How many ready nodes have how many free cards, most first: shows how far off it is.

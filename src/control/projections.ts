@@ -4,7 +4,8 @@
 
 import { type FleetCapacity, fleetCapacity, modelNeverFits, neverText } from "./capacity";
 import type { ModelSpec } from "../protocol/catalog";
-import type { Assignment } from "../protocol/heartbeat";
+import { sglangDataParallel } from "../protocol/engine-layout";
+import type { Assignment, EngineReport } from "../protocol/heartbeat";
 import type { CatalogEntry, EndpointInfo } from "./interfaces";
 import { type ReconcileConfig, agentStartTimeout, parkedAfter, rendezvousPort, serverStartDeadline } from "./reconciler";
 import { commonRevision } from "./revisions";
@@ -148,6 +149,7 @@ export function endpoints(snapshot: Snapshot, engineKey: EngineKeyOf): EndpointI
     if (!spec) continue;
     const profile = spec.profiles.find((p) => p.name === r.profile);
     const key = engineKey(r.id);
+    const dp = profile ? sglangDataParallel(profile) : undefined;
     out.push({
       id: r.id,
       url: r.endpoint.replace(/\/+$/, ""),
@@ -157,6 +159,7 @@ export function endpoints(snapshot: Snapshot, engineKey: EngineKeyOf): EndpointI
       weight: spec.weight,
       priority: profile?.priority ?? 0,
       ...(key !== null ? { key } : {}),
+      ...(dp ? { data_parallel: dp } : {}),
     });
   }
   return out;
@@ -164,11 +167,18 @@ export function endpoints(snapshot: Snapshot, engineKey: EngineKeyOf): EndpointI
 
 /** What identifies an endpoint list: an unchanged one is not re-published. */
 export function endpointsFingerprint(eps: readonly EndpointInfo[]): string {
-  return eps.map((e) => `${e.id}|${e.url}|${e.engine}|${e.pool}|${e.models.join(",")}|${e.weight}|${e.priority}`).join(";");
+  return eps.map((e) => `${e.id}|${e.url}|${e.engine}|${e.pool}|${e.models.join(",")}|${e.weight}|${e.priority}|${dpText(e.data_parallel)}`).join(";");
 }
 
-/** The catalog as the router needs it: names, aliases, pools, and how long a cold on-demand model may take. */
-export function catalog(snapshot: Snapshot, config: Pick<ReconcileConfig, "startTimeoutMs" | "startMarginMs">): CatalogEntry[] {
+function dpText(dp: EndpointInfo["data_parallel"]): string {
+  return dp ? `${dp.dp}x${dp.tp}${dp.dp_attention ? "a" : ""}` : "";
+}
+
+/**
+ * The catalog as the router needs it: names, aliases, pools, how long a cold on-demand model may
+ * take, and why one can never run (judged with the engine versions the nodes reported).
+ */
+export function catalog(snapshot: Snapshot, config: Pick<ReconcileConfig, "startTimeoutMs" | "startMarginMs">, engines?: ReadonlyMap<string, readonly EngineReport[]>): CatalogEntry[] {
   const state = new Map(snapshot.modelState.map((st) => [st.model, st]));
   const starting = startingByModel(snapshot);
   let cap: FleetCapacity | undefined;
@@ -180,7 +190,7 @@ export function catalog(snapshot: Snapshot, config: Pick<ReconcileConfig, "start
     const st = state.get(m.name);
     if (st?.parked) entry.unavailable = { kind: "parked", reason: parkedReason(m.name, st, st.reason) };
     else {
-      const never = modelNeverFits((cap ??= fleetCapacity(snapshot)), spec);
+      const never = modelNeverFits((cap ??= fleetCapacity(snapshot, engines)), spec);
       if (never !== undefined) entry.unavailable = { kind: "never", reason: `'${m.name}' ${neverText(never)}` };
     }
     const s = starting.get(m.name);

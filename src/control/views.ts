@@ -126,7 +126,7 @@ function* tableSteps({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSince = Nu
   yield;
   const replicas = replicaViews(snapshot, lastUsed, now);
   yield;
-  return { nodes, replicas, models: modelViews(snapshot, now) };
+  return { nodes, replicas, models: modelViews(snapshot, now, engines) };
 }
 
 /** What the drain judgement reads per model, only when some node is draining. */
@@ -201,7 +201,7 @@ function replicaViews(snapshot: Snapshot, lastUsed: ReadonlyMap<string, number>,
   }));
 }
 
-function modelViews(snapshot: Snapshot, now: number): ModelView[] {
+function modelViews(snapshot: Snapshot, now: number, engines: ViewInputs["engines"]): ModelView[] {
   let cap: FleetCapacity | undefined;
   const stateByModel = new Map(snapshot.modelState.map((s) => [s.model, s]));
   const countByModel = new Map<string, { ready: number; total: number }>();
@@ -223,7 +223,7 @@ function modelViews(snapshot: Snapshot, now: number): ModelView[] {
     // placement has not said why.
     const placementReason = st?.unplaceableReason ?? null;
     // Whether waiting can help at all: judged on the whole fleet as if all of it were free.
-    const never = short && !parked ? modelNeverFits((cap ??= fleetCapacity(snapshot)), m.spec) : undefined;
+    const never = short && !parked ? modelNeverFits((cap ??= fleetCapacity(snapshot, engines)), m.spec) : undefined;
     const unplaceable = short && (never !== undefined || placementReason !== null || (!parked && c.total <= c.ready));
     let reason: string | null = null;
     if (parked) reason = st?.reason ?? "parked";

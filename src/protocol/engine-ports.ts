@@ -28,7 +28,7 @@ interface ProfileArgs {
 }
 
 /** The last value given to any spelling of an argparse option (`--x v` or `--x=v`); undefined when absent. */
-function optionValue(args: readonly string[], names: readonly string[]): string | undefined {
+export function optionValue(args: readonly string[], names: readonly string[]): string | undefined {
   let out: string | undefined;
   for (let i = 0; i < args.length; i++) {
     const a = args[i]!;
@@ -43,7 +43,7 @@ function optionValue(args: readonly string[], names: readonly string[]): string 
 const has = (args: readonly string[], names: readonly string[]) => args.some((a) => names.some((n) => a === n || a.startsWith(`${n}=`)));
 
 // SGLang's spellings (server_args.py add_cli_args; argparse with allow_abbrev=False).
-const DP_SIZE = ["--dp-size", "--dp", "--data-parallel-size"];
+export const DP_SIZE = ["--dp-size", "--dp", "--data-parallel-size"];
 const DIST_INIT = ["--dist-init-addr", "--nccl-init-addr"];
 
 /** SGLang with DP attention: it binds TCP ports beside its own (see the file's head). */

@@ -15,6 +15,7 @@ const Endpoint = z.object({
   weight: z.number(),
   priority: z.number(),
   key: z.string().optional(),
+  data_parallel: z.object({ dp: z.number().int().min(1), tp: z.number().int().min(1), dp_attention: z.boolean() }).optional(),
 });
 
 const Catalog = z.object({

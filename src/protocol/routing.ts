@@ -3,6 +3,8 @@
 // in-flight counts and demand (router → control). Plain types; the two sides never import
 // each other, only this file.
 
+import type { DataParallelLayout } from "./engine-layout";
+
 export interface EndpointInfo {
   /** Replica id. */
   id: string;
@@ -20,6 +22,12 @@ export interface EndpointInfo {
    * the engine, in place of whatever the client sent. Absent for engines started without one.
    */
   key?: string;
+  /**
+   * An SGLang replica with data parallelism: its groups and how their ranks are numbered, which
+   * the router needs to add up the groups' queues from the engine's /metrics (older SGLang
+   * releases label them so that not every group can be told apart). Absent: one group.
+   */
+  data_parallel?: DataParallelLayout;
 }
 
 /** A catalog model as the router needs it: to list it, to tell unknown from not running. */

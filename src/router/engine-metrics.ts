@@ -6,6 +6,7 @@
 // (metrics-body.ts): an engine's /metrics can cost other requests nothing they can see.
 
 import { errorText } from "../lib/format";
+import type { DataParallelLayout } from "../protocol/engine-layout";
 import { letIoIn, type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
 import { METRICS_CAPS, type MetricsCaps, MetricsRefused, readLinesWithin } from "./metrics-body";
 
@@ -236,6 +237,53 @@ const ROLES = 4;
  */
 const RANK_LABELS = new Set(["tp_rank", "pp_rank", "moe_ep_rank", "attn_tp_rank", "attn_cp_rank"]);
 
+/*
+ * SGLang with data parallelism (--dp-size d, --tp-size t). Which series appear, from SGLang's
+ * source (python/sglang/srt: metrics/collector.py, managers/scheduler.py and
+ * scheduler_metrics_mixin.py, managers/data_parallel_controller.py, layers/dp_attention.py):
+ * - Each scheduler process (one per GPU rank) writes its gauges into prometheus_client's
+ *   multiprocess directory with multiprocess_mode="mostrecent": series with the same labels from
+ *   several processes come out as one, the one written last. The schedulers that write are those
+ *   with attn_tp_rank 0, or all of them with --enable-metrics-for-all-schedulers.
+ * - Plain DP: d TP groups of t schedulers each, tp_rank 0…t-1 in every group; by default one
+ *   scheduler per group (tp_rank 0) writes. DP attention: one TP group of t schedulers, DP group
+ *   = tp_rank ÷ (t/d) (compute_dp_attention_world_info), attn_tp_rank = tp_rank mod (t/d); by
+ *   default d of them write (tp_rank 0, t/d, 2t/d…), with all schedulers all t, t/d per group
+ *   saying the same.
+ * - Labels: releases before PR #7597 (mid 2025) give model_name and engine_type only, so every
+ *   group's series collapse into one; from it on tp_rank, pp_rank (later moe_ep_rank) and
+ *   dp_rank, the last whenever the DP controller started the scheduler. Expositions trimmed to
+ *   model_name and tp_rank (test/fixtures/metrics/sglang/datadog-sglang_metrics.prom) tell the
+ *   ranks apart by tp_rank alone: under DP attention that still names the group, under plain
+ *   DP the groups' series collapse.
+ * - A multi-node replica's leader serves only its own node's schedulers (the directory is local).
+ * So with the replica's layout known (protocol/engine-layout.ts): a series' DP group is its
+ * dp_rank, else under DP attention its tp_rank ÷ (t/d), else unknown (one group); a group counts
+ * its fullest rank once; groups add up; and where fewer groups can be told apart than the
+ * replica has, those seen stand for the rest (their sum × d / seen): an estimate, fair because
+ * SGLang's DP controller spreads requests over the groups (round robin or shortest queue).
+ */
+
+/** A SGLang sample's series (name and labels but the rank labels and dp_rank) and its DP group under `layout`. */
+function dpGroupOf(sample: PromSample, layout: DataParallelLayout): { series: string; group: string } {
+  const rest: string[] = [];
+  let dpRank: string | undefined;
+  let tpRank: string | undefined;
+  for (const k in sample.labels) {
+    const v = sample.labels[k]!;
+    if (k === "dp_rank") dpRank = v;
+    else if (k === "tp_rank") tpRank = v;
+    else if (!RANK_LABELS.has(k)) rest.push(`${k}\u0000${v}`);
+  }
+  const series = `${sample.name}\u0001${rest.sort().join("\u0001")}`;
+  if (dpRank !== undefined) return { series, group: `d${dpRank}` };
+  const perGroup = layout.tp / layout.dp;
+  const rank = Number(tpRank);
+  if (layout.dp_attention && tpRank !== undefined && Number.isInteger(perGroup) && perGroup >= 1 && Number.isInteger(rank) && rank >= 0)
+    return { series, group: `t${Math.floor(rank / perGroup)}` };
+  return { series, group: "?" };
+}
+
 /** The sample's group: its name and labels without the rank labels, or null when it has none of them. */
 function groupKey(sample: PromSample): string | null {
   let ranked = false;
@@ -283,11 +331,12 @@ function familyOfHint(engine: string | undefined): number {
  * names present; the hint (the replica's engine) only breaks a tie when several families
  * appear. Counts are summed over label sets (data-parallel engines, several model names), but the
  * ranks of one data-parallel group count once (see RANK_LABELS); KV usage takes the fullest label
- * set, since one full pool is enough to make a replica queue.
+ * set, since one full pool is enough to make a replica queue. `layout`, an SGLang replica's
+ * data-parallel shape, tells its groups apart where the labels do not (see dpGroupOf).
  * Malformed lines of the metrics we read are ignored, and other lines are not even parsed.
  */
-export function readEngineLoad(text: string, engine?: string): EngineLoad {
-  const r = new LoadReader();
+export function readEngineLoad(text: string, engine?: string, layout?: DataParallelLayout): EngineLoad {
+  const r = new LoadReader(layout);
   for (let start = 0; start < text.length; ) {
     let end = text.indexOf("\n", start);
     if (end < 0) end = text.length;
@@ -307,6 +356,11 @@ export class LoadReader {
   private readonly count = new Uint32Array(FAMILIES * ROLES);
   /** slot → group → the group's value, for samples that carry rank labels */
   private groups: Map<string, number>[] | undefined;
+  /** With a layout, SGLang's samples: slot → series → DP group → the group's value (see dpGroupOf). */
+  private dpGroups: Map<string, Map<string, number>>[] | undefined;
+
+  /** `layout`: the replica's data-parallel shape, for SGLang (readEngineLoad). */
+  constructor(private readonly layout?: DataParallelLayout) {}
 
   /** Reads the line text[start, end) (no newline). */
   line(text: string, start: number, end: number): void {
@@ -327,8 +381,9 @@ export class LoadReader {
     if (typeof r !== "object") return;
     const v = r.value;
     if (!Number.isFinite(v) || v < 0) return;
-    const key = groupKey(r);
-    if (key === null) this.sum[slot]! += v;
+    const key = this.layout && slot >= SGLANG * ROLES && slot < (SGLANG + 1) * ROLES ? undefined : groupKey(r);
+    if (key === undefined) this.addToGroup(slot, r, this.layout!);
+    else if (key === null) this.sum[slot]! += v;
     else {
       this.groups ??= Array.from({ length: FAMILIES * ROLES }, () => new Map<string, number>());
       const g = this.groups[slot]!;
@@ -338,11 +393,29 @@ export class LoadReader {
     this.count[slot]!++;
   }
 
+  private addToGroup(slot: number, r: PromSample, layout: DataParallelLayout): void {
+    const { series, group } = dpGroupOf(r, layout);
+    this.dpGroups ??= Array.from({ length: FAMILIES * ROLES }, () => new Map<string, Map<string, number>>());
+    let g = this.dpGroups[slot]!.get(series);
+    if (g === undefined) this.dpGroups[slot]!.set(series, (g = new Map()));
+    g.set(group, Math.max(r.value, g.get(group) ?? 0));
+  }
+
   /** The load of the lines read so far; `engine` is the hint readEngineLoad takes. */
   load(engine?: string): EngineLoad {
     const { count, max } = this;
     const sum = Float64Array.from(this.sum);
     if (this.groups) for (let slot = 0; slot < sum.length; slot++) for (const v of this.groups[slot]!.values()) sum[slot]! += v;
+    if (this.dpGroups) {
+      const dp = this.layout!.dp;
+      for (let slot = 0; slot < sum.length; slot++) {
+        for (const byGroup of this.dpGroups[slot]!.values()) {
+          let s = 0;
+          for (const v of byGroup.values()) s += v;
+          sum[slot]! += byGroup.size < dp ? (s * dp) / byGroup.size : s;
+        }
+      }
+    }
     const present = (f: number): boolean => {
       for (let r = 0; r < ROLES; r++) if (count[f * ROLES + r]! > 0) return true;
       return false;
@@ -372,8 +445,11 @@ export class LoadReader {
 export interface MetricsEndpoint {
   id: string;
   url: string;
-  /** `key`: the replica's engine key; an engine started with one may guard /metrics with it. */
-  info: { engine: string; key?: string };
+  /**
+   * `key`: the replica's engine key; an engine started with one may guard /metrics with it.
+   * `data_parallel`: an SGLang replica's data-parallel shape (readEngineLoad's layout).
+   */
+  info: { engine: string; key?: string; data_parallel?: DataParallelLayout };
 }
 
 /** Structurally a subset of a pino logger. */
@@ -572,7 +648,7 @@ export class EngineMetricsPoller {
         failure = `HTTP ${res.status}`;
         await res.body?.cancel().catch(() => {});
       } else {
-        const reader = new LoadReader();
+        const reader = new LoadReader(ep.info.data_parallel);
         await readLinesWithin(res, this.caps, (text, start, end) => reader.line(text, start, end), () => letIoIn(this.scheduler));
         const l = reader.load(ep.info.engine);
         if (l.running < 0 && l.waiting < 0 && l.kvUsage < 0) failure = "no vLLM, SGLang or llama.cpp load metrics in the response";

@@ -26,6 +26,8 @@ import { until } from "../helpers/until";
 const VLLM = readFixture("metrics/vllm/datadog-vllm_metrics.prom");
 const SGLANG = readFixture("metrics/sglang/datadog-sglang_metrics.prom");
 const SGLANG_DP_TP = readFixture("metrics/sglang/sglang-all-schedulers-dp2-tp2__constructed.prom");
+const SGLANG_DPA_TP_ONLY = readFixture("metrics/sglang/sglang-dp-attention-dp2-tp4-tp-rank-only__constructed.prom");
+const SGLANG_DP_NO_RANKS = readFixture("metrics/sglang/sglang-dp2-tp2-no-rank-labels__constructed.prom");
 const LLAMA_LEGACY = readFixture("metrics/llamacpp/llama-server-metrics-legacy-with-kvcache.prom");
 const LLAMA_BEFORE = readFixture("metrics/llamacpp/llama-server-metrics-pr11512-before.prom");
 const LLAMA_AFTER = readFixture("metrics/llamacpp/llama-server-metrics-pr11512-after.prom");
@@ -219,6 +221,59 @@ describe("SGLang with --enable-metrics-for-all-schedulers", () => {
   test("one rank lagging: the group takes its fullest rank, not the sum", () => {
     const text = 'sglang:num_queue_reqs{dp_rank="0",model_name="m",tp_rank="0"} 4\nsglang:num_queue_reqs{dp_rank="0",model_name="m",tp_rank="1"} 3\nsglang:num_queue_reqs{dp_rank="1",model_name="m",tp_rank="0"} 2';
     expect(readEngineLoad(text, "sglang").waiting).toBe(6);
+  });
+});
+
+describe("SGLang with data parallelism, the replica's layout known (engine-layout.ts)", () => {
+  const dpAttention = { dp: 2, tp: 4, dp_attention: true };
+  const plainDp = { dp: 2, tp: 2, dp_attention: false };
+
+  test("DP attention, series told apart by tp_rank alone: one rank per DP group (tp_rank ÷ tp/dp), the groups added up", () => {
+    // tp_rank 0 and 1 are group 0 (5 running, 3 + 1 waiting), 2 and 3 group 1 (2 running, 1 waiting).
+    expect(readEngineLoad(SGLANG_DPA_TP_ONLY, "sglang", dpAttention)).toEqual({ running: 7, waiting: 5, kvUsage: 0.5 });
+    // Unknown layout: the ranks read as mirrors of one group, so half the load.
+    expect(readEngineLoad(SGLANG_DPA_TP_ONLY, "sglang")).toEqual({ running: 5, waiting: 4, kvUsage: 0.5 });
+  });
+
+  test("DP attention by default: only each group's attention-TP rank 0 reports (tp_rank 0 and 2)", () => {
+    const leaders = SGLANG_DPA_TP_ONLY.split("\n").filter((l) => !/tp_rank="[13]"/.test(l)).join("\n");
+    expect(readEngineLoad(leaders, "sglang", dpAttention)).toEqual({ running: 7, waiting: 5, kvUsage: 0.5 });
+    // Four groups of one rank each (tp 4, dp 4): every tp_rank is its own group.
+    expect(readEngineLoad(SGLANG_DPA_TP_ONLY, "sglang", { dp: 4, tp: 4, dp_attention: true })).toMatchObject({ running: 14, waiting: 10 });
+  });
+
+  test("with dp_rank labels the layout changes nothing: the labels already tell the groups apart", () => {
+    expect(readEngineLoad(SGLANG_DP_TP, "sglang", plainDp)).toEqual({ running: 7, waiting: 4, kvUsage: 0.5 });
+    expect(readEngineLoad(SGLANG_DP_TP, "sglang", { dp: 2, tp: 2, dp_attention: true })).toEqual({ running: 7, waiting: 4, kvUsage: 0.5 });
+  });
+
+  test("no rank labels (before SGLang PR #7597): the groups' series collapse into one, which stands for each of them", () => {
+    expect(readEngineLoad(SGLANG_DP_NO_RANKS, "sglang", plainDp)).toEqual({ running: 8, waiting: 4, kvUsage: 0.01 });
+    expect(readEngineLoad(SGLANG_DP_NO_RANKS, "sglang")).toEqual({ running: 4, waiting: 2, kvUsage: 0.01 });
+  });
+
+  test("plain DP, series told apart by tp_rank alone (the real capture's label set): the groups collapse, so tp_rank 0 stands for each", () => {
+    expect(readEngineLoad(SGLANG, "sglang", { dp: 2, tp: 1, dp_attention: false })).toEqual({ running: 0, waiting: 0, kvUsage: 0.25 });
+    const busy = SGLANG.replace('sglang:num_running_reqs{model_name="facebook/opt-125m",tp_rank="0"} 0', 'sglang:num_running_reqs{model_name="facebook/opt-125m",tp_rank="0"} 3')
+      .replace('sglang:num_queue_reqs{model_name="facebook/opt-125m",tp_rank="0"} 0', 'sglang:num_queue_reqs{model_name="facebook/opt-125m",tp_rank="0"} 2\nsglang:num_queue_reqs{model_name="facebook/opt-125m",tp_rank="1"} 2');
+    expect(readEngineLoad(busy, "sglang", { dp: 3, tp: 2, dp_attention: false })).toEqual({ running: 9, waiting: 6, kvUsage: 0.25 });
+  });
+
+  test("a multi-node leader reports its own node's groups only: those seen stand for the rest", () => {
+    const text = 'sglang:num_queue_reqs{dp_rank="0",model_name="m",tp_rank="0"} 4\nsglang:num_queue_reqs{dp_rank="1",model_name="m",tp_rank="4"} 2';
+    expect(readEngineLoad(text, "sglang", { dp: 4, tp: 16, dp_attention: true }).waiting).toBe(12);
+    // As many groups as the replica has: a plain sum.
+    expect(readEngineLoad(text, "sglang", { dp: 2, tp: 8, dp_attention: true }).waiting).toBe(6);
+  });
+
+  test("a tp_rank that names no group (not a number, or tp not a multiple of dp) is read as one group of unknown rank", () => {
+    const text = 'sglang:num_running_reqs{model_name="m",tp_rank="x"} 3\nsglang:num_running_reqs{model_name="m",tp_rank="1"} 2';
+    expect(readEngineLoad(text, "sglang", { dp: 2, tp: 4, dp_attention: true }).running).toBe(5);
+    expect(readEngineLoad(text, "sglang", { dp: 3, tp: 4, dp_attention: true }).running).toBe(9);
+  });
+
+  test("the layout is SGLang's: another engine's exposition reads as without it", () => {
+    expect(readEngineLoad(VLLM, "vllm", plainDp)).toEqual(readEngineLoad(VLLM, "vllm"));
   });
 });
 

@@ -177,6 +177,67 @@ describe("never against not now", () => {
   });
 });
 
+describe("an engine version that cannot serve the profile: never, said before capacity", () => {
+  // vLLM 0.10.2 on every node, two nodes in one fabric, one of them busy: a `nodes: 2` vLLM profile.
+  const twoNode = model({ name: "big2", profiles: [{ name: "ib", engine: "vllm", gpu_class: H, gpus: 8, nodes: 2 }] });
+  const s = snapshot({
+    nodes: [{ name: "node-a", fabrics: ["ib-a"], gpus: h100(8) }, { name: "node-b", fabrics: ["ib-a"], gpus: h100(8) }],
+    models: [twoNode, qwen],
+    replicas: [{ id: "r-1", model: "qwen", shards: [{ node: "node-b", gpus: [0] }] }],
+  });
+  const at = (version: string) => new Map<string, EngineReport[]>(["node-a", "node-b"].map((n) => [n, [{ engine: "vllm", version, error: null }]]));
+  const NEVER = "vLLM 0.10.2 on node-a, node-b has no multi-node serving (needs 0.12 or newer)";
+
+  test("the summary and the profile's reason start with never, naming the version, the nodes and what is needed", () => {
+    const e = explain(s, "big2", { engines: at("0.10.2"), lastUsed: HOUR_AGO });
+    expect(e.status).toBe("never");
+    expect(e.summary).toBe(`big2 can never fit on this fleet: ${NEVER}; waiting will not help (add such nodes, or change the model's profiles)`);
+    expect(e.profiles[0]!.verdict).toBe("never");
+    expect(e.profiles[0]!.reason).toStartWith(`can never fit on this fleet: ${NEVER}`);
+    // Every node is ruled out by its version first, the busy one too.
+    expect(bucketOf(e, "engine")!.nodes).toEqual([
+      { name: "node-a", detail: "vLLM 0.10.2 has no multi-node serving (needs 0.12 or newer)" },
+      { name: "node-b", detail: "vLLM 0.10.2 has no multi-node serving (needs 0.12 or newer)" },
+    ]);
+    expect(e.profiles[0]!.line).toBe("2 nodes whose vllm cannot serve it: vLLM 0.10.2 has no multi-node serving (needs 0.12 or newer); 0 fit");
+    expect(e.suggestions).toEqual([{ kind: "change", message: `${NEVER}: upgrade it there (each agent asks for its engines' versions every 10 minutes), or change the model's profiles (nodes, engine) to what the fleet can serve` }]);
+  });
+
+  test("on 0.12 the same fleet is not now (one node busy), and on an unknown version too", () => {
+    for (const engines of [at("0.12.0"), undefined]) {
+      const e = explain(s, "big2", { engines });
+      expect(e.status).toBe("not_now");
+      expect(e.summary).toContain("not now: ib: needs 2 whole H100-80GB nodes (8 GPUs each) in one fabric; ib-a has 1");
+    }
+  });
+
+  test("one node new enough is still never, the old one named first, then what the others lack", () => {
+    const engines = new Map<string, EngineReport[]>([
+      ["node-a", [{ engine: "vllm", version: "0.10.2", error: null }]],
+      ["node-b", [{ engine: "vllm", version: "0.12.0", error: null }]],
+    ]);
+    expect(explain(s, "big2", { engines }).summary).toStartWith(
+      "big2 can never fit on this fleet: vLLM 0.10.2 on node-a has no multi-node serving (needs 0.12 or newer); of the other nodes, it needs 2 H100-80GB nodes with 8 GPUs each in one fabric, and no fabric has more than 1",
+    );
+  });
+
+  test("apply's dry run says never with the same reason, and places nothing", () => {
+    const res = dryRunApply(input(s, { engines: at("0.10.2") }), [twoNode]).results[0]!;
+    expect(res.verdict).toBe("never");
+    expect(res.placements).toEqual([]);
+    expect(res.reason).toStartWith(`can never fit on this fleet: ${NEVER}`);
+  });
+
+  test("status: the model's reason says never first, and the router's catalog tells clients the same", async () => {
+    const { buildTables } = await import("../../src/control/views");
+    const { catalog } = await import("../../src/control/projections");
+    const v = buildTables({ snapshot: s, now: T0, lastUsed: new Map(), nodeTimeoutMs: 15_000, engines: at("0.10.2") }).models.find((m) => m.name === "big2")!;
+    expect(v.never_fits).toBe(true);
+    expect(v.reason).toStartWith(`can never fit on this fleet: ${NEVER}`);
+    expect(catalog(s, DEFAULT_RECONCILE, at("0.10.2")).find((m) => m.name === "big2")!.unavailable?.reason).toStartWith(`'big2' can never fit on this fleet: ${NEVER}`);
+  });
+});
+
 describe("a multi-node profile needs its nodes in one fabric", () => {
   const multi = model({ name: "ds", profiles: [{ name: "x3", engine: "vllm", gpu_class: H, gpus: 8, nodes: 3 }] });
 

@@ -14,6 +14,8 @@ const MIG = "A100-80GB/3g.40gb";
 interface NodeOpts {
   /** engine → why the node's agent found no version of it */
   missing?: Record<string, string>;
+  /** engine → the version the node's agent reported */
+  versions?: Record<string, string>;
   state?: PlacementNode["state"];
   fabrics?: string[];
   weights?: string[];
@@ -30,6 +32,7 @@ function node(name: string, classes: string[], o: NodeOpts = {}): PlacementNode 
     gpus: classes.map((c, i) => ({ index: i, uuid: `GPU-${name}-${i}`, class: c, healthy: !o.unhealthy?.includes(i), used: o.used?.includes(i) ?? false })),
     weights: new Set(o.weights ?? []),
     ...(o.missing ? { missingEngines: new Map(Object.entries(o.missing)) } : {}),
+    ...(o.versions ? { engineVersions: new Map(Object.entries(o.versions)) } : {}),
   };
 }
 
@@ -361,6 +364,37 @@ describe("engines a node cannot run", () => {
     expect(where(r)).toEqual(["p@a:0"]);
     expect(r.placed[0]!.model).toBe("s");
     expect(r.unplaceable.get("v")).toBe("no ready H100-80GB node can run vllm (1 node has no vllm: vllm not found on PATH)");
+  });
+});
+
+describe("engine versions that cannot serve a profile", () => {
+  const OLD = { vllm: "0.10.2" };
+  const ib = (name: string, o: NodeOpts = {}) => node(name, cards(H, 8), { fabrics: ["ib-a"], ...o });
+
+  test("a multi-node vLLM profile never goes to nodes whose vLLM predates multi-node serving; single-node ones still do", () => {
+    const nodes = [ib("node-a", { versions: OLD }), ib("node-b", { versions: { vllm: "0.11.0" } }), ib("node-c", { versions: { vllm: "0.12.0" } }), ib("node-d")];
+    // c is new enough and d never said (unknown is never a reason): the two of them.
+    expect(where(place(nodes, [req("m", [prof("v", H, 8, 2)])]))).toEqual(["v@node-c:0,1,2,3,4,5,6,7+node-d:0,1,2,3,4,5,6,7"]);
+    expect(where(place(nodes, [req("m", [prof("v", H, 8, 1)])]))).toEqual(["v@node-a:0,1,2,3,4,5,6,7"]);
+    // Another engine is not judged by vLLM's version.
+    expect(where(place([ib("node-a", { versions: OLD }), ib("node-b", { versions: OLD })], [req("m", [{ ...prof("s", H, 8, 2), engine: "sglang" }])]))).toHaveLength(1);
+  });
+
+  test("vLLM 0.10.2 on both nodes, one busy: the reason names the version, the nodes and what is needed, before any capacity", () => {
+    const nodes = [ib("node-a", { versions: OLD }), ib("node-b", { versions: OLD, used: [0] })];
+    expect(place(nodes, [req("m", [prof("v", H, 8, 2)])]).unplaceable.get("m")).toBe("vLLM 0.10.2 on node-a, node-b has no multi-node serving (needs 0.12 or newer)");
+    // Versions differ: oldest first; nodes it rules out count for nothing in the capacity after it.
+    const mixed = [ib("node-a", { versions: { vllm: "0.11.0" } }), ib("node-b", { versions: OLD }), ib("node-c", { versions: { vllm: "0.12.1" }, used: [0] }), ib("node-d", { state: "cordoned" })];
+    expect(place(mixed, [req("m", [prof("v", H, 8, 2)])]).unplaceable.get("m")).toBe(
+      "vLLM 0.10.2 on node-b and vLLM 0.11.0 on node-a have no multi-node serving (needs 0.12 or newer); needs 2 whole H100-80GB nodes (8 GPUs each) in one fabric; ib-a has 0; not ready: 1 cordoned",
+    );
+  });
+
+  test("nodes passed over for their version keep their GPUs for the next request", () => {
+    const nodes = [ib("node-a", { versions: OLD }), ib("node-b", { versions: OLD })];
+    const r = place(nodes, [req("big", [prof("v", H, 8, 2)]), req("small", [prof("v", H, 8)], { count: 2 })]);
+    expect(where(r, "small")).toEqual(["v@node-a:0,1,2,3,4,5,6,7", "v@node-b:0,1,2,3,4,5,6,7"]);
+    expect(r.unplaceable.get("big")).toStartWith("vLLM 0.10.2 on node-a, node-b has no multi-node serving");
   });
 });
 

@@ -2,6 +2,7 @@
 // state changes are done. Every model gets its first replica before any gets its next.
 
 import type { EngineReport } from "../../protocol/heartbeat";
+import { reportedVersions } from "../capacity";
 import { type PlacementNode, type PlacementResult, place } from "../placement";
 import { holdsGpus } from "../views";
 import { type ReconcileContext, gpuKey } from "./context";
@@ -62,12 +63,13 @@ function weightsByNode(weights: readonly { node: string; model: string }[]): Map
 
 const NO_WEIGHTS: ReadonlySet<string> = new Set();
 
-/** The fleet as placement sees it: every node, its GPUs marked used when held, its weights and missing engines. */
+/** The fleet as placement sees it: every node, its GPUs marked used when held, its weights, missing engines and engine versions. */
 export function placementNodes(ctx: ReconcileContext, held: ReadonlySet<string>, portFull: ReadonlyMap<string, string> = new Map()): PlacementNode[] {
   const gpus = gpusByNode(ctx.snapshot.gpus);
   const weights = weightsByNode(ctx.snapshot.weights);
   return ctx.snapshot.nodes.map((n) => {
     const missing = missingEngines(ctx.engines?.get(n.name));
+    const versions = reportedVersions(ctx.engines?.get(n.name));
     const full = portFull.has(n.name);
     return {
       name: n.name,
@@ -76,6 +78,7 @@ export function placementNodes(ctx: ReconcileContext, held: ReadonlySet<string>,
       gpus: (gpus.get(n.name) ?? []).map((g) => ({ index: g.index, uuid: g.uuid, class: g.class, healthy: g.healthy, used: full || held.has(gpuKey(n.name, g.index)), parent: g.parent })),
       weights: weights.get(n.name) ?? NO_WEIGHTS,
       ...(missing ? { missingEngines: missing } : {}),
+      ...(versions ? { engineVersions: versions } : {}),
     };
   });
 }
