@@ -472,10 +472,11 @@ describe("engines that crash", () => {
     // Parked: nothing runs or starts for it.
     expect((await c.replicas()).filter((r) => r.model === "crashy" && (r.state === "starting" || r.state === "ready"))).toEqual([]);
 
-    // What the operator sees: status's parked list with the count and the cause, explain's summary.
-    const status = run(c.bin, ["status"], { cwd: c.dir });
+    // What the operator sees: status's parked list with the count and the cause (whole with -o wide), explain's summary.
+    const status = run(c.bin, ["status", "-o", "wide"], { cwd: c.dir });
     expect(status.code).toBe(0);
     expect(status.stdout).toMatch(/crashy\s+5\s+crashed within 10m of becoming ready, 5 times in a row; last: exited with code 1/);
+    expect(status.stdout).toContain(`  ${m.reason}\n`);
     const json = JSON.parse(run(c.bin, ["status", "-o", "json"], { cwd: c.dir }).stdout) as { parked: { model: string; failures: number; reason: string }[] };
     expect(json.parked.find((p) => p.model === "crashy")).toEqual({ model: "crashy", failures: 5, reason: m.reason! });
     const explain = run(c.bin, ["explain", "crashy"], { cwd: c.dir });
