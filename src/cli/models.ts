@@ -21,7 +21,8 @@ export function renderModels(list: ModelView[], style: Style, wide: boolean, wid
   const models = safeDeep(list);
   if (models.length === 0) return "No models in the catalog. Add some with `llmgw apply -f catalog.yaml`.\n";
   const headers = ["NAME", "READY", "MIN", "MAX", "ON DEMAND", "STATUS", "REASON"];
-  if (wide) headers.splice(6, 0, "ALIASES", "TOTAL", "FAILURES", "CRASHES", "REVISION");
+  // CATALOG REV: the catalog's count of the model's changes, not the weights' Hugging Face revision.
+  if (wide) headers.splice(6, 0, "ALIASES", "TOTAL", "FAILURES", "CRASHES", "CATALOG REV");
   const rows = models.map((m) => {
     const st = modelStatus(m);
     const color = st === "ok" ? "green" : st === "short" ? "yellow" : "red";

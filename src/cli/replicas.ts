@@ -9,9 +9,13 @@ import { safeDeep } from "../lib/text";
 import { human, oneLine } from "../lib/format";
 import { type Cell, LIST_CELL_MAX, type Style, detectStyle, listCell, paint, table, terminalWidth } from "./render";
 
-/** "gpu-01:0,1 gpu-02:0,1": each shard's node and GPUs. */
+/**
+ * "gpu-01:0,1 gpu-02:0,1": each shard's node and GPUs. A failed replica's process is gone and its
+ * cards went back to the pool (another replica may hold them now): "released gpu-01:0".
+ */
 function placementItems(r: ReplicaView): string[] {
-  return r.shards.map((s) => `${s.node}:${s.gpus.join(",")}`);
+  const shards = r.shards.map((s) => `${s.node}:${s.gpus.join(",")}`);
+  return r.state === "failed" ? ["released", ...shards] : shards;
 }
 
 /** The placement within max characters (a table cell's by default). */
@@ -46,7 +50,7 @@ export const command: Command = {
   usage: "llmgw replicas [--model NAME] [-o table|wide|json]",
   flags: { model: { kind: "string", short: "m", value: "NAME", complete: "models", help: "only this model (name or alias)" }, ...OUTPUT_FLAG, ...WATCH_FLAGS, ...CLIENT_FLAGS },
   details:
-    "IDLE is '-' when the router has not reported the replica yet (unknown is never idle). The table fits the terminal's width (COLUMNS, else the terminal's, else 80 when piped); -o wide adds each replica's endpoint and error, whole.",
+    "IDLE is '-' when the router has not reported the replica yet (unknown is never idle). A failed replica's GPUS say `released`: its cards went back to the pool, and another replica may hold them now. The table fits the terminal's width (COLUMNS, else the terminal's, else 80 when piped); -o wide adds each replica's endpoint and error, whole.",
   examples: ["llmgw replicas", "llmgw replicas --model llama-3.1-8b -o wide"],
   async run({ flags }) {
     const format = outputFormat(flags);

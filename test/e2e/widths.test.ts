@@ -2,7 +2,8 @@
 // reasons: piped, `status`, `models`, `replicas`, `nodes` and `events` fit 80 columns; with
 // COLUMNS=200, or on a terminal 200 columns wide (a pty), 200, and a reason that fits is whole;
 // with `-o wide` every reason, error and message is whole. Before, status cut reasons at about
-// 110 characters whatever the terminal, and -o wide printed the same.
+// 110 characters whatever the terminal, and -o wide printed the same. And a failed replica's GPU,
+// which a ready replica now holds, is said to be released.
 
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { ModelSpec } from "../../src/protocol/catalog";
@@ -113,4 +114,12 @@ test("-o wide cuts no reason, error or message, piped or not", async () => {
   expect(events.length).toBe(sent.length);
   for (const [i, e] of sent.entries()) expect(events[i]).toEndWith(`  ${e.message}`);
   expect(events.find((l) => l.includes("replica.failed"))).toEndWith("(log: llmgw logs --previous r-f0000001)");
+});
+
+test("a failed replica on the GPU a ready replica now holds says it released it", async () => {
+  for (const args of [["replicas"], ["replicas", "-o", "wide"]]) {
+    const out = await cli(args, { COLUMNS: "200" });
+    expect(out).toMatch(/r-f0000001\s+chat\s+p\s+failed\s+released gpu-01:0\s/);
+    expect(out).toMatch(/r-a0000002\s+chat\s+p\s+ready\s+gpu-01:0\s/);
+  }
 });

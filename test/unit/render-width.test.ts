@@ -135,7 +135,8 @@ describe("llmgw replicas", () => {
     test(`at ${w} columns every row fits: a long placement counts what it leaves out`, () => {
       const out = renderReplicas(list, plain, false, w);
       expect(widest(out)).toBeLessThanOrEqual(w);
-      if (w === 80) expect(out).toMatch(/ready {3}gpu-00:0,1… \+3 more /);
+      // A failed replica's cards went back to the pool: it says so, even cut short.
+      if (w === 80) expect(out).toMatch(/ready {3}gpu-00:0,1… \+3 more .*\n.*failed  released \+1 more /);
       if (w === 200) expect(out).toContain("gpu-00:0,1,2,3,4,5,6,7 gpu-01:0,1,2,3,4,5,6,7 +2 more");
     });
   test("-o wide: the error whole", () => {
