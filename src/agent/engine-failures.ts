@@ -205,3 +205,30 @@ export function rootCause(engine: EngineName, text: string): string | null {
   }
   return null;
 }
+
+/**
+ * Words that mark a line as an error report rather than progress or a warning: the line an
+ * engine's output says most in when no fatal pattern knows its failure.
+ */
+const ERRORISH = /(?:error|exception)\b|\b(?:fatal|fail(?:ed|ure|s)?|abort(?:ed)?|panic|fault|killed|cannot|unable|denied|refused|not found|no such)\b/i;
+
+/**
+ * The one line of an engine's output that tells most about its end when no fatal pattern
+ * matched: the last line that reads as an error (a traceback's exception line, "Segmentation
+ * fault"), not the shutdown chatter or a leaked-semaphore warning printed after it; else the
+ * last line. Log prefixes and colours stripped; traceback source lines skipped.
+ */
+export function tellingLine(text: string): string | null {
+  let last: string | null = null;
+  let errorish: string | null = null;
+  for (const raw of text.split(/\r?\n|\r/)) {
+    const body = unprefixed(raw.replace(ANSI, ""));
+    const line = body.trim();
+    if (line === "") continue;
+    last = line;
+    // A traceback's header and the source it quotes are not the error, though they may name one.
+    if (/^Traceback \(most recent call last\)|^File "/.test(line) || /^ {4}|^\s*raise\s/.test(body)) continue;
+    if (ERRORISH.test(line)) errorish = line;
+  }
+  return errorish ?? last;
+}

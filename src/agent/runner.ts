@@ -15,10 +15,10 @@ import { errorText, exactDuration } from "../lib/format";
 import { realScheduler, type Scheduler, type Timer } from "../lib/scheduler";
 import { hostPort } from "../lib/net";
 import { safeText } from "../lib/text";
-import { rootCause, type EngineName } from "./engine-failures";
+import { rootCause, tellingLine, type EngineName } from "./engine-failures";
 import { type AgentLogger, silentLogger } from "./log";
 import { rotateForNewRun } from "./previous-logs";
-import { Assignment, type ReplicaReport, type ReplicaRunState } from "../protocol/heartbeat";
+import { Assignment, REPLICA_ERROR_MAX, type ReplicaReport, type ReplicaRunState } from "../protocol/heartbeat";
 
 /** The runner logs in the agent's one shape (log.ts); kept under this name for its callers. */
 export type Logger = AgentLogger;
@@ -42,15 +42,11 @@ export const RUNNER_DEFAULTS = {
   startTimeout: 600_000,
   healthTimeout: 2_000,
   stopGrace: 30_000,
-  /** Lines of engine output quoted in a failure reason. */
-  reasonLines: 30,
 } as const;
 
-/** Protocol limit on ReplicaReport.error. */
-const MAX_REASON = 8192;
-/** Bytes read from the end of this run's log to find the root cause and the last lines. */
+/** Bytes read from the end of this run's log to find the root cause. */
 const TAIL_BYTES = 64 * 1024;
-/** Longest root-cause line quoted: one line, so the last lines keep most of the room. */
+/** Longest line quoted as the cause. */
 const MAX_CAUSE = 2048;
 
 export type ReplicaProcessOptions = {
@@ -66,7 +62,6 @@ export type ReplicaProcessOptions = {
   healthTimeout?: number;
   /** Address /health is polled at: 127.0.0.1 reaches an engine bound to 0.0.0.0; set it when the engine binds one address. */
   healthHost?: string;
-  reasonLines?: number;
   fetch?: (url: string, init?: RequestInit) => Promise<Response>;
   logger?: Logger;
   onChange?: (report: ReplicaReport) => void;
@@ -182,7 +177,7 @@ export class ReplicaProcess {
       if (fd !== null) closeSync(fd);
       this.exited = true;
       // Nothing ran, so there is no output of this run to quote.
-      this.setState("failed", clampReason(`could not start: ${errorText(e)}`, null, ""));
+      this.setState("failed", clampReason(`could not start: ${errorText(e)}`, null));
       this.log.error({ replica: this.id, err: errorText(e) }, "could not start engine");
       return;
     }
@@ -408,7 +403,7 @@ export class ReplicaProcess {
   private fail(how: string): void {
     this.clearTimers();
     const tail = readTail(this.logPath, this.logOffset);
-    this.setState("failed", failureReason(how, this.assignment.engine, tail, this.opts.reasonLines ?? RUNNER_DEFAULTS.reasonLines));
+    this.setState("failed", failureReason(how, this.assignment.engine, tail));
   }
 
   /** Ends a failed engine without marking the replica stopped (its failure stays reported). */
@@ -728,9 +723,9 @@ export function readTail(path: string, offset: number): string {
   }
 }
 
-/** The last n non-empty lines of text, joined by newlines. */
-function tailLines(text: string, n: number): string {
-  return text
+/** The last n non-empty lines written to path after offset, joined by newlines. */
+export function lastLines(path: string, offset: number, n: number): string {
+  return readTail(path, offset)
     .split(/\r?\n/)
     .map((l) => l.trimEnd())
     .filter((l) => l !== "")
@@ -738,37 +733,25 @@ function tailLines(text: string, n: number): string {
     .join("\n");
 }
 
-/** The last n non-empty lines written to path after offset, joined by newlines. */
-export function lastLines(path: string, offset: number, n: number): string {
-  return tailLines(readTail(path, offset), n);
+/**
+ * A failed replica's reason, on one line: how it ended, then the first line of its output that
+ * matches the engine's known fatal patterns (the root cause, often screens above the end), or
+ * else the line that tells most: "exited with code 1: torch.OutOfMemoryError: …". Said once:
+ * the rest of the output is the engine's log, which `llmgw logs --previous` shows.
+ */
+export function failureReason(how: string, engine: EngineName, tail: string): string {
+  return clampReason(how, rootCause(engine, tail) ?? tellingLine(tail));
 }
 
 /**
- * A failed replica's reason: how it ended, then the first line of its output that matches the
- * engine's known fatal patterns (the root cause, often screens above the end), then the last
- * lines: "exited with code 1: torch.OutOfMemoryError: … \nlast lines:\n…". Without a known cause,
- * "how: last lines" as before.
+ * "how: cause" within the protocol's limit, the cause cut to MAX_CAUSE. An engine's colours and
+ * control characters are made printable here, so the head node gets text it can show as it is.
  */
-export function failureReason(how: string, engine: EngineName, tail: string, lines: number): string {
-  return clampReason(how, rootCause(engine, tail), tailLines(tail, lines));
-}
-
-/**
- * "how: cause\nlast lines:\ntail" (or "how: tail" without a cause), within the protocol's
- * limit: the how and the start of the cause are kept, the tail loses its oldest lines first. An
- * engine's colours and progress bars are made printable here, so the head node gets text it can
- * show as it is.
- */
-function clampReason(rawHow: string, rawCause: string | null, rawTail: string): string {
+function clampReason(rawHow: string, rawCause: string | null): string {
   const how = safeText(rawHow);
-  const head = how.length > MAX_REASON / 2 ? `${how.slice(0, MAX_REASON / 2 - 1)}…` : how;
+  const head = how.length > REPLICA_ERROR_MAX / 2 ? `${how.slice(0, REPLICA_ERROR_MAX / 2 - 1)}…` : how;
   const cause = rawCause === null ? "" : safeText(rawCause);
-  const lead = cause === "" ? head : `${head}: ${cause.length > MAX_CAUSE ? `${cause.slice(0, MAX_CAUSE - 1)}…` : cause}`;
-  const tail = safeText(rawTail, { multiline: true });
-  if (tail === "") return lead;
-  const sep = cause === "" ? ": " : "\nlast lines:\n";
-  const room = MAX_REASON - lead.length - sep.length;
-  return `${lead}${sep}${tail.length > room ? `…${tail.slice(tail.length - room + 1)}` : tail}`;
+  return cause === "" ? head : `${head}: ${cause.length > MAX_CAUSE ? `${cause.slice(0, MAX_CAUSE - 1)}…` : cause}`;
 }
 
 function describeExit(code: number, signal: NodeJS.Signals | number | null): string {

@@ -190,10 +190,15 @@ export function gpuChart(cls: string, pts: readonly GpuPoint[], now: number, win
   );
 }
 
+/**
+ * Each chart spans four rows of its grid (caption, plot, axis, note) as a subgrid, its caption's
+ * lines at the bottom of the first: the plots in one row stay level however many lines a
+ * neighbour's legend wraps to.
+ */
 export const CHART_CSS = `
 .charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(240px,1fr));gap:10px 16px}
-.chart{margin:0;min-width:0}
-.chart figcaption{display:flex;flex-wrap:wrap;gap:2px 10px;align-items:baseline;font-size:12.5px;margin-bottom:2px}
+.chart{margin:0;min-width:0;display:grid;grid-row:span 4;grid-template-rows:subgrid;row-gap:0}
+.chart figcaption{display:flex;flex-wrap:wrap;gap:2px 10px;align-items:baseline;align-content:flex-end;font-size:12.5px;margin-bottom:2px}
 .chart .t{font-weight:600;margin-right:auto;overflow-wrap:anywhere}
 .chart .key{color:var(--muted);white-space:nowrap}.chart .key b{color:var(--fg);font-variant-numeric:tabular-nums}
 .chart .key i{display:inline-block;width:10px;height:3px;border-radius:1px;vertical-align:middle}

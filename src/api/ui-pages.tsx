@@ -11,7 +11,7 @@ import type { ModelSpec } from "../protocol/catalog";
 import type { EventView, ModelView, NodeView, ReplicaView } from "../protocol/views";
 import type { GpuPoint, ModelPoint } from "./history";
 import { fmtMs, fmtRate, gpuChart, modelCharts } from "./ui-charts";
-import { Badge, Dashboard, type DashboardData, Events, GpuStrip, REFRESH_SCRIPT, Section, Shell, modelHref, modelStatus, nodeHref, nodeTone, replicaTone } from "./ui-view";
+import { Badge, Dashboard, type DashboardData, Events, GpuStrip, Prose, REFRESH_SCRIPT, Section, Shell, modelHref, modelStatus, nodeHref, nodeTone, replicaTone } from "./ui-view";
 
 
 /** The last hour as plain data (sanitised with the rest of a page's data). */
@@ -207,7 +207,8 @@ const ReplicaTable: FC<{ replicas: ReplicaView[]; show: "model" | "node" }> = ({
                   {r.state}
                 </Badge>
               </td>
-              <td class="mono">
+              <td class="mono" data-field="placement">
+                {r.state === "failed" && r.shards.length > 0 && <span class="muted">released </span>}
                 {r.shards.length === 0
                   ? "-"
                   : r.shards.map((s, i) => (
@@ -220,7 +221,7 @@ const ReplicaTable: FC<{ replicas: ReplicaView[]; show: "model" | "node" }> = ({
               <td class="num">{human(r.idle_seconds)}</td>
               <td class="num">{r.failures}</td>
               <td class="reason" title={r.error ?? undefined}>
-                {r.error ? oneLine(r.error, 160) : "-"}
+                {r.error ? <Prose text={oneLine(r.error, 160)} /> : "-"}
               </td>
             </tr>
           ))}
@@ -259,7 +260,7 @@ export const ModelPage: FC<{ nonce: string; csrf?: string; flash?: Flash; d: Mod
       </h1>
       {m.reason && (
         <p class={`alert ${m.never_fits || m.parked ? "bad" : "warn"}`} data-testid="model-reason">
-          {m.reason}
+          <Prose text={m.reason} />
         </p>
       )}
       <div class="grid">
@@ -269,7 +270,9 @@ export const ModelPage: FC<{ nonce: string; csrf?: string; flash?: Flash; d: Mod
               ["Replicas", `${m.ready} ready of ${m.desired} wanted (min ${m.min}, max ${m.max})`],
               ["On demand", m.on_demand ? "yes: started by the first request" : "no"],
               ["Aliases", m.aliases.join(", ") || "-"],
-              ["Revision", String(m.revision)],
+              // The catalog's count of this model's changes; the Hugging Face commit is the spec's revision.
+              ["Catalog revision", String(m.revision)],
+              ...(d.spec.revision ? [["Hugging Face revision", d.spec.revision] as [string, string]] : []),
               ["Failures", String(m.failures)],
               ["Crashes soon after ready", String(m.crashes)],
             ]}

@@ -42,6 +42,15 @@ export function eventTone(kind: string): Tone {
 
 // ---- pieces ---------------------------------------------------------------------------
 
+/**
+ * Text that names commands in backticks, as the CLI and the server write them (`llmgw models
+ * unpark NAME`): each such command shown as code rather than between literal backticks. A lone
+ * backtick stays as it is. JSX escapes every part.
+ */
+export const Prose: FC<{ text: string }> = ({ text }) => (
+  <>{text.split(/`([^`\n]+)`/).map((part, i) => (i % 2 === 1 ? <code>{part}</code> : part))}</>
+);
+
 export const Badge: FC<{ tone: Tone; field?: string; children?: unknown }> = ({ tone, field, children }) => (
   <span class={`badge ${tone}`} data-field={field}>
     {children}
@@ -164,7 +173,7 @@ const Gpus: FC<{ s: Summary }> = ({ s }) => (
       <p class="empty">No GPUs reported yet.</p>
     ) : (
       <>
-        <div class="scroll">
+        <div class="scroll gpus-box">
           <table class="gpus">
             <thead>
               <tr>
@@ -179,7 +188,13 @@ const Gpus: FC<{ s: Summary }> = ({ s }) => (
             <tbody>
               {s.gpus.map((g) => (
                 <tr data-testid="gpu-class" data-class={g.class}>
-                  <td class="name">{g.class}</td>
+                  <td class="name">
+                    {g.class}
+                    {/* In a narrow box (a phone, half a screen) the bar sits under the class, and the numbers keep their columns. */}
+                    <span class="bar-under">
+                      <UsageBar g={g} />
+                    </span>
+                  </td>
                   <td class="wide">
                     <UsageBar g={g} />
                   </td>
@@ -260,7 +275,11 @@ const Attention: FC<{ s: Summary }> = ({ s }) => {
                 <b>
                   <a href={modelHref(name)}>{name}</a>
                 </b>
-                {s.unplaceable_reasons[name] && <span class="reason">{s.unplaceable_reasons[name]}</span>}
+                {s.unplaceable_reasons[name] && (
+                  <span class="reason">
+                    <Prose text={s.unplaceable_reasons[name]} />
+                  </span>
+                )}
               </li>
             ))}
           </ul>
@@ -269,30 +288,35 @@ const Attention: FC<{ s: Summary }> = ({ s }) => {
       {s.parked.length > 0 && (
         <>
           <h3 class="bad">
-            Parked <small>not retried until `llmgw models unpark NAME` or a catalog change</small>
+            Parked{" "}
+            <small data-testid="parked-note">
+              not retried until <code>llmgw models unpark NAME</code> or a catalog change
+            </small>
           </h3>
-          <table>
-            <thead>
-              <tr>
-                <th>Model</th>
-                <th class="num">Failures</th>
-                <th>Last error</th>
-              </tr>
-            </thead>
-            <tbody>
-              {s.parked.map((p) => (
-                <tr data-testid="parked" data-model={p.model}>
-                  <td class="name">
-                    <a href={modelHref(p.model)}>{p.model}</a>
-                  </td>
-                  <td class="num" data-field="failures">{p.failures}</td>
-                  <td class="reason" data-field="reason" title={p.reason}>
-                    {oneLine(p.reason, 240)}
-                  </td>
+          <div class="scroll">
+            <table>
+              <thead>
+                <tr>
+                  <th>Model</th>
+                  <th class="num">Failures</th>
+                  <th>Last error</th>
                 </tr>
-              ))}
-            </tbody>
-          </table>
+              </thead>
+              <tbody>
+                {s.parked.map((p) => (
+                  <tr data-testid="parked" data-model={p.model}>
+                    <td class="name">
+                      <a href={modelHref(p.model)}>{p.model}</a>
+                    </td>
+                    <td class="num" data-field="failures">{p.failures}</td>
+                    <td class="reason" data-field="reason" title={p.reason}>
+                      <Prose text={oneLine(p.reason, 240)} />
+                    </td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
         </>
       )}
       {s.idle_replicas.length > 0 && (
@@ -300,26 +324,28 @@ const Attention: FC<{ s: Summary }> = ({ s }) => {
           <h3>
             Idle <small>ready, unasked-for 10m or more: {plural(idleGpus, "GPU")} to reclaim</small>
           </h3>
-          <table>
-            <thead>
-              <tr>
-                <th>Replica</th>
-                <th>Model</th>
-                <th class="num">Idle</th>
-                <th class="num">GPUs</th>
-              </tr>
-            </thead>
-            <tbody>
-              {s.idle_replicas.slice(0, 50).map((i) => (
-                <tr data-testid="idle" data-replica={i.id}>
-                  <td class="mono">{i.id}</td>
-                  <td class="name">{i.model}</td>
-                  <td class="num">{human(i.idle_seconds)}</td>
-                  <td class="num">{i.gpus}</td>
+          <div class="scroll">
+            <table>
+              <thead>
+                <tr>
+                  <th>Replica</th>
+                  <th>Model</th>
+                  <th class="num">Idle</th>
+                  <th class="num">GPUs</th>
                 </tr>
-              ))}
-            </tbody>
-          </table>
+              </thead>
+              <tbody>
+                {s.idle_replicas.slice(0, 50).map((i) => (
+                  <tr data-testid="idle" data-replica={i.id}>
+                    <td class="mono">{i.id}</td>
+                    <td class="name">{i.model}</td>
+                    <td class="num">{human(i.idle_seconds)}</td>
+                    <td class="num">{i.gpus}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
           {s.idle_replicas.length > 50 && <p class="more">… and {s.idle_replicas.length - 50} more in the replicas table</p>}
         </>
       )}
@@ -328,28 +354,30 @@ const Attention: FC<{ s: Summary }> = ({ s }) => {
           <h3>
             Evicted <small>last hour: idle replicas stopped to make room for on-demand models</small>
           </h3>
-          <table>
-            <thead>
-              <tr>
-                <th>At (UTC)</th>
-                <th>Replica</th>
-                <th>Model</th>
-                <th class="num">Was idle</th>
-                <th>For</th>
-              </tr>
-            </thead>
-            <tbody>
-              {s.evictions.map((e) => (
-                <tr data-testid="eviction" data-replica={e.replica}>
-                  <td class="mono">{clock(e.at)}</td>
-                  <td class="mono">{e.replica}</td>
-                  <td class="name">{e.model}</td>
-                  <td class="num">{human(e.idle_seconds)}</td>
-                  <td class="name">{e.for_model}</td>
+          <div class="scroll">
+            <table>
+              <thead>
+                <tr>
+                  <th>At (UTC)</th>
+                  <th>Replica</th>
+                  <th>Model</th>
+                  <th class="num">Was idle</th>
+                  <th>For</th>
                 </tr>
-              ))}
-            </tbody>
-          </table>
+              </thead>
+              <tbody>
+                {s.evictions.map((e) => (
+                  <tr data-testid="eviction" data-replica={e.replica}>
+                    <td class="mono">{clock(e.at)}</td>
+                    <td class="mono">{e.replica}</td>
+                    <td class="name">{e.model}</td>
+                    <td class="num">{human(e.idle_seconds)}</td>
+                    <td class="name">{e.for_model}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
         </>
       )}
     </Section>
@@ -367,7 +395,9 @@ function classes(n: NodeView): string {
 const Nodes: FC<{ nodes: NodeView[]; now: number }> = ({ nodes, now }) => (
   <Section id="nodes" title="Nodes" count={nodes.length}>
     {nodes.length === 0 ? (
-      <p class="empty">No nodes yet. Start `llmgw agent` on a GPU node.</p>
+      <p class="empty">
+        No nodes yet. Start <code>llmgw agent</code> on a GPU node.
+      </p>
     ) : (
       <div class="scroll">
         <table>
@@ -420,7 +450,9 @@ const Nodes: FC<{ nodes: NodeView[]; now: number }> = ({ nodes, now }) => (
 const Models: FC<{ models: ModelView[] }> = ({ models }) => (
   <Section id="models" title="Models" count={models.length}>
     {models.length === 0 ? (
-      <p class="empty">No models in the catalog. Add some with `llmgw apply -f catalog.yaml`.</p>
+      <p class="empty">
+        No models in the catalog. Add some with <code>llmgw apply -f catalog.yaml</code>.
+      </p>
     ) : (
       <div class="scroll">
         <table>
@@ -455,7 +487,7 @@ const Models: FC<{ models: ModelView[] }> = ({ models }) => (
                     </Badge>
                   </td>
                   <td class="reason" title={m.reason ?? undefined}>
-                    {m.reason ? oneLine(m.reason, 160) : "-"}
+                    {m.reason ? <Prose text={oneLine(m.reason, 160)} /> : "-"}
                   </td>
                 </tr>
               );
@@ -499,11 +531,15 @@ const Replicas: FC<{ replicas: ReplicaView[] }> = ({ replicas }) => (
                     {r.state}
                   </Badge>
                 </td>
-                <td class="mono">{r.shards.map((s) => `${s.node}:${s.gpus.join(",")}`).join(" ") || "-"}</td>
+                <td class="mono" data-field="gpus">
+                  {/* A failed replica's cards went back to the pool: another replica may hold them now. */}
+                  {r.state === "failed" ? "released " : ""}
+                  {r.shards.map((s) => `${s.node}:${s.gpus.join(",")}`).join(" ") || "-"}
+                </td>
                 <td class="num">{human(r.idle_seconds)}</td>
                 <td class="num">{r.failures}</td>
                 <td class="reason" title={r.error ?? undefined}>
-                  {r.error ? oneLine(r.error, 120) : "-"}
+                  {r.error ? <Prose text={oneLine(r.error, 120)} /> : "-"}
                 </td>
               </tr>
             ))}
@@ -526,7 +562,9 @@ export const Events: FC<{ events: EventView[]; title?: string }> = ({ events, ti
               {clock(e.at)}
             </time>
             <Badge tone={eventTone(e.kind)}>{e.kind}</Badge>
-            <span class="msg">{e.message}</span>
+            <span class="msg">
+              <Prose text={e.message} />
+            </span>
           </li>
         ))}
       </ol>
@@ -715,6 +753,10 @@ ol.events time{color:var(--muted)}
 .login button{font:inherit;font-weight:600;padding:8px 12px;border:0;border-radius:6px;background:var(--used);color:#fff;cursor:pointer}
 .hint{color:var(--muted);font-size:12.5px;margin:0}
 .hint code{white-space:nowrap}
+.bar-under{display:none}
+.gpus-box{container-type:inline-size}
+@container (max-width:560px){table.gpus th,table.gpus td{padding:5px 6px}table.gpus .wide{display:none}
+table.gpus td.name{white-space:normal;overflow-wrap:anywhere}table.gpus .bar-under{display:block;margin-top:4px}}
 @media (max-width:700px){.grid{grid-template-columns:1fr}main,.top,.flash-wrap{padding-left:12px;padding-right:12px}ol.events li{grid-template-columns:64px 1fr}ol.events .msg{grid-column:1/-1}}
 .top{flex-wrap:wrap;row-gap:6px}
 .brand{color:inherit;text-decoration:none}

@@ -3,7 +3,7 @@
 // start, fail, park and drain replicas on a laptop.
 
 import { readdirSync, readFileSync, rmSync, writeSync } from "node:fs";
-import { join } from "node:path";
+import { join, relative } from "node:path";
 import { LOG_FORMAT_HELP, LOG_FORMATS, LOG_LEVELS, UsageError } from "../config/flags";
 import type { Command } from "./command";
 import type { LogFormat } from "../log";
@@ -74,7 +74,17 @@ export const command: Command = {
 
     const byFabric = new Map<string, string[]>();
     for (const n of nodes) byFabric.set(n.fabric, [...(byFabric.get(n.fabric) ?? []), n.name]);
-    const dirFlag = flags["data-dir"] ? ` --data-dir ${dataDir}` : "";
+    const dirFlag = flags["data-dir"] ? ` --data-dir ${shellWord(dataDir)}` : "";
+    const me = selfCommand();
+    const tour = [
+      [`${me} status${dirFlag}`, "the fleet at a glance"],
+      [`${me} models${dirFlag}`, "what each model has and why not"],
+      [`${me} replicas -o wide${dirFlag}`, "where replicas run"],
+      [`${me} events -f${dirFlag}`, "what the control plane does, as it does it"],
+      [`${me} drain h100-1${dirFlag}`, "watch the 405b move… (it cannot: no other 2 whole H100 nodes)"],
+      [`${me} cordon l40s-1${dirFlag}`, "stop placement on a node"],
+    ];
+    const pad = Math.max(...tour.map(([c]) => c!.length)) + 2;
     process.stdout.write(
       [
         "llmgw demo: a simulated cluster is running.",
@@ -86,12 +96,7 @@ export const command: Command = {
         "             deepseek-v3 (needs H200s: cannot fit), mistral-7b-broken (fails every start: parks)",
         "",
         "Try, in another terminal in this directory:",
-        `  llmgw status${dirFlag}            the fleet at a glance`,
-        `  llmgw models${dirFlag}            what each model has and why not`,
-        `  llmgw replicas -o wide${dirFlag}  where replicas run`,
-        `  llmgw events -f${dirFlag}         what the control plane does, as it does it`,
-        `  llmgw drain h100-1${dirFlag}      watch the 405b move… (it cannot: no other 2 whole H100 nodes)`,
-        `  llmgw cordon l40s-1${dirFlag}     stop placement on a node`,
+        ...tour.map(([c, what]) => `  ${c!.padEnd(pad)}${what}`),
         "",
         "Ctrl-C stops the cluster and every fake engine.",
         "",
@@ -110,6 +115,23 @@ export const command: Command = {
     });
   },
 };
+
+/** `s` as one shell word: as it is when it needs no quoting, else in single quotes. */
+export function shellWord(s: string): string {
+  return /^[\w./@%+=:,-]+$/.test(s) ? s : `'${s.replace(/'/g, "'\\''")}'`;
+}
+
+/**
+ * This binary as the user ran it, for the commands the demo prints to copy: the path as typed
+ * ("./dist/llmgw", "/opt/llmgw/llmgw", or "llmgw" when the shell found it on PATH), which works
+ * from the same directory. Run from source (`bun src/main.ts demo`), bun and the script.
+ */
+export function selfCommand(p: { argv0: string; main: string; cwd: string } = { argv0: process.argv0, main: Bun.main, cwd: process.cwd() }): string {
+  // A compiled binary's own code lives in Bun's embedded filesystem.
+  const compiled = p.main.startsWith("/$bunfs/") || /^[A-Z]:[\\/]~BUN[\\/]/i.test(p.main);
+  if (!compiled) return `bun ${shellWord(relative(p.cwd, p.main) || p.main)}`;
+  return p.argv0 ? shellWord(p.argv0) : "llmgw";
+}
 
 /**
  * Kills the fake engines that a previous demo's simulated agents recorded in their replica

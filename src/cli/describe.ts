@@ -26,7 +26,7 @@ interface ProfileSpec {
   nodes?: number;
   priority?: number;
 }
-export type ModelDetail = ModelView & { spec?: { profiles?: ProfileSpec[]; pool?: string; placement?: string; idle_timeout?: string } };
+export type ModelDetail = ModelView & { spec?: { profiles?: ProfileSpec[]; pool?: string; placement?: string; idle_timeout?: string; revision?: string } };
 
 function replicaRows(replicas: ReplicaView[], style: Style, now: number): string {
   if (replicas.length === 0) return "  none\n";
@@ -49,8 +49,10 @@ export function renderModelDetail(model: ModelDetail, replicas: ReplicaView[], e
   const lines = [
     `Name:       ${m.name}${m.aliases.length ? ` (aliases: ${m.aliases.join(", ")})` : ""}`,
     `Status:     ${paint(style, color, st)}: ${m.ready} of ${m.desired} wanted ready, ${m.total} in all (min ${m.min}, max ${m.max}${m.on_demand ? ", on demand" : ""})`,
-    `Revision:   ${m.revision}${m.spec?.pool ? `, pool ${m.spec.pool}` : ""}${m.spec?.placement ? `, ${m.spec.placement}` : ""}`,
+    // The catalog's count of this model's changes, not the weights' Hugging Face revision (its own line).
+    `Catalog:    revision ${m.revision}${m.spec?.pool ? `, pool ${m.spec.pool}` : ""}${m.spec?.placement ? `, ${m.spec.placement}` : ""}`,
   ];
+  if (m.spec?.revision) lines.push(`Weights:    Hugging Face revision ${m.spec.revision}`);
   // An older server does not send crashes.
   const crashes = m.crashes ?? 0;
   const unpark = m.parked ? `, parked (\`llmgw models unpark ${m.name}\` tries again)` : "";

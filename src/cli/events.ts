@@ -6,7 +6,7 @@ import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client
 import type { Command } from "./command";
 import { safeDeep } from "../lib/text";
 import { ago } from "../lib/format";
-import { type Style, detectStyle, paint } from "./render";
+import { type Style, detectStyle, fitText, paint, terminalWidth, width as visible } from "./render";
 
 /** Recent events shown before following, unless --limit says. */
 const DEFAULT_LIMIT = 50;
@@ -20,21 +20,24 @@ function color(kind: string): "red" | "yellow" | "green" | "gray" {
 
 /**
  * One event per line: how long ago (table), or its timestamp and subject (wide: for pasting into
- * a report or matching against other logs).
+ * a report or matching against other logs). The message is cut to fit `width` columns (the
+ * terminal's; none given: whole), and whole with `wide`.
  */
-export function renderEvent(event: EventView, style: Style, opts: { wide?: boolean; now?: number } = {}): string {
+export function renderEvent(event: EventView, style: Style, opts: { wide?: boolean; now?: number; width?: number } = {}): string {
   // Messages quote what nodes and engines said (errors, names).
   const e = safeDeep(event);
   const when = opts.wide ? e.at.replace("T", " ").replace(/\.\d+Z$/, "Z") : ago(e.at, opts.now ?? Date.now()).padStart(10);
   const subject = opts.wide ? `  ${e.subject.padEnd(24)}` : "";
-  return `${paint(style, "dim", when)}  ${paint(style, color(e.kind), e.kind.padEnd(18))}${subject}  ${e.message}\n`;
+  const lead = `${paint(style, "dim", when)}  ${paint(style, color(e.kind), e.kind.padEnd(18))}${subject}  `;
+  return `${lead}${fitText(e.message, visible(lead), opts.wide ? undefined : opts.width)}\n`;
 }
 
 export const command: Command = {
   name: "events",
   summary: "Show what the control plane did and why; -f to follow.",
   usage: "llmgw events [-f] [--limit N] [--subject node/NAME|model/NAME|replica/ID] [-o table|wide|json]",
-  details: "The table says how long ago each event happened; -o wide prints its timestamp (UTC) and subject instead; -o json one object per event.",
+  details:
+    "The table says how long ago each event happened, each on one line that fits the terminal (COLUMNS, else the terminal's width, else 80 when piped): a long message is cut with \"…\". -o wide prints its timestamp (UTC) and subject instead, and every message whole; -o json one object per event.",
   flags: {
     follow: { kind: "boolean", short: "f", help: "keep printing new events" },
     limit: { kind: "string", short: "n", value: "N", help: `how many recent events to show first (default ${DEFAULT_LIMIT})` },
@@ -51,7 +54,7 @@ export const command: Command = {
     const style = detectStyle();
     const subject = flags.subject ? `&subject=${encodeURIComponent(flags.subject as string)}` : "";
     const print = (list: EventView[]) => {
-      for (const e of list) process.stdout.write(format === "json" ? `${JSON.stringify(e)}\n` : renderEvent(e, style, { wide: format === "wide" }));
+      for (const e of list) process.stdout.write(format === "json" ? `${JSON.stringify(e)}\n` : renderEvent(e, style, { wide: format === "wide", width: terminalWidth() }));
     };
     let list = await client.get<EventView[]>(`/api/v1/events?limit=${limit}${subject}`);
     if (format === "json" && !flags.follow) {

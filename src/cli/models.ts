@@ -7,7 +7,7 @@ import type { Command } from "./command";
 import { WATCH_FLAGS, runWatched, watchSettings } from "./watch";
 import { safeDeep, safeText } from "../lib/text";
 import { oneLine } from "../lib/format";
-import { type Style, detectStyle, listCell, paint, table } from "./render";
+import { type Cell, type Style, detectStyle, paint, table, terminalWidth } from "./render";
 
 export function modelStatus(m: ModelView): "parked" | "unplaceable" | "short" | "ok" {
   if (m.parked) return "parked";
@@ -15,22 +15,24 @@ export function modelStatus(m: ModelView): "parked" | "unplaceable" | "short" | 
   return m.ready < m.desired ? "short" : "ok";
 }
 
-export function renderModels(list: ModelView[], style: Style, wide: boolean): string {
+/** The models table; its reasons cut to fit `width` columns (the terminal's), whole with `wide`. */
+export function renderModels(list: ModelView[], style: Style, wide: boolean, width = Number.POSITIVE_INFINITY): string {
   // Reasons quote engines' errors; names and classes come from catalog files.
   const models = safeDeep(list);
   if (models.length === 0) return "No models in the catalog. Add some with `llmgw apply -f catalog.yaml`.\n";
   const headers = ["NAME", "READY", "MIN", "MAX", "ON DEMAND", "STATUS", "REASON"];
-  if (wide) headers.splice(6, 0, "ALIASES", "TOTAL", "FAILURES", "CRASHES", "REVISION");
+  // CATALOG REV: the catalog's count of the model's changes, not the weights' Hugging Face revision.
+  if (wide) headers.splice(6, 0, "ALIASES", "TOTAL", "FAILURES", "CRASHES", "CATALOG REV");
   const rows = models.map((m) => {
     const st = modelStatus(m);
     const color = st === "ok" ? "green" : st === "short" ? "yellow" : "red";
-    const row = [m.name, `${m.ready}/${m.desired}`, String(m.min), String(m.max), m.on_demand ? "yes" : "no", paint(style, color, st)];
+    const row: Cell[] = [m.name, `${m.ready}/${m.desired}`, String(m.min), String(m.max), m.on_demand ? "yes" : "no", paint(style, color, st)];
     // An older server sends no crashes.
-    if (wide) row.push(listCell(m.aliases), String(m.total), String(m.failures), String(m.crashes ?? 0), String(m.revision));
-    row.push(m.reason ? oneLine(m.reason, wide ? 200 : 80) : "-");
+    if (wide) row.push({ items: m.aliases }, String(m.total), String(m.failures), String(m.crashes ?? 0), String(m.revision));
+    row.push(m.reason ? { text: oneLine(m.reason, Number.POSITIVE_INFINITY) } : "-");
     return row;
   });
-  return table(headers, rows, { right: [1, 2, 3] }) + "\n";
+  return table(headers, rows, { right: [1, 2, 3], width: wide ? Number.POSITIVE_INFINITY : width }) + "\n";
 }
 
 export const command: Command = {
@@ -39,7 +41,7 @@ export const command: Command = {
   usage: "llmgw models [NAME] [-o table|wide|json]\n  llmgw models unpark NAME\n  llmgw models delete NAME",
   flags: { ...OUTPUT_FLAG, ...WATCH_FLAGS, ...CLIENT_FLAGS },
   details:
-    "`unpark` clears a parked model's failures so it is tried again (a catalog change or a new node does too). `delete` removes a model from the catalog: its replicas are stopped and their GPUs freed; its aliases go with it.",
+    "`unpark` clears a parked model's failures so it is tried again (a catalog change or a new node does too). `delete` removes a model from the catalog: its replicas are stopped and their GPUs freed; its aliases go with it. The table fits the terminal's width (COLUMNS, else the terminal's, else 80 when piped), a long reason cut with \"…\"; -o wide shows every reason whole, with each model's aliases, counts and catalog revision.",
   examples: ["llmgw models", "llmgw models -o wide", "llmgw models llama-3.1-8b -o json", "llmgw models unpark llama-3.1-8b", "llmgw models delete qwen2.5-7b"],
   async run({ flags, positionals }) {
     const format = outputFormat(flags);
@@ -62,7 +64,7 @@ export const command: Command = {
     const w = watchSettings(flags, format);
     await runWatched(async () => {
       const models = await client.get<ModelView[]>("/api/v1/models");
-      return format === "json" ? `${JSON.stringify(models, null, 2)}\n` : renderModels(models, style, format === "wide");
+      return format === "json" ? `${JSON.stringify(models, null, 2)}\n` : renderModels(models, style, format === "wide", terminalWidth());
     }, { ...w, title: "models" });
   },
 };

@@ -7,39 +7,46 @@ import { WATCH_FLAGS, runWatched, watchSettings } from "./watch";
 import { safeDeep } from "../lib/text";
 import { NODE_TRUST_FLAGS, NODE_VERBS, NODES_DETAILS, runNodeVerb } from "./node-trust";
 import { ago, oneLine, plural } from "../lib/format";
-import { type Style, clip, detectStyle, listCell, paint, table } from "./render";
+import { type Cell, type FlexCell, LIST_CELL_MAX, type Style, detectStyle, fitText, paint, table, terminalWidth } from "./render";
 
 function stateText(style: Style, s: string): string {
   return paint(style, s === "ready" ? "green" : s === "unreachable" ? "red" : "yellow", s);
 }
 
-function classes(n: NodeView): string {
+function classes(n: NodeView): FlexCell {
   const counts = new Map<string, number>();
   for (const g of n.gpus) counts.set(g.class, (counts.get(g.class) ?? 0) + 1);
-  return listCell([...counts].map(([c, k]) => `${k}x${c}`));
+  return { items: [...counts].map(([c, k]) => `${k}x${c}`) };
 }
 
-export function renderNodes(list: NodeView[], style: Style, wide: boolean, now = Date.now()): string {
+/**
+ * The node table, fit to `width` columns (the terminal's), and below it each node's GPU problems
+ * with their reasons (cut to the width; whole with `wide`). A list cell (classes, fabrics,
+ * labels) stops at LIST_CELL_MAX even with `wide` and counts what it leaves out: one node
+ * reporting 256 classes would pad every row to kilobytes; `nodes NAME` and -o json list all.
+ */
+export function renderNodes(list: NodeView[], style: Style, wide: boolean, now = Date.now(), width = Number.POSITIVE_INFINITY): string {
   // What a node reports (GPU names, classes, labels, versions) is its own word: sanitised.
   const nodes = safeDeep(list);
   if (nodes.length === 0) return "No nodes yet. Start `llmgw agent` on a GPU node (see `llmgw agent --help`).\n";
   const headers = ["NAME", "STATE", "GPUS FREE", "UNHEALTHY", "CLASSES", "FABRICS", "MODELS", "HEARTBEAT"];
   if (wide) headers.push("ADDRESS", "AGENT", "LABELS");
+  const W = wide ? Number.POSITIVE_INFINITY : width;
   const rows = nodes.map((n) => {
-    const row = [
+    const row: Cell[] = [
       n.name,
       stateText(style, n.state),
       `${n.gpu_free}/${n.gpu_total}`,
       n.gpu_unhealthy ? paint(style, "red", String(n.gpu_unhealthy)) : "0",
       classes(n),
-      listCell(n.fabrics),
+      { items: n.fabrics },
       String(n.models.length),
       ago(n.last_heartbeat, now),
     ];
-    if (wide) row.push(clip(n.address), clip(n.agent_version), listCell(Object.entries(n.labels).map(([k, v]) => `${k}=${v}`)));
+    if (wide) row.push(n.address, n.agent_version, { items: Object.entries(n.labels).map(([k, v]) => `${k}=${v}`) });
     return row;
   });
-  return table(headers, rows, { right: [2, 3, 6] }) + "\n" + problems(nodes, style);
+  return table(headers, rows, { right: [2, 3, 6], width: W }) + "\n" + problems(nodes, style, W);
 }
 
 /**
@@ -54,15 +61,16 @@ function discoveryText(n: NodeView): string {
 /** Shown per node at most, so a fleet of broken cards still fits a screen. */
 const PROBLEMS_PER_NODE = 3;
 
-/** Below the table: why a node reports no (or fewer) GPUs, and each unhealthy GPU's reason. */
-function problems(nodes: NodeView[], style: Style): string {
+/** Below the table: why a node reports no (or fewer) GPUs, and each unhealthy GPU's reason, within `width`. */
+function problems(nodes: NodeView[], style: Style, width: number): string {
   const lines: string[] = [];
+  const reason = (lead: string, text: string, color: "red" | "yellow") => `${lead}${paint(style, color, fitText(oneLine(text, Number.POSITIVE_INFINITY), lead.length, width))}`;
   for (const n of nodes) {
     // Older servers send neither field.
-    if (n.discovery_error) lines.push(`${n.name}: ${paint(style, "red", oneLine(discoveryText(n), 240))}`);
+    if (n.discovery_error) lines.push(reason(`${n.name}: `, discoveryText(n), "red"));
     // Kept GPUs give the discovery error as their reason: said once, on the line above.
     const bad = n.gpus_last_known ? [] : n.gpus.filter((g) => !g.healthy && g.reason);
-    for (const g of bad.slice(0, PROBLEMS_PER_NODE)) lines.push(`${n.name}: GPU ${g.index} ${paint(style, "yellow", oneLine(g.reason!, 160))}`);
+    for (const g of bad.slice(0, PROBLEMS_PER_NODE)) lines.push(reason(`${n.name}: GPU ${g.index} `, g.reason!, "yellow"));
     if (bad.length > PROBLEMS_PER_NODE) lines.push(`${n.name}: … and ${bad.length - PROBLEMS_PER_NODE} more unhealthy GPUs (llmgw nodes ${n.name})`);
   }
   return lines.length > 0 ? `\n${lines.join("\n")}\n` : "";
@@ -125,7 +133,7 @@ export const command: Command = {
   summary: "List nodes with their state, GPUs and weights, or show one node.",
   usage: "llmgw nodes [NAME] [-o table|wide|json] | llmgw nodes delete|approve|allow-address NAME …",
   flags: { ...OUTPUT_FLAG, ...WATCH_FLAGS, ...NODE_TRUST_FLAGS, ...CLIENT_FLAGS },
-  details: NODES_DETAILS,
+  details: `The table fits the terminal's width (COLUMNS, else the terminal's, else 80 when piped): lists of classes and fabrics shorten ("+3 more"), GPU problems below it are cut with "…". -o wide adds address, agent and labels and cuts no reason; a list still stops at ${LIST_CELL_MAX} characters (all of it in \`llmgw nodes NAME\` and -o json).\n\n${NODES_DETAILS}`,
   examples: ["llmgw nodes", "llmgw nodes -o wide", "llmgw nodes gpu-01", "llmgw nodes delete gpu-07 --force", "llmgw nodes approve gpu-08", "llmgw nodes allow-address gpu-09 192.168.40.9", "llmgw nodes -o json | jq '.[] | select(.state != \"ready\")'"],
   async run({ flags, positionals }) {
     const verb = NODE_VERBS.find((v) => v === positionals[0]);
@@ -141,7 +149,7 @@ export const command: Command = {
     const w = watchSettings(flags, format);
     await runWatched(async () => {
       const nodes = await client.get<NodeView[]>("/api/v1/nodes");
-      return format === "json" ? `${JSON.stringify(nodes, null, 2)}\n` : renderNodes(nodes, style, format === "wide");
+      return format === "json" ? `${JSON.stringify(nodes, null, 2)}\n` : renderNodes(nodes, style, format === "wide", Date.now(), terminalWidth());
     }, { ...w, title: "nodes" });
   },
 };

@@ -8,7 +8,7 @@ import type { Command } from "./command";
 import { WATCH_FLAGS, runWatched, watchSettings } from "./watch";
 import { safeDeep } from "../lib/text";
 import { bytes, human, oneLine, plural } from "../lib/format";
-import { type Style, detectStyle, paint, table, usageBar } from "./render";
+import { type Style, detectStyle, fitTable, fitText, paint, terminalWidth, usageBar, wrap } from "./render";
 
 /**
  * "2 unreachable (gpu-07, gpu-09)": the nodes in a state that needs a person, the first few by
@@ -21,39 +21,56 @@ function namedCount(count: number, what: string, names: readonly string[] | unde
   return `${count} ${what} (${shown.join(", ")}${more > 0 ? `, and ${more} more` : ""})`;
 }
 
-export function renderStatus(summary: Summary, style: Style, opts: { wide?: boolean } = {}): string {
+/**
+ * The status screen. `width` is the terminal's: tables narrow their free text and prose wraps to
+ * fit it (none given: as wide as it is). `wide` shows every name and cuts nothing.
+ */
+export function renderStatus(summary: Summary, style: Style, opts: { wide?: boolean; width?: number } = {}): string {
   // Every string in the summary came from a node, an engine or the catalog.
   const s = safeDeep(summary);
   const out: string[] = [];
   const n = s.nodes;
   const names = s.node_names;
   const wide = opts.wide === true;
+  const W = wide ? Number.POSITIVE_INFINITY : (opts.width ?? Number.POSITIVE_INFINITY);
+  /** A line of prose, wrapped to the width; its continuation lines start at column `hang`. */
+  const say = (line: string, hang: number) => out.push(...wrap(line, W, hang));
+  let cut = false;
+  const tableOf = (...args: Parameters<typeof fitTable>) => {
+    const t = fitTable(args[0], args[1], { ...args[2], width: W });
+    cut ||= t.cut;
+    return t.text;
+  };
   const nodeParts = [`${n.ready} ready`];
   if (n.cordoned) nodeParts.push(paint(style, "yellow", namedCount(n.cordoned, "cordoned", names?.cordoned, wide)));
   if (n.draining) nodeParts.push(paint(style, "yellow", namedCount(n.draining, "draining", names?.draining, wide)));
   if (n.unreachable) nodeParts.push(paint(style, "red", namedCount(n.unreachable, "unreachable", names?.unreachable, wide)));
   if (n.pending) nodeParts.push(paint(style, "yellow", `${namedCount(n.pending, "pending approval", names?.pending, wide)}: llmgw nodes approve NAME`));
   out.push(`${paint(style, "bold", "llmgw")} ${s.version}`);
-  out.push(...haLines(s, style));
-  out.push(`Nodes     ${plural(n.total, "node")}: ${nodeParts.join(", ")}`);
+  for (const l of haLines(s, style)) say(l, 16);
+  say(`Nodes     ${plural(n.total, "node")}: ${nodeParts.join(", ")}`, 10);
   if (s.router?.open)
-    out.push(paint(style, "yellow", `Router    open, no API key required: anyone who reaches ${s.router.listen} can use every model (serve --require-api-key)`));
-  out.push(...discoveryLines(s, style));
+    say(paint(style, "yellow", `Router    open, no API key required: anyone who reaches ${s.router.listen} can use every model (serve --require-api-key)`), 10);
+  for (const l of discoveryLines(s, style, wide)) say(l, 12);
   const head = headLine(s);
-  if (head) out.push(paint(style, "yellow", head));
+  if (head) say(paint(style, "yellow", head), 10);
 
   out.push("", paint(style, "bold", "GPUs"));
   if (s.gpus.length === 0) out.push("  none reported yet");
   else {
+    // In a narrow terminal the bars give way (down to 8 cells) before the class names do.
+    const numbers = ["USED", "FREE", "UNHEALTHY", "TOTAL"].map((h, i) => Math.max(h.length, ...s.gpus.map((g) => String([g.used, g.total - g.used - g.unhealthy, g.unhealthy, g.total][i]).length)));
+    const rest = 2 + Math.max(5, ...s.gpus.map((g) => g.class.length)) + numbers.reduce((a, x) => a + x, 0) + 2 * 5 + 2;
+    const barCells = Number.isFinite(W) ? Math.max(8, Math.min(24, W - rest)) : 24;
     const legend = style.color
       ? `${paint(style, "cyan", "█")} used  ${paint(style, "red", "█")} unhealthy  ${paint(style, "gray", "░")} free`
       : "# used  x unhealthy  . free";
     out.push(
-      table(
+      tableOf(
         ["CLASS", "USAGE", "USED", "FREE", "UNHEALTHY", "TOTAL"],
         s.gpus.map((g) => {
           const free = g.total - g.used - g.unhealthy;
-          return [g.class, usageBar(style, g.used, g.unhealthy, g.total), String(g.used), String(free), g.unhealthy ? paint(style, "red", String(g.unhealthy)) : "0", String(g.total)];
+          return [{ text: g.class }, usageBar(style, g.used, g.unhealthy, g.total, barCells), String(g.used), String(free), g.unhealthy ? paint(style, "red", String(g.unhealthy)) : "0", String(g.total)];
         }),
         { right: [2, 3, 4, 5], indent: "  " },
       ),
@@ -62,11 +79,12 @@ export function renderStatus(summary: Summary, style: Style, opts: { wide?: bool
   }
 
   if (s.fabrics.length > 0) {
-    out.push("", paint(style, "bold", "Fabrics") + "  (a multi-node replica needs whole free nodes in one fabric)");
+    out.push("");
+    say(paint(style, "bold", "Fabrics") + "  (a multi-node replica needs whole free nodes in one fabric)", 2);
     out.push(
-      table(
+      tableOf(
         ["FABRIC", "NODES", "WHOLE FREE", "WITH WEIGHTS", "MODELS PRESENT"],
-        s.fabrics.map((f) => [f.fabric, String(f.nodes), String(f.largest_free_block), String(f.nodes_with_weights), String(f.models_present)]),
+        s.fabrics.map((f) => [{ text: f.fabric }, String(f.nodes), String(f.largest_free_block), String(f.nodes_with_weights), String(f.models_present)]),
         { right: [1, 2, 3, 4], indent: "  " },
       ),
     );
@@ -78,33 +96,47 @@ export function renderStatus(summary: Summary, style: Style, opts: { wide?: bool
   if (r.failed) rParts.push(paint(style, "red", `${r.failed} failed`));
   const m = s.models;
   out.push("");
-  out.push(`Replicas  ${rParts.join(" · ")}`);
-  out.push(`Models    ${m.total} total · ${m.satisfied} satisfied · ${m.short ? paint(style, "yellow", `${m.short} short`) : "0 short"}`);
+  say(`Replicas  ${rParts.join(" · ")}`, 10);
+  say(`Models    ${m.total} total · ${m.satisfied} satisfied · ${m.short ? paint(style, "yellow", `${m.short} short`) : "0 short"}`, 10);
 
   const attention = [...haAttention(s), ...admissionAttention(s), ...keptGpusAttention(s), ...drainAttention(s, wide)];
   if (attention.length > 0) {
     out.push("", paint(style, "bold", paint(style, "red", "Attention")));
-    for (const a of attention) out.push(`  ${a}`);
+    for (const a of attention) say(`  ${a}`, 4);
   }
   if (s.unplaceable.length > 0) {
     out.push("", paint(style, "bold", paint(style, "red", "Unplaceable")));
-    for (const name of s.unplaceable) out.push(`  ${name}${s.unplaceable_reasons[name] ? `  ${paint(style, "dim", oneLine(s.unplaceable_reasons[name]!, 110))}` : ""}`);
+    for (const name of s.unplaceable) {
+      const reason = s.unplaceable_reasons[name];
+      if (!reason) {
+        out.push(`  ${name}`);
+        continue;
+      }
+      const flat = oneLine(reason, Number.POSITIVE_INFINITY);
+      const shown = fitText(flat, 4 + name.length, W);
+      cut ||= shown !== flat;
+      out.push(`  ${name}  ${paint(style, "dim", shown)}`);
+    }
   }
   if (s.parked.length > 0) {
-    out.push("", paint(style, "bold", paint(style, "red", "Parked")) + "  (not retried until `llmgw models unpark NAME` or a catalog change)");
-    out.push(table(["MODEL", "FAILURES", "LAST ERROR"], s.parked.map((p) => [p.model, String(p.failures), oneLine(p.reason, 100)]), { right: [1], indent: "  " }));
+    out.push("");
+    say(paint(style, "bold", paint(style, "red", "Parked")) + "  (not retried until `llmgw models unpark NAME` or a catalog change)", 2);
+    out.push(tableOf(["MODEL", "FAILURES", "LAST ERROR"], s.parked.map((p) => [p.model, String(p.failures), { text: oneLine(p.reason, Number.POSITIVE_INFINITY) }]), { right: [1], indent: "  " }));
   }
   if (s.idle_replicas.length > 0) {
     const gpus = s.idle_replicas.reduce((a, x) => a + x.gpus, 0);
-    out.push("", paint(style, "bold", "Idle") + `  (ready, unasked-for 10m or more: ${plural(gpus, "GPU")} to reclaim)`);
+    out.push("");
+    say(paint(style, "bold", "Idle") + `  (ready, unasked-for 10m or more: ${plural(gpus, "GPU")} to reclaim)`, 2);
     const shown = s.idle_replicas.slice(0, 20);
-    out.push(table(["REPLICA", "MODEL", "IDLE", "GPUS"], shown.map((i) => [i.id, i.model, human(i.idle_seconds), String(i.gpus)]), { right: [2, 3], indent: "  " }));
+    out.push(tableOf(["REPLICA", "MODEL", "IDLE", "GPUS"], shown.map((i) => [i.id, i.model, human(i.idle_seconds), String(i.gpus)]), { right: [2, 3], indent: "  " }));
     if (s.idle_replicas.length > shown.length) out.push(`  … and ${s.idle_replicas.length - shown.length} more (llmgw replicas)`);
   }
   if (s.evictions.length > 0) {
-    out.push("", paint(style, "bold", "Evicted") + "  (last hour: idle replicas stopped to make room for on-demand models)");
-    out.push(table(["REPLICA", "MODEL", "WAS IDLE", "FOR", "AT"], s.evictions.map((e) => [e.replica, e.model, human(e.idle_seconds), e.for_model, e.at.slice(11, 19)]), { indent: "  " }));
+    out.push("");
+    say(paint(style, "bold", "Evicted") + "  (last hour: idle replicas stopped to make room for on-demand models)", 2);
+    out.push(tableOf(["REPLICA", "MODEL", "WAS IDLE", "FOR", "AT"], s.evictions.map((e) => [e.replica, e.model, human(e.idle_seconds), e.for_model, e.at.slice(11, 19)]), { indent: "  " }));
   }
+  if (cut) out.push("", ...wrap(paint(style, "dim", `Reasons cut to fit ${W} columns: llmgw status -o wide shows them whole.`), W, 2));
   return out.join("\n") + "\n";
 }
 
@@ -194,7 +226,7 @@ const DRAIN_LINES = 5;
 export function drainAttention(s: Pick<Summary, "stuck_drains">, wide = false): string[] {
   const stuck = [...(s.stuck_drains ?? [])].sort((a, b) => Number(b.never) - Number(a.never));
   const shown = wide ? stuck : stuck.slice(0, DRAIN_LINES);
-  const out = shown.map((d) => `drain of ${d.node} ${d.never ? "can never finish" : "cannot finish"} (${plural(d.remaining, "replica")} left): ${oneLine(d.reason, 300)}`);
+  const out = shown.map((d) => `drain of ${d.node} ${d.never ? "can never finish" : "cannot finish"} (${plural(d.remaining, "replica")} left): ${oneLine(d.reason, wide ? Number.POSITIVE_INFINITY : 300)}`);
   if (stuck.length > shown.length) out.push(`… and ${stuck.length - shown.length} more stuck drains (llmgw status -o wide)`);
   return out;
 }
@@ -226,7 +258,7 @@ const NAMED = 5;
  * Under the node totals: nodes whose GPU discovery failed (a ready node with no GPUs looks
  * healthy otherwise) and unhealthy GPUs by reason. Absent fields (an older server) show nothing.
  */
-function discoveryLines(s: Summary, style: Style): string[] {
+function discoveryLines(s: Summary, style: Style, wide: boolean): string[] {
   const lines: string[] = [];
   // Nodes whose GPUs are kept from before discovery failed are under Attention (keptGpusAttention).
   const problems = (s.gpu_discovery ?? []).filter((p) => !p.last_known);
@@ -239,7 +271,7 @@ function discoveryLines(s: Summary, style: Style): string[] {
     const verb = group.length === 1 ? what : what.replace("reports", "report");
     // The first node's own words, then who else; the agent's "this node reports no GPUs" tail is said already.
     const first = group[0]!;
-    const words = oneLine(first.error.replace(/: this node reports no GPUs$/, ""), 200);
+    const words = oneLine(first.error.replace(/: this node reports no GPUs$/, ""), wide ? Number.POSITIVE_INFINITY : 200);
     const others = group.length > 1 ? ` (also ${group.slice(1, NAMED).map((p) => p.node).join(", ")}${group.length > NAMED ? ", …" : ""})` : "";
     lines.push(paint(style, none ? "red" : "yellow", `          ${plural(group.length, "node")} ${verb}: ${first.node}: ${words}${others}`));
   }
@@ -248,7 +280,7 @@ function discoveryLines(s: Summary, style: Style): string[] {
   for (const u of s.unhealthy_gpus ?? []) {
     if (u.reason.startsWith(KEPT_REASON) && u.nodes.every((n) => kept.has(n))) continue;
     const nodes = `${u.nodes.join(", ")}${u.gpus > u.nodes.length && u.nodes.length >= NAMED ? ", …" : ""}`;
-    lines.push(paint(style, "yellow", `          ${plural(u.gpus, "unhealthy GPU")}: ${oneLine(u.reason, 160)} (${nodes})`));
+    lines.push(paint(style, "yellow", `          ${plural(u.gpus, "unhealthy GPU")}: ${oneLine(u.reason, wide ? Number.POSITIVE_INFINITY : 160)} (${nodes})`));
   }
   return lines;
 }
@@ -258,7 +290,7 @@ export const command: Command = {
   summary: "Show the fleet summary: capacity, fabrics, replicas, models, and what needs attention.",
   usage: "llmgw status [-o table|wide|json] [-w] [--server URL] [--token TOKEN]",
   flags: { ...OUTPUT_FLAG, ...WATCH_FLAGS, ...CLIENT_FLAGS },
-  details: `Nodes that need a person (unreachable, cordoned, draining, pending) are named, the first ${NAMED} of each; -o wide names up to 20. Drains that cannot finish (a model with nowhere else to go, now or ever) are listed under Attention with why; one that only takes time is not. -w keeps the screen refreshed.`,
+  details: `Nodes that need a person (unreachable, cordoned, draining, pending) are named, the first ${NAMED} of each; -o wide names up to 20. Drains that cannot finish (a model with nowhere else to go, now or ever) are listed under Attention with why; one that only takes time is not. The view fits the terminal's width (COLUMNS, else the terminal's, else 80 when piped): long reasons are cut with "…" and sentences wrap; -o wide cuts nothing. -w keeps the screen refreshed.`,
   examples: ["./llmgw status", "llmgw status -w", "llmgw status -o wide", "llmgw status -o json | jq .gpus", "llmgw status --server http://head:8001 --token $TOKEN"],
   async run({ flags }) {
     const format = outputFormat(flags, ["table", "wide", "json"]);
@@ -267,7 +299,7 @@ export const command: Command = {
     const style = detectStyle();
     await runWatched(async () => {
       const s = await client.get<Summary>("/api/v1/summary");
-      return format === "json" ? `${JSON.stringify(s, null, 2)}\n` : renderStatus(s, style, { wide: format === "wide" });
+      return format === "json" ? `${JSON.stringify(s, null, 2)}\n` : renderStatus(s, style, { wide: format === "wide", width: terminalWidth() });
     }, { ...w, title: "status" });
   },
 };

@@ -9,6 +9,8 @@ import type { Assignment, EngineReport } from "../protocol/heartbeat";
 import type { CatalogEntry, EndpointInfo } from "./interfaces";
 import { type ReconcileConfig, agentStartTimeout, parkedAfter, rendezvousPort, serverStartDeadline } from "./reconciler";
 import { commonRevision } from "./revisions";
+import { FAILURE_TEXT_MAX, causeOf } from "./reconcile/engine-failure";
+import { oneLine } from "../lib/format";
 import type { ModelStateRow, ReplicaRow, Snapshot } from "./types";
 
 /** A replica's engine key, or null when the head node hands out none. */
@@ -211,8 +213,14 @@ function startingByModel(snapshot: Snapshot): Map<string, { node: string; since:
   return out;
 }
 
-/** What a client is told of a parked model: why, and that an operator (not waiting) brings it back. */
+/** The reason quoted to a client: a crash loop's words and the failure's (with its log's pointer) whole. */
+const PARKED_REASON_MAX = FAILURE_TEXT_MAX + 120;
+
+/**
+ * What a client is told of a parked model: why, and that an operator (not waiting) brings it
+ * back. On one line: a reason stored by an older release held the engine's last lines.
+ */
 export function parkedReason(model: string, counts: Pick<ModelStateRow, "failures" | "crashes">, reason: string | null): string {
-  const why = reason ? `: ${reason.length > 300 ? `${reason.slice(0, 300)}…` : reason}` : "";
+  const why = reason ? `: ${oneLine(causeOf(reason), PARKED_REASON_MAX)}` : "";
   return `'${model}' is parked after ${parkedAfter(counts)}${why}; it is not retried until an operator runs \`llmgw models unpark ${model}\``;
 }

@@ -15,9 +15,9 @@ export const REASON_MAX = 256;
 export const DISCOVERY_ERROR_MAX = 1024;
 
 /**
- * Longest engine error texts a heartbeat may carry: a failed replica's stderr tail, and why an
+ * Longest engine error texts a heartbeat may carry: why a replica failed, and why an
  * engine's version is unknown. These are what agents send and the head node accepts (a longer
- * one fails the whole heartbeat, so they never shrink); events and tables show at most
+ * one fails the whole heartbeat, so they never shrink); events show at most
  * ENGINE_ERROR_MAX (lib/format.ts) of them, flattened to one line.
  */
 export const REPLICA_ERROR_MAX = 8192;
@@ -80,7 +80,8 @@ export const ReplicaReport = z.object({
   state: ReplicaRunState,
   port: z.number().int().min(0).max(65535).nullable().default(null),
   /**
-   * Why it failed: the last lines of the engine's stderr. Neutralised rather than refused (see
+   * Why it failed: how the engine ended and the line of its output that says why (the rest is its
+   * log, `llmgw logs --previous`). Older agents also sent the last lines. Neutralised rather than refused (see
    * PrintableMultiline): the agent should send it clean, but an engine's escape codes must not
    * cost the node its heartbeat.
    */

@@ -124,7 +124,8 @@ describe("a simulated cluster run by the compiled binary", () => {
     expect(m.reason).toContain("RuntimeError: CUDA error: no kernel image is available");
     const s = await api<Summary>("/api/v1/summary");
     expect(s.parked[0]).toMatchObject({ model: "broken", failures: 5 });
-    expect(run(bin, ["status"], { cwd: dir }).stdout).toMatch(/Parked[\s\S]*broken\s+5\s+.*no kernel image/);
+    // -o wide: the reason whole (piped, the default view fits 80 columns and cuts it).
+    expect(run(bin, ["status", "-o", "wide"], { cwd: dir }).stdout).toMatch(/Parked[\s\S]*broken\s+5\s+.*no kernel image/);
     // Parked: nothing is retried, its GPU is free again.
     expect((await replicas()).filter((r) => r.model === "broken" && r.state === "starting")).toEqual([]);
     await api("/api/v1/models/broken", { method: "DELETE" });

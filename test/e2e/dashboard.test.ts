@@ -376,7 +376,20 @@ describe("the dashboard at /ui", () => {
 
     // The broken model parks after its failures; unpark it from its page.
     await until("mistral-7b-broken parked", () => status().parked.some((p) => p.model === "mistral-7b-broken"), 30_000);
+    // The overview's note names the command as code, not between literal backticks; no text on the page shows one.
+    await page.goto(`${adminUrl}/ui`);
+    await page.locator('[data-testid="parked"][data-model="mistral-7b-broken"]').waitFor();
+    expect(await page.locator('[data-testid="parked-note"]').textContent()).toBe("not retried until llmgw models unpark NAME or a catalog change");
+    expect(await page.locator('[data-testid="parked-note"] code').textContent()).toBe("llmgw models unpark NAME");
+    expect(await page.locator("main").textContent()).not.toContain("`");
     await page.goto(`${adminUrl}/ui/models/mistral-7b-broken`);
+    // Its last failed replica is kept for display; its card went back to the pool, and says so.
+    const failed = page.locator('[data-testid="replica-row"]', { has: page.locator('[data-field="state"]', { hasText: "failed" }) });
+    expect(await failed.locator('[data-field="placement"]').first().textContent()).toMatch(/^released a100-\d:\d/);
+    // The catalog's revision is called so (the Hugging Face revision is another thing).
+    const facts = await page.locator('[data-testid="section-model"] dt').allTextContents();
+    expect(facts).toContain("Catalog revision");
+    expect(facts).not.toContain("Revision");
     await page.locator('[data-testid="unpark-form"] button').click();
     await page.locator('[data-testid="flash"]', { hasText: "model/mistral-7b-broken unparked" }).waitFor();
     expect(JSON.parse(cli("events", "-o", "json")).some((e: { kind: string; subject: string }) => e.kind === "model.unparked" && e.subject === "model/mistral-7b-broken")).toBe(true);
@@ -448,6 +461,35 @@ describe("the dashboard at /ui", () => {
     await page.goto(`${adminUrl}/ui`);
   }, 60_000);
 
+  test("charts in one row keep their plots level when a legend wraps (the overview's GPU classes, a model's four)", async () => {
+    /** Each chart's row (its top), how many lines its legend takes, and where its plot starts. */
+    type Chart = { top: number; lines: number; plot: number };
+    const charts = () =>
+      page.locator('[data-testid="chart"]').evaluateAll((els) =>
+        els.map((f) => ({
+          top: Math.round(f.getBoundingClientRect().top),
+          lines: new Set([...f.querySelector("figcaption")!.children].map((c) => Math.round(c.getBoundingClientRect().top))).size,
+          plot: Math.round(f.querySelector("svg")!.getBoundingClientRect().top),
+        })),
+      ) as Promise<Chart[]>;
+    let wrapped = 0;
+    for (const path of ["/ui", "/ui/models/llama-3.1-8b"])
+      for (const width of [1400, 1200, 1000, 900, 600]) {
+        await page.setViewportSize({ width, height: 900 });
+        await page.goto(`${adminUrl}${path}`);
+        const rows = new Map<number, Chart[]>();
+        for (const c of await charts()) rows.set(c.top, [...(rows.get(c.top) ?? []), c]);
+        for (const row of rows.values()) {
+          expect({ path, width, plots: new Set(row.map((c) => c.plot)).size }).toEqual({ path, width, plots: 1 });
+          if (new Set(row.map((c) => c.lines)).size > 1) wrapped++;
+        }
+      }
+    // Not vacuous: some rows had a legend on two lines beside one on one (A100-80GB/3g.40gb's, at 1400).
+    expect(wrapped).toBeGreaterThan(0);
+    await page.setViewportSize({ width: 1400, height: 900 });
+    await page.goto(`${adminUrl}/ui`);
+  }, 30_000);
+
   test("at 420 px wide every page fits the viewport (tables scroll in their own box); screenshots of each", async () => {
     const narrow = await browser.newContext({ viewport: { width: 420, height: 900 } });
     watch(narrow, "narrow");
@@ -480,6 +522,15 @@ describe("the dashboard at /ui", () => {
         expect(png.readUInt32BE(16)).toBe(width);
         expect(statSync(file).size).toBeGreaterThan(20_000);
       }
+    }
+    // The GPU classes fit without scrolling: every class's numbers in view, the bar under its name.
+    await p.goto(`${adminUrl}/ui`);
+    const box = await p.locator('[data-testid="section-gpus"] .scroll').evaluate((el) => ({ scroll: el.scrollWidth, client: el.clientWidth }));
+    expect(box.scroll).toBeLessThanOrEqual(box.client);
+    for (const row of await p.locator('[data-testid="gpu-class"]').all()) {
+      const total = (await row.locator('[data-field="total"]').boundingBox())!;
+      expect(total.x + total.width).toBeLessThanOrEqual(420);
+      expect(await row.locator(".bar-under svg").isVisible()).toBe(true);
     }
     // The charts and forms are there on a phone too.
     await p.goto(`${adminUrl}/ui/models/llama-3.1-8b`);

@@ -80,7 +80,8 @@ test("drain --wait of the only node a model fits on exits 1 at once with why; st
   expect(n.drain).toMatchObject({ remaining: 1, never: true });
   expect(n.drain!.replicas[0]).toMatchObject({ model: "llama-70b", state: "ready", status: "never" });
   const s = await cli(["status"]);
-  expect(s.stdout).toMatch(/Attention\n {2}drain of solo-01 can never finish \(1 replica left\): llama-70b has nowhere else to go: no other node has H100-80GB GPUs/);
+  // Piped: 80 columns, an attention line's continuations indented by 4.
+  expect(s.stdout.replace(/\n {4}/g, " ")).toMatch(/Attention\n {2}drain of solo-01 can never finish \(1 replica left\): llama-70b has nowhere else to go: no other node has H100-80GB GPUs/);
   expect((await summary()).stuck_drains).toEqual([{ node: "solo-01", remaining: 1, never: true, reason: expect.stringContaining("no other node has H100-80GB GPUs") }]);
   // The drain never takes the model below what it had.
   expect((await summary()).replicas.ready).toBe(1);
@@ -106,7 +107,8 @@ test("a drain blocked now is said stalled with its cause and waits on; the timeo
   const n = await node("solo-01");
   expect(n.drain).toMatchObject({ remaining: 1, never: false });
   expect(n.drain!.blocked).toStartWith("llama-70b has nowhere else to go now: ");
-  expect((await cli(["status"])).stdout).toMatch(/Attention\n {2}drain of solo-01 cannot finish \(1 replica left\): llama-70b has nowhere else to go now: /);
+  // Piped: 80 columns, an attention line's continuations indented by 4.
+  expect((await cli(["status"])).stdout.replace(/\n {4}/g, " ")).toMatch(/Attention\n {2}drain of solo-01 cannot finish \(1 replica left\): llama-70b has nowhere else to go now: /);
   expect((await cli(["nodes", "solo-01"])).stdout).toMatch(/Drain: +1 replica left, cannot finish now: llama-70b has nowhere else to go now: [^\n]*\n +r-\S+ llama-70b ready: blocked \(/);
   const help = (await cli(["drain", "--help"])).stdout;
   expect(help).toContain("--stall DURATION");

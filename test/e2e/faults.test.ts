@@ -11,7 +11,8 @@
 //      behind (adopted first with --keep-replicas, stopped because no longer assigned): no
 //      replica ever runs twice.
 //   3. An engine crashing after it was ready is replaced after the restart backoff; one crashing
-//      at every start parks its model with its stderr, with growing backoff; a new revision
+//      at every start parks its model with its stderr's line said once (the reason, the events and
+//      the client's answer; the rest is its log), with growing backoff; a new revision
 //      unparks it. One that crashes soon after every ready is restarted with growing backoff too,
 //      and parked after 5 crashes in a row with the crash's cause, which `status` shows.
 //   4. An engine killed mid-stream: the client gets an SSE error event within 1 s, the router's
@@ -393,7 +394,7 @@ describe("engines that crash", () => {
     expect(running(pid)).toBe(false);
   }, 30_000);
 
-  test("an engine that crashes at every start parks its model with its stderr, backing off more each time; a new revision unparks it", async () => {
+  test("an engine that crashes at every start parks its model with its stderr's line said once, backing off more each time; a new revision unparks it", async () => {
     const c = cluster();
     const MESSAGE = "RuntimeError: CUDA error: no kernel image is available for execution on the device";
     expect(await c.putModel("broken", { replicas: { min: 1 }, profiles: [{ ...PROFILE, env: { LLMGW_FAKE_FAIL: MESSAGE } }] })).toBe(201);
@@ -402,13 +403,33 @@ describe("engines that crash", () => {
       return x?.parked ? x : undefined;
     }, 30_000);
     expect(m.failures).toBe(5);
-    expect(m.reason).toContain(MESSAGE);
-    expect(m.reason).toContain("exited with code 1");
+    // The engine's line once, and where the rest of its output is; it read "exited with code 1: X\nlast lines:\nX".
+    const once = (text: string) => {
+      expect(text).not.toContain("\n");
+      expect(text).not.toContain("last lines");
+      expect(text.split(MESSAGE).length - 1).toBe(1);
+    };
+    expect(m.reason).toMatch(new RegExp(`^exited with code 1: ${MESSAGE} \\(log: llmgw logs --previous (r-[0-9a-f]+)\\)$`));
+    once(m.reason!);
     const of = (e: EventView) => e.message.includes(" of broken ");
     const placed = (await c.events("replica.placed")).filter(of).sort((x, y) => at(x) - at(y));
     const failed = (await c.events("replica.failed")).filter(of).sort((x, y) => at(x) - at(y));
     expect(placed.length).toBe(5);
     expect(failed.length).toBe(5);
+    for (const e of failed) once(e.message);
+    // The command the reason names shows that run's output.
+    const last = /--previous (r-[0-9a-f]+)\)$/.exec(m.reason!)![1]!;
+    const logs = run(c.bin, ["logs", "--previous", last], { cwd: c.dir });
+    expect({ code: logs.code, message: logs.stdout.includes(MESSAGE) }).toEqual({ code: 0, message: true });
+    // A client is told why on one line, the cause once.
+    const answer = await fetch(`${c.serve.routerUrl}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "broken", messages: [{ role: "user", content: "hi" }] }),
+    });
+    const said = ((await answer.json()) as { error: { message: string } }).error.message;
+    expect(said).toStartWith("'broken' is parked after 5 failed starts: exited with code 1: ");
+    once(said);
     // Each retry waits the backoff, doubling: 100, 200, 400, 800 ms after the failure before it.
     for (let i = 1; i < 5; i++) expect(at(placed[i]!) - at(failed[i - 1]!)).toBeGreaterThanOrEqual(BACKOFF * 2 ** (i - 1));
     expect((await c.events("model.parked")).filter((e) => e.subject === "model/broken").length).toBe(1);
@@ -451,10 +472,11 @@ describe("engines that crash", () => {
     // Parked: nothing runs or starts for it.
     expect((await c.replicas()).filter((r) => r.model === "crashy" && (r.state === "starting" || r.state === "ready"))).toEqual([]);
 
-    // What the operator sees: status's parked list with the count and the cause, explain's summary.
-    const status = run(c.bin, ["status"], { cwd: c.dir });
+    // What the operator sees: status's parked list with the count and the cause (whole with -o wide), explain's summary.
+    const status = run(c.bin, ["status", "-o", "wide"], { cwd: c.dir });
     expect(status.code).toBe(0);
     expect(status.stdout).toMatch(/crashy\s+5\s+crashed within 10m of becoming ready, 5 times in a row; last: exited with code 1/);
+    expect(status.stdout).toContain(`  ${m.reason}\n`);
     const json = JSON.parse(run(c.bin, ["status", "-o", "json"], { cwd: c.dir }).stdout) as { parked: { model: string; failures: number; reason: string }[] };
     expect(json.parked.find((p) => p.model === "crashy")).toEqual({ model: "crashy", failures: 5, reason: m.reason! });
     const explain = run(c.bin, ["explain", "crashy"], { cwd: c.dir });

@@ -90,7 +90,8 @@ describe("the summary's store, from Patroni", () => {
     expect(s.store.some((m) => m.role === "sync_standby")).toBe(true);
     const human = run(bin, ["status"], { cwd: dir });
     expect(human.code).toBe(0);
-    expect(human.stdout).toMatch(new RegExp(`^Store {11}${leader} leads · pg\\d (replica|sync standby) running, [\\d.]+ (B|KiB|MiB) behind · pg\\d (replica|sync standby) running`, "m"));
+    // Piped: 80 columns, the Store line's continuations under its text.
+    expect(human.stdout.replace(/\n {16}/g, " ")).toMatch(new RegExp(`^Store {11}${leader} leads · pg\\d (replica|sync standby) running, [\\d.]+ (B|KiB|MiB) behind · pg\\d (replica|sync standby) running`, "m"));
     expect(human.stdout).not.toContain("Attention");
     // The store URL's password appears nowhere a user sees.
     expect(JSON.stringify(s)).not.toContain(SUPERUSER_PASSWORD);
@@ -108,7 +109,8 @@ describe("the summary's store, from Patroni", () => {
       }, 20_000);
       expect(s.store_error).toContain(dead);
       expect(s.store).toEqual([]);
-      const human = run(scratch.bin, ["status"], { cwd: scratch.dir }).stdout;
+      // Piped: 80 columns, the Store line's continuations under its text.
+      const human = run(scratch.bin, ["status"], { cwd: scratch.dir }).stdout.replace(/\n {16}/g, " ");
       expect(human).toContain(`Store           no Patroni member answered GET /cluster: ${dead} (`);
       expect(human).toContain("Attention\n  cannot read the store's members: ");
     } finally {
@@ -308,7 +310,7 @@ describe("failover and switchover under load", () => {
       await pg.switchover();
     });
     expect(s.store.find((m) => m.role === "leader")!.name).toBe(figures.to);
-    const human = run(bin, ["status"], { cwd: dir }).stdout;
+    const human = run(bin, ["status"], { cwd: dir }).stdout.replace(/\n {16}/g, " ");
     expect(human).toContain(`Store           ${figures.to} leads · `);
     expect(human).toMatch(/^Control planes  cp[12]( \(this one\))? leads · 1 standing by \(cp[12]( \(this one\))?\)$/m);
     expect(human).not.toContain("Attention");

@@ -50,7 +50,8 @@ describe("an open router is said out loud", () => {
     await until("the warning", () => (s.stderr().includes("router: open, no API key required") ? true : undefined));
     const status = run(s.bin, ["status"], { cwd: s.dir });
     expect(status.code).toBe(0);
-    expect(status.stdout).toMatch(/Router +open, no API key required: anyone who reaches 0\.0\.0\.0:\d+ can use every model/);
+    // Piped: 80 columns, the line's continuation under its text.
+    expect(status.stdout.replace(/\n {10}/g, " ")).toMatch(/Router +open, no API key required: anyone who reaches 0\.0\.0\.0:\d+ can use every model/);
     const json = JSON.parse(run(s.bin, ["status", "-o", "json"], { cwd: s.dir }).stdout) as { router: { open: boolean; api_key_required: boolean } };
     expect(json.router).toMatchObject({ open: true, api_key_required: false });
   }, 30_000);
@@ -76,7 +77,8 @@ describe("nodes joining without approval are said out loud", () => {
     await until("the log line", () => (s.stdout().includes('"msg":"nodes join without approval') ? true : undefined));
     const status = run(s.bin, ["status"], { cwd: s.dir });
     expect(status.code).toBe(0);
-    expect(status.stdout).toMatch(/Attention\n(?: {2}.*\n)* {2}nodes join without approval: anyone who holds the join token and reaches 0\.0\.0\.0:\d+ is given replicas, prompts and the catalog's env \(serve --approve-nodes\)/);
+    // Piped: 80 columns, an attention line's continuations indented by 4.
+    expect(status.stdout.replace(/\n {4}/g, " ")).toMatch(/Attention\n(?: {2}.*\n)* {2}nodes join without approval: anyone who holds the join token and reaches 0\.0\.0\.0:\d+ is given replicas, prompts and the catalog's env \(serve --approve-nodes\)/);
     const json = JSON.parse(run(s.bin, ["status", "-o", "json"], { cwd: s.dir }).stdout) as { node_admission: { open: boolean; approve_nodes: boolean } };
     expect(json.node_admission).toMatchObject({ open: true, approve_nodes: false });
   }, 30_000);

@@ -1,12 +1,12 @@
 // The root cause of an engine's failure: each fixture under test/fixtures/engine-logs (real log shapes, sources in
 // their headers) names its engine and the line that must lead the parked reason; the reason is that line after the
-// "how", then the last lines, within the protocol's limit.
+// "how", on one line: the cause said once (the last lines are the log's, for `llmgw logs --previous`).
 
 import { describe, expect, test } from "bun:test";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { FATAL_PATTERNS, rootCause, stripLogPrefix, type FailureKind } from "../../src/agent/engine-failures";
-import { failureReason, RUNNER_DEFAULTS } from "../../src/agent/runner";
+import { FATAL_PATTERNS, rootCause, stripLogPrefix, tellingLine, type FailureKind } from "../../src/agent/engine-failures";
+import { failureReason } from "../../src/agent/runner";
 import { stripFixtureHeader } from "../fixtures/read";
 import { ReplicaReport, type Assignment } from "../../src/protocol/heartbeat";
 
@@ -122,12 +122,13 @@ describe("stripLogPrefix", () => {
 });
 
 describe("failureReason", () => {
-  /** What holds for every reason: printable within the protocol's limit, ending with the log's last line. */
-  function expectBounded(f: Fixture, reason: string) {
+  /** What holds for every reason: printable, one line, within the protocol's limit, the cause in it once. */
+  function expectOnce(reason: string, cause: string) {
     expect(ReplicaReport.shape.error.safeParse(reason).success).toBe(true);
     expect(reason.length).toBeLessThanOrEqual(8192);
-    const lastLine = f.body.trimEnd().split("\n").at(-1)!.trimEnd();
-    expect(reason.endsWith(lastLine)).toBe(true);
+    expect(reason).not.toContain("\n");
+    expect(reason).not.toContain("last lines");
+    expect(reason.split(cause).length - 1).toBe(1);
   }
   const withCause = ALL.filter((f) => f.expect !== null);
   const withoutCause = ALL.filter((f) => f.expect === null);
@@ -138,32 +139,56 @@ describe("failureReason", () => {
   });
 
   for (const f of withCause) {
-    test(`${f.name}: the cause first, then the last lines, within the limit`, () => {
-      const reason = failureReason("exited with code 1", f.engine, f.body, RUNNER_DEFAULTS.reasonLines);
-      expectBounded(f, reason);
-      expect(reason).toStartWith(`exited with code 1: ${f.expect}\nlast lines:\n`);
+    test(`${f.name}: how it ended and the cause, once, on one line`, () => {
+      const reason = failureReason("exited with code 1", f.engine, f.body);
+      expect(reason).toBe(`exited with code 1: ${f.expect}`);
+      expectOnce(reason, f.expect!);
     });
   }
 
   for (const f of withoutCause) {
-    test(`${f.name}: no known cause, so the how and the last lines, within the limit`, () => {
-      const reason = failureReason("exited with code 1", f.engine, f.body, RUNNER_DEFAULTS.reasonLines);
-      expectBounded(f, reason);
-      expect(reason).toBe(`exited with code 1: ${last30(f.body)}`);
+    test(`${f.name}: no known cause, so how it ended and the line that tells most`, () => {
+      const reason = failureReason("exited with code 1", f.engine, f.body);
+      expect(reason).toBe(`exited with code 1: ${tellingLine(f.body)}`);
+      expectOnce(reason, tellingLine(f.body)!);
     });
   }
 
-  test("a huge cause line and a huge tail still fit, the cause's start and the tail's end kept", () => {
+  test("the fake engine's LLMGW_FAKE_FAIL line, which is also its last: said once (it read 'X last lines: X')", () => {
+    const line = "RuntimeError: CUDA error: no kernel image is available for execution on the device";
+    expect(failureReason("exited with code 1", "fake", `${line}\n`)).toBe(`exited with code 1: ${line}`);
+  });
+
+  test("a huge cause line still fits, its start kept", () => {
     const cause = `torch.OutOfMemoryError: CUDA out of memory. ${"x".repeat(20_000)}`;
     const tail = `${cause}\n${Array.from({ length: 40 }, (_, i) => `line ${i} ${"y".repeat(400)}`).join("\n")}\nthe end`;
-    const reason = failureReason("exited with code 1", "vllm", tail, 30);
-    expect(reason.length).toBeLessThanOrEqual(8192);
+    const reason = failureReason("exited with code 1", "vllm", tail);
+    expect(reason.length).toBeLessThanOrEqual(2100);
     expect(reason).toStartWith("exited with code 1: torch.OutOfMemoryError: CUDA out of memory. xxx");
-    expect(reason).toContain("…\nlast lines:\n…");
-    expect(reason).toEndWith("\nthe end");
+    expect(reason).toEndWith("x…");
   });
 
   test("no output: the how alone", () => {
-    expect(failureReason("killed by signal SIGKILL", "vllm", "", 30)).toBe("killed by signal SIGKILL");
+    expect(failureReason("killed by signal SIGKILL", "vllm", "")).toBe("killed by signal SIGKILL");
+  });
+});
+
+describe("tellingLine", () => {
+  test("a Python exception no pattern knows: its exception line, not the warning or the shutdown chatter after it", () => {
+    const log = [
+      "INFO 12-01 10:00:01 [__init__.py:244] Automatically detected platform cuda.",
+      "Traceback (most recent call last):",
+      '  File "/usr/lib/python3/dist-packages/vllm/entrypoints/openai/api_server.py", line 1, in <module>',
+      "    raise ValueError(\"the error text\")",
+      "ValueError: tokenizer_config.json has an unknown chat template",
+      "INFO 12-01 10:00:05 [launcher.py:80] Shutting down.",
+      "/usr/lib/python3.12/multiprocessing/resource_tracker.py:254: UserWarning: resource_tracker: There appear to be 1 leaked semaphore objects to clean up at shutdown",
+    ].join("\n");
+    expect(tellingLine(log)).toBe("ValueError: tokenizer_config.json has an unknown chat template");
+  });
+  test("nothing that reads as an error: the last line; colours and log prefixes stripped", () => {
+    expect(tellingLine("loading 10%\n\u001b[32mINFO 12-01 10:00:01 [x.py:1] loading 90%\u001b[0m\n\n")).toBe("loading 90%");
+    expect(tellingLine("llmgw fake-engine listening on http://127.0.0.1:8101\nSegmentation fault (core dumped)\n")).toBe("Segmentation fault (core dumped)");
+    expect(tellingLine("")).toBeNull();
   });
 });

@@ -160,12 +160,13 @@ describe("cells that hold lists stop at a width and say what they left out", () 
     for (const wide of [false, true]) {
       const out = renderNodes([wide256, plainNode], plain, wide, Date.parse("2026-01-01T12:00:10.000Z"));
       const lines = out.trimEnd().split("\n");
-      for (const l of lines) expect(l.length).toBeLessThan(wide ? 420 : 200);
+      // -o wide cuts no free text (the 210-character address is whole); its lists still stop at 60.
+      for (const l of lines) expect(l.length).toBeLessThan(wide ? 620 : 200);
       const row = lines.find((l) => l.startsWith("gpu-wide"))!;
       expect(row).toContain("1xVENDOR-ACCELERATOR-CLASS-000,");
       expect(row).toContain("1xVENDOR-ACCELERATOR-CLASS-000,+255 more");
       expect(row).toContain("…,+15 more");
-      if (wide) expect(row).toMatch(/ h{63}… .* label-0=v+…,\+63 more$/);
+      if (wide) expect(row).toMatch(/ h{200}\.example .* label-0=v+…,\+63 more$/);
       expect(lines.find((l) => l.startsWith("gpu-01"))).toContain("2xH100-80GB");
     }
   });
@@ -220,9 +221,28 @@ describe("describe model", () => {
     expect(failed).toContain("Crashes:    1 soon after becoming ready, in a row\n");
     expect(renderModelDetail(m({}), [], [], plain)).not.toMatch(/Failures:|Crashes:/);
   });
+  test("the catalog's revision is called so, and the Hugging Face revision, when the spec pins one, is its own line", () => {
+    const out = renderModelDetail(m({ revision: 3, spec: { profiles: [], pool: "default", placement: "binpack" } }), [], [], plain);
+    expect(out).toContain("\nCatalog:    revision 3, pool default, binpack\n");
+    expect(out).not.toMatch(/^Revision:/m);
+    expect(out).not.toContain("Hugging Face");
+    const sha = "0123456789abcdef0123456789abcdef01234567";
+    expect(renderModelDetail(m({ revision: 3, spec: { profiles: [], revision: sha } }), [], [], plain)).toContain(`\nCatalog:    revision 3\nWeights:    Hugging Face revision ${sha}\n`);
+  });
+  test("a failed replica's GPUs are said to be released: a ready replica may hold them now", () => {
+    const r = (id: string, state: ReplicaView["state"]): ReplicaView => ({
+      id, model: "m", profile: "p", state, shards: [{ node: "gpu-01", gpus: [0] }], endpoint: null, idle_seconds: -1, failures: 0, error: state === "failed" ? "exited with code 1: boom" : null, created_at: "", ready_at: null,
+    });
+    for (const wide of [false, true]) {
+      const out = renderReplicas([r("r-old", "failed"), r("r-new", "ready")], plain, wide);
+      expect(out).toMatch(/r-old\s+m\s+p\s+failed\s+released gpu-01:0\s/);
+      expect(out).toMatch(/r-new\s+m\s+p\s+ready\s+gpu-01:0\s/);
+    }
+    expect(renderModelDetail(m({}), [r("r-old", "failed")], [], plain)).toMatch(/r-old\s+m\s+p\s+failed\s+released gpu-01:0\s/);
+  });
   test("models -o wide counts failed starts and crashes apart", () => {
     const out = renderModels([m({ parked: true, crashes: 5, reason: "crashed within 10m of becoming ready, 5 times in a row; last: boom" })], plain, true);
-    expect(out).toMatch(/FAILURES\s+CRASHES\s+REVISION/);
+    expect(out).toMatch(/FAILURES\s+CRASHES\s+CATALOG REV/);
     expect(out).toMatch(/parked\s+-\s+1\s+0\s+5\s+1\s+crashed within 10m/);
   });
 });

@@ -7,7 +7,8 @@
 // max_failures. A replica that stays ready for the window ends the loop, as does one crash after
 // a long run. Pure, like the other steps: the reports path records, the tick settles.
 
-import { ENGINE_ERROR_MAX, exactDuration, humanMs, oneLine, plural } from "../../lib/format";
+import { exactDuration, humanMs, oneLine, plural } from "../../lib/format";
+import { FAILURE_TEXT_MAX } from "./engine-failure";
 import { observedFrom } from "../views";
 import { backoffDelay, inBackoff } from "./failures";
 import type { ReconcileConfig } from "./config";
@@ -50,7 +51,7 @@ export function recordCrash(plan: Plan, r: Pick<ReplicaRow, "model" | "readyAt">
     plan.events.push({
       kind: "model.parked",
       subject: `model/${r.model}`,
-      message: `model ${r.model} parked after ${plural(crashes, "crash", "crashes")}, each within ${humanMs(cfg.crashWindowMs)} of becoming ready; not retried until unparked or changed. Last error: ${oneLine(error, ENGINE_ERROR_MAX)}`,
+      message: `model ${r.model} parked after ${plural(crashes, "crash", "crashes")}, each within ${humanMs(cfg.crashWindowMs)} of becoming ready; not retried until unparked or changed. Last error: ${oneLine(error, FAILURE_TEXT_MAX)}`,
     });
   return { crashes, parked: parks || wasParked, backoffMs: parks || wasParked ? 0 : backoffDelay(crashes, cfg) };
 }

@@ -1,6 +1,7 @@
 // Failed starts: how long a model waits before its next try, and when it stops being tried.
 
-import { ENGINE_ERROR_MAX, oneLine } from "../../lib/format";
+import { oneLine } from "../../lib/format";
+import { FAILURE_TEXT_MAX } from "./engine-failure";
 import type { ReconcileConfig } from "./config";
 import type { Plan } from "./plan";
 import type { ModelStateRow } from "../types";
@@ -39,6 +40,6 @@ export function recordFailure(
     plan.events.push({
       kind: "model.parked",
       subject: `model/${model}`,
-      message: `model ${model} parked after ${failures} failed starts; not retried until unparked or changed. Last error: ${oneLine(error, ENGINE_ERROR_MAX)}`,
+      message: `model ${model} parked after ${failures} failed starts; not retried until unparked or changed. Last error: ${oneLine(error, FAILURE_TEXT_MAX)}`,
     });
 }

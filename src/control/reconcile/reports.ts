@@ -7,6 +7,7 @@ import { type Stall, deafTime } from "../load";
 import { observedFrom } from "../views";
 import type { ReconcileConfig } from "./config";
 import { crashNote, recordCrash } from "./crashes";
+import { causeOf, failureText } from "./engine-failure";
 import { recordFailure } from "./failures";
 import { type Plan, emptyPlan } from "./plan";
 import type { Snapshot } from "../types";
@@ -34,17 +35,24 @@ export function processReports({ snapshot, node, reports, now, config: cfg, watc
     if (!r.shards.some((s) => s.node === node)) continue;
     const rep = byId.get(r.id);
     const leader = r.shards[0]!.node === node;
-    const fail = (error: string, crashed = false) => {
+    /**
+     * `said` is what the model's reason and the event say; the replica keeps `error` whole. An
+     * engine that ran says its cause once and where its log is (failureText).
+     */
+    const fail = (error: string, crashed = false, said = oneLine(error, ENGINE_ERROR_MAX)) => {
       plan.update.push({ id: r.id, patch: { state: "failed", error, failures: r.failures + 1 } });
       // A crash after ready counts towards the model's crash loop; a failed start towards its failures.
       let note = "";
-      if (crashed) note = crashNote(recordCrash(plan, r, mstate.get(r.model), error, now, cfg), cfg);
-      else recordFailure(plan, r.model, mstate.get(r.model), error, now, cfg);
-      plan.events.push({ kind: "replica.failed", subject: `replica/${r.id}`, message: `replica ${r.id} of ${r.model} failed on ${node}: ${oneLine(error, ENGINE_ERROR_MAX)}${note}` });
+      if (crashed) note = crashNote(recordCrash(plan, r, mstate.get(r.model), said, now, cfg), cfg);
+      else recordFailure(plan, r.model, mstate.get(r.model), said, now, cfg);
+      plan.events.push({ kind: "replica.failed", subject: `replica/${r.id}`, message: `replica ${r.id} of ${r.model} failed on ${node}: ${said}${note}` });
     };
+    /** The engine's own end, as its agent reported it. */
+    const engineFailed = (crashed: boolean) =>
+      rep?.error ? fail(causeOf(rep.error), crashed, failureText(rep.error, r.id)) : fail(`engine failed on ${node}`, crashed);
     switch (r.state) {
       case "starting":
-        if (rep?.state === "failed") fail(rep.error ?? `engine failed on ${node}`);
+        if (rep?.state === "failed") engineFailed(false);
         else if (rep?.state === "ready" && leader) {
           plan.update.push({ id: r.id, patch: { state: "ready", readyAt: now, error: null } });
           plan.events.push({ kind: "replica.ready", subject: `replica/${r.id}`, message: `replica ${r.id} of ${r.model} ready at ${r.endpoint ?? "?"}` });
@@ -61,7 +69,7 @@ export function processReports({ snapshot, node, reports, now, config: cfg, watc
       case "ready":
         // Only the engine's own end is a crash. One the agent stopped or no longer runs (an agent
         // restarted without it) says nothing about the engine: a failure, which the next ready clears.
-        if (rep?.state === "failed") fail(rep.error ?? `engine failed on ${node}`, true);
+        if (rep?.state === "failed") engineFailed(true);
         else if (!rep || rep.state === "stopped") fail(rep?.error ?? `engine on ${node} ${rep ? "stopped" : "is no longer running"}`);
         break;
       case "draining":

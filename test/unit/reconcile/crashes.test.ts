@@ -24,15 +24,17 @@ function fleet(readyAt: number, st: Partial<ModelStateRow> = {}, now = T0) {
   return snap;
 }
 const crashReport = (error = ERROR) => [{ id: "r1", state: "failed" as const, port: 8100, error }];
+/** What the model's reason and the events say of it: the cause, and the command that shows the rest. */
+const SAID = `${ERROR} (log: llmgw logs --previous r1)`;
 
 describe("a ready replica that crashes (processReports)", () => {
   test("is failed, and counts as the model's first crash, not as a failed start; the event says where the loop stands", () => {
     const plan = processReports({ snapshot: fleet(T0 - 30_000), node: "a", reports: crashReport(), now: T0, config: CFG });
     expect(plan.update).toEqual([{ id: "r1", patch: { state: "failed", error: ERROR, failures: 1 } }]);
-    expect(plan.modelState.get("m")).toEqual({ crashes: 1, lastFailureAt: T0, reason: ERROR });
+    expect(plan.modelState.get("m")).toEqual({ crashes: 1, lastFailureAt: T0, reason: SAID });
     const [ev] = plan.events;
     expect(ev!.kind).toBe("replica.failed");
-    expect(ev!.message).toBe(`replica r1 of m failed on a: ${ERROR}; crash 1 of 3 before the model is parked; next start in 2s at the earliest`);
+    expect(ev!.message).toBe(`replica r1 of m failed on a: ${SAID}; crash 1 of 3 before the model is parked; next start in 2s at the earliest`);
   });
 
   test("the crashes add up while each comes within the window of its replica's ready; the backoff doubles", () => {
@@ -44,10 +46,10 @@ describe("a ready replica that crashes (processReports)", () => {
 
   test("the max_failures-th crash in a row parks the model with the crash's cause, once", () => {
     const plan = processReports({ snapshot: fleet(T0 - 60_000, { crashes: 2, lastFailureAt: T0 - 70_000 }), node: "a", reports: crashReport(), now: T0, config: CFG });
-    expect(plan.modelState.get("m")).toEqual({ crashes: 3, lastFailureAt: T0, parked: true, reason: `crashed within 10m of becoming ready, 3 times in a row; last: ${ERROR}` });
+    expect(plan.modelState.get("m")).toEqual({ crashes: 3, lastFailureAt: T0, parked: true, reason: `crashed within 10m of becoming ready, 3 times in a row; last: ${SAID}` });
     const parked = plan.events.filter((e) => e.kind === "model.parked");
     expect(parked.length).toBe(1);
-    expect(parked[0]!.message).toBe(`model m parked after 3 crashes, each within 10m of becoming ready; not retried until unparked or changed. Last error: ${ERROR}`);
+    expect(parked[0]!.message).toBe(`model m parked after 3 crashes, each within 10m of becoming ready; not retried until unparked or changed. Last error: ${SAID}`);
     expect(plan.events.find((e) => e.kind === "replica.failed")!.message).toEndWith("; crash 3 in a row: the model is parked");
   });
 
