@@ -64,7 +64,7 @@ export const SERVE_FLAGS: FlagSpecs = {
   "log-level": { kind: "string", value: "LEVEL", choices: LOG_LEVELS, help: `trace, debug, info, warn, error (default ${d("log_level")})` },
   "log-format": { kind: "string", value: "FORMAT", choices: LOG_FORMATS, help: `${LOG_FORMAT_HELP} (default ${d("log_format")})` },
   store: { kind: "string", value: "URL", help: "where the state lives: postgres://user@db1:5432,db2:5432,db3:5432/llmgw?target_session_attrs=primary for several control planes, or a SQLite file (default <data-dir>/llmgw.db; env LLMGW_STORE)" },
-  "db-query-timeout": { kind: "string", value: "DURATION", help: `PostgreSQL store: one call, its retries included, fails as the store being unavailable (503) past this; the server is given the same limit (statement_timeout) (default ${d("db_query_timeout")})` },
+  "db-query-timeout": { kind: "string", value: "DURATION", help: `PostgreSQL store: one call, its retries included, fails as the store being unavailable (503) past this; the server is given the same limit (statement_timeout, idle_in_transaction_session_timeout) (default ${d("db_query_timeout")})` },
   ha: { kind: "boolean", help: "several control planes on this store, one leading by a lease (on by itself with a PostgreSQL store; on SQLite only for control planes sharing one file on one machine)" },
   name: { kind: "string", value: "NAME", help: "this control plane's name among the others (default the hostname)" },
   "advertise-url": { kind: "string", value: "URL", help: "the admin URL other control planes and `llmgw status` reach this one at (default from --admin-listen)" },

@@ -3,12 +3,16 @@
 // and never the URL's password; once it is back on the same port, the same store works again
 // without being reopened, and watch() hears other instances again. A server that goes silent
 // instead (a partition mid-failover: a TCP proxy that stops forwarding) costs a call its
-// deadline, no more, and a head node's admin API answers 503 within it.
+// deadline, no more, and a head node's admin API answers 503 within it. A connection closed while
+// the store's writes are inside their transactions (backends terminated, a fast shutdown, the
+// server's idle limit, a cut) fails those calls, or they are tried again, and the store's process
+// lives on.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import pino from "pino";
+import postgres from "postgres";
 import { StoreUnavailableError } from "../../src/control/errors";
 import type { StoreChange } from "../../src/control/types";
 import { startHead } from "../../src/app/head";
@@ -217,6 +221,200 @@ describe("PostgreSQL that stops answering mid-call (a partition: no error, only 
       await server.stop();
       proxy.stop();
       await pg.sql("DELETE FROM models; DELETE FROM model_state");
+    }
+  }, 60_000);
+});
+
+describe("a connection the server or the network closes mid-transaction", () => {
+  // The store runs in a process of its own (test/helpers/pg-store-child.ts): the TypeError
+  // postgres-js threw from a setImmediate when it wrote its ROLLBACK to the closed socket reached
+  // no caller and ended the process. Each case holds the row locks the store's writes take (a
+  // plan, a touch, a group of heartbeats: each a transaction) from a session of its own, so that
+  // the three are under way, inside their transactions, when their connections are closed.
+  const CHILD = join(import.meta.dir, "../helpers/pg-store-child.ts");
+
+  class StoreChild {
+    readonly proc: Bun.Subprocess<"pipe", "pipe", "pipe">;
+    private readonly lines: string[] = [];
+    private wake: (() => void) | undefined;
+    private ended = false;
+    constructor(storeUrl: string, deadlineMs: number, idleMs?: number) {
+      const proc = Bun.spawn([process.execPath, CHILD, storeUrl, String(deadlineMs), ...(idleMs ? [String(idleMs)] : [])], { stdin: "pipe", stdout: "pipe", stderr: "pipe" });
+      this.proc = proc;
+      void (async () => {
+        let buf = "";
+        for await (const chunk of proc.stdout) {
+          buf += new TextDecoder().decode(chunk);
+          for (let nl = buf.indexOf("\n"); nl >= 0; nl = buf.indexOf("\n")) {
+            this.lines.push(buf.slice(0, nl));
+            buf = buf.slice(nl + 1);
+          }
+          this.wake?.();
+        }
+        this.ended = true;
+        this.wake?.();
+      })();
+    }
+    /** The next line the child writes, as JSON; rejects with its exit code and stderr if it exits first. */
+    async next<T>(): Promise<T> {
+      while (this.lines.length === 0) {
+        if (this.ended) throw new Error(`the store's process exited with ${await this.proc.exited}: ${await new Response(this.proc.stderr).text()}`);
+        await new Promise<void>((r) => (this.wake = r));
+      }
+      return JSON.parse(this.lines.shift()!) as T;
+    }
+    ask<T>(cmd: string): Promise<T> {
+      this.proc.stdin.write(`${cmd}\n`);
+      this.proc.stdin.flush();
+      return this.next<T>();
+    }
+    async exit(): Promise<{ code: number; stderr: string }> {
+      if (!this.ended) {
+        this.proc.stdin.write("exit\n");
+        this.proc.stdin.flush();
+      }
+      const code = await Promise.race([this.proc.exited, Bun.sleep(10_000).then(() => -1)]);
+      if (code === -1) this.proc.kill("SIGKILL");
+      return { code, stderr: await new Response(this.proc.stderr).text() };
+    }
+  }
+
+  type Outcome = "ok" | { error: string; code?: string; driverCode?: string; message: string };
+
+  /** A session of the test's own holding the rows the child's writes lock, until commit(). */
+  async function holdLocks(): Promise<{ commit(): Promise<void>; drop(): Promise<void> }> {
+    // Reserved and idle in its transaction: a session the server ends has no statement under way, so nothing is written to it afterwards.
+    const c = postgres(pg.url, { max: 1, onnotice: () => {}, connection: { application_name: "lock-holder" } });
+    const r = await c.reserve();
+    await r`BEGIN`;
+    await r`SELECT seq FROM change_counter WHERE id = 1 FOR UPDATE`;
+    await r`SELECT 1 FROM nodes WHERE name = 'n1' FOR UPDATE`;
+    return {
+      async commit() {
+        await r`COMMIT`;
+        r.release();
+        await c.end({ timeout: 1 });
+      },
+      async drop() {
+        await c.end({ timeout: 0 });
+      },
+    };
+  }
+
+  /** The child's three writes, waiting for the held locks inside their transactions. */
+  async function busyWaiting(child: StoreChild): Promise<void> {
+    expect(await child.ask<{ started: number }>("busy")).toEqual({ started: 3 });
+    await until("the three writes to wait for the locks", async () => Number((await pg.sql(`SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = 'llmgw' AND wait_event_type = 'Lock'`))[0]!.n) === 3, { timeoutMs: 10_000, everyMs: 20 });
+  }
+
+  /** Each write either went through (tried again on a fresh connection) or failed as the store being unavailable; the store's process lives, and its next call works. */
+  async function survived(child: StoreChild, outcomes: Outcome[], port: number): Promise<void> {
+    expect(outcomes).toHaveLength(3);
+    for (const o of outcomes) {
+      if (o === "ok") continue;
+      expect(o.error).toBe("StoreUnavailableError");
+      expect(o.code).toBe("store_unavailable");
+      expect(o.message).toContain(`127.0.0.1:${port}`);
+    }
+    // The plan may have been committed when its connection broke: never tried blindly again.
+    expect(outcomes[0]).toMatchObject({ error: "StoreUnavailableError", driverCode: "CONNECTION_CLOSED" });
+    await until("the store to answer again", async () => (await child.ask<{ outcome: Outcome }>("count")).outcome === "ok", { timeoutMs: 15_000, everyMs: 50 });
+    expect(child.proc.exitCode).toBeNull();
+    const { code, stderr } = await child.exit();
+    expect(stderr).not.toContain("TypeError");
+    expect(code).toBe(0);
+  }
+
+  test("pg_terminate_backend of the store's backends (what a failover or pg_ctl stop -m fast does to them): the calls fail or are tried again, the process lives on", async () => {
+    const child = new StoreChild(url, 10_000);
+    try {
+      await child.next();
+      const held = await holdLocks();
+      await busyWaiting(child);
+      const killed = await pg.sql(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'llmgw'`);
+      expect(killed.length).toBeGreaterThanOrEqual(3);
+      await held.commit();
+      await survived(child, (await child.ask<{ outcomes: Outcome[] }>("settle")).outcomes, pg.port);
+    } finally {
+      child.proc.kill("SIGKILL");
+      await pg.sql("DELETE FROM nodes; DELETE FROM events");
+    }
+  }, 60_000);
+
+  test("a fast shutdown of the server mid-transaction, and a restart: the same", async () => {
+    const child = new StoreChild(url, 10_000);
+    try {
+      await child.next();
+      const held = await holdLocks();
+      await busyWaiting(child);
+      await pg.halt();
+      const settled = await child.ask<{ outcomes: Outcome[] }>("settle");
+      await held.drop();
+      await pg.start();
+      await survived(child, settled.outcomes, pg.port);
+    } finally {
+      child.proc.kill("SIGKILL");
+      await pg.start();
+      await pg.sql("DELETE FROM nodes; DELETE FROM events");
+    }
+  }, 60_000);
+
+  test("the way to the server cut mid-transaction (a proxy closing every connection): the same", async () => {
+    const proxy = new TcpProxy({ host: pg.host, port: pg.port });
+    proxy.start();
+    const child = new StoreChild(url.replace(`:${pg.port}/`, `:${proxy.port}/`), 10_000);
+    try {
+      await child.next();
+      const held = await holdLocks();
+      await busyWaiting(child);
+      proxy.stop();
+      proxy.start();
+      await held.commit();
+      await survived(child, (await child.ask<{ outcomes: Outcome[] }>("settle")).outcomes, proxy.port);
+    } finally {
+      child.proc.kill("SIGKILL");
+      proxy.stop();
+      await pg.sql("DELETE FROM nodes; DELETE FROM events");
+    }
+  }, 60_000);
+
+  test("idle_in_transaction_session_timeout ending the transactions of a store that stopped sending mid-way (its thread held): the same", async () => {
+    const child = new StoreChild(url, 10_000, 200);
+    try {
+      await child.next();
+      const held = await holdLocks();
+      await busyWaiting(child);
+      // Held before the locks are granted: the answers wait in the socket while the server, past
+      // its idle limit, ends the three sessions; the store reads the answers and the closes together.
+      expect(await child.ask("stall 1500")).toEqual({ stalling: 1500 });
+      await held.commit();
+      expect(await child.next()).toEqual({ stalled: 1500 });
+      await survived(child, (await child.ask<{ outcomes: Outcome[] }>("settle")).outcomes, pg.port);
+    } finally {
+      child.proc.kill("SIGKILL");
+      await pg.sql("DELETE FROM nodes; DELETE FROM events");
+    }
+  }, 60_000);
+
+  test("idle_in_transaction_session_timeout ending transactions a partition left open (the server's idle limit below the store's deadline): the same", async () => {
+    const proxy = new TcpProxy({ host: pg.host, port: pg.port });
+    proxy.start();
+    const child = new StoreChild(url.replace(`:${pg.port}/`, `:${proxy.port}/`), 3000, 200);
+    try {
+      await child.next();
+      const held = await holdLocks();
+      await busyWaiting(child);
+      // The locks are granted and each write's statement answered, but no answer gets through and
+      // no next statement comes: the server sees three transactions idle, and ends them.
+      proxy.freeze();
+      await held.commit();
+      await until("the server to end the idle transactions", async () => Number((await pg.sql(`SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = 'llmgw'`))[0]!.n) === 0, { timeoutMs: 10_000, everyMs: 20 });
+      proxy.thaw();
+      await survived(child, (await child.ask<{ outcomes: Outcome[] }>("settle")).outcomes, proxy.port);
+    } finally {
+      child.proc.kill("SIGKILL");
+      proxy.stop();
+      await pg.sql("DELETE FROM nodes; DELETE FROM events");
     }
   }, 60_000);
 });

@@ -43,13 +43,13 @@ const CONNECT_CODES = new Set(["ECONNREFUSED", "CONNECT_TIMEOUT", "ENOTFOUND", "
 const BROKEN_CODES = new Set(["ECONNRESET", "EPIPE", "CONNECTION_CLOSED", "CONNECTION_DESTROYED", "CONNECTION_ENDED", "ECONNABORTED", "ERR_SOCKET_CLOSED", "ConnectionClosed"]);
 
 /** The driver's own error: drizzle wraps it (DrizzleQueryError, its cause). */
-function driverError(err: unknown): unknown {
+export function driverError(err: unknown): unknown {
   let e = err;
   for (let i = 0; i < 5 && e instanceof Error && typeof (e as { code?: unknown }).code !== "string" && e.cause !== undefined; i++) e = e.cause;
   return e;
 }
 
-function codeOf(err: unknown): string | undefined {
+export function codeOf(err: unknown): string | undefined {
   const code = (err as { code?: unknown } | null)?.code;
   return typeof code === "string" ? code : undefined;
 }

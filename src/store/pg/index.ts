@@ -17,8 +17,12 @@
 //   --db-query-timeout`). A server or network that goes silent mid-failover sends no error, and
 //   postgres-js would wait for as long as the socket stays open, holding the call (and a `status`
 //   behind it). Past the deadline the call fails as a store failure and the pool it ran on is
-//   dropped; the server is given the limit too (statement_timeout, and
-//   idle_in_transaction_session_timeout a little later), so it lets go of what the store let go of.
+//   dropped; the server is given the same limit (statement_timeout and
+//   idle_in_transaction_session_timeout), so it lets go of what the store let go of.
+// - A connection closed mid-transaction (a failover terminating backends, a fast shutdown, the
+//   server's idle limit, a cut) fails that call as any lost connection does, and nothing more:
+//   transactions run through ./transaction.ts, so postgres-js never writes its ROLLBACK to the
+//   closed socket (an uncaught TypeError).
 // - Times of leases and control planes are the database's clock.
 
 import { randomUUID } from "node:crypto";
@@ -35,6 +39,7 @@ import { joinRefused } from "../../control/join";
 import { embeddedMigrations } from "../migrations";
 import { DIGEST_KEYS, TOKEN_KEYS, clearTokenMigration, digestsOf, nextDigest } from "../token-digests";
 import { PgDeadlineError, classify, hostsOf } from "./errors";
+import { txBody } from "./transaction";
 import * as schema from "./schema";
 
 export const CHANNEL = "llmgw_changes";
@@ -46,6 +51,7 @@ const DB_NOW = sql.raw("(extract(epoch from clock_timestamp()) * 1000)::bigint")
 type Db = PostgresJsDatabase<typeof schema>;
 type Tx = Parameters<Parameters<Db["transaction"]>[0]>[0];
 type Sql = postgres.Sql<Record<string, never>>;
+type TxSql = postgres.TransactionSql<Record<string, never>>;
 
 /** How a call may be tried again after a failure (see the file's head). */
 type Retry = "read" | "idempotent" | "once";
@@ -63,6 +69,8 @@ export interface PgStoreOptions {
   instanceId?: string;
   /** How long one call may take, its tries included, before it fails as the store being unavailable (default 10 s). */
   queryTimeoutMs?: number;
+  /** How long the server lets a transaction of this store sit idle before it ends the session (default queryTimeoutMs). */
+  idleInTransactionTimeoutMs?: number;
 }
 
 /** The default deadline: far above any call's own time (a deadlock is detected in 1 s), well below a client's patience (the CLI's 30 s). */
@@ -151,6 +159,7 @@ export class PgStore implements StorePort {
   private readonly opts: PgStoreOptions;
   private readonly retries: number;
   private readonly queryTimeoutMs: number;
+  private readonly idleInTransactionTimeoutMs: number;
   private client: Sql;
   private db: Db;
   private readonly payload: Record<StoreChange, string>;
@@ -169,6 +178,7 @@ export class PgStore implements StorePort {
     this.where = hostsOf(opts.url);
     this.retries = opts.retries ?? 3;
     this.queryTimeoutMs = Math.max(1, Math.floor(opts.queryTimeoutMs ?? DEFAULT_QUERY_TIMEOUT_MS));
+    this.idleInTransactionTimeoutMs = Math.max(1, Math.floor(opts.idleInTransactionTimeoutMs ?? this.queryTimeoutMs));
     this.instanceId = opts.instanceId ?? randomUUID();
     this.payload = {
       seen: JSON.stringify({ from: this.instanceId, change: "seen" }),
@@ -199,12 +209,11 @@ export class PgStore implements StorePort {
       onnotice: () => {},
       // ms times and ids are bigint: read them as JS numbers (exact below 2^53).
       types: { bigint: { to: 20, from: [20], serialize: (x: number) => String(x), parse: (x: string) => Number(x) } },
-      // The server ends what the store's deadline ended: a statement at once, and a transaction
-      // left open (with its row locks, which would hold every other control plane's writes) once
-      // the store has closed the connection itself (reconnect: a deadline's grace later). Not
-      // sooner: postgres-js answers a server's close in mid-transaction with a ROLLBACK written
-      // to the closed socket, a TypeError no one can catch.
-      connection: { application_name: "llmgw", statement_timeout: this.queryTimeoutMs, idle_in_transaction_session_timeout: 3 * this.queryTimeoutMs },
+      // The server ends what the store's deadline ended: a statement, and a transaction left
+      // open with its row locks (the change counter's holds every other control plane's writes)
+      // by a store that stopped talking to it mid-way (a partition). The store's transactions send
+      // their statements back to back: one idle for as long as a whole call may take is stalled.
+      connection: { application_name: "llmgw", statement_timeout: this.queryTimeoutMs, idle_in_transaction_session_timeout: this.idleInTransactionTimeoutMs },
       ...extra,
     }) as unknown as Sql;
   }
@@ -212,7 +221,7 @@ export class PgStore implements StorePort {
   /** Applies the embedded migrations not yet applied, in one transaction, one control plane at a time. */
   private async migrate(): Promise<void> {
     const migrations = embeddedMigrations("pg");
-    await this.client.begin(async (t) => {
+    await this.begin("", async (t) => {
       // Waiting for another control plane's migration is no stuck statement.
       await t.unsafe(`SET LOCAL statement_timeout = ${MIGRATION_TIMEOUT_MS}`);
       await t`SELECT pg_advisory_xact_lock(${MIGRATION_LOCK})`;
@@ -277,17 +286,24 @@ export class PgStore implements StorePort {
     void old.end({ timeout: graceS }).catch(() => {});
   }
 
+  /** body in one transaction on the pool (mode: "ISOLATION LEVEL …"), run so that a connection lost mid-way fails the call and nothing more (./transaction.ts). */
+  private begin<T>(mode: string, body: (t: TxSql) => Promise<T>): Promise<T> {
+    return this.client.begin(mode, txBody(body)) as Promise<T>;
+  }
+
   /** A committing write: fn in one transaction that also announces the change to other control planes. */
   private write<T>(retry: Retry, change: StoreChange, fn: (tx: Tx) => Promise<T>): Promise<T> {
     return this.call(retry, () =>
-      this.db.transaction(async (tx) => {
-        // What the in-memory model holds may change: the change counter first (its row lock, held
-        // to the commit, orders the triggers' seqs as the commits), before any other row's lock.
-        if (change === "any") await tx.execute(sql`SELECT seq FROM change_counter WHERE id = 1 FOR UPDATE`);
-        const r = await fn(tx);
-        await tx.execute(sql`SELECT pg_notify(${CHANNEL}, ${this.payload[change]})`);
-        return r;
-      }),
+      this.db.transaction(
+        txBody(async (tx: Tx) => {
+          // What the in-memory model holds may change: the change counter first (its row lock, held
+          // to the commit, orders the triggers' seqs as the commits), before any other row's lock.
+          if (change === "any") await tx.execute(sql`SELECT seq FROM change_counter WHERE id = 1 FOR UPDATE`);
+          const r = await fn(tx);
+          await tx.execute(sql`SELECT pg_notify(${CHANNEL}, ${this.payload[change]})`);
+          return r;
+        }),
+      ),
     );
   }
 
@@ -295,7 +311,7 @@ export class PgStore implements StorePort {
 
   snapshot(): Promise<Snapshot> {
     return this.call("read", () =>
-      this.client.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", async (t) => {
+      this.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", async (t) => {
         const q = (text: string) => t.unsafe(text, [], { prepare: true });
         // Issued together: postgres-js pipelines them on the transaction's connection.
         const [nodes, gpus, weights, models, replicas, modelState] = await Promise.all([
@@ -324,7 +340,7 @@ export class PgStore implements StorePort {
 
   changesSince(after: number, limit: number): Promise<ChangeRead> {
     return this.call("read", () =>
-      this.client.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", async (t) => {
+      this.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", async (t) => {
         const rows = await t.unsafe(CHANGE_SQL.changes, [after, limit], { prepare: true });
         const changes = rows.map((r) => ({ seq: Number(r.seq), kind: String(r.kind), key: String(r.key) }));
         const k = changedKeys(changes);
@@ -347,7 +363,7 @@ export class PgStore implements StorePort {
 
   replicaSnapshot(): Promise<Pick<Snapshot, "replicas" | "modelState">> {
     return this.call("read", () =>
-      this.client.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", async (t) => {
+      this.begin("ISOLATION LEVEL REPEATABLE READ READ ONLY", async (t) => {
         const [replicas, modelState] = await Promise.all([t.unsafe(SNAPSHOT_SQL.replicas, [], { prepare: true }), t.unsafe(SNAPSHOT_SQL.modelState, [], { prepare: true })]);
         return { replicas: [...replicas] as unknown as ReplicaRow[], modelState: [...modelState] as unknown as ModelStateRow[] };
       }) as Promise<Pick<Snapshot, "replicas" | "modelState">>,
@@ -396,7 +412,7 @@ export class PgStore implements StorePort {
 
   private joinGroup(joins: readonly JoinWrite[], now: number): Promise<{ created: boolean; taken: boolean }[]> {
     const names = joins.map((j) => j.hb.node).sort(byteOrder);
-    return this.client.begin(async (t) => {
+    return this.begin("", async (t) => {
       await t.unsafe(`SELECT seq FROM change_counter WHERE id = 1 FOR UPDATE`, [], { prepare: true });
       const held = await t.unsafe(`SELECT name, credential_hash AS hash FROM nodes WHERE name = ANY($1::text[]) ORDER BY name COLLATE "C" FOR UPDATE`, [names] as never[], { prepare: true });
       const stored = new Map<string, string | null>([...held].map((r) => [r.name as string, (r.hash as string | null) ?? null]));
@@ -437,7 +453,7 @@ export class PgStore implements StorePort {
       // The change counter's row first, as every write of what the in-memory model holds takes
       // it (write()): the triggers of a node whose inventory changed take it too, and taken after
       // the node rows it could close a circle with a plan holding it and waiting for one of them.
-      const upserted = await this.client.begin(async (t) => {
+      const upserted = await this.begin("", async (t) => {
         await t.unsafe(`SELECT seq FROM change_counter WHERE id = 1 FOR UPDATE`, [], { prepare: true });
         return t.unsafe(HEARTBEATS_SQL, [nodes, now, gpus, weights, CHANNEL, this.payload.any] as never[], { prepare: true });
       });
