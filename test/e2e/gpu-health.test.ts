@@ -74,7 +74,8 @@ describe("a node whose driver stops answering", () => {
 
     const status = cli("status");
     expect(status.code).toBe(0);
-    const attention = status.stdout.slice(status.stdout.indexOf("Attention"));
+    // Piped, sentences wrap at 80 columns with a hanging indent: read them joined.
+    const attention = status.stdout.slice(status.stdout.indexOf("Attention")).replace(/\n +/g, " ");
     expect(status.stdout).toContain("Attention");
     expect(attention).toContain(`GPU discovery fails on ${NODE}: its 2 GPUs last reported are counted unhealthy until it answers again`);
     expect(attention).toContain("exited with status 9");
@@ -92,7 +93,7 @@ describe("a node whose driver stops answering", () => {
     ]);
     expect(failed[0]!.message).toContain(`GPU discovery fails on node ${NODE}:`);
     uuids.forEach((u, i) => expect(failed[i + 1]!.message).toContain(`GPU ${i} (${u}) of node ${NODE} is unhealthy: GPU discovery fails:`));
-    const events = cli("events").stdout;
+    const events = cli("events", "-o", "wide").stdout;
     expect(events).toContain("discovery.failed");
     expect(events).toContain(`GPU 1 (${uuids[1]}) of node ${NODE} is unhealthy`);
     expect(cli("describe", "node", NODE).stdout).toContain(`GPU 0 (${uuids[0]}) of node ${NODE} is unhealthy`);

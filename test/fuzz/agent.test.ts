@@ -86,6 +86,15 @@ async function storedAsSent(input: unknown): Promise<string[]> {
   if (!sameJson(node.fabrics, hb.fabrics)) p.push(`fabrics stored differ from those sent — stored ${JSON.stringify(node.fabrics)}, sent ${JSON.stringify(hb.fabrics)}`);
   if (!sameJson([...node.models].sort(), [...new Set(hb.models)].sort())) p.push(`models stored differ from those sent — stored ${JSON.stringify(node.models)}, sent ${clip(JSON.stringify(hb.models), 200)}`);
   if (node.address !== hb.address || node.agent_version !== hb.agent_version) p.push(`address or agent_version stored differ from those sent — stored ${JSON.stringify([node.address, node.agent_version])}, sent ${clip(JSON.stringify([hb.address, hb.agent_version]), 200)}`);
+  // A node whose discovery fails and that lists no GPU keeps those it reported before, each
+  // unhealthy with the discovery error as its reason (not "stored as sent", by design).
+  if (hb.discovery_error && hb.gpus.length === 0 && node.gpus.length > 0) {
+    if (node.gpus_last_known !== true) p.push(`GPUs kept after a failed discovery are not marked last known — stored ${JSON.stringify(node.gpus.map((g) => g.uuid))}`);
+    const wrong = node.gpus.filter((g) => g.healthy || !g.reason?.startsWith("GPU discovery fails: "));
+    if (wrong.length > 0) p.push(`GPUs kept after a failed discovery are not all unhealthy with the error as their reason — ${JSON.stringify(wrong.map((g) => [g.index, g.healthy, g.reason]))}`);
+    if (node.discovery_error !== hb.discovery_error) p.push(`discovery_error stored differs from the one sent — stored ${JSON.stringify(node.discovery_error)}, sent ${clip(JSON.stringify(hb.discovery_error), 200)}`);
+    return p;
+  }
   const gpus = (g: { index: number; uuid: string; class: string; memory_mib: number; healthy: boolean; parent: string | null }[]) =>
     [...g].sort((x, y) => x.index - y.index).map((x) => [x.index, x.uuid, x.class, x.memory_mib, x.healthy, x.parent]);
   if (!sameJson(gpus(node.gpus), gpus(hb.gpus))) p.push(`GPUs stored differ from those sent — stored ${JSON.stringify(gpus(node.gpus))}, sent ${clip(JSON.stringify(gpus(hb.gpus)), 300)}`);
