@@ -420,7 +420,7 @@ describe("engines that crash", () => {
     // The command the reason names shows that run's output.
     const last = /--previous (r-[0-9a-f]+)\)$/.exec(m.reason!)![1]!;
     const logs = run(c.bin, ["logs", "--previous", last], { cwd: c.dir });
-    expect({ code: logs.code, message: logs.stdout.includes(MESSAGE) }).toEqual({ code: 0, message: true });
+    expect({ code: logs.code, message: logs.stdout.includes(MESSAGE), stderr: logs.stderr }).toEqual({ code: 0, message: true, stderr: "" });
     // A client is told why on one line, the cause once.
     const answer = await fetch(`${c.serve.routerUrl}/v1/chat/completions`, {
       method: "POST",

@@ -87,11 +87,12 @@ export class Cluster {
     };
   }
 
+  /** Each agent's engine-log listener on a port of its own: two on the default 8002 would clash, and `llmgw logs` would not reach one of them. */
   startAgent(name: string, extra: string[] = []): Bun.Subprocess {
     const n = ++this.agentStarts;
     const p = Bun.spawn(
       [this.bin, "agent", "--server", this.serve.adminUrl, "--token", this.serve.joinToken, "--name", name, "--address", "127.0.0.1", "--engine-host", "127.0.0.1",
-        "--fabric", "f1", "--simulate", "H100-80GB:2", "--state-dir", this.stateDir(name), "--stop-grace", "1s", "--health-interval", "100ms", "--log-level", "info", ...extra],
+        "--fabric", "f1", "--simulate", "H100-80GB:2", "--logs-listen", "127.0.0.1:0", "--state-dir", this.stateDir(name), "--stop-grace", "1s", "--health-interval", "100ms", "--log-level", "info", ...extra],
       { cwd: this.dir, env: { PATH: process.env.PATH ?? "" }, stdout: Bun.file(join(this.dir, `agent-${name}-${n}.log`)), stderr: Bun.file(join(this.dir, `agent-${name}-${n}.stderr`)) },
     );
     this.agents.set(name, p);
