@@ -3,19 +3,17 @@
 // derived from this node's credential (compared in constant time), over TLS when the head
 // node's agent API is; serves only files of replicas this agent runs or ran.
 
-import { createHash, timingSafeEqual } from "node:crypto";
+import { bearerToken, sameSecret } from "../lib/digest";
 import { closeSync, existsSync, fstatSync, openSync, readSync, statSync } from "node:fs";
 import { realScheduler, type Scheduler } from "../lib/scheduler";
 import type { AgentLogger } from "./log";
 
-const digest = (s: string) => createHash("sha256").update(s).digest();
-
 /** Whether an Authorization header carries `token`: constant time over digests, so neither content nor length leaks. */
 export function bearerMatches(header: string | null, token: string | undefined): boolean {
-  const m = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
+  const presented = bearerToken(header);
   // Compared even when absent, so a missing header costs what a wrong one does.
-  const ok = timingSafeEqual(digest(m?.[1] ?? ""), digest(token ?? ""));
-  return ok && m !== null && token !== undefined && token !== "";
+  const ok = sameSecret(presented ?? "", token ?? "");
+  return ok && presented !== undefined && token !== undefined && token !== "";
 }
 
 export interface LogServerOptions {

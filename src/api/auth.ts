@@ -1,21 +1,15 @@
 // Bearer-token checks. Each listener's routes take exactly one kind of token; comparison runs
 // in constant time over digests, so neither content nor length leaks through timing.
 
-import { createHash, timingSafeEqual } from "node:crypto";
 import type { MiddlewareHandler } from "hono";
+import { bearerToken, sameSecret } from "../lib/digest";
 import { errorBody } from "./errors";
 import type { PeerEnv } from "./listener";
 
-const digest = (s: string) => createHash("sha256").update(s).digest();
+export { bearerToken };
 
 export function tokenMatches(presented: string, expected: string): boolean {
-  return timingSafeEqual(digest(presented), digest(expected));
-}
-
-export function bearerToken(header: string | undefined): string | undefined {
-  if (!header) return undefined;
-  const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
-  return m?.[1];
+  return sameSecret(presented, expected);
 }
 
 /**

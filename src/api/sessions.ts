@@ -3,7 +3,8 @@
 // log of the map reveals no usable cookie. A restart forgets every session (everyone signs in
 // again), which is the price of keeping them out of the store.
 
-import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { randomBytes } from "node:crypto";
+import { sameSecret, sha256base64url } from "../lib/digest";
 import type { Scheduler } from "../lib/scheduler";
 
 /** The wall clock a session or page reads (a Scheduler, or just its now()). */
@@ -23,7 +24,7 @@ export interface Session {
   lastSeen: number;
 }
 
-const hash = (id: string) => createHash("sha256").update(id).digest("base64url");
+const hash = sha256base64url;
 const random = () => randomBytes(32).toString("base64url");
 
 export interface SessionStoreOptions {
@@ -96,7 +97,5 @@ export class SessionStore {
 /** Whether a presented CSRF token is the session's, in constant time. */
 export function csrfMatches(presented: unknown, s: Session): boolean {
   if (typeof presented !== "string" || presented.length === 0 || presented.length > 200) return false;
-  const a = createHash("sha256").update(presented).digest();
-  const b = createHash("sha256").update(s.csrf).digest();
-  return timingSafeEqual(a, b);
+  return sameSecret(presented, s.csrf);
 }

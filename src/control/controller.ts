@@ -13,7 +13,8 @@
 // app/: the app wires a store (anything implementing StorePort, store-port.ts), a router (an
 // EndpointSink and UsageSource) and a Scheduler (time) into the Controller.
 
-import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
+import { randomBytes } from "node:crypto";
+import { hmacSha256hex, matchesDigest, sha256, sha256hex } from "../lib/digest";
 import type { Logger } from "pino";
 import { letIoIn, type Scheduler } from "../lib/scheduler";
 import { plural } from "../lib/format";
@@ -106,11 +107,10 @@ interface Batch {
 /** Heartbeats with news written in one transaction at most (the rest wait for the next). */
 const MAX_GROUP = 256;
 
-const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
 
 /** HMAC-SHA256 of the replica id under the head node's engine secret, hex (64 characters). */
 export function deriveEngineKey(secret: string, replicaId: string): string {
-  return createHmac("sha256", secret).update(`llmgw-engine-key\u0000${replicaId}`).digest("hex");
+  return hmacSha256hex(secret, `llmgw-engine-key\u0000${replicaId}`);
 }
 
 export class Controller {
@@ -561,23 +561,23 @@ export class Controller {
 
   /** The join token agents present to be admitted; replaced by `llmgw join-token rotate`. */
   setJoinToken(token: string): void {
-    this.joinTokenDigest = createHash("sha256").update(token).digest();
+    this.joinTokenDigest = sha256(token);
   }
 
   /** The join token by its SHA-256 (hex) alone: with several control planes, the store's (shared-tokens.ts). */
-  setJoinTokenDigest(sha256: string): void {
-    this.joinTokenDigest = Buffer.from(sha256, "hex");
+  setJoinTokenDigest(hex: string): void {
+    this.joinTokenDigest = Buffer.from(hex, "hex");
   }
 
   /** Constant time over digests, so neither content nor length leaks. */
   isJoinToken(presented: string): boolean {
     if (!this.joinTokenDigest) return false;
-    return timingSafeEqual(createHash("sha256").update(presented).digest(), this.joinTokenDigest);
+    return matchesDigest(presented, this.joinTokenDigest);
   }
 
   /** The node a credential belongs to, or undefined. */
   nodeForCredential(credential: string): Promise<string | undefined> {
-    return this.store.nodeByCredentialHash(sha256(credential));
+    return this.store.nodeByCredentialHash(sha256hex(credential));
   }
 
   nodeTrust(name: string): Promise<NodeTrust> {
@@ -643,7 +643,7 @@ export class Controller {
     const credentials = group.map((g) => g.hb.join_credential ?? newNodeCredential());
     const trusts: NodeTrust[] = [];
     for (const g of group) trusts.push(await this.store.nodeTrust(g.hb.node));
-    const writes: JoinWrite[] = group.map((g, i) => ({ hb: g.hb, join: { credentialHash: sha256(credentials[i]!), pending: this.nodePolicy.approveNodes && !trusts[i]!.exists } }));
+    const writes: JoinWrite[] = group.map((g, i) => ({ hb: g.hb, join: { credentialHash: sha256hex(credentials[i]!), pending: this.nodePolicy.approveNodes && !trusts[i]!.exists } }));
     const applied = await this.applyJoinGroup(writes, now);
     const batch: Batch = { events: [], created: [] };
     const answers: ({ ok: HeartbeatResponse } | { error: unknown })[] = [];
@@ -1317,7 +1317,7 @@ export class Controller {
   /** Creates a client API key; the key itself is returned this once and never stored. */
   async createApiKey(name: string, pool?: string): Promise<{ name: string; key: string; pool: string | null }> {
     const key = `sk-llmgw-${randomBytes(24).toString("base64url")}`;
-    if (!(await this.store.createApiKey({ name, hash: sha256(key), pool: pool ?? null, createdAt: this.scheduler.now() })))
+    if (!(await this.store.createApiKey({ name, hash: sha256hex(key), pool: pool ?? null, createdAt: this.scheduler.now() })))
       throw new ConflictError(`an API key named "${name}" already exists; revoke it first or pick another name`, ["name"]);
     await this.event("key.created", `key/${name}`, `API key ${name} created${pool ? ` for pool ${pool}` : ""}`);
     await this.publishKeys();

@@ -3,6 +3,7 @@
 // schemas, so a change here is a protocol change.
 
 import { z } from "zod";
+import { sha256hex } from "../lib/digest";
 import { CATALOG_LIMITS, Engine, Profile } from "./catalog";
 import { Labels, Name, NodeAddress, Printable, PrintableMultiline, SegmentName } from "./common";
 import { EngineEnv } from "./engine-env";
@@ -280,7 +281,7 @@ export type AssignmentsQuery = z.infer<typeof AssignmentsQuery>;
 
 /** SHA-256 (hex) of a node credential: all the head node stores of it. */
 export function credentialDigest(credential: string): string {
-  return new Bun.CryptoHasher("sha256").update(credential).digest("hex");
+  return sha256hex(credential);
 }
 
 /**
@@ -289,5 +290,5 @@ export function credentialDigest(credential: string): string {
  * travels towards a node, and one node's token opens no other node's logs.
  */
 export function logsToken(credentialSha256: string): string {
-  return new Bun.CryptoHasher("sha256").update(`llmgw-logs\u0000${credentialSha256}`).digest("hex");
+  return sha256hex(`llmgw-logs\u0000${credentialSha256}`);
 }

@@ -21,7 +21,7 @@
 // they are set from `clock`, a coarse monotonic time that one sweep (a scheduler.every timer)
 // refreshes.
 
-import { createHash, timingSafeEqual } from "node:crypto";
+import { bearerToken, sameSecret, sha256hex } from "../lib/digest";
 import { hostPort } from "../lib/net";
 import { safeText } from "../lib/text";
 import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
@@ -150,8 +150,6 @@ const RETRY_STATUS = new Set([429, 502, 503, 504]);
  * prompts this thread serves. An engine's own in-flight count here is exact either way.
  */
 const METRICS_MAX_PER_SECOND = 250;
-const sha256hex = (s: string) => createHash("sha256").update(s).digest("hex");
-const digest = (s: string) => createHash("sha256").update(s).digest();
 // Named lists rather than "everything but hop-by-hop": building headers is per-request work on
 // the hot path, and engines need (and send) only a few.
 const PASS_UP = new Set(["accept", "x-request-id", "traceparent", "tracestate", "user-agent"]);
@@ -446,16 +444,16 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
 
   /** Constant-time comparison of a bearer token against a secret. */
   private bearerIs(ex: ClientExchange, token: string): boolean {
-    const m = /^Bearer\s+(\S+)\s*$/i.exec(ex.headers.get("authorization") ?? "");
-    return m !== null && timingSafeEqual(digest(m[1]!), digest(token));
+    const presented = bearerToken(ex.headers.get("authorization"));
+    return presented !== undefined && sameSecret(presented, token);
   }
 
   /** Checks the client's API key when keys are required; returns an error reply, or the key's pool and SHA-256 (its owner's mark). */
   private authorize(ex: ClientExchange): Reply | { pool?: string; owner?: string } {
     if (!this.o.requireApiKey) return {};
-    const m = /^Bearer\s+(\S+)\s*$/i.exec(ex.headers.get("authorization") ?? "");
+    const presented = bearerToken(ex.headers.get("authorization"));
     // Keys are looked up by their SHA-256: the secret itself is never compared or kept.
-    const key = m ? this.keys.get(sha256hex(m[1]!)) : undefined;
+    const key = presented !== undefined ? this.keys.get(sha256hex(presented)) : undefined;
     if (!key) return openAIError(401, "Incorrect or missing API key: send Authorization: Bearer <key> (create one with `llmgw keys create NAME`)", { code: "invalid_api_key" });
     return key.pool ? { pool: key.pool, owner: key.sha256 } : { owner: key.sha256 };
   }

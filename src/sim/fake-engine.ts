@@ -4,7 +4,7 @@
 // Given a key (--api-key, or LLMGW_FAKE_ENGINE_API_KEY) it answers /v1/* only to a request that
 // presents it, as vLLM and SGLang do; /health and /metrics stay open like theirs.
 
-import { timingSafeEqual } from "node:crypto";
+import { sameBytes } from "../lib/digest";
 import type { Server } from "bun";
 import { type FlagSpecs, UsageError, parseFlags } from "../config/flags";
 import { hostPort } from "../lib/net";
@@ -386,7 +386,7 @@ class Engine {
   private authorized(header: string | null): boolean {
     if (header === null) return false;
     const got = Buffer.from(header);
-    return got.length === this.expected!.length && timingSafeEqual(got, this.expected!);
+    return sameBytes(got, this.expected!);
   }
 
   /** Parses the JSON object body and resolves the model, or says what is wrong with them. */

@@ -3,7 +3,7 @@
 // imported as text and shaped exactly as drizzle's file reader would build it.
 // After `npm run db:generate` adds a migration, add its import here: a test fails until then.
 
-import { createHash } from "node:crypto";
+import { sha256hex } from "../lib/digest";
 import sqliteJournal from "../../drizzle/sqlite/meta/_journal.json";
 import s0000 from "../../drizzle/sqlite/0000_init.sql" with { type: "text" };
 import s0001 from "../../drizzle/sqlite/0001_api_keys.sql" with { type: "text" };
@@ -67,7 +67,7 @@ export function embeddedMigrations(dialect: MigrationDialect = "sqlite"): Migrat
       sql: query.split("--> statement-breakpoint"),
       bps: entry.breakpoints,
       folderMillis: entry.when,
-      hash: createHash("sha256").update(query).digest("hex"),
+      hash: sha256hex(query),
     };
   });
 }

@@ -5,7 +5,7 @@
 // stored already) and deletes it, so the store never holds a token in clear once a control plane
 // of this version opened it, nor for long after an older one wrote one again.
 
-import { createHash } from "node:crypto";
+import { sha256hex } from "../lib/digest";
 import type { SharedTokenKind, TokenDigest, TokenDigests } from "../control/types";
 
 export const DIGEST_KEYS: Record<SharedTokenKind, string> = { admin: "digest:admin_token", join: "digest:join_token" };
@@ -17,7 +17,7 @@ export const RETIRED_KEPT = 32;
 
 const KINDS: SharedTokenKind[] = ["admin", "join"];
 
-export const sha256hex = (s: string): string => createHash("sha256").update(s).digest("hex");
+export { sha256hex };
 
 interface MetaRow {
   key: string;

@@ -1,6 +1,6 @@
 // The house as DESIGN.md draws it, checked by reading the source: who may import whom, that
-// time comes only through the Scheduler in the roles that keep it, and that no function in
-// those roles outgrows a reader's screen (120 lines).
+// time comes only through the Scheduler in the roles that keep it, that secrets are hashed and
+// compared in one module, and that no function in those roles outgrows a reader's screen (120 lines).
 
 import { describe, expect, test } from "bun:test";
 import { readFileSync, readdirSync, statSync } from "node:fs";
@@ -89,6 +89,19 @@ describe("time only through the Scheduler", () => {
       expect(bad).toEqual([]);
     });
   }
+});
+
+describe("secrets hashed and compared in one place (lib/digest.ts)", () => {
+  test("no createHash, createHmac, timingSafeEqual or Bun.CryptoHasher elsewhere, and no second Bearer pattern", () => {
+    const bad: string[] = [];
+    for (const f of ALL.filter((f) => f.rel !== "lib/digest.ts")) {
+      f.text.split("\n").forEach((line, i) => {
+        if (/\b(createHash|createHmac|timingSafeEqual|CryptoHasher)\b/.test(line) && !/^\s*(\/\/|\*)/.test(line)) bad.push(`${f.rel}:${i + 1} ${line.trim()}`);
+        if (/\^Bearer/.test(line)) bad.push(`${f.rel}:${i + 1} ${line.trim()}`);
+      });
+    }
+    expect(bad).toEqual([]);
+  });
 });
 
 const SHORT = ["router", "control", "agent", "app", "http"];
