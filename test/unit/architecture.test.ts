@@ -23,8 +23,15 @@ function files(dir: string): string[] {
 const ALL = files(SRC).map((p) => ({ path: p, rel: relative(SRC, p), text: readFileSync(p, "utf8") }));
 const folder = (rel: string) => (rel.includes("/") ? rel.split("/")[0]! : "");
 
+/** Each file parsed once, however many checks read it. */
+const parsed = new Map<string, ts.SourceFile>();
 function parse(f: { path: string; text: string }): ts.SourceFile {
-  return ts.createSourceFile(f.path, f.text, ts.ScriptTarget.Latest, true, f.path.endsWith(".tsx") ? ts.ScriptKind.TSX : ts.ScriptKind.TS);
+  let sf = parsed.get(f.path);
+  if (!sf) {
+    sf = ts.createSourceFile(f.path, f.text, ts.ScriptTarget.Latest, true, f.path.endsWith(".tsx") ? ts.ScriptKind.TSX : ts.ScriptKind.TS);
+    parsed.set(f.path, sf);
+  }
+  return sf;
 }
 
 /** Folders each src folder must never import from. */
