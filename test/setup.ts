@@ -28,7 +28,7 @@ export interface Need {
 
 export const NEEDS: readonly Need[] = [
   { command: "chromium", pkg: "chromium", usedBy: "test/e2e/dashboard.test.ts (headless browser)" },
-  { command: "promtool", pkg: "prometheus", usedBy: "test/integration/router.test.ts, test/e2e/metrics.test.ts, test/unit/fleet-metrics.test.ts (checks /metrics and the Prometheus configuration)" },
+  { command: "promtool", pkg: "prometheus", usedBy: "test/integration/router.test.ts, test/e2e/metrics.test.ts, test/integration/fleet-metrics-promtool.test.ts (checks /metrics and the Prometheus configuration)" },
   { command: "systemd-analyze", pkg: "systemd", usedBy: "test/integration/install.test.ts (verifies the units)" },
   { command: "openssl", pkg: "openssl", usedBy: "test/integration/tls.test.ts, ui-session.test.ts (makes certificates)" },
   { command: "ps", pkg: "procps", usedBy: "test/e2e/faults.test.ts (finds leftover processes)" },
@@ -41,7 +41,7 @@ export const NEEDS: readonly Need[] = [
   { command: "/usr/lib/python3/dist-packages/etcd/__init__.py", pkg: "python3-etcd", usedBy: "the PostgreSQL failover tests (Patroni's etcd client: patroni depends on it or on consul, kazoo or kubernetes)" },
   { command: "/usr/sbin/keepalived", pkg: "keepalived", usedBy: "the floating address test" },
   { command: "ip", pkg: "iproute2", usedBy: "the floating address test (network namespaces, veth pairs)" },
-  { command: "zsh", pkg: "zsh", usedBy: "test/unit/completion.test.ts (the zsh completion script, driven in a real zsh)" },
+  { command: "zsh", pkg: "zsh", usedBy: "test/integration/completion.test.ts (the zsh completion script, driven in a real zsh)" },
   { command: "script", pkg: "bsdutils", usedBy: "test/e2e/log-format.test.ts (serve on a pseudo-terminal)" },
 ];
 

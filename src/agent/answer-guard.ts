@@ -3,7 +3,7 @@
 // forged answer would otherwise make every honest one look stale, for good), and an empty
 // assignment set that comes with a new count (a server that restarted, another control plane, a
 // new leader) waits for a second answer before engines are stopped for it. Pure decisions:
-// agent.ts keeps the state, logs and acts.
+// answers.ts keeps the state, logs and acts.
 
 /**
  * How far an answer's leader epoch may rise above the highest this agent has seen and still be

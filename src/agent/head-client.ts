@@ -4,7 +4,7 @@
 // --server-fingerprint, or the system's CAs). With several control planes it holds their list
 // and the one requests go to now: a loop that got no answer there moves it on (failover), and
 // both loops follow. It knows nothing of heartbeats' contents or of what the answers mean:
-// agent.ts does.
+// conversation.ts and answers.ts do.
 
 import { X509Certificate } from "node:crypto";
 import { readFileSync } from "node:fs";

@@ -56,6 +56,7 @@ export interface JoinTokenRotation {
   rotate(): Promise<{ path: string; shared: boolean }>;
 }
 
+/** The admin API under /api/v1 (app.ts mounts it behind the admin token), its parts registered in the order they always were. */
 export function adminRoutes(
   ctl: Controller,
   log: Logger,
@@ -74,6 +75,22 @@ export function adminRoutes(
     return c.json({ ...summary, ...(router ? { router } : {}), ...(admission ? { node_admission: admission } : {}) });
   });
 
+  nodeRoutes(app, ctl, log, rotation);
+
+  app.get("/replicas", async (c) => {
+    const q = ROUTES.listReplicas.query.parse(c.req.query());
+    return c.json(await ctl.replicas(q.model));
+  });
+
+  catalogRoutes(app, ctl);
+  keyRoutes(app, ctl);
+  logRoutes(app, ctl);
+  recordRoutes(app, ctl);
+  return app;
+}
+
+/** The nodes: their tables, admin states, deletion, approval and address allowances, and the join token that admits new ones. */
+function nodeRoutes(app: Hono, ctl: Controller, log: Logger, rotation: JoinTokenRotation): void {
   app.get("/nodes", async (c) => c.json(await ctl.nodes()));
   app.get("/nodes/:name", async (c) => c.json(await ctl.node(nodeName(c.req.param("name")))));
   for (const [action, state, verb] of [
@@ -125,12 +142,10 @@ export function adminRoutes(
     log.warn({ path, shared }, "join token rotated");
     return c.json({ path, message: `join token rotated: the new one is in ${path} (0600); the old one no longer admits new nodes${where}, joined nodes keep working` } satisfies JoinTokenRotated);
   });
+}
 
-  app.get("/replicas", async (c) => {
-    const q = ROUTES.listReplicas.query.parse(c.req.query());
-    return c.json(await ctl.replicas(q.model));
-  });
-
+/** The catalog: models one by one (with their explanation and unparking) and a whole catalog file at once. */
+function catalogRoutes(app: Hono, ctl: Controller): void {
   app.get("/models", async (c) => c.json(await ctl.models()));
   const explain = async (name: string) => ctl.explain(name) satisfies Promise<Explanation>;
   // Registered so the route list is the documented one; hono's router hands GET .../explain to
@@ -192,7 +207,10 @@ export function adminRoutes(
     const results = await ctl.putModels(file.models, true).catch(asProblems(models));
     return c.json({ results: results.map((r) => ({ ...r, message: `model/${r.name} ${r.result}` })) } satisfies ApplyResult);
   });
+}
 
+/** The router's API keys: listed, created (the key shown once), revoked. */
+function keyRoutes(app: Hono, ctl: Controller): void {
   app.get("/keys", async (c) => c.json(await ctl.listApiKeys()));
   app.post("/keys", async (c) => {
     const body = ROUTES.createKey.body.parse(await jsonBody(c.req.raw));
@@ -204,12 +222,14 @@ export function adminRoutes(
     await ctl.revokeApiKey(name);
     return c.json({ name, message: `key/${name} revoked` } satisfies ApiKeyRevoked);
   });
+}
 
-  /**
-   * A replica's engine log, fetched from its node's agent; ?follow=1 keeps streaming, ?previous=1
-   * is its past run: when its node has none (the replica runs its first run), the last run of the
-   * failed replica it replaced, named in x-llmgw-log-replica and x-llmgw-log-node.
-   */
+/**
+ * A replica's engine log, fetched from its node's agent; ?follow=1 keeps streaming, ?previous=1
+ * is its past run: when its node has none (the replica runs its first run), the last run of the
+ * failed replica it replaced, named in x-llmgw-log-replica and x-llmgw-log-node.
+ */
+function logRoutes(app: Hono, ctl: Controller): void {
   app.get("/replicas/:id/logs", async (c) => {
     const q = ROUTES.replicaLogs.query.parse(c.req.query());
     const id = c.req.param("id");
@@ -233,7 +253,10 @@ export function adminRoutes(
     if (from.id !== id) Object.assign(headers, { "x-llmgw-log-replica": encodeURIComponent(from.id), "x-llmgw-log-node": encodeURIComponent(from.node) });
     return new Response(res.body, { headers });
   });
+}
 
+/** What the server keeps: the database as a download, and the event log. */
+function recordRoutes(app: Hono, ctl: Controller): void {
   /** A consistent copy of the database, taken while the server runs, as a download. */
   app.get("/backup", async (c) => {
     const path = await ctl.backup();
@@ -249,8 +272,6 @@ export function adminRoutes(
     const q = ROUTES.events.query.parse(c.req.query());
     return c.json(await ctl.events({ afterId: q.after, limit: q.limit, subject: q.subject }));
   });
-
-  return app;
 }
 
 /** One request to a node's log listener; unreachable is a 503 naming the node. */

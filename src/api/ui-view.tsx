@@ -252,7 +252,6 @@ const Attention: FC<{ s: Summary }> = ({ s }) => {
   // Nodes whose discovery fails and whose GPUs are kept, counted unhealthy (control/gpu-health.ts).
   const kept = (s.gpu_discovery ?? []).filter((p) => p.last_known);
   const nothing = s.unplaceable.length === 0 && s.parked.length === 0 && s.idle_replicas.length === 0 && s.evictions.length === 0 && !s.store_error && kept.length === 0;
-  const idleGpus = s.idle_replicas.reduce((a, x) => a + x.gpus, 0);
   return (
     <Section id="attention" title="Needs attention">
       {nothing && <p class="empty">Nothing: every model is placed or on its way, nothing is parked or idle.</p>}
@@ -266,123 +265,138 @@ const Attention: FC<{ s: Summary }> = ({ s }) => {
           GPU discovery fails on <a href={nodeHref(p.node)}>{p.node}</a>: its {plural(p.gpus, "GPU")} last reported are counted unhealthy until it answers again. {oneLine(p.error, 300)}
         </p>
       ))}
-      {s.unplaceable.length > 0 && (
-        <>
-          <h3 class="bad">Unplaceable</h3>
-          <ul class="reasons">
-            {s.unplaceable.map((name) => (
-              <li data-testid="unplaceable" data-model={name}>
-                <b>
-                  <a href={modelHref(name)}>{name}</a>
-                </b>
-                {s.unplaceable_reasons[name] && (
-                  <span class="reason">
-                    <Prose text={s.unplaceable_reasons[name]} />
-                  </span>
-                )}
-              </li>
-            ))}
-          </ul>
-        </>
-      )}
-      {s.parked.length > 0 && (
-        <>
-          <h3 class="bad">
-            Parked{" "}
-            <small data-testid="parked-note">
-              not retried until <code>llmgw models unpark NAME</code> or a catalog change
-            </small>
-          </h3>
-          <div class="scroll">
-            <table>
-              <thead>
-                <tr>
-                  <th>Model</th>
-                  <th class="num">Failures</th>
-                  <th>Last error</th>
-                </tr>
-              </thead>
-              <tbody>
-                {s.parked.map((p) => (
-                  <tr data-testid="parked" data-model={p.model}>
-                    <td class="name">
-                      <a href={modelHref(p.model)}>{p.model}</a>
-                    </td>
-                    <td class="num" data-field="failures">{p.failures}</td>
-                    <td class="reason" data-field="reason" title={p.reason}>
-                      <Prose text={oneLine(p.reason, 240)} />
-                    </td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
-          </div>
-        </>
-      )}
-      {s.idle_replicas.length > 0 && (
-        <>
-          <h3>
-            Idle <small>ready, unasked-for 10m or more: {plural(idleGpus, "GPU")} to reclaim</small>
-          </h3>
-          <div class="scroll">
-            <table>
-              <thead>
-                <tr>
-                  <th>Replica</th>
-                  <th>Model</th>
-                  <th class="num">Idle</th>
-                  <th class="num">GPUs</th>
-                </tr>
-              </thead>
-              <tbody>
-                {s.idle_replicas.slice(0, 50).map((i) => (
-                  <tr data-testid="idle" data-replica={i.id}>
-                    <td class="mono">{i.id}</td>
-                    <td class="name">{i.model}</td>
-                    <td class="num">{human(i.idle_seconds)}</td>
-                    <td class="num">{i.gpus}</td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
-          </div>
-          {s.idle_replicas.length > 50 && <p class="more">… and {s.idle_replicas.length - 50} more in the replicas table</p>}
-        </>
-      )}
-      {s.evictions.length > 0 && (
-        <>
-          <h3>
-            Evicted <small>last hour: idle replicas stopped to make room for on-demand models</small>
-          </h3>
-          <div class="scroll">
-            <table>
-              <thead>
-                <tr>
-                  <th>At (UTC)</th>
-                  <th>Replica</th>
-                  <th>Model</th>
-                  <th class="num">Was idle</th>
-                  <th>For</th>
-                </tr>
-              </thead>
-              <tbody>
-                {s.evictions.map((e) => (
-                  <tr data-testid="eviction" data-replica={e.replica}>
-                    <td class="mono">{clock(e.at)}</td>
-                    <td class="mono">{e.replica}</td>
-                    <td class="name">{e.model}</td>
-                    <td class="num">{human(e.idle_seconds)}</td>
-                    <td class="name">{e.for_model}</td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
-          </div>
-        </>
-      )}
+      {s.unplaceable.length > 0 && <Unplaceable s={s} />}
+      {s.parked.length > 0 && <Parked s={s} />}
+      {s.idle_replicas.length > 0 && <Idle s={s} />}
+      {s.evictions.length > 0 && <Evicted s={s} />}
     </Section>
   );
 };
+
+/** Models short and unable to place more, each with why. */
+const Unplaceable: FC<{ s: Summary }> = ({ s }) => (
+  <>
+    <h3 class="bad">Unplaceable</h3>
+    <ul class="reasons">
+      {s.unplaceable.map((name) => (
+        <li data-testid="unplaceable" data-model={name}>
+          <b>
+            <a href={modelHref(name)}>{name}</a>
+          </b>
+          {s.unplaceable_reasons[name] && (
+            <span class="reason">
+              <Prose text={s.unplaceable_reasons[name]} />
+            </span>
+          )}
+        </li>
+      ))}
+    </ul>
+  </>
+);
+
+/** Models that failed every start, not retried until unparked. */
+const Parked: FC<{ s: Summary }> = ({ s }) => (
+  <>
+    <h3 class="bad">
+      Parked{" "}
+      <small data-testid="parked-note">
+        not retried until <code>llmgw models unpark NAME</code> or a catalog change
+      </small>
+    </h3>
+    <div class="scroll">
+      <table>
+        <thead>
+          <tr>
+            <th>Model</th>
+            <th class="num">Failures</th>
+            <th>Last error</th>
+          </tr>
+        </thead>
+        <tbody>
+          {s.parked.map((p) => (
+            <tr data-testid="parked" data-model={p.model}>
+              <td class="name">
+                <a href={modelHref(p.model)}>{p.model}</a>
+              </td>
+              <td class="num" data-field="failures">{p.failures}</td>
+              <td class="reason" data-field="reason" title={p.reason}>
+                <Prose text={oneLine(p.reason, 240)} />
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  </>
+);
+
+/** Ready replicas unasked-for long enough to reclaim, longest first (the first 50). */
+const Idle: FC<{ s: Summary }> = ({ s }) => {
+  const idleGpus = s.idle_replicas.reduce((a, x) => a + x.gpus, 0);
+  return (
+    <>
+      <h3>
+        Idle <small>ready, unasked-for 10m or more: {plural(idleGpus, "GPU")} to reclaim</small>
+      </h3>
+      <div class="scroll">
+        <table>
+          <thead>
+            <tr>
+              <th>Replica</th>
+              <th>Model</th>
+              <th class="num">Idle</th>
+              <th class="num">GPUs</th>
+            </tr>
+          </thead>
+          <tbody>
+            {s.idle_replicas.slice(0, 50).map((i) => (
+              <tr data-testid="idle" data-replica={i.id}>
+                <td class="mono">{i.id}</td>
+                <td class="name">{i.model}</td>
+                <td class="num">{human(i.idle_seconds)}</td>
+                <td class="num">{i.gpus}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
+      {s.idle_replicas.length > 50 && <p class="more">… and {s.idle_replicas.length - 50} more in the replicas table</p>}
+    </>
+  );
+};
+
+/** The last hour's evictions of idle replicas for on-demand models. */
+const Evicted: FC<{ s: Summary }> = ({ s }) => (
+  <>
+    <h3>
+      Evicted <small>last hour: idle replicas stopped to make room for on-demand models</small>
+    </h3>
+    <div class="scroll">
+      <table>
+        <thead>
+          <tr>
+            <th>At (UTC)</th>
+            <th>Replica</th>
+            <th>Model</th>
+            <th class="num">Was idle</th>
+            <th>For</th>
+          </tr>
+        </thead>
+        <tbody>
+          {s.evictions.map((e) => (
+            <tr data-testid="eviction" data-replica={e.replica}>
+              <td class="mono">{clock(e.at)}</td>
+              <td class="mono">{e.replica}</td>
+              <td class="name">{e.model}</td>
+              <td class="num">{human(e.idle_seconds)}</td>
+              <td class="name">{e.for_model}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  </>
+);
 
 // ---- the tables -------------------------------------------------------------------------
 

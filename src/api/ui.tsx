@@ -17,7 +17,7 @@ import { randomBytes } from "node:crypto";
 import { Hono } from "hono";
 import { compress } from "hono/compress";
 import { deleteCookie, getCookie, setCookie } from "hono/cookie";
-import type { Context } from "hono";
+import type { Context, MiddlewareHandler } from "hono";
 import { ZodError } from "zod";
 import type { Scheduler } from "../lib/scheduler";
 import type { Controller } from "../control/controller";
@@ -61,83 +61,13 @@ export function uiRoutes(o: UiOptions): Hono<Env> {
   const ctl = o.controller;
   const sessions = o.sessions ?? new SessionStore({ clock: o.clock ?? ctl.opts.scheduler });
 
-  app.use(async (c, next) => {
-    const nonce = randomBytes(16).toString("base64");
-    c.set("nonce", nonce);
-    c.header(
-      "Content-Security-Policy",
-      `default-src 'self'; script-src 'nonce-${nonce}'; style-src 'nonce-${nonce}'; img-src 'self'; connect-src 'self'; ` +
-        `form-action 'self'; base-uri 'none'; object-src 'none'; frame-ancestors 'none'`,
-    );
-    c.header("X-Content-Type-Options", "nosniff");
-    c.header("Referrer-Policy", "no-referrer");
-    c.header("X-Frame-Options", "DENY");
-    c.header("Cross-Origin-Opener-Policy", "same-origin");
-    c.header("Cross-Origin-Resource-Policy", "same-origin");
-    // Fleet data and login answers belong in no cache, shared or not.
-    c.header("Cache-Control", "no-store");
-    await next();
-  });
+  app.use(securityHeaders);
   // A 200-node page is a few hundred KB of repetitive markup, fetched every two seconds.
   app.use(compress());
 
-  /** The request's live session (by cookie), if any. */
-  const sessionOf = (c: Context<Env>): Session | undefined => sessions.touch(getCookie(c, UI_COOKIE));
-
-  /** Signed in: by a live session, or by the admin token as a bearer header (no session). */
-  const authed = (c: Context<Env>): { session?: Session } | undefined => {
-    const bearer = bearerToken(c.req.header("authorization"));
-    if (bearer !== undefined && tokenMatches(bearer, o.adminToken)) {
-      markAuthenticated(c);
-      return {};
-    }
-    const session = sessionOf(c);
-    if (session) markAuthenticated(c);
-    return session ? { session } : undefined;
-  };
-
-  const secure = (c: Context<Env>) => new URL(c.req.url).protocol === "https:";
-
-  /** A new session for every sign-in; the one the browser held before, if any, ends. */
-  const startSession = (c: Context<Env>): Session => {
-    markAuthenticated(c);
-    sessions.revoke(getCookie(c, UI_COOKIE));
-    const { id, session } = sessions.create();
-    setCookie(c, UI_COOKIE, id, { path: "/ui", httpOnly: true, sameSite: "Strict", secure: secure(c), maxAge: Math.floor(sessions.absoluteMs / 1000) });
-    return session;
-  };
-
-  const endSession = (c: Context<Env>) => {
-    sessions.revoke(getCookie(c, UI_COOKIE));
-    deleteCookie(c, UI_COOKIE, { path: "/ui", httpOnly: true, sameSite: "Strict", secure: secure(c) });
-  };
-
-  const login = (c: Context<Env>, error?: string, stripQuery = false) => {
-    c.header("WWW-Authenticate", 'Bearer realm="llmgw"');
-    return c.html(`<!DOCTYPE html>${<LoginPage nonce={c.get("nonce")} error={error} stripQuery={stripQuery} />}`, 401);
-  };
-
-  const data = async (): Promise<DashboardData> => {
-    // One snapshot for both: the summary and the tables describe the same moment, as
-    // `GET /api/v1/summary` and the table routes do.
-    const { summary, tables } = await ctl.overview();
-    const events = (await ctl.events({ limit: EVENTS_SHOWN })).reverse();
-    // Names, classes, labels, errors and event messages are what nodes, engines and catalog
-    // files said: sanitised for the page, however a view gained the field.
-    return safeDeep({ summary, tables, events, now: ctl.opts.scheduler.now() });
-  };
-
-  const history = o.history ?? new History();
-  const historyView = (): HistoryView =>
-    safeDeep({
-      now: ctl.opts.scheduler.now(),
-      windowMs: history.windowMs,
-      traffic: history.readsTraffic,
-      models: history.models().map((name) => ({ name, points: [...history.model(name)] })),
-      classes: history.classes().map((name) => ({ name, points: [...history.gpuClass(name)] })),
-      untrackedModels: history.untrackedModels,
-      untrackedClasses: history.untrackedClasses,
-    });
+  const signIn = signInOf(sessions, o.adminToken);
+  const { authed, login } = signIn;
+  const { data, historyView, relatedEvents } = viewsOf(ctl, o.history ?? new History());
 
   /** A message for the session's next page, taken when shown. */
   const flashes = new WeakMap<Session, Flash>();
@@ -147,18 +77,6 @@ export function uiRoutes(o: UiOptions): Hono<Env> {
     flashes.delete(session);
     return f;
   };
-
-  /** The newest events about `subject`, and about the replicas named (as far back as the scan goes), newest first. */
-  const relatedEvents = async (subject: string, others: string[]): Promise<EventView[]> => {
-    const [own, recent] = await Promise.all([ctl.events({ limit: PAGE_EVENTS, subject }), others.length > 0 ? ctl.events({ limit: RELATED_EVENTS_SCAN }) : []]);
-    const wanted = new Set(others);
-    const byId = new Map<number, EventView>();
-    for (const e of [...own, ...recent.filter((x) => wanted.has(x.subject))]) byId.set(e.id, e);
-    return [...byId.values()].sort((a, b) => b.id - a.id).slice(0, PAGE_EVENTS);
-  };
-
-  const wrong = "That is not this server's admin token.";
-  const LINK_REFUSED = "Sign-in links (/ui?token=…) no longer sign in: the token would stay in browser history and proxy logs. Paste the admin token here instead.";
 
   app.get("/", async (c) => {
     // A sign-in link of older releases (/ui?token=…) signs no one in, and its token is neither
@@ -177,7 +95,7 @@ export function uiRoutes(o: UiOptions): Hono<Env> {
   });
 
   pageRoutes(app, { ctl, authed, login, takeFlash, historyView, relatedEvents });
-  actionRoutes(app, { ctl, sessionOf, authed, login, flashes });
+  actionRoutes(app, { ctl, sessionOf: signIn.sessionOf, authed, login, flashes });
 
   // Behind the session like the rest: on the login form the browser's icon request gets a 401.
   app.get("/icon.svg", (c) => {
@@ -186,6 +104,116 @@ export function uiRoutes(o: UiOptions): Hono<Env> {
     return c.body(ICON_SVG, 200, { "Content-Type": "image/svg+xml" });
   });
 
+  signInRoutes(app, signIn, o.adminToken);
+  return app;
+}
+
+/** Every answer's headers: a strict CSP with this response's nonce, no framing, no sniffing, no caching. */
+const securityHeaders: MiddlewareHandler<Env> = async (c, next) => {
+  const nonce = randomBytes(16).toString("base64");
+  c.set("nonce", nonce);
+  c.header(
+    "Content-Security-Policy",
+    `default-src 'self'; script-src 'nonce-${nonce}'; style-src 'nonce-${nonce}'; img-src 'self'; connect-src 'self'; ` +
+      `form-action 'self'; base-uri 'none'; object-src 'none'; frame-ancestors 'none'`,
+  );
+  c.header("X-Content-Type-Options", "nosniff");
+  c.header("Referrer-Policy", "no-referrer");
+  c.header("X-Frame-Options", "DENY");
+  c.header("Cross-Origin-Opener-Policy", "same-origin");
+  c.header("Cross-Origin-Resource-Policy", "same-origin");
+  // Fleet data and login answers belong in no cache, shared or not.
+  c.header("Cache-Control", "no-store");
+  await next();
+};
+
+const WRONG_TOKEN = "That is not this server's admin token.";
+const LINK_REFUSED = "Sign-in links (/ui?token=…) no longer sign in: the token would stay in browser history and proxy logs. Paste the admin token here instead.";
+
+/** Who is signed in, and signing in and out: the session cookie, or the admin token as a bearer header. */
+interface SignIn {
+  /** The request's live session (by cookie), if any. */
+  sessionOf(c: Ctx): Session | undefined;
+  /** Signed in: by a live session, or by the admin token as a bearer header (no session). */
+  authed: Authed;
+  /** A new session for every sign-in; the one the browser held before, if any, ends. */
+  startSession(c: Ctx): Session;
+  endSession(c: Ctx): void;
+  /** The sign-in form (401), with an error and, for a sign-in link, the query dropped from the address bar. */
+  login(c: Ctx, error?: string, stripQuery?: boolean): Response;
+}
+
+function signInOf(sessions: SessionStore, adminToken: string): SignIn {
+  const sessionOf = (c: Ctx): Session | undefined => sessions.touch(getCookie(c, UI_COOKIE));
+  const secure = (c: Ctx) => new URL(c.req.url).protocol === "https:";
+  return {
+    sessionOf,
+    authed: (c) => {
+      const bearer = bearerToken(c.req.header("authorization"));
+      if (bearer !== undefined && tokenMatches(bearer, adminToken)) {
+        markAuthenticated(c);
+        return {};
+      }
+      const session = sessionOf(c);
+      if (session) markAuthenticated(c);
+      return session ? { session } : undefined;
+    },
+    startSession: (c) => {
+      markAuthenticated(c);
+      sessions.revoke(getCookie(c, UI_COOKIE));
+      const { id, session } = sessions.create();
+      setCookie(c, UI_COOKIE, id, { path: "/ui", httpOnly: true, sameSite: "Strict", secure: secure(c), maxAge: Math.floor(sessions.absoluteMs / 1000) });
+      return session;
+    },
+    endSession: (c) => {
+      sessions.revoke(getCookie(c, UI_COOKIE));
+      deleteCookie(c, UI_COOKIE, { path: "/ui", httpOnly: true, sameSite: "Strict", secure: secure(c) });
+    },
+    login: (c, error, stripQuery = false) => {
+      c.header("WWW-Authenticate", 'Bearer realm="llmgw"');
+      return c.html(`<!DOCTYPE html>${<LoginPage nonce={c.get("nonce")} error={error} stripQuery={stripQuery} />}`, 401);
+    },
+  };
+}
+
+/** What the pages show, each read as one snapshot and passed through the sanitiser. */
+function viewsOf(ctl: Controller, history: History) {
+  const data = async (): Promise<DashboardData> => {
+    // One snapshot for both: the summary and the tables describe the same moment, as
+    // `GET /api/v1/summary` and the table routes do.
+    const { summary, tables } = await ctl.overview();
+    const events = (await ctl.events({ limit: EVENTS_SHOWN })).reverse();
+    // Names, classes, labels, errors and event messages are what nodes, engines and catalog
+    // files said: sanitised for the page, however a view gained the field.
+    return safeDeep({ summary, tables, events, now: ctl.opts.scheduler.now() });
+  };
+
+  const historyView = (): HistoryView =>
+    safeDeep({
+      now: ctl.opts.scheduler.now(),
+      windowMs: history.windowMs,
+      traffic: history.readsTraffic,
+      models: history.models().map((name) => ({ name, points: [...history.model(name)] })),
+      classes: history.classes().map((name) => ({ name, points: [...history.gpuClass(name)] })),
+      untrackedModels: history.untrackedModels,
+      untrackedClasses: history.untrackedClasses,
+    });
+
+  /** The newest events about `subject`, and about the replicas named (as far back as the scan goes), newest first. */
+  const relatedEvents = async (subject: string, others: string[]): Promise<EventView[]> => {
+    const [own, recent] = await Promise.all([ctl.events({ limit: PAGE_EVENTS, subject }), others.length > 0 ? ctl.events({ limit: RELATED_EVENTS_SCAN }) : []]);
+    const wanted = new Set(others);
+    const byId = new Map<number, EventView>();
+    for (const e of [...own, ...recent.filter((x) => wanted.has(x.subject))]) byId.set(e.id, e);
+    return [...byId.values()].sort((a, b) => b.id - a.id).slice(0, PAGE_EVENTS);
+  };
+
+  return { data, historyView, relatedEvents };
+}
+
+/** Signing in with the admin token (a new session) and out (a POST with the session's CSRF token). */
+function signInRoutes(app: Hono<Env>, signIn: SignIn, adminToken: string): void {
+  const { authed, login, sessionOf, startSession, endSession } = signIn;
   app.post("/login", async (c) => {
     let given: unknown;
     try {
@@ -195,7 +223,7 @@ export function uiRoutes(o: UiOptions): Hono<Env> {
     }
     // The form's field; without one, a script may log in with the bearer header.
     const token = typeof given === "string" ? given : bearerToken(c.req.header("authorization"));
-    if (token === undefined || token.length > 1024 || !tokenMatches(token, o.adminToken)) return login(c, wrong);
+    if (token === undefined || token.length > 1024 || !tokenMatches(token, adminToken)) return login(c, WRONG_TOKEN);
     startSession(c);
     return c.redirect("/ui", 303);
   });
@@ -227,8 +255,6 @@ export function uiRoutes(o: UiOptions): Hono<Env> {
     endSession(c);
     return c.redirect("/ui", 303);
   });
-
-  return app;
 }
 
 type Ctx = Context<Env>;

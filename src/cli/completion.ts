@@ -60,34 +60,8 @@ function q(s: string): string {
 /** The shell functions that hold the commands' data, and the core that uses them. */
 function core(cmds: Command[]): string {
   const names = [...cmds.map((c) => c.name), "help"];
-  const flagCases: string[] = [];
-  const takesCases: string[] = [];
-  const valueCases: string[] = [];
-  const posCases: string[] = [];
-  for (const c of cmds) {
-    const all = Object.entries(c.flags);
-    flagCases.push(`    ${q(c.name)}) _llmgw_r="${all.map(([n, f]) => `--${n}${f.short ? ` -${f.short}` : ""}`).join(" ")}" ;;`);
-    const valued = all.filter(([, f]) => f.kind !== "boolean");
-    if (valued.length > 0) takesCases.push(`    ${q(c.name)}) case $2 in ${valued.flatMap(([n, f]) => [`--${n}`, ...(f.short ? [`-${f.short}`] : [])]).join("|")}) return 0 ;; esac ;;`);
-    for (const [n, f] of valued) {
-      const words = valueWords(f);
-      if (words.length === 0) continue;
-      const pats = [`"${c.name} --${n}"`, ...(f.short ? [`"${c.name} -${f.short}"`] : [])].join("|");
-      valueCases.push(`    ${pats}) __llmgw_add "$3" ${words.map(q).join(" ")} ;;`);
-    }
-  }
-  const known = new Set(names);
-  for (const [cmd, p] of Object.entries(POSITIONALS)) {
-    if (!known.has(cmd)) continue;
-    const subs = Object.keys(p.sub ?? {});
-    const first = [...subs, ...(p.args?.[0] ?? [])];
-    if (first.length > 0) posCases.push(`    ${q(cmd)}/0/*) __llmgw_add "$4" ${first.map(q).join(" ")} ;;`);
-    for (const [sub, rest] of Object.entries(p.sub ?? {}))
-      rest.forEach((words, i) => posCases.push(`    ${q(`${cmd}/${i + 1}/${sub}`)}) __llmgw_add "$4" ${words.map(q).join(" ")} ;;`));
-    (p.args ?? []).forEach((words, i) => {
-      if (i > 0) posCases.push(`    ${q(cmd)}/${i}/*) __llmgw_add "$4" ${words.map(q).join(" ")} ;;`);
-    });
-  }
+  const { flagCases, takesCases, valueCases } = flagData(cmds);
+  const posCases = positionalData(new Set(names));
   return `_llmgw_cmds="${names.join(" ")}"
 _llmgw_fallback=${q(fallbackBinary())}
 
@@ -121,7 +95,48 @@ ${posCases.join("\n")}
   esac
 }
 
-# Adds the words after $1 that start with $1 to _llmgw_out; @kind words expand.
+${CORE}`;
+}
+
+/** The case arms of each command's flags: which it has, which take a value, and what each value completes to. */
+function flagData(cmds: Command[]): { flagCases: string[]; takesCases: string[]; valueCases: string[] } {
+  const flagCases: string[] = [];
+  const takesCases: string[] = [];
+  const valueCases: string[] = [];
+  for (const c of cmds) {
+    const all = Object.entries(c.flags);
+    flagCases.push(`    ${q(c.name)}) _llmgw_r="${all.map(([n, f]) => `--${n}${f.short ? ` -${f.short}` : ""}`).join(" ")}" ;;`);
+    const valued = all.filter(([, f]) => f.kind !== "boolean");
+    if (valued.length > 0) takesCases.push(`    ${q(c.name)}) case $2 in ${valued.flatMap(([n, f]) => [`--${n}`, ...(f.short ? [`-${f.short}`] : [])]).join("|")}) return 0 ;; esac ;;`);
+    for (const [n, f] of valued) {
+      const words = valueWords(f);
+      if (words.length === 0) continue;
+      const pats = [`"${c.name} --${n}"`, ...(f.short ? [`"${c.name} -${f.short}"`] : [])].join("|");
+      valueCases.push(`    ${pats}) __llmgw_add "$3" ${words.map(q).join(" ")} ;;`);
+    }
+  }
+  return { flagCases, takesCases, valueCases };
+}
+
+/** The case arms of the words each known command takes (POSITIONALS), by command, position and first word. */
+function positionalData(known: Set<string>): string[] {
+  const posCases: string[] = [];
+  for (const [cmd, p] of Object.entries(POSITIONALS)) {
+    if (!known.has(cmd)) continue;
+    const subs = Object.keys(p.sub ?? {});
+    const first = [...subs, ...(p.args?.[0] ?? [])];
+    if (first.length > 0) posCases.push(`    ${q(cmd)}/0/*) __llmgw_add "$4" ${first.map(q).join(" ")} ;;`);
+    for (const [sub, rest] of Object.entries(p.sub ?? {}))
+      rest.forEach((words, i) => posCases.push(`    ${q(`${cmd}/${i + 1}/${sub}`)}) __llmgw_add "$4" ${words.map(q).join(" ")} ;;`));
+    (p.args ?? []).forEach((words, i) => {
+      if (i > 0) posCases.push(`    ${q(cmd)}/${i}/*) __llmgw_add "$4" ${words.map(q).join(" ")} ;;`);
+    });
+  }
+  return posCases;
+}
+
+/** The completion core itself, the same for every command set: reading the command line and adding candidates. */
+const CORE = `# Adds the words after $1 that start with $1 to _llmgw_out; @kind words expand.
 __llmgw_add() {
   local cur="$1" w
   shift
@@ -215,7 +230,6 @@ __llmgw_core() {
   __llmgw_pos "$cmd" "$n" "$first" "$cur"
   return 0
 }`;
-}
 
 /** The names the script binds: llmgw, ./llmgw, and this binary as it was invoked and by its full path. */
 export function boundNames(argv0 = process.argv0, execPath = process.execPath, compiled = Bun.main.startsWith("/$bunfs/")): string[] {

@@ -1,9 +1,9 @@
 // GPU discovery on real nvidia-smi output (test/fixtures/nvidia-smi, sources in their headers):
 // the parsers, the MIG rule, health marking, the not-installed path, class names, --simulate.
+// nvidia-smi as a real process (a stand-in script, a hung one) is in
+// test/integration/agent-commands.test.ts.
 
 import { describe, expect, test } from "bun:test";
-import { chmodSync, rmSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
 import fc from "fast-check";
 import {
   buildGpuReports,
@@ -20,8 +20,6 @@ import {
 } from "../../src/agent/gpus";
 import { GpuReport, HeartbeatRequest } from "../../src/protocol/heartbeat";
 import { readFixture } from "../fixtures/read";
-import { ManualScheduler } from "../../src/lib/scheduler";
-import { scratchDir } from "../helpers/tmp";
 
 const fx = {
   h100L: readFixture("nvidia-smi/L__h100-80gb-hbm3-mig__590.48.01.txt"),
@@ -469,34 +467,6 @@ describe("discoverGpus", () => {
       gpus: [{ index: 0, uuid: "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77", name: "Tesla V100-SXM2-16GB", class: "V100-16GB", memory_mib: 16160, healthy: true, parent: null, smi_index: 0, pci_bus_id: "00000000:00:1E.0" }],
       warnings: [],
     });
-  });
-
-  test("real process: a stand-in nvidia-smi script printing the captures; and a hung one times out", async () => {
-    const dir = scratchDir("llmgw-smi-");
-    try {
-      writeFileSync(join(dir, "q.csv"), fx.h100Csv);
-      writeFileSync(join(dir, "l.txt"), fx.h100L);
-      const smi = join(dir, "nvidia-smi");
-      writeFileSync(smi, `#!/bin/sh\nif [ "$1" = "-L" ]; then cat "${dir}/l.txt"; else cat "${dir}/q.csv"; fi\n`);
-      chmodSync(smi, 0o755);
-      const d = await discoverGpus({ nvidiaSmi: smi });
-      expect(d.error).toBeUndefined();
-      expect(d.gpus.map((g) => g.class)).toEqual(["H100-80GB/3g.40gb", "H100-80GB/2g.20gb", "H100-80GB/1g.10gb", "H100-80GB/1g.10gb"]);
-
-      const hung = join(dir, "hung-smi");
-      writeFileSync(hung, "#!/bin/sh\nexec sleep 30\n");
-      chmodSync(hung, 0o755);
-      // The timeout runs on the clock: both commands are killed when it moves past 30 s.
-      const clock = new ManualScheduler();
-      const pending = discoverGpus({ nvidiaSmi: hung, timeoutMs: 30_000, scheduler: clock });
-      clock.advance(29_999);
-      clock.advance(1);
-      const t = await pending;
-      expect(t.gpus).toEqual([]);
-      expect(t.error).toContain("did not finish within 30s");
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
   });
 });
 

@@ -1,6 +1,7 @@
 // The house as DESIGN.md draws it, checked by reading the source: who may import whom, that
 // time comes only through the Scheduler in the roles that keep it, that secrets are hashed and
-// compared in one module, and that no function in those roles outgrows a reader's screen (120 lines).
+// compared in one module, and that nothing outgrows what a reader can hold: no function over 120
+// lines (a screen), no class over 500, no source file over 1,000, in every folder of src.
 
 import { describe, expect, test } from "bun:test";
 import { readFileSync, readdirSync, statSync } from "node:fs";
@@ -22,8 +23,15 @@ function files(dir: string): string[] {
 const ALL = files(SRC).map((p) => ({ path: p, rel: relative(SRC, p), text: readFileSync(p, "utf8") }));
 const folder = (rel: string) => (rel.includes("/") ? rel.split("/")[0]! : "");
 
+/** Each file parsed once, however many checks read it. */
+const parsed = new Map<string, ts.SourceFile>();
 function parse(f: { path: string; text: string }): ts.SourceFile {
-  return ts.createSourceFile(f.path, f.text, ts.ScriptTarget.Latest, true, f.path.endsWith(".tsx") ? ts.ScriptKind.TSX : ts.ScriptKind.TS);
+  let sf = parsed.get(f.path);
+  if (!sf) {
+    sf = ts.createSourceFile(f.path, f.text, ts.ScriptTarget.Latest, true, f.path.endsWith(".tsx") ? ts.ScriptKind.TSX : ts.ScriptKind.TS);
+    parsed.set(f.path, sf);
+  }
+  return sf;
 }
 
 /** Folders each src folder must never import from. */
@@ -104,29 +112,52 @@ describe("secrets hashed and compared in one place (lib/digest.ts)", () => {
   });
 });
 
-const SHORT = ["router", "control", "agent", "app", "http"];
-const MAX_LINES = 120;
+/** Every folder of src, and the files at its top ("" below): the size limits hold everywhere. */
+const FOLDERS = ["", ...readdirSync(SRC).filter((e) => statSync(join(SRC, e)).isDirectory())].sort();
+const MAX_FUNCTION = 120;
+const MAX_CLASS = 500;
+const MAX_FILE = 1_000;
 
-describe(`no function longer than ${MAX_LINES} lines`, () => {
-  for (const dir of SHORT) {
-    test(`${dir}/`, () => {
-      const long: string[] = [];
-      for (const f of ALL.filter((f) => folder(f.rel) === dir)) {
-        const sf = parse(f);
-        const visit = (n: ts.Node) => {
-          if (ts.isFunctionLike(n) && "body" in n && n.body) {
-            const a = sf.getLineAndCharacterOfPosition(n.getStart(sf)).line;
-            const b = sf.getLineAndCharacterOfPosition(n.getEnd()).line;
-            if (b - a + 1 > MAX_LINES) {
-              const name = (n as ts.FunctionDeclaration).name?.getText(sf) ?? "(anonymous)";
-              long.push(`${f.rel}:${a + 1} ${name} is ${b - a + 1} lines`);
-            }
-          }
-          ts.forEachChild(n, visit);
-        };
-        visit(sf);
-      }
-      expect(long).toEqual([]);
+/** A function's or class's name as a reader finds it: its own, or the variable, property or method it is bound to. */
+function nameOf(n: ts.Node, sf: ts.SourceFile): string {
+  const own = (n as ts.FunctionDeclaration | ts.ClassDeclaration).name;
+  if (own) return own.getText(sf);
+  if (ts.isConstructorDeclaration(n)) return "constructor";
+  const p = n.parent;
+  if (p && (ts.isVariableDeclaration(p) || ts.isPropertyAssignment(p) || ts.isPropertyDeclaration(p)) && p.name) return p.name.getText(sf);
+  return "(anonymous)";
+}
+
+/** What outgrew its limit in one file: "path:line what name is N lines (limit M)". */
+function oversized(f: { path: string; rel: string; text: string }): string[] {
+  const out: string[] = [];
+  const lines = f.text.split("\n").length - (f.text.endsWith("\n") ? 1 : 0);
+  if (lines > MAX_FILE) out.push(`${f.rel} is ${lines} lines (limit ${MAX_FILE})`);
+  const sf = parse(f);
+  const visit = (n: ts.Node) => {
+    const isFunction = ts.isFunctionLike(n) && "body" in n && n.body !== undefined;
+    const isClass = ts.isClassDeclaration(n) || ts.isClassExpression(n);
+    if (isFunction || isClass) {
+      const a = sf.getLineAndCharacterOfPosition(n.getStart(sf)).line;
+      const length = sf.getLineAndCharacterOfPosition(n.getEnd()).line - a + 1;
+      const [what, limit] = isClass ? ["class", MAX_CLASS] : ["function", MAX_FUNCTION];
+      if (length > limit) out.push(`${f.rel}:${a + 1} ${what} ${nameOf(n, sf)} is ${length} lines (limit ${limit})`);
+    }
+    ts.forEachChild(n, visit);
+  };
+  visit(sf);
+  return out;
+}
+
+describe(`no function over ${MAX_FUNCTION} lines, no class over ${MAX_CLASS}, no file over ${MAX_FILE.toLocaleString("en")}`, () => {
+  test("every folder of src is checked", () => {
+    expect(FOLDERS).toContain("agent");
+    expect(FOLDERS.length).toBeGreaterThan(10);
+  });
+  for (const dir of FOLDERS) {
+    test(dir === "" ? "src/ (its top)" : `${dir}/`, () => {
+      const bad = ALL.filter((f) => folder(f.rel) === dir).flatMap(oversized);
+      expect(bad).toEqual([]);
     });
   }
 });

@@ -1,16 +1,15 @@
 // Tests of the built-in fake engine against a real server on 127.0.0.1 with real fetch: wire
-// shapes (checked against a real OpenAI stream), slots and queueing, prefix cache, aborts, CLI.
+// shapes (checked against a real OpenAI stream), slots and queueing, prefix cache, aborts, flags.
+// The `llmgw fake-engine` command as a process of its own is tested in
+// test/integration/fake-engine-command.test.ts.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { join } from "node:path";
 import { type FakeEngine, type FakeEngineOptions, parseFakeEngineFlags, startFakeEngine } from "../../src/sim/fake-engine";
 import { PrefixCache, ttftWithHits } from "../../src/sim/prefix-cache";
 import { UsageError } from "../../src/config/flags";
 import { openAIErrorBody } from "../../src/router/errors";
 import { readFixture } from "../fixtures/read";
 import { until } from "../helpers/until";
-
-const ENGINE_MODULE = join(import.meta.dir, "../../src/sim/fake-engine.ts");
 
 const started: FakeEngine[] = [];
 async function engine(opts: Partial<FakeEngineOptions> = {}): Promise<FakeEngine> {
@@ -693,72 +692,5 @@ describe("fake engine flags", () => {
       expect(thrown, args.join(" ")).toBeInstanceOf(UsageError);
       expect((thrown as Error).message).toContain(message);
     }
-  });
-});
-
-describe("llmgw fake-engine command", () => {
-  const run = (args: string[], env: Record<string, string> = {}) =>
-    Bun.spawn(
-      [process.execPath, "-e", `import { fakeEngineMain } from ${JSON.stringify(ENGINE_MODULE)}; process.exit(await fakeEngineMain(${JSON.stringify(args)}));`],
-      { env: { ...process.env, LLMGW_FAKE_FAIL: "", ...env }, stdout: "pipe", stderr: "pipe" },
-    );
-
-  test("LLMGW_FAKE_FAIL makes every start fail with exit 1 and the message on stderr", async () => {
-    const p = run(["--model", "m", "--port", "0"], { LLMGW_FAKE_FAIL: "CUDA out of memory (simulated)" });
-    expect(await p.exited).toBe(1);
-    expect(await new Response(p.stderr).text()).toContain("CUDA out of memory (simulated)");
-  });
-
-  test("a bad flag value exits 2 with an error naming the flag", async () => {
-    for (const [args, flag] of [
-      [["--model", "m", "--slots", "zero"], "--slots"],
-      [["--model", "m", "--port", "70000"], "--port"],
-      [["--model", "m", "--ttft-ms", "-1"], "--ttft-ms"],
-      [["--model", "m", "--bogus", "1"], "--bogus"],
-      [["--port", "0"], "--model"],
-    ] as [string[], string][]) {
-      const p = run(args);
-      expect(await p.exited).toBe(2);
-      expect(await new Response(p.stderr).text()).toContain(flag);
-    }
-  });
-
-  test("it serves, logs its URL on one line and stops cleanly on SIGTERM", async () => {
-    const p = run(["--port", "0", "--model", "a", "--model=b", "--ttft-ms", "0", "--token-delay-ms", "0", "--tokens", "2", "--slots", "3", "--cache-blocks", "10"]);
-    const reader = p.stdout.getReader();
-    let out = "";
-    while (!out.includes("\n")) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      out += new TextDecoder().decode(value);
-    }
-    const url = /(http:\/\/127\.0\.0\.1:\d+)/.exec(out)?.[1];
-    expect(url).toBeDefined();
-    const models = (await (await fetch(`${url}/v1/models`)).json()) as Json;
-    expect(models.data.map((m: Json) => m.id)).toEqual(["a", "b"]);
-    const res = (await (await post(url!, "/v1/chat/completions", { model: "b", messages: [{ role: "user", content: "x" }] })).json()) as Json;
-    expect(res.usage.completion_tokens).toBe(2);
-    p.kill("SIGTERM");
-    expect(await p.exited).toBe(0);
-  });
-
-  test("started with LLMGW_FAKE_ENGINE_API_KEY, as the agent starts it, /v1/* needs the key", async () => {
-    const key = "env-given-key-0123456789";
-    const p = run(["--port", "0", "--model", "a"], { LLMGW_FAKE_ENGINE_API_KEY: key });
-    const reader = p.stdout.getReader();
-    let out = "";
-    while (!out.includes("\n")) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      out += new TextDecoder().decode(value);
-    }
-    const url = /(http:\/\/127\.0\.0\.1:\d+)/.exec(out)?.[1];
-    expect(url).toBeDefined();
-    expect(out).not.toContain(key);
-    expect((await fetch(`${url}/v1/models`)).status).toBe(401);
-    expect((await fetch(`${url}/v1/models`, { headers: { authorization: `Bearer ${key}` } })).status).toBe(200);
-    expect((await fetch(`${url}/health`)).status).toBe(200);
-    p.kill("SIGTERM");
-    expect(await p.exited).toBe(0);
   });
 });

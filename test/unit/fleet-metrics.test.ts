@@ -1,33 +1,12 @@
 // The fleet gauges' text: every series the issue names, with the values the tables hold (nodes
 // by the NodeView states, GPUs used|free|unhealthy per class, replicas desired and ready,
 // unplaceable and parked as 0/1, idle seconds only where known), label values escaped, and
-// nothing but `llmgw_control_plane_leading 0` from a control plane that stands by; and promtool
-// accepts it.
+// nothing but `llmgw_control_plane_leading 0` from a control plane that stands by. That promtool
+// accepts it: test/integration/fleet-metrics-promtool.test.ts.
 
 import { describe, expect, test } from "bun:test";
 import { FLEET_METRICS, fleetMetrics, fleetMetricsPaced } from "../../src/control/fleet-metrics";
-import { buildTables } from "../../src/control/views";
-import { T0, model, snapshot } from "../helpers/fleet";
-
-const TIMEOUT = 15_000;
-
-function tables() {
-  const snap = snapshot({
-    nodes: [
-      { name: "a", gpus: ["H100-80GB", "H100-80GB", "H100-80GB"], unhealthy: [2] },
-      { name: "b", admin: "cordoned", gpus: ["L40S"] },
-      { name: "c", lastHeartbeat: T0 - 10 * TIMEOUT, gpus: ["L40S", 'we"ird\\class'] },
-    ],
-    models: [model({ name: "llama", replicas: { min: 2 } }), model({ name: "broken", replicas: { min: 1 } }), model({ name: "huge", replicas: { min: 1 }, profiles: [{ name: "default", engine: "vllm", gpu_class: "H200", gpus: 8 }] })],
-    replicas: [
-      { id: "llama-1", model: "llama", shards: [{ node: "a", gpus: [0] }] },
-      { id: "llama-2", model: "llama", state: "starting", shards: [{ node: "a", gpus: [1] }] },
-    ],
-    modelState: [{ model: "broken", parked: true, reason: "failed every start" }],
-  });
-  // llama-1 was last sent a request 42 s ago; llama-2's last request is unknown.
-  return buildTables({ snapshot: snap, now: T0, lastUsed: new Map([["llama-1", T0 - 42_000]]), nodeTimeoutMs: TIMEOUT, watchedSince: T0 - 3_600_000 });
-}
+import { gaugeTables as tables } from "../helpers/fleet-gauges";
 
 /** The samples of one metric, as `labels value` lines. */
 function samples(text: string, name: string): string[] {
@@ -70,15 +49,12 @@ describe("fleetMetrics", () => {
     expect(samples(text, "llmgw_replica_idle_seconds")).toEqual(['{replica="llama-1",model="llama"} 42']);
   });
 
-  test("every series has HELP and TYPE gauge, and promtool check metrics accepts the text", () => {
+  test("every series has HELP and TYPE gauge", () => {
     for (const name of FLEET_METRICS) {
       expect(text).toContain(`# TYPE ${name} gauge\n`);
       expect(text).toContain(`# HELP ${name} `);
     }
     expect(samples(text, "llmgw_control_plane_leading")).toEqual([" 1"]);
-    const p = Bun.spawnSync(["promtool", "check", "metrics"], { stdin: new TextEncoder().encode(text) });
-    expect(p.stdout.toString() + p.stderr.toString()).toBe("");
-    expect(p.exitCode).toBe(0);
   });
 
   test("rendered paced (the head node lets heartbeats in between the families), the text is the same", async () => {
