@@ -51,7 +51,7 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     }
     if (o.demo) {
       parts.store?.setMeta("mode", "demo");
-      await parts.controller.putModels(o.demo.catalog);
+      await parts.control.catalog.putModels(o.demo.catalog);
     }
   } catch (e) {
     await stop();

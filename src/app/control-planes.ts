@@ -10,9 +10,10 @@ import { connect } from "node:net";
 import { hostname, networkInterfaces } from "node:os";
 import type { Logger } from "pino";
 import { ConfigError } from "../config";
-import type { Controller } from "../control/controller";
 import { LeaseKeeper, controlPlanesView } from "../control/ha";
 import type { ModelStore } from "../control/model";
+import type { ControlLoop } from "../control/control-loop";
+import type { LeadershipCell } from "../control/leadership";
 import { liveNamesake } from "../control/name-clash";
 import type { StorePort } from "../control/store-port";
 import type { ControlPlaneRecord, Lease } from "../control/types";
@@ -27,8 +28,11 @@ import { HealthSchema, type Summary } from "../protocol/views";
  */
 export const BACKSTOP_RELOAD_MS = 30_000;
 
-export interface ControlPlaneOptions {
-  controller: Controller;
+export interface MembershipOptions {
+  /** Whether this control plane leads: the lease keeper decides it, and hears of fenced writes. */
+  leadership: LeadershipCell;
+  /** Told when another control plane wrote to the store. */
+  loop: Pick<ControlLoop, "storeChanged">;
   model: ModelStore;
   scheduler: Scheduler;
   log: Logger;
@@ -45,6 +49,8 @@ export interface ControlPlaneOptions {
 
 export interface ControlPlaneMembership {
   keeper: LeaseKeeper;
+  /** The summary's control_planes as the last renewal round saw them. */
+  view(): Summary["control_planes"];
   /** Stops watching and renewing; a leader releases the lease (a standby takes over at once). */
   stop(): Promise<void>;
 }
@@ -132,8 +138,8 @@ export function advertisedUrl(host: string, port: number, scheme: "http" | "http
   return `${scheme}://${bracketHost(h)}:${port}`;
 }
 
-export async function joinControlPlanes(o: ControlPlaneOptions): Promise<ControlPlaneMembership> {
-  const { controller, model, scheduler, log, record } = o;
+export async function joinControlPlanes(o: MembershipOptions): Promise<ControlPlaneMembership> {
+  const { leadership, loop, model, scheduler, log, record } = o;
   const self = record.name;
   let view: Summary["control_planes"] = { members: [] };
   let floatingUp = false;
@@ -180,22 +186,21 @@ export async function joinControlPlanes(o: ControlPlaneOptions): Promise<Control
     instance: o.instance,
     ttlMs: o.ttlMs,
     renewMs: o.renewMs,
-    onChange: (l) => controller.setLeadership(l),
+    onChange: (l) => leadership.set(l),
     onRound: (lease) => {
       void refresh(lease);
       void probe();
       o.onStoreNews?.();
     },
   });
-  controller.setFencedHandler((e) => keeper.fenced(e));
-  controller.setLeadership(keeper.leadership());
-  controller.setSummarySources({ controlPlanes: () => view });
+  const unfence = leadership.onFenced((e) => keeper.fenced(e));
+  leadership.set(keeper.leadership());
 
   // Another control plane's commit: the model reads what it changed at its next read (a tick soon);
   // the backstop reloads everything now and then all the same, in the background: reads (the
   // heartbeats answered from memory) go on from memory meanwhile.
   const unwatch = model.watch((change) => {
-    void controller.storeChanged(change);
+    void loop.storeChanged(change);
     if (change !== "seen" && change !== "reports") o.onStoreNews?.();
   });
   let reloading = false;
@@ -206,20 +211,17 @@ export async function joinControlPlanes(o: ControlPlaneOptions): Promise<Control
       void model
         .reload()
         .then(
-          () => (o.onStoreNews?.(), controller.storeChanged()),
+          () => (o.onStoreNews?.(), loop.storeChanged()),
           (e: unknown) => {
             log.warn({ err: (e as Error).message }, "the backstop reload of the store failed: memory is read again from the store");
             model.invalidate();
-            return controller.storeChanged();
+            return loop.storeChanged();
           },
         )
         .finally(() => (reloading = false));
     })
     .unref();
 
-  // Its router's usage and its nodes' reports go through the store from now on, and everyone's
-  // are read (a router silent for a lease TTL no longer limits idleness).
-  await controller.setShared({ name: self, liveWithinMs: o.ttlMs });
   await register();
   await keeper.start();
   await refresh(keeper.lease());
@@ -227,16 +229,18 @@ export async function joinControlPlanes(o: ControlPlaneOptions): Promise<Control
 
   return {
     keeper,
+    view: () => view,
     async stop() {
       unwatch();
       backstop.cancel();
       await keeper.stop();
+      unfence();
     },
   };
 }
 
 /** Whether the floating address answers `/healthz?leader=1` as a leader (200, leading: true), within timeoutMs. */
-async function probeLeader(f: NonNullable<ControlPlaneOptions["floating"]>, scheduler: Scheduler, timeoutMs: number): Promise<boolean> {
+async function probeLeader(f: NonNullable<MembershipOptions["floating"]>, scheduler: Scheduler, timeoutMs: number): Promise<boolean> {
   const abort = new AbortController();
   const timer = scheduler.after(timeoutMs, () => abort.abort());
   try {

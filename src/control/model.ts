@@ -1,5 +1,5 @@
 // The in-memory model of the store: a write-through StorePort around the real one, so the
-// Controller reads (snapshots, trust, credentials, the catalog) from memory and a heartbeat costs
+// control plane reads (snapshots, trust, credentials, the catalog) from memory and a heartbeat costs
 // the same at 100 nodes as at 5,000. The store stays the truth: the model is loaded from it at
 // start, every write goes to the store first and reaches memory only once the store took it, and
 // a failed write (or any doubt: invalidate()) makes the next read load everything again, so
@@ -14,8 +14,8 @@
 import { letIoIn, type Scheduler } from "../lib/scheduler";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { AdminState } from "../protocol/views";
-import { joinRefused } from "./join";
-import type { JoinWrite, StorePort } from "./store-port";
+import { joinRefused } from "./admission";
+import type { JoinWrite, ReplicaRead, StorePort, UnchangedHeartbeats } from "./store-port";
 import { type ApiKeyRow, type ChangeRead, CHANGE_KINDS, type ControlPlaneRecord, type ControlPlaneRow, type EventRow, type Fence, type GpuRow, type Lease, type ModelRow, type ModelStateRow, type ModelWrite, type NewEvent, type NodeReportRow, type NodeRow, type NodeTrust, type PlanWrite, type ReplicaRow, type RouterUsage, type SharedTokenKind, type Snapshot, type StoreChange, type TokenDigests, emptyModelState } from "./types";
 
 /** How often touched last-seen times reach the store. */
@@ -70,7 +70,7 @@ const sameRecord = (a: Record<string, string>, b: Record<string, string>) => {
 /** Drops keys whose value is undefined, as the store's updates do. */
 const defined = <T extends object>(patch: T): Partial<T> => Object.fromEntries(Object.entries(patch).filter(([, v]) => v !== undefined)) as Partial<T>;
 
-export class ModelStore implements StorePort {
+export class ModelStore implements StorePort, UnchangedHeartbeats {
   private state: State | undefined;
   private loading: Promise<State> | undefined;
   private cached: Base | undefined;
@@ -83,6 +83,8 @@ export class ModelStore implements StorePort {
   private flushTimer: { cancel(): void } | undefined;
   /** Rises with every change but last-seen touches (Snapshot.version). */
   private version = 0;
+  /** Rises with every change of replicas or model state (ReplicaRead.version). */
+  private replicasAt = 0;
   /** Transactions this model has asked of the store (tests and benchmarks read it). */
   writes = 0;
   /** Another writer committed: the next read first reads the store's changes since the cursor. */
@@ -106,6 +108,7 @@ export class ModelStore implements StorePort {
     this.behind = false;
     this.cached = undefined;
     this.version++;
+    this.replicasAt++;
   }
 
   /**
@@ -150,6 +153,7 @@ export class ModelStore implements StorePort {
     this.behind = true;
     this.cached = undefined;
     this.version++;
+    this.replicasAt++;
     return true;
   }
 
@@ -301,6 +305,11 @@ export class ModelStore implements StorePort {
     if (this.cached && which.length > 0) for (const c of which) this.dirty.add(c);
     else this.cached = undefined;
     this.version++;
+    if (which.length === 0 || which.includes("replicas") || which.includes("modelState")) this.replicasAt++;
+  }
+
+  replicaVersion(): number {
+    return this.replicasAt;
   }
 
   // ---- reads --------------------------------------------------------------------------
@@ -347,15 +356,15 @@ export class ModelStore implements StorePort {
     return out;
   }
 
-  async replicaSnapshot(node?: string): Promise<Pick<Snapshot, "replicas" | "modelState">> {
+  async replicaSnapshot(node?: string): Promise<ReplicaRead> {
     const s = await this.load();
     if (node === undefined) {
       const snap = await this.snapshot();
-      return { replicas: snap.replicas, modelState: snap.modelState };
+      return { replicas: snap.replicas, modelState: snap.modelState, version: this.replicasAt };
     }
     const replicas = [...(s.byNode.get(node) ?? [])].sort(cmp).map((id) => s.replicas.get(id)!);
     const models = new Set(replicas.map((r) => r.model));
-    return { replicas, modelState: [...models].flatMap((m) => s.modelState.get(m) ?? []) };
+    return { replicas, modelState: [...models].flatMap((m) => s.modelState.get(m) ?? []), version: this.replicasAt };
   }
 
   async nodeTrust(name: string): Promise<NodeTrust> {

@@ -18,7 +18,7 @@ import type { ModelSpec } from "../protocol/catalog";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { AdminState } from "../protocol/views";
 import { guarded } from "./errors";
-import { joinRefused } from "../control/join";
+import { joinRefused } from "../control/admission";
 import { embeddedMigrations } from "./migrations";
 import * as schema from "./schema";
 import { DIGEST_KEYS, TOKEN_KEYS, clearTokenMigration, digestsOf, nextDigest } from "./token-digests";

@@ -37,13 +37,10 @@ beforeAll(async () => {
   const bData = scratchDir("llmgw-ha-int-b-");
   copyFileSync(join(a.dataDir, "engine.secret"), join(bData, "engine.secret"));
   b = await testServer({ ...common, name: "cp-b", data_dir: bData });
-  // Its router still gets everything; the test sees each endpoint list on the way.
+  // The test sees each endpoint list b's router is handed.
   const router = b.parts.router!;
-  await b.parts.controller.setEndpointSink({
-    setEndpoints: (e) => (published.push(e), router.setEndpoints(e)),
-    setCatalog: (c) => router.setCatalog(c),
-    setApiKeys: (k) => router.setApiKeys(k),
-  });
+  const setEndpoints = router.setEndpoints.bind(router);
+  router.setEndpoints = (e) => (published.push(e), setEndpoints(e));
 });
 afterAll(async () => {
   await b?.stop();
@@ -52,8 +49,8 @@ afterAll(async () => {
 
 describe("two control planes on one SQLite file", () => {
   test("the first leads (epoch 1), the second stands by; /healthz?leader=1 tells them apart", async () => {
-    expect(a.parts.controller.leadership()).toEqual({ leading: true, epoch: 1, name: "cp-a", holder: expect.stringMatching(/^cp-a@/) });
-    expect(b.parts.controller.leadership()).toEqual({ leading: false, epoch: 1, name: "cp-b", holder: expect.stringMatching(/^cp-b@/) });
+    expect(a.parts.control.leadership.get()).toEqual({ leading: true, epoch: 1, name: "cp-a", holder: expect.stringMatching(/^cp-a@/) });
+    expect(b.parts.control.leadership.get()).toEqual({ leading: false, epoch: 1, name: "cp-b", holder: expect.stringMatching(/^cp-b@/) });
     expect(await health(a, true)).toEqual({ status: 200, body: { status: "ok", version: expect.any(String), leading: true, epoch: 1, name: "cp-a" } });
     expect(await health(b, true)).toEqual({ status: 503, body: { status: "standing by", version: expect.any(String), leading: false, epoch: 1, name: "cp-b" } });
     expect((await health(b)).status).toBe(200);
@@ -144,7 +141,7 @@ describe("two control planes on one SQLite file", () => {
     const before = (await json<ReplicaView[]>(b.admin("/api/v1/replicas"))).map((r) => r.id);
     await a.stop();
     await b.clock.run(1000);
-    expect(b.parts.controller.leadership()).toEqual({ leading: true, epoch: 2, name: "cp-b", holder: expect.stringMatching(/^cp-b@/) });
+    expect(b.parts.control.leadership.get()).toEqual({ leading: true, epoch: 2, name: "cp-b", holder: expect.stringMatching(/^cp-b@/) });
     expect(await health(b, true)).toEqual({ status: 200, body: expect.objectContaining({ leading: true, epoch: 2 }) });
     await b.tick();
     expect((await json<ReplicaView[]>(b.admin("/api/v1/replicas"))).map((r) => r.id)).toEqual(before);

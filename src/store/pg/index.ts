@@ -35,7 +35,7 @@ import { FencedError } from "../../control/errors";
 import type { ModelSpec } from "../../protocol/catalog";
 import type { HeartbeatRequest } from "../../protocol/heartbeat";
 import type { AdminState } from "../../protocol/views";
-import { joinRefused } from "../../control/join";
+import { joinRefused } from "../../control/admission";
 import { embeddedMigrations } from "../migrations";
 import { DIGEST_KEYS, TOKEN_KEYS, clearTokenMigration, digestsOf, nextDigest } from "../token-digests";
 import { PgDeadlineError, classify, hostsOf } from "./errors";
