@@ -11,7 +11,7 @@ import { hostname, networkInterfaces } from "node:os";
 import type { Logger } from "pino";
 import { ConfigError } from "../config";
 import { LeaseKeeper, controlPlanesView } from "../control/ha";
-import type { ModelStore } from "../control/model";
+import type { StoreImage } from "../control/image";
 import type { ControlLoop } from "../control/control-loop";
 import type { LeadershipCell } from "../control/leadership";
 import { liveNamesake } from "../control/name-clash";
@@ -33,7 +33,7 @@ export interface MembershipOptions {
   leadership: LeadershipCell;
   /** Told when another control plane wrote to the store. */
   loop: Pick<ControlLoop, "storeChanged">;
-  model: ModelStore;
+  image: StoreImage;
   scheduler: Scheduler;
   log: Logger;
   record: ControlPlaneRecord;
@@ -41,7 +41,7 @@ export interface MembershipOptions {
   instance: string;
   ttlMs: number;
   renewMs: number;
-  /** Told whenever the store may hold news beyond the model's rows (another's write, a lease round, the backstop): the shared join token is read again. */
+  /** Told whenever the store may hold news beyond the image's rows (another's write, a lease round, the backstop): the shared join token is read again. */
   onStoreNews?: () => void;
   /** `--floating-address`: probed on this control plane's admin port, with its scheme. */
   floating?: { address: string; port: number; scheme: "http" | "https"; ca?: string };
@@ -139,7 +139,7 @@ export function advertisedUrl(host: string, port: number, scheme: "http" | "http
 }
 
 export async function joinControlPlanes(o: MembershipOptions): Promise<ControlPlaneMembership> {
-  const { leadership, loop, model, scheduler, log, record } = o;
+  const { leadership, loop, image, scheduler, log, record } = o;
   const self = record.name;
   let view: Summary["control_planes"] = { members: [] };
   let floatingUp = false;
@@ -149,7 +149,7 @@ export async function joinControlPlanes(o: MembershipOptions): Promise<ControlPl
 
   const register = async () => {
     try {
-      await model.upsertControlPlane(record);
+      await image.upsertControlPlane(record);
       if (registerFailing) log.info({ name: self }, "control plane registered again");
       registerFailing = false;
     } catch (e) {
@@ -162,9 +162,9 @@ export async function joinControlPlanes(o: MembershipOptions): Promise<ControlPl
     refreshing = true;
     try {
       await register();
-      const rows = await model.controlPlanes();
+      const rows = await image.controlPlanes();
       const floating = o.floating ? { address: o.floating.address, up: floatingUp } : undefined;
-      view = controlPlanesView({ rows, lease: lease ?? (await model.readLease()), self, ttlMs: o.ttlMs, ...(floating ? { floating } : {}) });
+      view = controlPlanesView({ rows, lease: lease ?? (await image.readLease()), self, ttlMs: o.ttlMs, ...(floating ? { floating } : {}) });
     } catch {
       // The store does not answer: the last picture stays (the keeper logs the cause).
     } finally {
@@ -179,7 +179,7 @@ export async function joinControlPlanes(o: MembershipOptions): Promise<ControlPl
   };
 
   const keeper = new LeaseKeeper({
-    store: model,
+    store: image,
     scheduler,
     log: log.child({ component: "lease" }),
     name: self,
@@ -196,10 +196,10 @@ export async function joinControlPlanes(o: MembershipOptions): Promise<ControlPl
   const unfence = leadership.onFenced((e) => keeper.fenced(e));
   leadership.set(keeper.leadership());
 
-  // Another control plane's commit: the model reads what it changed at its next read (a tick soon);
+  // Another control plane's commit: the image reads what it changed at its next read (a tick soon);
   // the backstop reloads everything now and then all the same, in the background: reads (the
   // heartbeats answered from memory) go on from memory meanwhile.
-  const unwatch = model.watch((change) => {
+  const unwatch = image.watch((change) => {
     void loop.storeChanged(change);
     if (change !== "seen" && change !== "reports") o.onStoreNews?.();
   });
@@ -208,13 +208,13 @@ export async function joinControlPlanes(o: MembershipOptions): Promise<ControlPl
     .every(BACKSTOP_RELOAD_MS, () => {
       if (reloading) return;
       reloading = true;
-      void model
+      void image
         .reload()
         .then(
           () => (o.onStoreNews?.(), loop.storeChanged()),
           (e: unknown) => {
             log.warn({ err: (e as Error).message }, "the backstop reload of the store failed: memory is read again from the store");
-            model.invalidate();
+            image.invalidate();
             return loop.storeChanged();
           },
         )

@@ -23,7 +23,7 @@ import { Http1Server } from "../http/server";
 import { Router, type RouterOptions } from "../router/router";
 import type { Store } from "../store";
 import { type OpenedStore, openStore } from "../store/open";
-import { ModelStore } from "../control/model";
+import { StoreImage } from "../control/image";
 import { StoreUnavailableError } from "../control/errors";
 import type { FleetViews } from "../control/fleet-views";
 import type { DemandSink } from "../protocol/routing";
@@ -101,8 +101,8 @@ export interface StartOptions {
 export interface HeadParts {
   /** The SQLite store (absent on PostgreSQL). */
   store?: Store;
-  /** The in-memory model the control plane reads: invalidate() it after writing to `store` directly. */
-  model: ModelStore;
+  /** The store's in-memory image the control plane reads: invalidate() it after writing to `store` directly. */
+  image: StoreImage;
   control: ControlPlane;
   /** Only with the router in the main thread (tests on a ManualScheduler, `router_thread: false`). */
   router?: Router;
@@ -154,9 +154,9 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   log.info({ path: opened.describe, dialect: opened.dialect, ...(ha ? { ha } : {}) }, "store opened");
   const shared = ha ? await amongOthers(opened, config, { scheduler, log, secret, admin, join: join_ }) : undefined;
   const close = () => void opened.close().catch((e) => log.warn({ err: (e as Error).message }, "store not closed cleanly"));
-  const model = new ModelStore(opened.store, scheduler);
+  const image = new StoreImage(opened.store, scheduler);
   // The join token agents present, followed in the store with several control planes, and how it is rotated.
-  const { joinToken, follower, rotation } = keepJoinToken({ ...(shared ? { shared } : {}), join: join_, store: model, scheduler, log, dataDir });
+  const { joinToken, follower, rotation } = keepJoinToken({ ...(shared ? { shared } : {}), join: join_, store: image, scheduler, log, dataDir });
   // The summary's store[] and store_error, from the store's Patroni members (serve --patroni).
   const patroni = config.patroni ? new PatroniPoller({ urls: config.patroni, scheduler, log }) : undefined;
   // Among several control planes: set once this one has joined them (the summary's control_planes).
@@ -168,7 +168,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   const caps = listenerCaps(config, log);
   const listening = { config, log, scheduler, tls, caps, shed: shedLogger(log, scheduler) };
   const settings = controlSettings(config);
-  const { routing, control } = await routingAndControl(listening, { model, dataDir, settings, adminToken: admin.token, engineSecret: shared?.engineSecret ?? secret.token, ha, patroni, member: () => member });
+  const { routing, control } = await routingAndControl(listening, { image, dataDir, settings, adminToken: admin.token, engineSecret: shared?.engineSecret ?? secret.token, ha, patroni, member: () => member });
   patroni?.start();
 
   const feed = dashboardFeed({ scheduler, views: control.views, log });
@@ -205,7 +205,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   exposure = routerExposure(config.listen.host, routerPort, config.require_api_key);
   warnOpen(log, exposure, admission);
   // Among several control planes: joined (the lease asked once) before anyone is told where this one is.
-  member = ha ? await joinControlPlanes({ ...membershipOptions(config, { control, model, scheduler, log, adminPort, routerUrl, scheme, tls }), onStoreNews: () => follower?.poke() }) : undefined;
+  member = ha ? await joinControlPlanes({ ...membershipOptions(config, { control, image, scheduler, log, adminPort, routerUrl, scheme, tls }), onStoreNews: () => follower?.poke() }) : undefined;
   announce(listening, dataDir, { adminUrl, adminPort, routerUrl });
 
   const fleet = new FleetPublisher({ views: control.views, leadership: control.leadership, sink, scheduler, log });
@@ -242,12 +242,12 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
       control.load.stop();
       await sink.stop();
       adminListener.stop();
-      await model.flush().catch((e) => log.warn({ err: e }, "last-seen times not written at stop"));
+      await image.flush().catch((e) => log.warn({ err: e }, "last-seen times not written at stop"));
       await opened.close().catch((e) => log.warn({ err: (e as Error).message }, "store not closed cleanly"));
       log.info("server stopped");
     },
   };
-  return { server, parts: { ...(store ? { store } : {}), model, control, ...(router ? { router } : {}) } };
+  return { server, parts: { ...(store ? { store } : {}), image, control, ...(router ? { router } : {}) } };
 }
 
 /**
@@ -257,14 +257,14 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
  */
 async function routingAndControl(
   l: Listening,
-  o: { model: ModelStore; dataDir: string; settings: ControlSettings; adminToken: string; engineSecret: string; ha: boolean; patroni: PatroniPoller | undefined; member: () => ControlPlaneMembership | undefined },
+  o: { image: StoreImage; dataDir: string; settings: ControlSettings; adminToken: string; engineSecret: string; ha: boolean; patroni: PatroniPoller | undefined; member: () => ControlPlaneMembership | undefined },
 ): Promise<{ routing: Routing; control: ControlPlane }> {
   const { config, log, scheduler } = l;
   const routing = routingFor(l, { requestModel: (m) => void control.catalog.requestModel(m) }, o.adminToken);
   const patroni = o.patroni;
   const control = buildControlPlane({
-    store: o.model,
-    fast: o.model,
+    store: o.image,
+    fast: o.image,
     scheduler,
     log,
     version: VERSION,
@@ -340,7 +340,7 @@ async function startRouting(l: Listening, routing: Routing, undo: () => void): P
 /** This control plane among the others: its name, where it is reached, the lease's timings, the floating address. */
 function membershipOptions(
   config: ServeConfig,
-  o: { control: Pick<ControlPlane, "leadership" | "loop">; model: ModelStore; scheduler: Scheduler; log: Logger; adminPort: number; routerUrl: string; scheme: "http" | "https"; tls: LoadedTls | undefined },
+  o: { control: Pick<ControlPlane, "leadership" | "loop">; image: StoreImage; scheduler: Scheduler; log: Logger; adminPort: number; routerUrl: string; scheme: "http" | "https"; tls: LoadedTls | undefined },
 ): Parameters<typeof joinControlPlanes>[0] {
   const name = config.name ?? defaultName();
   const adminUrl = config.advertise_url?.replace(/\/+$/, "") ?? advertisedUrl(config.admin_listen.host, o.adminPort, o.scheme);
@@ -349,7 +349,7 @@ function membershipOptions(
   return {
     leadership: o.control.leadership,
     loop: o.control.loop,
-    model: o.model,
+    image: o.image,
     scheduler: o.scheduler,
     log: o.log,
     record: { name, adminUrl, routerUrl: o.routerUrl, startedAt: o.scheduler.now() },

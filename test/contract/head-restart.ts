@@ -6,7 +6,7 @@
 
 import { describe, expect, test } from "bun:test";
 import pino from "pino";
-import { ModelStore } from "../../src/control/model";
+import { StoreImage } from "../../src/control/image";
 import type { StorePort } from "../../src/control/store-port";
 import { ManualScheduler } from "../../src/lib/scheduler";
 import type { HeartbeatRequest, HeartbeatResponse, ReplicaReport } from "../../src/protocol/heartbeat";
@@ -22,9 +22,9 @@ const N2 = { name: "n2", fabrics: ["f"], gpus: [H, H] };
 export type OpenStore = () => Promise<{ store: StorePort; close(): Promise<void> }>;
 
 function controller(store: StorePort, at: number): TestControl {
-  // As a head node builds it (app/head.ts): the in-memory model over the store, a fresh one per process.
+  // As a head node builds it (app/head.ts): the in-memory image over the store, a fresh one per process.
   const scheduler = new ManualScheduler(at);
-  return testControl({ store: new ModelStore(store, scheduler), scheduler, log: silent, nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
+  return testControl({ store: new StoreImage(store, scheduler), scheduler, log: silent, nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
 }
 
 const ready = (r: HeartbeatResponse): ReplicaReport[] => r.assignments.map((a) => ({ id: a.id, state: "ready", port: a.port, error: null }));

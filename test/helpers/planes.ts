@@ -1,5 +1,5 @@
 // Several control planes in one process on one SQLite file: each its own Store connection
-// wrapped in its own in-memory model, its own control plane's parts, one shared manual clock.
+// wrapped in its own in-memory image, its own control plane's parts, one shared manual clock.
 // Leadership is given by hand (lead(): the lease taken for long enough, no keeper renewing it;
 // the lease is another test's subject); store.watch is wired as the app wires it.
 
@@ -7,7 +7,7 @@ import { rmSync } from "node:fs";
 import { join } from "node:path";
 import pino from "pino";
 import type { CatalogEntry, DemandSink, EndpointInfo, EndpointSink } from "../../src/control/interfaces";
-import { ModelStore } from "../../src/control/model";
+import { StoreImage } from "../../src/control/image";
 import type { ManualScheduler } from "../../src/lib/scheduler";
 import type { UsageSource } from "../../src/protocol/routing";
 import { Store } from "../../src/store";
@@ -18,7 +18,7 @@ import { scratchDir } from "./tmp";
 export interface Plane {
   name: string;
   store: Store;
-  model: ModelStore;
+  image: StoreImage;
   ctl: TestControl;
   /** The router's side: what it was told, the usage it reports (a test says what it served). */
   router: RouterStandIn;
@@ -54,7 +54,7 @@ export class RouterUsageSide implements UsageSource {
 
 /** Makes `p` the leader: it takes the lease (for ten minutes of the database's clock) and leads under its epoch. */
 export async function lead(p: Plane): Promise<void> {
-  const lease = await p.model.acquireLease(p.name, 600_000);
+  const lease = await p.image.acquireLease(p.name, 600_000);
   if (lease.holder !== p.name) throw new Error(`${lease.holder} holds the lease`);
   p.ctl.leadership.set({ leading: true, epoch: lease.epoch, name: p.name });
 }
@@ -85,12 +85,12 @@ export async function startPlanes(o: {
   const unwatch: (() => void)[] = [];
   const add = async (name: string): Promise<Plane> => {
     const store = new Store({ path, ...SQLITE_DEFAULTS });
-    const model = new ModelStore(store, o.clock);
+    const image = new StoreImage(store, o.clock);
     // The plane's demand goes to its catalog once it is built; a router only asks while it serves.
     let ctl: TestControl | undefined;
     const router = o.routerOf?.(name, { requestModel: (m) => void ctl!.catalog.requestModel(m) });
     ctl = testControl({
-      store: model,
+      store: image,
       scheduler: o.clock,
       log: log.child({ plane: name }),
       nodeTimeoutMs: 15_000,
@@ -105,9 +105,9 @@ export async function startPlanes(o: {
     });
     await ctl.started;
     const c = ctl;
-    const p: Plane = { name, store, model, ctl: c, router: c.router, published: c.router.published, catalogs: c.router.catalogs };
+    const p: Plane = { name, store, image, ctl: c, router: c.router, published: c.router.published, catalogs: c.router.catalogs };
     await c.memory.loadReports();
-    if (o.watch !== false) unwatch.push(model.watch((change) => void c.loop.storeChanged(change)));
+    if (o.watch !== false) unwatch.push(image.watch((change) => void c.loop.storeChanged(change)));
     planes.push(p);
     return p;
   };

@@ -74,13 +74,13 @@ export async function testServer(overrides: Record<string, unknown> = {}, log: p
   const config = ServeConfig.parse({ data_dir: dataDir, admin_listen: "127.0.0.1:0", listen: "127.0.0.1:0", ...overrides });
   const clock = new ManualScheduler(T0);
   const { server, parts } = await startHead({ config, log, scheduler: clock, loop: false });
-  const { model, control } = parts;
+  const { image, control } = parts;
   if (!parts.store) throw new Error("testServer: the test helpers' back doors need the SQLite store");
   const store = parts.store;
-  // Writes past the control plane leave the in-memory model behind: each back door drops it, so the
+  // Writes past the control plane leave the in-memory image behind: each back door drops it, so the
   // next read loads the store again.
   const past = <T>(v: T): T => {
-    model.invalidate();
+    image.invalidate();
     return v;
   };
   const db = new Proxy(store.sqlite, {
@@ -89,10 +89,10 @@ export async function testServer(overrides: Record<string, unknown> = {}, log: p
       if (typeof v !== "function") return v;
       return (...args: unknown[]) => {
         // Last-seen times held in memory reach the rows first (bun:sqlite writes them at once).
-        void model.flush().catch(() => undefined);
-        model.invalidate();
+        void image.flush().catch(() => undefined);
+        image.invalidate();
         // A statement prepared now runs later, still within this turn: drop memory after it too.
-        queueMicrotask(() => model.invalidate());
+        queueMicrotask(() => image.invalidate());
         return (v as (...a: unknown[]) => unknown).apply(target, args);
       };
     },
@@ -102,18 +102,18 @@ export async function testServer(overrides: Record<string, unknown> = {}, log: p
   const tls = config.tls_cert ? { tls: { ca: readFileSync(config.tls_cert, "utf8") } } : {};
   const seed: Seed = {
     allowAddress: async (node, address) => {
-      await model.setAllowedAddress(node, address, clock.now());
+      await image.setAllowedAddress(node, address, clock.now());
     },
     replica: (row) => past(store.insertReplica(row)),
-    modelState: (name, patch) => model.updateModelState(name, patch),
+    modelState: (name, patch) => image.updateModelState(name, patch),
     models: (specs) => control.catalog.putModels(specs),
     heartbeat: (hb) => control.intake.heartbeat(hb),
     usage: (source) => control.usage.collect(source),
   };
   const peek: Peek = {
     counts: () => store.counts(),
-    nodeExists: async (name) => (await model.nodeTrust(name)).exists,
-    apiKeys: () => model.listApiKeys(),
+    nodeExists: async (name) => (await image.nodeTrust(name)).exists,
+    apiKeys: () => image.listApiKeys(),
     nodeForCredential: (credential) => control.intake.nodeForCredential(credential),
     engineKey: (id) => control.projector.engineKey(id),
     logSource: (id) => control.logs.logSource(id),
@@ -137,7 +137,7 @@ export async function testServer(overrides: Record<string, unknown> = {}, log: p
       const node = typeof hb.node === "string" ? hb.node : undefined;
       if (token === undefined && node !== undefined && typeof hb.address === "string" && SegmentName.safeParse(node).success && hb.address.length <= 255)
         try {
-          if ((await model.nodeTrust(node)).allowedAddress !== hb.address) await seed.allowAddress(node, hb.address);
+          if ((await image.nodeTrust(node)).allowedAddress !== hb.address) await seed.allowAddress(node, hb.address);
         } catch {
           // A store that cannot take the write (a test of a locked or full disk) refuses the heartbeat too.
         }

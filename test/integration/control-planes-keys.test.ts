@@ -53,7 +53,7 @@ describe("API keys on several control planes", () => {
     await a.ctl.keys.createApiKey("k2", "p1");
     await b.ctl.loop.tick();
     expect(names(onB)).toEqual([]);
-    expect(await b.model.reload()).toBe(true);
+    expect(await b.image.reload()).toBe(true);
     await b.ctl.loop.tick();
     expect(onB.at(-1)).toEqual([{ name: "k2", sha256: expect.any(String), pool: "p1" }]);
     // A restarted router: handed the list though it did not change.

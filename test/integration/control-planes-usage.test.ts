@@ -57,7 +57,7 @@ async function world(liveWithinMs = 15_000): Promise<World> {
     model({ name: "m", replicas: { min: 1, max: 2 }, idle_timeout: "2m" }),
     model({ name: "od", on_demand: true, replicas: { min: 0 } }),
   ]);
-  await a.model.updateModelState("m", { scaleTarget: 2 });
+  await a.image.updateModelState("m", { scaleTarget: 2 });
   await a.ctl.loop.tick();
   const beat = async () => a.ctl.intake.heartbeat({ ...heartbeat(solo), replicas: ready(a.ctl.projector.response("solo").assignments.map((x) => x.id)) });
   await beat();
@@ -193,8 +193,8 @@ describe("a heartbeat answered while the leader's tick waits on the store", () =
     let entered = () => {};
     const held = new Promise<void>((r) => (release = r));
     const waiting = new Promise<void>((r) => (entered = r));
-    const report = a.model.reportUsage.bind(a.model);
-    a.model.reportUsage = async (...args) => {
+    const report = a.image.reportUsage.bind(a.image);
+    a.image.reportUsage = async (...args) => {
       entered();
       await held;
       return report(...args);

@@ -67,7 +67,7 @@ describe("two control planes on one SQLite file", () => {
     expect(b.peek.counts().replicas).toBe(0);
     // The leader sees the write (its watch, or here its own reload) and places the replica.
     await until("the leader placed m", async () => {
-      a.parts.model.invalidate();
+      a.parts.image.invalidate();
       await a.tick();
       return a.peek.counts().replicas === 1;
     });
@@ -122,7 +122,7 @@ describe("two control planes on one SQLite file", () => {
     await b.tick();
     expect((await b.admin("/api/v1/models/m2", { method: "PUT", body: JSON.stringify(model({ name: "m2", replicas: { min: 1 }, profiles: [{ name: "l4", engine: "vllm", gpu_class: "L4-24GB", gpus: 1 }] })) })).status).toBe(201);
     const placed = await until("the leader placed m2 on n2", async () => {
-      a.parts.model.invalidate();
+      a.parts.image.invalidate();
       await a.tick();
       return (await json<ReplicaView[]>(a.admin("/api/v1/replicas"))).find((r) => r.model === "m2");
     });

@@ -4,7 +4,7 @@
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
-import { ModelStore } from "../../src/control/model";
+import { StoreImage } from "../../src/control/image";
 import { PgStore } from "../../src/store/pg";
 import { heartbeat } from "../helpers/fleet";
 import { until } from "../helpers/until";
@@ -90,10 +90,10 @@ describe("PostgreSQL only", () => {
     }
   }, 30_000);
 
-  test("another control plane's last-seen flush reaches the in-memory model without a reload; its catalog write reloads it", async () => {
+  test("another control plane's last-seen flush reaches the in-memory image without a reload; its catalog write reloads it", async () => {
     const url = await freshUrl();
     const [a, b] = [await PgStore.open({ url }), await PgStore.open({ url })];
-    const model = new ModelStore(a);
+    const model = new StoreImage(a);
     try {
       await b.applyHeartbeat(heartbeat({ name: "n1", gpus: ["H100-80GB"] }), 1_000);
       const first = await model.snapshot();

@@ -5,7 +5,7 @@
 
 import { describe, expect, test } from "bun:test";
 import pino from "pino";
-import { ModelStore } from "../../src/control/model";
+import { StoreImage } from "../../src/control/image";
 import { ManualScheduler } from "../../src/lib/scheduler";
 import type { HeartbeatRequest } from "../../src/protocol/heartbeat";
 import { Store } from "../../src/store";
@@ -19,7 +19,7 @@ const HEALTH_KINDS = ["discovery.failed", "discovery.recovered", "gpu.unhealthy"
 
 async function headNode(inner: Store, at: number) {
   const scheduler = new ManualScheduler(at);
-  const ctl = testControl({ store: new ModelStore(inner, scheduler), scheduler, log: pino({ level: "silent" }), nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
+  const ctl = testControl({ store: new StoreImage(inner, scheduler), scheduler, log: pino({ level: "silent" }), nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
   await ctl.memory.loadReports();
   return ctl;
 }

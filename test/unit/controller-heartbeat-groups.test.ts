@@ -5,7 +5,7 @@
 
 import { describe, expect, test } from "bun:test";
 import pino from "pino";
-import { ModelStore } from "../../src/control/model";
+import { StoreImage } from "../../src/control/image";
 import { ManualScheduler } from "../../src/lib/scheduler";
 import type { HeartbeatRequest } from "../../src/protocol/heartbeat";
 import { Store } from "../../src/store";
@@ -43,7 +43,7 @@ class GatedStore extends Store {
 async function setup(o: { model: boolean }) {
   const inner = new GatedStore({ path: ":memory:" });
   const scheduler = new ManualScheduler(T0);
-  const store = o.model ? new ModelStore(inner, scheduler) : inner;
+  const store = o.model ? new StoreImage(inner, scheduler) : inner;
   const ctl = testControl({ store, scheduler, log: silent, nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
   for (const n of ["n1", "n2", "n3", "n4"]) await ctl.intake.heartbeat(heartbeat({ name: n, gpus: [H], models: ["a"] }));
   inner.calls.length = 0;
@@ -153,7 +153,7 @@ describe("joins in groups", () => {
   test("the joins that arrive together are written in one transaction, each answered with its credential, their events written; a join for a taken name fails alone", async () => {
     const inner = new JoinCountingStore({ path: ":memory:" });
     const scheduler = new ManualScheduler(T0);
-    const store = new ModelStore(inner, scheduler);
+    const store = new StoreImage(inner, scheduler);
     const ctl = testControl({ store, scheduler, log: silent, nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
     const first = ctl.intake.join({ ...heartbeat({ name: "j0", gpus: [H] }), join_credential: "llmgw-node-cred-j0-0123456789abcdef0123" });
     const names = Array.from({ length: 20 }, (_, i) => `j${i + 1}`);
@@ -166,7 +166,7 @@ describe("joins in groups", () => {
     expect(String((answers[21] as PromiseRejectedResult).reason.message)).toContain("node j0 has already joined");
     for (const [i, a] of answers.slice(1, 21).entries()) expect((a as PromiseFulfilledResult<{ credential?: string }>).value.credential).toBe(`llmgw-node-cred-${names[i]}-0123456789abcdef0123`);
     // All twenty-one in one group; the intruder (j0 named again, so in the next group) refused by
-    // the in-memory model without a write.
+    // the in-memory image without a write.
     expect(inner.joinCalls).toEqual([["j0", ...names]]);
     const snap = await inner.snapshot();
     expect(snap.nodes).toHaveLength(21);

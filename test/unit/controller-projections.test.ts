@@ -1,11 +1,11 @@
 // The tick projects again only the nodes a change touched (projections.ts touchedNodes, over
-// the in-memory model's snapshots): every node's assignment set must still be what projecting
+// the in-memory image's snapshots): every node's assignment set must still be what projecting
 // the whole snapshot gives, after placements, catalog changes, multi-node replicas, another
 // writer's commits and a node's new hardware.
 
 import { describe, expect, test } from "bun:test";
 import pino from "pino";
-import { ModelStore } from "../../src/control/model";
+import { StoreImage } from "../../src/control/image";
 import * as project from "../../src/control/projections";
 import type { Snapshot } from "../../src/control/types";
 import { ManualScheduler } from "../../src/lib/scheduler";
@@ -19,13 +19,13 @@ const twoNodes = [{ name: "p", engine: "vllm" as const, gpu_class: H, gpus: 2, n
 
 function setup() {
   const store = new Store({ path: ":memory:" });
-  const m = new ModelStore(store);
+  const m = new StoreImage(store);
   const ctl = testControl({ store: m, scheduler: new ManualScheduler(T0), log: pino({ level: "silent" }), nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
   return { store, m, ctl };
 }
 
 /** What projecting the whole snapshot gives each node. */
-async function full(ctl: TestControl, m: ModelStore) {
+async function full(ctl: TestControl, m: StoreImage) {
   const { byNode } = project.assignments(await ctl.memory.snapshot(), ctl.settings.reconcile, (id) => ctl.projector.engineKey(id), new Map());
   const snap = await m.snapshot();
   return Object.fromEntries(snap.nodes.map((n) => [n.name, byNode.get(n.name) ?? []]));

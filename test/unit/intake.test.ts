@@ -5,7 +5,7 @@
 // transaction as its replicas' verdicts.
 
 import { describe, expect, test } from "bun:test";
-import { ModelStore } from "../../src/control/model";
+import { StoreImage } from "../../src/control/image";
 import type { ReplicaRead } from "../../src/control/store-port";
 import type { NewEvent, PlanWrite } from "../../src/control/types";
 import { ManualScheduler } from "../../src/lib/scheduler";
@@ -17,7 +17,7 @@ import { T0, heartbeat, model } from "../helpers/fleet";
 const H = "H100-80GB";
 
 /** The in-memory image, counting what the intake asks of it. */
-class Counting extends ModelStore {
+class Counting extends StoreImage {
   reads = 0;
   plans: PlanWrite[] = [];
   appended: NewEvent[] = [];
@@ -26,7 +26,7 @@ class Counting extends ModelStore {
     this.reads++;
     return super.replicaSnapshot(node);
   }
-  override applyPlan(plan: PlanWrite, now: number, fence?: Parameters<ModelStore["applyPlan"]>[2]): Promise<void> {
+  override applyPlan(plan: PlanWrite, now: number, fence?: Parameters<StoreImage["applyPlan"]>[2]): Promise<void> {
     this.plans.push(plan);
     return super.applyPlan(plan, now, fence);
   }

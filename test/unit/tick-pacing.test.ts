@@ -6,7 +6,7 @@
 
 import { describe, expect, test } from "bun:test";
 import pino from "pino";
-import { ModelStore } from "../../src/control/model";
+import { StoreImage } from "../../src/control/image";
 import { reconcile, reconcilePaced } from "../../src/control/reconciler";
 import { buildTables, buildTablesPaced } from "../../src/control/views";
 import { ManualScheduler } from "../../src/lib/scheduler";
@@ -87,8 +87,8 @@ describe("buildTablesPaced", () => {
 describe("a tick under way", () => {
   async function setup() {
     const clock = new HeldScheduler(T0);
-    // As serve runs it: the in-memory model over the store, whose unchanged heartbeats skip the lock.
-    const store = new ModelStore(new Store({ path: ":memory:" }), clock);
+    // As serve runs it: the in-memory image over the store, whose unchanged heartbeats skip the lock.
+    const store = new StoreImage(new Store({ path: ":memory:" }), clock);
     const ctl = testControl({ store, scheduler: clock, log: pino({ level: "silent" }), nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
     const a = heartbeat({ name: "a", fabrics: ["f1"], gpus: [H, H] });
     await ctl.intake.heartbeat(a);

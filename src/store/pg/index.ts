@@ -296,7 +296,7 @@ export class PgStore implements StorePort {
     return this.call(retry, () =>
       this.db.transaction(
         txBody(async (tx: Tx) => {
-          // What the in-memory model holds may change: the change counter first (its row lock, held
+          // What the in-memory image holds may change: the change counter first (its row lock, held
           // to the commit, orders the triggers' seqs as the commits), before any other row's lock.
           if (change === "any") await tx.execute(sql`SELECT seq FROM change_counter WHERE id = 1 FOR UPDATE`);
           const r = await fn(tx);
@@ -450,7 +450,7 @@ export class PgStore implements StorePort {
     const { nodes, gpus, weights } = inventoryRows(names.map((n) => last.get(n)!));
     // Doing it twice is doing it once.
     return this.call("idempotent", async () => {
-      // The change counter's row first, as every write of what the in-memory model holds takes
+      // The change counter's row first, as every write of what the in-memory image holds takes
       // it (write()): the triggers of a node whose inventory changed take it too, and taken after
       // the node rows it could close a circle with a plan holding it and waiting for one of them.
       const upserted = await this.begin("", async (t) => {

@@ -1,11 +1,11 @@
 // The HA bench's heartbeat part in process, on whatever store it is handed: the control plane on
-// the in-memory model (ModelStore) on real time, ticking every second and on wake as serve does
+// the in-memory image (StoreImage) on real time, ticking every second and on wake as serve does
 // (app/head.ts startLoop), 1,000 nodes of 8 GPUs joined, then NodeIntake.heartbeat() calls
 // back to back, CONCURRENCY in flight, node after node, for SECONDS: unchanged (`steady`) and
 // with other weights each time (`changing`: a store write each). What the store costs a
 // heartbeat without HTTP, parsing and credentials (lib/ha-heartbeat.ts measures through serve).
 
-import { ModelStore } from "../../../src/control/model";
+import { StoreImage } from "../../../src/control/image";
 import type { StorePort } from "../../../src/control/store-port";
 import { realScheduler } from "../../../src/lib/scheduler";
 import type { HeartbeatRequest } from "../../../src/protocol/heartbeat";
@@ -21,7 +21,7 @@ export interface InprocRate {
 }
 
 export async function heartbeatInproc(store: StorePort, o: { nodes: number; seconds: number; concurrency: number }): Promise<{ steady: InprocRate; changing: InprocRate }> {
-  const model = new ModelStore(store, realScheduler);
+  const model = new StoreImage(store, realScheduler);
   const control = testControl({ store: model, scheduler: realScheduler, nodeTimeoutMs: 30_000, heartbeatIntervalMs: 5000, router: false });
   let ticking = false;
   const tick = async () => {

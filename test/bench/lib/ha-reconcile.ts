@@ -2,9 +2,9 @@
 // 2,000 replicas (the reconcile bench's fleet, lib/fleet.ts), on whatever store it is handed
 // (SQLite file or PostgreSQL), so both dialects are measured the same way in one run. The fleet
 // is written through the StorePort itself (heartbeats, the catalog, one plan creating the
-// replicas), then a control plane on the in-memory model (ModelStore, as serve runs it) is measured:
+// replicas), then a control plane on the in-memory image (StoreImage, as serve runs it) is measured:
 //   snapshot (store)   the store's own full read, what every reload costs;
-//   snapshot (reload)  the in-memory model reloaded from the store (snapshot, addresses, keys,
+//   snapshot (reload)  the in-memory image reloaded from the store (snapshot, addresses, keys,
 //                      credentials): what a control plane pays after another one's commit;
 //   tick steady        ControlLoop.tick() over unchanged state (nothing to write);
 //   tick local change  one model's min raised by one through the catalog first (one replica
@@ -16,7 +16,7 @@
 //                      the whole store again, then reconciles.
 // The clock stands still (ManualScheduler), so no deadline passes between runs.
 
-import { ModelStore } from "../../../src/control/model";
+import { StoreImage } from "../../../src/control/image";
 import { isEmpty } from "../../../src/control/reconciler";
 import type { StorePort } from "../../../src/control/store-port";
 import type { ModelSpec } from "../../../src/protocol/catalog";
@@ -94,7 +94,7 @@ async function otherWrites(other: StorePort, heard: () => Promise<void>, m: Mode
 }
 
 /** The model's watch, kept for the whole run: heard() resolves at the next "any" it passes on. */
-function hearing(model: ModelStore): { heard: () => Promise<void>; stop: () => void } {
+function hearing(model: StoreImage): { heard: () => Promise<void>; stop: () => void } {
   let waiting: (() => void)[] = [];
   const stop = model.watch((c) => {
     if (c !== "any") return;
@@ -114,7 +114,7 @@ export async function reconcileBench(store: StorePort, o: { runs: number; log?: 
 
   const snapshotStore = await timed(Math.max(5, Math.ceil(o.runs / 2)), undefined, () => store.snapshot());
   const clock = new ManualScheduler(T0);
-  const model = new ModelStore(store, clock);
+  const model = new StoreImage(store, clock);
   const snapshotReload = await timed(Math.max(5, Math.ceil(o.runs / 2)), () => model.invalidate(), () => model.snapshot());
 
   const control = testControl({ store: model, scheduler: clock, nodeTimeoutMs: 30_000, heartbeatIntervalMs: 5000, router: false });
