@@ -29,7 +29,7 @@ import type { FleetViews } from "../control/fleet-views";
 import type { DemandSink } from "../protocol/routing";
 import { type ControlPlane, buildControlPlane } from "./control-plane";
 import { type ControlPlaneMembership, advertisedUrl, defaultName, joinControlPlanes, newInstanceId, refuseNamesake } from "./control-planes";
-import { type ControlSettings, controlSettings } from "./settings";
+import { type ControlSettings, controlSettings, storeSettings } from "./settings";
 import { type LocalToken, type SharedSecrets, adoptSharedSecrets, keepJoinToken } from "./shared-secrets";
 import { FleetPublisher } from "./fleet-publisher";
 import { PatroniPoller } from "./patroni";
@@ -147,7 +147,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   for (const [kind, t] of [["admin", admin], ["join", join_]] as const)
     log.info({ kind, source: t.source, path: t.source === "given" ? undefined : t.path }, `${kind} token ${t.source}`);
 
-  const opened = await openStore({ target: config.store, dataDir, busyTimeoutMs: config.db_busy_timeout, queryTimeoutMs: config.db_query_timeout });
+  const opened = await openStore({ target: config.store, dataDir, ...storeSettings(config) });
   const store = opened.sqlite;
   // Several control planes on one store: on by itself with PostgreSQL, asked for with SQLite.
   const ha = opened.dialect === "postgres" || config.ha === true;

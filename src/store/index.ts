@@ -37,7 +37,8 @@ const eventRecord = (e: NewEvent, at: number) => ({ at, kind: e.kind, subject: e
 export interface OpenOptions {
   /** File path, or ":memory:" for tests. */
   path: string;
-  busyTimeoutMs?: number;
+  /** How long a write waits for a lock held by another connection (`serve --db-busy-timeout`). */
+  busyTimeoutMs: number;
 }
 
 /** The database's own clock, ms since epoch: what leases and "last seen" of control planes are measured by. */
@@ -72,7 +73,7 @@ export class Store implements StorePort {
     // turns a brief lock into a wait instead of an error; foreign keys keep GPUs and
     // weights from outliving their node.
     this.sqlite.exec("PRAGMA journal_mode = WAL");
-    this.sqlite.exec(`PRAGMA busy_timeout = ${Math.max(0, Math.floor(opts.busyTimeoutMs ?? 5000))}`);
+    this.sqlite.exec(`PRAGMA busy_timeout = ${Math.max(0, Math.floor(opts.busyTimeoutMs))}`);
     this.sqlite.exec("PRAGMA foreign_keys = ON");
     this.sqlite.exec("PRAGMA synchronous = NORMAL");
     this.db = drizzle({ client: this.sqlite, schema });

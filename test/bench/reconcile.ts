@@ -7,7 +7,7 @@ import { reconcile } from "../../src/control/reconciler";
 import { Store } from "../../src/store";
 import { heartbeat } from "../helpers/fleet";
 import { reconcileFleet, T0 } from "./lib/fleet";
-import { RECONCILE_DEFAULTS } from "../helpers/control-settings";
+import { RECONCILE_DEFAULTS, SQLITE_DEFAULTS } from "../helpers/control-settings";
 
 const NODES = 1000;
 const MODELS = 500;
@@ -38,7 +38,7 @@ const step = measure("reconcile step (pure, placement included)", () =>
 );
 
 // For context: the store read every tick does at this size.
-const store = new Store({ path: ":memory:" });
+const store = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
 for (const d of nodes) await store.applyHeartbeat(heartbeat(d), T0);
 await store.saveModels(models.map((spec) => ({ spec, revision: 1, created: true })), T0);
 for (const r of replicas) store.insertReplica({ id: r.id, model: r.model, profile: "a", state: r.state ?? "ready", shards: r.shards, createdAt: T0, updatedAt: T0 });

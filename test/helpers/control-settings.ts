@@ -10,7 +10,9 @@ export const CONTROL_DEFAULTS = controlSettings(ServeConfig.parse({}));
 export const RECONCILE_DEFAULTS = CONTROL_DEFAULTS.reconcile;
 /** Who may join and how often, with no flags. */
 export const NODE_POLICY_DEFAULTS = CONTROL_DEFAULTS.policy;
+/** What a store is opened with (openStore({ ...STORE_DEFAULTS, target, dataDir })). */
+export const STORE_DEFAULTS = storeSettings(ServeConfig.parse({}));
 /** What a SQLite store is opened with (new Store({ path, ...SQLITE_DEFAULTS })). */
-export const SQLITE_DEFAULTS = { busyTimeoutMs: storeSettings(ServeConfig.parse({})).busyTimeoutMs };
-/** What a PostgreSQL store is opened with (PgStore.open({ url, ...PG_DEFAULTS })). */
-export const PG_DEFAULTS = { queryTimeoutMs: storeSettings(ServeConfig.parse({})).queryTimeoutMs };
+export const SQLITE_DEFAULTS = { busyTimeoutMs: STORE_DEFAULTS.busyTimeoutMs };
+/** What a PostgreSQL store is opened with (PgStore.open({ ...PG_DEFAULTS, url })). */
+export const PG_DEFAULTS = { queryTimeoutMs: STORE_DEFAULTS.queryTimeoutMs };

@@ -28,6 +28,7 @@ import type { HeartbeatResponse, ReplicaReport } from "../../src/protocol/heartb
 import { Store } from "../../src/store";
 import { type TestControl, testControl } from "../helpers/control";
 import { T0, heartbeat, model, type NodeDef } from "../helpers/fleet";
+import { SQLITE_DEFAULTS } from "../helpers/control-settings";
 
 const H = "H100-80GB";
 const HOUR = 3_600_000;
@@ -47,7 +48,7 @@ function newController() {
 }
 
 function setup() {
-  store = new Store({ path: ":memory:" });
+  store = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
   clock = new ManualScheduler(T0);
   agentSays = new Map();
   newController();

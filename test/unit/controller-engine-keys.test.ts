@@ -14,6 +14,7 @@ import { Store } from "../../src/store";
 import { type TestControl, testControl } from "../helpers/control";
 import { T0, heartbeat, model, type NodeDef } from "../helpers/fleet";
 import { scratchDir } from "../helpers/tmp";
+import { SQLITE_DEFAULTS } from "../helpers/control-settings";
 
 const H = "H100-80GB";
 const silent = pino({ level: "silent" });
@@ -44,7 +45,7 @@ async function allReady(ctl: TestControl): Promise<Assignment[]> {
 
 describe("engine keys from the controller", () => {
   test("all shards of a replica share its key, the endpoint carries it, and replicas differ", async () => {
-    const store = new Store({ path: ":memory:" });
+    const store = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
     const { ctl, published } = controller(store, "test-secret-0123456789abcdef");
     for (const d of defs) await ctl.intake.heartbeat(heartbeat(d));
     await ctl.catalog.putModels([model({ name: "two", replicas: { min: 2 }, profiles: [{ name: "p", engine: "vllm", gpu_class: H, gpus: 2, nodes: 2 }] })]);
@@ -72,12 +73,12 @@ describe("engine keys from the controller", () => {
   });
 
   test("the key depends on the secret: another head node's secret gives another key", () => {
-    const store = new Store({ path: ":memory:" });
+    const store = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
     expect(controller(store, "secret-one-0123456789abcdef").ctl.projector.engineKey("r-1")).not.toBe(controller(store, "secret-two-0123456789abcdef").ctl.projector.engineKey("r-1"));
   });
 
   test("without a secret, assignments and endpoints carry no key", async () => {
-    const store = new Store({ path: ":memory:" });
+    const store = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
     const { ctl, published } = controller(store, undefined);
     for (const d of defs) await ctl.intake.heartbeat(heartbeat(d));
     await ctl.catalog.putModels([model({ name: "m" })]);
@@ -98,7 +99,7 @@ describe("the head node's engine secret", () => {
   /** A head node's start as far as keys go: the secret from the data dir, the store in it. */
   function boot(dataDir: string) {
     const secret = resolveEngineSecret(dataDir);
-    const store = new Store({ path: join(dataDir, "llmgw.db") });
+    const store = new Store({ path: join(dataDir, "llmgw.db"), ...SQLITE_DEFAULTS });
     return { secret, store, ...controller(store, secret.token) };
   }
 

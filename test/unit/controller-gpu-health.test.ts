@@ -11,6 +11,7 @@ import type { HeartbeatRequest } from "../../src/protocol/heartbeat";
 import { Store } from "../../src/store";
 import { type TestControl, testControl } from "../helpers/control";
 import { T0, heartbeat, model } from "../helpers/fleet";
+import { SQLITE_DEFAULTS } from "../helpers/control-settings";
 
 const H = "H100-80GB";
 const DRIVER =
@@ -30,7 +31,7 @@ const broken: HeartbeatRequest = { ...heartbeat({ name: "n1" }), discovery_error
 
 describe("a node whose driver stops answering", () => {
   test("keeps its GPUs, unhealthy with the reason, in the node, the summary and the events; once per change; healthy again when discovery answers", async () => {
-    const inner = new Store({ path: ":memory:" });
+    const inner = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
     const ctl = await headNode(inner, T0);
     await ctl.intake.heartbeat(good);
     const uuids = (await ctl.views.node("n1")).gpus.map((g) => g.uuid);
@@ -66,7 +67,7 @@ describe("a node whose driver stops answering", () => {
   });
 
   test("a head node restarted meanwhile keeps the reasons and writes no event again; the recovery is still one event each", async () => {
-    const inner = new Store({ path: ":memory:" });
+    const inner = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
     const first = await headNode(inner, T0);
     await first.intake.heartbeat(good);
     await first.intake.heartbeat(broken);
@@ -87,7 +88,7 @@ describe("a node whose driver stops answering", () => {
   });
 
   test("a replica on its GPUs stays as it is, its card counted unhealthy, not used; nothing new is placed there", async () => {
-    const inner = new Store({ path: ":memory:" });
+    const inner = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
     const ctl = await headNode(inner, T0);
     await ctl.intake.heartbeat(good);
     await ctl.catalog.putModels([model({ name: "m", replicas: { min: 1 } })]);
@@ -108,7 +109,7 @@ describe("a node whose driver stops answering", () => {
   });
 
   test("a deleted node's GPUs go with it: joining again with a failing driver, it has none", async () => {
-    const inner = new Store({ path: ":memory:" });
+    const inner = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
     const ctl = await headNode(inner, T0);
     await ctl.intake.heartbeat(good);
     await ctl.intake.heartbeat(broken);

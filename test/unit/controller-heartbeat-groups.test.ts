@@ -12,6 +12,7 @@ import { Store } from "../../src/store";
 import type { EndpointInfo } from "../../src/protocol/routing";
 import { type TestControl, testControl } from "../helpers/control";
 import { T0, heartbeat, model } from "../helpers/fleet";
+import { SQLITE_DEFAULTS } from "../helpers/control-settings";
 
 const H = "H100-80GB";
 const silent = pino({ level: "silent" });
@@ -41,7 +42,7 @@ class GatedStore extends Store {
 }
 
 async function setup(o: { model: boolean }) {
-  const inner = new GatedStore({ path: ":memory:" });
+  const inner = new GatedStore({ path: ":memory:", ...SQLITE_DEFAULTS });
   const scheduler = new ManualScheduler(T0);
   const store = o.model ? new StoreImage(inner, scheduler) : inner;
   const ctl = testControl({ store, scheduler, log: silent, nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
@@ -151,7 +152,7 @@ class JoinCountingStore extends GatedStore {
 
 describe("joins in groups", () => {
   test("the joins that arrive together are written in one transaction, each answered with its credential, their events written; a join for a taken name fails alone", async () => {
-    const inner = new JoinCountingStore({ path: ":memory:" });
+    const inner = new JoinCountingStore({ path: ":memory:", ...SQLITE_DEFAULTS });
     const scheduler = new ManualScheduler(T0);
     const store = new StoreImage(inner, scheduler);
     const ctl = testControl({ store, scheduler, log: silent, nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });

@@ -9,12 +9,13 @@ import { ManualScheduler } from "../../src/lib/scheduler";
 import { Store } from "../../src/store";
 import { type TestControl, testControl } from "../helpers/control";
 import { T0, heartbeat, model } from "../helpers/fleet";
+import { SQLITE_DEFAULTS } from "../helpers/control-settings";
 
 const H = "H100-80GB";
 const silent = pino({ level: "silent" });
 
 async function setup() {
-  const store = new Store({ path: ":memory:" });
+  const store = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
   const ctl = testControl({ store, scheduler: new ManualScheduler(T0), log: silent, nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
   await ctl.intake.heartbeat(heartbeat({ name: "n1", fabrics: ["f"], gpus: [H, H] }));
   await ctl.catalog.putModels([model({ name: "m", replicas: { min: 1 } })]);

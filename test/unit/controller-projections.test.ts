@@ -12,13 +12,14 @@ import { ManualScheduler } from "../../src/lib/scheduler";
 import { Store } from "../../src/store";
 import { type TestControl, testControl } from "../helpers/control";
 import { T0, heartbeat, model, type NodeDef } from "../helpers/fleet";
+import { SQLITE_DEFAULTS } from "../helpers/control-settings";
 
 const H = "H100-80GB";
 const defs: NodeDef[] = ["n1", "n2", "n3", "n4", "n5", "n6"].map((name) => ({ name, fabrics: ["ib"], gpus: [H, H], models: ["m"] }));
 const twoNodes = [{ name: "p", engine: "vllm" as const, gpu_class: H, gpus: 2, nodes: 2 }];
 
 function setup() {
-  const store = new Store({ path: ":memory:" });
+  const store = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
   const m = new StoreImage(store);
   const ctl = testControl({ store: m, scheduler: new ManualScheduler(T0), log: pino({ level: "silent" }), nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
   return { store, m, ctl };

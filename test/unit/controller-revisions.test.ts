@@ -10,6 +10,7 @@ import { Assignment, type HeartbeatRequest, type ReplicaReport } from "../../src
 import { Store } from "../../src/store";
 import { type TestControl, testControl } from "../helpers/control";
 import { T0, heartbeat, model, type NodeDef } from "../helpers/fleet";
+import { SQLITE_DEFAULTS } from "../helpers/control-settings";
 
 const [A, B, C, D] = ["a", "b", "c", "d"].map((c) => c.repeat(40)) as [string, string, string, string];
 const H = "H100-80GB";
@@ -45,7 +46,7 @@ describe("commonRevision", () => {
 });
 
 function setup() {
-  const store = new Store({ path: ":memory:" });
+  const store = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
   const ctl = testControl({ store, scheduler: new ManualScheduler(T0), log: silent, nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
   return ctl;
 }

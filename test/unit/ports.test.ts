@@ -12,7 +12,7 @@ import type { Assignment } from "../../src/protocol/heartbeat";
 import { Store, type ReplicaRow } from "../../src/store";
 import { type TestControl, testControl } from "../helpers/control";
 import { T0, heartbeat, model, snapshot, type NodeDef } from "../helpers/fleet";
-import { RECONCILE_DEFAULTS } from "../helpers/control-settings";
+import { RECONCILE_DEFAULTS, SQLITE_DEFAULTS } from "../helpers/control-settings";
 
 const H = "H100-80GB";
 /** SGLang's multi-node ports: dist_init_port + 0 … + 6; a block must hold at least these. */
@@ -27,7 +27,7 @@ function startOf(id: string, count: number): number {
 
 describe("rendezvous blocks through the controller", () => {
   test("two multi-node SGLang replicas whose leaders share a node address get non-overlapping blocks, outside every engine port", async () => {
-    const store = new Store({ path: ":memory:" });
+    const store = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
     const clock = new ManualScheduler(T0);
     // Two ids the allocator starts at the same candidate port: the second replica's engine port
     // is the first's + 1, which is where consecutive rendezvous ports used to collide.

@@ -10,9 +10,10 @@ import { Store } from "../../src/store";
 import type { Snapshot } from "../../src/control/types";
 import { T0, heartbeat, model } from "../helpers/fleet";
 import { scratchDir } from "../helpers/tmp";
+import { SQLITE_DEFAULTS } from "../helpers/control-settings";
 
 function setup() {
-  const store = new Store({ path: ":memory:" });
+  const store = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
   const clock = new ManualScheduler(T0);
   const m = new StoreImage(store, clock);
   // Rows the statements wrote, without what the change triggers add (the counter and one journal row per row).
@@ -129,7 +130,7 @@ describe("in-memory image", () => {
 describe("in-memory image: the background reload", () => {
   /** A store whose full read waits at a gate the test opens. */
   function gated() {
-    const store = new Store({ path: ":memory:" });
+    const store = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
     let open: () => void = () => {};
     let gate: Promise<void> | undefined;
     const slow = new Proxy(store, {
@@ -226,8 +227,8 @@ describe("in-memory image: another writer's commits", () => {
   function pair() {
     const dir = scratchDir("llmgw-model-");
     const path = join(dir, "store.db");
-    const store = new Store({ path });
-    const other = new Store({ path });
+    const store = new Store({ path, ...SQLITE_DEFAULTS });
+    const other = new Store({ path, ...SQLITE_DEFAULTS });
     const m = new StoreImage(store, new ManualScheduler(T0));
     return { store, other, m, close: () => (store.close(), other.close(), rmSync(dir, { recursive: true, force: true })) };
   }

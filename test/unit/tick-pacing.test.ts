@@ -13,7 +13,7 @@ import { ManualScheduler } from "../../src/lib/scheduler";
 import { Store } from "../../src/store";
 import { type TestControl, testControl } from "../helpers/control";
 import { T0, heartbeat, model, snapshot } from "../helpers/fleet";
-import { RECONCILE_DEFAULTS } from "../helpers/control-settings";
+import { RECONCILE_DEFAULTS, SQLITE_DEFAULTS } from "../helpers/control-settings";
 
 const H = "H100-80GB";
 
@@ -88,7 +88,7 @@ describe("a tick under way", () => {
   async function setup() {
     const clock = new HeldScheduler(T0);
     // As serve runs it: the in-memory image over the store, whose unchanged heartbeats skip the lock.
-    const store = new StoreImage(new Store({ path: ":memory:" }), clock);
+    const store = new StoreImage(new Store({ path: ":memory:", ...SQLITE_DEFAULTS }), clock);
     const ctl = testControl({ store, scheduler: clock, log: pino({ level: "silent" }), nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
     const a = heartbeat({ name: "a", fabrics: ["f1"], gpus: [H, H] });
     await ctl.intake.heartbeat(a);

@@ -67,14 +67,12 @@ export interface PgStoreOptions {
   retries?: number;
   /** Names this store in its notifications (default a random UUID). */
   instanceId?: string;
-  /** How long one call may take, its tries included, before it fails as the store being unavailable (default 10 s). */
-  queryTimeoutMs?: number;
+  /** How long one call may take, its tries included, before it fails as the store being unavailable (`serve --db-query-timeout`). */
+  queryTimeoutMs: number;
   /** How long the server lets a transaction of this store sit idle before it ends the session (default queryTimeoutMs). */
   idleInTransactionTimeoutMs?: number;
 }
 
-/** The default deadline: far above any call's own time (a deadlock is detected in 1 s), well below a client's patience (the CLI's 30 s). */
-export const DEFAULT_QUERY_TIMEOUT_MS = 10_000;
 /** Migrations may wait for another control plane's (the advisory lock) and alter tables. */
 const MIGRATION_TIMEOUT_MS = 120_000;
 
@@ -177,7 +175,7 @@ export class PgStore implements StorePort {
     this.url = withPrimaryTarget(opts.url);
     this.where = hostsOf(opts.url);
     this.retries = opts.retries ?? 3;
-    this.queryTimeoutMs = Math.max(1, Math.floor(opts.queryTimeoutMs ?? DEFAULT_QUERY_TIMEOUT_MS));
+    this.queryTimeoutMs = Math.max(1, Math.floor(opts.queryTimeoutMs));
     this.idleInTransactionTimeoutMs = Math.max(1, Math.floor(opts.idleInTransactionTimeoutMs ?? this.queryTimeoutMs));
     this.instanceId = opts.instanceId ?? randomUUID();
     this.payload = {
