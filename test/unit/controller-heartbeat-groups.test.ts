@@ -10,7 +10,7 @@ import { ManualScheduler } from "../../src/lib/scheduler";
 import type { HeartbeatRequest } from "../../src/protocol/heartbeat";
 import { Store } from "../../src/store";
 import type { EndpointInfo } from "../../src/protocol/routing";
-import { type TestControl, testControl } from "../helpers/control";
+import { testControl } from "../helpers/control";
 import { T0, heartbeat, model } from "../helpers/fleet";
 import { SQLITE_DEFAULTS } from "../helpers/control-settings";
 

@@ -7,7 +7,7 @@ import pino from "pino";
 import { FencedError } from "../../src/control/errors";
 import { ManualScheduler } from "../../src/lib/scheduler";
 import { Store } from "../../src/store";
-import { type TestControl, testControl } from "../helpers/control";
+import { testControl } from "../helpers/control";
 import { T0, heartbeat, model } from "../helpers/fleet";
 import { SQLITE_DEFAULTS } from "../helpers/control-settings";
 

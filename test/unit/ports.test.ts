@@ -10,7 +10,7 @@ import { ManualScheduler } from "../../src/lib/scheduler";
 import { type ReconcileConfig, reconcile, rendezvousPort } from "../../src/control/reconciler";
 import type { Assignment } from "../../src/protocol/heartbeat";
 import { Store, type ReplicaRow } from "../../src/store";
-import { type TestControl, testControl } from "../helpers/control";
+import { testControl } from "../helpers/control";
 import { T0, heartbeat, model, snapshot, type NodeDef } from "../helpers/fleet";
 import { RECONCILE_DEFAULTS, SQLITE_DEFAULTS } from "../helpers/control-settings";
 

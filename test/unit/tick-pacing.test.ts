@@ -11,7 +11,7 @@ import { reconcile, reconcilePaced } from "../../src/control/reconciler";
 import { buildTables, buildTablesPaced } from "../../src/control/views";
 import { ManualScheduler } from "../../src/lib/scheduler";
 import { Store } from "../../src/store";
-import { type TestControl, testControl } from "../helpers/control";
+import { testControl } from "../helpers/control";
 import { T0, heartbeat, model, snapshot } from "../helpers/fleet";
 import { RECONCILE_DEFAULTS, SQLITE_DEFAULTS } from "../helpers/control-settings";
 
