@@ -7,7 +7,7 @@ import { Hono, type Context } from "hono";
 import { getConnInfo } from "hono/bun";
 import { AGENT_CREDENTIAL_FILE, type NodePolicy, type Principal } from "../control/admission";
 import type { NodeIntake } from "../control/intake";
-import type { JoinToken } from "../control/join-token";
+import type { NodeIdentity } from "../control/node-identity";
 import { canonicalAddress } from "../lib/net";
 import type { Scheduler } from "../lib/scheduler";
 import { AssignmentsQuery, HeartbeatRequest } from "../protocol/heartbeat";
@@ -19,9 +19,9 @@ type Env = { Variables: { principal: Principal } };
 
 /** What the agent API asks of the control plane. */
 export interface AgentControl {
-  intake: Pick<NodeIntake, "nodeForCredential" | "admission" | "heartbeat" | "join" | "waitForAssignments">;
-  /** The join token in force (it changes when rotated). */
-  joinToken: Pick<JoinToken, "matches">;
+  /** Who presents a bearer token: the join token in force, or a node by its credential. */
+  identity: Pick<NodeIdentity, "identify">;
+  intake: Pick<NodeIntake, "receive" | "waitForAssignments">;
   policy: Pick<NodePolicy, "heartbeatRate" | "heartbeatBurst">;
   /** Time for the per-node rate limits. */
   clock: Pick<Scheduler, "now">;
@@ -63,20 +63,17 @@ export function agentRoutes(ctl: AgentControl): Hono<Env> {
   app.use("*", async (c, next) => {
     const presented = bearerToken(c.req.header("authorization"));
     if (presented === undefined) return unauthorized(c, "missing bearer token: this route needs the node's credential, or the join token for a node's first heartbeat");
-    if (ctl.joinToken.matches(presented)) {
-      c.set("principal", { kind: "join" });
-      markAuthenticated(c);
-    } else {
-      const node = await ctl.intake.nodeForCredential(presented);
-      if (node === undefined)
-        return unauthorized(
-          c,
-          `wrong bearer token: neither the join token nor a node credential this head node knows (a deleted node must join again: remove the agent's <state-dir>/${AGENT_CREDENTIAL_FILE} and restart it)`,
-        );
-      c.set("principal", { kind: "node", node });
-      markAuthenticated(c);
-      // Before the body is read: a node that floods costs a hash lookup, not a parse.
-      const r = limited(c, node);
+    const principal = await ctl.identity.identify(presented);
+    if (principal === undefined)
+      return unauthorized(
+        c,
+        `wrong bearer token: neither the join token nor a node credential this head node knows (a deleted node must join again: remove the agent's <state-dir>/${AGENT_CREDENTIAL_FILE} and restart it)`,
+      );
+    c.set("principal", principal);
+    markAuthenticated(c);
+    // Before the body is read: a node that floods costs a hash lookup, not a parse.
+    if (principal.kind === "node") {
+      const r = limited(c, principal.node);
       if (r) return r;
     }
     await next();
@@ -91,14 +88,14 @@ export function agentRoutes(ctl: AgentControl): Hono<Env> {
     const prior = principal.kind === "node" ? lastBody.get(principal.node) : undefined;
     const hb = prior !== undefined && prior.text === text ? prior.hb : HeartbeatRequest.parse(parseJsonBody(text));
     if (principal.kind === "node" && prior?.hb !== hb) lastBody.set(principal.node, { text, hb });
-    // Who may say what is the control plane's one decision (control/admission.ts); a refusal is mapped in errors.ts.
-    const source = sourceAddress(c);
-    await ctl.intake.admission({ ...principal, ...(source !== undefined ? { from: source } : {}) }, hb);
+    // A join counts against the name it joins as, refused or not: a flood of joins costs a parse.
     if (principal.kind === "join") {
       const r = limited(c, hb.node);
       if (r) return r;
     }
-    return c.json(await (principal.kind === "join" ? ctl.intake.join(hb) : ctl.intake.heartbeat(hb)));
+    // Who may say what is the control plane's one decision (control/admission.ts); a refusal is mapped in errors.ts.
+    const source = sourceAddress(c);
+    return c.json(await ctl.intake.receive({ ...principal, ...(source !== undefined ? { from: source } : {}) }, hb));
   });
 
   app.get("/assignments", async (c) => {

@@ -15,10 +15,12 @@ import { FleetViews, type SummarySources } from "../control/fleet-views";
 import type { Leadership } from "../control/ha";
 import type { EndpointSink, UsageSource } from "../control/interfaces";
 import { NodeIntake } from "../control/intake";
+import { JoinToken } from "../control/join-token";
 import { LeadershipCell } from "../control/leadership";
 import { LoadMonitor } from "../control/load";
 import { Backups, LogSources } from "../control/log-sources";
 import { NodeAdmin } from "../control/node-admin";
+import { NodeIdentity } from "../control/node-identity";
 import { NodeMemory } from "../control/node-memory";
 import { Projector } from "../control/projector";
 import type { StorePort, UnchangedHeartbeats } from "../control/store-port";
@@ -56,10 +58,13 @@ export interface ControlPlaneOptions {
   summary?: SummarySources;
   /** How a new replica's id is made (default random). */
   newId?: () => string;
+  /** The join token in force, which it changes when rotated (without one no agent can join). */
+  joinToken?: JoinToken;
 }
 
 /** The parts of one control plane. */
 export interface ControlPlane {
+  identity: NodeIdentity;
   intake: NodeIntake;
   loop: ControlLoop;
   projector: Projector;
@@ -94,6 +99,7 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
   const loop = new ControlLoop({ store, memory, projector, usage, leadership, lock, clock, load, events, wake: wakeups, config, scaleDownDelayMs: settings.scaleDownDelayMs, ...(o.newId ? { newId: o.newId } : {}), scheduler, log });
   const intake = new NodeIntake({ store, ...(o.fast ? { fast: o.fast } : {}), memory, projector, lock, clock, load, wake: wakeups, policy: settings.policy, config, scheduler, log });
   return {
+    identity: new NodeIdentity({ store, joinToken: o.joinToken ?? new JoinToken() }),
     intake,
     loop,
     projector,

@@ -15,7 +15,7 @@ import type { StoreImage } from "../control/image";
 import type { ControlLoop } from "../control/control-loop";
 import type { LeadershipCell } from "../control/leadership";
 import { liveNamesake } from "../control/name-clash";
-import type { StorePort } from "../control/store-port";
+import type { MembershipPort } from "../control/store-port";
 import type { ControlPlaneRecord, Lease } from "../control/types";
 import { bracketHost, isLoopbackHost } from "../lib/net";
 import type { Scheduler, Timer } from "../lib/scheduler";
@@ -65,7 +65,7 @@ export function newInstanceId(): string {
  * control/name-clash.ts): it would write over this one's rows, and keepalived could not tell the
  * two apart. A recent row that turns out to be this one's own earlier run costs a short wait.
  */
-export async function refuseNamesake(o: { store: Pick<StorePort, "controlPlanes">; describe: string; name: string; ttlMs: number; renewMs: number; scheduler: Scheduler; log: Logger }): Promise<void> {
+export async function refuseNamesake(o: { store: Pick<MembershipPort, "controlPlanes">; describe: string; name: string; ttlMs: number; renewMs: number; scheduler: Scheduler; log: Logger }): Promise<void> {
   const live = await liveNamesake({
     ...o,
     goneAlready: async (row) => {

@@ -26,6 +26,7 @@ import { type OpenedStore, openStore } from "../store/open";
 import { StoreImage } from "../control/image";
 import { StoreUnavailableError } from "../control/errors";
 import type { FleetViews } from "../control/fleet-views";
+import type { JoinToken } from "../control/join-token";
 import type { DemandSink } from "../protocol/routing";
 import { type ControlPlane, buildControlPlane } from "./control-plane";
 import { type ControlPlaneMembership, advertisedUrl, defaultName, joinControlPlanes, newInstanceId, refuseNamesake } from "./control-planes";
@@ -168,12 +169,12 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   const caps = listenerCaps(config, log);
   const listening = { config, log, scheduler, tls, caps, shed: shedLogger(log, scheduler) };
   const settings = controlSettings(config);
-  const { routing, control } = await routingAndControl(listening, { image, dataDir, settings, adminToken: admin.token, engineSecret: shared?.engineSecret ?? secret.token, ha, patroni, member: () => member });
+  const { routing, control } = await routingAndControl(listening, { image, joinToken, dataDir, settings, adminToken: admin.token, engineSecret: shared?.engineSecret ?? secret.token, ha, patroni, member: () => member });
   patroni?.start();
 
   const feed = dashboardFeed({ scheduler, views: control.views, log });
-  // The admin API and the dashboard get the operator's parts; the agent API the intake and the join token in force.
-  const agent = { intake: control.intake, joinToken, policy: settings.policy, clock: scheduler };
+  // The admin API and the dashboard get the operator's parts; the agent API who speaks, and the intake.
+  const agent = { identity: control.identity, intake: control.intake, policy: settings.policy, clock: scheduler };
   const app = buildAdminApp({ control, agent, log, adminToken: admin.token, joinTokenRotation: rotation, version: VERSION, maxBodyBytes: ADMIN_MAX_BODY, routerExposure: () => exposure, nodeAdmission: () => admission, scheduler, history: feed.history });
   const scheme = tls ? "https" : "http";
 
@@ -257,7 +258,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
  */
 async function routingAndControl(
   l: Listening,
-  o: { image: StoreImage; dataDir: string; settings: ControlSettings; adminToken: string; engineSecret: string; ha: boolean; patroni: PatroniPoller | undefined; member: () => ControlPlaneMembership | undefined },
+  o: { image: StoreImage; joinToken: JoinToken; dataDir: string; settings: ControlSettings; adminToken: string; engineSecret: string; ha: boolean; patroni: PatroniPoller | undefined; member: () => ControlPlaneMembership | undefined },
 ): Promise<{ routing: Routing; control: ControlPlane }> {
   const { config, log, scheduler } = l;
   const routing = routingFor(l, { requestModel: (m) => void control.catalog.requestModel(m) }, o.adminToken);
@@ -271,6 +272,7 @@ async function routingAndControl(
     dataDir: o.dataDir,
     settings: o.settings,
     engineSecret: o.engineSecret,
+    joinToken: o.joinToken,
     sink: routing.sink,
     usage: routing.sink,
     // Several control planes: its router's usage and its nodes' reports go through the store, and

@@ -13,11 +13,11 @@ import type { Logger } from "pino";
 import type { Scheduler, Timer } from "../lib/scheduler";
 import type { Summary } from "../protocol/views";
 import type { FencedError } from "./errors";
-import type { StorePort } from "./store-port";
+import type { EventsPort, MembershipPort } from "./store-port";
 import type { ControlPlaneRow, Lease } from "./types";
 
 /** What the keeper needs of the store. */
-export type LeasePort = Pick<StorePort, "acquireLease" | "releaseLease" | "appendEvent">;
+export type LeasePort = Pick<MembershipPort, "acquireLease" | "releaseLease"> & Pick<EventsPort, "appendEvent">;
 
 export interface Leadership {
   leading: boolean;

@@ -1,5 +1,5 @@
 // Heartbeats and joins from node agents, and the long poll. Who may send one is decided first
-// (admission.ts). A heartbeat that says what the store holds (the common case) takes the fast
+// (receive(): admission.ts). A heartbeat that says what the store holds (the common case) takes the fast
 // path: answered at once, without the write lock, its node's last-seen time touched in the
 // in-memory image. One with news waits for the next group: the heartbeats that arrive while a
 // group is being written are written after it, together, in one transaction, then each one's
@@ -83,19 +83,19 @@ export class NodeIntake {
 
   // ---- who may speak ------------------------------------------------------------------
 
-  /** The node a credential belongs to, or undefined. */
-  nodeForCredential(credential: string): Promise<string | undefined> {
-    return this.o.store.nodeByCredentialHash(sha256hex(credential));
-  }
-
-  nodeTrust(name: string): Promise<NodeTrust> {
-    return this.o.store.nodeTrust(name);
+  /**
+   * A heartbeat from the agent API, as who sent it (node-identity.ts): admitted or refused
+   * (AdmissionRefused), then taken as a node's heartbeat or as a join.
+   */
+  async receive(principal: Principal, hb: HeartbeatRequest): Promise<HeartbeatResponse> {
+    await this.admission(principal, hb);
+    return principal.kind === "join" ? this.join(hb) : this.heartbeat(hb);
   }
 
   /** Reads what admission decides on, then decides (admission.ts); throws the refusal. */
-  async admission(principal: Principal, hb: HeartbeatRequest): Promise<void> {
+  private async admission(principal: Principal, hb: HeartbeatRequest): Promise<void> {
     const trust = await this.o.store.nodeTrust(hb.node);
-    const credentialHolder = principal.kind === "join" && hb.join_credential !== undefined ? await this.nodeForCredential(hb.join_credential) : undefined;
+    const credentialHolder = principal.kind === "join" && hb.join_credential !== undefined ? await this.o.store.nodeByCredentialHash(sha256hex(hb.join_credential)) : undefined;
     const counts = needsCount(principal, trust) ? { nodes: await this.o.store.countNodes() } : undefined;
     const verdict = admit(principal, hb, { ...trust, ...(credentialHolder !== undefined ? { credentialHolder } : {}) }, this.o.policy, counts);
     if (!verdict.accepted) throw verdict.refusal;

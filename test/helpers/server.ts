@@ -41,7 +41,7 @@ export interface Peek {
   nodeExists(name: string): Promise<boolean>;
   /** API keys as stored (hashes). */
   apiKeys(): ReturnType<Store["listApiKeys"]>;
-  nodeForCredential(credential: string): ReturnType<Control["intake"]["nodeForCredential"]>;
+  nodeForCredential(credential: string): ReturnType<Control["identity"]["nodeForCredential"]>;
   engineKey(replicaId: string): string | null;
   /** Where and with what the head node reads a replica's engine log. */
   logSource(replicaId: string): ReturnType<Control["logs"]["logSource"]>;
@@ -114,7 +114,7 @@ export async function testServer(overrides: Record<string, unknown> = {}, log: p
     counts: () => store.counts(),
     nodeExists: async (name) => (await image.nodeTrust(name)).exists,
     apiKeys: () => image.listApiKeys(),
-    nodeForCredential: (credential) => control.intake.nodeForCredential(credential),
+    nodeForCredential: (credential) => control.identity.nodeForCredential(credential),
     engineKey: (id) => control.projector.engineKey(id),
     logSource: (id) => control.logs.logSource(id),
     replicas: () => control.views.replicas(),
