@@ -90,6 +90,23 @@ describe("in-memory image", () => {
     expect((await m.snapshot()).version).toBeGreaterThan(s2.version!);
   });
 
+  test("a plan of events alone (a heartbeat's news) is written and changes no snapshot: the same arrays, the same versions", async () => {
+    const { store, m } = setup();
+    await m.applyHeartbeat(hb("n1"), T0);
+    const before = await m.snapshot();
+    const replicasAt = m.replicaVersion();
+    await m.applyPlan({ create: [], update: [], remove: [], modelState: new Map(), nodeAdmin: [], events: [{ kind: "node.reachable", subject: "node/n1", message: "node n1 is heartbeating again" }] }, T0);
+    const after = await m.snapshot();
+    expect(after.version).toBe(before.version!);
+    expect(after.replicas).toBe(before.replicas);
+    expect(m.replicaVersion()).toBe(replicasAt);
+    expect((await store.listEvents({ limit: 5 })).map((e) => e.kind)).toEqual(["node.reachable"]);
+    // A plan that does change something moves both.
+    await m.applyPlan({ create: [], update: [], remove: [], modelState: new Map([["m1", { failures: 1 }]]), nodeAdmin: [], events: [] }, T0);
+    expect((await m.snapshot()).version).toBeGreaterThan(before.version!);
+    expect(m.replicaVersion()).toBeGreaterThan(replicasAt);
+  });
+
   test("an unchanged heartbeat writes nothing until the flush, which writes last-seen in one transaction", async () => {
     const { store, m, clock, changes } = setup();
     await m.applyHeartbeat(hb("n1"), T0);

@@ -18,7 +18,7 @@ import { joinRefused } from "../admission";
 import type { JoinWrite, ReplicaRead, StorePort, UnchangedHeartbeats } from "../store-port";
 import type { ApiKeyRow, ChangeRead, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, GpuRow, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, ReplicaRow, RouterUsage, SharedTokenKind, Snapshot, StoreChange, TokenDigests } from "../types";
 import { ImageMemory } from "./memory";
-import { byKey, cmp, defined, dropModel, dropReplica, patchModelState, remember, setModel, setReplica, unchanged } from "./state";
+import { type Collection, byKey, cmp, defined, dropModel, dropReplica, patchModelState, remember, setModel, setReplica, unchanged } from "./state";
 
 export { CHANGES_READ_LIMIT, TOUCH_FLUSH_MS } from "./memory";
 
@@ -242,7 +242,12 @@ export class StoreImage implements StorePort, UnchangedHeartbeats {
       const row = s.nodes.get(n.node);
       if (row) s.nodes.set(n.node, { ...row, adminState: n.state });
     }
-    this.memory.changed("replicas", "modelState", ...(plan.nodeAdmin.length > 0 ? (["nodes"] as const) : []));
+    // A plan of events alone (a heartbeat's news, a group's health events) changes nothing memory holds.
+    const which: Collection[] = [];
+    if (plan.create.length + plan.update.length + plan.remove.length > 0) which.push("replicas");
+    if (plan.modelState.size > 0) which.push("modelState");
+    if (plan.nodeAdmin.length > 0) which.push("nodes");
+    if (which.length > 0) this.memory.changed(...which);
   }
 
   async updateModelState(model: string, patch: Partial<Omit<ModelStateRow, "model">>): Promise<void> {
