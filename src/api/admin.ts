@@ -5,7 +5,12 @@
 import { Hono } from "hono";
 import { getBunServer } from "hono/bun";
 import type { Logger } from "pino";
-import type { Controller } from "../control/controller";
+import type { ApiKeys } from "../control/api-keys";
+import type { CatalogAdmin } from "../control/catalog-admin";
+import type { EventLog } from "../control/event-log";
+import type { FleetViews } from "../control/fleet-views";
+import type { Backups, LogSources } from "../control/log-sources";
+import type { NodeAdmin } from "../control/node-admin";
 import { type ModelSpec, catalogPath, checkCatalogFile, inFileOrder, zodIssues } from "../protocol/catalog";
 import { ConflictError } from "../control/errors";
 import { SegmentName } from "../protocol/common";
@@ -56,9 +61,20 @@ export interface JoinTokenRotation {
   rotate(): Promise<{ path: string; shared: boolean }>;
 }
 
+/** What the admin API asks of the control plane: the operator's reads and operations. */
+export interface AdminControl {
+  views: Pick<FleetViews, "summary" | "nodes" | "node" | "replicas" | "models" | "model" | "hasModel" | "explain" | "dryRunApply">;
+  catalog: Pick<CatalogAdmin, "putModels" | "deleteModel" | "unpark" | "catalogConflicts">;
+  nodes: Pick<NodeAdmin, "setNodeAdminState" | "deleteNode" | "approveNode" | "allowNodeAddress" | "allowedAddresses">;
+  keys: Pick<ApiKeys, "createApiKey" | "listApiKeys" | "revokeApiKey">;
+  events: Pick<EventLog, "event" | "events">;
+  logs: Pick<LogSources, "logSource">;
+  backups: Pick<Backups, "backup">;
+}
+
 /** The admin API under /api/v1 (app.ts mounts it behind the admin token), its parts registered in the order they always were. */
 export function adminRoutes(
-  ctl: Controller,
+  ctl: AdminControl,
   log: Logger,
   rotation: JoinTokenRotation,
   routerExposure: () => RouterExposure | undefined = () => undefined,
@@ -71,7 +87,7 @@ export function adminRoutes(
   app.get("/summary", async (c) => {
     const router = routerExposure();
     const admission = nodeAdmission();
-    const summary = await ctl.summary();
+    const summary = await ctl.views.summary();
     return c.json({ ...summary, ...(router ? { router } : {}), ...(admission ? { node_admission: admission } : {}) });
   });
 
@@ -79,7 +95,7 @@ export function adminRoutes(
 
   app.get("/replicas", async (c) => {
     const q = ROUTES.listReplicas.query.parse(c.req.query());
-    return c.json(await ctl.replicas(q.model));
+    return c.json(await ctl.views.replicas(q.model));
   });
 
   catalogRoutes(app, ctl);
@@ -90,9 +106,9 @@ export function adminRoutes(
 }
 
 /** The nodes: their tables, admin states, deletion, approval and address allowances, and the join token that admits new ones. */
-function nodeRoutes(app: Hono, ctl: Controller, log: Logger, rotation: JoinTokenRotation): void {
-  app.get("/nodes", async (c) => c.json(await ctl.nodes()));
-  app.get("/nodes/:name", async (c) => c.json(await ctl.node(nodeName(c.req.param("name")))));
+function nodeRoutes(app: Hono, ctl: AdminControl, log: Logger, rotation: JoinTokenRotation): void {
+  app.get("/nodes", async (c) => c.json(await ctl.views.nodes()));
+  app.get("/nodes/:name", async (c) => c.json(await ctl.views.node(nodeName(c.req.param("name")))));
   for (const [action, state, verb] of [
     ["cordon", "cordoned", "cordoned"],
     ["uncordon", "none", "uncordoned"],
@@ -100,7 +116,7 @@ function nodeRoutes(app: Hono, ctl: Controller, log: Logger, rotation: JoinToken
   ] as const) {
     app.post(`/nodes/:name/${action}`, async (c) => {
       const name = nodeName(c.req.param("name"));
-      const { changed } = await ctl.setNodeAdminState(name, state);
+      const { changed } = await ctl.nodes.setNodeAdminState(name, state);
       return c.json({ node: name, action, changed, message: `node/${name} ${changed ? verb : `already ${verb}`}` } satisfies NodeActionResult);
     });
   }
@@ -108,27 +124,27 @@ function nodeRoutes(app: Hono, ctl: Controller, log: Logger, rotation: JoinToken
   app.delete("/nodes/:name", async (c) => {
     const name = nodeName(c.req.param("name"));
     const q = ROUTES.deleteNode.query.parse(c.req.query());
-    const { stopped } = await ctl.deleteNode(name, q.force);
+    const { stopped } = await ctl.nodes.deleteNode(name, q.force);
     const also = stopped.length > 0 ? `; stopped ${stopped.join(", ")}, to be placed elsewhere` : "";
     return c.json({ node: name, stopped, message: `node/${name} deleted${also}; to join it again, remove the agent's credential file on the node and restart it` } satisfies NodeDeleted);
   });
   app.post("/nodes/:name/approve", async (c) => {
     const name = nodeName(c.req.param("name"));
-    const { changed } = await ctl.approveNode(name);
+    const { changed } = await ctl.nodes.approveNode(name);
     return c.json({ node: name, changed, message: `node/${name} ${changed ? "approved" : "was not pending"}` } satisfies NodeApproved);
   });
-  app.get("/node-addresses", async (c) => c.json(await ctl.allowedAddresses()));
+  app.get("/node-addresses", async (c) => c.json(await ctl.nodes.allowedAddresses()));
   app.put("/nodes/:name/address", async (c) => {
     const raw = c.req.param("name");
     const r = SegmentName.safeParse(raw);
     if (!r.success) throw new HttpError(400, "invalid_request", `name: "${raw.slice(0, 80)}" is not a valid node name`);
     const body = ROUTES.allowNodeAddress.body.parse(await jsonBody(c.req.raw));
-    const { changed } = await ctl.allowNodeAddress(r.data, body.address);
+    const { changed } = await ctl.nodes.allowNodeAddress(r.data, body.address);
     return c.json({ node: r.data, address: body.address, changed, message: `node/${r.data} may report address ${body.address}` } satisfies NodeAddressResult);
   });
   app.delete("/nodes/:name/address", async (c) => {
     const name = nodeName(c.req.param("name"));
-    const { changed } = await ctl.allowNodeAddress(name, null);
+    const { changed } = await ctl.nodes.allowNodeAddress(name, null);
     return c.json({ node: name, address: null, changed, message: `node/${name} ${changed ? "may report only the address it heartbeats from" : "had no address allowance"}` } satisfies NodeAddressResult);
   });
   /** A new join token in the data dir's join.token; the old one stops admitting at once (on every control plane of the store). */
@@ -138,16 +154,16 @@ function nodeRoutes(app: Hono, ctl: Controller, log: Logger, rotation: JoinToken
       throw new HttpError(409, "conflict", "the join token was given with --join-token (or LLMGW_JOIN_TOKEN, or the config file): change it there and restart, or remove it to let the server keep one in join.token");
     const { path, shared } = await rotation.rotate();
     const where = shared ? " on any control plane of this store" : "";
-    await ctl.event("join_token.rotated", "join-token", `join token rotated: the old one no longer admits new nodes${where}; joined nodes keep their credentials`);
+    await ctl.events.event("join_token.rotated", "join-token", `join token rotated: the old one no longer admits new nodes${where}; joined nodes keep their credentials`);
     log.warn({ path, shared }, "join token rotated");
     return c.json({ path, message: `join token rotated: the new one is in ${path} (0600); the old one no longer admits new nodes${where}, joined nodes keep working` } satisfies JoinTokenRotated);
   });
 }
 
 /** The catalog: models one by one (with their explanation and unparking) and a whole catalog file at once. */
-function catalogRoutes(app: Hono, ctl: Controller): void {
-  app.get("/models", async (c) => c.json(await ctl.models()));
-  const explain = async (name: string) => ctl.explain(name) satisfies Promise<Explanation>;
+function catalogRoutes(app: Hono, ctl: AdminControl): void {
+  app.get("/models", async (c) => c.json(await ctl.views.models()));
+  const explain = async (name: string) => ctl.views.explain(name) satisfies Promise<Explanation>;
   // Registered so the route list is the documented one; hono's router hands GET .../explain to
   // the model route below all the same (a name may hold a "/"), which tells the two apart.
   app.get("/models/:name{.+}/explain", async (c) => c.json(await explain(c.req.param("name"))));
@@ -155,8 +171,8 @@ function catalogRoutes(app: Hono, ctl: Controller): void {
     const name = c.req.param("name");
     // A model whose own name ends in "/explain" is still answered as itself.
     const explained = name.endsWith("/explain") ? name.slice(0, -"/explain".length) : undefined;
-    if (explained && !(await ctl.hasModel(name))) return c.json(await explain(explained));
-    const { view, spec } = await ctl.model(name);
+    if (explained && !(await ctl.views.hasModel(name))) return c.json(await explain(explained));
+    const { view, spec } = await ctl.views.model(name);
     return c.json({ ...view, spec: specToWire(spec) } satisfies ModelDetail);
   });
   app.put("/models/:name{.+}", async (c) => {
@@ -175,18 +191,18 @@ function catalogRoutes(app: Hono, ctl: Controller): void {
     const parsed = ROUTES.putModel.body.safeParse(body);
     if (!parsed.success) throw new CatalogProblems(zodIssues(parsed.error.issues, ROUTES.putModel.body, body));
     const spec = parsed.data;
-    const [result] = await ctl.putModels([spec]).catch(asProblems());
-    const { view } = await ctl.model(spec.name);
+    const [result] = await ctl.catalog.putModels([spec]).catch(asProblems());
+    const { view } = await ctl.views.model(spec.name);
     const answer = { ...view, spec: specToWire(spec), result: result!.result, message: `model/${spec.name} ${result!.result}` } satisfies ModelPutResult;
     return c.json(answer, result!.result === "created" ? 201 : 200);
   });
   app.delete("/models/:name{.+}", async (c) => {
-    const name = await ctl.deleteModel(c.req.param("name"));
+    const name = await ctl.catalog.deleteModel(c.req.param("name"));
     return c.json({ name, result: "deleted", message: `model/${name} deleted` } satisfies ModelDeleted);
   });
 
   app.post("/models/:name{.+}/unpark", async (c) => {
-    const { model, changed } = await ctl.unpark(c.req.param("name"));
+    const { model, changed } = await ctl.catalog.unpark(c.req.param("name"));
     return c.json({ name: model, changed, message: `model/${model} ${changed ? "unparked" : "was not parked"}` } satisfies UnparkResult);
   });
 
@@ -200,26 +216,26 @@ function catalogRoutes(app: Hono, ctl: Controller): void {
       // The models that are fine on their own are also judged against the stored catalog, so
       // one answer names every problem; a model already refused for its names is not judged twice.
       const named = new Set(issues.filter((i) => i.path[2] === "name" || i.path[2] === "aliases").map((i) => i.path[1]));
-      const conflicts = await ctl.catalogConflicts(specs.map((s, i) => (named.has(i) ? undefined : s)));
+      const conflicts = await ctl.catalog.catalogConflicts(specs.map((s, i) => (named.has(i) ? undefined : s)));
       throw new CatalogProblems(inFileOrder([...issues, ...conflicts]), models);
     }
-    if (q.dry_run) return c.json((await ctl.dryRunApply(file.models).catch(asProblems(models))) satisfies ApplyDryRun);
-    const results = await ctl.putModels(file.models, true).catch(asProblems(models));
+    if (q.dry_run) return c.json((await ctl.views.dryRunApply(file.models).catch(asProblems(models))) satisfies ApplyDryRun);
+    const results = await ctl.catalog.putModels(file.models, true).catch(asProblems(models));
     return c.json({ results: results.map((r) => ({ ...r, message: `model/${r.name} ${r.result}` })) } satisfies ApplyResult);
   });
 }
 
 /** The router's API keys: listed, created (the key shown once), revoked. */
-function keyRoutes(app: Hono, ctl: Controller): void {
-  app.get("/keys", async (c) => c.json(await ctl.listApiKeys()));
+function keyRoutes(app: Hono, ctl: AdminControl): void {
+  app.get("/keys", async (c) => c.json(await ctl.keys.listApiKeys()));
   app.post("/keys", async (c) => {
     const body = ROUTES.createKey.body.parse(await jsonBody(c.req.raw));
-    const k = await ctl.createApiKey(body.name, body.pool);
+    const k = await ctl.keys.createApiKey(body.name, body.pool);
     return c.json({ ...k, message: `key/${k.name} created; this is the only time the key is shown` } satisfies CreatedApiKey, 201);
   });
   app.delete("/keys/:name", async (c) => {
     const name = c.req.param("name");
-    await ctl.revokeApiKey(name);
+    await ctl.keys.revokeApiKey(name);
     return c.json({ name, message: `key/${name} revoked` } satisfies ApiKeyRevoked);
   });
 }
@@ -229,17 +245,17 @@ function keyRoutes(app: Hono, ctl: Controller): void {
  * is its past run: when its node has none (the replica runs its first run), the last run of the
  * failed replica it replaced, named in x-llmgw-log-replica and x-llmgw-log-node.
  */
-function logRoutes(app: Hono, ctl: Controller): void {
+function logRoutes(app: Hono, ctl: AdminControl): void {
   app.get("/replicas/:id/logs", async (c) => {
     const q = ROUTES.replicaLogs.query.parse(c.req.query());
     const id = c.req.param("id");
     // A followed log stays open far past Bun's idle timeout.
     if (q.follow) (getBunServer(c) as { timeout?(req: Request, seconds: number): void } | undefined)?.timeout?.(c.req.raw, 0);
-    const src = await ctl.logSource(id, q.previous);
+    const src = await ctl.logs.logSource(id, q.previous);
     let res = await agentLog(src, q, c.req.raw.signal);
     let from = { id, node: src.node };
     if (res.status === 404 && q.previous && src.predecessor) {
-      const before = await ctl.logSource(src.predecessor, true).catch(() => undefined);
+      const before = await ctl.logs.logSource(src.predecessor, true).catch(() => undefined);
       const alt = before ? await agentLog(before, q, c.req.raw.signal).catch(() => undefined) : undefined;
       if (alt?.ok && before) {
         await res.body?.cancel();
@@ -256,10 +272,10 @@ function logRoutes(app: Hono, ctl: Controller): void {
 }
 
 /** What the server keeps: the database as a download, and the event log. */
-function recordRoutes(app: Hono, ctl: Controller): void {
+function recordRoutes(app: Hono, ctl: AdminControl): void {
   /** A consistent copy of the database, taken while the server runs, as a download. */
   app.get("/backup", async (c) => {
-    const path = await ctl.backup();
+    const path = await ctl.backups.backup();
     const file = Bun.file(path);
     const bytes = await file.arrayBuffer();
     await file.delete();
@@ -270,7 +286,7 @@ function recordRoutes(app: Hono, ctl: Controller): void {
 
   app.get("/events", async (c) => {
     const q = ROUTES.events.query.parse(c.req.query());
-    return c.json(await ctl.events({ afterId: q.after, limit: q.limit, subject: q.subject }));
+    return c.json(await ctl.events.events({ afterId: q.after, limit: q.limit, subject: q.subject }));
   });
 }
 

@@ -2,25 +2,29 @@
 // behind node credentials (the join token admits new nodes only), one error shape everywhere, a body limit on every route.
 //
 // src/api is the head node's HTTP face for operators and agents: Hono apps, auth, sessions, error
-// mapping and the listener adapter. It may import control (the Controller it serves), protocol,
-// config, lib and the HTTP/1.1 server; never the store (control hides it), never app, cli, agent
-// or sim. app/head.ts builds it and hands it only what it serves.
+// mapping and the listener adapter. It may import control (the parts it serves: each API names the
+// narrow interface it uses), protocol, config, lib and the HTTP/1.1 server; never the store
+// (control hides it), never app, cli, agent or sim. app/head.ts builds it and hands it only what
+// it serves.
 
 import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { Logger } from "pino";
-import type { Controller } from "../control/controller";
-import { type Scheduler, realScheduler } from "../lib/scheduler";
+import type { LeadershipView } from "../control/leadership";
+import type { Scheduler } from "../lib/scheduler";
 import type { NodeAdmission, RouterExposure } from "../protocol/views";
-import { type JoinTokenRotation, adminRoutes } from "./admin";
-import { agentRoutes } from "./agent";
+import { type AdminControl, type JoinTokenRotation, adminRoutes } from "./admin";
+import { type AgentControl, agentRoutes } from "./agent";
 import { requireToken } from "./auth";
 import { errorBody, handleError } from "./errors";
 import type { History } from "./history";
-import { uiRoutes } from "./ui";
+import { type UiControl, uiRoutes } from "./ui";
 
 export interface AppOptions {
-  controller: Controller;
+  /** The operator's side of the control plane (admin API and dashboard), and whether it leads (/healthz). */
+  control: AdminControl & UiControl & { leadership: LeadershipView };
+  /** The agents' side. */
+  agent: AgentControl;
   log: Logger;
   adminToken: string;
   /** How `join-token rotate` replaces the join token (the assembly knows where it lives). */
@@ -32,8 +36,8 @@ export interface AppOptions {
   routerExposure?: () => RouterExposure | undefined;
   /** How new nodes are admitted, for the summary. */
   nodeAdmission?: () => NodeAdmission | undefined;
-  /** Times each request for its log line (default realScheduler). */
-  scheduler?: Pick<Scheduler, "mono">;
+  /** Times each request for its log line, and the dashboard's pages and sessions. */
+  scheduler: Pick<Scheduler, "mono" | "now">;
   /** The dashboard's last hour (sampled by the assembly); the dashboard keeps an empty one without. */
   history?: History;
 }
@@ -41,7 +45,7 @@ export interface AppOptions {
 export function buildAdminApp(o: AppOptions): Hono {
   const app = new Hono();
   const maxSize = o.maxBodyBytes;
-  const clock = o.scheduler ?? realScheduler;
+  const clock = o.scheduler;
 
   app.use(async (c, next) => {
     const started = clock.mono();
@@ -58,7 +62,7 @@ export function buildAdminApp(o: AppOptions): Hono {
   );
 
   app.get("/healthz", (c) => {
-    const l = o.controller.leadership();
+    const l = o.control.leadership.get();
     const body = { status: l.leading ? ("ok" as const) : ("standing by" as const), version: o.version, leading: l.leading, epoch: l.epoch, ...(l.name ? { name: l.name } : {}) };
     // Only the leader check fails on a standby: it is healthy, it just does not lead.
     const leader = c.req.query("leader");
@@ -68,14 +72,14 @@ export function buildAdminApp(o: AppOptions): Hono {
 
 
   app.use("/api/v1/*", requireToken("admin", o.adminToken));
-  app.route("/api/v1", adminRoutes(o.controller, o.log, o.joinTokenRotation, o.routerExposure, o.nodeAdmission));
+  app.route("/api/v1", adminRoutes(o.control, o.log, o.joinTokenRotation, o.routerExposure, o.nodeAdmission));
 
   // The agent API checks its own tokens: a node credential, or the join token for a first
-  // heartbeat (the assembly gives the controller the join token).
-  app.route("/agent/v1", agentRoutes(o.controller));
+  // heartbeat (the assembly hands it the join token in force).
+  app.route("/agent/v1", agentRoutes(o.agent));
 
   // The dashboard: admin token only, by cookie from its login form or by bearer header.
-  app.route("/ui", uiRoutes({ controller: o.controller, adminToken: o.adminToken, ...(o.history ? { history: o.history } : {}) }));
+  app.route("/ui", uiRoutes({ control: o.control, clock: o.scheduler, adminToken: o.adminToken, ...(o.history ? { history: o.history } : {}) }));
 
   app.notFound((c) => c.json(errorBody("not_found", `no route ${c.req.method} ${c.req.path}`), 404));
   app.onError((err, c) => handleError(err, c, o.log));

@@ -1,6 +1,7 @@
 // The admin and agent APIs' one error shape, and the mapping from what went wrong to a status
-// code: bad input 400 naming every field, missing names 404, conflicts 409. Nothing else leaks:
-// an unexpected error is logged with its stack and answered with a plain 500.
+// code: bad input 400 naming every field, missing names 404, conflicts 409, a heartbeat's refusal
+// by its code (control/admission.ts). Nothing else leaks: an unexpected error is logged with its
+// stack and answered with a plain 500.
 
 import type { Context } from "hono";
 import type { Logger } from "pino";
@@ -8,6 +9,7 @@ import { ZodError } from "zod";
 import type { ApiError } from "../protocol/views";
 import { loneSurrogatePath } from "../protocol/common";
 import { type CatalogIssue, catalogPath } from "../protocol/catalog";
+import { AdmissionRefused, type RefusalCode } from "../control/admission";
 import { ConflictError, NotFoundError, StoreUnavailableError } from "../control/errors";
 
 export class HttpError extends Error {
@@ -40,6 +42,9 @@ export class CatalogProblems extends Error {
   }
 }
 
+/** The status of each admission refusal: who may not speak so is 403, a name or credential someone holds is 409. */
+const REFUSAL_STATUS: Record<RefusalCode, 403 | 409> = { forbidden: 403, credential_in_use: 409, node_exists: 409, node_limit: 403, address_mismatch: 403 };
+
 export function issuePath(path: readonly PropertyKey[]): string {
   return path.length === 0 ? "(body)" : path.map(String).join(".");
 }
@@ -61,6 +66,7 @@ export function handleError(err: unknown, c: Context, log: Logger): Response {
   if (err instanceof ZodError) return c.json(zodToApiError(err), 400);
   if (err instanceof CatalogProblems) return c.json(err.body, err.status);
   if (err instanceof HttpError) return c.json(errorBody(err.code, err.message), err.status);
+  if (err instanceof AdmissionRefused) return c.json(errorBody(err.code, err.message), REFUSAL_STATUS[err.code]);
   if (err instanceof NotFoundError) return c.json(errorBody("not_found", err.message), 404);
   if (err instanceof ConflictError)
     return c.json({ error: { code: "conflict", message: err.message, issues: [{ path: issuePath(err.path), message: err.message }] } }, 409);

@@ -1,7 +1,7 @@
 // The dashboard at /ui on the admin listener: a server-rendered view of the same summary and
 // tables the admin API serves, the last hour's charts (history.ts), a page per model and per
 // node, the API keys, and the operator's actions (cordon, uncordon, drain, unpark, delete a
-// model, create and revoke keys) as POST forms that call the controller methods the admin API
+// model, create and revoke keys) as POST forms that call the control plane's operations the admin API
 // calls. It takes the admin token only: posted from its sign-in form, which starts a
 // server-side session (sessions.ts: a random id in an HttpOnly, SameSite=Strict cookie, 12 h at
 // most, 1 h idle), or as `Authorization: Bearer` for scripts. Never from the URL: a token in a
@@ -20,7 +20,11 @@ import { deleteCookie, getCookie, setCookie } from "hono/cookie";
 import type { Context, MiddlewareHandler } from "hono";
 import { ZodError } from "zod";
 import type { Scheduler } from "../lib/scheduler";
-import type { Controller } from "../control/controller";
+import type { ApiKeys } from "../control/api-keys";
+import type { CatalogAdmin } from "../control/catalog-admin";
+import type { EventLog } from "../control/event-log";
+import type { FleetViews } from "../control/fleet-views";
+import type { NodeAdmin } from "../control/node-admin";
 import { ConflictError, NotFoundError, StoreUnavailableError } from "../control/errors";
 import { safeDeep } from "../lib/text";
 import { CreateKeyBody } from "../protocol/admin";
@@ -39,11 +43,20 @@ type Clock = Pick<Scheduler, "now">;
 export const UI_COOKIE = "llmgw_ui";
 const EVENTS_SHOWN = 50;
 
+/** What the dashboard asks of the control plane: the admin API's reads, and the operator's actions it offers. */
+export interface UiControl {
+  views: Pick<FleetViews, "overview" | "model" | "replicas" | "tables">;
+  events: Pick<EventLog, "events">;
+  keys: Pick<ApiKeys, "listApiKeys" | "createApiKey" | "revokeApiKey">;
+  catalog: Pick<CatalogAdmin, "unpark" | "deleteModel">;
+  nodes: Pick<NodeAdmin, "setNodeAdminState">;
+}
+
 export interface UiOptions {
-  controller: Controller;
+  control: UiControl;
   adminToken: string;
-  /** Time for session expiry; the controller's clock when not given. */
-  clock?: Clock;
+  /** The wall clock pages and session expiry read. */
+  clock: Clock;
   /** The session store; one of its own (in memory, per listener) when not given. */
   sessions?: SessionStore;
   /** The last hour's figures (history.ts), sampled by whoever built it; an empty one when not given. */
@@ -58,8 +71,8 @@ type Env = { Variables: { nonce: string } };
 
 export function uiRoutes(o: UiOptions): Hono<Env> {
   const app = new Hono<Env>();
-  const ctl = o.controller;
-  const sessions = o.sessions ?? new SessionStore({ clock: o.clock ?? ctl.opts.scheduler });
+  const ctl = o.control;
+  const sessions = o.sessions ?? new SessionStore({ clock: o.clock });
 
   app.use(securityHeaders);
   // A 200-node page is a few hundred KB of repetitive markup, fetched every two seconds.
@@ -67,7 +80,7 @@ export function uiRoutes(o: UiOptions): Hono<Env> {
 
   const signIn = signInOf(sessions, o.adminToken);
   const { authed, login } = signIn;
-  const { data, historyView, relatedEvents } = viewsOf(ctl, o.history ?? new History());
+  const { data, historyView, relatedEvents } = viewsOf(ctl, o.clock, o.history ?? new History());
 
   /** A message for the session's next page, taken when shown. */
   const flashes = new WeakMap<Session, Flash>();
@@ -177,20 +190,20 @@ function signInOf(sessions: SessionStore, adminToken: string): SignIn {
 }
 
 /** What the pages show, each read as one snapshot and passed through the sanitiser. */
-function viewsOf(ctl: Controller, history: History) {
+function viewsOf(ctl: UiControl, clock: Clock, history: History) {
   const data = async (): Promise<DashboardData> => {
     // One snapshot for both: the summary and the tables describe the same moment, as
     // `GET /api/v1/summary` and the table routes do.
-    const { summary, tables } = await ctl.overview();
-    const events = (await ctl.events({ limit: EVENTS_SHOWN })).reverse();
+    const { summary, tables } = await ctl.views.overview();
+    const events = (await ctl.events.events({ limit: EVENTS_SHOWN })).reverse();
     // Names, classes, labels, errors and event messages are what nodes, engines and catalog
     // files said: sanitised for the page, however a view gained the field.
-    return safeDeep({ summary, tables, events, now: ctl.opts.scheduler.now() });
+    return safeDeep({ summary, tables, events, now: clock.now() });
   };
 
   const historyView = (): HistoryView =>
     safeDeep({
-      now: ctl.opts.scheduler.now(),
+      now: clock.now(),
       windowMs: history.windowMs,
       traffic: history.readsTraffic,
       models: history.models().map((name) => ({ name, points: [...history.model(name)] })),
@@ -201,7 +214,7 @@ function viewsOf(ctl: Controller, history: History) {
 
   /** The newest events about `subject`, and about the replicas named (as far back as the scan goes), newest first. */
   const relatedEvents = async (subject: string, others: string[]): Promise<EventView[]> => {
-    const [own, recent] = await Promise.all([ctl.events({ limit: PAGE_EVENTS, subject }), others.length > 0 ? ctl.events({ limit: RELATED_EVENTS_SCAN }) : []]);
+    const [own, recent] = await Promise.all([ctl.events.events({ limit: PAGE_EVENTS, subject }), others.length > 0 ? ctl.events.events({ limit: RELATED_EVENTS_SCAN }) : []]);
     const wanted = new Set(others);
     const byId = new Map<number, EventView>();
     for (const e of [...own, ...recent.filter((x) => wanted.has(x.subject))]) byId.set(e.id, e);
@@ -261,7 +274,7 @@ type Ctx = Context<Env>;
 type Authed = (c: Ctx) => { session?: Session } | undefined;
 
 interface PageDeps {
-  ctl: Controller;
+  ctl: UiControl;
   authed: Authed;
   login: (c: Ctx) => Response;
   takeFlash: (s: Session | undefined) => Flash | undefined;
@@ -284,15 +297,15 @@ function pageRoutes(app: Hono<Env>, d: PageDeps): void {
     const who = d.authed(c);
     if (!who) return d.login(c);
     const raw = c.req.param("name");
-    let found: Awaited<ReturnType<Controller["model"]>>;
+    let found: Awaited<ReturnType<UiControl["views"]["model"]>>;
     try {
-      found = await ctl.model(raw);
+      found = await ctl.views.model(raw);
     } catch (e) {
       if (e instanceof NotFoundError) return notFound(c, who.session?.csrf, `No model or alias is called "${raw.slice(0, 120)}".`);
       throw e;
     }
     const { view, spec } = found;
-    const replicas = await ctl.replicas(view.name);
+    const replicas = await ctl.views.replicas(view.name);
     const events = await d.relatedEvents(`model/${view.name}`, replicas.map((r) => `replica/${r.id}`));
     const h = d.historyView();
     const page = safeDeep({ view, spec, replicas, events, now: h.now });
@@ -308,7 +321,7 @@ function pageRoutes(app: Hono<Env>, d: PageDeps): void {
     if (!who) return d.login(c);
     const raw = c.req.param("name");
     const name = nodeParam(raw);
-    const tables = await ctl.tables();
+    const tables = await ctl.views.tables();
     const node = name === undefined ? undefined : tables.nodes.find((n) => n.name === name);
     if (!node) return notFound(c, who.session?.csrf, `No node is called "${raw.slice(0, 120)}".`);
     const replicas = tables.replicas.filter((r) => r.shards.some((s) => s.node === node.name));
@@ -321,14 +334,14 @@ function pageRoutes(app: Hono<Env>, d: PageDeps): void {
   app.get("/keys", async (c) => {
     const who = d.authed(c);
     if (!who) return d.login(c);
-    const keys = safeDeep(await ctl.listApiKeys());
+    const keys = safeDeep(await ctl.keys.listApiKeys());
     const flash = d.takeFlash(who.session);
     return c.html(`<!DOCTYPE html>${<KeysPage nonce={c.get("nonce")} csrf={who.session?.csrf} flash={flash} keys={keys} now={ctl.opts.scheduler.now()} />}`);
   });
 }
 
 interface ActionDeps {
-  ctl: Controller;
+  ctl: UiControl;
   sessionOf: (c: Ctx) => Session | undefined;
   authed: Authed;
   login: (c: Ctx) => Response;
@@ -391,33 +404,33 @@ function actionRoutes(app: Hono<Env>, d: ActionDeps): void {
       const raw = c.req.param("name") ?? "";
       const name = nodeParam(raw);
       if (name === undefined) throw new NotFoundError(`node "${raw.slice(0, 80)}" not found`);
-      const { changed } = await ctl.setNodeAdminState(name, state);
+      const { changed } = await ctl.nodes.setNodeAdminState(name, state);
       return { flash: { tone: "ok", text: `node/${name} ${changed ? said : `already ${said}`}` }, to: nodeHref(name) };
     });
   }
 
   const modelBack = (c: Ctx) => modelHref(c.req.param("name") ?? "");
   action("/models/:name{.+}/unpark", modelBack, async (c) => {
-    const { model, changed } = await ctl.unpark(c.req.param("name") ?? "");
+    const { model, changed } = await ctl.catalog.unpark(c.req.param("name") ?? "");
     return { flash: { tone: "ok", text: `model/${model} ${changed ? "unparked: it will be tried again" : "was not parked"}` }, to: modelHref(model) };
   });
   action("/models/:name{.+}/delete", modelBack, async (c, form) => {
     const raw = c.req.param("name") ?? "";
     if (field(form, "confirm") !== "yes") return { flash: { tone: "bad", text: `nothing deleted: tick the box to confirm deleting ${raw.slice(0, 120)}` }, to: modelHref(raw) };
-    const name = await ctl.deleteModel(raw);
+    const name = await ctl.catalog.deleteModel(raw);
     return { flash: { tone: "ok", text: `model/${name} deleted` }, to: "/ui" };
   });
 
   action("/keys", () => "/ui/keys", async (_c, form) => {
     const pool = field(form, "pool")?.trim();
     const body = CreateKeyBody.parse({ name: field(form, "name")?.trim(), ...(pool ? { pool } : {}) });
-    const k = await ctl.createApiKey(body.name, body.pool);
+    const k = await ctl.keys.createApiKey(body.name, body.pool);
     return { flash: { tone: "ok", text: `key/${k.name} created${k.pool ? ` for pool ${k.pool}` : ""}`, key: { name: k.name, key: k.key } }, to: "/ui/keys" };
   });
   action("/keys/:name/revoke", () => "/ui/keys", async (c, form) => {
     const name = c.req.param("name") ?? "";
     if (field(form, "confirm") !== "yes") return { flash: { tone: "bad", text: `nothing revoked: tick the box to confirm revoking ${name.slice(0, 80)}` }, to: "/ui/keys" };
-    await ctl.revokeApiKey(name);
+    await ctl.keys.revokeApiKey(name);
     return { flash: { tone: "ok", text: `key/${name} revoked` }, to: "/ui/keys" };
   });
 }

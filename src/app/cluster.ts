@@ -12,6 +12,7 @@ import type { ModelSpec } from "../protocol/catalog";
 import { type SimNode, selfExe } from "../sim/demo";
 import { Store } from "../store";
 import { type RunningServer, startHead } from "./head";
+import { storeSettings } from "./settings";
 
 export interface Cluster {
   server: RunningServer;
@@ -51,7 +52,7 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     }
     if (o.demo) {
       parts.store?.setMeta("mode", "demo");
-      await parts.controller.putModels(o.demo.catalog);
+      await parts.control.catalog.putModels(o.demo.catalog);
     }
   } catch (e) {
     await stop();
@@ -86,7 +87,8 @@ function agentConfig(o: ClusterOptions, n: SimNode, server: RunningServer): Agen
 export function holdsServerData(dataDir: string): boolean {
   const dbPath = join(dataDir, "llmgw.db");
   if (!existsSync(dbPath)) return false;
-  const s = new Store({ path: dbPath });
+  // The demo's own serve would open it with the defaults too.
+  const s = new Store({ path: dbPath, busyTimeoutMs: storeSettings(ServeConfig.parse({})).busyTimeoutMs });
   try {
     const counts = s.counts();
     return s.getMeta("mode") !== "demo" && !(counts.nodes === 0 && counts.models === 0);

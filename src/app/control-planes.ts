@@ -10,11 +10,12 @@ import { connect } from "node:net";
 import { hostname, networkInterfaces } from "node:os";
 import type { Logger } from "pino";
 import { ConfigError } from "../config";
-import type { Controller } from "../control/controller";
 import { LeaseKeeper, controlPlanesView } from "../control/ha";
-import type { ModelStore } from "../control/model";
+import type { StoreImage } from "../control/image";
+import type { ControlLoop } from "../control/control-loop";
+import type { LeadershipCell } from "../control/leadership";
 import { liveNamesake } from "../control/name-clash";
-import type { StorePort } from "../control/store-port";
+import type { MembershipPort } from "../control/store-port";
 import type { ControlPlaneRecord, Lease } from "../control/types";
 import { bracketHost, isLoopbackHost } from "../lib/net";
 import type { Scheduler, Timer } from "../lib/scheduler";
@@ -27,9 +28,12 @@ import { HealthSchema, type Summary } from "../protocol/views";
  */
 export const BACKSTOP_RELOAD_MS = 30_000;
 
-export interface ControlPlaneOptions {
-  controller: Controller;
-  model: ModelStore;
+export interface MembershipOptions {
+  /** Whether this control plane leads: the lease keeper decides it, and hears of fenced writes. */
+  leadership: LeadershipCell;
+  /** Told when another control plane wrote to the store. */
+  loop: Pick<ControlLoop, "storeChanged">;
+  image: StoreImage;
   scheduler: Scheduler;
   log: Logger;
   record: ControlPlaneRecord;
@@ -37,7 +41,7 @@ export interface ControlPlaneOptions {
   instance: string;
   ttlMs: number;
   renewMs: number;
-  /** Told whenever the store may hold news beyond the model's rows (another's write, a lease round, the backstop): the shared join token is read again. */
+  /** Told whenever the store may hold news beyond the image's rows (another's write, a lease round, the backstop): the shared join token is read again. */
   onStoreNews?: () => void;
   /** `--floating-address`: probed on this control plane's admin port, with its scheme. */
   floating?: { address: string; port: number; scheme: "http" | "https"; ca?: string };
@@ -45,6 +49,8 @@ export interface ControlPlaneOptions {
 
 export interface ControlPlaneMembership {
   keeper: LeaseKeeper;
+  /** The summary's control_planes as the last renewal round saw them. */
+  view(): Summary["control_planes"];
   /** Stops watching and renewing; a leader releases the lease (a standby takes over at once). */
   stop(): Promise<void>;
 }
@@ -59,7 +65,7 @@ export function newInstanceId(): string {
  * control/name-clash.ts): it would write over this one's rows, and keepalived could not tell the
  * two apart. A recent row that turns out to be this one's own earlier run costs a short wait.
  */
-export async function refuseNamesake(o: { store: Pick<StorePort, "controlPlanes">; describe: string; name: string; ttlMs: number; renewMs: number; scheduler: Scheduler; log: Logger }): Promise<void> {
+export async function refuseNamesake(o: { store: Pick<MembershipPort, "controlPlanes">; describe: string; name: string; ttlMs: number; renewMs: number; scheduler: Scheduler; log: Logger }): Promise<void> {
   const live = await liveNamesake({
     ...o,
     goneAlready: async (row) => {
@@ -132,8 +138,8 @@ export function advertisedUrl(host: string, port: number, scheme: "http" | "http
   return `${scheme}://${bracketHost(h)}:${port}`;
 }
 
-export async function joinControlPlanes(o: ControlPlaneOptions): Promise<ControlPlaneMembership> {
-  const { controller, model, scheduler, log, record } = o;
+export async function joinControlPlanes(o: MembershipOptions): Promise<ControlPlaneMembership> {
+  const { leadership, loop, image, scheduler, log, record } = o;
   const self = record.name;
   let view: Summary["control_planes"] = { members: [] };
   let floatingUp = false;
@@ -143,7 +149,7 @@ export async function joinControlPlanes(o: ControlPlaneOptions): Promise<Control
 
   const register = async () => {
     try {
-      await model.upsertControlPlane(record);
+      await image.upsertControlPlane(record);
       if (registerFailing) log.info({ name: self }, "control plane registered again");
       registerFailing = false;
     } catch (e) {
@@ -156,9 +162,9 @@ export async function joinControlPlanes(o: ControlPlaneOptions): Promise<Control
     refreshing = true;
     try {
       await register();
-      const rows = await model.controlPlanes();
+      const rows = await image.controlPlanes();
       const floating = o.floating ? { address: o.floating.address, up: floatingUp } : undefined;
-      view = controlPlanesView({ rows, lease: lease ?? (await model.readLease()), self, ttlMs: o.ttlMs, ...(floating ? { floating } : {}) });
+      view = controlPlanesView({ rows, lease: lease ?? (await image.readLease()), self, ttlMs: o.ttlMs, ...(floating ? { floating } : {}) });
     } catch {
       // The store does not answer: the last picture stays (the keeper logs the cause).
     } finally {
@@ -173,29 +179,28 @@ export async function joinControlPlanes(o: ControlPlaneOptions): Promise<Control
   };
 
   const keeper = new LeaseKeeper({
-    store: model,
+    store: image,
     scheduler,
     log: log.child({ component: "lease" }),
     name: self,
     instance: o.instance,
     ttlMs: o.ttlMs,
     renewMs: o.renewMs,
-    onChange: (l) => controller.setLeadership(l),
+    onChange: (l) => leadership.set(l),
     onRound: (lease) => {
       void refresh(lease);
       void probe();
       o.onStoreNews?.();
     },
   });
-  controller.setFencedHandler((e) => keeper.fenced(e));
-  controller.setLeadership(keeper.leadership());
-  controller.setSummarySources({ controlPlanes: () => view });
+  const unfence = leadership.onFenced((e) => keeper.fenced(e));
+  leadership.set(keeper.leadership());
 
-  // Another control plane's commit: the model reads what it changed at its next read (a tick soon);
+  // Another control plane's commit: the image reads what it changed at its next read (a tick soon);
   // the backstop reloads everything now and then all the same, in the background: reads (the
   // heartbeats answered from memory) go on from memory meanwhile.
-  const unwatch = model.watch((change) => {
-    void controller.storeChanged(change);
+  const unwatch = image.watch((change) => {
+    void loop.storeChanged(change);
     if (change !== "seen" && change !== "reports") o.onStoreNews?.();
   });
   let reloading = false;
@@ -203,23 +208,20 @@ export async function joinControlPlanes(o: ControlPlaneOptions): Promise<Control
     .every(BACKSTOP_RELOAD_MS, () => {
       if (reloading) return;
       reloading = true;
-      void model
+      void image
         .reload()
         .then(
-          () => (o.onStoreNews?.(), controller.storeChanged()),
+          () => (o.onStoreNews?.(), loop.storeChanged()),
           (e: unknown) => {
             log.warn({ err: (e as Error).message }, "the backstop reload of the store failed: memory is read again from the store");
-            model.invalidate();
-            return controller.storeChanged();
+            image.invalidate();
+            return loop.storeChanged();
           },
         )
         .finally(() => (reloading = false));
     })
     .unref();
 
-  // Its router's usage and its nodes' reports go through the store from now on, and everyone's
-  // are read (a router silent for a lease TTL no longer limits idleness).
-  await controller.setShared({ name: self, liveWithinMs: o.ttlMs });
   await register();
   await keeper.start();
   await refresh(keeper.lease());
@@ -227,16 +229,18 @@ export async function joinControlPlanes(o: ControlPlaneOptions): Promise<Control
 
   return {
     keeper,
+    view: () => view,
     async stop() {
       unwatch();
       backstop.cancel();
       await keeper.stop();
+      unfence();
     },
   };
 }
 
 /** Whether the floating address answers `/healthz?leader=1` as a leader (200, leading: true), within timeoutMs. */
-async function probeLeader(f: NonNullable<ControlPlaneOptions["floating"]>, scheduler: Scheduler, timeoutMs: number): Promise<boolean> {
+async function probeLeader(f: NonNullable<MembershipOptions["floating"]>, scheduler: Scheduler, timeoutMs: number): Promise<boolean> {
   const abort = new AbortController();
   const timer = scheduler.after(timeoutMs, () => abort.abort());
   try {

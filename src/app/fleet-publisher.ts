@@ -5,7 +5,8 @@
 // loop ticking on every heartbeat does not render the fleet on every tick.
 
 import type { Logger } from "pino";
-import type { Controller } from "../control/controller";
+import type { FleetViews } from "../control/fleet-views";
+import type { LeadershipView } from "../control/leadership";
 import { fleetMetricsPaced } from "../control/fleet-metrics";
 import { letIoIn, type Scheduler } from "../lib/scheduler";
 import type { FleetMetricsSink } from "../protocol/routing";
@@ -21,7 +22,7 @@ export class FleetPublisher {
   private busy = false;
   private failing: string | undefined;
 
-  constructor(private readonly o: { controller: Controller; sink: FleetMetricsSink; scheduler: Scheduler; log: Logger }) {}
+  constructor(private readonly o: { views: Pick<FleetViews, "tables">; leadership: LeadershipView; sink: FleetMetricsSink; scheduler: Scheduler; log: Logger }) {}
 
   /** Renders and sends the fleet gauges, unless done less than an interval ago (`force`: regardless). */
   async publish(force = false): Promise<void> {
@@ -30,9 +31,9 @@ export class FleetPublisher {
     this.busy = true;
     this.last = now;
     try {
-      const leading = this.o.controller.leadership().leading;
+      const leading = this.o.leadership.get().leading;
       // A standby exports no fleet (the leader does): its tables are not even built.
-      const tables = leading ? await this.o.controller.tables() : { nodes: [], replicas: [], models: [] };
+      const tables = leading ? await this.o.views.tables() : { nodes: [], replicas: [], models: [] };
       // Rendered in steps, the I/O already due let in between (a heartbeat waits for one family, not all).
       this.o.sink.setFleetMetrics(await fleetMetricsPaced(tables, { leading }, () => letIoIn(this.o.scheduler)));
       this.failing = undefined;

@@ -1,8 +1,8 @@
 // The assembly of a head node, and the only place that knows every role: it opens the store,
-// builds the controller, the router, TLS, both listeners and the control loop, wires them to
-// each other, and hands the admin API only what it serves. app/ may import every folder; only
-// cli/ (serve, demo) and tests import app/. Time comes through one injected Scheduler, handed
-// on to the controller, the router and both listeners.
+// builds the router, the control plane's parts (control-plane.ts), TLS, both listeners and the
+// control loop, hands each what it uses at construction, and the admin API only what it serves.
+// app/ may import every folder; only cli/ (serve, demo) and tests import app/. Time comes through
+// one injected Scheduler, handed on to the control plane, the router and both listeners.
 
 import { X509Certificate, createPrivateKey } from "node:crypto";
 import { readFileSync } from "node:fs";
@@ -15,7 +15,6 @@ import { type FetchApp, serveApp } from "../api/listener";
 import { ConfigError, type ServeConfig } from "../config";
 import { ensureDataDir, localUrl, resolveEngineSecret, resolveToken, writeServerInfo } from "../config/datadir";
 import { type ListenerCaps, fitCaps, openFileLimit, unauthenticatedRoom } from "../config/limits";
-import { Controller } from "../control/controller";
 import { hostPort, isLoopbackHost } from "../lib/net";
 import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
 import type { ModelTraffic, TrafficSource } from "../protocol/routing";
@@ -24,10 +23,14 @@ import { Http1Server } from "../http/server";
 import { Router, type RouterOptions } from "../router/router";
 import type { Store } from "../store";
 import { type OpenedStore, openStore } from "../store/open";
-import { ModelStore } from "../control/model";
-import type { StorePort } from "../control/store-port";
+import { StoreImage } from "../control/image";
 import { StoreUnavailableError } from "../control/errors";
-import { advertisedUrl, defaultName, joinControlPlanes, newInstanceId, refuseNamesake } from "./control-planes";
+import type { FleetViews } from "../control/fleet-views";
+import type { JoinToken } from "../control/join-token";
+import type { DemandSink } from "../protocol/routing";
+import { type ControlPlane, buildControlPlane } from "./control-plane";
+import { type ControlPlaneMembership, advertisedUrl, defaultName, joinControlPlanes, newInstanceId, refuseNamesake } from "./control-planes";
+import { type ControlSettings, controlSettings, storeSettings } from "./settings";
 import { type LocalToken, type SharedSecrets, adoptSharedSecrets, keepJoinToken } from "./shared-secrets";
 import { FleetPublisher } from "./fleet-publisher";
 import { PatroniPoller } from "./patroni";
@@ -85,7 +88,7 @@ export interface ServerTls {
 export interface StartOptions {
   config: ServeConfig;
   log: Logger;
-  /** Time for the controller, the router, both listeners and the control loop (default realScheduler); tests pass a ManualScheduler. */
+  /** Time for the control plane, the router, both listeners and the control loop (default realScheduler); tests pass a ManualScheduler. */
   scheduler?: Scheduler;
   /** Run the control loop on the scheduler (tests tick by hand instead). */
   loop?: boolean;
@@ -99,9 +102,9 @@ export interface StartOptions {
 export interface HeadParts {
   /** The SQLite store (absent on PostgreSQL). */
   store?: Store;
-  /** The in-memory model the controller reads: invalidate() it after writing to `store` directly. */
-  model: ModelStore;
-  controller: Controller;
+  /** The store's in-memory image the control plane reads: invalidate() it after writing to `store` directly. */
+  image: StoreImage;
+  control: ControlPlane;
   /** Only with the router in the main thread (tests on a ManualScheduler, `router_thread: false`). */
   router?: Router;
 }
@@ -115,14 +118,14 @@ export interface Head {
  * The dashboard's last hour (api/history.ts), sampled from now on: GPU use per class, and the
  * router's figures once `traffic.from` is set (none before: the router is not running yet).
  */
-function dashboardFeed(o: { scheduler: Scheduler; controller: Controller; log: Logger }): { history: History; traffic: LateTraffic; timer: Timer } {
+function dashboardFeed(o: { scheduler: Scheduler; views: Pick<FleetViews, "summary">; log: Logger }): { history: History; traffic: LateTraffic; timer: Timer } {
   const history = new History();
   const traffic = new LateTraffic();
   const { timer } = startSampling({
     history,
     scheduler: o.scheduler,
     traffic,
-    gpus: async () => (await o.controller.summary()).gpus,
+    gpus: async () => (await o.views.summary()).gpus,
     onError: (e) => o.log.debug({ err: (e as Error).message }, "dashboard history: sample skipped"),
   });
   return { history, traffic, timer };
@@ -145,30 +148,35 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   for (const [kind, t] of [["admin", admin], ["join", join_]] as const)
     log.info({ kind, source: t.source, path: t.source === "given" ? undefined : t.path }, `${kind} token ${t.source}`);
 
-  const opened = await openStore({ target: config.store, dataDir, busyTimeoutMs: config.db_busy_timeout, queryTimeoutMs: config.db_query_timeout });
+  const opened = await openStore({ target: config.store, dataDir, ...storeSettings(config) });
   const store = opened.sqlite;
   // Several control planes on one store: on by itself with PostgreSQL, asked for with SQLite.
   const ha = opened.dialect === "postgres" || config.ha === true;
   log.info({ path: opened.describe, dialect: opened.dialect, ...(ha ? { ha } : {}) }, "store opened");
   const shared = ha ? await amongOthers(opened, config, { scheduler, log, secret, admin, join: join_ }) : undefined;
   const close = () => void opened.close().catch((e) => log.warn({ err: (e as Error).message }, "store not closed cleanly"));
-  const model = new ModelStore(opened.store, scheduler);
-  const controller = await buildController(config, { store: model, log, scheduler, dataDir, engineSecret: shared?.engineSecret ?? secret.token, ha });
+  const image = new StoreImage(opened.store, scheduler);
   // The join token agents present, followed in the store with several control planes, and how it is rotated.
-  const { follower, rotation } = keepJoinToken({ ...(shared ? { shared } : {}), join: join_, controller, store: model, scheduler, log, dataDir });
+  const { joinToken, follower, rotation } = keepJoinToken({ ...(shared ? { shared } : {}), join: join_, store: image, scheduler, log, dataDir });
   // The summary's store[] and store_error, from the store's Patroni members (serve --patroni).
   const patroni = config.patroni ? new PatroniPoller({ urls: config.patroni, scheduler, log }) : undefined;
-  if (patroni) controller.setSummarySources({ store: () => patroni.snapshot() });
-  patroni?.start();
+  // Among several control planes: set once this one has joined them (the summary's control_planes).
+  let member: ControlPlaneMembership | undefined;
 
   // Set once the router listens; the summary leaves it out until then.
   let exposure: RouterExposure = { listen: `${config.listen.host}:${config.listen.port}`, api_key_required: config.require_api_key, open: false };
   let admission: NodeAdmission | undefined;
-  const feed = dashboardFeed({ scheduler, controller, log });
-  const app = buildAdminApp({ controller, log, adminToken: admin.token, joinTokenRotation: rotation, version: VERSION, maxBodyBytes: ADMIN_MAX_BODY, routerExposure: () => exposure, nodeAdmission: () => admission, scheduler, history: feed.history });
-  const scheme = tls ? "https" : "http";
   const caps = listenerCaps(config, log);
   const listening = { config, log, scheduler, tls, caps, shed: shedLogger(log, scheduler) };
+  const settings = controlSettings(config);
+  const { routing, control } = await routingAndControl(listening, { image, joinToken, dataDir, settings, adminToken: admin.token, engineSecret: shared?.engineSecret ?? secret.token, ha, patroni, member: () => member });
+  patroni?.start();
+
+  const feed = dashboardFeed({ scheduler, views: control.views, log });
+  // The admin API and the dashboard get the operator's parts; the agent API who speaks, and the intake.
+  const agent = { identity: control.identity, intake: control.intake, policy: settings.policy, clock: scheduler };
+  const app = buildAdminApp({ control, agent, log, adminToken: admin.token, joinTokenRotation: rotation, version: VERSION, maxBodyBytes: ADMIN_MAX_BODY, routerExposure: () => exposure, nodeAdmission: () => admission, scheduler, history: feed.history });
+  const scheme = tls ? "https" : "http";
 
   const adminListener = adminListenerFor(listening, app, scheme);
   let adminPort: number;
@@ -182,38 +190,27 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   const adminUrl = localUrl(config.admin_listen.host, adminPort, scheme);
   admission = nodeAdmission(config.admin_listen.host, adminPort, config.approve_nodes);
 
-  const { router, link, port: routerPort } = await startRouting(listening, controller, admin.token, () => {
+  const routerPort = await startRouting(listening, routing, () => {
     adminListener.stop();
     patroni?.stop();
     close();
   });
-  const routerAddr = { port: routerPort };
-  const sink = (link ?? router)!;
+  const { router, link, sink } = routing;
   feed.traffic.from = sink;
-  await controller.setEndpointSink(sink);
-  controller.setUsageSource(sink);
+  // From now on the router is told what to route; it holds the API keys before anyone is told where it listens.
+  await control.projector.start();
   if (link) log.info({ thread: "router" }, "router runs on its own thread");
-  const routerUrl = localUrl(config.listen.host, routerAddr.port, scheme);
+  const routerUrl = localUrl(config.listen.host, routerPort, scheme);
   if (tls) log.info({ cert: tls.certPath, key: tls.keyPath, fingerprint256: tls.fingerprint256 }, "TLS on: the router and the admin/agent API serve HTTPS");
-  log.info({ listen: `${config.listen.host}:${routerAddr.port}`, url: routerUrl }, "router listening");
-  exposure = routerExposure(config.listen.host, routerAddr.port, config.require_api_key);
+  log.info({ listen: `${config.listen.host}:${routerPort}`, url: routerUrl }, "router listening");
+  exposure = routerExposure(config.listen.host, routerPort, config.require_api_key);
   warnOpen(log, exposure, admission);
   // Among several control planes: joined (the lease asked once) before anyone is told where this one is.
-  const member = ha ? await joinControlPlanes({ ...membershipOptions(config, { controller, model, scheduler, log, adminPort, routerUrl, scheme, tls }), onStoreNews: () => follower?.poke() }) : undefined;
-  writeServerInfo(dataDir, {
-    admin_url: adminUrl,
-    admin_listen: hostPort(config.admin_listen.host, adminPort),
-    ...(config.advertise_url ? { advertise_url: config.advertise_url } : {}),
-    router_url: routerUrl,
-    pid: process.pid,
-    version: VERSION,
-    started_at: new Date(scheduler.now()).toISOString(),
-    ...(tls ? { tls_cert: tls.certPath, tls_fingerprint: tls.fingerprint256 } : {}),
-  });
-  log.info({ admin: `${config.admin_listen.host}:${adminPort}`, url: adminUrl, version: VERSION }, "admin API listening");
+  member = ha ? await joinControlPlanes({ ...membershipOptions(config, { control, image, scheduler, log, adminPort, routerUrl, scheme, tls }), onStoreNews: () => follower?.poke() }) : undefined;
+  announce(listening, dataDir, { adminUrl, adminPort, routerUrl });
 
-  const fleet = new FleetPublisher({ controller, sink, scheduler, log });
-  const timer = loop ? await startLoop(controller, log, scheduler, config.reconcile_interval, () => fleet.publish()) : undefined;
+  const fleet = new FleetPublisher({ views: control.views, leadership: control.leadership, sink, scheduler, log });
+  const timer = loop ? await startLoop(control, log, scheduler, config.reconcile_interval, () => fleet.publish()) : undefined;
   let stopped = false;
   const server: RunningServer = {
     adminUrl,
@@ -231,7 +228,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
     traffic: feed.traffic,
     ...(tls ? { tls: { certPath: tls.certPath, keyPath: tls.keyPath, fingerprint256: tls.fingerprint256 } } : {}),
     tick: async () => {
-      await controller.tick();
+      await control.loop.tick();
       await fleet.publish(true);
     },
     async stop() {
@@ -243,15 +240,65 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
       timer?.cancel();
       feed.timer.cancel();
       patroni?.stop();
-      controller.load.stop();
-      await (link ?? router)!.stop();
+      control.load.stop();
+      await sink.stop();
       adminListener.stop();
-      await model.flush().catch((e) => log.warn({ err: e }, "last-seen times not written at stop"));
+      await image.flush().catch((e) => log.warn({ err: e }, "last-seen times not written at stop"));
       await opened.close().catch((e) => log.warn({ err: (e as Error).message }, "store not closed cleanly"));
       log.info("server stopped");
     },
   };
-  return { server, parts: { ...(store ? { store } : {}), model, controller, ...(router ? { router } : {}) } };
+  return { server, parts: { ...(store ? { store } : {}), image, control, ...(router ? { router } : {}) } };
+}
+
+/**
+ * The router, not listening yet, and the control plane's parts around the store: the control plane
+ * publishes to the router and reads its usage, and the router tells the control plane of demand
+ * for models nothing serves (only once it serves, by when the control plane is built).
+ */
+async function routingAndControl(
+  l: Listening,
+  o: { image: StoreImage; joinToken: JoinToken; dataDir: string; settings: ControlSettings; adminToken: string; engineSecret: string; ha: boolean; patroni: PatroniPoller | undefined; member: () => ControlPlaneMembership | undefined },
+): Promise<{ routing: Routing; control: ControlPlane }> {
+  const { config, log, scheduler } = l;
+  const routing = routingFor(l, { requestModel: (m) => void control.catalog.requestModel(m) }, o.adminToken);
+  const patroni = o.patroni;
+  const control = buildControlPlane({
+    store: o.image,
+    fast: o.image,
+    scheduler,
+    log,
+    version: VERSION,
+    dataDir: o.dataDir,
+    settings: o.settings,
+    engineSecret: o.engineSecret,
+    joinToken: o.joinToken,
+    sink: routing.sink,
+    usage: routing.sink,
+    // Several control planes: its router's usage and its nodes' reports go through the store, and
+    // everyone's are read (a router silent for a lease TTL no longer limits idleness).
+    ...(o.ha ? { shared: { name: config.name ?? defaultName(), liveWithinMs: config.lease_ttl } } : {}),
+    summary: { ...(patroni ? { store: () => patroni.snapshot() } : {}), ...(o.ha ? { controlPlanes: () => o.member()?.view() } : {}) },
+  });
+  // What nodes last said beside their inventory (GPU reasons, discovery errors): a restart compares their next heartbeats with it.
+  await control.memory.loadReports();
+  return { routing, control };
+}
+
+/** Where this head node listens, in the data dir's server.json (what the CLI on this machine finds) and the log. */
+function announce(l: Listening, dataDir: string, o: { adminUrl: string; adminPort: number; routerUrl: string }): void {
+  const { config, tls, scheduler, log } = l;
+  writeServerInfo(dataDir, {
+    admin_url: o.adminUrl,
+    admin_listen: hostPort(config.admin_listen.host, o.adminPort),
+    ...(config.advertise_url ? { advertise_url: config.advertise_url } : {}),
+    router_url: o.routerUrl,
+    pid: process.pid,
+    version: VERSION,
+    started_at: new Date(scheduler.now()).toISOString(),
+    ...(tls ? { tls_cert: tls.certPath, tls_fingerprint: tls.fingerprint256 } : {}),
+  });
+  log.info({ admin: `${config.admin_listen.host}:${o.adminPort}`, url: o.adminUrl, version: VERSION }, "admin API listening");
 }
 
 /** The router's TrafficSource, handed out before the router exists: nothing is counted until it listens. */
@@ -262,18 +309,30 @@ class LateTraffic implements TrafficSource {
   }
 }
 
-/**
- * The router, on its own thread unless the config says otherwise or time is not real (a Worker
- * cannot share a manual clock), listening. When it cannot listen, `undo` runs and the error names the address.
- */
-async function startRouting(l: Listening, controller: Controller, adminToken: string, undo: () => void): Promise<{ router?: Router; link?: RouterLink; port: number }> {
+/** The router as the head node holds it: in this thread, or the link to its own thread; either is the control plane's sink. */
+interface Routing {
+  router?: Router;
+  link?: RouterLink;
+  sink: Router | RouterLink;
+}
+
+/** The router, on its own thread unless the config says otherwise or time is not real (a Worker cannot share a manual clock); not listening yet. */
+function routingFor(l: Listening, demand: DemandSink, adminToken: string): Routing {
   const { config, log, scheduler } = l;
-  const threaded = config.router_thread && scheduler === realScheduler;
-  const router = threaded ? undefined : routerFor(l, controller, adminToken);
-  const link = threaded ? new RouterLink({ data: routerWorkerData(l, adminToken), demand: controller, log, scheduler }) : undefined;
+  if (config.router_thread && scheduler === realScheduler) {
+    const link = new RouterLink({ data: routerWorkerData(l, adminToken), demand, log, scheduler });
+    return { link, sink: link };
+  }
+  const router = routerFor(l, demand, adminToken);
+  return { router, sink: router };
+}
+
+/** Starts the router listening, answering its port; when it cannot listen, `undo` runs and the error names the address. */
+async function startRouting(l: Listening, routing: Routing, undo: () => void): Promise<number> {
+  const { config } = l;
   try {
-    const { port } = link ? await link.start() : router!.start();
-    return { ...(router ? { router } : {}), ...(link ? { link } : {}), port };
+    const { port } = routing.link ? await routing.link.start() : routing.router!.start();
+    return port;
   } catch (e) {
     undo();
     throw new Error(`cannot listen on ${config.listen.host}:${config.listen.port} (router): ${(e as Error).message}`);
@@ -283,15 +342,16 @@ async function startRouting(l: Listening, controller: Controller, adminToken: st
 /** This control plane among the others: its name, where it is reached, the lease's timings, the floating address. */
 function membershipOptions(
   config: ServeConfig,
-  o: { controller: Controller; model: ModelStore; scheduler: Scheduler; log: Logger; adminPort: number; routerUrl: string; scheme: "http" | "https"; tls: LoadedTls | undefined },
+  o: { control: Pick<ControlPlane, "leadership" | "loop">; image: StoreImage; scheduler: Scheduler; log: Logger; adminPort: number; routerUrl: string; scheme: "http" | "https"; tls: LoadedTls | undefined },
 ): Parameters<typeof joinControlPlanes>[0] {
   const name = config.name ?? defaultName();
   const adminUrl = config.advertise_url?.replace(/\/+$/, "") ?? advertisedUrl(config.admin_listen.host, o.adminPort, o.scheme);
   if (config.lease_renew * 2 > config.lease_ttl)
     o.log.warn({ lease_ttl_ms: config.lease_ttl, lease_renew_ms: config.lease_renew }, "the lease is renewed less than twice within its TTL: one slow renewal makes the leader step down (lower --lease-renew or raise --lease-ttl)");
   return {
-    controller: o.controller,
-    model: o.model,
+    leadership: o.control.leadership,
+    loop: o.control.loop,
+    image: o.image,
     scheduler: o.scheduler,
     log: o.log,
     record: { name, adminUrl, routerUrl: o.routerUrl, startedAt: o.scheduler.now() },
@@ -316,39 +376,6 @@ async function amongOthers(opened: OpenedStore, config: ServeConfig, o: { schedu
     throw e;
   }
   return adoptSharedSecrets({ opened, log: o.log, secret: o.secret, admin: o.admin, join: o.join, name, ttlMs: config.lease_ttl });
-}
-
-async function buildController(config: ServeConfig, o: { store: StorePort; log: Logger; scheduler: Scheduler; dataDir: string; engineSecret: string; ha: boolean }): Promise<Controller> {
-  const { store, log, scheduler, dataDir, engineSecret } = o;
-  const controller = new Controller({
-    store,
-    scheduler,
-    log,
-    version: VERSION,
-    dataDir,
-    engineSecret,
-    nodeTimeoutMs: config.node_timeout,
-    heartbeatIntervalMs: config.heartbeat_interval,
-    reconcile: {
-      startTimeoutMs: config.start_timeout,
-      maxFailures: config.max_failures,
-      backoffMs: config.restart_backoff,
-      backoffMaxMs: config.restart_backoff_max,
-      crashWindowMs: config.crash_window,
-      replaceAfterMs: config.replace_after,
-      // A replica an agent has not mentioned in a few heartbeats after placement is lost.
-      reportGraceMs: Math.max(3 * config.heartbeat_interval, 5_000),
-      basePort: config.engine_base_port,
-      portCount: config.engine_port_range,
-    },
-  });
-  controller.setNodePolicy({ approveNodes: config.approve_nodes, maxNodes: config.max_nodes, heartbeatRate: config.heartbeat_rate, heartbeatBurst: config.heartbeat_burst });
-  // Among several control planes nobody leads before the lease says so: the listeners open (and
-  // heartbeats are answered) before this one has asked for it, and it may wait a while to ask.
-  if (o.ha) controller.setLeadership({ leading: false, epoch: 0 });
-  // What nodes last said beside their inventory (GPU reasons, discovery errors): a restart compares their next heartbeats with it.
-  await controller.loadReports();
-  return controller;
 }
 
 /**
@@ -428,7 +455,7 @@ export function routerSettings(config: ServeConfig): Pick<RouterOptions, "maxBod
   };
 }
 
-function routerFor(l: Listening, controller: Controller, adminToken: string): Router {
+function routerFor(l: Listening, demand: DemandSink, adminToken: string): Router {
   const { config, log, tls, caps, scheduler } = l;
   return new Router({
     host: config.listen.host,
@@ -438,7 +465,7 @@ function routerFor(l: Listening, controller: Controller, adminToken: string): Ro
     requireApiKey: config.require_api_key,
     loadFactor: config.balance_load_factor,
     adminToken,
-    demand: controller,
+    demand,
     log: log.child({ component: "router" }),
     ...(tls ? { tls: { cert: tls.certPath, key: tls.keyPath } } : {}),
     listener: {
@@ -469,16 +496,16 @@ function routerWorkerData(l: Listening, adminToken: string): RouterWorkerData {
 }
 
 /**
- * Ticks the controller every `intervalMs` on the scheduler, and at once when it asks (a
+ * Ticks the control loop every `intervalMs` on the scheduler, and at once when a part asks (a
  * heartbeat with news, a catalog or node change reconciles now, not on the next tick). A failed
  * tick (a locked or full disk, say) is logged once per cause and retried next tick; the server
  * stays up and keeps serving what it has.
  */
-async function startLoop(controller: Controller, log: Logger, scheduler: Scheduler, intervalMs: number, afterTick: () => Promise<void>): Promise<Timer> {
+async function startLoop(control: Pick<ControlPlane, "loop" | "wakeups" | "load">, log: Logger, scheduler: Scheduler, intervalMs: number, afterTick: () => Promise<void>): Promise<Timer> {
   let failing: string | undefined;
   const tick = async () => {
     try {
-      await controller.tick();
+      await control.loop.tick();
       await afterTick();
       if (failing) log.info({ was: failing }, "control loop recovered: the store is writable again");
       failing = undefined;
@@ -490,9 +517,9 @@ async function startLoop(controller: Controller, log: Logger, scheduler: Schedul
     }
   };
   const timer = scheduler.every(intervalMs, tick);
-  controller.setWakeHandler(tick);
+  control.wakeups.listen(tick);
   // How far behind the head node is: measured while the loop runs (control/load.ts).
-  controller.load.start();
+  control.load.start();
   // The first tick completes before the server is handed out, as a test or the demo expects.
   await tick();
   return timer;

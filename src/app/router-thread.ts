@@ -1,5 +1,5 @@
 // The head node's side of the router thread: a RouterLink is the EndpointSink and UsageSource
-// the controller is given, and it forwards demand to the controller. It posts each table to
+// the control plane is given, and it forwards demand to the control plane. It posts each table to
 // the router thread (and keeps the latest, to re-send to a new thread); usage is the latest
 // snapshot the thread reported, refreshed before each control-loop tick; traffic figures are
 // asked for when someone reads them (the admin API, the dashboard). A router thread that

@@ -10,9 +10,9 @@ import { join } from "node:path";
 import type { Logger } from "pino";
 import { ConfigError } from "../config";
 import { generateToken, readTokenFile, writePrivateFile } from "../config/datadir";
-import type { Controller } from "../control/controller";
+import { JoinToken } from "../control/join-token";
 import { TokenFollower, type TokenSource, tokenAtStart } from "../control/shared-tokens";
-import type { StorePort } from "../control/store-port";
+import type { SharedSecretsPort } from "../control/store-port";
 import type { SharedTokenKind } from "../control/types";
 import type { Scheduler } from "../lib/scheduler";
 import type { OpenedStore } from "../store/open";
@@ -113,10 +113,10 @@ function dropJoinCopy(t: LocalToken, log: Logger): void {
  * Checked and removed in one synchronous step, so a rotation here writing the file meanwhile is
  * never undone.
  */
-export function onStoreJoinToken(o: { controller: Controller; dataDir: string; log: Logger }): (sha256: string) => void {
+export function onStoreJoinToken(o: { joinToken: JoinToken; dataDir: string; log: Logger }): (sha256: string) => void {
   const path = join(o.dataDir, "join.token");
   return (sha256) => {
-    o.controller.setJoinTokenDigest(sha256);
+    o.joinToken.useDigest(sha256);
     const copy = readTokenFile(o.dataDir, "join.token");
     const stale = copy !== undefined && sha256hex(copy) !== sha256;
     if (stale) rmSync(path, { force: true });
@@ -128,29 +128,30 @@ export function onStoreJoinToken(o: { controller: Controller; dataDir: string; l
 }
 
 /**
- * The join token agents present, put in force on the controller: with several control planes the
- * store's digest, followed as the store changes it (the follower, poked by the membership), else
- * this control plane's own token; and how `join-token rotate` replaces it.
+ * The join token agents present, put in force: with several control planes the store's digest,
+ * followed as the store changes it (the follower, poked by the membership), else this control
+ * plane's own token; and how `join-token rotate` replaces it.
  */
-export function keepJoinToken(o: { shared?: SharedSecrets; join: LocalToken; controller: Controller; store: StorePort; scheduler: Scheduler; log: Logger; dataDir: string }): {
+export function keepJoinToken(o: { shared?: SharedSecrets; join: LocalToken; store: SharedSecretsPort; scheduler: Scheduler; log: Logger; dataDir: string }): {
+  joinToken: JoinToken;
   follower?: TokenFollower;
   rotation: ReturnType<typeof joinTokenRotation>;
 } {
-  const { shared, controller, dataDir, log } = o;
+  const { shared, dataDir, log } = o;
   if (!shared) {
-    controller.setJoinToken(o.join.token);
-    return { rotation: joinTokenRotation({ dataDir, source: o.join.source, controller }) };
+    const joinToken = new JoinToken({ token: o.join.token });
+    return { joinToken, rotation: joinTokenRotation({ dataDir, source: o.join.source, joinToken }) };
   }
-  controller.setJoinTokenDigest(shared.joinSha256);
-  const follower = new TokenFollower({ store: o.store, scheduler: o.scheduler, log, join: shared.joinSha256, onJoin: onStoreJoinToken({ controller, dataDir, log }) });
-  return { follower, rotation: joinTokenRotation({ dataDir, source: o.join.source, controller, store: o.store, follower }) };
+  const joinToken = new JoinToken({ sha256: shared.joinSha256 });
+  const follower = new TokenFollower({ store: o.store, scheduler: o.scheduler, log, join: shared.joinSha256, onJoin: onStoreJoinToken({ joinToken, dataDir, log }) });
+  return { joinToken, follower, rotation: joinTokenRotation({ dataDir, source: o.join.source, joinToken, store: o.store, follower }) };
 }
 
 /**
  * `join-token rotate`: a new token, put in force in the store first (with several control planes:
  * when the store refuses, nothing changed anywhere), then in this data dir's join.token and here.
  */
-export function joinTokenRotation(o: { dataDir: string; source: TokenSource; controller: Controller; store?: Pick<StorePort, "putTokenDigest">; follower?: TokenFollower }): {
+export function joinTokenRotation(o: { dataDir: string; source: TokenSource; joinToken: JoinToken; store?: Pick<SharedSecretsPort, "putTokenDigest">; follower?: TokenFollower }): {
   given: boolean;
   rotate(): Promise<{ path: string; shared: boolean }>;
 } {
@@ -163,7 +164,7 @@ export function joinTokenRotation(o: { dataDir: string; source: TokenSource; con
       if (o.store) await o.store.putTokenDigest("join", sha256, "replace");
       o.follower?.know(sha256);
       writePrivateFile(path, `${token}\n`);
-      o.controller.setJoinTokenDigest(sha256);
+      o.joinToken.useDigest(sha256);
       return { path, shared: o.store !== undefined };
     },
   };

@@ -66,6 +66,8 @@ export const ServeConfig = z.strictObject({
   crash_window: Duration.refine((ms) => ms >= 1000, "must be at least 1s").prefault("10m"),
   /** How long a node may stay unreachable before its replicas are replaced elsewhere. */
   replace_after: Duration.prefault("30s"),
+  /** How long a model's load (target_inflight) must stay low before it scales down by one replica, so replicas do not flap. */
+  scale_down_delay: Duration.prefault("1m"),
   /** Router: upstream must send its first byte within this. */
   first_byte_timeout: Duration.prefault("5m"),
   /** Router: a stream quiet for this long between chunks is ended with an error event. */

@@ -2,7 +2,7 @@
 // is stored: a node whose discovery fails outright (a driver that stops answering) keeps the GPUs
 // it last reported, unhealthy, so the cluster looks broken rather than smaller; and a card turning
 // unhealthy or healthy again, or discovery starting or stopping to fail, is one event each.
-// Pure: the Controller reads the stored GPUs and the last report, and writes what this returns.
+// Pure: the intake (intake.ts) reads the stored GPUs and the last report, and writes what this returns.
 
 import { oneLine, plural } from "../lib/format";
 import { type GpuReport, type HeartbeatRequest, REASON_MAX } from "../protocol/heartbeat";

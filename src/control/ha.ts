@@ -1,5 +1,5 @@
 // Several control planes on one store: which one leads. A LeaseKeeper renews (or tries to take)
-// the leader lease every lease_renew, on the injected Scheduler, and tells the Controller whether
+// the leader lease every lease_renew, on the injected Scheduler, and tells the control plane whether
 // it leads and under which epoch. It leads only while the store's answer names it with time left,
 // and steps down at once when a renewal fails or takes too long, when its own monotonic deadline
 // (start of the last good renewal + TTL − a margin) passes, or when a plan write was fenced: a
@@ -13,11 +13,11 @@ import type { Logger } from "pino";
 import type { Scheduler, Timer } from "../lib/scheduler";
 import type { Summary } from "../protocol/views";
 import type { FencedError } from "./errors";
-import type { StorePort } from "./store-port";
+import type { EventsPort, MembershipPort } from "./store-port";
 import type { ControlPlaneRow, Lease } from "./types";
 
 /** What the keeper needs of the store. */
-export type LeasePort = Pick<StorePort, "acquireLease" | "releaseLease" | "appendEvent">;
+export type LeasePort = Pick<MembershipPort, "acquireLease" | "releaseLease"> & Pick<EventsPort, "appendEvent">;
 
 export interface Leadership {
   leading: boolean;
@@ -53,7 +53,7 @@ export interface LeaseKeeperOptions {
   timeoutMs?: number;
   /** Leadership ends this long before the local estimate of the lease's end (default: a tenth of the TTL, at most 1 s). */
   marginMs?: number;
-  /** Every change of leading or epoch (the Controller's setLeadership). */
+  /** Every change of leading or epoch (the control plane's leadership cell, leadership.ts). */
   onChange: (l: Leadership) => void;
   /** After every attempt, with the lease as the store answered (undefined when it did not). */
   onRound?: (lease: Lease | undefined) => void;

@@ -4,9 +4,9 @@
 // Three measures, all on the injected Scheduler:
 // - event-loop lag: a timer every SAMPLE_MS compares scheduler.mono() deltas; a stall of the
 //   process (SIGSTOP, a long synchronous step) shows as one big gap. sample() is also called by
-//   the controller before it judges silence, so a tick that runs first after a stall already
+//   the control loop before it judges silence, so a tick that runs first after a stall already
 //   knows about it;
-// - queue wait: how long a heartbeat waited in the controller's write queue before it was handled;
+// - queue wait: how long a heartbeat waited in the intake's write queue before it was handled;
 // - tick duration.
 //
 // Gaps and waits are kept as "deaf" intervals in wall time (bounded: the recent past only), so
@@ -24,7 +24,7 @@
 //      none itself today (engine metrics are polled by the router, src/router); the level is the
 //      hook for it;
 //   3. "unchanged_heartbeats": heartbeats that changed nothing take the cheapest path (the
-//      controller's compare-and-timestamp path reads shedding() to skip any further work).
+//      intake's compare-and-timestamp path reads shedding() to skip any further work).
 // Heartbeats that change something, ticks, and catalog and node changes are never shed.
 
 import type { Scheduler, Timer } from "../lib/scheduler";
@@ -249,7 +249,7 @@ export class LoadMonitor {
     }
   }
 
-  /** The episodes begun or ended since the last call, once each (the controller writes them as events). */
+  /** The episodes begun or ended since the last call, once each (the control loop writes them as events). */
   takeEpisodes(): Episode[] {
     const out = this.pending;
     this.pending = [];

@@ -8,11 +8,11 @@
 // and refuses connections needs no watch: its writer no longer listens there.
 
 import type { Scheduler } from "../lib/scheduler";
-import type { StorePort } from "./store-port";
+import type { MembershipPort } from "./store-port";
 import type { ControlPlaneRow } from "./types";
 
 export interface NamesakeOptions {
-  store: Pick<StorePort, "controlPlanes">;
+  store: Pick<MembershipPort, "controlPlanes">;
   scheduler: Scheduler;
   name: string;
   ttlMs: number;

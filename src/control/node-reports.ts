@@ -3,7 +3,7 @@
 // planes on one store a heartbeat that reached any of them reaches all: the receiver writes the
 // document when it changed (the common unchanged heartbeat writes nothing), and the others load
 // the rows whose time moved. This file holds the document's making and the bookkeeping of what
-// was written and loaded; the Controller keeps the maps.
+// was written and loaded; NodeMemory (node-memory.ts) keeps the maps.
 
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import { NodeReport } from "../protocol/node-report";

@@ -67,7 +67,7 @@ export function assignments(snapshot: Snapshot, config: ReconcileConfig, engineK
 }
 
 /**
- * The nodes whose assignment sets may differ between two snapshots of the in-memory model (rows
+ * The nodes whose assignment sets may differ between two snapshots of the in-memory image (rows
  * are replaced, never edited, so an unchanged row is the same object): nodes whose GPUs were
  * replaced, and every node of a replica that changed, came, went, whose model changed, or one of
  * whose nodes came, went or moved address. Undefined (project every node) for snapshots without a version (a plain store)

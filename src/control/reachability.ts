@@ -9,7 +9,7 @@ import type { NewEvent, NodeRow } from "./types";
 export interface ReachabilityInput {
   nodes: readonly NodeRow[];
   now: number;
-  /** Silence is only counted from here (see Controller's watch). */
+  /** Silence is only counted from here (clock-watch.ts). */
   watchedSince: number;
   nodeTimeoutMs: number;
   /** When the head node itself was not listening (load.ts): silence then is not the node's. */

@@ -1,7 +1,7 @@
 // The reconciler: one reconcile step as a pure function. From a store snapshot, the router's
 // last-used map and the time it decides what to change — replicas to place, fail, drain or
 // forget, model state to record, nodes whose drain finished — and the events that explain it.
-// The controller applies the plan in one transaction; nothing here reads a clock or touches the
+// The control loop applies the plan in one transaction; nothing here reads a clock or touches the
 // store.
 //
 // The step is a list of named steps in the manner of Nomad's reconciler (reconcile/*.ts), each
@@ -26,7 +26,7 @@ import { runPaced, runSteps } from "../lib/steps";
 import { observedFrom } from "./views";
 
 export { observedFrom };
-export { DEFAULT_RECONCILE, type ReconcileConfig, agentStartTimeout, serverStartDeadline } from "./reconcile/config";
+export { type ReconcileConfig, agentStartTimeout, serverStartDeadline, startMargin } from "./reconcile/config";
 export type { ReconcileInput } from "./reconcile/context";
 export { parkedAfter } from "./reconcile/crashes";
 export { backoffDelay, inBackoff, recordFailure } from "./reconcile/failures";
@@ -41,7 +41,7 @@ export function reconcile(input: ReconcileInput): Plan {
 
 /**
  * The same step, paced: `pause` runs between the named steps, so a caller on a busy event loop
- * (the controller's tick) lets waiting I/O in between them instead of holding it for the whole
+ * (the control loop's tick) lets waiting I/O in between them instead of holding it for the whole
  * step. The plan is the one reconcile() returns for the same input: the snapshot is a value.
  */
 export function reconcilePaced(input: ReconcileInput, pause: () => Promise<void>): Promise<Plan> {

@@ -1,6 +1,6 @@
 // Which Hugging Face revision every shard of a replica loads, from the catalog and what the
 // replica's nodes report: one answer for all shards, so a multi-node replica never mixes the
-// weights of two commits. Pure: the controller hands it the heartbeats' reports.
+// weights of two commits. Pure: the projections (projections.ts) hand it the heartbeats' reports.
 
 /** Per node (as last heartbeated), per model, the revisions it holds, newest first. */
 export type ReportedRevisions = ReadonlyMap<string, ReadonlyMap<string, readonly string[]>>;

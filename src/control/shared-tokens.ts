@@ -8,7 +8,7 @@
 
 import type { Logger } from "pino";
 import type { Scheduler, Timer } from "../lib/scheduler";
-import type { StorePort } from "./store-port";
+import type { SharedSecretsPort } from "./store-port";
 import type { SharedTokenKind, TokenDigest } from "./types";
 
 /** Where this control plane's token came from: a flag, env or config file; its data dir's file; or made just now. */
@@ -59,7 +59,7 @@ export function tokenAtStart(t: TokenAtStart, stored: TokenDigest | undefined, o
 }
 
 export interface TokenFollowerOptions {
-  store: Pick<StorePort, "tokenDigests">;
+  store: Pick<SharedSecretsPort, "tokenDigests">;
   scheduler: Scheduler;
   log: Logger;
   /** The join token's digest in force now. */

@@ -1,8 +1,10 @@
-// What the control plane needs of persistence, and nothing more: the app hands the Controller
-// something that implements this (today the SQLite store in src/store; a PostgreSQL dialect
-// next). Every method is async, so a networked database changes no caller. Implementations
-// persist and map rows to the domain types in types.ts; the rules (aliases, pending nodes,
-// names taken) are the Controller's. A failed database call rejects with StoreUnavailableError.
+// What the control plane needs of persistence, one role port per kind of need, and nothing
+// more: each part of the control plane depends only on the ports it uses, and the app hands it
+// something that implements them (the SQLite and PostgreSQL stores in src/store, the in-memory
+// image in image/ around either). Every method is async, so a networked database changes no
+// caller. Implementations persist and map rows to the domain types in types.ts; the rules
+// (aliases, pending nodes, names taken) are the control plane's. A failed database call rejects
+// with StoreUnavailableError. test/contract/store.ts holds every implementation to one behaviour.
 
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { AdminState } from "../protocol/views";
@@ -14,13 +16,25 @@ export interface JoinWrite {
   join: { credentialHash: string; pending: boolean };
 }
 
-export interface StorePort {
+/** A node's replicas and their models' state, as a heartbeat's reports are checked against. */
+export type ReplicaRead = Pick<Snapshot, "replicas" | "modelState"> & {
+  /**
+   * Rises whenever replicas or model state change (the in-memory image sets it; a plain store
+   * leaves it out): a decision taken on one read still holds while it is unchanged.
+   */
+  version?: number;
+};
+
+/** The fleet's state as the views, the control loop and the projections read it. */
+export interface FleetRead {
   /** One consistent read of everything the views are built from. */
   snapshot(): Promise<Snapshot>;
-  /** Replicas and per-model state only: what a heartbeat's reports are checked against. */
-  replicaSnapshot(node?: string): Promise<Pick<Snapshot, "replicas" | "modelState">>;
+  /** Replicas and per-model state only (of the replicas on `node` when given): what a heartbeat's reports are checked against. */
+  replicaSnapshot(node?: string): Promise<ReplicaRead>;
+}
 
-  // ---- nodes
+/** What heartbeats and joins write: nodes, their GPUs and weights, and when each was last heard. */
+export interface InventoryWrites {
   /**
    * Upserts a node, its GPUs and its weights from one heartbeat, atomically. `join` is given for a
    * heartbeat that carried the join token: the new node's credential hash (and whether it waits
@@ -42,22 +56,32 @@ export interface StorePort {
   applyJoins(joins: readonly JoinWrite[], now: number): Promise<{ created: boolean; taken: boolean }[]>;
   /** The GPUs stored for these nodes, by node and index: what a heartbeat's GPU health is compared with. */
   nodeGpus(nodes: readonly string[]): Promise<GpuRow[]>;
-  /**
-   * Optional (the in-memory model, control/model.ts, has it): true, with the node's last-seen
-   * time touched and nothing written, when the heartbeat says exactly what is stored already.
-   */
-  touchIfUnchanged?(hb: HeartbeatRequest, now: number): Promise<boolean>;
+  /** Every node's last heartbeat: what another control plane's batched "last seen" moved. */
+  nodesSeen(): Promise<{ name: string; at: number }[]>;
+  /** Sets each named node's last heartbeat, in one transaction (the image's batched "last seen"). */
+  touchNodes(seen: { name: string; at: number }[]): Promise<void>;
+}
+
+/**
+ * The in-memory image's fast path (image/index.ts): a heartbeat that says exactly what is stored
+ * is answered with its node's last-seen time touched in memory and nothing written.
+ */
+export interface UnchangedHeartbeats {
+  /** True, with the node's last-seen time touched and nothing written, when the heartbeat says exactly what is stored already. */
+  touchIfUnchanged(hb: HeartbeatRequest, now: number): Promise<boolean>;
+  /** The ReplicaRead version as it stands now (see ReplicaRead.version). */
+  replicaVersion(): number;
+}
+
+/** Who a node is and what it may do: credentials, trust, admin state, allowed addresses, deletion. */
+export interface NodeRegistry {
   nodeTrust(name: string): Promise<NodeTrust>;
   /** The node a credential (by its SHA-256) belongs to. */
   nodeByCredentialHash(hash: string): Promise<string | undefined>;
   /** The stored hash of a node's credential. */
   credentialHashOf(name: string): Promise<string | undefined>;
   countNodes(): Promise<number>;
-  /** Every node's last heartbeat: what another control plane's batched "last seen" moved. */
-  nodesSeen(): Promise<{ name: string; at: number }[]>;
-  /** Sets each named node's last heartbeat, in one transaction (the model's batched "last seen"). */
-  touchNodes(seen: { name: string; at: number }[]): Promise<void>;
-  /** Every node's credential hash (nodes without one are left out): what the in-memory model loads. */
+  /** Every node's credential hash (nodes without one are left out): what the in-memory image loads. */
   nodeCredentials(): Promise<{ node: string; hash: string }[]>;
   /** Forgets a node (row, GPUs, weights, address allowance) and the given replicas, writing the events; false when there was no such node. */
   deleteNode(name: string, replicaIds: string[], events: NewEvent[], now: number): Promise<boolean>;
@@ -66,8 +90,21 @@ export interface StorePort {
   listAllowedAddresses(): Promise<{ node: string; address: string }[]>;
   /** Sets a node's admin state; the previous one, or undefined (nothing written) when there is no such node. */
   setAdminState(name: string, state: AdminState): Promise<{ previous: AdminState | undefined }>;
+}
 
-  // ---- catalog
+/** The fenced planner: a reconcile plan (or a heartbeat's verdicts) written all or nothing. */
+export interface PlanWriter {
+  /**
+   * Applies one plan in a single transaction, all or nothing. With a fence, the transaction first
+   * checks (in the database, under a row lock) that the lease is still held by fence.holder with
+   * fence.epoch and not expired by the database's clock; otherwise nothing is written and it
+   * rejects with FencedError. Reports' verdicts (any control plane) pass no fence.
+   */
+  applyPlan(plan: PlanWrite, now: number, fence?: Fence): Promise<void>;
+}
+
+/** The catalog and each model's control state. */
+export interface CatalogPort {
   /** The models, by name. */
   models(): Promise<ModelRow[]>;
   /** The model named so, or the one with that alias. */
@@ -81,29 +118,25 @@ export interface StorePort {
   /** Clears a model's failures and parking; false when it was not parked. */
   unpark(model: string): Promise<boolean>;
   parkedModels(): Promise<string[]>;
+}
 
-  // ---- replicas
-  /**
-   * Applies one reconcile plan in a single transaction, all or nothing. With a fence, the
-   * transaction first checks (in the database, under a row lock) that the lease is still held by
-   * fence.holder with fence.epoch and not expired by the database's clock; otherwise nothing is
-   * written and it rejects with FencedError. Reports' verdicts (any control plane) pass no fence.
-   */
-  applyPlan(plan: PlanWrite, now: number, fence?: Fence): Promise<void>;
-
-  // ---- events
+export interface EventsPort {
   appendEvent(e: NewEvent & { at: number }): Promise<number>;
   /** Events after `afterId` (oldest first), or the newest `limit` when no cursor is given. */
   listEvents(opts: { afterId?: number; limit: number; subject?: string; kind?: string; since?: number }): Promise<EventRow[]>;
+}
 
-  // ---- API keys
+/** Client API keys, by the SHA-256 of the key. */
+export interface KeysPort {
   /** False (nothing written) when a key of that name exists. */
   createApiKey(k: ApiKeyRow): Promise<boolean>;
   listApiKeys(): Promise<ApiKeyRow[]>;
   /** False when there was no such key. */
   revokeApiKey(name: string): Promise<boolean>;
+}
 
-  // ---- several control planes on one store (src/control/ha.ts)
+/** Several control planes on one store (ha.ts): the leader lease and who is there. */
+export interface MembershipPort {
   /**
    * Takes or renews the leader lease for `holder`, by the database's clock: renewed when holder
    * holds it unexpired (same epoch), taken when it is free or expired (epoch + 1), refused when
@@ -121,6 +154,10 @@ export interface StorePort {
   controlPlanes(): Promise<ControlPlaneRow[]>;
   /** Forgets a control plane (`llmgw` never does this by itself: a stopped one shows as not answering). */
   removeControlPlane(name: string): Promise<void>;
+}
+
+/** Each router's last-used map, shared through the store by several control planes (usage.ts). */
+export interface UsagePort {
   /**
    * One router's last-used map (replica id → ms since epoch) and since when it has watched
    * without a gap; replaces what that router reported before.
@@ -128,6 +165,10 @@ export interface StorePort {
   reportUsage(router: string, watchingSince: number, lastUsed: ReadonlyMap<string, number>): Promise<void>;
   /** Every router's report, with how long ago each reported (database clock). */
   routerUsage(): Promise<RouterUsage[]>;
+}
+
+/** What nodes' heartbeats say beside their inventory (node-reports.ts). */
+export interface NodeReportsPort {
   /**
    * What a node's heartbeats say that is not inventory (engines, discovery errors, revisions,
    * log listener): a JSON document, written only when it changed, so a control plane other
@@ -135,12 +176,15 @@ export interface StorePort {
    */
   saveNodeReport(node: string, report: string, now: number): Promise<void>;
   nodeReports(): Promise<NodeReportRow[]>;
+}
+
+/** Another writer's commits: told of, and read alone. */
+export interface ChangeFeed {
   /**
    * Calls fn when another writer (another control plane) committed a change: PostgreSQL's
    * LISTEN/NOTIFY, SQLite's data_version. Returns a function that stops watching.
    */
   watch(fn: (change: StoreChange) => void): () => void;
-
   /** The seq of the last change committed (0 before any): read before a full load, it is where reading changes resumes. */
   changeCursor(): Promise<number>;
   /**
@@ -149,7 +193,10 @@ export interface StorePort {
    * so a first seq other than after + 1 means the caller must load everything.
    */
   changesSince(after: number, limit: number): Promise<ChangeRead>;
+}
 
+/** What every control plane on one store shares: the engine secret, the tokens' digests. */
+export interface SharedSecretsPort {
   /**
    * A secret every control plane on this store must share and use as it is (the engine secret):
    * stores `candidate` under `key` unless one is stored already, and answers the stored one.
@@ -167,7 +214,25 @@ export interface StorePort {
    * as they now stand.
    */
   putTokenDigest(kind: SharedTokenKind, sha256: string, mode: "claim" | "replace"): Promise<TokenDigests>;
+}
 
+export interface BackupPort {
   /** A consistent copy of the whole database at `path` (which must not exist), written while the server runs. */
   backupTo(path: string): Promise<void>;
 }
+
+/** Everything a store implements: the role ports together. */
+export interface StorePort
+  extends FleetRead,
+    InventoryWrites,
+    NodeRegistry,
+    PlanWriter,
+    CatalogPort,
+    EventsPort,
+    KeysPort,
+    MembershipPort,
+    UsagePort,
+    NodeReportsPort,
+    ChangeFeed,
+    SharedSecretsPort,
+    BackupPort {}

@@ -142,7 +142,7 @@ export interface Snapshot {
   revisions?: ReadonlyMap<string, ReadonlyMap<string, readonly string[]>>;
   /**
    * Rises with every change of what the snapshot holds other than nodes' last-seen times (the
-   * in-memory model sets it; a plain store leaves it out). Two snapshots with one version give
+   * in-memory image sets it; a plain store leaves it out). Two snapshots with one version give
    * the same assignments, endpoints and catalog, so the tick need not project them again.
    */
   version?: number;
@@ -238,9 +238,9 @@ export interface NodeReportRow {
 
 /**
  * What another writer changed, as far as the store can tell: "seen" when only nodes' last
- * heartbeats moved; "reports" for node reports; "meta" for what the in-memory model does not
+ * heartbeats moved; "reports" for node reports; "meta" for what the in-memory image does not
  * hold (the lease, control-plane rows, router usage, events); "any" for everything else
- * (the in-memory model reads the store's changes). A store that cannot tell says "any" and
+ * (the in-memory image reads the store's changes). A store that cannot tell says "any" and
  * then "seen" (last-seen times may have moved as well).
  */
 export type StoreChange = "seen" | "any" | "meta" | "reports";
@@ -251,7 +251,7 @@ export type StoreChange = "seen" | "any" | "meta" | "reports";
 export type ChangeKind = "node" | "model" | "replica" | "key";
 export const CHANGE_KINDS: ReadonlySet<string> = new Set<ChangeKind>(["node", "model", "replica", "key"]);
 
-/** One row written in a table the in-memory model holds; seq rises by one per change, in commit order. */
+/** One row written in a table the in-memory image holds; seq rises by one per change, in commit order. */
 export interface Change {
   seq: number;
   /** A ChangeKind; anything else is a kind this version does not know (the reader loads everything). */

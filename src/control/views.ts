@@ -17,7 +17,7 @@ export interface ViewInputs {
   lastUsed: ReadonlyMap<string, number>;
   /** Without a heartbeat for this long a node is unreachable. */
   nodeTimeoutMs: number;
-  /** Since when the control plane has watched without a gap (see Controller). */
+  /** Since when the control plane has watched without a gap (clock-watch.ts). */
   watchedSince?: number;
   /** Per node, the engines its last heartbeat reported; absent when it has not said. */
   engines?: ReadonlyMap<string, readonly EngineReport[]>;

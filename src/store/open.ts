@@ -26,13 +26,14 @@ export interface OpenStoreOptions {
   /** `--store`: a PostgreSQL URL or a SQLite path; undefined: `<dataDir>/llmgw.db`. */
   target: string | undefined;
   dataDir: string;
-  busyTimeoutMs?: number;
+  /** SQLite: how long a write waits for a lock held elsewhere (`serve --db-busy-timeout`). */
+  busyTimeoutMs: number;
   /** PostgreSQL: seconds a connection attempt may take (default 5). */
   connectTimeoutS?: number;
   /** PostgreSQL: names this control plane in the store's change notifications. */
   instanceId?: string;
   /** PostgreSQL: how long one call may take, its tries included (`serve --db-query-timeout`). */
-  queryTimeoutMs?: number;
+  queryTimeoutMs: number;
 }
 
 export function isPostgresUrl(target: string): boolean {

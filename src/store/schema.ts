@@ -180,10 +180,10 @@ export const nodeReports = sqliteTable("node_reports", {
   at: integer("at").notNull(),
 });
 
-// ---- what committed writes changed, so another control plane reads them alone (../control/model.ts)
+// ---- what committed writes changed, so another control plane reads them alone (../control/image/)
 
 /**
- * One row per row written in a table the in-memory model holds, filled by triggers (see the
+ * One row per row written in a table the in-memory image holds, filled by triggers (see the
  * migration that made them): which node, model, replica or API key changed (kind, key), in the
  * order the writes committed. seq rises by one with each row, without gaps (change_counter); the
  * oldest rows are pruned, so a reader whose cursor is older finds a gap and loads everything.

@@ -1,6 +1,6 @@
 // Benchmark: what one unchanged heartbeat costs as the fleet grows (issue 14: flat from 100 to
 // 5,000 nodes, ≤ 1.5×), one steady-state tick at each size, and 2,000 fresh joins. In-process:
-// a head node on a manual clock, nodes of 8 GPUs, N/2 models placed by the controller and
+// a head node on a manual clock, nodes of 8 GPUs, N/2 models placed by the control plane and
 // reported ready. Run: bun test/bench/heartbeat-cost.ts [sizes, e.g. 100,500,1000]
 
 import type { HeartbeatRequest } from "../../src/protocol/heartbeat";
@@ -11,25 +11,25 @@ const SIZES = (process.argv[2] ?? "100,500,1000,2000,5000").split(",").map(Numbe
 
 async function size(n: number): Promise<{ hbUs: number; httpUs: number; tickMs: number }> {
   const s = await testServer({}, undefined);
-  const c = s.parts.controller;
+  const c = s.parts.control;
   try {
     const hbs: HeartbeatRequest[] = Array.from({ length: n }, (_, i) => heartbeat({ name: `gpu-${i}`, fabrics: [`ib-${i % 4}`], gpus: Array(8).fill("H100-80GB"), models: [] }));
-    for (const hb of hbs) await c.heartbeat(hb);
+    for (const hb of hbs) await c.intake.heartbeat(hb);
     await s.seed.models(Array.from({ length: Math.floor(n / 2) }, (_, i) => model({ name: `m-${i}` })));
-    await c.tick();
+    await c.loop.tick();
     // Each node reports what it was assigned, ready; twice, so the second round changes nothing.
     for (let round = 0; round < 2; round++)
       for (const hb of hbs) {
-        const { assignments } = c.response(hb.node);
+        const { assignments } = c.projector.response(hb.node);
         hb.replicas = assignments.map((a) => ({ id: a.id, state: "ready" as const, port: a.port, error: null }));
-        await c.heartbeat(hb);
+        await c.intake.heartbeat(hb);
       }
-    await c.tick();
-    const ready = (await c.replicas()).filter((r) => r.state === "ready").length;
+    await c.loop.tick();
+    const ready = (await c.views.replicas()).filter((r) => r.state === "ready").length;
     const t0 = performance.now();
-    for (const hb of hbs) await c.heartbeat(hb);
+    for (const hb of hbs) await c.intake.heartbeat(hb);
     const hbUs = ((performance.now() - t0) * 1000) / n;
-    // Through the agent API over HTTP: the credential path, parse, the same controller call.
+    // Through the agent API over HTTP: the credential path, parse, the same intake call.
     const k = Math.min(n, 500);
     const t1 = performance.now();
     for (let i = 0; i < k; i++) {
@@ -40,7 +40,7 @@ async function size(n: number): Promise<{ hbUs: number; httpUs: number; tickMs: 
     const ticks: number[] = [];
     for (let i = 0; i < 5; i++) {
       const t = performance.now();
-      await c.tick();
+      await c.loop.tick();
       ticks.push(performance.now() - t);
     }
     ticks.sort((a, b) => a - b);

@@ -1,12 +1,13 @@
 // Benchmark: one reconcile step (placement included) for 1,000 nodes × 8 GPUs, 500 models and
-// 2,000 replicas (target: under 20 ms). The step is the pure function the controller runs each
+// 2,000 replicas (target: under 20 ms). The step is the pure function the control loop runs each
 // tick; the store read and write around it are timed separately, for context.
 // Run: bun test/bench/reconcile.ts
 
-import { reconcile, DEFAULT_RECONCILE } from "../../src/control/reconciler";
+import { reconcile } from "../../src/control/reconciler";
 import { Store } from "../../src/store";
 import { heartbeat } from "../helpers/fleet";
 import { reconcileFleet, T0 } from "./lib/fleet";
+import { RECONCILE_DEFAULTS, SQLITE_DEFAULTS } from "../helpers/control-settings";
 
 const NODES = 1000;
 const MODELS = 500;
@@ -30,14 +31,14 @@ function measure(label: string, fn: () => unknown, runs = 100): number {
 }
 
 console.log(`fleet: ${NODES} nodes × 8 GPUs, ${MODELS} models (min 5 each), ${REPLICAS} replicas`);
-const plan = reconcile({ snapshot: snap, now: T0, lastUsed: new Map(), config: DEFAULT_RECONCILE, newId });
+const plan = reconcile({ snapshot: snap, now: T0, lastUsed: new Map(), config: RECONCILE_DEFAULTS, newId });
 console.log(`one step: ${plan.create.length} placed, ${plan.update.length} state changes, ${plan.events.length} events`);
 const step = measure("reconcile step (pure, placement included)", () =>
-  reconcile({ snapshot: snap, now: T0, lastUsed: new Map(), config: DEFAULT_RECONCILE, newId }),
+  reconcile({ snapshot: snap, now: T0, lastUsed: new Map(), config: RECONCILE_DEFAULTS, newId }),
 );
 
 // For context: the store read every tick does at this size.
-const store = new Store({ path: ":memory:" });
+const store = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
 for (const d of nodes) await store.applyHeartbeat(heartbeat(d), T0);
 await store.saveModels(models.map((spec) => ({ spec, revision: 1, created: true })), T0);
 for (const r of replicas) store.insertReplica({ id: r.id, model: r.model, profile: "a", state: r.state ?? "ready", shards: r.shards, createdAt: T0, updatedAt: T0 });

@@ -13,6 +13,7 @@ import { PgStore } from "../../src/store/pg";
 import { heartbeat, model } from "../helpers/fleet";
 import { startPostgres } from "../helpers/postgres";
 import { scratchDir } from "../helpers/tmp";
+import { PG_DEFAULTS, SQLITE_DEFAULTS } from "../helpers/control-settings";
 
 const NODES = 1000;
 const GPUS = 8;
@@ -78,10 +79,10 @@ const fmt = (o: { p50: number; p95: number; max: number }) => `p50 ${o.p50.toFix
 const dir = scratchDir("llmgw-bench-");
 const pg = await startPostgres();
 try {
-  const lite = new Store({ path: join(dir, "bench.db") });
+  const lite = new Store({ path: join(dir, "bench.db"), ...SQLITE_DEFAULTS });
   const a = await measure("SQLite", lite);
   lite.close();
-  const store = await PgStore.open({ url: pg.url });
+  const store = await PgStore.open({ ...PG_DEFAULTS, url: pg.url });
   const b = await measure("PostgreSQL", store);
   await store.close();
   console.log(`load average ${(await import("node:os")).loadavg()[0]!.toFixed(1)} on ${(await import("node:os")).cpus().length} cores`);

@@ -596,7 +596,7 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
           await o.upsertControlPlane({ name: "o", adminUrl: "http://o:1", routerUrl: "http://o:2", startedAt: NOW });
           return undefined;
         }, { timeoutMs: 10_000, everyMs: 100 });
-        // A control-plane row is nothing the in-memory model holds: "meta" where the store can tell (PostgreSQL), "any" where it cannot (SQLite).
+        // A control-plane row is nothing the in-memory image holds: "meta" where the store can tell (PostgreSQL), "any" where it cannot (SQLite).
         // (A store that cannot tell last-seen times apart also says "seen" with each "any": SQLite.)
         for (const c of heard) expect(["any", "meta", "seen"]).toContain(c);
         heard.length = 0;

@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { deriveEngineKey } from "../../src/control/controller";
+import { deriveEngineKey } from "../../src/control/engine-keys";
 import type { ModelView, NodeView, ReplicaView, Summary } from "../../src/protocol/views";
 import { run, scratchWithBinary, startServe, until } from "../helpers/binary";
 import { freePort } from "../helpers/ports";

@@ -19,6 +19,7 @@
 import { PgStore } from "../../src/store/pg";
 import type { PlanWrite } from "../../src/control/types";
 import { heartbeat } from "./fleet";
+import { PG_DEFAULTS } from "./control-settings";
 
 const NOW = 1_800_000_000_000;
 const PLAN = { create: [], update: [], remove: [], modelState: new Map(), nodeAdmin: [], events: [{ kind: "k", subject: "s", message: "m" }] } as PlanWrite;
@@ -39,7 +40,7 @@ const say = (x: unknown) => process.stdout.write(`${JSON.stringify(x)}\n`);
 async function main(): Promise<void> {
   const [url, deadline, idle] = process.argv.slice(2);
   if (!url || !deadline) throw new Error("usage: pg-store-child.ts <url> <queryTimeoutMs> [idleInTransactionTimeoutMs]");
-  const store = await PgStore.open({ url, queryTimeoutMs: Number(deadline), idleInTransactionTimeoutMs: idle ? Number(idle) : undefined });
+  const store = await PgStore.open({ ...PG_DEFAULTS, url, queryTimeoutMs: Number(deadline), idleInTransactionTimeoutMs: idle ? Number(idle) : undefined });
   await store.applyHeartbeat(heartbeat({ name: "n1" }), NOW);
   let busy: Promise<Outcome>[] = [];
   say({ ready: true });

@@ -16,7 +16,7 @@ import { T0 } from "./fleet";
 import { scratchDir } from "./tmp";
 
 type Store = NonNullable<HeadParts["store"]>;
-type Controller = HeadParts["controller"];
+type Control = HeadParts["control"];
 
 /** Writes straight into the head node, past the API's checks. */
 export interface Seed {
@@ -27,9 +27,9 @@ export interface Seed {
   /** A model's control state (parked, failures, last requested…) as a tick would leave it. */
   modelState(model: string, patch: Parameters<Store["updateModelState"]>[1]): Promise<void>;
   /** Catalog entries, without the admin API's validation. */
-  models(specs: Parameters<Controller["putModels"]>[0]): ReturnType<Controller["putModels"]>;
-  /** A heartbeat handed to the controller as parsed, without the agent API's edge. */
-  heartbeat(hb: Parameters<Controller["heartbeat"]>[0]): ReturnType<Controller["heartbeat"]>;
+  models(specs: Parameters<Control["catalog"]["putModels"]>[0]): ReturnType<Control["catalog"]["putModels"]>;
+  /** A heartbeat handed to the control plane as parsed, without the agent API's edge. */
+  heartbeat(hb: Parameters<Control["intake"]["heartbeat"]>[0]): ReturnType<Control["intake"]["heartbeat"]>;
   /** Stands in for the router's usage report and collects it, as a tick does first. */
   usage(source: UsageSource): void;
 }
@@ -41,11 +41,11 @@ export interface Peek {
   nodeExists(name: string): Promise<boolean>;
   /** API keys as stored (hashes). */
   apiKeys(): ReturnType<Store["listApiKeys"]>;
-  nodeForCredential(credential: string): ReturnType<Controller["nodeForCredential"]>;
+  nodeForCredential(credential: string): ReturnType<Control["identity"]["nodeForCredential"]>;
   engineKey(replicaId: string): string | null;
   /** Where and with what the head node reads a replica's engine log. */
-  logSource(replicaId: string): ReturnType<Controller["logSource"]>;
-  replicas(): ReturnType<Controller["replicas"]>;
+  logSource(replicaId: string): ReturnType<Control["logs"]["logSource"]>;
+  replicas(): ReturnType<Control["views"]["replicas"]>;
 }
 
 export interface TestServer extends RunningServer {
@@ -63,7 +63,7 @@ export interface TestServer extends RunningServer {
   credentials: Map<string, string>;
   seed: Seed;
   peek: Peek;
-  /** The head node's parts (benchmarks drive the controller directly). */
+  /** The head node's parts (benchmarks drive the control plane directly). */
   parts: HeadParts;
   /** The store's database itself: raw rows, dumps, PRAGMAs (a full disk). */
   db: Database;
@@ -74,13 +74,13 @@ export async function testServer(overrides: Record<string, unknown> = {}, log: p
   const config = ServeConfig.parse({ data_dir: dataDir, admin_listen: "127.0.0.1:0", listen: "127.0.0.1:0", ...overrides });
   const clock = new ManualScheduler(T0);
   const { server, parts } = await startHead({ config, log, scheduler: clock, loop: false });
-  const { model, controller } = parts;
+  const { image, control } = parts;
   if (!parts.store) throw new Error("testServer: the test helpers' back doors need the SQLite store");
   const store = parts.store;
-  // Writes past the controller leave the in-memory model behind: each back door drops it, so the
+  // Writes past the control plane leave the in-memory image behind: each back door drops it, so the
   // next read loads the store again.
   const past = <T>(v: T): T => {
-    model.invalidate();
+    image.invalidate();
     return v;
   };
   const db = new Proxy(store.sqlite, {
@@ -89,10 +89,10 @@ export async function testServer(overrides: Record<string, unknown> = {}, log: p
       if (typeof v !== "function") return v;
       return (...args: unknown[]) => {
         // Last-seen times held in memory reach the rows first (bun:sqlite writes them at once).
-        void model.flush().catch(() => undefined);
-        model.invalidate();
+        void image.flush().catch(() => undefined);
+        image.invalidate();
         // A statement prepared now runs later, still within this turn: drop memory after it too.
-        queueMicrotask(() => model.invalidate());
+        queueMicrotask(() => image.invalidate());
         return (v as (...a: unknown[]) => unknown).apply(target, args);
       };
     },
@@ -102,25 +102,22 @@ export async function testServer(overrides: Record<string, unknown> = {}, log: p
   const tls = config.tls_cert ? { tls: { ca: readFileSync(config.tls_cert, "utf8") } } : {};
   const seed: Seed = {
     allowAddress: async (node, address) => {
-      await model.setAllowedAddress(node, address, clock.now());
+      await image.setAllowedAddress(node, address, clock.now());
     },
     replica: (row) => past(store.insertReplica(row)),
-    modelState: (name, patch) => model.updateModelState(name, patch),
-    models: (specs) => controller.putModels(specs),
-    heartbeat: (hb) => controller.heartbeat(hb),
-    usage: (source) => {
-      controller.setUsageSource(source);
-      controller.collectUsage();
-    },
+    modelState: (name, patch) => image.updateModelState(name, patch),
+    models: (specs) => control.catalog.putModels(specs),
+    heartbeat: (hb) => control.intake.heartbeat(hb),
+    usage: (source) => control.usage.collect(source),
   };
   const peek: Peek = {
     counts: () => store.counts(),
-    nodeExists: async (name) => (await model.nodeTrust(name)).exists,
-    apiKeys: () => model.listApiKeys(),
-    nodeForCredential: (credential) => controller.nodeForCredential(credential),
-    engineKey: (id) => controller.engineKey(id),
-    logSource: (id) => controller.logSource(id),
-    replicas: () => controller.replicas(),
+    nodeExists: async (name) => (await image.nodeTrust(name)).exists,
+    apiKeys: () => image.listApiKeys(),
+    nodeForCredential: (credential) => control.identity.nodeForCredential(credential),
+    engineKey: (id) => control.projector.engineKey(id),
+    logSource: (id) => control.logs.logSource(id),
+    replicas: () => control.views.replicas(),
   };
   return Object.assign(server, {
     clock,
@@ -140,7 +137,7 @@ export async function testServer(overrides: Record<string, unknown> = {}, log: p
       const node = typeof hb.node === "string" ? hb.node : undefined;
       if (token === undefined && node !== undefined && typeof hb.address === "string" && SegmentName.safeParse(node).success && hb.address.length <= 255)
         try {
-          if ((await model.nodeTrust(node)).allowedAddress !== hb.address) await seed.allowAddress(node, hb.address);
+          if ((await image.nodeTrust(node)).allowedAddress !== hb.address) await seed.allowAddress(node, hb.address);
         } catch {
           // A store that cannot take the write (a test of a locked or full disk) refuses the heartbeat too.
         }

@@ -451,7 +451,7 @@ describe("two control planes on one store", () => {
     writeFileSync(join(bData, "engine.secret"), readFileSync(join(a.dataDir, "engine.secret")));
     const b = await testServer({ ...common, name: "cp-b", data_dir: bData });
     cleanup.push(() => b.stop());
-    expect(a.parts.controller.leadership().leading).toBe(true);
+    expect(a.parts.control.leadership.get().leading).toBe(true);
 
     const { log, lines } = captureLog();
     const agent = makeAgent({ server: [a.adminUrl, b.adminUrl], token: common.join_token, simulate: "H100-80GB:1" }, { log });
@@ -477,7 +477,7 @@ describe("two control planes on one store", () => {
     aStopped = true;
     await until("the agent at the standby", () => agent.server === b.adminUrl);
     await b.clock.run(1000);
-    expect(b.parts.controller.leadership()).toMatchObject({ leading: true, epoch: 2 });
+    expect(b.parts.control.leadership.get()).toMatchObject({ leading: true, epoch: 2 });
     await until("epoch 2 from the new leader", async () => {
       await b.tick();
       return agent.highestEpoch === 2;

@@ -15,11 +15,9 @@ afterEach(() => {
   env = undefined;
 });
 
-/** Keeps every key list the plane's controller hands its router. */
-async function routerOf(p: Plane): Promise<ApiKeyEntry[][]> {
-  const lists: ApiKeyEntry[][] = [];
-  await p.ctl.setEndpointSink({ setEndpoints: () => {}, setCatalog: () => {}, setApiKeys: (k) => lists.push(k) });
-  return lists;
+/** Every key list the plane's control plane handed its router. */
+function routerOf(p: Plane): ApiKeyEntry[][] {
+  return p.router.keys;
 }
 const names = (lists: ApiKeyEntry[][]) => lists.at(-1)?.map((k) => k.name);
 
@@ -28,20 +26,20 @@ describe("API keys on several control planes", () => {
     env = await startPlanes({ names: ["a", "b"], clock: new ManualScheduler(T0) });
     const [a, b] = env.planes as [Plane, Plane];
     await lead(a);
-    const onB = await routerOf(b);
+    const onB = routerOf(b);
     expect(onB).toEqual([[]]);
-    await a.ctl.createApiKey("k1");
-    // b's watch tells its controller, which ticks (the app's loop does it on wake).
+    await a.ctl.keys.createApiKey("k1");
+    // b's watch tells its control loop, which ticks (the app's loop does it on wake).
     await until("b's router to hold k1", async () => {
-      await b.ctl.tick();
+      await b.ctl.loop.tick();
       return names(onB)?.includes("k1");
     });
     const sent = onB.length;
-    await b.ctl.tick();
+    await b.ctl.loop.tick();
     expect(onB.length).toBe(sent);
-    await a.ctl.revokeApiKey("k1");
+    await a.ctl.keys.revokeApiKey("k1");
     await until("b's router to drop k1", async () => {
-      await b.ctl.tick();
+      await b.ctl.loop.tick();
       return names(onB)?.length === 0;
     });
   });
@@ -50,16 +48,18 @@ describe("API keys on several control planes", () => {
     env = await startPlanes({ names: ["a", "b"], clock: new ManualScheduler(T0), watch: false });
     const [a, b] = env.planes as [Plane, Plane];
     await lead(a);
-    const onB = await routerOf(b);
-    await b.ctl.tick();
-    await a.ctl.createApiKey("k2", "p1");
-    await b.ctl.tick();
+    const onB = routerOf(b);
+    await b.ctl.loop.tick();
+    await a.ctl.keys.createApiKey("k2", "p1");
+    await b.ctl.loop.tick();
     expect(names(onB)).toEqual([]);
-    expect(await b.model.reload()).toBe(true);
-    await b.ctl.tick();
+    expect(await b.image.reload()).toBe(true);
+    await b.ctl.loop.tick();
     expect(onB.at(-1)).toEqual([{ name: "k2", sha256: expect.any(String), pool: "p1" }]);
-    // A restarted router thread, or a new sink: handed the list though it did not change.
-    const fresh = await routerOf(b);
-    expect(names(fresh)).toEqual(["k2"]);
+    // A restarted router: handed the list though it did not change.
+    const sent = onB.length;
+    await b.ctl.projector.start();
+    expect(onB.length).toBe(sent + 1);
+    expect(names(onB)).toEqual(["k2"]);
   });
 });

@@ -36,7 +36,7 @@ interface World {
 }
 
 const ready = (ids: string[]): ReplicaReport[] => ids.map((id) => ({ id, state: "ready", port: 8000, error: null }));
-const evictions = async (p: Plane) => (await p.ctl.events({ limit: 1000 })).filter((e) => e.kind === "replica.evicted");
+const evictions = async (p: Plane) => (await p.ctl.events.events({ limit: 1000 })).filter((e) => e.kind === "replica.evicted");
 
 /**
  * Leader a, standby b. Model "m" fills the node's two GPUs (min 1, scaled to 2, idle_timeout
@@ -50,18 +50,18 @@ async function world(liveWithinMs = 15_000): Promise<World> {
   await lead(a);
   const routerA = new RouterUsageSide(T0);
   const routerB = new RouterUsageSide(T0);
-  a.ctl.setUsageSource(routerA);
-  b.ctl.setUsageSource(routerB);
-  await a.ctl.heartbeat(heartbeat(solo));
-  await a.ctl.putModels([
+  a.router.reports(routerA);
+  b.router.reports(routerB);
+  await a.ctl.intake.heartbeat(heartbeat(solo));
+  await a.ctl.catalog.putModels([
     model({ name: "m", replicas: { min: 1, max: 2 }, idle_timeout: "2m" }),
     model({ name: "od", on_demand: true, replicas: { min: 0 } }),
   ]);
-  await a.model.updateModelState("m", { scaleTarget: 2 });
-  await a.ctl.tick();
-  const beat = async () => a.ctl.heartbeat({ ...heartbeat(solo), replicas: ready(a.ctl.response("solo").assignments.map((x) => x.id)) });
+  await a.image.updateModelState("m", { scaleTarget: 2 });
+  await a.ctl.loop.tick();
+  const beat = async () => a.ctl.intake.heartbeat({ ...heartbeat(solo), replicas: ready(a.ctl.projector.response("solo").assignments.map((x) => x.id)) });
   await beat();
-  const ids = (await a.ctl.replicas()).filter((r) => r.model === "m" && r.state === "ready").map((r) => r.id).sort() as [string, string];
+  const ids = (await a.ctl.views.replicas()).filter((r) => r.model === "m" && r.state === "ready").map((r) => r.id).sort() as [string, string];
   expect(ids.length).toBe(2);
   const w: World = {
     clock,
@@ -75,8 +75,8 @@ async function world(liveWithinMs = 15_000): Promise<World> {
       for (let t = 0; t < ms; t += 10_000) {
         clock.advance(Math.min(10_000, ms - t));
         await beat();
-        if (w.bAlive) await b.ctl.tick();
-        await a.ctl.tick();
+        if (w.bAlive) await b.ctl.loop.tick();
+        await a.ctl.loop.tick();
       }
     },
   };
@@ -90,7 +90,7 @@ async function world(liveWithinMs = 15_000): Promise<World> {
   return w;
 }
 
-const idleOf = async (p: Plane) => new Map((await p.ctl.replicas()).map((r) => [r.id, r.idle_seconds]));
+const idleOf = async (p: Plane) => new Map((await p.ctl.views.replicas()).map((r) => [r.id, r.idle_seconds]));
 
 describe("idleness across two routers", () => {
   test("before any restart: the newest stamp wins across routers (b's use of the first replica keeps it; the second, idle 4 minutes, goes)", async () => {
@@ -99,8 +99,8 @@ describe("idleness across two routers", () => {
     // Both control planes show the same picture: r1 used 10 s ago (through b), r2 4 minutes ago (through a).
     expect(await idleOf(w.a)).toEqual(new Map([[r1, 10], [r2, 240]]));
     await until("b's view to match", async () => (await idleOf(w.b)).get(r2) === 240 || undefined);
-    await w.a.ctl.requestModel("od");
-    await w.a.ctl.tick();
+    await w.a.ctl.catalog.requestModel("od");
+    await w.a.ctl.loop.tick();
     const ev = await evictions(w.a);
     expect(ev.map((e) => e.subject)).toEqual([`replica/${r2}`]);
   });
@@ -110,15 +110,15 @@ describe("idleness across two routers", () => {
     const [r1, r2] = w.ids;
     // b served r1 ten seconds ago, reported it, and restarts: its new report has lost the stamp.
     w.routerB.restart(w.clock.now());
-    await w.b.ctl.tick();
-    await w.a.ctl.requestModel("od");
-    await w.a.ctl.tick();
+    await w.b.ctl.loop.tick();
+    await w.a.ctl.catalog.requestModel("od");
+    await w.a.ctl.loop.tick();
     // With a's stamps alone (T0+1m) both replicas would be idle 4 minutes, past m's 2-minute
     // idle_timeout, and one would be evicted. b has watched 0 s: nothing is known idle.
     expect(await evictions(w.a)).toEqual([]);
-    expect((await w.a.ctl.models()).find((m) => m.name === "od")!.unplaceable).toBe(true);
+    expect((await w.a.ctl.views.models()).find((m) => m.name === "od")!.unplaceable).toBe(true);
     expect(await idleOf(w.a)).toEqual(new Map([[r1, 0], [r2, 0]]));
-    expect((await w.a.ctl.summary()).idle_replicas).toEqual([]);
+    expect((await w.a.ctl.views.summary()).idle_replicas).toEqual([]);
 
     // No traffic anywhere; once b has watched past the 2-minute idle_timeout, one replica goes.
     await w.advance(2 * MIN - 10_000);
@@ -133,17 +133,17 @@ describe("idleness across two routers", () => {
     // And after ten minutes of every router watching with no traffic, the one left is listed idle,
     // by both control planes alike.
     await w.advance(8 * MIN);
-    const idle = (await w.a.ctl.summary()).idle_replicas;
+    const idle = (await w.a.ctl.views.summary()).idle_replicas;
     expect(idle.map((r) => [r.id, r.idle_seconds])).toEqual([[left, 610]]);
-    await until("b's summary to list it too", async () => (await w.b.ctl.summary()).idle_replicas.map((r) => r.id).join() === left || undefined);
+    await until("b's summary to list it too", async () => (await w.b.ctl.views.summary()).idle_replicas.map((r) => r.id).join() === left || undefined);
   });
 
   test("the leader's own router restarts: a replica another router served recently is kept; one only it had seen is unknown", async () => {
     const w = await world();
     const [r1, r2] = w.ids;
     w.routerA.restart(w.clock.now());
-    await w.a.ctl.requestModel("od");
-    await w.a.ctl.tick();
+    await w.a.ctl.catalog.requestModel("od");
+    await w.a.ctl.loop.tick();
     expect(await evictions(w.a)).toEqual([]);
     // r1's stamp comes from b; r2 was only ever served by a, whose router lost it: unknown (-1).
     expect(await idleOf(w.a)).toEqual(new Map([[r1, 0], [r2, -1]]));
@@ -159,14 +159,14 @@ describe("idleness across two routers", () => {
     // b's router restarts, serves r1 at once, reports once, and b's control plane goes away.
     w.routerB.restart(w.clock.now());
     w.routerB.served(r1, w.clock.now());
-    await w.b.ctl.tick();
+    await w.b.ctl.loop.tick();
     w.bAlive = false;
-    await w.a.ctl.requestModel("od");
-    await w.a.ctl.tick();
+    await w.a.ctl.catalog.requestModel("od");
+    await w.a.ctl.loop.tick();
     expect(await evictions(w.a)).toEqual([]);
     await until("b's report to age past liveWithinMs", async () => ((await w.a.store.routerUsage()).find((r) => r.router === "b")?.reportedAgoMs ?? 0) > 1_600 || undefined);
     w.clock.advance(10_000);
-    await w.a.ctl.tick();
+    await w.a.ctl.loop.tick();
     // r1's stamp from b (10 s ago) keeps it; r2 (a's, 4 minutes ago) goes: b's restart no longer limits.
     expect((await evictions(w.a)).map((e) => e.subject)).toEqual([`replica/${r2}`]);
     expect((await idleOf(w.a)).get(r1)).toBe(10);
@@ -179,13 +179,13 @@ describe("a heartbeat answered while the leader's tick waits on the store", () =
     env = await startPlanes({ names: ["a"], clock });
     const [a] = env.planes as [Plane];
     await lead(a);
-    a.ctl.setUsageSource(new RouterUsageSide(T0));
-    await a.ctl.heartbeat(heartbeat(solo));
+    a.router.reports(new RouterUsageSide(T0));
+    await a.ctl.intake.heartbeat(heartbeat(solo));
     // Watched for well past the node timeout, the node heartbeating every 5 s.
     for (let t = 0; t < 2 * MIN; t += 5_000) {
       clock.advance(5_000);
-      await a.ctl.heartbeat(heartbeat(solo));
-      await a.ctl.tick();
+      await a.ctl.intake.heartbeat(heartbeat(solo));
+      await a.ctl.loop.tick();
     }
     // The next tick's usage exchange waits on the store; meanwhile the clock moves and the node's
     // unchanged heartbeat is answered (without the controller's lock).
@@ -193,21 +193,21 @@ describe("a heartbeat answered while the leader's tick waits on the store", () =
     let entered = () => {};
     const held = new Promise<void>((r) => (release = r));
     const waiting = new Promise<void>((r) => (entered = r));
-    const report = a.model.reportUsage.bind(a.model);
-    a.model.reportUsage = async (...args) => {
+    const report = a.image.reportUsage.bind(a.image);
+    a.image.reportUsage = async (...args) => {
       entered();
       await held;
       return report(...args);
     };
     clock.advance(5_000);
-    const tick = a.ctl.tick();
+    const tick = a.ctl.loop.tick();
     await waiting;
     clock.advance(50);
-    await a.ctl.heartbeat(heartbeat(solo));
+    await a.ctl.intake.heartbeat(heartbeat(solo));
     release();
     await tick;
-    const events = (await a.ctl.events({ limit: 1000 })).filter((e) => e.kind === "node.unreachable");
+    const events = (await a.ctl.events.events({ limit: 1000 })).filter((e) => e.kind === "node.unreachable");
     expect(events).toEqual([]);
-    expect((await a.ctl.nodes()).find((n) => n.name === "solo")?.state).toBe("ready");
+    expect((await a.ctl.views.nodes()).find((n) => n.name === "solo")?.state).toBe("ready");
   });
 });

@@ -37,13 +37,10 @@ beforeAll(async () => {
   const bData = scratchDir("llmgw-ha-int-b-");
   copyFileSync(join(a.dataDir, "engine.secret"), join(bData, "engine.secret"));
   b = await testServer({ ...common, name: "cp-b", data_dir: bData });
-  // Its router still gets everything; the test sees each endpoint list on the way.
+  // The test sees each endpoint list b's router is handed.
   const router = b.parts.router!;
-  await b.parts.controller.setEndpointSink({
-    setEndpoints: (e) => (published.push(e), router.setEndpoints(e)),
-    setCatalog: (c) => router.setCatalog(c),
-    setApiKeys: (k) => router.setApiKeys(k),
-  });
+  const setEndpoints = router.setEndpoints.bind(router);
+  router.setEndpoints = (e) => (published.push(e), setEndpoints(e));
 });
 afterAll(async () => {
   await b?.stop();
@@ -52,8 +49,8 @@ afterAll(async () => {
 
 describe("two control planes on one SQLite file", () => {
   test("the first leads (epoch 1), the second stands by; /healthz?leader=1 tells them apart", async () => {
-    expect(a.parts.controller.leadership()).toEqual({ leading: true, epoch: 1, name: "cp-a", holder: expect.stringMatching(/^cp-a@/) });
-    expect(b.parts.controller.leadership()).toEqual({ leading: false, epoch: 1, name: "cp-b", holder: expect.stringMatching(/^cp-b@/) });
+    expect(a.parts.control.leadership.get()).toEqual({ leading: true, epoch: 1, name: "cp-a", holder: expect.stringMatching(/^cp-a@/) });
+    expect(b.parts.control.leadership.get()).toEqual({ leading: false, epoch: 1, name: "cp-b", holder: expect.stringMatching(/^cp-b@/) });
     expect(await health(a, true)).toEqual({ status: 200, body: { status: "ok", version: expect.any(String), leading: true, epoch: 1, name: "cp-a" } });
     expect(await health(b, true)).toEqual({ status: 503, body: { status: "standing by", version: expect.any(String), leading: false, epoch: 1, name: "cp-b" } });
     expect((await health(b)).status).toBe(200);
@@ -70,7 +67,7 @@ describe("two control planes on one SQLite file", () => {
     expect(b.peek.counts().replicas).toBe(0);
     // The leader sees the write (its watch, or here its own reload) and places the replica.
     await until("the leader placed m", async () => {
-      a.parts.model.invalidate();
+      a.parts.image.invalidate();
       await a.tick();
       return a.peek.counts().replicas === 1;
     });
@@ -125,7 +122,7 @@ describe("two control planes on one SQLite file", () => {
     await b.tick();
     expect((await b.admin("/api/v1/models/m2", { method: "PUT", body: JSON.stringify(model({ name: "m2", replicas: { min: 1 }, profiles: [{ name: "l4", engine: "vllm", gpu_class: "L4-24GB", gpus: 1 }] })) })).status).toBe(201);
     const placed = await until("the leader placed m2 on n2", async () => {
-      a.parts.model.invalidate();
+      a.parts.image.invalidate();
       await a.tick();
       return (await json<ReplicaView[]>(a.admin("/api/v1/replicas"))).find((r) => r.model === "m2");
     });
@@ -144,7 +141,7 @@ describe("two control planes on one SQLite file", () => {
     const before = (await json<ReplicaView[]>(b.admin("/api/v1/replicas"))).map((r) => r.id);
     await a.stop();
     await b.clock.run(1000);
-    expect(b.parts.controller.leadership()).toEqual({ leading: true, epoch: 2, name: "cp-b", holder: expect.stringMatching(/^cp-b@/) });
+    expect(b.parts.control.leadership.get()).toEqual({ leading: true, epoch: 2, name: "cp-b", holder: expect.stringMatching(/^cp-b@/) });
     expect(await health(b, true)).toEqual({ status: 200, body: expect.objectContaining({ leading: true, epoch: 2 }) });
     await b.tick();
     expect((await json<ReplicaView[]>(b.admin("/api/v1/replicas"))).map((r) => r.id)).toEqual(before);

@@ -6,6 +6,7 @@ import { afterAll, beforeAll } from "bun:test";
 import { PgStore } from "../../src/store/pg";
 import { headRestartContract } from "../contract/head-restart";
 import { type Postgres, startPostgres } from "../helpers/postgres";
+import { PG_DEFAULTS } from "../helpers/control-settings";
 
 let pg: Postgres;
 beforeAll(async () => {
@@ -19,6 +20,6 @@ let n = 0;
 headRestartContract("PostgreSQL", async () => {
   const db = `restart_${++n}`;
   await pg.sql(`CREATE DATABASE ${db}`, "postgres");
-  const store = await PgStore.open({ url: pg.url.replace(/\/llmgw$/, `/${db}`) });
+  const store = await PgStore.open({ ...PG_DEFAULTS, url: pg.url.replace(/\/llmgw$/, `/${db}`) });
   return { store, close: () => store.close() };
 });

@@ -8,6 +8,7 @@ import { Store } from "../../src/store";
 import { heartbeat } from "../helpers/fleet";
 import { testServer } from "../helpers/server";
 import { scratchDir } from "../helpers/tmp";
+import { SQLITE_DEFAULTS } from "../helpers/control-settings";
 
 test("no database, or an empty one, is no server's data", async () => {
   expect(holdsServerData(scratchDir("llmgw-demo-"))).toBe(false);
@@ -21,7 +22,7 @@ test("a server's database with a node in it is; the same marked as a demo's is n
   expect((await s.agent(heartbeat({ name: "gpu-01" }))).status).toBe(200);
   await s.stop();
   expect(holdsServerData(s.dataDir)).toBe(true);
-  const store = new Store({ path: join(s.dataDir, "llmgw.db") });
+  const store = new Store({ path: join(s.dataDir, "llmgw.db"), ...SQLITE_DEFAULTS });
   store.setMeta("mode", "demo");
   store.close();
   expect(holdsServerData(s.dataDir)).toBe(false);

@@ -39,7 +39,7 @@ describe("llmgw healthz", () => {
   });
 
   test("a standby: healthy without --leader, 1 with it, saying it stands by", async () => {
-    s.parts.controller.setLeadership({ leading: false, epoch: 4, name: "head-b" });
+    s.parts.control.leadership.set({ leading: false, epoch: 4, name: "head-b" });
     try {
       expect((await cli(["healthz", "--server", s.adminUrl])).code).toBe(0);
       const r = await cli(["healthz", "--leader", "--server", s.adminUrl]);
@@ -49,13 +49,13 @@ describe("llmgw healthz", () => {
       const json = await cli(["healthz", "--leader", "--server", s.adminUrl, "-o", "json"]);
       expect(json.code).toBe(1);
       expect(JSON.parse(json.stdout)).toMatchObject({ healthy: false, http_status: 503, health: { status: "standing by", leading: false, name: "head-b" } });
-      s.parts.controller.setLeadership({ leading: true, epoch: 5, name: "head-b" });
+      s.parts.control.leadership.set({ leading: true, epoch: 5, name: "head-b" });
       const leads = await cli(["healthz", "--leader", "--server", s.adminUrl]);
       expect(leads.code).toBe(0);
       expect(leads.stdout).toContain("(head-b) leads");
       expect(leads.stdout).toContain("epoch 5");
     } finally {
-      s.parts.controller.setLeadership({ leading: true, epoch: 0 });
+      s.parts.control.leadership.set({ leading: true, epoch: 0 });
     }
   });
 

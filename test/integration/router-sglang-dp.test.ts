@@ -9,13 +9,13 @@ import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test
 import pino from "pino";
 import { RouterLink } from "../../src/app/router-thread";
 import { catalog, endpoints } from "../../src/control/projections";
-import { DEFAULT_RECONCILE } from "../../src/control/reconciler";
 import { realScheduler } from "../../src/lib/scheduler";
 import { type FakeEngine, startFakeEngine } from "../../src/sim/fake-engine";
 import { readFixture } from "../fixtures/read";
 import { model, snapshot } from "../helpers/fleet";
 import { ROUTER_DEFAULTS } from "../helpers/router-settings";
 import { until } from "../helpers/until";
+import { RECONCILE_DEFAULTS } from "../helpers/control-settings";
 
 const EXPOSITION = readFixture("metrics/sglang/sglang-dp-attention-dp2-tp4-tp-rank-only__constructed.prom");
 const H = "H100-80GB";
@@ -84,7 +84,7 @@ describe("an SGLang replica with data parallelism, through the router's thread",
     });
     const { port } = await link.start();
     cleanups.push(() => link.stop());
-    link.setCatalog(catalog(s, DEFAULT_RECONCILE));
+    link.setCatalog(catalog(s, RECONCILE_DEFAULTS));
     link.setEndpoints(eps);
     // Rounds never overlap, so a second poll of the replica means the first one's figures are in.
     await until("the router to have polled the SGLang replica twice", () => sg.seen.metrics >= 2);

@@ -297,7 +297,7 @@ describe("a head node", () => {
     expect(new Set(types).size).toBe(types.length);
     expect((await s.traffic.traffic()).map((t) => t.model)).toEqual(["llama"]);
 
-    s.parts.controller.setLeadership({ leading: false, epoch: 1, name: "other" });
+    s.parts.control.leadership.set({ leading: false, epoch: 1, name: "other" });
     await s.tick();
     const standby = await scrape();
     expect(standby).toContain("llmgw_control_plane_leading 0");

@@ -4,13 +4,14 @@
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
-import { ModelStore } from "../../src/control/model";
+import { StoreImage } from "../../src/control/image";
 import { PgStore } from "../../src/store/pg";
 import { heartbeat } from "../helpers/fleet";
 import { until } from "../helpers/until";
 import { openStore } from "../../src/store/open";
 import { storeContract } from "../contract/store";
 import { type Postgres, startPostgres } from "../helpers/postgres";
+import { PG_DEFAULTS, STORE_DEFAULTS } from "../helpers/control-settings";
 
 let pg: Postgres;
 beforeAll(async () => {
@@ -30,12 +31,12 @@ const freshUrl = async () => {
 
 storeContract("PostgreSQL", async () => {
   const url = await freshUrl();
-  const store = await PgStore.open({ url });
+  const store = await PgStore.open({ ...PG_DEFAULTS, url });
   const others: PgStore[] = [];
   return {
     store,
     other: async () => {
-      const o = await PgStore.open({ url });
+      const o = await PgStore.open({ ...PG_DEFAULTS, url });
       others.push(o);
       return o;
     },
@@ -49,9 +50,9 @@ describe("PostgreSQL only", () => {
   test("tokens an older version kept in clear in meta are digests from the first open on, and again when one writes them while this version runs", async () => {
     const url = await freshUrl();
     const db = url.slice(url.lastIndexOf("/") + 1);
-    await (await PgStore.open({ url })).close();
+    await (await PgStore.open({ ...PG_DEFAULTS, url })).close();
     await pg.sql("INSERT INTO meta (key, value) VALUES ('secret:admin_token', 'llmgw_admin_kept_in_clear_0123'), ('secret:join_token', 'llmgw_join_kept_in_clear_0123'), ('secret:engine_secret', 'llmgw_engine_stays_usable')", db);
-    const s = await PgStore.open({ url });
+    const s = await PgStore.open({ ...PG_DEFAULTS, url });
     const values = async () => (await pg.sql("SELECT key, value FROM meta", db)).map((r) => `${r.key}=${r.value}`).join("\n");
     try {
       expect(await values()).not.toContain("kept_in_clear");
@@ -69,7 +70,7 @@ describe("PostgreSQL only", () => {
   }, 30_000);
 
   test("backupTo refuses, pointing at pg_dump", async () => {
-    const store = await PgStore.open({ url: await freshUrl() });
+    const store = await PgStore.open({ ...PG_DEFAULTS, url: await freshUrl() });
     try {
       await expect(store.backupTo("/tmp/x")).rejects.toThrow(/pg_dump/);
     } finally {
@@ -79,7 +80,7 @@ describe("PostgreSQL only", () => {
 
   test("openStore opens a postgres:// URL as the PostgreSQL dialect, describing it without its password", async () => {
     const url = (await freshUrl()).replace("postgres@", "postgres:s3cret@");
-    const opened = await openStore({ target: url, dataDir: "/nonexistent" });
+    const opened = await openStore({ ...STORE_DEFAULTS, target: url, dataDir: "/nonexistent" });
     try {
       expect(opened.dialect).toBe("postgres");
       expect(opened.describe).not.toContain("s3cret");
@@ -90,10 +91,10 @@ describe("PostgreSQL only", () => {
     }
   }, 30_000);
 
-  test("another control plane's last-seen flush reaches the in-memory model without a reload; its catalog write reloads it", async () => {
+  test("another control plane's last-seen flush reaches the in-memory image without a reload; its catalog write reloads it", async () => {
     const url = await freshUrl();
-    const [a, b] = [await PgStore.open({ url }), await PgStore.open({ url })];
-    const model = new ModelStore(a);
+    const [a, b] = [await PgStore.open({ ...PG_DEFAULTS, url }), await PgStore.open({ ...PG_DEFAULTS, url })];
+    const model = new StoreImage(a);
     try {
       await b.applyHeartbeat(heartbeat({ name: "n1", gpus: ["H100-80GB"] }), 1_000);
       const first = await model.snapshot();

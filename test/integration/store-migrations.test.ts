@@ -16,6 +16,7 @@ import { Store } from "../../src/store";
 import { PgStore } from "../../src/store/pg";
 import { type Postgres, startPostgres } from "../helpers/postgres";
 import { scratchDir } from "../helpers/tmp";
+import { PG_DEFAULTS, SQLITE_DEFAULTS } from "../helpers/control-settings";
 
 interface Column {
   name: string;
@@ -121,10 +122,10 @@ afterAll(async () => {
 
 describe("both dialects' migrations build one schema", () => {
   test("SQLite's file and PostgreSQL's catalog agree on tables, columns, nullability, defaults, keys, indexes and foreign keys", async () => {
-    const lite = new Store({ path: join(dir, "a.db") });
+    const lite = new Store({ path: join(dir, "a.db"), ...SQLITE_DEFAULTS });
     const liteShape = sqliteShape(lite.sqlite);
     lite.close();
-    const store = await PgStore.open({ url: pg.url });
+    const store = await PgStore.open({ ...PG_DEFAULTS, url: pg.url });
     await store.close();
     const sql = postgres(pg.url, { max: 1, onnotice: () => {} });
     try {
@@ -153,7 +154,7 @@ describe("both dialects' migrations build one schema", () => {
     try {
       await migrate(drizzle({ client: a }), { migrationsFolder: join(import.meta.dir, "../../drizzle/pg") });
       expect(await pgShape(a)).toEqual(await pgShape(b));
-      const again = await PgStore.open({ url: pg.url });
+      const again = await PgStore.open({ ...PG_DEFAULTS, url: pg.url });
       await again.close();
       expect((await b`SELECT hash, created_at::text FROM drizzle.__drizzle_migrations ORDER BY id`).map((r) => ({ ...r }))).toEqual(
         (await a`SELECT hash, created_at::text FROM drizzle.__drizzle_migrations ORDER BY id`).map((r) => ({ ...r })),
@@ -166,7 +167,7 @@ describe("both dialects' migrations build one schema", () => {
   test("five control planes opening one fresh database at once migrate it once", async () => {
     await pg.sql("CREATE DATABASE together", "postgres");
     const url = pg.url.replace(/\/llmgw$/, "/together");
-    const stores = await Promise.all(Array.from({ length: 5 }, () => PgStore.open({ url })));
+    const stores = await Promise.all(Array.from({ length: 5 }, () => PgStore.open({ ...PG_DEFAULTS, url })));
     await Promise.all(stores.map((s) => s.close()));
     const rows = await pg.sql("SELECT count(*)::int AS n FROM drizzle.__drizzle_migrations", "together");
     expect(rows[0]!.n).toBe(JOURNALS.pg.length);

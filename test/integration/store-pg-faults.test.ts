@@ -25,6 +25,7 @@ import { type Postgres, startPostgres } from "../helpers/postgres";
 import { TcpProxy } from "../helpers/tcp-proxy";
 import { scratchDir } from "../helpers/tmp";
 import { until } from "../helpers/until";
+import { PG_DEFAULTS, STORE_DEFAULTS } from "../helpers/control-settings";
 
 const SECRET = "hunter2-secret";
 const NOW = 1_800_000_000_000;
@@ -57,8 +58,8 @@ const emptyPlan = { create: [], update: [], remove: [], modelState: new Map(), n
 describe("PostgreSQL going away and coming back", () => {
   for (const how of ["kill9", "halt"] as const) {
     test(`${how === "kill9" ? "kill -9 of every server process" : "a clean shutdown"}: calls fail as store_unavailable meanwhile, then work again; watch resumes`, async () => {
-      const a = await PgStore.open({ url, retries: 2 });
-      const b = await PgStore.open({ url, retries: 2 });
+      const a = await PgStore.open({ ...PG_DEFAULTS, url, retries: 2 });
+      const b = await PgStore.open({ ...PG_DEFAULTS, url, retries: 2 });
       try {
         await a.applyHeartbeat(heartbeat({ name: "n1" }), NOW);
         const heard: StoreChange[] = [];
@@ -103,7 +104,7 @@ describe("PostgreSQL going away and coming back", () => {
   }
 
   test("a server that answers read-only (a standby, after a failover) is store_unavailable, and the store recovers when a writable one answers", async () => {
-    const a = await PgStore.open({ url, retries: 1 });
+    const a = await PgStore.open({ ...PG_DEFAULTS, url, retries: 1 });
     try {
       // What a demoted primary looks like to a connection that outlived the switch.
       await a.countNodes();
@@ -125,7 +126,7 @@ describe("PostgreSQL going away and coming back", () => {
   test("openStore on a server that is not there fails at once with a clear message and no password", async () => {
     const dead = `postgres://llmgw:${SECRET}@127.0.0.1:1/llmgw`;
     const t0 = performance.now();
-    const err = await openStore({ target: dead, dataDir: "/nonexistent" }).then(
+    const err = await openStore({ ...STORE_DEFAULTS, target: dead, dataDir: "/nonexistent" }).then(
       () => undefined,
       (e: unknown) => e as Error,
     );
@@ -158,7 +159,7 @@ describe("PostgreSQL that stops answering mid-call (a partition: no error, only 
   test("each call fails as store_unavailable within its deadline, reads, writes and plans alike; the same store works again once the way is open", async () => {
     const proxy = new TcpProxy({ host: pg.host, port: pg.port });
     proxy.start();
-    const a = await PgStore.open({ url: url.replace(`:${pg.port}/`, `:${proxy.port}/`), queryTimeoutMs: DEADLINE });
+    const a = await PgStore.open({ ...PG_DEFAULTS, url: url.replace(`:${pg.port}/`, `:${proxy.port}/`), queryTimeoutMs: DEADLINE });
     try {
       await a.applyHeartbeat(heartbeat({ name: "n1" }), NOW);
       // Under way when the proxy stops forwarding: asked, never answered.

@@ -266,7 +266,7 @@ describe("traffic charts", () => {
     h.record(t0, [{ model: "busy", requests: 0, errors: 0, output_tokens: 0, ttft_counts: buckets(0), inflight: 0, queued: 0 }], []);
     // 30 requests in 15 s, 600 tokens, all under 25 ms; 4 in flight, 1 held.
     h.record(t0 + 15_000, [{ model: "busy", requests: 30, errors: 0, output_tokens: 600, ttft_counts: buckets(30), inflight: 4, queued: 1 }], []);
-    const ui = uiRoutes({ controller: s.parts.controller, adminToken: s.adminToken, history: h });
+    const ui = uiRoutes({ control: s.parts.control, clock: s.clock, adminToken: s.adminToken, history: h });
     const auth = { headers: { authorization: `Bearer ${s.adminToken}` } };
     const overview = await (await ui.request("/fragment", auth)).text();
     expect(overview).toContain('data-testid="model-traffic" data-model="busy"');

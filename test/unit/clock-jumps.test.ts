@@ -22,12 +22,13 @@
 
 import { beforeEach, describe, expect, test } from "bun:test";
 import pino from "pino";
-import { Controller } from "../../src/control/controller";
 import type { EndpointInfo } from "../../src/control/interfaces";
 import { ManualScheduler } from "../../src/lib/scheduler";
 import type { HeartbeatResponse, ReplicaReport } from "../../src/protocol/heartbeat";
 import { Store } from "../../src/store";
+import { type TestControl, testControl } from "../helpers/control";
 import { T0, heartbeat, model, type NodeDef } from "../helpers/fleet";
+import { SQLITE_DEFAULTS } from "../helpers/control-settings";
 
 const H = "H100-80GB";
 const HOUR = 3_600_000;
@@ -36,20 +37,19 @@ const RECONCILE = { backoffMs: 2_000, backoffMaxMs: 60_000, maxFailures: 3, repl
 
 let store: Store;
 let clock: ManualScheduler;
-let ctl: Controller;
+let ctl: TestControl;
 let published: EndpointInfo[][];
 /** What each simulated agent says about the replicas it was assigned: absent means "starting". */
 let agentSays: Map<string, ReplicaReport["state"]>;
 
 function newController() {
-  ctl = new Controller({ store, scheduler: clock, log: pino({ level: "silent" }), version: "t", nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000, reconcile: RECONCILE });
-  ctl.setEndpointSink({ setEndpoints: (e) => published.push(e), setCatalog: () => {}, setApiKeys: () => {} });
+  ctl = testControl({ store, scheduler: clock, log: pino({ level: "silent" }), nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000, reconcile: RECONCILE });
+  published = ctl.router.published;
 }
 
 function setup() {
-  store = new Store({ path: ":memory:" });
+  store = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
   clock = new ManualScheduler(T0);
-  published = [];
   agentSays = new Map();
   newController();
 }
@@ -61,32 +61,32 @@ const nodesDef: NodeDef[] = [
 
 /** One agent heartbeat: it reports every replica it is assigned, as agentSays has it. */
 async function beat(def: NodeDef): Promise<HeartbeatResponse> {
-  const assigned = ctl.response(def.name).assignments;
+  const assigned = ctl.projector.response(def.name).assignments;
   const replicas: ReplicaReport[] = assigned.map((a) => ({ id: a.id, state: agentSays.get(a.id) ?? "starting", port: a.port, error: null }));
-  return await ctl.heartbeat({ ...heartbeat(def), replicas });
+  return await ctl.intake.heartbeat({ ...heartbeat(def), replicas });
 }
 const beatAll = async (defs: NodeDef[] = nodesDef) => {
   for (const d of defs) await beat(d);
 };
-const reps = async () => await ctl.replicas();
+const reps = async () => await ctl.views.replicas();
 const byModel = async (m: string) => (await reps()).filter((r) => r.model === m);
-const events = async (...kinds: string[]) => (await ctl.events({ limit: 10_000 })).filter((e) => kinds.includes(e.kind));
+const events = async (...kinds: string[]) => (await ctl.events.events({ limit: 10_000 })).filter((e) => kinds.includes(e.kind));
 /** The events no jump may cause. */
 const BAD = ["replica.failed", "replica.lost", "model.parked", "replica.evicted"];
 
 /** Every assigned replica comes up: the agents report them ready from now on. */
 async function allReady() {
-  for (const d of nodesDef) for (const a of ctl.response(d.name).assignments) agentSays.set(a.id, "ready");
+  for (const d of nodesDef) for (const a of ctl.projector.response(d.name).assignments) agentSays.set(a.id, "ready");
   await beatAll();
 }
 
 /** A steady fleet: model m with two ready replicas, one per node. Returns their ids. */
 async function steady(): Promise<string[]> {
   await beatAll();
-  await ctl.putModels([model({ name: "m", replicas: { min: 2 }, placement: "spread" })]);
-  await ctl.tick();
+  await ctl.catalog.putModels([model({ name: "m", replicas: { min: 2 }, placement: "spread" })]);
+  await ctl.loop.tick();
   await allReady();
-  await ctl.tick();
+  await ctl.loop.tick();
   const ids = (await byModel("m")).map((r) => r.id).sort();
   expect(ids.length).toBe(2);
   expect((await byModel("m")).every((r) => r.state === "ready")).toBe(true);
@@ -97,19 +97,19 @@ async function steady(): Promise<string[]> {
 async function normalSecond() {
   clock.advance(1_000);
   await beatAll();
-  await ctl.tick();
+  await ctl.loop.tick();
 }
 
 async function expectUndisturbed(ids: string[]) {
-  expect((await ctl.nodes()).map((n) => [n.name, n.state])).toEqual([["a", "ready"], ["b", "ready"]]);
+  expect((await ctl.views.nodes()).map((n) => [n.name, n.state])).toEqual([["a", "ready"], ["b", "ready"]]);
   const now = await byModel("m");
   expect(now.map((r) => r.id).sort()).toEqual(ids);
   expect(now.every((r) => r.state === "ready")).toBe(true);
-  expect((await ctl.models())[0]).toMatchObject({ name: "m", ready: 2, failures: 0, parked: false });
+  expect((await ctl.views.models())[0]).toMatchObject({ name: "m", ready: 2, failures: 0, parked: false });
   expect(await events(...BAD)).toEqual([]);
   expect(published.at(-1)!.map((e) => e.id).sort()).toEqual(ids);
   // The agents are still told to run exactly these.
-  expect(nodesDef.flatMap((d) => ctl.response(d.name).assignments.map((a) => a.id)).sort()).toEqual(ids);
+  expect(nodesDef.flatMap((d) => ctl.projector.response(d.name).assignments.map((a) => a.id)).sort()).toEqual(ids);
 }
 
 beforeEach(() => setup());
@@ -120,7 +120,7 @@ describe("a forward jump with every node heartbeating before and after it", () =
       const ids = await steady();
       clock.advance(jump);
       await beatAll();
-      await ctl.tick();
+      await ctl.loop.tick();
       await expectUndisturbed(ids);
       // And the loop keeps running normally afterwards.
       for (let i = 0; i < 30; i++) await normalSecond();
@@ -134,14 +134,14 @@ describe("a backward jump", () => {
     const ids = await steady();
     clock.set(clock.now() - DAY);
     await beatAll();
-    await ctl.tick();
+    await ctl.loop.tick();
     await expectUndisturbed(ids);
     for (let i = 0; i < 10; i++) await normalSecond();
     await expectUndisturbed(ids);
     // NTP corrects it: back to the real time.
     clock.advance(DAY);
     await beatAll();
-    await ctl.tick();
+    await ctl.loop.tick();
     await expectUndisturbed(ids);
     for (let i = 0; i < 10; i++) await normalSecond();
     await expectUndisturbed(ids);
@@ -150,10 +150,10 @@ describe("a backward jump", () => {
   test("a tick right after a backward jump, before any heartbeat, disturbs nothing", async () => {
     const ids = await steady();
     clock.set(clock.now() - DAY);
-    await ctl.tick();
+    await ctl.loop.tick();
     await expectUndisturbed(ids);
     await beatAll();
-    await ctl.tick();
+    await ctl.loop.tick();
     await expectUndisturbed(ids);
   });
 
@@ -170,20 +170,20 @@ describe("a backward jump", () => {
     for (let t = 0; t < 60_000; t += 10_000) {
       clock.advance(10_000);
       await beat(b);
-      await ctl.tick();
+      await ctl.loop.tick();
     }
-    expect((await ctl.node("a")).state).toBe("unreachable");
+    expect((await ctl.views.node("a")).state).toBe("unreachable");
     expect((await reps()).some((r) => r.id === onA)).toBe(false);
     // b starts the replacement (a stays silent).
-    for (const x of ctl.response("b").assignments) agentSays.set(x.id, "ready");
+    for (const x of ctl.projector.response("b").assignments) agentSays.set(x.id, "ready");
     await beat(b);
-    await ctl.tick();
+    await ctl.loop.tick();
     const now = (await byModel("m")).filter((r) => r.state === "ready");
     expect(now.length).toBe(2);
     expect(now.every((r) => r.shards[0]!.node === "b")).toBe(true);
     expect(now.map((r) => r.id)).toContain(ids.find((id) => id !== onA)!);
     // Lost with its node: not the model's fault.
-    expect((await ctl.models())[0]!.failures).toBe(0);
+    expect((await ctl.views.models())[0]!.failures).toBe(0);
   });
 });
 
@@ -198,13 +198,13 @@ describe("a tick that comes before the heartbeats", () => {
   test("1 day forward, a tick before any heartbeat: no replica is lost, failed or unassigned", async () => {
     const ids = await steady();
     clock.advance(DAY);
-    await ctl.tick();
+    await ctl.loop.tick();
     expect(await events(...BAD)).toEqual([]);
     expect((await byModel("m")).map((r) => r.id).sort()).toEqual(ids);
     expect((await byModel("m")).every((r) => r.state === "ready")).toBe(true);
-    expect(nodesDef.flatMap((d) => ctl.response(d.name).assignments.map((a) => a.id)).sort()).toEqual(ids);
+    expect(nodesDef.flatMap((d) => ctl.projector.response(d.name).assignments.map((a) => a.id)).sort()).toEqual(ids);
     await beatAll();
-    await ctl.tick();
+    await ctl.loop.tick();
     await expectUndisturbed(ids);
   });
 
@@ -216,20 +216,20 @@ describe("a tick that comes before the heartbeats", () => {
     const ids = await steady();
     clock.advance(HOUR);
     newController();
-    await ctl.tick();
+    await ctl.loop.tick();
     expect(await events(...BAD)).toEqual([]);
     expect((await byModel("m")).map((r) => r.id).sort()).toEqual(ids);
-    expect(nodesDef.flatMap((d) => ctl.response(d.name).assignments.map((a) => a.id)).sort()).toEqual(ids);
+    expect(nodesDef.flatMap((d) => ctl.projector.response(d.name).assignments.map((a) => a.id)).sort()).toEqual(ids);
     clock.advance(500);
     await beatAll();
-    await ctl.tick();
+    await ctl.loop.tick();
     await expectUndisturbed(ids);
     // But a node that really stays silent after the restart is lost after the usual time.
     const onA = (await byModel("m")).find((r) => r.shards[0]!.node === "a")!.id;
     for (let t = 0; t < 60_000; t += 10_000) {
       clock.advance(10_000);
       await beat(nodesDef[1]!);
-      await ctl.tick();
+      await ctl.loop.tick();
     }
     expect((await reps()).some((r) => r.id === onA)).toBe(false);
   });
@@ -246,40 +246,40 @@ describe("a replica starting across a jump", () => {
   // starting for the start timeout of time the server watched (heartbeats every 10 s).
   test("a day forward while the agent reports it starting: not failed by the jump; the start timeout still works after it", async () => {
     await beatAll();
-    await ctl.putModels([model({ name: "m" })]);
-    await ctl.tick();
+    await ctl.catalog.putModels([model({ name: "m" })]);
+    await ctl.loop.tick();
     const id = (await byModel("m"))[0]!.id;
     clock.advance(30_000);
     await beatAll(); // starting, 30 s after placement
-    await ctl.tick();
+    await ctl.loop.tick();
     clock.advance(DAY);
     await beatAll(); // still starting
-    await ctl.tick();
+    await ctl.loop.tick();
     expect((await reps()).find((r) => r.id === id)!.state).toBe("starting");
     expect(await events(...BAD)).toEqual([]);
-    expect((await ctl.models())[0]!.failures).toBe(0);
+    expect((await ctl.views.models())[0]!.failures).toBe(0);
     // It comes up a little later: ready, nothing counted.
     clock.advance(10_000);
     agentSays.set(id, "ready");
     await beatAll();
-    await ctl.tick();
+    await ctl.loop.tick();
     expect((await reps()).find((r) => r.id === id)!.state).toBe("ready");
     expect(await events(...BAD)).toEqual([]);
   });
 
   test("a day forward, and it then stays starting for longer than the start timeout: it fails then, once", async () => {
     await beatAll();
-    await ctl.putModels([model({ name: "m" })]);
-    await ctl.tick();
+    await ctl.catalog.putModels([model({ name: "m" })]);
+    await ctl.loop.tick();
     const id = (await byModel("m"))[0]!.id;
     clock.advance(DAY);
     await beatAll();
-    await ctl.tick();
+    await ctl.loop.tick();
     expect((await reps()).find((r) => r.id === id)!.state).toBe("starting");
     for (let t = 0; t < 190_000; t += 10_000) {
       clock.advance(10_000);
       await beatAll();
-      await ctl.tick();
+      await ctl.loop.tick();
     }
     expect((await reps()).find((r) => r.id === id)!.state).not.toBe("starting");
     const failed = (await events("replica.failed")).filter((e) => e.subject === `replica/${id}`);
@@ -294,47 +294,47 @@ describe("a replica starting across a jump", () => {
     await beatAll();
     clock.set(clock.now() - DAY);
     await beatAll();
-    await ctl.putModels([model({ name: "m" })]);
-    await ctl.tick();
+    await ctl.catalog.putModels([model({ name: "m" })]);
+    await ctl.loop.tick();
     const id = (await byModel("m"))[0]!.id;
     clock.advance(20_000);
     await beatAll();
-    await ctl.tick();
+    await ctl.loop.tick();
     clock.advance(DAY);
     await beatAll();
-    await ctl.tick();
+    await ctl.loop.tick();
     expect((await reps()).find((r) => r.id === id)!.state).toBe("starting");
     expect(await events(...BAD)).toEqual([]);
     agentSays.set(id, "ready");
     clock.advance(1_000);
     await beatAll();
-    await ctl.tick();
+    await ctl.loop.tick();
     expect((await reps()).find((r) => r.id === id)!.state).toBe("ready");
-    expect((await ctl.models())[0]!.failures).toBe(0);
+    expect((await ctl.views.models())[0]!.failures).toBe(0);
   });
 });
 
 describe("backoff and parking across jumps", () => {
   test("a model failing while the clock jumps back and forth is parked only after max_failures real failures, never by the jumps", async () => {
     await beatAll();
-    await ctl.putModels([model({ name: "m" })]);
+    await ctl.catalog.putModels([model({ name: "m" })]);
     const failOnce = async () => {
-      await ctl.tick();
+      await ctl.loop.tick();
       const starting = (await byModel("m")).filter((r) => r.state === "starting");
       expect(starting.length).toBe(1);
       agentSays.set(starting[0]!.id, "failed");
       await beatAll();
     };
     await failOnce();
-    expect((await ctl.models())[0]!.failures).toBe(1);
+    expect((await ctl.views.models())[0]!.failures).toBe(1);
     clock.advance(DAY); // past any backoff: retried
     await beatAll();
     await failOnce();
-    expect((await ctl.models())[0]).toMatchObject({ failures: 2, parked: false });
+    expect((await ctl.views.models())[0]).toMatchObject({ failures: 2, parked: false });
     clock.set(clock.now() - 2 * DAY); // backwards: a backoff is not extended by it (reconciler.test.ts), and nothing is counted
     await beatAll();
-    await ctl.tick();
-    expect((await ctl.models())[0]).toMatchObject({ failures: 2, parked: false });
+    await ctl.loop.tick();
+    expect((await ctl.views.models())[0]).toMatchObject({ failures: 2, parked: false });
     expect(await events("model.parked")).toEqual([]);
     expect((await events("replica.failed")).length).toBe(2);
   });
@@ -348,24 +348,24 @@ describe("idleness across a jump", () => {
   // unknown is never idle.
   test("a replica used just before a day's jump forward is not evicted as idle to make room", async () => {
     const one: NodeDef = { name: "solo", gpus: [H, H] };
-    await ctl.heartbeat(heartbeat(one));
-    await ctl.putModels([
+    await ctl.intake.heartbeat(heartbeat(one));
+    await ctl.catalog.putModels([
       model({ name: "a", replicas: { min: 1, max: 2 }, idle_timeout: "30m", profiles: [{ name: "p", engine: "vllm", gpu_class: H, gpus: 1, priority: 1 }] }),
       model({ name: "b", on_demand: true, replicas: { min: 0 }, profiles: [{ name: "p", engine: "vllm", gpu_class: H, gpus: 1, priority: 1 }] }),
     ]);
     await store.updateModelState("a", { scaleTarget: 2 });
-    await ctl.tick();
+    await ctl.loop.tick();
     const ids = (await byModel("a")).map((r) => r.id);
     expect(ids.length).toBe(2);
-    const report = async () => await ctl.heartbeat({ ...heartbeat(one), replicas: ctl.response("solo").assignments.map((x) => ({ id: x.id, state: "ready" as const, port: x.port, error: null })) });
+    const report = async () => await ctl.intake.heartbeat({ ...heartbeat(one), replicas: ctl.projector.response("solo").assignments.map((x) => ({ id: x.id, state: "ready" as const, port: x.port, error: null })) });
     await report();
     const usedAt = clock.now() - 60_000;
-    ctl.setUsageSource({ lastUsed: () => new Map(ids.map((id) => [id, usedAt])), inflightByModel: () => new Map() });
-    await ctl.tick();
+    ctl.router.reports({ lastUsed: () => new Map(ids.map((id) => [id, usedAt])), inflightByModel: () => new Map() });
+    await ctl.loop.tick();
     clock.advance(DAY);
     await report();
-    await ctl.requestModel("b");
-    await ctl.tick();
+    await ctl.catalog.requestModel("b");
+    await ctl.loop.tick();
     expect(await events("replica.evicted")).toEqual([]);
     expect((await byModel("a")).filter((r) => r.state === "ready").map((r) => r.id).sort()).toEqual([...ids].sort());
   });
@@ -382,19 +382,19 @@ describe("assignment generations across a restart", () => {
     test(`restarted ${delay} ms later: the new server's number for a node's set is never one the agent holds for another set`, async () => {
       const solo: NodeDef = { name: "a", fabrics: ["f1"], gpus: [H, H] };
       await beat(solo);
-      await ctl.tick();
-      await ctl.putModels([model({ name: "m", replicas: { min: 1 } })]);
-      await ctl.tick();
+      await ctl.loop.tick();
+      await ctl.catalog.putModels([model({ name: "m", replicas: { min: 1 } })]);
+      await ctl.loop.tick();
       // The agent takes this set…
       const held = await beat(solo);
       expect(held.assignments.length).toBe(1);
       // …and the next change never reaches it: the server dies right after placing it.
-      await ctl.putModels([model({ name: "m", replicas: { min: 2 } })]);
-      await ctl.tick();
-      expect(ctl.response("a").assignments.length).toBe(2);
+      await ctl.catalog.putModels([model({ name: "m", replicas: { min: 2 } })]);
+      await ctl.loop.tick();
+      expect(ctl.projector.response("a").assignments.length).toBe(2);
       clock.advance(delay);
       newController();
-      await ctl.tick();
+      await ctl.loop.tick();
       const answer = await beat(solo);
       const ids = (r: HeartbeatResponse) => r.assignments.map((a) => a.id).sort();
       expect(ids(answer).length).toBe(2);

@@ -5,9 +5,9 @@
 
 import { describe, expect, test } from "bun:test";
 import { catalog } from "../../src/control/projections";
-import { DEFAULT_RECONCILE } from "../../src/control/reconciler";
 import { ToRouter } from "../../src/protocol/router-link";
 import { T0, model, snapshot } from "../helpers/fleet";
+import { RECONCILE_DEFAULTS } from "../helpers/control-settings";
 
 describe("CatalogEntry.starting", () => {
   const fleet = (replicas: Parameters<typeof snapshot>[0]["replicas"]) => {
@@ -22,21 +22,21 @@ describe("CatalogEntry.starting", () => {
     ]);
     s.replicas[0]!.createdAt = T0 - 5_000;
     s.replicas[1]!.createdAt = T0 - 1_000;
-    const m = catalog(s, DEFAULT_RECONCILE).find((e) => e.name === "m")!;
+    const m = catalog(s, RECONCILE_DEFAULTS).find((e) => e.name === "m")!;
     expect(m.starting).toEqual({ node: "h100-2", since: T0 - 5_000 });
-    expect(catalog(s, DEFAULT_RECONCILE).find((e) => e.name === "other")!.starting).toBeUndefined();
+    expect(catalog(s, RECONCILE_DEFAULTS).find((e) => e.name === "other")!.starting).toBeUndefined();
   });
 
   test("ready, failed or draining replicas are not starting", () => {
     for (const state of ["ready", "failed", "draining"] as const) {
       const s = fleet([{ id: "r1", model: "m", state, shards: [{ node: "h100-1", gpus: [0] }] }]);
-      expect(catalog(s, DEFAULT_RECONCILE).find((e) => e.name === "m")!.starting).toBeUndefined();
+      expect(catalog(s, RECONCILE_DEFAULTS).find((e) => e.name === "m")!.starting).toBeUndefined();
     }
   });
 
   test("the router thread's message keeps the field (zod would strip a field it does not know)", () => {
     const s = fleet([{ id: "r1", model: "m", state: "starting", shards: [{ node: "h100-1", gpus: [0] }] }]);
-    const entries = catalog(s, DEFAULT_RECONCILE);
+    const entries = catalog(s, RECONCILE_DEFAULTS);
     const parsed = ToRouter.parse(JSON.parse(JSON.stringify({ type: "catalog", keys: entries.map((e) => e.name), changed: entries })));
     expect(parsed.type === "catalog" && parsed.changed.find((e) => e.name === "m")!.starting).toEqual({ node: "h100-1", since: T0 });
     expect(ToRouter.safeParse({ type: "catalog", keys: ["m"], changed: [{ name: "m", aliases: [], on_demand: true, pool: "default", created: 1, starting: { node: 3 } }] }).success).toBe(false);

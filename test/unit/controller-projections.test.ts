@@ -1,55 +1,55 @@
 // The tick projects again only the nodes a change touched (projections.ts touchedNodes, over
-// the in-memory model's snapshots): every node's assignment set must still be what projecting
+// the in-memory image's snapshots): every node's assignment set must still be what projecting
 // the whole snapshot gives, after placements, catalog changes, multi-node replicas, another
 // writer's commits and a node's new hardware.
 
 import { describe, expect, test } from "bun:test";
 import pino from "pino";
-import { Controller } from "../../src/control/controller";
-import { ModelStore } from "../../src/control/model";
+import { StoreImage } from "../../src/control/image";
 import * as project from "../../src/control/projections";
 import type { Snapshot } from "../../src/control/types";
 import { ManualScheduler } from "../../src/lib/scheduler";
 import { Store } from "../../src/store";
+import { type TestControl, testControl } from "../helpers/control";
 import { T0, heartbeat, model, type NodeDef } from "../helpers/fleet";
+import { SQLITE_DEFAULTS } from "../helpers/control-settings";
 
 const H = "H100-80GB";
 const defs: NodeDef[] = ["n1", "n2", "n3", "n4", "n5", "n6"].map((name) => ({ name, fabrics: ["ib"], gpus: [H, H], models: ["m"] }));
 const twoNodes = [{ name: "p", engine: "vllm" as const, gpu_class: H, gpus: 2, nodes: 2 }];
 
 function setup() {
-  const store = new Store({ path: ":memory:" });
-  const m = new ModelStore(store);
-  const ctl = new Controller({ store: m, scheduler: new ManualScheduler(T0), log: pino({ level: "silent" }), version: "t", nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
+  const store = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
+  const m = new StoreImage(store);
+  const ctl = testControl({ store: m, scheduler: new ManualScheduler(T0), log: pino({ level: "silent" }), nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
   return { store, m, ctl };
 }
 
 /** What projecting the whole snapshot gives each node. */
-async function full(ctl: Controller, m: ModelStore) {
-  const c = ctl as unknown as { config: Parameters<typeof project.assignments>[1]; engineKey: project.EngineKeyOf; snapshot(): Promise<Snapshot> };
-  const { byNode } = project.assignments(await c.snapshot(), c.config, c.engineKey, new Map());
+async function full(ctl: TestControl, m: StoreImage) {
+  const { byNode } = project.assignments(await ctl.memory.snapshot(), ctl.settings.reconcile, (id) => ctl.projector.engineKey(id), new Map());
   const snap = await m.snapshot();
   return Object.fromEntries(snap.nodes.map((n) => [n.name, byNode.get(n.name) ?? []]));
 }
-const handed = (ctl: Controller, nodes: string[]) => Object.fromEntries(nodes.map((n) => [n, ctl.response(n).assignments]));
+const handed = (ctl: TestControl, nodes: string[]) => Object.fromEntries(nodes.map((n) => [n, ctl.projector.response(n).assignments]));
 
 describe("incremental projections", () => {
   test("every node's set after each change is the full projection's", async () => {
     const { store, m, ctl } = setup();
-    for (const d of defs) await ctl.heartbeat(heartbeat(d));
-    await ctl.putModels([model({ name: "a", replicas: { min: 2 } }), model({ name: "big", replicas: { min: 1 }, profiles: twoNodes })]);
+    for (const d of defs) await ctl.intake.heartbeat(heartbeat(d));
+    await ctl.catalog.putModels([model({ name: "a", replicas: { min: 2 } }), model({ name: "big", replicas: { min: 1 }, profiles: twoNodes })]);
     const names = defs.map((d) => d.name);
     const check = async () => {
-      await ctl.tick();
+      await ctl.loop.tick();
       expect(handed(ctl, names)).toEqual(await full(ctl, m));
     };
     await check();
     expect(Object.values(handed(ctl, names)).flat().length).toBe(4);
     // More of the multi-node model: its shards share nodes with the others.
-    await ctl.putModels([model({ name: "big", replicas: { min: 2 }, profiles: twoNodes })]);
+    await ctl.catalog.putModels([model({ name: "big", replicas: { min: 2 }, profiles: twoNodes })]);
     await check();
     // A spec change reaches every node of the model's replicas (the args they are handed).
-    await ctl.putModels([model({ name: "a", replicas: { min: 2 }, profiles: [{ name: "default", engine: "vllm", gpu_class: H, gpus: 1, args: ["--x"] }] })]);
+    await ctl.catalog.putModels([model({ name: "a", replicas: { min: 2 }, profiles: [{ name: "default", engine: "vllm", gpu_class: H, gpus: 1, args: ["--x"] }] })]);
     await check();
     expect(Object.values(handed(ctl, names)).flat().filter((x) => x.model === "a").every((x) => x.args.includes("--x"))).toBe(true);
     // Another writer: a replica's state and a model's spec changed behind this model's back.
@@ -59,16 +59,16 @@ describe("incremental projections", () => {
     m.otherWriter();
     await check();
     // New hardware on a node: its GPU uuids are what it is handed.
-    await ctl.heartbeat({ ...heartbeat(defs[0]!), gpus: heartbeat(defs[0]!).gpus.map((g) => ({ ...g, uuid: `${g.uuid}-new` })) });
+    await ctl.intake.heartbeat({ ...heartbeat(defs[0]!), gpus: heartbeat(defs[0]!).gpus.map((g) => ({ ...g, uuid: `${g.uuid}-new` })) });
     await check();
     // A leader's new address reaches its peers (their rendezvous address).
     const big = (await m.snapshot()).replicas.find((x) => x.model === "big" && x.state !== "failed" && x.shards.length === 2)!;
     const leader = defs.find((d) => d.name === big.shards[0]!.node)!;
-    await ctl.heartbeat({ ...heartbeat(leader), address: "10.7.7.7" });
+    await ctl.intake.heartbeat({ ...heartbeat(leader), address: "10.7.7.7" });
     await check();
-    expect(ctl.response(big.shards[1]!.node).assignments.find((x) => x.id === big.id)?.shard.leader_address).toBe("10.7.7.7");
+    expect(ctl.projector.response(big.shards[1]!.node).assignments.find((x) => x.id === big.id)?.shard.leader_address).toBe("10.7.7.7");
     // A model gone: its replicas' nodes are handed nothing of it.
-    await ctl.deleteModel("a");
+    await ctl.catalog.deleteModel("a");
     await check();
   });
 });

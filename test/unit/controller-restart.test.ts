@@ -3,8 +3,9 @@
 
 import { Store } from "../../src/store";
 import { headRestartContract } from "../contract/head-restart";
+import { SQLITE_DEFAULTS } from "../helpers/control-settings";
 
 headRestartContract("SQLite", async () => {
-  const store = new Store({ path: ":memory:" });
+  const store = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
   return { store, close: async () => store.close() };
 });

@@ -5,11 +5,12 @@
 import { describe, expect, test } from "bun:test";
 import pino from "pino";
 import { ManualScheduler } from "../../src/lib/scheduler";
-import { Controller } from "../../src/control/controller";
 import { commonRevision } from "../../src/control/revisions";
 import { Assignment, type HeartbeatRequest, type ReplicaReport } from "../../src/protocol/heartbeat";
 import { Store } from "../../src/store";
+import { type TestControl, testControl } from "../helpers/control";
 import { T0, heartbeat, model, type NodeDef } from "../helpers/fleet";
+import { SQLITE_DEFAULTS } from "../helpers/control-settings";
 
 const [A, B, C, D] = ["a", "b", "c", "d"].map((c) => c.repeat(40)) as [string, string, string, string];
 const H = "H100-80GB";
@@ -45,9 +46,8 @@ describe("commonRevision", () => {
 });
 
 function setup() {
-  const store = new Store({ path: ":memory:" });
-  const ctl = new Controller({ store, scheduler: new ManualScheduler(T0), log: silent, version: "t", nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
-  ctl.setEndpointSink({ setEndpoints: () => {}, setCatalog: () => {}, setApiKeys: () => {} });
+  const store = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
+  const ctl = testControl({ store, scheduler: new ManualScheduler(T0), log: silent, nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
   return ctl;
 }
 
@@ -57,17 +57,17 @@ function hb(name: string, revisions: Record<string, string[]>, replicas: Replica
 
 const twoNodes = { replicas: { min: 1 }, profiles: [{ name: "p", engine: "vllm" as const, gpu_class: H, gpus: 2, nodes: 2 }] };
 
-function assignments(ctl: Controller): Assignment[] {
-  return defs.flatMap((d) => ctl.response(d.name).assignments.map((a) => Assignment.parse(a)));
+function assignments(ctl: TestControl): Assignment[] {
+  return defs.flatMap((d) => ctl.projector.response(d.name).assignments.map((a) => Assignment.parse(a)));
 }
 
 describe("assignments from the controller", () => {
   test("both shards of a two-node replica get the revision both nodes have, though their newest differ", async () => {
     const ctl = setup();
-    await ctl.heartbeat(hb("x1", { "org/m": [A, B] }));
-    await ctl.heartbeat(hb("x2", { "org/m": [D, B] }));
-    await ctl.putModels([model({ name: "org/m", ...twoNodes })]);
-    await ctl.tick();
+    await ctl.intake.heartbeat(hb("x1", { "org/m": [A, B] }));
+    await ctl.intake.heartbeat(hb("x2", { "org/m": [D, B] }));
+    await ctl.catalog.putModels([model({ name: "org/m", ...twoNodes })]);
+    await ctl.loop.tick();
     const got = await assignments(ctl);
     expect(got).toHaveLength(2);
     expect(got.map((a) => a.revision)).toEqual([B, B]);
@@ -75,31 +75,31 @@ describe("assignments from the controller", () => {
 
   test("a catalog revision pins every shard, even one no node has yet; a model in no hub layout gets null", async () => {
     const ctl = setup();
-    await ctl.heartbeat(hb("x1", { "org/m": [A, B] }));
-    await ctl.heartbeat(hb("x2", { "org/m": [D, B] }));
-    await ctl.putModels([model({ name: "org/m", revision: C, ...twoNodes })]);
-    await ctl.tick();
+    await ctl.intake.heartbeat(hb("x1", { "org/m": [A, B] }));
+    await ctl.intake.heartbeat(hb("x2", { "org/m": [D, B] }));
+    await ctl.catalog.putModels([model({ name: "org/m", revision: C, ...twoNodes })]);
+    await ctl.loop.tick();
     expect((await assignments(ctl)).map((a) => a.revision)).toEqual([C, C]);
 
     const plain = setup();
-    await plain.heartbeat(hb("x1", {}));
-    await plain.heartbeat(hb("x2", {}));
-    await plain.putModels([model({ name: "plain", ...twoNodes })]);
-    await plain.tick();
+    await plain.intake.heartbeat(hb("x1", {}));
+    await plain.intake.heartbeat(hb("x2", {}));
+    await plain.catalog.putModels([model({ name: "plain", ...twoNodes })]);
+    await plain.loop.tick();
     expect((await assignments(plain)).map((a) => a.revision)).toEqual([null, null]);
   });
 
   test("a replica keeps the revision it was handed when the nodes later download a newer one", async () => {
     const ctl = setup();
-    await ctl.heartbeat(hb("x1", { "org/m": [A, B] }));
-    await ctl.heartbeat(hb("x2", { "org/m": [D, B] }));
-    await ctl.putModels([model({ name: "org/m", ...twoNodes })]);
-    await ctl.tick();
+    await ctl.intake.heartbeat(hb("x1", { "org/m": [A, B] }));
+    await ctl.intake.heartbeat(hb("x2", { "org/m": [D, B] }));
+    await ctl.catalog.putModels([model({ name: "org/m", ...twoNodes })]);
+    await ctl.loop.tick();
     const [first] = await assignments(ctl);
     const ready: ReplicaReport[] = [{ id: first!.id, state: "ready", port: first!.port, error: null }];
-    await ctl.heartbeat(hb("x1", { "org/m": [A, B] }, ready));
-    await ctl.heartbeat(hb("x2", { "org/m": [A, D, B] }, ready));
-    await ctl.tick();
+    await ctl.intake.heartbeat(hb("x1", { "org/m": [A, B] }, ready));
+    await ctl.intake.heartbeat(hb("x2", { "org/m": [A, D, B] }, ready));
+    await ctl.loop.tick();
     expect((await assignments(ctl)).map((a) => [a.id, a.revision])).toEqual([
       [first!.id, B],
       [first!.id, B],

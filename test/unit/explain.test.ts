@@ -8,11 +8,11 @@ import { renderDryRun } from "../../src/cli/apply";
 import { renderExplanation } from "../../src/cli/explain";
 import { dryRunApply } from "../../src/control/dry-run";
 import { type ExplainInput, explainModel } from "../../src/control/explain";
-import { DEFAULT_RECONCILE } from "../../src/control/reconciler";
 import type { Snapshot } from "../../src/control/types";
 import type { EngineReport } from "../../src/protocol/heartbeat";
 import type { Explanation, NodeOutcome } from "../../src/protocol/views";
 import { T0, model, snapshot } from "../helpers/fleet";
+import { RECONCILE_DEFAULTS } from "../helpers/control-settings";
 
 const H = "H100-80GB";
 const h100 = (n: number) => Array.from({ length: n }, () => H);
@@ -21,7 +21,7 @@ const big = (extra: Parameters<typeof model>[0] = { name: "big" }) => model({ pr
 const qwen = model({ name: "qwen", replicas: { min: 0, max: 2 } });
 
 function input(s: Snapshot, extra: Partial<ExplainInput> = {}): ExplainInput {
-  return { snapshot: s, now: T0, lastUsed: new Map(), config: DEFAULT_RECONCILE, ...extra };
+  return { snapshot: s, now: T0, lastUsed: new Map(), config: RECONCILE_DEFAULTS, ...extra };
 }
 const explain = (s: Snapshot, name: string, extra: Partial<ExplainInput> = {}) => explainModel(input(s, extra), name)!;
 const bucketOf = (e: Explanation, outcome: NodeOutcome, profile = 0) => e.profiles[profile]!.outcomes.find((o) => o.outcome === outcome);
@@ -234,7 +234,7 @@ describe("an engine version that cannot serve the profile: never, said before ca
     const v = buildTables({ snapshot: s, now: T0, lastUsed: new Map(), nodeTimeoutMs: 15_000, engines: at("0.10.2") }).models.find((m) => m.name === "big2")!;
     expect(v.never_fits).toBe(true);
     expect(v.reason).toStartWith(`can never fit on this fleet: ${NEVER}`);
-    expect(catalog(s, DEFAULT_RECONCILE, at("0.10.2")).find((m) => m.name === "big2")!.unavailable?.reason).toStartWith(`'big2' can never fit on this fleet: ${NEVER}`);
+    expect(catalog(s, RECONCILE_DEFAULTS, at("0.10.2")).find((m) => m.name === "big2")!.unavailable?.reason).toStartWith(`'big2' can never fit on this fleet: ${NEVER}`);
   });
 });
 

@@ -15,6 +15,7 @@ import { ManualScheduler } from "../../src/lib/scheduler";
 import { Store } from "../../src/store";
 import { until } from "../helpers/until";
 import { scratchDir } from "../helpers/tmp";
+import { SQLITE_DEFAULTS } from "../helpers/control-settings";
 
 const silent = pino({ level: "silent" });
 const TTL = 3000;
@@ -323,7 +324,7 @@ describe("two LeaseKeepers on one SQLite file", () => {
     const dir = scratchDir("llmgw-ha-");
     dirs.push(dir);
     const path = join(dir, "llmgw.db");
-    const [sa, sb] = [new Store({ path }), new Store({ path })];
+    const [sa, sb] = [new Store({ path, ...SQLITE_DEFAULTS }), new Store({ path, ...SQLITE_DEFAULTS })];
     const clock = new ManualScheduler();
     const mk = (store: Store, name: string) => new LeaseKeeper({ store, scheduler: clock, log: silent, name, ttlMs: 60_000, renewMs: RENEW, onChange: () => {} });
     const a = mk(sa, "a");
@@ -351,7 +352,7 @@ describe("two LeaseKeepers on one SQLite file", () => {
     const dir = scratchDir("llmgw-ha-");
     dirs.push(dir);
     const path = join(dir, "llmgw.db");
-    const [sa, sb] = [new Store({ path }), new Store({ path })];
+    const [sa, sb] = [new Store({ path, ...SQLITE_DEFAULTS }), new Store({ path, ...SQLITE_DEFAULTS })];
     const clock = new ManualScheduler();
     // Renewals only when the test says (the clock does not move): a takes it once, then falls silent.
     const a = new LeaseKeeper({ store: sa, scheduler: clock, log: silent, name: "a", ttlMs: 300, renewMs: 100_000, onChange: () => {} });

@@ -158,10 +158,10 @@ describe("status line", () => {
 describe("report grace with deaf time", () => {
   test("a starting replica is not failed as unreported while the head node was the one not listening", async () => {
     const { processReports } = await import("../../src/control/reconcile/reports");
-    const { DEFAULT_RECONCILE } = await import("../../src/control/reconcile/config");
+    const { RECONCILE_DEFAULTS } = await import("../helpers/control-settings");
     const now = 1_000_000;
     const replica = { id: "r", model: "m", state: "starting", createdAt: now - 20_000, failures: 0, shards: [{ node: "a", gpus: [0] }] };
-    const input = { snapshot: { replicas: [replica], modelState: [] }, node: "a", reports: [], now, config: DEFAULT_RECONCILE } as unknown as Parameters<typeof processReports>[0];
+    const input = { snapshot: { replicas: [replica], modelState: [] }, node: "a", reports: [], now, config: RECONCILE_DEFAULTS } as unknown as Parameters<typeof processReports>[0];
     expect(processReports(input).events.map((e) => e.kind)).toEqual(["replica.failed"]);
     expect(processReports({ ...input, deaf: [{ end: now - 1_000, ms: 10_000 }] }).events).toEqual([]);
   });

@@ -11,6 +11,7 @@ import { migrate } from "drizzle-orm/bun-sqlite/migrator";
 import { EMBEDDED, JOURNAL, JOURNALS, embeddedMigrations, type MigrationDialect } from "../../src/store/migrations";
 import { Store } from "../../src/store";
 import { scratchDir } from "../helpers/tmp";
+import { SQLITE_DEFAULTS } from "../helpers/control-settings";
 
 const ROOT = join(import.meta.dir, "../../drizzle");
 const DRIZZLE = join(ROOT, "sqlite");
@@ -47,7 +48,7 @@ describe("embedded migrations", () => {
   test("applying them yields the same schema as drizzle's migrate() from the folder", () => {
     const fromFolder = new Database(":memory:");
     migrate(drizzle({ client: fromFolder }), { migrationsFolder: DRIZZLE });
-    const store = new Store({ path: ":memory:" });
+    const store = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
     expect(schemaOf(store.sqlite)).toEqual(schemaOf(fromFolder));
     expect(embeddedMigrations().length).toBe(JOURNAL.length);
   });
@@ -55,10 +56,10 @@ describe("embedded migrations", () => {
   test("opening an existing database again applies nothing twice and keeps its rows", () => {
     const dir = scratchDir("llmgw-mig-");
     const path = join(dir, "x.db");
-    const a = new Store({ path });
+    const a = new Store({ path, ...SQLITE_DEFAULTS });
     a.setMeta("k", "v");
     a.close();
-    const b = new Store({ path });
+    const b = new Store({ path, ...SQLITE_DEFAULTS });
     expect(b.getMeta("k")).toBe("v");
     const applied = b.sqlite.query("SELECT count(*) AS n FROM __drizzle_migrations").get() as { n: number };
     expect(applied.n).toBe(JOURNAL.length);

@@ -2,7 +2,7 @@
 // bucket driven by a hand-held clock.
 
 import { describe, expect, test } from "bun:test";
-import { canonicalAddress } from "../../src/api/agent";
+import { canonicalAddress } from "../../src/lib/net";
 import { TokenBuckets } from "../../src/api/ratelimit";
 
 describe("canonicalAddress", () => {

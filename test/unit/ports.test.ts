@@ -7,11 +7,12 @@
 import { describe, expect, test } from "bun:test";
 import pino from "pino";
 import { ManualScheduler } from "../../src/lib/scheduler";
-import { Controller } from "../../src/control/controller";
-import { DEFAULT_RECONCILE, type ReconcileConfig, reconcile, rendezvousPort } from "../../src/control/reconciler";
+import { type ReconcileConfig, reconcile, rendezvousPort } from "../../src/control/reconciler";
 import type { Assignment } from "../../src/protocol/heartbeat";
 import { Store, type ReplicaRow } from "../../src/store";
+import { testControl } from "../helpers/control";
 import { T0, heartbeat, model, snapshot, type NodeDef } from "../helpers/fleet";
+import { RECONCILE_DEFAULTS, SQLITE_DEFAULTS } from "../helpers/control-settings";
 
 const H = "H100-80GB";
 /** SGLang's multi-node ports: dist_init_port + 0 … + 6; a block must hold at least these. */
@@ -26,22 +27,21 @@ function startOf(id: string, count: number): number {
 
 describe("rendezvous blocks through the controller", () => {
   test("two multi-node SGLang replicas whose leaders share a node address get non-overlapping blocks, outside every engine port", async () => {
-    const store = new Store({ path: ":memory:" });
+    const store = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
     const clock = new ManualScheduler(T0);
-    const ctl = new Controller({ store, scheduler: clock, log: pino({ level: "silent" }), version: "t", nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
     // Two ids the allocator starts at the same candidate port: the second replica's engine port
     // is the first's + 1, which is where consecutive rendezvous ports used to collide.
     const first = "r-aaaa0000";
     let second = "";
     for (let i = 0; second === ""; i++) if (startOf(`r-${i}`, 900) === startOf(first, 900) && `r-${i}` !== first) second = `r-${i}`;
     const ids = [first, second];
-    (ctl as unknown as { newId: () => string }).newId = () => ids.shift()!;
+    const ctl = testControl({ store, scheduler: clock, log: pino({ level: "silent" }), nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000, newId: () => ids.shift()! });
     const defs: NodeDef[] = ["n1", "n2", "n3", "n4"].map((name) => ({ name, fabrics: ["ib"], gpus: [H, H] }));
     // One address for all four: simulated nodes, or nodes behind one NAT.
-    const beat = async (d: NodeDef) => await ctl.heartbeat({ ...heartbeat(d), address: "10.9.9.9" });
+    const beat = async (d: NodeDef) => await ctl.intake.heartbeat({ ...heartbeat(d), address: "10.9.9.9" });
     for (const d of defs) await beat(d);
-    await ctl.putModels([model({ name: "sg", replicas: { min: 2 }, profiles: [{ name: "p", engine: "sglang", gpu_class: H, gpus: 2, nodes: 2 }] })]);
-    await ctl.tick();
+    await ctl.catalog.putModels([model({ name: "sg", replicas: { min: 2 }, profiles: [{ name: "p", engine: "sglang", gpu_class: H, gpus: 2, nodes: 2 }] })]);
+    await ctl.loop.tick();
     const all: Assignment[] = [];
     for (const d of defs) all.push(...(await beat(d)).assignments);
     expect(all.length).toBe(4);
@@ -77,7 +77,7 @@ describe("property: random fleets and placements", () => {
       const rand = rng(seed);
       const pick = <T>(xs: T[]) => xs[Math.floor(rand() * xs.length)]!;
       const portCount = pick([40, 64, 100, 900]);
-      const cfg: ReconcileConfig = { ...DEFAULT_RECONCILE, basePort: pick([8100, 20000, 63000]), portCount };
+      const cfg: ReconcileConfig = { ...RECONCILE_DEFAULTS, basePort: pick([8100, 20000, 63000]), portCount };
       // Nodes share a few addresses, so leaders meet on one.
       const addresses = ["10.0.0.1", "10.0.0.2", "10.0.0.3"].slice(0, 1 + Math.floor(rand() * 3));
       const defs: NodeDef[] = Array.from({ length: 6 + Math.floor(rand() * 14) }, (_, i) => ({ name: `n${String(i).padStart(2, "0")}`, fabrics: ["ib"], gpus: [H, H, H, H] }));

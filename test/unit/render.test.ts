@@ -9,11 +9,11 @@ import { renderNodes } from "../../src/cli/nodes";
 import { renderExplanation } from "../../src/cli/explain";
 import { LIST_CELL_MAX, clip, detectStyle, listCell, table, usageBar } from "../../src/cli/render";
 import { explainModel } from "../../src/control/explain";
-import { DEFAULT_RECONCILE } from "../../src/control/reconciler";
 import { human } from "../../src/lib/format";
 import { renderModelDetail } from "../../src/cli/describe";
 import type { GpuView, ModelView, NodeView, ReplicaView, Summary } from "../../src/protocol/views";
 import { T0, model, snapshot } from "../helpers/fleet";
+import { RECONCILE_DEFAULTS } from "../helpers/control-settings";
 
 const plain = { color: false };
 const color = { color: true };
@@ -173,7 +173,7 @@ describe("cells that hold lists stop at a width and say what they left out", () 
 
   test("llmgw explain: a node ruled out by class names its first classes and counts the rest", () => {
     const s = snapshot({ nodes: [{ name: "gpu-wide", gpus: classes }, { name: "gpu-01", gpus: ["H100-80GB"] }], models: [model({ name: "m" })] });
-    const e = explainModel({ snapshot: s, now: T0, lastUsed: new Map(), config: DEFAULT_RECONCILE }, "m")!;
+    const e = explainModel({ snapshot: s, now: T0, lastUsed: new Map(), config: RECONCILE_DEFAULTS }, "m")!;
     const detail = e.profiles[0]!.outcomes.find((o) => o.outcome === "class")!.nodes[0]!.detail;
     expect(detail).toStartWith("has 1× VENDOR-ACCELERATOR-CLASS-000, 1× VENDOR-ACCELERATOR-CLASS-001,");
     expect(detail).toEndWith(", and 248 more classes (llmgw nodes gpu-wide)");

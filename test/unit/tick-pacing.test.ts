@@ -6,14 +6,14 @@
 
 import { describe, expect, test } from "bun:test";
 import pino from "pino";
-import { Controller } from "../../src/control/controller";
-import { ModelStore } from "../../src/control/model";
-import { DEFAULT_RECONCILE } from "../../src/control/reconcile/config";
+import { StoreImage } from "../../src/control/image";
 import { reconcile, reconcilePaced } from "../../src/control/reconciler";
 import { buildTables, buildTablesPaced } from "../../src/control/views";
 import { ManualScheduler } from "../../src/lib/scheduler";
 import { Store } from "../../src/store";
+import { testControl } from "../helpers/control";
 import { T0, heartbeat, model, snapshot } from "../helpers/fleet";
+import { RECONCILE_DEFAULTS, SQLITE_DEFAULTS } from "../helpers/control-settings";
 
 const H = "H100-80GB";
 
@@ -47,7 +47,7 @@ describe("reconcilePaced", () => {
     ];
     const input = () => {
       let n = 0;
-      return { snapshot: snapshot({ nodes, models, replicas }), now: T0, lastUsed: new Map<string, number>(), newId: () => `new-${n++}`, config: DEFAULT_RECONCILE };
+      return { snapshot: snapshot({ nodes, models, replicas }), now: T0, lastUsed: new Map<string, number>(), newId: () => `new-${n++}`, config: RECONCILE_DEFAULTS };
     };
     const plain = reconcile(input());
     let pauses = 0;
@@ -87,15 +87,14 @@ describe("buildTablesPaced", () => {
 describe("a tick under way", () => {
   async function setup() {
     const clock = new HeldScheduler(T0);
-    // As serve runs it: the in-memory model over the store, whose unchanged heartbeats skip the lock.
-    const store = new ModelStore(new Store({ path: ":memory:" }), clock);
-    const ctl = new Controller({ store, scheduler: clock, log: pino({ level: "silent" }), version: "t", nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
-    ctl.setEndpointSink({ setEndpoints: () => {}, setCatalog: () => {}, setApiKeys: () => {} });
+    // As serve runs it: the in-memory image over the store, whose unchanged heartbeats skip the lock.
+    const store = new StoreImage(new Store({ path: ":memory:", ...SQLITE_DEFAULTS }), clock);
+    const ctl = testControl({ store, scheduler: clock, log: pino({ level: "silent" }), nodeTimeoutMs: 15_000, heartbeatIntervalMs: 1_000 });
     const a = heartbeat({ name: "a", fabrics: ["f1"], gpus: [H, H] });
-    await ctl.heartbeat(a);
+    await ctl.intake.heartbeat(a);
     // Once more, so the next identical one is a repeat the head node has already written.
-    await ctl.heartbeat(a);
-    await ctl.tick();
+    await ctl.intake.heartbeat(a);
+    await ctl.loop.tick();
     clock.holding = true;
     return { clock, ctl, a };
   }
@@ -103,11 +102,11 @@ describe("a tick under way", () => {
   test("answers an unchanged heartbeat while the tick is paused between its steps", async () => {
     const { clock, ctl, a } = await setup();
     let ticked = false;
-    const tick = ctl.tick().then(() => (ticked = true));
+    const tick = ctl.loop.tick().then(() => (ticked = true));
     await settle();
     expect(clock.held.length).toBeGreaterThan(0);
     let answered = false;
-    const hb = ctl.heartbeat(a).then((r) => {
+    const hb = ctl.intake.heartbeat(a).then((r) => {
       answered = true;
       return r;
     });
@@ -124,11 +123,11 @@ describe("a tick under way", () => {
   test("a heartbeat that changes the node waits for the tick", async () => {
     const { clock, ctl } = await setup();
     let ticked = false;
-    const tick = ctl.tick().then(() => (ticked = true));
+    const tick = ctl.loop.tick().then(() => (ticked = true));
     await settle();
     expect(clock.held.length).toBeGreaterThan(0);
     let answeredWhileTicking = false;
-    const changed = ctl.heartbeat(heartbeat({ name: "a", fabrics: ["f1"], gpus: [H, H, H] })).then((r) => {
+    const changed = ctl.intake.heartbeat(heartbeat({ name: "a", fabrics: ["f1"], gpus: [H, H, H] })).then((r) => {
       answeredWhileTicking = !ticked;
       return r;
     });
@@ -138,18 +137,18 @@ describe("a tick under way", () => {
     await tick;
     await changed;
     expect(answeredWhileTicking).toBe(false);
-    expect((await ctl.node("a")).gpus.length).toBe(3);
+    expect((await ctl.views.node("a")).gpus.length).toBe(3);
   });
 
   test("time spent paused is not counted as the head node falling behind", async () => {
     const { clock, ctl } = await setup();
-    const tick = ctl.tick();
+    const tick = ctl.loop.tick();
     await settle();
     expect(clock.held.length).toBeGreaterThan(0);
     // Two seconds pass while the tick waits for its turn: others were served meanwhile.
     clock.advance(2_000);
     clock.release();
     await tick;
-    expect((await ctl.summary()).head?.behind_ms).toBe(0);
+    expect((await ctl.views.summary()).head?.behind_ms).toBe(0);
   });
 });

@@ -1,4 +1,5 @@
-// The reconciler's settings and the time limits derived from them. A leaf of reconcile/.
+// The reconciler's settings and the time limits derived from them (their values come from the
+// head node's configuration, ServeConfig, where every default is written once). A leaf of reconcile/.
 
 import type { Profile } from "../../protocol/catalog";
 
@@ -34,24 +35,14 @@ export interface ReconcileConfig {
   portCount: number;
 }
 
-export const DEFAULT_RECONCILE: ReconcileConfig = {
-  nodeTimeoutMs: 15_000,
-  // 30 minutes: a 70B model on TP=8 takes ~3.5 min with a warm page cache (vLLM #19824), over
-  // 10 min from a cold disk (#10702), and a first torch.compile has been seen to take 37 min
-  // (#34399); a profile that needs more, or wants a failure noticed sooner, sets start_timeout.
-  startTimeoutMs: 1_800_000,
-  // The Controller replaces this with 2 heartbeat intervals + 1 min.
-  startMarginMs: 70_000,
-  maxFailures: 5,
-  backoffMs: 2_000,
-  backoffMaxMs: 300_000,
-  // Kubernetes forgets a container's restart backoff after it has run for 10 minutes.
-  crashWindowMs: 600_000,
-  replaceAfterMs: 30_000,
-  reportGraceMs: 15_000,
-  basePort: 8100,
-  portCount: 900,
-};
+/**
+ * What the head node waits beyond a replica's start timeout before it fails it (startMarginMs):
+ * an assignment that waits for the next heartbeat and a verdict that waits for the one after,
+ * plus a minute for the agent's own work before it launches the engine.
+ */
+export function startMargin(heartbeatIntervalMs: number): number {
+  return 2 * heartbeatIntervalMs + 60_000;
+}
 
 /** How long the agent gives a replica of this profile to become healthy (Assignment.start_timeout_ms). */
 export function agentStartTimeout(profile: Pick<Profile, "start_timeout"> | undefined, cfg: Pick<ReconcileConfig, "startTimeoutMs">): number {

@@ -30,7 +30,7 @@ export function heldGpus(ctx: Pick<ReconcileContext, "snapshot">, b: PlanBuilder
   return held;
 }
 
-// Grouped per node once per array: the in-memory model hands out the same GPU and weight arrays
+// Grouped per node once per array: the in-memory image hands out the same GPU and weight arrays
 // while they stand, so a step over unchanged hardware does not group them again (read-only).
 const gpusGrouped = new WeakMap<readonly GpuRow[], Map<string, GpuRow[]>>();
 const weightsGrouped = new WeakMap<readonly { node: string; model: string }[], Map<string, ReadonlySet<string>>>();

@@ -1,5 +1,7 @@
-// What one heartbeat's replica reports change: not a reconcile step (it runs per heartbeat, not
-// per tick) but the same kind of pure function from a snapshot to a plan.
+// What one heartbeat changes: not a reconcile step (it runs per heartbeat, not per tick) but the
+// same kind of pure function from a snapshot to a plan. The plan holds the heartbeat's news first
+// (news.ts: registered, parked models tried again, reachable again), then its replica reports'
+// verdicts, decided on the model state as the news leaves it.
 
 import { ENGINE_ERROR_MAX, oneLine } from "../../lib/format";
 import type { ReplicaReport } from "../../protocol/heartbeat";
@@ -9,7 +11,8 @@ import type { ReconcileConfig } from "./config";
 import { crashNote, recordCrash } from "./crashes";
 import { causeOf, failureText } from "./engine-failure";
 import { recordFailure } from "./failures";
-import { type Plan, emptyPlan } from "./plan";
+import { type NodeNews, UNPARKED, newsPlan } from "./news";
+import type { Plan } from "./plan";
 import type { Snapshot } from "../types";
 
 export interface ReportsInput {
@@ -21,16 +24,23 @@ export interface ReportsInput {
   watchedSince?: number;
   /** When the head node was not listening (load.ts): the report grace discounts it. */
   deaf?: readonly Stall[];
+  /** What the heartbeat's arrival itself means (news.ts). */
+  news?: NodeNews;
 }
 
 /**
  * The leader's "ready" makes a replica ready; any shard's "failed" fails it; a replica the node
  * should run but does not report, once past the grace period, is lost with the node's word for it.
  */
-export function processReports({ snapshot, node, reports, now, config: cfg, watchedSince = Number.NEGATIVE_INFINITY, deaf = [] }: ReportsInput): Plan {
-  const plan = emptyPlan();
+export function processReports({ snapshot, node, reports, now, config: cfg, watchedSince = Number.NEGATIVE_INFINITY, deaf = [], news }: ReportsInput): Plan {
+  const plan = newsPlan(node, news ?? {});
   const byId = new Map(reports.map((r) => [r.id, r]));
   const mstate = new Map(snapshot.modelState.map((s) => [s.model, s]));
+  // The reports are judged on the models as the news leaves them (a model tried again starts its count afresh).
+  for (const m of news?.unpark?.models ?? []) {
+    const st = mstate.get(m);
+    if (st) mstate.set(m, { ...st, ...UNPARKED });
+  }
   for (const r of snapshot.replicas) {
     if (!r.shards.some((s) => s.node === node)) continue;
     const rep = byId.get(r.id);

@@ -1,16 +1,15 @@
-// The HA bench's heartbeat part in process, on whatever store it is handed: the Controller on the
-// in-memory model (ModelStore) on real time, ticking every second and on wake as serve does
-// (app/head.ts startLoop), 1,000 nodes of 8 GPUs joined, then Controller.heartbeat() calls
+// The HA bench's heartbeat part in process, on whatever store it is handed: the control plane on
+// the in-memory image (StoreImage) on real time, ticking every second and on wake as serve does
+// (app/head.ts startLoop), 1,000 nodes of 8 GPUs joined, then NodeIntake.heartbeat() calls
 // back to back, CONCURRENCY in flight, node after node, for SECONDS: unchanged (`steady`) and
 // with other weights each time (`changing`: a store write each). What the store costs a
 // heartbeat without HTTP, parsing and credentials (lib/ha-heartbeat.ts measures through serve).
 
-import pino from "pino";
-import { Controller } from "../../../src/control/controller";
-import { ModelStore } from "../../../src/control/model";
+import { StoreImage } from "../../../src/control/image";
 import type { StorePort } from "../../../src/control/store-port";
 import { realScheduler } from "../../../src/lib/scheduler";
 import type { HeartbeatRequest } from "../../../src/protocol/heartbeat";
+import { testControl } from "../../helpers/control";
 import { heartbeat } from "../../helpers/fleet";
 import { fleetNodes } from "./fleet";
 
@@ -22,25 +21,25 @@ export interface InprocRate {
 }
 
 export async function heartbeatInproc(store: StorePort, o: { nodes: number; seconds: number; concurrency: number }): Promise<{ steady: InprocRate; changing: InprocRate }> {
-  const model = new ModelStore(store, realScheduler);
-  const controller = new Controller({ store: model, scheduler: realScheduler, log: pino({ level: "silent" }), version: "bench", nodeTimeoutMs: 30_000, heartbeatIntervalMs: 5000 });
+  const model = new StoreImage(store, realScheduler);
+  const control = testControl({ store: model, scheduler: realScheduler, nodeTimeoutMs: 30_000, heartbeatIntervalMs: 5000, router: false });
   let ticking = false;
   const tick = async () => {
     if (ticking) return;
     ticking = true;
     try {
-      await controller.tick();
+      await control.loop.tick();
     } catch {
       // counted by the heartbeats that fail with it
     } finally {
       ticking = false;
     }
   };
-  controller.setWakeHandler(() => void tick());
+  control.wakeups.listen(() => void tick());
   const timer = setInterval(() => void tick(), 1000);
   try {
     const hbs: HeartbeatRequest[] = fleetNodes({ nodes: o.nodes, mig: true, fabrics: 4, weights: (i) => [`m${i % 500}`] }).map(heartbeat);
-    for (const hb of hbs) await controller.heartbeat(hb);
+    for (const hb of hbs) await control.intake.heartbeat(hb);
     const run = async (changing: boolean): Promise<InprocRate> => {
       const lat: number[] = [];
       let errors = 0;
@@ -55,7 +54,7 @@ export async function heartbeatInproc(store: StorePort, o: { nodes: number; seco
             if (changing) hb.models = Math.floor(k / hbs.length) % 2 === 0 ? [hb.models[0]!, "extra-weights"] : [hb.models[0]!];
             const s = performance.now();
             try {
-              await controller.heartbeat(hb);
+              await control.intake.heartbeat(hb);
               lat.push(performance.now() - s);
             } catch {
               errors++;

@@ -2,12 +2,12 @@
 // 2,000 replicas (the reconcile bench's fleet, lib/fleet.ts), on whatever store it is handed
 // (SQLite file or PostgreSQL), so both dialects are measured the same way in one run. The fleet
 // is written through the StorePort itself (heartbeats, the catalog, one plan creating the
-// replicas), then a Controller on the in-memory model (ModelStore, as serve runs it) is measured:
+// replicas), then a control plane on the in-memory image (StoreImage, as serve runs it) is measured:
 //   snapshot (store)   the store's own full read, what every reload costs;
-//   snapshot (reload)  the in-memory model reloaded from the store (snapshot, addresses, keys,
+//   snapshot (reload)  the in-memory image reloaded from the store (snapshot, addresses, keys,
 //                      credentials): what a control plane pays after another one's commit;
-//   tick steady        Controller.tick() over unchanged state (nothing to write);
-//   tick local change  one model's min raised by one through the controller first (one replica
+//   tick steady        ControlLoop.tick() over unchanged state (nothing to write);
+//   tick local change  one model's min raised by one through the catalog first (one replica
 //                      to place: decide, the plan's transaction, projections);
 //   tick other writer  another control plane (a second store on the same database) raised one
 //                      model's min by one first, and this model's watch() heard it: the tick
@@ -16,13 +16,12 @@
 //                      the whole store again, then reconciles.
 // The clock stands still (ManualScheduler), so no deadline passes between runs.
 
-import pino from "pino";
-import { Controller } from "../../../src/control/controller";
-import { ModelStore } from "../../../src/control/model";
+import { StoreImage } from "../../../src/control/image";
 import { isEmpty } from "../../../src/control/reconciler";
 import type { StorePort } from "../../../src/control/store-port";
 import type { ModelSpec } from "../../../src/protocol/catalog";
 import { ManualScheduler } from "../../../src/lib/scheduler";
+import { testControl } from "../../helpers/control";
 import { heartbeat, model as modelSpec } from "../../helpers/fleet";
 import { reconcileFleet, T0 } from "./fleet";
 
@@ -95,7 +94,7 @@ async function otherWrites(other: StorePort, heard: () => Promise<void>, m: Mode
 }
 
 /** The model's watch, kept for the whole run: heard() resolves at the next "any" it passes on. */
-function hearing(model: ModelStore): { heard: () => Promise<void>; stop: () => void } {
+function hearing(model: StoreImage): { heard: () => Promise<void>; stop: () => void } {
   let waiting: (() => void)[] = [];
   const stop = model.watch((c) => {
     if (c !== "any") return;
@@ -115,28 +114,28 @@ export async function reconcileBench(store: StorePort, o: { runs: number; log?: 
 
   const snapshotStore = await timed(Math.max(5, Math.ceil(o.runs / 2)), undefined, () => store.snapshot());
   const clock = new ManualScheduler(T0);
-  const model = new ModelStore(store, clock);
+  const model = new StoreImage(store, clock);
   const snapshotReload = await timed(Math.max(5, Math.ceil(o.runs / 2)), () => model.invalidate(), () => model.snapshot());
 
-  const controller = new Controller({ store: model, scheduler: clock, log: pino({ level: "silent" }), version: "bench", nodeTimeoutMs: 30_000, heartbeatIntervalMs: 5000 });
+  const control = testControl({ store: model, scheduler: clock, nodeTimeoutMs: 30_000, heartbeatIntervalMs: 5000, router: false });
   let placedFirst = 0;
   for (let i = 0; i < 20; i++) {
-    const plan = await controller.tick();
+    const plan = await control.loop.tick();
     if (i === 0) placedFirst = plan.create.length;
     if (isEmpty(plan)) break;
     if (i === 19) say("  (the fleet did not settle within 20 ticks: steady figures include writes)");
   }
   say(`  first tick placed ${placedFirst}; settled`);
-  const tickSteady = await timed(o.runs, undefined, () => controller.tick());
+  const tickSteady = await timed(o.runs, undefined, () => control.loop.tick());
   let k = 0;
   const tickChange = await timed(
     o.runs,
     async () => {
       const m = models[k % models.length]!;
       const min = m.replicas.min + 1 + Math.floor(k++ / models.length);
-      await controller.putModels([modelSpec({ ...m, replicas: { ...m.replicas, min, max: Math.max(min, m.replicas.max ?? min) } } as Parameters<typeof modelSpec>[0])]);
+      await control.catalog.putModels([modelSpec({ ...m, replicas: { ...m.replicas, min, max: Math.max(min, m.replicas.max ?? min) } } as Parameters<typeof modelSpec>[0])]);
     },
-    () => controller.tick(),
+    () => control.loop.tick(),
   );
   let tickReload: Stat = { p50: Number.NaN, p95: Number.NaN, cpuP50: Number.NaN, n: 0 };
   if (o.other) {
@@ -148,11 +147,11 @@ export async function reconcileBench(store: StorePort, o: { runs: number; log?: 
       const m = models[(k + j++) % models.length]!;
       heardOne = await Promise.race([otherWrites(other, watch.heard, m).then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 1000))]);
     }
-    await controller.tick();
-    tickReload = await timed(o.runs, () => otherWrites(other, watch.heard, models[(k + j++) % models.length]!), () => controller.tick());
+    await control.loop.tick();
+    tickReload = await timed(o.runs, () => otherWrites(other, watch.heard, models[(k + j++) % models.length]!), () => control.loop.tick());
     watch.stop();
   }
-  const tickFullReload = await timed(o.runs, () => model.invalidate(), () => controller.tick());
+  const tickFullReload = await timed(o.runs, () => model.invalidate(), () => control.loop.tick());
   await model.flush().catch(() => undefined);
   return { seedMs, snapshotStore, snapshotReload, tickSteady, tickChange, tickReload, tickFullReload, placedFirst };
 }

@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { type OpenedStore, openStore } from "../../../src/store/open";
 import { ROOT } from "./procs";
 import { scratchDir } from "../../helpers/tmp";
+import { STORE_DEFAULTS } from "../../helpers/control-settings";
 
 export interface BenchStores {
   /** A new empty SQLite file's path. */
@@ -33,7 +34,7 @@ export async function benchStores(o: { postgres: boolean }): Promise<BenchStores
       const { startPostgres } = (await import(join(ROOT, "test/helpers/postgres.ts"))) as { startPostgres(o: { settings: Record<string, string | number> }): Promise<NonNullable<typeof pg>> };
       pg = await startPostgres({ settings: { fsync: "on", synchronous_commit: "on", max_connections: 200 } });
       // A store that is not built yet says so on open.
-      const probe = await openStore({ target: pg.url, dataDir: dir });
+      const probe = await openStore({ ...STORE_DEFAULTS, target: pg.url, dataDir: dir });
       await probe.close();
     } catch (e) {
       pgMissing = `PostgreSQL store not usable: ${(e as Error).message.split("\n")[0]}`;
@@ -52,7 +53,7 @@ export async function benchStores(o: { postgres: boolean }): Promise<BenchStores
       return u.toString();
     },
     pgMissing,
-    open: (target) => openStore({ target, dataDir: dir }),
+    open: (target) => openStore({ ...STORE_DEFAULTS, target, dataDir: dir }),
     stop: async () => {
       await pg?.stop().catch(() => undefined);
       rmSync(dir, { recursive: true, force: true });

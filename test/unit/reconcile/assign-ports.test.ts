@@ -5,9 +5,9 @@ import { describe, expect, test } from "bun:test";
 import { fnv1a } from "../../../src/lib/hash";
 import { PortBook, assignPorts, blockOf, freePort, placedNode, placedReplaces, portsInUse, rendezvousPort } from "../../../src/control/reconcile/ports";
 import { H, T0, builder, ctxOf } from "./fixture";
-import { DEFAULT_RECONCILE } from "../../../src/control/reconcile/config";
 import { reconcile } from "../../../src/control/reconciler";
 import { model, snapshot } from "../../helpers/fleet";
+import { RECONCILE_DEFAULTS } from "../../helpers/control-settings";
 
 const cfg = { basePort: 8100, portCount: 900 };
 
@@ -124,7 +124,7 @@ describe("SGLang with DP attention on one node", () => {
     const from = (id: string) => fnv1a(id) % 32;
     const second = Array.from({ length: 100 }, (_, i) => `r-${i}`).find((id) => from(id) !== from("r-x") && (from(id) - from("r-x")) % 2 === 0)!;
     const ids = ["r-x", second];
-    const plan = reconcile({ snapshot: snap, now: T0, lastUsed: new Map(), config: { ...DEFAULT_RECONCILE, portCount: 32 }, newId: () => ids.shift()! });
+    const plan = reconcile({ snapshot: snap, now: T0, lastUsed: new Map(), config: { ...RECONCILE_DEFAULTS, portCount: 32 }, newId: () => ids.shift()! });
     const ports = plan.create.map((c) => c.port);
     expect(ports.length).toBe(2);
     expect(new Set(ports.map((p) => blockOf(p, { basePort: 8100, portCount: 32 }))).size).toBe(2);
@@ -204,7 +204,7 @@ describe("a node whose engine ports are all in use", () => {
       replicas: [{ id: "r-a", model: "m", shards: [{ node: "a", gpus: [0] }] }],
     });
     snap.nodes[1]!.address = "10.0.0.2";
-    const config = { ...DEFAULT_RECONCILE, basePort: 8100, portCount: 1 };
+    const config = { ...RECONCILE_DEFAULTS, basePort: 8100, portCount: 1 };
     const plan = reconcile({ snapshot: snap, now: T0, lastUsed: new Map(), config, newId: () => "r-new" });
     expect(plan.create.map((c) => [c.shards[0]!.node, c.port])).toEqual([["b", 8100]]);
 

@@ -3,7 +3,7 @@
 // max_failures crashes in a row; a replica ready for the whole crash window ends the loop.
 
 import { describe, expect, test } from "bun:test";
-import { DEFAULT_RECONCILE, type ReconcileConfig } from "../../../src/control/reconcile/config";
+import { type ReconcileConfig } from "../../../src/control/reconcile/config";
 import { backoffNote, crashLoopReason, parkedAfter, recordCrash, settleCrashes } from "../../../src/control/reconcile/crashes";
 import { decideModel } from "../../../src/control/reconcile/desired";
 import { inBackoff } from "../../../src/control/reconcile/failures";
@@ -12,8 +12,9 @@ import { processReports } from "../../../src/control/reconcile/reports";
 import { type ModelStateRow, emptyModelState } from "../../../src/control/types";
 import { model, snapshot } from "../../helpers/fleet";
 import { H, T0, builder, ctxOf } from "./fixture";
+import { RECONCILE_DEFAULTS } from "../../helpers/control-settings";
 
-const CFG: ReconcileConfig = { ...DEFAULT_RECONCILE, maxFailures: 3, backoffMs: 2_000, backoffMaxMs: 60_000, crashWindowMs: 600_000 };
+const CFG: ReconcileConfig = { ...RECONCILE_DEFAULTS, maxFailures: 3, backoffMs: 2_000, backoffMaxMs: 60_000, crashWindowMs: 600_000 };
 const ERROR = "exited with code 1: RuntimeError: CUDA error: an illegal memory access was encountered";
 const state = (s: Partial<ModelStateRow> = {}): ModelStateRow => ({ ...emptyModelState("m"), ...s });
 

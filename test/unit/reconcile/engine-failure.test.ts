@@ -4,12 +4,12 @@
 // a model parked by it.
 
 import { describe, expect, test } from "bun:test";
-import { DEFAULT_RECONCILE } from "../../../src/control/reconcile/config";
 import { FAILURE_TEXT_MAX, causeOf, failureText } from "../../../src/control/reconcile/engine-failure";
 import { processReports } from "../../../src/control/reconcile/reports";
 import { parkedReason } from "../../../src/control/projections";
 import { model, snapshot } from "../../helpers/fleet";
 import { H, T0 } from "./fixture";
+import { RECONCILE_DEFAULTS } from "../../helpers/control-settings";
 
 const LINE = "RuntimeError: CUDA error: no kernel image is available for execution on the device";
 const NOW = `exited with code 1: ${LINE}`;
@@ -39,7 +39,7 @@ describe("causeOf and failureText", () => {
 });
 
 describe("a failed start reported (processReports)", () => {
-  const CFG = { ...DEFAULT_RECONCILE, maxFailures: 1 };
+  const CFG = { ...RECONCILE_DEFAULTS, maxFailures: 1 };
   const fleet = () =>
     snapshot({ nodes: [{ name: "a", gpus: [H] }], models: [model({ name: "m" })], replicas: [{ id: "r1", model: "m", state: "starting", shards: [{ node: "a", gpus: [0] }] }] });
 

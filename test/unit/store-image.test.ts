@@ -1,20 +1,21 @@
-// The in-memory model (src/control/model.ts): it reads like the store, writes through it, and
+// The store's in-memory image (src/control/image/): it reads like the store, writes through it, and
 // never holds what the store refused.
 
 import { describe, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
 import { join } from "node:path";
-import { ModelStore } from "../../src/control/model";
+import { StoreImage } from "../../src/control/image";
 import { ManualScheduler } from "../../src/lib/scheduler";
 import { Store } from "../../src/store";
 import type { Snapshot } from "../../src/control/types";
 import { T0, heartbeat, model } from "../helpers/fleet";
 import { scratchDir } from "../helpers/tmp";
+import { SQLITE_DEFAULTS } from "../helpers/control-settings";
 
 function setup() {
-  const store = new Store({ path: ":memory:" });
+  const store = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
   const clock = new ManualScheduler(T0);
-  const m = new ModelStore(store, clock);
+  const m = new StoreImage(store, clock);
   // Rows the statements wrote, without what the change triggers add (the counter and one journal row per row).
   const journal = () => (store.sqlite.query("SELECT seq FROM change_counter").get() as { seq: number }).seq;
   const changes = () => (store.sqlite.query("SELECT total_changes() AS n").get() as { n: number }).n - 2 * journal();
@@ -22,10 +23,10 @@ function setup() {
 }
 
 const hb = (name: string, gpus = ["H100-80GB", "H100-80GB"]) => heartbeat({ name, gpus, models: ["m1"] });
-/** A snapshot's rows, without the version only the in-memory model stamps on it. */
+/** A snapshot's rows, without the version only the in-memory image stamps on it. */
 const rows = ({ version: _v, ...rest }: Snapshot) => rest;
 
-describe("in-memory model", () => {
+describe("in-memory image", () => {
   test("writes go through: memory and a fresh load of the store agree", async () => {
     const { store, m } = setup();
     await m.applyHeartbeat(hb("n1"), T0, { credentialHash: "h1", pending: false });
@@ -39,7 +40,7 @@ describe("in-memory model", () => {
     expect(await m.nodeTrust("n2")).toEqual(await store.nodeTrust("n2"));
     expect(await m.nodeByCredentialHash("h2")).toBe("n2");
     expect((await m.modelByAlias("one"))?.name).toBe("m1");
-    const fresh = new ModelStore(store);
+    const fresh = new StoreImage(store);
     expect(rows(await fresh.snapshot())).toEqual(rows(mem));
     await m.rebuild();
     expect(rows(await m.snapshot())).toEqual(rows(mem));
@@ -89,6 +90,23 @@ describe("in-memory model", () => {
     expect((await m.snapshot()).version).toBeGreaterThan(s2.version!);
   });
 
+  test("a plan of events alone (a heartbeat's news) is written and changes no snapshot: the same arrays, the same versions", async () => {
+    const { store, m } = setup();
+    await m.applyHeartbeat(hb("n1"), T0);
+    const before = await m.snapshot();
+    const replicasAt = m.replicaVersion();
+    await m.applyPlan({ create: [], update: [], remove: [], modelState: new Map(), nodeAdmin: [], events: [{ kind: "node.reachable", subject: "node/n1", message: "node n1 is heartbeating again" }] }, T0);
+    const after = await m.snapshot();
+    expect(after.version).toBe(before.version!);
+    expect(after.replicas).toBe(before.replicas);
+    expect(m.replicaVersion()).toBe(replicasAt);
+    expect((await store.listEvents({ limit: 5 })).map((e) => e.kind)).toEqual(["node.reachable"]);
+    // A plan that does change something moves both.
+    await m.applyPlan({ create: [], update: [], remove: [], modelState: new Map([["m1", { failures: 1 }]]), nodeAdmin: [], events: [] }, T0);
+    expect((await m.snapshot()).version).toBeGreaterThan(before.version!);
+    expect(m.replicaVersion()).toBeGreaterThan(replicasAt);
+  });
+
   test("an unchanged heartbeat writes nothing until the flush, which writes last-seen in one transaction", async () => {
     const { store, m, clock, changes } = setup();
     await m.applyHeartbeat(hb("n1"), T0);
@@ -126,10 +144,10 @@ describe("in-memory model", () => {
   });
 });
 
-describe("in-memory model: the background reload", () => {
+describe("in-memory image: the background reload", () => {
   /** A store whose full read waits at a gate the test opens. */
   function gated() {
-    const store = new Store({ path: ":memory:" });
+    const store = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
     let open: () => void = () => {};
     let gate: Promise<void> | undefined;
     const slow = new Proxy(store, {
@@ -147,7 +165,7 @@ describe("in-memory model: the background reload", () => {
     const close = () => {
       gate = new Promise<void>((r) => (open = r));
     };
-    const m = new ModelStore(slow, new ManualScheduler(T0));
+    const m = new StoreImage(slow, new ManualScheduler(T0));
     return { store, m, close, open: () => (open(), (gate = undefined)) };
   }
 
@@ -222,13 +240,13 @@ describe("in-memory model: the background reload", () => {
   });
 });
 
-describe("in-memory model: another writer's commits", () => {
+describe("in-memory image: another writer's commits", () => {
   function pair() {
     const dir = scratchDir("llmgw-model-");
     const path = join(dir, "store.db");
-    const store = new Store({ path });
-    const other = new Store({ path });
-    const m = new ModelStore(store, new ManualScheduler(T0));
+    const store = new Store({ path, ...SQLITE_DEFAULTS });
+    const other = new Store({ path, ...SQLITE_DEFAULTS });
+    const m = new StoreImage(store, new ManualScheduler(T0));
     return { store, other, m, close: () => (store.close(), other.close(), rmSync(dir, { recursive: true, force: true })) };
   }
   const empty = { update: [], remove: [], modelState: new Map(), nodeAdmin: [], events: [] };
@@ -259,7 +277,7 @@ describe("in-memory model: another writer's commits", () => {
       const mem = await m.snapshot();
       expect(m.loads).toBe(loads);
       expect(m.changeReads).toBe(1);
-      const fresh = new ModelStore(store);
+      const fresh = new StoreImage(store);
       expect(rows(mem)).toEqual(rows(await fresh.snapshot()));
       expect(mem.nodes.map((n) => n.name)).toEqual(["n1", "n2", "n4"]);
       expect((await m.modelByAlias("one"))?.name).toBe("m2");
@@ -292,7 +310,7 @@ describe("in-memory model: another writer's commits", () => {
       m.otherWriter();
       let mem = await m.snapshot();
       expect(m.loads).toBe(loads + 1);
-      expect(rows(mem)).toEqual(rows(await new ModelStore(store).snapshot()));
+      expect(rows(mem)).toEqual(rows(await new StoreImage(store).snapshot()));
       expect(mem.models.map((x) => x.name)).toEqual(["m1"]);
       // A kind from a later version: not guessed at.
       other.sqlite.run("UPDATE change_counter SET seq = seq + 1");

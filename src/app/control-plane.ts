@@ -1,0 +1,119 @@
+// The control plane's assembly: every part built once, each handed what it uses at construction
+// (no part is wired after it is built). The head node (head.ts) builds one around its store and
+// router; tests build one around a store of their own. What changes at run time is a small object
+// the parts read: the leadership (the lease keeper sets it among several control planes), and
+// the wake-ups the control loop listens to.
+
+import type { Logger } from "pino";
+import { ApiKeys } from "../control/api-keys";
+import { CatalogAdmin } from "../control/catalog-admin";
+import { ClockWatch } from "../control/clock-watch";
+import { ControlLoop } from "../control/control-loop";
+import { EngineKeys } from "../control/engine-keys";
+import { EventLog } from "../control/event-log";
+import { FleetViews, type SummarySources } from "../control/fleet-views";
+import type { Leadership } from "../control/ha";
+import type { EndpointSink, UsageSource } from "../control/interfaces";
+import { NodeIntake } from "../control/intake";
+import { JoinToken } from "../control/join-token";
+import { LeadershipCell } from "../control/leadership";
+import { LoadMonitor } from "../control/load";
+import { Backups, LogSources } from "../control/log-sources";
+import { NodeAdmin } from "../control/node-admin";
+import { NodeIdentity } from "../control/node-identity";
+import { NodeMemory } from "../control/node-memory";
+import { Projector } from "../control/projector";
+import type { StorePort, UnchangedHeartbeats } from "../control/store-port";
+import { UsageExchange } from "../control/usage-exchange";
+import { Wakeups } from "../control/wake";
+import { WriteLock } from "../control/write-lock";
+import type { Scheduler } from "../lib/scheduler";
+import type { ControlSettings } from "./settings";
+
+export interface ControlPlaneOptions {
+  store: StorePort;
+  /** The in-memory image's fast path for unchanged heartbeats (the image itself, when the store is one). */
+  fast?: UnchangedHeartbeats;
+  /** Time: wall-clock readings, the long poll's and the loop's timers. */
+  scheduler: Scheduler;
+  log: Logger;
+  version: string;
+  /** Where temporary files (backups) go. */
+  dataDir: string;
+  settings: ControlSettings;
+  /** The head node's secret each replica's engine key is derived from (engine-keys.ts); without it engines get no key. */
+  engineSecret?: string;
+  /** The router's sides; without a router the control plane works all the same, publishes to no one and knows nothing idle. */
+  sink?: EndpointSink;
+  usage?: UsageSource;
+  /**
+   * Several control planes on one store: this one's name, which names its router in usage
+   * reports, and how long a router's report keeps it limiting idleness. Without it the control
+   * plane leads alone.
+   */
+  shared?: { name: string; liveWithinMs: number };
+  /** Leadership at start (default: leading alone under epoch 0, or standing by among several until the lease says otherwise). */
+  leadership?: Leadership;
+  /** What the summary says of the store's members and of the control planes. */
+  summary?: SummarySources;
+  /** How a new replica's id is made (default random). */
+  newId?: () => string;
+  /** The join token in force, which it changes when rotated (without one no agent can join). */
+  joinToken?: JoinToken;
+}
+
+/** The parts of one control plane. */
+export interface ControlPlane {
+  identity: NodeIdentity;
+  intake: NodeIntake;
+  loop: ControlLoop;
+  projector: Projector;
+  memory: NodeMemory;
+  catalog: CatalogAdmin;
+  nodes: NodeAdmin;
+  keys: ApiKeys;
+  events: EventLog;
+  views: FleetViews;
+  logs: LogSources;
+  backups: Backups;
+  leadership: LeadershipCell;
+  wakeups: Wakeups;
+  load: LoadMonitor;
+  usage: UsageExchange;
+}
+
+export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
+  const { store, scheduler, log, settings } = o;
+  const config = settings.reconcile;
+  const wakeups = new Wakeups(scheduler);
+  // Among several control planes nobody leads before the lease says so: the listeners open (and
+  // heartbeats are answered) before this one has asked for it, and it may wait a while to ask.
+  const leadership = new LeadershipCell(o.leadership ?? { leading: o.shared === undefined, epoch: 0 }, () => wakeups.wake(true));
+  const lock = new WriteLock(scheduler);
+  const clock = new ClockWatch(scheduler, config);
+  const load = new LoadMonitor(scheduler, settings.heartbeatIntervalMs, config.nodeTimeoutMs);
+  const memory = new NodeMemory({ store, log });
+  const events = new EventLog({ store, scheduler });
+  const usage = new UsageExchange({ ...(o.usage ? { source: o.usage } : {}), ...(o.shared ? { shared: o.shared } : {}), store, log });
+  const projector = new Projector({ ...(o.sink ? { sink: o.sink } : {}), config, engineKeys: new EngineKeys(o.engineSecret), memory, store, leadership, interval: load, scheduler, log });
+  const loop = new ControlLoop({ store, memory, projector, usage, leadership, lock, clock, load, events, wake: wakeups, config, scaleDownDelayMs: settings.scaleDownDelayMs, ...(o.newId ? { newId: o.newId } : {}), scheduler, log });
+  const intake = new NodeIntake({ store, ...(o.fast ? { fast: o.fast } : {}), memory, projector, lock, clock, load, wake: wakeups, policy: settings.policy, config, scheduler, log });
+  return {
+    identity: new NodeIdentity({ store, joinToken: o.joinToken ?? new JoinToken() }),
+    intake,
+    loop,
+    projector,
+    memory,
+    catalog: new CatalogAdmin({ store, events, lock, wake: wakeups, scheduler, log }),
+    nodes: new NodeAdmin({ store, memory, projector, events, lock, wake: wakeups, scheduler, log }),
+    keys: new ApiKeys({ store, events, projector, scheduler }),
+    events,
+    views: new FleetViews({ store, memory, usage, clock, load, config, version: o.version, ...(o.summary ? { sources: o.summary } : {}), scheduler }),
+    logs: new LogSources({ store, memory }),
+    backups: new Backups({ store, dataDir: o.dataDir, scheduler, log }),
+    leadership,
+    wakeups,
+    load,
+    usage,
+  };
+}
