@@ -26,7 +26,7 @@ import { hostPort } from "../lib/net";
 import { safeText } from "../lib/text";
 import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
 import { type ApiKeyEntry, type CatalogEntry, type DemandSink, type EndpointInfo, type EndpointSink, type FleetMetricsSink, type ModelTraffic, TTFT_BUCKETS_MS, type UsageSource } from "../protocol/routing";
-import { Balancer, type Lease } from "./balancer";
+import { Balancer, type BalancerSettings, type Lease } from "./balancer";
 import { EngineMetricsPoller } from "./engine-metrics";
 import { type Reply, jsonReply, openAIError, openAIErrorBody, sseErrorFrame } from "./errors";
 import { type ClientExchange, type HeaderBlock, Http1Server, type Http1Options, Pieces, type RequestHeaders } from "../http/server";
@@ -40,18 +40,16 @@ import { type Exchange, type ExchangeHandler, type ExtraHeaders, type UpstreamHe
 
 /**
  * The router's settings, all required: their defaults live once, in the config schema
- * (ServeConfig), and app/head.ts's routerSettings() maps them here.
+ * (ServeConfig), and app/router-settings.ts maps them here.
  */
 export interface RouterOptions {
   host: string;
   port: number;
   /**
-   * Time: the sweep of deadlines, cold-start holds, latencies, the metrics poller, and the wall
-   * clock of last-used stamps and cooldowns. Default: the real one.
+   * Time: the sweep of deadlines, cold-start holds, latencies, the metrics poller, the listener,
+   * the engine pool, and the wall clock of last-used stamps and cooldowns. Default: the real one.
    */
   scheduler?: Scheduler;
-  /** Overrides the scheduler's wall clock for last-used stamps and cooldowns only (kept for callers that inject a clock of their own). */
-  now?: () => number;
   maxBodyBytes: number;
   /** A request body nesting arrays and objects deeper than this is refused (400) before it is parsed. */
   maxJsonDepth: number;
@@ -79,7 +77,9 @@ export interface RouterOptions {
   /** A failing endpoint (connection error, 5xx) is passed over this long. */
   cooldownMs: number;
   /** Engine /metrics polling interval; 0 turns polling off. */
-  metricsIntervalMs?: number;
+  metricsIntervalMs: number;
+  /** How the balancer places requests (balancer.ts). */
+  balancer: BalancerSettings;
   /** Require a client API key (created with `llmgw keys create`) on /v1/*. Off by default. */
   requireApiKey?: boolean;
   /** The admin token: it alone opens GET /metrics. */
@@ -87,12 +87,10 @@ export interface RouterOptions {
   demand?: DemandSink;
   log?: { info(o: object, m?: string): void; warn(o: object, m?: string): void; debug(o: object, m?: string): void };
   tls?: { cert: string; key: string };
-  /** Bounded-load factor of the prefix-affinity hashing (default 1.25). */
-  loadFactor?: number;
-  /** How long a client connection may sit idle, or a request stall while arriving (default 10 s; tests lower it). */
+  /** How long a client connection may sit idle, or a request stall while arriving (the listener's default unless given; tests lower it). */
   serverIdleTimeoutSec?: number;
-  /** The client listener's deadlines, connection caps and clock (see Http1Options). */
-  listener?: Pick<Http1Options, "headTimeoutMs" | "bodyTimeoutMs" | "bodyMinRate" | "maxConnections" | "maxConnectionsPerAddress" | "onShed" | "clock">;
+  /** The client listener's deadlines and connection caps (see Http1Options); its clock is the router's scheduler. */
+  listener?: Pick<Http1Options, "headTimeoutMs" | "bodyTimeoutMs" | "bodyMinRate" | "maxConnections" | "maxConnectionsPerAddress" | "onShed">;
 }
 
 /**
@@ -190,7 +188,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
   /** @internal Keep-alive sockets to the engines. */
   readonly upstream: UpstreamPool;
   private sweeper: Timer | undefined;
-  private readonly o: Required<Omit<RouterOptions, "requireApiKey" | "adminToken" | "demand" | "log" | "tls" | "serverIdleTimeoutSec" | "loadFactor" | "listener" | "scheduler">> & RouterOptions;
+  private readonly o: RouterOptions;
 
   // metrics
   private readonly registry = new Registry();
@@ -217,16 +215,12 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
     this.clock = scheduler.mono();
     // The engine pool and the listener (start()) run on the same scheduler.
     this.upstream = new UpstreamPool({ scheduler });
-    this.o = {
-      now: () => scheduler.now(),
-      metricsIntervalMs: 1_000,
-      ...opts,
-    };
+    this.o = opts;
     this.firstByteTimeoutMs = this.o.firstByteTimeoutMs;
     this.idleTimeoutMs = this.o.idleTimeoutMs;
     this.cooldownMs = this.o.cooldownMs;
     this.maxAttempts = this.o.maxAttempts;
-    this.balancer = new Balancer({ now: this.o.now, ...(this.o.loadFactor !== undefined ? { loadFactor: this.o.loadFactor } : {}) });
+    this.balancer = new Balancer({ ...opts.balancer, now: () => scheduler.now() });
     this.bodies = new BodyReader({ limits: { maxDepth: this.o.maxJsonDepth, maxValues: this.o.maxJsonValues }, scheduler, ...(this.o.log ? { log: this.o.log } : {}) });
     const buckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
     this.requests = this.registry.add(new Counter("llmgw_router_requests_total", "Requests by model and HTTP status.", ["model", "status"]));
