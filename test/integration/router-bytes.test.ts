@@ -6,7 +6,8 @@
 // engine keys, and throws that stay inside the request that met them.
 
 import { afterEach, describe, expect, test } from "bun:test";
-import { Router, type RouterOptions, INFERENCE_PATHS } from "../../src/router/router";
+import { Router, type RouterOptions } from "../../src/router/router";
+import { INFERENCE_PATHS } from "../../src/router/dispatch";
 import type { CatalogEntry, EndpointInfo } from "../../src/protocol/routing";
 import { TCHAR } from "../../src/http/wire";
 import { MALFORMED, type RawEngine, chatRequest, engineAnswer, rawEngine, rawRequest } from "../helpers/raw-http";
@@ -376,7 +377,7 @@ describe("a throw stays inside its request", () => {
     const a = rawRequest(port, chatRequest());
     const b = rawRequest(port, chatRequest([], { body: JSON.stringify({ model: "m2", messages: [] }) }));
     // Both clients are waiting (a real cold start takes seconds).
-    await until("both clients to wait for a replica", () => (r as unknown as { waiters: Set<unknown> }).waiters.size === 2 || undefined);
+    await until("both clients to wait for a replica", () => r.coldStart.waiting === 2 || undefined);
     const acquire = r.balancer.acquire.bind(r.balancer);
     r.balancer.acquire = (model, ...rest) => {
       if (model === "m") throw new Error("boom");
