@@ -364,7 +364,9 @@ class Attempt implements ExchangeHandler, Watch {
   }
 
   private readEnd(): void {
-    if (this.released || this.parts.count === 0) return;
+    // Only a stream is written read by read; a whole answer (or an error kept for its message)
+    // waits for its end, however many reads bring it.
+    if (this.released || this.parts.count === 0 || this.mode !== "stream") return;
     this.deadline = this.ctx.deadlines.clock + this.ctx.settings.idleTimeoutMs;
     this.drain();
   }
