@@ -107,7 +107,7 @@ export function uiRoutes(o: UiOptions): Hono<Env> {
     return c.html(`${<Overview d={await data()} h={historyView()} />}`);
   });
 
-  pageRoutes(app, { ctl, authed, login, takeFlash, historyView, relatedEvents });
+  pageRoutes(app, { ctl, clock: o.clock, authed, login, takeFlash, historyView, relatedEvents });
   actionRoutes(app, { ctl, sessionOf: signIn.sessionOf, authed, login, flashes });
 
   // Behind the session like the rest: on the login form the browser's icon request gets a 401.
@@ -275,6 +275,7 @@ type Authed = (c: Ctx) => { session?: Session } | undefined;
 
 interface PageDeps {
   ctl: UiControl;
+  clock: Clock;
   authed: Authed;
   login: (c: Ctx) => Response;
   takeFlash: (s: Session | undefined) => Flash | undefined;
@@ -326,7 +327,7 @@ function pageRoutes(app: Hono<Env>, d: PageDeps): void {
     if (!node) return notFound(c, who.session?.csrf, `No node is called "${raw.slice(0, 120)}".`);
     const replicas = tables.replicas.filter((r) => r.shards.some((s) => s.node === node.name));
     const events = await d.relatedEvents(`node/${node.name}`, replicas.map((r) => `replica/${r.id}`));
-    const page = safeDeep({ node, replicas, events, now: ctl.opts.scheduler.now() });
+    const page = safeDeep({ node, replicas, events, now: d.clock.now() });
     const flash = d.takeFlash(who.session);
     return c.html(`<!DOCTYPE html>${<NodePage nonce={c.get("nonce")} csrf={who.session?.csrf} flash={flash} d={page} />}`);
   });
@@ -336,7 +337,7 @@ function pageRoutes(app: Hono<Env>, d: PageDeps): void {
     if (!who) return d.login(c);
     const keys = safeDeep(await ctl.keys.listApiKeys());
     const flash = d.takeFlash(who.session);
-    return c.html(`<!DOCTYPE html>${<KeysPage nonce={c.get("nonce")} csrf={who.session?.csrf} flash={flash} keys={keys} now={ctl.opts.scheduler.now()} />}`);
+    return c.html(`<!DOCTYPE html>${<KeysPage nonce={c.get("nonce")} csrf={who.session?.csrf} flash={flash} keys={keys} now={d.clock.now()} />}`);
   });
 }
 

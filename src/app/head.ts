@@ -35,6 +35,7 @@ import { type LocalToken, type SharedSecrets, adoptSharedSecrets, keepJoinToken 
 import { FleetPublisher } from "./fleet-publisher";
 import { PatroniPoller } from "./patroni";
 import { RouterLink } from "./router-thread";
+import { routerSettings } from "./router-settings";
 import type { RouterWorkerData } from "./router-worker";
 import { type ShedLog, shedLogger } from "./router-shed";
 import { VERSION } from "../version";
@@ -439,22 +440,6 @@ function adminListenerFor(l: Listening, app: Hono, scheme: "http" | "https"): Ht
   });
 }
 
-/** The router's settings from the config (their defaults are the schema's, stated nowhere else). */
-export function routerSettings(config: ServeConfig): Pick<RouterOptions, "maxBodyBytes" | "maxJsonDepth" | "maxJsonValues" | "maxAttempts" | "firstByteTimeoutMs" | "idleTimeoutMs" | "coldStartTimeoutMs" | "coldStartProgressMs" | "maxHeldPerModel" | "cooldownMs"> {
-  return {
-    maxBodyBytes: config.max_body_bytes,
-    maxJsonDepth: config.max_json_depth,
-    maxJsonValues: config.max_json_values,
-    maxAttempts: config.max_attempts,
-    firstByteTimeoutMs: config.first_byte_timeout,
-    idleTimeoutMs: config.stream_idle_timeout,
-    coldStartTimeoutMs: config.cold_start_timeout,
-    coldStartProgressMs: config.cold_start_progress_interval,
-    maxHeldPerModel: config.max_held_per_model,
-    cooldownMs: config.endpoint_cooldown,
-  };
-}
-
 function routerFor(l: Listening, demand: DemandSink, adminToken: string): Router {
   const { config, log, tls, caps, scheduler } = l;
   return new Router({
@@ -463,7 +448,6 @@ function routerFor(l: Listening, demand: DemandSink, adminToken: string): Router
     scheduler,
     ...routerSettings(config),
     requireApiKey: config.require_api_key,
-    loadFactor: config.balance_load_factor,
     adminToken,
     demand,
     log: log.child({ component: "router" }),
@@ -488,7 +472,6 @@ function routerWorkerData(l: Listening, adminToken: string): RouterWorkerData {
     port: config.listen.port,
     ...routerSettings(config),
     requireApiKey: config.require_api_key,
-    loadFactor: config.balance_load_factor,
     adminToken,
     ...(tls ? { tls: { cert: tls.certPath, key: tls.keyPath } } : {}),
     listener: { ...deadlines(l), maxConnections: caps.router.total, maxConnectionsPerAddress: caps.router.perAddress },

@@ -14,10 +14,10 @@ import { shedLogger } from "./router-shed";
 import { ListReceived, ListSent } from "./list-delta";
 
 /** What the head node hands the router thread: everything but the scheduler, the log and the demand sink. */
-export type RouterWorkerData = Omit<RouterOptions, "scheduler" | "now" | "log" | "demand" | "listener"> & {
+export type RouterWorkerData = Omit<RouterOptions, "scheduler" | "log" | "demand" | "listener"> & {
   logLevel: string;
   logOutput: LogOutput;
-  listener: Omit<NonNullable<RouterOptions["listener"]>, "onShed" | "clock">;
+  listener: Omit<NonNullable<RouterOptions["listener"]>, "onShed">;
 };
 
 function main(): void {

@@ -99,6 +99,27 @@ export const ServeConfig = z.strictObject({
    * cache longer, lower spreads load more evenly.
    */
   balance_load_factor: z.coerce.number().min(1).max(10).default(1.25),
+  /** Router: a conversation stays on the replica that served it last while that replica has fewer than max(this, balance_load_factor) × its share in flight. */
+  balance_sticky_load_factor: z.coerce.number().min(1).max(100).default(2),
+  /** Router: slots of the conversation → replica table (fixed memory, two-way set associative). */
+  balance_sticky_slots: z.coerce
+    .number()
+    .int()
+    .min(2)
+    .max(1 << 24)
+    .refine((n) => (n & (n - 1)) === 0, "must be a power of two")
+    .default(1 << 16),
+  /** Router: virtual nodes per unit of replica weight on the hash ring. */
+  balance_vnodes_per_weight: z.coerce.number().int().min(1).max(10_000).default(40),
+  /** Router: a replica with this many requests in flight, or this many waiting in its engine, is saturated: passed over while any other is not. */
+  balance_saturated_inflight: z.coerce.number().int().min(1).max(1_000_000).default(64),
+  balance_saturated_queue: z.coerce.number().int().min(1).max(1_000_000).default(8),
+  /** Router: an engine's KV-cache usage (0 to 1) above which its replica is passed over while others are not. */
+  balance_kv_high: z.coerce.number().min(0).max(1).default(0.95),
+  /** Router: an engine's waiting requests above which the same applies. */
+  balance_queue_high: z.coerce.number().int().min(0).max(1_000_000).default(4),
+  /** Router: how often each engine's /metrics (its queue and KV cache, for balancing) is read; 0 turns it off. */
+  engine_metrics_interval: Duration.prefault("1s"),
   /** Router: require a client API key (`llmgw keys create`) on /v1/*. */
   require_api_key: z.union([z.boolean(), z.enum(["true", "false"]).transform((v) => v === "true")]).default(false),
   /** Run the router on its own thread (a Worker), apart from the control plane; false runs it in the main thread. */

@@ -6,7 +6,32 @@
 // deadlines (Bun's idle timeout only), Bun's own parser and limits instead of wire.ts's.
 
 import type { Server } from "bun";
-import { ClientExchange, type Conn, type HeaderBlock, type Http1Options, Pieces, RequestHeaders } from "./server";
+import { ClientExchange, type ExchangeConn, isBlock, RequestHeaders } from "./exchange";
+import { type HeaderBlock, Pieces } from "./wire";
+
+/** What of the server's options (server.ts's Http1Options) Bun.serve can honour. */
+export interface BunServeOptions {
+  hostname: string;
+  port: number;
+  tls?: { cert: string | Bun.BunFile; key: string | Bun.BunFile };
+  maxBodyBytes: number;
+  idleTimeoutMs?: number;
+  errorBody: (status: number, message: string, code: string) => string;
+  handler: (ex: ClientExchange) => void;
+  onHandlerError?: (err: unknown) => void;
+}
+
+/** Bun.serve's exchanges answer through a Response, not a connection of the server's: nothing is written to this one. */
+const NO_CONN: ExchangeConn = {
+  keepAlive: true,
+  address: "",
+  socket: { remotePort: 0, remoteFamily: "IPv4" },
+  write: () => false,
+  writeString: () => false,
+  done() {},
+  kill() {},
+  authenticate() {},
+};
 
 /** Pieces as one array of their own: the Response may read it after the call. */
 function own<T extends string | Uint8Array | undefined>(b: T | Pieces): T | Uint8Array {
@@ -14,10 +39,6 @@ function own<T extends string | Uint8Array | undefined>(b: T | Pieces): T | Uint
 }
 
 const EMPTY = new Uint8Array(0);
-
-function isBlock(h: Record<string, string> | HeaderBlock): h is HeaderBlock {
-  return typeof h.text === "string" && typeof (h as HeaderBlock).bytes === "number";
-}
 
 function toHeaders(h: Record<string, string> | HeaderBlock): Headers {
   if (!isBlock(h)) return new Headers(h);
@@ -29,87 +50,83 @@ function toHeaders(h: Record<string, string> | HeaderBlock): Headers {
   return out;
 }
 
-/** An exchange answered through a Response. Made on first use: this file and server.ts import each other, and a class cannot extend one not yet defined. */
-let BunExchange: ReturnType<typeof bunExchange> | undefined;
-function bunExchange() {
-  return class BunExchange extends ClientExchange {
-    private ctrl: ReadableStreamDefaultController<Uint8Array> | undefined;
+/** An exchange answered through a Response. */
+class BunExchange extends ClientExchange {
+  private ctrl: ReadableStreamDefaultController<Uint8Array> | undefined;
 
-    constructor(
-      private readonly resolve: (r: Response) => void,
-      private readonly address: { address: string; port: number; family: string } | null,
-      method: string,
-      target: string,
-      path: string,
-      headers: RequestHeaders,
-      body: Uint8Array,
-    ) {
-      super(undefined as unknown as Conn, method, target, path, headers, body, false);
-    }
+  constructor(
+    private readonly resolve: (r: Response) => void,
+    private readonly address: { address: string; port: number; family: string } | null,
+    method: string,
+    target: string,
+    path: string,
+    headers: RequestHeaders,
+    body: Uint8Array,
+  ) {
+    super(NO_CONN, method, target, path, headers, body, false);
+  }
 
-    override get remoteAddress(): string {
-      return this.address?.address ?? "";
-    }
-    override get remotePort(): number {
-      return this.address?.port ?? 0;
-    }
-    override get remoteFamily(): "IPv4" | "IPv6" {
-      return this.address?.family === "IPv6" ? "IPv6" : "IPv4";
-    }
+  override get remoteAddress(): string {
+    return this.address?.address ?? "";
+  }
+  override get remotePort(): number {
+    return this.address?.port ?? 0;
+  }
+  override get remoteFamily(): "IPv4" | "IPv6" {
+    return this.address?.family === "IPv6" ? "IPv6" : "IPv4";
+  }
 
-    override respond(status: number, headers: Record<string, string> | HeaderBlock, bodyBytes: string | Uint8Array | Pieces): void {
-      if (this.state !== 0 || this.aborted) return;
-      this.state = 2;
-      const bodiless = status === 204 || status === 304;
-      const body = own(bodyBytes);
-      this.resolve(new Response(bodiless ? null : body, { status, headers: toHeaders(headers) }));
-    }
+  override respond(status: number, headers: Record<string, string> | HeaderBlock, bodyBytes: string | Uint8Array | Pieces): void {
+    if (this.state !== 0 || this.aborted) return;
+    this.state = 2;
+    const bodiless = status === 204 || status === 304;
+    const body = own(bodyBytes);
+    this.resolve(new Response(bodiless ? null : body, { status, headers: toHeaders(headers) }));
+  }
 
-    override stream(status: number, headers: Record<string, string> | HeaderBlock, firstBytes?: Uint8Array | Pieces): boolean {
-      if (this.state !== 0 || this.aborted) return false;
-      this.state = 1;
-      const first = own(firstBytes);
-      const stream = new ReadableStream<Uint8Array>({
-        start: (c) => {
-          this.ctrl = c;
-          if (first !== undefined && first.byteLength > 0) c.enqueue(first);
-        },
-        pull: () => this.onDrain?.(),
-        cancel: () => this.abort(),
-      });
-      this.resolve(new Response(stream, { status, headers: toHeaders(headers) }));
-      return true;
-    }
+  override stream(status: number, headers: Record<string, string> | HeaderBlock, firstBytes?: Uint8Array | Pieces): boolean {
+    if (this.state !== 0 || this.aborted) return false;
+    this.state = 1;
+    const first = own(firstBytes);
+    const stream = new ReadableStream<Uint8Array>({
+      start: (c) => {
+        this.ctrl = c;
+        if (first !== undefined && first.byteLength > 0) c.enqueue(first);
+      },
+      pull: () => this.onDrain?.(),
+      cancel: () => this.abort(),
+    });
+    this.resolve(new Response(stream, { status, headers: toHeaders(headers) }));
+    return true;
+  }
 
-    override write(chunkBytes: Uint8Array | Pieces): boolean {
-      const chunk = own(chunkBytes);
-      if (this.state !== 1 || this.aborted || chunk.byteLength === 0) return !this.aborted;
-      this.ctrl!.enqueue(chunk);
-      return (this.ctrl!.desiredSize ?? 1) > 0;
-    }
+  override write(chunkBytes: Uint8Array | Pieces): boolean {
+    const chunk = own(chunkBytes);
+    if (this.state !== 1 || this.aborted || chunk.byteLength === 0) return !this.aborted;
+    this.ctrl!.enqueue(chunk);
+    return (this.ctrl!.desiredSize ?? 1) > 0;
+  }
 
-    override end(lastBytes?: Uint8Array | Pieces): void {
-      const last = own(lastBytes);
-      if (this.state !== 1) return;
-      this.state = 2;
-      if (this.aborted) return;
-      if (last !== undefined && last.byteLength > 0) this.ctrl!.enqueue(last);
-      this.ctrl!.close();
-    }
+  override end(lastBytes?: Uint8Array | Pieces): void {
+    const last = own(lastBytes);
+    if (this.state !== 1) return;
+    this.state = 2;
+    if (this.aborted) return;
+    if (last !== undefined && last.byteLength > 0) this.ctrl!.enqueue(last);
+    this.ctrl!.close();
+  }
 
-    override destroy(): void {
-      if (this.state === 2) return;
-      const streaming = this.state === 1;
-      this.state = 2;
-      if (streaming) this.ctrl!.error(new Error("answer cut"));
-      else this.resolve(Response.error());
-    }
-  };
+  override destroy(): void {
+    if (this.state === 2) return;
+    const streaming = this.state === 1;
+    this.state = 2;
+    if (streaming) this.ctrl!.error(new Error("answer cut"));
+    else this.resolve(Response.error());
+  }
 }
 
 /** Serves `o.handler` on Bun.serve; returns the server. */
-export function listenOnBunServe(o: Http1Options): Server<undefined> {
-  const Exchange = (BunExchange ??= bunExchange());
+export function listenOnBunServe(o: BunServeOptions): Server<undefined> {
   return Bun.serve({
     hostname: o.hostname,
     port: o.port,
@@ -130,7 +147,7 @@ export function listenOnBunServe(o: Http1Options): Server<undefined> {
       const body = req.body === null ? EMPTY : new Uint8Array(await req.arrayBuffer());
       const address = srv.requestIP(req);
       return new Promise<Response>((resolve) => {
-        const ex = new Exchange(resolve, address, req.method, target, q < 0 ? target : target.slice(0, q), new RequestHeaders(names, values), body);
+        const ex = new BunExchange(resolve, address, req.method, target, q < 0 ? target : target.slice(0, q), new RequestHeaders(names, values), body);
         req.signal.addEventListener("abort", () => ex.abort());
         try {
           o.handler(ex);

@@ -86,8 +86,6 @@ export interface UpstreamOptions {
   maxHeaders?: number;
   /** Time for idle expiry: its mono() (default realScheduler). */
   scheduler?: Scheduler;
-  /** Older form: a monotonic clock for idle expiry; wins over `scheduler` when given. */
-  now?: () => number;
 }
 
 interface Origin {
@@ -498,7 +496,7 @@ export class UpstreamPool {
     this.maxHeadBytes = o.maxHeadBytes ?? WIRE_LIMITS.maxHeadBytes;
     this.maxHeaders = o.maxHeaders ?? WIRE_LIMITS.maxHeaders;
     const scheduler = o.scheduler ?? realScheduler;
-    this.now = o.now ?? (() => scheduler.mono());
+    this.now = () => scheduler.mono();
   }
 
   /**

@@ -12,30 +12,33 @@
 // engine metrics.
 
 import { fnv1a, fnvStep, mix32 } from "../lib/hash";
-import { realScheduler } from "../lib/scheduler";
 import type { EndpointInfo, UsageSource } from "../protocol/routing";
 
-export interface BalancerOptions {
-  /** Wall clock, ms (last-used stamps, cooldowns). Default: the real scheduler's now(); the router passes its own scheduler's. */
-  now?: () => number;
-  /** Bounded-load factor c: no endpoint takes more than ceil(c × its share of the load). Default 1.25. */
-  loadFactor?: number;
+/** How the balancer places requests; their defaults are the config schema's (ServeConfig's balance_* keys). */
+export interface BalancerSettings {
+  /** Bounded-load factor c: no endpoint takes more than ceil(c × its share of the load). */
+  loadFactor: number;
   /**
    * The looser factor a key's remembered endpoint is held to: a key stays with the endpoint that
    * served it last (the one caching its freshest prefix) while that endpoint has fewer than
-   * ceil(this × its share) in flight. Default 2 (or loadFactor if larger); at least loadFactor.
+   * ceil(this × its share) in flight. At least loadFactor.
    */
-  stickyLoadFactor?: number;
-  /** Slots of the key → endpoint table (a power of two ≥ 2; two-way set associative, fixed memory). Default 65,536. */
-  stickySlots?: number;
-  /** Virtual nodes per unit of weight on the hash ring. Default 40 (weight 2 → 80). */
-  vnodesPerWeight?: number;
-  /** Saturated at ≥ inflight requests in flight or ≥ queue waiting in the engine. Defaults 64 / 8. */
-  saturation?: { inflight: number; queue: number };
-  /** KV-cache usage (0..1) above which an endpoint is passed over while others are not. Default 0.95. */
-  kvHigh?: number;
-  /** Engine waiting count above which the same applies. Default 4. */
-  queueHigh?: number;
+  stickyLoadFactor: number;
+  /** Slots of the key → endpoint table (a power of two ≥ 2; two-way set associative, fixed memory). */
+  stickySlots: number;
+  /** Virtual nodes per unit of weight on the hash ring (weight 2: twice as many). */
+  vnodesPerWeight: number;
+  /** Saturated at ≥ inflight requests in flight or ≥ queue waiting in the engine. */
+  saturation: { inflight: number; queue: number };
+  /** KV-cache usage (0..1) above which an endpoint is passed over while others are not. */
+  kvHigh: number;
+  /** Engine waiting count above which the same applies. */
+  queueHigh: number;
+}
+
+export interface BalancerOptions extends BalancerSettings {
+  /** Wall clock, ms (last-used stamps, cooldowns): the router's scheduler's now(). */
+  now: () => number;
 }
 
 /** One per endpoint id. The balancer owns `inflight` and `lastUsed`; the metrics poller writes through setMetrics. */
@@ -58,16 +61,6 @@ export interface Lease {
   /** Un-counts the request; only the first call does anything. */
   release(): void;
 }
-
-const DEFAULTS = {
-  loadFactor: 1.25,
-  stickyLoadFactor: 2,
-  stickySlots: 1 << 16,
-  vnodesPerWeight: 40,
-  saturation: { inflight: 64, queue: 8 },
-  kvHigh: 0.95,
-  queueHigh: 4,
-};
 
 // Ring steps taken before giving up on the ring order and scanning the tier's members. With
 // c = 1.25 at most 80% of endpoints can be at their bound, so 64 steps fail by chance about
@@ -229,23 +222,23 @@ export class Balancer implements UsageSource {
   private bestHot: State | undefined;
   private bestHotLoad = 0;
 
-  constructor(opts: BalancerOptions = {}) {
-    this.now = opts.now ?? realScheduler.now;
-    this.loadFactor = opts.loadFactor ?? DEFAULTS.loadFactor;
-    this.stickyLoadFactor = opts.stickyLoadFactor ?? Math.max(DEFAULTS.stickyLoadFactor, this.loadFactor);
-    const slots = opts.stickySlots ?? DEFAULTS.stickySlots;
+  constructor(opts: BalancerOptions) {
+    this.now = opts.now;
+    this.loadFactor = opts.loadFactor;
+    this.stickyLoadFactor = opts.stickyLoadFactor;
+    const slots = opts.stickySlots;
     if (!(Number.isInteger(slots) && slots >= 2 && (slots & (slots - 1)) === 0 && slots <= 1 << 24)) throw new Error(`stickySlots must be a power of two from 2 to 2^24, got ${slots}`);
     this.stickyMask = slots - 2;
     this.stickyKeys = new Uint32Array(slots);
     this.stickyStates = new Array<State | undefined>(slots).fill(undefined);
     this.stickyRecent = new Uint8Array(slots >>> 1);
-    this.vnodesPerWeight = opts.vnodesPerWeight ?? DEFAULTS.vnodesPerWeight;
-    const sat = opts.saturation ?? DEFAULTS.saturation;
+    this.vnodesPerWeight = opts.vnodesPerWeight;
+    const sat = opts.saturation;
     this.limits = {
       satInflight: sat.inflight,
       satQueue: sat.queue,
-      kvHigh: opts.kvHigh ?? DEFAULTS.kvHigh,
-      queueHigh: opts.queueHigh ?? DEFAULTS.queueHigh,
+      kvHigh: opts.kvHigh,
+      queueHigh: opts.queueHigh,
     };
     if (!(this.loadFactor >= 1)) throw new Error(`loadFactor must be at least 1, got ${this.loadFactor}`);
     if (!(this.stickyLoadFactor >= this.loadFactor)) throw new Error(`stickyLoadFactor must be at least loadFactor (${this.loadFactor}), got ${this.stickyLoadFactor}`);

@@ -1,5 +1,9 @@
 // Errors in OpenAI's shape, so every client SDK turns them into its own error types:
-// {"error": {"message", "type", "param", "code"}}.
+// {"error": {"message", "type", "param", "code"}}; and the two ways the router answers with a
+// whole reply: send() it, or answer() it as an SSE error event to a stream already opened for a
+// request held for a cold start.
+
+import type { ClientExchange } from "../http/exchange";
 
 /** A whole answer: what the router's listener writes in one go. */
 export interface Reply {
@@ -32,4 +36,21 @@ export function jsonReply(value: unknown, status = 200): Reply {
 /** The SSE frame that ends a stream whose upstream died: an error event, then the end. */
 export function sseErrorFrame(message: string): string {
   return `data: ${JSON.stringify({ error: { message, type: "server_error", param: null, code: "upstream_error" } })}\n\n`;
+}
+
+/** A whole reply to the client. */
+export function send(ex: ClientExchange, r: Reply): void {
+  ex.respond(r.status, r.headers, r.body);
+}
+
+const enc = new TextEncoder();
+
+/**
+ * A whole reply, or, to a stream already opened for a held request (its 200 sent), the reply's
+ * OpenAI-shaped error as an SSE event, then the end.
+ */
+export function answer(ex: ClientExchange, r: Reply): void {
+  if (ex.aborted) return;
+  if (!ex.answered) return send(ex, r);
+  ex.end(enc.encode(`data: ${r.body}\n\n`));
 }

@@ -28,6 +28,11 @@ export interface FakeEngineOptions {
   models: string[];
   ttftMs?: number;
   tokenDelayMs?: number;
+  /**
+   * At token delay 0, write each streamed event on its own (a turn of the event loop between
+   * them, as an engine producing tokens does) instead of the whole answer in one write.
+   */
+  flushEvents?: boolean;
   /** Completion tokens per response unless the request sets max_tokens / max_completion_tokens. */
   tokens?: number;
   /** Requests generated at once; the rest wait in FIFO order. */
@@ -282,6 +287,14 @@ function embed(text: string, dim: number): number[] {
   return v;
 }
 
+/**
+ * A turn of the event loop: what a stream enqueued before it is written to the socket before
+ * what it enqueues after (within one turn Bun gathers a stream's chunks into one write).
+ */
+function nextTurn(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
 function checkOption(name: string, value: number, min: number, integer: boolean): void {
   if (!Number.isFinite(value) || value < min || (integer && !Number.isInteger(value))) {
     throw new Error(`fake engine option ${name} must be ${integer ? "an integer" : "a number"} >= ${min}, got ${value}`);
@@ -293,6 +306,8 @@ class Engine {
   readonly primary: string;
   readonly ttftMs: number;
   readonly tokenDelayMs: number;
+  /** Streams without a token delay still write event by event (FakeEngineOptions.flushEvents). */
+  readonly flushEvents: boolean;
   readonly tokens: number;
   readonly slots: number;
   readonly hitSpeedup: number;
@@ -329,6 +344,7 @@ class Engine {
     this.primary = opts.models[0]!;
     this.ttftMs = opts.ttftMs ?? DEFAULTS.ttftMs;
     this.tokenDelayMs = opts.tokenDelayMs ?? DEFAULTS.tokenDelayMs;
+    this.flushEvents = opts.flushEvents === true && this.tokenDelayMs === 0;
     this.tokens = opts.tokens ?? DEFAULTS.tokens;
     this.slots = opts.slots ?? DEFAULTS.slots;
     this.embeddingDim = opts.embeddingDim ?? DEFAULTS.embeddingDim;
@@ -542,14 +558,14 @@ class Engine {
         if (job.done) return endStream(c);
         out += ev("response.output_item.added", { output_index: 0, item: item("in_progress", "") });
         out += ev("response.content_part.added", { item_id: msgId, output_index: 0, content_index: 0, part: part("") });
-      } else if (this.tokenDelayMs > 0) {
-        await this.wait(job, this.tokenDelayMs);
+      } else if (this.tokenDelayMs > 0 || this.flushEvents) {
+        await (this.flushEvents ? nextTurn() : this.wait(job, this.tokenDelayMs));
         if (job.done) return endStream(c);
       }
       do {
         const i = job.emitted++;
         out += ev("response.output_text.delta", { item_id: msgId, output_index: 0, content_index: 0, delta: JSON.parse(TOKEN_JSON[i]!), logprobs: [] });
-      } while (this.tokenDelayMs === 0 && job.emitted < job.n);
+      } while (this.tokenDelayMs === 0 && !this.flushEvents && job.emitted < job.n);
       if (job.emitted < job.n) return c.enqueue(out);
       const text = FULL_TEXT.slice(0, CONTENT_END[job.n]);
       this.finish(job);
@@ -580,14 +596,15 @@ class Engine {
       }
       out += this.tokenFrame(job, job.emitted++);
     } else {
-      if (this.tokenDelayMs > 0) {
-        await this.wait(job, this.tokenDelayMs);
+      if (this.tokenDelayMs > 0 || this.flushEvents) {
+        await (this.flushEvents ? nextTurn() : this.wait(job, this.tokenDelayMs));
         if (job.done) return endStream(c);
       }
       out = this.tokenFrame(job, job.emitted++);
     }
-    // Without a delay there is nothing to pace, so the rest goes out in one write.
-    if (this.tokenDelayMs === 0) while (job.emitted < job.n) out += this.tokenFrame(job, job.emitted++);
+    // Without a delay there is nothing to pace, so the rest goes out in one write (unless each
+    // event is to be flushed on its own).
+    if (this.tokenDelayMs === 0 && !this.flushEvents) while (job.emitted < job.n) out += this.tokenFrame(job, job.emitted++);
     if (job.emitted < job.n) {
       c.enqueue(out);
       return;
@@ -798,6 +815,7 @@ export const FAKE_ENGINE_FLAGS: FlagSpecs = {
   port: { kind: "string", value: "PORT", help: `port to listen on (default ${DEFAULTS.port}: any free port)` },
   "ttft-ms": { kind: "string", value: "MS", help: "time to first token" },
   "token-delay-ms": { kind: "string", value: "MS", help: "time between tokens" },
+  "flush-events": { kind: "boolean", help: "with --token-delay-ms 0, write a streamed answer event by event rather than in one write" },
   tokens: { kind: "string", value: "N", help: "tokens per completion" },
   slots: { kind: "string", value: "N", help: "requests served at once; more queue" },
   "cache-blocks": { kind: "string", value: "N", help: "size of the simulated prefix cache, in blocks" },
@@ -806,7 +824,7 @@ export const FAKE_ENGINE_FLAGS: FlagSpecs = {
 };
 
 const USAGE = `usage: llmgw fake-engine --model NAME [--model NAME2 ...] [--port P] [--host H]
-                         [--ttft-ms N] [--token-delay-ms N] [--tokens N] [--slots N] [--cache-blocks N]
+                         [--ttft-ms N] [--token-delay-ms N] [--flush-events] [--tokens N] [--slots N] [--cache-blocks N]
                          [--api-key KEY (or env ${FAKE_ENGINE_KEY_ENV})]`;
 
 function numberFlag(flag: string, raw: string, min: number, max: number, integer: boolean): number {
@@ -850,6 +868,7 @@ export function parseFakeEngineFlags(argv: string[], env: Record<string, string 
   set("tokenDelayMs", number("token-delay-ms", 0, Infinity, false));
   set("tokens", number("tokens", 1, MAX_COMPLETION_TOKENS, true));
   set("slots", number("slots", 1, Infinity, true));
+  if (flags["flush-events"] === true) opts.flushEvents = true;
   const blocks = number("cache-blocks", 0, Infinity, true);
   if (blocks !== undefined) opts.prefixCache = { blocks };
   if (str("api-key") !== undefined) opts.apiKey = keyFlag("--api-key", str("api-key")!);

@@ -8,6 +8,7 @@
 import { Balancer, type Lease } from "../../src/router/balancer";
 import { prefixKey } from "../../src/router/prefix-key";
 import type { EndpointInfo } from "../../src/protocol/routing";
+import { BALANCER_DEFAULTS } from "../helpers/router-settings";
 
 const SIZES = [4, 40, 400];
 const ITERS = 500_000;
@@ -39,7 +40,7 @@ function fleet(n: number): Balancer {
       priority: 0,
     });
   }
-  const b = new Balancer();
+  const b = new Balancer({ ...BALANCER_DEFAULTS, now: () => performance.now() });
   b.setEndpoints(eps);
   for (let i = 0; i < n; i++) b.setMetrics(`r-${i}`, { running: 8, waiting: 0, kvUsage: 0.4 });
   return b;

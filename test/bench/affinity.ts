@@ -83,7 +83,7 @@ async function runPolicy(systemChars: number, cacheBlocks: number, policy: strin
       // The router's balancer driven directly, with other settings.
       const loadFactor = Number(/c=([\d.]+)/.exec(policy)![1]);
       const sticky = /sticky ([\d.]+)/.exec(policy);
-      const b = new Balancer({ loadFactor, ...(sticky ? { stickyLoadFactor: Number(sticky[1]) } : {}), ...(policy.includes("no table") ? { stickySlots: 2 } : {}) });
+      const b = new Balancer({ ...ROUTER_DEFAULTS.balancer, now: () => Date.now(), loadFactor, stickyLoadFactor: sticky ? Number(sticky[1]) : Math.max(ROUTER_DEFAULTS.balancer.stickyLoadFactor, loadFactor), ...(policy.includes("no table") ? { stickySlots: 2 } : {}) });
       b.setEndpoints(engines.map((e, i): EndpointInfo => ({ id: `e${i}`, url: e.url, models: [MODEL], engine: "vllm", pool: "default", weight: 1, priority: 0 })));
       dispatch = (c) => {
         const key = prefixKey({ messages: c.messages });

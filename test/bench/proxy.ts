@@ -15,9 +15,12 @@
 // skip (lib/floor-proxy.ts --lean: both heads read by the router's tokenizer, the JSON body, the
 // replica picked, heads of its own written, tokens counted: if it is below nginx, no redesign of
 // the request path reaches nginx here; printed as lean/nginx, lean/haproxy and llmgw/lean).
-// Every proxy and the engine share core 1. Two workloads: (a) small non-streamed answers (4
-// tokens), (b) streamed answers of 20 tokens (22 SSE events; at token delay 0 the fake engine
-// writes them in one write). Prints req/s, latency, the CPU each process spent per request (the
+// Every proxy and the engine share core 1. Three workloads: (a) small non-streamed answers (4
+// tokens), (b) streamed answers of 20 tokens (22 SSE events) as the fake engine writes them at
+// token delay 0, all in one 4,972-byte write ("streamed as one chunk"), and (c) the same answers
+// with the engine flushing each event on its own (--flush-events: "streamed, flushed per event",
+// a write per token as an engine generating them makes; a second engine, with its own set of
+// proxies in front of it). Prints req/s, latency, the CPU each process spent per request (the
 // proxy's user time apart: its own code, where the kernel's socket work is about the same for
 // every proxy), the share of core 1 other people's processes took meanwhile
 // (the machine is shared: above a few %, a figure is noise), and the ratios llmgw/nginx and
@@ -49,10 +52,14 @@ interface Workload {
   key: string;
   title: string;
   body: object;
+  /** Served by the engine that writes each streamed event on its own (fake engine --flush-events). */
+  flushed: boolean;
 }
+const STREAM_BODY = { model: MODEL, messages: [{ role: "user", content: "Say hello to the benchmark." }], max_tokens: 20, stream: true };
 const WORKLOADS: Workload[] = [
-  { key: "small", title: "(a) small non-streamed chat, 4 tokens", body: { model: MODEL, messages: [{ role: "user", content: "Say hello to the benchmark." }], max_tokens: 4 } },
-  { key: "stream", title: "(b) streamed chat, 20 tokens", body: { model: MODEL, messages: [{ role: "user", content: "Say hello to the benchmark." }], max_tokens: 20, stream: true } },
+  { key: "small", title: "(a) small non-streamed chat, 4 tokens", body: { model: MODEL, messages: [{ role: "user", content: "Say hello to the benchmark." }], max_tokens: 4 }, flushed: false },
+  { key: "stream", title: "(b) streamed chat, 20 tokens, streamed as one chunk (the engine writes its 22 events at once)", body: STREAM_BODY, flushed: false },
+  { key: "flushed", title: "(c) streamed chat, 20 tokens, streamed flushed per event (the engine writes each event on its own)", body: STREAM_BODY, flushed: true },
 ];
 
 interface WrkResult {
@@ -101,10 +108,26 @@ function median(xs: number[]): number {
   return s.length % 2 === 1 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 }
 
-cleanupOnExit();
-const dir = (await Bun.$`mktemp -d /tmp/llmgw-bench-proxy.XXXXXX`.text()).trim();
-try {
-  const engine = await fakeEngineProc("engine", { model: MODEL, ttftMs: 0, tokenDelayMs: 0, tokens: 4, slots: 4096 }, { cpus: PROXY_CPUS });
+/** An engine and every proxy in front of it, all on core 1. */
+interface Targets {
+  engine: Child;
+  core1: Child[];
+  router: Child;
+  nginx: Child;
+  haproxy: Child;
+  onBun: Child;
+  bare: Child;
+  bareBuf: Child;
+  raw: Child;
+  floor: Child;
+  lean: Child;
+  baseline: Child | undefined;
+  ablations: Record<string, [string, string, Child][]>;
+}
+
+async function startTargets(flushed: boolean): Promise<Targets> {
+  const tag = flushed ? " (flushing engine)" : "";
+  const engine = await fakeEngineProc(`engine${tag}`, { model: MODEL, ttftMs: 0, tokenDelayMs: 0, tokens: 4, slots: 4096, flushEvents: flushed }, { cpus: PROXY_CPUS });
   const router = await routerProc("router", MODEL, [engine.url], { cpus: PROXY_CPUS });
   const nginx = await nginxProc("nginx", engine.url, { cpus: PROXY_CPUS });
   const haproxy = await haproxyProc("haproxy", engine.url, { cpus: PROXY_CPUS });
@@ -119,7 +142,7 @@ try {
   const core1 = [engine, router, nginx, haproxy, onBun, bare, bareBuf, raw, floor, lean];
   const baseline = BASELINE === undefined ? undefined : await routerProc("router-baseline", MODEL, [engine.url], { cpus: PROXY_CPUS, cwd: BASELINE });
   if (baseline) core1.push(baseline);
-  const ablations: Record<string, [string, string, Child][]> = { small: [], stream: [] };
+  const ablations: Record<string, [string, string, Child][]> = { small: [], stream: [], flushed: [] };
   if (ABLATE) {
     const variant = async (flags: string[]) => {
       const c = await spawnChild(`bare ${flags.join(" ")}`, [BUN, "test/bench/lib/bare-proxy.ts", engine.url, ...flags], { cpus: PROXY_CPUS, env: bareEnv });
@@ -133,12 +156,28 @@ try {
     const wrapAll = await variant(["--wrap", "--signal", "--headers"]);
     ablations.small!.push(["  + abort signal, timer", sig.url, sig], ["  + header copies", hdr.url, hdr], ["  + both", all.url, all]);
     ablations.stream!.push(["  + JS stream wrapper", wrap.url, wrap], ["  + wrapper, signal, headers", wrapAll.url, wrapAll]);
+    ablations.flushed = ablations.stream!;
   }
+  return { engine, core1, router, nginx, haproxy, onBun, bare, bareBuf, raw, floor, lean, baseline, ablations };
+}
 
+cleanupOnExit();
+const dir = (await Bun.$`mktemp -d /tmp/llmgw-bench-proxy.XXXXXX`.text()).trim();
+/** Per workload: llmgw/lean and llmgw/nginx from req/s (and the baseline's over nginx), for the summary at the end. */
+const summary: string[] = [];
+try {
   const info = (await Bun.$`uname -r`.text()).trim();
   console.log(`proxy throughput: wrk -t1 -c${CONNECTIONS}, ${DURATION_S} s per target in ${ROUNDS} interleaved rounds, on core ${LOAD_CPUS}; engine and proxies on core ${PROXY_CPUS}; Bun ${Bun.version}, ${(await Bun.$`nginx -v 2>&1`.text()).trim()}, Linux ${info}`);
 
+  let set: Targets | undefined;
   for (const w of WORKLOADS) {
+    // One engine and its proxies at a time: the one-write engine's for (a) and (b), then the
+    // flushing engine's for (c).
+    if (set === undefined || set.engine.name.includes("flushing") !== w.flushed) {
+      if (set !== undefined) await Promise.all(set.core1.map((c) => c.kill()));
+      set = await startTargets(w.flushed);
+    }
+    const { engine, core1, router, nginx, haproxy, onBun, bare, bareBuf, raw, floor, lean, baseline, ablations } = set;
     const script = `${dir}/${w.key}.lua`;
     await Bun.write(script, `wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = ${JSON.stringify(JSON.stringify(w.body))}\n`);
     const targets: [string, string, Child | undefined][] = [
@@ -269,12 +308,17 @@ try {
     console.log(
       `lean/nginx = ${(le / rps.get("nginx (1 worker)")!).toFixed(2)}   lean/haproxy = ${(le / rps.get("haproxy (1 thread)")!).toFixed(2)}   llmgw/lean = ${(l / le).toFixed(2)}   from CPU per request: lean/nginx = ${coreRatio(LEAN, "nginx (1 worker)")}   lean/haproxy = ${coreRatio(LEAN, "haproxy (1 thread)")}   llmgw/lean = ${coreRatio("llmgw router", LEAN)}`,
     );
+    summary.push(
+      `${w.key.padEnd(8)} llmgw/lean = ${(l / le).toFixed(2)}   llmgw/nginx = ${(l / rps.get("nginx (1 worker)")!).toFixed(2)}   llmgw/haproxy = ${(l / rps.get("haproxy (1 thread)")!).toFixed(2)}` +
+        (baseline ? `   baseline/lean = ${(rps.get("llmgw router (baseline checkout)")! / le).toFixed(2)}   baseline/nginx = ${(rps.get("llmgw router (baseline checkout)")! / rps.get("nginx (1 worker)")!).toFixed(2)}` : ""),
+    );
     const f = rps.get(FLOOR)!;
     console.log(
       `floor/nginx = ${(f / rps.get("nginx (1 worker)")!).toFixed(2)}   floor/haproxy = ${(f / rps.get("haproxy (1 thread)")!).toFixed(2)}   llmgw/floor = ${(l / f).toFixed(2)}` +
         (baseline ? `   baseline/floor = ${(rps.get("llmgw router (baseline checkout)")! / f).toFixed(2)}` : ""),
     );
   }
+  console.log(`\nsummary (from req/s):\n${summary.join("\n")}`);
 } catch (e) {
   console.error(e instanceof Error ? e.message : e);
   process.exitCode = 1;

@@ -7,7 +7,8 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import fc from "fast-check";
 import { type TestServer, testServer } from "../helpers/server";
-import { Router, INFERENCE_PATHS } from "../../src/router/router";
+import { Router } from "../../src/router/router";
+import { INFERENCE_PATHS } from "../../src/router/dispatch";
 import { MALFORMED, chatRequest, engineAnswer, rawEngine, rawRequest } from "../helpers/raw-http";
 import { SEED, SCALE, pathParam, query, Raw, toJson, own, hostile, enc, textBody, garbage, contentType, bodies, clip, FuzzHarness, errorAnswer, assertRuns, type Req, type Res, type Judge } from "../helpers/fuzz";
 import { ROUTER_DEFAULTS } from "../helpers/router-settings";

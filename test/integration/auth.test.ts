@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import pino from "pino";
 import { Writable } from "node:stream";
 import { REDACT_PATHS } from "../../src/log";
-import { ROUTER_ROUTES } from "../../src/router/router";
+import { ROUTER_ROUTES } from "../../src/router/dispatch";
 import { heartbeat } from "../helpers/fleet";
 import { type TestServer, testServer } from "../helpers/server";
 

@@ -6,7 +6,8 @@
 // engine keys, and throws that stay inside the request that met them.
 
 import { afterEach, describe, expect, test } from "bun:test";
-import { Router, type RouterOptions, INFERENCE_PATHS } from "../../src/router/router";
+import { Router, type RouterOptions } from "../../src/router/router";
+import { INFERENCE_PATHS } from "../../src/router/dispatch";
 import type { CatalogEntry, EndpointInfo } from "../../src/protocol/routing";
 import { TCHAR } from "../../src/http/wire";
 import { MALFORMED, type RawEngine, chatRequest, engineAnswer, rawEngine, rawRequest } from "../helpers/raw-http";
@@ -238,6 +239,29 @@ describe("malformed engine responses", () => {
   });
 });
 
+describe("answers split over several reads", () => {
+  test("a whole answer whose body comes in several reads reaches the client whole, with its Content-Length, not cut after the first read", async () => {
+    const body = JSON.stringify({ id: "x", object: "chat.completion", choices: [{ message: { content: "y".repeat(3000) } }], usage: { completion_tokens: 3 } });
+    const sockets: { write(d: string): number }[] = [];
+    const e = engine(() => (s) => {
+      // The head and a third of the body now; the rest once the test says (another read).
+      s.write(`HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 1000)}`);
+      sockets.push(s);
+    });
+    const { r, port } = router([ep("a", e.url)]);
+    const answer = rawRequest(port, chatRequest(), 5_000);
+    await until("the engine to answer in part", () => sockets.length === 1 || undefined);
+    // Turns of the event loop (no timer): the router reads the first part before the rest is sent.
+    for (let i = 0; i < 20; i++) await new Promise((done) => setImmediate(done));
+    sockets[0]!.write(body.slice(1000));
+    const res = await answer;
+    expect(res.status).toBe(200);
+    expect(res.headers).toContainEqual(["content-length", String(body.length)]);
+    expect(res.body).toBe(body);
+    expect(inflight(r)).toBe(0);
+  });
+});
+
 describe("inference paths only", () => {
   test("each inference endpoint is forwarded to the engine as sent", async () => {
     const e = engine(() => engineAnswer());
@@ -376,7 +400,7 @@ describe("a throw stays inside its request", () => {
     const a = rawRequest(port, chatRequest());
     const b = rawRequest(port, chatRequest([], { body: JSON.stringify({ model: "m2", messages: [] }) }));
     // Both clients are waiting (a real cold start takes seconds).
-    await until("both clients to wait for a replica", () => (r as unknown as { waiters: Set<unknown> }).waiters.size === 2 || undefined);
+    await until("both clients to wait for a replica", () => r.coldStart.waiting === 2 || undefined);
     const acquire = r.balancer.acquire.bind(r.balancer);
     r.balancer.acquire = (model, ...rest) => {
       if (model === "m") throw new Error("boom");

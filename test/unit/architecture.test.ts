@@ -1,7 +1,8 @@
 // The house as DESIGN.md draws it, checked by reading the source: who may import whom, that
-// time comes only through the Scheduler in the roles that keep it, that secrets are hashed and
-// compared in one module, and that nothing outgrows what a reader can hold: no function over 120
-// lines (a screen), no class over 500, no source file over 1,000, in every folder of src.
+// the request path's files import each other in no circle, that time comes only through the
+// Scheduler in the roles that keep it, that secrets are hashed and compared in one module, and
+// that nothing outgrows what a reader can hold: no function over 120 lines (a screen), no class
+// over 500, no source file over 1,000, in every folder of src.
 
 import { describe, expect, test } from "bun:test";
 import { readFileSync, readdirSync, statSync } from "node:fs";
@@ -72,6 +73,38 @@ describe("layering", () => {
         }
       }
       expect(bad).toEqual([]);
+    });
+  }
+});
+
+/** Folders whose files may not import each other in a circle: the request path's, read one way. */
+const ACYCLIC = ["http", "router"];
+
+describe("no import circles", () => {
+  for (const dir of ACYCLIC) {
+    test(`${dir}/ files import each other in no circle`, () => {
+      const inDir = ALL.filter((f) => folder(f.rel) === dir);
+      const edges = new Map<string, string[]>();
+      for (const f of inDir) {
+        const targets = importsOf(f)
+          .filter((s) => s.startsWith("."))
+          .map((s) => relative(SRC, resolve(join(SRC, f.rel, ".."), s)).replace(/\.tsx?$/, ""))
+          .filter((t) => folder(t) === dir);
+        edges.set(f.rel.replace(/\.tsx?$/, ""), targets);
+      }
+      // Depth-first: a file met again while its own imports are being walked closes a circle.
+      const circles: string[] = [];
+      const state = new Map<string, "walking" | "done">();
+      const walk = (at: string, path: string[]) => {
+        state.set(at, "walking");
+        for (const next of edges.get(at) ?? []) {
+          if (state.get(next) === "walking") circles.push([...path.slice(path.indexOf(next)), at, next].join(" -> "));
+          else if (!state.has(next)) walk(next, [...path, at]);
+        }
+        state.set(at, "done");
+      };
+      for (const f of edges.keys()) if (!state.has(f)) walk(f, []);
+      expect(circles).toEqual([]);
     });
   }
 });

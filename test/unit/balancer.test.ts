@@ -8,6 +8,9 @@ import fc from "fast-check";
 import { Balancer, type BalancerOptions, type EndpointState, type Lease } from "../../src/router/balancer";
 import { prefixKey } from "../../src/router/prefix-key";
 import type { EndpointInfo } from "../../src/protocol/routing";
+import { routerSettings } from "../../src/app/router-settings";
+import { ServeConfig } from "../../src/config";
+import { BALANCER_DEFAULTS } from "../helpers/router-settings";
 
 function ep(id: string, over: Partial<EndpointInfo> = {}): EndpointInfo {
   return { id, url: `http://10.0.0.1:8000/${id}`, models: ["llama", "llama3"], engine: "vllm", pool: "default", weight: 1, priority: 0, ...over };
@@ -18,9 +21,9 @@ function clock(start = 1_000_000) {
   return c;
 }
 
-function balancer(eps: EndpointInfo[], opts: BalancerOptions = {}) {
+function balancer(eps: EndpointInfo[], opts: Partial<BalancerOptions> = {}) {
   const c = clock();
-  const b = new Balancer({ now: c.now, ...opts });
+  const b = new Balancer({ ...BALANCER_DEFAULTS, now: c.now, ...opts });
   b.setEndpoints(eps);
   return { b, c };
 }
@@ -174,7 +177,7 @@ describe("last used (unknown is not idle)", () => {
     expect(b.lastUsed().get("a")).toBe(c.t);
     b.setEndpoints([ep("a"), ep("b")]);
     expect(b.lastUsed()).toEqual(new Map([["a", c.t]]));
-    const restarted = new Balancer({ now: c.now });
+    const restarted = new Balancer({ ...BALANCER_DEFAULTS, now: c.now });
     restarted.setEndpoints([ep("a"), ep("b")]);
     expect(restarted.lastUsed().size).toBe(0);
   });
@@ -189,7 +192,7 @@ describe("last used (unknown is not idle)", () => {
 
 describe("tiers", () => {
   const eps = [ep("p0a"), ep("p0b"), ep("p1a", { priority: 1 }), ep("p2a", { priority: 2 })];
-  const opts: BalancerOptions = { saturation: { inflight: 2, queue: 3 } };
+  const opts: Partial<BalancerOptions> = { saturation: { inflight: 2, queue: 3 } };
 
   test("the best tier takes everything until every endpoint in it is saturated", () => {
     const { b } = balancer(eps, opts);
@@ -650,7 +653,7 @@ describe("sticky table (a key follows the endpoint that served it last)", () => 
     const key = 4242;
     const home = ringHome(key);
     const m = ids(8).find((id) => id !== home)!;
-    const run = (opts: BalancerOptions) => {
+    const run = (opts: Partial<BalancerOptions>) => {
       const { b } = balancer(ids(8).map((id) => ep(id)), opts);
       pin(b, key, m);
       const rnd = lcg(23);
@@ -675,10 +678,14 @@ describe("sticky table (a key follows the endpoint that served it last)", () => 
   });
 
   test("options are checked", () => {
-    expect(() => new Balancer({ stickySlots: 1000 })).toThrow();
-    expect(() => new Balancer({ stickySlots: 1 })).toThrow();
-    expect(() => new Balancer({ loadFactor: 1.5, stickyLoadFactor: 1.25 })).toThrow();
-    expect(() => new Balancer({ loadFactor: 3 })).not.toThrow(); // the sticky default follows a larger loadFactor
+    const now = () => 0;
+    expect(() => new Balancer({ ...BALANCER_DEFAULTS, now, stickySlots: 1000 })).toThrow();
+    expect(() => new Balancer({ ...BALANCER_DEFAULTS, now, stickySlots: 1 })).toThrow();
+    expect(() => new Balancer({ ...BALANCER_DEFAULTS, now, loadFactor: 1.5, stickyLoadFactor: 1.25 })).toThrow();
+    // The sticky default follows a larger loadFactor: the settings the router is given hold it to max(2, loadFactor).
+    const larger = routerSettings(ServeConfig.parse({ balance_load_factor: 3 })).balancer;
+    expect(larger.stickyLoadFactor).toBe(3);
+    expect(() => new Balancer({ ...larger, now })).not.toThrow();
   });
 
   test("many conversations: turns stay with their endpoint, and total requests stay within 1.25 × the mean", () => {
@@ -739,7 +746,7 @@ describe("property: random sequences of acquire, release, table changes, metrics
     fc.assert(
       fc.property(fc.array(op, { maxLength: 200 }), (ops) => {
         const c = clock();
-        const b = new Balancer({ now: c.now, saturation: { inflight: 3, queue: 8 } });
+        const b = new Balancer({ ...BALANCER_DEFAULTS, now: c.now, saturation: { inflight: 3, queue: 8 } });
         b.setEndpoints(all);
         const open: Lease[] = [];
         const everyState = new Set(b.endpoints());

@@ -6,6 +6,10 @@
 import { describe, expect, test } from "bun:test";
 import { Balancer } from "../../src/router/balancer";
 import type { EndpointInfo } from "../../src/protocol/routing";
+import { BALANCER_DEFAULTS } from "../helpers/router-settings";
+
+/** A router's balancer as `llmgw serve` builds it; no cooldown or stamp is read here, so its clock stands still. */
+const router = () => new Balancer({ ...BALANCER_DEFAULTS, now: () => 0 });
 
 const ep = (id: string, extra: Partial<EndpointInfo> = {}): EndpointInfo => ({ id, url: `http://10.0.0.1:${8000 + Number(id.slice(2))}`, models: ["m"], engine: "vllm", pool: "default", weight: 1, priority: 0, ...extra });
 const list = (n: number, extra: (i: number) => Partial<EndpointInfo> = () => ({})) => Array.from({ length: n }, (_, i) => ep(`r-${i}`, extra(i)));
@@ -34,7 +38,7 @@ function shuffled<T>(xs: T[], seed: number): T[] {
 describe("CHWBL across routers", () => {
   test("the same replica list gives every router the same answer for every key, whatever the list's order", () => {
     const eps = list(8);
-    const routers = [new Balancer(), new Balancer(), new Balancer()];
+    const routers = [router(), router(), router()];
     routers[0]!.setEndpoints(eps);
     routers[1]!.setEndpoints(shuffled(eps, 1));
     routers[2]!.setEndpoints(shuffled(eps, 2));
@@ -47,15 +51,15 @@ describe("CHWBL across routers", () => {
 
   test("weights and priority tiers too; and after a replica leaves, the routers agree again and only its keys moved", () => {
     const eps = list(6, (i) => ({ weight: i % 2 === 0 ? 2 : 1, priority: i < 4 ? 0 : 1 }));
-    const x = new Balancer();
-    const y = new Balancer();
+    const x = router();
+    const y = router();
     x.setEndpoints(eps);
     y.setEndpoints(shuffled(eps, 3));
     const before = picks(x);
     expect(picks(y)).toEqual(before);
     const rest = eps.filter((e) => e.id !== "r-1");
     // A fresh router started after the change (a restarted one) and the two that saw it.
-    const z = new Balancer();
+    const z = router();
     z.setEndpoints(shuffled(rest, 4));
     x.setEndpoints(rest);
     y.setEndpoints(shuffled(rest, 5));

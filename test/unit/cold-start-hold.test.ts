@@ -46,7 +46,7 @@ describe("CatalogEntry.starting", () => {
 describe("serve flags of the cold-start hold", () => {
   test("--cold-start-progress-interval and --max-held-per-model reach the router's settings; defaults 5s and 64", async () => {
     const { ServeConfig, loadConfig } = await import("../../src/config");
-    const { routerSettings } = await import("../../src/app/head");
+    const { routerSettings } = await import("../../src/app/router-settings");
     const none = routerSettings(await loadConfig(ServeConfig, { flags: {}, env: {} }));
     expect([none.coldStartProgressMs, none.maxHeldPerModel]).toEqual([5_000, 64]);
     const set = routerSettings(await loadConfig(ServeConfig, { flags: { "cold-start-progress-interval": "2s" }, env: { LLMGW_MAX_HELD_PER_MODEL: "3" } }));

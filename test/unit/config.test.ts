@@ -8,6 +8,7 @@ import { AgentConfig, ConfigError, ServeConfig, defaultText, loadConfig } from "
 import { UsageError, parseFlags } from "../../src/config/flags";
 import { SERVE_FLAGS } from "../../src/cli/serve";
 import { AGENT_FLAGS } from "../../src/cli/agent";
+import { routerSettings } from "../../src/app/router-settings";
 import { scratchDir } from "../helpers/tmp";
 
 const dir = scratchDir("llmgw-cfg-");
@@ -154,6 +155,19 @@ describe("defaults in one place", () => {
     expect(defaultText(AgentConfig, "engine_auth")).toBe("on");
     expect(defaultText(AgentConfig, "logs_listen")).toBe("0.0.0.0:8002");
     expect(() => defaultText(ServeConfig, "admin_token")).toThrow("admin_token has no default");
+  });
+
+  test("the router's balancer and metrics settings come from the schema, as the router is given them", () => {
+    expect(routerSettings(ServeConfig.parse({}))).toMatchObject({
+      metricsIntervalMs: 1000,
+      balancer: { loadFactor: 1.25, stickyLoadFactor: 2, stickySlots: 65536, vnodesPerWeight: 40, saturation: { inflight: 64, queue: 8 }, kvHigh: 0.95, queueHigh: 4 },
+    });
+    const set = routerSettings(ServeConfig.parse({ balance_load_factor: 1.5, balance_sticky_slots: 1024, balance_kv_high: 0.9, engine_metrics_interval: "0s" }));
+    expect(set.balancer).toMatchObject({ loadFactor: 1.5, stickyLoadFactor: 2, stickySlots: 1024, kvHigh: 0.9 });
+    expect(set.metricsIntervalMs).toBe(0);
+    // A conversation is never held to a bound tighter than placement's.
+    expect(routerSettings(ServeConfig.parse({ balance_load_factor: 3 })).balancer.stickyLoadFactor).toBe(3);
+    expect(ServeConfig.safeParse({ balance_sticky_slots: 1000 }).error?.issues[0]?.message).toBe("must be a power of two");
   });
 
   test("every serve flag of a key with a default states that default, read from the schema", async () => {

@@ -655,6 +655,45 @@ describe("fake engine key", () => {
   });
 });
 
+describe("fake engine streams at token delay 0", () => {
+  /** The raw bytes of a streamed chat answer and the number of socket reads they came in. */
+  async function reads(e: FakeEngine): Promise<{ reads: number; text: string }> {
+    const body = JSON.stringify(chat("Say hello.", { stream: true, max_tokens: 20 }));
+    const done = Promise.withResolvers<void>();
+    let n = 0;
+    let text = "";
+    const s = await Bun.connect({
+      hostname: "127.0.0.1",
+      port: e.port,
+      socket: {
+        data(_s, d) {
+          n++;
+          text += new TextDecoder().decode(d);
+          if (text.endsWith("0\r\n\r\n")) done.resolve();
+        },
+        close: () => done.resolve(),
+      },
+    });
+    s.write(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`);
+    await done.promise;
+    s.end();
+    // The chunked framing's sizes and CRLFs differ with the writes; the events do not.
+    const events = text.slice(text.indexOf("\r\n\r\n") + 4).split("\r\n").filter((l) => l.startsWith("data: ")).join("");
+    return { reads: n, text: events.replace(/"id":"[^"]*"|"created":\d+/g, "") };
+  }
+
+  test("write the whole answer at once, or with flushEvents each event on its own", async () => {
+    const whole = await reads(await engine({ tokenDelayMs: 0, ttftMs: 0 }));
+    const flushed = await reads(await engine({ tokenDelayMs: 0, ttftMs: 0, flushEvents: true }));
+    expect(whole.reads).toBeLessThanOrEqual(2);
+    // 20 tokens: the first with the role event, the last with the finish and [DONE]; a busy
+    // loop may still join a few writes into one read.
+    expect(flushed.reads).toBeGreaterThan(10);
+    expect(flushed.text).toBe(whole.text);
+    expect(parseFakeEngineFlags(["--model", "m", "--token-delay-ms", "0", "--flush-events"]).flushEvents).toBe(true);
+  });
+});
+
 describe("fake engine flags", () => {
   test("parsed by the CLI's parser: --flag value, --flag=value, repeated --model, the leading command word", () => {
     expect(parseFakeEngineFlags(["fake-engine", "--model", "a", "--model=b", "--port=9000", "--host", "::1", "--ttft-ms", "2.5", "--token-delay-ms=0", "--tokens", "7", "--slots", "3", "--cache-blocks", "0"])).toEqual({

@@ -3,7 +3,7 @@
 // replaced by U+FFFD as WHATWG says), through a decoder JSON.parse reads faster.
 
 import { describe, expect, test } from "bun:test";
-import { utf8Text } from "../../src/router/router";
+import { utf8Text } from "../../src/router/request-body";
 
 const dec = new TextDecoder();
 const b = (...x: number[]) => new Uint8Array(x);

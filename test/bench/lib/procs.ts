@@ -194,7 +194,7 @@ export function freePort(): number {
 /** Starts a fake engine as its own process (source, not the compiled binary). */
 export function fakeEngineProc(
   name: string,
-  f: { model: string; ttftMs: number; tokenDelayMs: number; tokens: number; slots: number; cacheBlocks?: number },
+  f: { model: string; ttftMs: number; tokenDelayMs: number; tokens: number; slots: number; cacheBlocks?: number; flushEvents?: boolean },
   o: SpawnOptions = {},
 ): Promise<Child> {
   return spawnChild(
@@ -215,6 +215,7 @@ export function fakeEngineProc(
       "--slots",
       String(f.slots),
       ...(f.cacheBlocks !== undefined ? ["--cache-blocks", String(f.cacheBlocks)] : []),
+      ...(f.flushEvents ? ["--flush-events"] : []),
     ],
     o,
   );

@@ -15,10 +15,10 @@
 // some 25 MB more resident), and a bench of the proxy path would carry its garbage collection
 // and page faults. Without the variable (a bench starting this file by hand) they are read here.
 
-import { Router, type RouterOptions } from "../../../src/router/router";
+import type { RouterSettings as Settings } from "../../../src/app/router-settings";
+import { Router } from "../../../src/router/router";
 import type { EndpointInfo } from "../../../src/protocol/routing";
 
-type Settings = Pick<RouterOptions, "maxBodyBytes" | "maxJsonDepth" | "maxJsonValues" | "maxAttempts" | "firstByteTimeoutMs" | "idleTimeoutMs" | "coldStartTimeoutMs" | "coldStartProgressMs" | "maxHeldPerModel" | "cooldownMs">;
 const given = process.env.LLMGW_BENCH_ROUTER_SETTINGS;
 const settings: Settings = given ? (JSON.parse(given) as Settings) : (await import("../../helpers/router-settings")).ROUTER_DEFAULTS;
 
