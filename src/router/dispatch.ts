@@ -141,9 +141,14 @@ export class Dispatch {
     }
   }
 
+  /** The last exact route found, compared first: the path is a string fresh from each request's head, and comparing it costs less than hashing it for two lookups. */
+  private last: RouteDef | undefined;
+
   private route(method: string, path: string): RouteDef | undefined {
+    const last = this.last;
+    if (last !== undefined && last.path === path && last.method === method) return last;
     const r = EXACT_ROUTES.get(method)?.get(path);
-    if (r !== undefined) return r;
+    if (r !== undefined) return (this.last = r);
     for (const p of PREFIX_ROUTES) if (p.method === method && path.startsWith(p.path) && path.length > p.path.length) return p;
     return undefined;
   }

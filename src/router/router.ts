@@ -150,7 +150,8 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       catalog,
       internalError,
     };
-    const toProxy = (req: ProxyRequest) => proxy(proxyContext, req);
+    // Bound, not wrapped: a request passes from dispatch or cold start straight into proxy.ts.
+    const toProxy: (req: ProxyRequest) => void = proxy.bind(undefined, proxyContext);
     this.coldStart = new ColdStart({
       settings: { coldStartTimeoutMs: o.coldStartTimeoutMs, coldStartProgressMs: o.coldStartProgressMs, maxHeldPerModel: o.maxHeldPerModel },
       balancer,
@@ -239,7 +240,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       ...o.listener,
       ...(o.tls ? { tls: { cert: Bun.file(o.tls.cert), key: Bun.file(o.tls.key) } } : {}),
       errorBody: (status, message, code) => openAIErrorBody(status, sizeRefusal(message, code), { code }),
-      handler: (ex) => this.dispatch.handle(ex),
+      handler: this.dispatch.handle.bind(this.dispatch),
       onHandlerError: (err) => o.log?.warn({ err: (err as Error).message }, "router request failed"),
     };
     this.server = new Http1Server(listen);
