@@ -60,11 +60,45 @@ export interface CatalogEntry {
   starting?: { node: string; since: number };
 }
 
+/**
+ * What a key or a team may use. Absent means no limit. Budgets are per period (budgetPeriod,
+ * month when not given), reserved before a request goes out and settled from its real usage.
+ */
+export interface UsageLimits {
+  /** Requests per minute. */
+  rpm?: number;
+  /** Tokens (prompt and completion) per minute. */
+  tpm?: number;
+  /** Requests in flight at once. */
+  maxConcurrent?: number;
+  /** Tokens per budget period. */
+  budgetTokens?: number;
+  /** GPU-hours per budget period (a request's share of its replica's GPUs while it ran). */
+  budgetGpuHours?: number;
+  budgetPeriod?: "day" | "week" | "month";
+}
+
+/** The router's admission tiers for a key's requests: interactive ones are admitted before batch ones. */
+export const KEY_TIERS = ["interactive", "batch"] as const;
+export type KeyTier = (typeof KEY_TIERS)[number];
+
 /** A client API key as the router checks it: never the key itself, only its SHA-256 (hex). */
 export interface ApiKeyEntry {
   name: string;
   sha256: string;
   pool: string | null;
+  /** The team the key belongs to: held to the team's limits too, shared by its keys. */
+  team?: string;
+  /** The models (names or aliases) the key may use; absent: every model its pool offers. */
+  models?: string[];
+  /** When the key stops working (ms since epoch). */
+  expiresAt?: number;
+  /** Its admission tier; interactive when not given. */
+  tier?: KeyTier;
+  /** The key's own limits. */
+  limits?: UsageLimits;
+  /** Its team's limits, shared by all the team's keys. */
+  teamLimits?: UsageLimits;
 }
 
 /** Control → router: replaces the router's table wholesale. */
