@@ -4,7 +4,7 @@
 // The endpoint list, the catalog and the traffic figures go as changes (app/list-delta.ts).
 
 import { z } from "zod";
-import { TTFT_BUCKETS_MS } from "./routing";
+import { KEY_TIERS, TTFT_BUCKETS_MS } from "./routing";
 
 const Endpoint = z.object({
   id: z.string(),
@@ -29,7 +29,26 @@ const Catalog = z.object({
   starting: z.object({ node: z.string(), since: z.number() }).optional(),
 });
 
-const ApiKey = z.object({ name: z.string(), sha256: z.string(), pool: z.string().nullable() });
+const Limits = z.object({
+  rpm: z.number().optional(),
+  tpm: z.number().optional(),
+  maxConcurrent: z.number().optional(),
+  budgetTokens: z.number().optional(),
+  budgetGpuHours: z.number().optional(),
+  budgetPeriod: z.enum(["day", "week", "month"]).optional(),
+});
+
+const ApiKey = z.object({
+  name: z.string(),
+  sha256: z.string(),
+  pool: z.string().nullable(),
+  team: z.string().optional(),
+  models: z.array(z.string()).optional(),
+  expiresAt: z.number().optional(),
+  tier: z.enum(KEY_TIERS).optional(),
+  limits: Limits.optional(),
+  teamLimits: Limits.optional(),
+});
 
 /** Control → router. */
 export const ToRouter = z.discriminatedUnion("type", [
