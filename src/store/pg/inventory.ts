@@ -10,6 +10,7 @@ import type { HeartbeatRequest } from "../../protocol/heartbeat";
 import { CHANNEL, type PgConnection, type Tx } from "./connection";
 import * as schema from "./schema";
 import { CHANGE_SQL, HEARTBEATS_SQL, byteOrder, inventoryRows } from "./sql";
+import { joinedNodeRow } from "../rows";
 
 export class PgInventory implements InventoryWrites {
   constructor(private readonly c: PgConnection) {}
@@ -139,17 +140,7 @@ async function joinOne(tx: Tx, hb: HeartbeatRequest, now: number, join: { creden
   if (!existing) {
     const inserted = await tx
       .insert(schema.nodes)
-      .values({
-        name: hb.node,
-        address: hb.address,
-        labels: hb.labels,
-        fabrics: hb.fabrics,
-        adminState: join.pending ? "pending" : "none",
-        lastHeartbeat: now,
-        agentVersion: hb.agent_version,
-        registeredAt: now,
-        credentialHash: join.credentialHash,
-      })
+      .values(joinedNodeRow(hb, now, join))
       .onConflictDoNothing({ target: schema.nodes.name })
       .returning({ n: schema.nodes.name });
     created = inserted.length === 1;

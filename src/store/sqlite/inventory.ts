@@ -10,6 +10,7 @@ import type { GpuRow } from "../../control/types";
 import type { HeartbeatRequest } from "../../protocol/heartbeat";
 import { guarded } from "../errors";
 import { type Sqlite, type Tx, schema } from "./db";
+import { joinedNodeRow } from "../rows";
 
 type Statement = ReturnType<Database["prepare"]>;
 interface HeartbeatStatements {
@@ -120,17 +121,7 @@ function joinOne(tx: Tx, hb: HeartbeatRequest, now: number, join: { credentialHa
       .run();
   } else {
     tx.insert(schema.nodes)
-      .values({
-        name: hb.node,
-        address: hb.address,
-        labels: hb.labels,
-        fabrics: hb.fabrics,
-        adminState: join.pending ? "pending" : "none",
-        lastHeartbeat: now,
-        agentVersion: hb.agent_version,
-        registeredAt: now,
-        credentialHash: join.credentialHash,
-      })
+      .values(joinedNodeRow(hb, now, join))
       .run();
   }
   tx.delete(schema.gpus).where(eq(schema.gpus.node, hb.node)).run();
