@@ -252,12 +252,18 @@ export class Admission {
  * x-should-retry (its SDKs retry on it), and the x-ratelimit-* `lines` of a rated key.
  */
 export function refusalReply(no: Refusal, lines: string): Reply {
-  const headers: Record<string, string> = { "retry-after": String(Math.ceil(no.retryAfterMs / 1000)), "x-should-retry": "true" };
+  const headers = { "retry-after": String(Math.ceil(no.retryAfterMs / 1000)), "x-should-retry": "true", ...headerRecord(lines) };
+  return openAIError(429, no.message, { type: "rate_limit_exceeded", code: "rate_limit_exceeded", headers });
+}
+
+/** Header lines (`name: value\r\n`…) as a record, for the router's own whole answers. */
+export function headerRecord(lines: string): Record<string, string> {
+  const out: Record<string, string> = {};
   for (const line of lines.split("\r\n")) {
     const colon = line.indexOf(": ");
-    if (colon > 0) headers[line.slice(0, colon)] = line.slice(colon + 2);
+    if (colon > 0) out[line.slice(0, colon)] = line.slice(colon + 2);
   }
-  return openAIError(429, no.message, { type: "rate_limit_exceeded", code: "rate_limit_exceeded", headers });
+  return out;
 }
 
 function limited(l: UsageLimits | undefined): boolean {

@@ -10,6 +10,7 @@ import type { ClientExchange } from "../http/exchange";
 import type { Scheduler, Timer } from "../lib/scheduler";
 import { safeText } from "../lib/text";
 import type { CatalogEntry, DemandSink } from "../protocol/routing";
+import { type Admission, headerRecord } from "./admission";
 import type { Balancer } from "./balancer";
 import type { Catalog } from "./catalog";
 import { answer, openAIError, send } from "./errors";
@@ -31,6 +32,8 @@ export interface ColdStartContext {
   readonly metrics: Pick<RouterMetrics, "answered">;
   readonly demand: DemandSink | undefined;
   readonly log: { warn(o: object, m?: string): void } | undefined;
+  /** A limited key's x-ratelimit-* headers, on the head of its held stream too. */
+  readonly admission?: Pick<Admission, "headers">;
   /** The router still serves: once it stopped, a held request is answered at its next look. */
   serving(): boolean;
   /** Sends a request on to a replica (proxy.ts), now that its model has one. */
@@ -167,7 +170,9 @@ export class ColdStart {
     // Headers and a first comment at once, with no grace to wait for a fast warm-up: real cold
     // starts take tens of seconds, and a client told "starting" from the first moment never
     // has to guess whether a silent connection is a cold start or a hang.
-    ex.stream(200, HELD_HEADERS, this.progressLine(name, since, (shown = this.startingNode(name))));
+    const adm = req.adm;
+    const head = adm !== undefined && adm.rated && ctx.admission !== undefined ? { ...HELD_HEADERS, ...headerRecord(ctx.admission.headers(adm)) } : HELD_HEADERS;
+    ex.stream(200, head, this.progressLine(name, since, (shown = this.startingNode(name))));
     // A throw here would be the timer's, far from any request: it ends this hold alone.
     ticker = ctx.scheduler.every(ctx.settings.coldStartProgressMs, () => {
       try {

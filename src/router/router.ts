@@ -166,6 +166,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       metrics: this.metrics,
       demand: o.demand,
       log: o.log,
+      admission,
       serving: () => this.server !== undefined,
       proxy: toProxy,
       internalError,

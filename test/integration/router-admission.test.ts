@@ -220,6 +220,7 @@ describe("router admission", () => {
     const ctl = new AbortController();
     const held = await post(url, "k", { model: "cold", stream: true }, ctl.signal);
     expect(held.status).toBe(200);
+    expect(held.headers.get("x-ratelimit-limit-requests")).toBe("10000");
     expect(use(r, "k").inflight).toBe(1);
     ctl.abort();
     await settled("a cold-start hold left by its client");
