@@ -256,6 +256,12 @@ export function refusalReply(no: Refusal, lines: string): Reply {
   return openAIError(429, no.message, { type: "rate_limit_exceeded", code: "rate_limit_exceeded", headers });
 }
 
+/** A whole reply of the router's own (an error) to a request of a rated key: with its x-ratelimit-* headers, as every answer to it. */
+export function withRateHeaders(r: Reply, adm: KeyState | undefined, admission: Pick<Admission, "headers"> | undefined): Reply {
+  if (adm === undefined || admission === undefined || !adm.rated) return r;
+  return { ...r, headers: { ...r.headers, ...headerRecord(admission.headers(adm)) } };
+}
+
 /** Header lines (`name: value\r\n`…) as a record, for the router's own whole answers. */
 export function headerRecord(lines: string): Record<string, string> {
   const out: Record<string, string> = {};

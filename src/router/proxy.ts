@@ -14,7 +14,7 @@ import { UpstreamError } from "../http/client";
 import type { ClientExchange } from "../http/exchange";
 import { Pieces } from "../http/wire";
 import type { Scheduler } from "../lib/scheduler";
-import type { Admission, KeyState } from "./admission";
+import { type Admission, type KeyState, withRateHeaders } from "./admission";
 import type { Balancer, Lease } from "./balancer";
 import type { Catalog } from "./catalog";
 import type { Deadlines, Watch } from "./deadlines";
@@ -114,7 +114,7 @@ class Call {
     try {
       const lease = this.attempts < ctx.settings.maxAttempts && !req.ex.aborted ? this.acquire() : undefined;
       if (lease === undefined) {
-        answer(req.ex, this.gaveUp());
+        answer(req.ex, withRateHeaders(this.gaveUp(), req.adm, ctx.admission));
         return;
       }
       this.attempts++;

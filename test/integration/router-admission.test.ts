@@ -196,6 +196,8 @@ describe("router admission", () => {
       const x = await res;
       await x.text().catch(() => "");
       expect(`${what}: ${x.status}`).toBe(`${what}: ${status}`);
+      // Every answer to a key with an rpm limit carries the x-ratelimit-* headers, the router's own errors too.
+      expect(`${what}: ${x.headers.get("x-ratelimit-limit-requests")}`).toBe(`${what}: 10000`);
       await settled(what);
     };
     await done("answered", 200, post(url, "k", { model: "m" }));
