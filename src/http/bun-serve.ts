@@ -79,6 +79,7 @@ class BunExchange extends ClientExchange {
   override respond(status: number, headers: Record<string, string> | HeaderBlock, bodyBytes: string | Uint8Array | Pieces): void {
     if (this.state !== 0 || this.aborted) return;
     this.state = 2;
+    if (this.holder !== undefined) this.over();
     const bodiless = status === 204 || status === 304;
     const body = own(bodyBytes);
     this.resolve(new Response(bodiless ? null : body, { status, headers: toHeaders(headers) }));
@@ -111,6 +112,7 @@ class BunExchange extends ClientExchange {
     const last = own(lastBytes);
     if (this.state !== 1) return;
     this.state = 2;
+    if (this.holder !== undefined) this.over();
     if (this.aborted) return;
     if (last !== undefined && last.byteLength > 0) this.ctrl!.enqueue(last);
     this.ctrl!.close();
@@ -120,6 +122,7 @@ class BunExchange extends ClientExchange {
     if (this.state === 2) return;
     const streaming = this.state === 1;
     this.state = 2;
+    if (this.holder !== undefined) this.over();
     if (streaming) this.ctrl!.error(new Error("answer cut"));
     else this.resolve(Response.error());
   }

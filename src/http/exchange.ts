@@ -106,6 +106,11 @@ export class ClientExchange {
   aborted = false;
   onAbort: (() => void) | undefined;
   onDrain: (() => void) | undefined;
+  /**
+   * What the request holds until it is over (a key's in-flight slot): released once, when the
+   * answer has gone out, been cut, or its client has gone, whichever way that happened.
+   */
+  holder: { release(): void } | undefined = undefined;
   /** 0: not answered, 1: streaming, 2: done. */
   protected state = 0;
   private chunked = true;
@@ -172,6 +177,7 @@ export class ClientExchange {
     else if (this.method === "HEAD" || size === 0 || bodiless) c.writeString(head, headBytes);
     else if (typeof body === "string") c.writeString(head + body, headBytes + size);
     else c.write(withHead(head, body, undefined, headBytes));
+    if (this.holder !== undefined) this.over();
     c.done(this);
   }
 
@@ -227,6 +233,7 @@ export class ClientExchange {
       // The last bytes, their framing and the end of the body in one buffer, one write.
       const sizeLine = `${lastBytes.size.toString(16)}\r\n`;
       this.conn.write(piecesWithHead(sizeLine, sizeLine.length, false, lastBytes, CRLF_LAST));
+      if (this.holder !== undefined) this.over();
       this.conn.done(this);
       return;
     }
@@ -239,6 +246,7 @@ export class ClientExchange {
       } else if (more) this.conn.write(withHead(`${last.byteLength.toString(16)}\r\n`, last, CRLF_LAST));
       else this.conn.write(LAST_CHUNK);
     }
+    if (this.holder !== undefined) this.over();
     this.conn.done(this);
   }
 
@@ -249,6 +257,7 @@ export class ClientExchange {
   destroy(): void {
     if (this.state === 2) return;
     this.state = 2;
+    if (this.holder !== undefined) this.over();
     this.conn.kill();
   }
 
@@ -257,9 +266,17 @@ export class ClientExchange {
     if (this.aborted || this.state === 2) return;
     this.aborted = true;
     this.state = 2;
+    if (this.holder !== undefined) this.over();
     const f = this.onAbort;
     this.onAbort = undefined;
     f?.();
+  }
+
+  /** The exchange is over: what it held goes back, once. */
+  protected over(): void {
+    const h = this.holder!;
+    this.holder = undefined;
+    h.release();
   }
 }
 

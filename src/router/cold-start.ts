@@ -10,9 +10,10 @@ import type { ClientExchange } from "../http/exchange";
 import type { Scheduler, Timer } from "../lib/scheduler";
 import { safeText } from "../lib/text";
 import type { CatalogEntry, DemandSink } from "../protocol/routing";
+import { type Admission, headerRecord, withRateHeaders } from "./admission";
 import type { Balancer } from "./balancer";
 import type { Catalog } from "./catalog";
-import { answer, openAIError, send } from "./errors";
+import { type Reply, answer, openAIError, send } from "./errors";
 import type { RouterMetrics } from "./metrics";
 import type { ProxyRequest } from "./proxy";
 import { unavailableReply } from "./unavailable";
@@ -31,6 +32,8 @@ export interface ColdStartContext {
   readonly metrics: Pick<RouterMetrics, "answered">;
   readonly demand: DemandSink | undefined;
   readonly log: { warn(o: object, m?: string): void } | undefined;
+  /** A limited key's x-ratelimit-* headers, on the head of its held stream too. */
+  readonly admission?: Pick<Admission, "headers">;
   /** The router still serves: once it stopped, a held request is answered at its next look. */
   serving(): boolean;
   /** Sends a request on to a replica (proxy.ts), now that its model has one. */
@@ -82,21 +85,24 @@ export class ColdStart {
     const ctx = this.ctx;
     const entry = ctx.catalog.get(model);
     if (!entry || (pool !== undefined && entry.pool !== pool))
-      return send(ex, openAIError(404, `The model '${model}' does not exist${pool ? ` in pool '${pool}'` : ""}`, { param: "model", code: "model_not_found" }));
+      return send(ex, this.rated(req, openAIError(404, `The model '${model}' does not exist${pool ? ` in pool '${pool}'` : ""}`, { param: "model", code: "model_not_found" })));
     // Nothing serves it: tell the control plane someone wants it. An on-demand model is worth
     // waiting for; any other is starting, failing or unplaceable, and the client is better
     // served by a prompt 503 it can retry.
-    if (entry.unavailable) return this.unavailable(ex, entry);
+    if (entry.unavailable) return this.unavailable(req, entry);
     ctx.demand?.requestModel(model);
     const holdMs = Math.max(ctx.settings.coldStartTimeoutMs, entry.start_timeout_ms ?? 0);
     const notReady = () => {
       ctx.metrics.answered(entry.name, 503);
       answer(
         ex,
-        openAIError(503, `no replica of '${model}' is ready${entry.on_demand ? ` after waiting ${Math.round(holdMs / 1000)}s for one to start` : ""}; try again shortly`, {
-          code: "model_not_ready",
-          headers: { "retry-after": entry.on_demand ? "30" : "10" },
-        }),
+        this.rated(
+          req,
+          openAIError(503, `no replica of '${model}' is ready${entry.on_demand ? ` after waiting ${Math.round(holdMs / 1000)}s for one to start` : ""}; try again shortly`, {
+            code: "model_not_ready",
+            headers: { "retry-after": entry.on_demand ? "30" : "10" },
+          }),
+        ),
       );
     };
     if (!entry.on_demand) return notReady();
@@ -105,21 +111,26 @@ export class ColdStart {
     if (held >= max) {
       ctx.metrics.answered(entry.name, 503);
       const message = `${held} requests are already waiting for '${entry.name}' to start, the most one model may hold (--max-held-per-model ${max}); try again shortly`;
-      return send(ex, openAIError(503, message, { code: "too_many_waiting", headers: { "retry-after": "10" } }));
+      return send(ex, this.rated(req, openAIError(503, message, { code: "too_many_waiting", headers: { "retry-after": "10" } })));
     }
     this.waitForEndpoint(entry, req, holdMs, progress, (ok) => {
       if (ok && !ex.aborted) return ctx.proxy(req);
       const now = ctx.catalog.get(model);
-      if (now?.unavailable) return this.unavailable(ex, now);
+      if (now?.unavailable) return this.unavailable(req, now);
       notReady();
     });
   }
 
   /** A model waiting cannot bring back (never, parked): answered at once, so no client retries in vain (unavailable.ts). */
-  private unavailable(ex: ClientExchange, entry: CatalogEntry): void {
-    const reply = unavailableReply(entry.unavailable!);
+  private unavailable(req: ProxyRequest, entry: CatalogEntry): void {
+    const reply = this.rated(req, unavailableReply(entry.unavailable!));
     this.ctx.metrics.answered(entry.name, reply.status);
-    answer(ex, reply);
+    answer(req.ex, reply);
+  }
+
+  /** A reply of the router's own, with a limited key's x-ratelimit-* headers. */
+  private rated(req: ProxyRequest, r: Reply): Reply {
+    return withRateHeaders(r, req.adm, this.ctx.admission);
   }
 
   /**
@@ -167,7 +178,9 @@ export class ColdStart {
     // Headers and a first comment at once, with no grace to wait for a fast warm-up: real cold
     // starts take tens of seconds, and a client told "starting" from the first moment never
     // has to guess whether a silent connection is a cold start or a hang.
-    ex.stream(200, HELD_HEADERS, this.progressLine(name, since, (shown = this.startingNode(name))));
+    const adm = req.adm;
+    const head = adm !== undefined && adm.rated && ctx.admission !== undefined ? { ...HELD_HEADERS, ...headerRecord(ctx.admission.headers(adm)) } : HELD_HEADERS;
+    ex.stream(200, head, this.progressLine(name, since, (shown = this.startingNode(name))));
     // A throw here would be the timer's, far from any request: it ends this hold alone.
     ticker = ctx.scheduler.every(ctx.settings.coldStartProgressMs, () => {
       try {

@@ -13,6 +13,7 @@ import type { ClientExchange } from "../http/exchange";
 import { bearerToken, sameSecret, sha256hex } from "../lib/digest";
 import type { Scheduler } from "../lib/scheduler";
 import type { ApiKeyEntry } from "../protocol/routing";
+import { type Admission, promptEstimate, refusalReply } from "./admission";
 import type { Balancer } from "./balancer";
 import type { BodyReader } from "./body-reader";
 import type { Catalog } from "./catalog";
@@ -84,6 +85,8 @@ export interface DispatchContext {
   readonly balancer: Pick<Balancer, "has">;
   readonly time: Pick<Scheduler, "mono">;
   readonly coldStart: Pick<ColdStart, "hold">;
+  /** The keys' and teams' rate and concurrency limits. */
+  readonly admission: Pick<Admission, "setKeys" | "of" | "admit" | "headers">;
   /** Sends a request on to a replica (proxy.ts). */
   proxy(req: ProxyRequest): void;
   internalError(ex: ClientExchange, e: unknown): void;
@@ -97,6 +100,7 @@ export class Dispatch {
   /** The client API keys the control plane sent (by their SHA-256). */
   setApiKeys(keys: ApiKeyEntry[]): void {
     this.keys = new Map(keys.map((k) => [k.sha256, k]));
+    this.ctx.admission.setKeys(keys);
   }
 
   /** One request, from the listener. */
@@ -218,7 +222,16 @@ export class Dispatch {
       if ("status" in to) return send(ex, to);
       pin = to.pin;
     }
-    const req: ProxyRequest = { ex, facts, pool, owner, pin, t0 };
+    // Admitted (or refused) by its key's and team's limits before anything is sent or held.
+    const adm = owner !== "" ? this.ctx.admission.of(owner) : undefined;
+    let prompt = 0;
+    if (adm !== undefined) {
+      prompt = promptEstimate(ex.body.byteLength);
+      const no = this.ctx.admission.admit(adm, prompt);
+      if (no !== undefined) return send(ex, refusalReply(no, adm.rated ? this.ctx.admission.headers(adm) : ""));
+      ex.holder = adm;
+    }
+    const req: ProxyRequest = { ex, facts, pool, owner, pin, t0, adm, prompt };
     if (this.ctx.balancer.has(facts.model, pool)) return this.ctx.proxy(req);
     this.ctx.coldStart.hold(req, facts.stream && SSE_PATHS.has(ex.path));
   }

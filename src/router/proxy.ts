@@ -14,11 +14,12 @@ import { UpstreamError } from "../http/client";
 import type { ClientExchange } from "../http/exchange";
 import { Pieces } from "../http/wire";
 import type { Scheduler } from "../lib/scheduler";
+import { type Admission, type KeyState, withRateHeaders } from "./admission";
 import type { Balancer, Lease } from "./balancer";
 import type { Catalog } from "./catalog";
 import type { Deadlines, Watch } from "./deadlines";
 import { answer, openAIError, openAIErrorBody, sseErrorFrame } from "./errors";
-import { type AnswerHeaders, forwardHeaders } from "./headers";
+import { type AnswerHead, type AnswerHeaders, forwardHeaders } from "./headers";
 import type { ModelSeries, RouterMetrics } from "./metrics";
 import { type BodyFacts, withModel } from "./request-body";
 import { IdSniffer, type ResponseIds } from "./response-ids";
@@ -36,6 +37,10 @@ export interface ProxyRequest {
   readonly pin: string | undefined;
   /** When it arrived (the scheduler's mono()): its duration and TTFT count from here, a cold-start hold included. */
   readonly t0: number;
+  /** Its key's limits (admission.ts), when the key or its team has any. */
+  readonly adm?: KeyState | undefined;
+  /** The prompt tokens counted for it on admission (an estimate from its size), settled from the engine's usage. */
+  readonly prompt?: number;
 }
 
 /** The parts of the router a request's attempts use. */
@@ -56,6 +61,7 @@ export interface ProxyContext {
   readonly headers: Pick<AnswerHeaders, "answer">;
   readonly responses: Pick<ResponseIds, "remember">;
   readonly catalog: Pick<Catalog, "nameOf">;
+  readonly admission: Pick<Admission, "headers" | "tokens">;
   /**
    * A bug of the router's own met while handling one request: logged, and that request alone
    * answered 500 (or cut, if its answer had started). Whoever calls this has released any
@@ -108,7 +114,7 @@ class Call {
     try {
       const lease = this.attempts < ctx.settings.maxAttempts && !req.ex.aborted ? this.acquire() : undefined;
       if (lease === undefined) {
-        answer(req.ex, this.gaveUp());
+        answer(req.ex, withRateHeaders(this.gaveUp(), req.adm, ctx.admission));
         return;
       }
       this.attempts++;
@@ -188,6 +194,8 @@ class Attempt implements ExchangeHandler, Watch {
   private readonly tokens = new TokenCount();
   /** A Responses API answer: its response's id is looked for in its first bytes. */
   private sniff: IdSniffer | undefined;
+  /** Streamed completion tokens already counted against its key's token limits. */
+  private charged = 0;
 
   constructor(
     private readonly call: Call,
@@ -320,7 +328,8 @@ class Attempt implements ExchangeHandler, Watch {
       return;
     }
     const h = this.ctx.headers.answer(this.lease.endpoint.id, head.names, head.values);
-    this.headers = h;
+    const adm = this.call.req.adm;
+    this.headers = adm !== undefined && adm.rated ? withLines(h, this.ctx.admission.headers(adm)) : h;
     this.sse = h.sse;
     if (h.sse) this.tokens.key = contentKey(this.ex.target);
     const len = head.contentLength;
@@ -368,6 +377,8 @@ class Attempt implements ExchangeHandler, Watch {
     // waits for its end, however many reads bring it.
     if (this.released || this.parts.count === 0 || this.mode !== "stream") return;
     this.deadline = this.ctx.deadlines.clock + this.ctx.settings.idleTimeoutMs;
+    const adm = this.call.req.adm;
+    if (adm !== undefined && this.tokens.streamed > this.charged && adm.metered) this.chargeStreamed(adm);
     this.drain();
   }
 
@@ -487,7 +498,25 @@ class Attempt implements ExchangeHandler, Watch {
     if (status === 200) this.m.ok.v++;
     else this.ctx.metrics.answered(this.model, status);
     this.m.duration.observe((now - this.t0) / 1000);
-    this.m.tokens.v += this.tokens.total();
+    const tokens = this.tokens.total();
+    this.m.tokens.v += tokens;
+    const adm = this.call.req.adm;
+    if (adm !== undefined && adm.metered) this.settle(adm, tokens);
+  }
+
+  /** The completion's tokens streamed since the last read, counted against its key's token limits as they pass. */
+  private chargeStreamed(adm: KeyState): void {
+    const n = this.tokens.streamed;
+    this.ctx.admission.tokens(adm, n - this.charged);
+    this.charged = n;
+  }
+
+  /** The answer's end: the engine's usage (its prompt and completion) replaces what was counted for it. */
+  private settle(adm: KeyState, completion: number): void {
+    const prompt = this.tokens.prompt();
+    const estimate = this.call.req.prompt ?? 0;
+    this.ctx.admission.tokens(adm, completion - this.charged + (prompt >= 0 ? prompt - estimate : 0));
+    this.charged = completion;
   }
 
   private fail(kind: string, error: string, cool: boolean): void {
@@ -501,6 +530,11 @@ class Attempt implements ExchangeHandler, Watch {
     this.ctx.metrics.upstreamError(this.model, kind);
     this.call.failed(this.lease.endpoint.id, this.model, { kind, error });
   }
+}
+
+/** An answer's head with more header lines (a limited key's x-ratelimit-*): made per answer, for those keys alone. */
+function withLines(h: AnswerHead, lines: string): AnswerHead {
+  return h.latin1 === true ? { text: h.text + lines, bytes: h.bytes + lines.length, latin1: true, sse: h.sse } : { text: h.text + lines, bytes: h.bytes + lines.length, sse: h.sse };
 }
 
 /** An engine's error answer as an SSE error event: its own OpenAI-shaped error when it sent one. */

@@ -25,6 +25,7 @@ import type { ClientExchange } from "../http/exchange";
 import { hostPort } from "../lib/net";
 import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
 import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, ModelTraffic, UsageSource } from "../protocol/routing";
+import { Admission, type KeyUse } from "./admission";
 import { Balancer, type BalancerSettings } from "./balancer";
 import { BodyReader } from "./body-reader";
 import { Catalog } from "./catalog";
@@ -115,6 +116,8 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
   private readonly deadlines: Deadlines;
   private readonly bodies: BodyReader;
   private readonly dispatch: Dispatch;
+  /** The keys' and teams' rate and concurrency limits. */
+  private readonly admission: Admission;
   private server: Http1Server | undefined;
   private poller: EngineMetricsPoller | undefined;
   private sweeper: Timer | undefined;
@@ -130,6 +133,8 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
     this.deadlines = new Deadlines(scheduler.mono());
     this.bodies = new BodyReader({ limits: { maxDepth: o.maxJsonDepth, maxValues: o.maxJsonValues }, scheduler, ...(o.log ? { log: o.log } : {}) });
     const responses = new ResponseIds();
+    const admission = new Admission(scheduler);
+    this.admission = admission;
     const balancer = this.balancer;
     const catalog = this.catalog;
     const internalError = (ex: ClientExchange, e: unknown) => this.internalError(ex, e);
@@ -148,6 +153,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       headers: new AnswerHeaders(),
       responses,
       catalog,
+      admission,
       internalError,
     };
     // Bound, not wrapped: a request passes from dispatch or cold start straight into proxy.ts.
@@ -160,6 +166,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       metrics: this.metrics,
       demand: o.demand,
       log: o.log,
+      admission,
       serving: () => this.server !== undefined,
       proxy: toProxy,
       internalError,
@@ -174,6 +181,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       balancer,
       time: scheduler,
       coldStart: this.coldStart,
+      admission,
       proxy: toProxy,
       internalError,
     });
@@ -198,6 +206,11 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
 
   setApiKeys(keys: ApiKeyEntry[]): void {
     this.dispatch.setApiKeys(keys);
+  }
+
+  /** Each limited key's use of its limits now: requests in flight, requests and tokens left this minute. */
+  keyUse(): KeyUse[] {
+    return this.admission.use();
   }
 
   setFleetMetrics(text: string): void {

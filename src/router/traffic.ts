@@ -20,6 +20,8 @@ const CONTENT_KEYS: Record<string, Uint8Array> = {
 };
 /** completion_tokens (chat, completions) or output_tokens (Responses API); the last one wins. */
 const USAGE_KEYS = [enc.encode('"completion_tokens"'), enc.encode('"output_tokens"')];
+/** prompt_tokens (chat, completions, embeddings) or input_tokens (Responses API). */
+const PROMPT_KEYS = [enc.encode('"prompt_tokens"'), enc.encode('"input_tokens"')];
 /** total()'s per-key search memo (it runs to the end without yielding, so one pair serves every count). */
 const SEARCHED = new Int32Array(USAGE_KEYS.length);
 const FOUND = new Int32Array(USAGE_KEYS.length);
@@ -118,6 +120,40 @@ export class TokenCount {
       if (digits > 0) return n;
     }
     return this.chunks;
+  }
+
+  /** Content chunks counted so far (SSE): the completion's tokens as it streams. */
+  get streamed(): number {
+    return this.chunks;
+  }
+
+  /** The prompt's tokens from the engine's usage in the answer's tail, or -1 when it gave none. */
+  prompt(): number {
+    for (let k = 1; k <= Math.min(this.n, KEPT); k++) {
+      const i = (this.n - k) % KEPT;
+      const d = this.bufs[i]!;
+      const a = this.start(i);
+      const b = this.to[i]!;
+      let best = -1;
+      let len = 0;
+      for (const key of PROMPT_KEYS) {
+        const end = b - key.length;
+        if (end < a) continue;
+        const at = lastIndexOf.call(d, key, end);
+        if (at >= a && at > best) {
+          best = at;
+          len = key.length;
+        }
+      }
+      if (best < 0) continue;
+      let v = best + len;
+      while (v < b && (d[v] === SPACE || d[v] === COLON)) v++;
+      let n = 0;
+      let digits = 0;
+      for (; v < b && d[v]! >= ZERO && d[v]! <= NINE && digits < 12; v++, digits++) n = n * 10 + (d[v]! - ZERO);
+      if (digits > 0) return n;
+    }
+    return -1;
   }
 
   /** Where the part of kept range i that is looked at begins. */

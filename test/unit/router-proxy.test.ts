@@ -9,6 +9,7 @@ import { UpstreamError, UpstreamHead } from "../../src/http/client";
 import { ClientExchange, type ExchangeConn, RequestHeaders } from "../../src/http/exchange";
 import { ManualScheduler } from "../../src/lib/scheduler";
 import type { EndpointInfo } from "../../src/protocol/routing";
+import { Admission } from "../../src/router/admission";
 import { Balancer } from "../../src/router/balancer";
 import { Catalog } from "../../src/router/catalog";
 import { Deadlines } from "../../src/router/deadlines";
@@ -93,6 +94,7 @@ function setup(endpoints: EndpointInfo[], settings: Partial<ProxyContext["settin
     headers: new AnswerHeaders(),
     responses: new ResponseIds(),
     catalog,
+    admission: new Admission(time),
     internalError: (_ex, e) => errors.push(e),
   };
   const request = (body: object, names: string[] = [], values: string[] = []) => {

@@ -79,4 +79,20 @@ describe("TokenCount", () => {
     old.feed(r2, chunk("a").length, r2.length);
     expect(old.total()).toBe(7);
   });
+
+  test("the prompt's tokens from the engine's usage (prompt_tokens, the Responses API's input_tokens), -1 without one; the streamed chunks so far", () => {
+    const prompt = (...parts: string[]) => {
+      const t = new TokenCount();
+      t.key = contentKey("/v1/chat/completions");
+      for (const p of parts) {
+        const d = enc.encode(`xx${p}yy`);
+        t.feed(d, 2, d.length - 2);
+      }
+      return [t.prompt(), t.streamed];
+    };
+    expect(prompt('{"usage":{"prompt_tokens":31,"prompt_tokens_details":{"cached_tokens":16},"completion_tokens":2}}')).toEqual([31, 0]);
+    expect(prompt('{"usage":{"input_tokens": 7,"input_tokens_details":{"cached_tokens":0},"output_tokens":5}}')).toEqual([7, 0]);
+    expect(prompt('data: {"choices":[{"delta":{"content":"a"}}],"usage":null}\n\n', 'data: {"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":1}}\n\n')).toEqual([12, 1]);
+    expect(prompt('data: {"choices":[{"delta":{"content":"a"}}]}\n\n', 'data: {"choices":[{"delta":{"content":"b"}}]}\n\n')).toEqual([-1, 2]);
+  });
 });

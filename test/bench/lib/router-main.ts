@@ -5,6 +5,9 @@
 //   LLMGW_BENCH_ENDPOINTS='[{"id":"e0","url":"http://127.0.0.1:9000"}]' \
 //     bun test/bench/lib/router-main.ts --port 0 --model m [--metrics-ms 1000] [--gc-ms N]
 // Endpoints may also be given as --endpoints JSON; each needs id and url, the rest defaults.
+// --api-key SECRET requires client keys and gives the router that one (and 1,000 others);
+// --limits gives it and its team rate and concurrency limits too high ever to refuse
+// (test/bench/admission.ts measures what admission costs).
 // --gc-ms forces a full collection every N ms: a diagnostic, to tell garbage from live memory.
 // LLMGW_HTTP_SERVER=bun runs the router's listener on Bun.serve instead of its own server
 // (src/http/bun-serve.ts): test/bench/proxy.ts measures both.
@@ -16,6 +19,7 @@
 // and page faults. Without the variable (a bench starting this file by hand) they are read here.
 
 import type { RouterSettings as Settings } from "../../../src/app/router-settings";
+import { sha256hex } from "../../../src/lib/digest";
 import { Router } from "../../../src/router/router";
 import type { EndpointInfo } from "../../../src/protocol/routing";
 
@@ -48,7 +52,14 @@ const endpoints: EndpointInfo[] = (JSON.parse(raw) as Partial<EndpointInfo>[]).m
   ...(e.key !== undefined ? { key: e.key } : {}),
 }));
 
-const router = new Router({ ...settings, host: "127.0.0.1", port, metricsIntervalMs });
+const apiKey = flag("--api-key");
+const router = new Router({ ...settings, host: "127.0.0.1", port, metricsIntervalMs, ...(apiKey !== undefined ? { requireApiKey: true } : {}) });
+if (apiKey !== undefined) {
+  const high = { rpm: 1e9, tpm: 1e12, maxConcurrent: 1e6 };
+  const limits = args.includes("--limits") ? { team: "bench", limits: high, teamLimits: high } : {};
+  const others = Array.from({ length: 1000 }, (_, i) => ({ name: `other-${i}`, sha256: sha256hex(`other-${i}`), pool: null, ...limits }));
+  router.setApiKeys([{ name: "bench", sha256: sha256hex(apiKey), pool: null, ...limits }, ...others]);
+}
 // Every model an endpoint serves is in the catalog, --model's first.
 const models = [...new Set([model, ...endpoints.flatMap((e) => e.models)])];
 router.setCatalog(models.map((name) => ({ name, aliases: [], on_demand: false, pool: "default", created: 0 })));

@@ -1,0 +1,339 @@
+// Rate and concurrency limits of client keys and their teams, on one router: requests per
+// minute, tokens per minute and requests in flight, checked when a request arrives, before its
+// body goes anywhere. A key is held to its own limits and to its team's; a team's are shared by
+// all its keys (counters by team name). The check is O(1) and allocates nothing when it admits:
+// each key's and team's state is made when the control plane publishes the keys, kept across
+// publications for the keys (and teams) that stay, so an update never resets a window, and
+// dropped with the key. Time is the injected scheduler's monotonic clock.
+//
+// The window: a token bucket per limit, refilled continuously (limit / 60,000 per ms) up to the
+// limit, so a full minute's allowance is also the largest burst. Worst case over-admission: in
+// any 60 s, at most twice the limit (a full bucket spent at once, then a minute of refill); in
+// any aligned minute after an idle one, at most the limit plus what refills meanwhile. For
+// tokens, the completion is counted as it streams and the usage settled when the answer ends,
+// after admission: a key's tokens in a minute may also pass by the completions of the requests
+// already in flight when its allowance ran out (the bucket goes below zero, and refill pays the
+// debt before anything more is admitted).
+//
+// Several routers (a later part): a bucket's refill is where a lease would plug in. Each router
+// would hold a lease on a share of a key's allowance (a number of requests and tokens taken from
+// the store's counter for the current minute), refill its bucket only from what it leased, and
+// return what it did not use when the lease ends, as Envoy's global rate limiting does; the
+// check here stays local and O(1).
+
+import type { Scheduler } from "../lib/scheduler";
+import type { ApiKeyEntry, KeyTier, UsageLimits } from "../protocol/routing";
+import { type Reply, openAIError } from "./errors";
+
+const MINUTE_MS = 60_000;
+
+/**
+ * A request's prompt tokens before the engine counts them: its body's bytes / 4 (about four
+ * characters a token for English text and JSON; the JSON around the messages makes it an
+ * overestimate, never much under). Replaced by the engine's prompt_tokens once its usage comes.
+ */
+export function promptEstimate(bodyBytes: number): number {
+  return Math.ceil(bodyBytes / 4);
+}
+
+/**
+ * One per-minute limit: a token bucket holding up to `cap`, refilled at cap / 60,000 per ms.
+ * The level may go below zero: tokens counted after admission (a streamed completion, a usage
+ * larger than the estimate) are a debt refill pays before anything more is admitted.
+ */
+export class Bucket {
+  level: number;
+  last: number;
+  cap: number;
+  perMs: number;
+
+  constructor(limit: number, now: number) {
+    this.cap = limit;
+    this.perMs = limit / MINUTE_MS;
+    this.level = limit;
+    this.last = now;
+  }
+
+  refill(now: number): void {
+    if (now <= this.last) return;
+    const l = this.level + (now - this.last) * this.perMs;
+    this.level = l > this.cap ? this.cap : l;
+    this.last = now;
+  }
+
+  /** A new limit keeps what was used: the level is only capped by it. */
+  setLimit(limit: number): void {
+    this.cap = limit;
+    this.perMs = limit / MINUTE_MS;
+    if (this.level > limit) this.level = limit;
+  }
+
+  /** Milliseconds until `need` is available. */
+  waitMs(need: number): number {
+    return need <= this.level ? 0 : (need - this.level) / this.perMs;
+  }
+
+  /** Milliseconds until the bucket is full again (OpenAI's x-ratelimit-reset-*). */
+  resetMs(): number {
+    return this.level >= this.cap ? 0 : (this.cap - this.level) / this.perMs;
+  }
+}
+
+/** The counters of one key or one team. */
+export class Counters {
+  rpm: Bucket | undefined = undefined;
+  tpm: Bucket | undefined = undefined;
+  maxConcurrent = Infinity;
+  inflight = 0;
+
+  constructor(
+    readonly kind: "key" | "team",
+    readonly name: string,
+  ) {}
+
+  /** Takes the limits published now; the buckets of the limits that stay keep their level. */
+  apply(l: UsageLimits | undefined, now: number): void {
+    this.rpm = bucketFor(this.rpm, l?.rpm, now);
+    this.tpm = bucketFor(this.tpm, l?.tpm, now);
+    this.maxConcurrent = l?.maxConcurrent !== undefined && l.maxConcurrent > 0 ? l.maxConcurrent : Infinity;
+  }
+}
+
+function bucketFor(b: Bucket | undefined, limit: number | undefined, now: number): Bucket | undefined {
+  if (limit === undefined || !(limit > 0)) return undefined;
+  if (b === undefined) return new Bucket(limit, now);
+  b.refill(now);
+  b.setLimit(limit);
+  return b;
+}
+
+/**
+ * What a limited key's request holds while it is in flight: the key's counters and its team's
+ * as they were when it was admitted. Made anew at each publication (a key may change team), so
+ * a request releases the very counters it took; the counters themselves are kept.
+ */
+export class KeyState {
+  constructor(
+    readonly name: string,
+    readonly key: Counters,
+    readonly team: Counters | undefined,
+    readonly tier: KeyTier,
+  ) {}
+
+  /** The key or its team has a per-minute limit: its answers carry OpenAI's x-ratelimit-* headers. */
+  get rated(): boolean {
+    return this.key.rpm !== undefined || this.key.tpm !== undefined || this.team?.rpm !== undefined || this.team?.tpm !== undefined;
+  }
+
+  /** The key or its team counts tokens. */
+  get metered(): boolean {
+    return this.key.tpm !== undefined || this.team?.tpm !== undefined;
+  }
+
+  /** The request's end, whatever it was (the exchange calls this once): its in-flight slot goes back. */
+  release(): void {
+    this.key.inflight--;
+    if (this.team !== undefined) this.team.inflight--;
+  }
+}
+
+/** Why a request was refused: which limit, of the key or of its team, and when to retry. */
+export interface Refusal {
+  readonly of: Counters;
+  readonly limit: "requests" | "tokens" | "concurrent";
+  readonly retryAfterMs: number;
+  readonly message: string;
+}
+
+/** A key's current use, for tests and for showing each limit with its use. */
+export interface KeyUse {
+  key: string;
+  team: string | undefined;
+  inflight: number;
+  teamInflight: number | undefined;
+  requestsLeft: number | undefined;
+  tokensLeft: number | undefined;
+}
+
+export class Admission {
+  /** By the key's SHA-256: only keys with a limit of their own or of their team. */
+  private byKey = new Map<string, KeyState>();
+  private teams = new Map<string, Counters>();
+
+  constructor(private readonly time: Pick<Scheduler, "mono">) {}
+
+  /** The keys the control plane published: state for the limited ones, kept for those that stay. */
+  setKeys(entries: readonly ApiKeyEntry[]): void {
+    const now = this.time.mono();
+    const teams = new Map<string, Counters>();
+    const byKey = new Map<string, KeyState>();
+    for (const e of entries) {
+      if (!limited(e.limits) && !limited(e.teamLimits)) continue;
+      let team: Counters | undefined;
+      if (e.team !== undefined) {
+        team = teams.get(e.team);
+        if (team === undefined) {
+          team = this.teams.get(e.team) ?? new Counters("team", e.team);
+          team.apply(e.teamLimits, now);
+          teams.set(e.team, team);
+        }
+      }
+      const key = this.byKey.get(e.sha256)?.key ?? new Counters("key", e.name);
+      key.apply(e.limits, now);
+      byKey.set(e.sha256, new KeyState(e.name, key, team, e.tier ?? "interactive"));
+    }
+    this.teams = teams;
+    this.byKey = byKey;
+  }
+
+  /** The state of a limited key (by its SHA-256), or undefined for a key without limits. */
+  of(sha256: string): KeyState | undefined {
+    return this.byKey.size === 0 ? undefined : this.byKey.get(sha256);
+  }
+
+  /**
+   * Admits a request of `prompt` estimated tokens (promptEstimate) or says why not. Admitted,
+   * it holds an in-flight slot (KeyState.release gives it back) and its requests and prompt
+   * tokens are counted against the key and its team. Refused, nothing is counted.
+   */
+  admit(s: KeyState, prompt: number): Refusal | undefined {
+    const now = this.time.mono();
+    const t = s.team;
+    const no = refusedBy(s.key, prompt, now) ?? (t !== undefined ? refusedBy(t, prompt, now) : undefined);
+    if (no !== undefined) return no;
+    take(s.key, prompt);
+    if (t !== undefined) take(t, prompt);
+    return undefined;
+  }
+
+  /** Tokens counted after admission (streamed, or the usage's difference from the estimate; negative gives back). */
+  tokens(s: KeyState, n: number): void {
+    if (n === 0) return;
+    spend(s.key.tpm, n);
+    if (s.team !== undefined) spend(s.team.tpm, n);
+  }
+
+  /**
+   * OpenAI's x-ratelimit-* header lines for an answer to a rated key: of each kind, the tighter
+   * of the key's and its team's limits (the one with less left).
+   */
+  headers(s: KeyState): string {
+    const now = this.time.mono();
+    let out = "";
+    const r = tighter(s.key.rpm, s.team?.rpm, now);
+    if (r !== undefined) out += `x-ratelimit-limit-requests: ${r.cap}\r\nx-ratelimit-remaining-requests: ${left(r)}\r\nx-ratelimit-reset-requests: ${duration(r.resetMs())}\r\n`;
+    const k = tighter(s.key.tpm, s.team?.tpm, now);
+    if (k !== undefined) out += `x-ratelimit-limit-tokens: ${k.cap}\r\nx-ratelimit-remaining-tokens: ${left(k)}\r\nx-ratelimit-reset-tokens: ${duration(k.resetMs())}\r\n`;
+    return out;
+  }
+
+  /** Every limited key's use now. */
+  use(): KeyUse[] {
+    const now = this.time.mono();
+    const out: KeyUse[] = [];
+    for (const s of this.byKey.values()) {
+      const r = tighter(s.key.rpm, s.team?.rpm, now);
+      const k = tighter(s.key.tpm, s.team?.tpm, now);
+      out.push({
+        key: s.name,
+        team: s.team?.name,
+        inflight: s.key.inflight,
+        teamInflight: s.team?.inflight,
+        requestsLeft: r === undefined ? undefined : left(r),
+        tokensLeft: k === undefined ? undefined : left(k),
+      });
+    }
+    return out;
+  }
+}
+
+/**
+ * The 429 of a refusal, as OpenAI answers one: rate_limit_exceeded, Retry-After in seconds,
+ * x-should-retry (its SDKs retry on it), and the x-ratelimit-* `lines` of a rated key.
+ */
+export function refusalReply(no: Refusal, lines: string): Reply {
+  const headers = { "retry-after": String(Math.ceil(no.retryAfterMs / 1000)), "x-should-retry": "true", ...headerRecord(lines) };
+  return openAIError(429, no.message, { type: "rate_limit_exceeded", code: "rate_limit_exceeded", headers });
+}
+
+/** A whole reply of the router's own (an error) to a request of a rated key: with its x-ratelimit-* headers, as every answer to it. */
+export function withRateHeaders(r: Reply, adm: KeyState | undefined, admission: Pick<Admission, "headers"> | undefined): Reply {
+  if (adm === undefined || admission === undefined || !adm.rated) return r;
+  return { ...r, headers: { ...r.headers, ...headerRecord(admission.headers(adm)) } };
+}
+
+/** Header lines (`name: value\r\n`…) as a record, for the router's own whole answers. */
+export function headerRecord(lines: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const line of lines.split("\r\n")) {
+    const colon = line.indexOf(": ");
+    if (colon > 0) out[line.slice(0, colon)] = line.slice(colon + 2);
+  }
+  return out;
+}
+
+function limited(l: UsageLimits | undefined): boolean {
+  return l !== undefined && ((l.rpm ?? 0) > 0 || (l.tpm ?? 0) > 0 || (l.maxConcurrent ?? 0) > 0);
+}
+
+/** The refusal of `c`'s limits for a request of `prompt` tokens, or undefined when they admit it. Refusals alone allocate. */
+function refusedBy(c: Counters, prompt: number, now: number): Refusal | undefined {
+  if (c.inflight >= c.maxConcurrent) return refusal(c, "concurrent", 1000, `${c.maxConcurrent} requests in flight, the most it may have at once`);
+  const r = c.rpm;
+  if (r !== undefined) {
+    r.refill(now);
+    if (r.level < 1) return refusal(c, "requests", r.waitMs(1), `requests per minute (RPM): limit ${r.cap}, 0 left`);
+  }
+  const t = c.tpm;
+  if (t !== undefined) {
+    t.refill(now);
+    // A prompt larger than the whole limit waits for a full minute's allowance, not forever.
+    const need = prompt < 1 ? 1 : prompt > t.cap ? t.cap : prompt;
+    if (t.level < need) return refusal(c, "tokens", t.waitMs(need), `tokens per minute (TPM): limit ${t.cap}, ${left(t)} left, this request's prompt counts about ${prompt}`);
+  }
+  return undefined;
+}
+
+function refusal(c: Counters, limit: Refusal["limit"], waitMs: number, what: string): Refusal {
+  // Rounded to the ms first: a rate of limit / 60,000 per ms is not exact in binary.
+  const retryAfterMs = Math.max(1000, Math.ceil(Math.round(waitMs) / 1000) * 1000);
+  const whose = c.kind === "key" ? `key '${c.name}'` : `team '${c.name}' (shared by its keys)`;
+  const when = limit === "concurrent" ? "try again when one of them has ended" : `try again in ${retryAfterMs / 1000}s`;
+  return { of: c, limit, retryAfterMs, message: `Rate limit reached for ${whose} on ${what}; ${when}.` };
+}
+
+function take(c: Counters, prompt: number): void {
+  c.inflight++;
+  if (c.rpm !== undefined) c.rpm.level -= 1;
+  if (c.tpm !== undefined) c.tpm.level -= prompt;
+}
+
+function spend(b: Bucket | undefined, n: number): void {
+  if (b === undefined) return;
+  const l = b.level - n;
+  b.level = l > b.cap ? b.cap : l;
+}
+
+function tighter(a: Bucket | undefined, b: Bucket | undefined, now: number): Bucket | undefined {
+  a?.refill(now);
+  b?.refill(now);
+  if (a === undefined) return b;
+  if (b === undefined) return a;
+  return b.level < a.level ? b : a;
+}
+
+function left(b: Bucket): number {
+  return b.level <= 0 ? 0 : Math.floor(b.level);
+}
+
+/** A duration as OpenAI writes it in x-ratelimit-reset-*: `0s`, `120ms`, `1.5s`, `6m0s`, `1h2m3s`. */
+export function duration(exact: number): string {
+  const ms = Math.round(exact);
+  if (ms <= 0) return "0s";
+  if (ms < 1000) return `${ms}ms`;
+  if (ms < MINUTE_MS) return `${Math.ceil(ms / 100) / 10}s`;
+  const s = Math.ceil(ms / 1000);
+  const h = Math.floor(s / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  return `${h > 0 ? `${h}h` : ""}${m}m${s % 60}s`;
+}
