@@ -226,7 +226,9 @@ describe("real answers match the documented schemas", () => {
     await exchange("deleteModel", "/api/v1/models/qwen/qwen3-8b", {}, 200);
     const key = await exchange("createKey", "/api/v1/keys", { json: { name: "ci", pool: "default" } }, 201);
     expect(key.body.key).toStartWith("sk-llmgw-");
-    expect((await exchange("listKeys", "/api/v1/keys", {}, 200)).body).toEqual([{ name: "ci", pool: "default", created_at: expect.any(String) }]);
+    expect((await exchange("listKeys", "/api/v1/keys", {}, 200)).body).toEqual([
+      { name: "ci", pool: "default", team: null, models: null, expires_at: null, rpm: null, tpm: null, max_concurrent: null, budget_tokens: null, budget_gpu_hours: null, budget_period: null, priority: null, created_at: expect.any(String), updated_at: null },
+    ]);
     await exchange("revokeKey", "/api/v1/keys/ci", {}, 200);
     const backup = await fetch(`${s.adminUrl}/api/v1/backup`, { headers: { authorization: `Bearer ${s.adminToken}` } });
     expect(backup.status).toBe(200);
