@@ -93,5 +93,14 @@ describe("API keys on several control planes", () => {
       await b.ctl.loop.tick();
       return last() === undefined;
     });
+    const events = (await a.ctl.events.events({ limit: 20 })).filter((e) => e.subject === "team/search" || e.subject === "key/k3");
+    expect(events.map((e) => `${e.kind} ${e.message}`)).toEqual([
+      "team.created team search created: rpm 100",
+      "key.created API key k3 created in team search, tpm 1000",
+      "team.updated team search changed: no rpm, budget_gpu_hours 2, priority batch",
+      "key.updated API key k3 changed: no models, no tpm",
+      "key.revoked API key k3 revoked with its team search",
+      "team.deleted team search deleted, its 1 key revoked",
+    ]);
   });
 });
