@@ -11,11 +11,13 @@ import type { EventLog } from "../control/event-log";
 import type { FleetViews } from "../control/fleet-views";
 import type { Backups, LogSources } from "../control/log-sources";
 import type { NodeAdmin } from "../control/node-admin";
+import type { Teams } from "../control/teams";
 import { type ModelSpec, catalogPath, checkCatalogFile, inFileOrder, zodIssues } from "../protocol/catalog";
 import { ConflictError } from "../control/errors";
 import { SegmentName } from "../protocol/common";
-import type { ApiKeyRevoked, ApplyDryRun, ApplyResult, Explanation, CreatedApiKey, ModelDeleted, ModelDetail, ModelPutResult, NodeActionResult, NodeAdmission, RouterExposure, UnparkResult } from "../protocol/views";
+import type { ApplyDryRun, ApplyResult, Explanation, ModelDeleted, ModelDetail, ModelPutResult, NodeActionResult, NodeAdmission, RouterExposure, UnparkResult } from "../protocol/views";
 import { VERSION } from "../version";
+import { keyRoutes, teamRoutes } from "./admin-keys";
 import { CatalogProblems, HttpError, parseJsonBody } from "./errors";
 import type { JoinTokenRotated, NodeAddressResult, NodeApproved, NodeDeleted } from "../protocol/admin";
 import { openApiDocument, ROUTES } from "./openapi";
@@ -66,7 +68,8 @@ export interface AdminControl {
   views: Pick<FleetViews, "summary" | "nodes" | "node" | "replicas" | "models" | "model" | "hasModel" | "explain" | "dryRunApply">;
   catalog: Pick<CatalogAdmin, "putModels" | "deleteModel" | "unpark" | "catalogConflicts">;
   nodes: Pick<NodeAdmin, "setNodeAdminState" | "deleteNode" | "approveNode" | "allowNodeAddress" | "allowedAddresses">;
-  keys: Pick<ApiKeys, "createApiKey" | "listApiKeys" | "revokeApiKey">;
+  keys: Pick<ApiKeys, "createApiKey" | "listApiKeys" | "updateApiKey" | "revokeApiKey">;
+  teams: Pick<Teams, "createTeam" | "listTeams" | "team" | "updateTeam" | "deleteTeam">;
   events: Pick<EventLog, "event" | "events">;
   logs: Pick<LogSources, "logSource">;
   backups: Pick<Backups, "backup">;
@@ -100,6 +103,7 @@ export function adminRoutes(
 
   catalogRoutes(app, ctl);
   keyRoutes(app, ctl);
+  teamRoutes(app, ctl);
   logRoutes(app, ctl);
   recordRoutes(app, ctl);
   return app;
@@ -222,21 +226,6 @@ function catalogRoutes(app: Hono, ctl: AdminControl): void {
     if (q.dry_run) return c.json((await ctl.views.dryRunApply(file.models).catch(asProblems(models))) satisfies ApplyDryRun);
     const results = await ctl.catalog.putModels(file.models, true).catch(asProblems(models));
     return c.json({ results: results.map((r) => ({ ...r, message: `model/${r.name} ${r.result}` })) } satisfies ApplyResult);
-  });
-}
-
-/** The router's API keys: listed, created (the key shown once), revoked. */
-function keyRoutes(app: Hono, ctl: AdminControl): void {
-  app.get("/keys", async (c) => c.json(await ctl.keys.listApiKeys()));
-  app.post("/keys", async (c) => {
-    const body = ROUTES.createKey.body.parse(await jsonBody(c.req.raw));
-    const k = await ctl.keys.createApiKey(body.name, body.pool);
-    return c.json({ ...k, message: `key/${k.name} created; this is the only time the key is shown` } satisfies CreatedApiKey, 201);
-  });
-  app.delete("/keys/:name", async (c) => {
-    const name = c.req.param("name");
-    await ctl.keys.revokeApiKey(name);
-    return c.json({ name, message: `key/${name} revoked` } satisfies ApiKeyRevoked);
   });
 }
 

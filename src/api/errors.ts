@@ -10,7 +10,7 @@ import type { ApiError } from "../protocol/views";
 import { loneSurrogatePath } from "../protocol/common";
 import { type CatalogIssue, catalogPath } from "../protocol/catalog";
 import { AdmissionRefused, type RefusalCode } from "../control/admission";
-import { ConflictError, NotFoundError, StoreUnavailableError } from "../control/errors";
+import { ConflictError, InvalidRequestError, NotFoundError, StoreUnavailableError } from "../control/errors";
 
 export class HttpError extends Error {
   constructor(
@@ -68,6 +68,7 @@ export function handleError(err: unknown, c: Context, log: Logger): Response {
   if (err instanceof HttpError) return c.json(errorBody(err.code, err.message), err.status);
   if (err instanceof AdmissionRefused) return c.json(errorBody(err.code, err.message), REFUSAL_STATUS[err.code]);
   if (err instanceof NotFoundError) return c.json(errorBody("not_found", err.message), 404);
+  if (err instanceof InvalidRequestError) return c.json({ error: { code: "invalid_request", message: err.message, issues: [{ path: issuePath(err.path), message: err.message }] } }, 400);
   if (err instanceof ConflictError)
     return c.json({ error: { code: "conflict", message: err.message, issues: [{ path: issuePath(err.path), message: err.message }] } }, 409);
   if (err instanceof StoreUnavailableError) {

@@ -7,8 +7,10 @@ import { z } from "zod";
 import {
   AllowAddressBody,
   CreateKeyBody,
+  CreateTeamBody,
   ApplyQuery,
   DeleteNodeQuery,
+  DeleteTeamQuery,
   EventsQuery,
   JoinTokenRotatedSchema,
   LogsQuery,
@@ -18,13 +20,15 @@ import {
   NodeApprovedSchema,
   NodeDeletedSchema,
   ReplicasQuery,
+  UpdateKeyBody,
+  UpdateTeamBody,
 } from "../protocol/admin";
 import { CatalogFile, ModelSpec } from "../protocol/catalog";
 import { Duration, Labels, Name, SegmentName } from "../protocol/common";
 import { Assignment, AssignmentsQuery, GpuReport, HeartbeatRequest, HeartbeatResponse, ReplicaReport } from "../protocol/heartbeat";
 import * as V from "../protocol/views";
 
-type Method = "get" | "post" | "put" | "delete";
+type Method = "get" | "post" | "put" | "patch" | "delete";
 type ErrorStatus = 400 | 401 | 403 | 404 | 409 | 413 | 415 | 429 | 503;
 
 interface Success {
@@ -66,6 +70,8 @@ const MODEL_NAME = {
   schema: z.string().min(1),
   description: "The model's name or one of its aliases. Names may contain `/`: send it as is or escaped as %2F.",
 };
+const KEY_NAME = { schema: z.string().min(1), description: "The key's name." };
+const TEAM_NAME = { schema: z.string().min(1), description: "The team's name." };
 const WRITE_ERRORS: ErrorStatus[] = [400, 401, 409, 413, 415, 503];
 
 /** The admin listener's routes, keyed by operationId. */
@@ -301,7 +307,8 @@ export const ROUTES = {
     auth: "admin",
     body: CreateKeyBody,
     ok: [{ status: 201, description: "Created; the only answer that shows the key.", schema: V.CreatedApiKeySchema }],
-    errors: WRITE_ERRORS,
+    // 404: the team it names does not exist.
+    errors: [...WRITE_ERRORS, 404],
   },
   revokeKey: {
     method: "delete",
@@ -309,9 +316,75 @@ export const ROUTES = {
     summary: "Revoke a client API key",
     tags: ["keys"],
     auth: "admin",
-    params: { name: { schema: z.string().min(1), description: "The key's name." } },
+    params: { name: KEY_NAME },
     ok: [{ status: 200, description: "Revoked.", schema: V.ApiKeyRevokedSchema }],
     errors: [401, 404, 503],
+  },
+  updateKey: {
+    method: "patch",
+    path: "/api/v1/keys/{name}",
+    summary: "Change a client API key's pool, team, models, expiry, priority or limits",
+    description: "Fields left out stay as they are; null clears one (a limit given null: no limit).",
+    tags: ["keys"],
+    auth: "admin",
+    params: { name: KEY_NAME },
+    body: UpdateKeyBody,
+    ok: [{ status: 200, description: "The key as it now stands.", schema: V.ApiKeyUpdatedSchema }],
+    errors: [400, 401, 404, 413, 415, 503],
+  },
+  listTeams: {
+    method: "get",
+    path: "/api/v1/teams",
+    summary: "Teams: limits their keys share",
+    tags: ["keys"],
+    auth: "admin",
+    ok: [{ status: 200, description: "Every team, by name, with its keys.", schema: z.array(V.TeamViewSchema) }],
+    errors: [401],
+  },
+  createTeam: {
+    method: "post",
+    path: "/api/v1/teams",
+    summary: "Create a team",
+    tags: ["keys"],
+    auth: "admin",
+    body: CreateTeamBody,
+    ok: [{ status: 201, description: "Created.", schema: V.TeamWrittenSchema }],
+    errors: WRITE_ERRORS,
+  },
+  getTeam: {
+    method: "get",
+    path: "/api/v1/teams/{name}",
+    summary: "One team with its keys",
+    tags: ["keys"],
+    auth: "admin",
+    params: { name: TEAM_NAME },
+    ok: [{ status: 200, description: "The team.", schema: V.TeamViewSchema }],
+    errors: [401, 404],
+  },
+  updateTeam: {
+    method: "patch",
+    path: "/api/v1/teams/{name}",
+    summary: "Change a team's priority or limits",
+    description: "Fields left out stay as they are; null clears one. Every router holds the team's keys to the new limits.",
+    tags: ["keys"],
+    auth: "admin",
+    params: { name: TEAM_NAME },
+    body: UpdateTeamBody,
+    ok: [{ status: 200, description: "The team as it now stands.", schema: V.TeamWrittenSchema }],
+    errors: [400, 401, 404, 413, 415, 503],
+  },
+  deleteTeam: {
+    method: "delete",
+    path: "/api/v1/teams/{name}",
+    summary: "Delete a team",
+    description: "Refused (409, naming them) while keys belong to the team, unless force=1, which revokes them with it.",
+    tags: ["keys"],
+    auth: "admin",
+    params: { name: TEAM_NAME },
+    query: DeleteTeamQuery,
+    queryDocs: { force: "1 to delete it even with keys, revoking them." },
+    ok: [{ status: 200, description: "Deleted; `revoked` names the keys revoked with it.", schema: V.TeamDeletedSchema }],
+    errors: [400, 401, 404, 409, 503],
   },
   replicaLogs: {
     method: "get",
@@ -407,7 +480,10 @@ function nodeAction<A extends "cordon" | "uncordon" | "drain">(action: A, summar
 const INPUTS: [z.ZodType, string, string?][] = [
   [ModelSpec, "ModelSpec", "A model of the catalog. Also: replicas.max ≥ replicas.min; profile names are unique; a llama.cpp profile has nodes = 1; a profile of a MIG class (one with a `/`) has gpus = 1, since one CUDA process can use only one MIG device; aliases are distinct and not the model's own name."],
   [CatalogFile, "CatalogFile", "A whole catalog. Names and aliases share one namespace: no name or alias may be used by two models."],
-  [CreateKeyBody, "CreateKeyBody"],
+  [CreateKeyBody, "CreateKeyBody", "A client API key. Limits are positive whole numbers (budget_gpu_hours a positive number); expires is a duration from now (30d, 12h) or an RFC 3339 time; a key names at most 256 models."],
+  [UpdateKeyBody, "UpdateKeyBody", "What changes: a field left out stays, null clears it."],
+  [CreateTeamBody, "CreateTeamBody", "A team: limits its keys share (each key is held to its own and its team's)."],
+  [UpdateTeamBody, "UpdateTeamBody", "What changes: a field left out stays, null clears it."],
   [AllowAddressBody, "AllowAddressBody"],
   [HeartbeatRequest, "HeartbeatRequest", "GPU indices and uuids are unique within a heartbeat."],
   [GpuReport, "GpuReport"],
@@ -454,6 +530,11 @@ const OUTPUTS: [z.ZodType, string][] = [
   [V.ApiKeyViewSchema, "ApiKeyView"],
   [V.CreatedApiKeySchema, "CreatedApiKey"],
   [V.ApiKeyRevokedSchema, "ApiKeyRevoked"],
+  [V.ApiKeyUpdatedSchema, "ApiKeyUpdated"],
+  [V.LimitUseSchema, "LimitUse"],
+  [V.TeamViewSchema, "TeamView"],
+  [V.TeamWrittenSchema, "TeamWritten"],
+  [V.TeamDeletedSchema, "TeamDeleted"],
   [V.EventViewSchema, "EventView"],
   [HeartbeatResponse, "HeartbeatResponse"],
   [Assignment, "Assignment"],
@@ -525,7 +606,7 @@ const ERRORS: Record<ErrorStatus, { name: string; description: string }> = {
   400: { name: "BadRequest", description: "The body or query is invalid; `issues` names every problem with its path." },
   401: { name: "Unauthorized", description: "Missing or wrong bearer token." },
   403: { name: "Forbidden", description: "The token is valid but may not do this (another node's data, an address not allowed, the node limit)." },
-  404: { name: "NotFound", description: "No such node, model or key." },
+  404: { name: "NotFound", description: "No such node, model, key or team." },
   409: { name: "Conflict", description: "The request conflicts with what is stored (a name already in use); `issues` says where." },
   413: { name: "PayloadTooLarge", description: "The body exceeds the server's limit." },
   415: { name: "UnsupportedMediaType", description: "The body is not application/json." },
@@ -616,7 +697,7 @@ export function openApiDocument(version: string): Json {
       { name: "nodes", description: "GPU nodes and their administration." },
       { name: "replicas", description: "Running model replicas." },
       { name: "models", description: "The model catalog." },
-      { name: "keys", description: "Client API keys for the router." },
+      { name: "keys", description: "Client API keys for the router, and the teams whose limits they share." },
       { name: "agent", description: "Node agents: heartbeats and assignments." },
       { name: "meta", description: "Health, this document, backups." },
     ],

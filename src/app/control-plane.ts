@@ -24,6 +24,7 @@ import { NodeIdentity } from "../control/node-identity";
 import { NodeMemory } from "../control/node-memory";
 import { Projector } from "../control/projector";
 import type { StorePort, UnchangedHeartbeats } from "../control/store-port";
+import { Teams } from "../control/teams";
 import { UsageExchange } from "../control/usage-exchange";
 import { Wakeups } from "../control/wake";
 import { WriteLock } from "../control/write-lock";
@@ -72,6 +73,7 @@ export interface ControlPlane {
   catalog: CatalogAdmin;
   nodes: NodeAdmin;
   keys: ApiKeys;
+  teams: Teams;
   events: EventLog;
   views: FleetViews;
   logs: LogSources;
@@ -107,6 +109,7 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
     catalog: new CatalogAdmin({ store, events, lock, wake: wakeups, scheduler, log }),
     nodes: new NodeAdmin({ store, memory, projector, events, lock, wake: wakeups, scheduler, log }),
     keys: new ApiKeys({ store, events, projector, scheduler }),
+    teams: new Teams({ store, events, projector, scheduler }),
     events,
     views: new FleetViews({ store, memory, usage, clock, load, config, version: o.version, ...(o.summary ? { sources: o.summary } : {}), scheduler }),
     logs: new LogSources({ store, memory }),

@@ -65,7 +65,7 @@ export interface Client {
   /** TLS options for an https server (its CA); pass them to any fetch of your own to it. */
   tls?: BunFetchRequestInitTLS;
   get<T>(path: string): Promise<T>;
-  send<T>(method: "POST" | "PUT" | "DELETE", path: string, body?: unknown): Promise<T>;
+  send<T>(method: "POST" | "PUT" | "PATCH" | "DELETE", path: string, body?: unknown): Promise<T>;
 }
 
 /** The admin URL to call (flag, environment, or the server recorded in the data dir) and how to trust it; no token. */

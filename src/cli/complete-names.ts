@@ -1,4 +1,4 @@
-// `llmgw __complete nodes|models|replicas|keys|subjects [--server URL] [--token T] [--ca FILE]
+// `llmgw __complete nodes|models|replicas|keys|teams|subjects [--server URL] [--token T] [--ca FILE]
 // [--data-dir DIR]`: the names shell completion offers, one a line, from the server found the
 // way every command finds it. Hidden from help: only the completion script calls it. It prints
 // nothing at all on any failure (no server, a refusal, a timeout): a completion must never
@@ -13,8 +13,8 @@ export const COMPLETE_TIMEOUT_MS = 1500;
 /** A name the shell may be given: what the protocol allows a name to be, nothing a shell or a terminal would act on. */
 const SAFE = /^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$/;
 
-type Kind = "nodes" | "models" | "replicas" | "keys" | "subjects";
-const KINDS: readonly Kind[] = ["nodes", "models", "replicas", "keys", "subjects"];
+type Kind = "nodes" | "models" | "replicas" | "keys" | "teams" | "subjects";
+const KINDS: readonly Kind[] = ["nodes", "models", "replicas", "keys", "teams", "subjects"];
 
 export async function completeNames(argv: string[], env = process.env): Promise<string[]> {
   const kind = argv[0] as Kind;

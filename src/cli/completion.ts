@@ -13,7 +13,7 @@ import type { FlagSpec } from "../config/flags";
 import type { Command } from "./command";
 
 /**
- * A word a position takes: a literal word, or `@nodes`, `@models`, `@replicas`, `@keys`
+ * A word a position takes: a literal word, or `@nodes`, `@models`, `@replicas`, `@keys`, `@teams`
  * (names the server knows), `@files`, `@dirs`, `@commands`.
  */
 export type Arg = string;
@@ -34,7 +34,8 @@ export const POSITIONALS: Record<string, Positionals> = {
   uncordon: { args: [["@nodes"]] },
   drain: { args: [["@nodes"]] },
   logs: { args: [["@replicas"]] },
-  keys: { sub: { create: [], list: [], revoke: [["@keys"]] } },
+  keys: { sub: { create: [], update: [["@keys"]], list: [], revoke: [["@keys"]] } },
+  teams: { sub: { create: [], update: [["@teams"]], list: [], delete: [["@teams"]] } },
   backup: { args: [["@files"]] },
   install: { sub: { serve: [], agent: [], keepalived: [], prometheus: [], grafana: [] } },
   uninstall: { sub: { serve: [], agent: [] } },

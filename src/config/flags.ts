@@ -15,7 +15,7 @@ export interface FlagSpec {
   /** What shell completion offers for its value when it is a name the server knows, or a path. */
   complete?: FlagCompletion;
 }
-export type FlagCompletion = "nodes" | "models" | "replicas" | "subjects" | "keys" | "files" | "dirs";
+export type FlagCompletion = "nodes" | "models" | "replicas" | "subjects" | "keys" | "teams" | "files" | "dirs";
 export type FlagSpecs = Record<string, FlagSpec>;
 export type FlagValues = Record<string, string | boolean | string[]>;
 

@@ -16,6 +16,16 @@ export class ConflictError extends Error {
 
 export class NotFoundError extends Error {}
 
+/** A request that is well formed but cannot be done as asked (a time already past); `path` names the field. */
+export class InvalidRequestError extends Error {
+  constructor(
+    message: string,
+    readonly path: (string | number)[] = [],
+  ) {
+    super(message);
+  }
+}
+
 /**
  * The store cannot do what was asked now (a full disk, a lock held by someone else, an unwritable
  * file, a lost connection): nothing was changed. The APIs answer 503 with the message; the

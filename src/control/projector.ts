@@ -25,7 +25,7 @@ export interface ProjectorOptions {
   config: ReconcileConfig;
   engineKeys: EngineKeys;
   memory: Pick<NodeMemory, "snapshot" | "engines" | "reported">;
-  store: Pick<KeysPort, "listApiKeys">;
+  store: Pick<KeysPort, "listApiKeys" | "listTeams">;
   leadership: LeadershipView;
   /** The heartbeat interval announced to agents now (load.ts). */
   interval: { intervalMs(): number };
@@ -61,7 +61,10 @@ export class Projector {
     // Boot time in ms × 1000: a restarted server's numbers never meet the ones its agents hold
     // from the last run unless that run made a thousand changes a millisecond.
     this.broker = new AssignmentBroker(o.scheduler.now() * 1000, o.scheduler);
-    this.keys = new KeyPublisher(() => o.store.listApiKeys());
+    this.keys = new KeyPublisher(async () => {
+      const [keys, teams] = await Promise.all([o.store.listApiKeys(), o.store.listTeams()]);
+      return { keys, teams };
+    });
   }
 
   /** From now on the sink is told (the router listens); resolves once it holds the API keys. */

@@ -8,7 +8,7 @@
 
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { AdminState } from "../protocol/views";
-import type { ApiKeyRow, ChangeRead, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, GpuRow, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, RouterUsage, SharedTokenKind, Snapshot, StoreChange, TokenDigests } from "./types";
+import type { ApiKeyRow, ChangeRead, KeyPatch, TeamPatch, TeamRow, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, GpuRow, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, RouterUsage, SharedTokenKind, Snapshot, StoreChange, TokenDigests } from "./types";
 
 /** One join to write: the heartbeat, and its node's credential hash and whether it waits for approval. */
 export interface JoinWrite {
@@ -126,13 +126,26 @@ export interface EventsPort {
   listEvents(opts: { afterId?: number; limit: number; subject?: string; kind?: string; since?: number }): Promise<EventRow[]>;
 }
 
-/** Client API keys, by the SHA-256 of the key. */
+/** Client API keys, by the SHA-256 of the key, and the teams they belong to. */
 export interface KeysPort {
   /** False (nothing written) when a key of that name exists. */
   createApiKey(k: ApiKeyRow): Promise<boolean>;
   listApiKeys(): Promise<ApiKeyRow[]>;
   /** False when there was no such key. */
   revokeApiKey(name: string): Promise<boolean>;
+  /** Changes a key (undefined keeps a field, null clears it); the key as it now stands, undefined when there is no such key. */
+  updateApiKey(name: string, patch: KeyPatch, now: number): Promise<ApiKeyRow | undefined>;
+  /** False (nothing written) when a team of that name exists. */
+  createTeam(t: TeamRow): Promise<boolean>;
+  listTeams(): Promise<TeamRow[]>;
+  /** Changes a team as updateApiKey a key; undefined when there is no such team. */
+  updateTeam(name: string, patch: TeamPatch, now: number): Promise<TeamRow | undefined>;
+  /**
+   * Deletes a team, in one transaction: refused (nothing written, deleted false) while keys belong
+   * to it, unless `force`, which deletes (revokes) them with it. `keys` names the team's keys
+   * either way; undefined when there is no such team.
+   */
+  deleteTeam(name: string, force: boolean): Promise<{ deleted: boolean; keys: string[] } | undefined>;
 }
 
 /** Several control planes on one store (ha.ts): the leader lease and who is there. */

@@ -3,6 +3,7 @@
 // dialect); nothing here knows about tables or columns.
 
 import type { ModelSpec } from "../protocol/catalog";
+import type { KeyTier, UsageLimits } from "../protocol/routing";
 import type { AdminState, ReplicaState } from "../protocol/views";
 
 /** A node as the views see it: its credential's hash stays inside the store. */
@@ -114,6 +115,46 @@ export interface ApiKeyRow {
   /** When set, requests with this key see only this pool's models. */
   pool: string | null;
   createdAt: number;
+  /** The team it belongs to (held to the team's limits too). Each of these is absent when not set. */
+  team?: string;
+  /** The models (names or aliases) it may use. */
+  models?: string[];
+  /** When it stops working (ms since epoch). */
+  expiresAt?: number;
+  tier?: KeyTier;
+  /** Its own limits; absent when it has none. */
+  limits?: UsageLimits;
+  /** Its last change (absent until it was first changed). */
+  updatedAt?: number;
+}
+
+/** A change to a key: a field given undefined stays, null clears it (a limit given null: unlimited). */
+export interface KeyPatch {
+  pool?: string | null;
+  team?: string | null;
+  models?: string[] | null;
+  expiresAt?: number | null;
+  tier?: KeyTier | null;
+  limits?: LimitsPatch;
+}
+
+/** Limits to change: undefined keeps one, null clears it. */
+export type LimitsPatch = { [K in keyof UsageLimits]?: UsageLimits[K] | null };
+
+/** A team: limits shared by all its keys, and the tier its keys take when they name none. */
+export interface TeamRow {
+  name: string;
+  /** Absent when it has none. */
+  limits?: UsageLimits;
+  tier?: KeyTier;
+  createdAt: number;
+  updatedAt: number;
+}
+
+/** A change to a team, as KeyPatch. */
+export interface TeamPatch {
+  tier?: KeyTier | null;
+  limits?: LimitsPatch;
 }
 
 /** What a node's last heartbeat said about its GPU discovery: the node's error, each GPU's reason. */
@@ -247,9 +288,9 @@ export type StoreChange = "seen" | "any" | "meta" | "reports";
 
 // ---- another writer's commits, read alone (the store's changes table)
 
-/** What a change row names: a node (its row, GPUs, weights, credential, allowed address), a model (its row and state), a replica, an API key. */
-export type ChangeKind = "node" | "model" | "replica" | "key";
-export const CHANGE_KINDS: ReadonlySet<string> = new Set<ChangeKind>(["node", "model", "replica", "key"]);
+/** What a change row names: a node (its row, GPUs, weights, credential, allowed address), a model (its row and state), a replica, an API key, a team. */
+export type ChangeKind = "node" | "model" | "replica" | "key" | "team";
+export const CHANGE_KINDS: ReadonlySet<string> = new Set<ChangeKind>(["node", "model", "replica", "key", "team"]);
 
 /** One row written in a table the in-memory image holds; seq rises by one per change, in commit order. */
 export interface Change {
@@ -271,13 +312,14 @@ export interface ChangeRead {
   modelState: ModelStateRow[];
   replicas: ReplicaRow[];
   apiKeys: ApiKeyRow[];
+  teams: TeamRow[];
 }
 
 /** The distinct keys the changes name, per kind (what a store reads for changesSince). */
 export function changedKeys(changes: readonly Change[]): Record<ChangeKind, string[]> {
-  const out: Record<ChangeKind, Set<string>> = { node: new Set(), model: new Set(), replica: new Set(), key: new Set() };
+  const out: Record<ChangeKind, Set<string>> = { node: new Set(), model: new Set(), replica: new Set(), key: new Set(), team: new Set() };
   for (const c of changes) if (CHANGE_KINDS.has(c.kind)) out[c.kind as ChangeKind].add(c.key);
-  return { node: [...out.node], model: [...out.model], replica: [...out.replica], key: [...out.key] };
+  return { node: [...out.node], model: [...out.model], replica: [...out.replica], key: [...out.key], team: [...out.team] };
 }
 
 /** Changes kept in the store: a reader further behind finds a gap and loads everything. */

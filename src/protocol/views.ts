@@ -335,21 +335,72 @@ export const ApplyResultSchema = z.object({
 });
 export type ApplyResult = z.infer<typeof ApplyResultSchema>;
 
+/** A key's or a team's limits as listed: null is no limit. */
+const LimitViewFields = {
+  rpm: z.number().int().nullable().describe("Requests per minute; null: no limit."),
+  tpm: z.number().int().nullable().describe("Tokens (prompt and completion) per minute; null: no limit."),
+  max_concurrent: z.number().int().nullable().describe("Requests in flight at once; null: no limit."),
+  budget_tokens: z.number().int().nullable().describe("Tokens per budget period; null: no budget."),
+  budget_gpu_hours: z.number().nullable().describe("GPU-hours per budget period; null: no budget."),
+  budget_period: z.enum(["day", "week", "month"]).nullable().describe("The budget's period; null: month."),
+  priority: z.enum(["interactive", "batch"]).nullable().describe("The admission tier; null: the team's, else interactive."),
+};
+
+/**
+ * How much of each limit is in use now, as the routers' admission counts it. Absent until the
+ * routers report it; each field absent when not counted.
+ */
+export const LimitUseSchema = z.object({
+  rpm: z.number().optional(),
+  tpm: z.number().optional(),
+  concurrent: z.number().optional(),
+  budget_tokens: z.number().optional(),
+  budget_gpu_hours: z.number().optional(),
+});
+export type LimitUse = z.infer<typeof LimitUseSchema>;
+
 /** A client API key as listed: never the key itself. */
 export const ApiKeyViewSchema = z.object({
   name: z.string(),
   /** The one pool the key's requests see; null for every pool. */
   pool: z.string().nullable().describe("The one pool the key's requests see; null for every pool."),
+  team: z.string().nullable().describe("The team the key belongs to (held to its limits too); null: none."),
+  models: z.array(z.string()).nullable().describe("The models (names or aliases) the key may use; null: every model of its pool."),
+  expires_at: IsoTime.nullable().describe("When the key stops working; null: never."),
+  ...LimitViewFields,
+  use: LimitUseSchema.optional().describe("Each limit's current use, when the routers report it."),
   created_at: IsoTime,
+  updated_at: IsoTime.nullable(),
 });
 export type ApiKeyView = z.infer<typeof ApiKeyViewSchema>;
 
-/** `POST /keys`: the only answer that ever carries the key. */
-export const CreatedApiKeySchema = z.object({
+/** `PATCH /keys/{name}`: the key as it now stands. */
+export const ApiKeyUpdatedSchema = ApiKeyViewSchema.extend({ message: z.string() });
+export type ApiKeyUpdated = z.infer<typeof ApiKeyUpdatedSchema>;
+
+/** A team: limits its keys share. */
+export const TeamViewSchema = z.object({
   name: z.string(),
+  ...LimitViewFields,
+  keys: z.array(z.string()).describe("The team's keys, by name."),
+  use: LimitUseSchema.optional().describe("Each limit's current use, when the routers report it."),
+  created_at: IsoTime,
+  updated_at: IsoTime,
+});
+export type TeamView = z.infer<typeof TeamViewSchema>;
+
+/** `POST /teams`, `PATCH /teams/{name}`: the team as it now stands. */
+export const TeamWrittenSchema = TeamViewSchema.extend({ message: z.string() });
+export type TeamWritten = z.infer<typeof TeamWrittenSchema>;
+
+/** `DELETE /teams/{name}`: the keys revoked with it (forced). */
+export const TeamDeletedSchema = z.object({ name: z.string(), revoked: z.array(z.string()), message: z.string() });
+export type TeamDeleted = z.infer<typeof TeamDeletedSchema>;
+
+/** `POST /keys`: the only answer that ever carries the key. */
+export const CreatedApiKeySchema = ApiKeyViewSchema.extend({
   /** The key itself; shown this once, stored only as a hash. */
   key: z.string().describe("The key itself; shown this once, stored only as a hash."),
-  pool: z.string().nullable(),
   message: z.string(),
 });
 export type CreatedApiKey = z.infer<typeof CreatedApiKeySchema>;

@@ -18,6 +18,7 @@ import type { Balancer } from "./balancer";
 import type { BodyReader } from "./body-reader";
 import type { Catalog } from "./catalog";
 import type { ColdStart } from "./cold-start";
+import { expiredKey, mayUse, modelNotFound } from "./key-rules";
 import { type Reply, jsonReply, openAIError, send } from "./errors";
 import type { RouterMetrics } from "./metrics";
 import type { ProxyRequest } from "./proxy";
@@ -83,7 +84,7 @@ export interface DispatchContext {
   readonly bodies: Pick<BodyReader, "readNow" | "readOff">;
   readonly responses: Pick<ResponseIds, "route">;
   readonly balancer: Pick<Balancer, "has">;
-  readonly time: Pick<Scheduler, "mono">;
+  readonly time: Pick<Scheduler, "mono" | "now">;
   readonly coldStart: Pick<ColdStart, "hold">;
   /** The keys' and teams' rate and concurrency limits. */
   readonly admission: Pick<Admission, "setKeys" | "of" | "admit" | "headers">;
@@ -128,7 +129,7 @@ export class Dispatch {
       case "proxy":
         return this.inference(ex, pool, owner);
       case "models":
-        return send(ex, this.listModels(pool));
+        return send(ex, this.listModels(pool, this.keys.get(owner)));
       case "model": {
         let id: string;
         try {
@@ -136,7 +137,7 @@ export class Dispatch {
         } catch {
           return send(ex, openAIError(400, "the model id in the path is not valid percent-encoding", { param: "model", code: "invalid_request" }));
         }
-        return send(ex, this.getModel(id, pool));
+        return send(ex, this.getModel(id, pool, this.keys.get(owner)));
       }
       case "metrics":
         return ex.respond(200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" }, this.ctx.metrics.render());
@@ -170,23 +171,27 @@ export class Dispatch {
     // Keys are looked up by their SHA-256: the secret itself is never compared or kept.
     const key = presented !== undefined ? this.keys.get(sha256hex(presented)) : undefined;
     if (!key) return openAIError(401, "Incorrect or missing API key: send Authorization: Bearer <key> (create one with `llmgw keys create NAME`)", { code: "invalid_api_key" });
+    const expired = expiredKey(key, this.ctx.time.now());
+    if (expired) return expired;
     return key.pool ? { pool: key.pool, owner: key.sha256 } : { owner: key.sha256 };
   }
 
-  private listModels(pool: string | undefined): Reply {
+  private listModels(pool: string | undefined, key: ApiKeyEntry | undefined): Reply {
     const data = [];
     for (const m of this.ctx.catalog.list()) {
       if (pool && m.pool !== pool) continue;
       // What no client can use now or by waiting is not offered.
       if (m.unavailable) continue;
+      if (!mayUse(key, m.name, this.ctx.catalog)) continue;
       data.push({ id: m.name, object: "model", created: m.created, owned_by: "llmgw" });
       for (const a of m.aliases) data.push({ id: a, object: "model", created: m.created, owned_by: "llmgw", root: m.name });
     }
     return jsonReply({ object: "list", data });
   }
 
-  private getModel(id: string, pool: string | undefined): Reply {
+  private getModel(id: string, pool: string | undefined, key: ApiKeyEntry | undefined): Reply {
     const m = this.ctx.catalog.get(id);
+    if (m && !mayUse(key, id, this.ctx.catalog)) return modelNotFound(id);
     if (!m || (pool && m.pool !== pool)) return openAIError(404, `The model '${id}' does not exist`, { code: "model_not_found", param: "model" });
     return jsonReply({ id, object: "model", created: m.created, owned_by: "llmgw", ...(id !== m.name ? { root: m.name } : {}) });
   }
@@ -216,6 +221,8 @@ export class Dispatch {
   private forward(ex: ClientExchange, read: BodyRead, pool: string | undefined, owner: string, t0: number): void {
     if (read.reply !== undefined) return send(ex, read.reply);
     const facts = read.facts;
+    // owner is the key's SHA-256, by which the keys are held.
+    if (owner !== "" && !mayUse(this.keys.get(owner), facts.model, this.ctx.catalog)) return send(ex, modelNotFound(facts.model));
     let pin: string | undefined;
     if (facts.previousResponseId !== undefined && ex.path === "/v1/responses") {
       const to = this.ctx.responses.route(facts.previousResponseId, owner, this.ctx.requireApiKey);

@@ -4,7 +4,7 @@
 // planes share. Both dialects (index.ts, pg/index.ts) are this, each with parts of its own.
 
 import type { CatalogPort, ChangeFeed, EventsPort, FleetRead, InventoryWrites, JoinWrite, KeysPort, MembershipPort, NodeRegistry, NodeReportsPort, PlanWriter, ReplicaRead, SharedSecretsPort, StorePort, UsagePort } from "../control/store-port";
-import type { ApiKeyRow, ChangeRead, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, GpuRow, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, RouterUsage, SharedTokenKind, Snapshot, StoreChange, TokenDigests } from "../control/types";
+import type { ApiKeyRow, ChangeRead, KeyPatch, TeamPatch, TeamRow, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, GpuRow, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, RouterUsage, SharedTokenKind, Snapshot, StoreChange, TokenDigests } from "../control/types";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { AdminState } from "../protocol/views";
 
@@ -14,7 +14,8 @@ export interface StoreParts {
   inventory: InventoryWrites;
   nodes: NodeRegistry;
   catalog: CatalogPort;
-  records: KeysPort & EventsPort;
+  records: EventsPort;
+  keys: KeysPort;
   shared: MembershipPort & UsagePort & NodeReportsPort & SharedSecretsPort;
 }
 
@@ -118,13 +119,28 @@ export abstract class StoreByRole implements StorePort {
 
   // ---- API keys and events
   createApiKey(k: ApiKeyRow): Promise<boolean> {
-    return this.parts.records.createApiKey(k);
+    return this.parts.keys.createApiKey(k);
   }
   listApiKeys(): Promise<ApiKeyRow[]> {
-    return this.parts.records.listApiKeys();
+    return this.parts.keys.listApiKeys();
   }
   revokeApiKey(name: string): Promise<boolean> {
-    return this.parts.records.revokeApiKey(name);
+    return this.parts.keys.revokeApiKey(name);
+  }
+  updateApiKey(name: string, patch: KeyPatch, now: number): Promise<ApiKeyRow | undefined> {
+    return this.parts.keys.updateApiKey(name, patch, now);
+  }
+  createTeam(t: TeamRow): Promise<boolean> {
+    return this.parts.keys.createTeam(t);
+  }
+  listTeams(): Promise<TeamRow[]> {
+    return this.parts.keys.listTeams();
+  }
+  updateTeam(name: string, patch: TeamPatch, now: number): Promise<TeamRow | undefined> {
+    return this.parts.keys.updateTeam(name, patch, now);
+  }
+  deleteTeam(name: string, force: boolean): Promise<{ deleted: boolean; keys: string[] } | undefined> {
+    return this.parts.keys.deleteTeam(name, force);
   }
   appendEvent(e: NewEvent & { at: number }): Promise<number> {
     return this.parts.records.appendEvent(e);

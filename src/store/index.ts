@@ -20,6 +20,7 @@ import { guarded } from "./errors";
 import { embeddedMigrations } from "./migrations";
 import * as schema from "./schema";
 import { SqliteCatalog, SqliteRecords } from "./sqlite/catalog";
+import { SqliteKeys } from "./sqlite/keys";
 import { type Db, type Sqlite, tokenRows } from "./sqlite/db";
 import { SqliteFleet } from "./sqlite/fleet";
 import { SqliteInventory } from "./sqlite/inventory";
@@ -56,7 +57,7 @@ export class Store extends StoreByRole {
     // Tokens an older version kept in clear: digests from the first open on.
     this.db.transaction((tx) => tokenRows(tx));
     const s: Sqlite = { db: this.db, sqlite: this.sqlite };
-    this.parts = { fleet: new SqliteFleet(s), inventory: new SqliteInventory(s), nodes: new SqliteNodes(s), catalog: new SqliteCatalog(s), records: new SqliteRecords(s), shared: new SqliteShared(s) };
+    this.parts = { fleet: new SqliteFleet(s), inventory: new SqliteInventory(s), nodes: new SqliteNodes(s), catalog: new SqliteCatalog(s), records: new SqliteRecords(s), keys: new SqliteKeys(s), shared: new SqliteShared(s) };
   }
 
   private migrate(): void {
@@ -129,7 +130,7 @@ export class Store extends StoreByRole {
   /** Row counts per table. */
   counts(): Record<string, number> {
     const out: Record<string, number> = {};
-    for (const t of ["nodes", "gpus", "weights", "models", "model_aliases", "replicas", "model_state", "events", "api_keys"]) {
+    for (const t of ["nodes", "gpus", "weights", "models", "model_aliases", "replicas", "model_state", "events", "api_keys", "teams"]) {
       out[t] = (this.sqlite.query(`SELECT count(*) AS n FROM ${t}`).get() as { n: number }).n;
     }
     return out;

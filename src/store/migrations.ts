@@ -11,10 +11,12 @@ import s0002 from "../../drizzle/sqlite/0002_node_trust.sql" with { type: "text"
 import s0003 from "../../drizzle/sqlite/0003_control_planes.sql" with { type: "text" };
 import s0004 from "../../drizzle/sqlite/0004_changes.sql" with { type: "text" };
 import s0005 from "../../drizzle/sqlite/0005_crashes.sql" with { type: "text" };
+import s0006 from "../../drizzle/sqlite/0006_teams.sql" with { type: "text" };
 import pgJournal from "../../drizzle/pg/meta/_journal.json";
 import p0000 from "../../drizzle/pg/0000_init.sql" with { type: "text" };
 import p0001 from "../../drizzle/pg/0001_changes.sql" with { type: "text" };
 import p0002 from "../../drizzle/pg/0002_crashes.sql" with { type: "text" };
+import p0003 from "../../drizzle/pg/0003_teams.sql" with { type: "text" };
 
 export type MigrationDialect = "sqlite" | "pg";
 
@@ -26,11 +28,13 @@ export const EMBEDDED: Record<MigrationDialect, Record<string, string>> = {
     "0003_control_planes": s0003,
     "0004_changes": s0004,
     "0005_crashes": s0005,
+    "0006_teams": s0006,
   },
   pg: {
     "0000_init": p0000,
     "0001_changes": p0001,
     "0002_crashes": p0002,
+    "0003_teams": p0003,
   },
 };
 

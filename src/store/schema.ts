@@ -2,7 +2,7 @@
 // file; nothing outside src/store touches drizzle.
 
 
-import { index, integer, primaryKey, sqliteTable, text } from "drizzle-orm/sqlite-core";
+import { index, integer, primaryKey, real, sqliteTable, text } from "drizzle-orm/sqlite-core";
 
 const json = <T>(name: string) => text(name, { mode: "json" }).$type<T>();
 
@@ -142,6 +142,34 @@ export const apiKeys = sqliteTable("api_keys", {
   /** When set, requests with this key see only this pool's models. */
   pool: text("pool"),
   createdAt: integer("created_at").notNull(),
+  /** A team's name (teams.name; kept as text, the control plane checks it exists). */
+  team: text("team"),
+  /** JSON array of model names or aliases; null: every model of its pool. */
+  models: text("models"),
+  expiresAt: integer("expires_at"),
+  updatedAt: integer("updated_at"),
+  ...limitColumns(),
+});
+
+/** What a key or a team may use (null: no limit) and its admission tier. */
+function limitColumns() {
+  return {
+    rpm: integer("rpm"),
+    tpm: integer("tpm"),
+    maxConcurrent: integer("max_concurrent"),
+    budgetTokens: integer("budget_tokens"),
+    budgetGpuHours: real("budget_gpu_hours"),
+    budgetPeriod: text("budget_period"),
+    tier: text("tier"),
+  };
+}
+
+/** Teams: limits their keys share. */
+export const teams = sqliteTable("teams", {
+  name: text("name").primaryKey(),
+  ...limitColumns(),
+  createdAt: integer("created_at").notNull(),
+  updatedAt: integer("updated_at").notNull(),
 });
 
 // ---- several control planes on one store. Times here are the database's clock (ms since

@@ -443,6 +443,46 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
         expect(await s.revokeApiKey("b")).toBe(false);
         expect((await s.listApiKeys()).map((k) => k.name)).toEqual(["a"]);
       });
+
+      test("a key's team, models, expiry, tier and limits are kept; an update changes what it names and null clears", async () => {
+        const k = { name: "k", hash: "hk", pool: "p", createdAt: NOW, team: "t", models: ["m1", "one"], expiresAt: NOW + 1000, tier: "batch" as const, limits: { rpm: 10, tpm: 1000, maxConcurrent: 2, budgetTokens: 5_000_000, budgetGpuHours: 1.5, budgetPeriod: "week" as const } };
+        expect(await s.createApiKey(k)).toBe(true);
+        expect(await s.listApiKeys()).toEqual([k]);
+        const u = await s.updateApiKey("k", { models: null, expiresAt: null, limits: { rpm: null, tpm: 2000 }, tier: "interactive" }, NOW + 5);
+        const want = { name: "k", hash: "hk", pool: "p", createdAt: NOW, team: "t", tier: "interactive", limits: { tpm: 2000, maxConcurrent: 2, budgetTokens: 5_000_000, budgetGpuHours: 1.5, budgetPeriod: "week" }, updatedAt: NOW + 5 };
+        expect(u).toEqual(want as never);
+        expect(await s.listApiKeys()).toEqual([want as never]);
+        expect(await s.updateApiKey("nope", { pool: null }, NOW)).toBeUndefined();
+      });
+    });
+
+    describe("teams", () => {
+      test("created once per name, listed by name, updated (null clears a limit)", async () => {
+        expect(await s.createTeam({ name: "b", createdAt: NOW, updatedAt: NOW })).toBe(true);
+        expect(await s.createTeam({ name: "a", limits: { rpm: 5, budgetGpuHours: 0.5 }, tier: "batch", createdAt: NOW, updatedAt: NOW })).toBe(true);
+        expect(await s.createTeam({ name: "b", createdAt: NOW, updatedAt: NOW })).toBe(false);
+        expect(await s.listTeams()).toEqual([
+          { name: "a", limits: { rpm: 5, budgetGpuHours: 0.5 }, tier: "batch", createdAt: NOW, updatedAt: NOW },
+          { name: "b", createdAt: NOW, updatedAt: NOW },
+        ]);
+        expect(await s.updateTeam("a", { limits: { rpm: null, tpm: 7 }, tier: null }, NOW + 1)).toEqual({ name: "a", limits: { tpm: 7, budgetGpuHours: 0.5 }, createdAt: NOW, updatedAt: NOW + 1 });
+        expect(await s.updateTeam("nope", {}, NOW)).toBeUndefined();
+      });
+
+      test("a team with keys is not deleted unless forced, which revokes its keys with it", async () => {
+        await s.createTeam({ name: "t", createdAt: NOW, updatedAt: NOW });
+        await s.createApiKey({ name: "k2", hash: "h2", pool: null, createdAt: NOW, team: "t" });
+        await s.createApiKey({ name: "k1", hash: "h1", pool: null, createdAt: NOW, team: "t" });
+        await s.createApiKey({ name: "other", hash: "h3", pool: null, createdAt: NOW });
+        expect(await s.deleteTeam("t", false)).toEqual({ deleted: false, keys: ["k1", "k2"] });
+        expect((await s.listTeams()).map((t) => t.name)).toEqual(["t"]);
+        expect(await s.deleteTeam("t", true)).toEqual({ deleted: true, keys: ["k1", "k2"] });
+        expect(await s.listTeams()).toEqual([]);
+        expect((await s.listApiKeys()).map((k) => k.name)).toEqual(["other"]);
+        expect(await s.deleteTeam("t", false)).toBeUndefined();
+        await s.createTeam({ name: "empty", createdAt: NOW, updatedAt: NOW });
+        expect(await s.deleteTeam("empty", false)).toEqual({ deleted: true, keys: [] });
+      });
     });
 
     describe("lease and fencing", () => {
@@ -630,13 +670,14 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
         await s.applyHeartbeat(heartbeat({ name: "n1", gpus: ["H100-80GB"], models: ["w"] }), NOW, { credentialHash: "h1", pending: false });
         await o.saveModels([{ spec: model({ name: "m1", aliases: ["one"] }), revision: 1, created: true }], NOW);
         await s.applyPlan(plan({ create: [replica("r1")] }), NOW);
-        await o.createApiKey({ name: "k1", hash: "kh1", pool: null, createdAt: NOW });
+        await o.createApiKey({ name: "k1", hash: "kh1", pool: null, createdAt: NOW, team: "t1", limits: { rpm: 3 } });
+        await o.createTeam({ name: "t1", limits: { tpm: 9 }, createdAt: NOW, updatedAt: NOW });
         await s.setAllowedAddress("n2", "10.0.0.2", NOW);
         const c1 = await o.changeCursor();
         expect(c1).toBeGreaterThan(c0);
         const read = await o.changesSince(c0, 1000);
         expect(read.changes.map((c) => c.seq)).toEqual(Array.from({ length: c1 - c0 }, (_, i) => c0 + 1 + i));
-        expect(new Set(read.changes.map((c) => `${c.kind}:${c.key}`))).toEqual(new Set(["node:n1", "model:m1", "replica:r1", "key:k1", "node:n2"]));
+        expect(new Set(read.changes.map((c) => `${c.kind}:${c.key}`))).toEqual(new Set(["node:n1", "model:m1", "replica:r1", "key:k1", "team:t1", "node:n2"]));
         const snap = await s.snapshot();
         expect(read.nodes).toEqual(snap.nodes);
         expect(read.gpus).toEqual(snap.gpus);
@@ -647,6 +688,7 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
         expect(read.modelState).toEqual(snap.modelState);
         expect(read.replicas).toEqual(snap.replicas);
         expect(read.apiKeys).toEqual(await s.listApiKeys());
+        expect(read.teams).toEqual(await s.listTeams());
         // Paged: the limit holds, the next page starts where the first ended.
         const page = await s.changesSince(c0, 2);
         expect(page.changes.map((c) => c.seq)).toEqual([c0 + 1, c0 + 2]);

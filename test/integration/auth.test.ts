@@ -122,6 +122,20 @@ describe("router listener", () => {
     expect((await send(s.routerUrl, "GET", "/v1/models", k)).status).toBe(401);
   });
 
+  test("a key naming models sees and may use only those: any other model is model_not_found", async () => {
+    await s.admin("/api/v1/models/m2", { method: "PUT", body: JSON.stringify({ aliases: ["m2-alias"], profiles: [{ name: "p", engine: "fake", gpu_class: "H100-80GB" }] }) });
+    const k = ((await (await s.admin("/api/v1/keys", { method: "POST", body: JSON.stringify({ name: "only-m2", models: ["m2-alias"] }) })).json()) as { key: string }).key;
+    await s.tick();
+    const list = (await (await send(s.routerUrl, "GET", "/v1/models", k)).json()) as { data: { id: string }[] };
+    expect(list.data.map((d) => d.id)).toEqual(["m2", "m2-alias"]);
+    expect((await send(s.routerUrl, "GET", "/v1/models/m2", k)).status).toBe(200);
+    expect((await send(s.routerUrl, "GET", "/v1/models/m", k)).status).toBe(404);
+    const denied = await fetch(`${s.routerUrl}/v1/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${k}` }, body: JSON.stringify({ model: "m", messages: [] }) });
+    expect(denied.status).toBe(404);
+    expect(((await denied.json()) as { error: { code: string; message: string } }).error).toMatchObject({ code: "model_not_found", message: "The model 'm' does not exist or you do not have access to it" });
+    await s.admin("/api/v1/keys/only-m2", { method: "DELETE" });
+  });
+
   test("keys are listed without their secret; a second key of the same name is refused", async () => {
     const list = await (await s.admin("/api/v1/keys")).text();
     expect(list).toContain("team-a");

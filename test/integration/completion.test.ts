@@ -21,6 +21,7 @@ case "$2" in
   models) printf 'llama-3.1-8b\\nqwen2.5-7b\\n' ;;
   replicas) printf 'r-1a2b3c4d\\nr-9f8e7d6c\\n' ;;
   keys) printf 'team-a\\n' ;;
+  teams) printf 'search\\n' ;;
   subjects) printf 'node/gpu-01\\nmodel/llama-3.1-8b\\n' ;;
 esac
 `;
@@ -55,7 +56,8 @@ describe("bash completion", () => {
     expect(complete(["./llmgw", "des"])).toEqual(["describe"]);
     expect(complete(["llmgw", "describe", ""])).toEqual(["model", "node", "replica"]);
     expect(complete(["llmgw", "completion", ""])).toEqual(["bash", "zsh"]);
-    expect(complete(["llmgw", "keys", ""])).toEqual(["create", "list", "revoke"]);
+    expect(complete(["llmgw", "keys", ""])).toEqual(["create", "update", "list", "revoke"]);
+    expect(complete(["llmgw", "teams", ""])).toEqual(["create", "update", "list", "delete"]);
     expect(complete(["llmgw", "help", "dra"])).toEqual(["drain"]);
     // What a command takes nothing after gets nothing (no file names).
     expect(complete(["llmgw", "status", ""])).toEqual([]);
@@ -73,7 +75,9 @@ describe("bash completion", () => {
     expect(complete(["llmgw", "events", "-o", ""])).toEqual(["table", "wide", "json"]);
     expect(complete(["llmgw", "status", "--output", "w"])).toEqual(["wide"]);
     expect(complete(["llmgw", "describe", "-o", ""])).toEqual(["table", "json"]);
-    expect(complete(["llmgw", "keys", "list", "-o", ""])).toEqual(["table", "json"]);
+    expect(complete(["llmgw", "keys", "list", "-o", ""])).toEqual(["table", "wide", "json"]);
+    expect(complete(["llmgw", "keys", "create", "k", "--priority", ""])).toEqual(["interactive", "batch"]);
+    expect(complete(["llmgw", "teams", "create", "t", "--budget-period", ""])).toEqual(["day", "week", "month"]);
     // --output=VALUE, as bash splits it at "=" ...
     expect(complete(["llmgw", "events", "--output", "=", ""])).toEqual(["table", "wide", "json"]);
     expect(complete(["llmgw", "events", "--output", "=", "j"])).toEqual(["json"]);
@@ -97,6 +101,8 @@ describe("bash completion", () => {
     expect(complete(["./llmgw", "logs", "r-9"])).toEqual(["r-9f8e7d6c"]);
     expect(complete(["./llmgw", "drain", "g"])).toEqual(["gpu-01", "gpu-02"]);
     expect(complete(["./llmgw", "keys", "revoke", ""])).toEqual(["team-a"]);
+    expect(complete(["./llmgw", "teams", "delete", ""])).toEqual(["search"]);
+    expect(complete(["./llmgw", "keys", "create", "k", "--team", "s"])).toEqual(["search"]);
     expect(complete(["./llmgw", "replicas", "-m", ""])).toEqual(["llama-3.1-8b", "qwen2.5-7b"]);
     expect(complete(["./llmgw", "events", "--subject", "node/"])).toEqual(["node/gpu-01"]);
     // A name is a word, never shell code: nothing ran it.

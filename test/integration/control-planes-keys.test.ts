@@ -62,4 +62,45 @@ describe("API keys on several control planes", () => {
     expect(onB.length).toBe(sent + 1);
     expect(names(onB)).toEqual(["k2"]);
   });
+
+  test("a key changed or a team's limits changed on one: the other's router gets the key with its new limits and its team's", async () => {
+    env = await startPlanes({ names: ["a", "b"], clock: new ManualScheduler(T0) });
+    const [a, b] = env.planes as [Plane, Plane];
+    await lead(a);
+    const onB = routerOf(b);
+    await a.ctl.teams.createTeam({ name: "search", rpm: 100 });
+    await a.ctl.keys.createApiKey("k3", undefined, { team: "search", tpm: 1000, models: ["m1"] });
+    const last = () => onB.at(-1)?.find((k) => k.name === "k3");
+    await until("b's router to hold k3 with its team's limits", async () => {
+      await b.ctl.loop.tick();
+      return last()?.teamLimits?.rpm === 100;
+    });
+    expect(last()).toMatchObject({ team: "search", models: ["m1"], limits: { tpm: 1000 }, teamLimits: { rpm: 100 } });
+    await a.ctl.teams.updateTeam("search", { rpm: null, budget_gpu_hours: 2, priority: "batch" });
+    await until("b's router to hold the team's new limits", async () => {
+      await b.ctl.loop.tick();
+      return last()?.teamLimits?.budgetGpuHours === 2;
+    });
+    expect(last()?.teamLimits).toEqual({ budgetGpuHours: 2 });
+    expect(last()?.tier).toBe("batch");
+    await a.ctl.keys.updateApiKey("k3", { tpm: null, models: null });
+    await until("b's router to hold the key's change", async () => {
+      await b.ctl.loop.tick();
+      return last() !== undefined && last()!.limits === undefined && last()!.models === undefined;
+    });
+    await a.ctl.teams.deleteTeam("search", true);
+    await until("b's router to drop the team's key", async () => {
+      await b.ctl.loop.tick();
+      return last() === undefined;
+    });
+    const events = (await a.ctl.events.events({ limit: 20 })).filter((e) => e.subject === "team/search" || e.subject === "key/k3");
+    expect(events.map((e) => `${e.kind} ${e.message}`)).toEqual([
+      "team.created team search created: rpm 100",
+      "key.created API key k3 created in team search, tpm 1000",
+      "team.updated team search changed: no rpm, budget_gpu_hours 2, priority batch",
+      "key.updated API key k3 changed: no models, no tpm",
+      "key.revoked API key k3 revoked with its team search",
+      "team.deleted team search deleted, its 1 key revoked",
+    ]);
+  });
 });

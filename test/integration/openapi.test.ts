@@ -226,8 +226,20 @@ describe("real answers match the documented schemas", () => {
     await exchange("deleteModel", "/api/v1/models/qwen/qwen3-8b", {}, 200);
     const key = await exchange("createKey", "/api/v1/keys", { json: { name: "ci", pool: "default" } }, 201);
     expect(key.body.key).toStartWith("sk-llmgw-");
-    expect((await exchange("listKeys", "/api/v1/keys", {}, 200)).body).toEqual([{ name: "ci", pool: "default", created_at: expect.any(String) }]);
+    expect((await exchange("listKeys", "/api/v1/keys", {}, 200)).body).toEqual([
+      { name: "ci", pool: "default", team: null, models: null, expires_at: null, rpm: null, tpm: null, max_concurrent: null, budget_tokens: null, budget_gpu_hours: null, budget_period: null, priority: null, created_at: expect.any(String), updated_at: null },
+    ]);
     await exchange("revokeKey", "/api/v1/keys/ci", {}, 200);
+    const team = await exchange("createTeam", "/api/v1/teams", { json: { name: "search", rpm: 600, budget_gpu_hours: 1.5, budget_period: "week" } }, 201);
+    expect(team.body).toMatchObject({ name: "search", rpm: 600, budget_gpu_hours: 1.5, budget_period: "week", keys: [] });
+    const teamKey = await exchange("createKey", "/api/v1/keys", { json: { name: "web", team: "search", models: ["llama"], rpm: 60, tpm: 1000, max_concurrent: 2, budget_tokens: 100000, priority: "batch", expires: "30d" } }, 201);
+    expect(teamKey.body).toMatchObject({ name: "web", team: "search", models: ["llama"], rpm: 60, priority: "batch", expires_at: expect.any(String) });
+    expect((await exchange("updateKey", "/api/v1/keys/web", { json: { rpm: null, models: null, expires: "2099-01-01T00:00:00Z" } }, 200)).body).toMatchObject({ rpm: null, tpm: 1000, models: null, expires_at: "2099-01-01T00:00:00.000Z", updated_at: expect.any(String) });
+    expect((await exchange("listTeams", "/api/v1/teams", {}, 200)).body).toEqual([expect.objectContaining({ name: "search", keys: ["web"] })]);
+    expect((await exchange("updateTeam", "/api/v1/teams/search", { json: { rpm: null, priority: "batch" } }, 200)).body).toMatchObject({ rpm: null, priority: "batch", budget_gpu_hours: 1.5 });
+    expect((await exchange("getTeam", "/api/v1/teams/search", {}, 200)).body.keys).toEqual(["web"]);
+    expect((await exchange("deleteTeam", "/api/v1/teams/search", {}, 409)).body.error.message).toContain("web");
+    expect((await exchange("deleteTeam", "/api/v1/teams/search?force=1", {}, 200)).body).toMatchObject({ name: "search", revoked: ["web"] });
     const backup = await fetch(`${s.adminUrl}/api/v1/backup`, { headers: { authorization: `Bearer ${s.adminToken}` } });
     expect(backup.status).toBe(200);
     expect(Object.keys(operation("backup").op.responses["200"].content)).toEqual([backup.headers.get("content-type")!]);
@@ -246,6 +258,17 @@ describe("real answers match the documented schemas", () => {
     await exchange("createKey", "/api/v1/keys", { json: { name: "twice" } }, 201);
     const conflict = await exchange("createKey", "/api/v1/keys", { json: { name: "twice" } }, 409);
     expect(conflict.body.error.issues).toEqual([{ path: "name", message: expect.any(String) }]);
+    const noTeam = await exchange("createKey", "/api/v1/keys", { json: { name: "k", team: "nope" } }, 404);
+    expect(noTeam.body.error.message).toContain('team "nope" not found');
+    const badKey = await fetch(`${s.adminUrl}/api/v1/keys`, { method: "POST", headers: { authorization: `Bearer ${s.adminToken}`, "content-type": "application/json" }, body: JSON.stringify({ name: "k", rpm: 0, budget_gpu_hours: -1, models: Array.from({ length: 257 }, (_, i) => `m${i}`), expires: "soon" }) });
+    expect(badKey.status).toBe(400);
+    expect(((await badKey.json()) as Json).error.issues.map((i: Json) => i.path).sort()).toEqual(["budget_gpu_hours", "expires", "models", "rpm"]);
+    await exchange("updateKey", "/api/v1/keys/nope", { json: { rpm: 5 } }, 404);
+    await exchange("getTeam", "/api/v1/teams/nope", {}, 404);
+    await exchange("updateTeam", "/api/v1/teams/nope", { json: { rpm: 5 } }, 404);
+    await exchange("deleteTeam", "/api/v1/teams/nope", {}, 404);
+    await exchange("createTeam", "/api/v1/teams", { json: { name: "t" } }, 201);
+    expect((await exchange("createTeam", "/api/v1/teams", { json: { name: "t" } }, 409)).body.error.issues).toEqual([{ path: "name", message: expect.any(String) }]);
     await exchange("events", "/api/v1/events?limit=0", {}, 400);
     await exchange("assignments", "/agent/v1/assignments", {}, 400);
     await exchange("heartbeat", "/agent/v1/heartbeat", { body: JSON.stringify({ node: "a/b" }) }, 400);

@@ -33,7 +33,7 @@ interface TableShape {
 }
 type Shape = Record<string, TableShape>;
 
-const PG_TYPE: Record<string, string> = { integer: "integer", bigint: "integer", boolean: "integer", text: "text", jsonb: "text" };
+const PG_TYPE: Record<string, string> = { integer: "integer", bigint: "integer", boolean: "integer", text: "text", jsonb: "text", "double precision": "real" };
 
 function sqliteShape(db: Database): Shape {
   const out: Shape = {};
@@ -130,7 +130,7 @@ describe("both dialects' migrations build one schema", () => {
     const sql = postgres(pg.url, { max: 1, onnotice: () => {} });
     try {
       const shape = await pgShape(sql);
-      expect(Object.keys(liteShape).length).toBe(17);
+      expect(Object.keys(liteShape).length).toBe(18);
       expect(Object.keys(shape).sort()).toEqual(Object.keys(liteShape).sort());
       expect(asSqlite(shape)).toEqual(liteShape);
       // The comparison sees what matters: bigint ms times, jsonb, booleans, cascades.

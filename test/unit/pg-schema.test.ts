@@ -19,6 +19,7 @@ function kind(dialect: "sqlite" | "pg", columnType: string, dataType: string, mo
     if (columnType === "SQLiteBoolean") return "boolean";
     if (columnType === "SQLiteTextJson") return "json";
     if (columnType === "SQLiteText") return "text";
+    if (columnType === "SQLiteReal") return "real";
   } else {
     if (columnType === "PgInteger" || columnType === "PgSerial") return "integer";
     // ms since epoch and ids outgrow int4: bigint, read as JS numbers like SQLite's integers.
@@ -26,6 +27,7 @@ function kind(dialect: "sqlite" | "pg", columnType: string, dataType: string, mo
     if (columnType === "PgBoolean") return "boolean";
     if (columnType === "PgJsonb") return "json";
     if (columnType === "PgText") return "text";
+    if (columnType === "PgDoublePrecision") return "real";
   }
   return `unmapped ${dialect} ${columnType}/${dataType}/${mode ?? ""}`;
 }
@@ -65,7 +67,7 @@ const byName = <T extends { name: string }>(xs: T[]) => [...xs].sort((a, b) => a
 
 describe("the PostgreSQL schema is the SQLite schema", () => {
   test("the same tables", () => {
-    expect(sqliteTables.length).toBe(17);
+    expect(sqliteTables.length).toBe(18);
     expect(byName(pgTables).map((t) => t.name)).toEqual(byName(sqliteTables).map((t) => t.name));
   });
 

@@ -16,7 +16,7 @@ import type { HeartbeatRequest } from "../../protocol/heartbeat";
 import type { AdminState } from "../../protocol/views";
 import { joinRefused } from "../admission";
 import type { JoinWrite, ReplicaRead, StorePort, UnchangedHeartbeats } from "../store-port";
-import type { ApiKeyRow, ChangeRead, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, GpuRow, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, ReplicaRow, RouterUsage, SharedTokenKind, Snapshot, StoreChange, TokenDigests } from "../types";
+import type { ApiKeyRow, ChangeRead, KeyPatch, TeamPatch, TeamRow, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, GpuRow, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, ReplicaRow, RouterUsage, SharedTokenKind, Snapshot, StoreChange, TokenDigests } from "../types";
 import { ImageMemory } from "./memory";
 import { type Collection, byKey, cmp, defined, dropModel, dropReplica, patchModelState, remember, setModel, setReplica, unchanged } from "./state";
 
@@ -147,6 +147,10 @@ export class StoreImage implements StorePort, UnchangedHeartbeats {
 
   async listApiKeys(): Promise<ApiKeyRow[]> {
     return byKey((await this.memory.load()).apiKeys);
+  }
+
+  async listTeams(): Promise<TeamRow[]> {
+    return byKey((await this.memory.load()).teams);
   }
 
   // ---- heartbeats ---------------------------------------------------------------------
@@ -330,6 +334,18 @@ export class StoreImage implements StorePort, UnchangedHeartbeats {
   }
   revokeApiKey(name: string): Promise<boolean> {
     return this.memory.thenReload(() => this.inner.revokeApiKey(name));
+  }
+  updateApiKey(name: string, patch: KeyPatch, now: number): Promise<ApiKeyRow | undefined> {
+    return this.memory.thenReload(() => this.inner.updateApiKey(name, patch, now));
+  }
+  createTeam(t: TeamRow): Promise<boolean> {
+    return this.memory.thenReload(() => this.inner.createTeam(t));
+  }
+  updateTeam(name: string, patch: TeamPatch, now: number): Promise<TeamRow | undefined> {
+    return this.memory.thenReload(() => this.inner.updateTeam(name, patch, now));
+  }
+  deleteTeam(name: string, force: boolean): Promise<{ deleted: boolean; keys: string[] } | undefined> {
+    return this.memory.thenReload(() => this.inner.deleteTeam(name, force));
   }
 
   // ---- not held in memory: straight to the store ---------------------------------------

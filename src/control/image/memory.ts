@@ -15,7 +15,7 @@ export const TOUCH_FLUSH_MS = 1000;
 /** Changes read at once; a reader further behind loads everything (cheaper then). */
 export const CHANGES_READ_LIMIT = 5000;
 
-type Inner = Pick<StorePort, "changeCursor" | "changesSince" | "snapshot" | "listAllowedAddresses" | "listApiKeys" | "nodeCredentials" | "nodesSeen" | "touchNodes">;
+type Inner = Pick<StorePort, "changeCursor" | "changesSince" | "snapshot" | "listAllowedAddresses" | "listApiKeys" | "listTeams" | "nodeCredentials" | "nodesSeen" | "touchNodes">;
 
 export class ImageMemory {
   private state: State | undefined;
@@ -183,10 +183,11 @@ export class ImageMemory {
     // Before the rows: the changes read later start where this load surely holds everything (read twice is harmless).
     const cursor = await this.inner.changeCursor();
     const snap = await this.inner.snapshot();
-    const [allowed, keys, creds] = [await this.inner.listAllowedAddresses(), await this.inner.listApiKeys(), await this.inner.nodeCredentials()];
+    const [allowed, keys, creds, teams] = [await this.inner.listAllowedAddresses(), await this.inner.listApiKeys(), await this.inner.nodeCredentials(), await this.inner.listTeams()];
     const s = emptyState(cursor);
     for (const a of allowed) s.allowed.set(a.node, a.address);
     for (const k of keys) s.apiKeys.set(k.name, k);
+    for (const t of teams) s.teams.set(t.name, t);
     for (const c of creds) {
       s.credOf.set(c.node, c.hash);
       s.nodeOfCred.set(c.hash, c.node);

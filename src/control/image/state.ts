@@ -3,7 +3,7 @@
 // changes under its holder.
 
 import type { HeartbeatRequest } from "../../protocol/heartbeat";
-import { type ApiKeyRow, type ChangeRead, CHANGE_KINDS, type GpuRow, type ModelRow, type ModelStateRow, type NodeRow, type ReplicaRow, type Snapshot, emptyModelState } from "../types";
+import { type ApiKeyRow, type ChangeRead, CHANGE_KINDS, type GpuRow, type ModelRow, type ModelStateRow, type NodeRow, type ReplicaRow, type Snapshot, type TeamRow, emptyModelState } from "../types";
 
 /** The snapshot without what only the control plane's memory adds. */
 export type Base = Omit<Snapshot, "discovery" | "revisions" | "version">;
@@ -21,6 +21,7 @@ export interface State {
   modelState: Map<string, ModelStateRow>;
   allowed: Map<string, string>;
   apiKeys: Map<string, ApiKeyRow>;
+  teams: Map<string, TeamRow>;
   credOf: Map<string, string>;
   nodeOfCred: Map<string, string>;
   /** The store's change seq this memory holds everything up to. */
@@ -66,6 +67,7 @@ export function emptyState(cursor: number): State {
     modelState: new Map(),
     allowed: new Map(),
     apiKeys: new Map(),
+    teams: new Map(),
     credOf: new Map(),
     nodeOfCred: new Map(),
     cursor,
@@ -143,7 +145,7 @@ export function remember(s: State, hb: HeartbeatRequest, now: number, seenAt: nu
 }
 
 /**
- * Another writer's changes into memory: each node, model, replica and key they name takes its
+ * Another writer's changes into memory: each node, model, replica, key and team they name takes its
  * rows as read (none read: deleted). False, and nothing applied, when the changes do not follow
  * the cursor without a gap or name a kind this version does not know: the caller loads everything.
  */
@@ -151,7 +153,7 @@ export function applyChanges(s: State, read: ChangeRead, touched: ReadonlyMap<st
   let next = s.cursor + 1;
   for (const c of read.changes) if (c.seq !== next++ || !CHANGE_KINDS.has(c.kind)) return false;
   if (read.changes.length === 0) return true;
-  const keys = { node: new Set<string>(), model: new Set<string>(), replica: new Set<string>(), key: new Set<string>() };
+  const keys = { node: new Set<string>(), model: new Set<string>(), replica: new Set<string>(), key: new Set<string>(), team: new Set<string>() };
   for (const c of read.changes) keys[c.kind as keyof typeof keys].add(c.key);
   applyNodes(s, keys.node, read, touched);
   const models = new Map(read.models.map((m) => [m.name, m]));
@@ -176,6 +178,8 @@ export function applyChanges(s: State, read: ChangeRead, touched: ReadonlyMap<st
     if (k) s.apiKeys.set(name, k);
     else s.apiKeys.delete(name);
   }
+  const teams = new Map(read.teams.map((t) => [t.name, t]));
+  for (const name of keys.team) setOrDelete(s.teams, name, teams.get(name));
   s.cursor = read.changes[read.changes.length - 1]!.seq;
   return true;
 }

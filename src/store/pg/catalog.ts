@@ -1,9 +1,9 @@
 // The PostgreSQL dialect's catalog (models, their aliases and control state; a whole catalog in a
-// few statements), and its records: the client API keys and the event log.
+// few statements), and its records: the event log (the client API keys and teams are keys.ts).
 
 import { and, asc, desc, eq, gt, gte, sql } from "drizzle-orm";
-import type { CatalogPort, EventsPort, KeysPort } from "../../control/store-port";
-import type { ApiKeyRow, EventRow, ModelRow, ModelStateRow, ModelWrite, NewEvent } from "../../control/types";
+import type { CatalogPort, EventsPort } from "../../control/store-port";
+import type { EventRow, ModelRow, ModelStateRow, ModelWrite, NewEvent } from "../../control/types";
 import type { PgConnection } from "./connection";
 import * as schema from "./schema";
 import { byBytes, eventRecord, recordset, toEvent, toModel } from "./sql";
@@ -94,7 +94,7 @@ export class PgCatalog implements CatalogPort {
   }
 }
 
-export class PgRecords implements KeysPort, EventsPort {
+export class PgRecords implements EventsPort {
   constructor(private readonly c: PgConnection) {}
 
   // ---- events -------------------------------------------------------------------------
@@ -114,19 +114,5 @@ export class PgRecords implements KeysPort, EventsPort {
       if (opts.afterId !== undefined) return (await this.c.db.select().from(schema.events).where(where).orderBy(asc(schema.events.id)).limit(opts.limit)).map(toEvent);
       return (await this.c.db.select().from(schema.events).where(where).orderBy(desc(schema.events.id)).limit(opts.limit)).reverse().map(toEvent);
     });
-  }
-
-  // ---- API keys -----------------------------------------------------------------------
-
-  createApiKey(k: ApiKeyRow): Promise<boolean> {
-    return this.c.write("once", "any", async (tx) => (await tx.insert(schema.apiKeys).values(k).onConflictDoNothing({ target: schema.apiKeys.name }).returning({ n: schema.apiKeys.name })).length > 0);
-  }
-
-  listApiKeys(): Promise<ApiKeyRow[]> {
-    return this.c.call("read", () => this.c.db.select().from(schema.apiKeys).orderBy(byBytes(schema.apiKeys.name)));
-  }
-
-  revokeApiKey(name: string): Promise<boolean> {
-    return this.c.write("once", "any", async (tx) => (await tx.delete(schema.apiKeys).where(eq(schema.apiKeys.name, name)).returning({ n: schema.apiKeys.name })).length > 0);
   }
 }

@@ -6,6 +6,7 @@ import { eq, inArray, sql } from "drizzle-orm";
 import { FencedError } from "../../control/errors";
 import type { ChangeFeed, FleetRead, PlanWriter } from "../../control/store-port";
 import { type ChangeRead, type Fence, type GpuRow, type ModelRow, type ModelStateRow, type NodeRow, type PlanWrite, type ReplicaRow, type Snapshot, CHANGES_KEPT, PRUNE_EVERY, changedKeys } from "../../control/types";
+import { type KeyColumns, type TeamColumns, toKeyRow, toTeamRow } from "../key-rows";
 import type { PgConnection } from "./connection";
 import * as schema from "./schema";
 import { CHANGE_SQL, DB_NOW, SNAPSHOT_SQL, insertEvents, recordset, updateReplicas, upsertModelState } from "./sql";
@@ -54,7 +55,7 @@ export class PgFleet implements FleetRead, PlanWriter, Pick<ChangeFeed, "changeC
         const changes = rows.map((r) => ({ seq: Number(r.seq), kind: String(r.kind), key: String(r.key) }));
         const k = changedKeys(changes);
         const q = (text: string, keys: string[]) => (keys.length > 0 ? t.unsafe(text, [keys], { prepare: true }).then((r) => [...r]) : Promise.resolve([]));
-        const [nodes, gpus, weights, credentials, addresses, models, modelState, replicas, apiKeys] = await Promise.all([
+        const [nodes, gpus, weights, credentials, addresses, models, modelState, replicas, apiKeys, teams] = await Promise.all([
           q(CHANGE_SQL.nodes, k.node),
           q(CHANGE_SQL.gpus, k.node),
           q(CHANGE_SQL.weights, k.node),
@@ -64,8 +65,13 @@ export class PgFleet implements FleetRead, PlanWriter, Pick<ChangeFeed, "changeC
           q(CHANGE_SQL.modelState, k.model),
           q(CHANGE_SQL.replicas, k.replica),
           q(CHANGE_SQL.apiKeys, k.key),
+          q(CHANGE_SQL.teams, k.team),
         ]);
-        return { changes, nodes, gpus, weights, credentials, addresses, models, modelState, replicas, apiKeys } as unknown as ChangeRead;
+        return {
+          ...({ changes, nodes, gpus, weights, credentials, addresses, models, modelState, replicas } as unknown as ChangeRead),
+          apiKeys: apiKeys.map((r) => toKeyRow(r as unknown as KeyColumns)),
+          teams: teams.map((r) => toTeamRow(r as unknown as TeamColumns)),
+        };
       }) as Promise<ChangeRead>,
     );
   }

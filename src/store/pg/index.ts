@@ -11,6 +11,7 @@ import { MIGRATION_TIMEOUT_MS, PgConnection, type PgStoreOptions } from "./conne
 import { PgCatalog, PgRecords } from "./catalog";
 import { PgFleet } from "./fleet";
 import { PgInventory } from "./inventory";
+import { PgKeys } from "./keys";
 import { PgNodes } from "./nodes";
 import { PgShared } from "./shared";
 
@@ -27,7 +28,7 @@ export class PgStore extends StoreByRole {
     super();
     this.instanceId = c.instanceId;
     this.where = c.where;
-    this.parts = { fleet: new PgFleet(c), inventory: new PgInventory(c), nodes: new PgNodes(c), catalog: new PgCatalog(c), records: new PgRecords(c), shared: new PgShared(c) };
+    this.parts = { fleet: new PgFleet(c), inventory: new PgInventory(c), nodes: new PgNodes(c), catalog: new PgCatalog(c), records: new PgRecords(c), keys: new PgKeys(c), shared: new PgShared(c) };
   }
 
   /** Connects and migrates; rejects with StoreUnavailableError when the server cannot be reached. */

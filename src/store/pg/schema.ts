@@ -4,7 +4,7 @@
 // same TypeScript types; booleans are boolean. drizzle-kit generates drizzle/pg/ from this file
 // (`npm run db:generate`); nothing outside src/store touches drizzle.
 
-import { bigint, bigserial, boolean, index, integer, jsonb, pgTable, primaryKey, text } from "drizzle-orm/pg-core";
+import { bigint, bigserial, boolean, doublePrecision, index, integer, jsonb, pgTable, primaryKey, text } from "drizzle-orm/pg-core";
 
 const ms = (name: string) => bigint(name, { mode: "number" });
 const json = <T>(name: string) => jsonb(name).$type<T>();
@@ -119,6 +119,30 @@ export const apiKeys = pgTable("api_keys", {
   hash: text("hash").notNull().unique(),
   pool: text("pool"),
   createdAt: ms("created_at").notNull(),
+  team: text("team"),
+  models: text("models"),
+  expiresAt: ms("expires_at"),
+  updatedAt: ms("updated_at"),
+  ...limitColumns(),
+});
+
+function limitColumns() {
+  return {
+    rpm: bigint("rpm", { mode: "number" }),
+    tpm: bigint("tpm", { mode: "number" }),
+    maxConcurrent: bigint("max_concurrent", { mode: "number" }),
+    budgetTokens: bigint("budget_tokens", { mode: "number" }),
+    budgetGpuHours: doublePrecision("budget_gpu_hours"),
+    budgetPeriod: text("budget_period"),
+    tier: text("tier"),
+  };
+}
+
+export const teams = pgTable("teams", {
+  name: text("name").primaryKey(),
+  ...limitColumns(),
+  createdAt: ms("created_at").notNull(),
+  updatedAt: ms("updated_at").notNull(),
 });
 
 export const leases = pgTable("leases", {

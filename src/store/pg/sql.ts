@@ -34,6 +34,8 @@ export const SNAPSHOT_SQL = {
   modelState: `SELECT model, failures, crashes, parked, reason, last_failure_at AS "lastFailureAt", last_requested_at AS "lastRequestedAt", scale_target AS "scaleTarget", unplaceable_reason AS "unplaceableReason" FROM model_state ORDER BY model COLLATE "C"`,
 } as const;
 
+const LIMIT_COLUMNS = `rpm, tpm, max_concurrent AS "maxConcurrent", budget_tokens AS "budgetTokens", budget_gpu_hours AS "budgetGpuHours", budget_period AS "budgetPeriod", tier`;
+
 // changesSince's queries: the snapshot's columns, of the rows the changes name ($1, a text array).
 export const CHANGE_SQL = {
   changes: `SELECT seq, kind, key FROM changes WHERE seq > $1 ORDER BY seq LIMIT $2`,
@@ -45,7 +47,8 @@ export const CHANGE_SQL = {
   models: `SELECT name, spec, revision, created_at AS "createdAt", updated_at AS "updatedAt" FROM models WHERE name = ANY($1::text[])`,
   modelState: `SELECT model, failures, crashes, parked, reason, last_failure_at AS "lastFailureAt", last_requested_at AS "lastRequestedAt", scale_target AS "scaleTarget", unplaceable_reason AS "unplaceableReason" FROM model_state WHERE model = ANY($1::text[])`,
   replicas: `SELECT id, model, profile, state, shards, port, endpoint, failures, error, created_at AS "createdAt", updated_at AS "updatedAt", ready_at AS "readyAt" FROM replicas WHERE id = ANY($1::text[])`,
-  apiKeys: `SELECT name, hash, pool, created_at AS "createdAt" FROM api_keys WHERE name = ANY($1::text[])`,
+  apiKeys: `SELECT name, hash, pool, created_at AS "createdAt", team, models, expires_at AS "expiresAt", updated_at AS "updatedAt", ${LIMIT_COLUMNS} FROM api_keys WHERE name = ANY($1::text[])`,
+  teams: `SELECT name, created_at AS "createdAt", updated_at AS "updatedAt", ${LIMIT_COLUMNS} FROM teams WHERE name = ANY($1::text[])`,
 } as const;
 
 // A group of heartbeats' inventory in one statement (after the change counter's lock, applyHeartbeats), rows

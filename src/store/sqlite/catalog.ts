@@ -1,9 +1,9 @@
 // The SQLite dialect's catalog (models, their aliases and control state), and its records: the
-// client API keys and the event log.
+// event log (the client API keys and teams are keys.ts).
 
 import { and, asc, desc, eq, gt, gte } from "drizzle-orm";
-import type { CatalogPort, EventsPort, KeysPort } from "../../control/store-port";
-import type { ApiKeyRow, EventRow, ModelRow, ModelStateRow, ModelWrite, NewEvent } from "../../control/types";
+import type { CatalogPort, EventsPort } from "../../control/store-port";
+import type { EventRow, ModelRow, ModelStateRow, ModelWrite, NewEvent } from "../../control/types";
 import { guarded } from "../errors";
 import { type Sqlite, eventRecord, schema, toEvent, toModel } from "./db";
 
@@ -89,7 +89,7 @@ export class SqliteCatalog implements CatalogPort {
   }
 }
 
-export class SqliteRecords implements KeysPort, EventsPort {
+export class SqliteRecords implements EventsPort {
   constructor(private readonly s: Sqlite) {}
 
   appendEvent(e: NewEvent & { at: number }): Promise<number> {
@@ -107,23 +107,5 @@ export class SqliteRecords implements KeysPort, EventsPort {
       if (opts.afterId !== undefined) return this.s.db.select().from(schema.events).where(where).orderBy(asc(schema.events.id)).limit(opts.limit).all().map(toEvent);
       return this.s.db.select().from(schema.events).where(where).orderBy(desc(schema.events.id)).limit(opts.limit).all().reverse().map(toEvent);
     });
-  }
-
-  createApiKey(k: ApiKeyRow): Promise<boolean> {
-    return guarded(() =>
-      this.s.db.transaction((tx) => {
-        if (tx.select({ n: schema.apiKeys.name }).from(schema.apiKeys).where(eq(schema.apiKeys.name, k.name)).get()) return false;
-        tx.insert(schema.apiKeys).values(k).run();
-        return true;
-      }),
-    );
-  }
-
-  listApiKeys(): Promise<ApiKeyRow[]> {
-    return guarded(() => this.s.db.select().from(schema.apiKeys).orderBy(asc(schema.apiKeys.name)).all());
-  }
-
-  revokeApiKey(name: string): Promise<boolean> {
-    return guarded(() => this.s.db.delete(schema.apiKeys).where(eq(schema.apiKeys.name, name)).returning({ n: schema.apiKeys.name }).all().length > 0);
   }
 }

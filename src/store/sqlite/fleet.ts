@@ -6,6 +6,7 @@ import { FencedError } from "../../control/errors";
 import type { ChangeFeed, FleetRead, PlanWriter, ReplicaRead } from "../../control/store-port";
 import { type ChangeRead, type Fence, type PlanWrite, type Snapshot, CHANGES_KEPT, PRUNE_EVERY, changedKeys } from "../../control/types";
 import { guarded } from "../errors";
+import { toKeyRow, toTeamRow } from "../key-rows";
 import { DB_NOW, type Sqlite, eventRecord, nodeColumns, schema, toModel } from "./db";
 
 export class SqliteFleet implements FleetRead, PlanWriter, Pick<ChangeFeed, "changeCursor" | "changesSince"> {
@@ -92,7 +93,8 @@ export class SqliteFleet implements FleetRead, PlanWriter, Pick<ChangeFeed, "cha
             models: some(k.model, () => tx.select().from(schema.models).where(inArray(schema.models.name, k.model)).all().map(toModel)),
             modelState: some(k.model, () => tx.select().from(schema.modelState).where(inArray(schema.modelState.model, k.model)).all()),
             replicas: some(k.replica, () => tx.select().from(schema.replicas).where(inArray(schema.replicas.id, k.replica)).all()),
-            apiKeys: some(k.key, () => tx.select().from(schema.apiKeys).where(inArray(schema.apiKeys.name, k.key)).all()),
+            apiKeys: some(k.key, () => tx.select().from(schema.apiKeys).where(inArray(schema.apiKeys.name, k.key)).all().map(toKeyRow)),
+            teams: some(k.team, () => tx.select().from(schema.teams).where(inArray(schema.teams.name, k.team)).all().map(toTeamRow)),
           };
         },
         { behavior: "deferred" },
