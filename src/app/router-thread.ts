@@ -9,7 +9,7 @@ import { Worker } from "node:worker_threads";
 import type { Logger } from "pino";
 import type { Scheduler, Timer } from "../lib/scheduler";
 import { FromRouter, type ToRouter } from "../protocol/router-link";
-import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, ModelTraffic, TrafficSource, UsageSource } from "../protocol/routing";
+import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, LimitUseEntry, ModelTraffic, TrafficSource, UsageSource } from "../protocol/routing";
 import type { RouterWorkerData } from "./router-worker";
 import { ListReceived, ListSent } from "./list-delta";
 
@@ -49,6 +49,8 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
   private fleet: string | undefined;
   private used: ReadonlyMap<string, number> = new Map();
   private inflight: ReadonlyMap<string, number> = new Map();
+  /** Each limited key's and team's use, as of the last usage report. */
+  private limits: readonly LimitUseEntry[] = [];
   private nextId = 1;
   /** Answers awaited, by request id: called once the answer is in, or the thread is gone. */
   private pending = new Map<number, () => void>();
@@ -101,6 +103,7 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
           if (m.type === "usage") {
             this.used = new Map(m.lastUsed);
             this.inflight = new Map(m.inflightByModel);
+            this.limits = m.limitUse ?? [];
           } else this.lastTraffic = this.trafficIn.take(m);
           const done = this.pending.get(m.id);
           this.pending.delete(m.id);
@@ -207,6 +210,10 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
 
   lastUsed(): ReadonlyMap<string, number> {
     return this.used;
+  }
+
+  limitUse(): readonly LimitUseEntry[] {
+    return this.limits;
   }
 
   inflightByModel(): ReadonlyMap<string, number> {

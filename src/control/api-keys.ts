@@ -9,17 +9,27 @@ import type { CreateKeyBody, UpdateKeyBody } from "../protocol/admin";
 import type { ApiKeyView } from "../protocol/views";
 import { ConflictError, InvalidRequestError, NotFoundError } from "./errors";
 import type { EventLog } from "./event-log";
-import { describeLimits, keyView, limitsOf, limitsPatchOf } from "./key-views";
+import { describeLimits, keyView, limitsOf, limitsPatchOf, withUse } from "./key-views";
 import type { Projector } from "./projector";
 import type { KeysPort } from "./store-port";
 import type { ApiKeyRow, KeyPatch } from "./types";
+import type { UsageExchange } from "./usage-exchange";
 
 /** What a key is created with besides its name and pool. */
 export type NewKeyOptions = Omit<CreateKeyBody, "name" | "pool">;
 type Expires = NonNullable<CreateKeyBody["expires"]>;
 
 export class ApiKeys {
-  constructor(private readonly o: { store: KeysPort; events: Pick<EventLog, "event">; projector: Pick<Projector, "publishKeys">; scheduler: Pick<Scheduler, "now"> }) {}
+  constructor(
+    private readonly o: {
+      store: KeysPort;
+      events: Pick<EventLog, "event">;
+      projector: Pick<Projector, "publishKeys">;
+      scheduler: Pick<Scheduler, "now">;
+      /** This control plane's router's count of each limit's use, shown beside the limits. */
+      usage?: Pick<UsageExchange, "limitUse">;
+    },
+  ) {}
 
   /** Creates a client API key; the key itself is returned this once and never stored. */
   async createApiKey(name: string, pool?: string, opts: NewKeyOptions = {}): Promise<ApiKeyView & { key: string }> {
@@ -46,7 +56,8 @@ export class ApiKeys {
   }
 
   async listApiKeys(): Promise<ApiKeyView[]> {
-    return (await this.o.store.listApiKeys()).map(keyView);
+    const use = this.o.usage?.limitUse() ?? [];
+    return (await this.o.store.listApiKeys()).map((k) => withUse(keyView(k), "key", use));
   }
 
   /** Changes what the body names (null clears it); the key as it now stands. */

@@ -3,7 +3,7 @@
 // listed, and a short account of limits for the event log. Pure.
 
 import type { CreateKeyBody, CreateTeamBody, UpdateKeyBody, UpdateTeamBody } from "../protocol/admin";
-import type { KeyTier, UsageLimits } from "../protocol/routing";
+import type { KeyTier, LimitUseEntry, UsageLimits } from "../protocol/routing";
 import type { ApiKeyView, TeamView } from "../protocol/views";
 import type { ApiKeyRow, LimitsPatch, TeamRow } from "./types";
 
@@ -59,6 +59,13 @@ export function keyView(k: ApiKeyRow): ApiKeyView {
     created_at: iso(k.createdAt),
     updated_at: k.updatedAt === undefined ? null : iso(k.updatedAt),
   };
+}
+
+/** A view with its limits' use on this control plane's router (usage-exchange.ts), when it counts any. */
+export function withUse<V extends ApiKeyView | TeamView>(v: V, of: "key" | "team", use: readonly LimitUseEntry[]): V {
+  const u = use.find((e) => e.of === of && e.name === v.name);
+  if (u === undefined) return v;
+  return { ...v, use: { ...(u.rpm !== undefined ? { rpm: u.rpm } : {}), ...(u.tpm !== undefined ? { tpm: u.tpm } : {}), concurrent: u.concurrent } };
 }
 
 export function teamView(t: TeamRow, keys: string[]): TeamView {

@@ -8,13 +8,23 @@ import type { CreateTeamBody, UpdateTeamBody } from "../protocol/admin";
 import type { TeamView } from "../protocol/views";
 import { ConflictError, NotFoundError } from "./errors";
 import type { EventLog } from "./event-log";
-import { describeLimits, limitsOf, limitsPatchOf, teamView } from "./key-views";
+import { describeLimits, limitsOf, limitsPatchOf, teamView, withUse } from "./key-views";
 import type { Projector } from "./projector";
 import type { KeysPort } from "./store-port";
 import type { TeamRow } from "./types";
+import type { UsageExchange } from "./usage-exchange";
 
 export class Teams {
-  constructor(private readonly o: { store: KeysPort; events: Pick<EventLog, "event">; projector: Pick<Projector, "publishKeys">; scheduler: Pick<Scheduler, "now"> }) {}
+  constructor(
+    private readonly o: {
+      store: KeysPort;
+      events: Pick<EventLog, "event">;
+      projector: Pick<Projector, "publishKeys">;
+      scheduler: Pick<Scheduler, "now">;
+      /** This control plane's router's count of each limit's use, shown beside the limits. */
+      usage?: Pick<UsageExchange, "limitUse">;
+    },
+  ) {}
 
   async createTeam(body: CreateTeamBody): Promise<TeamView> {
     const now = this.o.scheduler.now();
@@ -30,7 +40,8 @@ export class Teams {
     const [teams, keys] = await Promise.all([this.o.store.listTeams(), this.o.store.listApiKeys()]);
     const byTeam = new Map<string, string[]>();
     for (const k of keys) if (k.team !== undefined) (byTeam.get(k.team) ?? byTeam.set(k.team, []).get(k.team)!).push(k.name);
-    return teams.map((t) => teamView(t, byTeam.get(t.name) ?? []));
+    const use = this.o.usage?.limitUse() ?? [];
+    return teams.map((t) => withUse(teamView(t, byTeam.get(t.name) ?? []), "team", use));
   }
 
   async team(name: string): Promise<TeamView> {

@@ -6,7 +6,7 @@
 // working: it cannot tell idle from busy (it says "unknown").
 
 import type { Logger } from "pino";
-import type { UsageSource } from "./interfaces";
+import type { LimitUseEntry, UsageSource } from "./interfaces";
 import type { UsagePort } from "./store-port";
 import { knownIdleStamps, mergeUsage } from "./usage";
 
@@ -42,6 +42,11 @@ export class UsageExchange {
   /** The router's requests in flight per model, or undefined without a router (nothing scales). */
   inflightByModel(): ReadonlyMap<string, number> | undefined {
     return this.o.source?.inflightByModel();
+  }
+
+  /** Each limited key's and team's use of its limits on this control plane's router (as of the last refresh for a router thread). */
+  limitUse(): readonly LimitUseEntry[] {
+    return this.o.source?.limitUse?.() ?? [];
   }
 
   /** Asks the router for fresh usage (a router on its own thread answers a message). */

@@ -86,7 +86,13 @@ export const FromRouter = z.discriminatedUnion("type", [
   z.object({ type: z.literal("started"), port: z.number().int() }),
   /** The router could not listen: the listener's own message. */
   z.object({ type: z.literal("failed"), error: z.string() }),
-  z.object({ type: z.literal("usage"), id: z.number().int(), lastUsed: Entries, inflightByModel: Entries }),
+  z.object({
+    type: z.literal("usage"),
+    id: z.number().int(),
+    lastUsed: Entries,
+    inflightByModel: Entries,
+    limitUse: z.array(z.object({ of: z.enum(["key", "team"]), name: z.string(), rpm: z.number().optional(), tpm: z.number().optional(), concurrent: z.number() })).optional(),
+  }),
   /** TrafficSource.traffic(), as changes: every model's name in order, the figures of those that changed since the last answer. */
   z.object({ type: z.literal("traffic"), id: z.number().int(), keys: z.array(z.string()), changed: z.array(Traffic) }),
   /** DemandSink.requestModel, as a message: nothing answers it. */

@@ -128,6 +128,23 @@ export interface UsageSource {
    * Absent: since the process started.
    */
   watchingSince?(): number;
+  /**
+   * What each limited key and team has used of its limits now (admission.ts), as of the last
+   * refresh for a router on its own thread. Absent: the router counts no limits.
+   */
+  limitUse?(): readonly LimitUseEntry[];
+}
+
+/** A key's or a team's use of its limits on one router: requests and tokens this minute, requests in flight. */
+export interface LimitUseEntry {
+  of: "key" | "team";
+  name: string;
+  /** Of the requests-per-minute allowance: how much is spent (a minute's worth is the limit). */
+  rpm?: number;
+  /** Of the tokens-per-minute allowance: how much is spent. */
+  tpm?: number;
+  /** Requests in flight. */
+  concurrent: number;
 }
 
 /**

@@ -22,7 +22,7 @@
 // check here stays local and O(1).
 
 import type { Scheduler } from "../lib/scheduler";
-import type { ApiKeyEntry, KeyTier, UsageLimits } from "../protocol/routing";
+import type { ApiKeyEntry, KeyTier, LimitUseEntry, UsageLimits } from "../protocol/routing";
 import { type Reply, openAIError } from "./errors";
 
 const MINUTE_MS = 60_000;
@@ -224,6 +224,26 @@ export class Admission {
     if (r !== undefined) out += `x-ratelimit-limit-requests: ${r.cap}\r\nx-ratelimit-remaining-requests: ${left(r)}\r\nx-ratelimit-reset-requests: ${duration(r.resetMs())}\r\n`;
     const k = tighter(s.key.tpm, s.team?.tpm, now);
     if (k !== undefined) out += `x-ratelimit-limit-tokens: ${k.cap}\r\nx-ratelimit-remaining-tokens: ${left(k)}\r\nx-ratelimit-reset-tokens: ${duration(k.resetMs())}\r\n`;
+    return out;
+  }
+
+  /** Each limited key's and team's own use of its limits now (not the tighter of the two). */
+  limitUse(): LimitUseEntry[] {
+    const now = this.time.mono();
+    const out: LimitUseEntry[] = [];
+    const spent = (b: Bucket | undefined) => {
+      if (b === undefined) return undefined;
+      b.refill(now);
+      // Past the limit too (a debt of tokens streamed after it ran out), as it is.
+      return Math.max(0, Math.round(b.cap - b.level));
+    };
+    const one = (c: Counters) => {
+      const rpm = spent(c.rpm);
+      const tpm = spent(c.tpm);
+      out.push({ of: c.kind, name: c.name, concurrent: c.inflight, ...(rpm !== undefined ? { rpm } : {}), ...(tpm !== undefined ? { tpm } : {}) });
+    };
+    for (const s of this.byKey.values()) one(s.key);
+    for (const t of this.teams.values()) one(t);
     return out;
   }
 

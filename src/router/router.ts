@@ -24,7 +24,7 @@ import { UpstreamPool } from "../http/client";
 import type { ClientExchange } from "../http/exchange";
 import { hostPort } from "../lib/net";
 import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
-import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, ModelTraffic, UsageSource } from "../protocol/routing";
+import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, LimitUseEntry, ModelTraffic, UsageSource } from "../protocol/routing";
 import { Admission, type KeyUse } from "./admission";
 import { Balancer, type BalancerSettings } from "./balancer";
 import { BodyReader } from "./body-reader";
@@ -211,6 +211,11 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
   /** Each limited key's use of its limits now: requests in flight, requests and tokens left this minute. */
   keyUse(): KeyUse[] {
     return this.admission.use();
+  }
+
+  /** UsageSource: each limited key's and team's own use of its limits, for `llmgw keys list` and `teams list`. */
+  limitUse(): LimitUseEntry[] {
+    return this.admission.limitUse();
   }
 
   setFleetMetrics(text: string): void {

@@ -2,7 +2,8 @@
 // reach the router, which holds a key to its own requests per minute and to its team's (shared
 // by the team's keys): past either, 429 rate_limit_exceeded naming whose limit it is, with
 // Retry-After; every answer to a limited key carries OpenAI's x-ratelimit-* headers; a key
-// without limits is never refused; a limit cleared with `none` is gone at the router too.
+// without limits is never refused; `keys list` and `teams list` show what the router counted
+// beside each limit; a limit cleared with `none` is gone at the router too.
 
 import { describe, expect, test } from "bun:test";
 import { run, until } from "../helpers/binary";
@@ -76,6 +77,24 @@ describe("limits set by the CLI, held by the router", () => {
       expect(r.headers.get("x-ratelimit-limit-requests")).toBeNull();
       await r.arrayBuffer();
     }
+
+    // What the router counted shows beside each limit: the key's own three, the team's four.
+    const listed = await until("keys list to show the router's counts", () => {
+      const keys = JSON.parse(cli("keys", "list", "-o", "json").stdout) as { name: string; use?: { rpm?: number; concurrent?: number } }[];
+      const own = keys.find((k) => k.name === "own");
+      return own?.use?.rpm !== undefined && own.use.rpm > 0 ? keys : undefined;
+    });
+    // A minute's three refill at one per 20 s: a slow moment may have given a third of one back.
+    const ownUse = listed.find((k) => k.name === "own")!.use!;
+    expect(ownUse.concurrent).toBe(0);
+    expect([2, 3]).toContain(ownUse.rpm!);
+    expect(listed.find((k) => k.name === "free")!.use).toBeUndefined();
+    const table = cli("keys", "list").stdout.split("\n").find((l) => l.startsWith("own "))!;
+    expect(table.split(/\s+/)[4]).toMatch(/^[23]\/3$/);
+    const teams = JSON.parse(cli("teams", "list", "-o", "json").stdout) as { name: string; use?: { rpm?: number; concurrent?: number } }[];
+    const teamUse = teams.find((t) => t.name === "batch")!.use!;
+    expect(teamUse.concurrent).toBe(0);
+    expect([3, 4]).toContain(teamUse.rpm!);
 
     // Cleared on the key: the router lets it through again.
     expect(cli("keys", "update", "own", "--rpm", "none").code).toBe(0);

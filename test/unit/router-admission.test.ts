@@ -159,3 +159,32 @@ describe("Admission", () => {
     expect(JSON.parse(r.body).error).toMatchObject({ type: "rate_limit_exceeded", code: "rate_limit_exceeded", param: null });
   });
 });
+
+describe("limitUse: what each key and team has spent, for keys list and teams list", () => {
+  test("a key's own and its team's counts apart; past a token limit the debt shows; keys without limits absent", () => {
+    const s = new ManualScheduler(0);
+    const a = new Admission(s);
+    a.setKeys([
+      { name: "k1", sha256: "h1", pool: null, team: "t", limits: { rpm: 10, tpm: 100 }, teamLimits: { rpm: 50 } },
+      { name: "k2", sha256: "h2", pool: null, team: "t", teamLimits: { rpm: 50 } },
+      { name: "free", sha256: "h3", pool: null },
+    ]);
+    const k1 = a.of("h1")!;
+    const k2 = a.of("h2")!;
+    expect(a.admit(k1, 40)).toBeUndefined();
+    expect(a.admit(k1, 40)).toBeUndefined();
+    expect(a.admit(k2, 10)).toBeUndefined();
+    a.tokens(k1, 50); // streamed past the 100 tokens: a debt of 30
+    k2.release();
+    const use = a.limitUse();
+    expect(use).toEqual([
+      { of: "key", name: "k1", rpm: 2, tpm: 130, concurrent: 2 },
+      { of: "key", name: "k2", concurrent: 0 },
+      { of: "team", name: "t", rpm: 3, concurrent: 2 },
+    ]);
+    // A minute later the requests have refilled; the tokens' refill paid the debt first, so 30 of
+    // this minute's 100 are spent; the requests still in flight are still counted.
+    s.advance(60_000);
+    expect(a.limitUse()[0]).toEqual({ of: "key", name: "k1", rpm: 0, tpm: 30, concurrent: 2 });
+  });
+});
