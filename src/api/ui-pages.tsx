@@ -1,9 +1,9 @@
 // The dashboard's other pages: one per model and per node (their replicas with placement,
-// recent events, reasons, the last hour's charts), the API keys, a 404; the history sections
-// of the main page; and the operator's actions as POST forms. Every form that changes state
-// carries the session's CSRF token, and is drawn only for a session (a script signed in by
-// bearer header uses the API). Like ui-view.tsx: Hono's JSX escapes every string, and the data
-// arrives already sanitised.
+// recent events, reasons, the last hour's charts), a 404 (the keys and teams: ui-keys.tsx); the
+// history sections of the main page; and the operator's actions as POST forms. Every form that
+// changes state carries the session's CSRF token, and is drawn only for a session (a script
+// signed in by bearer header uses the API). Like ui-view.tsx: Hono's JSX escapes every string,
+// and the data arrives already sanitised.
 
 import type { FC } from "hono/jsx";
 import { ago, human, oneLine, plural } from "../lib/format";
@@ -36,7 +36,7 @@ export interface Flash {
 
 // ---- the frame ---------------------------------------------------------------------------
 
-export const TopBar: FC<{ csrf?: string; live?: boolean; here?: "overview" | "keys" }> = ({ csrf, live, here }) => (
+export const TopBar: FC<{ csrf?: string; live?: boolean; here?: "overview" | "keys" | "teams" }> = ({ csrf, live, here }) => (
   <header class="top">
     <a class="brand" href="/ui">
       llmgw
@@ -47,6 +47,9 @@ export const TopBar: FC<{ csrf?: string; live?: boolean; here?: "overview" | "ke
       </a>
       <a href="/ui/keys" data-testid="nav-keys" aria-current={here === "keys" ? "page" : undefined}>
         API keys
+      </a>
+      <a href="/ui/teams" data-testid="nav-teams" aria-current={here === "teams" ? "page" : undefined}>
+        Teams
       </a>
     </nav>
     {live && (
@@ -84,7 +87,7 @@ export const FlashBox: FC<{ flash?: Flash }> = ({ flash }) =>
   ) : null;
 
 /** A page that is not the live overview: a shell, the top bar, the flash, then the content. */
-const Page: FC<{ nonce: string; title: string; csrf?: string; flash?: Flash; here?: "keys"; children?: unknown }> = ({ nonce, title, csrf, flash, here, children }) => (
+export const Page: FC<{ nonce: string; title: string; csrf?: string; flash?: Flash; here?: "keys" | "teams"; children?: unknown }> = ({ nonce, title, csrf, flash, here, children }) => (
   <Shell nonce={nonce} title={`${title} · llmgw`}>
     <body>
       <TopBar csrf={csrf} here={here} />
@@ -97,7 +100,7 @@ const Page: FC<{ nonce: string; title: string; csrf?: string; flash?: Flash; her
 );
 
 /** A POST form: the CSRF token, an optional confirm box the server checks too, one button. */
-const Action: FC<{ action: string; csrf: string; label: string; testid: string; danger?: boolean; confirm?: string; children?: unknown }> = ({ action, csrf, label, testid, danger, confirm, children }) => (
+export const Action: FC<{ action: string; csrf: string; label: string; testid: string; danger?: boolean; confirm?: string; children?: unknown }> = ({ action, csrf, label, testid, danger, confirm, children }) => (
   <form method="post" action={action} class="action" data-testid={testid}>
     <input type="hidden" name="csrf" value={csrf} />
     {children}
@@ -429,61 +432,6 @@ export const NodePage: FC<{ nonce: string; csrf?: string; flash?: Flash; d: Node
     </Page>
   );
 };
-
-// ---- API keys ----------------------------------------------------------------------------
-
-export const KeysPage: FC<{ nonce: string; csrf?: string; flash?: Flash; keys: { name: string; pool: string | null; created_at: string }[]; now: number }> = ({ nonce, csrf, flash, keys, now }) => (
-  <Page nonce={nonce} title="API keys" csrf={csrf} flash={flash} here="keys">
-    <h1 class="title">API keys</h1>
-    <p class="muted">Client keys for the router. Only a hash is stored: a key is shown once, when created.</p>
-    {csrf !== undefined && (
-      <Section id="create-key" title="Create a key">
-        <Action action="/ui/keys" csrf={csrf} label="Create key" testid="create-key-form">
-          <label class="field">
-            Name <input name="name" required maxlength={64} pattern="[A-Za-z0-9][A-Za-z0-9._\-]*" autocomplete="off" data-testid="key-name" />
-          </label>
-          <label class="field">
-            Pool <small>(optional: the key sees only that pool's models)</small> <input name="pool" maxlength={64} autocomplete="off" />
-          </label>
-        </Action>
-      </Section>
-    )}
-    <Section id="keys" title="Keys" count={keys.length}>
-      {keys.length === 0 ? (
-        <p class="empty">No API keys.</p>
-      ) : (
-        <div class="scroll">
-          <table>
-            <thead>
-              <tr>
-                <th>Name</th>
-                <th>Pool</th>
-                <th>Created</th>
-                {csrf !== undefined && <th>Revoke</th>}
-              </tr>
-            </thead>
-            <tbody>
-              {keys.map((k) => (
-                <tr data-testid="key-row" data-key={k.name}>
-                  <td class="name">{k.name}</td>
-                  <td>{k.pool ?? "-"}</td>
-                  <td class="muted" title={k.created_at}>
-                    {ago(k.created_at, now)}
-                  </td>
-                  {csrf !== undefined && (
-                    <td class="act">
-                      <Action action={`/ui/keys/${encodeURIComponent(k.name)}/revoke`} csrf={csrf} label="Revoke" testid="revoke-form" danger confirm="sure" />
-                    </td>
-                  )}
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
-      )}
-    </Section>
-  </Page>
-);
 
 export const NotFoundPage: FC<{ nonce: string; csrf?: string; what: string }> = ({ nonce, csrf, what }) => (
   <Page nonce={nonce} title="not found" csrf={csrf}>

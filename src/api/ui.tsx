@@ -1,14 +1,15 @@
 // The dashboard at /ui on the admin listener: a server-rendered view of the same summary and
 // tables the admin API serves, the last hour's charts (history.ts), a page per model and per
-// node, the API keys, and the operator's actions (cordon, uncordon, drain, unpark, delete a
-// model, create and revoke keys) as POST forms that call the control plane's operations the admin API
-// calls. It takes the admin token only: posted from its sign-in form, which starts a
-// server-side session (sessions.ts: a random id in an HttpOnly, SameSite=Strict cookie, 12 h at
-// most, 1 h idle), or as `Authorization: Bearer` for scripts. Never from the URL: a token in a
-// link stays in browser history and proxy logs. Logging out is a POST carrying the session's
-// CSRF token, and revokes the session; every action is the same: a POST from a session
-// carrying its CSRF token (else 403, and nothing changes), answered with a 303 back to the page
-// and a message shown once there.
+// node, the API keys, the teams and a page per team (its keys, each limit with its use), and
+// the operator's actions (cordon, uncordon, drain, unpark, delete a model, create and revoke
+// keys) as POST forms that call the control plane's operations the admin API calls. It takes
+// the admin token only: posted from its sign-in form, which starts a server-side session
+// (sessions.ts: a random id in an HttpOnly, SameSite=Strict cookie, 12 h at most, 1 h idle), or
+// as `Authorization: Bearer` for scripts. Never from the URL: a token in a link stays in
+// browser history and proxy logs. Logging out is a POST carrying the session's CSRF token, and
+// revokes the session; every action is the same: a POST from a session carrying its CSRF token
+// (else 403, and nothing changes), answered with a 303 back to the page and a message shown
+// once there.
 // Every response carries a strict CSP whose per-response nonce is the only way an
 // inline script or style runs. Everything shown passes through the sanitiser first
 // (lib/text.ts): HTML escaping stops markup, not the control characters inside it.
@@ -25,6 +26,7 @@ import type { CatalogAdmin } from "../control/catalog-admin";
 import type { EventLog } from "../control/event-log";
 import type { FleetViews } from "../control/fleet-views";
 import type { NodeAdmin } from "../control/node-admin";
+import type { Teams } from "../control/teams";
 import { ConflictError, NotFoundError, StoreUnavailableError } from "../control/errors";
 import { safeDeep } from "../lib/text";
 import { CreateKeyBody } from "../protocol/admin";
@@ -34,7 +36,8 @@ import { bearerToken, markAuthenticated, tokenMatches } from "./auth";
 import { HttpError, zodToApiError } from "./errors";
 import { History } from "./history";
 import { type Session, SessionStore, csrfMatches } from "./sessions";
-import { DashboardPage, type Flash, type HistoryView, KeysPage, ModelPage, NodePage, NotFoundPage, Overview } from "./ui-pages";
+import { KeysPage, TeamPage, TeamsPage, linkKeys, linkTeams } from "./ui-keys";
+import { DashboardPage, type Flash, type HistoryView, ModelPage, NodePage, NotFoundPage, Overview } from "./ui-pages";
 import { type DashboardData, ICON_SVG, LoginPage, modelHref, nodeHref } from "./ui-view";
 
 /** The wall clock a session or page reads (a Scheduler, or just its now()). */
@@ -48,6 +51,7 @@ export interface UiControl {
   views: Pick<FleetViews, "overview" | "model" | "replicas" | "tables">;
   events: Pick<EventLog, "events">;
   keys: Pick<ApiKeys, "listApiKeys" | "createApiKey" | "revokeApiKey">;
+  teams: Pick<Teams, "listTeams" | "team">;
   catalog: Pick<CatalogAdmin, "unpark" | "deleteModel">;
   nodes: Pick<NodeAdmin, "setNodeAdminState">;
 }
@@ -289,7 +293,7 @@ function nodeParam(raw: string): string | undefined {
   return r.success ? r.data : undefined;
 }
 
-/** The pages of one model, one node and the keys: read-only, for a session or a bearer script. */
+/** The pages of one model, one node, the keys, the teams and one team: read-only, for a session or a bearer script. */
 function pageRoutes(app: Hono<Env>, d: PageDeps): void {
   const { ctl } = d;
   const notFound = (c: Ctx, csrf: string | undefined, what: string) => c.html(`<!DOCTYPE html>${<NotFoundPage nonce={c.get("nonce")} csrf={csrf} what={safeDeep(what)} />}`, 404);
@@ -335,9 +339,34 @@ function pageRoutes(app: Hono<Env>, d: PageDeps): void {
   app.get("/keys", async (c) => {
     const who = d.authed(c);
     if (!who) return d.login(c);
-    const keys = safeDeep(await ctl.keys.listApiKeys());
+    const keys = safeDeep(linkKeys(await ctl.keys.listApiKeys()));
     const flash = d.takeFlash(who.session);
     return c.html(`<!DOCTYPE html>${<KeysPage nonce={c.get("nonce")} csrf={who.session?.csrf} flash={flash} keys={keys} now={d.clock.now()} />}`);
+  });
+
+  app.get("/teams", async (c) => {
+    const who = d.authed(c);
+    if (!who) return d.login(c);
+    const teams = safeDeep(linkTeams(await ctl.teams.listTeams()));
+    const flash = d.takeFlash(who.session);
+    return c.html(`<!DOCTYPE html>${<TeamsPage nonce={c.get("nonce")} csrf={who.session?.csrf} flash={flash} teams={teams} />}`);
+  });
+
+  app.get("/teams/:name", async (c) => {
+    const who = d.authed(c);
+    if (!who) return d.login(c);
+    const raw = c.req.param("name");
+    let team: Awaited<ReturnType<UiControl["teams"]["team"]>>;
+    try {
+      team = await ctl.teams.team(raw);
+    } catch (e) {
+      if (e instanceof NotFoundError) return notFound(c, who.session?.csrf, `No team is called "${raw.slice(0, 120)}".`);
+      throw e;
+    }
+    const keys = linkKeys((await ctl.keys.listApiKeys()).filter((k) => k.team === team.name));
+    const page = safeDeep({ team, keys, now: d.clock.now() });
+    const flash = d.takeFlash(who.session);
+    return c.html(`<!DOCTYPE html>${<TeamPage nonce={c.get("nonce")} csrf={who.session?.csrf} flash={flash} team={page.team} keys={page.keys} now={page.now} />}`);
   });
 }
 

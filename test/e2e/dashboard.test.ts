@@ -461,6 +461,29 @@ describe("the dashboard at /ui", () => {
     await page.goto(`${adminUrl}/ui`);
   }, 60_000);
 
+  test("teams: a team's priority, limits with their use and keys, its page with its keys, and the keys page's team, limit and expiry columns", async () => {
+    cli("teams", "create", "ml", "--rpm", "3", "--priority", "batch");
+    cli("keys", "create", "trainer", "--team", "ml", "--rpm", "5", "--expires", "30d");
+    await page.locator('[data-testid="nav-teams"]').click();
+    const team = page.locator('[data-testid="team-row"][data-team="ml"]');
+    // Each limit as `teams list` shows it: its use in front once the router reports it.
+    expect(await team.locator('[data-field="rpm"]').textContent()).toMatch(/^(\d+\/)?3$/);
+    expect(await team.locator('[data-field="priority"]').textContent()).toBe("batch");
+    expect(await team.locator('[data-field="keys"]').textContent()).toBe("trainer");
+    await Promise.all([page.waitForURL(`${adminUrl}/ui/teams/ml`), team.locator("a").click()]);
+    expect(await page.locator('[data-testid="team-title"]').textContent()).toBe("ml");
+    expect(await page.locator('dd[data-field="rpm"]').textContent()).toMatch(/^(\d+\/)?3$/);
+    const key = page.locator('[data-testid="key-row"][data-key="trainer"]');
+    expect(await key.locator('[data-field="rpm"]').textContent()).toMatch(/^(\d+\/)?5$/);
+    expect(await key.locator('[data-field="tier"]').textContent()).toBe("(team)");
+    await page.locator('[data-testid="nav-keys"]').click();
+    const row = page.locator('[data-testid="key-row"][data-key="trainer"]');
+    expect(await row.locator('[data-field="team"]').textContent()).toBe("ml");
+    expect(await row.locator('[data-field="expires"]').textContent()).toMatch(/^\d{4}-\d\d-\d\d \d\d:\d\d$/);
+    await Promise.all([page.waitForURL(`${adminUrl}/ui/teams/ml`), row.locator('[data-field="team"] a').click()]);
+    await page.goto(`${adminUrl}/ui`);
+  }, 30_000);
+
   test("charts in one row keep their plots level when a legend wraps (the overview's GPU classes, a model's four)", async () => {
     /** Each chart's row (its top), how many lines its legend takes, and where its plot starts. */
     type Chart = { top: number; lines: number; plot: number };
@@ -500,6 +523,8 @@ describe("the dashboard at /ui", () => {
       ["model", "/ui/models/llama-3.1-8b", "model-title"],
       ["node", "/ui/nodes/a100-1", "node-title"],
       ["keys", "/ui/keys", "create-key-form"],
+      ["teams", "/ui/teams", "section-teams"],
+      ["team", "/ui/teams/ml", "team-title"],
     ] as const;
     for (const [name, path, testid] of pages) {
       for (const [width, label] of [
