@@ -166,13 +166,26 @@ export class Dispatch {
 
   /** Checks the client's API key when keys are required; returns an error reply, or the key's pool and SHA-256 (its owner's mark). */
   private authorize(ex: ClientExchange): Reply | { pool?: string; owner?: string } {
-    if (!this.ctx.requireApiKey) return {};
+    if (!this.ctx.requireApiKey) return this.knownKey(ex) ?? {};
     const presented = bearerToken(ex.headers.get("authorization"));
     // Keys are looked up by their SHA-256: the secret itself is never compared or kept.
     const key = presented !== undefined ? this.keys.get(sha256hex(presented)) : undefined;
     if (!key) return openAIError(401, "Incorrect or missing API key: send Authorization: Bearer <key> (create one with `llmgw keys create NAME`)", { code: "invalid_api_key" });
     const expired = expiredKey(key, this.ctx.time.now());
     if (expired) return expired;
+    return key.pool ? { pool: key.pool, owner: key.sha256 } : { owner: key.sha256 };
+  }
+
+  /**
+   * On a router open to anyone, a request that presents a key of ours is still that key's: held
+   * to its pool, models and limits (and its team's), and counted as its. Any other (none, an
+   * unknown or an expired one) is served as anonymous, as the open router serves everyone.
+   */
+  private knownKey(ex: ClientExchange): { pool?: string; owner: string } | undefined {
+    if (this.keys.size === 0) return undefined;
+    const presented = bearerToken(ex.headers.get("authorization"));
+    const key = presented !== undefined ? this.keys.get(sha256hex(presented)) : undefined;
+    if (!key || expiredKey(key, this.ctx.time.now())) return undefined;
     return key.pool ? { pool: key.pool, owner: key.sha256 } : { owner: key.sha256 };
   }
 

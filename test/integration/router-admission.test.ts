@@ -235,3 +235,31 @@ describe("router admission", () => {
     await settled("a request left before its answer");
   });
 });
+
+describe("a router open to anyone", () => {
+  test("a request presenting a key of ours is that key's: held to its limits and its team's; no key, an unknown or an expired one is anonymous and unlimited", async () => {
+    const { r, url } = router(
+      [apiKey("alice", { team: "t", limits: { rpm: 2 }, teamLimits: { rpm: 100 } }), apiKey("gone", { limits: { rpm: 1 }, expiresAt: 1 })],
+      { requireApiKey: false },
+      new ManualScheduler(),
+    );
+    const statuses: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      const res = await post(url, "alice", { model: "m" });
+      statuses.push(res.status);
+      await res.text();
+    }
+    expect(statuses).toEqual([200, 200, 429]);
+    expect(r.limitUse().find((u) => u.of === "team" && u.name === "t")).toMatchObject({ rpm: 2 });
+    // Without a key, with one we do not know, with an expired one: served, never refused.
+    for (const key of ["nobody", "gone", "gone"]) {
+      const res = await post(url, key, { model: "m" });
+      expect(res.status).toBe(200);
+      expect(res.headers.get("x-ratelimit-limit-requests")).toBeNull();
+      await res.text();
+    }
+    const anon = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", messages: msgs }) });
+    expect(anon.status).toBe(200);
+    await anon.text();
+  });
+});
