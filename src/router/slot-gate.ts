@@ -110,6 +110,9 @@ export class SlotGate {
     ex.onAbort = () => {
       if (w.waiter !== undefined && q.remove(w.waiter)) this.ctx.metrics.answered(name, 499);
     };
+    // Queued behind batch work that has no slot left to take, an interactive request may find
+    // the slot kept for its tier free: it is now first in line, and served at once.
+    if (tier === "interactive") this.pump(name);
   }
 
   private timedOut(w: Waiting): void {
