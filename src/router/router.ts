@@ -145,6 +145,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       inflightByEndpoint: () => balancer.endpoints().map((e) => [e.id, e.info.models[0] ?? "", e.inflight] as [string, string, number]),
       inflightByModel: () => balancer.inflightByModel(),
       heldByModel: () => this.coldStart.heldByModel(),
+      waitingByModel: () => this.gate.waitingByModel(),
     });
     this.gate = new SlotGate({
       settings: { maxHeldPerModel: o.maxHeldPerModel, coldStartTimeoutMs: o.coldStartTimeoutMs },

@@ -129,7 +129,7 @@ describe("fair admission to a replica at its max_inflight", () => {
   }, 60_000);
 
   test("the wait is bounded: past --max-held-per-model 503 too_many_waiting, past the cold-start timeout 503 model_not_ready, and a client that leaves is gone from the queue at once", async () => {
-    const { r, url } = router([apiKey("k")], ep({ max_inflight: 1 }), { maxHeldPerModel: 2, coldStartTimeoutMs: 400 });
+    const { r, url } = router([apiKey("k")], ep({ max_inflight: 1 }), { maxHeldPerModel: 2, coldStartTimeoutMs: 400, adminToken: "admin-secret" });
     const waiting = () => r.waitingForSlots().get("m") ?? 0;
     // 300 tokens 4 ms apart: the one slot stays taken for well over a second.
     const occupant = timed(url, "k", "occupant", { max_tokens: 300 });
@@ -138,6 +138,7 @@ describe("fair admission to a replica at its max_inflight", () => {
     const leaver = new AbortController();
     const left = timed(url, "k", "leaver", {}, leaver.signal).catch((e: Error) => e.name);
     await until("two waiting", () => waiting() === 2);
+    expect(await (await fetch(`${url}/metrics`, { headers: { authorization: "Bearer admin-secret" } })).text()).toContain('llmgw_router_waiting_requests{model="m"} 2');
     const full = await timed(url, "k", "third");
     expect(full.status).toBe(503);
     expect(full.res.headers.get("retry-after")).toBe("10");
