@@ -160,6 +160,7 @@ export function endpoints(snapshot: Snapshot, engineKey: EngineKeyOf): EndpointI
       pool: spec.pool,
       weight: spec.weight,
       priority: profile?.priority ?? 0,
+      ...(profile?.max_inflight !== undefined ? { max_inflight: profile.max_inflight } : {}),
       ...(key !== null ? { key } : {}),
       ...(dp ? { data_parallel: dp } : {}),
     });
@@ -169,7 +170,7 @@ export function endpoints(snapshot: Snapshot, engineKey: EngineKeyOf): EndpointI
 
 /** What identifies an endpoint list: an unchanged one is not re-published. */
 export function endpointsFingerprint(eps: readonly EndpointInfo[]): string {
-  return eps.map((e) => `${e.id}|${e.url}|${e.engine}|${e.pool}|${e.models.join(",")}|${e.weight}|${e.priority}|${dpText(e.data_parallel)}`).join(";");
+  return eps.map((e) => `${e.id}|${e.url}|${e.engine}|${e.pool}|${e.models.join(",")}|${e.weight}|${e.priority}|${e.max_inflight ?? ""}|${dpText(e.data_parallel)}`).join(";");
 }
 
 function dpText(dp: EndpointInfo["data_parallel"]): string {

@@ -23,6 +23,17 @@ export const Profile = z.strictObject({
   nodes: z.number().int().min(1).max(64).default(1),
   /** Router tier: lower is preferred; the router spills to the next tier when saturated. */
   priority: z.number().int().min(0).max(1000).default(0),
+  /**
+   * Requests a replica of this profile is sent at once: when every replica of the model is at
+   * it, the router holds requests and admits them fairly as slots free (src/router/fair-queue.ts).
+   * Absent: no bound, and the engine queues whatever it is sent.
+   */
+  max_inflight: z
+    .number({ error: "must be a whole number of requests, 1 to 100000" })
+    .int("must be a whole number of requests, 1 to 100000")
+    .min(1, "must be at least 1 (leave it out for no bound)")
+    .max(100_000, "may be at most 100000")
+    .optional(),
   args: z.array(z.string().max(4096)).max(CATALOG_LIMITS.args).default([]),
   /** The engine's environment on top of the agent's own; the variables in engine-env.ts are refused. */
   env: EngineEnv.default({}),

@@ -14,6 +14,7 @@ const Endpoint = z.object({
   pool: z.string(),
   weight: z.number(),
   priority: z.number(),
+  max_inflight: z.number().int().min(1).optional(),
   key: z.string().optional(),
   data_parallel: z.object({ dp: z.number().int().min(1), tp: z.number().int().min(1), dp_attention: z.boolean() }).optional(),
 });

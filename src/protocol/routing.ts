@@ -18,6 +18,11 @@ export interface EndpointInfo {
   /** The profile's priority tier; lower is preferred. */
   priority: number;
   /**
+   * The profile's max_inflight: requests this replica is sent at once, the rest waiting in the
+   * router's fair queue while every replica of the model is at its bound. Absent: no bound.
+   */
+  max_inflight?: number;
+  /**
    * The replica's own engine key: the router presents it as `Authorization: Bearer <key>` to
    * the engine, in place of whatever the client sent. Absent for engines started without one.
    */

@@ -21,6 +21,8 @@ export interface MetricsSources {
   inflightByEndpoint(): Iterable<[string, string, number]>;
   inflightByModel(): ReadonlyMap<string, number>;
   heldByModel(): ReadonlyMap<string, number>;
+  /** Requests waiting for a free slot on a model whose replicas are all at their max_inflight (slot-gate.ts). */
+  waitingByModel?(): ReadonlyMap<string, number>;
 }
 
 const BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
@@ -51,6 +53,13 @@ export class RouterMetrics {
         [...sources.heldByModel()].map(([model, n]) => [[model], n] as [string[], number]),
       ),
     );
+    const waiting = sources.waitingByModel;
+    if (waiting !== undefined)
+      r.add(
+        new Gauge("llmgw_router_waiting_requests", "Requests waiting in the router for a free slot now, by model: every replica of the model is at its max_inflight.", ["model"], () =>
+          [...waiting.call(sources)].map(([model, n]) => [[model], n] as [string[], number]),
+        ),
+      );
     // Per model (its canonical name), under the names the fleet's dashboards and alerts use.
     r.add(new CounterView("llmgw_model_requests_total", "Requests answered per model, by HTTP status code.", ["model", "code"], this.requests));
     this.outputTokens = r.add(

@@ -43,6 +43,15 @@ export interface ProxyRequest {
   readonly prompt?: number;
 }
 
+/** A request asking slot-gate.ts for a slot on a replica with a concurrency bound. */
+export interface SlotClaim {
+  readonly req: ProxyRequest;
+  /** Replicas already tried by this request. */
+  readonly exclude: ReadonlySet<string> | undefined;
+  /** Its slot, after waiting; undefined: the model is no longer gated, so the balancer places it. */
+  resume(lease: Lease | undefined): void;
+}
+
 /** The parts of the router a request's attempts use. */
 export interface ProxyContext {
   readonly settings: {
@@ -62,6 +71,11 @@ export interface ProxyContext {
   readonly responses: Pick<ResponseIds, "remember">;
   readonly catalog: Pick<Catalog, "nameOf">;
   readonly admission: Pick<Admission, "headers" | "tokens">;
+  /**
+   * Slots on replicas with a concurrency bound, and the fair queue for them (slot-gate.ts): a
+   * lease, "wait" when the request was queued (or answered), undefined when the model is not gated.
+   */
+  readonly gate?: { acquire(claim: SlotClaim): Lease | "wait" | undefined };
   /**
    * A bug of the router's own met while handling one request: logged, and that request alone
    * answered 500 (or cut, if its answer had started). Whoever calls this has released any
@@ -91,9 +105,9 @@ interface Failure {
  * One client request through the proxy: attempts on replicas one after the other, each on
  * another replica, until one answers or maxAttempts is reached.
  */
-class Call {
+class Call implements SlotClaim {
   private attempts = 0;
-  private exclude: Set<string> | undefined;
+  exclude: Set<string> | undefined;
   private lastError = "no replica answered";
   /** The client's 200 and SSE head went out while the request was held: the engine's stream is piped into it. */
   readonly opened: boolean;
@@ -109,10 +123,27 @@ class Call {
   }
 
   next(): void {
+    let lease: Lease | undefined | "wait";
+    try {
+      lease = this.attempts < this.ctx.settings.maxAttempts && !this.req.ex.aborted ? this.acquire() : undefined;
+    } catch (e) {
+      this.ctx.internalError(this.req.ex, e);
+      return;
+    }
+    if (lease !== "wait") this.begin(lease);
+  }
+
+  /** The slot this request waited for (slot-gate.ts); undefined: placed by the balancer after all. */
+  resume(lease: Lease | undefined): void {
+    if (lease === undefined) this.next();
+    else this.begin(lease);
+  }
+
+  /** An attempt on the lease's replica; none: the request is answered 502. */
+  private begin(lease: Lease | undefined): void {
     const { ctx, req } = this;
     let attempt: Attempt | undefined;
     try {
-      const lease = this.attempts < ctx.settings.maxAttempts && !req.ex.aborted ? this.acquire() : undefined;
       if (lease === undefined) {
         answer(req.ex, withRateHeaders(this.gaveUp(), req.adm, ctx.admission));
         return;
@@ -132,11 +163,14 @@ class Call {
     }
   }
 
-  private acquire(): Lease | undefined {
+  private acquire(): Lease | undefined | "wait" {
     const b = this.ctx.balancer;
     const { facts, pool, pin } = this.req;
     const pinned = pin !== undefined ? b.acquireOn(pin, facts.model, pool, this.exclude) : undefined;
-    return pinned ?? b.acquire(facts.model, facts.key, pool, this.exclude);
+    if (pinned !== undefined) return pinned;
+    const gated = this.ctx.gate?.acquire(this);
+    if (gated !== undefined) return gated;
+    return b.acquire(facts.model, facts.key, pool, this.exclude);
   }
 
   /** Every attempt failed (or none could be made): 502, counted under the model's own name. */

@@ -39,6 +39,7 @@ import { RouterMetrics } from "./metrics";
 import { type ProxyContext, type ProxyRequest, proxy } from "./proxy";
 import { sizeRefusal } from "./request-body";
 import { ResponseIds } from "./response-ids";
+import { SlotGate } from "./slot-gate";
 
 /**
  * The router's settings, all required: their defaults live once, in the config schema
@@ -118,6 +119,8 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
   private readonly dispatch: Dispatch;
   /** The keys' and teams' rate and concurrency limits. */
   private readonly admission: Admission;
+  /** Slots on replicas with a concurrency bound, and the fair queue for them. */
+  private readonly gate: SlotGate;
   private server: Http1Server | undefined;
   private poller: EngineMetricsPoller | undefined;
   private sweeper: Timer | undefined;
@@ -142,6 +145,16 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       inflightByEndpoint: () => balancer.endpoints().map((e) => [e.id, e.info.models[0] ?? "", e.inflight] as [string, string, number]),
       inflightByModel: () => balancer.inflightByModel(),
       heldByModel: () => this.coldStart.heldByModel(),
+      waitingByModel: () => this.gate.waitingByModel(),
+    });
+    this.gate = new SlotGate({
+      settings: { maxHeldPerModel: o.maxHeldPerModel, coldStartTimeoutMs: o.coldStartTimeoutMs },
+      balancer,
+      catalog,
+      scheduler,
+      metrics: this.metrics,
+      admission,
+      log: o.log,
     });
     const proxyContext: ProxyContext = {
       settings: { maxAttempts: o.maxAttempts, firstByteTimeoutMs: o.firstByteTimeoutMs, idleTimeoutMs: o.idleTimeoutMs, cooldownMs: o.cooldownMs },
@@ -154,6 +167,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       responses,
       catalog,
       admission,
+      gate: this.gate,
       internalError,
     };
     // Bound, not wrapped: a request passes from dispatch or cold start straight into proxy.ts.
@@ -195,6 +209,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
     const usable = endpoints.filter((e) => e.key === undefined || KEY_CHARS.test(e.key));
     if (usable.length !== endpoints.length) this.o.log?.warn({ endpoints: endpoints.filter((e) => !usable.includes(e)).map((e) => e.id) }, "endpoints left out: engine key is not visible ASCII");
     this.balancer.setEndpoints(usable);
+    this.gate.wake();
     this.coldStart.wake();
   }
 
@@ -206,6 +221,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
 
   setApiKeys(keys: ApiKeyEntry[]): void {
     this.dispatch.setApiKeys(keys);
+    this.gate.setKeys(keys);
   }
 
   /** Each limited key's use of its limits now: requests in flight, requests and tokens left this minute. */
@@ -228,6 +244,11 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
 
   inflightByModel(): ReadonlyMap<string, number> {
     return this.balancer.inflightByModel();
+  }
+
+  /** Requests waiting for a slot on a model whose replicas are all at their max_inflight, per model (its name). */
+  waitingForSlots(): ReadonlyMap<string, number> {
+    return this.gate.waitingByModel();
   }
 
   /** Requests held for a cold start now, per model (its name, not an alias); absent: none. */
