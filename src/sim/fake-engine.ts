@@ -45,6 +45,8 @@ export interface FakeEngineOptions {
 
 /** The environment variable `llmgw fake-engine` takes its key from when --api-key is not given. */
 export const FAKE_ENGINE_KEY_ENV = "LLMGW_FAKE_ENGINE_API_KEY";
+/** The time between tokens, for engines a catalog profile starts (its env), when --token-delay-ms is not given. */
+export const FAKE_TOKEN_DELAY_ENV = "LLMGW_FAKE_TOKEN_DELAY_MS";
 
 export interface FakeEngineStats {
   /** Valid inference requests received (chat, completions, embeddings). */
@@ -866,6 +868,10 @@ export function parseFakeEngineFlags(argv: string[], env: Record<string, string 
   };
   set("ttftMs", number("ttft-ms", 0, Infinity, false));
   set("tokenDelayMs", number("token-delay-ms", 0, Infinity, false));
+  // A catalog profile cannot pass the fake engine flags (the agent writes its command line), but
+  // it can set env: a simulated cluster's engines made slow, as a real one under load is.
+  const delayEnv = env[FAKE_TOKEN_DELAY_ENV];
+  if (opts.tokenDelayMs === undefined && delayEnv !== undefined && delayEnv !== "") opts.tokenDelayMs = numberFlag(FAKE_TOKEN_DELAY_ENV, delayEnv, 0, 60_000, false);
   set("tokens", number("tokens", 1, MAX_COMPLETION_TOKENS, true));
   set("slots", number("slots", 1, Infinity, true));
   if (flags["flush-events"] === true) opts.flushEvents = true;

@@ -653,6 +653,13 @@ describe("fake engine key", () => {
     expect(() => parseFakeEngineFlags(["--model", "m", "--api-key=a b"])).toThrow(/--api-key/);
     expect(() => parseFakeEngineFlags(["--model", "m"], { LLMGW_FAKE_ENGINE_API_KEY: "a\nb" })).toThrow(/LLMGW_FAKE_ENGINE_API_KEY/);
   });
+
+  test("the token delay comes from --token-delay-ms, else from LLMGW_FAKE_TOKEN_DELAY_MS (a catalog profile's env); a bad one is refused by name", () => {
+    expect(parseFakeEngineFlags(["--model", "m"], { LLMGW_FAKE_TOKEN_DELAY_MS: "25" }).tokenDelayMs).toBe(25);
+    expect(parseFakeEngineFlags(["--model", "m", "--token-delay-ms", "5"], { LLMGW_FAKE_TOKEN_DELAY_MS: "25" }).tokenDelayMs).toBe(5);
+    expect(parseFakeEngineFlags(["--model", "m"], {}).tokenDelayMs).toBeUndefined();
+    expect(() => parseFakeEngineFlags(["--model", "m"], { LLMGW_FAKE_TOKEN_DELAY_MS: "soon" })).toThrow(/LLMGW_FAKE_TOKEN_DELAY_MS/);
+  });
 });
 
 describe("fake engine streams at token delay 0", () => {
