@@ -23,7 +23,9 @@ import { type AnswerHead, type AnswerHeaders, forwardHeaders } from "./headers";
 import type { ModelSeries, RouterMetrics } from "./metrics";
 import { type BodyFacts, withModel } from "./request-body";
 import { IdSniffer, type ResponseIds } from "./response-ids";
+import type { Ledger } from "./ledger";
 import { TokenCount, contentKey } from "./traffic";
+import { UsageStrip, addsUsage, withUsage } from "./usage-stream";
 
 /** One client request on its way to an engine: what dispatch read of it. */
 export interface ProxyRequest {
@@ -62,6 +64,8 @@ export interface ProxyContext {
   readonly responses: Pick<ResponseIds, "remember">;
   readonly catalog: Pick<Catalog, "nameOf">;
   readonly admission: Pick<Admission, "headers" | "tokens">;
+  /** The usage ledger: every request is counted in it once, where it ends. */
+  readonly ledger: Pick<Ledger, "answered">;
   /**
    * A bug of the router's own met while handling one request: logged, and that request alone
    * answered 500 (or cut, if its answer had started). Whoever calls this has released any
@@ -99,6 +103,8 @@ class Call {
   readonly opened: boolean;
   /** The headers passed on to the engine. */
   private readonly extra: ExtraHeaders;
+  /** The router asks the engine for the stream's usage, which the client did not: it is taken out of the answer again. */
+  readonly usage: boolean;
 
   constructor(
     readonly ctx: ProxyContext,
@@ -106,6 +112,7 @@ class Call {
   ) {
     this.opened = req.ex.answered;
     this.extra = forwardHeaders(req.ex.headers);
+    this.usage = addsUsage(req.ex.path, req.facts);
   }
 
   next(): void {
@@ -123,7 +130,8 @@ class Call {
       const canonical = ep.info.models[0] ?? model;
       attempt = new Attempt(this, lease, canonical);
       // SGLang serves one name; any alias is sent to it as the model's own name.
-      const payload = ep.info.engine === "sglang" && model !== canonical ? withModel(req.ex.body, req.facts, canonical) : req.ex.body;
+      const named = ep.info.engine === "sglang" && model !== canonical ? withModel(req.ex.body, req.facts, canonical) : req.ex.body;
+      const payload = this.usage ? withUsage(named, req.facts) : named;
       attempt.start(req.ex.target, payload, this.extra);
     } catch (e) {
       // Whatever threw, the lease taken for this attempt goes back and this request alone ends.
@@ -142,7 +150,9 @@ class Call {
   /** Every attempt failed (or none could be made): 502, counted under the model's own name. */
   private gaveUp() {
     const model = this.req.facts.model;
-    this.ctx.metrics.answered(this.ctx.catalog.nameOf(model), 502);
+    const name = this.ctx.catalog.nameOf(model);
+    this.ctx.metrics.answered(name, 502);
+    this.ctx.ledger.answered(this.req.owner, name, 502, 0, 0, 0, this.req.ex.aborted);
     return openAIError(502, `upstream failure for model '${model}': ${this.lastError}`, { code: "upstream_error" });
   }
 
@@ -196,6 +206,8 @@ class Attempt implements ExchangeHandler, Watch {
   private sniff: IdSniffer | undefined;
   /** Streamed completion tokens already counted against its key's token limits. */
   private charged = 0;
+  /** Takes out of the stream the usage the router asked for and the client did not (Call.usage). */
+  private strip: UsageStrip | undefined;
 
   constructor(
     private readonly call: Call,
@@ -239,6 +251,7 @@ class Attempt implements ExchangeHandler, Watch {
       this.ex.onDrain = undefined;
       this.lease.release();
       this.ctx.metrics.answered(this.model, 500);
+      this.ctx.ledger.answered(this.call.req.owner, this.model, 500, 0, 0, 0, false);
     }
     this.ctx.internalError(this.ex, e);
   }
@@ -318,6 +331,7 @@ class Attempt implements ExchangeHandler, Watch {
       return;
     }
     if (status < 300 && this.ex.path === "/v1/responses") this.sniff = new IdSniffer();
+    if (status < 300 && this.call.usage) this.strip = new UsageStrip();
     // Any other 5xx is the engine's own answer and goes to the client, but the replica is
     // passed over for a while: a client's 4xx never counts against it.
     if (status >= 500) this.ctx.balancer.cooldown(this.lease.endpoint.id, this.ctx.settings.cooldownMs);
@@ -352,7 +366,8 @@ class Attempt implements ExchangeHandler, Watch {
     this.tokens.feed(d, a, b);
     // Chunks of one read are gathered and written together at its end (onReadEnd): one write
     // per read from the engine, however many chunks it held.
-    this.parts.add(d, a, b);
+    if (this.strip !== undefined) this.strip.pass(d, a, b, this.parts);
+    else this.parts.add(d, a, b);
     if (!this.settled) {
       this.settled = true;
       this.firstByte((this.ctx.time.mono() - this.t0) / 1000);
@@ -441,6 +456,7 @@ class Attempt implements ExchangeHandler, Watch {
       this.firstByte((this.ctx.time.mono() - this.t0) / 1000);
     }
     const ex = this.ex;
+    this.strip?.flush(this.parts);
     this.finish(this.status);
     // The whole answer came in one read: it goes out whole, in one write.
     if (!this.started) ex.respond(this.status, this.headers!, this.parts);
@@ -453,7 +469,7 @@ class Attempt implements ExchangeHandler, Watch {
     this.up = undefined;
     const ep = this.lease.endpoint;
     if (this.why === "client") {
-      this.finish(499);
+      this.finish(499, undefined, true);
       return;
     }
     // Not a byte written to the client yet (the chunks of this read are still held): the
@@ -473,7 +489,8 @@ class Attempt implements ExchangeHandler, Watch {
       this.why === "idle" ? `no data from replica ${ep.id} for ${idleMs / 1000}s` : err.kind === "protocol" ? `replica ${ep.id} sent a malformed response: ${err.message}` : `replica ${ep.id} failed mid-stream: ${err.message}`;
     this.ctx.metrics.upstreamError(this.model, this.why === "idle" ? "idle_timeout" : err.kind === "protocol" ? "protocol" : "mid_stream");
     if (this.why !== "idle") this.ctx.balancer.cooldown(ep.id, this.ctx.settings.cooldownMs);
-    this.finish(502);
+    this.strip?.flush(this.parts);
+    this.finish(502, undefined, true);
     if (this.sse) {
       const frame = enc.encode(sseErrorFrame(what));
       this.parts.add(frame, 0, frame.byteLength);
@@ -488,7 +505,7 @@ class Attempt implements ExchangeHandler, Watch {
   }
 
   /** The answer's end, whatever it was: the lease goes back, and its status, duration and tokens are counted. */
-  private finish(status: number, now = this.ctx.time.mono()): void {
+  private finish(status: number, now = this.ctx.time.mono(), cut = false): void {
     if (this.released) return;
     this.released = true;
     this.ctx.deadlines.delete(this);
@@ -500,8 +517,17 @@ class Attempt implements ExchangeHandler, Watch {
     this.m.duration.observe((now - this.t0) / 1000);
     const tokens = this.tokens.total();
     this.m.tokens.v += tokens;
+    this.count(status, tokens, cut);
     const adm = this.call.req.adm;
     if (adm !== undefined && adm.metered) this.settle(adm, tokens);
+  }
+
+  /** Its row in the ledger: the engine's usage, or for a stream cut short, the tokens it streamed. */
+  private count(status: number, completion: number, cut: boolean): void {
+    const t = this.tokens;
+    const prompt = t.prompt();
+    const cached = t.cached();
+    this.ctx.ledger.answered(this.call.req.owner, this.model, status, prompt > 0 ? prompt : 0, completion, cached > 0 ? cached : 0, cut);
   }
 
   /** The completion's tokens streamed since the last read, counted against its key's token limits as they pass. */

@@ -24,8 +24,9 @@ import { UpstreamPool } from "../http/client";
 import type { ClientExchange } from "../http/exchange";
 import { hostPort } from "../lib/net";
 import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
-import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, ModelTraffic, UsageSource } from "../protocol/routing";
+import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, ModelTraffic, UsageRow, UsageSource } from "../protocol/routing";
 import { Admission, type KeyUse } from "./admission";
+import { Ledger } from "./ledger";
 import { Balancer, type BalancerSettings } from "./balancer";
 import { BodyReader } from "./body-reader";
 import { Catalog } from "./catalog";
@@ -118,6 +119,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
   private readonly dispatch: Dispatch;
   /** The keys' and teams' rate and concurrency limits. */
   private readonly admission: Admission;
+  private readonly ledger: Ledger;
   private server: Http1Server | undefined;
   private poller: EngineMetricsPoller | undefined;
   private sweeper: Timer | undefined;
@@ -127,6 +129,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
   constructor(private readonly o: RouterOptions) {
     const scheduler = o.scheduler ?? realScheduler;
     this.scheduler = scheduler;
+    this.ledger = new Ledger(scheduler);
     // The engine pool and the listener (start()) run on the same scheduler.
     this.upstream = new UpstreamPool({ scheduler });
     this.balancer = new Balancer({ ...o.balancer, now: () => scheduler.now() });
@@ -135,6 +138,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
     const responses = new ResponseIds();
     const admission = new Admission(scheduler);
     this.admission = admission;
+    const ledger = this.ledger;
     const balancer = this.balancer;
     const catalog = this.catalog;
     const internalError = (ex: ClientExchange, e: unknown) => this.internalError(ex, e);
@@ -154,6 +158,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       responses,
       catalog,
       admission,
+      ledger,
       internalError,
     };
     // Bound, not wrapped: a request passes from dispatch or cold start straight into proxy.ts.
@@ -182,6 +187,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       time: scheduler,
       coldStart: this.coldStart,
       admission,
+      ledger,
       proxy: toProxy,
       internalError,
     });
@@ -215,6 +221,11 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
 
   setFleetMetrics(text: string): void {
     this.metrics.setFleet(text);
+  }
+
+  /** The ledger's rows since the last take (UsageSource.takeLedger). */
+  takeLedger(): UsageRow[] {
+    return this.ledger.take();
   }
 
   lastUsed(): ReadonlyMap<string, number> {
