@@ -390,7 +390,10 @@ class Attempt implements ExchangeHandler, Watch {
   private readEnd(): void {
     // Only a stream is written read by read; a whole answer (or an error kept for its message)
     // waits for its end, however many reads bring it.
-    if (this.released || this.parts.count === 0 || this.mode !== "stream") return;
+    if (this.released || this.mode !== "stream") return;
+    // The head goes out with the first read even when the strip holds all of it (an event cut
+    // by the read's end): the client sees the answer start as soon as without the strip.
+    if (this.parts.count === 0 && (this.started || this.strip?.holding !== true)) return;
     this.deadline = this.ctx.deadlines.clock + this.ctx.settings.idleTimeoutMs;
     const adm = this.call.req.adm;
     if (adm !== undefined && this.tokens.streamed > this.charged && adm.metered) this.chargeStreamed(adm);

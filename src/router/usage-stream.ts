@@ -82,6 +82,11 @@ export class UsageStrip {
     if (stop < b) this.carry = d.slice(stop, b);
   }
 
+  /** Bytes of an event cut by a read's end are held. */
+  get holding(): boolean {
+    return this.carry !== undefined;
+  }
+
   /** The end of the stream: what was held goes out as it is. */
   flush(out: Pieces): void {
     const c = this.carry;
