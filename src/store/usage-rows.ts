@@ -1,23 +1,12 @@
 // The usage ledger's rows as both dialects write and read them: rows of one key, model and hour
-// added up before a write (one upsert may touch a row once), cut into batches the databases take
-// in one statement, and read back from the columns.
+// added up before a write (one upsert may touch a row once, ../protocol/usage-rows.ts), cut into
+// batches the databases take in one statement, and read back from the columns.
 
-import { USAGE_COUNTERS, type UsageRow } from "../protocol/routing";
+import type { UsageRow } from "../protocol/routing";
+export { mergeUsageRows } from "../protocol/usage-rows";
 
 /** Rows per INSERT: 14 values each, well under SQLite's and PostgreSQL's limits on a statement's parameters. */
 export const USAGE_BATCH = 500;
-
-/** The rows with those of the same team, key, model and hour added together. */
-export function mergeUsageRows(rows: readonly UsageRow[]): UsageRow[] {
-  const by = new Map<string, UsageRow>();
-  for (const r of rows) {
-    const id = `${r.team}\u0000${r.key}\u0000${r.model}\u0000${r.hour}`;
-    const had = by.get(id);
-    if (had === undefined) by.set(id, { ...r });
-    else for (const c of USAGE_COUNTERS) had[c] += r[c];
-  }
-  return [...by.values()];
-}
 
 /** A row as the schemas' columns (drizzle's property names). */
 export function usageValues(r: UsageRow) {
