@@ -27,6 +27,7 @@ import { Projector } from "../control/projector";
 import type { StorePort, UnchangedHeartbeats } from "../control/store-port";
 import { Teams } from "../control/teams";
 import { UsageExchange } from "../control/usage-exchange";
+import { UsageViews } from "../control/usage-views";
 import { Wakeups } from "../control/wake";
 import { WriteLock } from "../control/write-lock";
 import type { Scheduler } from "../lib/scheduler";
@@ -83,6 +84,8 @@ export interface ControlPlane {
   wakeups: Wakeups;
   load: LoadMonitor;
   usage: UsageExchange;
+  /** The usage ledger's rows, for the admin API. */
+  ledger: UsageViews;
 }
 
 export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
@@ -120,5 +123,6 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
     wakeups,
     load,
     usage,
+    ledger: new UsageViews({ store, scheduler }),
   };
 }
