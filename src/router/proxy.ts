@@ -520,16 +520,16 @@ class Attempt implements ExchangeHandler, Watch {
     this.m.duration.observe((now - this.t0) / 1000);
     const tokens = this.tokens.total();
     this.m.tokens.v += tokens;
-    this.count(status, tokens, cut);
+    // The engine's prompt_tokens, read once for the ledger and the key's limits; -1: none given.
+    const prompt = this.tokens.prompt();
+    this.count(status, prompt, tokens, cut);
     const adm = this.call.req.adm;
-    if (adm !== undefined && adm.metered) this.settle(adm, tokens);
+    if (adm !== undefined && adm.metered) this.settle(adm, prompt, tokens);
   }
 
   /** Its row in the ledger: the engine's usage, or for a stream cut short, the tokens it streamed. */
-  private count(status: number, completion: number, cut: boolean): void {
-    const t = this.tokens;
-    const prompt = t.prompt();
-    const cached = t.cached();
+  private count(status: number, prompt: number, completion: number, cut: boolean): void {
+    const cached = this.tokens.cached();
     this.ctx.ledger.answered(this.call.req.owner, this.model, status, prompt > 0 ? prompt : 0, completion, cached > 0 ? cached : 0, cut);
   }
 
@@ -541,8 +541,7 @@ class Attempt implements ExchangeHandler, Watch {
   }
 
   /** The answer's end: the engine's usage (its prompt and completion) replaces what was counted for it. */
-  private settle(adm: KeyState, completion: number): void {
-    const prompt = this.tokens.prompt();
+  private settle(adm: KeyState, prompt: number, completion: number): void {
     const estimate = this.call.req.prompt ?? 0;
     this.ctx.admission.tokens(adm, completion - this.charged + (prompt >= 0 ? prompt - estimate : 0));
     this.charged = completion;

@@ -172,6 +172,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       demand: o.demand,
       log: o.log,
       admission,
+      ledger,
       serving: () => this.server !== undefined,
       proxy: toProxy,
       internalError,

@@ -14,6 +14,7 @@ import type { EndpointInfo } from "../../src/protocol/routing";
 import { Admission } from "../../src/router/admission";
 import { Balancer } from "../../src/router/balancer";
 import { Catalog } from "../../src/router/catalog";
+import { ColdStart } from "../../src/router/cold-start";
 import { Deadlines } from "../../src/router/deadlines";
 import { AnswerHeaders } from "../../src/router/headers";
 import { Ledger } from "../../src/router/ledger";
@@ -227,6 +228,39 @@ describe("the router's ledger", () => {
     expect(rows.map((r) => [r.hour, r.requests, r.errors_5xx, r.aborted])).toEqual([
       [s.hour, 1, 0, 0],
       [s.hour + HOUR, 1, 1, 1],
+    ]);
+  });
+
+  test("a request cold start answers itself (an unknown model, none ready) is counted once, as an error", () => {
+    const s = setup();
+    const catalog = new Catalog();
+    catalog.set([{ name: "m", aliases: ["alias"], on_demand: false, pool: "default", created: 0 }]);
+    const metrics = new RouterMetrics({ inflightByEndpoint: () => [], inflightByModel: () => new Map(), heldByModel: () => new Map() });
+    const cold = new ColdStart({
+      settings: { coldStartTimeoutMs: 1000, coldStartProgressMs: 1000, maxHeldPerModel: 1 },
+      balancer: { has: () => false },
+      catalog,
+      scheduler: s.time,
+      metrics,
+      demand: undefined,
+      log: undefined,
+      ledger: s.ledger,
+      serving: () => true,
+      proxy: () => {
+        throw new Error("no replica here");
+      },
+      internalError: (_ex, e) => {
+        throw e;
+      },
+    });
+    for (const model of ["nope", "alias"]) {
+      const bytes = enc.encode(JSON.stringify({ model }));
+      const ex = new ClientExchange(new Recorder(), "POST", "/v1/chat/completions", "/v1/chat/completions", new RequestHeaders([], []), bytes, false);
+      cold.hold({ ex, facts: readBody(bytes, { maxDepth: 8, maxValues: 100 }).facts!, pool: undefined, owner: "k1", pin: undefined, t0: 0 }, false);
+    }
+    expect(s.ledger.take().map((r) => [r.model, r.requests, r.errors, r.errors_4xx, r.errors_5xx])).toEqual([
+      ["nope", 1, 1, 1, 0],
+      ["m", 1, 1, 0, 1],
     ]);
   });
 
