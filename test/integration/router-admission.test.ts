@@ -90,7 +90,7 @@ const use = (r: Router, key: string) => r.keyUse().find((u) => u.key === key)!;
 
 describe("router admission", () => {
   test("over its rpm a key is answered 429 (OpenAI's error, Retry-After, x-should-retry) before any engine is touched; every answer carries x-ratelimit-*, streamed ones too", async () => {
-    const { url } = router([apiKey("alice", { limits: { rpm: 3, tpm: 100_000 } }), apiKey("free")], {}, new ManualScheduler());
+    const { r, url } = router([apiKey("alice", { limits: { rpm: 3, tpm: 100_000 } }), apiKey("free")], {}, new ManualScheduler());
     const before = engine.stats().requests;
     const a = await post(url, "alice", { model: "m" });
     expect(a.status).toBe(200);
@@ -112,6 +112,8 @@ describe("router admission", () => {
     expect(err).toMatchObject({ type: "rate_limit_exceeded", code: "rate_limit_exceeded" });
     expect(err.message).toBe("Rate limit reached for key 'alice' on requests per minute (RPM): limit 3, 0 left; try again in 20s.");
     expect(engine.stats().requests - before).toBe(3);
+    // The ledger counts the refusal beside the three answered, under the key and the model.
+    expect(r.takeLedger().filter((row) => row.key === "alice")).toMatchObject([{ model: "m", requests: 4, errors: 1, refused: 1, errors_4xx: 0 }]);
     // A key without limits: no admission, no headers.
     const f = await post(url, "free", { model: "m" });
     expect(f.status).toBe(200);
