@@ -16,6 +16,7 @@ import { Balancer } from "../../src/router/balancer";
 import { Catalog } from "../../src/router/catalog";
 import { ColdStart } from "../../src/router/cold-start";
 import { Deadlines } from "../../src/router/deadlines";
+import { INFERENCE_PATHS } from "../../src/router/dispatch";
 import { AnswerHeaders } from "../../src/router/headers";
 import { Ledger } from "../../src/router/ledger";
 import { RouterMetrics } from "../../src/router/metrics";
@@ -212,6 +213,19 @@ describe("the router's ledger", () => {
     h.onBytes!(body, 0, body.length);
     h.onEnd();
     expect(s.ledger.take()).toMatchObject([{ team: "", key: "", model: "m", requests: 1, prompt_tokens: 5, completion_tokens: 0 }]);
+  });
+
+  test("every inference path is counted, each request once, with the usage its answer gives", () => {
+    const s = setup();
+    for (const path of INFERENCE_PATHS) {
+      s.request({ model: "m", input: "x" }, path);
+      const body = enc.encode('{"usage":{"prompt_tokens":3,"completion_tokens":1}}');
+      const h = s.sent.at(-1)!.handler;
+      h.onHead(new UpstreamHead(200, ["content-type"], ["application/json"], body.length));
+      h.onBytes!(body, 0, body.length);
+      h.onEnd();
+    }
+    expect(s.ledger.take()).toMatchObject([{ requests: INFERENCE_PATHS.length, prompt_tokens: 3 * INFERENCE_PATHS.length, completion_tokens: INFERENCE_PATHS.length }]);
   });
 
   test("rows are handed over as deltas, and a new hour starts a new row", () => {
