@@ -13,11 +13,17 @@ function emptyRow(team: string, key: string, model: string, hour: number): Usage
   return { team, key, model, hour, requests: 0, prompt_tokens: 0, completion_tokens: 0, cached_tokens: 0, errors: 0, errors_4xx: 0, errors_5xx: 0, refused: 0, aborted: 0, gpu_seconds: 0 };
 }
 
+/** One key's rows of the current hour, by model, and the one it used last (most keys use one model: one lookup per request). */
+interface KeyRows {
+  byModel: Map<string, UsageRow>;
+  last: UsageRow | undefined;
+}
+
 export class Ledger {
   /** Key names and teams, by the key's SHA-256. */
   private names = new Map<string, { name: string; team: string }>();
   /** The current hour's row of each key (by SHA-256; "" without a key) and model. */
-  private rows = new Map<string, Map<string, UsageRow>>();
+  private rows = new Map<string, KeyRows>();
   /** Rows of an hour that ended (or of a key renamed) not yet taken. */
   private closed: UsageRow[] = [];
 
@@ -27,7 +33,7 @@ export class Ledger {
   setKeys(keys: readonly ApiKeyEntry[]): void {
     this.names = new Map(keys.map((k) => [k.sha256, { name: k.name, team: k.team ?? "" }]));
     // A key renamed or moved to another team: its rows so far stay under what it was.
-    for (const byModel of this.rows.values()) for (const r of byModel.values()) if (r.requests > 0) this.closed.push(r);
+    for (const k of this.rows.values()) for (const r of k.byModel.values()) if (r.requests > 0) this.closed.push(r);
     this.rows = new Map();
   }
 
@@ -64,8 +70,8 @@ export class Ledger {
   take(): UsageRow[] {
     const out = this.closed;
     this.closed = [];
-    for (const byModel of this.rows.values())
-      for (const r of byModel.values()) {
+    for (const k of this.rows.values())
+      for (const r of k.byModel.values()) {
         if (r.requests === 0) continue;
         out.push({ ...r });
         r.requests = r.prompt_tokens = r.completion_tokens = r.cached_tokens = r.errors = r.errors_4xx = r.errors_5xx = r.refused = r.aborted = r.gpu_seconds = 0;
@@ -77,15 +83,17 @@ export class Ledger {
   private row(owner: string, model: string): UsageRow {
     const now = this.time.now();
     const hour = now - (now % HOUR_MS);
-    let byModel = this.rows.get(owner);
-    if (byModel === undefined) this.rows.set(owner, (byModel = new Map()));
-    let r = byModel.get(model);
-    if (r !== undefined && r.hour === hour) return r;
+    let k = this.rows.get(owner);
+    if (k === undefined) this.rows.set(owner, (k = { byModel: new Map(), last: undefined }));
+    const last = k.last;
+    if (last !== undefined && last.model === model && last.hour === hour) return last;
+    let r = k.byModel.get(model);
+    if (r !== undefined && r.hour === hour) return (k.last = r);
     // A new hour: the last one's row is handed over whole, and a new one made.
     if (r !== undefined && r.requests > 0) this.closed.push(r);
     const n = this.names.get(owner);
     r = emptyRow(n?.team ?? "", n?.name ?? "", model, hour);
-    byModel.set(model, r);
-    return r;
+    k.byModel.set(model, r);
+    return (k.last = r);
   }
 }

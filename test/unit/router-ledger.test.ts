@@ -228,6 +228,19 @@ describe("the router's ledger", () => {
     expect(s.ledger.take()).toMatchObject([{ requests: INFERENCE_PATHS.length, prompt_tokens: 3 * INFERENCE_PATHS.length, completion_tokens: INFERENCE_PATHS.length }]);
   });
 
+  test("a key using several models in turn keeps a row per model; a renamed key's rows so far keep its old name", () => {
+    const s = setup();
+    for (const m of ["a", "b", "a", "a", "c", "b"]) s.ledger.answered("k1", m, 200, 1, 1, 0, false);
+    s.ledger.setKeys([{ name: "svc2", sha256: "k1", pool: null }]);
+    s.ledger.answered("k1", "a", 200, 1, 1, 0, false);
+    expect(s.ledger.take().map((r) => [r.key, r.team, r.model, r.requests])).toEqual([
+      ["svc", "search", "a", 3],
+      ["svc", "search", "b", 2],
+      ["svc", "search", "c", 1],
+      ["svc2", "", "a", 1],
+    ]);
+  });
+
   test("rows are handed over as deltas, and a new hour starts a new row", () => {
     const s = setup();
     s.ledger.answered("k1", "m", 200, 10, 2, 0, false);
