@@ -15,7 +15,9 @@ const OPTION = enc.encode('"stream_options":{"include_usage":true},');
 const USAGE = enc.encode('"usage":');
 const NULL = enc.encode("null");
 const EMPTY_CHOICES = enc.encode('"choices":[],');
-const EVENT_END = enc.encode("\n\n");
+const NEWLINE = enc.encode("\n");
+const LF = 0x0a;
+const CR = 0x0d;
 const BRACE = 0x7b;
 const COMMA = 0x2c;
 
@@ -53,12 +55,14 @@ function startsAt(d: Uint8Array, at: number, what: Uint8Array, end: number): boo
 }
 
 /**
- * Takes out of an SSE stream what include_usage added. Works on whole events: an event cut by
- * the end of a read is held (copied) until the read that ends it, so a pattern is never split.
- * The ranges passed on are references into the reads, not copies.
+ * Takes out of an SSE stream what include_usage added. Works on whole lines (an SSE event's data
+ * is one line of JSON): a line cut by the end of a read is held (copied) until the read that
+ * ends it, so a pattern is never split. The ranges passed on are references into the reads.
  */
 export class UsageStrip {
   private carry: Uint8Array | undefined;
+  /** The usage-only event's data line was taken out at the end of a read: the blank line ending it opens the next. */
+  private blankNext = false;
 
   /** Adds to `out` what the client would have seen of d[a, b). */
   pass(d: Uint8Array, a: number, b: number, out: Pieces): void {
@@ -72,17 +76,27 @@ export class UsageStrip {
       a = 0;
       b = joined.byteLength;
     }
-    const last = b - a >= 2 ? lastIndexOf.call(d, EVENT_END, b - 2) : -1;
+    if (this.blankNext && a < b) {
+      // A lone CR may yet be the blank line's start: held until the byte after it comes.
+      if (d[a] === CR && a + 1 === b) {
+        this.carry = d.slice(a, b);
+        return;
+      }
+      this.blankNext = false;
+      if (d[a] === LF) a++;
+      else if (d[a] === CR && d[a + 1] === LF) a += 2;
+    }
+    const last = b > a ? lastIndexOf.call(d, NEWLINE, b - 1) : -1;
     if (last < a) {
       if (b > a) this.carry = d.slice(a, b);
       return;
     }
-    const stop = last + 2;
+    const stop = last + 1;
     this.strip(d, a, stop, out);
     if (stop < b) this.carry = d.slice(stop, b);
   }
 
-  /** Bytes of an event cut by a read's end are held. */
+  /** Bytes of a line cut by a read's end are held. */
   get holding(): boolean {
     return this.carry !== undefined;
   }
@@ -94,7 +108,7 @@ export class UsageStrip {
     if (c !== undefined) out.add(c, 0, c.byteLength);
   }
 
-  /** d[a, b), whole events, less the usage-only event and every `,"usage":null`. */
+  /** d[a, b), whole lines, less the usage-only event and every `,"usage":null`. */
   private strip(d: Uint8Array, a: number, b: number, out: Pieces): void {
     let emit = a;
     let at = a;
@@ -108,11 +122,14 @@ export class UsageStrip {
         continue;
       }
       if (startsAt(d, u - EMPTY_CHOICES.length, EMPTY_CHOICES, b)) {
-        // The usage-only chunk: its whole event goes.
-        const s = lastIndexOf.call(d, EVENT_END, u);
-        const start = s >= 0 && s + 2 >= emit ? s + 2 : emit;
-        const e = indexOf.call(d, EVENT_END, u);
-        const end = e < 0 || e + 2 > b ? b : e + 2;
+        // The usage-only chunk: its data line goes, and the blank line that ends its event.
+        const s = lastIndexOf.call(d, NEWLINE, u);
+        const start = s >= 0 && s + 1 >= emit ? s + 1 : emit;
+        const e = indexOf.call(d, NEWLINE, u);
+        let end = e < 0 || e + 1 > b ? b : e + 1;
+        if (end < b && d[end] === LF) end++;
+        else if (end + 1 < b && d[end] === CR && d[end + 1] === LF) end += 2;
+        else if (end >= b) this.blankNext = true;
         out.add(d, emit, start);
         emit = at = end;
         continue;

@@ -291,16 +291,20 @@ describe("the router's ledger", () => {
     ]);
   });
 
-  test("the strip holds an event cut by a read until its end, and passes the rest by reference", () => {
-    const strip = new UsageStrip();
-    const out = new Pieces();
-    const text = sse(WITH_USAGE);
-    const bytes = enc.encode(text);
-    for (let at = 0; at < bytes.length; at += 3) {
-      const read = bytes.slice(at, Math.min(at + 3, bytes.length));
-      strip.pass(read, 0, read.length, out);
+  test("the strip holds a line cut by a read until its end, whatever the reads' sizes, with LF LF or CR LF CR LF between events", () => {
+    for (const eol of ["\n\n", "\r\n\r\n"]) {
+      const frame = (payloads: string[]) => payloads.map((p) => `data: ${p}${eol}`).join("");
+      const bytes = enc.encode(frame(WITH_USAGE));
+      for (let size = 1; size <= 9; size++) {
+        const strip = new UsageStrip();
+        const out = new Pieces();
+        for (let at = 0; at < bytes.length; at += size) {
+          const read = bytes.slice(at, Math.min(at + size, bytes.length));
+          strip.pass(read, 0, read.length, out);
+        }
+        strip.flush(out);
+        expect(dec.decode(out.bytes())).toBe(frame(WITHOUT_USAGE));
+      }
     }
-    strip.flush(out);
-    expect(dec.decode(out.bytes())).toBe(sse(WITHOUT_USAGE));
   });
 });
