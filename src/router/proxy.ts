@@ -331,7 +331,6 @@ class Attempt implements ExchangeHandler, Watch {
       return;
     }
     if (status < 300 && this.ex.path === "/v1/responses") this.sniff = new IdSniffer();
-    if (status < 300 && this.call.usage) this.strip = new UsageStrip();
     // Any other 5xx is the engine's own answer and goes to the client, but the replica is
     // passed over for a while: a client's 4xx never counts against it.
     if (status >= 500) this.ctx.balancer.cooldown(this.lease.endpoint.id, this.ctx.settings.cooldownMs);
@@ -339,12 +338,15 @@ class Attempt implements ExchangeHandler, Watch {
     // its error turned into an error event.
     if (this.call.opened) {
       this.mode = status < 300 ? "stream" : "event";
+      if (status < 300 && this.call.usage) this.strip = new UsageStrip();
       return;
     }
     const h = this.ctx.headers.answer(this.lease.endpoint.id, head.names, head.values);
     const adm = this.call.req.adm;
     this.headers = adm !== undefined && adm.rated ? withLines(h, this.ctx.admission.headers(adm)) : h;
     this.sse = h.sse;
+    // Only an SSE answer has a usage chunk to take out: one of another type passes untouched.
+    if (h.sse && status < 300 && this.call.usage) this.strip = new UsageStrip();
     if (h.sse) this.tokens.key = contentKey(this.ex.target);
     const len = head.contentLength;
     this.mode = !this.call.req.facts.stream && len >= 0 && len <= BUFFER_LIMIT ? "buffer" : "stream";
