@@ -6,7 +6,7 @@
 
 import { describe, expect, test } from "bun:test";
 import type { ExchangeHandler } from "../../src/http/client";
-import { UpstreamHead } from "../../src/http/client";
+import { UpstreamError, UpstreamHead } from "../../src/http/client";
 import { ClientExchange, type ExchangeConn, RequestHeaders } from "../../src/http/exchange";
 import { Pieces } from "../../src/http/wire";
 import { ManualScheduler } from "../../src/lib/scheduler";
@@ -184,6 +184,16 @@ describe("the router's ledger", () => {
     stream(s.sent[0]!.handler, sse(WITH_USAGE.slice(0, 3)), 1 << 20, false);
     ex.abort();
     expect(s.ledger.take()).toMatchObject([{ requests: 1, prompt_tokens: 0, completion_tokens: 2, aborted: 1, errors: 0 }]);
+  });
+
+  test("a stream the engine cuts is counted in aborted and as a 5xx, with the tokens it streamed; the client gets what was streamed and an error event", () => {
+    const s = setup();
+    const { conn } = s.request({ model: "m", stream: true, messages: [] });
+    stream(s.sent[0]!.handler, sse(WITH_USAGE.slice(0, 4)), 1 << 20, false);
+    s.sent[0]!.handler.onError(new UpstreamError("reset", "connection closed by the engine mid-response"), true);
+    expect(unchunk(bodyOf(conn.out))).toStartWith(sse(WITHOUT_USAGE.slice(0, 4)));
+    expect(conn.out).toContain("failed mid-stream");
+    expect(s.ledger.take()).toMatchObject([{ requests: 1, completion_tokens: 3, aborted: 1, errors: 1, errors_5xx: 1 }]);
   });
 
   test("a retry before the first byte counts once, with the usage of the attempt that answered", () => {
