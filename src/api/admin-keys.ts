@@ -1,6 +1,7 @@
 // The admin API's client keys and teams: keys created (the key shown once) with their team,
 // models, expiry, tier and limits, listed, changed, revoked; teams created, listed, changed and
-// deleted (refused while keys belong to one, unless ?force=1).
+// deleted (refused while keys belong to one, unless ?force=1); and what they used, the usage
+// ledger's rows.
 
 import type { Hono } from "hono";
 import type { ApiKeyRevoked, ApiKeyUpdated, CreatedApiKey, TeamDeleted, TeamWritten } from "../protocol/views";
@@ -53,5 +54,13 @@ export function teamRoutes(app: Hono, ctl: AdminControl): void {
     const name = c.req.param("name");
     const revoked = await ctl.teams.deleteTeam(name, q.force);
     return c.json({ name, revoked, message: `team/${name} deleted${revoked.length > 0 ? `; keys revoked: ${revoked.join(", ")}` : ""}` } satisfies TeamDeleted);
+  });
+}
+
+/** The usage ledger: hourly rows per team, key and model, or added up per team, key, model or pool. */
+export function usageRoutes(app: Hono, ctl: AdminControl): void {
+  app.get("/usage", async (c) => {
+    const q = ROUTES.usage.query.parse(c.req.query());
+    return c.json(await ctl.ledger.usage(q.since, q.by));
   });
 }

@@ -12,12 +12,13 @@ import type { FleetViews } from "../control/fleet-views";
 import type { Backups, LogSources } from "../control/log-sources";
 import type { NodeAdmin } from "../control/node-admin";
 import type { Teams } from "../control/teams";
+import type { UsageViews } from "../control/usage-views";
 import { type ModelSpec, catalogPath, checkCatalogFile, inFileOrder, zodIssues } from "../protocol/catalog";
 import { ConflictError } from "../control/errors";
 import { SegmentName } from "../protocol/common";
 import type { ApplyDryRun, ApplyResult, Explanation, ModelDeleted, ModelDetail, ModelPutResult, NodeActionResult, NodeAdmission, RouterExposure, UnparkResult } from "../protocol/views";
 import { VERSION } from "../version";
-import { keyRoutes, teamRoutes } from "./admin-keys";
+import { keyRoutes, teamRoutes, usageRoutes } from "./admin-keys";
 import { CatalogProblems, HttpError, parseJsonBody } from "./errors";
 import type { JoinTokenRotated, NodeAddressResult, NodeApproved, NodeDeleted } from "../protocol/admin";
 import { openApiDocument, ROUTES } from "./openapi";
@@ -70,6 +71,8 @@ export interface AdminControl {
   nodes: Pick<NodeAdmin, "setNodeAdminState" | "deleteNode" | "approveNode" | "allowNodeAddress" | "allowedAddresses">;
   keys: Pick<ApiKeys, "createApiKey" | "listApiKeys" | "updateApiKey" | "revokeApiKey">;
   teams: Pick<Teams, "createTeam" | "listTeams" | "team" | "updateTeam" | "deleteTeam">;
+  /** The usage ledger's rows. */
+  ledger: Pick<UsageViews, "usage">;
   events: Pick<EventLog, "event" | "events">;
   logs: Pick<LogSources, "logSource">;
   backups: Pick<Backups, "backup">;
@@ -104,6 +107,7 @@ export function adminRoutes(
   catalogRoutes(app, ctl);
   keyRoutes(app, ctl);
   teamRoutes(app, ctl);
+  usageRoutes(app, ctl);
   logRoutes(app, ctl);
   recordRoutes(app, ctl);
   return app;

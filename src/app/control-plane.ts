@@ -17,6 +17,7 @@ import type { EndpointSink, UsageSource } from "../control/interfaces";
 import { NodeIntake } from "../control/intake";
 import { JoinToken } from "../control/join-token";
 import { LeadershipCell } from "../control/leadership";
+import { LedgerWriter } from "../control/ledger-writer";
 import { LoadMonitor } from "../control/load";
 import { Backups, LogSources } from "../control/log-sources";
 import { NodeAdmin } from "../control/node-admin";
@@ -26,6 +27,7 @@ import { Projector } from "../control/projector";
 import type { StorePort, UnchangedHeartbeats } from "../control/store-port";
 import { Teams } from "../control/teams";
 import { UsageExchange } from "../control/usage-exchange";
+import { UsageViews } from "../control/usage-views";
 import { Wakeups } from "../control/wake";
 import { WriteLock } from "../control/write-lock";
 import type { Scheduler } from "../lib/scheduler";
@@ -82,6 +84,8 @@ export interface ControlPlane {
   wakeups: Wakeups;
   load: LoadMonitor;
   usage: UsageExchange;
+  /** The usage ledger's rows, for the admin API. */
+  ledger: UsageViews;
 }
 
 export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
@@ -98,7 +102,8 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
   const events = new EventLog({ store, scheduler });
   const usage = new UsageExchange({ ...(o.usage ? { source: o.usage } : {}), ...(o.shared ? { shared: o.shared } : {}), store, log });
   const projector = new Projector({ ...(o.sink ? { sink: o.sink } : {}), config, engineKeys: new EngineKeys(o.engineSecret), memory, store, leadership, interval: load, scheduler, log });
-  const loop = new ControlLoop({ store, memory, projector, usage, leadership, lock, clock, load, events, wake: wakeups, config, scaleDownDelayMs: settings.scaleDownDelayMs, ...(o.newId ? { newId: o.newId } : {}), scheduler, log });
+  const ledger = new LedgerWriter({ ...(o.usage ? { source: o.usage } : {}), store, retentionMs: settings.usageRetentionMs, log });
+  const loop = new ControlLoop({ store, memory, projector, usage, ledger, leadership, lock, clock, load, events, wake: wakeups, config, scaleDownDelayMs: settings.scaleDownDelayMs, ...(o.newId ? { newId: o.newId } : {}), scheduler, log });
   const intake = new NodeIntake({ store, ...(o.fast ? { fast: o.fast } : {}), memory, projector, lock, clock, load, wake: wakeups, policy: settings.policy, config, scheduler, log });
   return {
     identity: new NodeIdentity({ store, joinToken: o.joinToken ?? new JoinToken() }),
@@ -118,5 +123,6 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
     wakeups,
     load,
     usage,
+    ledger: new UsageViews({ store, scheduler }),
   };
 }

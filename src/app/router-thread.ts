@@ -9,7 +9,8 @@ import { Worker } from "node:worker_threads";
 import type { Logger } from "pino";
 import type { Scheduler, Timer } from "../lib/scheduler";
 import { FromRouter, type ToRouter } from "../protocol/router-link";
-import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, LimitUseEntry, ModelTraffic, TrafficSource, UsageSource } from "../protocol/routing";
+import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, LimitUseEntry, ModelTraffic, TrafficSource, UsageRow, UsageSource } from "../protocol/routing";
+import { mergeUsageRows } from "../protocol/usage-rows";
 import type { RouterWorkerData } from "./router-worker";
 import { ListReceived, ListSent } from "./list-delta";
 
@@ -51,6 +52,8 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
   private inflight: ReadonlyMap<string, number> = new Map();
   /** Each limited key's and team's use, as of the last usage report. */
   private limits: readonly LimitUseEntry[] = [];
+  /** The ledger's rows the thread handed over, until the control loop takes them. */
+  private ledgerIn: UsageRow[] = [];
   private nextId = 1;
   /** Answers awaited, by request id: called once the answer is in, or the thread is gone. */
   private pending = new Map<number, () => void>();
@@ -104,6 +107,8 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
             this.used = new Map(m.lastUsed);
             this.inflight = new Map(m.inflightByModel);
             this.limits = m.limitUse ?? [];
+            // Every answer's rows are kept, a late one's too: the thread has forgotten them.
+            if (m.ledger !== undefined && m.ledger.length > 0) this.ledgerIn = this.ledgerIn.length === 0 ? m.ledger : mergeUsageRows([...this.ledgerIn, ...m.ledger]);
           } else this.lastTraffic = this.trafficIn.take(m);
           const done = this.pending.get(m.id);
           this.pending.delete(m.id);
@@ -218,6 +223,12 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
 
   inflightByModel(): ReadonlyMap<string, number> {
     return this.inflight;
+  }
+
+  takeLedger(): UsageRow[] {
+    const rows = this.ledgerIn;
+    this.ledgerIn = [];
+    return rows;
   }
 
   watchingSince(): number {

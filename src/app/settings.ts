@@ -13,6 +13,8 @@ export interface ControlSettings {
   heartbeatIntervalMs: number;
   /** Load must stay low this long before a model scales down. */
   scaleDownDelayMs: number;
+  /** How long the usage ledger's rows are kept. */
+  usageRetentionMs: number;
 }
 
 export function controlSettings(config: ServeConfig): ControlSettings {
@@ -34,6 +36,7 @@ export function controlSettings(config: ServeConfig): ControlSettings {
     policy: { approveNodes: config.approve_nodes, maxNodes: config.max_nodes, heartbeatRate: config.heartbeat_rate, heartbeatBurst: config.heartbeat_burst },
     heartbeatIntervalMs: config.heartbeat_interval,
     scaleDownDelayMs: config.scale_down_delay,
+    usageRetentionMs: config.usage_retention,
   };
 }
 

@@ -21,7 +21,7 @@ export const CLIENT_FLAGS: FlagSpecs = {
   help: { kind: "boolean", short: "h", help: "show this help" },
 };
 
-export type OutputFormat = "table" | "wide" | "json";
+export type OutputFormat = "table" | "wide" | "json" | "csv";
 
 /** -o/--output taking these formats (the first is the default): its help and its completion say just these. */
 export function outputFlag(formats: readonly OutputFormat[]): FlagSpecs {

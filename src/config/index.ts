@@ -68,6 +68,8 @@ export const ServeConfig = z.strictObject({
   replace_after: Duration.prefault("30s"),
   /** How long a model's load (target_inflight) must stay low before it scales down by one replica, so replicas do not flap. */
   scale_down_delay: Duration.prefault("1m"),
+  /** How long the usage ledger's hourly rows are kept; older ones are deleted by the leader, at most once an hour. */
+  usage_retention: Duration.refine((ms) => ms >= 3_600_000, "must be at least 1h").prefault("90d"),
   /** Router: upstream must send its first byte within this. */
   first_byte_timeout: Duration.prefault("5m"),
   /** Router: a stream quiet for this long between chunks is ended with an error event. */

@@ -14,6 +14,7 @@ import type { ClockWatch, Watched } from "./clock-watch";
 import { FencedError } from "./errors";
 import type { EventLog } from "./event-log";
 import type { LeadershipCell } from "./leadership";
+import type { LedgerWriter } from "./ledger-writer";
 import type { LoadMonitor } from "./load";
 import type { NodeMemory } from "./node-memory";
 import type { Projector } from "./projector";
@@ -31,6 +32,8 @@ export interface ControlLoopOptions {
   memory: NodeMemory;
   projector: Pick<Projector, "project">;
   usage: UsageExchange;
+  /** The usage ledger's writes (ledger-writer.ts); absent: none. */
+  ledger?: Pick<LedgerWriter, "write">;
   leadership: LeadershipCell;
   lock: WriteLock;
   clock: ClockWatch;
@@ -84,6 +87,8 @@ export class ControlLoop {
       // The tick's own work: the pauses that let heartbeats in between its steps were listening time.
       load.tickTook(scheduler.mono() - began - this.pausedMs);
       await this.writeEpisodes(this.o.leadership.get().leading);
+      // The router's rows came with its usage (refresh above); written last, off the decisions' path.
+      await this.o.ledger?.write(now, this.o.leadership.get().leading);
       return decided.plan;
     });
   }

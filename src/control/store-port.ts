@@ -7,6 +7,7 @@
 // with StoreUnavailableError. test/contract/store.ts holds every implementation to one behaviour.
 
 import type { HeartbeatRequest } from "../protocol/heartbeat";
+import type { UsageRow } from "../protocol/routing";
 import type { AdminState } from "../protocol/views";
 import type { ApiKeyRow, ChangeRead, KeyPatch, TeamPatch, TeamRow, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, GpuRow, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, RouterUsage, SharedTokenKind, Snapshot, StoreChange, TokenDigests } from "./types";
 
@@ -180,6 +181,19 @@ export interface UsagePort {
   routerUsage(): Promise<RouterUsage[]>;
 }
 
+/**
+ * The usage ledger's rows (per team, key, model and hour), as the routers counted them. Every
+ * control plane adds its own router's counts: additions, so several writers are safe.
+ */
+export interface LedgerPort {
+  /** Adds each row's counts to the stored row of its team, key, model and hour (made when missing), in one transaction. */
+  addUsage(rows: readonly UsageRow[]): Promise<void>;
+  /** The rows of the hours starting at or after `since` (ms since epoch), by hour, then team, key and model. */
+  usageSince(since: number): Promise<UsageRow[]>;
+  /** Deletes the rows of the hours starting before `before`. */
+  pruneUsage(before: number): Promise<void>;
+}
+
 /** What nodes' heartbeats say beside their inventory (node-reports.ts). */
 export interface NodeReportsPort {
   /**
@@ -245,6 +259,7 @@ export interface StorePort
     KeysPort,
     MembershipPort,
     UsagePort,
+    LedgerPort,
     NodeReportsPort,
     ChangeFeed,
     SharedSecretsPort,

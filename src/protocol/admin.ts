@@ -164,3 +164,21 @@ export const NodeAddressListSchema = z.array(NodeAddressSchema);
 /** `POST /join-token/rotate`: where the new token is; the token itself is not in the answer. */
 export const JoinTokenRotatedSchema = z.object({ path: z.string(), message: z.string() });
 export type JoinTokenRotated = z.infer<typeof JoinTokenRotatedSchema>;
+
+/** How `GET /usage` may group the ledger's rows. */
+export const USAGE_GROUPS = ["team", "key", "model", "pool"] as const;
+
+/** `GET /usage`: the ledger's hourly rows of the last `since` (a duration, default 24h), grouped by `by` when given. */
+export const UsageQuery = z.object({
+  since: z
+    .string()
+    .max(64)
+    .default("24h")
+    .transform((v, ctx) => {
+      const ms = parseDuration(v);
+      if (ms !== undefined && ms > 0 && ms <= MAX_DURATION_MS) return ms;
+      ctx.addIssue({ code: "custom", message: `"${v.slice(0, 40)}" is not a duration (e.g. 24h, 7d, 90m)` });
+      return z.NEVER;
+    }),
+  by: z.enum(USAGE_GROUPS).optional(),
+});

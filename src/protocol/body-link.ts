@@ -22,6 +22,7 @@ const Facts = z.object({
   previousResponseId: z.string().optional(),
   modelStart: z.number().int(),
   modelEnd: z.number().int(),
+  streamOptions: z.enum(["usage", "other"]).optional(),
 });
 
 const Reply = z.object({ status: z.number().int(), headers: z.record(z.string(), z.string()), body: z.string() });

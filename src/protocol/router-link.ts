@@ -82,17 +82,37 @@ const Traffic = z.object({
   queued: Count,
 });
 
+/** One UsageRow of the router's ledger. */
+const UsageRowSchema = z.object({
+  team: z.string(),
+  key: z.string(),
+  model: z.string(),
+  hour: z.number().int(),
+  requests: Count,
+  prompt_tokens: Count,
+  completion_tokens: Count,
+  cached_tokens: Count,
+  errors: Count,
+  errors_4xx: Count,
+  errors_5xx: Count,
+  refused: Count,
+  aborted: Count,
+  gpu_seconds: z.number().nonnegative(),
+});
+
 /** Router → control. */
 export const FromRouter = z.discriminatedUnion("type", [
   z.object({ type: z.literal("started"), port: z.number().int() }),
   /** The router could not listen: the listener's own message. */
   z.object({ type: z.literal("failed"), error: z.string() }),
+  /** UsageSource's snapshots, each limited key's and team's use, and the ledger's rows since the last usage answer (deltas: the thread forgets them). */
   z.object({
     type: z.literal("usage"),
     id: z.number().int(),
     lastUsed: Entries,
     inflightByModel: Entries,
     limitUse: z.array(z.object({ of: z.enum(["key", "team"]), name: z.string(), rpm: z.number().optional(), tpm: z.number().optional(), concurrent: z.number() })).optional(),
+    ledger: z.array(UsageRowSchema).optional(),
   }),
   /** TrafficSource.traffic(), as changes: every model's name in order, the figures of those that changed since the last answer. */
   z.object({ type: z.literal("traffic"), id: z.number().int(), keys: z.array(z.string()), changed: z.array(Traffic) }),

@@ -128,6 +128,11 @@ export interface UsageSource {
    */
   refresh?(): Promise<void>;
   /**
+   * The ledger's rows counted since the last call, handed over and forgotten by the router
+   * (deltas: whoever takes them adds them up). Absent: a router that keeps no ledger.
+   */
+  takeLedger?(): UsageRow[];
+  /**
    * Since when the router has watched without a gap (ms since epoch): a router that restarted
    * (its thread replaced) has lost its stamps, so nothing is known idle for longer than this.
    * Absent: since the process started.
@@ -151,6 +156,35 @@ export interface LimitUseEntry {
   /** Requests in flight. */
   concurrent: number;
 }
+
+/**
+ * One row of the usage ledger: what one key (by name, with its team; "" for both without keys)
+ * used of one model (its canonical name) in one hour (ms since epoch of the hour's start).
+ * Tokens are the engine's own usage; a stream cut short counts what was streamed.
+ */
+export interface UsageRow {
+  team: string;
+  key: string;
+  model: string;
+  hour: number;
+  requests: number;
+  prompt_tokens: number;
+  completion_tokens: number;
+  cached_tokens: number;
+  /** Requests that failed, all kinds: the engine's or the router's 4xx and 5xx, and refusals by a limit. */
+  errors: number;
+  errors_4xx: number;
+  errors_5xx: number;
+  /** Refused by the key's or its team's limits before an engine was touched. */
+  refused: number;
+  /** Streams cut by the client or the engine before their end. */
+  aborted: number;
+  /** Always 0 for now: GPU time is not metered yet. */
+  gpu_seconds: number;
+}
+
+/** The counters of a UsageRow, in the order they are added up. */
+export const USAGE_COUNTERS = ["requests", "prompt_tokens", "completion_tokens", "cached_tokens", "errors", "errors_4xx", "errors_5xx", "refused", "aborted", "gpu_seconds"] as const;
 
 /**
  * Control → router: the fleet's gauges (nodes, GPUs, replicas, idleness), already in the

@@ -542,3 +542,28 @@ export type ApplyDryRun = z.infer<typeof ApplyDryRunSchema>;
 
 /** `POST /apply`'s answer: the dry run's when asked for (`dry_run: true`), else what was applied. */
 export const ApplyAnswerSchema = z.union([ApplyDryRunSchema, ApplyResultSchema]);
+
+/**
+ * `GET /usage`: one row of the usage ledger (per team, key, model and hour; grouped, the fields
+ * not grouped by are "" and hour is 0). Tokens are the engines' own usage; a stream cut short
+ * counts what it streamed. gpu_seconds is not metered yet (always 0).
+ */
+export const UsageRowViewSchema = z.object({
+  team: z.string(),
+  key: z.string(),
+  model: z.string(),
+  /** Set when grouped by pool. */
+  pool: z.string().optional(),
+  hour: z.number().describe("Start of the hour, ms since the epoch (0 when grouped)."),
+  requests: z.number(),
+  prompt_tokens: z.number(),
+  completion_tokens: z.number(),
+  cached_tokens: z.number(),
+  errors: z.number().describe("All failed requests: errors_4xx + errors_5xx + refused."),
+  errors_4xx: z.number(),
+  errors_5xx: z.number(),
+  refused: z.number().describe("Refused by the key's or its team's limits."),
+  aborted: z.number().describe("Streams cut by the client or the engine before their end."),
+  gpu_seconds: z.number(),
+});
+export type UsageRowView = z.infer<typeof UsageRowViewSchema>;

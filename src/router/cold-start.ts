@@ -15,6 +15,7 @@ import type { Balancer } from "./balancer";
 import type { Catalog } from "./catalog";
 import { type Reply, answer, openAIError, send } from "./errors";
 import type { RouterMetrics } from "./metrics";
+import type { Ledger } from "./ledger";
 import type { ProxyRequest } from "./proxy";
 import { unavailableReply } from "./unavailable";
 
@@ -34,6 +35,8 @@ export interface ColdStartContext {
   readonly log: { warn(o: object, m?: string): void } | undefined;
   /** A limited key's x-ratelimit-* headers, on the head of its held stream too. */
   readonly admission?: Pick<Admission, "headers">;
+  /** The usage ledger: a held request answered here (refused, or no replica came) is counted in it. */
+  readonly ledger?: Pick<Ledger, "answered">;
   /** The router still serves: once it stopped, a held request is answered at its next look. */
   serving(): boolean;
   /** Sends a request on to a replica (proxy.ts), now that its model has one. */
@@ -130,6 +133,9 @@ export class ColdStart {
 
   /** A reply of the router's own, with a limited key's x-ratelimit-* headers. */
   private rated(req: ProxyRequest, r: Reply): Reply {
+    // Every reply of cold start's own passes here, once per request: counted in the ledger here.
+    const model = req.facts.model;
+    this.ctx.ledger?.answered(req.owner, this.ctx.catalog.get(model)?.name ?? model, r.status, 0, 0, 0, false);
     return withRateHeaders(r, req.adm, this.ctx.admission);
   }
 

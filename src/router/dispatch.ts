@@ -18,6 +18,7 @@ import type { Balancer } from "./balancer";
 import type { BodyReader } from "./body-reader";
 import type { Catalog } from "./catalog";
 import type { ColdStart } from "./cold-start";
+import type { Ledger } from "./ledger";
 import { expiredKey, mayUse, modelNotFound } from "./key-rules";
 import { type Reply, jsonReply, openAIError, send } from "./errors";
 import type { RouterMetrics } from "./metrics";
@@ -88,6 +89,8 @@ export interface DispatchContext {
   readonly coldStart: Pick<ColdStart, "hold">;
   /** The keys' and teams' rate and concurrency limits. */
   readonly admission: Pick<Admission, "setKeys" | "of" | "admit" | "headers">;
+  /** The usage ledger: refusals by a limit are counted here, answers where they end (proxy.ts). */
+  readonly ledger: Pick<Ledger, "setKeys" | "refused">;
   /** Sends a request on to a replica (proxy.ts). */
   proxy(req: ProxyRequest): void;
   internalError(ex: ClientExchange, e: unknown): void;
@@ -102,6 +105,7 @@ export class Dispatch {
   setApiKeys(keys: ApiKeyEntry[]): void {
     this.keys = new Map(keys.map((k) => [k.sha256, k]));
     this.ctx.admission.setKeys(keys);
+    this.ctx.ledger.setKeys(keys);
   }
 
   /** One request, from the listener. */
@@ -248,7 +252,10 @@ export class Dispatch {
     if (adm !== undefined) {
       prompt = promptEstimate(ex.body.byteLength);
       const no = this.ctx.admission.admit(adm, prompt);
-      if (no !== undefined) return send(ex, refusalReply(no, adm.rated ? this.ctx.admission.headers(adm) : ""));
+      if (no !== undefined) {
+        this.ctx.ledger.refused(owner, this.ctx.catalog.get(facts.model)?.name ?? facts.model);
+        return send(ex, refusalReply(no, adm.rated ? this.ctx.admission.headers(adm) : ""));
+      }
       ex.holder = adm;
     }
     const req: ProxyRequest = { ex, facts, pool, owner, pin, t0, adm, prompt };

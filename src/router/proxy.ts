@@ -23,7 +23,9 @@ import { type AnswerHead, type AnswerHeaders, forwardHeaders } from "./headers";
 import type { ModelSeries, RouterMetrics } from "./metrics";
 import { type BodyFacts, withModel } from "./request-body";
 import { IdSniffer, type ResponseIds } from "./response-ids";
+import type { Ledger } from "./ledger";
 import { TokenCount, contentKey } from "./traffic";
+import { UsageStrip, addsUsage, withUsage } from "./usage-stream";
 
 /** One client request on its way to an engine: what dispatch read of it. */
 export interface ProxyRequest {
@@ -71,6 +73,8 @@ export interface ProxyContext {
   readonly responses: Pick<ResponseIds, "remember">;
   readonly catalog: Pick<Catalog, "nameOf">;
   readonly admission: Pick<Admission, "headers" | "tokens">;
+  /** The usage ledger: every request is counted in it once, where it ends. */
+  readonly ledger: Pick<Ledger, "answered">;
   /**
    * Slots on replicas with a concurrency bound, and the fair queue for them (slot-gate.ts): a
    * lease, "wait" when the request was queued (or answered), undefined when the model is not gated.
@@ -113,6 +117,8 @@ class Call implements SlotClaim {
   readonly opened: boolean;
   /** The headers passed on to the engine. */
   private readonly extra: ExtraHeaders;
+  /** The router asks the engine for the stream's usage, which the client did not: it is taken out of the answer again. */
+  readonly usage: boolean;
 
   constructor(
     readonly ctx: ProxyContext,
@@ -120,6 +126,7 @@ class Call implements SlotClaim {
   ) {
     this.opened = req.ex.answered;
     this.extra = forwardHeaders(req.ex.headers);
+    this.usage = addsUsage(req.ex.path, req.facts);
   }
 
   next(): void {
@@ -154,7 +161,8 @@ class Call implements SlotClaim {
       const canonical = ep.info.models[0] ?? model;
       attempt = new Attempt(this, lease, canonical);
       // SGLang serves one name; any alias is sent to it as the model's own name.
-      const payload = ep.info.engine === "sglang" && model !== canonical ? withModel(req.ex.body, req.facts, canonical) : req.ex.body;
+      const named = ep.info.engine === "sglang" && model !== canonical ? withModel(req.ex.body, req.facts, canonical) : req.ex.body;
+      const payload = this.usage ? withUsage(named, req.facts) : named;
       attempt.start(req.ex.target, payload, this.extra);
     } catch (e) {
       // Whatever threw, the lease taken for this attempt goes back and this request alone ends.
@@ -176,7 +184,9 @@ class Call implements SlotClaim {
   /** Every attempt failed (or none could be made): 502, counted under the model's own name. */
   private gaveUp() {
     const model = this.req.facts.model;
-    this.ctx.metrics.answered(this.ctx.catalog.nameOf(model), 502);
+    const name = this.ctx.catalog.nameOf(model);
+    this.ctx.metrics.answered(name, 502);
+    this.ctx.ledger.answered(this.req.owner, name, 502, 0, 0, 0, this.req.ex.aborted);
     return openAIError(502, `upstream failure for model '${model}': ${this.lastError}`, { code: "upstream_error" });
   }
 
@@ -230,6 +240,8 @@ class Attempt implements ExchangeHandler, Watch {
   private sniff: IdSniffer | undefined;
   /** Streamed completion tokens already counted against its key's token limits. */
   private charged = 0;
+  /** Takes out of the stream the usage the router asked for and the client did not (Call.usage). */
+  private strip: UsageStrip | undefined;
 
   constructor(
     private readonly call: Call,
@@ -273,6 +285,7 @@ class Attempt implements ExchangeHandler, Watch {
       this.ex.onDrain = undefined;
       this.lease.release();
       this.ctx.metrics.answered(this.model, 500);
+      this.ctx.ledger.answered(this.call.req.owner, this.model, 500, 0, 0, 0, false);
     }
     this.ctx.internalError(this.ex, e);
   }
@@ -359,12 +372,15 @@ class Attempt implements ExchangeHandler, Watch {
     // its error turned into an error event.
     if (this.call.opened) {
       this.mode = status < 300 ? "stream" : "event";
+      if (status < 300 && this.call.usage) this.strip = new UsageStrip();
       return;
     }
     const h = this.ctx.headers.answer(this.lease.endpoint.id, head.names, head.values);
     const adm = this.call.req.adm;
     this.headers = adm !== undefined && adm.rated ? withLines(h, this.ctx.admission.headers(adm)) : h;
     this.sse = h.sse;
+    // Only an SSE answer has a usage chunk to take out: one of another type passes untouched.
+    if (h.sse && status < 300 && this.call.usage) this.strip = new UsageStrip();
     if (h.sse) this.tokens.key = contentKey(this.ex.target);
     const len = head.contentLength;
     this.mode = !this.call.req.facts.stream && len >= 0 && len <= BUFFER_LIMIT ? "buffer" : "stream";
@@ -386,7 +402,8 @@ class Attempt implements ExchangeHandler, Watch {
     this.tokens.feed(d, a, b);
     // Chunks of one read are gathered and written together at its end (onReadEnd): one write
     // per read from the engine, however many chunks it held.
-    this.parts.add(d, a, b);
+    if (this.strip !== undefined) this.strip.pass(d, a, b, this.parts);
+    else this.parts.add(d, a, b);
     if (!this.settled) {
       this.settled = true;
       this.firstByte((this.ctx.time.mono() - this.t0) / 1000);
@@ -409,7 +426,10 @@ class Attempt implements ExchangeHandler, Watch {
   private readEnd(): void {
     // Only a stream is written read by read; a whole answer (or an error kept for its message)
     // waits for its end, however many reads bring it.
-    if (this.released || this.parts.count === 0 || this.mode !== "stream") return;
+    if (this.released || this.mode !== "stream") return;
+    // The head goes out with the first read even when the strip holds all of it (an event cut
+    // by the read's end): the client sees the answer start as soon as without the strip.
+    if (this.parts.count === 0 && (this.started || this.strip?.holding !== true)) return;
     this.deadline = this.ctx.deadlines.clock + this.ctx.settings.idleTimeoutMs;
     const adm = this.call.req.adm;
     if (adm !== undefined && this.tokens.streamed > this.charged && adm.metered) this.chargeStreamed(adm);
@@ -475,6 +495,7 @@ class Attempt implements ExchangeHandler, Watch {
       this.firstByte((this.ctx.time.mono() - this.t0) / 1000);
     }
     const ex = this.ex;
+    this.strip?.flush(this.parts);
     this.finish(this.status);
     // The whole answer came in one read: it goes out whole, in one write.
     if (!this.started) ex.respond(this.status, this.headers!, this.parts);
@@ -487,7 +508,7 @@ class Attempt implements ExchangeHandler, Watch {
     this.up = undefined;
     const ep = this.lease.endpoint;
     if (this.why === "client") {
-      this.finish(499);
+      this.finish(499, undefined, true);
       return;
     }
     // Not a byte written to the client yet (the chunks of this read are still held): the
@@ -507,7 +528,8 @@ class Attempt implements ExchangeHandler, Watch {
       this.why === "idle" ? `no data from replica ${ep.id} for ${idleMs / 1000}s` : err.kind === "protocol" ? `replica ${ep.id} sent a malformed response: ${err.message}` : `replica ${ep.id} failed mid-stream: ${err.message}`;
     this.ctx.metrics.upstreamError(this.model, this.why === "idle" ? "idle_timeout" : err.kind === "protocol" ? "protocol" : "mid_stream");
     if (this.why !== "idle") this.ctx.balancer.cooldown(ep.id, this.ctx.settings.cooldownMs);
-    this.finish(502);
+    this.strip?.flush(this.parts);
+    this.finish(502, undefined, true);
     if (this.sse) {
       const frame = enc.encode(sseErrorFrame(what));
       this.parts.add(frame, 0, frame.byteLength);
@@ -522,7 +544,7 @@ class Attempt implements ExchangeHandler, Watch {
   }
 
   /** The answer's end, whatever it was: the lease goes back, and its status, duration and tokens are counted. */
-  private finish(status: number, now = this.ctx.time.mono()): void {
+  private finish(status: number, now = this.ctx.time.mono(), cut = false): void {
     if (this.released) return;
     this.released = true;
     this.ctx.deadlines.delete(this);
@@ -534,8 +556,17 @@ class Attempt implements ExchangeHandler, Watch {
     this.m.duration.observe((now - this.t0) / 1000);
     const tokens = this.tokens.total();
     this.m.tokens.v += tokens;
+    // The engine's prompt_tokens, read once for the ledger and the key's limits; -1: none given.
+    const prompt = this.tokens.prompt();
+    this.count(status, prompt, tokens, cut);
     const adm = this.call.req.adm;
-    if (adm !== undefined && adm.metered) this.settle(adm, tokens);
+    if (adm !== undefined && adm.metered) this.settle(adm, prompt, tokens);
+  }
+
+  /** Its row in the ledger: the engine's usage, or for a stream cut short, the tokens it streamed. */
+  private count(status: number, prompt: number, completion: number, cut: boolean): void {
+    const cached = this.tokens.cached();
+    this.ctx.ledger.answered(this.call.req.owner, this.model, status, prompt > 0 ? prompt : 0, completion, cached > 0 ? cached : 0, cut);
   }
 
   /** The completion's tokens streamed since the last read, counted against its key's token limits as they pass. */
@@ -546,8 +577,7 @@ class Attempt implements ExchangeHandler, Watch {
   }
 
   /** The answer's end: the engine's usage (its prompt and completion) replaces what was counted for it. */
-  private settle(adm: KeyState, completion: number): void {
-    const prompt = this.tokens.prompt();
+  private settle(adm: KeyState, prompt: number, completion: number): void {
     const estimate = this.call.req.prompt ?? 0;
     this.ctx.admission.tokens(adm, completion - this.charged + (prompt >= 0 ? prompt - estimate : 0));
     this.charged = completion;

@@ -19,6 +19,8 @@ export interface BodyFacts {
   /** [modelStart, modelEnd): the bytes of the root's `model` value, to put another name there (body-scan.ts). */
   modelStart: number;
   modelEnd: number;
+  /** A stream's `stream_options`: "usage" when it asks for include_usage, "other" when it has some without it; absent: none. */
+  streamOptions?: "usage" | "other" | undefined;
 }
 
 /** A body read: its facts, or the reply refusing it. */
@@ -74,10 +76,13 @@ export function readBody(bytes: Uint8Array, limits: JsonLimits, scan: Scan = sca
   const prev = body.previous_response_id;
   if (prev !== undefined && prev !== null && typeof prev !== "string")
     return { reply: openAIError(400, `previous_response_id must be a string, not ${Array.isArray(prev) ? "an array" : typeof prev}`, { param: "previous_response_id", code: "invalid_type" }) };
+  const so = body.stream_options;
+  const streamOptions = so === undefined ? undefined : so !== null && typeof so === "object" && (so as { include_usage?: unknown }).include_usage === true ? "usage" : "other";
   return {
     facts: {
       model,
       stream: body.stream === true,
+      streamOptions,
       key: prefixKey(body),
       previousResponseId: typeof prev === "string" ? prev : undefined,
       modelStart: scan.modelStart,

@@ -24,8 +24,9 @@ import { UpstreamPool } from "../http/client";
 import type { ClientExchange } from "../http/exchange";
 import { hostPort } from "../lib/net";
 import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
-import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, LimitUseEntry, ModelTraffic, UsageSource } from "../protocol/routing";
+import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, LimitUseEntry, ModelTraffic, UsageRow, UsageSource } from "../protocol/routing";
 import { Admission, type KeyUse } from "./admission";
+import { Ledger } from "./ledger";
 import { Balancer, type BalancerSettings } from "./balancer";
 import { BodyReader } from "./body-reader";
 import { Catalog } from "./catalog";
@@ -121,6 +122,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
   private readonly admission: Admission;
   /** Slots on replicas with a concurrency bound, and the fair queue for them. */
   private readonly gate: SlotGate;
+  private readonly ledger: Ledger;
   private server: Http1Server | undefined;
   private poller: EngineMetricsPoller | undefined;
   private sweeper: Timer | undefined;
@@ -130,6 +132,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
   constructor(private readonly o: RouterOptions) {
     const scheduler = o.scheduler ?? realScheduler;
     this.scheduler = scheduler;
+    this.ledger = new Ledger(scheduler);
     // The engine pool and the listener (start()) run on the same scheduler.
     this.upstream = new UpstreamPool({ scheduler });
     this.balancer = new Balancer({ ...o.balancer, now: () => scheduler.now() });
@@ -138,6 +141,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
     const responses = new ResponseIds();
     const admission = new Admission(scheduler);
     this.admission = admission;
+    const ledger = this.ledger;
     const balancer = this.balancer;
     const catalog = this.catalog;
     const internalError = (ex: ClientExchange, e: unknown) => this.internalError(ex, e);
@@ -168,6 +172,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       catalog,
       admission,
       gate: this.gate,
+      ledger,
       internalError,
     };
     // Bound, not wrapped: a request passes from dispatch or cold start straight into proxy.ts.
@@ -181,6 +186,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       demand: o.demand,
       log: o.log,
       admission,
+      ledger,
       serving: () => this.server !== undefined,
       proxy: toProxy,
       internalError,
@@ -196,6 +202,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       time: scheduler,
       coldStart: this.coldStart,
       admission,
+      ledger,
       proxy: toProxy,
       internalError,
     });
@@ -236,6 +243,11 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
 
   setFleetMetrics(text: string): void {
     this.metrics.setFleet(text);
+  }
+
+  /** The ledger's rows since the last take (UsageSource.takeLedger). */
+  takeLedger(): UsageRow[] {
+    return this.ledger.take();
   }
 
   lastUsed(): ReadonlyMap<string, number> {

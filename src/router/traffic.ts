@@ -22,6 +22,8 @@ const CONTENT_KEYS: Record<string, Uint8Array> = {
 const USAGE_KEYS = [enc.encode('"completion_tokens"'), enc.encode('"output_tokens"')];
 /** prompt_tokens (chat, completions, embeddings) or input_tokens (Responses API). */
 const PROMPT_KEYS = [enc.encode('"prompt_tokens"'), enc.encode('"input_tokens"')];
+/** Cached prompt tokens: prompt_tokens_details (chat, completions) or input_tokens_details (Responses API). */
+const CACHED_KEYS = [enc.encode('"cached_tokens"')];
 /** total()'s per-key search memo (it runs to the end without yielding, so one pair serves every count). */
 const SEARCHED = new Int32Array(USAGE_KEYS.length);
 const FOUND = new Int32Array(USAGE_KEYS.length);
@@ -129,6 +131,16 @@ export class TokenCount {
 
   /** The prompt's tokens from the engine's usage in the answer's tail, or -1 when it gave none. */
   prompt(): number {
+    return this.lastNumber(PROMPT_KEYS);
+  }
+
+  /** The prompt's tokens served from the engine's prefix cache (usage's *_tokens_details.cached_tokens), or -1 when it gave none. */
+  cached(): number {
+    return this.lastNumber(CACHED_KEYS);
+  }
+
+  /** The number after the last of these keys in the answer's tail, or -1. */
+  private lastNumber(keys: readonly Uint8Array[]): number {
     for (let k = 1; k <= Math.min(this.n, KEPT); k++) {
       const i = (this.n - k) % KEPT;
       const d = this.bufs[i]!;
@@ -136,7 +148,7 @@ export class TokenCount {
       const b = this.to[i]!;
       let best = -1;
       let len = 0;
-      for (const key of PROMPT_KEYS) {
+      for (const key of keys) {
         const end = b - key.length;
         if (end < a) continue;
         const at = lastIndexOf.call(d, key, end);

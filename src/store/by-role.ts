@@ -3,9 +3,10 @@
 // inventory writes; the node registry; the catalog; API keys and events; what several control
 // planes share. Both dialects (index.ts, pg/index.ts) are this, each with parts of its own.
 
-import type { CatalogPort, ChangeFeed, EventsPort, FleetRead, InventoryWrites, JoinWrite, KeysPort, MembershipPort, NodeRegistry, NodeReportsPort, PlanWriter, ReplicaRead, SharedSecretsPort, StorePort, UsagePort } from "../control/store-port";
+import type { CatalogPort, ChangeFeed, EventsPort, FleetRead, InventoryWrites, JoinWrite, KeysPort, LedgerPort, MembershipPort, NodeRegistry, NodeReportsPort, PlanWriter, ReplicaRead, SharedSecretsPort, StorePort, UsagePort } from "../control/store-port";
 import type { ApiKeyRow, ChangeRead, KeyPatch, TeamPatch, TeamRow, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, GpuRow, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, RouterUsage, SharedTokenKind, Snapshot, StoreChange, TokenDigests } from "../control/types";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
+import type { UsageRow } from "../protocol/routing";
 import type { AdminState } from "../protocol/views";
 
 /** A dialect's parts. */
@@ -17,6 +18,7 @@ export interface StoreParts {
   records: EventsPort;
   keys: KeysPort;
   shared: MembershipPort & UsagePort & NodeReportsPort & SharedSecretsPort;
+  ledger: LedgerPort;
 }
 
 export abstract class StoreByRole implements StorePort {
@@ -173,6 +175,15 @@ export abstract class StoreByRole implements StorePort {
   }
   routerUsage(): Promise<RouterUsage[]> {
     return this.parts.shared.routerUsage();
+  }
+  addUsage(rows: readonly UsageRow[]): Promise<void> {
+    return this.parts.ledger.addUsage(rows);
+  }
+  usageSince(since: number): Promise<UsageRow[]> {
+    return this.parts.ledger.usageSince(since);
+  }
+  pruneUsage(before: number): Promise<void> {
+    return this.parts.ledger.pruneUsage(before);
   }
   saveNodeReport(node: string, report: string, now: number): Promise<void> {
     return this.parts.shared.saveNodeReport(node, report, now);

@@ -26,6 +26,7 @@ import { SqliteFleet } from "./sqlite/fleet";
 import { SqliteInventory } from "./sqlite/inventory";
 import { SqliteNodes } from "./sqlite/nodes";
 import { SqliteShared } from "./sqlite/shared";
+import { SqliteLedger } from "./sqlite/ledger";
 
 // The domain types, importable from here as before (test fixtures use them).
 export type { EventRow, GpuRow, ModelRow, ModelStateRow, NodeDiscovery, NodeRow, ReplicaRow, Snapshot } from "../control/types";
@@ -57,7 +58,7 @@ export class Store extends StoreByRole {
     // Tokens an older version kept in clear: digests from the first open on.
     this.db.transaction((tx) => tokenRows(tx));
     const s: Sqlite = { db: this.db, sqlite: this.sqlite };
-    this.parts = { fleet: new SqliteFleet(s), inventory: new SqliteInventory(s), nodes: new SqliteNodes(s), catalog: new SqliteCatalog(s), records: new SqliteRecords(s), keys: new SqliteKeys(s), shared: new SqliteShared(s) };
+    this.parts = { fleet: new SqliteFleet(s), inventory: new SqliteInventory(s), nodes: new SqliteNodes(s), catalog: new SqliteCatalog(s), records: new SqliteRecords(s), keys: new SqliteKeys(s), shared: new SqliteShared(s), ledger: new SqliteLedger(s) };
   }
 
   private migrate(): void {

@@ -201,6 +201,33 @@ export const routerUsage = sqliteTable("router_usage", {
   reportedAt: integer("reported_at").notNull(),
 });
 
+/**
+ * The usage ledger: per team, key (by name; "" for both without keys), model and hour (ms since
+ * epoch of its start), what the routers counted. Each control plane adds its router's counts
+ * once a tick (additive upserts: several writers are safe); the leader deletes rows past the
+ * retention.
+ */
+export const usageHours = sqliteTable(
+  "usage_hours",
+  {
+    team: text("team").notNull(),
+    key: text("key").notNull(),
+    model: text("model").notNull(),
+    hour: integer("hour").notNull(),
+    requests: integer("requests").notNull().default(0),
+    promptTokens: integer("prompt_tokens").notNull().default(0),
+    completionTokens: integer("completion_tokens").notNull().default(0),
+    cachedTokens: integer("cached_tokens").notNull().default(0),
+    errors: integer("errors").notNull().default(0),
+    errors4xx: integer("errors_4xx").notNull().default(0),
+    errors5xx: integer("errors_5xx").notNull().default(0),
+    refused: integer("refused").notNull().default(0),
+    aborted: integer("aborted").notNull().default(0),
+    gpuSeconds: real("gpu_seconds").notNull().default(0),
+  },
+  (t) => [primaryKey({ columns: [t.team, t.key, t.model, t.hour] }), index("usage_hours_hour").on(t.hour)],
+);
+
 /** What a node's heartbeats say beside its inventory (engines, discovery, revisions, log listener), as JSON. */
 export const nodeReports = sqliteTable("node_reports", {
   node: text("node").primaryKey(),

@@ -10,6 +10,7 @@ import { afterEach, beforeEach, describe, expect, test as bunTest } from "bun:te
 import { FencedError } from "../../src/control/errors";
 import type { StorePort } from "../../src/control/store-port";
 import type { PlanWrite, StoreChange } from "../../src/control/types";
+import type { UsageRow } from "../../src/protocol/routing";
 import { heartbeat, model } from "../helpers/fleet";
 import { until } from "../helpers/until";
 
@@ -622,6 +623,55 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
           { node: "n1", report: '{"a":1}', at: NOW },
           { node: "n2", report: '{"engines":["vllm"]}', at: NOW + 1 },
         ]);
+      });
+    });
+
+    describe("usage ledger", () => {
+      const HOUR = 3_600_000;
+      const H0 = NOW - (NOW % HOUR);
+      const row = (over: Partial<UsageRow>): UsageRow => ({
+        team: "search",
+        key: "svc",
+        model: "m1",
+        hour: H0,
+        requests: 1,
+        prompt_tokens: 10,
+        completion_tokens: 5,
+        cached_tokens: 2,
+        errors: 0,
+        errors_4xx: 0,
+        errors_5xx: 0,
+        refused: 0,
+        aborted: 0,
+        gpu_seconds: 0,
+        ...over,
+      });
+
+      test("rows are added to the stored ones per team, key, model and hour, within a batch and across batches and control planes", async () => {
+        await s.addUsage([row({}), row({ requests: 2, prompt_tokens: 7, errors: 1, errors_5xx: 1 }), row({ key: "", team: "", model: "m2", aborted: 1 })]);
+        const other = await h.other();
+        await other.addUsage([row({ prompt_tokens: 100, completion_tokens: 1, cached_tokens: 0, refused: 1, errors: 1 }), row({ hour: H0 + HOUR })]);
+        await s.addUsage([]);
+        expect(await s.usageSince(0)).toEqual([
+          row({ team: "", key: "", model: "m2", aborted: 1 }),
+          row({ requests: 4, prompt_tokens: 117, completion_tokens: 11, cached_tokens: 4, errors: 2, errors_5xx: 1, refused: 1 }),
+          row({ hour: H0 + HOUR }),
+        ]);
+        expect(await other.usageSince(H0 + HOUR)).toEqual([row({ hour: H0 + HOUR })]);
+      });
+
+      test("pruning deletes the hours before the given time and keeps the rest", async () => {
+        await s.addUsage([row({ hour: H0 - 2 * HOUR }), row({ hour: H0 - HOUR }), row({})]);
+        await s.pruneUsage(H0 - HOUR);
+        expect((await s.usageSince(0)).map((r) => r.hour)).toEqual([H0 - HOUR, H0]);
+      });
+
+      test("a large batch is written in one go", async () => {
+        const rows = Array.from({ length: 1200 }, (_, i) => row({ key: `k${String(i).padStart(4, "0")}` }));
+        await s.addUsage(rows);
+        const read = await s.usageSince(H0);
+        expect(read).toHaveLength(1200);
+        expect(read.reduce((n, r) => n + r.prompt_tokens, 0)).toBe(12_000);
       });
     });
 

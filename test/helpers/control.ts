@@ -102,6 +102,7 @@ export function testControl(o: TestControlOptions): TestControl {
     policy: { ...CONTROL_DEFAULTS.policy, ...o.policy },
     heartbeatIntervalMs: hb,
     scaleDownDelayMs: o.scaleDownDelayMs ?? CONTROL_DEFAULTS.scaleDownDelayMs,
+    usageRetentionMs: CONTROL_DEFAULTS.usageRetentionMs,
   };
   const control = buildControlPlane({
     store: o.store,

@@ -13,6 +13,7 @@ import { Admission } from "../../src/router/admission";
 import { Balancer } from "../../src/router/balancer";
 import { Catalog } from "../../src/router/catalog";
 import { Deadlines } from "../../src/router/deadlines";
+import { Ledger } from "../../src/router/ledger";
 import { AnswerHeaders } from "../../src/router/headers";
 import { RouterMetrics } from "../../src/router/metrics";
 import { type ProxyContext, type ProxyRequest, proxy } from "../../src/router/proxy";
@@ -95,6 +96,7 @@ function setup(endpoints: EndpointInfo[], settings: Partial<ProxyContext["settin
     responses: new ResponseIds(),
     catalog,
     admission: new Admission(time),
+    ledger: new Ledger(time),
     internalError: (_ex, e) => errors.push(e),
   };
   const request = (body: object, names: string[] = [], values: string[] = []) => {

@@ -13,6 +13,7 @@
 
 import type { Scheduler } from "../../lib/scheduler";
 import type { HeartbeatRequest } from "../../protocol/heartbeat";
+import type { UsageRow } from "../../protocol/routing";
 import type { AdminState } from "../../protocol/views";
 import { joinRefused } from "../admission";
 import type { JoinWrite, ReplicaRead, StorePort, UnchangedHeartbeats } from "../store-port";
@@ -379,6 +380,16 @@ export class StoreImage implements StorePort, UnchangedHeartbeats {
   }
   routerUsage(): Promise<RouterUsage[]> {
     return this.inner.routerUsage();
+  }
+  // The ledger is not held in memory: its rows are written once a tick and read on request.
+  addUsage(rows: readonly UsageRow[]): Promise<void> {
+    return this.inner.addUsage(rows);
+  }
+  usageSince(since: number): Promise<UsageRow[]> {
+    return this.inner.usageSince(since);
+  }
+  pruneUsage(before: number): Promise<void> {
+    return this.inner.pruneUsage(before);
   }
   saveNodeReport(node: string, report: string, now: number): Promise<void> {
     return this.inner.saveNodeReport(node, report, now);

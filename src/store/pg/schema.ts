@@ -167,6 +167,28 @@ export const routerUsage = pgTable("router_usage", {
   reportedAt: ms("reported_at").notNull(),
 });
 
+/** The usage ledger (see the SQLite schema). */
+export const usageHours = pgTable(
+  "usage_hours",
+  {
+    team: text("team").notNull(),
+    key: text("key").notNull(),
+    model: text("model").notNull(),
+    hour: ms("hour").notNull(),
+    requests: bigint("requests", { mode: "number" }).notNull().default(0),
+    promptTokens: bigint("prompt_tokens", { mode: "number" }).notNull().default(0),
+    completionTokens: bigint("completion_tokens", { mode: "number" }).notNull().default(0),
+    cachedTokens: bigint("cached_tokens", { mode: "number" }).notNull().default(0),
+    errors: bigint("errors", { mode: "number" }).notNull().default(0),
+    errors4xx: bigint("errors_4xx", { mode: "number" }).notNull().default(0),
+    errors5xx: bigint("errors_5xx", { mode: "number" }).notNull().default(0),
+    refused: bigint("refused", { mode: "number" }).notNull().default(0),
+    aborted: bigint("aborted", { mode: "number" }).notNull().default(0),
+    gpuSeconds: doublePrecision("gpu_seconds").notNull().default(0),
+  },
+  (t) => [primaryKey({ columns: [t.team, t.key, t.model, t.hour] }), index("usage_hours_hour").on(t.hour)],
+);
+
 export const nodeReports = pgTable("node_reports", {
   node: text("node").primaryKey(),
   report: text("report").notNull(),

@@ -1,0 +1,58 @@
+// The usage ledger in PostgreSQL: each tick's rows added to the stored ones in one transaction.
+// Not retried once it may have committed: an addition done twice would count twice.
+
+import { asc, gte, lt, sql } from "drizzle-orm";
+import type { LedgerPort } from "../../control/store-port";
+import type { UsageRow } from "../../protocol/routing";
+import { USAGE_BATCH, mergeUsageRows, usageRow, usageValues } from "../usage-rows";
+import type { PgConnection } from "./connection";
+import * as schema from "./schema";
+
+const t = schema.usageHours;
+const ADD = {
+  requests: sql`${t.requests} + excluded.requests`,
+  promptTokens: sql`${t.promptTokens} + excluded.prompt_tokens`,
+  completionTokens: sql`${t.completionTokens} + excluded.completion_tokens`,
+  cachedTokens: sql`${t.cachedTokens} + excluded.cached_tokens`,
+  errors: sql`${t.errors} + excluded.errors`,
+  errors4xx: sql`${t.errors4xx} + excluded.errors_4xx`,
+  errors5xx: sql`${t.errors5xx} + excluded.errors_5xx`,
+  refused: sql`${t.refused} + excluded.refused`,
+  aborted: sql`${t.aborted} + excluded.aborted`,
+  gpuSeconds: sql`${t.gpuSeconds} + excluded.gpu_seconds`,
+};
+
+export class PgLedger implements LedgerPort {
+  constructor(private readonly c: PgConnection) {}
+
+  addUsage(rows: readonly UsageRow[]): Promise<void> {
+    const merged = mergeUsageRows(rows);
+    if (merged.length === 0) return Promise.resolve();
+    // "meta": nothing another control plane holds in memory changed.
+    return this.c.write("once", "meta", async (tx) => {
+      for (let i = 0; i < merged.length; i += USAGE_BATCH)
+        await tx
+          .insert(t)
+          .values(merged.slice(i, i + USAGE_BATCH).map(usageValues))
+          .onConflictDoUpdate({ target: [t.team, t.key, t.model, t.hour], set: ADD });
+    });
+  }
+
+  usageSince(since: number): Promise<UsageRow[]> {
+    return this.c.call("read", async () =>
+      (
+        await this.c.db
+          .select()
+          .from(t)
+          .where(gte(t.hour, since))
+          .orderBy(asc(t.hour), sql`${t.team} COLLATE "C"`, sql`${t.key} COLLATE "C"`, sql`${t.model} COLLATE "C"`)
+      ).map(usageRow),
+    );
+  }
+
+  pruneUsage(before: number): Promise<void> {
+    return this.c.write("idempotent", "meta", async (tx) => {
+      await tx.delete(t).where(lt(t.hour, before));
+    });
+  }
+}

@@ -1,0 +1,59 @@
+// The usage ledger in SQLite: each tick's rows added to the stored ones in one transaction.
+
+import { asc, gte, lt, sql } from "drizzle-orm";
+import type { LedgerPort } from "../../control/store-port";
+import type { UsageRow } from "../../protocol/routing";
+import { guarded } from "../errors";
+import { USAGE_BATCH, mergeUsageRows, usageRow, usageValues } from "../usage-rows";
+import { type Sqlite, schema } from "./db";
+
+const t = schema.usageHours;
+/** Each counter added to the stored one. */
+const ADD = {
+  requests: sql`${t.requests} + excluded.requests`,
+  promptTokens: sql`${t.promptTokens} + excluded.prompt_tokens`,
+  completionTokens: sql`${t.completionTokens} + excluded.completion_tokens`,
+  cachedTokens: sql`${t.cachedTokens} + excluded.cached_tokens`,
+  errors: sql`${t.errors} + excluded.errors`,
+  errors4xx: sql`${t.errors4xx} + excluded.errors_4xx`,
+  errors5xx: sql`${t.errors5xx} + excluded.errors_5xx`,
+  refused: sql`${t.refused} + excluded.refused`,
+  aborted: sql`${t.aborted} + excluded.aborted`,
+  gpuSeconds: sql`${t.gpuSeconds} + excluded.gpu_seconds`,
+};
+
+export class SqliteLedger implements LedgerPort {
+  constructor(private readonly s: Sqlite) {}
+
+  addUsage(rows: readonly UsageRow[]): Promise<void> {
+    const merged = mergeUsageRows(rows);
+    if (merged.length === 0) return Promise.resolve();
+    return guarded(() => {
+      this.s.db.transaction((tx) => {
+        for (let i = 0; i < merged.length; i += USAGE_BATCH)
+          tx.insert(t)
+            .values(merged.slice(i, i + USAGE_BATCH).map(usageValues))
+            .onConflictDoUpdate({ target: [t.team, t.key, t.model, t.hour], set: ADD })
+            .run();
+      });
+    });
+  }
+
+  usageSince(since: number): Promise<UsageRow[]> {
+    return guarded(() =>
+      this.s.db
+        .select()
+        .from(t)
+        .where(gte(t.hour, since))
+        .orderBy(asc(t.hour), asc(t.team), asc(t.key), asc(t.model))
+        .all()
+        .map(usageRow),
+    );
+  }
+
+  pruneUsage(before: number): Promise<void> {
+    return guarded(() => {
+      this.s.db.delete(t).where(lt(t.hour, before)).run();
+    });
+  }
+}
