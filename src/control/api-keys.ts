@@ -19,17 +19,18 @@ import type { UsageExchange } from "./usage-exchange";
 export type NewKeyOptions = Omit<CreateKeyBody, "name" | "pool">;
 type Expires = NonNullable<CreateKeyBody["expires"]>;
 
+/** What the operator's key and team operations use (ApiKeys here, Teams in teams.ts). */
+export interface KeyAdminOptions {
+  store: KeysPort;
+  events: Pick<EventLog, "event">;
+  projector: Pick<Projector, "publishKeys">;
+  scheduler: Pick<Scheduler, "now">;
+  /** This control plane's router's count of each limit's use, shown beside the limits. */
+  usage?: Pick<UsageExchange, "limitUse">;
+}
+
 export class ApiKeys {
-  constructor(
-    private readonly o: {
-      store: KeysPort;
-      events: Pick<EventLog, "event">;
-      projector: Pick<Projector, "publishKeys">;
-      scheduler: Pick<Scheduler, "now">;
-      /** This control plane's router's count of each limit's use, shown beside the limits. */
-      usage?: Pick<UsageExchange, "limitUse">;
-    },
-  ) {}
+  constructor(private readonly o: KeyAdminOptions) {}
 
   /** Creates a client API key; the key itself is returned this once and never stored. */
   async createApiKey(name: string, pool?: string, opts: NewKeyOptions = {}): Promise<ApiKeyView & { key: string }> {

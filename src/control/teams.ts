@@ -3,28 +3,15 @@
 // to the team, unless forced, which revokes them). Each change reaches every router the way a
 // key's does: this control plane's router at once, the others' through the change feed.
 
-import type { Scheduler } from "../lib/scheduler";
 import type { CreateTeamBody, UpdateTeamBody } from "../protocol/admin";
 import type { TeamView } from "../protocol/views";
 import { ConflictError, NotFoundError } from "./errors";
-import type { EventLog } from "./event-log";
 import { describeLimits, limitsOf, limitsPatchOf, teamView, withUse } from "./key-views";
-import type { Projector } from "./projector";
-import type { KeysPort } from "./store-port";
+import type { KeyAdminOptions } from "./api-keys";
 import type { TeamRow } from "./types";
-import type { UsageExchange } from "./usage-exchange";
 
 export class Teams {
-  constructor(
-    private readonly o: {
-      store: KeysPort;
-      events: Pick<EventLog, "event">;
-      projector: Pick<Projector, "publishKeys">;
-      scheduler: Pick<Scheduler, "now">;
-      /** This control plane's router's count of each limit's use, shown beside the limits. */
-      usage?: Pick<UsageExchange, "limitUse">;
-    },
-  ) {}
+  constructor(private readonly o: KeyAdminOptions) {}
 
   async createTeam(body: CreateTeamBody): Promise<TeamView> {
     const now = this.o.scheduler.now();

@@ -114,12 +114,8 @@ export class TokenCount {
         }
       }
       if (best < 0) continue;
-      let v = best + len;
-      while (v < b && (d[v] === SPACE || d[v] === COLON)) v++;
-      let n = 0;
-      let digits = 0;
-      for (; v < b && d[v]! >= ZERO && d[v]! <= NINE && digits < 12; v++, digits++) n = n * 10 + (d[v]! - ZERO);
-      if (digits > 0) return n;
+      const n = numberAfter(d, best + len, b);
+      if (n >= 0) return n;
     }
     return this.chunks;
   }
@@ -158,12 +154,8 @@ export class TokenCount {
         }
       }
       if (best < 0) continue;
-      let v = best + len;
-      while (v < b && (d[v] === SPACE || d[v] === COLON)) v++;
-      let n = 0;
-      let digits = 0;
-      for (; v < b && d[v]! >= ZERO && d[v]! <= NINE && digits < 12; v++, digits++) n = n * 10 + (d[v]! - ZERO);
-      if (digits > 0) return n;
+      const n = numberAfter(d, best + len, b);
+      if (n >= 0) return n;
     }
     return -1;
   }
@@ -172,4 +164,13 @@ export class TokenCount {
   private start(i: number): number {
     return Math.max(this.from[i]!, this.to[i]! - TAIL_BYTES);
   }
+}
+
+/** The whole number after a JSON key that ends at d[v] (past its colon and spaces, up to b), or -1 when none is there. */
+function numberAfter(d: Uint8Array, v: number, b: number): number {
+  while (v < b && (d[v] === SPACE || d[v] === COLON)) v++;
+  let n = 0;
+  let digits = 0;
+  for (; v < b && d[v]! >= ZERO && d[v]! <= NINE && digits < 12; v++, digits++) n = n * 10 + (d[v]! - ZERO);
+  return digits > 0 ? n : -1;
 }

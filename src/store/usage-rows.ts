@@ -2,6 +2,7 @@
 // added up before a write (one upsert may touch a row once, ../protocol/usage-rows.ts), cut into
 // batches the databases take in one statement, and read back from the columns.
 
+import { type AnyColumn, sql } from "drizzle-orm";
 import type { UsageRow } from "../protocol/routing";
 export { mergeUsageRows } from "../protocol/usage-rows";
 
@@ -45,5 +46,35 @@ export function usageRow(v: ReturnType<typeof usageValues>): UsageRow {
     refused: Number(v.refused),
     aborted: Number(v.aborted),
     gpu_seconds: Number(v.gpuSeconds),
+  };
+}
+
+/** The ledger's counter columns, in either dialect's table. */
+interface CounterColumns {
+  requests: AnyColumn;
+  promptTokens: AnyColumn;
+  completionTokens: AnyColumn;
+  cachedTokens: AnyColumn;
+  errors: AnyColumn;
+  errors4xx: AnyColumn;
+  errors5xx: AnyColumn;
+  refused: AnyColumn;
+  aborted: AnyColumn;
+  gpuSeconds: AnyColumn;
+}
+
+/** An upsert's SET: each counter added to the stored one (both dialects name the proposed row `excluded`). */
+export function addedCounters(t: CounterColumns) {
+  return {
+    requests: sql`${t.requests} + excluded.requests`,
+    promptTokens: sql`${t.promptTokens} + excluded.prompt_tokens`,
+    completionTokens: sql`${t.completionTokens} + excluded.completion_tokens`,
+    cachedTokens: sql`${t.cachedTokens} + excluded.cached_tokens`,
+    errors: sql`${t.errors} + excluded.errors`,
+    errors4xx: sql`${t.errors4xx} + excluded.errors_4xx`,
+    errors5xx: sql`${t.errors5xx} + excluded.errors_5xx`,
+    refused: sql`${t.refused} + excluded.refused`,
+    aborted: sql`${t.aborted} + excluded.aborted`,
+    gpuSeconds: sql`${t.gpuSeconds} + excluded.gpu_seconds`,
   };
 }

@@ -4,23 +4,13 @@
 import { asc, gte, lt, sql } from "drizzle-orm";
 import type { LedgerPort } from "../../control/store-port";
 import type { UsageRow } from "../../protocol/routing";
-import { USAGE_BATCH, mergeUsageRows, usageRow, usageValues } from "../usage-rows";
+import { USAGE_BATCH, addedCounters, mergeUsageRows, usageRow, usageValues } from "../usage-rows";
 import type { PgConnection } from "./connection";
 import * as schema from "./schema";
 
 const t = schema.usageHours;
-const ADD = {
-  requests: sql`${t.requests} + excluded.requests`,
-  promptTokens: sql`${t.promptTokens} + excluded.prompt_tokens`,
-  completionTokens: sql`${t.completionTokens} + excluded.completion_tokens`,
-  cachedTokens: sql`${t.cachedTokens} + excluded.cached_tokens`,
-  errors: sql`${t.errors} + excluded.errors`,
-  errors4xx: sql`${t.errors4xx} + excluded.errors_4xx`,
-  errors5xx: sql`${t.errors5xx} + excluded.errors_5xx`,
-  refused: sql`${t.refused} + excluded.refused`,
-  aborted: sql`${t.aborted} + excluded.aborted`,
-  gpuSeconds: sql`${t.gpuSeconds} + excluded.gpu_seconds`,
-};
+/** Each counter added to the stored one. */
+const ADD = addedCounters(t);
 
 export class PgLedger implements LedgerPort {
   constructor(private readonly c: PgConnection) {}

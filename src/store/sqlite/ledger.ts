@@ -4,23 +4,12 @@ import { asc, gte, lt, sql } from "drizzle-orm";
 import type { LedgerPort } from "../../control/store-port";
 import type { UsageRow } from "../../protocol/routing";
 import { guarded } from "../errors";
-import { USAGE_BATCH, mergeUsageRows, usageRow, usageValues } from "../usage-rows";
+import { USAGE_BATCH, addedCounters, mergeUsageRows, usageRow, usageValues } from "../usage-rows";
 import { type Sqlite, schema } from "./db";
 
 const t = schema.usageHours;
 /** Each counter added to the stored one. */
-const ADD = {
-  requests: sql`${t.requests} + excluded.requests`,
-  promptTokens: sql`${t.promptTokens} + excluded.prompt_tokens`,
-  completionTokens: sql`${t.completionTokens} + excluded.completion_tokens`,
-  cachedTokens: sql`${t.cachedTokens} + excluded.cached_tokens`,
-  errors: sql`${t.errors} + excluded.errors`,
-  errors4xx: sql`${t.errors4xx} + excluded.errors_4xx`,
-  errors5xx: sql`${t.errors5xx} + excluded.errors_5xx`,
-  refused: sql`${t.refused} + excluded.refused`,
-  aborted: sql`${t.aborted} + excluded.aborted`,
-  gpuSeconds: sql`${t.gpuSeconds} + excluded.gpu_seconds`,
-};
+const ADD = addedCounters(t);
 
 export class SqliteLedger implements LedgerPort {
   constructor(private readonly s: Sqlite) {}
