@@ -24,9 +24,9 @@ const USAGE_KEYS = [enc.encode('"completion_tokens"'), enc.encode('"output_token
 const PROMPT_KEYS = [enc.encode('"prompt_tokens"'), enc.encode('"input_tokens"')];
 /** Cached prompt tokens: prompt_tokens_details (chat, completions) or input_tokens_details (Responses API). */
 const CACHED_KEYS = [enc.encode('"cached_tokens"')];
-/** total()'s per-key search memo (it runs to the end without yielding, so one pair serves every count). */
-const SEARCHED = new Int32Array(USAGE_KEYS.length);
-const FOUND = new Int32Array(USAGE_KEYS.length);
+/** lastNumber()'s per-key search memo (it runs to the end without yielding, so one pair serves every search), as long as the longest key list. */
+const SEARCHED = new Int32Array(2);
+const FOUND = new Int32Array(2);
 const lastIndexOf = Buffer.prototype.lastIndexOf as unknown as (this: Uint8Array, value: Uint8Array, from: number) => number;
 const COLON = 0x3a;
 const ZERO = 0x30;
@@ -76,48 +76,8 @@ export class TokenCount {
 
   /** The answer's output tokens: the engine's usage when the tail holds one, else the chunks counted. */
   total(): number {
-    // Newest range first; in each, the last usage field (a stream's final usage chunk). Read
-    // from the bytes: nothing is decoded. A backward search runs on past a range's start (to
-    // the read's, when a stream carries no usage), so what it found is kept for the ranges
-    // before it in the same read: there the last match at or before their end is the same one
-    // whenever it lies at or before that end. (No view of the range: a first view of a fresh
-    // socket read costs more than the search.)
-    let prev: Uint8Array | undefined;
-    // Per key: where in `prev` the last search started (-1: none yet), and what it found.
-    const searched = SEARCHED;
-    const found = FOUND;
-    for (let k = 1; k <= Math.min(this.n, KEPT); k++) {
-      const i = (this.n - k) % KEPT;
-      const d = this.bufs[i]!;
-      const a = this.start(i);
-      const b = this.to[i]!;
-      if (d !== prev) {
-        prev = d;
-        searched.fill(-1);
-      }
-      let best = -1;
-      let len = 0;
-      for (let j = 0; j < USAGE_KEYS.length; j++) {
-        const key = USAGE_KEYS[j]!;
-        const end = b - key.length;
-        if (end < a) continue;
-        // A search of this read from searched[j] on down found found[j]: the same for any end between them.
-        let at = found[j]!;
-        if (!(searched[j]! >= end && at <= end)) {
-          at = lastIndexOf.call(d, key, end);
-          searched[j] = end;
-          found[j] = at;
-        }
-        if (at >= a && at > best) {
-          best = at;
-          len = key.length;
-        }
-      }
-      if (best < 0) continue;
-      const n = numberAfter(d, best + len, b);
-      if (n >= 0) return n;
-    }
-    return this.chunks;
+    const n = this.lastNumber(USAGE_KEYS);
+    return n >= 0 ? n : this.chunks;
   }
 
   /** Content chunks counted so far (SSE): the completion's tokens as it streams. */
@@ -135,19 +95,41 @@ export class TokenCount {
     return this.lastNumber(CACHED_KEYS);
   }
 
-  /** The number after the last of these keys in the answer's tail, or -1. */
+  /**
+   * The number after the last of these keys in the answer's tail, or -1. Newest range first; in
+   * each, the last match (a stream's final usage chunk). Read from the bytes: nothing is decoded.
+   * A backward search runs on past a range's start (to the read's, when a stream carries no
+   * usage), so what it found is kept for the ranges before it in the same read (a chunked
+   * answer's chunks are ranges of one read): there the last match at or before their end is the
+   * same one whenever it lies at or before that end. (No view of the range: a first view of a
+   * fresh socket read costs more than the search.)
+   */
   private lastNumber(keys: readonly Uint8Array[]): number {
+    let prev: Uint8Array | undefined;
+    // Per key: where in `prev` the last search started (-1: none yet), and what it found.
+    const searched = SEARCHED;
+    const found = FOUND;
     for (let k = 1; k <= Math.min(this.n, KEPT); k++) {
       const i = (this.n - k) % KEPT;
       const d = this.bufs[i]!;
       const a = this.start(i);
       const b = this.to[i]!;
+      if (d !== prev) {
+        prev = d;
+        searched.fill(-1);
+      }
       let best = -1;
       let len = 0;
-      for (const key of keys) {
+      for (let j = 0; j < keys.length; j++) {
+        const key = keys[j]!;
         const end = b - key.length;
         if (end < a) continue;
-        const at = lastIndexOf.call(d, key, end);
+        let at = found[j]!;
+        if (!(searched[j]! >= end && at <= end)) {
+          at = lastIndexOf.call(d, key, end);
+          searched[j] = end;
+          found[j] = at;
+        }
         if (at >= a && at > best) {
           best = at;
           len = key.length;
