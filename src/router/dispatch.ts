@@ -118,22 +118,21 @@ export class Dispatch {
     const route = this.route(ex.method, path);
     if (!route)
       return send(ex, openAIError(404, `no route ${ex.method} ${path.slice(0, 200)}; the router serves POST ${INFERENCE_PATHS.join(", ")} and GET /v1/models`, { code: "not_found" }));
-    let pool: string | undefined;
-    let owner = "";
+    let key: ApiKeyEntry | undefined;
     if (route.auth === "admin") {
       const token = this.ctx.adminToken;
       if (!token || !this.bearerIs(ex, token)) return send(ex, openAIError(401, `${ex.method} ${path} needs the admin token as a bearer token`, { code: "invalid_api_key" }));
     } else if (route.auth === "client") {
       const auth = this.authorize(ex);
-      if ("status" in auth) return send(ex, auth);
-      pool = auth.pool;
-      owner = auth.owner ?? "";
+      if (auth !== undefined && "status" in auth) return send(ex, auth);
+      key = auth;
     }
+    const pool = key?.pool ?? undefined;
     switch (route.kind) {
       case "proxy":
-        return this.inference(ex, pool, owner);
+        return this.inference(ex, key);
       case "models":
-        return send(ex, this.listModels(pool, this.keys.get(owner)));
+        return send(ex, this.listModels(pool, key));
       case "model": {
         let id: string;
         try {
@@ -141,7 +140,7 @@ export class Dispatch {
         } catch {
           return send(ex, openAIError(400, "the model id in the path is not valid percent-encoding", { param: "model", code: "invalid_request" }));
         }
-        return send(ex, this.getModel(id, pool, this.keys.get(owner)));
+        return send(ex, this.getModel(id, pool, key));
       }
       case "metrics":
         return ex.respond(200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" }, this.ctx.metrics.render());
@@ -168,29 +167,22 @@ export class Dispatch {
     return presented !== undefined && sameSecret(presented, token);
   }
 
-  /** Checks the client's API key when keys are required; returns an error reply, or the key's pool and SHA-256 (its owner's mark). */
-  private authorize(ex: ClientExchange): Reply | { pool?: string; owner?: string } {
-    if (!this.ctx.requireApiKey) return this.knownKey(ex) ?? {};
+  /**
+   * The request's key, or an error reply when keys are required and it has none that works;
+   * undefined: served as anonymous. On a router open to anyone, a request that presents a key of
+   * ours is still that key's: held to its pool, models and limits (and its team's), and counted
+   * as its; any other (none, an unknown or an expired one) is anonymous, as the open router
+   * serves everyone.
+   */
+  private authorize(ex: ClientExchange): Reply | ApiKeyEntry | undefined {
+    if (!this.ctx.requireApiKey && this.keys.size === 0) return undefined;
     const presented = bearerToken(ex.headers.get("authorization"));
     // Keys are looked up by their SHA-256: the secret itself is never compared or kept.
     const key = presented !== undefined ? this.keys.get(sha256hex(presented)) : undefined;
+    const expired = key !== undefined ? expiredKey(key, this.ctx.time.now()) : undefined;
+    if (!this.ctx.requireApiKey) return expired === undefined ? key : undefined;
     if (!key) return openAIError(401, "Incorrect or missing API key: send Authorization: Bearer <key> (create one with `llmgw keys create NAME`)", { code: "invalid_api_key" });
-    const expired = expiredKey(key, this.ctx.time.now());
-    if (expired) return expired;
-    return key.pool ? { pool: key.pool, owner: key.sha256 } : { owner: key.sha256 };
-  }
-
-  /**
-   * On a router open to anyone, a request that presents a key of ours is still that key's: held
-   * to its pool, models and limits (and its team's), and counted as its. Any other (none, an
-   * unknown or an expired one) is served as anonymous, as the open router serves everyone.
-   */
-  private knownKey(ex: ClientExchange): { pool?: string; owner: string } | undefined {
-    if (this.keys.size === 0) return undefined;
-    const presented = bearerToken(ex.headers.get("authorization"));
-    const key = presented !== undefined ? this.keys.get(sha256hex(presented)) : undefined;
-    if (!key || expiredKey(key, this.ctx.time.now())) return undefined;
-    return key.pool ? { pool: key.pool, owner: key.sha256 } : { owner: key.sha256 };
+    return expired ?? key;
   }
 
   private listModels(pool: string | undefined, key: ApiKeyEntry | undefined): Reply {
@@ -217,17 +209,17 @@ export class Dispatch {
    * POST to an inference path: its body (read whole by the server, within the size cap) is read
    * here when that is cheap, else on the body worker (body-reader.ts), then forwarded.
    */
-  private inference(ex: ClientExchange, keyPool: string | undefined, owner: string): void {
+  private inference(ex: ClientExchange, key: ApiKeyEntry | undefined): void {
     const ctx = this.ctx;
     const t0 = ctx.time.mono();
     // A key bound to a pool decides the pool; otherwise the client may pick one by header.
-    const pool = keyPool ?? ex.headers.get("x-llmgw-pool");
+    const pool = key?.pool ?? ex.headers.get("x-llmgw-pool");
     const read = ctx.bodies.readNow(ex.body);
-    if (read !== undefined) return this.forward(ex, read, pool, owner, t0);
+    if (read !== undefined) return this.forward(ex, read, pool, key, t0);
     ctx.bodies.readOff(ex.body, (later) => {
       if (ex.aborted) return;
       try {
-        this.forward(ex, later, pool, owner, t0);
+        this.forward(ex, later, pool, key, t0);
       } catch (e) {
         ctx.internalError(ex, e);
       }
@@ -235,11 +227,12 @@ export class Dispatch {
   }
 
   /** A body read: refused, or the request handed on (to a replica now, or held for a cold start). */
-  private forward(ex: ClientExchange, read: BodyRead, pool: string | undefined, owner: string, t0: number): void {
+  private forward(ex: ClientExchange, read: BodyRead, pool: string | undefined, key: ApiKeyEntry | undefined, t0: number): void {
     if (read.reply !== undefined) return send(ex, read.reply);
     const facts = read.facts;
-    // owner is the key's SHA-256, by which the keys are held.
-    if (owner !== "" && !mayUse(this.keys.get(owner), facts.model, this.ctx.catalog)) return send(ex, modelNotFound(facts.model));
+    // The key's SHA-256 marks what its requests own (responses, admission, the ledger's rows).
+    const owner = key?.sha256 ?? "";
+    if (key !== undefined && !mayUse(key, facts.model, this.ctx.catalog)) return send(ex, modelNotFound(facts.model));
     let pin: string | undefined;
     if (facts.previousResponseId !== undefined && ex.path === "/v1/responses") {
       const to = this.ctx.responses.route(facts.previousResponseId, owner, this.ctx.requireApiKey);
