@@ -22,6 +22,8 @@ const CONTENT_KEYS: Record<string, Uint8Array> = {
 const USAGE_KEYS = [enc.encode('"completion_tokens"'), enc.encode('"output_tokens"')];
 /** prompt_tokens (chat, completions, embeddings) or input_tokens (Responses API). */
 const PROMPT_KEYS = [enc.encode('"prompt_tokens"'), enc.encode('"input_tokens"')];
+/** A usage of total_tokens alone (vLLM's rerank before it added prompt_tokens): all prompt. */
+const TOTAL_KEYS = [enc.encode('"total_tokens"')];
 /** Cached prompt tokens: prompt_tokens_details (chat, completions) or input_tokens_details (Responses API). */
 const CACHED_KEYS = [enc.encode('"cached_tokens"')];
 /** lastNumber()'s per-key search memo (it runs to the end without yielding, so one pair serves every search), as long as the longest key list. */
@@ -54,11 +56,24 @@ export class TokenCount {
   private readonly from: number[] = [0, 0, 0, 0];
   private readonly to: number[] = [0, 0, 0, 0];
   private n = 0;
+  /**
+   * The answer's first read, for a usage that comes before a long body: vLLM's rerank answer is
+   * {id, model, usage, results}, and the results (with each document's text) may be far longer
+   * than the tail looked at. Searched only when the tail holds no usage.
+   */
+  private first: Uint8Array | undefined = undefined;
+  private firstFrom = 0;
+  private firstTo = 0;
   /** Set when the answer is SSE: its content chunks are counted. */
   key: Uint8Array | undefined;
 
   /** Body bytes d[a, b) of the answer. */
   feed(d: Uint8Array, a: number, b: number): void {
+    if (this.n === 0) {
+      this.first = d;
+      this.firstFrom = a;
+      this.firstTo = b;
+    }
     const i = this.n++ % KEPT;
     this.bufs[i] = d;
     this.from[i] = a;
@@ -87,7 +102,14 @@ export class TokenCount {
 
   /** The prompt's tokens from the engine's usage in the answer's tail, or -1 when it gave none. */
   prompt(): number {
-    return this.lastNumber(PROMPT_KEYS);
+    const n = this.lastNumber(PROMPT_KEYS);
+    if (n >= 0 || this.key !== undefined) return n;
+    // A whole answer: its usage may come before its body (rerank), or give total_tokens alone.
+    const h = this.headNumber(PROMPT_KEYS);
+    if (h >= 0) return h;
+    if (this.lastNumber(USAGE_KEYS) >= 0 || this.headNumber(USAGE_KEYS) >= 0) return -1;
+    const t = this.lastNumber(TOTAL_KEYS);
+    return t >= 0 ? t : this.headNumber(TOTAL_KEYS);
   }
 
   /** The prompt's tokens served from the engine's prefix cache (usage's *_tokens_details.cached_tokens), or -1 when it gave none. */
@@ -140,6 +162,25 @@ export class TokenCount {
       if (n >= 0) return n;
     }
     return -1;
+  }
+
+  /** The number after the first of these keys in the first TAIL_BYTES of the answer's first read, or -1. */
+  private headNumber(keys: readonly Uint8Array[]): number {
+    const d = this.first;
+    if (d === undefined) return -1;
+    const a = this.firstFrom;
+    // A view bounds the search (a read may be large); made only on this rare path.
+    const head = d.subarray(a, Math.min(this.firstTo, a + TAIL_BYTES));
+    let best = -1;
+    let len = 0;
+    for (const key of keys) {
+      const at = indexOf.call(head, key, 0);
+      if (at >= 0 && (best < 0 || at < best)) {
+        best = at;
+        len = key.length;
+      }
+    }
+    return best < 0 ? -1 : numberAfter(d, a + best + len, this.firstTo);
   }
 
   /** Where the part of kept range i that is looked at begins. */

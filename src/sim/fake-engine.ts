@@ -10,6 +10,7 @@ import { type FlagSpecs, UsageError, parseFlags } from "../config/flags";
 import { hostPort } from "../lib/net";
 import { openAIErrorBody } from "../router/errors";
 import { PrefixCache, ttftWithHits } from "./prefix-cache";
+import { type Scored, rerank, score } from "./fake-scoring";
 
 export interface PrefixCacheOptions {
   /** Cached blocks kept in the LRU; 0 disables the cache. */
@@ -392,6 +393,8 @@ class Engine {
       if (path === "/v1/completions") return this.generate(req, server, Kind.Text);
       if (path === "/v1/responses") return this.generate(req, server, Kind.Responses);
       if (path === "/v1/embeddings") return this.embeddings(req);
+      if (path === "/v1/rerank" || path === "/rerank") return this.scored(req, (b) => rerank(b, `rerank-${this.idPrefix}${(this.nextId++).toString(36)}`));
+      if (path === "/v1/score" || path === "/score") return this.scored(req, (b) => score(b, `score-${this.idPrefix}${(this.nextId++).toString(36)}`, Math.floor(Date.now() / 1000)));
     } else if (method === "GET") {
       if (path === "/health") return new Response(null, { status: 200 });
       if (path === "/v1/models") return new Response(this.modelsBody, { headers: JSON_HEADERS });
@@ -759,6 +762,18 @@ class Engine {
       JSON.stringify({ object: "list", data, model: body.model, usage: { prompt_tokens: promptTokens, total_tokens: promptTokens } }),
       { headers: JSON_HEADERS },
     );
+  }
+
+  /** Rerank and score (fake-scoring.ts): counted in the prompt tokens, as vLLM counts them. */
+  private async scored(req: Request, answer: (body: Record<string, unknown>) => Scored): Promise<Response> {
+    const body = await this.readBody(req);
+    if (body instanceof Response) return body;
+    const out = answer(body);
+    if ("error" in out) return badRequest(out.error, out.param);
+    this.requests++;
+    this.completed++;
+    this.promptTokensTotal += out.promptTokens;
+    return new Response(JSON.stringify(out.answer), { headers: JSON_HEADERS });
   }
 
   private metrics(): string {

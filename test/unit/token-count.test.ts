@@ -95,4 +95,27 @@ describe("TokenCount", () => {
     expect(prompt('data: {"choices":[{"delta":{"content":"a"}}],"usage":null}\n\n', 'data: {"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":1}}\n\n')).toEqual([12, 1]);
     expect(prompt('data: {"choices":[{"delta":{"content":"a"}}]}\n\n', 'data: {"choices":[{"delta":{"content":"b"}}]}\n\n')).toEqual([-1, 2]);
   });
+
+  test("a whole answer whose usage comes before a long body (vLLM's rerank) is read from its first read; total_tokens alone is the prompt", () => {
+    const prompt = (path: string, ...parts: string[]) => {
+      const t = new TokenCount();
+      for (const p of parts) {
+        const d = enc.encode(`xx${p}yy`);
+        t.feed(d, 2, d.length - 2);
+      }
+      return t.prompt();
+    };
+    const results = `[${Array.from({ length: 200 }, (_, i) => `{"index":${i},"document":{"text":"${"lorem ipsum ".repeat(8)}"},"relevance_score":0.5}`).join(",")}]`;
+    expect(results.length).toBeGreaterThan(4 * 4096);
+    // In one read, and across several (the head in the first).
+    expect(prompt("/v1/rerank", `{"id":"rerank-1","model":"r","usage":{"prompt_tokens":977,"total_tokens":977},"results":${results}}`)).toBe(977);
+    const whole = `{"id":"rerank-1","model":"r","usage":{"prompt_tokens":41,"total_tokens":41},"results":${results}}`;
+    const cut = [whole.slice(0, 100), ...Array.from({ length: 8 }, (_, i) => whole.slice(100 + i * 3000, 100 + (i + 1) * 3000)), whole.slice(24_100)];
+    expect(cut.join("")).toBe(whole);
+    expect(prompt("/v1/rerank", ...cut)).toBe(41);
+    // Older vLLM: {"usage":{"total_tokens":N}} — all of it prompt; not when a completion is given.
+    expect(prompt("/rerank", `{"id":"x","model":"r","usage":{"total_tokens":12},"results":${results}}`)).toBe(12);
+    expect(prompt("/v1/chat/completions", '{"usage":{"completion_tokens":3,"total_tokens":12}}')).toBe(-1);
+    expect(prompt("/v1/embeddings", '{"data":[]}')).toBe(-1);
+  });
 });
