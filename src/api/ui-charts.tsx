@@ -68,10 +68,21 @@ function runs(points: Series["points"], from: number, windowMs: number, max: num
 }
 
 /**
- * One chart: a caption with each series' latest value, the lines, and the scale. `max` fixes
- * the top (a class's GPU total); otherwise it is the hour's largest value, rounded up.
+ * A chart over a longer window than the hour (the usage page's days): how its span is named and
+ * the axis' three ticks; the caption then shows each series' total over the window, not its
+ * latest value.
  */
-export const Chart: FC<{ id: string; title: string; series: Series[]; now: number; windowMs: number; fmt?: (v: number | null | undefined) => string; max?: number; compact?: boolean }> = ({
+export interface ChartSpan {
+  label: string;
+  ticks: readonly [string, string, string];
+}
+
+/**
+ * One chart: a caption with each series' latest value (or, with a span, its total), the lines,
+ * and the scale. `max` fixes the top (a class's GPU total); otherwise it is the window's largest
+ * value, rounded up.
+ */
+export const Chart: FC<{ id: string; title: string; series: Series[]; now: number; windowMs: number; fmt?: (v: number | null | undefined) => string; max?: number; compact?: boolean; span?: ChartSpan }> = ({
   id,
   title,
   series,
@@ -80,16 +91,20 @@ export const Chart: FC<{ id: string; title: string; series: Series[]; now: numbe
   fmt = fmtRate,
   max,
   compact,
+  span,
 }) => {
   const peak = Math.max(0, ...series.flatMap((s) => s.points.map((p) => p.v ?? 0)));
   const top = max ?? niceMax(peak);
   const from = now - windowMs;
   const last = (s: Series) => {
+    if (span) return s.points.reduce((a, p) => a + (p.v ?? 0), 0);
     for (let i = s.points.length - 1; i >= 0; i--) if (s.points[i]!.v !== null) return s.points[i]!.v;
     return null;
   };
+  const minutes = Math.round(windowMs / 60_000);
+  const ticks = span?.ticks ?? [`−${minutes}m`, `−${Math.round(windowMs / 120_000)}m`, "now"];
   const known = series.reduce((a, s) => a + s.points.filter((p) => p.v !== null).length, 0);
-  const label = `${title}, last ${Math.round(windowMs / 60_000)} minutes: ${series.map((s) => `${s.label} now ${fmt(last(s))}`).join(", ")}; scale 0 to ${fmt(top)}`;
+  const label = `${title}, last ${span?.label ?? `${minutes} minutes`}: ${series.map((s) => `${s.label} ${span ? "total" : "now"} ${fmt(last(s))}`).join(", ")}; scale 0 to ${fmt(top)}`;
   return (
     <figure class={`chart${compact ? " compact" : ""}`} data-testid="chart" data-chart={id} data-points={String(known)} data-peak={String(peak)}>
       <figcaption>
@@ -97,7 +112,7 @@ export const Chart: FC<{ id: string; title: string; series: Series[]; now: numbe
         {series.map((s) => (
           <span class={`key ${s.cls}`}>
             <i /> {series.length > 1 ? `${s.label} ` : ""}
-            <b data-field={`last-${s.key}`}>{fmt(last(s))}</b>
+            <b data-field={`${span ? "total" : "last"}-${s.key}`}>{fmt(last(s))}</b>
           </span>
         ))}
       </figcaption>
@@ -116,9 +131,9 @@ export const Chart: FC<{ id: string; title: string; series: Series[]; now: numbe
       </div>
       {!compact && (
         <div class="xaxis" aria-hidden="true">
-          <span>−{Math.round(windowMs / 60_000)}m</span>
-          <span>−{Math.round(windowMs / 120_000)}m</span>
-          <span>now</span>
+          <span>{ticks[0]}</span>
+          <span>{ticks[1]}</span>
+          <span>{ticks[2]}</span>
         </div>
       )}
       {known === 0 && <p class="nodata">no samples yet</p>}

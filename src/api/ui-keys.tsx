@@ -160,7 +160,8 @@ export const TeamsPage: FC<{ nonce: string; csrf?: string; flash?: Flash; teams:
   </Page>
 );
 
-export const TeamPage: FC<{ nonce: string; csrf?: string; flash?: Flash; team: TeamView; keys: KeyLinked[]; now: number }> = ({ nonce, csrf, flash, team, keys, now }) => {
+/** A team's page; `usage` is its usage section (ui-usage.tsx). */
+export const TeamPage: FC<{ nonce: string; csrf?: string; flash?: Flash; team: TeamView; keys: KeyLinked[]; now: number; usage?: unknown }> = ({ nonce, csrf, flash, team, keys, now, usage }) => {
   const cells = limitCells(team);
   return (
     <Page nonce={nonce} title={`team ${team.name}`} csrf={csrf} flash={flash} here="teams">
@@ -184,6 +185,7 @@ export const TeamPage: FC<{ nonce: string; csrf?: string; flash?: Flash; team: T
           <dd title={team.created_at}>{ago(team.created_at, now)}</dd>
         </dl>
       </Section>
+      {usage}
       <Section id="keys" title="Keys" count={keys.length}>
         {keys.length === 0 ? (
           <p class="empty">

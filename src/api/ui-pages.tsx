@@ -36,7 +36,9 @@ export interface Flash {
 
 // ---- the frame ---------------------------------------------------------------------------
 
-export const TopBar: FC<{ csrf?: string; live?: boolean; here?: "overview" | "keys" | "teams" }> = ({ csrf, live, here }) => (
+export type NavPage = "overview" | "keys" | "teams" | "usage";
+
+export const TopBar: FC<{ csrf?: string; live?: boolean; here?: NavPage }> = ({ csrf, live, here }) => (
   <header class="top">
     <a class="brand" href="/ui">
       llmgw
@@ -50,6 +52,9 @@ export const TopBar: FC<{ csrf?: string; live?: boolean; here?: "overview" | "ke
       </a>
       <a href="/ui/teams" data-testid="nav-teams" aria-current={here === "teams" ? "page" : undefined}>
         Teams
+      </a>
+      <a href="/ui/usage" data-testid="nav-usage" aria-current={here === "usage" ? "page" : undefined}>
+        Usage
       </a>
     </nav>
     {live && (
@@ -87,7 +92,7 @@ export const FlashBox: FC<{ flash?: Flash }> = ({ flash }) =>
   ) : null;
 
 /** A page that is not the live overview: a shell, the top bar, the flash, then the content. */
-export const Page: FC<{ nonce: string; title: string; csrf?: string; flash?: Flash; here?: "keys" | "teams"; children?: unknown }> = ({ nonce, title, csrf, flash, here, children }) => (
+export const Page: FC<{ nonce: string; title: string; csrf?: string; flash?: Flash; here?: Exclude<NavPage, "overview">; children?: unknown }> = ({ nonce, title, csrf, flash, here, children }) => (
   <Shell nonce={nonce} title={`${title} · llmgw`}>
     <body>
       <TopBar csrf={csrf} here={here} />

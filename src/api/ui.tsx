@@ -1,6 +1,7 @@
 // The dashboard at /ui on the admin listener: a server-rendered view of the same summary and
 // tables the admin API serves, the last hour's charts (history.ts), a page per model and per
-// node, the API keys, the teams and a page per team (its keys, each limit with its use), and
+// node, the API keys, the teams and a page per team (its keys, each limit with its use, its
+// usage), the usage ledger per team and hour (ui-usage.tsx), and
 // the operator's actions (cordon, uncordon, drain, unpark, delete a model, create and revoke
 // keys) as POST forms that call the control plane's operations the admin API calls. It takes
 // the admin token only: posted from its sign-in form, which starts a server-side session
@@ -27,6 +28,7 @@ import type { EventLog } from "../control/event-log";
 import type { FleetViews } from "../control/fleet-views";
 import type { NodeAdmin } from "../control/node-admin";
 import type { Teams } from "../control/teams";
+import type { UsageViews } from "../control/usage-views";
 import { ConflictError, NotFoundError, StoreUnavailableError } from "../control/errors";
 import { safeDeep } from "../lib/text";
 import { CreateKeyBody } from "../protocol/admin";
@@ -38,6 +40,7 @@ import { History } from "./history";
 import { type Session, SessionStore, csrfMatches } from "./sessions";
 import { KeysPage, TeamPage, TeamsPage, linkKeys, linkTeams } from "./ui-keys";
 import { DashboardPage, type Flash, type HistoryView, ModelPage, NodePage, NotFoundPage, Overview } from "./ui-pages";
+import { TeamUsageSection, UsagePage, teamAnchor, teamUsageData, usagePageData, usageRange } from "./ui-usage";
 import { type DashboardData, ICON_SVG, LoginPage, modelHref, nodeHref } from "./ui-view";
 
 /** The wall clock a session or page reads (a Scheduler, or just its now()). */
@@ -54,6 +57,7 @@ export interface UiControl {
   teams: Pick<Teams, "listTeams" | "team">;
   catalog: Pick<CatalogAdmin, "unpark" | "deleteModel">;
   nodes: Pick<NodeAdmin, "setNodeAdminState">;
+  ledger: Pick<UsageViews, "usage">;
 }
 
 export interface UiOptions {
@@ -365,8 +369,20 @@ function pageRoutes(app: Hono<Env>, d: PageDeps): void {
     }
     const keys = linkKeys((await ctl.keys.listApiKeys()).filter((k) => k.team === team.name));
     const page = safeDeep({ team, keys, now: d.clock.now() });
+    const usage = <TeamUsageSection t={await teamUsageData(ctl, team.name, page.now)} now={page.now} anchor={teamAnchor(team.name)} />;
     const flash = d.takeFlash(who.session);
-    return c.html(`<!DOCTYPE html>${<TeamPage nonce={c.get("nonce")} csrf={who.session?.csrf} flash={flash} team={page.team} keys={page.keys} now={page.now} />}`);
+    return c.html(`<!DOCTYPE html>${<TeamPage nonce={c.get("nonce")} csrf={who.session?.csrf} flash={flash} team={page.team} keys={page.keys} now={page.now} usage={usage} />}`);
+  });
+
+  app.get("/usage", async (c) => {
+    const who = d.authed(c);
+    if (!who) return d.login(c);
+    const raw = c.req.query("range");
+    const range = usageRange(raw);
+    // An unknown range: the default one, saying why, as a 400.
+    const flash: Flash | undefined = range === undefined ? safeDeep({ tone: "bad", text: `range "${String(raw).slice(0, 40)}" is not one of 24h, 7d, 30d: showing 24h` }) : d.takeFlash(who.session);
+    const page = await usagePageData(ctl, range ?? "24h", d.clock.now());
+    return c.html(`<!DOCTYPE html>${<UsagePage nonce={c.get("nonce")} csrf={who.session?.csrf} flash={flash} d={page} />}`, range === undefined ? 400 : 200);
   });
 }
 

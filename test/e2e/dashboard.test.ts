@@ -484,6 +484,28 @@ describe("the dashboard at /ui", () => {
     await page.goto(`${adminUrl}/ui`);
   }, 30_000);
 
+  test("the usage page charts the traffic per team, totals it per key and model, and offers 7 and 30 days", async () => {
+    await page.locator('[data-testid="nav-usage"]').click();
+    // The traffic above came with a key outside any team; the ledger has it once a tick has written it.
+    const none = page.locator('[data-testid="usage-team"][data-team=""]');
+    await until(
+      "the earlier traffic on the usage page",
+      async () => {
+        await page.reload();
+        return (await none.count()) > 0;
+      },
+      { timeoutMs: 15_000, everyMs: 500 },
+    );
+    expect(Number(await none.locator('[data-chart="usage-tokens"]').getAttribute("data-peak"))).toBeGreaterThan(0);
+    expect(await none.locator("svg").count()).toBeGreaterThanOrEqual(2);
+    const row = none.locator('[data-testid="usage-row"][data-key="dashboard-test"][data-model="llama-3.1-8b"]');
+    expect(Number((await row.locator('[data-field="requests"]').textContent())!.replaceAll(",", ""))).toBeGreaterThanOrEqual(3);
+    await Promise.all([page.waitForURL(`${adminUrl}/ui/usage?range=7d`), page.locator('[data-testid="usage-range"] [data-range="7d"]').click()]);
+    expect(await page.locator('[data-range="7d"]').getAttribute("aria-current")).toBe("page");
+    expect(await none.locator(".xaxis span").first().textContent()).toBe("−7d");
+    await page.goto(`${adminUrl}/ui`);
+  }, 30_000);
+
   test("charts in one row keep their plots level when a legend wraps (the overview's GPU classes, a model's four)", async () => {
     /** Each chart's row (its top), how many lines its legend takes, and where its plot starts. */
     type Chart = { top: number; lines: number; plot: number };
@@ -525,6 +547,7 @@ describe("the dashboard at /ui", () => {
       ["keys", "/ui/keys", "create-key-form"],
       ["teams", "/ui/teams", "section-teams"],
       ["team", "/ui/teams/ml", "team-title"],
+      ["usage", "/ui/usage", "usage-range"],
     ] as const;
     for (const [name, path, testid] of pages) {
       for (const [width, label] of [
