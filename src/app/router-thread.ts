@@ -9,7 +9,7 @@ import { Worker } from "node:worker_threads";
 import type { Logger } from "pino";
 import type { Scheduler, Timer } from "../lib/scheduler";
 import { FromRouter, type ToRouter } from "../protocol/router-link";
-import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, LimitUseEntry, ModelTraffic, TrafficSource, UsageRow, UsageSource } from "../protocol/routing";
+import type { ApiKeyEntry, BudgetSpent, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, LimitUseEntry, ModelTraffic, TrafficSource, UsageRow, UsageSource } from "../protocol/routing";
 import { mergeUsageRows } from "../protocol/usage-rows";
 import type { RouterWorkerData } from "./router-worker";
 import { ListReceived, ListSent } from "./list-delta";
@@ -54,6 +54,8 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
   private limits: readonly LimitUseEntry[] = [];
   /** The ledger's rows the thread handed over, until the control loop takes them. */
   private ledgerIn: UsageRow[] = [];
+  /** The number of the thread's latest ledger take received (UsageSource.ledgerGen). */
+  private ledgerTake = 0;
   private nextId = 1;
   /** Answers awaited, by request id: called once the answer is in, or the thread is gone. */
   private pending = new Map<number, () => void>();
@@ -98,6 +100,8 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
         if (m.type === "started") {
           started = true;
           this.startedAt = this.o.scheduler.now();
+          // A new thread numbers its ledger takes from the start again.
+          this.ledgerTake = 0;
           resolve(m.port);
         } else if (m.type === "failed") reject(new Error(m.error));
         else if (m.type === "demand") this.o.demand.requestModel(m.model);
@@ -109,6 +113,7 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
             this.limits = m.limitUse ?? [];
             // Every answer's rows are kept, a late one's too: the thread has forgotten them.
             if (m.ledger !== undefined && m.ledger.length > 0) this.ledgerIn = this.ledgerIn.length === 0 ? m.ledger : mergeUsageRows([...this.ledgerIn, ...m.ledger]);
+            if (m.ledger_gen !== undefined) this.ledgerTake = m.ledger_gen;
           } else this.lastTraffic = this.trafficIn.take(m);
           const done = this.pending.get(m.id);
           this.pending.delete(m.id);
@@ -206,6 +211,15 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
   setApiKeys(keys: ApiKeyEntry[]): void {
     this.keys = keys;
     this.post({ type: "api_keys", keys });
+  }
+
+  /** The budgets' stored spend: the latest only matters, so a thread that restarts waits for the next. */
+  setBudgetSpent(spent: BudgetSpent): void {
+    this.post({ type: "budget_spent", ...spent });
+  }
+
+  ledgerGen(): number {
+    return this.ledgerTake;
   }
 
   setFleetMetrics(text: string): void {
