@@ -27,6 +27,9 @@
 // period's turn the store's figure and what this router counted are dropped (what a request
 // counted just before the turn belongs to the period that ended).
 //
+// Until the control plane's first figures come (a router just started), a budgeted key's requests
+// are answered 503 with Retry-After: 1, not admitted against a spend the router does not know.
+//
 // The check is O(1); the reservation (an object per request of a budgeted key) is what the
 // request's exchange releases at its end whatever happened.
 
@@ -216,6 +219,12 @@ export class Budget {
   private teams = new Map<string, Account>();
   /** Ledger takes so far: each take's counts are numbered with it. */
   private takes = 0;
+  /**
+   * The control plane has sent the store's figures once: before, a budgeted key's spend in the
+   * store is unknown (a router just started), and its requests are asked to come back in a second
+   * rather than admitted against a spend of 0.
+   */
+  private known = false;
 
   constructor(private readonly time: Pick<Scheduler, "now">) {}
 
@@ -257,6 +266,7 @@ export class Budget {
    * budgeted key, or answers the refusal when a budget cannot hold it.
    */
   reserve(b: Budgeted, tokens: number): Reservation | Reply {
+    if (!this.known) return unknownReply(b);
     const now = this.time.now();
     const { key, team } = b;
     key?.roll(now);
@@ -289,6 +299,7 @@ export class Budget {
 
   /** The store's figures, read by the control plane with the takes up to `through`. */
   setSpent(s: BudgetSpent): void {
+    this.known = true;
     const now = this.time.now();
     const apply = (accounts: ReadonlyMap<string, Account>, figures: BudgetSpent["keys"]) => {
       for (const f of figures) {
@@ -340,6 +351,16 @@ function refusal(a: Account, tokens: number, gpu: number): Reply | undefined {
     if (spent + a.reservedGpu + gpu > g) return spentReply(a, `${hours(g)} GPU-hours`, "--budget-gpu-hours H", `${hours(spent)} used and ${hours(a.reservedGpu)} reserved by requests in flight; this request reserves ${hours(gpu)}`);
   }
   return undefined;
+}
+
+/** A budgeted key's request before the store's figures came: 503, to retry in a second. */
+function unknownReply(b: Budgeted): Reply {
+  const a = (b.key ?? b.team)!;
+  const whose = a.kind === "key" ? `key '${a.name}'` : `team '${a.name}'`;
+  return openAIError(503, `The budget of ${whose} cannot be checked yet: the router has not had the period's spend from the control plane (it comes within a tick of a start); try again in a second.`, {
+    code: "budget_unknown",
+    headers: { "retry-after": "1", "x-should-retry": "true" },
+  });
 }
 
 function hours(seconds: number): string {

@@ -21,6 +21,7 @@ function setup(keys: ApiKeyEntry[]) {
   const clock = new ManualScheduler(T0);
   const b = new Budget(clock);
   b.setKeys(keys);
+  b.setSpent({ through: 0, starts: periodStarts(T0), keys: [], teams: [] });
   const reserve = (name: string, tokens: number) => b.reserve(b.of(`sha-${name}`)!, tokens);
   return { clock, b, reserve };
 }
@@ -172,6 +173,17 @@ describe("Budget", () => {
     expect(err.code).toBe("insufficient_quota");
     expect(err.message).toContain("GPU-hours per month");
     expect(spent(b, "gpu").tokens).toBeUndefined();
+  });
+
+  test("before the control plane's first figures, a budgeted key's request is asked to come back (503), not admitted against an unknown spend", () => {
+    const b = new Budget(new ManualScheduler(T0));
+    b.setKeys([key("svc", { limits: { budgetTokens: 1_000 } })]);
+    const no = refused(b.reserve(b.of("sha-svc")!, 10));
+    expect(no.status).toBe(503);
+    expect(no.headers["retry-after"]).toBe("1");
+    expect(JSON.parse(no.body).error.code).toBe("budget_unknown");
+    b.setSpent({ through: 0, starts: periodStarts(T0), keys: [], teams: [] });
+    expect(b.reserve(b.of("sha-svc")!, 10)).toBeInstanceOf(Reservation);
   });
 
   test("publications keep the counts of the keys and teams that stay", () => {
