@@ -117,7 +117,9 @@ export const FromRouter = z.discriminatedUnion("type", [
     id: z.number().int(),
     lastUsed: Entries,
     inflightByModel: Entries,
-    limitUse: z.array(z.object({ of: z.enum(["key", "team"]), name: z.string(), rpm: z.number().optional(), tpm: z.number().optional(), concurrent: z.number() })).optional(),
+    limitUse: z
+      .array(z.object({ of: z.enum(["key", "team"]), name: z.string(), rpm: z.number().optional(), tpm: z.number().optional(), concurrent: z.number(), budget_tokens: z.number().optional(), budget_gpu_hours: z.number().optional() }))
+      .optional(),
     ledger: z.array(UsageRowSchema).optional(),
     /** The number of the ledger take these rows are (UsageSource.ledgerGen). */
     ledger_gen: z.number().optional(),

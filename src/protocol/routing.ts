@@ -185,6 +185,10 @@ export interface LimitUseEntry {
   tpm?: number;
   /** Requests in flight. */
   concurrent: number;
+  /** Of the token budget: spent this period and reserved by requests in flight (budget.ts). */
+  budget_tokens?: number;
+  /** Of the GPU-hour budget: spent this period and reserved by requests in flight. */
+  budget_gpu_hours?: number;
 }
 
 /**

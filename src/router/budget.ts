@@ -35,7 +35,7 @@
 
 import type { Scheduler } from "../lib/scheduler";
 import { type BudgetPeriod, PERIOD_INDEX, periodEnd, periodStart } from "../protocol/budget-periods";
-import type { ApiKeyEntry, BudgetSpent, UsageLimits } from "../protocol/routing";
+import type { ApiKeyEntry, BudgetSpent, LimitUseEntry, UsageLimits } from "../protocol/routing";
 import { promptEstimate } from "./admission";
 import { type Reply, openAIError } from "./errors";
 
@@ -332,6 +332,21 @@ export class Budget {
     for (const a of this.teams.values()) one(a);
     return out;
   }
+}
+
+/**
+ * The limits' use (admission.ts) with each budget's: what is spent of it this period and reserved
+ * by requests in flight, for `keys list` and `teams list`. A key or team with a budget and no
+ * other limit gets an entry of its own.
+ */
+export function withBudgetUse(limits: LimitUseEntry[], budgets: readonly BudgetUse[]): LimitUseEntry[] {
+  for (const b of budgets) {
+    let e = limits.find((l) => l.of === b.of && l.name === b.name);
+    if (e === undefined) limits.push((e = { of: b.of, name: b.name, concurrent: 0 }));
+    if (b.tokens !== undefined) e.budget_tokens = Math.round(b.tokens.spent + b.tokens.reserved);
+    if (b.gpuHours !== undefined) e.budget_gpu_hours = Math.round((b.gpuHours.spent + b.gpuHours.reserved) * 10_000) / 10_000;
+  }
+  return limits;
 }
 
 function budgeted(l: UsageLimits | undefined): boolean {

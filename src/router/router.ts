@@ -27,7 +27,7 @@ import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
 import type { ApiKeyEntry, BudgetSpent, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, LimitUseEntry, ModelTraffic, UsageRow, UsageSource } from "../protocol/routing";
 import { Admission, type KeyUse } from "./admission";
 import { Ledger } from "./ledger";
-import { Budget } from "./budget";
+import { Budget, withBudgetUse } from "./budget";
 import { GpuTime } from "./gpu-time";
 import { Balancer, type BalancerSettings } from "./balancer";
 import { BodyReader } from "./body-reader";
@@ -245,7 +245,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
 
   /** UsageSource: each limited key's and team's own use of its limits, for `llmgw keys list` and `teams list`. */
   limitUse(): LimitUseEntry[] {
-    return this.admission.limitUse();
+    return withBudgetUse(this.admission.limitUse(), this.budget.use());
   }
 
   setFleetMetrics(text: string): void {

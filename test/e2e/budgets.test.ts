@@ -93,6 +93,14 @@ describe("budgets held by the router", () => {
     expect(last).toBeLessThan(40);
     await until("the ledger to hold the last ones", async () => ((await usage()).find((x) => x.key === "svc")?.requests ?? 0) >= 203 + last + 1);
 
+    // keys list shows the budget with what is spent of it.
+    const listed = await until("keys list to show the budget's use", () => {
+      const k = (JSON.parse(cli("keys", "list", "-o", "json").stdout) as { name: string; use?: { budget_tokens?: number } }[]).find((x) => x.name === "svc");
+      return k?.use?.budget_tokens !== undefined && k.use.budget_tokens > 0 ? k.use.budget_tokens : undefined;
+    });
+    expect(listed).toBeLessThanOrEqual(BUDGET);
+    expect(cli("keys", "list").stdout).toMatch(new RegExp(`svc .* \\d+/${BUDGET} tok/day`));
+
     // A restart forgets what the router counted; the store does not.
     const proc = c.serve.proc;
     proc.kill("SIGTERM");

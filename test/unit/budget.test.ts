@@ -6,7 +6,7 @@ import { describe, expect, test } from "bun:test";
 import { ManualScheduler } from "../../src/lib/scheduler";
 import { periodEnd, periodStart, periodStarts } from "../../src/protocol/budget-periods";
 import type { ApiKeyEntry, BudgetSpent } from "../../src/protocol/routing";
-import { Budget, DEFAULT_MAX_OUTPUT, Reservation, tokenReservation } from "../../src/router/budget";
+import { Budget, DEFAULT_MAX_OUTPUT, Reservation, tokenReservation, withBudgetUse } from "../../src/router/budget";
 import type { Reply } from "../../src/router/errors";
 
 const enc = new TextEncoder();
@@ -184,6 +184,17 @@ describe("Budget", () => {
     expect(JSON.parse(no.body).error.code).toBe("budget_unknown");
     b.setSpent({ through: 0, starts: periodStarts(T0), keys: [], teams: [] });
     expect(b.reserve(b.of("sha-svc")!, 10)).toBeInstanceOf(Reservation);
+  });
+
+  test("the limits' use carries each budget's spent and reserved, for keys list and teams list", () => {
+    const { b, reserve } = setup([key("svc", { team: "t", limits: { budgetTokens: 1_000, rpm: 5 }, teamLimits: { budgetGpuHours: 1 } })]);
+    (reserve("svc", 100) as Reservation).settle(40, 1.8);
+    reserve("svc", 100);
+    const use = withBudgetUse([{ of: "key", name: "svc", rpm: 2, concurrent: 1 }], b.use());
+    expect(use).toEqual([
+      { of: "key", name: "svc", rpm: 2, concurrent: 1, budget_tokens: 140 },
+      { of: "team", name: "t", concurrent: 0, budget_gpu_hours: 0.001 },
+    ]);
   });
 
   test("publications keep the counts of the keys and teams that stay", () => {
