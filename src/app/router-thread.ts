@@ -56,6 +56,8 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
   private ledgerIn: UsageRow[] = [];
   /** The number of the thread's latest ledger take received (UsageSource.ledgerGen). */
   private ledgerTake = 0;
+  /** The budgets' spend last sent. */
+  private spent: BudgetSpent | undefined;
   private nextId = 1;
   /** Answers awaited, by request id: called once the answer is in, or the thread is gone. */
   private pending = new Map<number, () => void>();
@@ -100,8 +102,6 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
         if (m.type === "started") {
           started = true;
           this.startedAt = this.o.scheduler.now();
-          // A new thread numbers its ledger takes from the start again.
-          this.ledgerTake = 0;
           resolve(m.port);
         } else if (m.type === "failed") reject(new Error(m.error));
         else if (m.type === "demand") this.o.demand.requestModel(m.model);
@@ -155,6 +155,7 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
     this.sendTable("catalog");
     if (this.keys) this.post({ type: "api_keys", keys: this.keys });
     if (this.fleet !== undefined) this.post({ type: "fleet_metrics", text: this.fleet });
+    if (this.spent !== undefined) this.post({ type: "budget_spent", ...this.spent });
   }
 
   private post(m: ToRouter): void {
@@ -213,8 +214,9 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
     this.post({ type: "api_keys", keys });
   }
 
-  /** The budgets' stored spend: the latest only matters, so a thread that restarts waits for the next. */
+  /** The budgets' stored spend, kept for a new thread: its takes are numbered after the figure's, so it counts them all (router/budget.ts). */
   setBudgetSpent(spent: BudgetSpent): void {
+    this.spent = spent;
     this.post({ type: "budget_spent", ...spent });
   }
 

@@ -217,8 +217,13 @@ export class Budget {
   private byKey = new Map<string, Budgeted>();
   private keys = new Map<string, Account>();
   private teams = new Map<string, Account>();
-  /** Ledger takes so far: each take's counts are numbered with it. */
-  private takes = 0;
+  /**
+   * The latest ledger take's number: each take's counts are numbered with it. Counted from the
+   * router's start time (ms), so a restarted router thread numbers its takes after its
+   * predecessor's (one a tick, far fewer than a ms each): a figure read with the old thread's
+   * takes never covers the new one's.
+   */
+  private takes: number;
   /**
    * The control plane has sent the store's figures once: before, a budgeted key's spend in the
    * store is unknown (a router just started), and its requests are asked to come back in a second
@@ -226,7 +231,9 @@ export class Budget {
    */
   private known = false;
 
-  constructor(private readonly time: Pick<Scheduler, "now">) {}
+  constructor(private readonly time: Pick<Scheduler, "now">) {
+    this.takes = Math.floor(time.now());
+  }
 
   /** The keys the control plane published: accounts for the budgeted ones, kept (with their counts) for those that stay. */
   setKeys(entries: readonly ApiKeyEntry[]): void {
