@@ -14,9 +14,11 @@
 //
 // The bound: admission keeps spend + reserved ≤ budget, so on one router the spend passes the
 // budget by at most what the requests then in flight used beyond what they reserved: a prompt
-// counted by the engine above its size's estimate, or output past the reservation of a request
-// that named no max and wrote more than DEFAULT_MAX_OUTPUT. With requests that name max_tokens,
-// the period's spend never passes the budget however many arrive at once. With several routers
+// counted by the engine above its size's estimate (text of about one token per byte or more, as
+// CJK can be), or output past the reservation of a request that named no max and wrote more than
+// DEFAULT_MAX_OUTPUT; for GPU-hours, what requests in flight ran beyond the mean they reserved
+// (a request's GPU time is known only at its end). With requests that name max_tokens, a token
+// budget's spend never passes the budget however many arrive at once. With several routers
 // (several control planes on one store) each sees the others' spend only as the store holds it,
 // read once a tick: each may also admit up to the whole remaining budget in that tick.
 //
