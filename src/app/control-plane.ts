@@ -6,6 +6,7 @@
 
 import type { Logger } from "pino";
 import { ApiKeys } from "../control/api-keys";
+import { BudgetSpend } from "../control/budget-spend";
 import { CatalogAdmin } from "../control/catalog-admin";
 import { ClockWatch } from "../control/clock-watch";
 import { ControlLoop } from "../control/control-loop";
@@ -102,7 +103,15 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
   const events = new EventLog({ store, scheduler });
   const usage = new UsageExchange({ ...(o.usage ? { source: o.usage } : {}), ...(o.shared ? { shared: o.shared } : {}), store, log });
   const projector = new Projector({ ...(o.sink ? { sink: o.sink } : {}), config, engineKeys: new EngineKeys(o.engineSecret), memory, store, leadership, interval: load, scheduler, log });
-  const ledger = new LedgerWriter({ ...(o.usage ? { source: o.usage } : {}), store, retentionMs: settings.usageRetentionMs, log });
+  const writer = new LedgerWriter({ ...(o.usage ? { source: o.usage } : {}), store, retentionMs: settings.usageRetentionMs, log });
+  // The budgets' spend is read once the tick's rows are written, so the figure holds them.
+  const spend = new BudgetSpend({ ...(o.sink ? { sink: o.sink } : {}), store, writer, scheduler, log });
+  const ledger = {
+    write: async (now: number, leading: boolean) => {
+      await writer.write(now, leading);
+      await spend.publish();
+    },
+  };
   const loop = new ControlLoop({ store, memory, projector, usage, ledger, leadership, lock, clock, load, events, wake: wakeups, config, scaleDownDelayMs: settings.scaleDownDelayMs, ...(o.newId ? { newId: o.newId } : {}), scheduler, log });
   const intake = new NodeIntake({ store, ...(o.fast ? { fast: o.fast } : {}), memory, projector, lock, clock, load, wake: wakeups, policy: settings.policy, config, scheduler, log });
   return {

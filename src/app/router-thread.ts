@@ -9,7 +9,7 @@ import { Worker } from "node:worker_threads";
 import type { Logger } from "pino";
 import type { Scheduler, Timer } from "../lib/scheduler";
 import { FromRouter, type ToRouter } from "../protocol/router-link";
-import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, LimitUseEntry, ModelTraffic, TrafficSource, UsageRow, UsageSource } from "../protocol/routing";
+import type { ApiKeyEntry, BudgetSpent, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, LimitUseEntry, ModelTraffic, TrafficSource, UsageRow, UsageSource } from "../protocol/routing";
 import { mergeUsageRows } from "../protocol/usage-rows";
 import type { RouterWorkerData } from "./router-worker";
 import { ListReceived, ListSent } from "./list-delta";
@@ -54,6 +54,10 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
   private limits: readonly LimitUseEntry[] = [];
   /** The ledger's rows the thread handed over, until the control loop takes them. */
   private ledgerIn: UsageRow[] = [];
+  /** The number of the thread's latest ledger take received (UsageSource.ledgerGen). */
+  private ledgerTake = 0;
+  /** The budgets' spend last sent. */
+  private spent: BudgetSpent | undefined;
   private nextId = 1;
   /** Answers awaited, by request id: called once the answer is in, or the thread is gone. */
   private pending = new Map<number, () => void>();
@@ -109,6 +113,7 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
             this.limits = m.limitUse ?? [];
             // Every answer's rows are kept, a late one's too: the thread has forgotten them.
             if (m.ledger !== undefined && m.ledger.length > 0) this.ledgerIn = this.ledgerIn.length === 0 ? m.ledger : mergeUsageRows([...this.ledgerIn, ...m.ledger]);
+            if (m.ledger_gen !== undefined) this.ledgerTake = m.ledger_gen;
           } else this.lastTraffic = this.trafficIn.take(m);
           const done = this.pending.get(m.id);
           this.pending.delete(m.id);
@@ -150,6 +155,7 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
     this.sendTable("catalog");
     if (this.keys) this.post({ type: "api_keys", keys: this.keys });
     if (this.fleet !== undefined) this.post({ type: "fleet_metrics", text: this.fleet });
+    if (this.spent !== undefined) this.post({ type: "budget_spent", ...this.spent });
   }
 
   private post(m: ToRouter): void {
@@ -206,6 +212,16 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
   setApiKeys(keys: ApiKeyEntry[]): void {
     this.keys = keys;
     this.post({ type: "api_keys", keys });
+  }
+
+  /** The budgets' stored spend, kept for a new thread: its takes are numbered after the figure's, so it counts them all (router/budget.ts). */
+  setBudgetSpent(spent: BudgetSpent): void {
+    this.spent = spent;
+    this.post({ type: "budget_spent", ...spent });
+  }
+
+  ledgerGen(): number {
+    return this.ledgerTake;
   }
 
   setFleetMetrics(text: string): void {

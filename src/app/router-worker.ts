@@ -66,13 +66,15 @@ function main(): void {
         return outOfStep("catalog entries", catalogIn.missing);
       case "api_keys":
         return router.setApiKeys(m.keys);
+      case "budget_spent":
+        return router.setBudgetSpent(m);
       case "fleet_metrics":
         return router.setFleetMetrics(m.text);
       case "usage_request":
         // Models with nothing in flight are left out: a missing model reads as 0, and the
         // message (cloned and validated on the control plane's thread every tick) stays as small
         // as the traffic, not as the catalog.
-        return send({ type: "usage", id: m.id, lastUsed: [...router.lastUsed()], inflightByModel: [...router.inflightByModel()].filter(([, n]) => n > 0), limitUse: router.limitUse(), ledger: router.takeLedger() });
+        return send({ type: "usage", id: m.id, lastUsed: [...router.lastUsed()], inflightByModel: [...router.inflightByModel()].filter(([, n]) => n > 0), limitUse: router.limitUse(), ledger: router.takeLedger(), ledger_gen: router.ledgerGen() });
       case "traffic_request":
         return send({ type: "traffic", id: m.id, ...trafficOut.delta(router.trafficNow()) });
       case "stop":

@@ -65,7 +65,8 @@ export function keyView(k: ApiKeyRow): ApiKeyView {
 export function withUse<V extends ApiKeyView | TeamView>(v: V, of: "key" | "team", use: readonly LimitUseEntry[]): V {
   const u = use.find((e) => e.of === of && e.name === v.name);
   if (u === undefined) return v;
-  return { ...v, use: { ...(u.rpm !== undefined ? { rpm: u.rpm } : {}), ...(u.tpm !== undefined ? { tpm: u.tpm } : {}), concurrent: u.concurrent } };
+  const budget = { ...(u.budget_tokens !== undefined ? { budget_tokens: u.budget_tokens } : {}), ...(u.budget_gpu_hours !== undefined ? { budget_gpu_hours: u.budget_gpu_hours } : {}) };
+  return { ...v, use: { ...(u.rpm !== undefined ? { rpm: u.rpm } : {}), ...(u.tpm !== undefined ? { tpm: u.tpm } : {}), concurrent: u.concurrent, ...budget } };
 }
 
 export function teamView(t: TeamRow, keys: string[]): TeamView {

@@ -152,6 +152,7 @@ export function endpoints(snapshot: Snapshot, engineKey: EngineKeyOf): EndpointI
     const profile = spec.profiles.find((p) => p.name === r.profile);
     const key = engineKey(r.id);
     const dp = profile ? sglangDataParallel(profile) : undefined;
+    const gpus = r.shards.reduce((n, sh) => n + sh.gpus.length, 0);
     out.push({
       id: r.id,
       url: r.endpoint.replace(/\/+$/, ""),
@@ -163,6 +164,7 @@ export function endpoints(snapshot: Snapshot, engineKey: EngineKeyOf): EndpointI
       ...(profile?.max_inflight !== undefined ? { max_inflight: profile.max_inflight } : {}),
       ...(key !== null ? { key } : {}),
       ...(dp ? { data_parallel: dp } : {}),
+      ...(gpus > 0 ? { gpus } : {}),
     });
   }
   return out;
@@ -170,7 +172,7 @@ export function endpoints(snapshot: Snapshot, engineKey: EngineKeyOf): EndpointI
 
 /** What identifies an endpoint list: an unchanged one is not re-published. */
 export function endpointsFingerprint(eps: readonly EndpointInfo[]): string {
-  return eps.map((e) => `${e.id}|${e.url}|${e.engine}|${e.pool}|${e.models.join(",")}|${e.weight}|${e.priority}|${e.max_inflight ?? ""}|${dpText(e.data_parallel)}`).join(";");
+  return eps.map((e) => `${e.id}|${e.url}|${e.engine}|${e.pool}|${e.models.join(",")}|${e.weight}|${e.priority}|${e.max_inflight ?? ""}|${dpText(e.data_parallel)}|${e.gpus ?? ""}`).join(";");
 }
 
 function dpText(dp: EndpointInfo["data_parallel"]): string {

@@ -192,6 +192,16 @@ export interface LedgerPort {
   usageSince(since: number): Promise<UsageRow[]>;
   /** Deletes the rows of the hours starting before `before`. */
   pruneUsage(before: number): Promise<void>;
+  /** Per team and key: the tokens (prompt and completion) and GPU-seconds of the hours from each of `starts` (the budgets' periods). */
+  usageTotalsSince(starts: readonly number[]): Promise<UsageTotal[]>;
+}
+
+/** What one key (by name, under one team) used since each start asked for, in their order. */
+export interface UsageTotal {
+  team: string;
+  key: string;
+  tokens: number[];
+  gpu_seconds: number[];
 }
 
 /** What nodes' heartbeats say beside their inventory (node-reports.ts). */

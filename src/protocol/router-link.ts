@@ -17,6 +17,7 @@ const Endpoint = z.object({
   max_inflight: z.number().int().min(1).optional(),
   key: z.string().optional(),
   data_parallel: z.object({ dp: z.number().int().min(1), tp: z.number().int().min(1), dp_attention: z.boolean() }).optional(),
+  gpus: z.number().int().min(1).optional(),
 });
 
 const Catalog = z.object({
@@ -51,6 +52,9 @@ const ApiKey = z.object({
   teamLimits: Limits.optional(),
 });
 
+const Triple = z.tuple([z.number(), z.number(), z.number()]);
+const BudgetFigure = z.object({ name: z.string(), tokens: Triple, gpu_seconds: Triple });
+
 /** Control → router. */
 export const ToRouter = z.discriminatedUnion("type", [
   /** EndpointSink.setEndpoints, as changes (app/list-delta.ts): every endpoint id in order, whole only those that changed. */
@@ -60,6 +64,8 @@ export const ToRouter = z.discriminatedUnion("type", [
   z.object({ type: z.literal("api_keys"), keys: z.array(ApiKey) }),
   /** FleetMetricsSink.setFleetMetrics: the fleet gauges' exposition text. */
   z.object({ type: z.literal("fleet_metrics"), text: z.string() }),
+  /** EndpointSink.setBudgetSpent: the period's stored spend of every key and team. */
+  z.object({ type: z.literal("budget_spent"), through: z.number(), starts: Triple, keys: z.array(BudgetFigure), teams: z.array(BudgetFigure) }),
   /** Asks for a usage snapshot; the router answers with a `usage` of the same id. */
   z.object({ type: z.literal("usage_request"), id: z.number().int() }),
   /** Asks for the traffic figures; the router answers with a `traffic` of the same id. */
@@ -111,8 +117,12 @@ export const FromRouter = z.discriminatedUnion("type", [
     id: z.number().int(),
     lastUsed: Entries,
     inflightByModel: Entries,
-    limitUse: z.array(z.object({ of: z.enum(["key", "team"]), name: z.string(), rpm: z.number().optional(), tpm: z.number().optional(), concurrent: z.number() })).optional(),
+    limitUse: z
+      .array(z.object({ of: z.enum(["key", "team"]), name: z.string(), rpm: z.number().optional(), tpm: z.number().optional(), concurrent: z.number(), budget_tokens: z.number().optional(), budget_gpu_hours: z.number().optional() }))
+      .optional(),
     ledger: z.array(UsageRowSchema).optional(),
+    /** The number of the ledger take these rows are (UsageSource.ledgerGen). */
+    ledger_gen: z.number().optional(),
   }),
   /** TrafficSource.traffic(), as changes: every model's name in order, the figures of those that changed since the last answer. */
   z.object({ type: z.literal("traffic"), id: z.number().int(), keys: z.array(z.string()), changed: z.array(Traffic) }),

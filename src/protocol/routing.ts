@@ -33,6 +33,8 @@ export interface EndpointInfo {
    * releases label them so that not every group can be told apart). Absent: one group.
    */
   data_parallel?: DataParallelLayout;
+  /** The GPUs the replica holds (all its shards'): its requests share them for GPU-seconds. Absent: none metered. */
+  gpus?: number;
 }
 
 /** A catalog model as the router needs it: to list it, to tell unknown from not running. */
@@ -111,6 +113,29 @@ export interface EndpointSink {
   setEndpoints(endpoints: EndpointInfo[]): void;
   setCatalog(models: CatalogEntry[]): void;
   setApiKeys(keys: ApiKeyEntry[]): void;
+  /** The period's stored spend of every key and team (budget.ts); absent: a router that enforces no budgets. */
+  setBudgetSpent?(spent: BudgetSpent): void;
+}
+
+/**
+ * Control → router: what the store's usage ledger holds of each key and team since the start of
+ * each budget period (UTC day, week from Monday, month), read after the rows the router handed
+ * over up to ledger take `through` (UsageSource.ledgerGen) were written, so the router adds only
+ * what it counted after that.
+ */
+export interface BudgetSpent {
+  through: number;
+  /** The start of the day, the week and the month (ms since epoch) the figures are for, in that order. */
+  starts: [number, number, number];
+  keys: BudgetFigure[];
+  teams: BudgetFigure[];
+}
+
+/** One key's or team's spend since each of BudgetSpent.starts: tokens (prompt and completion) and GPU-seconds. */
+export interface BudgetFigure {
+  name: string;
+  tokens: [number, number, number];
+  gpu_seconds: [number, number, number];
 }
 
 /**
@@ -132,6 +157,11 @@ export interface UsageSource {
    * (deltas: whoever takes them adds them up). Absent: a router that keeps no ledger.
    */
   takeLedger?(): UsageRow[];
+  /**
+   * The number of the latest ledger take whose rows reached this side (takeLedger): the control
+   * plane says up to which take its store read of the budgets' spend holds them. Absent: no budgets.
+   */
+  ledgerGen?(): number;
   /**
    * Since when the router has watched without a gap (ms since epoch): a router that restarted
    * (its thread replaced) has lost its stamps, so nothing is known idle for longer than this.
@@ -155,6 +185,10 @@ export interface LimitUseEntry {
   tpm?: number;
   /** Requests in flight. */
   concurrent: number;
+  /** Of the token budget: spent this period and reserved by requests in flight (budget.ts). */
+  budget_tokens?: number;
+  /** Of the GPU-hour budget: spent this period and reserved by requests in flight. */
+  budget_gpu_hours?: number;
 }
 
 /**
@@ -179,7 +213,7 @@ export interface UsageRow {
   refused: number;
   /** Streams cut by the client or the engine before their end. */
   aborted: number;
-  /** Always 0 for now: GPU time is not metered yet. */
+  /** The requests' shares of their replicas' GPUs while they held a slot there (gpu-time.ts). */
   gpu_seconds: number;
 }
 

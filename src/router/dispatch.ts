@@ -13,9 +13,10 @@ import type { ClientExchange } from "../http/exchange";
 import { bearerToken, sameSecret, sha256hex } from "../lib/digest";
 import type { Scheduler } from "../lib/scheduler";
 import type { ApiKeyEntry } from "../protocol/routing";
-import { type Admission, promptEstimate, refusalReply } from "./admission";
+import { type Admission, type KeyState, promptEstimate, refusalReply, withRateHeaders } from "./admission";
 import type { Balancer } from "./balancer";
 import type { BodyReader } from "./body-reader";
+import { type Budget, Reservation, tokenReservation } from "./budget";
 import type { Catalog } from "./catalog";
 import type { ColdStart } from "./cold-start";
 import type { Ledger } from "./ledger";
@@ -89,6 +90,8 @@ export interface DispatchContext {
   readonly coldStart: Pick<ColdStart, "hold">;
   /** The keys' and teams' rate and concurrency limits. */
   readonly admission: Pick<Admission, "setKeys" | "of" | "admit" | "headers">;
+  /** The keys' and teams' budgets (budget.ts); absent: none enforced. */
+  readonly budget?: Pick<Budget, "setKeys" | "of" | "reserve">;
   /** The usage ledger: refusals by a limit are counted here, answers where they end (proxy.ts). */
   readonly ledger: Pick<Ledger, "setKeys" | "refused">;
   /** Sends a request on to a replica (proxy.ts). */
@@ -105,6 +108,7 @@ export class Dispatch {
   setApiKeys(keys: ApiKeyEntry[]): void {
     this.keys = new Map(keys.map((k) => [k.sha256, k]));
     this.ctx.admission.setKeys(keys);
+    this.ctx.budget?.setKeys(keys);
     this.ctx.ledger.setKeys(keys);
   }
 
@@ -241,18 +245,38 @@ export class Dispatch {
     }
     // Admitted (or refused) by its key's and team's limits before anything is sent or held.
     const adm = owner !== "" ? this.ctx.admission.of(owner) : undefined;
+    // Its key's and team's budgets reserve its most before anything is sent (budget.ts).
+    const budget = owner !== "" ? this.reserve(ex, owner, facts.model, adm) : undefined;
+    if (budget === null) return;
     let prompt = 0;
     if (adm !== undefined) {
       prompt = promptEstimate(ex.body.byteLength);
       const no = this.ctx.admission.admit(adm, prompt);
       if (no !== undefined) {
+        budget?.release();
         this.ctx.ledger.refused(owner, this.ctx.catalog.get(facts.model)?.name ?? facts.model);
         return send(ex, refusalReply(no, adm.rated ? this.ctx.admission.headers(adm) : ""));
       }
       ex.holder = adm;
     }
-    const req: ProxyRequest = { ex, facts, pool, owner, pin, t0, adm, prompt };
+    if (budget !== undefined) {
+      budget.inner = ex.holder;
+      ex.holder = budget;
+    }
+    const req: ProxyRequest = { ex, facts, pool, owner, pin, t0, adm, prompt, budget };
     if (this.ctx.balancer.has(facts.model, pool)) return this.ctx.proxy(req);
     this.ctx.coldStart.hold(req, facts.stream && SSE_PATHS.has(ex.path));
+  }
+
+  /** The reservation of a budgeted key's request; null: refused (answered here); undefined: no budget. */
+  private reserve(ex: ClientExchange, owner: string, model: string, adm: KeyState | undefined): Reservation | null | undefined {
+    const b = this.ctx.budget;
+    const of = b?.of(owner);
+    if (b === undefined || of === undefined) return undefined;
+    const r = b.reserve(of, tokenReservation(ex.path, ex.body));
+    if (r instanceof Reservation) return r;
+    this.ctx.ledger.refused(owner, this.ctx.catalog.get(model)?.name ?? model);
+    send(ex, withRateHeaders(r, adm, this.ctx.admission));
+    return null;
   }
 }

@@ -39,12 +39,13 @@ export class Ledger {
 
   /**
    * A request that ended with an answer (or none: status 502 from the router, 499 a client
-   * gone), with its tokens; aborted: cut before its end, by the client or the engine. Plain
-   * arguments: nothing is allocated per request.
+   * gone), with its tokens; aborted: cut before its end, by the client or the engine; its
+   * GPU-seconds (gpu-time.ts). Plain arguments: nothing is allocated per request.
    */
-  answered(owner: string, model: string, s: number, prompt: number, completion: number, cached: number, aborted: boolean): void {
+  answered(owner: string, model: string, s: number, prompt: number, completion: number, cached: number, aborted: boolean, gpuSeconds = 0): void {
     const r = this.row(owner, model);
     r.requests++;
+    r.gpu_seconds += gpuSeconds;
     r.prompt_tokens += prompt;
     r.completion_tokens += completion;
     r.cached_tokens += cached;

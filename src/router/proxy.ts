@@ -24,6 +24,8 @@ import type { ModelSeries, RouterMetrics } from "./metrics";
 import { type BodyFacts, withModel } from "./request-body";
 import { IdSniffer, type ResponseIds } from "./response-ids";
 import type { Ledger } from "./ledger";
+import type { GpuTime } from "./gpu-time";
+import type { Reservation } from "./budget";
 import { TokenCount, contentKey } from "./traffic";
 import { UsageStrip, addsUsage, withUsage } from "./usage-stream";
 
@@ -43,6 +45,8 @@ export interface ProxyRequest {
   readonly adm?: KeyState | undefined;
   /** The prompt tokens counted for it on admission (an estimate from its size), settled from the engine's usage. */
   readonly prompt?: number;
+  /** What it reserved of its key's and team's budgets (budget.ts), settled where it ends. */
+  readonly budget?: Reservation | undefined;
 }
 
 /** A request asking slot-gate.ts for a slot on a replica with a concurrency bound. */
@@ -75,6 +79,8 @@ export interface ProxyContext {
   readonly admission: Pick<Admission, "headers" | "tokens">;
   /** The usage ledger: every request is counted in it once, where it ends. */
   readonly ledger: Pick<Ledger, "answered">;
+  /** The replicas' GPU clocks: a request's share of its replica's GPUs while it held a slot (gpu-time.ts). */
+  readonly gpu?: Pick<GpuTime, "start" | "end">;
   /**
    * Slots on replicas with a concurrency bound, and the fair queue for them (slot-gate.ts): a
    * lease, "wait" when the request was queued (or answered), undefined when the model is not gated.
@@ -119,6 +125,8 @@ class Call implements SlotClaim {
   private readonly extra: ExtraHeaders;
   /** The router asks the engine for the stream's usage, which the client did not: it is taken out of the answer again. */
   readonly usage: boolean;
+  /** GPU-seconds of its attempts so far (a failed attempt held its slot too). */
+  gpu = 0;
 
   constructor(
     readonly ctx: ProxyContext,
@@ -186,7 +194,8 @@ class Call implements SlotClaim {
     const model = this.req.facts.model;
     const name = this.ctx.catalog.nameOf(model);
     this.ctx.metrics.answered(name, 502);
-    this.ctx.ledger.answered(this.req.owner, name, 502, 0, 0, 0, this.req.ex.aborted);
+    this.ctx.ledger.answered(this.req.owner, name, 502, 0, 0, 0, this.req.ex.aborted, this.gpu);
+    this.req.budget?.settle(0, this.gpu);
     return openAIError(502, `upstream failure for model '${model}': ${this.lastError}`, { code: "upstream_error" });
   }
 
@@ -242,6 +251,8 @@ class Attempt implements ExchangeHandler, Watch {
   private charged = 0;
   /** Takes out of the stream the usage the router asked for and the client did not (Call.usage). */
   private strip: UsageStrip | undefined;
+  /** Its replica's GPU clock when it took the slot (gpu-time.ts). */
+  private readonly v0: number;
 
   constructor(
     private readonly call: Call,
@@ -254,6 +265,7 @@ class Attempt implements ExchangeHandler, Watch {
     this.ex = call.req.ex;
     this.t0 = call.req.t0;
     this.deadline = ctx.deadlines.clock + ctx.settings.firstByteTimeoutMs;
+    this.v0 = ctx.gpu !== undefined ? ctx.gpu.start(lease.endpoint) : 0;
     // The client already has its 200 and SSE head: the engine's body follows it, and a failure
     // ends it with an error event.
     if (call.opened) this.started = this.sse = true;
@@ -284,8 +296,10 @@ class Attempt implements ExchangeHandler, Watch {
       this.ex.onAbort = undefined;
       this.ex.onDrain = undefined;
       this.lease.release();
+      this.slotEnd();
       this.ctx.metrics.answered(this.model, 500);
-      this.ctx.ledger.answered(this.call.req.owner, this.model, 500, 0, 0, 0, false);
+      this.ctx.ledger.answered(this.call.req.owner, this.model, 500, 0, 0, 0, false, this.call.gpu);
+      this.call.req.budget?.settle(0, this.call.gpu);
     }
     this.ctx.internalError(this.ex, e);
   }
@@ -551,6 +565,7 @@ class Attempt implements ExchangeHandler, Watch {
     this.ex.onAbort = undefined;
     this.ex.onDrain = undefined;
     this.lease.release();
+    this.slotEnd();
     if (status === 200) this.m.ok.v++;
     else this.ctx.metrics.answered(this.model, status);
     this.m.duration.observe((now - this.t0) / 1000);
@@ -566,7 +581,16 @@ class Attempt implements ExchangeHandler, Watch {
   /** Its row in the ledger: the engine's usage, or for a stream cut short, the tokens it streamed. */
   private count(status: number, prompt: number, completion: number, cut: boolean): void {
     const cached = this.tokens.cached();
-    this.ctx.ledger.answered(this.call.req.owner, this.model, status, prompt > 0 ? prompt : 0, completion, cached > 0 ? cached : 0, cut);
+    const used = (prompt > 0 ? prompt : 0) + completion;
+    this.ctx.ledger.answered(this.call.req.owner, this.model, status, prompt > 0 ? prompt : 0, completion, cached > 0 ? cached : 0, cut, this.call.gpu);
+    // Settled in the same step as its ledger row: a take of the rows never splits the two (budget.ts).
+    this.call.req.budget?.settle(used, this.call.gpu);
+  }
+
+  /** The slot on the replica is left: its share of the replica's GPUs meanwhile is the request's. */
+  private slotEnd(): void {
+    const g = this.ctx.gpu;
+    if (g !== undefined) this.call.gpu += g.end(this.lease.endpoint, this.v0);
   }
 
   /** The completion's tokens streamed since the last read, counted against its key's token limits as they pass. */
@@ -590,6 +614,7 @@ class Attempt implements ExchangeHandler, Watch {
     this.ctx.deadlines.delete(this);
     this.ex.onAbort = undefined;
     this.lease.release();
+    this.slotEnd();
     if (cool) this.ctx.balancer.cooldown(this.lease.endpoint.id, this.ctx.settings.cooldownMs);
     this.ctx.metrics.upstreamError(this.model, kind);
     this.call.failed(this.lease.endpoint.id, this.model, { kind, error });

@@ -24,9 +24,11 @@ import { UpstreamPool } from "../http/client";
 import type { ClientExchange } from "../http/exchange";
 import { hostPort } from "../lib/net";
 import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
-import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, LimitUseEntry, ModelTraffic, UsageRow, UsageSource } from "../protocol/routing";
+import type { ApiKeyEntry, BudgetSpent, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, LimitUseEntry, ModelTraffic, UsageRow, UsageSource } from "../protocol/routing";
 import { Admission, type KeyUse } from "./admission";
 import { Ledger } from "./ledger";
+import { Budget, withBudgetUse } from "./budget";
+import { GpuTime } from "./gpu-time";
 import { Balancer, type BalancerSettings } from "./balancer";
 import { BodyReader } from "./body-reader";
 import { Catalog } from "./catalog";
@@ -123,6 +125,8 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
   /** Slots on replicas with a concurrency bound, and the fair queue for them. */
   private readonly gate: SlotGate;
   private readonly ledger: Ledger;
+  /** The keys' and teams' budgets, reserved on admission and settled where requests end. */
+  private readonly budget: Budget;
   private server: Http1Server | undefined;
   private poller: EngineMetricsPoller | undefined;
   private sweeper: Timer | undefined;
@@ -133,6 +137,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
     const scheduler = o.scheduler ?? realScheduler;
     this.scheduler = scheduler;
     this.ledger = new Ledger(scheduler);
+    this.budget = new Budget(scheduler);
     // The engine pool and the listener (start()) run on the same scheduler.
     this.upstream = new UpstreamPool({ scheduler });
     this.balancer = new Balancer({ ...o.balancer, now: () => scheduler.now() });
@@ -173,6 +178,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       admission,
       gate: this.gate,
       ledger,
+      gpu: new GpuTime(scheduler),
       internalError,
     };
     // Bound, not wrapped: a request passes from dispatch or cold start straight into proxy.ts.
@@ -202,6 +208,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       time: scheduler,
       coldStart: this.coldStart,
       admission,
+      budget: this.budget,
       ledger,
       proxy: toProxy,
       internalError,
@@ -238,16 +245,27 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
 
   /** UsageSource: each limited key's and team's own use of its limits, for `llmgw keys list` and `teams list`. */
   limitUse(): LimitUseEntry[] {
-    return this.admission.limitUse();
+    return withBudgetUse(this.admission.limitUse(), this.budget.use());
   }
 
   setFleetMetrics(text: string): void {
     this.metrics.setFleet(text);
   }
 
-  /** The ledger's rows since the last take (UsageSource.takeLedger). */
+  /** The ledger's rows since the last take (UsageSource.takeLedger); the budgets' counts since then go with them. */
   takeLedger(): UsageRow[] {
+    this.budget.taken();
     return this.ledger.take();
+  }
+
+  /** The number of the latest ledger take (UsageSource.ledgerGen). */
+  ledgerGen(): number {
+    return this.budget.gen;
+  }
+
+  /** EndpointSink.setBudgetSpent: the store's figures of the budgets' periods. */
+  setBudgetSpent(spent: BudgetSpent): void {
+    this.budget.setSpent(spent);
   }
 
   lastUsed(): ReadonlyMap<string, number> {

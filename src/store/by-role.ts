@@ -3,7 +3,7 @@
 // inventory writes; the node registry; the catalog; API keys and events; what several control
 // planes share. Both dialects (index.ts, pg/index.ts) are this, each with parts of its own.
 
-import type { CatalogPort, ChangeFeed, EventsPort, FleetRead, InventoryWrites, JoinWrite, KeysPort, LedgerPort, MembershipPort, NodeRegistry, NodeReportsPort, PlanWriter, ReplicaRead, SharedSecretsPort, StorePort, UsagePort } from "../control/store-port";
+import type { CatalogPort, ChangeFeed, EventsPort, FleetRead, InventoryWrites, JoinWrite, KeysPort, LedgerPort, MembershipPort, NodeRegistry, NodeReportsPort, PlanWriter, ReplicaRead, SharedSecretsPort, StorePort, UsagePort, UsageTotal } from "../control/store-port";
 import type { ApiKeyRow, ChangeRead, KeyPatch, TeamPatch, TeamRow, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, GpuRow, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, RouterUsage, SharedTokenKind, Snapshot, StoreChange, TokenDigests } from "../control/types";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { UsageRow } from "../protocol/routing";
@@ -184,6 +184,9 @@ export abstract class StoreByRole implements StorePort {
   }
   pruneUsage(before: number): Promise<void> {
     return this.parts.ledger.pruneUsage(before);
+  }
+  usageTotalsSince(starts: readonly number[]): Promise<UsageTotal[]> {
+    return this.parts.ledger.usageTotalsSince(starts);
   }
   saveNodeReport(node: string, report: string, now: number): Promise<void> {
     return this.parts.shared.saveNodeReport(node, report, now);

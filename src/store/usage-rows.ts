@@ -4,6 +4,7 @@
 
 import { type AnyColumn, sql } from "drizzle-orm";
 import type { UsageRow } from "../protocol/routing";
+import type { UsageTotal } from "../control/store-port";
 export { mergeUsageRows } from "../protocol/usage-rows";
 
 /** Rows per INSERT: 14 values each, well under SQLite's and PostgreSQL's limits on a statement's parameters. */
@@ -77,4 +78,27 @@ export function addedCounters(t: CounterColumns) {
     aborted: sql`${t.aborted} + excluded.aborted`,
     gpuSeconds: sql`${t.gpuSeconds} + excluded.gpu_seconds`,
   };
+}
+
+/** The ledger's columns the budgets' totals read, in either dialect's table. */
+interface TotalColumns {
+  hour: AnyColumn;
+  promptTokens: AnyColumn;
+  completionTokens: AnyColumn;
+  gpuSeconds: AnyColumn;
+}
+
+/** A SELECT's fields: per start, the tokens (prompt and completion) and GPU-seconds of the hours from it (t0, g0, t1, g1, ...). */
+export function totalFields(t: TotalColumns, starts: readonly number[]) {
+  const out: Record<string, ReturnType<typeof sql>> = {};
+  starts.forEach((s, i) => {
+    out[`t${i}`] = sql`sum(case when ${t.hour} >= ${s} then ${t.promptTokens} + ${t.completionTokens} else 0 end)`;
+    out[`g${i}`] = sql`sum(case when ${t.hour} >= ${s} then ${t.gpuSeconds} else 0 end)`;
+  });
+  return out;
+}
+
+/** A totals row read back (sums may come as strings, or null over no row). */
+export function usageTotal(v: Record<string, unknown>, starts: readonly number[]): UsageTotal {
+  return { team: String(v.team), key: String(v.key), tokens: starts.map((_, i) => Number(v[`t${i}`] ?? 0)), gpu_seconds: starts.map((_, i) => Number(v[`g${i}`] ?? 0)) };
 }

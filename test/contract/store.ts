@@ -666,6 +666,21 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
         expect((await s.usageSince(0)).map((r) => r.hour)).toEqual([H0 - HOUR, H0]);
       });
 
+      test("the budgets' totals: per team and key, tokens and GPU-seconds of the hours from each start", async () => {
+        await s.addUsage([
+          row({ hour: H0 - 2 * HOUR, gpu_seconds: 1.5 }),
+          row({ hour: H0, model: "m2", gpu_seconds: 2.25 }),
+          row({ hour: H0 + HOUR, team: "", key: "solo" }),
+          row({ hour: H0 - 5 * HOUR, key: "old" }),
+        ]);
+        const totals = (await s.usageTotalsSince([H0, H0 - 2 * HOUR])).sort((a, b) => (a.key < b.key ? -1 : 1));
+        expect(totals).toEqual([
+          { team: "", key: "solo", tokens: [15, 15], gpu_seconds: [0, 0] },
+          { team: "search", key: "svc", tokens: [15, 30], gpu_seconds: [2.25, 3.75] },
+        ]);
+        expect(await s.usageTotalsSince([])).toEqual([]);
+      });
+
       test("a large batch is written in one go", async () => {
         const rows = Array.from({ length: 1200 }, (_, i) => row({ key: `k${String(i).padStart(4, "0")}` }));
         await s.addUsage(rows);

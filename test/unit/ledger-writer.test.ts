@@ -39,6 +39,7 @@ function fakeStore() {
       written.push([...rows]);
     },
     usageSince: async () => [],
+    usageTotalsSince: async () => [],
     pruneUsage: async (before) => {
       pruned.push(before);
     },

@@ -16,7 +16,7 @@ import type { HeartbeatRequest } from "../../protocol/heartbeat";
 import type { UsageRow } from "../../protocol/routing";
 import type { AdminState } from "../../protocol/views";
 import { joinRefused } from "../admission";
-import type { JoinWrite, ReplicaRead, StorePort, UnchangedHeartbeats } from "../store-port";
+import type { JoinWrite, ReplicaRead, StorePort, UnchangedHeartbeats, UsageTotal } from "../store-port";
 import type { ApiKeyRow, ChangeRead, KeyPatch, TeamPatch, TeamRow, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, GpuRow, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, ReplicaRow, RouterUsage, SharedTokenKind, Snapshot, StoreChange, TokenDigests } from "../types";
 import { ImageMemory } from "./memory";
 import { type Collection, byKey, cmp, defined, dropModel, dropReplica, patchModelState, remember, setModel, setReplica, unchanged } from "./state";
@@ -390,6 +390,9 @@ export class StoreImage implements StorePort, UnchangedHeartbeats {
   }
   pruneUsage(before: number): Promise<void> {
     return this.inner.pruneUsage(before);
+  }
+  usageTotalsSince(starts: readonly number[]): Promise<UsageTotal[]> {
+    return this.inner.usageTotalsSince(starts);
   }
   saveNodeReport(node: string, report: string, now: number): Promise<void> {
     return this.inner.saveNodeReport(node, report, now);

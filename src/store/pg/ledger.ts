@@ -2,9 +2,9 @@
 // Not retried once it may have committed: an addition done twice would count twice.
 
 import { asc, gte, lt, sql } from "drizzle-orm";
-import type { LedgerPort } from "../../control/store-port";
+import type { LedgerPort, UsageTotal } from "../../control/store-port";
 import type { UsageRow } from "../../protocol/routing";
-import { USAGE_BATCH, addedCounters, mergeUsageRows, usageRow, usageValues } from "../usage-rows";
+import { USAGE_BATCH, addedCounters, mergeUsageRows, totalFields, usageRow, usageTotal, usageValues } from "../usage-rows";
 import type { PgConnection } from "./connection";
 import * as schema from "./schema";
 
@@ -37,6 +37,19 @@ export class PgLedger implements LedgerPort {
           .where(gte(t.hour, since))
           .orderBy(asc(t.hour), sql`${t.team} COLLATE "C"`, sql`${t.key} COLLATE "C"`, sql`${t.model} COLLATE "C"`)
       ).map(usageRow),
+    );
+  }
+
+  usageTotalsSince(starts: readonly number[]): Promise<UsageTotal[]> {
+    if (starts.length === 0) return Promise.resolve([]);
+    return this.c.call("read", async () =>
+      (
+        await this.c.db
+          .select({ team: t.team, key: t.key, ...totalFields(t, starts) })
+          .from(t)
+          .where(gte(t.hour, Math.min(...starts)))
+          .groupBy(t.team, t.key)
+      ).map((v) => usageTotal(v, starts)),
     );
   }
 

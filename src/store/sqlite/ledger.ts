@@ -1,10 +1,10 @@
 // The usage ledger in SQLite: each tick's rows added to the stored ones in one transaction.
 
 import { asc, gte, lt, sql } from "drizzle-orm";
-import type { LedgerPort } from "../../control/store-port";
+import type { LedgerPort, UsageTotal } from "../../control/store-port";
 import type { UsageRow } from "../../protocol/routing";
 import { guarded } from "../errors";
-import { USAGE_BATCH, addedCounters, mergeUsageRows, usageRow, usageValues } from "../usage-rows";
+import { USAGE_BATCH, addedCounters, mergeUsageRows, totalFields, usageRow, usageTotal, usageValues } from "../usage-rows";
 import { type Sqlite, schema } from "./db";
 
 const t = schema.usageHours;
@@ -37,6 +37,19 @@ export class SqliteLedger implements LedgerPort {
         .orderBy(asc(t.hour), asc(t.team), asc(t.key), asc(t.model))
         .all()
         .map(usageRow),
+    );
+  }
+
+  usageTotalsSince(starts: readonly number[]): Promise<UsageTotal[]> {
+    if (starts.length === 0) return Promise.resolve([]);
+    return guarded(() =>
+      this.s.db
+        .select({ team: t.team, key: t.key, ...totalFields(t, starts) })
+        .from(t)
+        .where(gte(t.hour, Math.min(...starts)))
+        .groupBy(t.team, t.key)
+        .all()
+        .map((v) => usageTotal(v, starts)),
     );
   }
 
