@@ -24,6 +24,7 @@ import type { ModelSeries, RouterMetrics } from "./metrics";
 import { type BodyFacts, withModel } from "./request-body";
 import { IdSniffer, type ResponseIds } from "./response-ids";
 import type { Ledger } from "./ledger";
+import type { LedgerReconciler } from "./reconcile-ledger";
 import { TokenCount, contentKey } from "./traffic";
 import { UsageStrip, addsUsage, withUsage } from "./usage-stream";
 
@@ -75,6 +76,8 @@ export interface ProxyContext {
   readonly admission: Pick<Admission, "headers" | "tokens">;
   /** The usage ledger: every request is counted in it once, where it ends. */
   readonly ledger: Pick<Ledger, "answered">;
+  /** Per replica, what the ledger counted, to check against the engine's own counters. */
+  readonly reconcile?: Pick<LedgerReconciler, "ended">;
   /**
    * Slots on replicas with a concurrency bound, and the fair queue for them (slot-gate.ts): a
    * lease, "wait" when the request was queued (or answered), undefined when the model is not gated.
@@ -567,6 +570,7 @@ class Attempt implements ExchangeHandler, Watch {
   private count(status: number, prompt: number, completion: number, cut: boolean): void {
     const cached = this.tokens.cached();
     this.ctx.ledger.answered(this.call.req.owner, this.model, status, prompt > 0 ? prompt : 0, completion, cached > 0 ? cached : 0, cut);
+    this.ctx.reconcile?.ended(this.lease.endpoint.id, this.model, prompt > 0 ? prompt : 0, completion);
   }
 
   /** The completion's tokens streamed since the last read, counted against its key's token limits as they pass. */

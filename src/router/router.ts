@@ -27,7 +27,7 @@ import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
 import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, LimitUseEntry, ModelTraffic, UsageRow, UsageSource } from "../protocol/routing";
 import { Admission, type KeyUse } from "./admission";
 import { Ledger } from "./ledger";
-import { Balancer, type BalancerSettings } from "./balancer";
+import { Balancer, type BalancerSettings, type EndpointState } from "./balancer";
 import { BodyReader } from "./body-reader";
 import { Catalog } from "./catalog";
 import { ColdStart } from "./cold-start";
@@ -41,6 +41,8 @@ import { type ProxyContext, type ProxyRequest, proxy } from "./proxy";
 import { sizeRefusal } from "./request-body";
 import { ResponseIds } from "./response-ids";
 import { SlotGate } from "./slot-gate";
+import { LedgerReconciler, type ReplicaDrift } from "./reconcile-ledger";
+import { UsageCounters } from "./usage-counters";
 
 /**
  * The router's settings, all required: their defaults live once, in the config schema
@@ -123,6 +125,10 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
   /** Slots on replicas with a concurrency bound, and the fair queue for them. */
   private readonly gate: SlotGate;
   private readonly ledger: Ledger;
+  /** The ledger per replica, against the engines' own counters. */
+  private readonly reconciler: LedgerReconciler;
+  /** The ledger's rows as Prometheus counters per team, key and model. */
+  private readonly usageCounters: UsageCounters;
   private server: Http1Server | undefined;
   private poller: EngineMetricsPoller | undefined;
   private sweeper: Timer | undefined;
@@ -151,6 +157,10 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       heldByModel: () => this.coldStart.heldByModel(),
       waitingByModel: () => this.gate.waitingByModel(),
     });
+    this.reconciler = new LedgerReconciler(scheduler, o.log);
+    this.usageCounters = new UsageCounters(() => ledger.pending());
+    this.metrics.addSection(() => this.usageCounters.render());
+    this.metrics.addSection(() => this.reconciler.render());
     this.gate = new SlotGate({
       settings: { maxHeldPerModel: o.maxHeldPerModel, coldStartTimeoutMs: o.coldStartTimeoutMs },
       balancer,
@@ -173,6 +183,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       admission,
       gate: this.gate,
       ledger,
+      reconcile: this.reconciler,
       internalError,
     };
     // Bound, not wrapped: a request passes from dispatch or cold start straight into proxy.ts.
@@ -216,6 +227,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
     const usable = endpoints.filter((e) => e.key === undefined || KEY_CHARS.test(e.key));
     if (usable.length !== endpoints.length) this.o.log?.warn({ endpoints: endpoints.filter((e) => !usable.includes(e)).map((e) => e.id) }, "endpoints left out: engine key is not visible ASCII");
     this.balancer.setEndpoints(usable);
+    this.reconciler.retain(new Set(usable.map((e) => e.id)));
     this.gate.wake();
     this.coldStart.wake();
   }
@@ -247,7 +259,14 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
 
   /** The ledger's rows since the last take (UsageSource.takeLedger). */
   takeLedger(): UsageRow[] {
-    return this.ledger.take();
+    const rows = this.ledger.take();
+    this.usageCounters.taken(rows);
+    return rows;
+  }
+
+  /** Per replica, the ledger against the engine's own token counters (`llmgw usage --check`). */
+  reconciliation(): ReplicaDrift[] {
+    return this.reconciler.view();
   }
 
   lastUsed(): ReadonlyMap<string, number> {
@@ -305,6 +324,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       this.poller = new EngineMetricsPoller({
         endpoints: () => this.balancer.endpoints(),
         apply: (id, load) => this.balancer.setMetrics(id, load),
+        tokens: { begin: (ep) => this.reconciler.begin(ep.id), end: (ep, begun, t) => this.reconciler.observed(ep as EndpointState, begun, t) },
         intervalMs: o.metricsIntervalMs,
         // Spread over most of the interval and capped: polling a thousand engines at once would
         // stall the prompts this thread serves for tens of milliseconds every round.
