@@ -802,23 +802,28 @@ class Engine {
   }
 
   private metrics(): string {
-    const l = `{model_name="${labelValue(this.primary)}"}`;
-    const gauge = (name: string, help: string, value: number) => `# HELP ${name} ${help}\n# TYPE ${name} gauge\n${name}${l} ${value}\n`;
-    const counter = (name: string, help: string, value: number) => `# HELP ${name} ${help}\n# TYPE ${name} counter\n${name}${l} ${value}\n`;
-    return (
-      gauge("vllm:num_requests_running", "Number of requests in model execution batches.", this.running) +
-      gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", this.queue.size) +
-      // Running over slots: what a router wants from KV usage, and 1 exactly when requests start queueing.
-      gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", this.running / this.slots) +
-      counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", this.cacheQueryTokens) +
-      counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", this.cacheHitTokens) +
-      counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", this.promptTokensTotal) +
-      counter("vllm:generation_tokens_total", "Number of generation tokens processed.", this.generationTokensTotal) +
-      "# HELP vllm:request_success_total Count of successfully processed requests.\n" +
-      "# TYPE vllm:request_success_total counter\n" +
-      `vllm:request_success_total{finished_reason="stop",model_name="${labelValue(this.primary)}"} ${this.completed}\n`
-    );
+    return vllmMetrics(this, this.queue.size);
   }
+}
+
+/** The vLLM metrics the engine serves on /metrics, named and typed as vLLM names them. */
+function vllmMetrics(e: Pick<Engine, "primary" | "running" | "slots" | "cacheQueryTokens" | "cacheHitTokens" | "promptTokensTotal" | "generationTokensTotal" | "completed">, waiting: number): string {
+  const l = `{model_name="${labelValue(e.primary)}"}`;
+  const gauge = (name: string, help: string, value: number) => `# HELP ${name} ${help}\n# TYPE ${name} gauge\n${name}${l} ${value}\n`;
+  const counter = (name: string, help: string, value: number) => `# HELP ${name} ${help}\n# TYPE ${name} counter\n${name}${l} ${value}\n`;
+  return (
+    gauge("vllm:num_requests_running", "Number of requests in model execution batches.", e.running) +
+    gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting) +
+    // Running over slots: what a router wants from KV usage, and 1 exactly when requests start queueing.
+    gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", e.running / e.slots) +
+    counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", e.cacheQueryTokens) +
+    counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", e.cacheHitTokens) +
+    counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", e.promptTokensTotal) +
+    counter("vllm:generation_tokens_total", "Number of generation tokens processed.", e.generationTokensTotal) +
+    "# HELP vllm:request_success_total Count of successfully processed requests.\n" +
+    "# TYPE vllm:request_success_total counter\n" +
+    `vllm:request_success_total{finished_reason="stop",model_name="${labelValue(e.primary)}"} ${e.completed}\n`
+  );
 }
 
 /** Starts a fake engine; resolves once it listens. */
