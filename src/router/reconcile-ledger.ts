@@ -10,6 +10,7 @@
 // An engine that exports no such counters is unknown, never 0.
 
 import type { Scheduler } from "../lib/scheduler";
+import type { ReplicaDrift } from "../protocol/ledger-check";
 import type { EngineTokens } from "./engine-tokens";
 import { labelText } from "./prom";
 
@@ -40,29 +41,6 @@ class Tally {
   last: Sample | undefined;
   restarts = 0;
   constructor(public model: string) {}
-}
-
-/** One replica's reconciliation, as the admin API and `llmgw usage --check` show it. */
-export interface ReplicaDrift {
-  replica: string;
-  model: string;
-  /**
-   * "checked": compared at a quiet moment since the baseline. "no_counters": its engine exports
-   * none, so the ledger cannot be checked there. "waiting": no quiet moment seen yet.
-   */
-  state: "checked" | "no_counters" | "waiting";
-  /** Tokens since the baseline, as of the last quiet sample: the engine's, the ledger's, and engine − ledger. */
-  engine_prompt_tokens: number;
-  engine_completion_tokens: number;
-  ledger_prompt_tokens: number;
-  ledger_completion_tokens: number;
-  drift_prompt_tokens: number;
-  drift_completion_tokens: number;
-  /** Wall-clock ms of the baseline and of the last quiet sample (0: none). */
-  since: number;
-  checked_at: number;
-  /** Baselines taken again because the engine's counters went down (it restarted). */
-  engine_restarts: number;
 }
 
 /** What the reconciler reads of an endpoint when its poll ends: its id, model and requests in flight now. */

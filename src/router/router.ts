@@ -41,7 +41,8 @@ import { type ProxyContext, type ProxyRequest, proxy } from "./proxy";
 import { sizeRefusal } from "./request-body";
 import { ResponseIds } from "./response-ids";
 import { SlotGate } from "./slot-gate";
-import { LedgerReconciler, type ReplicaDrift } from "./reconcile-ledger";
+import type { LedgerCheckSource, ReplicaDrift } from "../protocol/ledger-check";
+import { LedgerReconciler } from "./reconcile-ledger";
 import { UsageCounters } from "./usage-counters";
 
 /**
@@ -108,7 +109,7 @@ const METRICS_MAX_PER_SECOND = 250;
 /** What an engine key may be: visible ASCII, so it can never end the Authorization line early. */
 const KEY_CHARS = /^[\x21-\x7e]{1,512}$/;
 
-export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
+export class Router implements EndpointSink, UsageSource, FleetMetricsSink, LedgerCheckSource {
   readonly balancer: Balancer;
   /** Keep-alive sockets to the engines. */
   readonly upstream: UpstreamPool;
@@ -267,6 +268,11 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
   /** Per replica, the ledger against the engine's own token counters (`llmgw usage --check`). */
   reconciliation(): ReplicaDrift[] {
     return this.reconciler.view();
+  }
+
+  /** LedgerCheckSource, for a router in the caller's thread (RouterLink asks the router thread for the same). */
+  ledgerCheck(): Promise<ReplicaDrift[]> {
+    return Promise.resolve(this.reconciler.view());
   }
 
   lastUsed(): ReadonlyMap<string, number> {
