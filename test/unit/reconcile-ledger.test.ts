@@ -2,7 +2,8 @@
 // engine-tokens.ts) and the ledger as Prometheus counters (usage-counters.ts): the counters of
 // real vLLM, SGLang and llama-server expositions read; drift measured only at quiet moments; an
 // engine restart taking a new baseline; an engine without counters unknown, not 0; the poller
-// handing each answer's counters over; the usage counters equal to the rows, taken or not.
+// handing each answer's counters over; the usage counters equal to the rows, taken or not;
+// `llmgw usage --check`'s table and exit code.
 
 import { describe, expect, test } from "bun:test";
 import { ManualScheduler } from "../../src/lib/scheduler";
@@ -12,6 +13,10 @@ import { EngineTokenReader } from "../../src/router/engine-tokens";
 import { Ledger } from "../../src/router/ledger";
 import { LedgerReconciler } from "../../src/router/reconcile-ledger";
 import { UsageCounters } from "../../src/router/usage-counters";
+import type { Client } from "../../src/cli/client";
+import { usageCheck } from "../../src/cli/usage-check";
+import type { ReplicaDrift } from "../../src/protocol/ledger-check";
+import { FromRouter, ToRouter } from "../../src/protocol/router-link";
 import { readFixture } from "../fixtures/read";
 
 function read(text: string, engine?: string) {
@@ -164,5 +169,60 @@ describe("usage counters", () => {
     const text = c.render();
     expect(text).toContain('llmgw_usage_requests_total{team="t",key="k",model="m"} 5');
     expect(text).toContain('llmgw_usage_requests_total{team="t",key="b",model="m"} 1');
+  });
+});
+
+describe("llmgw usage --check", () => {
+  const drift = (over: Partial<ReplicaDrift>): ReplicaDrift => ({
+    replica: "r-1",
+    model: "chat",
+    state: "checked",
+    engine_prompt_tokens: 10,
+    engine_completion_tokens: 20,
+    ledger_prompt_tokens: 10,
+    ledger_completion_tokens: 20,
+    drift_prompt_tokens: 0,
+    drift_completion_tokens: 0,
+    since: 1,
+    checked_at: 2,
+    engine_restarts: 0,
+    ...over,
+  });
+  async function shown(rows: ReplicaDrift[], format = "table"): Promise<{ code: number; out: string }> {
+    const client = { get: async (path: string) => (path === "/api/v1/usage/check" ? rows : undefined) } as unknown as Client;
+    let out = "";
+    const write = process.stdout.write;
+    process.stdout.write = ((s: string) => {
+      out += s;
+      return true;
+    }) as typeof process.stdout.write;
+    try {
+      return { code: await usageCheck(client, format), out };
+    } finally {
+      process.stdout.write = write;
+    }
+  }
+
+  test("no drift: exit 0; a drift on any replica: exit 1, shown; an engine without counters neither", async () => {
+    const ok = await shown([drift({}), drift({ replica: "r-2", state: "no_counters" })]);
+    expect(ok.code).toBe(0);
+    expect(ok.out.split("\n")[0]!.split(/\s+/)).toEqual(["REPLICA", "MODEL", "STATE", "ENGINE", "LEDGER", "DRIFT"]);
+    expect(ok.out).toContain("10/20");
+    expect(ok.out).toMatch(/r-2\s+chat\s+no counters\s+-\s+-\s+-/);
+    expect(ok.out).toContain("No drift");
+    const bad = await shown([drift({}), drift({ replica: "r-2", engine_completion_tokens: 23, drift_completion_tokens: 3 })]);
+    expect(bad.code).toBe(1);
+    expect(bad.out).toContain("0/3");
+    expect(bad.out).toContain("Drift on 1 replica(s)");
+    const json = await shown([drift({ drift_prompt_tokens: -2 })], "json");
+    expect(json.code).toBe(1);
+    expect(JSON.parse(json.out)[0].drift_prompt_tokens).toBe(-2);
+  });
+
+  test("the router thread's answer carries the check, validated by its schema", () => {
+    const m = { type: "ledger_check", id: 3, replicas: [drift({})] };
+    expect(FromRouter.safeParse(m).success).toBe(true);
+    expect(FromRouter.safeParse({ ...m, replicas: [{ ...drift({}), state: "fine" }] }).success).toBe(false);
+    expect(ToRouter.safeParse({ type: "ledger_check_request", id: 3 }).success).toBe(true);
   });
 });
