@@ -289,6 +289,7 @@ class Attempt implements ExchangeHandler, Watch {
       this.lease.release();
       this.ctx.metrics.answered(this.model, 500);
       this.ctx.ledger.answered(this.call.req.owner, this.model, 500, 0, 0, 0, false);
+      this.ctx.reconcile?.ended(this.lease.endpoint.id, this.model, 0, 0);
     }
     this.ctx.internalError(this.ex, e);
   }
@@ -595,6 +596,8 @@ class Attempt implements ExchangeHandler, Watch {
     this.ex.onAbort = undefined;
     this.lease.release();
     if (cool) this.ctx.balancer.cooldown(this.lease.endpoint.id, this.ctx.settings.cooldownMs);
+    // An attempt retried elsewhere counts no tokens here, but it ran here: a poll meanwhile is not quiet.
+    this.ctx.reconcile?.ended(this.lease.endpoint.id, this.model, 0, 0);
     this.ctx.metrics.upstreamError(this.model, kind);
     this.call.failed(this.lease.endpoint.id, this.model, { kind, error });
   }

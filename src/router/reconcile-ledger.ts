@@ -58,7 +58,10 @@ export class LedgerReconciler {
     private readonly log?: { info(o: object, m: string): void },
   ) {}
 
-  /** A request that ended on `replica` with these tokens (proxy.ts, where the ledger counts it). */
+  /**
+   * An attempt that ended on `replica` with the tokens the ledger counted for it (proxy.ts: where
+   * the ledger counts a request; 0 for an attempt retried elsewhere or cut by a fault of the router's).
+   */
   ended(replica: string, model: string, prompt: number, completion: number): void {
     let t = this.byReplica.get(replica);
     if (t === undefined) this.byReplica.set(replica, (t = new Tally(model)));
