@@ -18,6 +18,8 @@ import { type AgentControl, agentRoutes } from "./agent";
 import { requireToken } from "./auth";
 import { errorBody, handleError } from "./errors";
 import type { History } from "./history";
+import { ledgerCheckRoutes } from "./ledger-check";
+import type { LedgerCheckSource } from "../protocol/ledger-check";
 import { type UiControl, uiRoutes } from "./ui";
 
 export interface AppOptions {
@@ -40,6 +42,8 @@ export interface AppOptions {
   scheduler: Pick<Scheduler, "mono" | "now">;
   /** The dashboard's last hour (sampled by the assembly); the dashboard keeps an empty one without. */
   history?: History;
+  /** This control plane's router, for GET /api/v1/usage/check (503 without). */
+  ledgerCheck?: LedgerCheckSource;
 }
 
 export function buildAdminApp(o: AppOptions): Hono {
@@ -73,6 +77,7 @@ export function buildAdminApp(o: AppOptions): Hono {
 
   app.use("/api/v1/*", requireToken("admin", o.adminToken));
   app.route("/api/v1", adminRoutes(o.control, o.log, o.joinTokenRotation, o.routerExposure, o.nodeAdmission));
+  app.route("/api/v1", ledgerCheckRoutes(o.ledgerCheck));
 
   // The agent API checks its own tokens: a node credential, or the join token for a first
   // heartbeat (the assembly hands it the join token in force).

@@ -28,6 +28,7 @@ import { CatalogFile, ModelSpec } from "../protocol/catalog";
 import { Duration, Labels, Name, SegmentName } from "../protocol/common";
 import { Assignment, AssignmentsQuery, GpuReport, HeartbeatRequest, HeartbeatResponse, ReplicaReport } from "../protocol/heartbeat";
 import * as V from "../protocol/views";
+import { ReplicaDriftSchema } from "../protocol/ledger-check";
 
 type Method = "get" | "post" | "put" | "patch" | "delete";
 type ErrorStatus = 400 | 401 | 403 | 404 | 409 | 413 | 415 | 429 | 503;
@@ -400,6 +401,17 @@ export const ROUTES = {
     ok: [{ status: 200, description: "The rows, by hour then team, key and model; grouped, largest first.", schema: z.array(V.UsageRowViewSchema) }],
     errors: [400, 401, 503],
   },
+  usageCheck: {
+    method: "get",
+    path: "/api/v1/usage/check",
+    summary: "The usage ledger checked against the engines' own token counters, per replica",
+    description:
+      "Per replica this control plane's router sends requests to: the growth of its engine's own prompt and generation token counters (vLLM, SGLang, llama-server /metrics) since a baseline, beside the tokens the ledger counted for the requests that ended on it, and the difference (drift = engine − ledger). Compared only at moments the replica had nothing in flight; an engine restart takes a new baseline. A replica whose engine exports no such counters is `no_counters`: unknown, not 0. The same drift is the router's llmgw_ledger_drift_tokens.",
+    tags: ["keys"],
+    auth: "admin",
+    ok: [{ status: 200, description: "One entry per replica, by id.", schema: z.array(ReplicaDriftSchema) }],
+    errors: [401, 503],
+  },
   replicaLogs: {
     method: "get",
     path: "/api/v1/replicas/{id}/logs",
@@ -506,6 +518,7 @@ const INPUTS: [z.ZodType, string, string?][] = [
 
 /** Answer schemas, documented as the server sends them. */
 const OUTPUTS: [z.ZodType, string][] = [
+  [ReplicaDriftSchema, "ReplicaDrift"],
   [V.HealthSchema, "Health"],
   [V.SummarySchema, "Summary"],
   [V.NodeTotalsSchema, "NodeTotals"],

@@ -176,7 +176,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   const feed = dashboardFeed({ scheduler, views: control.views, log });
   // The admin API and the dashboard get the operator's parts; the agent API who speaks, and the intake.
   const agent = { identity: control.identity, intake: control.intake, policy: settings.policy, clock: scheduler };
-  const app = buildAdminApp({ control, agent, log, adminToken: admin.token, joinTokenRotation: rotation, version: VERSION, maxBodyBytes: ADMIN_MAX_BODY, routerExposure: () => exposure, nodeAdmission: () => admission, scheduler, history: feed.history });
+  const app = buildAdminApp({ control, agent, log, adminToken: admin.token, joinTokenRotation: rotation, version: VERSION, maxBodyBytes: ADMIN_MAX_BODY, routerExposure: () => exposure, nodeAdmission: () => admission, scheduler, history: feed.history, ledgerCheck: routing.sink });
   const scheme = tls ? "https" : "http";
 
   const adminListener = adminListenerFor(listening, app, scheme);

@@ -8,6 +8,7 @@
 import { Worker } from "node:worker_threads";
 import type { Logger } from "pino";
 import type { Scheduler, Timer } from "../lib/scheduler";
+import type { LedgerCheckSource, ReplicaDrift } from "../protocol/ledger-check";
 import { FromRouter, type ToRouter } from "../protocol/router-link";
 import type { ApiKeyEntry, BudgetSpent, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, LimitUseEntry, ModelTraffic, TrafficSource, UsageRow, UsageSource } from "../protocol/routing";
 import { mergeUsageRows } from "../protocol/usage-rows";
@@ -41,7 +42,7 @@ const USAGE_DEADLINE_MS = 1_000;
 /** How long a reader of the traffic figures waits for the router thread's answer. */
 const TRAFFIC_DEADLINE_MS = 1_000;
 
-export class RouterLink implements EndpointSink, UsageSource, TrafficSource, FleetMetricsSink {
+export class RouterLink implements EndpointSink, UsageSource, TrafficSource, FleetMetricsSink, LedgerCheckSource {
   private worker: Worker | undefined;
   private stopping = false;
   private endpoints: EndpointInfo[] | undefined;
@@ -63,6 +64,8 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
   private pending = new Map<number, () => void>();
   /** The last traffic figures the thread reported, for a reader it did not answer in time. */
   private lastTraffic: ModelTraffic[] = [];
+  /** The last reconciliation the thread reported, for a reader it did not answer in time. */
+  private lastCheck: ReplicaDrift[] = [];
   /** The figures received so far, per model: the thread sends only what changed (list-delta.ts). */
   private readonly trafficIn = new ListReceived<ModelTraffic>((t) => t.model);
   /** What the current thread was sent of each table: the next post carries only what changed. */
@@ -105,6 +108,7 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
           resolve(m.port);
         } else if (m.type === "failed") reject(new Error(m.error));
         else if (m.type === "demand") this.o.demand.requestModel(m.model);
+        else if (m.type === "ledger_check") this.answered(m.id, () => (this.lastCheck = m.replicas));
         else if (m.type === "usage" || m.type === "traffic") {
           // A late answer still counts: it is the newest the thread gave.
           if (m.type === "usage") {
@@ -289,6 +293,32 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
         resolve(this.lastTraffic);
       });
       this.post({ type: "traffic_request", id });
+    });
+  }
+
+  /** An answer of the thread's to request `id`: kept, and its reader let go. */
+  private answered(id: number, keep: () => void): void {
+    keep();
+    const done = this.pending.get(id);
+    this.pending.delete(id);
+    done?.();
+  }
+
+  /** LedgerCheckSource: asks the router thread, as traffic() does; the last answer when it does not answer in time. */
+  ledgerCheck(): Promise<ReplicaDrift[]> {
+    if (!this.worker) return Promise.resolve(this.lastCheck);
+    const id = this.nextId++;
+    return new Promise((resolve) => {
+      const deadline = this.o.scheduler.after(TRAFFIC_DEADLINE_MS, () => {
+        if (!this.pending.delete(id)) return;
+        this.o.log.warn({ waited_ms: TRAFFIC_DEADLINE_MS }, "router thread did not report the ledger check in time: the last report is used");
+        resolve(this.lastCheck);
+      });
+      this.pending.set(id, () => {
+        deadline.cancel();
+        resolve(this.lastCheck);
+      });
+      this.post({ type: "ledger_check_request", id });
     });
   }
 

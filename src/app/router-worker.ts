@@ -77,6 +77,8 @@ function main(): void {
         return send({ type: "usage", id: m.id, lastUsed: [...router.lastUsed()], inflightByModel: [...router.inflightByModel()].filter(([, n]) => n > 0), limitUse: router.limitUse(), ledger: router.takeLedger(), ledger_gen: router.ledgerGen() });
       case "traffic_request":
         return send({ type: "traffic", id: m.id, ...trafficOut.delta(router.trafficNow()) });
+      case "ledger_check_request":
+        return send({ type: "ledger_check", id: m.id, replicas: router.reconciliation() });
       case "stop":
         void router.stop().then(() => {
           send({ type: "stopped" });

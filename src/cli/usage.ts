@@ -8,6 +8,7 @@ import type { UsageRowView } from "../protocol/views";
 import { CLIENT_FLAGS, outputFlag, outputFormat, resolveClient } from "./client";
 import type { Command } from "./command";
 import { table } from "./render";
+import { usageCheck } from "./usage-check";
 
 const GROUPS = ["team", "key", "model", "pool"] as const;
 const FORMATS = ["table", "json", "csv"] as const;
@@ -17,20 +18,25 @@ const CSV_FIELDS = ["hour", "team", "key", "model", "pool", "requests", "prompt_
 export const command: Command = {
   name: "usage",
   summary: "Show what each team, key and model used: requests, tokens, errors, aborted streams.",
-  usage: "llmgw usage [--by team|key|model|pool] [--since 24h] [-o table|json|csv]",
+  usage: "llmgw usage [--by team|key|model|pool] [--since 24h] [-o table|json|csv]\n  llmgw usage --check [-o table|json]",
   flags: {
     by: { kind: "string", value: "GROUP", help: "add the hourly rows up per team, key, model or pool", choices: [...GROUPS] },
     since: { kind: "string", value: "DURATION", help: "how far back (default 24h): the hours that overlap it" },
+    check: { kind: "boolean", help: "per replica, the ledger against the engine's own token counters; exits 1 when any drift is not 0" },
     ...outputFlag([...FORMATS]),
     ...CLIENT_FLAGS,
   },
   details:
-    "Counts come from the engines' own usage, streamed requests included; a stream cut by its client or engine counts the tokens it streamed and shows under ABORTED. Requests without a key show under key and team \"-\". The ledger is written once a control-plane tick: the last few seconds may not show yet. GPU time is not metered yet (0).",
-  examples: ["llmgw usage", "llmgw usage --by team --since 7d", "llmgw usage --by key -o csv > usage.csv"],
+    "Counts come from the engines' own usage, streamed requests included; a stream cut by its client or engine counts the tokens it streamed and shows under ABORTED. Requests without a key show under key and team \"-\". The ledger is written once a control-plane tick: the last few seconds may not show yet. GPU time is not metered yet (0). With --check, per replica: the engine's own prompt/completion token counters' growth since a baseline, the ledger's tokens for the requests that ended there, and the drift between them; the command exits 1 when any drift is not 0 (a replica whose engine exports no counters shows \"no counters\" and does not fail it).",
+  examples: ["llmgw usage", "llmgw usage --by team --since 7d", "llmgw usage --by key -o csv > usage.csv", "llmgw usage --check"],
   async run({ flags, positionals }) {
     if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
     const format = outputFormat(flags, [...FORMATS]);
     const by = flags.by as string | undefined;
+    if (flags.check === true) {
+      if (format === "csv" || by !== undefined || flags.since !== undefined) throw new UsageError("--check takes no --by, --since or -o csv: it shows each replica's check as a table or JSON");
+      return usageCheck(resolveClient(flags), format);
+    }
     if (by !== undefined && !(GROUPS as readonly string[]).includes(by)) throw new UsageError(`--by must be one of ${GROUPS.join(", ")}, not "${by}"`);
     const q = new URLSearchParams();
     if (flags.since !== undefined) q.set("since", String(flags.since));

@@ -4,6 +4,7 @@
 // The endpoint list, the catalog and the traffic figures go as changes (app/list-delta.ts).
 
 import { z } from "zod";
+import { ReplicaDriftSchema } from "./ledger-check";
 import { KEY_TIERS, TTFT_BUCKETS_MS } from "./routing";
 
 const Endpoint = z.object({
@@ -70,6 +71,8 @@ export const ToRouter = z.discriminatedUnion("type", [
   z.object({ type: z.literal("usage_request"), id: z.number().int() }),
   /** Asks for the traffic figures; the router answers with a `traffic` of the same id. */
   z.object({ type: z.literal("traffic_request"), id: z.number().int() }),
+  /** Asks for the ledger's reconciliation with the engines' counters; answered by a `ledger_check` of the same id. */
+  z.object({ type: z.literal("ledger_check_request"), id: z.number().int() }),
   z.object({ type: z.literal("stop") }),
 ]);
 export type ToRouter = z.infer<typeof ToRouter>;
@@ -126,6 +129,8 @@ export const FromRouter = z.discriminatedUnion("type", [
   }),
   /** TrafficSource.traffic(), as changes: every model's name in order, the figures of those that changed since the last answer. */
   z.object({ type: z.literal("traffic"), id: z.number().int(), keys: z.array(z.string()), changed: z.array(Traffic) }),
+  /** Per replica, the ledger against the engine's own counters (LedgerCheckSource). */
+  z.object({ type: z.literal("ledger_check"), id: z.number().int(), replicas: z.array(ReplicaDriftSchema) }),
   /** DemandSink.requestModel, as a message: nothing answers it. */
   z.object({ type: z.literal("demand"), model: z.string() }),
   z.object({ type: z.literal("stopped") }),

@@ -9,6 +9,7 @@ import { errorText } from "../lib/format";
 import type { DataParallelLayout } from "../protocol/engine-layout";
 import { letIoIn, type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
 import { METRICS_CAPS, type MetricsCaps, MetricsRefused, readLinesWithin } from "./metrics-body";
+import { type EngineTokens, EngineTokenReader } from "./engine-tokens";
 
 /** One sample line of a Prometheus text exposition. */
 export interface PromSample {
@@ -452,6 +453,14 @@ export interface MetricsEndpoint {
   info: { engine: string; key?: string; data_parallel?: DataParallelLayout };
 }
 
+/** Told of each poll's start and of the engine's token counters it read (reconcile-ledger.ts). */
+export interface EngineTokensSink {
+  /** A poll of `ep` starts; what it returns is handed back to end(). */
+  begin(ep: MetricsEndpoint): number;
+  /** The answer was read whole: the engine's counters, or undefined when it had none. */
+  end(ep: MetricsEndpoint, begun: number, tokens: EngineTokens | undefined): void;
+}
+
 /** Structurally a subset of a pino logger. */
 export interface EngineMetricsLog {
   debug(obj: object, msg: string): void;
@@ -482,6 +491,8 @@ export interface EngineMetricsPollerOptions {
   maxPerSecond?: number;
   /** How much of an answer is read at most (default METRICS_CAPS); past a cap the load is unknown. */
   caps?: MetricsCaps;
+  /** The engines' token counters, read from the same answers. */
+  tokens?: EngineTokensSink;
 }
 
 /** The finest step a spread round is cut into (ms). */
@@ -508,6 +519,7 @@ export class EngineMetricsPoller {
   private readonly spreadMs: number;
   private readonly maxPerSecond: number;
   private readonly caps: MetricsCaps;
+  private readonly tokens: EngineTokensSink | undefined;
   private timer: Timer | undefined;
   private round: Promise<void> | undefined;
   /** Aborts the current round's requests when stop() is called. */
@@ -530,6 +542,7 @@ export class EngineMetricsPoller {
     this.spreadMs = opts.spreadMs ?? 0;
     this.maxPerSecond = opts.maxPerSecond ?? Number.POSITIVE_INFINITY;
     this.caps = opts.caps ?? METRICS_CAPS;
+    this.tokens = opts.tokens;
     for (const [k, v] of [
       ["intervalMs", this.intervalMs],
       ["timeoutMs", this.timeoutMs],
@@ -634,6 +647,8 @@ export class EngineMetricsPoller {
     let load: EngineLoad | undefined;
     let failure: string | undefined;
     let refused: { cap: string; limit: number | string } | undefined;
+    const begun = this.tokens?.begin(ep) ?? 0;
+    let counted: EngineTokenReader | undefined;
     // The timeout covers the body too, and is the scheduler's: aborted with a TimeoutError, as
     // AbortSignal.timeout() would, so it reads "timed out".
     const timeout = new AbortController();
@@ -649,7 +664,17 @@ export class EngineMetricsPoller {
         await res.body?.cancel().catch(() => {});
       } else {
         const reader = new LoadReader(ep.info.data_parallel);
-        await readLinesWithin(res, this.caps, (text, start, end) => reader.line(text, start, end), () => letIoIn(this.scheduler));
+        const tokens = this.tokens !== undefined ? new EngineTokenReader() : undefined;
+        await readLinesWithin(
+          res,
+          this.caps,
+          (text, start, end) => {
+            reader.line(text, start, end);
+            tokens?.line(text, start, end);
+          },
+          () => letIoIn(this.scheduler),
+        );
+        counted = tokens;
         const l = reader.load(ep.info.engine);
         if (l.running < 0 && l.waiting < 0 && l.kvUsage < 0) failure = "no vLLM, SGLang or llama.cpp load metrics in the response";
         else load = l;
@@ -661,6 +686,7 @@ export class EngineMetricsPoller {
       timer.cancel();
     }
     if (gen !== this.generation) return;
+    if (counted !== undefined) this.safeTokens(ep, begun, counted.tokens(ep.info.engine));
     if (load !== undefined) {
       if (this.down.delete(ep.id)) {
         // Called as methods: pino's need their `this`.
@@ -677,6 +703,14 @@ export class EngineMetricsPoller {
       this.log.warn(fields, "engine metrics unavailable; routing this replica without load figures until they return");
     }
     this.safeApply(ep.id, { ...UNKNOWN_LOAD });
+  }
+
+  private safeTokens(ep: MetricsEndpoint, begun: number, tokens: EngineTokens | undefined): void {
+    try {
+      this.tokens!.end(ep, begun, tokens);
+    } catch (e) {
+      this.log.warn({ endpoint: ep.id, err: failureText(e) }, "engine metrics: reading the token counters failed");
+    }
   }
 
   private safeApply(id: string, load: EngineLoad): void {

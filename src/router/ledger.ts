@@ -80,6 +80,12 @@ export class Ledger {
     return out;
   }
 
+  /** The rows counted and not yet taken, read in place (the usage counters at a scrape): nothing is reset. */
+  *pending(): Iterable<UsageRow> {
+    yield* this.closed;
+    for (const k of this.rows.values()) for (const r of k.byModel.values()) if (r.requests > 0) yield r;
+  }
+
   /** The current hour's row of a key and model, made the first time. */
   private row(owner: string, model: string): UsageRow {
     const now = this.time.now();

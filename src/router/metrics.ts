@@ -39,6 +39,8 @@ export class RouterMetrics {
   private readonly perModel = new Map<string, ModelSeries>();
   /** The fleet gauges' text the control plane last sent, served after the router's own series. */
   private fleet = "";
+  /** Sections of series kept elsewhere (the ledger's counters, its drift), rendered when scraped. */
+  private readonly sections: (() => string)[] = [];
 
   constructor(private readonly sources: MetricsSources) {
     const r = this.registry;
@@ -108,9 +110,16 @@ export class RouterMetrics {
     this.fleet = text;
   }
 
-  /** The exposition text: the router's series, then the fleet's gauges. */
+  /** Series rendered by another part of the router at each scrape, after the router's own. */
+  addSection(render: () => string): void {
+    this.sections.push(render);
+  }
+
+  /** The exposition text: the router's series, the sections, then the fleet's gauges. */
   render(): string {
-    return this.registry.render() + this.fleet;
+    let out = this.registry.render();
+    for (const s of this.sections) out += s();
+    return out + this.fleet;
   }
 
   /** What the router has seen of each model: every model named in `catalog`, and any other it counted. */

@@ -8,7 +8,8 @@ function escape(v: string): string {
   return v.replace(/\\/g, "\\\\").replace(/\n/g, "\\n").replace(/"/g, '\\"');
 }
 
-function labelText(names: readonly string[], values: readonly string[], extra?: string): string {
+/** A series' label set, `{a="x",b="y"}`, its values escaped. */
+export function labelText(names: readonly string[], values: readonly string[], extra?: string): string {
   const parts = names.map((n, i) => `${n}="${escape(values[i] ?? "")}"`);
   if (extra) parts.push(extra);
   return parts.length ? `{${parts.join(",")}}` : "";

@@ -26,6 +26,7 @@ import { IdSniffer, type ResponseIds } from "./response-ids";
 import type { Ledger } from "./ledger";
 import type { GpuTime } from "./gpu-time";
 import type { Reservation } from "./budget";
+import type { LedgerReconciler } from "./reconcile-ledger";
 import { TokenCount, contentKey } from "./traffic";
 import { UsageStrip, addsUsage, withUsage } from "./usage-stream";
 
@@ -81,6 +82,8 @@ export interface ProxyContext {
   readonly ledger: Pick<Ledger, "answered">;
   /** The replicas' GPU clocks: a request's share of its replica's GPUs while it held a slot (gpu-time.ts). */
   readonly gpu?: Pick<GpuTime, "start" | "end">;
+  /** Per replica, what the ledger counted, to check against the engine's own counters. */
+  readonly reconcile?: Pick<LedgerReconciler, "ended">;
   /**
    * Slots on replicas with a concurrency bound, and the fair queue for them (slot-gate.ts): a
    * lease, "wait" when the request was queued (or answered), undefined when the model is not gated.
@@ -300,6 +303,7 @@ class Attempt implements ExchangeHandler, Watch {
       this.ctx.metrics.answered(this.model, 500);
       this.ctx.ledger.answered(this.call.req.owner, this.model, 500, 0, 0, 0, false, this.call.gpu);
       this.call.req.budget?.settle(0, this.call.gpu);
+      this.ctx.reconcile?.ended(this.lease.endpoint.id, this.model, 0, 0);
     }
     this.ctx.internalError(this.ex, e);
   }
@@ -583,6 +587,7 @@ class Attempt implements ExchangeHandler, Watch {
     const cached = this.tokens.cached();
     const used = (prompt > 0 ? prompt : 0) + completion;
     this.ctx.ledger.answered(this.call.req.owner, this.model, status, prompt > 0 ? prompt : 0, completion, cached > 0 ? cached : 0, cut, this.call.gpu);
+    this.ctx.reconcile?.ended(this.lease.endpoint.id, this.model, prompt > 0 ? prompt : 0, completion);
     // Settled in the same step as its ledger row: a take of the rows never splits the two (budget.ts).
     this.call.req.budget?.settle(used, this.call.gpu);
   }
@@ -616,6 +621,8 @@ class Attempt implements ExchangeHandler, Watch {
     this.lease.release();
     this.slotEnd();
     if (cool) this.ctx.balancer.cooldown(this.lease.endpoint.id, this.ctx.settings.cooldownMs);
+    // An attempt retried elsewhere counts no tokens here, but it ran here: a poll meanwhile is not quiet.
+    this.ctx.reconcile?.ended(this.lease.endpoint.id, this.model, 0, 0);
     this.ctx.metrics.upstreamError(this.model, kind);
     this.call.failed(this.lease.endpoint.id, this.model, { kind, error });
   }

@@ -29,7 +29,7 @@ import { Admission, type KeyUse } from "./admission";
 import { Ledger } from "./ledger";
 import { Budget, withBudgetUse } from "./budget";
 import { GpuTime } from "./gpu-time";
-import { Balancer, type BalancerSettings } from "./balancer";
+import { Balancer, type BalancerSettings, type EndpointState } from "./balancer";
 import { BodyReader } from "./body-reader";
 import { Catalog } from "./catalog";
 import { ColdStart } from "./cold-start";
@@ -43,6 +43,9 @@ import { type ProxyContext, type ProxyRequest, proxy } from "./proxy";
 import { sizeRefusal } from "./request-body";
 import { ResponseIds } from "./response-ids";
 import { SlotGate } from "./slot-gate";
+import type { LedgerCheckSource, ReplicaDrift } from "../protocol/ledger-check";
+import { LedgerReconciler } from "./reconcile-ledger";
+import { UsageCounters } from "./usage-counters";
 
 /**
  * The router's settings, all required: their defaults live once, in the config schema
@@ -108,7 +111,7 @@ const METRICS_MAX_PER_SECOND = 250;
 /** What an engine key may be: visible ASCII, so it can never end the Authorization line early. */
 const KEY_CHARS = /^[\x21-\x7e]{1,512}$/;
 
-export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
+export class Router implements EndpointSink, UsageSource, FleetMetricsSink, LedgerCheckSource {
   readonly balancer: Balancer;
   /** Keep-alive sockets to the engines. */
   readonly upstream: UpstreamPool;
@@ -127,6 +130,10 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
   private readonly ledger: Ledger;
   /** The keys' and teams' budgets, reserved on admission and settled where requests end. */
   private readonly budget: Budget;
+  /** The ledger per replica, against the engines' own counters. */
+  private readonly reconciler: LedgerReconciler;
+  /** The ledger's rows as Prometheus counters per team, key and model. */
+  private readonly usageCounters: UsageCounters;
   private server: Http1Server | undefined;
   private poller: EngineMetricsPoller | undefined;
   private sweeper: Timer | undefined;
@@ -156,6 +163,10 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       heldByModel: () => this.coldStart.heldByModel(),
       waitingByModel: () => this.gate.waitingByModel(),
     });
+    this.reconciler = new LedgerReconciler(scheduler, o.log);
+    this.usageCounters = new UsageCounters(() => ledger.pending());
+    this.metrics.addSection(() => this.usageCounters.render());
+    this.metrics.addSection(() => this.reconciler.render());
     this.gate = new SlotGate({
       settings: { maxHeldPerModel: o.maxHeldPerModel, coldStartTimeoutMs: o.coldStartTimeoutMs },
       balancer,
@@ -179,6 +190,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       gate: this.gate,
       ledger,
       gpu: new GpuTime(scheduler),
+      reconcile: this.reconciler,
       internalError,
     };
     // Bound, not wrapped: a request passes from dispatch or cold start straight into proxy.ts.
@@ -223,6 +235,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
     const usable = endpoints.filter((e) => e.key === undefined || KEY_CHARS.test(e.key));
     if (usable.length !== endpoints.length) this.o.log?.warn({ endpoints: endpoints.filter((e) => !usable.includes(e)).map((e) => e.id) }, "endpoints left out: engine key is not visible ASCII");
     this.balancer.setEndpoints(usable);
+    this.reconciler.retain(new Set(usable.map((e) => e.id)));
     this.gate.wake();
     this.coldStart.wake();
   }
@@ -255,7 +268,19 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
   /** The ledger's rows since the last take (UsageSource.takeLedger); the budgets' counts since then go with them. */
   takeLedger(): UsageRow[] {
     this.budget.taken();
-    return this.ledger.take();
+    const rows = this.ledger.take();
+    this.usageCounters.taken(rows);
+    return rows;
+  }
+
+  /** Per replica, the ledger against the engine's own token counters (`llmgw usage --check`). */
+  reconciliation(): ReplicaDrift[] {
+    return this.reconciler.view();
+  }
+
+  /** LedgerCheckSource, for a router in the caller's thread (RouterLink asks the router thread for the same). */
+  ledgerCheck(): Promise<ReplicaDrift[]> {
+    return Promise.resolve(this.reconciler.view());
   }
 
   /** The number of the latest ledger take (UsageSource.ledgerGen). */
@@ -323,6 +348,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
       this.poller = new EngineMetricsPoller({
         endpoints: () => this.balancer.endpoints(),
         apply: (id, load) => this.balancer.setMetrics(id, load),
+        tokens: { begin: (ep) => this.reconciler.begin(ep.id), end: (ep, begun, t) => this.reconciler.observed(ep as EndpointState, begun, t) },
         intervalMs: o.metricsIntervalMs,
         // Spread over most of the interval and capped: polling a thousand engines at once would
         // stall the prompts this thread serves for tens of milliseconds every round.

@@ -42,12 +42,19 @@ export interface FakeEngineOptions {
   embeddingDim?: number;
   /** Answer /v1/* only with `Authorization: Bearer <apiKey>` (401 otherwise). */
   apiKey?: string;
+  /**
+   * Answer every Nth inference request 503 before doing any work (and counting none of it), as an
+   * engine that refuses requests under trouble does: the router retries them on another replica.
+   */
+  failEvery?: number;
 }
 
 /** The environment variable `llmgw fake-engine` takes its key from when --api-key is not given. */
 export const FAKE_ENGINE_KEY_ENV = "LLMGW_FAKE_ENGINE_API_KEY";
 /** The time between tokens, for engines a catalog profile starts (its env), when --token-delay-ms is not given. */
 export const FAKE_TOKEN_DELAY_ENV = "LLMGW_FAKE_TOKEN_DELAY_MS";
+/** Every Nth inference request answered 503 (FakeEngineOptions.failEvery), for engines a catalog profile starts, when --fail-every is not given. */
+export const FAKE_FAIL_EVERY_ENV = "LLMGW_FAKE_FAIL_EVERY";
 
 export interface FakeEngineStats {
   /** Valid inference requests received (chat, completions, embeddings). */
@@ -60,6 +67,8 @@ export interface FakeEngineStats {
   /** Prefix-cache blocks that hit / were looked up. */
   prefixHits: number;
   prefixQueries: number;
+  /** Requests answered 503 on purpose (failEvery). */
+  failed: number;
 }
 
 export interface FakeEngine {
@@ -124,6 +133,8 @@ interface Job {
   /** "length" when max_tokens cut the answer, as a real engine says; "stop" otherwise. */
   finish: "stop" | "length";
   emitted: number;
+  /** Completion tokens (all choices) already added to the engine's generation counter. */
+  generated: number;
   prompt: string;
   promptTokens: number;
   cachedTokens: number;
@@ -335,6 +346,11 @@ class Engine {
   generationTokensTotal = 0;
   cacheQueryTokens = 0;
   cacheHitTokens = 0;
+  /** failEvery (0: never), and the inference requests seen, for it. */
+  private readonly failEvery: number;
+  private inference = 0;
+  /** Requests answered 503 on purpose (failEvery). */
+  failed = 0;
 
   constructor(opts: FakeEngineOptions) {
     if (!Array.isArray(opts.models) || opts.models.length === 0 || opts.models.some((m) => typeof m !== "string" || m === "")) {
@@ -351,6 +367,8 @@ class Engine {
     this.tokens = opts.tokens ?? DEFAULTS.tokens;
     this.slots = opts.slots ?? DEFAULTS.slots;
     this.embeddingDim = opts.embeddingDim ?? DEFAULTS.embeddingDim;
+    this.failEvery = opts.failEvery ?? 0;
+    checkOption("failEvery", this.failEvery, 0, true);
     const pc = { ...DEFAULTS.prefixCache, ...opts.prefixCache };
     checkOption("ttftMs", this.ttftMs, 0, false);
     checkOption("tokenDelayMs", this.tokenDelayMs, 0, false);
@@ -379,6 +397,7 @@ class Engine {
       waiting: this.queue.size,
       prefixHits: this.prefixHits,
       prefixQueries: this.prefixQueries,
+      failed: this.failed,
     };
   }
 
@@ -389,6 +408,10 @@ class Engine {
       return errorResponse(401, "Incorrect or missing API key: this engine answers only with its key (Authorization: Bearer <key>)", { type: "invalid_request_error", code: "invalid_api_key" });
     }
     if (method === "POST") {
+      if (this.failEvery > 0 && path.startsWith("/v1/") && ++this.inference % this.failEvery === 0) {
+        this.failed++;
+        return errorResponse(503, `the fake engine refuses every ${this.failEvery}th request (--fail-every); nothing was generated`, { type: "server_error", code: "unavailable" });
+      }
       if (path === "/v1/chat/completions") return this.generate(req, server, Kind.Chat);
       if (path === "/v1/completions") return this.generate(req, server, Kind.Text);
       if (path === "/v1/responses") return this.generate(req, server, Kind.Responses);
@@ -468,6 +491,7 @@ class Engine {
       choices,
       finish,
       emitted: 0,
+      generated: 0,
       prompt,
       promptTokens: approxTokens(prompt.length),
       cachedTokens: 0,
@@ -569,6 +593,7 @@ class Engine {
       }
       do {
         const i = job.emitted++;
+        this.generate1(job);
         out += ev("response.output_text.delta", { item_id: msgId, output_index: 0, content_index: 0, delta: JSON.parse(TOKEN_JSON[i]!), logprobs: [] });
       } while (this.tokenDelayMs === 0 && !this.flushEvents && job.emitted < job.n);
       if (job.emitted < job.n) return c.enqueue(out);
@@ -626,6 +651,7 @@ class Engine {
   }
 
   private tokenFrame(job: Job, i: number): string {
+    this.generate1(job);
     const tok = TOKEN_JSON[i]!;
     if (job.choices > 1) {
       let out = "";
@@ -696,12 +722,27 @@ class Engine {
     }
   }
 
+  /**
+   * Tokens generated, counted as they are made, as vLLM counts each step's: a stream the client
+   * leaves keeps what was generated before it left, and no more.
+   */
+  private generate1(job: Job): void {
+    job.generated += job.choices;
+    this.generationTokensTotal += job.choices;
+  }
+
+  /**
+   * The prompt is counted with the usage the answer reports, at its end: a stream cut before its
+   * end reported none, and counts none (vLLM counts a prompt once prefilled; see README, the
+   * ledger's reconciliation).
+   */
   private finish(job: Job): void {
     if (job.done) return;
     job.done = true;
     this.completed++;
     this.promptTokensTotal += job.promptTokens;
-    this.generationTokensTotal += job.n * job.choices;
+    this.generationTokensTotal += job.n * job.choices - job.generated;
+    job.generated = job.n * job.choices;
     this.release(job);
   }
 
@@ -710,7 +751,6 @@ class Engine {
     if (job.done) return;
     job.done = true;
     this.aborted++;
-    this.generationTokensTotal += job.emitted;
     if (this.queue.delete(job)) {
       const admitted = job.admitted;
       job.admitted = undefined;
@@ -777,23 +817,28 @@ class Engine {
   }
 
   private metrics(): string {
-    const l = `{model_name="${labelValue(this.primary)}"}`;
-    const gauge = (name: string, help: string, value: number) => `# HELP ${name} ${help}\n# TYPE ${name} gauge\n${name}${l} ${value}\n`;
-    const counter = (name: string, help: string, value: number) => `# HELP ${name} ${help}\n# TYPE ${name} counter\n${name}${l} ${value}\n`;
-    return (
-      gauge("vllm:num_requests_running", "Number of requests in model execution batches.", this.running) +
-      gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", this.queue.size) +
-      // Running over slots: what a router wants from KV usage, and 1 exactly when requests start queueing.
-      gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", this.running / this.slots) +
-      counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", this.cacheQueryTokens) +
-      counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", this.cacheHitTokens) +
-      counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", this.promptTokensTotal) +
-      counter("vllm:generation_tokens_total", "Number of generation tokens processed.", this.generationTokensTotal) +
-      "# HELP vllm:request_success_total Count of successfully processed requests.\n" +
-      "# TYPE vllm:request_success_total counter\n" +
-      `vllm:request_success_total{finished_reason="stop",model_name="${labelValue(this.primary)}"} ${this.completed}\n`
-    );
+    return vllmMetrics(this, this.queue.size);
   }
+}
+
+/** The vLLM metrics the engine serves on /metrics, named and typed as vLLM names them. */
+function vllmMetrics(e: Pick<Engine, "primary" | "running" | "slots" | "cacheQueryTokens" | "cacheHitTokens" | "promptTokensTotal" | "generationTokensTotal" | "completed">, waiting: number): string {
+  const l = `{model_name="${labelValue(e.primary)}"}`;
+  const gauge = (name: string, help: string, value: number) => `# HELP ${name} ${help}\n# TYPE ${name} gauge\n${name}${l} ${value}\n`;
+  const counter = (name: string, help: string, value: number) => `# HELP ${name} ${help}\n# TYPE ${name} counter\n${name}${l} ${value}\n`;
+  return (
+    gauge("vllm:num_requests_running", "Number of requests in model execution batches.", e.running) +
+    gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting) +
+    // Running over slots: what a router wants from KV usage, and 1 exactly when requests start queueing.
+    gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", e.running / e.slots) +
+    counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", e.cacheQueryTokens) +
+    counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", e.cacheHitTokens) +
+    counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", e.promptTokensTotal) +
+    counter("vllm:generation_tokens_total", "Number of generation tokens processed.", e.generationTokensTotal) +
+    "# HELP vllm:request_success_total Count of successfully processed requests.\n" +
+    "# TYPE vllm:request_success_total counter\n" +
+    `vllm:request_success_total{finished_reason="stop",model_name="${labelValue(e.primary)}"} ${e.completed}\n`
+  );
 }
 
 /** Starts a fake engine; resolves once it listens. */
@@ -834,6 +879,7 @@ export const FAKE_ENGINE_FLAGS: FlagSpecs = {
   "token-delay-ms": { kind: "string", value: "MS", help: "time between tokens" },
   "flush-events": { kind: "boolean", help: "with --token-delay-ms 0, write a streamed answer event by event rather than in one write" },
   tokens: { kind: "string", value: "N", help: "tokens per completion" },
+  "fail-every": { kind: "string", value: "N", help: `answer every Nth inference request 503 before any work (default 0: never; or env ${FAKE_FAIL_EVERY_ENV})` },
   slots: { kind: "string", value: "N", help: "requests served at once; more queue" },
   "cache-blocks": { kind: "string", value: "N", help: "size of the simulated prefix cache, in blocks" },
   "api-key": { kind: "string", value: "KEY", help: `answer /v1/* only with Authorization: Bearer KEY, 401 otherwise; /health and /metrics stay open (prefer env ${FAKE_ENGINE_KEY_ENV}, which \`ps\` does not show)` },
@@ -841,7 +887,7 @@ export const FAKE_ENGINE_FLAGS: FlagSpecs = {
 };
 
 const USAGE = `usage: llmgw fake-engine --model NAME [--model NAME2 ...] [--port P] [--host H]
-                         [--ttft-ms N] [--token-delay-ms N] [--flush-events] [--tokens N] [--slots N] [--cache-blocks N]
+                         [--ttft-ms N] [--token-delay-ms N] [--flush-events] [--tokens N] [--slots N] [--cache-blocks N] [--fail-every N]
                          [--api-key KEY (or env ${FAKE_ENGINE_KEY_ENV})]`;
 
 function numberFlag(flag: string, raw: string, min: number, max: number, integer: boolean): number {
@@ -889,6 +935,10 @@ export function parseFakeEngineFlags(argv: string[], env: Record<string, string 
   if (opts.tokenDelayMs === undefined && delayEnv !== undefined && delayEnv !== "") opts.tokenDelayMs = numberFlag(FAKE_TOKEN_DELAY_ENV, delayEnv, 0, 60_000, false);
   set("tokens", number("tokens", 1, MAX_COMPLETION_TOKENS, true));
   set("slots", number("slots", 1, Infinity, true));
+  const failEvery = number("fail-every", 0, 1_000_000, true);
+  const failEnv = env[FAKE_FAIL_EVERY_ENV];
+  if (failEvery !== undefined) opts.failEvery = failEvery;
+  else if (failEnv !== undefined && failEnv !== "") opts.failEvery = numberFlag(FAKE_FAIL_EVERY_ENV, failEnv, 0, 1_000_000, true);
   if (flags["flush-events"] === true) opts.flushEvents = true;
   const blocks = number("cache-blocks", 0, Infinity, true);
   if (blocks !== undefined) opts.prefixCache = { blocks };
