@@ -73,8 +73,8 @@ export interface ProxyContext {
   readonly responses: Pick<ResponseIds, "remember">;
   readonly catalog: Pick<Catalog, "nameOf">;
   readonly admission: Pick<Admission, "headers" | "tokens">;
-  /** The usage ledger: every request is counted in it once, where it ends. */
-  readonly ledger: Pick<Ledger, "answered">;
+  /** The usage ledger: every request is counted in it once, where it ends; off (on: false), engines are asked for no usage. */
+  readonly ledger: Pick<Ledger, "answered"> & { readonly on?: boolean };
   /**
    * Slots on replicas with a concurrency bound, and the fair queue for them (slot-gate.ts): a
    * lease, "wait" when the request was queued (or answered), undefined when the model is not gated.
@@ -126,7 +126,7 @@ class Call implements SlotClaim {
   ) {
     this.opened = req.ex.answered;
     this.extra = forwardHeaders(req.ex.headers);
-    this.usage = addsUsage(req.ex.path, req.facts);
+    this.usage = ctx.ledger.on !== false && addsUsage(req.ex.path, req.facts);
   }
 
   next(): void {

@@ -84,6 +84,12 @@ export interface RouterOptions {
   metricsIntervalMs: number;
   /** How the balancer places requests (balancer.ts). */
   balancer: BalancerSettings;
+  /**
+   * The usage ledger (ledger.ts); false: no rows are counted, and streamed requests go to the
+   * engine as the client sent them (no include_usage added, none taken out). Token limits still
+   * count what streams. Default on.
+   */
+  usageLedger?: boolean;
   /** Require a client API key (created with `llmgw keys create`) on /v1/*. Off by default. */
   requireApiKey?: boolean;
   /** The admin token: it alone opens GET /metrics. */
@@ -132,7 +138,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink {
   constructor(private readonly o: RouterOptions) {
     const scheduler = o.scheduler ?? realScheduler;
     this.scheduler = scheduler;
-    this.ledger = new Ledger(scheduler);
+    this.ledger = new Ledger(scheduler, o.usageLedger !== false);
     // The engine pool and the listener (start()) run on the same scheduler.
     this.upstream = new UpstreamPool({ scheduler });
     this.balancer = new Balancer({ ...o.balancer, now: () => scheduler.now() });
