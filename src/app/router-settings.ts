@@ -20,6 +20,7 @@ export type RouterSettings = Pick<
   | "cooldownMs"
   | "metricsIntervalMs"
   | "balancer"
+  | "usageLedger"
 >;
 
 export function routerSettings(config: ServeConfig): RouterSettings {
@@ -35,6 +36,7 @@ export function routerSettings(config: ServeConfig): RouterSettings {
     maxHeldPerModel: config.max_held_per_model,
     cooldownMs: config.endpoint_cooldown,
     metricsIntervalMs: config.engine_metrics_interval,
+    usageLedger: config.usage_ledger,
     balancer: {
       loadFactor: config.balance_load_factor,
       // A conversation is held to the looser bound, never a tighter one than placement's.

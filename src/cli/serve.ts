@@ -25,6 +25,7 @@ export const SERVE_FLAGS: FlagSpecs = {
   "restart-backoff-max": { kind: "string", value: "DURATION", help: `longest retry delay (default ${d("restart_backoff_max")})` },
   "crash-window": { kind: "string", value: "DURATION", help: `a replica that crashes within this long of becoming ready counts towards its model's crash loop (restarted after the restart backoff, parked after --max-failures in a row); one that stays ready this long ends the loop (default ${d("crash_window")})` },
   "replace-after": { kind: "string", value: "DURATION", help: `how long a node may be unreachable before its replicas are replaced (default ${d("replace_after")})` },
+  "usage-ledger": { kind: "string", value: "on|off", choices: ["on", "off"], help: `router: count each key's use per model and hour from the engines' usage (llmgw usage); off, streamed requests go to engines untouched and nothing is counted (default ${d("usage_ledger")})` },
   "usage-retention": { kind: "string", value: "DURATION", help: `how long the usage ledger's hourly rows are kept (default ${d("usage_retention")})` },
   "scale-down-delay": { kind: "string", value: "DURATION", help: `a model scaled on target_inflight scales down by one replica only after its load stayed low this long (default ${d("scale_down_delay")})` },
   "engine-base-port": {

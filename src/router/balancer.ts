@@ -413,7 +413,7 @@ export class Balancer implements UsageSource {
     if (s === undefined || (exclude !== undefined && exclude.has(id))) return undefined;
     const entry = this.models.get(model);
     const tiers = entry === undefined ? undefined : pool === undefined ? entry.any : entry.pools.get(pool);
-    if (tiers === undefined || !tiers.some((t) => s.tiers.includes(t))) return undefined;
+    if (tiers === undefined || !sharesTier(tiers, s.tiers)) return undefined;
     return this.take(s, this.now());
   }
 
@@ -623,4 +623,10 @@ function vnodePositions(id: string, count: number): Uint32Array {
   // from a caller) likewise, over the whole ring.
   for (let i = 0; i < count; i++) out[i] = mix32(fnvStep(base, mix32(i + 1)));
   return out;
+}
+
+/** Whether the two lists of tiers have one in common (a loop: acquireOn is on the request path, and a closure per call is garbage). */
+function sharesTier(a: readonly Tier[], b: readonly Tier[]): boolean {
+  for (let i = 0; i < a.length; i++) if (b.includes(a[i]!)) return true;
+  return false;
 }

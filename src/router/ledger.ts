@@ -27,7 +27,14 @@ export class Ledger {
   /** Rows of an hour that ended (or of a key renamed) not yet taken. */
   private closed: UsageRow[] = [];
 
-  constructor(private readonly time: Pick<Scheduler, "now">) {}
+  /**
+   * on: false (`serve --usage-ledger off`): nothing is counted, and the proxy asks engines for no
+   * usage it would then have to take out of streams again (proxy.ts, usage-stream.ts).
+   */
+  constructor(
+    private readonly time: Pick<Scheduler, "now">,
+    readonly on = true,
+  ) {}
 
   /** The keys the control plane sent: rows from now on carry their names and teams. */
   setKeys(keys: readonly ApiKeyEntry[]): void {
@@ -43,6 +50,7 @@ export class Ledger {
    * GPU-seconds (gpu-time.ts). Plain arguments: nothing is allocated per request.
    */
   answered(owner: string, model: string, s: number, prompt: number, completion: number, cached: number, aborted: boolean, gpuSeconds = 0): void {
+    if (!this.on) return;
     const r = this.row(owner, model);
     r.requests++;
     r.gpu_seconds += gpuSeconds;
@@ -61,6 +69,7 @@ export class Ledger {
 
   /** A request refused by its key's or team's limits. */
   refused(owner: string, model: string): void {
+    if (!this.on) return;
     const r = this.row(owner, model);
     r.requests++;
     r.errors++;

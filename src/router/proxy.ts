@@ -78,8 +78,8 @@ export interface ProxyContext {
   readonly responses: Pick<ResponseIds, "remember">;
   readonly catalog: Pick<Catalog, "nameOf">;
   readonly admission: Pick<Admission, "headers" | "tokens">;
-  /** The usage ledger: every request is counted in it once, where it ends. */
-  readonly ledger: Pick<Ledger, "answered">;
+  /** The usage ledger: every request is counted in it once, where it ends; off (on: false), engines are asked for no usage. */
+  readonly ledger: Pick<Ledger, "answered"> & { readonly on?: boolean };
   /** The replicas' GPU clocks: a request's share of its replica's GPUs while it held a slot (gpu-time.ts). */
   readonly gpu?: Pick<GpuTime, "start" | "end">;
   /** Per replica, what the ledger counted, to check against the engine's own counters. */
@@ -137,7 +137,7 @@ class Call implements SlotClaim {
   ) {
     this.opened = req.ex.answered;
     this.extra = forwardHeaders(req.ex.headers);
-    this.usage = addsUsage(req.ex.path, req.facts);
+    this.usage = ctx.ledger.on !== false && addsUsage(req.ex.path, req.facts);
   }
 
   next(): void {

@@ -89,6 +89,12 @@ export interface RouterOptions {
   metricsIntervalMs: number;
   /** How the balancer places requests (balancer.ts). */
   balancer: BalancerSettings;
+  /**
+   * The usage ledger (ledger.ts); false: no rows are counted, and streamed requests go to the
+   * engine as the client sent them (no include_usage added, none taken out). Token limits still
+   * count what streams. Default on.
+   */
+  usageLedger?: boolean;
   /** Require a client API key (created with `llmgw keys create`) on /v1/*. Off by default. */
   requireApiKey?: boolean;
   /** The admin token: it alone opens GET /metrics. */
@@ -143,7 +149,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink, Ledg
   constructor(private readonly o: RouterOptions) {
     const scheduler = o.scheduler ?? realScheduler;
     this.scheduler = scheduler;
-    this.ledger = new Ledger(scheduler);
+    this.ledger = new Ledger(scheduler, o.usageLedger !== false);
     this.budget = new Budget(scheduler);
     // The engine pool and the listener (start()) run on the same scheduler.
     this.upstream = new UpstreamPool({ scheduler });
@@ -190,7 +196,8 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink, Ledg
       gate: this.gate,
       ledger,
       gpu: new GpuTime(scheduler),
-      reconcile: this.reconciler,
+      // With the ledger off there is nothing to check against the engines.
+      ...(o.usageLedger !== false ? { reconcile: this.reconciler } : {}),
       internalError,
     };
     // Bound, not wrapped: a request passes from dispatch or cold start straight into proxy.ts.

@@ -148,17 +148,12 @@ export class SlotGate {
 
   /** A lease on `s` that, given back, hands the freed slot to the model's next waiter. */
   private take(s: EndpointState, req: ProxyRequest, exclude: ReadonlySet<string> | undefined, name: string): Lease {
-    const inner = this.ctx.balancer.acquireOn(s.id, req.facts.model, req.pool, exclude)!;
-    let open = true;
-    return {
-      endpoint: inner.endpoint,
-      release: () => {
-        if (!open) return;
-        open = false;
-        inner.release();
-        this.pump(name);
-      },
-    };
+    return new GatedLease(this.ctx.balancer.acquireOn(s.id, req.facts.model, req.pool, exclude)!, this, name);
+  }
+
+  /** @internal A gated lease was given back: the model's next waiter may take the slot. */
+  freed(name: string): void {
+    if (this.queues.size > 0) this.pump(name);
   }
 
   /** The model's replicas in the pool, not excluded, when every one has a bound; else undefined. */
@@ -185,6 +180,27 @@ export class SlotGate {
     }
     this.byModel = by;
     this.seen = list;
+  }
+}
+
+/** One object per request, where a closure over the same would be three (its scope, the function, the lease). */
+class GatedLease implements Lease {
+  private open = true;
+  readonly endpoint: EndpointState;
+
+  constructor(
+    private readonly inner: Lease,
+    private readonly gate: SlotGate,
+    private readonly name: string,
+  ) {
+    this.endpoint = inner.endpoint;
+  }
+
+  release(): void {
+    if (!this.open) return;
+    this.open = false;
+    this.inner.release();
+    this.gate.freed(this.name);
   }
 }
 

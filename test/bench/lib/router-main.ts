@@ -8,6 +8,11 @@
 // --api-key SECRET requires client keys and gives the router that one (and 1,000 others);
 // --limits gives it and its team rate and concurrency limits too high ever to refuse
 // (test/bench/admission.ts measures what admission costs).
+// --tenants SECRET_A,SECRET_B requires client keys and gives the router two teams (one
+// interactive, one batch) with a key each, their rpm, tpm and max-concurrent limits and their
+// teams' too high ever to refuse, and 1,000 other keys; --max-inflight N bounds every replica (the
+// slot gate and its fair queue); --usage-ledger off turns the usage ledger off
+// (test/bench/limits.ts measures everything on against everything off).
 // --gc-ms forces a full collection every N ms: a diagnostic, to tell garbage from live memory.
 // LLMGW_HTTP_SERVER=bun runs the router's listener on Bun.serve instead of its own server
 // (src/http/bun-serve.ts): test/bench/proxy.ts measures both.
@@ -50,11 +55,26 @@ const endpoints: EndpointInfo[] = (JSON.parse(raw) as Partial<EndpointInfo>[]).m
   priority: e.priority ?? 0,
   // The replica's engine key, which the router presents to the engine.
   ...(e.key !== undefined ? { key: e.key } : {}),
+  ...(flag("--max-inflight") !== undefined ? { max_inflight: Number(flag("--max-inflight")) } : {}),
 }));
 
 const apiKey = flag("--api-key");
-const router = new Router({ ...settings, host: "127.0.0.1", port, metricsIntervalMs, ...(apiKey !== undefined ? { requireApiKey: true } : {}) });
-if (apiKey !== undefined) {
+const tenants = flag("--tenants")?.split(",");
+const router = new Router({
+  ...settings,
+  host: "127.0.0.1",
+  port,
+  metricsIntervalMs,
+  ...(apiKey !== undefined || tenants !== undefined ? { requireApiKey: true } : {}),
+  ...(flag("--usage-ledger") === "off" ? { usageLedger: false } : {}),
+});
+if (tenants !== undefined) {
+  const high = { rpm: 1e9, tpm: 1e12, maxConcurrent: 1e6 };
+  const teams = ["web", "nightly"] as const;
+  const keys = tenants.map((secret, i) => ({ name: `bench-${i}`, sha256: sha256hex(secret), pool: null, team: teams[i % 2], tier: i % 2 === 0 ? ("interactive" as const) : ("batch" as const), limits: high, teamLimits: high }));
+  const others = Array.from({ length: 1000 }, (_, i) => ({ name: `other-${i}`, sha256: sha256hex(`other-${i}`), pool: null, team: teams[i % 2], limits: high, teamLimits: high }));
+  router.setApiKeys([...keys, ...others]);
+} else if (apiKey !== undefined) {
   const high = { rpm: 1e9, tpm: 1e12, maxConcurrent: 1e6 };
   const limits = args.includes("--limits") ? { team: "bench", limits: high, teamLimits: high } : {};
   const others = Array.from({ length: 1000 }, (_, i) => ({ name: `other-${i}`, sha256: sha256hex(`other-${i}`), pool: null, ...limits }));
@@ -71,6 +91,10 @@ const gcMs = Number(flag("--gc-ms") ?? 0);
 if (gcMs > 0) setInterval(() => Bun.gc(true), gcMs);
 
 const stop = () => {
+  // What the usage ledger counted, for a bench to check it was on (and counted every request).
+  const rows = router.takeLedger();
+  const sum = (f: (r: (typeof rows)[number]) => number) => rows.reduce((a, r) => a + f(r), 0);
+  console.log(`ledger: ${sum((r) => r.requests)} requests, ${sum((r) => r.prompt_tokens)} prompt tokens, ${sum((r) => r.completion_tokens)} completion tokens, ${sum((r) => r.errors)} errors`);
   router.stop().finally(() => process.exit(0));
 };
 process.on("SIGTERM", stop);
