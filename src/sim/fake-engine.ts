@@ -10,7 +10,7 @@ import { type FlagSpecs, UsageError, parseFlags } from "../config/flags";
 import { hostPort } from "../lib/net";
 import { openAIErrorBody } from "../router/errors";
 import { PrefixCache, ttftWithHits } from "./prefix-cache";
-import { type Scored, rerank, score } from "./fake-scoring";
+import { SCORED_PATHS, embed, scoredResponse } from "./fake-scoring";
 
 export interface PrefixCacheOptions {
   /** Cached blocks kept in the LRU; 0 disables the cache. */
@@ -282,25 +282,6 @@ function labelValue(s: string): string {
   return s.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n");
 }
 
-/** A unit vector derived from the text, so equal inputs embed equally across runs. */
-function embed(text: string, dim: number): number[] {
-  let s = Bun.hash.xxHash32(text) | 0;
-  const v = new Array<number>(dim);
-  let norm = 0;
-  for (let i = 0; i < dim; i++) {
-    // mulberry32
-    s = (s + 0x6d2b79f5) | 0;
-    let t = Math.imul(s ^ (s >>> 15), 1 | s);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    const x = ((t ^ (t >>> 14)) >>> 0) / 4294967296 - 0.5;
-    v[i] = x;
-    norm += x * x;
-  }
-  norm = Math.sqrt(norm) || 1;
-  for (let i = 0; i < dim; i++) v[i] = Math.fround(v[i]! / norm);
-  return v;
-}
-
 /**
  * A turn of the event loop: what a stream enqueued before it is written to the socket before
  * what it enqueues after (within one turn Bun gathers a stream's chunks into one write).
@@ -416,8 +397,7 @@ class Engine {
       if (path === "/v1/completions") return this.generate(req, server, Kind.Text);
       if (path === "/v1/responses") return this.generate(req, server, Kind.Responses);
       if (path === "/v1/embeddings") return this.embeddings(req);
-      if (path === "/v1/rerank" || path === "/rerank") return this.scored(req, (b) => rerank(b, `rerank-${this.idPrefix}${(this.nextId++).toString(36)}`));
-      if (path === "/v1/score" || path === "/score") return this.scored(req, (b) => score(b, `score-${this.idPrefix}${(this.nextId++).toString(36)}`, Math.floor(Date.now() / 1000)));
+      if (SCORED_PATHS.has(path)) return this.readBody(req).then((b) => scoredResponse(b, path, `${this.idPrefix}${(this.nextId++).toString(36)}`, (n) => this.countScored(n)));
     } else if (method === "GET") {
       if (path === "/health") return new Response(null, { status: 200 });
       if (path === "/v1/models") return new Response(this.modelsBody, { headers: JSON_HEADERS });
@@ -804,16 +784,11 @@ class Engine {
     );
   }
 
-  /** Rerank and score (fake-scoring.ts): counted in the prompt tokens, as vLLM counts them. */
-  private async scored(req: Request, answer: (body: Record<string, unknown>) => Scored): Promise<Response> {
-    const body = await this.readBody(req);
-    if (body instanceof Response) return body;
-    const out = answer(body);
-    if ("error" in out) return badRequest(out.error, out.param);
+  /** A rerank or score answered (fake-scoring.ts): counted in the prompt tokens, as vLLM counts them. */
+  private countScored(promptTokens: number): void {
     this.requests++;
     this.completed++;
-    this.promptTokensTotal += out.promptTokens;
-    return new Response(JSON.stringify(out.answer), { headers: JSON_HEADERS });
+    this.promptTokensTotal += promptTokens;
   }
 
   private metrics(): string {

@@ -1,7 +1,9 @@
-// The fake engine's rerank and score answers, shaped as vLLM's (RerankResponse: id, model,
+// The fake engine's embeddings (a unit vector from the text), and its rerank and score answers, shaped as vLLM's (RerankResponse: id, model,
 // usage, results; ScoreResponse: id, object, created, model, data, usage): what a ledger test
 // needs from every inference path is a usage the engine also counts in its own prompt token
 // counter. The scores are a deterministic function of the texts; nothing is ranked for real.
+
+import { openAIErrorBody } from "../router/errors";
 
 /** What an answer says, or what was wrong with the request (the field and the problem). */
 export type Scored = { answer: Record<string, unknown>; promptTokens: number } | { error: string; param: string };
@@ -61,4 +63,35 @@ export function score(body: Record<string, unknown>, id: string, created: number
     return { index, object: "score", score: pairScore(q, t) };
   });
   return { answer: { id, object: "list", created, model: body.model, data, usage: { prompt_tokens: promptTokens, total_tokens: promptTokens, completion_tokens: 0 } }, promptTokens };
+}
+
+/** The paths answered here, as vLLM serves them. */
+export const SCORED_PATHS: ReadonlySet<string> = new Set(["/v1/rerank", "/rerank", "/v1/score", "/score"]);
+
+/** The answer to a rerank or score request (its body parsed, or the engine's refusal of it); `counted` gets its prompt tokens. */
+export function scoredResponse(body: Record<string, unknown> | Response, path: string, id: string, counted: (promptTokens: number) => void): Response {
+  if (body instanceof Response) return body;
+  const out = path.endsWith("rerank") ? rerank(body, `rerank-${id}`) : score(body, `score-${id}`, Math.floor(Date.now() / 1000));
+  if ("error" in out) return new Response(openAIErrorBody(400, out.error, { param: out.param }), { status: 400, headers: { "content-type": "application/json" } });
+  counted(out.promptTokens);
+  return new Response(JSON.stringify(out.answer), { headers: { "content-type": "application/json" } });
+}
+
+/** A unit vector derived from the text, so equal inputs embed equally across runs. */
+export function embed(text: string, dim: number): number[] {
+  let s = Bun.hash.xxHash32(text) | 0;
+  const v = new Array<number>(dim);
+  let norm = 0;
+  for (let i = 0; i < dim; i++) {
+    // mulberry32
+    s = (s + 0x6d2b79f5) | 0;
+    let t = Math.imul(s ^ (s >>> 15), 1 | s);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    const x = ((t ^ (t >>> 14)) >>> 0) / 4294967296 - 0.5;
+    v[i] = x;
+    norm += x * x;
+  }
+  norm = Math.sqrt(norm) || 1;
+  for (let i = 0; i < dim; i++) v[i] = Math.fround(v[i]! / norm);
+  return v;
 }

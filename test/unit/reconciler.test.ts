@@ -96,7 +96,7 @@ describe("placing what is short", () => {
     const r = (await byModel("m"))[0]!;
     expect(r.state).toBe("ready");
     const last = published.at(-1)!;
-    expect(last).toEqual([{ id: r.id, url: r.endpoint!, models: ["m", "mm"], engine: "vllm", pool: "default", weight: 1, priority: 0 }]);
+    expect(last).toEqual([{ id: r.id, url: r.endpoint!, models: ["m", "mm"], engine: "vllm", pool: "default", weight: 1, priority: 0, gpus: 1 }]);
     expect(last[0]!.url.endsWith("/")).toBe(false);
     const n = published.length;
     await ctl.loop.tick();
