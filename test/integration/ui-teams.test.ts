@@ -62,7 +62,7 @@ describe("teams", () => {
     expect(p.status).toBe(200);
     expect(p.html).toContain('aria-current="page">Teams</a>');
     expect(p.html).toContain('href="/ui/teams/ml"');
-    expect(row(p.html, "data-team", "ml")).toEqual({ priority: "batch", rpm: "0/3", tpm: "0/1000", concurrent: "-", budget: "5M tok/week", keys: "notebook, trainer" });
+    expect(row(p.html, "data-team", "ml")).toEqual({ priority: "batch", rpm: "0/3", tpm: "0/1000", concurrent: "-", budget: "0/5M tok/week", keys: "notebook, trainer" });
     expect(row(p.html, "data-team", "web")).toEqual({ priority: "interactive", rpm: "-", tpm: "-", concurrent: "-", budget: "-", keys: "site" });
   });
 
@@ -71,7 +71,7 @@ describe("teams", () => {
     expect(p.status).toBe(200);
     expect(p.html).toContain('data-testid="team-title" data-team="ml"');
     expect(p.html).toContain('<dd data-field="rpm">0/3</dd>');
-    expect(p.html).toContain('<dd data-field="budget">5M tok/week</dd>');
+    expect(p.html).toContain('<dd data-field="budget">0/5M tok/week</dd>');
     expect(p.html).toContain('<dd data-field="priority">batch</dd>');
     expect([...p.html.matchAll(/data-testid="key-row" data-key="([^"]+)"/g)].map((m) => m[1]).sort()).toEqual(["notebook", "trainer"]);
     expect(row(p.html, "data-key", "trainer")).toMatchObject({ tier: "(team)", rpm: "0/5", tpm: "-", concurrent: "-", models: "llama", expires: "2026-01-31 12:00" });
