@@ -9,6 +9,7 @@ import { describe, expect, test } from "bun:test";
 import type { UsageRowView } from "../../src/protocol/views";
 import { run, until } from "../helpers/binary";
 import { running, withCluster } from "../helpers/cluster";
+import { counterSum as counter } from "../helpers/prom-text";
 
 const PROFILE = { name: "h100", engine: "vllm", gpu_class: "H100-80GB", gpus: 1 };
 
@@ -24,12 +25,6 @@ const CALLS: [string, object][] = [
   ["/v1/score", { text_1: "a query", text_2: ["one", "two", "three"] }],
   ["/v1/score", { text_1: ["left", "right"], text_2: ["up", "down"] }],
 ];
-
-function counter(text: string, name: string): number {
-  let n = 0;
-  for (const line of text.split("\n")) if (line.startsWith(`${name}{`) || line.startsWith(`${name} `)) n += Number(line.slice(line.lastIndexOf(" ") + 1));
-  return n;
-}
 
 describe("every inference endpoint", () => {
   const cluster = withCluster(["--require-api-key"]);

@@ -9,17 +9,11 @@ import { describe, expect, test } from "bun:test";
 import type { UsageRowView } from "../../src/protocol/views";
 import { run, until } from "../helpers/binary";
 import { withCluster } from "../helpers/cluster";
+import { counterSum as counter } from "../helpers/prom-text";
 
 const PROFILE = { name: "h100", engine: "vllm", gpu_class: "H100-80GB", gpus: 1 };
 const STREAMED = 4;
 const WHOLE = 3;
-
-/** A counter's value in a Prometheus exposition (summed over its series). */
-function counter(text: string, name: string): number {
-  let n = 0;
-  for (const line of text.split("\n")) if (line.startsWith(`${name}{`) || line.startsWith(`${name} `)) n += Number(line.slice(line.lastIndexOf(" ") + 1));
-  return n;
-}
 
 describe("llmgw usage", () => {
   const cluster = withCluster(["--require-api-key"]);

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { UsageRow } from "../../src/protocol/routing";
 import type { UsageRowView } from "../../src/protocol/views";
 import { type TestServer, testServer } from "../helpers/server";
+import { usageRow } from "../helpers/usage-row";
 
 let s: TestServer;
 beforeAll(async () => {
@@ -13,23 +14,7 @@ beforeAll(async () => {
 afterAll(() => s.stop());
 
 const HOUR = 3_600_000;
-const row = (over: Partial<UsageRow>): UsageRow => ({
-  team: "search",
-  key: "svc",
-  model: "llama",
-  hour: 0,
-  requests: 1,
-  prompt_tokens: 10,
-  completion_tokens: 5,
-  cached_tokens: 0,
-  errors: 0,
-  errors_4xx: 0,
-  errors_5xx: 0,
-  refused: 0,
-  aborted: 0,
-  gpu_seconds: 0,
-  ...over,
-});
+const row = (over: Partial<UsageRow> = {}): UsageRow => usageRow({ team: "search", key: "svc", model: "llama", prompt_tokens: 10, completion_tokens: 5, ...over });
 
 describe("GET /api/v1/usage", () => {
   test("rows of the last 24h by default; grouped per team, key, model or pool; an older hour only with a longer since", async () => {

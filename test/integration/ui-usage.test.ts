@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { UI_COOKIE } from "../../src/api/ui";
 import type { UsageRow } from "../../src/protocol/routing";
 import { type TestServer, testServer } from "../helpers/server";
+import { usageRow } from "../helpers/usage-row";
 
 let s: TestServer;
 let cookie: string;
@@ -21,23 +22,7 @@ const HOSTILE_TEAM = "evil\u001b[2J\u202e<script>alert(1)</script>";
 const HOSTILE_KEY = "k\u0007ey<img src=x onerror=alert(2)>";
 
 const json = (body: unknown) => ({ method: "POST", body: JSON.stringify(body) });
-const row = (over: Partial<UsageRow>): UsageRow => ({
-  team: "ml",
-  key: "trainer",
-  model: "llama",
-  hour: 0,
-  requests: 1,
-  prompt_tokens: 10,
-  completion_tokens: 5,
-  cached_tokens: 0,
-  errors: 0,
-  errors_4xx: 0,
-  errors_5xx: 0,
-  refused: 0,
-  aborted: 0,
-  gpu_seconds: 0,
-  ...over,
-});
+const row = (over: Partial<UsageRow> = {}): UsageRow => usageRow({ team: "ml", key: "trainer", model: "llama", prompt_tokens: 10, completion_tokens: 5, ...over });
 
 beforeAll(async () => {
   s = await testServer();

@@ -6,28 +6,13 @@ import { describe, expect, test } from "bun:test";
 import { Chart } from "../../src/api/ui-charts";
 import { USAGE_RANGES, fmtCount, teamAnchor, teamUsage, usageRange } from "../../src/api/ui-usage";
 import type { UsageRowView } from "../../src/protocol/views";
+import { usageRow } from "../helpers/usage-row";
 
 const HOUR = 3_600_000;
 const NOW = Date.UTC(2026, 0, 1, 12, 30);
 const H = NOW - (NOW % HOUR);
 
-const row = (over: Partial<UsageRowView>): UsageRowView => ({
-  team: "ml",
-  key: "a",
-  model: "m",
-  hour: H,
-  requests: 1,
-  prompt_tokens: 10,
-  completion_tokens: 5,
-  cached_tokens: 1,
-  errors: 0,
-  errors_4xx: 0,
-  errors_5xx: 0,
-  refused: 0,
-  aborted: 0,
-  gpu_seconds: 0,
-  ...over,
-});
+const row = (over: Partial<UsageRowView> = {}): UsageRowView => usageRow({ team: "ml", key: "a", hour: H, prompt_tokens: 10, completion_tokens: 5, cached_tokens: 1, ...over });
 
 describe("teamUsage", () => {
   test("every hour of the range per team, oldest first, with the rows of each hour added up", () => {
