@@ -9,7 +9,7 @@ import { Worker } from "node:worker_threads";
 import type { Logger } from "pino";
 import type { Scheduler, Timer } from "../lib/scheduler";
 import { FromRouter, type ToRouter } from "../protocol/router-link";
-import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, LimitUseEntry, ModelTraffic, TrafficSource, UsageRow, UsageSource } from "../protocol/routing";
+import type { ApiKeyEntry, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, LimitShares, LimitUseEntry, ModelTraffic, TrafficSource, UsageRow, UsageSource } from "../protocol/routing";
 import { mergeUsageRows } from "../protocol/usage-rows";
 import type { RouterWorkerData } from "./router-worker";
 import { ListReceived, ListSent } from "./list-delta";
@@ -48,6 +48,7 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
   private catalog: CatalogEntry[] | undefined;
   private keys: ApiKeyEntry[] | undefined;
   private fleet: string | undefined;
+  private shares: LimitShares | undefined;
   private used: ReadonlyMap<string, number> = new Map();
   private inflight: ReadonlyMap<string, number> = new Map();
   /** Each limited key's and team's use, as of the last usage report. */
@@ -80,6 +81,8 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
     const port = await this.spawn();
     // A replacement thread listens where the first one did, even when the config said port 0.
     this.o.data.port = port;
+    // Shares set before the thread ran (a head node among several) reach it before any key.
+    if (this.shares) this.setLimitShares(this.shares);
     return { port };
   }
 
@@ -148,6 +151,8 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
     this.catalogOut.reset();
     this.sendTable("endpoints");
     this.sendTable("catalog");
+    // The shares first: the keys' buckets are made at them.
+    if (this.shares) this.setLimitShares(this.shares);
     if (this.keys) this.post({ type: "api_keys", keys: this.keys });
     if (this.fleet !== undefined) this.post({ type: "fleet_metrics", text: this.fleet });
   }
@@ -206,6 +211,11 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
   setApiKeys(keys: ApiKeyEntry[]): void {
     this.keys = keys;
     this.post({ type: "api_keys", keys });
+  }
+
+  setLimitShares(s: LimitShares): void {
+    this.shares = s;
+    this.post({ type: "limit_shares", shares: s.shares.map(([x, n]) => [x, n] as [string, number]), fallback: s.fallback, ...(s.awaiting ? { awaiting: true } : {}) });
   }
 
   setFleetMetrics(text: string): void {

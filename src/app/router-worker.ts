@@ -66,6 +66,8 @@ function main(): void {
         return outOfStep("catalog entries", catalogIn.missing);
       case "api_keys":
         return router.setApiKeys(m.keys);
+      case "limit_shares":
+        return router.setLimitShares(m);
       case "fleet_metrics":
         return router.setFleetMetrics(m.text);
       case "usage_request":

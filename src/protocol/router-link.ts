@@ -60,6 +60,13 @@ export const ToRouter = z.discriminatedUnion("type", [
   z.object({ type: z.literal("api_keys"), keys: z.array(ApiKey) }),
   /** FleetMetricsSink.setFleetMetrics: the fleet gauges' exposition text. */
   z.object({ type: z.literal("fleet_metrics"), text: z.string() }),
+  /** EndpointSink.setLimitShares: this router's share of each limited key's and team's rpm and tpm. */
+  z.object({
+    type: z.literal("limit_shares"),
+    shares: z.array(z.tuple([z.string(), z.number().min(0).max(1)])),
+    fallback: z.number().min(0).max(1),
+    awaiting: z.boolean().optional(),
+  }),
   /** Asks for a usage snapshot; the router answers with a `usage` of the same id. */
   z.object({ type: z.literal("usage_request"), id: z.number().int() }),
   /** Asks for the traffic figures; the router answers with a `traffic` of the same id. */
@@ -111,7 +118,9 @@ export const FromRouter = z.discriminatedUnion("type", [
     id: z.number().int(),
     lastUsed: Entries,
     inflightByModel: Entries,
-    limitUse: z.array(z.object({ of: z.enum(["key", "team"]), name: z.string(), rpm: z.number().optional(), tpm: z.number().optional(), concurrent: z.number() })).optional(),
+    limitUse: z
+      .array(z.object({ of: z.enum(["key", "team"]), name: z.string(), rpm: z.number().optional(), tpm: z.number().optional(), concurrent: z.number(), askedRequests: z.number().optional(), askedTokens: z.number().optional() }))
+      .optional(),
     ledger: z.array(UsageRowSchema).optional(),
   }),
   /** TrafficSource.traffic(), as changes: every model's name in order, the figures of those that changed since the last answer. */

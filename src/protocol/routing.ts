@@ -111,6 +111,25 @@ export interface EndpointSink {
   setEndpoints(endpoints: EndpointInfo[]): void;
   setCatalog(models: CatalogEntry[]): void;
   setApiKeys(keys: ApiKeyEntry[]): void;
+  /** Several control planes: this router's share of each limited key's and team's rpm and tpm (control/limit-shares.ts). Absent: no sharing. */
+  setLimitShares?(s: LimitShares): void;
+}
+
+/** A per-minute allowance's name in limit shares: `key:rpm:alice`, `team:tpm:research`. */
+export function limitItem(of: "key" | "team", limit: "rpm" | "tpm", name: string): string {
+  return `${of}:${limit}:${name}`;
+}
+
+/**
+ * Control → router: the router's share (0..1) of each per-minute allowance, by item
+ * (`key:rpm:NAME`, `team:tpm:NAME`), `fallback` for the allowances not listed. `awaiting`: shares
+ * are coming but not computed yet (a head node that shares its limits, just started): a bucket
+ * made meanwhile is filled to its first share when that comes, not to the whole limit.
+ */
+export interface LimitShares {
+  shares: readonly (readonly [string, number])[];
+  fallback: number;
+  awaiting?: boolean;
 }
 
 /**
@@ -155,6 +174,10 @@ export interface LimitUseEntry {
   tpm?: number;
   /** Requests in flight. */
   concurrent: number;
+  /** Requests asked since the router started, admitted or refused: several routers share a limit by this demand. */
+  askedRequests?: number;
+  /** Tokens asked likewise (prompts as estimated, admitted or refused, and completions counted). */
+  askedTokens?: number;
 }
 
 /**

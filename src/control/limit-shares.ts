@@ -1,0 +1,124 @@
+// How several routers share each limited key's and team's per-minute allowance (rpm, tpm): each
+// router holds a share of it (its bucket's size and refill are limit × share, admission.ts), and
+// every control plane recomputes its router's share once a tick from what every router reported
+// to the store: its recent demand (requests and tokens asked, admitted or refused) per item.
+//
+// A share is a floor for every live router (RESERVE / N: a router that sees its first request of
+// a key can answer it without waiting for a tick) plus the rest in proportion to demand. Shares
+// computed by different control planes at different moments could sum to more than 1, so each
+// is also capped by what the others hold now: share ≤ 1 − Σ others' stored shares, computed and
+// written in one store transaction (serialised with the others' own). A router that wants more
+// thus waits until the others' rows show they gave it up (a tick or two), and the stored shares
+// of the live routers never sum to more than 1: together the routers' buckets hold at most the
+// limit and refill at most at the limit's rate, which is the bound of one router alone.
+// A router gone (its row not rewritten within liveWithinMs) stops counting, and its share is free.
+
+import { limitItem } from "../protocol/routing";
+
+/** What a router's own row calls the share of the items it did not list (keys it has not counted yet). */
+export const FALLBACK = "*";
+/** The part of each allowance spread evenly over the live routers, whatever their demand. */
+export const RESERVE = 1 / 8;
+/** How far back a router's demand counts. */
+export const DEMAND_WINDOW_MS = 5_000;
+
+export type LimitKind = "rpm" | "tpm";
+
+/** An allowance's name in the store's rows and the router's messages (protocol/routing.ts). */
+export const itemOf: (of: "key" | "team", limit: LimitKind, name: string) => string = limitItem;
+
+/** One router's row as the store holds it. */
+export interface ShareRow {
+  router: string;
+  /** Its recent demand per item. */
+  demand: Readonly<Record<string, number>>;
+  /** Its share per item, and FALLBACK's for the items it did not list. */
+  shares: Readonly<Record<string, number>>;
+  /** How long ago it was written (the database's clock). */
+  reportedAgoMs: number;
+}
+
+/** A router's shares: per item, and for any item not listed. */
+export interface Shares {
+  shares: Map<string, number>;
+  fallback: number;
+}
+
+export interface ShareInput {
+  /** This router's name (its control plane's). */
+  own: string;
+  /** Its recent demand per item: every item it limits, 0 when unasked. */
+  demand: ReadonlyMap<string, number>;
+  /** Every router's row as stored now, this one's previous too (ignored). */
+  rows: readonly ShareRow[];
+  liveWithinMs: number;
+}
+
+/** This router's shares: RESERVE / N each plus the rest by demand, capped by what the live others hold. */
+export function computeShares(i: ShareInput): Shares {
+  const others = i.rows.filter((r) => r.router !== i.own && r.reportedAgoMs <= i.liveWithinMs);
+  const n = others.length + 1;
+  const floor = RESERVE / n;
+  const held = (x: string) => others.reduce((s, r) => s + heldBy(r, x), 0);
+  const shares = new Map<string, number>();
+  for (const [x, d] of i.demand) {
+    const total = others.reduce((s, r) => s + Math.max(0, r.demand[x] ?? 0), Math.max(0, d));
+    const target = total > 0 ? floor + (1 - n * floor) * (Math.max(0, d) / total) : 1 / n;
+    shares.set(x, clamp(Math.min(target, 1 - held(x))));
+  }
+  return { shares, fallback: clamp(Math.min(1 / n, 1 - held(FALLBACK))) };
+}
+
+/** What a router holds of an item: its share, else its share of items it did not list (1 when it says neither). */
+function heldBy(r: ShareRow, x: string): number {
+  const s = r.shares[x] ?? r.shares[FALLBACK];
+  return typeof s === "number" && Number.isFinite(s) ? Math.min(1, Math.max(0, s)) : 1;
+}
+
+function clamp(s: number): number {
+  // Rounded down a little: the sum of shares each computed from the others' stays ≤ 1 in floating point.
+  const r = Math.floor(s * 1e9) / 1e9;
+  return r < 0 ? 0 : r > 1 ? 1 : r;
+}
+
+/** A key's or team's cumulative asks, as the router reports them (LimitUseEntry). */
+export interface Asked {
+  of: "key" | "team";
+  name: string;
+  rpm?: number;
+  tpm?: number;
+  askedRequests?: number;
+  askedTokens?: number;
+}
+
+/**
+ * A router's demand over the last DEMAND_WINDOW_MS, per item, from the cumulative counts it
+ * reports each tick: the count now less the oldest one within the window. A count that went
+ * down (the router thread replaced, the key made anew) starts again from zero.
+ */
+export class DemandWindow {
+  private readonly seen = new Map<string, { at: number; n: number }[]>();
+
+  constructor(private readonly windowMs = DEMAND_WINDOW_MS) {}
+
+  /** Takes this tick's counts (at: monotonic ms) and answers each limited item's demand. */
+  add(at: number, use: readonly Asked[]): Map<string, number> {
+    const out = new Map<string, number>();
+    const next = new Map<string, { at: number; n: number }[]>();
+    const one = (x: string, n: number) => {
+      let h = this.seen.get(x) ?? [];
+      if (h.length > 0 && n < h[h.length - 1]!.n) h = [];
+      h = h.filter((s) => s.at >= at - this.windowMs);
+      out.set(x, h.length > 0 ? n - h[0]!.n : 0);
+      h.push({ at, n });
+      next.set(x, h);
+    };
+    for (const u of use) {
+      if (u.rpm !== undefined) one(itemOf(u.of, "rpm", u.name), u.askedRequests ?? 0);
+      if (u.tpm !== undefined) one(itemOf(u.of, "tpm", u.name), u.askedTokens ?? 0);
+    }
+    this.seen.clear();
+    for (const [x, h] of next) this.seen.set(x, h);
+    return out;
+  }
+}

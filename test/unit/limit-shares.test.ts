@@ -1,0 +1,101 @@
+// How several routers share a key's rate limits (control/limit-shares.ts): a floor for every live
+// router plus the rest by demand, capped by what the others hold, so that shares written one
+// after another (as the store's transactions serialise them) never sum past 1; a router alone
+// holds everything; a router gone stops counting; the demand over the last few seconds from the
+// routers' cumulative counts.
+
+import { describe, expect, test } from "bun:test";
+import { DemandWindow, FALLBACK, RESERVE, type ShareRow, computeShares, itemOf } from "../../src/control/limit-shares";
+
+const X = itemOf("key", "rpm", "alice");
+const row = (router: string, demand: Record<string, number>, shares: Record<string, number>, reportedAgoMs = 0): ShareRow => ({ router, demand, shares, reportedAgoMs });
+const LIVE = 3_000;
+
+describe("computeShares", () => {
+  test("alone (no row, or only its own old one): the whole limit, with demand or without", () => {
+    expect(computeShares({ own: "a", demand: new Map([[X, 0]]), rows: [], liveWithinMs: LIVE })).toEqual({ shares: new Map([[X, 1]]), fallback: 1 });
+    const old = [row("a", { [X]: 5 }, { [X]: 0.2, [FALLBACK]: 0.5 })];
+    expect(computeShares({ own: "a", demand: new Map([[X, 7]]), rows: old, liveWithinMs: LIVE })).toEqual({ shares: new Map([[X, 1]]), fallback: 1 });
+  });
+
+  test("three routers: a floor each, the rest by demand; nothing asked anywhere: a third each", () => {
+    const rows = [row("b", { [X]: 30 }, { [X]: 0.1, [FALLBACK]: 0.1 }), row("c", { [X]: 0 }, { [X]: 0.1, [FALLBACK]: 0.1 })];
+    const floor = RESERVE / 3;
+    const s = computeShares({ own: "a", demand: new Map([[X, 90]]), rows, liveWithinMs: LIVE });
+    expect(s.shares.get(X)!).toBeCloseTo(floor + (1 - 3 * floor) * 0.75, 6);
+    expect(s.fallback).toBeCloseTo(1 / 3, 6);
+    const quiet = [row("b", { [X]: 0 }, { [X]: 1 / 3, [FALLBACK]: 1 / 3 }), row("c", {}, { [FALLBACK]: 1 / 3 })];
+    expect(computeShares({ own: "a", demand: new Map([[X, 0]]), rows: quiet, liveWithinMs: LIVE }).shares.get(X)!).toBeCloseTo(1 / 3, 6);
+  });
+
+  test("never more than the others leave: a router that wants more waits until their rows show they gave it up", () => {
+    // b and c still hold a third each (as written before a's demand reached them).
+    const rows = [row("b", { [X]: 0 }, { [X]: 1 / 3 }), row("c", { [X]: 0 }, { [X]: 1 / 3 })];
+    const first = computeShares({ own: "a", demand: new Map([[X, 100]]), rows, liveWithinMs: LIVE }).shares.get(X)!;
+    expect(first).toBeLessThanOrEqual(1 / 3);
+    // Once they lowered theirs (to their floor), a takes what they left.
+    const floor = RESERVE / 3;
+    const later = [row("b", { [X]: 0 }, { [X]: floor }), row("c", { [X]: 0 }, { [X]: floor })];
+    expect(computeShares({ own: "a", demand: new Map([[X, 100]]), rows: later, liveWithinMs: LIVE }).shares.get(X)!).toBeCloseTo(1 - 2 * floor, 6);
+  });
+
+  test("a router that joins holds nothing until the others make room; a router gone stops counting, and its share is free", () => {
+    const rows = [row("b", {}, { [X]: 1, [FALLBACK]: 1 })];
+    expect(computeShares({ own: "a", demand: new Map([[X, 0]]), rows, liveWithinMs: LIVE })).toEqual({ shares: new Map([[X, 0]]), fallback: 0 });
+    const gone = [row("b", { [X]: 50 }, { [X]: 0.9, [FALLBACK]: 0.9 }, LIVE + 1)];
+    expect(computeShares({ own: "a", demand: new Map([[X, 1]]), rows: gone, liveWithinMs: LIVE })).toEqual({ shares: new Map([[X, 1]]), fallback: 1 });
+  });
+
+  test("an item another router does not list counts at its fallback; a row that says neither counts as holding it all", () => {
+    const rows = [row("b", {}, { [FALLBACK]: 0.25 })];
+    expect(computeShares({ own: "a", demand: new Map([[X, 0]]), rows, liveWithinMs: LIVE }).shares.get(X)).toBe(0.5);
+    expect(computeShares({ own: "a", demand: new Map([[X, 0]]), rows: [row("b", {}, {})], liveWithinMs: LIVE }).shares.get(X)).toBe(0);
+  });
+
+  test("serialised read-decide-writes of three routers in any order: the stored shares never sum past 1, and they settle on the demand", () => {
+    const names = ["a", "b", "c"];
+    let seed = 7;
+    const rand = () => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed / 2 ** 31;
+    };
+    const stored = new Map<string, ShareRow>();
+    let worst = 0;
+    for (let step = 0; step < 3000; step++) {
+      // Demand moves every 300 steps; each step one router (at random) reads, decides and writes.
+      const phase = Math.floor(step / 300) % 3;
+      const demandOf = (n: string) => (phase === 0 ? 10 : n === names[phase] ? 100 : phase === 2 && n === "a" ? 20 : 0);
+      const own = names[Math.floor(rand() * 3)]!;
+      const demand = new Map([[X, demandOf(own)]]);
+      const s = computeShares({ own, demand, rows: [...stored.values()], liveWithinMs: LIVE });
+      stored.set(own, row(own, { [X]: demandOf(own) }, { [X]: s.shares.get(X)!, [FALLBACK]: s.fallback }));
+      const sum = [...stored.values()].reduce((t, r) => t + r.shares[X]!, 0);
+      worst = Math.max(worst, sum);
+      if (step % 300 === 299) {
+        // Settled: near the demand's split, and (almost) all of the limit in use.
+        const floor = RESERVE / 3;
+        const total = names.reduce((t, n) => t + demandOf(n), 0);
+        for (const n of names) expect(stored.get(n)!.shares[X]!).toBeCloseTo(floor + (1 - 3 * floor) * (demandOf(n) / total), 3);
+        expect(sum).toBeGreaterThan(0.999);
+      }
+    }
+    expect(worst).toBeLessThanOrEqual(1);
+  });
+});
+
+describe("DemandWindow", () => {
+  test("the count now less the oldest within the window; a count that went down starts again; a limit gone is forgotten", () => {
+    const w = new DemandWindow(5_000);
+    const use = (askedRequests: number, askedTokens: number) => [{ of: "key" as const, name: "alice", rpm: 0, tpm: 0, askedRequests, askedTokens }];
+    expect(w.add(0, use(10, 100))).toEqual(new Map([[X, 0], [itemOf("key", "tpm", "alice"), 0]]));
+    expect(w.add(1_000, use(30, 500)).get(X)).toBe(20);
+    expect(w.add(5_000, use(40, 600)).get(X)).toBe(30);
+    // The sample at 0 is past the window: counted from the one at 1 s.
+    expect(w.add(6_000, use(50, 700)).get(X)).toBe(20);
+    // The router thread replaced: its counts start again.
+    expect(w.add(7_000, use(3, 10)).get(X)).toBe(0);
+    expect(w.add(8_000, use(9, 10)).get(X)).toBe(6);
+    // Only the limits a key has count: without its rpm, no rpm item.
+    expect([...w.add(9_000, [{ of: "team", name: "t", tpm: 5, askedRequests: 1, askedTokens: 2 }]).keys()]).toEqual([itemOf("team", "tpm", "t")]);
+  });
+});
