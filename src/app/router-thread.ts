@@ -215,7 +215,8 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
 
   setLimitShares(s: LimitShares): void {
     this.shares = s;
-    this.post({ type: "limit_shares", shares: s.shares.map(([x, n]) => [x, n] as [string, number]), fallback: s.fallback, ...(s.awaiting ? { awaiting: true } : {}) });
+    const pairs = (l: readonly (readonly [string, number])[]) => l.map(([x, n]) => [x, n] as [string, number]);
+    this.post({ type: "limit_shares", shares: pairs(s.shares), fallback: s.fallback, ...(s.slots ? { slots: pairs(s.slots) } : {}), ...(s.awaiting ? { awaiting: true } : {}) });
   }
 
   setFleetMetrics(text: string): void {

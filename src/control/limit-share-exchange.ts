@@ -6,7 +6,7 @@
 import type { Logger } from "pino";
 import type { Scheduler } from "../lib/scheduler";
 import type { EndpointSink, UsageSource } from "../protocol/routing";
-import { DemandWindow, type Shares, computeShares } from "./limit-shares";
+import { DemandWindow, INFLIGHT, type Shares, computeShares, computeSlots } from "./limit-shares";
 import type { LimitSharesPort } from "./store-port";
 
 export interface LimitShareExchangeOptions {
@@ -40,10 +40,16 @@ export class LimitShareExchange {
   async exchange(): Promise<Shares | undefined> {
     const { name, liveWithinMs } = this.o;
     const now = this.o.scheduler.mono();
-    const demand = this.window.add(now, this.o.source.limitUse?.() ?? []);
+    const { demand, con } = this.window.take(now, this.o.source.limitUse?.() ?? []);
+    // The row says of each max-concurrent its demand and what is in flight (the others count it as held).
+    const row = new Map(demand);
+    for (const [x, c] of con) row.set(x, c.demand).set(x + INFLIGHT, c.inflight);
     try {
-      const out = await this.o.store.shareLimits(name, demand, (rows) => computeShares({ own: name, demand, rows, liveWithinMs }));
-      this.o.sink.setLimitShares?.({ shares: [...out.shares], fallback: out.fallback });
+      const out = await this.o.store.shareLimits(name, row, (rows) => ({
+        ...computeShares({ own: name, demand, rows, liveWithinMs }),
+        slots: computeSlots({ own: name, con, rows, liveWithinMs }),
+      }));
+      this.o.sink.setLimitShares?.({ shares: [...out.shares], fallback: out.fallback, slots: [...(out.slots ?? [])] });
       if (this.failing > 0) this.o.log.info({ ticks: this.failing }, "limit shares exchanged through the store again");
       this.failing = 0;
       this.okAt = now;

@@ -12,6 +12,10 @@
 // of the live routers never sum to more than 1: together the routers' buckets hold at most the
 // limit and refill at most at the limit's rate, which is the bound of one router alone.
 // A router gone (its row not rewritten within liveWithinMs) stops counting, and its share is free.
+//
+// Requests in flight (max-concurrent) are split the same way but in whole slots (computeSlots):
+// the limit apportioned by the same weights (largest remainders), capped by what the others hold
+// or still have in flight, so the routers together never have more in flight than the limit.
 
 import { limitItem } from "../protocol/routing";
 
@@ -22,10 +26,55 @@ export const RESERVE = 1 / 8;
 /** How far back a router's demand counts. */
 export const DEMAND_WINDOW_MS = 5_000;
 
-export type LimitKind = "rpm" | "tpm";
+export type LimitKind = "rpm" | "tpm" | "con";
+/** In a row's demand, beside a `con` item: the requests that router has in flight. */
+export const INFLIGHT = "#inflight";
 
 /** An allowance's name in the store's rows and the router's messages (protocol/routing.ts). */
 export const itemOf: (of: "key" | "team", limit: LimitKind, name: string) => string = limitItem;
+
+/** A `con` item's figures on this router: its demand, its requests in flight, the limit. */
+export interface SlotDemand {
+  demand: number;
+  inflight: number;
+  limit: number;
+}
+
+/**
+ * This router's slots of each max-concurrent limit: its part of the limit apportioned by the
+ * weights of computeShares (largest remainders, ties by router name: every control plane reading
+ * the same rows apportions the same way), capped by the limit less what each live other holds or
+ * still has in flight, whichever is more. A router with no slot refuses until one is its.
+ */
+export function computeSlots(i: { own: string; con: ReadonlyMap<string, SlotDemand>; rows: readonly ShareRow[]; liveWithinMs: number }): Map<string, number> {
+  const others = i.rows.filter((r) => r.router !== i.own && r.reportedAgoMs <= i.liveWithinMs);
+  const n = others.length + 1;
+  const floor = RESERVE / n;
+  const out = new Map<string, number>();
+  for (const [x, c] of i.con) {
+    const all = [{ router: i.own, d: Math.max(0, c.demand) }, ...others.map((r) => ({ router: r.router, d: Math.max(0, r.demand[x] ?? 0) }))];
+    const total = all.reduce((s, a) => s + a.d, 0);
+    const quota = all.map((a) => ({ router: a.router, q: c.limit * (total > 0 ? floor + (1 - n * floor) * (a.d / total) : 1 / n) }));
+    const whole = quota.map((a) => ({ router: a.router, n: Math.floor(a.q + 1e-9), rest: a.q - Math.floor(a.q + 1e-9) }));
+    let left = c.limit - whole.reduce((s, a) => s + a.n, 0);
+    for (const a of [...whole].sort((p, q) => q.rest - p.rest || (p.router < q.router ? -1 : p.router > q.router ? 1 : 0))) {
+      if (left <= 0) break;
+      a.n++;
+      left--;
+    }
+    const target = whole.find((a) => a.router === i.own)!.n;
+    const held = others.reduce((s, r) => s + Math.max(slotsHeld(r, x, c.limit), Math.max(0, r.demand[x + INFLIGHT] ?? 0)), 0);
+    out.set(x, Math.max(0, Math.min(target, c.limit - held)));
+  }
+  return out;
+}
+
+/** The slots a router holds: as it listed them, else its fallback share of the limit (all when it says neither). */
+function slotsHeld(r: ShareRow, x: string, limit: number): number {
+  const s = r.shares[x];
+  if (typeof s === "number" && Number.isFinite(s)) return Math.max(0, s);
+  return Math.floor(limit * heldBy(r, x) + 1e-9);
+}
 
 /** One router's row as the store holds it. */
 export interface ShareRow {
@@ -38,10 +87,11 @@ export interface ShareRow {
   reportedAgoMs: number;
 }
 
-/** A router's shares: per item, and for any item not listed. */
+/** A router's shares: per item, and for any item not listed; and its slots of each max-concurrent (whole requests). */
 export interface Shares {
   shares: Map<string, number>;
   fallback: number;
+  slots?: Map<string, number>;
 }
 
 export interface ShareInput {
@@ -89,6 +139,8 @@ export interface Asked {
   tpm?: number;
   askedRequests?: number;
   askedTokens?: number;
+  concurrent?: number;
+  maxConcurrent?: number;
 }
 
 /**
@@ -101,9 +153,17 @@ export class DemandWindow {
 
   constructor(private readonly windowMs = DEMAND_WINDOW_MS) {}
 
-  /** Takes this tick's counts (at: monotonic ms) and answers each limited item's demand. */
+  /**
+   * Takes this tick's counts (at: monotonic ms) and answers each limited item's demand; and of
+   * each max-concurrent, its demand (the requests asked), what is in flight and the limit.
+   */
   add(at: number, use: readonly Asked[]): Map<string, number> {
+    return this.take(at, use).demand;
+  }
+
+  take(at: number, use: readonly Asked[]): { demand: Map<string, number>; con: Map<string, SlotDemand> } {
     const out = new Map<string, number>();
+    const con = new Map<string, SlotDemand>();
     const next = new Map<string, { at: number; n: number }[]>();
     const one = (x: string, n: number) => {
       let h = this.seen.get(x) ?? [];
@@ -116,9 +176,15 @@ export class DemandWindow {
     for (const u of use) {
       if (u.rpm !== undefined) one(itemOf(u.of, "rpm", u.name), u.askedRequests ?? 0);
       if (u.tpm !== undefined) one(itemOf(u.of, "tpm", u.name), u.askedTokens ?? 0);
+      if (u.maxConcurrent !== undefined) {
+        const x = itemOf(u.of, "con", u.name);
+        one(x, u.askedRequests ?? 0);
+        con.set(x, { demand: out.get(x)!, inflight: u.concurrent ?? 0, limit: u.maxConcurrent });
+        out.delete(x);
+      }
     }
     this.seen.clear();
     for (const [x, h] of next) this.seen.set(x, h);
-    return out;
+    return { demand: out, con };
   }
 }

@@ -65,6 +65,7 @@ export const ToRouter = z.discriminatedUnion("type", [
     type: z.literal("limit_shares"),
     shares: z.array(z.tuple([z.string(), z.number().min(0).max(1)])),
     fallback: z.number().min(0).max(1),
+    slots: z.array(z.tuple([z.string(), z.number().int().min(0)])).optional(),
     awaiting: z.boolean().optional(),
   }),
   /** Asks for a usage snapshot; the router answers with a `usage` of the same id. */
@@ -119,7 +120,7 @@ export const FromRouter = z.discriminatedUnion("type", [
     lastUsed: Entries,
     inflightByModel: Entries,
     limitUse: z
-      .array(z.object({ of: z.enum(["key", "team"]), name: z.string(), rpm: z.number().optional(), tpm: z.number().optional(), concurrent: z.number(), askedRequests: z.number().optional(), askedTokens: z.number().optional() }))
+      .array(z.object({ of: z.enum(["key", "team"]), name: z.string(), rpm: z.number().optional(), tpm: z.number().optional(), concurrent: z.number(), askedRequests: z.number().optional(), askedTokens: z.number().optional(), maxConcurrent: z.number().optional() }))
       .optional(),
     ledger: z.array(UsageRowSchema).optional(),
   }),

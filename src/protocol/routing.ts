@@ -115,8 +115,8 @@ export interface EndpointSink {
   setLimitShares?(s: LimitShares): void;
 }
 
-/** A per-minute allowance's name in limit shares: `key:rpm:alice`, `team:tpm:research`. */
-export function limitItem(of: "key" | "team", limit: "rpm" | "tpm", name: string): string {
+/** A limit's name in limit shares: `key:rpm:alice`, `team:tpm:research`, `key:con:alice` (max-concurrent). */
+export function limitItem(of: "key" | "team", limit: "rpm" | "tpm" | "con", name: string): string {
   return `${of}:${limit}:${name}`;
 }
 
@@ -129,6 +129,8 @@ export function limitItem(of: "key" | "team", limit: "rpm" | "tpm", name: string
 export interface LimitShares {
   shares: readonly (readonly [string, number])[];
   fallback: number;
+  /** Its slots (whole requests in flight) of each max-concurrent, by `con` item; one not listed: the limit × fallback, rounded down. */
+  slots?: readonly (readonly [string, number])[];
   awaiting?: boolean;
 }
 
@@ -178,6 +180,8 @@ export interface LimitUseEntry {
   askedRequests?: number;
   /** Tokens asked likewise (prompts as estimated, admitted or refused, and completions counted). */
   askedTokens?: number;
+  /** Its max-concurrent as set, when it has one (the router's own slots of it may be fewer). */
+  maxConcurrent?: number;
 }
 
 /**

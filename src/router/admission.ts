@@ -22,7 +22,8 @@
 // others), one that grows only refills faster (nothing is handed out twice). The shares of the
 // live routers sum to at most 1, so together they admit no more than one router would with the
 // whole limit. The check stays local and O(1); a new share touches only the buckets' sizes.
-// Requests in flight (max-concurrent) are counted per router, not shared.
+// Requests in flight (max-concurrent) are shared in whole slots: each router may have its slots
+// in flight, the slots of all summing to at most the limit.
 
 import type { Scheduler } from "../lib/scheduler";
 import { type ApiKeyEntry, type KeyTier, type LimitShares, type LimitUseEntry, type UsageLimits, limitItem } from "../protocol/routing";
@@ -115,7 +116,10 @@ export class Bucket {
 export class Counters {
   rpm: Bucket | undefined = undefined;
   tpm: Bucket | undefined = undefined;
+  /** This router's slots of the max-concurrent (all of it alone). */
   maxConcurrent = Infinity;
+  /** The max-concurrent as set. */
+  concurrentLimit = Infinity;
   inflight = 0;
   /** Requests and tokens asked since the router started, admitted or refused: the demand several routers share a limit by. */
   askedRequests = 0;
@@ -123,6 +127,7 @@ export class Counters {
   /** The names of its allowances in limit shares. */
   readonly rpmItem: string;
   readonly tpmItem: string;
+  readonly conItem: string;
 
   constructor(
     readonly kind: "key" | "team",
@@ -130,13 +135,15 @@ export class Counters {
   ) {
     this.rpmItem = limitItem(kind, "rpm", name);
     this.tpmItem = limitItem(kind, "tpm", name);
+    this.conItem = limitItem(kind, "con", name);
   }
 
   /** Takes the limits published now; the buckets of the limits that stay keep their level. */
   apply(l: UsageLimits | undefined, now: number, shares: ShareBook): void {
     this.rpm = bucketFor(this.rpm, l?.rpm, now, shares, this.rpmItem);
     this.tpm = bucketFor(this.tpm, l?.tpm, now, shares, this.tpmItem);
-    this.maxConcurrent = l?.maxConcurrent !== undefined && l.maxConcurrent > 0 ? l.maxConcurrent : Infinity;
+    this.concurrentLimit = l?.maxConcurrent !== undefined && l.maxConcurrent > 0 ? l.maxConcurrent : Infinity;
+    this.maxConcurrent = shares.slotsOf(this.conItem, this.concurrentLimit);
   }
 
   /** Takes this router's shares now. */
@@ -149,24 +156,34 @@ export class Counters {
       b.refill(now);
       b.setShare(shares.of(item));
     }
+    this.maxConcurrent = shares.slotsOf(this.conItem, this.concurrentLimit);
   }
 }
 
 /** This router's shares of the allowances, as its control plane last sent them (1 each alone). */
 class ShareBook {
   private byItem: ReadonlyMap<string, number> = new Map();
+  private slots: ReadonlyMap<string, number> = new Map();
   private fallback = 1;
   /** Shares are coming but not computed yet: buckets made meanwhile wait for theirs, empty. */
   awaiting = false;
 
   set(s: LimitShares): void {
     this.byItem = new Map(s.shares);
+    this.slots = new Map(s.slots ?? []);
     this.fallback = s.fallback;
     this.awaiting = s.awaiting === true;
   }
 
   of(item: string): number {
     return this.byItem.get(item) ?? this.fallback;
+  }
+
+  /** This router's slots of a max-concurrent of `limit` (Infinity: none). */
+  slotsOf(item: string, limit: number): number {
+    if (limit === Infinity) return Infinity;
+    const s = this.slots.get(item);
+    return s !== undefined ? Math.min(s, limit) : Math.floor(limit * this.fallback + 1e-9);
   }
 }
 
@@ -327,7 +344,7 @@ export class Admission {
     const one = (c: Counters) => {
       const rpm = spent(c.rpm);
       const tpm = spent(c.tpm);
-      out.push({ of: c.kind, name: c.name, concurrent: c.inflight, ...(rpm !== undefined ? { rpm } : {}), ...(tpm !== undefined ? { tpm } : {}), askedRequests: c.askedRequests, askedTokens: c.askedTokens });
+      out.push({ of: c.kind, name: c.name, concurrent: c.inflight, ...(rpm !== undefined ? { rpm } : {}), ...(tpm !== undefined ? { tpm } : {}), askedRequests: c.askedRequests, askedTokens: c.askedTokens, ...(c.concurrentLimit !== Infinity ? { maxConcurrent: c.concurrentLimit } : {}) });
     };
     for (const s of this.byKey.values()) one(s.key);
     for (const t of this.teams.values()) one(t);
@@ -385,7 +402,10 @@ function limited(l: UsageLimits | undefined): boolean {
 
 /** The refusal of `c`'s limits for a request of `prompt` tokens, or undefined when they admit it. Refusals alone allocate. */
 function refusedBy(c: Counters, prompt: number, now: number): Refusal | undefined {
-  if (c.inflight >= c.maxConcurrent) return refusal(c, "concurrent", 1000, `${c.maxConcurrent} requests in flight, the most it may have at once`);
+  if (c.inflight >= c.maxConcurrent) {
+    const what = c.maxConcurrent < c.concurrentLimit ? `${c.inflight} requests in flight on this router, its share of the ${c.concurrentLimit} it may have at once across the routers` : `${c.maxConcurrent} requests in flight, the most it may have at once`;
+    return refusal(c, "concurrent", 1000, what);
+  }
   const r = c.rpm;
   if (r !== undefined) {
     r.refill(now);

@@ -20,7 +20,7 @@ function setup() {
     shareLimits(router: string, demand: ReadonlyMap<string, number>, decide: (rows: ShareRow[]) => Shares): Promise<Shares> {
       if (down) return Promise.reject(new Error("store down"));
       const out = decide([...rows.values()]);
-      rows.set(router, { router, demand: Object.fromEntries(demand), shares: { ...Object.fromEntries(out.shares), "*": out.fallback }, reportedAgoMs: 0 });
+      rows.set(router, { router, demand: Object.fromEntries(demand), shares: { ...Object.fromEntries(out.shares), ...Object.fromEntries(out.slots ?? []), "*": out.fallback }, reportedAgoMs: 0 });
       return Promise.resolve(out);
     },
   };
@@ -45,7 +45,7 @@ describe("LimitShareExchange", () => {
     setUse([{ of: "key", name: "alice", rpm: 3, concurrent: 0, askedRequests: 10, askedTokens: 0 }]);
     // Alone: the whole limit.
     await x.exchange();
-    expect(sent[1]).toEqual({ shares: [[X, 1]], fallback: 1 });
+    expect(sent[1]).toEqual({ shares: [[X, 1]], fallback: 1, slots: [] });
     // Another router asks three times as much and holds little: this one keeps a floor plus a quarter of the rest.
     rows.set("b", { router: "b", demand: { [X]: 30 }, shares: { [X]: 0.05, "*": 0.5 }, reportedAgoMs: 0 });
     clock.advance(1_000);
@@ -54,6 +54,21 @@ describe("LimitShareExchange", () => {
     expect(sent[2]!.shares[0]![1]).toBeCloseTo(1 / 16 + (7 / 8) * (10 / 40), 6);
     expect(sent[2]!.fallback).toBe(0.5);
     expect(rows.get("a")!.demand).toEqual({ [X]: 10 });
+  });
+
+  test("a max-concurrent: its demand and what is in flight go in the row, and the router gets whole slots", async () => {
+    const { clock, rows, sent, x, setUse } = setup();
+    const C = "key:con:alice";
+    rows.set("b", { router: "b", demand: { [C]: 0, [C + "#inflight"]: 1 }, shares: { [C]: 1, "*": 0.5 }, reportedAgoMs: 0 });
+    setUse([{ of: "key", name: "alice", concurrent: 2, maxConcurrent: 8, askedRequests: 5, askedTokens: 0 }]);
+    await x.exchange();
+    clock.advance(1_000);
+    setUse([{ of: "key", name: "alice", concurrent: 3, maxConcurrent: 8, askedRequests: 25, askedTokens: 0 }]);
+    await x.exchange();
+    expect(rows.get("a")!.demand).toEqual({ [C]: 20, [C + "#inflight"]: 3 });
+    // All the demand is a's: 8 × (1/16 + 7/8) = 7.5 → 7 and b's 0.5 → 1 by largest remainder (tie by name: a first) → a 8, capped by b's 1.
+    expect(sent.at(-1)!.slots).toEqual([[C, 7]]);
+    expect(rows.get("a")!.shares[C]).toBe(7);
   });
 
   test("the store silent: the last shares kept for half the time a row stays live, then none", async () => {
@@ -71,6 +86,6 @@ describe("LimitShareExchange", () => {
     expect(sent.length).toBe(3);
     setDown(false);
     await x.exchange();
-    expect(sent[3]).toEqual({ shares: [], fallback: 1 });
+    expect(sent[3]).toEqual({ shares: [], fallback: 1, slots: [] });
   });
 });

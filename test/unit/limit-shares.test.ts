@@ -5,7 +5,7 @@
 // routers' cumulative counts.
 
 import { describe, expect, test } from "bun:test";
-import { DemandWindow, FALLBACK, RESERVE, type ShareRow, computeShares, itemOf } from "../../src/control/limit-shares";
+import { DemandWindow, FALLBACK, INFLIGHT, RESERVE, type ShareRow, computeShares, computeSlots, itemOf } from "../../src/control/limit-shares";
 
 const X = itemOf("key", "rpm", "alice");
 const row = (router: string, demand: Record<string, number>, shares: Record<string, number>, reportedAgoMs = 0): ShareRow => ({ router, demand, shares, reportedAgoMs });
@@ -80,6 +80,52 @@ describe("computeShares", () => {
       }
     }
     expect(worst).toBeLessThanOrEqual(1);
+  });
+});
+
+describe("computeSlots", () => {
+  const C = itemOf("key", "con", "alice");
+  const slots = (own: string, demand: number, inflight: number, limit: number, rows: ShareRow[]) =>
+    computeSlots({ own, con: new Map([[C, { demand, inflight, limit }]]), rows, liveWithinMs: LIVE }).get(C);
+
+  test("alone: the whole limit; three quiet routers: the limit apportioned, every slot somewhere, ties by name", () => {
+    expect(slots("a", 0, 0, 4, [])).toBe(4);
+    const quiet = (r: string) => row(r, { [C]: 0 }, { [FALLBACK]: 1 / 3, [C]: 0 });
+    // 4 / 3 each: one each, the last slot to the first name.
+    expect(slots("a", 0, 0, 4, [quiet("b"), quiet("c")])).toBe(2);
+    expect(slots("b", 0, 0, 4, [quiet("a"), quiet("c")])).toBe(1);
+  });
+
+  test("by demand, capped by what the others hold or still have in flight, whichever is more", () => {
+    // b holds 3 of 4 and asks nothing: a's target is 3 (4 × (1/24 + 7/8) = 3.67, and the remainder), but only 1 is free.
+    const b = row("b", { [C]: 0, [C + INFLIGHT]: 0 }, { [C]: 3 });
+    const c = row("c", { [C]: 0, [C + INFLIGHT]: 0 }, { [C]: 0 });
+    expect(slots("a", 50, 0, 4, [b, c])).toBe(1);
+    // b gave its slots up (1 left) but still has 3 in flight: they count until they end.
+    expect(slots("a", 50, 0, 4, [row("b", { [C]: 0, [C + INFLIGHT]: 3 }, { [C]: 1 }), c])).toBe(1);
+    expect(slots("a", 50, 0, 4, [row("b", { [C]: 0, [C + INFLIGHT]: 0 }, { [C]: 0 }), c])).toBe(4);
+  });
+
+  test("serialised read-decide-writes in any order: the slots held and in flight never pass the limit", () => {
+    const names = ["a", "b", "c"];
+    const stored = new Map<string, ShareRow>();
+    const inflight = new Map(names.map((n) => [n, 0]));
+    let seed = 11;
+    const rand = () => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed / 2 ** 31;
+    };
+    for (let step = 0; step < 3000; step++) {
+      const own = names[Math.floor(rand() * 3)]!;
+      const demand = Math.floor(step / 250) % 3 === names.indexOf(own) ? 100 : Math.floor(rand() * 5);
+      const mine = stored.get(own)?.shares[C] ?? 0;
+      // Requests come and go within the slots the router holds.
+      inflight.set(own, Math.min(Math.max(mine, inflight.get(own)!), Math.floor(rand() * (mine + 2))));
+      const s = slots(own, demand, inflight.get(own)!, 5, [...stored.values()])!;
+      stored.set(own, row(own, { [C]: demand, [C + INFLIGHT]: inflight.get(own)! }, { [C]: s }));
+      const held = names.reduce((t, n) => t + Math.max(stored.get(n)?.shares[C] ?? 0, inflight.get(n)!), 0);
+      expect(held).toBeLessThanOrEqual(5);
+    }
   });
 });
 

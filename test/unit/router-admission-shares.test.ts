@@ -75,6 +75,29 @@ describe("Admission with shares", () => {
     expect(burst(a, a.of("sha-new")!, 50)).toBe(20);
   });
 
+  test("max-concurrent in whole slots: its listed slots, else the limit × the fallback rounded down; the refusal says whose share", () => {
+    const clock = new ManualScheduler(0);
+    const a = new Admission(clock);
+    a.setKeys([key("k", { team: "t", limits: { maxConcurrent: 4 }, teamLimits: { maxConcurrent: 10 } })]);
+    const s = a.of("sha-k")!;
+    a.setShares({ shares: [], fallback: 0.5, slots: [[limitItem("key", "con", "k"), 1]] });
+    expect(burst(a, s, 3)).toBe(1);
+    expect(a.admit(s, 0)!.message).toBe("Rate limit reached for key 'k' on 1 requests in flight on this router, its share of the 4 it may have at once across the routers; try again when one of them has ended.");
+    a.setShares({ shares: [], fallback: 0.5, slots: [[limitItem("key", "con", "k"), 4]] });
+    // The key's 4 now, and the team's 10 × 0.5 = 5.
+    expect(burst(a, s, 9)).toBe(3);
+    a.setShares({ shares: [], fallback: 0.25 });
+    // The key's 4 × 0.25 = 1 and 4 in flight: none until three end.
+    for (let i = 0; i < 3; i++) s.release();
+    expect(a.admit(s, 0)!.limit).toBe("concurrent");
+    s.release();
+    expect(a.admit(s, 0)).toBeUndefined();
+    expect(a.limitUse()).toEqual([
+      { of: "key", name: "k", concurrent: 1, askedRequests: 15, askedTokens: 0, maxConcurrent: 4 },
+      { of: "team", name: "t", concurrent: 1, askedRequests: 15, askedTokens: 0, maxConcurrent: 10 },
+    ]);
+  });
+
   test("the demand reported: every request asked, admitted or refused, and its tokens, of the key and of its team", () => {
     const clock = new ManualScheduler(0);
     const a = new Admission(clock);

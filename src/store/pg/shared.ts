@@ -110,7 +110,7 @@ export class PgShared implements MembershipPort, UsagePort, LimitSharesPort, Nod
       }[];
       const obj = (v: Record<string, number> | string) => (typeof v === "string" ? (JSON.parse(v) as Record<string, number>) : v);
       const out = decide(read.map((r) => ({ router: r.router, demand: obj(r.demand), shares: obj(r.shares), reportedAgoMs: Number(r.ago) })));
-      const s = JSON.stringify({ ...Object.fromEntries(out.shares), [FALLBACK]: out.fallback });
+      const s = JSON.stringify({ ...Object.fromEntries(out.shares), ...Object.fromEntries(out.slots ?? []), [FALLBACK]: out.fallback });
       await tx.execute(sql`INSERT INTO limit_shares (router, demand, shares, reported_at) VALUES (${router}, ${d}::jsonb, ${s}::jsonb, ${DB_NOW})
         ON CONFLICT (router) DO UPDATE SET demand = excluded.demand, shares = excluded.shares, reported_at = excluded.reported_at`);
       return out;

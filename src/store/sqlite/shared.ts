@@ -91,7 +91,7 @@ export class SqliteShared implements MembershipPort, UsagePort, LimitSharesPort,
             .all<{ router: string; demand: string; shares: string; ago: number }>(sql`SELECT router, demand, shares, ${DB_NOW} - reported_at AS ago FROM limit_shares ORDER BY router`)
             .map((r) => ({ router: r.router, demand: JSON.parse(r.demand) as Record<string, number>, shares: JSON.parse(r.shares) as Record<string, number>, reportedAgoMs: r.ago }));
           const out = decide(rows);
-          const s = JSON.stringify({ ...Object.fromEntries(out.shares), [FALLBACK]: out.fallback });
+          const s = JSON.stringify({ ...Object.fromEntries(out.shares), ...Object.fromEntries(out.slots ?? []), [FALLBACK]: out.fallback });
           tx.run(sql`INSERT INTO limit_shares (router, demand, shares, reported_at) VALUES (${router}, ${d}, ${s}, ${DB_NOW})
             ON CONFLICT (router) DO UPDATE SET demand = excluded.demand, shares = excluded.shares, reported_at = excluded.reported_at`);
           return out;
