@@ -4,7 +4,10 @@
 // to the store: its recent demand (requests and tokens asked, admitted or refused) per item.
 //
 // A share is a floor for every live router (RESERVE / N: a router that sees its first request of
-// a key can answer it without waiting for a tick) plus the rest in proportion to demand. Shares
+// a key can answer it without waiting for a tick) plus the rest in proportion to demand, each
+// router's demand counted as at least a little of the allowance (QUIET: a few requests here and
+// there do not move the shares; a share that shrinks loses what it held, so shares move only for
+// demand that matters). Shares
 // computed by different control planes at different moments could sum to more than 1, so each
 // is also capped by what the others hold now: share ≤ 1 − Σ others' stored shares, computed and
 // written in one store transaction (serialised with the others' own). A router that wants more
@@ -25,6 +28,8 @@ export const FALLBACK = "*";
 export const RESERVE = 1 / 8;
 /** How far back a router's demand counts. */
 export const DEMAND_WINDOW_MS = 5_000;
+/** The least demand a router counts with: this part of what the limit allows over the window, shared by the routers. */
+export const QUIET = 1 / 4;
 
 export type LimitKind = "rpm" | "tpm" | "con";
 /** In a row's demand, beside a `con` item: the requests that router has in flight. */
@@ -36,6 +41,8 @@ export const itemOf: (of: "key" | "team", limit: LimitKind, name: string) => str
 /** A `con` item's figures on this router: its demand, its requests in flight, the limit. */
 export interface SlotDemand {
   demand: number;
+  /** The least demand each router counts with (quietFloor). */
+  quiet?: number;
   inflight: number;
   limit: number;
 }
@@ -49,12 +56,12 @@ export interface SlotDemand {
 export function computeSlots(i: { own: string; con: ReadonlyMap<string, SlotDemand>; rows: readonly ShareRow[]; liveWithinMs: number }): Map<string, number> {
   const others = i.rows.filter((r) => r.router !== i.own && r.reportedAgoMs <= i.liveWithinMs);
   const n = others.length + 1;
-  const floor = RESERVE / n;
   const out = new Map<string, number>();
   for (const [x, c] of i.con) {
-    const all = [{ router: i.own, d: Math.max(0, c.demand) }, ...others.map((r) => ({ router: r.router, d: Math.max(0, r.demand[x] ?? 0) }))];
+    const least = (c.quiet ?? 0) / n;
+    const all = [{ router: i.own, d: Math.max(least, c.demand) }, ...others.map((r) => ({ router: r.router, d: Math.max(least, r.demand[x] ?? 0) }))];
     const total = all.reduce((s, a) => s + a.d, 0);
-    const quota = all.map((a) => ({ router: a.router, q: c.limit * (total > 0 ? floor + (1 - n * floor) * (a.d / total) : 1 / n) }));
+    const quota = all.map((a) => ({ router: a.router, q: c.limit * weight(a.d, total, n) }));
     const whole = quota.map((a) => ({ router: a.router, n: Math.floor(a.q + 1e-9), rest: a.q - Math.floor(a.q + 1e-9) }));
     let left = c.limit - whole.reduce((s, a) => s + a.n, 0);
     for (const a of [...whole].sort((p, q) => q.rest - p.rest || (p.router < q.router ? -1 : p.router > q.router ? 1 : 0))) {
@@ -99,6 +106,8 @@ export interface ShareInput {
   own: string;
   /** Its recent demand per item: every item it limits, 0 when unasked. */
   demand: ReadonlyMap<string, number>;
+  /** Per item, the least demand each router counts with, before it is divided among them (quietFloor); absent: 0. */
+  quiet?: ReadonlyMap<string, number>;
   /** Every router's row as stored now, this one's previous too (ignored). */
   rows: readonly ShareRow[];
   liveWithinMs: number;
@@ -108,15 +117,26 @@ export interface ShareInput {
 export function computeShares(i: ShareInput): Shares {
   const others = i.rows.filter((r) => r.router !== i.own && r.reportedAgoMs <= i.liveWithinMs);
   const n = others.length + 1;
-  const floor = RESERVE / n;
   const held = (x: string) => others.reduce((s, r) => s + heldBy(r, x), 0);
   const shares = new Map<string, number>();
   for (const [x, d] of i.demand) {
-    const total = others.reduce((s, r) => s + Math.max(0, r.demand[x] ?? 0), Math.max(0, d));
-    const target = total > 0 ? floor + (1 - n * floor) * (Math.max(0, d) / total) : 1 / n;
-    shares.set(x, clamp(Math.min(target, 1 - held(x))));
+    const least = (i.quiet?.get(x) ?? 0) / n;
+    const own = Math.max(least, d);
+    const total = others.reduce((s, r) => s + Math.max(least, r.demand[x] ?? 0), own);
+    shares.set(x, clamp(Math.min(weight(own, total, n), 1 - held(x))));
   }
   return { shares, fallback: clamp(Math.min(1 / n, 1 - held(FALLBACK))) };
+}
+
+/** A router's part: RESERVE / n, plus the rest by its demand `d` of the routers' `total` (evenly when nobody asks). */
+function weight(d: number, total: number, n: number): number {
+  const floor = RESERVE / n;
+  return total > 0 ? floor + (1 - n * floor) * (d / total) : 1 / n;
+}
+
+/** The least demand the routers count with for a limit of `perMinute` (before it is divided among them): QUIET of what it allows over the demand window. */
+export function quietFloor(perMinute: number): number {
+  return (perMinute * QUIET * DEMAND_WINDOW_MS) / 60_000;
 }
 
 /** What a router holds of an item: its share, else its share of items it did not list (1 when it says neither). */
@@ -141,6 +161,8 @@ export interface Asked {
   askedTokens?: number;
   concurrent?: number;
   maxConcurrent?: number;
+  rpmLimit?: number;
+  tpmLimit?: number;
 }
 
 /**
@@ -161,30 +183,40 @@ export class DemandWindow {
     return this.take(at, use).demand;
   }
 
-  take(at: number, use: readonly Asked[]): { demand: Map<string, number>; con: Map<string, SlotDemand> } {
+  take(at: number, use: readonly Asked[]): { demand: Map<string, number>; quiet: Map<string, number>; con: Map<string, SlotDemand> } {
     const out = new Map<string, number>();
+    const quiet = new Map<string, number>();
     const con = new Map<string, SlotDemand>();
     const next = new Map<string, { at: number; n: number }[]>();
     const one = (x: string, n: number) => {
-      let h = this.seen.get(x) ?? [];
-      if (h.length > 0 && n < h[h.length - 1]!.n) h = [];
+      const seen = this.seen.get(x);
+      // A limit seen first: counted from 0 (its counters are as new, but for a head node's start).
+      let h = seen ?? [{ at, n: 0 }];
+      if (n < h[h.length - 1]!.n) h = [{ at, n: 0 }];
+      const last = h[h.length - 1]!;
       h = h.filter((s) => s.at >= at - this.windowMs);
-      out.set(x, h.length > 0 ? n - h[0]!.n : 0);
+      out.set(x, n - (h[0] ?? last).n);
       h.push({ at, n });
       next.set(x, h);
     };
     for (const u of use) {
-      if (u.rpm !== undefined) one(itemOf(u.of, "rpm", u.name), u.askedRequests ?? 0);
-      if (u.tpm !== undefined) one(itemOf(u.of, "tpm", u.name), u.askedTokens ?? 0);
+      if (u.rpm !== undefined) {
+        one(itemOf(u.of, "rpm", u.name), u.askedRequests ?? 0);
+        quiet.set(itemOf(u.of, "rpm", u.name), quietFloor(u.rpmLimit ?? 0));
+      }
+      if (u.tpm !== undefined) {
+        one(itemOf(u.of, "tpm", u.name), u.askedTokens ?? 0);
+        quiet.set(itemOf(u.of, "tpm", u.name), quietFloor(u.tpmLimit ?? 0));
+      }
       if (u.maxConcurrent !== undefined) {
         const x = itemOf(u.of, "con", u.name);
         one(x, u.askedRequests ?? 0);
-        con.set(x, { demand: out.get(x)!, inflight: u.concurrent ?? 0, limit: u.maxConcurrent });
+        con.set(x, { demand: out.get(x)!, quiet: u.maxConcurrent * QUIET, inflight: u.concurrent ?? 0, limit: u.maxConcurrent });
         out.delete(x);
       }
     }
     this.seen.clear();
     for (const [x, h] of next) this.seen.set(x, h);
-    return { demand: out, con };
+    return { demand: out, quiet, con };
   }
 }

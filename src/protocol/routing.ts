@@ -182,6 +182,9 @@ export interface LimitUseEntry {
   askedTokens?: number;
   /** Its max-concurrent as set, when it has one (the router's own slots of it may be fewer). */
   maxConcurrent?: number;
+  /** Its rpm and tpm as set (what the router holds of them may be less: its share). */
+  rpmLimit?: number;
+  tpmLimit?: number;
 }
 
 /**

@@ -344,7 +344,7 @@ export class Admission {
     const one = (c: Counters) => {
       const rpm = spent(c.rpm);
       const tpm = spent(c.tpm);
-      out.push({ of: c.kind, name: c.name, concurrent: c.inflight, ...(rpm !== undefined ? { rpm } : {}), ...(tpm !== undefined ? { tpm } : {}), askedRequests: c.askedRequests, askedTokens: c.askedTokens, ...(c.concurrentLimit !== Infinity ? { maxConcurrent: c.concurrentLimit } : {}) });
+      out.push({ of: c.kind, name: c.name, concurrent: c.inflight, ...(rpm !== undefined ? { rpm } : {}), ...(tpm !== undefined ? { tpm } : {}), askedRequests: c.askedRequests, askedTokens: c.askedTokens, ...(c.concurrentLimit !== Infinity ? { maxConcurrent: c.concurrentLimit } : {}), ...(c.rpm ? { rpmLimit: c.rpm.limit } : {}), ...(c.tpm ? { tpmLimit: c.tpm.limit } : {}) });
     };
     for (const s of this.byKey.values()) one(s.key);
     for (const t of this.teams.values()) one(t);

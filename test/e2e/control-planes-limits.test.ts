@@ -3,7 +3,8 @@
 // all three, the routers together admit what one router alone would (the limit's burst plus its
 // refill), not three times that: each holds a share of the key's allowance, recomputed every tick
 // from every router's demand through the store. Then only one router is hit: once the shares have
-// moved, it admits nearly the whole limit, not a third of it.
+// moved, it admits nearly the whole limit, not a third of it. A key's max-concurrent is split the
+// same way, in whole slots: the three together never have more in flight than it.
 
 import { Database } from "bun:sqlite";
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
@@ -43,13 +44,14 @@ beforeAll(async () => {
 }, 80_000);
 afterAll(() => c?.cleanup(), 30_000);
 
-async function chat(name: string): Promise<number> {
+async function chat(name: string, k = key, o: { maxTokens?: number; signal?: AbortSignal; keepOpen?: boolean } = {}): Promise<number> {
   const r = await fetch(`${c.serve(name).routerUrl}/v1/chat/completions`, {
     method: "POST",
-    headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
-    body: JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }], max_tokens: 1 }),
+    headers: { authorization: `Bearer ${k}`, "content-type": "application/json" },
+    body: JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }], max_tokens: o.maxTokens ?? 1, stream: o.keepOpen === true }),
+    ...(o.signal ? { signal: o.signal } : {}),
   });
-  await r.arrayBuffer();
+  if (o.keepOpen !== true) await r.arrayBuffer();
   return r.status;
 }
 
@@ -120,4 +122,26 @@ describe("a key's rpm shared by three routers", () => {
     expect(late).toBeGreaterThanOrEqual(whole * 0.75);
     expect(late).toBeLessThanOrEqual(whole * 1.1);
   }, 60_000);
+
+  test("max-concurrent 3 across three routers: twelve long requests at once, four on each, and no more than three in flight", async () => {
+    const slots = (await c.api<CreatedApiKey>("cp-a", "/api/v1/keys", { method: "POST", body: JSON.stringify({ name: "slots", max_concurrent: 3 }) })).key;
+    for (const n of NAMES) await until(`the router of ${n} to serve m to the key`, async () => (await chat(n, slots)) === 200, 20_000);
+    // Quiet a while: one slot each, as apportioned from nothing asked.
+    await until("the slots to settle at one each", () => {
+      const s = storedShares("key:con:slots");
+      return s.length === 3 && s.every((r) => r.share === 1 && r.demand === 0) ? s : undefined;
+    }, { timeoutMs: 20_000, everyMs: 200 });
+    const stop = new AbortController();
+    try {
+      // Streams of 400 tokens (5 ms each at the fake engine): all twelve are asked while the first still run.
+      const statuses = await Promise.all(NAMES.flatMap((n) => Array.from({ length: 4 }, () => chat(n, slots, { maxTokens: 400, keepOpen: true, signal: stop.signal }))));
+      const ok = statuses.filter((st) => st === 200).length;
+      console.log(`max-concurrent 3, twelve at once on three routers: ${ok} admitted, ${statuses.filter((st) => st === 429).length} refused`);
+      expect(ok).toBeLessThanOrEqual(3);
+      expect(ok).toBeGreaterThanOrEqual(3);
+      expect(statuses.filter((st) => st !== 200 && st !== 429)).toEqual([]);
+    } finally {
+      stop.abort();
+    }
+  }, 40_000);
 });

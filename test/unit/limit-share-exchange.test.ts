@@ -51,9 +51,10 @@ describe("LimitShareExchange", () => {
     clock.advance(1_000);
     setUse([{ of: "key", name: "alice", rpm: 3, concurrent: 0, askedRequests: 20, askedTokens: 0 }]);
     await x.exchange();
-    expect(sent[2]!.shares[0]![1]).toBeCloseTo(1 / 16 + (7 / 8) * (10 / 40), 6);
+    // Its demand: the 20 asked since it first saw the key (within the window).
+    expect(sent[2]!.shares[0]![1]).toBeCloseTo(1 / 16 + (7 / 8) * (20 / 50), 6);
     expect(sent[2]!.fallback).toBe(0.5);
-    expect(rows.get("a")!.demand).toEqual({ [X]: 10 });
+    expect(rows.get("a")!.demand).toEqual({ [X]: 20 });
   });
 
   test("a max-concurrent: its demand and what is in flight go in the row, and the router gets whole slots", async () => {
@@ -65,8 +66,8 @@ describe("LimitShareExchange", () => {
     clock.advance(1_000);
     setUse([{ of: "key", name: "alice", concurrent: 3, maxConcurrent: 8, askedRequests: 25, askedTokens: 0 }]);
     await x.exchange();
-    expect(rows.get("a")!.demand).toEqual({ [C]: 20, [C + "#inflight"]: 3 });
-    // All the demand is a's: 8 × (1/16 + 7/8) = 7.5 → 7 and b's 0.5 → 1 by largest remainder (tie by name: a first) → a 8, capped by b's 1.
+    expect(rows.get("a")!.demand).toEqual({ [C]: 25, [C + "#inflight"]: 3 });
+    // Nearly all the demand is a's (b's counts as 1): 8 × (1/16 + 7/8 × 25/26) = 7.23 → 7, b's 0.77 → 1 by largest remainder; and b holds 1.
     expect(sent.at(-1)!.slots).toEqual([[C, 7]]);
     expect(rows.get("a")!.shares[C]).toBe(7);
   });

@@ -46,6 +46,15 @@ describe("computeShares", () => {
     expect(computeShares({ own: "a", demand: new Map([[X, 1]]), rows: gone, liveWithinMs: LIVE })).toEqual({ shares: new Map([[X, 1]]), fallback: 1 });
   });
 
+  test("a few requests do not move the shares: each router's demand counts as at least a quarter of the window's allowance, divided among them", () => {
+    const third = (r: string) => row(r, { [X]: 0 }, { [X]: 1 / 3 });
+    const quiet = new Map([[X, 240 * (1 / 4) * (5 / 60)]]);
+    expect(computeShares({ own: "a", demand: new Map([[X, 1]]), quiet, rows: [third("b"), third("c")], liveWithinMs: LIVE }).shares.get(X)!).toBeCloseTo(1 / 3, 6);
+    // A flood here moves them nearly all the way.
+    const flood = computeShares({ own: "a", demand: new Map([[X, 500]]), quiet, rows: [row("b", { [X]: 0 }, { [X]: 0 }), row("c", { [X]: 0 }, { [X]: 0 })], liveWithinMs: LIVE }).shares.get(X)!;
+    expect(flood).toBeCloseTo(1 / 24 + (7 / 8) * (500 / (500 + 2 * (5 / 3))), 6);
+  });
+
   test("an item another router does not list counts at its fallback; a row that says neither counts as holding it all", () => {
     const rows = [row("b", {}, { [FALLBACK]: 0.25 })];
     expect(computeShares({ own: "a", demand: new Map([[X, 0]]), rows, liveWithinMs: LIVE }).shares.get(X)).toBe(0.5);
@@ -130,17 +139,19 @@ describe("computeSlots", () => {
 });
 
 describe("DemandWindow", () => {
-  test("the count now less the oldest within the window; a count that went down starts again; a limit gone is forgotten", () => {
+  test("the count now less the oldest within the window (a limit seen first counted from 0); a count that went down starts again; a limit gone is forgotten", () => {
     const w = new DemandWindow(5_000);
     const use = (askedRequests: number, askedTokens: number) => [{ of: "key" as const, name: "alice", rpm: 0, tpm: 0, askedRequests, askedTokens }];
-    expect(w.add(0, use(10, 100))).toEqual(new Map([[X, 0], [itemOf("key", "tpm", "alice"), 0]]));
-    expect(w.add(1_000, use(30, 500)).get(X)).toBe(20);
-    expect(w.add(5_000, use(40, 600)).get(X)).toBe(30);
-    // The sample at 0 is past the window: counted from the one at 1 s.
+    expect(w.add(0, use(10, 100))).toEqual(new Map([[X, 10], [itemOf("key", "tpm", "alice"), 100]]));
+    expect(w.add(1_000, use(30, 500)).get(X)).toBe(30);
+    expect(w.add(5_000, use(40, 600)).get(X)).toBe(40);
+    // The samples at 0 are past the window: counted from the one at 1 s.
     expect(w.add(6_000, use(50, 700)).get(X)).toBe(20);
-    // The router thread replaced: its counts start again.
-    expect(w.add(7_000, use(3, 10)).get(X)).toBe(0);
-    expect(w.add(8_000, use(9, 10)).get(X)).toBe(6);
+    // The router thread replaced: its counts start again from 0.
+    expect(w.add(7_000, use(3, 10)).get(X)).toBe(3);
+    expect(w.add(8_000, use(9, 10)).get(X)).toBe(9);
+    // No tick for longer than the window: counted from the last sample, not from the start.
+    expect(w.add(20_000, use(12, 10)).get(X)).toBe(3);
     // Only the limits a key has count: without its rpm, no rpm item.
     expect([...w.add(9_000, [{ of: "team", name: "t", tpm: 5, askedRequests: 1, askedTokens: 2 }]).keys()]).toEqual([itemOf("team", "tpm", "t")]);
   });
