@@ -7,7 +7,9 @@
 // a key can answer it without waiting for a tick) plus the rest in proportion to demand, each
 // router's demand counted as at least a little of the allowance (QUIET: a few requests here and
 // there do not move the shares; a share that shrinks loses what it held, so shares move only for
-// demand that matters). Shares
+// demand that matters), and while its router is asked more than that, a share that would shrink
+// by less than STICKY stays as it was (routers hit alike keep their even shares through the
+// noise of their demand; a share that shrinks loses what its bucket held). Shares
 // computed by different control planes at different moments could sum to more than 1, so each
 // is also capped by what the others hold now: share ≤ 1 − Σ others' stored shares, computed and
 // written in one store transaction (serialised with the others' own). A router that wants more
@@ -30,6 +32,8 @@ export const RESERVE = 1 / 8;
 export const DEMAND_WINDOW_MS = 5_000;
 /** The least demand a router counts with: this part of what the limit allows over the window, shared by the routers. */
 export const QUIET = 1 / 4;
+/** A share whose target is below it by less than this (relative to the larger of it and an even split) is left as it is. */
+export const STICKY = 0.2;
 
 export type LimitKind = "rpm" | "tpm" | "con";
 /** In a row's demand, beside a `con` item: the requests that router has in flight. */
@@ -118,12 +122,16 @@ export function computeShares(i: ShareInput): Shares {
   const others = i.rows.filter((r) => r.router !== i.own && r.reportedAgoMs <= i.liveWithinMs);
   const n = others.length + 1;
   const held = (x: string) => others.reduce((s, r) => s + heldBy(r, x), 0);
+  const before = i.rows.find((r) => r.router === i.own && r.reportedAgoMs <= i.liveWithinMs)?.shares;
   const shares = new Map<string, number>();
   for (const [x, d] of i.demand) {
     const least = (i.quiet?.get(x) ?? 0) / n;
     const own = Math.max(least, d);
     const total = others.reduce((s, r) => s + Math.max(least, r.demand[x] ?? 0), own);
-    shares.set(x, clamp(Math.min(weight(own, total, n), 1 - held(x))));
+    const want = weight(own, total, n);
+    const was = before?.[x];
+    const target = typeof was === "number" && d > least && want < was && was - want < STICKY * Math.max(was, 1 / n) ? was : want;
+    shares.set(x, clamp(Math.min(target, 1 - held(x))));
   }
   return { shares, fallback: clamp(Math.min(1 / n, 1 - held(FALLBACK))) };
 }

@@ -55,6 +55,19 @@ describe("computeShares", () => {
     expect(flood).toBeCloseTo(1 / 24 + (7 / 8) * (500 / (500 + 2 * (5 / 3))), 6);
   });
 
+  test("a share a little above its target stays as it was: routers hit alike keep even shares through the noise of their demand", () => {
+    const rows = (own: number) => [row("a", { [X]: 300 }, { [X]: own }), row("b", { [X]: 400 }, { [X]: 1 / 3 }), row("c", { [X]: 350 }, { [X]: 1 / 3 })];
+    expect(computeShares({ own: "a", demand: new Map([[X, 300]]), rows: rows(1 / 3), liveWithinMs: LIVE }).shares.get(X)).toBe(0.333333333);
+    // A little below it, it grows (as far as the others leave room); a router not asked any more goes to its target.
+    expect(computeShares({ own: "a", demand: new Map([[X, 300]]), rows: rows(0.25), liveWithinMs: LIVE }).shares.get(X)!).toBeCloseTo(1 / 24 + (7 / 8) * (300 / 1050), 6);
+    const quiet = new Map([[X, 30]]);
+    const idle = [row("a", { [X]: 0 }, { [X]: 0.37 }), row("b", { [X]: 0 }, { [X]: 0.3 }), row("c", { [X]: 0 }, { [X]: 0.3 })];
+    expect(computeShares({ own: "a", demand: new Map([[X, 0]]), quiet, rows: idle, liveWithinMs: LIVE }).shares.get(X)!).toBeCloseTo(1 / 3, 6);
+    // Far above it (a flood elsewhere), it shrinks.
+    const flooded = [row("a", { [X]: 10 }, { [X]: 1 / 3 }), row("b", { [X]: 400 }, { [X]: 1 / 3 }), row("c", { [X]: 350 }, { [X]: 1 / 3 })];
+    expect(computeShares({ own: "a", demand: new Map([[X, 10]]), rows: flooded, liveWithinMs: LIVE }).shares.get(X)!).toBeCloseTo(1 / 24 + (7 / 8) * (10 / 760), 6);
+  });
+
   test("an item another router does not list counts at its fallback; a row that says neither counts as holding it all", () => {
     const rows = [row("b", {}, { [FALLBACK]: 0.25 })];
     expect(computeShares({ own: "a", demand: new Map([[X, 0]]), rows, liveWithinMs: LIVE }).shares.get(X)).toBe(0.5);
