@@ -4,13 +4,12 @@
 // to the store: its recent demand (requests and tokens asked, admitted or refused) per item.
 //
 // A share is a floor for every live router (RESERVE / N: a router that sees its first request of
-// a key can answer it without waiting for a tick) plus the rest in proportion to demand, each
-// router's demand counted as at least a little of the allowance (QUIET: a few requests here and
-// there do not move the shares; a share that shrinks loses what it held, so shares move only for
-// demand that matters), and while its router is asked more than that, a share that would shrink
-// by less than STICKY stays as it was (routers hit alike keep their even shares through the
-// noise of their demand; a share that shrinks loses what its bucket held). Shares
-// computed by different control planes at different moments could sum to more than 1, so each
+// a key can answer it without waiting for a tick) plus the rest in proportion to demand. A share
+// that shrinks loses what its bucket held beyond it, so shares move only for demand that matters:
+// each router's demand counts as at least QUIET of the allowance over the window (a few stray
+// requests move nothing), and while a router is asked more than that, a share that would shrink
+// by less than STICKY stays as it was (routers hit alike keep their even shares through the noise
+// of their demand). Shares computed by different control planes at different moments could sum to more than 1, so each
 // is also capped by what the others hold now: share ≤ 1 − Σ others' stored shares, computed and
 // written in one store transaction (serialised with the others' own). A router that wants more
 // thus waits until the others' rows show they gave it up (a tick or two), and the stored shares
