@@ -5,7 +5,7 @@
 
 import type { Logger } from "pino";
 import type { Scheduler } from "../lib/scheduler";
-import type { EndpointSink, UsageSource } from "../protocol/routing";
+import type { EndpointSink, LimitShares, UsageSource } from "../protocol/routing";
 import { DemandWindow, INFLIGHT, type Shares, computeShares, computeSlots } from "./limit-shares";
 import type { LimitSharesPort } from "./store-port";
 
@@ -28,6 +28,8 @@ export class LimitShareExchange {
   private okAt: number;
   /** The router was told to hold no share: the store has not answered for long. */
   private dropped = false;
+  /** What the router was last sent (as JSON): the same shares are not sent again, each costs the router thread a pass over its keys. */
+  private sent = "";
 
   constructor(private readonly o: LimitShareExchangeOptions) {
     // Until the first exchange, a bucket made for a key is empty, not full: a head node that
@@ -49,7 +51,7 @@ export class LimitShareExchange {
         ...computeShares({ own: name, demand, quiet, rows, liveWithinMs }),
         slots: computeSlots({ own: name, con, rows, liveWithinMs }),
       }));
-      this.o.sink.setLimitShares?.({ shares: [...out.shares], fallback: out.fallback, slots: [...(out.slots ?? [])] });
+      this.send({ shares: [...out.shares], fallback: out.fallback, slots: [...(out.slots ?? [])] });
       if (this.failing > 0) this.o.log.info({ ticks: this.failing }, "limit shares exchanged through the store again");
       this.failing = 0;
       this.okAt = now;
@@ -62,10 +64,17 @@ export class LimitShareExchange {
       if (this.failing++ === 0) this.o.log.warn({ err: (e as Error).message }, "limit shares not exchanged through the store: the router keeps its last shares for now");
       if (!this.dropped && now - this.okAt >= liveWithinMs / 2) {
         this.dropped = true;
-        this.o.sink.setLimitShares?.({ shares: [], fallback: 0 });
+        this.send({ shares: [], fallback: 0 });
         this.o.log.error({ silent_ms: Math.round(now - this.okAt) }, "limit shares: the store has not answered for long; this router admits no request of a key or team with a rate limit until it does");
       }
       return undefined;
     }
+  }
+
+  private send(s: LimitShares): void {
+    const text = JSON.stringify(s);
+    if (text === this.sent) return;
+    this.sent = text;
+    this.o.sink.setLimitShares?.(s);
   }
 }

@@ -55,6 +55,10 @@ describe("LimitShareExchange", () => {
     expect(sent[2]!.shares[0]![1]).toBeCloseTo(1 / 16 + (7 / 8) * (20 / 50), 6);
     expect(sent[2]!.fallback).toBe(0.5);
     expect(rows.get("a")!.demand).toEqual({ [X]: 20 });
+    // The same shares again are not sent again.
+    rows.set("b", { router: "b", demand: { [X]: 30 }, shares: { [X]: 0.05, "*": 0.5 }, reportedAgoMs: 0 });
+    await x.exchange();
+    expect(sent.length).toBe(3);
   });
 
   test("a max-concurrent: its demand and what is in flight go in the row, and the router gets whole slots", async () => {
