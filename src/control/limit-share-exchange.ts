@@ -42,13 +42,13 @@ export class LimitShareExchange {
   async exchange(): Promise<Shares | undefined> {
     const { name, liveWithinMs } = this.o;
     const now = this.o.scheduler.mono();
-    const { demand, quiet, con } = this.window.take(now, this.o.source.limitUse?.() ?? []);
+    const { demand, used, quiet, con } = this.window.take(now, this.o.source.limitUse?.() ?? []);
     // The row says of each max-concurrent its demand and what is in flight (the others count it as held).
     const row = new Map(demand);
     for (const [x, c] of con) row.set(x, c.demand).set(x + INFLIGHT, c.inflight);
     try {
       const out = await this.o.store.shareLimits(name, row, (rows) => ({
-        ...computeShares({ own: name, demand, quiet, rows, liveWithinMs }),
+        ...computeShares({ own: name, demand, quiet, used, rows, liveWithinMs }),
         slots: computeSlots({ own: name, con, rows, liveWithinMs }),
       }));
       this.send({ shares: [...out.shares], fallback: out.fallback, slots: [...(out.slots ?? [])] });

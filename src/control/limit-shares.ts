@@ -9,7 +9,9 @@
 // each router's demand counts as at least QUIET of the allowance over the window (a few stray
 // requests move nothing), and while a router is asked more than that, a share that would shrink
 // by less than STICKY stays as it was (routers hit alike keep their even shares through the noise
-// of their demand). Shares computed by different control planes at different moments could sum to more than 1, so each
+// of their demand); nor does a share shrink below what its router uses (USING times what it
+// admitted over the window: a router still serving a burst from its bucket while another already
+// refuses keeps what it holds). Shares computed by different control planes at different moments could sum to more than 1, so each
 // is also capped by what the others hold now: share ≤ 1 − Σ others' stored shares, computed and
 // written in one store transaction (serialised with the others' own). A router that wants more
 // thus waits until the others' rows show they gave it up (a tick or two), and the stored shares
@@ -33,6 +35,8 @@ export const DEMAND_WINDOW_MS = 5_000;
 export const QUIET = 1 / 4;
 /** A share whose target is below it by less than this (relative to the larger of it and an even split) is left as it is. */
 export const STICKY = 0.2;
+/** A share does not shrink below this many times what its router admitted over the window (as a part of what the limit refills in it). */
+export const USING = 2;
 
 export type LimitKind = "rpm" | "tpm" | "con";
 /** In a row's demand, beside a `con` item: the requests that router has in flight. */
@@ -111,6 +115,8 @@ export interface ShareInput {
   demand: ReadonlyMap<string, number>;
   /** Per item, the least demand each router counts with, before it is divided among them (quietFloor); absent: 0. */
   quiet?: ReadonlyMap<string, number>;
+  /** Per item, what this router admitted over the window (requests, tokens): one that uses its share keeps it. */
+  used?: ReadonlyMap<string, number>;
   /** Every router's row as stored now, this one's previous too (ignored). */
   rows: readonly ShareRow[];
   liveWithinMs: number;
@@ -129,7 +135,11 @@ export function computeShares(i: ShareInput): Shares {
     const total = others.reduce((s, r) => s + Math.max(least, r.demand[x] ?? 0), own);
     const want = weight(own, total, n);
     const was = before?.[x];
-    const target = typeof was === "number" && d > least && want < was && was - want < STICKY * Math.max(was, 1 / n) ? was : want;
+    // What it uses it keeps: USING times what it admitted over the window, as a part of what the limit refills in it.
+    const allowance = (i.quiet?.get(x) ?? 0) / QUIET;
+    const keep = typeof was === "number" && allowance > 0 ? Math.min(was, (USING * (i.used?.get(x) ?? 0)) / allowance) : 0;
+    const near = typeof was === "number" && d > least && was - want < STICKY * Math.max(was, 1 / n);
+    const target = typeof was === "number" && want < was ? Math.max(want, near ? was : keep) : want;
     shares.set(x, clamp(Math.min(target, 1 - held(x))));
   }
   return { shares, fallback: clamp(Math.min(1 / n, 1 - held(FALLBACK))) };
@@ -166,6 +176,8 @@ export interface Asked {
   tpm?: number;
   askedRequests?: number;
   askedTokens?: number;
+  usedRequests?: number;
+  usedTokens?: number;
   concurrent?: number;
   maxConcurrent?: number;
   rpmLimit?: number;
@@ -178,7 +190,7 @@ export interface Asked {
  * down (the router thread replaced, the key made anew) starts again from zero.
  */
 export class DemandWindow {
-  private readonly seen = new Map<string, { at: number; n: number }[]>();
+  private readonly seen = new Map<string, { at: number; n: number; u: number }[]>();
 
   constructor(private readonly windowMs = DEMAND_WINDOW_MS) {}
 
@@ -190,29 +202,32 @@ export class DemandWindow {
     return this.take(at, use).demand;
   }
 
-  take(at: number, use: readonly Asked[]): { demand: Map<string, number>; quiet: Map<string, number>; con: Map<string, SlotDemand> } {
+  take(at: number, use: readonly Asked[]): { demand: Map<string, number>; used: Map<string, number>; quiet: Map<string, number>; con: Map<string, SlotDemand> } {
     const out = new Map<string, number>();
+    const used = new Map<string, number>();
     const quiet = new Map<string, number>();
     const con = new Map<string, SlotDemand>();
-    const next = new Map<string, { at: number; n: number }[]>();
-    const one = (x: string, n: number) => {
+    const next = new Map<string, { at: number; n: number; u: number }[]>();
+    const one = (x: string, n: number, u = 0) => {
       const seen = this.seen.get(x);
       // A limit seen first: counted from 0 (its counters are as new, but for a head node's start).
-      let h = seen ?? [{ at, n: 0 }];
-      if (n < h[h.length - 1]!.n) h = [{ at, n: 0 }];
+      let h = seen ?? [{ at, n: 0, u: 0 }];
+      if (n < h[h.length - 1]!.n || u < h[h.length - 1]!.u) h = [{ at, n: 0, u: 0 }];
       const last = h[h.length - 1]!;
       h = h.filter((s) => s.at >= at - this.windowMs);
-      out.set(x, n - (h[0] ?? last).n);
-      h.push({ at, n });
+      const base = h[0] ?? last;
+      out.set(x, n - base.n);
+      used.set(x, u - base.u);
+      h.push({ at, n, u });
       next.set(x, h);
     };
     for (const u of use) {
       if (u.rpm !== undefined) {
-        one(itemOf(u.of, "rpm", u.name), u.askedRequests ?? 0);
+        one(itemOf(u.of, "rpm", u.name), u.askedRequests ?? 0, u.usedRequests ?? 0);
         quiet.set(itemOf(u.of, "rpm", u.name), quietFloor(u.rpmLimit ?? 0));
       }
       if (u.tpm !== undefined) {
-        one(itemOf(u.of, "tpm", u.name), u.askedTokens ?? 0);
+        one(itemOf(u.of, "tpm", u.name), u.askedTokens ?? 0, u.usedTokens ?? 0);
         quiet.set(itemOf(u.of, "tpm", u.name), quietFloor(u.tpmLimit ?? 0));
       }
       if (u.maxConcurrent !== undefined) {
@@ -220,10 +235,11 @@ export class DemandWindow {
         one(x, u.askedRequests ?? 0);
         con.set(x, { demand: out.get(x)!, quiet: u.maxConcurrent * QUIET, inflight: u.concurrent ?? 0, limit: u.maxConcurrent });
         out.delete(x);
+        used.delete(x);
       }
     }
     this.seen.clear();
     for (const [x, h] of next) this.seen.set(x, h);
-    return { demand: out, quiet, con };
+    return { demand: out, used, quiet, con };
   }
 }

@@ -120,7 +120,7 @@ export const FromRouter = z.discriminatedUnion("type", [
     lastUsed: Entries,
     inflightByModel: Entries,
     limitUse: z
-      .array(z.object({ of: z.enum(["key", "team"]), name: z.string(), rpm: z.number().optional(), tpm: z.number().optional(), concurrent: z.number(), askedRequests: z.number().optional(), askedTokens: z.number().optional(), maxConcurrent: z.number().optional(), rpmLimit: z.number().optional(), tpmLimit: z.number().optional() }))
+      .array(z.object({ of: z.enum(["key", "team"]), name: z.string(), rpm: z.number().optional(), tpm: z.number().optional(), concurrent: z.number(), askedRequests: z.number().optional(), askedTokens: z.number().optional(), usedRequests: z.number().optional(), usedTokens: z.number().optional(), maxConcurrent: z.number().optional(), rpmLimit: z.number().optional(), tpmLimit: z.number().optional() }))
       .optional(),
     ledger: z.array(UsageRowSchema).optional(),
   }),

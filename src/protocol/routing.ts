@@ -180,6 +180,9 @@ export interface LimitUseEntry {
   askedRequests?: number;
   /** Tokens asked likewise (prompts as estimated, admitted or refused, and completions counted). */
   askedTokens?: number;
+  /** Of those, the requests admitted and the tokens they spent: a router using its share keeps it. */
+  usedRequests?: number;
+  usedTokens?: number;
   /** Its max-concurrent as set, when it has one (the router's own slots of it may be fewer). */
   maxConcurrent?: number;
   /** Its rpm and tpm as set (what the router holds of them may be less: its share). */

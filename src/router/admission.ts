@@ -124,6 +124,9 @@ export class Counters {
   /** Requests and tokens asked since the router started, admitted or refused: the demand several routers share a limit by. */
   askedRequests = 0;
   askedTokens = 0;
+  /** Of those, the ones admitted (and the tokens they spent): a router using its share keeps it. */
+  usedRequests = 0;
+  usedTokens = 0;
   /** The names of its allowances in limit shares. */
   readonly rpmItem: string;
   readonly tpmItem: string;
@@ -311,7 +314,11 @@ export class Admission {
     if (n === 0) return;
     if (n > 0) {
       s.key.askedTokens += n;
-      if (s.team !== undefined) s.team.askedTokens += n;
+      s.key.usedTokens += n;
+      if (s.team !== undefined) {
+        s.team.askedTokens += n;
+        s.team.usedTokens += n;
+      }
     }
     spend(s.key.tpm, n);
     if (s.team !== undefined) spend(s.team.tpm, n);
@@ -344,7 +351,7 @@ export class Admission {
     const one = (c: Counters) => {
       const rpm = spent(c.rpm);
       const tpm = spent(c.tpm);
-      out.push({ of: c.kind, name: c.name, concurrent: c.inflight, ...(rpm !== undefined ? { rpm } : {}), ...(tpm !== undefined ? { tpm } : {}), askedRequests: c.askedRequests, askedTokens: c.askedTokens, ...(c.concurrentLimit !== Infinity ? { maxConcurrent: c.concurrentLimit } : {}), ...(c.rpm ? { rpmLimit: c.rpm.limit } : {}), ...(c.tpm ? { tpmLimit: c.tpm.limit } : {}) });
+      out.push({ of: c.kind, name: c.name, concurrent: c.inflight, ...(rpm !== undefined ? { rpm } : {}), ...(tpm !== undefined ? { tpm } : {}), askedRequests: c.askedRequests, askedTokens: c.askedTokens, usedRequests: c.usedRequests, usedTokens: c.usedTokens, ...(c.concurrentLimit !== Infinity ? { maxConcurrent: c.concurrentLimit } : {}), ...(c.rpm ? { rpmLimit: c.rpm.limit } : {}), ...(c.tpm ? { tpmLimit: c.tpm.limit } : {}) });
     };
     for (const s of this.byKey.values()) one(s.key);
     for (const t of this.teams.values()) one(t);
@@ -442,6 +449,8 @@ function asked(c: Counters, prompt: number): void {
 
 function take(c: Counters, prompt: number): void {
   c.inflight++;
+  c.usedRequests++;
+  c.usedTokens += prompt;
   if (c.rpm !== undefined) c.rpm.level -= 1;
   if (c.tpm !== undefined) c.tpm.level -= prompt;
 }

@@ -68,6 +68,17 @@ describe("computeShares", () => {
     expect(computeShares({ own: "a", demand: new Map([[X, 10]]), rows: flooded, liveWithinMs: LIVE }).shares.get(X)!).toBeCloseTo(1 / 24 + (7 / 8) * (10 / 760), 6);
   });
 
+  test("a share does not shrink below twice what its router uses: a router still serving a burst from its bucket while another refuses keeps what it holds", () => {
+    // rpm 120 refills 10 over the 5 s window; a admitted 30 (from its bucket), b refuses a flood.
+    const quiet = new Map([[X, 120 * (1 / 4) * (5 / 60)]]);
+    const rows = [row("a", { [X]: 30 }, { [X]: 1 / 3 }), row("b", { [X]: 900 }, { [X]: 1 / 3 }), row("c", { [X]: 30 }, { [X]: 1 / 3 })];
+    const a = (used: number) => computeShares({ own: "a", demand: new Map([[X, 30]]), quiet, used: new Map([[X, used]]), rows, liveWithinMs: LIVE }).shares.get(X)!;
+    expect(a(30)).toBe(0.333333333);
+    // Admitting 1 (a tenth of the refill): it keeps twice that; admitting nothing, it gives way to the flood.
+    expect(a(1)).toBeCloseTo(0.2, 6);
+    expect(a(0)).toBeCloseTo(1 / 24 + (7 / 8) * (30 / 960), 6);
+  });
+
   test("an item another router does not list counts at its fallback; a row that says neither counts as holding it all", () => {
     const rows = [row("b", {}, { [FALLBACK]: 0.25 })];
     expect(computeShares({ own: "a", demand: new Map([[X, 0]]), rows, liveWithinMs: LIVE }).shares.get(X)).toBe(0.5);

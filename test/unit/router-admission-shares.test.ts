@@ -93,8 +93,8 @@ describe("Admission with shares", () => {
     s.release();
     expect(a.admit(s, 0)).toBeUndefined();
     expect(a.limitUse()).toEqual([
-      { of: "key", name: "k", concurrent: 1, askedRequests: 15, askedTokens: 0, maxConcurrent: 4 },
-      { of: "team", name: "t", concurrent: 1, askedRequests: 15, askedTokens: 0, maxConcurrent: 10 },
+      { of: "key", name: "k", concurrent: 1, askedRequests: 15, askedTokens: 0, usedRequests: 5, usedTokens: 0, maxConcurrent: 4 },
+      { of: "team", name: "t", concurrent: 1, askedRequests: 15, askedTokens: 0, usedRequests: 5, usedTokens: 0, maxConcurrent: 10 },
     ]);
   });
 
@@ -107,7 +107,7 @@ describe("Admission with shares", () => {
     a.tokens(s, 40);
     a.tokens(s, -30);
     const use = a.limitUse();
-    expect(use.find((u) => u.of === "key")).toMatchObject({ askedRequests: 5, askedTokens: 540 });
+    expect(use.find((u) => u.of === "key")).toMatchObject({ askedRequests: 5, askedTokens: 540, usedRequests: 2, usedTokens: 240 });
     expect(use.find((u) => u.of === "team")).toMatchObject({ askedRequests: 5, askedTokens: 540 });
   });
 });
