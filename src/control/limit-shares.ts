@@ -6,8 +6,8 @@
 // A share is a floor for every live router (RESERVE / N: a router that sees its first request of
 // a key can answer it without waiting for a tick) plus the rest in proportion to demand. A share
 // that shrinks loses what its bucket held beyond it, so shares move only for demand that matters:
-// each router's demand counts as at least QUIET of the allowance over the window (a few stray
-// requests move nothing), and while a router is asked more than that, a share that would shrink
+// each router's demand counts as at least its even part of the allowance over the window (QUIET
+// of it: a few stray requests move nothing), and while a router is asked more than that, a share that would shrink
 // by less than STICKY stays as it was (routers hit alike keep their even shares through the noise
 // of their demand); nor does a share shrink below what its router uses (USING times what it
 // admitted over the window: a router still serving a burst from its bucket while another already
@@ -32,7 +32,7 @@ export const RESERVE = 1 / 8;
 /** How far back a router's demand counts. */
 export const DEMAND_WINDOW_MS = 5_000;
 /** The least demand a router counts with: this part of what the limit allows over the window, shared by the routers. */
-export const QUIET = 1 / 4;
+export const QUIET = 1;
 /** A share whose target is below it by less than this (relative to the larger of it and an even split) is left as it is. */
 export const STICKY = 0.2;
 /** A share does not shrink below this many times what its router admitted over the window (as a part of what the limit refills in it). */

@@ -5,7 +5,7 @@
 // routers' cumulative counts.
 
 import { describe, expect, test } from "bun:test";
-import { DemandWindow, FALLBACK, INFLIGHT, RESERVE, type ShareRow, computeShares, computeSlots, itemOf } from "../../src/control/limit-shares";
+import { DemandWindow, FALLBACK, INFLIGHT, RESERVE, type ShareRow, computeShares, computeSlots, itemOf, quietFloor } from "../../src/control/limit-shares";
 
 const X = itemOf("key", "rpm", "alice");
 const row = (router: string, demand: Record<string, number>, shares: Record<string, number>, reportedAgoMs = 0): ShareRow => ({ router, demand, shares, reportedAgoMs });
@@ -46,13 +46,16 @@ describe("computeShares", () => {
     expect(computeShares({ own: "a", demand: new Map([[X, 1]]), rows: gone, liveWithinMs: LIVE })).toEqual({ shares: new Map([[X, 1]]), fallback: 1 });
   });
 
-  test("a few requests do not move the shares: each router's demand counts as at least a quarter of the window's allowance, divided among them", () => {
+  test("a few requests do not move the shares: each router's demand counts as at least the window's allowance divided among them", () => {
     const third = (r: string) => row(r, { [X]: 0 }, { [X]: 1 / 3 });
-    const quiet = new Map([[X, 240 * (1 / 4) * (5 / 60)]]);
+    // rpm 240: 20 over the 5 s window, so each of three counts as asking at least 20 / 3.
+    const quiet = new Map([[X, quietFloor(240)]]);
+    expect(quietFloor(240)).toBe(20);
+    expect(computeShares({ own: "a", demand: new Map([[X, 5]]), quiet, rows: [third("b"), third("c")], liveWithinMs: LIVE }).shares.get(X)!).toBeCloseTo(1 / 3, 6);
     expect(computeShares({ own: "a", demand: new Map([[X, 1]]), quiet, rows: [third("b"), third("c")], liveWithinMs: LIVE }).shares.get(X)!).toBeCloseTo(1 / 3, 6);
     // A flood here moves them nearly all the way.
     const flood = computeShares({ own: "a", demand: new Map([[X, 500]]), quiet, rows: [row("b", { [X]: 0 }, { [X]: 0 }), row("c", { [X]: 0 }, { [X]: 0 })], liveWithinMs: LIVE }).shares.get(X)!;
-    expect(flood).toBeCloseTo(1 / 24 + (7 / 8) * (500 / (500 + 2 * (5 / 3))), 6);
+    expect(flood).toBeCloseTo(1 / 24 + (7 / 8) * (500 / (500 + 2 * (20 / 3))), 6);
   });
 
   test("a share a little above its target stays as it was: routers hit alike keep even shares through the noise of their demand", () => {
@@ -70,7 +73,7 @@ describe("computeShares", () => {
 
   test("a share does not shrink below twice what its router uses: a router still serving a burst from its bucket while another refuses keeps what it holds", () => {
     // rpm 120 refills 10 over the 5 s window; a admitted 30 (from its bucket), b refuses a flood.
-    const quiet = new Map([[X, 120 * (1 / 4) * (5 / 60)]]);
+    const quiet = new Map([[X, quietFloor(120)]]);
     const rows = [row("a", { [X]: 30 }, { [X]: 1 / 3 }), row("b", { [X]: 900 }, { [X]: 1 / 3 }), row("c", { [X]: 30 }, { [X]: 1 / 3 })];
     const a = (used: number) => computeShares({ own: "a", demand: new Map([[X, 30]]), quiet, used: new Map([[X, used]]), rows, liveWithinMs: LIVE }).shares.get(X)!;
     expect(a(30)).toBe(0.333333333);
