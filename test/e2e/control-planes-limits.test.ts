@@ -110,9 +110,8 @@ describe("a key's rpm shared by three routers", () => {
         `${(((total - reference) / reference) * 100).toFixed(1)}% over; from 2 s to 6 s ${steady} (the limit's rate: ${(RPM / 60) * 4})`,
     );
     expect(total).toBeLessThanOrEqual(reference * 1.1);
-    // Sharing does not starve: the three get most of what one router would (on a busy machine a
-    // share that moved with the first moments' demand may have given up part of its bucket), and each router its part.
-    expect(total).toBeGreaterThanOrEqual(reference * 0.6);
+    // Sharing does not starve: the three get about what one router would, and each router its part.
+    expect(total).toBeGreaterThanOrEqual(reference * 0.8);
     for (const n of perRouter) expect(n).toBeGreaterThanOrEqual(RPM / 6);
 
     // Then only cp-a is hit: the others' demand fades within the demand window (5 s) and its share
