@@ -19,6 +19,7 @@ import { NodeIntake } from "../control/intake";
 import { JoinToken } from "../control/join-token";
 import { LeadershipCell } from "../control/leadership";
 import { LedgerWriter } from "../control/ledger-writer";
+import { LimitShareExchange } from "../control/limit-share-exchange";
 import { LoadMonitor } from "../control/load";
 import { Backups, LogSources } from "../control/log-sources";
 import { NodeAdmin } from "../control/node-admin";
@@ -112,7 +113,9 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
       await spend.publish();
     },
   };
-  const loop = new ControlLoop({ store, memory, projector, usage, ledger, leadership, lock, clock, load, events, wake: wakeups, config, scaleDownDelayMs: settings.scaleDownDelayMs, ...(o.newId ? { newId: o.newId } : {}), scheduler, log });
+  // Several routers on one store share each key's and team's rate limits (limit-shares.ts).
+  const limits = o.shared && o.sink && o.usage ? new LimitShareExchange({ ...o.shared, source: o.usage, sink: o.sink, store, scheduler, log }) : undefined;
+  const loop = new ControlLoop({ store, memory, projector, usage, ...(limits ? { limits } : {}), ledger, leadership, lock, clock, load, events, wake: wakeups, config, scaleDownDelayMs: settings.scaleDownDelayMs, ...(o.newId ? { newId: o.newId } : {}), scheduler, log });
   const intake = new NodeIntake({ store, ...(o.fast ? { fast: o.fast } : {}), memory, projector, lock, clock, load, wake: wakeups, policy: settings.policy, config, scheduler, log });
   return {
     identity: new NodeIdentity({ store, joinToken: o.joinToken ?? new JoinToken() }),

@@ -10,7 +10,7 @@ import type { Logger } from "pino";
 import type { Scheduler, Timer } from "../lib/scheduler";
 import type { LedgerCheckSource, ReplicaDrift } from "../protocol/ledger-check";
 import { FromRouter, type ToRouter } from "../protocol/router-link";
-import type { ApiKeyEntry, BudgetSpent, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, LimitUseEntry, ModelTraffic, TrafficSource, UsageRow, UsageSource } from "../protocol/routing";
+import type { ApiKeyEntry, BudgetSpent, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, LimitShares, LimitUseEntry, ModelTraffic, TrafficSource, UsageRow, UsageSource } from "../protocol/routing";
 import { mergeUsageRows } from "../protocol/usage-rows";
 import type { RouterWorkerData } from "./router-worker";
 import { ListReceived, ListSent } from "./list-delta";
@@ -49,6 +49,7 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
   private catalog: CatalogEntry[] | undefined;
   private keys: ApiKeyEntry[] | undefined;
   private fleet: string | undefined;
+  private shares: LimitShares | undefined;
   private used: ReadonlyMap<string, number> = new Map();
   private inflight: ReadonlyMap<string, number> = new Map();
   /** Each limited key's and team's use, as of the last usage report. */
@@ -87,6 +88,8 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
     const port = await this.spawn();
     // A replacement thread listens where the first one did, even when the config said port 0.
     this.o.data.port = port;
+    // Shares set before the thread ran (a head node among several) reach it before any key.
+    if (this.shares) this.setLimitShares(this.shares);
     return { port };
   }
 
@@ -157,6 +160,8 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
     this.catalogOut.reset();
     this.sendTable("endpoints");
     this.sendTable("catalog");
+    // The shares first: the keys' buckets are made at them.
+    if (this.shares) this.setLimitShares(this.shares);
     if (this.keys) this.post({ type: "api_keys", keys: this.keys });
     if (this.fleet !== undefined) this.post({ type: "fleet_metrics", text: this.fleet });
     if (this.spent !== undefined) this.post({ type: "budget_spent", ...this.spent });
@@ -226,6 +231,12 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
 
   ledgerGen(): number {
     return this.ledgerTake;
+  }
+
+  setLimitShares(s: LimitShares): void {
+    this.shares = s;
+    const pairs = (l: readonly (readonly [string, number])[]) => l.map(([x, n]) => [x, n] as [string, number]);
+    this.post({ type: "limit_shares", shares: pairs(s.shares), fallback: s.fallback, ...(s.slots ? { slots: pairs(s.slots) } : {}), ...(s.awaiting ? { awaiting: true } : {}) });
   }
 
   setFleetMetrics(text: string): void {

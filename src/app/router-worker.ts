@@ -68,6 +68,8 @@ function main(): void {
         return router.setApiKeys(m.keys);
       case "budget_spent":
         return router.setBudgetSpent(m);
+      case "limit_shares":
+        return router.setLimitShares(m);
       case "fleet_metrics":
         return router.setFleetMetrics(m.text);
       case "usage_request":

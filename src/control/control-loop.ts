@@ -15,6 +15,7 @@ import { FencedError } from "./errors";
 import type { EventLog } from "./event-log";
 import type { LeadershipCell } from "./leadership";
 import type { LedgerWriter } from "./ledger-writer";
+import type { LimitShareExchange } from "./limit-share-exchange";
 import type { LoadMonitor } from "./load";
 import type { NodeMemory } from "./node-memory";
 import type { Projector } from "./projector";
@@ -32,6 +33,8 @@ export interface ControlLoopOptions {
   memory: NodeMemory;
   projector: Pick<Projector, "project">;
   usage: UsageExchange;
+  /** Several control planes: the routers' shares of the rate limits (limit-share-exchange.ts); absent: a router holds them whole. */
+  limits?: Pick<LimitShareExchange, "exchange">;
   /** The usage ledger's writes (ledger-writer.ts); absent: none. */
   ledger?: Pick<LedgerWriter, "write">;
   leadership: LeadershipCell;
@@ -80,6 +83,7 @@ export class ControlLoop {
       const now = scheduler.now();
       const seen = this.o.clock.observe(now);
       await usage.exchange(now, seen.watchedSince);
+      await this.o.limits?.exchange();
       const leading = this.o.leadership.get().leading;
       const decided = leading ? await this.decide(read, now, seen) : this.standBy(read, now);
       // Unchanged state projects to unchanged assignments and endpoints: the projector skips the O(fleet) work.

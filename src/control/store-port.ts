@@ -6,6 +6,7 @@
 // (aliases, pending nodes, names taken) are the control plane's. A failed database call rejects
 // with StoreUnavailableError. test/contract/store.ts holds every implementation to one behaviour.
 
+import type { ShareRow, Shares } from "./limit-shares";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { UsageRow } from "../protocol/routing";
 import type { AdminState } from "../protocol/views";
@@ -181,6 +182,17 @@ export interface UsagePort {
   routerUsage(): Promise<RouterUsage[]>;
 }
 
+/** Each router's share of the keys' and teams' rate limits, shared through the store (limit-shares.ts). */
+export interface LimitSharesPort {
+  /**
+   * In one transaction, serialised with every other control plane's: reads every router's row
+   * (with how long ago each was written, by the database's clock), lets `decide` compute this
+   * router's shares from them, and writes this router's row with its demand and those shares.
+   * Answers what decide did.
+   */
+  shareLimits(router: string, demand: ReadonlyMap<string, number>, decide: (rows: ShareRow[]) => Shares): Promise<Shares>;
+}
+
 /**
  * The usage ledger's rows (per team, key, model and hour), as the routers counted them. Every
  * control plane adds its own router's counts: additions, so several writers are safe.
@@ -269,6 +281,7 @@ export interface StorePort
     KeysPort,
     MembershipPort,
     UsagePort,
+    LimitSharesPort,
     LedgerPort,
     NodeReportsPort,
     ChangeFeed,

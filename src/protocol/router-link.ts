@@ -67,6 +67,14 @@ export const ToRouter = z.discriminatedUnion("type", [
   z.object({ type: z.literal("fleet_metrics"), text: z.string() }),
   /** EndpointSink.setBudgetSpent: the period's stored spend of every key and team. */
   z.object({ type: z.literal("budget_spent"), through: z.number(), starts: Triple, keys: z.array(BudgetFigure), teams: z.array(BudgetFigure) }),
+  /** EndpointSink.setLimitShares: this router's share of each limited key's and team's rpm and tpm. */
+  z.object({
+    type: z.literal("limit_shares"),
+    shares: z.array(z.tuple([z.string(), z.number().min(0).max(1)])),
+    fallback: z.number().min(0).max(1),
+    slots: z.array(z.tuple([z.string(), z.number().int().min(0)])).optional(),
+    awaiting: z.boolean().optional(),
+  }),
   /** Asks for a usage snapshot; the router answers with a `usage` of the same id. */
   z.object({ type: z.literal("usage_request"), id: z.number().int() }),
   /** Asks for the traffic figures; the router answers with a `traffic` of the same id. */
@@ -121,7 +129,7 @@ export const FromRouter = z.discriminatedUnion("type", [
     lastUsed: Entries,
     inflightByModel: Entries,
     limitUse: z
-      .array(z.object({ of: z.enum(["key", "team"]), name: z.string(), rpm: z.number().optional(), tpm: z.number().optional(), concurrent: z.number(), budget_tokens: z.number().optional(), budget_gpu_hours: z.number().optional() }))
+      .array(z.object({ of: z.enum(["key", "team"]), name: z.string(), rpm: z.number().optional(), tpm: z.number().optional(), concurrent: z.number(), budget_tokens: z.number().optional(), budget_gpu_hours: z.number().optional(), askedRequests: z.number().optional(), askedTokens: z.number().optional(), usedRequests: z.number().optional(), usedTokens: z.number().optional(), maxConcurrent: z.number().optional(), rpmLimit: z.number().optional(), tpmLimit: z.number().optional() }))
       .optional(),
     ledger: z.array(UsageRowSchema).optional(),
     /** The number of the ledger take these rows are (UsageSource.ledgerGen). */

@@ -115,6 +115,27 @@ export interface EndpointSink {
   setApiKeys(keys: ApiKeyEntry[]): void;
   /** The period's stored spend of every key and team (budget.ts); absent: a router that enforces no budgets. */
   setBudgetSpent?(spent: BudgetSpent): void;
+  /** Several control planes: this router's share of each limited key's and team's rpm and tpm (control/limit-shares.ts). Absent: no sharing. */
+  setLimitShares?(s: LimitShares): void;
+}
+
+/** A limit's name in limit shares: `key:rpm:alice`, `team:tpm:research`, `key:con:alice` (max-concurrent). */
+export function limitItem(of: "key" | "team", limit: "rpm" | "tpm" | "con", name: string): string {
+  return `${of}:${limit}:${name}`;
+}
+
+/**
+ * Control → router: the router's share (0..1) of each per-minute allowance, by item
+ * (`key:rpm:NAME`, `team:tpm:NAME`), `fallback` for the allowances not listed. `awaiting`: shares
+ * are coming but not computed yet (a head node that shares its limits, just started): a bucket
+ * made meanwhile is filled to its first share when that comes, not to the whole limit.
+ */
+export interface LimitShares {
+  shares: readonly (readonly [string, number])[];
+  fallback: number;
+  /** Its slots (whole requests in flight) of each max-concurrent, by `con` item; one not listed: the limit × fallback, rounded down. */
+  slots?: readonly (readonly [string, number])[];
+  awaiting?: boolean;
 }
 
 /**
@@ -189,6 +210,18 @@ export interface LimitUseEntry {
   budget_tokens?: number;
   /** Of the GPU-hour budget: spent this period and reserved by requests in flight. */
   budget_gpu_hours?: number;
+  /** Requests asked since the router started, admitted or refused: several routers share a limit by this demand. */
+  askedRequests?: number;
+  /** Tokens asked likewise (prompts as estimated, admitted or refused, and completions counted). */
+  askedTokens?: number;
+  /** Of those, the requests admitted and the tokens they spent: a router using its share keeps it. */
+  usedRequests?: number;
+  usedTokens?: number;
+  /** Its max-concurrent as set, when it has one (the router's own slots of it may be fewer). */
+  maxConcurrent?: number;
+  /** Its rpm and tpm as set (what the router holds of them may be less: its share). */
+  rpmLimit?: number;
+  tpmLimit?: number;
 }
 
 /**

@@ -15,14 +15,18 @@
 // already in flight when its allowance ran out (the bucket goes below zero, and refill pays the
 // debt before anything more is admitted).
 //
-// Several routers (a later part): a bucket's refill is where a lease would plug in. Each router
-// would hold a lease on a share of a key's allowance (a number of requests and tokens taken from
-// the store's counter for the current minute), refill its bucket only from what it leased, and
-// return what it did not use when the lease ends, as Envoy's global rate limiting does; the
-// check here stays local and O(1).
+// Several routers (head nodes on one store): each holds a share of every per-minute allowance,
+// which its control plane recomputes once a tick from every router's demand (control/
+// limit-shares.ts) and sends here (setShares). A bucket's size and refill are then limit × share;
+// a share that shrinks caps the level at once (what this router did not use goes back to the
+// others), one that grows only refills faster (nothing is handed out twice). The shares of the
+// live routers sum to at most 1, so together they admit no more than one router would with the
+// whole limit. The check stays local and O(1); a new share touches only the buckets' sizes.
+// Requests in flight (max-concurrent) are shared in whole slots: each router may have its slots
+// in flight, the slots of all summing to at most the limit.
 
 import type { Scheduler } from "../lib/scheduler";
-import type { ApiKeyEntry, KeyTier, LimitUseEntry, UsageLimits } from "../protocol/routing";
+import { type ApiKeyEntry, type KeyTier, type LimitShares, type LimitUseEntry, type UsageLimits, limitItem } from "../protocol/routing";
 import { type Reply, openAIError } from "./errors";
 
 const MINUTE_MS = 60_000;
@@ -37,20 +41,30 @@ export function promptEstimate(bodyBytes: number): number {
 }
 
 /**
- * One per-minute limit: a token bucket holding up to `cap`, refilled at cap / 60,000 per ms.
- * The level may go below zero: tokens counted after admission (a streamed completion, a usage
- * larger than the estimate) are a debt refill pays before anything more is admitted.
+ * One per-minute limit: a token bucket holding up to `cap` (the limit × this router's share of
+ * it), refilled at cap / 60,000 per ms. The level may go below zero: tokens counted after
+ * admission (a streamed completion, a usage larger than the estimate) are a debt refill pays
+ * before anything more is admitted.
  */
 export class Bucket {
   level: number;
   last: number;
   cap: number;
   perMs: number;
+  /** The limit as set (what x-ratelimit-limit-* says). */
+  limit: number;
+  /** This router's share of it (1 alone). */
+  share: number;
+  /** Made while shares were awaited (empty): filled to its first share when that comes. */
+  unfilled: boolean;
 
-  constructor(limit: number, now: number) {
-    this.cap = limit;
-    this.perMs = limit / MINUTE_MS;
-    this.level = limit;
+  constructor(limit: number, now: number, share = 1, unfilled = false) {
+    this.limit = limit;
+    this.share = share;
+    this.cap = limit * share;
+    this.perMs = this.cap / MINUTE_MS;
+    this.level = unfilled ? 0 : this.cap;
+    this.unfilled = unfilled;
     this.last = now;
   }
 
@@ -63,19 +77,38 @@ export class Bucket {
 
   /** A new limit keeps what was used: the level is only capped by it. */
   setLimit(limit: number): void {
-    this.cap = limit;
-    this.perMs = limit / MINUTE_MS;
-    if (this.level > limit) this.level = limit;
+    this.limit = limit;
+    this.resize();
   }
 
-  /** Milliseconds until `need` is available. */
+  /**
+   * A new share (refill to now first): smaller, the level is capped (the rest goes back to the
+   * other routers); larger, only the refill is faster. A bucket made while shares were awaited
+   * starts full at its first share, as a bucket made then would.
+   */
+  setShare(share: number): void {
+    this.share = share;
+    this.resize();
+    if (this.unfilled) {
+      this.level = this.cap;
+      this.unfilled = false;
+    }
+  }
+
+  private resize(): void {
+    this.cap = this.limit * this.share;
+    this.perMs = this.cap / MINUTE_MS;
+    if (this.level > this.cap) this.level = this.cap;
+  }
+
+  /** Milliseconds until `need` is available (with no share here, until the next share may come). */
   waitMs(need: number): number {
-    return need <= this.level ? 0 : (need - this.level) / this.perMs;
+    return need <= this.level ? 0 : this.perMs > 0 ? (need - this.level) / this.perMs : 1000;
   }
 
   /** Milliseconds until the bucket is full again (OpenAI's x-ratelimit-reset-*). */
   resetMs(): number {
-    return this.level >= this.cap ? 0 : (this.cap - this.level) / this.perMs;
+    return this.level >= this.cap ? 0 : this.perMs > 0 ? (this.cap - this.level) / this.perMs : 1000;
   }
 }
 
@@ -83,25 +116,83 @@ export class Bucket {
 export class Counters {
   rpm: Bucket | undefined = undefined;
   tpm: Bucket | undefined = undefined;
+  /** This router's slots of the max-concurrent (all of it alone). */
   maxConcurrent = Infinity;
+  /** The max-concurrent as set. */
+  concurrentLimit = Infinity;
   inflight = 0;
+  /** Requests and tokens asked since the router started, admitted or refused: the demand several routers share a limit by. */
+  askedRequests = 0;
+  askedTokens = 0;
+  /** Of those, the ones admitted (and the tokens they spent): a router using its share keeps it. */
+  usedRequests = 0;
+  usedTokens = 0;
+  /** The names of its allowances in limit shares. */
+  readonly rpmItem: string;
+  readonly tpmItem: string;
+  readonly conItem: string;
 
   constructor(
     readonly kind: "key" | "team",
     readonly name: string,
-  ) {}
+  ) {
+    this.rpmItem = limitItem(kind, "rpm", name);
+    this.tpmItem = limitItem(kind, "tpm", name);
+    this.conItem = limitItem(kind, "con", name);
+  }
 
   /** Takes the limits published now; the buckets of the limits that stay keep their level. */
-  apply(l: UsageLimits | undefined, now: number): void {
-    this.rpm = bucketFor(this.rpm, l?.rpm, now);
-    this.tpm = bucketFor(this.tpm, l?.tpm, now);
-    this.maxConcurrent = l?.maxConcurrent !== undefined && l.maxConcurrent > 0 ? l.maxConcurrent : Infinity;
+  apply(l: UsageLimits | undefined, now: number, shares: ShareBook): void {
+    this.rpm = bucketFor(this.rpm, l?.rpm, now, shares, this.rpmItem);
+    this.tpm = bucketFor(this.tpm, l?.tpm, now, shares, this.tpmItem);
+    this.concurrentLimit = l?.maxConcurrent !== undefined && l.maxConcurrent > 0 ? l.maxConcurrent : Infinity;
+    this.maxConcurrent = shares.slotsOf(this.conItem, this.concurrentLimit);
+  }
+
+  /** Takes this router's shares now. */
+  share(now: number, shares: ShareBook): void {
+    for (const [b, item] of [
+      [this.rpm, this.rpmItem],
+      [this.tpm, this.tpmItem],
+    ] as const) {
+      if (b === undefined) continue;
+      b.refill(now);
+      b.setShare(shares.of(item));
+    }
+    this.maxConcurrent = shares.slotsOf(this.conItem, this.concurrentLimit);
   }
 }
 
-function bucketFor(b: Bucket | undefined, limit: number | undefined, now: number): Bucket | undefined {
+/** This router's shares of the allowances, as its control plane last sent them (1 each alone). */
+class ShareBook {
+  private byItem: ReadonlyMap<string, number> = new Map();
+  private slots: ReadonlyMap<string, number> = new Map();
+  private fallback = 1;
+  /** Shares are coming but not computed yet: buckets made meanwhile wait for theirs, empty. */
+  awaiting = false;
+
+  set(s: LimitShares): void {
+    this.byItem = new Map(s.shares);
+    this.slots = new Map(s.slots ?? []);
+    this.fallback = s.fallback;
+    this.awaiting = s.awaiting === true;
+  }
+
+  of(item: string): number {
+    return this.byItem.get(item) ?? this.fallback;
+  }
+
+  /** This router's slots of a max-concurrent of `limit` (Infinity: none). */
+  slotsOf(item: string, limit: number): number {
+    if (limit === Infinity) return Infinity;
+    const s = this.slots.get(item);
+    return s !== undefined ? Math.min(s, limit) : Math.floor(limit * this.fallback + 1e-9);
+  }
+}
+
+function bucketFor(b: Bucket | undefined, limit: number | undefined, now: number, shares: ShareBook, item: string): Bucket | undefined {
   if (limit === undefined || !(limit > 0)) return undefined;
-  if (b === undefined) return new Bucket(limit, now);
+  if (b === undefined) return new Bucket(limit, now, shares.of(item), shares.awaiting);
   b.refill(now);
   b.setLimit(limit);
   return b;
@@ -159,8 +250,18 @@ export class Admission {
   /** By the key's SHA-256: only keys with a limit of their own or of their team. */
   private byKey = new Map<string, KeyState>();
   private teams = new Map<string, Counters>();
+  private readonly shares = new ShareBook();
 
   constructor(private readonly time: Pick<Scheduler, "mono">) {}
+
+  /** This router's shares of the allowances (several routers): every bucket is resized to its share. */
+  setShares(s: LimitShares): void {
+    const now = this.time.mono();
+    this.shares.set(s);
+    if (s.awaiting === true) return;
+    for (const k of this.byKey.values()) k.key.share(now, this.shares);
+    for (const t of this.teams.values()) t.share(now, this.shares);
+  }
 
   /** The keys the control plane published: state for the limited ones, kept for those that stay. */
   setKeys(entries: readonly ApiKeyEntry[]): void {
@@ -174,12 +275,12 @@ export class Admission {
         team = teams.get(e.team);
         if (team === undefined) {
           team = this.teams.get(e.team) ?? new Counters("team", e.team);
-          team.apply(e.teamLimits, now);
+          team.apply(e.teamLimits, now, this.shares);
           teams.set(e.team, team);
         }
       }
       const key = this.byKey.get(e.sha256)?.key ?? new Counters("key", e.name);
-      key.apply(e.limits, now);
+      key.apply(e.limits, now, this.shares);
       byKey.set(e.sha256, new KeyState(e.name, key, team, e.tier ?? "interactive"));
     }
     this.teams = teams;
@@ -199,6 +300,8 @@ export class Admission {
   admit(s: KeyState, prompt: number): Refusal | undefined {
     const now = this.time.mono();
     const t = s.team;
+    asked(s.key, prompt);
+    if (t !== undefined) asked(t, prompt);
     const no = refusedBy(s.key, prompt, now) ?? (t !== undefined ? refusedBy(t, prompt, now) : undefined);
     if (no !== undefined) return no;
     take(s.key, prompt);
@@ -209,6 +312,14 @@ export class Admission {
   /** Tokens counted after admission (streamed, or the usage's difference from the estimate; negative gives back). */
   tokens(s: KeyState, n: number): void {
     if (n === 0) return;
+    if (n > 0) {
+      s.key.askedTokens += n;
+      s.key.usedTokens += n;
+      if (s.team !== undefined) {
+        s.team.askedTokens += n;
+        s.team.usedTokens += n;
+      }
+    }
     spend(s.key.tpm, n);
     if (s.team !== undefined) spend(s.team.tpm, n);
   }
@@ -221,9 +332,9 @@ export class Admission {
     const now = this.time.mono();
     let out = "";
     const r = tighter(s.key.rpm, s.team?.rpm, now);
-    if (r !== undefined) out += `x-ratelimit-limit-requests: ${r.cap}\r\nx-ratelimit-remaining-requests: ${left(r)}\r\nx-ratelimit-reset-requests: ${duration(r.resetMs())}\r\n`;
+    if (r !== undefined) out += `x-ratelimit-limit-requests: ${r.limit}\r\nx-ratelimit-remaining-requests: ${left(r)}\r\nx-ratelimit-reset-requests: ${duration(r.resetMs())}\r\n`;
     const k = tighter(s.key.tpm, s.team?.tpm, now);
-    if (k !== undefined) out += `x-ratelimit-limit-tokens: ${k.cap}\r\nx-ratelimit-remaining-tokens: ${left(k)}\r\nx-ratelimit-reset-tokens: ${duration(k.resetMs())}\r\n`;
+    if (k !== undefined) out += `x-ratelimit-limit-tokens: ${k.limit}\r\nx-ratelimit-remaining-tokens: ${left(k)}\r\nx-ratelimit-reset-tokens: ${duration(k.resetMs())}\r\n`;
     return out;
   }
 
@@ -240,7 +351,7 @@ export class Admission {
     const one = (c: Counters) => {
       const rpm = spent(c.rpm);
       const tpm = spent(c.tpm);
-      out.push({ of: c.kind, name: c.name, concurrent: c.inflight, ...(rpm !== undefined ? { rpm } : {}), ...(tpm !== undefined ? { tpm } : {}) });
+      out.push({ of: c.kind, name: c.name, concurrent: c.inflight, ...(rpm !== undefined ? { rpm } : {}), ...(tpm !== undefined ? { tpm } : {}), askedRequests: c.askedRequests, askedTokens: c.askedTokens, usedRequests: c.usedRequests, usedTokens: c.usedTokens, ...(c.concurrentLimit !== Infinity ? { maxConcurrent: c.concurrentLimit } : {}), ...(c.rpm ? { rpmLimit: c.rpm.limit } : {}), ...(c.tpm ? { tpmLimit: c.tpm.limit } : {}) });
     };
     for (const s of this.byKey.values()) one(s.key);
     for (const t of this.teams.values()) one(t);
@@ -298,18 +409,22 @@ function limited(l: UsageLimits | undefined): boolean {
 
 /** The refusal of `c`'s limits for a request of `prompt` tokens, or undefined when they admit it. Refusals alone allocate. */
 function refusedBy(c: Counters, prompt: number, now: number): Refusal | undefined {
-  if (c.inflight >= c.maxConcurrent) return refusal(c, "concurrent", 1000, `${c.maxConcurrent} requests in flight, the most it may have at once`);
+  if (c.inflight >= c.maxConcurrent) {
+    const what = c.maxConcurrent < c.concurrentLimit ? `${c.inflight} requests in flight on this router, its share of the ${c.concurrentLimit} it may have at once across the routers` : `${c.maxConcurrent} requests in flight, the most it may have at once`;
+    return refusal(c, "concurrent", 1000, what);
+  }
   const r = c.rpm;
   if (r !== undefined) {
     r.refill(now);
-    if (r.level < 1) return refusal(c, "requests", r.waitMs(1), `requests per minute (RPM): limit ${r.cap}, 0 left`);
+    if (r.level < 1) return refusal(c, "requests", r.waitMs(1), `requests per minute (RPM): limit ${r.limit}${ofShare(r)}, 0 left`);
   }
   const t = c.tpm;
   if (t !== undefined) {
     t.refill(now);
     // A prompt larger than the whole limit waits for a full minute's allowance, not forever.
-    const need = prompt < 1 ? 1 : prompt > t.cap ? t.cap : prompt;
-    if (t.level < need) return refusal(c, "tokens", t.waitMs(need), `tokens per minute (TPM): limit ${t.cap}, ${left(t)} left, this request's prompt counts about ${prompt}`);
+    const most = prompt > t.cap ? t.cap : prompt;
+    const need = most < 1 ? 1 : most;
+    if (t.level < need) return refusal(c, "tokens", t.waitMs(need), `tokens per minute (TPM): limit ${t.limit}${ofShare(t)}, ${left(t)} left, this request's prompt counts about ${prompt}`);
   }
   return undefined;
 }
@@ -322,8 +437,20 @@ function refusal(c: Counters, limit: Refusal["limit"], waitMs: number, what: str
   return { of: c, limit, retryAfterMs, message: `Rate limit reached for ${whose} on ${what}; ${when}.` };
 }
 
+/** With several routers, what of the limit is this one's. */
+function ofShare(b: Bucket): string {
+  return b.share < 1 ? ` (shared by the routers; this one's share is ${Math.floor(b.cap)})` : "";
+}
+
+function asked(c: Counters, prompt: number): void {
+  c.askedRequests++;
+  c.askedTokens += prompt;
+}
+
 function take(c: Counters, prompt: number): void {
   c.inflight++;
+  c.usedRequests++;
+  c.usedTokens += prompt;
   if (c.rpm !== undefined) c.rpm.level -= 1;
   if (c.tpm !== undefined) c.tpm.level -= prompt;
 }

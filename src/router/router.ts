@@ -24,7 +24,7 @@ import { UpstreamPool } from "../http/client";
 import type { ClientExchange } from "../http/exchange";
 import { hostPort } from "../lib/net";
 import { type Scheduler, type Timer, realScheduler } from "../lib/scheduler";
-import type { ApiKeyEntry, BudgetSpent, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, LimitUseEntry, ModelTraffic, UsageRow, UsageSource } from "../protocol/routing";
+import type { ApiKeyEntry, BudgetSpent, CatalogEntry, DemandSink, EndpointInfo, EndpointSink, FleetMetricsSink, LimitShares, LimitUseEntry, ModelTraffic, UsageRow, UsageSource } from "../protocol/routing";
 import { Admission, type KeyUse } from "./admission";
 import { Ledger } from "./ledger";
 import { Budget, withBudgetUse } from "./budget";
@@ -256,6 +256,11 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink, Ledg
   setApiKeys(keys: ApiKeyEntry[]): void {
     this.dispatch.setApiKeys(keys);
     this.gate.setKeys(keys);
+  }
+
+  /** Several routers: this one's share of each key's and team's rpm and tpm. */
+  setLimitShares(s: LimitShares): void {
+    this.admission.setShares(s);
   }
 
   /** Each limited key's use of its limits now: requests in flight, requests and tokens left this minute. */

@@ -3,8 +3,9 @@
 // inventory writes; the node registry; the catalog; API keys and events; what several control
 // planes share. Both dialects (index.ts, pg/index.ts) are this, each with parts of its own.
 
-import type { CatalogPort, ChangeFeed, EventsPort, FleetRead, InventoryWrites, JoinWrite, KeysPort, LedgerPort, MembershipPort, NodeRegistry, NodeReportsPort, PlanWriter, ReplicaRead, SharedSecretsPort, StorePort, UsagePort, UsageTotal } from "../control/store-port";
+import type { CatalogPort, ChangeFeed, EventsPort, FleetRead, InventoryWrites, JoinWrite, KeysPort, LedgerPort, LimitSharesPort, MembershipPort, NodeRegistry, NodeReportsPort, PlanWriter, ReplicaRead, SharedSecretsPort, StorePort, UsagePort, UsageTotal } from "../control/store-port";
 import type { ApiKeyRow, ChangeRead, KeyPatch, TeamPatch, TeamRow, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, GpuRow, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, RouterUsage, SharedTokenKind, Snapshot, StoreChange, TokenDigests } from "../control/types";
+import type { ShareRow, Shares } from "../control/limit-shares";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { UsageRow } from "../protocol/routing";
 import type { AdminState } from "../protocol/views";
@@ -17,7 +18,7 @@ export interface StoreParts {
   catalog: CatalogPort;
   records: EventsPort;
   keys: KeysPort;
-  shared: MembershipPort & UsagePort & NodeReportsPort & SharedSecretsPort;
+  shared: MembershipPort & UsagePort & LimitSharesPort & NodeReportsPort & SharedSecretsPort;
   ledger: LedgerPort;
 }
 
@@ -175,6 +176,9 @@ export abstract class StoreByRole implements StorePort {
   }
   routerUsage(): Promise<RouterUsage[]> {
     return this.parts.shared.routerUsage();
+  }
+  shareLimits(router: string, demand: ReadonlyMap<string, number>, decide: (rows: ShareRow[]) => Shares): Promise<Shares> {
+    return this.parts.shared.shareLimits(router, demand, decide);
   }
   addUsage(rows: readonly UsageRow[]): Promise<void> {
     return this.parts.ledger.addUsage(rows);

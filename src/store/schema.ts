@@ -202,6 +202,18 @@ export const routerUsage = sqliteTable("router_usage", {
 });
 
 /**
+ * Each router's share of every limited key's and team's per-minute allowance (limit-shares.ts),
+ * with the demand it was computed from: {item: number} each, item as limit-shares.ts names it.
+ * A router's control plane rewrites its row every tick; rows not rewritten lately are of routers gone.
+ */
+export const limitShares = sqliteTable("limit_shares", {
+  router: text("router").primaryKey(),
+  demand: json<Record<string, number>>("demand").notNull(),
+  shares: json<Record<string, number>>("shares").notNull(),
+  reportedAt: integer("reported_at").notNull(),
+});
+
+/**
  * The usage ledger: per team, key (by name; "" for both without keys), model and hour (ms since
  * epoch of its start), what the routers counted. Each control plane adds its router's counts
  * once a tick (additive upserts: several writers are safe); the leader deletes rows past the

@@ -8,6 +8,7 @@
 
 import { afterEach, beforeEach, describe, expect, test as bunTest } from "bun:test";
 import { FencedError } from "../../src/control/errors";
+import type { ShareRow } from "../../src/control/limit-shares";
 import type { StorePort } from "../../src/control/store-port";
 import type { PlanWrite, StoreChange } from "../../src/control/types";
 import type { UsageRow } from "../../src/protocol/routing";
@@ -613,6 +614,32 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
           { router: "r-b", watchingSince: NOW - 10, lastUsed: [["z", NOW]] },
         ]);
         for (const r of u) expect(r.reportedAgoMs).toBeGreaterThanOrEqual(0);
+      });
+
+      test("limit shares: each router's row read, decided on and rewritten in one go, concurrent ones one after another; forgotten with its control plane", async () => {
+        const x = "key:rpm:alice";
+        // What each decide saw: serialised, the second of two concurrent calls sees the first's row.
+        const seen: string[][] = [];
+        const decide = (share: number) => (rows: ShareRow[]) => {
+          seen.push(rows.map((r) => `${r.router}:${r.shares[x] ?? "-"}:${r.demand[x] ?? "-"}`));
+          return { shares: new Map([[x, share]]), fallback: share / 2 };
+        };
+        await Promise.all([s.shareLimits("b", new Map([[x, 5]]), decide(0.25)), s.shareLimits("a", new Map([[x, 7]]), decide(0.5))]);
+        expect(seen[0]).toEqual([]);
+        expect(seen[1]!.length).toBe(1);
+        const out = await s.shareLimits("a", new Map([[x, 9]]), decide(0.75));
+        expect(out).toEqual({ shares: new Map([[x, 0.75]]), fallback: 0.375 });
+        expect(seen[2]).toEqual(["a:0.5:7", "b:0.25:5"]);
+        await s.upsertControlPlane({ name: "b", adminUrl: "http://b:1", routerUrl: "http://b:2", startedAt: NOW });
+        await s.removeControlPlane("b");
+        let last: ShareRow[] = [];
+        await s.shareLimits("c", new Map(), (rows) => {
+          last = rows;
+          return { shares: new Map(), fallback: 1 };
+        });
+        expect(last.map((r) => [r.router, r.shares, r.demand])).toEqual([["a", { [x]: 0.75, "*": 0.375 }, { [x]: 9 }]]);
+        expect(last[0]!.reportedAgoMs).toBeGreaterThanOrEqual(0);
+        expect(last[0]!.reportedAgoMs).toBeLessThan(10_000);
       });
 
       test("node reports: saved, replaced, listed by node", async () => {

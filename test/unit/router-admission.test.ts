@@ -178,13 +178,13 @@ describe("limitUse: what each key and team has spent, for keys list and teams li
     k2.release();
     const use = a.limitUse();
     expect(use).toEqual([
-      { of: "key", name: "k1", rpm: 2, tpm: 130, concurrent: 2 },
-      { of: "key", name: "k2", concurrent: 0 },
-      { of: "team", name: "t", rpm: 3, concurrent: 2 },
+      { of: "key", name: "k1", rpm: 2, tpm: 130, concurrent: 2, askedRequests: 2, askedTokens: 130, usedRequests: 2, usedTokens: 130, rpmLimit: 10, tpmLimit: 100 },
+      { of: "key", name: "k2", concurrent: 0, askedRequests: 1, askedTokens: 10, usedRequests: 1, usedTokens: 10 },
+      { of: "team", name: "t", rpm: 3, concurrent: 2, askedRequests: 3, askedTokens: 140, usedRequests: 3, usedTokens: 140, rpmLimit: 50 },
     ]);
     // A minute later the requests have refilled; the tokens' refill paid the debt first, so 30 of
     // this minute's 100 are spent; the requests still in flight are still counted.
     s.advance(60_000);
-    expect(a.limitUse()[0]).toEqual({ of: "key", name: "k1", rpm: 0, tpm: 30, concurrent: 2 });
+    expect(a.limitUse()[0]).toEqual({ of: "key", name: "k1", rpm: 0, tpm: 30, concurrent: 2, askedRequests: 2, askedTokens: 130, usedRequests: 2, usedTokens: 130, rpmLimit: 10, tpmLimit: 100 });
   });
 });

@@ -17,6 +17,7 @@ import type { UsageRow } from "../../protocol/routing";
 import type { AdminState } from "../../protocol/views";
 import { joinRefused } from "../admission";
 import type { JoinWrite, ReplicaRead, StorePort, UnchangedHeartbeats, UsageTotal } from "../store-port";
+import type { ShareRow, Shares } from "../limit-shares";
 import type { ApiKeyRow, ChangeRead, KeyPatch, TeamPatch, TeamRow, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, GpuRow, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, ReplicaRow, RouterUsage, SharedTokenKind, Snapshot, StoreChange, TokenDigests } from "../types";
 import { ImageMemory } from "./memory";
 import { type Collection, byKey, cmp, defined, dropModel, dropReplica, patchModelState, remember, setModel, setReplica, unchanged } from "./state";
@@ -380,6 +381,9 @@ export class StoreImage implements StorePort, UnchangedHeartbeats {
   }
   routerUsage(): Promise<RouterUsage[]> {
     return this.inner.routerUsage();
+  }
+  shareLimits(router: string, demand: ReadonlyMap<string, number>, decide: (rows: ShareRow[]) => Shares): Promise<Shares> {
+    return this.inner.shareLimits(router, demand, decide);
   }
   // The ledger is not held in memory: its rows are written once a tick and read on request.
   addUsage(rows: readonly UsageRow[]): Promise<void> {

@@ -167,6 +167,14 @@ export const routerUsage = pgTable("router_usage", {
   reportedAt: ms("reported_at").notNull(),
 });
 
+/** Each router's share of the limits, and its demand (see the SQLite schema). */
+export const limitShares = pgTable("limit_shares", {
+  router: text("router").primaryKey(),
+  demand: json<Record<string, number>>("demand").notNull(),
+  shares: json<Record<string, number>>("shares").notNull(),
+  reportedAt: ms("reported_at").notNull(),
+});
+
 /** The usage ledger (see the SQLite schema). */
 export const usageHours = pgTable(
   "usage_hours",

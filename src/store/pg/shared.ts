@@ -3,14 +3,15 @@
 // engine secret and the shared tokens' digests.
 
 import { eq, inArray, sql } from "drizzle-orm";
-import type { MembershipPort, NodeReportsPort, SharedSecretsPort, UsagePort } from "../../control/store-port";
+import { FALLBACK, type ShareRow, type Shares } from "../../control/limit-shares";
+import type { LimitSharesPort, MembershipPort, NodeReportsPort, SharedSecretsPort, UsagePort } from "../../control/store-port";
 import type { ControlPlaneRecord, ControlPlaneRow, Lease, NodeReportRow, RouterUsage, SharedTokenKind, TokenDigests } from "../../control/types";
 import { DIGEST_KEYS, TOKEN_KEYS, clearTokenMigration, digestsOf, nextDigest } from "../token-digests";
 import type { PgConnection } from "./connection";
 import * as schema from "./schema";
 import { DB_NOW, byBytes, readLeaseRow, tokenRows } from "./sql";
 
-export class PgShared implements MembershipPort, UsagePort, NodeReportsPort, SharedSecretsPort {
+export class PgShared implements MembershipPort, UsagePort, LimitSharesPort, NodeReportsPort, SharedSecretsPort {
   constructor(private readonly c: PgConnection) {}
 
   // ---- several control planes -------------------------------------------------------------
@@ -66,6 +67,7 @@ export class PgShared implements MembershipPort, UsagePort, NodeReportsPort, Sha
     return this.c.write("idempotent", "meta", async (tx) => {
       await tx.delete(schema.controlPlanes).where(eq(schema.controlPlanes.name, name));
       await tx.delete(schema.routerUsage).where(eq(schema.routerUsage.router, name));
+      await tx.delete(schema.limitShares).where(eq(schema.limitShares.router, name));
     });
   }
 
@@ -93,6 +95,26 @@ export class PgShared implements MembershipPort, UsagePort, NodeReportsPort, Sha
         reportedAgoMs: Number(r.ago),
       })),
     );
+  }
+
+  shareLimits(router: string, demand: ReadonlyMap<string, number>, decide: (rows: ShareRow[]) => Shares): Promise<Shares> {
+    const d = JSON.stringify(Object.fromEntries(demand));
+    return this.c.write("idempotent", "meta", async (tx) => {
+      // Self-conflicting, reads still pass: two control planes' read-decide-write never interleave.
+      await tx.execute(sql`LOCK TABLE limit_shares IN SHARE ROW EXCLUSIVE MODE`);
+      const read = (await tx.execute(sql`SELECT router, demand, shares, ${DB_NOW} - reported_at AS ago FROM limit_shares ORDER BY router COLLATE "C"`)) as unknown as {
+        router: string;
+        demand: Record<string, number> | string;
+        shares: Record<string, number> | string;
+        ago: number;
+      }[];
+      const obj = (v: Record<string, number> | string) => (typeof v === "string" ? (JSON.parse(v) as Record<string, number>) : v);
+      const out = decide(read.map((r) => ({ router: r.router, demand: obj(r.demand), shares: obj(r.shares), reportedAgoMs: Number(r.ago) })));
+      const s = JSON.stringify({ ...Object.fromEntries(out.shares), ...Object.fromEntries(out.slots ?? []), [FALLBACK]: out.fallback });
+      await tx.execute(sql`INSERT INTO limit_shares (router, demand, shares, reported_at) VALUES (${router}, ${d}::jsonb, ${s}::jsonb, ${DB_NOW})
+        ON CONFLICT (router) DO UPDATE SET demand = excluded.demand, shares = excluded.shares, reported_at = excluded.reported_at`);
+      return out;
+    });
   }
 
   saveNodeReport(node: string, report: string, now: number): Promise<void> {

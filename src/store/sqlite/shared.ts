@@ -3,13 +3,14 @@
 // reports, the engine secret and the shared tokens' digests.
 
 import { asc, eq, sql } from "drizzle-orm";
-import type { MembershipPort, NodeReportsPort, SharedSecretsPort, UsagePort } from "../../control/store-port";
+import { FALLBACK, type ShareRow, type Shares } from "../../control/limit-shares";
+import type { LimitSharesPort, MembershipPort, NodeReportsPort, SharedSecretsPort, UsagePort } from "../../control/store-port";
 import type { ControlPlaneRecord, ControlPlaneRow, Lease, NodeReportRow, RouterUsage, SharedTokenKind, TokenDigests } from "../../control/types";
 import { guarded } from "../errors";
 import { DIGEST_KEYS, digestsOf, nextDigest } from "../token-digests";
 import { DB_NOW, type Sqlite, readLeaseRow, schema, tokenRows } from "./db";
 
-export class SqliteShared implements MembershipPort, UsagePort, NodeReportsPort, SharedSecretsPort {
+export class SqliteShared implements MembershipPort, UsagePort, LimitSharesPort, NodeReportsPort, SharedSecretsPort {
   constructor(private readonly s: Sqlite) {}
 
   acquireLease(holder: string, ttlMs: number, take = false): Promise<Lease> {
@@ -61,6 +62,7 @@ export class SqliteShared implements MembershipPort, UsagePort, NodeReportsPort,
     return guarded(() => {
       this.s.db.delete(schema.controlPlanes).where(eq(schema.controlPlanes.name, name)).run();
       this.s.db.delete(schema.routerUsage).where(eq(schema.routerUsage.router, name)).run();
+      this.s.db.delete(schema.limitShares).where(eq(schema.limitShares.router, name)).run();
     });
   }
 
@@ -77,6 +79,26 @@ export class SqliteShared implements MembershipPort, UsagePort, NodeReportsPort,
       this.s.db
         .all<{ router: string; watching_since: number; last_used: string; ago: number }>(sql`SELECT router, watching_since, last_used, ${DB_NOW} - reported_at AS ago FROM router_usage ORDER BY router`)
         .map((r) => ({ router: r.router, watchingSince: r.watching_since, lastUsed: new Map(Object.entries(JSON.parse(r.last_used) as Record<string, number>)), reportedAgoMs: r.ago })),
+    );
+  }
+
+  shareLimits(router: string, demand: ReadonlyMap<string, number>, decide: (rows: ShareRow[]) => Shares): Promise<Shares> {
+    const d = JSON.stringify(Object.fromEntries(demand));
+    return guarded(() =>
+      this.s.db.transaction(
+        (tx) => {
+          const rows = tx
+            .all<{ router: string; demand: string; shares: string; ago: number }>(sql`SELECT router, demand, shares, ${DB_NOW} - reported_at AS ago FROM limit_shares ORDER BY router`)
+            .map((r) => ({ router: r.router, demand: JSON.parse(r.demand) as Record<string, number>, shares: JSON.parse(r.shares) as Record<string, number>, reportedAgoMs: r.ago }));
+          const out = decide(rows);
+          const s = JSON.stringify({ ...Object.fromEntries(out.shares), ...Object.fromEntries(out.slots ?? []), [FALLBACK]: out.fallback });
+          tx.run(sql`INSERT INTO limit_shares (router, demand, shares, reported_at) VALUES (${router}, ${d}, ${s}, ${DB_NOW})
+            ON CONFLICT (router) DO UPDATE SET demand = excluded.demand, shares = excluded.shares, reported_at = excluded.reported_at`);
+          return out;
+        },
+        // Taken for writing at once: two control planes' read-decide-write never interleave.
+        { behavior: "immediate" },
+      ),
     );
   }
 

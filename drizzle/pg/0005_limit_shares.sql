@@ -1,0 +1,6 @@
+CREATE TABLE "limit_shares" (
+	"router" text PRIMARY KEY NOT NULL,
+	"demand" jsonb NOT NULL,
+	"shares" jsonb NOT NULL,
+	"reported_at" bigint NOT NULL
+);

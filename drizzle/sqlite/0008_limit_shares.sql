@@ -1,0 +1,6 @@
+CREATE TABLE `limit_shares` (
+	`router` text PRIMARY KEY NOT NULL,
+	`demand` text NOT NULL,
+	`shares` text NOT NULL,
+	`reported_at` integer NOT NULL
+);
