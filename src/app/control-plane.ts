@@ -24,6 +24,7 @@ import { NodeAdmin } from "../control/node-admin";
 import { NodeIdentity } from "../control/node-identity";
 import { NodeMemory } from "../control/node-memory";
 import { Projector } from "../control/projector";
+import type { RevisionResolver } from "../control/revision-pins";
 import type { StorePort, UnchangedHeartbeats } from "../control/store-port";
 import { Teams } from "../control/teams";
 import { UsageExchange } from "../control/usage-exchange";
@@ -63,6 +64,8 @@ export interface ControlPlaneOptions {
   newId?: () => string;
   /** The join token in force, which it changes when rotated (without one no agent can join). */
   joinToken?: JoinToken;
+  /** The Hub that hf:// sources are resolved against (app/hub.ts); without it only commits are accepted there. */
+  hub?: RevisionResolver;
 }
 
 /** The parts of one control plane. */
@@ -111,7 +114,7 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
     loop,
     projector,
     memory,
-    catalog: new CatalogAdmin({ store, events, lock, wake: wakeups, scheduler, log }),
+    catalog: new CatalogAdmin({ store, events, lock, wake: wakeups, scheduler, log, ...(o.hub ? { hub: o.hub } : {}) }),
     nodes: new NodeAdmin({ store, memory, projector, events, lock, wake: wakeups, scheduler, log }),
     keys: new ApiKeys({ store, events, projector, scheduler, usage }),
     teams: new Teams({ store, events, projector, scheduler, usage }),

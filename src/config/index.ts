@@ -68,6 +68,17 @@ export const ServeConfig = z.strictObject({
   replace_after: Duration.prefault("30s"),
   /** How long a model's load (target_inflight) must stay low before it scales down by one replica, so replicas do not flap. */
   scale_down_delay: Duration.prefault("1m"),
+  /**
+   * The Hugging Face Hub (or a mirror or proxy cache of it) that hf:// sources come from. Absent:
+   * HF_ENDPOINT as huggingface_hub reads it, else https://huggingface.co (app/hub.ts).
+   */
+  hf_endpoint: z
+    .string()
+    .url("must be a URL such as https://huggingface.co")
+    .refine((u) => /^https?:\/\//.test(u), "must be an http:// or https:// URL")
+    .optional(),
+  /** A file holding the Hub token for gated and private repositories; it stays on the head node. */
+  hf_token_file: z.string().min(1).optional(),
   /** How long the usage ledger's hourly rows are kept; older ones are deleted by the leader, at most once an hour. */
   usage_retention: Duration.refine((ms) => ms >= 3_600_000, "must be at least 1h").prefault("90d"),
   /** Router: upstream must send its first byte within this. */

@@ -4,7 +4,6 @@
 // own answers (its revision and tree listings), which are outside input like any other.
 
 import { z } from "zod";
-import { Revision } from "./heartbeat";
 
 /** A Hub repository id: ORG/NAME, each part as the Hub allows it (letters, digits, - _ .). */
 const REPO = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}\/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$/;
@@ -44,6 +43,8 @@ export const SourceField = z
     if (problem !== undefined) ctx.addIssue({ code: "custom", message: problem });
   });
 
+/** A commit hash (heartbeat.ts's Revision; not imported from there, which imports the catalog that imports this). */
+const Revision = z.string().regex(/^[0-9a-f]{40}$/, "must be a 40-character lowercase hex commit hash");
 const Sha256 = z.string().regex(/^[0-9a-f]{64}$/, "must be a 64-character lowercase hex sha256");
 const GitOid = z.string().regex(/^[0-9a-f]{40}$/, "must be a 40-character lowercase hex git object id");
 

@@ -213,6 +213,12 @@ export function startFakeHub(o: FakeHubOptions): FakeHub {
       const url = new URL(req.url);
       const path = url.pathname;
       if (req.method !== "GET" && req.method !== "HEAD") return hubError(405, "Method not allowed");
+      // The stand-in's own questions, for a test that runs it in another process.
+      if (path === "/_fake/served") return json({ total, byFile });
+      if (path === "/_fake/commit") {
+        const c = commitOf(url.searchParams.get("repo") ?? "", url.searchParams.get("ref") ?? "");
+        return c === undefined ? hubError(404, "no such ref") : json({ sha: c.sha });
+      }
       if (path.startsWith("/api/")) return api(req, url, path);
       const s = /^\/storage\/([0-9a-f]{64})$/.exec(path);
       if (s !== null) {
