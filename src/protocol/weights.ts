@@ -4,6 +4,7 @@
 // own answers (its revision and tree listings), which are outside input like any other.
 
 import { z } from "zod";
+import { sha256hex } from "../lib/digest";
 
 /** A Hub repository id: ORG/NAME, each part as the Hub allows it (letters, digits, - _ .). */
 const REPO = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}\/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$/;
@@ -113,3 +114,75 @@ export const HubTreeEntry = z.discriminatedUnion("type", [
 ]);
 export const HubTree = z.array(HubTreeEntry).max(100_000);
 export type HubTreeEntry = z.infer<typeof HubTreeEntry>;
+
+// ---- between the head node and the agents ------------------------------------------------------
+
+/** Most files a node reports per revision, transfers per heartbeat, and fetch orders per answer. */
+export const WEIGHTS_LIMITS = { filesPerRevision: 20_000, revisions: 256, transfers: 1024, orders: 4096 } as const;
+
+/** A revision a node holds (some or all of its files, each verified), as its heartbeat says. */
+export const WeightsHeld = z.object({
+  repo: z.string().regex(REPO),
+  revision: Revision,
+  /** Paths present and verified. */
+  files: z.array(SnapshotPath).max(WEIGHTS_LIMITS.filesPerRevision),
+  /** Their bytes. */
+  bytes: z.number().int().nonnegative(),
+  /** Whether llmgw fetched it (only those are ever removed to make room). */
+  fetched: z.boolean(),
+  /** When a replica last used it (ms since the epoch), null if none has. */
+  last_used: z.number().int().nonnegative().nullable(),
+});
+export type WeightsHeld = z.infer<typeof WeightsHeld>;
+
+/** One transfer running on a node. */
+export const TransferReport = z.object({
+  repo: z.string().regex(REPO),
+  revision: Revision,
+  path: SnapshotPath,
+  size: z.number().int().nonnegative(),
+  done: z.number().int().nonnegative(),
+  /** Bytes per second over the last few seconds. */
+  rate: z.number().nonnegative(),
+  /** "hub" or the name of the node it copies from. */
+  from: z.string().min(1).max(128),
+  /** The last try's failure, while it is retried (a checksum mismatch says "checksum"). */
+  error: z.string().max(512).nullable().default(null),
+});
+export type TransferReport = z.infer<typeof TransferReport>;
+
+/** The node's disk under its models directory. */
+export const DiskReport = z.object({
+  free_bytes: z.number().int().nonnegative(),
+  /** What llmgw fetched and keeps there. */
+  kept_bytes: z.number().int().nonnegative(),
+  /** `agent --models-max-bytes`, null without a bound. */
+  max_bytes: z.number().int().positive().nullable(),
+});
+export type DiskReport = z.infer<typeof DiskReport>;
+
+/** Where a file is to be fetched from: the Hub (the token only when the repository needs it), or a peer of the fabric with a grant. */
+export const FetchSource = z.discriminatedUnion("kind", [
+  z.object({ kind: z.literal("hub"), url: z.string().url().max(4096), token: z.string().min(1).max(512).optional() }),
+  z.object({ kind: z.literal("peer"), node: z.string().min(1).max(128), url: z.string().url().max(4096), grant: z.string().regex(/^[0-9a-f]{64}$/) }),
+]);
+export type FetchSource = z.infer<typeof FetchSource>;
+
+/** One file the head node asks a node to fetch. */
+export const FetchOrder = z.object({
+  repo: z.string().regex(REPO),
+  revision: Revision,
+  file: WeightFile,
+  from: FetchSource,
+});
+export type FetchOrder = z.infer<typeof FetchOrder>;
+
+/**
+ * A grant to copy one file from a node: derived from the SHA-256 of the serving node's
+ * credential (which the head node and that node have, and no other node), the file, and when
+ * the grant ends. The serving node computes it again to check a request: the requesting node's
+ * own credential opens nothing, and a grant opens one file of one revision until it ends.
+ */
+export function transferGrant(servingCredentialSha256: string, repo: string, revision: string, path: string, expiresAt: number): string {
+  return sha256hex(`llmgw-grant\u0000${servingCredentialSha256}\u0000${repo}\u0000${revision}\u0000${path}\u0000${expiresAt}`);
+}
