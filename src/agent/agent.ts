@@ -38,6 +38,7 @@ import { NodeStock } from "./node-stock";
 import { Pace } from "./pace";
 import { PREVIOUS_LOGS } from "./previous-logs";
 import { Replicas } from "./replicas";
+import { WeightsFetcher } from "./weights-fetch";
 
 // Re-exported for callers that import them from here (the CLI, sim, tests).
 export { modelPathFor } from "./weights";
@@ -97,6 +98,7 @@ export class NodeAgent {
   private readonly answers: Answers;
   private readonly conversation: HeadConversation;
   private readonly replicas: Replicas;
+  private readonly fetcher: WeightsFetcher;
   private readonly stock: NodeStock;
   private readonly logs: LogService;
   private readonly abort = new AbortController();
@@ -136,13 +138,23 @@ export class NodeAgent {
       scheduler,
       pace,
     });
-    this.replicas = new Replicas({ config: opts.config, log: this.log, selfExe: opts.selfExe, stock: this.stock, scheduler, pace });
+    this.fetcher = new WeightsFetcher({
+      modelsDir: opts.config.models_dir,
+      scheduler,
+      log: this.log.child({ component: "weights" }),
+      onChange: () => {
+        this.replicas.weightsChanged();
+        pace.heartbeatSoon();
+      },
+    });
+    this.replicas = new Replicas({ config: opts.config, log: this.log, selfExe: opts.selfExe, stock: this.stock, scheduler, pace, weights: this.fetcher });
     this.answers = new Answers({
       log: this.log,
       servers: this.servers,
       epochPath: join(opts.config.state_dir, EPOCH_FILE),
       running: () => this.replicas.ids(),
       apply: (set) => this.replicas.apply(set),
+      weights: (res) => this.fetcher.apply(res.weights ?? [], res.fetches ?? []),
     });
     this.conversation = new HeadConversation({
       config: opts.config,
@@ -236,6 +248,7 @@ export class NodeAgent {
       this.pace.wakeAll();
       this.conversation.abandon();
       await Promise.all(this.loops);
+      this.fetcher.stop();
       await this.replicas.stop();
       this.logs.stop();
       this.head.close();
@@ -252,6 +265,7 @@ export class NodeAgent {
       ...this.stock.inventory,
       ...(engines !== undefined ? { engines } : {}),
       replicas: this.replicas.reports(),
+      transfers: this.fetcher.transfers(),
       logs_port: this.logs.port,
       logs_tls_cert: this.logs.tlsCert,
     };

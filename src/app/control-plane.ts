@@ -25,6 +25,8 @@ import { NodeIdentity } from "../control/node-identity";
 import { NodeMemory } from "../control/node-memory";
 import { Projector } from "../control/projector";
 import type { RevisionResolver } from "../control/revision-pins";
+import { type ManifestSource, Manifests } from "../control/manifests";
+import type { HubOrders } from "../control/weights-orders";
 import type { StorePort, UnchangedHeartbeats } from "../control/store-port";
 import { Teams } from "../control/teams";
 import { UsageExchange } from "../control/usage-exchange";
@@ -64,8 +66,8 @@ export interface ControlPlaneOptions {
   newId?: () => string;
   /** The join token in force, which it changes when rotated (without one no agent can join). */
   joinToken?: JoinToken;
-  /** The Hub that hf:// sources are resolved against (app/hub.ts); without it only commits are accepted there. */
-  hub?: RevisionResolver;
+  /** The Hub that hf:// sources are resolved against and fetched from (app/hub.ts); without it only commits are accepted there, and nothing is fetched. */
+  hub?: RevisionResolver & ManifestSource & HubOrders;
 }
 
 /** The parts of one control plane. */
@@ -104,7 +106,9 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
   const memory = new NodeMemory({ store, log });
   const events = new EventLog({ store, scheduler });
   const usage = new UsageExchange({ ...(o.usage ? { source: o.usage } : {}), ...(o.shared ? { shared: o.shared } : {}), store, log });
-  const projector = new Projector({ ...(o.sink ? { sink: o.sink } : {}), config, engineKeys: new EngineKeys(o.engineSecret), memory, store, leadership, interval: load, scheduler, log });
+  const manifests = o.hub ? new Manifests({ hub: o.hub, scheduler, log }) : undefined;
+  const weights = o.hub && manifests ? { weights: { manifests, hub: o.hub } } : {};
+  const projector = new Projector({ ...(o.sink ? { sink: o.sink } : {}), config, engineKeys: new EngineKeys(o.engineSecret), memory, store, leadership, interval: load, scheduler, log, ...weights });
   const ledger = new LedgerWriter({ ...(o.usage ? { source: o.usage } : {}), store, retentionMs: settings.usageRetentionMs, log });
   const loop = new ControlLoop({ store, memory, projector, usage, ledger, leadership, lock, clock, load, events, wake: wakeups, config, scaleDownDelayMs: settings.scaleDownDelayMs, ...(o.newId ? { newId: o.newId } : {}), scheduler, log });
   const intake = new NodeIntake({ store, ...(o.fast ? { fast: o.fast } : {}), memory, projector, lock, clock, load, wake: wakeups, policy: settings.policy, config, scheduler, log });

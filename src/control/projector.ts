@@ -8,6 +8,8 @@
 import type { Logger } from "pino";
 import type { Scheduler } from "../lib/scheduler";
 import type { HeartbeatResponse } from "../protocol/heartbeat";
+import type { Manifests } from "./manifests";
+import { type HubOrders, weightsFor } from "./weights-orders";
 import { AssignmentBroker } from "./broker";
 import type { EngineKeys } from "./engine-keys";
 import type { EndpointSink } from "./interfaces";
@@ -31,6 +33,8 @@ export interface ProjectorOptions {
   interval: { intervalMs(): number };
   scheduler: Scheduler;
   log: Logger;
+  /** Weights from the Hub: the revisions' files and where each node fetches them (weights-orders.ts); absent: none are sent. */
+  weights?: { manifests: Pick<Manifests, "get" | "needsToken">; hub: HubOrders };
 }
 
 export class Projector {
@@ -87,8 +91,17 @@ export class Projector {
   /** What the node should run now, as a heartbeat's answer carries it. */
   response(node: string): HeartbeatResponse {
     const { assignments, generation } = this.broker.current(node);
+    const w = this.o.weights;
+    const weights = w !== undefined ? weightsFor(assignments, w.manifests, w.hub) : undefined;
     // The epoch the assignments come from: this one's when leading, the leader's when standing by (0: a single head node).
-    return { assignments, heartbeat_interval_ms: this.o.interval.intervalMs(), generation, generation_base: this.broker.base, epoch: this.o.leadership.get().epoch };
+    return {
+      assignments,
+      heartbeat_interval_ms: this.o.interval.intervalMs(),
+      generation,
+      generation_base: this.broker.base,
+      epoch: this.o.leadership.get().epoch,
+      ...(weights !== undefined && weights.weights.length > 0 ? weights : {}),
+    };
   }
 
   /** Resolves when the node's assignments change from `generation`, or after waitMs (broker.ts). */

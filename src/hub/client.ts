@@ -46,7 +46,8 @@ export function encodePath(path: string): string {
 
 export class HubClient {
   readonly endpoint: string;
-  private readonly token: string | undefined;
+  /** For the transfers that need it (gated and private repositories); never logged. */
+  readonly token: string | undefined;
   private readonly timeoutMs: number;
   private readonly fetcher: typeof fetch;
 
@@ -63,6 +64,14 @@ export class HubClient {
     const info = HubRevisionInfo.safeParse(body);
     if (!info.success) throw new HubError(`${this.endpoint} answered for ${repo} at revision "${revision}" without a commit hash (sha): not the Hub's API?`, "invalid");
     return info.data.sha;
+  }
+
+  /** Whether the bytes of `repo` need a token: gated (its terms to accept) or private. */
+  async needsToken(repo: string, commit: string): Promise<boolean> {
+    const body = await this.api(repo, `/api/models/${repo}/revision/${commit}`, `commit ${commit.slice(0, 12)}`);
+    const info = HubRevisionInfo.safeParse(body);
+    if (!info.success) throw new HubError(`${this.endpoint} answered for ${repo} without a commit hash (sha): not the Hub's API?`, "invalid");
+    return (info.data.gated !== undefined && info.data.gated !== false) || info.data.private === true;
   }
 
   /** Every file of `repo` at `commit`, with its size and checksum. */

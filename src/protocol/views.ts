@@ -14,6 +14,8 @@ export const AdminStateSchema = z.enum(["none", "cordoned", "draining", "pending
 export type AdminState = z.infer<typeof AdminStateSchema>;
 export const ReplicaStateSchema = z.enum(["starting", "ready", "draining", "failed"]);
 export type ReplicaState = z.infer<typeof ReplicaStateSchema>;
+/** What the replica table shows: a starting replica still fetching its weights is `fetching`. */
+export const ReplicaViewStateSchema = z.enum(["fetching", "starting", "ready", "draining", "failed"]);
 
 /** A UTC time as the server writes it (`Date.toISOString()`). */
 const IsoTime = z.iso.datetime();
@@ -109,7 +111,7 @@ export const ReplicaViewSchema = z.object({
   id: z.string(),
   model: z.string(),
   profile: z.string(),
-  state: ReplicaStateSchema,
+  state: ReplicaViewStateSchema,
   shards: z.array(ShardViewSchema),
   endpoint: z.string().nullable(),
   /** Seconds since the router last sent it a request; negative when unknown. */

@@ -99,6 +99,9 @@ export function manifestBytes(m: Pick<WeightsManifest, "files">): number {
 export const HubRevisionInfo = z.object({
   id: z.string().max(256),
   sha: Revision,
+  /** false, or how access is granted ("auto", "manual"): the bytes need a token that was granted it. */
+  gated: z.union([z.boolean(), z.string().max(32)]).optional(),
+  private: z.boolean().optional(),
 });
 
 /** One entry of GET /api/models/{repo}/tree/{rev}?recursive=true. */

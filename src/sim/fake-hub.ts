@@ -33,6 +33,8 @@ export interface FakeHubOptions {
   token?: string;
   /** Entries per tree page (the Hub's is 1,000). */
   pageSize?: number;
+  /** Bytes per second each answer of file bytes is held to (a slow Hub, so a test sees transfers run). */
+  bytesPerSecond?: number;
   port?: number;
 }
 
@@ -106,7 +108,7 @@ const json = (body: unknown, status = 200, headers: Record<string, string> = {})
 const hubError = (status: number, message: string, code?: string) => json({ error: message }, status, code !== undefined ? { "x-error-code": code } : {});
 
 /** Bytes of a file (corrupted if it is to be), whole or from a Range, counted as the client takes them. */
-function serveBytes(req: Request, f: HubFile, corrupt: boolean, extra: Record<string, string>, count: (n: number) => void): Response {
+function serveBytes(req: Request, f: HubFile, corrupt: boolean, extra: Record<string, string>, count: (n: number) => void, bytesPerSecond = 0): Response {
   const range = /^bytes=(\d+)-(\d*)$/.exec(req.headers.get("range") ?? "");
   const start = range ? Number(range[1]) : 0;
   const end = range && range[2] !== "" ? Math.min(Number(range[2]), f.size - 1) : f.size - 1;
@@ -123,12 +125,21 @@ function serveBytes(req: Request, f: HubFile, corrupt: boolean, extra: Record<st
   if (req.method === "HEAD") return new Response(null, { status: range ? 206 : 200, headers });
   // Counted as the client takes it: a transfer cut short counts what it read.
   const reader = (body instanceof Blob ? body.stream() : new Blob([body]).stream()).getReader();
+  // Held to a rate, the bytes go in slices of 64 KiB, each after its time.
+  const slice = bytesPerSecond > 0 ? 64 * 1024 : Number.POSITIVE_INFINITY;
+  let left: Uint8Array | undefined;
   const counted = new ReadableStream<Uint8Array>({
     async pull(c) {
-      const { done, value } = await reader.read();
-      if (done) return c.close();
-      count(value.byteLength);
-      c.enqueue(value);
+      if (left === undefined || left.byteLength === 0) {
+        const { done, value } = await reader.read();
+        if (done) return c.close();
+        left = value;
+      }
+      const piece = left.byteLength > slice ? left.subarray(0, slice) : left;
+      left = left.subarray(piece.byteLength);
+      if (bytesPerSecond > 0) await Bun.sleep((1000 * piece.byteLength) / bytesPerSecond);
+      count(piece.byteLength);
+      c.enqueue(piece);
     },
     cancel: (why) => reader.cancel(why),
   });
@@ -164,7 +175,7 @@ export function startFakeHub(o: FakeHubOptions): FakeHub {
     byFile[key] = (byFile[key] ?? 0) + n;
     total += n;
   };
-  const bytes = (req: Request, f: HubFile, key: string, corrupt: boolean, extra: Record<string, string>) => serveBytes(req, f, corrupt, extra, (n) => count(key, n));
+  const bytes = (req: Request, f: HubFile, key: string, corrupt: boolean, extra: Record<string, string>) => serveBytes(req, f, corrupt, extra, (n) => count(key, n), o.bytesPerSecond);
 
   const api = (req: Request, url: URL, path: string): Response => {
     const m = /^\/api\/models\/([^/]+\/[^/]+)\/(revision|tree)\/([^/]+)$/.exec(path);
