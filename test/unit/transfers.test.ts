@@ -286,6 +286,12 @@ describe("bounds", () => {
       options: { maxTransfersPerNode: 4 },
     });
     expect(summary(busy).a).toEqual(["model-1.safetensors<-hub", "model-4.safetensors<-hub", "model-5.safetensors<-hub", "model-6.safetensors<-hub"]);
+    // Copies from peers count alike, however many holders could serve.
+    const paths = many.files.map((f) => f.path);
+    const holders = ["h1", "h2", "h3"].map((n) => node(n, { held: paths }, many));
+    const copying = planTransfers({ manifests: [many], nodes: [...holders, node("a", {}, many)], wants: [{ node: "a", repo: REPO, revision: REV }], hub, now: NOW });
+    expect(summary(copying).a).toEqual(["model-1.safetensors<-h1", "model-2.safetensors<-h2", "model-3.safetensors<-h3", "model-4.safetensors<-h1"]);
+    expect(copying.status.find((s) => s.node === "a")!.reason).toBe("at most 4 transfers at a time on a");
   });
 
   test("a node serves at most maxServesPerNode at once; the others wait rather than ask the Hub", () => {
