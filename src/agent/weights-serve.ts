@@ -5,8 +5,6 @@
 // Range is honoured so an interrupted copy resumes; serves at once are bounded, and their bytes
 // go through the node's transfer rate limit shared with its fetches.
 
-import { lstat, realpath, stat } from "node:fs/promises";
-import { basename, dirname, join } from "node:path";
 import { errorText } from "../lib/format";
 import { bearerToken, sameSecret } from "../lib/digest";
 import type { Scheduler } from "../lib/scheduler";
@@ -14,39 +12,16 @@ import { transferGrant } from "../protocol/weights";
 import { parsePeerWeightsRequest, WEIGHTS_PEER_PREFIX } from "../protocol/weights-peer";
 import { cacheEntry } from "../hub/download";
 import { type AgentLogger, silentLogger } from "./log";
+import { snapshotBlob } from "./weights-disk";
 import { type ByteRate, UNLIMITED } from "./weights-rate";
 
 export { WEIGHTS_PEER_PREFIX };
-
-/** A blob's name in the cache: a sha256 or a git object id, never a `.incomplete` partial. */
-const BLOB_NAME = /^(?:[0-9a-f]{64}|[0-9a-f]{40})$/;
 
 /** Largest piece sent at once: the rate limit's waits stay well within the listener's idle timeout. */
 const PIECE = 64 * 1024;
 
 /** Serves at once unless told otherwise (`agent --weights-max-transfers`). */
 export const DEFAULT_MAX_SERVES = 4;
-
-/**
- * The verified blob behind snapshots/<revision>/<path> of a cache entry: the path must be a
- * symbolic link (as hub/download.ts's linkSnapshot makes) in the snapshot's own folders (no
- * folder on the way is a link leading elsewhere), resolving to a whole blob (its final name,
- * given only once its checksum matched) in the same entry's blobs/. Undefined otherwise.
- */
-export async function snapshotBlob(entry: string, revision: string, path: string): Promise<{ file: string; size: number } | undefined> {
-  try {
-    const realEntry = await realpath(entry);
-    const link = join(entry, "snapshots", revision, path);
-    if ((await realpath(dirname(link))) !== join(realEntry, "snapshots", revision, dirname(path))) return undefined;
-    if (!(await lstat(link)).isSymbolicLink()) return undefined;
-    const file = await realpath(link);
-    if (dirname(file) !== join(realEntry, "blobs") || !BLOB_NAME.test(basename(file))) return undefined;
-    const st = await stat(file);
-    return st.isFile() ? { file, size: st.size } : undefined;
-  } catch {
-    return undefined;
-  }
-}
 
 /** The bytes a Range header asks for: a span, "unsatisfiable" (416), or undefined for the whole file (absent, or a form not served). */
 export function byteRange(header: string | null, size: number): { start: number; end: number } | "unsatisfiable" | undefined {
