@@ -39,6 +39,10 @@ import { Pace } from "./pace";
 import { PREVIOUS_LOGS } from "./previous-logs";
 import { Replicas } from "./replicas";
 import { WeightsFetcher } from "./weights-fetch";
+import { WeightsDisk } from "./weights-disk";
+import { type ByteRate, byteRate } from "./weights-rate";
+import { WeightsStock } from "./weights-stock";
+import { errorText } from "../lib/format";
 
 // Re-exported for callers that import them from here (the CLI, sim, tests).
 export { modelPathFor } from "./weights";
@@ -99,6 +103,8 @@ export class NodeAgent {
   private readonly conversation: HeadConversation;
   private readonly replicas: Replicas;
   private readonly fetcher: WeightsFetcher;
+  private readonly weightsStock: WeightsStock;
+  private readonly weightsRate: ByteRate;
   private readonly stock: NodeStock;
   private readonly logs: LogService;
   private readonly abort = new AbortController();
@@ -138,12 +144,23 @@ export class NodeAgent {
       scheduler,
       pace,
     });
+    // One bound on the bytes moved for weights, fetched and served alike (--weights-max-rate).
+    const rate = byteRate(opts.config.weights_max_rate, scheduler);
+    const disk = new WeightsDisk({ modelsDir: opts.config.models_dir, maxBytes: opts.config.models_max_bytes ?? null, scheduler, log: this.log.child({ component: "weights" }) });
+    this.weightsStock = new WeightsStock({ disk, log: this.log, pace, intervalMs: timing.inventoryIntervalMs });
+    this.weightsRate = rate;
     this.fetcher = new WeightsFetcher({
       modelsDir: opts.config.models_dir,
       scheduler,
       log: this.log.child({ component: "weights" }),
+      maxTransfers: opts.config.weights_max_transfers,
+      throttle: (n) => rate.take(n),
+      onWhole: (repo, revision, bytes) => {
+        disk.recordFetch(repo, revision, bytes).catch((e) => this.log.warn({ repo, revision, err: errorText(e) }, "the record of fetched weights was not written"));
+      },
       onChange: () => {
         this.replicas.weightsChanged();
+        void this.weightsStock.refresh();
         pace.heartbeatSoon();
       },
     });
@@ -169,6 +186,7 @@ export class NodeAgent {
       pace,
     });
     this.logs = new LogService({
+      weightsRate: this.weightsRate,
       config: opts.config,
       log: this.log,
       node: this.name,
@@ -228,7 +246,8 @@ export class NodeAgent {
         "registering with the server",
       );
       this.logs.start();
-      this.loops.push(this.conversation.heartbeatLoop(), this.stock.inventoryLoop(), this.stock.engineLoop(), this.logs.sweepLoop());
+      await this.weightsStock.refresh();
+      this.loops.push(this.conversation.heartbeatLoop(), this.stock.inventoryLoop(), this.stock.engineLoop(), this.logs.sweepLoop(), this.weightsStock.loop());
       await registered;
     } catch (e) {
       await this.stop();
@@ -266,6 +285,7 @@ export class NodeAgent {
       ...(engines !== undefined ? { engines } : {}),
       replicas: this.replicas.reports(),
       transfers: this.fetcher.transfers(),
+      ...this.weightsStock.report(),
       logs_port: this.logs.port,
       logs_tls_cert: this.logs.tlsCert,
     };

@@ -22,8 +22,10 @@ export interface WeightsFetcherOptions {
   maxTransfers?: number;
   /** Awaited per read (agent --weights-max-rate). */
   throttle?: (n: number) => Promise<void> | void;
-  /** Something changed that the head node should hear of soon (a revision became whole, a transfer failed). */
+  /** Something changed that the head node should hear of soon (a file arrived, a revision became whole, a transfer failed). */
   onChange?: () => void;
+  /** A revision became whole (for the disk's record of what llmgw fetched). */
+  onWhole?: (repo: string, revision: string, bytes: number) => void;
   fetch?: typeof fetch;
 }
 
@@ -145,6 +147,7 @@ export class WeightsFetcher {
     try {
       await linkSnapshot(cacheEntry(this.o.modelsDir, w.repo), w.revision, w.files);
       this.linked.add(k);
+      this.o.onWhole?.(w.repo, w.revision, manifestBytes(w));
       this.o.log.info({ repo: w.repo, revision: w.revision, files: w.files.length, bytes: manifestBytes(w) }, "weights whole and verified: snapshot linked");
       this.o.onChange?.();
     } catch (e) {
@@ -194,6 +197,10 @@ export class WeightsFetcher {
         ...(this.o.fetch ? { fetch: this.o.fetch } : {}),
       });
       this.running.delete(k);
+      // Linked at once: the node holds the file and serves it to its peers (the head node's plan
+      // spreads a revision's files over a fabric's nodes, which then copy from each other). A
+      // replica still waits for every file (ready()).
+      await linkSnapshot(cacheEntry(this.o.modelsDir, order.repo), order.revision, [order.file]);
       this.o.log.info(log, "weights transfer finished");
       const w = this.wants.get(key(order.repo, order.revision));
       if (w !== undefined) await this.linkIfWhole(w);

@@ -27,6 +27,7 @@ import { Projector } from "../control/projector";
 import type { RevisionResolver } from "../control/revision-pins";
 import { type ManifestSource, Manifests } from "../control/manifests";
 import type { HubOrders } from "../control/weights-orders";
+import { WeightsPlanner } from "../control/weights-planner";
 import type { StorePort, UnchangedHeartbeats } from "../control/store-port";
 import { Teams } from "../control/teams";
 import { UsageExchange } from "../control/usage-exchange";
@@ -107,11 +108,13 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
   const events = new EventLog({ store, scheduler });
   const usage = new UsageExchange({ ...(o.usage ? { source: o.usage } : {}), ...(o.shared ? { shared: o.shared } : {}), store, log });
   const manifests = o.hub ? new Manifests({ hub: o.hub, scheduler, log }) : undefined;
-  const weights = o.hub && manifests ? { weights: { manifests, hub: o.hub } } : {};
-  const projector = new Projector({ ...(o.sink ? { sink: o.sink } : {}), config, engineKeys: new EngineKeys(o.engineSecret), memory, store, leadership, interval: load, scheduler, log, ...weights });
+  const planner =
+    o.hub && manifests ? new WeightsPlanner({ manifests, hub: o.hub, memory, store, assignments: (n) => projector.assignmentsOf(n), scheduler, log: log.child({ component: "weights" }) }) : undefined;
+  const weights = o.hub && manifests ? { weights: { manifests, hub: o.hub, ...(planner ? { planner } : {}) } } : {};
+  const projector: Projector = new Projector({ ...(o.sink ? { sink: o.sink } : {}), config, engineKeys: new EngineKeys(o.engineSecret), memory, store, leadership, interval: load, scheduler, log, ...weights });
   const ledger = new LedgerWriter({ ...(o.usage ? { source: o.usage } : {}), store, retentionMs: settings.usageRetentionMs, log });
   const loop = new ControlLoop({ store, memory, projector, usage, ledger, leadership, lock, clock, load, events, wake: wakeups, config, scaleDownDelayMs: settings.scaleDownDelayMs, ...(o.newId ? { newId: o.newId } : {}), scheduler, log });
-  const intake = new NodeIntake({ store, ...(o.fast ? { fast: o.fast } : {}), memory, projector, lock, clock, load, wake: wakeups, policy: settings.policy, config, scheduler, log });
+  const intake = new NodeIntake({ store, ...(o.fast ? { fast: o.fast } : {}), memory, projector, lock, clock, load, wake: wakeups, policy: settings.policy, config, scheduler, log, ...(planner ? { weights: planner } : {}) });
   return {
     identity: new NodeIdentity({ store, joinToken: o.joinToken ?? new JoinToken() }),
     intake,

@@ -7,8 +7,9 @@
 
 import type { Logger } from "pino";
 import type { Scheduler } from "../lib/scheduler";
-import type { HeartbeatResponse } from "../protocol/heartbeat";
+import type { Assignment, HeartbeatResponse } from "../protocol/heartbeat";
 import type { Manifests } from "./manifests";
+import type { WeightsPlanner } from "./weights-planner";
 import { type HubOrders, weightsFor } from "./weights-orders";
 import { AssignmentBroker } from "./broker";
 import type { EngineKeys } from "./engine-keys";
@@ -34,7 +35,7 @@ export interface ProjectorOptions {
   scheduler: Scheduler;
   log: Logger;
   /** Weights from the Hub: the revisions' files and where each node fetches them (weights-orders.ts); absent: none are sent. */
-  weights?: { manifests: Pick<Manifests, "get" | "needsToken">; hub: HubOrders };
+  weights?: { manifests: Pick<Manifests, "get" | "needsToken">; hub: HubOrders; planner?: Pick<WeightsPlanner, "orders"> };
 }
 
 export class Projector {
@@ -83,6 +84,11 @@ export class Projector {
     await this.publishKeys();
   }
 
+  /** A node's assignments now (the weights plan reads every node's). */
+  assignmentsOf(node: string): readonly Assignment[] {
+    return this.broker.current(node).assignments;
+  }
+
   /** A replica's engine key (engine-keys.ts). */
   engineKey(replicaId: string): string | null {
     return this.o.engineKeys.of(replicaId);
@@ -93,6 +99,9 @@ export class Projector {
     const { assignments, generation } = this.broker.current(node);
     const w = this.o.weights;
     const weights = w !== undefined ? weightsFor(assignments, w.manifests, w.hub) : undefined;
+    // The plan's orders (peers of the fabric first); every file from the Hub until there is a plan.
+    const planned = weights !== undefined && weights.weights.length > 0 ? w?.planner?.orders(node) : undefined;
+    if (weights !== undefined && planned !== undefined) weights.fetches = planned;
     // The epoch the assignments come from: this one's when leading, the leader's when standing by (0: a single head node).
     return {
       assignments,

@@ -37,7 +37,7 @@ describe("weights fetched from the Hub", () => {
 
   beforeAll(async () => {
     src = scratchDir("llmgw-hubsrc-");
-    for (const [name, seed] of [["tiny", 1], ["locked", 2]] as const) {
+    for (const [name, seed] of [["tiny", 1], ["locked", 2], ["shared", 3]] as const) {
       const d = join(src, name);
       mkdirSync(d);
       writeFileSync(join(d, "config.json"), JSON.stringify({ architectures: ["LlamaForCausalLM"], name }));
@@ -54,12 +54,13 @@ describe("weights fetched from the Hub", () => {
       repos: [
         { repo: "org/tiny", revisions: [{ dir: join(src, "tiny"), refs: ["main"] }] },
         { repo: "org/locked", revisions: [{ dir: join(src, "locked"), refs: ["main"] }], gated: true },
+        { repo: "org/shared", revisions: [{ dir: join(src, "shared"), refs: ["main"] }] },
       ],
     });
     c = new Cluster(["--hf-endpoint", hub.url, "--hf-token-file", token]);
     await c.startServe();
-    for (const n of ["w1", "w2"]) c.startAgent(n, ["--models-dir", join(c.dir, `models-${n}`)]);
-    await until("both agents registered", async () => (await c.nodes()).filter((n) => n.state === "ready").length === 2);
+    for (const n of ["w1", "w2", "w3"]) c.startAgent(n, ["--models-dir", join(c.dir, `models-${n}`)]);
+    await until("the agents registered", async () => (await c.nodes()).filter((n) => n.state === "ready").length === 3);
   }, 60_000);
   afterAll(async () => {
     await c?.cleanup();
@@ -102,4 +103,27 @@ describe("weights fetched from the Hub", () => {
     const grep = Bun.spawnSync(["grep", "-rl", TOKEN, c.stateDir(node), join(c.dir, `models-${node}`)]);
     expect(grep.stdout.toString()).toBe("");
   }, 90_000);
+
+  test("three nodes of one fabric: the Hub serves each file once, the nodes copy the rest from each other", async () => {
+    // The other models' replicas go: each of these takes a whole node (its two GPUs).
+    for (const m of ["tiny", "locked"]) {
+      const r = await fetch(`${c.serve.adminUrl}/api/v1/models/${m}`, { method: "DELETE", headers: { authorization: `Bearer ${c.serve.adminToken}` } });
+      expect(r.status).toBeLessThan(300);
+    }
+    await until("the GPUs free", async () => (await c.replicas()).length === 0, { timeoutMs: 30_000 });
+    expect(await c.putModel("shared", { source: "hf://org/shared", replicas: { min: 3, max: 3 }, profiles: [{ ...PROFILE, gpus: 2 }] })).toBe(201);
+    const ready = await until("three replicas ready", async () => {
+      const r = await c.readyOf("shared");
+      return r.length === 3 ? r : undefined;
+    }, { timeoutMs: 60_000 });
+    expect(new Set(ready.map((r) => r.shards[0]!.node)).size).toBe(3);
+    const size = ["config.json", "tokenizer.json", "model.safetensors"].reduce((n, f) => n + readFileSync(join(src, "shared", f)).length, 0);
+    const served = await hub.served();
+    const fromHub = Object.entries(served.byFile).filter(([k]) => k.startsWith("org/shared/")).reduce((n, [, v]) => n + v, 0);
+    expect(fromHub).toBe(size);
+    // The copies came from peers: the agents' logs name the node each file came from.
+    const sources = ["w1", "w2", "w3"].flatMap((n) => c.agentLog(n).filter((l) => l.msg === "weights transfer finished" && (l as { repo?: string }).repo === "org/shared").map((l) => (l as { from?: string }).from));
+    expect(sources.length).toBe(9);
+    expect(sources.filter((f) => f !== "hub").length).toBe(6);
+  }, 120_000);
 });
