@@ -29,6 +29,8 @@ export class WeightsStock {
       return this.scanning;
     }
     this.scanning = (async () => {
+      // The head node hears soon of files that came or went, not of every change of free space.
+      const before = this.held === undefined ? undefined : JSON.stringify(this.held);
       do {
         this.again = false;
         try {
@@ -40,7 +42,7 @@ export class WeightsStock {
         }
       } while (this.again);
       this.scanning = null;
-      this.o.pace.heartbeatSoon();
+      if (before !== undefined && JSON.stringify(this.held) !== before) this.o.pace.heartbeatSoon();
     })();
     return this.scanning;
   }
