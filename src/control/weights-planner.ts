@@ -20,6 +20,13 @@ import { type HubOrders, hubRepoOf } from "./weights-orders";
 /** How often the plan is made again at most (a heartbeat's answer may be this much behind). */
 export const PLAN_EVERY_MS = 250;
 
+/**
+ * How long an order handed to a node counts as running there before the node says so: a plan
+ * made in between must not give the file to another node (and drop it from the first, which
+ * would stop the transfer it just started).
+ */
+export const HANDED_GRACE_MS = 10_000;
+
 interface NodeWeights {
   held: WeightsHeld[];
   transfers: TransferReport[];
@@ -37,9 +44,13 @@ export interface WeightsPlannerOptions {
   log: Logger;
 }
 
+const fileKey = (o: FetchOrder) => `${o.repo}@${o.revision}/${o.file.path}`;
+
 export class WeightsPlanner {
   private readonly reports = new Map<string, NodeWeights>();
   private readonly digests = new Map<string, string>();
+  /** Orders handed to each node, by file, with when: running there until its reports say otherwise. */
+  private readonly handed = new Map<string, Map<string, { order: FetchOrder; at: number }>>();
   private plan: TransferPlan | undefined;
   private madeAt = Number.NEGATIVE_INFINITY;
   private making: Promise<void> | null = null;
@@ -55,12 +66,20 @@ export class WeightsPlanner {
   forget(node: string): void {
     this.reports.delete(node);
     this.digests.delete(node);
+    this.handed.delete(node);
   }
 
   /** The orders of the latest plan for a node; asks for a newer plan when this one is old. */
   orders(node: string): FetchOrder[] | undefined {
-    if (this.o.scheduler.now() - this.madeAt >= PLAN_EVERY_MS) void this.remake();
-    return this.plan?.orders.get(node);
+    const now = this.o.scheduler.now();
+    if (now - this.madeAt >= PLAN_EVERY_MS) void this.remake();
+    const orders = this.plan?.orders.get(node);
+    if (orders !== undefined && orders.length > 0) {
+      let mine = this.handed.get(node);
+      if (mine === undefined) this.handed.set(node, (mine = new Map()));
+      for (const o of orders) if (!mine.has(fileKey(o))) mine.set(fileKey(o), { order: o, at: now });
+    }
+    return orders;
   }
 
   /** The latest plan, for views (undefined before the first). */
@@ -125,8 +144,32 @@ export class WeightsPlanner {
       peerUrl: serves ? `http://${bracketHost(n.address)}:${port}` : undefined,
       credentialSha256: digest ?? "",
       held: r?.held ?? [],
-      transfers: r?.transfers ?? [],
+      transfers: this.running(n.name, r),
       disk: r?.disk,
     };
+  }
+
+  /**
+   * What runs on a node: its reported transfers, and the orders handed to it that it has not
+   * reported yet (for HANDED_GRACE_MS), so the plan gives them to nobody else meanwhile.
+   */
+  private running(node: string, r: NodeWeights | undefined): TransferReport[] {
+    const reported = r?.transfers ?? [];
+    const mine = this.handed.get(node);
+    if (mine === undefined) return [...reported];
+    const now = this.o.scheduler.now();
+    const out = [...reported];
+    const seen = new Set(reported.map((t) => `${t.repo}@${t.revision}/${t.path}`));
+    const held = new Set((r?.held ?? []).flatMap((h) => h.files.map((f) => `${h.repo}@${h.revision}/${f}`)));
+    for (const [k, h] of mine) {
+      // Reported running or held, or past its grace: the node's own word counts from now on.
+      if (seen.has(k) || held.has(k) || now - h.at > HANDED_GRACE_MS) {
+        mine.delete(k);
+        continue;
+      }
+      const o = h.order;
+      out.push({ repo: o.repo, revision: o.revision, path: o.file.path, size: o.file.size, done: 0, rate: 0, from: o.from.kind === "hub" ? "hub" : o.from.node, error: null });
+    }
+    return out;
   }
 }
