@@ -158,16 +158,24 @@ async function main(): Promise<void> {
 
   // Where the time and the bytes went, from the agents' logs: transfers per source.
   const moves = { started: new Map<string, number>(), finished: new Map<string, number>(), failed: 0 };
+  const at = { first: Number.POSITIVE_INFINITY, hubDone: 0, peerDone: 0 };
   for (const n of names)
-    for (const l of c.agentLog(n) as { msg?: string; from?: string; repo?: string }[]) {
+    for (const l of c.agentLog(n) as { msg?: string; from?: string; repo?: string; time?: string }[]) {
       if (l.repo !== REPO) continue;
       const from = l.from === "hub" ? "hub" : "peer";
-      if (l.msg === "weights transfer started") moves.started.set(from, (moves.started.get(from) ?? 0) + 1);
-      else if (l.msg === "weights transfer finished") moves.finished.set(from, (moves.finished.get(from) ?? 0) + 1);
-      else if (l.msg === "weights transfer failed") moves.failed++;
+      const t = Date.parse(l.time ?? "");
+      if (l.msg === "weights transfer started") {
+        moves.started.set(from, (moves.started.get(from) ?? 0) + 1);
+        at.first = Math.min(at.first, t);
+      } else if (l.msg === "weights transfer finished") {
+        moves.finished.set(from, (moves.finished.get(from) ?? 0) + 1);
+        if (from === "hub") at.hubDone = Math.max(at.hubDone, t);
+        else at.peerDone = Math.max(at.peerDone, t);
+      } else if (l.msg === "weights transfer failed") moves.failed++;
     }
   const count = (m: Map<string, number>) => `${m.get("hub") ?? 0} from the Hub, ${m.get("peer") ?? 0} from peers`;
   log(`  transfers started: ${count(moves.started)}; finished: ${count(moves.finished)}; failed: ${moves.failed} (files: ${model.files.length} × ${NODES} nodes)`);
+  log(`  from the first transfer: last Hub download done after ${secs(at.hubDone - at.first)}, last peer copy after ${secs(at.peerDone - at.first)}`);
   const byteRatio = hubBytes / model.bytes;
   const timeRatio = clusterMs / curlMs;
   log(`  on all ${NODES} nodes (${nodesUsed} distinct): ${secs(clusterMs)} from the apply`);
