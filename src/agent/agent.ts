@@ -171,7 +171,10 @@ export class NodeAgent {
       epochPath: join(opts.config.state_dir, EPOCH_FILE),
       running: () => this.replicas.ids(),
       apply: (set) => this.replicas.apply(set),
-      weights: (res) => this.fetcher.apply(res.weights ?? [], res.fetches ?? []),
+      // An older head node says nothing of weights: nothing is fetched, nothing stopped.
+      weights: (res) => {
+        if (res.weights !== undefined || res.fetches !== undefined) this.fetcher.apply(res.weights ?? [], res.fetches);
+      },
     });
     this.conversation = new HeadConversation({
       config: opts.config,

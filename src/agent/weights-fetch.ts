@@ -70,10 +70,18 @@ export class WeightsFetcher {
 
   constructor(private readonly o: WeightsFetcherOptions) {}
 
-  /** The answer's revisions and orders: new transfers start, unlisted ones stop, whole revisions are linked. */
-  apply(wants: readonly WeightsManifest[], orders: readonly FetchOrder[]): void {
+  /**
+   * The answer's revisions and orders: new transfers start, unlisted ones stop, whole revisions
+   * are linked. Orders not said (a head node without a plan yet) leave the transfers as they are.
+   */
+  apply(wants: readonly WeightsManifest[], said: readonly FetchOrder[] | undefined): void {
     if (this.stopped) return;
     this.wants = new Map(wants.map((w) => [key(w.repo, w.revision), w]));
+    if (said === undefined) {
+      for (const w of this.wants.values()) void this.linkIfWhole(w);
+      return;
+    }
+    const orders = said;
     this.orders = [...orders];
     const listed = new Set(orders.map((o) => fileKey(o, o.file.path)));
     for (const [k, r] of this.running)

@@ -98,10 +98,14 @@ export class Projector {
   response(node: string): HeartbeatResponse {
     const { assignments, generation } = this.broker.current(node);
     const w = this.o.weights;
-    const weights = w !== undefined ? weightsFor(assignments, w.manifests, w.hub) : undefined;
-    // The plan's orders (peers of the fabric first); every file from the Hub until there is a plan.
-    const planned = weights !== undefined && weights.weights.length > 0 ? w?.planner?.orders(node) : undefined;
-    if (weights !== undefined && planned !== undefined) weights.fetches = planned;
+    let weights: { weights: HeartbeatResponse["weights"]; fetches?: HeartbeatResponse["fetches"] } | undefined;
+    if (w !== undefined) {
+      const all = weightsFor(assignments, w.manifests, w.hub);
+      // With a plan (peers of the fabric first), its orders; none said before the first plan (the
+      // agent keeps what it runs). Without a planner, every file from the Hub.
+      const fetches = w.planner !== undefined ? w.planner.orders(node) : all.fetches;
+      weights = { weights: all.weights, ...(fetches !== undefined ? { fetches } : {}) };
+    }
     // The epoch the assignments come from: this one's when leading, the leader's when standing by (0: a single head node).
     return {
       assignments,
@@ -109,7 +113,7 @@ export class Projector {
       generation,
       generation_base: this.broker.base,
       epoch: this.o.leadership.get().epoch,
-      ...(weights !== undefined && weights.weights.length > 0 ? weights : {}),
+      ...(weights ?? {}),
     };
   }
 
