@@ -122,7 +122,7 @@ export class WeightsFetcher {
       rate += r.done / Math.max(1, (now - r.startedAt) / 1000);
       from.add(sourceName(r.order));
     }
-    return { done, total, rate, from: [...from].sort().join(", ") || "waiting for a source", ...(error !== undefined ? { error } : {}) };
+    return { done, total, rate, from: [...from].sort().join(", "), ...(error !== undefined ? { error } : {}) };
   }
 
   /** The transfers running (or failed and waiting for another order), for the heartbeat. */

@@ -19,7 +19,8 @@ export function fetchingNote(f: NonNullable<ReplicaReport["fetch"]>): string {
   const left = f.rate > 0 && f.total > f.done ? `, about ${eta((f.total - f.done) / f.rate)} left` : "";
   const rate = f.rate > 0 ? `, ${formatBytes(f.rate)}/s` : "";
   const failed = f.error !== undefined ? `; ${f.error.split("\n")[0]}` : "";
-  return `${FETCHING_NOTE}: ${pct} % (${formatBytes(f.done)}/${formatBytes(f.total)}) from ${f.from}${rate}${left}${failed}`;
+  const from = f.from !== "" ? ` from ${f.from}` : ", waiting for a source";
+  return `${FETCHING_NOTE}: ${pct} % (${formatBytes(f.done)}/${formatBytes(f.total)})${from}${rate}${left}${failed}`;
 }
 
 function eta(s: number): string {

@@ -71,7 +71,7 @@ describe("weights fetched from the Hub", () => {
     expect(await c.putModel("tiny", { source: "hf://org/tiny", replicas: { min: 1, max: 1 }, profiles: [PROFILE] })).toBe(201);
     const commit = await hub.commit("org/tiny", "main");
     // First without figures (the files are being listed on the Hub), then with them.
-    const fetching = await until("the replica fetching its weights", async () => (await c.replicas()).find((r: ReplicaView) => r.model === "tiny" && r.state === "fetching" && r.error?.includes("%")), { timeoutMs: 20_000 });
+    const fetching = await until("the replica fetching its weights", async () => (await c.replicas()).find((r: ReplicaView) => r.model === "tiny" && r.state === "fetching" && r.error?.includes("from hub")), { timeoutMs: 20_000 });
     expect(fetching.error).toMatch(/^fetching weights: \d+ % \(.+\) from hub/);
 
     const [ready] = await until("the replica ready", async () => {
