@@ -84,8 +84,12 @@ export class Replicas {
     const out = this.processes.reports();
     for (const a of this.waiting) {
       const p = this.weights?.progress(hubRepo(a)!, a.revision!);
-      // Weights that cannot be had fail the replica: the head node counts it as a failed start.
-      if (p?.failed !== undefined) out.push({ id: a.id, state: "failed", port: null, error: p.failed });
+      // Weights that cannot be had fail the replica: the head node counts it as a failed start
+      // (one of fetching, with how far it got, not of an engine).
+      if (p?.failed !== undefined) {
+        const { failed, ...fetch } = p;
+        out.push({ id: a.id, state: "failed", port: null, error: failed, fetch });
+      }
       else out.push({ id: a.id, state: "fetching", port: null, error: null, ...(p !== undefined ? { fetch: p } : {}) });
     }
     return out;

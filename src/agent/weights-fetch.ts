@@ -184,15 +184,27 @@ export class WeightsFetcher {
     return w.files.filter((f) => sizeOf(blobPath(entry, f)) !== f.size);
   }
 
-  /** Whether a revision's transfers may start: room on the disk was made for what it still misses (asked once, see weights-room.ts). */
+  /**
+   * Whether a revision's transfers may start: room on the disk was made for what it still misses
+   * (asked once, see weights-room.ts), and for what the revisions already let in still miss,
+   * whose bytes are not on the disk yet either.
+   */
   private roomFor(repo: string, revision: string): boolean {
-    if (this.room === undefined) return true;
-    return this.room.allowed(repo, revision, () => {
+    const room = this.room;
+    if (room === undefined) return true;
+    return room.allowed(repo, revision, () => {
       const w = this.wants.get(key(repo, revision));
-      if (w === undefined) return 0;
-      const entry = cacheEntry(this.o.modelsDir, repo);
-      return bytesToCome(this.missing(w).map((f) => ({ size: f.size, have: sizeOf(`${blobPath(entry, f)}.incomplete`) ?? 0 })));
+      if (w === undefined || this.missing(w).length === 0) return 0;
+      let need = this.toCome(w);
+      for (const [k, other] of this.wants) if (other !== w && !this.linked.has(k) && room.made(other.repo, other.revision)) need += this.toCome(other);
+      return need;
     });
+  }
+
+  /** A revision's bytes still to arrive: its missing files less their partial copies. */
+  private toCome(w: WeightsManifest): number {
+    const entry = cacheEntry(this.o.modelsDir, w.repo);
+    return bytesToCome(this.missing(w).map((f) => ({ size: f.size, have: sizeOf(`${blobPath(entry, f)}.incomplete`) ?? 0 })));
   }
 
   private async linkIfWhole(w: WeightsManifest): Promise<void> {

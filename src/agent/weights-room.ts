@@ -65,6 +65,11 @@ export class RoomGate {
     return false;
   }
 
+  /** Whether room was made for a revision (its transfers run or may). */
+  made(repo: string, revision: string): boolean {
+    return this.state.get(`${repo}@${revision}`)?.kind === "ok";
+  }
+
   /** Why a revision's transfers do not start, when its disk is short. */
   reason(repo: string, revision: string): string | undefined {
     const s = this.state.get(`${repo}@${revision}`);

@@ -86,6 +86,8 @@ describe("weights: checksum, disk bound", () => {
     }, { timeoutMs: 40_000 });
     expect(m.reason).toContain("model.safetensors");
     expect(m.reason).toContain("checksum");
+    // No engine ran: the reason points at no engine log.
+    expect(m.reason).not.toContain("logs --previous");
     // Tried at most once per failed start (two, --max-failures), each copy deleted: nothing of it is kept.
     const bad = await served(hub, "org/bad/model.safetensors");
     expect(bad).toBeGreaterThanOrEqual(MB);

@@ -132,6 +132,29 @@ describe("WeightsFetcher: room and checksum", () => {
     t.f.stop();
   });
 
+  test("a revision's room counts what the revisions already let in still miss", async () => {
+    const needs: number[] = [];
+    const models = scratchDir("llmgw-room-");
+    const f = new WeightsFetcher({
+      modelsDir: models,
+      scheduler: new ManualScheduler(),
+      log,
+      // Transfers that never end: the first revision stays missing.
+      fetch: (() => new Promise<Response>(() => undefined)) as unknown as typeof fetch,
+      makeRoom: async (need) => {
+        needs.push(need);
+        return { fits: true, reason: null };
+      },
+    });
+    f.apply([manifest], [hubOrder]);
+    await until("the first revision let in", () => needs.length === 1);
+    const other: WeightsManifest = { repo: "org/n", revision: REV, files: [{ ...file, size: 7, sha256: "cd".repeat(32) }] };
+    f.apply([manifest, other], [hubOrder]);
+    await until("the second asked about", () => needs.length === 2);
+    expect(needs).toEqual([10, 17]);
+    f.stop();
+  });
+
   test("a checksum failure from the Hub makes the revision unobtainable, naming the file and the checksum; from a peer it does not", async () => {
     const hub = fetcher({ fits: true });
     hub.f.apply([manifest], [hubOrder]);
