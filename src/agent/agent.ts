@@ -158,13 +158,19 @@ export class NodeAgent {
       onWhole: (repo, revision, bytes) => {
         disk.recordFetch(repo, revision, bytes).catch((e) => this.log.warn({ repo, revision, err: errorText(e) }, "the record of fetched weights was not written"));
       },
+      // Never evicted: what a replica here runs or waits for, what the head node wants here, what a peer copies now.
+      makeRoom: (need) => disk.makeRoom(need, new Set([...this.replicas.revisionsInUse(), ...this.fetcher.wanted(), ...this.logs.weights.servingRevisions()])),
       onChange: () => {
         this.replicas.weightsChanged();
         void this.weightsStock.refresh();
         pace.heartbeatSoon();
       },
     });
-    this.replicas = new Replicas({ config: opts.config, log: this.log, selfExe: opts.selfExe, stock: this.stock, scheduler, pace, weights: this.fetcher });
+    this.replicas = new Replicas({ config: opts.config, log: this.log, selfExe: opts.selfExe, stock: this.stock, scheduler, pace, weights: this.fetcher,
+      recordUse: (repo, revision) => {
+        disk.recordUse(repo, revision).catch((e) => this.log.warn({ repo, revision, err: errorText(e) }, "the last use of the weights was not recorded"));
+      },
+    });
     this.answers = new Answers({
       log: this.log,
       servers: this.servers,

@@ -29,6 +29,8 @@ export interface ReplicasOptions {
   pace: Pace;
   /** The weights a replica of an hf:// source waits for (weights-fetch.ts); without it such a replica starts as any other. */
   weights?: Pick<WeightsFetcher, "ready" | "progress">;
+  /** A replica starts on a revision from the Hub: its place in the disk's least-recently-used order (weights-disk.ts recordUse). */
+  recordUse?: (repo: string, revision: string) => void;
 }
 
 /** The Hub repository of an assignment's weights, when they come from one. */
@@ -50,6 +52,7 @@ export class Replicas {
   private lastSet: Assignment[] = [];
   private waiting: Assignment[] = [];
   private readonly weights: ReplicasOptions["weights"];
+  private readonly recordUse: ReplicasOptions["recordUse"];
 
   constructor(opts: ReplicasOptions) {
     this.config = opts.config;
@@ -58,6 +61,7 @@ export class Replicas {
     this.stock = opts.stock;
     this.pace = opts.pace;
     this.weights = opts.weights;
+    this.recordUse = opts.recordUse;
     const engineHost = opts.config.engine_host;
     this.processes = new ProcessSet({
       render: (a) => this.launch(a),
@@ -80,7 +84,13 @@ export class Replicas {
     const out = this.processes.reports();
     for (const a of this.waiting) {
       const p = this.weights?.progress(hubRepo(a)!, a.revision!);
-      out.push({ id: a.id, state: "fetching", port: null, error: null, ...(p !== undefined ? { fetch: p } : {}) });
+      // Weights that cannot be had fail the replica: the head node counts it as a failed start
+      // (one of fetching, with how far it got, not of an engine).
+      if (p?.failed !== undefined) {
+        const { failed, ...fetch } = p;
+        out.push({ id: a.id, state: "failed", port: null, error: failed, fetch });
+      }
+      else out.push({ id: a.id, state: "fetching", port: null, error: null, ...(p !== undefined ? { fetch: p } : {}) });
     }
     return out;
   }
@@ -97,11 +107,30 @@ export class Replicas {
     const waiting: Assignment[] = [];
     const out = set.filter((a) => {
       const repo = hubRepo(a);
-      if (repo === undefined || this.processes.get(a.id) !== undefined || w.ready(repo, a.revision!)) return true;
+      if (repo === undefined || this.processes.get(a.id) !== undefined) return true;
+      if (w.ready(repo, a.revision!)) {
+        this.recordUse?.(repo, a.revision!);
+        return true;
+      }
       waiting.push(a);
       return false;
     });
     this.waiting = waiting;
+    return out;
+  }
+
+  /** The Hub revisions ("repo@revision") of the replicas on this node, running or waiting: never evicted. */
+  revisionsInUse(): Set<string> {
+    const out = new Set<string>();
+    const add = (a: Assignment) => {
+      const repo = hubRepo(a);
+      if (repo !== undefined) out.add(`${repo}@${a.revision}`);
+    };
+    for (const a of this.lastSet) add(a);
+    for (const id of this.processes.ids()) {
+      const p = this.processes.get(id);
+      if (p !== undefined) add(p.assignment);
+    }
     return out;
   }
 

@@ -4,7 +4,10 @@
 // (hub/download.ts, verified before it is kept), and links a revision's snapshot once every
 // file of it is whole, which is when a replica waiting for it may start. It reports what runs
 // (TransferReport, for the head node's plan and the operator's views) and, per revision, how
-// far it is (for the replica's `fetching` report). It decides nothing about sources.
+// far it is (for the replica's `fetching` report). It decides nothing about sources. Before a
+// revision's first transfer it asks for room on the disk (weights-room.ts); a file whose bytes
+// failed their checksum from the Hub, the source of last resort, makes the revision unobtainable
+// (its replicas fail with that reason, and the head node holds the model after repeated failures).
 
 import { statSync } from "node:fs";
 import { join } from "node:path";
@@ -12,6 +15,7 @@ import type { Logger } from "pino";
 import { errorText } from "../lib/format";
 import type { Scheduler } from "../lib/scheduler";
 import { ChecksumError, blobPath, cacheEntry, downloadBlob, linkSnapshot } from "../hub/download";
+import { type MakeRoom, RoomGate, bytesToCome } from "./weights-room";
 import { type FetchOrder, type TransferReport, type WeightFile, type WeightsManifest, manifestBytes } from "../protocol/weights";
 
 export interface WeightsFetcherOptions {
@@ -27,6 +31,8 @@ export interface WeightsFetcherOptions {
   /** A revision became whole (for the disk's record of what llmgw fetched). */
   onWhole?: (repo: string, revision: string, bytes: number) => void;
   fetch?: typeof fetch;
+  /** Room on the disk for a revision's missing bytes before its first transfer; without it, none is asked for. */
+  makeRoom?: MakeRoom;
 }
 
 interface Running {
@@ -53,6 +59,8 @@ export interface RevisionProgress {
   from: string;
   /** A file's last failure, while it waits to be tried again (from the same source or another). */
   error?: string;
+  /** Why the revision cannot be had: a file failed its checksum from the Hub, after any other source. */
+  failed?: string;
 }
 
 const key = (repo: string, revision: string) => `${repo}@${revision}`;
@@ -67,8 +75,24 @@ export class WeightsFetcher {
   private readonly running = new Map<string, Running>();
   private orders: FetchOrder[] = [];
   private stopped = false;
+  /** Revisions whose file failed its checksum from the Hub: their replicas fail with this. */
+  private readonly unobtainable = new Map<string, string>();
+  private readonly room: RoomGate | undefined;
 
-  constructor(private readonly o: WeightsFetcherOptions) {}
+  constructor(private readonly o: WeightsFetcherOptions) {
+    const makeRoom = o.makeRoom;
+    this.room =
+      makeRoom === undefined
+        ? undefined
+        : new RoomGate({
+            makeRoom,
+            scheduler: o.scheduler,
+            onSettled: () => {
+              this.o.onChange?.();
+              if (!this.stopped) this.startMore();
+            },
+          });
+  }
 
   /**
    * The answer's revisions and orders: new transfers start, unlisted ones stop, whole revisions
@@ -77,19 +101,23 @@ export class WeightsFetcher {
   apply(wants: readonly WeightsManifest[], said: readonly FetchOrder[] | undefined): void {
     if (this.stopped) return;
     this.wants = new Map(wants.map((w) => [key(w.repo, w.revision), w]));
-    if (said === undefined) {
-      for (const w of this.wants.values()) void this.linkIfWhole(w);
-      return;
+    if (said !== undefined) {
+      this.orders = [...said];
+      const listed = new Set(said.map((o) => fileKey(o, o.file.path)));
+      for (const [k, r] of this.running)
+        if (!listed.has(k)) {
+          r.abort.abort();
+          this.running.delete(k);
+        }
     }
-    const orders = said;
-    this.orders = [...orders];
-    const listed = new Set(orders.map((o) => fileKey(o, o.file.path)));
-    for (const [k, r] of this.running)
-      if (!listed.has(k)) {
-        r.abort.abort();
-        this.running.delete(k);
-      }
-    for (const w of this.wants.values()) void this.linkIfWhole(w);
+    for (const k of this.unobtainable.keys()) if (!this.wants.has(k)) this.unobtainable.delete(k);
+    this.room?.keep(new Set(this.wants.keys()));
+    for (const w of this.wants.values()) {
+      void this.linkIfWhole(w);
+      // Room is asked for as soon as a revision is wanted, orders or not: a disk that cannot take
+      // it is the replica's reason even when the head node holds the transfers back for the same cause.
+      if (!this.linked.has(key(w.repo, w.revision))) this.roomFor(w.repo, w.revision);
+    }
     this.startMore();
   }
 
@@ -99,6 +127,11 @@ export class WeightsFetcher {
     if (this.linked.has(k)) return true;
     const w = this.wants.get(k);
     return w !== undefined && this.missing(w).length === 0 && this.linked.has(k);
+  }
+
+  /** The wanted revisions ("repo@revision"): eviction leaves them alone. */
+  wanted(): Set<string> {
+    return new Set(this.wants.keys());
   }
 
   /** How far a wanted revision is. */
@@ -122,7 +155,9 @@ export class WeightsFetcher {
       rate += r.done / Math.max(1, (now - r.startedAt) / 1000);
       from.add(sourceName(r.order));
     }
-    return { done, total, rate, from: [...from].sort().join(", "), ...(error !== undefined ? { error } : {}) };
+    error ??= this.room?.reason(w.repo, w.revision);
+    const failed = this.unobtainable.get(key(w.repo, w.revision));
+    return { done, total, rate, from: [...from].sort().join(", "), ...(error !== undefined ? { error } : {}), ...(failed !== undefined ? { failed } : {}) };
   }
 
   /** The transfers running (or failed and waiting for another order), for the heartbeat. */
@@ -132,6 +167,11 @@ export class WeightsFetcher {
     for (const r of this.running.values()) {
       const o = r.order;
       out.push({ repo: o.repo, revision: o.revision, path: o.file.path, size: o.file.size, done: r.done, rate: r.active ? r.done / Math.max(1, (now - r.startedAt) / 1000) : 0, from: sourceName(o), error: r.error });
+    }
+    // Orders held back for want of room: the head node hears why.
+    for (const o of this.orders) {
+      const short = this.room?.reason(o.repo, o.revision);
+      if (short !== undefined && !this.running.has(fileKey(o, o.file.path))) out.push({ repo: o.repo, revision: o.revision, path: o.file.path, size: o.file.size, done: 0, rate: 0, from: sourceName(o), error: short });
     }
     return out.sort((a, b) => (a.repo + a.path < b.repo + b.path ? -1 : 1));
   }
@@ -147,6 +187,29 @@ export class WeightsFetcher {
   private missing(w: WeightsManifest): WeightFile[] {
     const entry = cacheEntry(this.o.modelsDir, w.repo);
     return w.files.filter((f) => sizeOf(blobPath(entry, f)) !== f.size);
+  }
+
+  /**
+   * Whether a revision's transfers may start: room on the disk was made for what it still misses
+   * (asked once, see weights-room.ts), and for what the revisions already let in still miss,
+   * whose bytes are not on the disk yet either.
+   */
+  private roomFor(repo: string, revision: string): boolean {
+    const room = this.room;
+    if (room === undefined) return true;
+    return room.allowed(repo, revision, () => {
+      const w = this.wants.get(key(repo, revision));
+      if (w === undefined || this.missing(w).length === 0) return 0;
+      let need = this.toCome(w);
+      for (const [k, other] of this.wants) if (other !== w && !this.linked.has(k) && room.made(other.repo, other.revision)) need += this.toCome(other);
+      return need;
+    });
+  }
+
+  /** A revision's bytes still to arrive: its missing files less their partial copies. */
+  private toCome(w: WeightsManifest): number {
+    const entry = cacheEntry(this.o.modelsDir, w.repo);
+    return bytesToCome(this.missing(w).map((f) => ({ size: f.size, have: sizeOf(`${blobPath(entry, f)}.incomplete`) ?? 0 })));
   }
 
   private async linkIfWhole(w: WeightsManifest): Promise<void> {
@@ -180,6 +243,7 @@ export class WeightsFetcher {
       }
       const entry = cacheEntry(this.o.modelsDir, order.repo);
       if (sizeOf(blobPath(entry, order.file)) === order.file.size) continue;
+      if (!this.roomFor(order.repo, order.revision)) continue;
       active++;
       void this.run(k, order);
     }
@@ -219,6 +283,9 @@ export class WeightsFetcher {
       r.error = error;
       r.failedAt = this.o.scheduler.now();
       r.checksum = e instanceof ChecksumError;
+      // The head node orders from the Hub only when no peer of the fabric holds the file: after a
+      // checksum failure from it there is no other source to try.
+      if (r.checksum && order.from.kind === "hub") this.unobtainable.set(key(order.repo, order.revision), `${error} (from the Hub; no other source holds it)`);
       this.o.log.warn({ ...log, err: error }, "weights transfer failed");
     }
     this.o.onChange?.();

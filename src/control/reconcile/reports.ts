@@ -63,7 +63,9 @@ export function processReports({ snapshot, node, reports, now, config: cfg, watc
       rep?.error ? fail(causeOf(rep.error), crashed, failureText(rep.error, r.id)) : fail(`engine failed on ${node}`, crashed);
     switch (r.state) {
       case "starting":
-        if (rep?.state === "failed") engineFailed(false);
+        // Failed while fetching its weights (a file failed its checksum from every source): no engine ran, no log to point at.
+        if (rep?.state === "failed" && rep.fetch !== undefined && rep.error) fail(rep.error);
+        else if (rep?.state === "failed") engineFailed(false);
         else if (rep?.state === "fetching") {
           // Waiting for its weights: its note says how far, and its start clock moves on (weights-progress.ts).
           const note = rep.fetch !== undefined ? fetchingNote(rep.fetch) : FETCHING_NOTE;
