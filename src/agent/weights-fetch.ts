@@ -110,6 +110,13 @@ export class WeightsFetcher {
           this.running.delete(k);
         }
     }
+    // A revision no longer wanted: its transfers stop and their failures are forgotten, whatever
+    // orders a plan made before says (a revision wanted again is tried afresh).
+    for (const [k, r] of this.running)
+      if (!this.wants.has(key(r.order.repo, r.order.revision))) {
+        r.abort.abort();
+        this.running.delete(k);
+      }
     for (const k of this.unobtainable.keys()) if (!this.wants.has(k)) this.unobtainable.delete(k);
     this.room?.keep(new Set(this.wants.keys()));
     for (const w of this.wants.values()) {
@@ -232,6 +239,8 @@ export class WeightsFetcher {
     for (const r of this.running.values()) if (r.active) active++;
     for (const order of this.orders) {
       if (active >= max) break;
+      // An order of a plan made before the revision stopped being wanted here.
+      if (!this.wants.has(key(order.repo, order.revision))) continue;
       const k = fileKey(order, order.file.path);
       const cur = this.running.get(k);
       if (cur !== undefined) {
