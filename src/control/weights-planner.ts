@@ -9,6 +9,7 @@ import type { Logger } from "pino";
 import { errorText } from "../lib/format";
 import { bracketHost } from "../lib/net";
 import type { Scheduler } from "../lib/scheduler";
+import type { ModelSpec } from "../protocol/catalog";
 import type { Assignment, HeartbeatRequest } from "../protocol/heartbeat";
 import type { DiskReport, FetchOrder, TransferReport, WeightsHeld, WeightsManifest } from "../protocol/weights";
 import type { Manifests } from "./manifests";
@@ -16,6 +17,7 @@ import type { NodeMemory } from "./node-memory";
 import type { NodeRow } from "./types";
 import { type TransferNode, type TransferPlan, type WeightsWant, planTransfers } from "./transfers";
 import { type HubOrders, hubRepoOf } from "./weights-orders";
+import { type WeightsStanding, weightsStanding } from "./weights-placement";
 
 /** How often the plan is made again at most (a heartbeat's answer may be this much behind). */
 export const PLAN_EVERY_MS = 250;
@@ -43,6 +45,9 @@ export class WeightsPlanner {
   private plan: TransferPlan | undefined;
   private madeAt = Number.NEGATIVE_INFINITY;
   private making: Promise<void> | null = null;
+  /** The nodes as the latest plan saw them (their reports are read fresh for placement). */
+  private seen: TransferNode[] = [];
+  private standing: { at: number; models: readonly unknown[]; value: WeightsStanding } | undefined;
 
   constructor(private readonly o: WeightsPlannerOptions) {}
 
@@ -66,6 +71,32 @@ export class WeightsPlanner {
   /** The latest plan, for views (undefined before the first). */
   latest(): TransferPlan | undefined {
     return this.plan;
+  }
+
+  /**
+   * Per node, per model whose weights come from the Hub and whose files are known, how good the
+   * node is for them and whether its disk can take them (weights-placement.ts), for placement
+   * and explain; the same answer for PLAN_EVERY_MS for the same models.
+   */
+  placement(models: readonly { name: string; spec: ModelSpec }[]): WeightsStanding {
+    const now = this.o.scheduler.now();
+    const c = this.standing;
+    if (c !== undefined && c.models === models && now - c.at >= 0 && now - c.at < PLAN_EVERY_MS) return c.value;
+    const nodes = this.seen.map((n) => {
+      const r = this.reports.get(n.name);
+      return r === undefined ? n : { ...n, held: r.held, transfers: r.transfers, disk: r.disk };
+    });
+    const inUse = (node: string) => {
+      const out = new Set<string>();
+      for (const a of this.o.assignments(node)) {
+        const repo = hubRepoOf(a);
+        if (repo !== undefined) out.add(`${repo}@${a.revision}`);
+      }
+      return out;
+    };
+    const value = weightsStanding(models, nodes, (repo, revision) => this.o.manifests.get(repo, revision), inUse);
+    this.standing = { at: now, models, value };
+    return value;
   }
 
   /** Makes the plan again (one at a time). */
@@ -95,6 +126,7 @@ export class WeightsPlanner {
       }
     const nodes: TransferNode[] = [];
     for (const n of snap.nodes) nodes.push(await this.node(n));
+    this.seen = nodes;
     const needs = new Map<string, boolean>();
     for (const m of manifests.values()) if (this.o.manifests.needsToken(m.repo, m.revision)) needs.set(m.repo, true);
     this.plan = planTransfers({
