@@ -101,9 +101,10 @@ describe("binpack and spread unchanged for models without a source", () => {
 });
 
 describe("a node whose disk cannot take the revision", () => {
-  test("is passed over even though it holds the most free GPUs and comes first by name", () => {
-    const nodes = [pnode("h100-1", { hub: { m: FULL } }), pnode("h100-2", { used: [0, 1, 2, 3], hub: { m: HUB } })];
-    expect(where(place(nodes, [req("m")]))).toEqual(["h100-2:4"]);
+  test("is passed over though it comes first by name (binpack) and has the most free GPUs (spread)", () => {
+    const nodes = [pnode("h100-1", { hub: { m: FULL } }), pnode("h100-2", { used: [0, 1, 2, 3], hub: { m: HUB } }), pnode("h100-3", { used: [0], hub: { m: HUB } })];
+    expect(where(place(nodes.filter((n) => n.name !== "h100-3"), [req("m"), req("m", { placement: "spread" })]))).toEqual(["h100-2:4", "h100-2:5"]);
+    expect(where(place(nodes, [req("m", { placement: "spread" })]))).toEqual(["h100-3:1"]);
   });
 
   test("when it was the only one, the reason names it and what its disk lacks", () => {
