@@ -82,6 +82,9 @@ export class WeightsPlanner {
     const now = this.o.scheduler.now();
     const c = this.standing;
     if (c !== undefined && c.models === models && now - c.at >= 0 && now - c.at < PLAN_EVERY_MS) return c.value;
+    // Heartbeats ask for a plan only once a node has Hub weights to fetch: the nodes' addresses
+    // and digests are gathered for placement before that too (ready by a later tick).
+    if (now - this.madeAt >= PLAN_EVERY_MS) void this.remake();
     const nodes = this.seen.map((n) => {
       const r = this.reports.get(n.name);
       return r === undefined ? n : { ...n, held: r.held, transfers: r.transfers, disk: r.disk };
