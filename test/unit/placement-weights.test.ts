@@ -5,12 +5,14 @@
 // explain naming per node which preference applies and what getting the weights there costs.
 
 import { describe, expect, test } from "bun:test";
+import pino from "pino";
 import { renderExplanation } from "../../src/cli/explain";
 import { type ExplainInput, explainModel } from "../../src/control/explain";
 import { type PlacementNode, type PlacementRequest, type PlacementResult, place } from "../../src/control/placement";
 import { reconcile } from "../../src/control/reconciler";
 import type { TransferNode } from "../../src/control/transfers";
 import { type NodeWeights, explainWeights, weightsStanding } from "../../src/control/weights-placement";
+import { WeightsPlanner } from "../../src/control/weights-planner";
 import type { Profile } from "../../src/protocol/catalog";
 import type { WeightsManifest } from "../../src/protocol/weights";
 import { RECONCILE_DEFAULTS } from "../helpers/control-settings";
@@ -220,5 +222,38 @@ describe("explain", () => {
   test("the words for each standing", () => {
     expect(explainWeights(undefined)).toBe("weights: nothing known of this node's yet (from the Hub)");
     expect(explainWeights(FABRIC)).toBe("its fabric holds the weights (copy 134 GiB from b in fabric f1)");
+  });
+});
+
+describe("the weights planner's standing for placement", () => {
+  test("from the nodes' last heartbeats, gathered before any node has Hub weights to fetch", async () => {
+    const now = { t: T0 };
+    let snapshots = 0;
+    const rows = ["h100-1", "h100-2"].map((name) => ({ name, fabrics: ["f1"], address: "127.0.0.1", adminState: "none" }));
+    const planner = new WeightsPlanner({
+      manifests: { get: () => manifest, needsToken: () => false },
+      hub: { endpoint: "http://hub.example", token: undefined, fileUrl: () => "http://hub.example/x" },
+      memory: { snapshot: async () => {
+          snapshots++;
+          return { nodes: rows } as never;
+        }, logsPort: () => 8002, logsCert: () => undefined, unreachable: new Set() },
+      store: { credentialHashOf: async () => "2".repeat(64) },
+      assignments: () => [],
+      scheduler: { now: () => now.t },
+      log: pino({ level: "silent" }),
+    });
+    const held = [{ repo: REPO, revision: REV, files: ["model.safetensors"], bytes: 134 * GiB, fetched: true, last_used: null }];
+    planner.note({ node: "h100-2", weights_held: held, transfers: [], disk: { free_bytes: 10 * GiB, kept_bytes: 134 * GiB, max_bytes: null } } as never);
+    planner.note({ node: "h100-1", weights_held: [], transfers: [], disk: { free_bytes: 20 * GiB, kept_bytes: 0, max_bytes: null } } as never);
+    const models = [{ name: "llama", spec: model({ name: "llama", source: `hf://${REPO}`, revision: REV }) }];
+    // The first ask starts gathering the nodes; a later one has them.
+    expect(planner.placement(models).size).toBe(0);
+    expect(snapshots).toBe(1);
+    await planner.remake();
+    expect(snapshots).toBe(1);
+    now.t += 1_000;
+    const s = planner.placement(models);
+    expect(s.get("h100-2")!.get("llama")).toEqual({ rank: 2, cost: "present" });
+    expect(s.get("h100-1")!.get("llama")).toEqual({ rank: 1, cost: "copy 134 GiB from h100-2 in fabric f1", noRoom: "disk: needs 134 GiB, 20 GiB free" });
   });
 });
