@@ -48,6 +48,8 @@ export class WeightsPlanner {
   /** The nodes as the latest plan saw them (their reports are read fresh for placement). */
   private seen: TransferNode[] = [];
   private standing: { at: number; models: readonly unknown[]; value: WeightsStanding } | undefined;
+  private gatheredAt = Number.NEGATIVE_INFINITY;
+  private gathering: Promise<void> | null = null;
 
   constructor(private readonly o: WeightsPlannerOptions) {}
 
@@ -82,9 +84,9 @@ export class WeightsPlanner {
     const now = this.o.scheduler.now();
     const c = this.standing;
     if (c !== undefined && c.models === models && now - c.at >= 0 && now - c.at < PLAN_EVERY_MS) return c.value;
-    // Heartbeats ask for a plan only once a node has Hub weights to fetch: the nodes' addresses
-    // and digests are gathered for placement before that too (ready by a later tick).
-    if (now - this.madeAt >= PLAN_EVERY_MS) void this.remake();
+    // Heartbeats ask for a plan only once a node has Hub weights to fetch: placement gathers the
+    // nodes' addresses and digests itself meanwhile (ready by a later tick), without a plan.
+    if (now - Math.max(this.madeAt, this.gatheredAt) >= PLAN_EVERY_MS) void this.gather();
     const nodes = this.seen.map((n) => {
       const r = this.reports.get(n.name);
       return r === undefined ? n : { ...n, held: r.held, transfers: r.transfers, disk: r.disk };
@@ -110,6 +112,22 @@ export class WeightsPlanner {
         this.making = null;
       });
     return this.making;
+  }
+
+  /** Gathers the nodes as a plan would see them, for placement only (one at a time: the one under way, if any). */
+  gather(): Promise<void> {
+    this.gatheredAt = this.o.scheduler.now();
+    this.gathering ??= (async () => {
+      const snap = await this.o.memory.snapshot();
+      const nodes: TransferNode[] = [];
+      for (const n of snap.nodes) nodes.push(await this.node(n));
+      this.seen = nodes;
+    })()
+      .catch((e) => this.o.log.warn({ err: errorText(e) }, "weights: nodes not gathered for placement"))
+      .finally(() => {
+        this.gathering = null;
+      });
+    return this.gathering;
   }
 
   private async make(): Promise<void> {

@@ -249,7 +249,7 @@ describe("the weights planner's standing for placement", () => {
     // The first ask starts gathering the nodes; a later one has them.
     expect(planner.placement(models).size).toBe(0);
     expect(snapshots).toBe(1);
-    await planner.remake();
+    await planner.gather();
     expect(snapshots).toBe(1);
     now.t += 1_000;
     const s = planner.placement(models);
