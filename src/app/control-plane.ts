@@ -113,7 +113,7 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
   const weights = o.hub && manifests ? { weights: { manifests, hub: o.hub, ...(planner ? { planner } : {}) } } : {};
   const projector: Projector = new Projector({ ...(o.sink ? { sink: o.sink } : {}), config, engineKeys: new EngineKeys(o.engineSecret), memory, store, leadership, interval: load, scheduler, log, ...weights });
   const ledger = new LedgerWriter({ ...(o.usage ? { source: o.usage } : {}), store, retentionMs: settings.usageRetentionMs, log });
-  const loop = new ControlLoop({ store, memory, projector, usage, ledger, leadership, lock, clock, load, events, wake: wakeups, config, scaleDownDelayMs: settings.scaleDownDelayMs, ...(o.newId ? { newId: o.newId } : {}), scheduler, log });
+  const loop = new ControlLoop({ store, memory, projector, usage, ledger, leadership, lock, clock, load, events, wake: wakeups, config, scaleDownDelayMs: settings.scaleDownDelayMs, ...(o.newId ? { newId: o.newId } : {}), ...(planner ? { weights: planner } : {}), scheduler, log });
   const intake = new NodeIntake({ store, ...(o.fast ? { fast: o.fast } : {}), memory, projector, lock, clock, load, wake: wakeups, policy: settings.policy, config, scheduler, log, ...(planner ? { weights: planner } : {}) });
   return {
     identity: new NodeIdentity({ store, joinToken: o.joinToken ?? new JoinToken() }),
@@ -126,7 +126,7 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
     keys: new ApiKeys({ store, events, projector, scheduler, usage }),
     teams: new Teams({ store, events, projector, scheduler, usage }),
     events,
-    views: new FleetViews({ store, memory, usage, clock, load, config, version: o.version, ...(o.summary ? { sources: o.summary } : {}), scheduler }),
+    views: new FleetViews({ store, memory, usage, clock, load, config, version: o.version, ...(o.summary ? { sources: o.summary } : {}), ...(planner ? { weights: planner } : {}), scheduler }),
     logs: new LogSources({ store, memory }),
     backups: new Backups({ store, dataDir: o.dataDir, scheduler, log }),
     leadership,

@@ -19,6 +19,7 @@ import type { CatalogPort, EventsPort } from "./store-port";
 import { summarize } from "./summary";
 import type { UsageExchange } from "./usage-exchange";
 import { buildTablesPaced } from "./views";
+import type { WeightsPlanner } from "./weights-planner";
 
 /**
  * What the summary says of the world beyond this store's rows, as last observed (never fetched
@@ -39,6 +40,8 @@ export interface FleetViewsOptions {
   config: ReconcileConfig;
   version: string;
   sources?: SummarySources;
+  /** Each node's standing for the Hub weights of each model, for explain (weights-planner.ts). */
+  weights?: Pick<WeightsPlanner, "placement">;
   scheduler: Scheduler;
 }
 
@@ -136,8 +139,10 @@ export class FleetViews {
   /** What a tick's reconcile step would read now, read without changing anything (no clock-jump bookkeeping). */
   private async explainInput(): Promise<ExplainInput> {
     const { memory, usage, load, clock } = this.o;
+    const snapshot = await memory.snapshot();
     return {
-      snapshot: await memory.snapshot(),
+      snapshot,
+      ...(this.o.weights ? { weights: this.o.weights.placement(snapshot.models) } : {}),
       now: this.o.scheduler.now(),
       lastUsed: usage.lastUsed,
       config: { ...this.o.config, nodeTimeoutMs: load.nodeTimeoutInForce() },

@@ -9,6 +9,7 @@ import type { Logger } from "pino";
 import { errorText } from "../lib/format";
 import { bracketHost } from "../lib/net";
 import type { Scheduler } from "../lib/scheduler";
+import type { ModelSpec } from "../protocol/catalog";
 import type { Assignment, HeartbeatRequest } from "../protocol/heartbeat";
 import type { DiskReport, FetchOrder, TransferReport, WeightsHeld, WeightsManifest } from "../protocol/weights";
 import type { Manifests } from "./manifests";
@@ -16,6 +17,7 @@ import type { NodeMemory } from "./node-memory";
 import type { NodeRow } from "./types";
 import { type TransferNode, type TransferPlan, type WeightsWant, planTransfers } from "./transfers";
 import { type HubOrders, hubRepoOf } from "./weights-orders";
+import { type WeightsStanding, weightsStanding } from "./weights-placement";
 
 /** How often the plan is made again at most (a heartbeat's answer may be this much behind). */
 export const PLAN_EVERY_MS = 250;
@@ -54,6 +56,11 @@ export class WeightsPlanner {
   private plan: TransferPlan | undefined;
   private madeAt = Number.NEGATIVE_INFINITY;
   private making: Promise<void> | null = null;
+  /** The nodes as the latest plan saw them (their reports are read fresh for placement). */
+  private seen: TransferNode[] = [];
+  private standing: { at: number; models: readonly unknown[]; value: WeightsStanding } | undefined;
+  private gatheredAt = Number.NEGATIVE_INFINITY;
+  private gathering: Promise<void> | null = null;
 
   constructor(private readonly o: WeightsPlannerOptions) {}
 
@@ -87,6 +94,35 @@ export class WeightsPlanner {
     return this.plan;
   }
 
+  /**
+   * Per node, per model whose weights come from the Hub and whose files are known, how good the
+   * node is for them and whether its disk can take them (weights-placement.ts), for placement
+   * and explain; the same answer for PLAN_EVERY_MS for the same models.
+   */
+  placement(models: readonly { name: string; spec: ModelSpec }[]): WeightsStanding {
+    const now = this.o.scheduler.now();
+    const c = this.standing;
+    if (c !== undefined && c.models === models && now - c.at >= 0 && now - c.at < PLAN_EVERY_MS) return c.value;
+    // Heartbeats ask for a plan only once a node has Hub weights to fetch: placement gathers the
+    // nodes' addresses and digests itself meanwhile (ready by a later tick), without a plan.
+    if (now - Math.max(this.madeAt, this.gatheredAt) >= PLAN_EVERY_MS) void this.gather();
+    const nodes = this.seen.map((n) => {
+      const r = this.reports.get(n.name);
+      return r === undefined ? n : { ...n, held: r.held, transfers: r.transfers, disk: r.disk };
+    });
+    const inUse = (node: string) => {
+      const out = new Set<string>();
+      for (const a of this.o.assignments(node)) {
+        const repo = hubRepoOf(a);
+        if (repo !== undefined) out.add(`${repo}@${a.revision}`);
+      }
+      return out;
+    };
+    const value = weightsStanding(models, nodes, (repo, revision) => this.o.manifests.get(repo, revision), inUse);
+    this.standing = { at: now, models, value };
+    return value;
+  }
+
   /** Makes the plan again (one at a time). */
   remake(): Promise<void> {
     this.making ??= this.make()
@@ -95,6 +131,22 @@ export class WeightsPlanner {
         this.making = null;
       });
     return this.making;
+  }
+
+  /** Gathers the nodes as a plan would see them, for placement only (one at a time: the one under way, if any). */
+  gather(): Promise<void> {
+    this.gatheredAt = this.o.scheduler.now();
+    this.gathering ??= (async () => {
+      const snap = await this.o.memory.snapshot();
+      const nodes: TransferNode[] = [];
+      for (const n of snap.nodes) nodes.push(await this.node(n));
+      this.seen = nodes;
+    })()
+      .catch((e) => this.o.log.warn({ err: errorText(e) }, "weights: nodes not gathered for placement"))
+      .finally(() => {
+        this.gathering = null;
+      });
+    return this.gathering;
   }
 
   private async make(): Promise<void> {
@@ -114,6 +166,7 @@ export class WeightsPlanner {
       }
     const nodes: TransferNode[] = [];
     for (const n of snap.nodes) nodes.push(await this.node(n));
+    this.seen = nodes;
     const needs = new Map<string, boolean>();
     for (const m of manifests.values()) if (this.o.manifests.needsToken(m.repo, m.revision)) needs.set(m.repo, true);
     this.plan = planTransfers({

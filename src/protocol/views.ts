@@ -459,7 +459,7 @@ export type ApiError = z.infer<typeof ApiErrorSchema>;
 // ---- placement explained (`GET /models/{name}/explain`, `POST /apply?dry_run=true`)
 
 /** Why a node was ruled out for a profile, or that it fits; in the order the rules are applied. */
-export const NodeOutcomeSchema = z.enum(["class", "gpus", "unreachable", "pending", "cordoned", "draining", "engine", "unhealthy", "exhausted", "fabric", "fits"]);
+export const NodeOutcomeSchema = z.enum(["class", "gpus", "unreachable", "pending", "cordoned", "draining", "engine", "unhealthy", "disk", "exhausted", "fabric", "fits"]);
 export type NodeOutcome = z.infer<typeof NodeOutcomeSchema>;
 
 /** The nodes one rule ruled out (or that fit), with the first few named. */
