@@ -42,6 +42,7 @@ import { WeightsFetcher } from "./weights-fetch";
 import { WeightsDisk } from "./weights-disk";
 import { type ByteRate, byteRate } from "./weights-rate";
 import { WeightsStock } from "./weights-stock";
+import { WeightsRemover } from "./weights-remove";
 import { errorText } from "../lib/format";
 
 // Re-exported for callers that import them from here (the CLI, sim, tests).
@@ -105,6 +106,7 @@ export class NodeAgent {
   private readonly fetcher: WeightsFetcher;
   private readonly weightsStock: WeightsStock;
   private readonly weightsRate: ByteRate;
+  private readonly remover: WeightsRemover;
   private readonly stock: NodeStock;
   private readonly logs: LogService;
   private readonly abort = new AbortController();
@@ -164,6 +166,15 @@ export class NodeAgent {
         pace.heartbeatSoon();
       },
     });
+    this.remover = new WeightsRemover({
+      disk,
+      log: this.log.child({ component: "weights" }),
+      removed: (repo, revision) => {
+        this.fetcher.forget(repo, revision);
+        void this.weightsStock.refresh();
+        pace.heartbeatSoon();
+      },
+    });
     this.replicas = new Replicas({ config: opts.config, log: this.log, selfExe: opts.selfExe, stock: this.stock, scheduler, pace, weights: this.fetcher });
     this.answers = new Answers({
       log: this.log,
@@ -171,7 +182,10 @@ export class NodeAgent {
       epochPath: join(opts.config.state_dir, EPOCH_FILE),
       running: () => this.replicas.ids(),
       apply: (set) => this.replicas.apply(set),
-      weights: (res) => this.fetcher.apply(res.weights ?? [], res.fetches ?? []),
+      weights: (res) => {
+        this.fetcher.apply(res.weights ?? [], res.fetches ?? []);
+        this.remover.apply(res.remove ?? []);
+      },
     });
     this.conversation = new HeadConversation({
       config: opts.config,
@@ -286,6 +300,7 @@ export class NodeAgent {
       replicas: this.replicas.reports(),
       transfers: this.fetcher.transfers(),
       ...this.weightsStock.report(),
+      ...this.remover.report(),
       logs_port: this.logs.port,
       logs_tls_cert: this.logs.tlsCert,
     };

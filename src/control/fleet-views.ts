@@ -19,6 +19,9 @@ import type { CatalogPort, EventsPort } from "./store-port";
 import { summarize } from "./summary";
 import type { UsageExchange } from "./usage-exchange";
 import { buildTablesPaced } from "./views";
+import type { WeightsInFlight } from "../protocol/weights-admin";
+
+const weightsField = (w: WeightsInFlight | null | undefined) => (w ? { weights: w } : {});
 
 /**
  * What the summary says of the world beyond this store's rows, as last observed (never fetched
@@ -40,6 +43,8 @@ export interface FleetViewsOptions {
   version: string;
   sources?: SummarySources;
   scheduler: Scheduler;
+  /** What weights move now (weights-admin.ts), for the summary's Weights line. */
+  weights?: () => WeightsInFlight | null;
 }
 
 export class FleetViews {
@@ -81,6 +86,7 @@ export class FleetViews {
       summary: {
         ...summarize(tables, { version: this.o.version, evictions, ...(store ? { store: store.members, ...(store.error ? { storeError: store.error } : {}) } : {}), ...(controlPlanes ? { controlPlanes } : {}) }),
         head: load.view(),
+        ...weightsField(this.o.weights?.()),
       },
       tables,
     };

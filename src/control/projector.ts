@@ -8,6 +8,7 @@
 import type { Logger } from "pino";
 import type { Scheduler } from "../lib/scheduler";
 import type { Assignment, HeartbeatResponse } from "../protocol/heartbeat";
+import type { WeightsRemoval } from "../protocol/weights-admin";
 import type { Manifests } from "./manifests";
 import type { WeightsPlanner } from "./weights-planner";
 import { type HubOrders, weightsFor } from "./weights-orders";
@@ -35,7 +36,13 @@ export interface ProjectorOptions {
   scheduler: Scheduler;
   log: Logger;
   /** Weights from the Hub: the revisions' files and where each node fetches them (weights-orders.ts); absent: none are sent. */
-  weights?: { manifests: Pick<Manifests, "get" | "needsToken">; hub: HubOrders; planner?: Pick<WeightsPlanner, "orders"> };
+  weights?: {
+    manifests: Pick<Manifests, "get" | "needsToken">;
+    hub: HubOrders;
+    planner?: Pick<WeightsPlanner, "orders">;
+    /** `weights pull` and `weights rm` (weights-admin.ts): revisions a node is to hold with no replica there, and to remove. */
+    admin?: { seedsOf(node: string): { repo: string; revision: string }[]; removalsOf(node: string): WeightsRemoval[] };
+  };
 }
 
 export class Projector {
@@ -98,7 +105,8 @@ export class Projector {
   response(node: string): HeartbeatResponse {
     const { assignments, generation } = this.broker.current(node);
     const w = this.o.weights;
-    const weights = w !== undefined ? weightsFor(assignments, w.manifests, w.hub) : undefined;
+    const weights = w !== undefined ? weightsFor(assignments, w.manifests, w.hub, w.admin?.seedsOf(node)) : undefined;
+    const remove = w?.admin?.removalsOf(node) ?? [];
     // The plan's orders (peers of the fabric first); every file from the Hub until there is a plan.
     const planned = weights !== undefined && weights.weights.length > 0 ? w?.planner?.orders(node) : undefined;
     if (weights !== undefined && planned !== undefined) weights.fetches = planned;
@@ -110,6 +118,7 @@ export class Projector {
       generation_base: this.broker.base,
       epoch: this.o.leadership.get().epoch,
       ...(weights !== undefined && weights.weights.length > 0 ? weights : {}),
+      ...(remove.length > 0 ? { remove } : {}),
     };
   }
 

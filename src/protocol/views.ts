@@ -5,6 +5,7 @@
 // `llmgw status` loads no zod. Field names of the summary are the Go predecessor's.
 
 import { z } from "zod";
+import { WeightsInFlightSchema } from "./weights-admin";
 import { ModelSpec, type ModelSpecInput } from "./catalog";
 
 /** "pending": joined under `serve --approve-nodes`, waiting for `llmgw nodes approve`. */
@@ -274,6 +275,8 @@ export const SummarySchema = z.object({
   router: RouterExposureSchema.optional(),
   /** How this head node admits new nodes: whether holding the join token is enough to get work. */
   node_admission: NodeAdmissionSchema.optional(),
+  /** What weights move now across the fleet (absent when nothing moves). */
+  weights: WeightsInFlightSchema.optional().describe("What weights move now across the fleet: files, bytes, aggregate rate, the slowest node's estimate; absent when nothing moves."),
   /** How far behind the head node is; always present from a head node that measures it. */
   head: HeadLoadSchema.optional().describe("How far behind the head node is; always present from a head node that measures it."),
 });
