@@ -3,10 +3,17 @@
 
 import type { Hono } from "hono";
 import type { WeightsAdmin } from "../control/weights-admin";
+import type { WeightsNodeView } from "../protocol/weights-admin";
 import { HttpError } from "./errors";
 import { ROUTES } from "./openapi";
 
-export type WeightsControl = Pick<WeightsAdmin, "list" | "pull" | "remove">;
+export type WeightsControl = Pick<WeightsAdmin, "list" | "pull" | "remove" | "modelNodes">;
+
+/** A model detail's `weights` field: each node's copy, when the model's weights come from the Hub. */
+export async function modelWeights(w: WeightsControl | undefined, model: string): Promise<{ weights?: WeightsNodeView[] }> {
+  const nodes = await w?.modelNodes(model);
+  return nodes !== undefined ? { weights: nodes } : {};
+}
 
 const NO_HUB = "this server fetches no weights: it runs without a Hub (weights come from hf:// sources, with serve --hf-endpoint or its default)";
 

@@ -112,3 +112,18 @@ export function weightsLine(w: WeightsInFlight | undefined): string | undefined 
   const slowest = w.slowest === null ? "" : ` · slowest: ${w.slowest.node} ${w.slowest.repo} ${w.slowest_seconds === null ? "stalled" : `~${human(w.slowest_seconds)}`}`;
   return `Weights   ${files} · ${bytes(w.bytes_done)} of ${bytes(w.bytes_total)} · ${bytes(w.rate)}/s${slowest}`;
 }
+
+/** Per node a model's copy: NODE STATE PROGRESS RATE FROM (describe model). */
+export function weightsTable(nodes: readonly WeightsNodeView[]): string {
+  return table(
+    ["NODE", "STATE", "PROGRESS", "RATE", "FROM"],
+    nodes.map((v) => [
+      v.node,
+      v.state,
+      v.percent === null ? "-" : `${v.percent} %`,
+      v.rate === null ? "-" : `${bytes(v.rate)}/s`,
+      v.from.length > 0 ? v.from.join(",") : v.reason !== null ? { text: v.reason } : "-",
+    ]),
+    { right: [2], indent: "  " },
+  );
+}

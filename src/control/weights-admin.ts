@@ -9,7 +9,7 @@ import type { Logger } from "pino";
 import { errorText } from "../lib/format";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { WeightsManifest } from "../protocol/weights";
-import type { WeightsInFlight, WeightsPullBody, WeightsPullResult, WeightsRemoval, WeightsRemoveBody, WeightsRemoveResult, WeightsRowView } from "../protocol/weights-admin";
+import type { WeightsInFlight, WeightsNodeView, WeightsPullBody, WeightsPullResult, WeightsRemoval, WeightsRemoveBody, WeightsRemoveResult, WeightsRowView } from "../protocol/weights-admin";
 import { ConflictError, InvalidRequestError, NotFoundError } from "./errors";
 import type { EventLog } from "./event-log";
 import type { NodeMemory } from "./node-memory";
@@ -83,6 +83,11 @@ export class WeightsAdmin {
     const seeded = new Set<string>();
     for (const [node, m] of this.seeds) for (const k of m.keys()) seeded.add(`${node}\u0000${k}`);
     return weightsRows({ nodes: snap.nodes, models: hubModels(snap), status: this.o.planner.latest()?.status ?? [], held, manifest: (r, v) => this.o.manifests.get(r, v), seeded });
+  }
+
+  /** Each node's copy of a model's pinned revision; undefined when its weights do not come from the Hub. */
+  async modelNodes(model: string): Promise<WeightsNodeView[] | undefined> {
+    return (await this.list()).find((r) => r.models.includes(model))?.nodes;
   }
 
   /** The Weights line of the summary: what moves now. */

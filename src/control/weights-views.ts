@@ -123,15 +123,18 @@ export function transferEvents(node: string, before: Report | undefined, after: 
   for (const h of after.held) revs.set(revKey(h.repo, h.revision), h);
   for (const [k, { repo, revision }] of revs) {
     const was = whole(before, repo, revision);
-    if (moving(after, k) && !moving(before, k) && !was) {
+    const heldAfter = after.held.find((h) => revKey(h.repo, h.revision) === k);
+    const nowWhole = whole(after, repo, revision);
+    const touched = (r: Report | undefined) => moving(r, k) || r?.held.some((h) => revKey(h.repo, h.revision) === k) === true;
+    // llmgw's doing: files moving, a part of the revision, or the whole of one it fetched (an operator's folder is neither).
+    const ours = moving(after, k) || (heldAfter !== undefined && (!nowWhole || heldAfter.fetched));
+    if (before !== undefined && !was && ours && !touched(before)) {
       const from = [...new Set(after.transfers.filter((t) => revKey(t.repo, t.revision) === k).map((t) => t.from))].sort(byString);
-      out.push({ kind: "weights.fetching", repo, revision, message: `${node} fetching ${short(repo, revision)} from ${from.join(", ")}` });
+      // A copy may start and end between two heartbeats: then only its end is seen, and where it came from is not.
+      out.push({ kind: "weights.fetching", repo, revision, message: `${node} fetching ${short(repo, revision)}${from.length > 0 ? ` from ${from.join(", ")}` : ""}` });
     }
-    // Whole where it was being fetched: not an operator's folder whose file list just became known.
-    const fetched = moving(before, k) || moving(after, k) || before?.held.some((h) => revKey(h.repo, h.revision) === k) === true;
-    if (!was && fetched && whole(after, repo, revision)) {
-      const bytes = after.held.find((x) => x.repo === repo && x.revision === revision)?.bytes ?? 0;
-      out.push({ kind: "weights.fetched", repo, revision, message: `${node} holds ${short(repo, revision)} whole (${bytes} bytes, verified)` });
+    if (before !== undefined && !was && nowWhole && (touched(before) || ours)) {
+      out.push({ kind: "weights.fetched", repo, revision, message: `${node} holds ${short(repo, revision)} whole (${heldAfter?.bytes ?? 0} bytes, verified)` });
     }
     for (const t of after.transfers) {
       if (revKey(t.repo, t.revision) !== k || t.error === null) continue;

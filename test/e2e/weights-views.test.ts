@@ -5,7 +5,7 @@
 // a slow transfer runs, and the transfer events in `llmgw events`.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { WeightsRowView } from "../../src/protocol/weights-admin";
 import { run, until } from "../helpers/binary";
@@ -50,8 +50,8 @@ describe("weights as the operator sees them", () => {
       writeFileSync(join(d, "model.safetensors"), bytesOf(4 * MB, seed));
       repos.push({ repo: `org/${name}`, revisions: [{ dir: d, refs: ["main"] }] });
     }
-    // Slow enough that a pull is seen fetching (4 MiB from the Hub take about 4 s).
-    hub = await startHubProcess({ port: hubPort, bytesPerSecond: 1 * MB, repos });
+    // Slow enough that a pull is seen fetching (4 MiB from the Hub take about 8 s).
+    hub = await startHubProcess({ port: hubPort, bytesPerSecond: MB / 2, repos });
     c = new Cluster(["--hf-endpoint", hub.url]);
     await c.startServe();
     for (const n of ["w1", "w2"]) c.startAgent(n, ["--models-dir", join(c.dir, `models-${n}`)]);
@@ -85,14 +85,14 @@ describe("weights as the operator sees them", () => {
     expect(["w1", "w2"]).toContain(fetching.node);
     expect(fetching.seeded).toBe(true);
     expect(stateOf(rows, "org/alpha").w3).toBe("absent");
-    const table = cli("weights", "ls");
-    expect(table.code).toBe(0);
-    expect(table.stdout).toMatch(new RegExp(`${fetching.node} fetching \\d+ %`));
+    let lastDescribe = "";
+    await until(() => `describe model showing the copy fetching from the Hub; last:\n${lastDescribe}`, async () => /^ {2}w[12]\s+fetching\s+\d+ %\s+[\d.]+ \w+\/s\s+hub$/m.test((lastDescribe = cli("describe", "model", "alpha").stdout)), { timeoutMs: 10_000 });
     const status = await until("status shows the Weights line", async () => {
       const s = cli("status").stdout;
       return /^Weights {3}/m.test(s) ? s : undefined;
     }, { timeoutMs: 10_000 });
     expect(status).toMatch(/^Weights {3}\d+ files? in flight · .+ of .+ · .+\/s · slowest: w[12] org\/alpha /m);
+    await until("weights ls shows a copy fetching with how far", async () => /w[12] fetching \d+ %/.test(cli("weights", "ls").stdout), { timeoutMs: 5_000 });
 
     await until("present on w1 and w2", async () => {
       const s = stateOf(ls(), "org/alpha");
@@ -106,6 +106,10 @@ describe("weights as the operator sees them", () => {
     expect(existsSync(join(c.dir, "models-w3", "models--org--alpha"))).toBe(false);
     expect(cli("weights", "ls").stdout).toMatch(/alpha\s+org\/alpha@\w{12}\s+4 MiB\s+f1\s+never\s+w1 present, w2 present, w3 absent/);
 
+    const described = cli("describe", "model", "alpha");
+    expect(described.stdout).toMatch(/Weights on nodes:\n {2}NODE\s+STATE\s+PROGRESS\s+RATE\s+FROM\n {2}w1\s+present\s+100 %\s+-\s+-\n {2}w2\s+present\s+100 %\s+-\s+-\n {2}w3\s+absent\s+0 %\s+-\s+-\n/);
+    const page = await (await fetch(`${c.serve.adminUrl}/ui/models/alpha`, { headers: { authorization: `Bearer ${c.serve.adminToken}` } })).text();
+    expect([...page.matchAll(/data-testid="weights-row" data-node="(\w+)" data-state="(\w+)"/g)].map((m) => `${m[1]}=${m[2]}`)).toEqual(["w1=present", "w2=present", "w3=absent"]);
     const events = await until("the transfer events", async () => {
       const e = cli("events", "-o", "json");
       const list = JSON.parse(e.stdout) as { kind: string; subject: string; message: string }[];
@@ -153,9 +157,11 @@ describe("weights as the operator sees them", () => {
       return r.code === 0 ? r : undefined;
     }, { timeoutMs: 20_000 });
     expect(ok.stdout).toContain(`${node} will remove org/beta`);
-    await until("the files gone from the node's models dir", async () => !existsSync(snapshotDir(node, "org/beta", commit)), { timeoutMs: 20_000 });
-    expect(existsSync(join(c.dir, `models-${node}`, "models--org--beta", "blobs")) ? Bun.spawnSync(["ls", join(c.dir, `models-${node}`, "models--org--beta", "blobs")]).stdout.toString().trim() : "").toBe("");
-    await until("the removal in the events", async () => cli("events").stdout.includes(`weights.removed`), { timeoutMs: 10_000 });
+    // The node reports the removal once it is done: then the snapshot and its blobs are gone.
+    await until("the removal in the events", async () => cli("events").stdout.includes(`weights.removed`), { timeoutMs: 20_000 });
+    expect(existsSync(snapshotDir(node, "org/beta", commit))).toBe(false);
+    const blobs = join(c.dir, `models-${node}`, "models--org--beta", "blobs");
+    expect(existsSync(blobs) ? readdirSync(blobs) : []).toEqual([]);
     await until("ls shows it absent there", async () => stateOf(ls(), "org/beta")[node] === "absent" || ls().every((r) => r.repo !== "org/beta"), { timeoutMs: 10_000 });
   }, 90_000);
 });
