@@ -98,7 +98,8 @@ export function renderWeights(rows: readonly WeightsRowView[], wide: boolean, wi
       r.size === null ? "?" : bytes(r.size),
       r.fabrics.length > 0 ? r.fabrics.join(",") : "-",
       r.last_used === null ? "never" : r.last_used.slice(0, 16).replace("T", " "),
-      { items: r.nodes.map((v) => copyCell(v, wide)), sep: ", " },
+      // Whole with -o wide; else a list that gives way to the terminal's width ("+N more").
+      wide ? r.nodes.map((v) => copyCell(v, true)).join(", ") : { items: r.nodes.map((v) => copyCell(v, false)), sep: ", " },
     ]),
     { right: [2], width: wide ? Number.POSITIVE_INFINITY : width },
   );
