@@ -532,6 +532,8 @@ const INPUTS: [z.ZodType, string, string?][] = [
   [CreateTeamBody, "CreateTeamBody", "A team: limits its keys share (each key is held to its own and its team's)."],
   [UpdateTeamBody, "UpdateTeamBody", "What changes: a field left out stays, null clears it."],
   [AllowAddressBody, "AllowAddressBody"],
+  [W.WeightsPullBody, "WeightsPullBody"],
+  [W.WeightsRemoveBody, "WeightsRemoveBody"],
   [HeartbeatRequest, "HeartbeatRequest", "GPU indices and uuids are unique within a heartbeat."],
   [GpuReport, "GpuReport"],
   [ReplicaReport, "ReplicaReport"],
