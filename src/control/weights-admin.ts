@@ -20,7 +20,7 @@ import { transferEvents, weightsInFlight, weightsRows } from "./weights-views";
 
 export interface WeightsAdminOptions {
   planner: Pick<WeightsPlanner, "latest" | "reportOf" | "remake">;
-  manifests: { get(repo: string, revision: string): WeightsManifest | undefined };
+  manifests: { known(repo: string, revision: string): WeightsManifest | undefined };
   memory: Pick<NodeMemory, "snapshot">;
   /** Each node's assignments now (the projector's): a revision a replica uses is not removed. */
   assignments: (node: string) => readonly { id: string; source?: string | undefined; revision: string | null }[];
@@ -69,7 +69,7 @@ export class WeightsAdmin {
       if (r.error === null) this.event("weights.removed", hb.node, `${hb.node} removed ${what}`);
       else this.event("weights.remove_refused", hb.node, `${hb.node} did not remove ${what}: ${r.error}`);
     }
-    for (const e of transferEvents(hb.node, before, after, (r, v) => this.o.manifests.get(r, v))) this.event(e.kind, hb.node, e.message);
+    for (const e of transferEvents(hb.node, before, after, (r, v) => this.o.manifests.known(r, v))) this.event(e.kind, hb.node, e.message);
   }
 
   forget(node: string): void {
@@ -82,7 +82,7 @@ export class WeightsAdmin {
     const held = new Map(snap.nodes.map((n) => [n.name, this.o.planner.reportOf(n.name)?.held ?? []] as const));
     const seeded = new Set<string>();
     for (const [node, m] of this.seeds) for (const k of m.keys()) seeded.add(`${node}\u0000${k}`);
-    return weightsRows({ nodes: snap.nodes, models: hubModels(snap), status: this.o.planner.latest()?.status ?? [], held, manifest: (r, v) => this.o.manifests.get(r, v), seeded });
+    return weightsRows({ nodes: snap.nodes, models: hubModels(snap), status: this.o.planner.latest()?.status ?? [], held, manifest: (r, v) => this.o.manifests.known(r, v), seeded });
   }
 
   /** Each node's copy of a model's pinned revision; undefined when its weights do not come from the Hub. */
