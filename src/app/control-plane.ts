@@ -129,7 +129,7 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
     projector,
     memory,
     catalog: new CatalogAdmin({ store, events, lock, wake: wakeups, scheduler, log, ...(o.hub ? { hub: o.hub } : {}) }),
-    nodes: new NodeAdmin({ store, memory, projector, events, lock, wake: wakeups, scheduler, log }),
+    nodes: new NodeAdmin({ store, memory, projector, events, lock, wake: wakeups, scheduler, log, ...(planner && admin ? { weights: { forget: (n: string) => [planner, admin].forEach((p) => p.forget(n)) } } : {}) }),
     keys: new ApiKeys({ store, events, projector, scheduler, usage }),
     teams: new Teams({ store, events, projector, scheduler, usage }),
     events,
