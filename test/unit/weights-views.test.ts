@@ -2,6 +2,7 @@ import { describe, expect, test } from "bun:test";
 import { WeightsRemover } from "../../src/agent/weights-remove";
 import { copyCell, renderWeights, weightsLine } from "../../src/cli/weights";
 import type { WeightsStatus } from "../../src/control/transfers";
+import { WeightsAdmin } from "../../src/control/weights-admin";
 import { weightsFor } from "../../src/control/weights-orders";
 import { transferEvents, weightsInFlight, weightsRows } from "../../src/control/weights-views";
 import pino from "pino";
@@ -170,5 +171,60 @@ describe("weights on the terminal", () => {
     const out = renderWeights([{ models: ["m"], repo: "org/m", revision: REV, size: 1000, fabrics: [], last_used: null, nodes }], false, 80);
     for (const line of out.trimEnd().split("\n")) expect(line.length).toBeLessThanOrEqual(80);
     expect(renderWeights([{ models: ["m"], repo: "org/m", revision: REV, size: 1000, fabrics: [], last_used: null, nodes }], true, 80)).toContain("node-7 present");
+  });
+});
+
+describe("WeightsAdmin: pull and rm", () => {
+  const snap = {
+    nodes: [
+      { name: "n1", fabrics: ["f1"] },
+      { name: "n2", fabrics: ["f1"] },
+      { name: "n3", fabrics: ["f2"] },
+    ],
+    models: [
+      { name: "m", spec: { source: "hf://org/m", revision: REV } },
+      { name: "plain", spec: {} },
+    ],
+  };
+  const make = (assignments: Record<string, { id: string; source?: string; revision: string | null }[]>, heldBy: Record<string, WeightsHeld[]>) => {
+    const events: string[] = [];
+    const admin = new WeightsAdmin({
+      planner: { latest: () => undefined, reportOf: (n) => (heldBy[n] ? { held: heldBy[n]!, transfers: [], disk: undefined } : undefined), remake: async () => {} },
+      manifests: { known: manifest },
+      memory: { snapshot: async () => snap as never },
+      assignments: (n) => assignments[n] ?? [],
+      events: { event: async (kind, subject) => void events.push(`${kind} ${subject}`) },
+      log: pino({ level: "silent" }),
+    });
+    return { admin, events };
+  };
+
+  test("pull: a fabric's nodes or the nodes named become wants; unknown nodes and models without a Hub source are refused", async () => {
+    const { admin } = make({}, {});
+    expect((await admin.pull({ model: "m", fabric: "f1" })).nodes).toEqual(["n1", "n2"]);
+    expect(admin.allSeeds()).toEqual([
+      { node: "n1", repo: "org/m", revision: REV },
+      { node: "n2", repo: "org/m", revision: REV },
+    ]);
+    expect(admin.seedsOf("n3")).toEqual([]);
+    await expect(admin.pull({ model: "m", nodes: ["n9"] })).rejects.toThrow('no node named "n9"');
+    await expect(admin.pull({ model: "m", fabric: "f9" })).rejects.toThrow('no node is in fabric "f9"');
+    await expect(admin.pull({ model: "plain", nodes: ["n1"] })).rejects.toThrow("has no source: hf://ORG/NAME");
+  });
+
+  test("rm: refused while a replica there uses it (naming it) and for an operator's weights; else the node is asked, the pull dropped, the answer an event", async () => {
+    const { admin, events } = make({ n1: [{ id: "r-1", source: "hf://org/m", revision: REV }] }, { n1: [held(["config.json", "model.safetensors"])], n2: [held(["config.json", "model.safetensors"])], n3: [held(["config.json"], false)] });
+    await expect(admin.remove({ model: "m", node: "n1" })).rejects.toThrow(`replica r-1 on n1 uses org/m@${REV.slice(0, 12)}`);
+    await expect(admin.remove({ model: "m", node: "n3" })).rejects.toThrow("llmgw did not fetch it");
+    await admin.pull({ model: "m", nodes: ["n2"] });
+    const res = await admin.remove({ model: "org/m", node: "n2" });
+    expect(res.revisions).toEqual([REV]);
+    expect(admin.removalsOf("n2")).toEqual([{ repo: "org/m", revision: REV }]);
+    expect(admin.seedsOf("n2")).toEqual([]);
+    const report = { held: [], transfers: [], disk: undefined };
+    admin.observe({ node: "n2", weights_removed: [{ repo: "org/m", revision: REV, error: null }] } as never, undefined, report);
+    expect(admin.removalsOf("n2")).toEqual([]);
+    await Bun.sleep(0);
+    expect(events).toContain("weights.removed node/n2");
   });
 });
