@@ -42,6 +42,7 @@ import { WeightsFetcher } from "./weights-fetch";
 import { WeightsDisk } from "./weights-disk";
 import { type ByteRate, byteRate } from "./weights-rate";
 import { WeightsStock } from "./weights-stock";
+import { WeightsRemover } from "./weights-remove";
 import { errorText } from "../lib/format";
 
 // Re-exported for callers that import them from here (the CLI, sim, tests).
@@ -105,6 +106,7 @@ export class NodeAgent {
   private readonly fetcher: WeightsFetcher;
   private readonly weightsStock: WeightsStock;
   private readonly weightsRate: ByteRate;
+  private readonly remover: WeightsRemover;
   private readonly stock: NodeStock;
   private readonly logs: LogService;
   private readonly abort = new AbortController();
@@ -166,6 +168,15 @@ export class NodeAgent {
         pace.heartbeatSoon();
       },
     });
+    this.remover = new WeightsRemover({
+      disk,
+      log: this.log.child({ component: "weights" }),
+      removed: (repo, revision) => {
+        this.fetcher.forget(repo, revision);
+        void this.weightsStock.refresh();
+        pace.heartbeatSoon();
+      },
+    });
     this.replicas = new Replicas({ config: opts.config, log: this.log, selfExe: opts.selfExe, stock: this.stock, scheduler, pace, weights: this.fetcher,
       recordUse: (repo, revision) => {
         disk.recordUse(repo, revision).catch((e) => this.log.warn({ repo, revision, err: errorText(e) }, "the last use of the weights was not recorded"));
@@ -180,6 +191,7 @@ export class NodeAgent {
       // An older head node says nothing of weights: nothing is fetched, nothing stopped.
       weights: (res) => {
         if (res.weights !== undefined || res.fetches !== undefined) this.fetcher.apply(res.weights ?? [], res.fetches);
+        this.remover.apply(res.remove ?? []);
       },
     });
     this.conversation = new HeadConversation({
@@ -295,6 +307,7 @@ export class NodeAgent {
       replicas: this.replicas.reports(),
       transfers: this.fetcher.transfers(),
       ...this.weightsStock.report(),
+      ...this.remover.report(),
       logs_port: this.logs.port,
       logs_tls_cert: this.logs.tlsCert,
     };

@@ -128,6 +128,11 @@ export class WeightsFetcher {
     this.startMore();
   }
 
+  /** A revision removed from the disk (weights-remove.ts): linked no more. */
+  forget(repo: string, revision: string): void {
+    this.linked.delete(key(repo, revision));
+  }
+
   /** Whether a revision's snapshot is whole and linked: a replica of it may start. */
   ready(repo: string, revision: string): boolean {
     const k = key(repo, revision);

@@ -28,6 +28,7 @@ import type { RevisionResolver } from "../control/revision-pins";
 import { type ManifestSource, Manifests } from "../control/manifests";
 import type { HubOrders } from "../control/weights-orders";
 import { WeightsPlanner } from "../control/weights-planner";
+import { WeightsAdmin } from "../control/weights-admin";
 import type { StorePort, UnchangedHeartbeats } from "../control/store-port";
 import { Teams } from "../control/teams";
 import { UsageExchange } from "../control/usage-exchange";
@@ -92,6 +93,8 @@ export interface ControlPlane {
   usage: UsageExchange;
   /** The usage ledger's rows, for the admin API. */
   ledger: UsageViews;
+  /** `weights ls|pull|rm` (absent without a Hub: nothing is fetched). */
+  weights?: WeightsAdmin;
 }
 
 export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
@@ -108,9 +111,13 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
   const events = new EventLog({ store, scheduler });
   const usage = new UsageExchange({ ...(o.usage ? { source: o.usage } : {}), ...(o.shared ? { shared: o.shared } : {}), store, log });
   const manifests = o.hub ? new Manifests({ hub: o.hub, scheduler, log }) : undefined;
-  const planner =
-    o.hub && manifests ? new WeightsPlanner({ manifests, hub: o.hub, memory, store, assignments: (n) => projector.assignmentsOf(n), scheduler, log: log.child({ component: "weights" }) }) : undefined;
-  const weights = o.hub && manifests ? { weights: { manifests, hub: o.hub, ...(planner ? { planner } : {}) } } : {};
+  const wlog = log.child({ component: "weights" });
+  const planner: WeightsPlanner | undefined =
+    o.hub && manifests
+      ? new WeightsPlanner({ manifests, hub: o.hub, memory, store, assignments: (n) => projector.assignmentsOf(n), scheduler, log: wlog, seeds: () => admin?.allSeeds() ?? [], observe: (hb, b, a) => admin?.observe(hb, b, a) })
+      : undefined;
+  const admin: WeightsAdmin | undefined = planner && manifests ? new WeightsAdmin({ planner, manifests, memory, assignments: (n) => projector.assignmentsOf(n), events, log: wlog }) : undefined;
+  const weights = o.hub && manifests ? { weights: { manifests, hub: o.hub, ...(planner ? { planner } : {}), ...(admin ? { admin } : {}) } } : {};
   const projector: Projector = new Projector({ ...(o.sink ? { sink: o.sink } : {}), config, engineKeys: new EngineKeys(o.engineSecret), memory, store, leadership, interval: load, scheduler, log, ...weights });
   const ledger = new LedgerWriter({ ...(o.usage ? { source: o.usage } : {}), store, retentionMs: settings.usageRetentionMs, log });
   const loop = new ControlLoop({ store, memory, projector, usage, ledger, leadership, lock, clock, load, events, wake: wakeups, config, scaleDownDelayMs: settings.scaleDownDelayMs, ...(o.newId ? { newId: o.newId } : {}), ...(planner ? { weights: planner } : {}), scheduler, log });
@@ -122,11 +129,11 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
     projector,
     memory,
     catalog: new CatalogAdmin({ store, events, lock, wake: wakeups, scheduler, log, ...(o.hub ? { hub: o.hub } : {}) }),
-    nodes: new NodeAdmin({ store, memory, projector, events, lock, wake: wakeups, scheduler, log }),
+    nodes: new NodeAdmin({ store, memory, projector, events, lock, wake: wakeups, scheduler, log, ...(planner && admin ? { weights: { forget: (n: string) => [planner, admin].forEach((p) => p.forget(n)) } } : {}) }),
     keys: new ApiKeys({ store, events, projector, scheduler, usage }),
     teams: new Teams({ store, events, projector, scheduler, usage }),
     events,
-    views: new FleetViews({ store, memory, usage, clock, load, config, version: o.version, ...(o.summary ? { sources: o.summary } : {}), ...(planner ? { weights: planner } : {}), scheduler }),
+    views: new FleetViews({ store, memory, usage, clock, load, config, version: o.version, ...(o.summary ? { sources: o.summary } : {}), ...(planner ? { weights: planner } : {}), inFlight: () => admin?.inFlight() ?? null, scheduler }),
     logs: new LogSources({ store, memory }),
     backups: new Backups({ store, dataDir: o.dataDir, scheduler, log }),
     leadership,
@@ -134,5 +141,6 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
     load,
     usage,
     ledger: new UsageViews({ store, scheduler }),
+    ...(admin ? { weights: admin } : {}),
   };
 }

@@ -20,6 +20,9 @@ import { summarize } from "./summary";
 import type { UsageExchange } from "./usage-exchange";
 import { buildTablesPaced } from "./views";
 import type { WeightsPlanner } from "./weights-planner";
+import type { WeightsInFlight } from "../protocol/weights-admin";
+
+const weightsField = (w: WeightsInFlight | null | undefined) => (w ? { weights: w } : {});
 
 /**
  * What the summary says of the world beyond this store's rows, as last observed (never fetched
@@ -43,6 +46,8 @@ export interface FleetViewsOptions {
   /** Each node's standing for the Hub weights of each model, for explain (weights-planner.ts). */
   weights?: Pick<WeightsPlanner, "placement">;
   scheduler: Scheduler;
+  /** What weights move now (weights-admin.ts), for the summary's Weights line. */
+  inFlight?: () => WeightsInFlight | null;
 }
 
 export class FleetViews {
@@ -84,6 +89,7 @@ export class FleetViews {
       summary: {
         ...summarize(tables, { version: this.o.version, evictions, ...(store ? { store: store.members, ...(store.error ? { storeError: store.error } : {}) } : {}), ...(controlPlanes ? { controlPlanes } : {}) }),
         head: load.view(),
+        ...weightsField(this.o.inFlight?.()),
       },
       tables,
     };

@@ -47,6 +47,11 @@ export class Manifests {
     return undefined;
   }
 
+  /** The revision's files if already listed; never starts a listing (views ask about operators' folders too, which the Hub may not have). */
+  known(repo: string, revision: string): WeightsManifest | undefined {
+    return this.entries.get(`${repo}@${revision}`)?.manifest;
+  }
+
   /** Whether the repository's bytes need the token (false until known). */
   needsToken(repo: string, revision: string): boolean {
     return this.entries.get(`${repo}@${revision}`)?.needsToken === true;

@@ -8,6 +8,7 @@
 import type { Logger } from "pino";
 import type { Scheduler } from "../lib/scheduler";
 import type { Assignment, HeartbeatResponse } from "../protocol/heartbeat";
+import type { WeightsRemoval } from "../protocol/weights-admin";
 import type { Manifests } from "./manifests";
 import type { WeightsPlanner } from "./weights-planner";
 import { type HubOrders, weightsFor } from "./weights-orders";
@@ -35,7 +36,13 @@ export interface ProjectorOptions {
   scheduler: Scheduler;
   log: Logger;
   /** Weights from the Hub: the revisions' files and where each node fetches them (weights-orders.ts); absent: none are sent. */
-  weights?: { manifests: Pick<Manifests, "get" | "needsToken">; hub: HubOrders; planner?: Pick<WeightsPlanner, "orders"> };
+  weights?: {
+    manifests: Pick<Manifests, "get" | "needsToken">;
+    hub: HubOrders;
+    planner?: Pick<WeightsPlanner, "orders">;
+    /** `weights pull` and `weights rm` (weights-admin.ts): revisions a node is to hold with no replica there, and to remove. */
+    admin?: { seedsOf(node: string): { repo: string; revision: string }[]; removalsOf(node: string): WeightsRemoval[] };
+  };
 }
 
 export class Projector {
@@ -100,12 +107,13 @@ export class Projector {
     const w = this.o.weights;
     let weights: { weights: HeartbeatResponse["weights"]; fetches?: HeartbeatResponse["fetches"] } | undefined;
     if (w !== undefined) {
-      const all = weightsFor(assignments, w.manifests, w.hub);
+      const all = weightsFor(assignments, w.manifests, w.hub, w.admin?.seedsOf(node));
       // With a plan (peers of the fabric first), its orders; none said before the first plan (the
       // agent keeps what it runs). Without a planner, every file from the Hub.
       const fetches = w.planner !== undefined ? w.planner.orders(node) : all.fetches;
       weights = { weights: all.weights, ...(fetches !== undefined ? { fetches } : {}) };
     }
+    const remove = w?.admin?.removalsOf(node) ?? [];
     // The epoch the assignments come from: this one's when leading, the leader's when standing by (0: a single head node).
     return {
       assignments,
@@ -114,6 +122,7 @@ export class Projector {
       generation_base: this.broker.base,
       epoch: this.o.leadership.get().epoch,
       ...(weights ?? {}),
+      ...(remove.length > 0 ? { remove } : {}),
     };
   }
 

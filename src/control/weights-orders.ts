@@ -18,13 +18,22 @@ export function hubRepoOf(a: Pick<Assignment, "source" | "revision">): string | 
   return a.source?.startsWith("hf://") === true && a.revision !== null ? a.source.slice(5) : undefined;
 }
 
-export function weightsFor(assignments: readonly Assignment[], manifests: Pick<Manifests, "get" | "needsToken">, hub: HubOrders): { weights: WeightsManifest[]; fetches: FetchOrder[] } {
+/** The revisions a node is to hold (its replicas', then `seeds`: pulled ahead of need) with their files, and orders to fetch every file from the Hub. */
+export function weightsFor(
+  assignments: readonly Assignment[],
+  manifests: Pick<Manifests, "get" | "needsToken">,
+  hub: HubOrders,
+  seeds: readonly { repo: string; revision: string }[] = [],
+): { weights: WeightsManifest[]; fetches: FetchOrder[] } {
   const weights = new Map<string, WeightsManifest>();
+  const revisions: { repo: string; revision: string }[] = [];
   for (const a of assignments) {
     const repo = hubRepoOf(a);
-    if (repo === undefined) continue;
-    const m = manifests.get(repo, a.revision!);
-    if (m !== undefined) weights.set(`${repo}@${a.revision}`, m);
+    if (repo !== undefined) revisions.push({ repo, revision: a.revision! });
+  }
+  for (const r of [...revisions, ...seeds]) {
+    const m = manifests.get(r.repo, r.revision);
+    if (m !== undefined) weights.set(`${r.repo}@${r.revision}`, m);
   }
   const fetches: FetchOrder[] = [];
   for (const m of weights.values()) {

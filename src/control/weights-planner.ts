@@ -29,7 +29,7 @@ export const PLAN_EVERY_MS = 250;
  */
 export const HANDED_GRACE_MS = 10_000;
 
-interface NodeWeights {
+export interface NodeWeights {
   held: WeightsHeld[];
   transfers: TransferReport[];
   disk: DiskReport | undefined;
@@ -44,6 +44,10 @@ export interface WeightsPlannerOptions {
   assignments: (node: string) => readonly Assignment[];
   scheduler: Pick<Scheduler, "now">;
   log: Logger;
+  /** Revisions wanted on nodes with no replica there (`weights pull`, weights-admin.ts). */
+  seeds?: () => readonly WeightsWant[];
+  /** Told of each node's weights report with the one it replaces (the transfer events, weights-admin.ts). */
+  observe?: (hb: HeartbeatRequest, before: NodeWeights | undefined, after: NodeWeights) => void;
 }
 
 const fileKey = (o: FetchOrder) => `${o.repo}@${o.revision}/${o.file.path}`;
@@ -67,7 +71,15 @@ export class WeightsPlanner {
   /** What a heartbeat said of the node's weights (older agents say nothing: unknown, kept empty). */
   note(hb: HeartbeatRequest): void {
     if (hb.weights_held === undefined && hb.transfers === undefined && hb.disk === undefined) return;
-    this.reports.set(hb.node, { held: hb.weights_held ?? [], transfers: hb.transfers ?? [], disk: hb.disk });
+    const before = this.reports.get(hb.node);
+    const after = { held: hb.weights_held ?? [], transfers: hb.transfers ?? [], disk: hb.disk };
+    this.reports.set(hb.node, after);
+    this.o.observe?.(hb, before, after);
+  }
+
+  /** What the node last said of its weights (undefined: nothing since this head node started). */
+  reportOf(node: string): Readonly<NodeWeights> | undefined {
+    return this.reports.get(node);
   }
 
   forget(node: string): void {
@@ -164,6 +176,14 @@ export class WeightsPlanner {
         manifests.set(`${repo}@${a.revision}`, m);
         wants.push({ node: n.name, repo, revision: a.revision! });
       }
+    const known = new Set(snap.nodes.map((n) => n.name));
+    const wanted = new Set(wants.map((w) => `${w.node}\u0000${w.repo}@${w.revision}`));
+    for (const s of this.o.seeds?.() ?? []) {
+      const m = this.o.manifests.get(s.repo, s.revision);
+      if (m === undefined || !known.has(s.node) || wanted.has(`${s.node}\u0000${s.repo}@${s.revision}`)) continue;
+      manifests.set(`${s.repo}@${s.revision}`, m);
+      wants.push(s);
+    }
     const nodes: TransferNode[] = [];
     for (const n of snap.nodes) nodes.push(await this.node(n));
     this.seen = nodes;

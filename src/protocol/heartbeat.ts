@@ -8,6 +8,7 @@ import { CATALOG_LIMITS, Engine, Profile } from "./catalog";
 import { Labels, Name, NodeAddress, Printable, PrintableMultiline, SegmentName } from "./common";
 import { EngineEnv } from "./engine-env";
 import { DiskReport, FetchOrder, TransferReport, WEIGHTS_LIMITS, WeightsHeld, WeightsManifest } from "./weights";
+import { WeightsRemoval, WeightsRemoved } from "./weights-admin";
 
 /** Limits that keep one heartbeat from costing the head node more than a fleet's worth. */
 export const HEARTBEAT_LIMITS = { gpus: 256, models: 4096, replicas: 1024, fabrics: 16 } as const;
@@ -149,6 +150,8 @@ export const HeartbeatRequest = z
     /** Transfers running now. */
     transfers: z.array(TransferReport).max(WEIGHTS_LIMITS.transfers).optional(),
     disk: DiskReport.optional(),
+    /** What became of the removals the head node asked for (`remove` in its answer), until it stops asking. */
+    weights_removed: z.array(WeightsRemoved).max(WEIGHTS_LIMITS.revisions).optional(),
   })
   .superRefine((hb, ctx) => {
     const seenIndex = new Map<number, number>();
@@ -282,6 +285,8 @@ export const HeartbeatResponse = z.object({
   weights: z.array(WeightsManifest).max(WEIGHTS_LIMITS.revisions).optional(),
   /** The transfers it should run now (the head node's plan); one no longer listed is stopped, its bytes kept to resume. */
   fetches: z.array(FetchOrder).max(WEIGHTS_LIMITS.orders).optional(),
+  /** Revisions to remove from the node's disk (`llmgw weights rm`); the agent removes only what llmgw fetched. */
+  remove: z.array(WeightsRemoval).max(WEIGHTS_LIMITS.revisions).optional(),
 });
 export type HeartbeatResponse = z.infer<typeof HeartbeatResponse>;
 

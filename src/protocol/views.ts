@@ -5,6 +5,7 @@
 // `llmgw status` loads no zod. Field names of the summary are the Go predecessor's.
 
 import { z } from "zod";
+import { WeightsInFlightSchema, WeightsNodeViewSchema } from "./weights-admin";
 import { ModelSpec, type ModelSpecInput } from "./catalog";
 
 /** "pending": joined under `serve --approve-nodes`, waiting for `llmgw nodes approve`. */
@@ -274,6 +275,8 @@ export const SummarySchema = z.object({
   router: RouterExposureSchema.optional(),
   /** How this head node admits new nodes: whether holding the join token is enough to get work. */
   node_admission: NodeAdmissionSchema.optional(),
+  /** What weights move now across the fleet (absent when nothing moves). */
+  weights: WeightsInFlightSchema.optional().describe("What weights move now across the fleet: files, bytes, aggregate rate, the slowest node's estimate; absent when nothing moves."),
   /** How far behind the head node is; always present from a head node that measures it. */
   head: HeadLoadSchema.optional().describe("How far behind the head node is; always present from a head node that measures it."),
 });
@@ -309,7 +312,11 @@ export type NodeActionResult = z.infer<typeof NodeActionResultSchema>;
 export const ModelSpecWireSchema = z.custom<ModelSpecInput>((v) => ModelSpec.safeParse(v).success, "not a valid model spec");
 
 /** `GET /models/{name}`: the table row and the spec behind it. */
-export const ModelDetailSchema = ModelViewSchema.extend({ spec: ModelSpecWireSchema });
+export const ModelDetailSchema = ModelViewSchema.extend({
+  spec: ModelSpecWireSchema,
+  /** With an hf:// source: each node's copy of the pinned revision (absent without a Hub or a source). */
+  weights: z.array(WeightsNodeViewSchema).optional().describe("With an hf:// source: each node's copy of the pinned revision: present, fetching (percent, rate, source) or absent."),
+});
 export type ModelDetail = z.infer<typeof ModelDetailSchema>;
 
 export const PutResultSchema = z.enum(["created", "configured", "unchanged"]);
