@@ -21,6 +21,7 @@ const COMMANDS: Record<string, { summary: string; load: Loader }> = {
   keys: { summary: "create, change, list and revoke client API keys for the router", load: async () => (await import("./cli/keys")).command },
   teams: { summary: "create, change, list and delete teams: limits their keys share", load: async () => (await import("./cli/teams")).command },
   usage: { summary: "show what each team, key and model used: requests, tokens, errors, aborted streams", load: async () => (await import("./cli/usage")).command },
+  weights: { summary: "list, pull ahead of need and remove the model weights fetched from the Hub", load: async () => (await import("./cli/weights")).command },
   logs: { summary: "show a replica's engine log (-f to follow)", load: async () => (await import("./cli/logs")).command },
   events: { summary: "show what the control plane did and why (-f to follow)", load: async () => (await import("./cli/events")).command },
   explain: { summary: "why a model is (not) placed: per profile the nodes ruled out and why, and what would make it fit", load: async () => (await import("./cli/explain")).command },

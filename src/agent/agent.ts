@@ -38,6 +38,12 @@ import { NodeStock } from "./node-stock";
 import { Pace } from "./pace";
 import { PREVIOUS_LOGS } from "./previous-logs";
 import { Replicas } from "./replicas";
+import { WeightsFetcher } from "./weights-fetch";
+import { WeightsDisk } from "./weights-disk";
+import { type ByteRate, byteRate } from "./weights-rate";
+import { WeightsStock } from "./weights-stock";
+import { WeightsRemover } from "./weights-remove";
+import { errorText } from "../lib/format";
 
 // Re-exported for callers that import them from here (the CLI, sim, tests).
 export { modelPathFor } from "./weights";
@@ -97,6 +103,10 @@ export class NodeAgent {
   private readonly answers: Answers;
   private readonly conversation: HeadConversation;
   private readonly replicas: Replicas;
+  private readonly fetcher: WeightsFetcher;
+  private readonly weightsStock: WeightsStock;
+  private readonly weightsRate: ByteRate;
+  private readonly remover: WeightsRemover;
   private readonly stock: NodeStock;
   private readonly logs: LogService;
   private readonly abort = new AbortController();
@@ -136,13 +146,53 @@ export class NodeAgent {
       scheduler,
       pace,
     });
-    this.replicas = new Replicas({ config: opts.config, log: this.log, selfExe: opts.selfExe, stock: this.stock, scheduler, pace });
+    // One bound on the bytes moved for weights, fetched and served alike (--weights-max-rate).
+    const rate = byteRate(opts.config.weights_max_rate, scheduler);
+    const disk = new WeightsDisk({ modelsDir: opts.config.models_dir, maxBytes: opts.config.models_max_bytes ?? null, scheduler, log: this.log.child({ component: "weights" }) });
+    this.weightsStock = new WeightsStock({ disk, log: this.log, pace, intervalMs: timing.inventoryIntervalMs });
+    this.weightsRate = rate;
+    this.fetcher = new WeightsFetcher({
+      modelsDir: opts.config.models_dir,
+      scheduler,
+      log: this.log.child({ component: "weights" }),
+      maxTransfers: opts.config.weights_max_transfers,
+      throttle: (n) => rate.take(n),
+      onWhole: (repo, revision, bytes) => {
+        disk.recordFetch(repo, revision, bytes).catch((e) => this.log.warn({ repo, revision, err: errorText(e) }, "the record of fetched weights was not written"));
+      },
+      // Never evicted: what a replica here runs or waits for, what the head node wants here, what a peer copies now.
+      makeRoom: (need) => disk.makeRoom(need, new Set([...this.replicas.revisionsInUse(), ...this.fetcher.wanted(), ...this.logs.weights.servingRevisions()])),
+      onChange: () => {
+        this.replicas.weightsChanged();
+        void this.weightsStock.refresh();
+        pace.heartbeatSoon();
+      },
+    });
+    this.remover = new WeightsRemover({
+      disk,
+      log: this.log.child({ component: "weights" }),
+      removed: (repo, revision) => {
+        this.fetcher.forget(repo, revision);
+        void this.weightsStock.refresh();
+        pace.heartbeatSoon();
+      },
+    });
+    this.replicas = new Replicas({ config: opts.config, log: this.log, selfExe: opts.selfExe, stock: this.stock, scheduler, pace, weights: this.fetcher,
+      recordUse: (repo, revision) => {
+        disk.recordUse(repo, revision).catch((e) => this.log.warn({ repo, revision, err: errorText(e) }, "the last use of the weights was not recorded"));
+      },
+    });
     this.answers = new Answers({
       log: this.log,
       servers: this.servers,
       epochPath: join(opts.config.state_dir, EPOCH_FILE),
       running: () => this.replicas.ids(),
       apply: (set) => this.replicas.apply(set),
+      // An older head node says nothing of weights: nothing is fetched, nothing stopped.
+      weights: (res) => {
+        if (res.weights !== undefined || res.fetches !== undefined) this.fetcher.apply(res.weights ?? [], res.fetches);
+        this.remover.apply(res.remove ?? []);
+      },
     });
     this.conversation = new HeadConversation({
       config: opts.config,
@@ -157,6 +207,7 @@ export class NodeAgent {
       pace,
     });
     this.logs = new LogService({
+      weightsRate: this.weightsRate,
       config: opts.config,
       log: this.log,
       node: this.name,
@@ -216,7 +267,8 @@ export class NodeAgent {
         "registering with the server",
       );
       this.logs.start();
-      this.loops.push(this.conversation.heartbeatLoop(), this.stock.inventoryLoop(), this.stock.engineLoop(), this.logs.sweepLoop());
+      await this.weightsStock.refresh();
+      this.loops.push(this.conversation.heartbeatLoop(), this.stock.inventoryLoop(), this.stock.engineLoop(), this.logs.sweepLoop(), this.weightsStock.loop());
       await registered;
     } catch (e) {
       await this.stop();
@@ -236,6 +288,7 @@ export class NodeAgent {
       this.pace.wakeAll();
       this.conversation.abandon();
       await Promise.all(this.loops);
+      this.fetcher.stop();
       await this.replicas.stop();
       this.logs.stop();
       this.head.close();
@@ -252,6 +305,9 @@ export class NodeAgent {
       ...this.stock.inventory,
       ...(engines !== undefined ? { engines } : {}),
       replicas: this.replicas.reports(),
+      transfers: this.fetcher.transfers(),
+      ...this.weightsStock.report(),
+      ...this.remover.report(),
       logs_port: this.logs.port,
       logs_tls_cert: this.logs.tlsCert,
     };

@@ -22,6 +22,8 @@ export interface AnswersOptions {
   running: () => string[];
   /** Applies an accepted set (one reconcile at a time; see Replicas.apply). */
   apply: (set: Assignment[]) => void;
+  /** An accepted answer's weights and transfer orders (weights-fetch.ts); absent: none are run. */
+  weights?: (res: Pick<HeartbeatResponse, "weights" | "fetches" | "remove">) => void;
 }
 
 export class Answers {
@@ -30,6 +32,7 @@ export class Answers {
   private readonly epochPath: string;
   private readonly running: () => string[];
   private readonly apply: (set: Assignment[]) => void;
+  private readonly weights: AnswersOptions["weights"];
 
   private gen: number | null = null;
   /**
@@ -69,6 +72,7 @@ export class Answers {
     this.epochPath = opts.epochPath;
     this.running = opts.running;
     this.apply = opts.apply;
+    this.weights = opts.weights;
   }
 
   /** The last assignment generation applied (null before the first answer). */
@@ -111,6 +115,14 @@ export class Answers {
    */
   mayChange(res: HeartbeatResponse, server: string): boolean {
     return res.generation !== this.gen || server !== this.genFrom || (res.epoch ?? 0) > this.leaderEpoch || this.holding !== null;
+  }
+
+  /**
+   * An answer whose assignments change nothing (mayChange false) may still carry new transfer
+   * orders or progress: they are followed when it comes from the server and leader followed now.
+   */
+  acceptWeights(res: HeartbeatResponse, server: string): void {
+    if ((res.epoch ?? 0) >= this.leaderEpoch && server === this.genFrom) this.weights?.(res);
   }
 
   /**
@@ -193,6 +205,8 @@ export class Answers {
       return;
     }
     this.answerSeq++;
+    // Transfers stop nothing that runs: they follow every accepted answer, an empty set held back or not.
+    this.weights?.(res);
     const ids = res.assignments.map((a) => a.id);
     const held = this.holdsBack(res, { server, generation: res.generation, base: res.generation_base, epoch }, source);
     if (!held && (res.generation !== this.gen || (server !== this.genFrom && ids.join("\n") !== this.appliedIds)))

@@ -172,6 +172,7 @@ export class HeadConversation {
     this.head.answered(r.server);
     this.intervalMs = this.boundInterval(r.value.heartbeat_interval_ms);
     if (this.answers.mayChange(r.value, r.server)) this.answers.accept(r.value, sentSeq, "heartbeat", r.server);
+    else this.answers.acceptWeights(r.value, r.server);
     this.registeredNow(r.server);
     return "ok";
   }

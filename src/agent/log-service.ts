@@ -1,7 +1,8 @@
 // This node's engine logs as the head node reaches them for `llmgw logs`: the listener
 // (logs.ts), over HTTPS with a certificate of its own when the agent API is HTTPS (the heartbeat
 // carries its port and certificate), and the sweep that keeps past runs' logs within
-// PREVIOUS_LOGS (previous-logs.ts) for `llmgw logs --previous`.
+// PREVIOUS_LOGS (previous-logs.ts) for `llmgw logs --previous`. The same listener serves the
+// weights this node holds to the peers of its fabric (weights-serve.ts).
 
 import { join } from "node:path";
 import type { Logger } from "pino";
@@ -14,6 +15,8 @@ import { startLogServer } from "./logs";
 import type { Pace } from "./pace";
 import { PastLogKeeper, previousPathOf } from "./previous-logs";
 import { fileSafe, type ProcessSet } from "./runner";
+import { byteRate, type ByteRate } from "./weights-rate";
+import { WEIGHTS_PEER_PREFIX, WeightsServer } from "./weights-serve";
 
 export interface LogServiceOptions {
   config: AgentConfig;
@@ -29,6 +32,8 @@ export interface LogServiceOptions {
   pastLogSweepMs: number;
   scheduler: Scheduler;
   pace: Pace;
+  /** The node's weight-transfer rate limit, shared with its fetches; one of its own from --weights-max-rate when not given. */
+  weightsRate?: ByteRate;
 }
 
 export class LogService {
@@ -36,10 +41,24 @@ export class LogService {
   private readonly logDir: string;
   private server: { port: number; stop(): void } | undefined;
   private tls: { cert: string; key: string } | undefined;
+  /** Weights served to peers (what is being served is in use: eviction asks it). */
+  readonly weights: WeightsServer;
 
   constructor(opts: LogServiceOptions) {
     this.opts = opts;
     this.logDir = join(opts.config.state_dir, "logs");
+    const credential = opts.credential;
+    this.weights = new WeightsServer({
+      modelsDir: opts.config.models_dir,
+      credentialSha256: () => {
+        const c = credential();
+        return c ? credentialDigest(c) : undefined;
+      },
+      scheduler: opts.scheduler,
+      maxServes: opts.config.weights_max_transfers,
+      rate: opts.weightsRate ?? byteRate(opts.config.weights_max_rate, opts.scheduler),
+      log: opts.log.child({ component: "weights-serve" }),
+    });
   }
 
   /** The listener's port, when it runs (the heartbeat's logs_port). */
@@ -86,6 +105,7 @@ export class LogService {
         node: this.opts.node,
         log: log.child({ component: "logs" }),
         scheduler,
+        also: { prefix: WEIGHTS_PEER_PREFIX, handle: (req) => this.weights.handle(req) },
       });
       log.info({ port: this.server.port }, "engine logs served for `llmgw logs`");
     } catch (e) {

@@ -36,6 +36,8 @@ export interface LogServerOptions {
   log?: AgentLogger;
   /** Paces a followed log's polling; realScheduler unless a test drives time. */
   scheduler?: Scheduler;
+  /** Requests below `prefix` go to `handle` (weights served to peers: weights-serve.ts), with their own authorisation. */
+  also?: { prefix: string; handle(req: Request): Response | Promise<Response> };
 }
 
 /** The last `n` lines of a file (reading at most the last few MB). */
@@ -77,6 +79,7 @@ export function startLogServer(o: LogServerOptions): { port: number; stop(): voi
     ...(o.tls ? { tls: o.tls } : {}),
     fetch(req, srv) {
       const url = new URL(req.url);
+      if (o.also && url.pathname.startsWith(o.also.prefix)) return o.also.handle(req);
       const m = /^\/logs\/([^/]+)$/.exec(url.pathname);
       if (req.method !== "GET" || !m) return new Response("not found\n", { status: 404 });
       const token = typeof o.token === "function" ? o.token() : o.token;

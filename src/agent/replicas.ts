@@ -16,6 +16,7 @@ import type { Pace } from "./pace";
 import { assertPortFree } from "./port";
 import { ProcessSet, type LaunchSpec } from "./runner";
 import { localWeightsEnv, modelPathFor } from "./weights";
+import type { WeightsFetcher } from "./weights-fetch";
 
 export interface ReplicasOptions {
   config: AgentConfig;
@@ -26,6 +27,15 @@ export interface ReplicasOptions {
   stock: Pick<NodeStock, "inventory" | "engines" | "probeEngineVersions">;
   scheduler: Scheduler;
   pace: Pace;
+  /** The weights a replica of an hf:// source waits for (weights-fetch.ts); without it such a replica starts as any other. */
+  weights?: Pick<WeightsFetcher, "ready" | "progress">;
+  /** A replica starts on a revision from the Hub: its place in the disk's least-recently-used order (weights-disk.ts recordUse). */
+  recordUse?: (repo: string, revision: string) => void;
+}
+
+/** The Hub repository of an assignment's weights, when they come from one. */
+function hubRepo(a: Assignment): string | undefined {
+  return a.source?.startsWith("hf://") === true && a.revision !== null ? a.source.slice(5) : undefined;
 }
 
 export class Replicas {
@@ -38,6 +48,11 @@ export class Replicas {
   private readonly pace: Pace;
   private pendingSet: Assignment[] | null = null;
   private applying: Promise<void> | null = null;
+  /** The last set applied, and of it the replicas waiting for their weights (not started). */
+  private lastSet: Assignment[] = [];
+  private waiting: Assignment[] = [];
+  private readonly weights: ReplicasOptions["weights"];
+  private readonly recordUse: ReplicasOptions["recordUse"];
 
   constructor(opts: ReplicasOptions) {
     this.config = opts.config;
@@ -45,6 +60,8 @@ export class Replicas {
     this.selfExe = opts.selfExe;
     this.stock = opts.stock;
     this.pace = opts.pace;
+    this.weights = opts.weights;
+    this.recordUse = opts.recordUse;
     const engineHost = opts.config.engine_host;
     this.processes = new ProcessSet({
       render: (a) => this.launch(a),
@@ -64,7 +81,57 @@ export class Replicas {
   }
 
   reports(): ReplicaReport[] {
-    return this.processes.reports();
+    const out = this.processes.reports();
+    for (const a of this.waiting) {
+      const p = this.weights?.progress(hubRepo(a)!, a.revision!);
+      // Weights that cannot be had fail the replica: the head node counts it as a failed start
+      // (one of fetching, with how far it got, not of an engine).
+      if (p?.failed !== undefined) {
+        const { failed, ...fetch } = p;
+        out.push({ id: a.id, state: "failed", port: null, error: failed, fetch });
+      }
+      else out.push({ id: a.id, state: "fetching", port: null, error: null, ...(p !== undefined ? { fetch: p } : {}) });
+    }
+    return out;
+  }
+
+  /** Weights became whole: the replicas waiting for them start. */
+  weightsChanged(): void {
+    if (this.waiting.length > 0) this.apply(this.lastSet);
+  }
+
+  /** The set without the replicas whose weights are not whole yet (kept in `waiting`); one already running stays. */
+  private startable(set: Assignment[]): Assignment[] {
+    const w = this.weights;
+    if (w === undefined) return set;
+    const waiting: Assignment[] = [];
+    const out = set.filter((a) => {
+      const repo = hubRepo(a);
+      if (repo === undefined || this.processes.get(a.id) !== undefined) return true;
+      if (w.ready(repo, a.revision!)) {
+        this.recordUse?.(repo, a.revision!);
+        return true;
+      }
+      waiting.push(a);
+      return false;
+    });
+    this.waiting = waiting;
+    return out;
+  }
+
+  /** The Hub revisions ("repo@revision") of the replicas on this node, running or waiting: never evicted. */
+  revisionsInUse(): Set<string> {
+    const out = new Set<string>();
+    const add = (a: Assignment) => {
+      const repo = hubRepo(a);
+      if (repo !== undefined) out.add(`${repo}@${a.revision}`);
+    };
+    for (const a of this.lastSet) add(a);
+    for (const id of this.processes.ids()) {
+      const p = this.processes.get(id);
+      if (p !== undefined) add(p.assignment);
+    }
+    return out;
   }
 
   ids(): string[] {
@@ -79,15 +146,17 @@ export class Replicas {
       while (this.pendingSet && !this.pace.stopping) {
         const next = this.pendingSet;
         this.pendingSet = null;
+        this.lastSet = next;
         const before = this.processes.ids().join("\n");
+        const waitingBefore = this.waiting.length;
         try {
-          await this.processes.reconcile(next);
+          await this.processes.reconcile(this.startable(next));
         } catch (e) {
           this.log.error({ err: errorText(e) }, "applying assignments failed");
         }
         // A new replica starts out "starting" without a state change to report it, and a stopped
         // one just disappears: either way the server should hear now, not an interval later.
-        if (this.processes.ids().join("\n") !== before) this.pace.heartbeatSoon();
+        if (this.processes.ids().join("\n") !== before || this.waiting.length !== waitingBefore) this.pace.heartbeatSoon();
       }
       // Synchronously after the last check, so an apply() arriving now starts a new run.
       this.applying = null;
@@ -138,7 +207,8 @@ export class Replicas {
       // Local weights only (see localWeightsEnv): the engine is given a path and never the Hub.
       launch = renderLaunch({ ...a, env: localWeightsEnv(a.env) }, {
         host,
-        modelPath: modelPathFor(this.config.models_dir, a.model, a.engine, a.revision),
+        // Weights from the Hub are the repository's snapshot, whatever the model is called.
+        modelPath: modelPathFor(this.config.models_dir, hubRepo(a) ?? a.model, a.engine, a.revision),
         selfExe: this.selfExe,
         engineAuth: this.config.engine_auth,
         bin: engineBins(this.config),

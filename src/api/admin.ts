@@ -19,6 +19,7 @@ import { SegmentName } from "../protocol/common";
 import type { ApplyDryRun, ApplyResult, Explanation, ModelDeleted, ModelDetail, ModelPutResult, NodeActionResult, NodeAdmission, RouterExposure, UnparkResult } from "../protocol/views";
 import { VERSION } from "../version";
 import { keyRoutes, teamRoutes, usageRoutes } from "./admin-keys";
+import { type WeightsControl, modelWeights, weightsRoutes } from "./admin-weights";
 import { CatalogProblems, HttpError, parseJsonBody } from "./errors";
 import type { JoinTokenRotated, NodeAddressResult, NodeApproved, NodeDeleted } from "../protocol/admin";
 import { openApiDocument, ROUTES } from "./openapi";
@@ -76,6 +77,8 @@ export interface AdminControl {
   events: Pick<EventLog, "event" | "events">;
   logs: Pick<LogSources, "logSource">;
   backups: Pick<Backups, "backup">;
+  /** `weights ls|pull|rm`; absent without a Hub. */
+  weights?: WeightsControl;
 }
 
 /** The admin API under /api/v1 (app.ts mounts it behind the admin token), its parts registered in the order they always were. */
@@ -110,6 +113,7 @@ export function adminRoutes(
   usageRoutes(app, ctl);
   logRoutes(app, ctl);
   recordRoutes(app, ctl);
+  weightsRoutes(app, ctl.weights, jsonBody);
   return app;
 }
 
@@ -181,7 +185,7 @@ function catalogRoutes(app: Hono, ctl: AdminControl): void {
     const explained = name.endsWith("/explain") ? name.slice(0, -"/explain".length) : undefined;
     if (explained && !(await ctl.views.hasModel(name))) return c.json(await explain(explained));
     const { view, spec } = await ctl.views.model(name);
-    return c.json({ ...view, spec: specToWire(spec) } satisfies ModelDetail);
+    return c.json({ ...view, spec: specToWire(spec), ...(await modelWeights(ctl.weights, view.name)) } satisfies ModelDetail);
   });
   app.put("/models/:name{.+}", async (c) => {
     const name = c.req.param("name");

@@ -29,6 +29,7 @@ import { Duration, Labels, Name, SegmentName } from "../protocol/common";
 import { Assignment, AssignmentsQuery, GpuReport, HeartbeatRequest, HeartbeatResponse, ReplicaReport } from "../protocol/heartbeat";
 import * as V from "../protocol/views";
 import { ReplicaDriftSchema } from "../protocol/ledger-check";
+import * as W from "../protocol/weights-admin";
 
 type Method = "get" | "post" | "put" | "patch" | "delete";
 type ErrorStatus = 400 | 401 | 403 | 404 | 409 | 413 | 415 | 429 | 503;
@@ -442,6 +443,38 @@ export const ROUTES = {
     ],
     errors: [401, 503],
   },
+  weights: {
+    method: "get",
+    path: "/api/v1/weights",
+    summary: "The weights fetched from the Hub: per revision, every node's copy (present, fetching with how far, absent)",
+    description: "Revisions a catalog model names, the transfer plan knows or a node holds. 404 when the server has no Hub (nothing is fetched).",
+    tags: ["fleet"],
+    auth: "admin",
+    ok: [{ status: 200, description: "The revisions, by model, repository and revision.", schema: z.array(W.WeightsRowViewSchema) }],
+    errors: [401, 404],
+  },
+  pullWeights: {
+    method: "post",
+    path: "/api/v1/weights/pull",
+    summary: "Fetch a model's weights onto a fabric's nodes or the nodes named, ahead of need",
+    description: "The nodes fetch the model's pinned revision as for a replica (from the Hub once per fabric, then from peers). Kept in memory: a restarted head node forgets pulls (what a node already holds stays).",
+    tags: ["fleet"],
+    auth: "admin",
+    body: W.WeightsPullBody,
+    ok: [{ status: 200, description: "The nodes that will fetch it.", schema: W.WeightsPullResultSchema }],
+    errors: [400, 401, 404, 413, 415],
+  },
+  removeWeights: {
+    method: "post",
+    path: "/api/v1/weights/remove",
+    summary: "Remove a model's weights (or a repository's, ORG/NAME[@COMMIT]) from one node",
+    description: "Refused (409) while a replica on the node uses them, naming it, and for weights llmgw did not fetch. The node removes them at its next heartbeat; the event log says when (weights.removed) or why not (weights.remove_refused).",
+    tags: ["fleet"],
+    auth: "admin",
+    body: W.WeightsRemoveBody,
+    ok: [{ status: 200, description: "The node was asked to remove them.", schema: W.WeightsRemoveResultSchema }],
+    errors: [400, 401, 404, 409, 413, 415],
+  },
   events: {
     method: "get",
     path: "/api/v1/events",
@@ -511,6 +544,8 @@ const INPUTS: [z.ZodType, string, string?][] = [
   [CreateTeamBody, "CreateTeamBody", "A team: limits its keys share (each key is held to its own and its team's)."],
   [UpdateTeamBody, "UpdateTeamBody", "What changes: a field left out stays, null clears it."],
   [AllowAddressBody, "AllowAddressBody"],
+  [W.WeightsPullBody, "WeightsPullBody"],
+  [W.WeightsRemoveBody, "WeightsRemoveBody"],
   [HeartbeatRequest, "HeartbeatRequest", "GPU indices and uuids are unique within a heartbeat."],
   [GpuReport, "GpuReport"],
   [ReplicaReport, "ReplicaReport"],
@@ -564,6 +599,10 @@ const OUTPUTS: [z.ZodType, string][] = [
   [V.TeamDeletedSchema, "TeamDeleted"],
   [V.UsageRowViewSchema, "UsageRow"],
   [V.EventViewSchema, "EventView"],
+  [W.WeightsRowViewSchema, "WeightsRow"],
+  [W.WeightsNodeViewSchema, "WeightsNode"],
+  [W.WeightsPullResultSchema, "WeightsPullResult"],
+  [W.WeightsRemoveResultSchema, "WeightsRemoveResult"],
   [HeartbeatResponse, "HeartbeatResponse"],
   [Assignment, "Assignment"],
   [V.ApiErrorSchema, "ApiError"],

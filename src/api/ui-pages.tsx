@@ -10,6 +10,8 @@ import { ago, human, oneLine, plural } from "../lib/format";
 import type { ModelSpec } from "../protocol/catalog";
 import type { EventView, ModelView, NodeView, ReplicaView } from "../protocol/views";
 import type { GpuPoint, ModelPoint } from "./history";
+import type { WeightsNodeView } from "../protocol/weights-admin";
+import { WeightsSection } from "./ui-weights";
 import { fmtMs, fmtRate, gpuChart, modelCharts } from "./ui-charts";
 import { Badge, Dashboard, type DashboardData, Events, GpuStrip, Prose, REFRESH_SCRIPT, Section, Shell, modelHref, modelStatus, nodeHref, nodeTone, replicaTone } from "./ui-view";
 
@@ -249,6 +251,8 @@ export interface ModelPageData {
   windowMs: number;
   traffic: boolean;
   now: number;
+  /** Each node's copy of the weights, when they come from the Hub. */
+  weights?: WeightsNodeView[] | undefined;
 }
 
 export const ModelPage: FC<{ nonce: string; csrf?: string; flash?: Flash; d: ModelPageData }> = ({ nonce, csrf, flash, d }) => {
@@ -304,6 +308,7 @@ export const ModelPage: FC<{ nonce: string; csrf?: string; flash?: Flash; d: Mod
       <Section id="history" title="Last hour">
         {d.traffic ? <div class="charts">{modelCharts(d.points, d.now, d.windowMs)}</div> : <p class="empty">The router's figures are not available to this dashboard.</p>}
       </Section>
+      {d.weights !== undefined && <WeightsSection nodes={d.weights} />}
       <Section id="profiles" title="Profiles" count={d.spec.profiles.length}>
         <div class="scroll">
           <table>

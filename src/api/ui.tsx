@@ -15,6 +15,7 @@
 // inline script or style runs. Everything shown passes through the sanitiser first
 // (lib/text.ts): HTML escaping stops markup, not the control characters inside it.
 
+import type { WeightsAdmin } from "../control/weights-admin";
 import { randomBytes } from "node:crypto";
 import { Hono } from "hono";
 import { compress } from "hono/compress";
@@ -58,6 +59,8 @@ export interface UiControl {
   catalog: Pick<CatalogAdmin, "unpark" | "deleteModel">;
   nodes: Pick<NodeAdmin, "setNodeAdminState">;
   ledger: Pick<UsageViews, "usage">;
+  /** Each node's copy of a model's weights (absent without a Hub). */
+  weights?: Pick<WeightsAdmin, "modelNodes">;
 }
 
 export interface UiOptions {
@@ -317,7 +320,8 @@ function pageRoutes(app: Hono<Env>, d: PageDeps): void {
     const replicas = await ctl.views.replicas(view.name);
     const events = await d.relatedEvents(`model/${view.name}`, replicas.map((r) => `replica/${r.id}`));
     const h = d.historyView();
-    const page = safeDeep({ view, spec, replicas, events, now: h.now });
+    const weights = await ctl.weights?.modelNodes(view.name);
+    const page = safeDeep({ view, spec, replicas, events, now: h.now, weights });
     const points = h.models.find((m) => m.name === page.view.name)?.points ?? [];
     const flash = d.takeFlash(who.session);
     return c.html(

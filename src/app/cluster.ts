@@ -73,6 +73,8 @@ function agentConfig(o: ClusterOptions, n: SimNode, server: RunningServer): Agen
     simulate_unhealthy: n.unhealthy ?? [],
     simulate_models: n.models ?? [],
     state_dir: join(server.dataDir, "agents", n.name),
+    // Each simulated node its own disk for weights it fetches (hf:// sources), never the host's.
+    models_dir: join(server.dataDir, "agents", n.name, "models"),
     stop_grace: "2s",
     health_interval: "250ms",
     logs_listen: "127.0.0.1:0",

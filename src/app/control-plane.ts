@@ -26,6 +26,11 @@ import { NodeAdmin } from "../control/node-admin";
 import { NodeIdentity } from "../control/node-identity";
 import { NodeMemory } from "../control/node-memory";
 import { Projector } from "../control/projector";
+import type { RevisionResolver } from "../control/revision-pins";
+import { type ManifestSource, Manifests } from "../control/manifests";
+import type { HubOrders } from "../control/weights-orders";
+import { WeightsPlanner } from "../control/weights-planner";
+import { WeightsAdmin } from "../control/weights-admin";
 import type { StorePort, UnchangedHeartbeats } from "../control/store-port";
 import { Teams } from "../control/teams";
 import { UsageExchange } from "../control/usage-exchange";
@@ -65,6 +70,8 @@ export interface ControlPlaneOptions {
   newId?: () => string;
   /** The join token in force, which it changes when rotated (without one no agent can join). */
   joinToken?: JoinToken;
+  /** The Hub that hf:// sources are resolved against and fetched from (app/hub.ts); without it only commits are accepted there, and nothing is fetched. */
+  hub?: RevisionResolver & ManifestSource & HubOrders;
 }
 
 /** The parts of one control plane. */
@@ -88,6 +95,8 @@ export interface ControlPlane {
   usage: UsageExchange;
   /** The usage ledger's rows, for the admin API. */
   ledger: UsageViews;
+  /** `weights ls|pull|rm` (absent without a Hub: nothing is fetched). */
+  weights?: WeightsAdmin;
 }
 
 export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
@@ -103,7 +112,15 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
   const memory = new NodeMemory({ store, log });
   const events = new EventLog({ store, scheduler });
   const usage = new UsageExchange({ ...(o.usage ? { source: o.usage } : {}), ...(o.shared ? { shared: o.shared } : {}), store, log });
-  const projector = new Projector({ ...(o.sink ? { sink: o.sink } : {}), config, engineKeys: new EngineKeys(o.engineSecret), memory, store, leadership, interval: load, scheduler, log });
+  const manifests = o.hub ? new Manifests({ hub: o.hub, scheduler, log }) : undefined;
+  const wlog = log.child({ component: "weights" });
+  const planner: WeightsPlanner | undefined =
+    o.hub && manifests
+      ? new WeightsPlanner({ manifests, hub: o.hub, memory, store, assignments: (n) => projector.assignmentsOf(n), scheduler, log: wlog, seeds: () => admin?.allSeeds() ?? [], observe: (hb, b, a) => admin?.observe(hb, b, a) })
+      : undefined;
+  const admin: WeightsAdmin | undefined = planner && manifests ? new WeightsAdmin({ planner, manifests, memory, assignments: (n) => projector.assignmentsOf(n), events, log: wlog }) : undefined;
+  const weights = o.hub && manifests ? { weights: { manifests, hub: o.hub, ...(planner ? { planner } : {}), ...(admin ? { admin } : {}) } } : {};
+  const projector: Projector = new Projector({ ...(o.sink ? { sink: o.sink } : {}), config, engineKeys: new EngineKeys(o.engineSecret), memory, store, leadership, interval: load, scheduler, log, ...weights });
   const writer = new LedgerWriter({ ...(o.usage ? { source: o.usage } : {}), store, retentionMs: settings.usageRetentionMs, log });
   // The budgets' spend is read once the tick's rows are written, so the figure holds them.
   const spend = new BudgetSpend({ ...(o.sink ? { sink: o.sink } : {}), store, writer, scheduler, log });
@@ -115,20 +132,20 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
   };
   // Several routers on one store share each key's and team's rate limits (limit-shares.ts).
   const limits = o.shared && o.sink && o.usage ? new LimitShareExchange({ ...o.shared, source: o.usage, sink: o.sink, store, scheduler, log }) : undefined;
-  const loop = new ControlLoop({ store, memory, projector, usage, ...(limits ? { limits } : {}), ledger, leadership, lock, clock, load, events, wake: wakeups, config, scaleDownDelayMs: settings.scaleDownDelayMs, ...(o.newId ? { newId: o.newId } : {}), scheduler, log });
-  const intake = new NodeIntake({ store, ...(o.fast ? { fast: o.fast } : {}), memory, projector, lock, clock, load, wake: wakeups, policy: settings.policy, config, scheduler, log });
+  const loop = new ControlLoop({ store, memory, projector, usage, ...(limits ? { limits } : {}), ledger, leadership, lock, clock, load, events, wake: wakeups, config, scaleDownDelayMs: settings.scaleDownDelayMs, ...(o.newId ? { newId: o.newId } : {}), ...(planner ? { weights: planner } : {}), scheduler, log });
+  const intake = new NodeIntake({ store, ...(o.fast ? { fast: o.fast } : {}), memory, projector, lock, clock, load, wake: wakeups, policy: settings.policy, config, scheduler, log, ...(planner ? { weights: planner } : {}) });
   return {
     identity: new NodeIdentity({ store, joinToken: o.joinToken ?? new JoinToken() }),
     intake,
     loop,
     projector,
     memory,
-    catalog: new CatalogAdmin({ store, events, lock, wake: wakeups, scheduler, log }),
-    nodes: new NodeAdmin({ store, memory, projector, events, lock, wake: wakeups, scheduler, log }),
+    catalog: new CatalogAdmin({ store, events, lock, wake: wakeups, scheduler, log, ...(o.hub ? { hub: o.hub } : {}) }),
+    nodes: new NodeAdmin({ store, memory, projector, events, lock, wake: wakeups, scheduler, log, ...(planner && admin ? { weights: { forget: (n: string) => [planner, admin].forEach((p) => p.forget(n)) } } : {}) }),
     keys: new ApiKeys({ store, events, projector, scheduler, usage }),
     teams: new Teams({ store, events, projector, scheduler, usage }),
     events,
-    views: new FleetViews({ store, memory, usage, clock, load, config, version: o.version, ...(o.summary ? { sources: o.summary } : {}), scheduler }),
+    views: new FleetViews({ store, memory, usage, clock, load, config, version: o.version, ...(o.summary ? { sources: o.summary } : {}), ...(planner ? { weights: planner } : {}), inFlight: () => admin?.inFlight() ?? null, scheduler }),
     logs: new LogSources({ store, memory }),
     backups: new Backups({ store, dataDir: o.dataDir, scheduler, log }),
     leadership,
@@ -136,5 +153,6 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
     load,
     usage,
     ledger: new UsageViews({ store, scheduler }),
+    ...(admin ? { weights: admin } : {}),
   };
 }

@@ -29,6 +29,7 @@ import type { FleetViews } from "../control/fleet-views";
 import type { JoinToken } from "../control/join-token";
 import type { DemandSink } from "../protocol/routing";
 import { type ControlPlane, buildControlPlane } from "./control-plane";
+import { hubFor } from "./hub";
 import { type ControlPlaneMembership, advertisedUrl, defaultName, joinControlPlanes, newInstanceId, refuseNamesake } from "./control-planes";
 import { type ControlSettings, controlSettings, storeSettings } from "./settings";
 import { type LocalToken, type SharedSecrets, adoptSharedSecrets, keepJoinToken } from "./shared-secrets";
@@ -274,6 +275,7 @@ async function routingAndControl(
     settings: o.settings,
     engineSecret: o.engineSecret,
     joinToken: o.joinToken,
+    hub: hubFor(config, process.env),
     sink: routing.sink,
     usage: routing.sink,
     // Several control planes: its router's usage and its nodes' reports go through the store, and

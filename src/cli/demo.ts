@@ -46,14 +46,17 @@ export const command: Command = {
     process.env.LLMGW_EXIT_WITH_PARENT = String(process.pid);
 
     const { createLogger } = await import("../log");
-    const { demoNodes, demoCatalog } = await import("../sim/demo");
+    const { demoNodes, demoCatalog, startDemoHub } = await import("../sim/demo");
     const { ModelSpec } = await import("../protocol/catalog");
     const format = logFormat as LogFormat;
     const log = createLogger({ level: logLevel, role: "demo", format });
     const nodes = demoNodes(count);
+    // tiny-llm's weights come from here: its node fetches them before its engine starts.
+    const hub = startDemoHub(join(dataDir, "hub"));
     const cluster = await startCluster({
       serve: {
         data_dir: dataDir,
+        hf_endpoint: hub.url,
         admin_listen: (flags["admin-listen"] as string | undefined) ?? "127.0.0.1:8001",
         listen: (flags.listen as string | undefined) ?? "127.0.0.1:8000",
         heartbeat_interval: "1s",
@@ -70,6 +73,9 @@ export const command: Command = {
       // them better than warnings scrolling past here.
       agentLog: createLogger({ level: "error", role: "demo-agent", format }),
       demo: { catalog: demoCatalog().map((m) => ModelSpec.parse(m)) },
+    }).catch((e: unknown) => {
+      hub.stop();
+      throw e;
     });
 
     const byFabric = new Map<string, string[]>();
@@ -79,7 +85,7 @@ export const command: Command = {
     const tour = [
       [`${me} status${dirFlag}`, "the fleet at a glance"],
       [`${me} models${dirFlag}`, "what each model has and why not"],
-      [`${me} replicas -o wide${dirFlag}`, "where replicas run"],
+      [`${me} replicas -o wide${dirFlag}`, "where replicas run (tiny-llm: fetching its weights, then ready)"],
       [`${me} events -f${dirFlag}`, "what the control plane does, as it does it"],
       [`${me} drain h100-1${dirFlag}`, "watch the 405b move… (it cannot: no other 2 whole H100 nodes)"],
       [`${me} cordon l40s-1${dirFlag}`, "stop placement on a node"],
@@ -93,7 +99,9 @@ export const command: Command = {
         `  admin API  ${cluster.server.adminUrl}   (token: ${join(dataDir, "admin.token")})`,
         `  nodes      ${[...byFabric].map(([f, ns]) => `${ns.join(" ")} (${f})`).join(", ")}`,
         "  catalog    llama-3.1-8b (min 2), qwen2.5-7b (on demand), llama-3.1-405b (2 nodes),",
-        "             deepseek-v3 (needs H200s: cannot fit), mistral-7b-broken (fails every start: parks)",
+        "             deepseek-v3 (needs H200s: cannot fit), mistral-7b-broken (fails every start: parks),",
+        "             tiny-llm (source: hf://demo/tiny-llm: its node fetches its weights first, shown as fetching)",
+        `  Hub        ${hub.url}   (a stand-in Hugging Face Hub serving tiny-llm)`,
         "",
         "Try, in another terminal in this directory:",
         ...tour.map(([c, what]) => `  ${c!.padEnd(pad)}${what}`),
@@ -108,7 +116,10 @@ export const command: Command = {
         if (stopping) return;
         stopping = true;
         process.stdout.write("\nstopping the demo cluster…\n");
-        cluster.stop().then(resolve, resolve);
+        cluster
+          .stop()
+          .finally(() => hub.stop())
+          .then(resolve, resolve);
       };
       process.on("SIGINT", stop);
       process.on("SIGTERM", stop);

@@ -7,6 +7,8 @@ import { UsageError } from "../config/flags";
 import { ago, human, oneLine } from "../lib/format";
 import { safeDeep } from "../lib/text";
 import type { EventView, ModelView, NodeView, ReplicaView } from "../protocol/views";
+import type { WeightsNodeView } from "../protocol/weights-admin";
+import { weightsTable } from "./weights";
 import { CLIENT_FLAGS, outputFlag, outputFormat, resolveClient } from "./client";
 import type { Command } from "./command";
 import { renderEvent } from "./events";
@@ -26,7 +28,9 @@ interface ProfileSpec {
   nodes?: number;
   priority?: number;
 }
-export type ModelDetail = ModelView & { spec?: { profiles?: ProfileSpec[]; pool?: string; placement?: string; idle_timeout?: string; revision?: string } };
+export type ModelDetail = ModelView & {
+  weights?: WeightsNodeView[];
+} & { spec?: { profiles?: ProfileSpec[]; pool?: string; placement?: string; idle_timeout?: string; revision?: string } };
 
 function replicaRows(replicas: ReplicaView[], style: Style, now: number): string {
   if (replicas.length === 0) return "  none\n";
@@ -65,6 +69,7 @@ export function renderModelDetail(model: ModelDetail, replicas: ReplicaView[], e
     out += "Profiles:\n";
     out += table(["NAME", "ENGINE", "GPU CLASS", "GPUS", "NODES", "PRIORITY"], profiles.map((p) => [p.name, p.engine, p.gpu_class, String(p.gpus ?? 1), String(p.nodes ?? 1), String(p.priority ?? 0)]), { right: [3, 4, 5], indent: "  " }) + "\n";
   }
+  if (m.weights !== undefined && m.weights.length > 0) out += `Weights on nodes:\n${weightsTable(m.weights)}\n`;
   return out + `Replicas:\n${replicaRows(safeDeep(replicas), style, now)}Events:\n${eventLines(events, style, now)}`;
 }
 

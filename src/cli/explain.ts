@@ -19,6 +19,7 @@ const LABEL: Record<NodeOutcome, string> = {
   draining: "not ready: draining",
   engine: "engine missing or too old",
   unhealthy: "unhealthy cards",
+  disk: "no room for the weights",
   exhausted: "exhausted",
   fabric: "fabric too small",
   fits: "fit",

@@ -26,6 +26,8 @@ export const SERVE_FLAGS: FlagSpecs = {
   "crash-window": { kind: "string", value: "DURATION", help: `a replica that crashes within this long of becoming ready counts towards its model's crash loop (restarted after the restart backoff, parked after --max-failures in a row); one that stays ready this long ends the loop (default ${d("crash_window")})` },
   "replace-after": { kind: "string", value: "DURATION", help: `how long a node may be unreachable before its replicas are replaced (default ${d("replace_after")})` },
   "usage-ledger": { kind: "string", value: "on|off", choices: ["on", "off"], help: `router: count each key's use per model and hour from the engines' usage (llmgw usage); off, streamed requests go to engines untouched and nothing is counted (default ${d("usage_ledger")})` },
+  "hf-endpoint": { kind: "string", value: "URL", help: "the Hugging Face Hub, or a mirror or proxy cache of it, that catalog sources hf://ORG/NAME come from (default HF_ENDPOINT, else https://huggingface.co)" },
+  "hf-token-file": { kind: "string", value: "FILE", help: "file holding a Hub token for gated and private repositories; it stays on the head node (agents get it only for the transfers that need it, never in an engine's environment or on disk)" },
   "usage-retention": { kind: "string", value: "DURATION", help: `how long the usage ledger's hourly rows are kept (default ${d("usage_retention")})` },
   "scale-down-delay": { kind: "string", value: "DURATION", help: `a model scaled on target_inflight scales down by one replica only after its load stayed low this long (default ${d("scale_down_delay")})` },
   "engine-base-port": {

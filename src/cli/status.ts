@@ -5,6 +5,7 @@
 import type { Summary } from "../protocol/views";
 import { CLIENT_FLAGS, OUTPUT_FLAG, outputFormat, resolveClient } from "./client";
 import type { Command } from "./command";
+import { weightsLine } from "./weights";
 import { WATCH_FLAGS, runWatched, watchSettings } from "./watch";
 import { safeDeep } from "../lib/text";
 import { bytes, human, oneLine, plural } from "../lib/format";
@@ -97,6 +98,8 @@ export function renderStatus(summary: Summary, style: Style, opts: { wide?: bool
   const m = s.models;
   out.push("");
   say(`Replicas  ${rParts.join(" · ")}`, 10);
+  const weights = weightsLine(s.weights);
+  if (weights !== undefined) say(weights, 10);
   say(`Models    ${m.total} total · ${m.satisfied} satisfied · ${m.short ? paint(style, "yellow", `${m.short} short`) : "0 short"}`, 10);
 
   const attention = [...haAttention(s), ...admissionAttention(s), ...keptGpusAttention(s), ...drainAttention(s, wide)];

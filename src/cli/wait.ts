@@ -114,7 +114,7 @@ export async function waitForDrain(client: Client, node: string, o: WaitOptions)
       const progress = [
         ...left.map((r) => `${r.id}:${r.state}`).sort(),
         "|",
-        ...rs.filter((r) => (r.state === "ready" || r.state === "starting") && moving.has(r.model) && !left.includes(r)).map((r) => `${r.id}:${r.state}`).sort(),
+        ...rs.filter((r) => (r.state === "ready" || r.state === "starting" || r.state === "fetching") && moving.has(r.model) && !left.includes(r)).map((r) => `${r.id}:${r.state}`).sort(),
       ].join(",");
       const cause = drainCause(n, left);
       const stalled = stalls.check(node, progress, now);

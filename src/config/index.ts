@@ -68,6 +68,17 @@ export const ServeConfig = z.strictObject({
   replace_after: Duration.prefault("30s"),
   /** How long a model's load (target_inflight) must stay low before it scales down by one replica, so replicas do not flap. */
   scale_down_delay: Duration.prefault("1m"),
+  /**
+   * The Hugging Face Hub (or a mirror or proxy cache of it) that hf:// sources come from. Absent:
+   * HF_ENDPOINT as huggingface_hub reads it, else https://huggingface.co (app/hub.ts).
+   */
+  hf_endpoint: z
+    .string()
+    .url("must be a URL such as https://huggingface.co")
+    .refine((u) => /^https?:\/\//.test(u), "must be an http:// or https:// URL")
+    .optional(),
+  /** A file holding the Hub token for gated and private repositories; it stays on the head node. */
+  hf_token_file: z.string().min(1).optional(),
   /** How long the usage ledger's hourly rows are kept; older ones are deleted by the leader, at most once an hour. */
   usage_retention: Duration.refine((ms) => ms >= 3_600_000, "must be at least 1h").prefault("90d"),
   /**
@@ -235,6 +246,33 @@ export const Sha256Fingerprint = z.string().transform((v, ctx) => {
   return hex.toUpperCase().match(/../g)!.join(":");
 });
 
+const SIZE_UNITS: Record<string, number> = { "": 1, k: 1e3, m: 1e6, g: 1e9, t: 1e12, p: 1e15, ki: 2 ** 10, mi: 2 ** 20, gi: 2 ** 30, ti: 2 ** 40, pi: 2 ** 50 };
+
+/**
+ * Bytes as written in a flag: a number, or one with a unit, SI (500G = 500×10⁹, 1.5T) or binary
+ * (64Gi = 64×2³⁰), a trailing B allowed (500GB, 64GiB); with `perSecond`, a trailing /s allowed
+ * too. Undefined when it is none of these or not a whole positive number of bytes.
+ */
+export function parseByteSize(v: string, perSecond = false): number | undefined {
+  const m = /^(\d+(?:\.\d+)?)\s*([kmgtp]i?)?b?$/i.exec(perSecond ? v.trim().replace(/\/s$/i, "") : v.trim());
+  if (!m) return undefined;
+  const n = Math.round(Number(m[1]) * SIZE_UNITS[(m[2] ?? "").toLowerCase()]!);
+  return n >= 1 && Number.isSafeInteger(n) ? n : undefined;
+}
+
+/** A size in bytes (flag, environment or config file: "500G", "1.5T", "64GiB", or a number of bytes). */
+function ByteSize(perSecond: boolean) {
+  const example = perSecond ? "100M/s or 1G/s" : "500G, 1.5T or 64GiB";
+  return z.union([z.string().max(64), z.number()]).transform((v, ctx) => {
+    const n = typeof v === "number" ? (Number.isSafeInteger(v) && v >= 1 ? v : undefined) : parseByteSize(v, perSecond);
+    if (n === undefined) {
+      ctx.addIssue({ code: "custom", message: `"${String(v).slice(0, 40)}" is not a size in bytes (use e.g. ${example}: K M G T are powers of 1000, Ki Mi Gi Ti of 1024)` });
+      return z.NEVER;
+    }
+    return n;
+  });
+}
+
 export const KeyValue = z.string().regex(/^[A-Za-z0-9_.\/-]{1,63}=[^\n]{0,256}$/, "must be key=value");
 
 /** A PEP 440 version as vLLM and SGLang print it, e.g. 0.10.1.1 or 0.4.3.post4. */
@@ -297,6 +335,17 @@ export const AgentConfig = z.strictObject({
   fabric: z.array(Name).max(16).default([]),
   label: z.array(KeyValue).default([]),
   models_dir: z.string().default("/var/lib/llmgw/models"),
+  /**
+   * Most bytes of weights llmgw keeps under models_dir (what it fetched; an operator's own
+   * files are not counted and never removed); no bound when absent.
+   */
+  models_max_bytes: ByteSize(false).optional(),
+  /** Bytes per second all weight transfers of the node move together, fetches and serves to peers; no bound when absent. */
+  weights_max_rate: ByteSize(true)
+    .refine((n) => n >= 1_000_000, "must be at least 1M/s: weights are gigabytes")
+    .optional(),
+  /** Files fetched at once, and files served to peers at once (each its own count). */
+  weights_max_transfers: z.coerce.number().int().min(1).max(64).default(4),
   /** Where the head node fetches engine logs from (`llmgw logs`); "off" for none. */
   logs_listen: z.union([z.literal("off").transform(() => undefined), HostPort]).prefault("0.0.0.0:8002"),
   /** Engine logs and replica state files. */

@@ -7,6 +7,7 @@ import type { Logger } from "pino";
 import type { Scheduler } from "../lib/scheduler";
 import type { CatalogIssue, ModelSpec } from "../protocol/catalog";
 import { type PutResult, catalogChanges } from "./catalog";
+import { type RevisionResolver, pinRevisions } from "./revision-pins";
 import { ConflictError, NotFoundError } from "./errors";
 import type { EventLog } from "./event-log";
 import type { CatalogPort } from "./store-port";
@@ -33,6 +34,8 @@ export interface CatalogAdminOptions {
   wake: Waker;
   scheduler: Pick<Scheduler, "now">;
   log: Logger;
+  /** Resolves an hf:// source's branch or tag to the commit kept (revision-pins.ts); absent: only commits are accepted there. */
+  hub?: RevisionResolver;
 }
 
 export class CatalogAdmin {
@@ -45,7 +48,9 @@ export class CatalogAdmin {
    * new revision, and a new revision unparks the model: the operator changed something, so it
    * deserves another try.
    */
-  putModels(specs: ModelSpec[], inFile = false): Promise<PutResult[]> {
+  async putModels(given: ModelSpec[], inFile = false): Promise<PutResult[]> {
+    // Outside the lock: the Hub may take a while to answer.
+    const specs = await pinRevisions(given, this.o.hub, inFile);
     return this.o.lock.exclusive(async () => {
       const { results, writes, conflicts } = catalogChanges(specs, await this.o.store.models(), inFile);
       if (conflicts.length > 0) throw new ConflictError(conflicts[0]!.message, conflicts[0]!.path, conflicts);

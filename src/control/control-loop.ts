@@ -26,6 +26,8 @@ import type { PlanWriter } from "./store-port";
 import type { NewEvent, Snapshot, StoreChange } from "./types";
 import type { UsageExchange } from "./usage-exchange";
 import type { Waker } from "./wake";
+import type { WeightsPlanner } from "./weights-planner";
+import type { WeightsStanding } from "./weights-placement";
 import type { WriteLock } from "./write-lock";
 
 export interface ControlLoopOptions {
@@ -48,6 +50,8 @@ export interface ControlLoopOptions {
   scaleDownDelayMs: number;
   /** How a new replica's id is made (default random: r- and 8 hex digits). */
   newId?: () => string;
+  /** Each node's standing for the Hub weights of each model (weights-planner.ts); absent: none known. */
+  weights?: Pick<WeightsPlanner, "placement">;
   scheduler: Scheduler;
   log: Logger;
 }
@@ -139,7 +143,7 @@ export class ControlLoop {
     await this.tickPause();
     // With several routers, nothing is known idle for longer than every live one has watched.
     const plan = await reconcilePaced(
-      { snapshot, now, lastUsed: usage.lastUsed, config, newId: this.o.newId ?? newId, engines: memory.engines, deaf, ...seen, jumpedAt: Math.max(seen.jumpedAt, usage.since) },
+      { snapshot, now, lastUsed: usage.lastUsed, config, newId: this.o.newId ?? newId, engines: memory.engines, deaf, ...this.weightsOf(snapshot), ...seen, jumpedAt: Math.max(seen.jumpedAt, usage.since) },
       () => this.tickPause(),
     );
     const write = combined(plan, scaled.changes, reach.events);
@@ -162,6 +166,10 @@ export class ControlLoop {
     this.lowSince = scaled.lowSince;
     memory.setUnreachable(reach.unreachable);
     return { plan, after };
+  }
+
+  private weightsOf(snapshot: Snapshot): { weights?: WeightsStanding } {
+    return this.o.weights ? { weights: this.o.weights.placement(snapshot.models) } : {};
   }
 
   /**

@@ -22,6 +22,7 @@ import type { ModelRequest } from "./reconcile/desired";
 import { heldGpus, placementNodes } from "./reconcile/placements";
 import { PlanBuilder } from "./reconcile/plan";
 import { evictionCandidates } from "./reconcile/room";
+import { explainWeights } from "./weights-placement";
 import type { ModelRow, ReplicaRow } from "./types";
 import { desiredReplicas, holdsGpus } from "./views";
 
@@ -34,7 +35,7 @@ const MAX_CANDIDATES = 32;
 /** The engine every node can run (placement.ts's ALWAYS_AVAILABLE). */
 const BUILT_IN = "fake";
 
-const ORDER: readonly NodeOutcome[] = ["class", "gpus", "unreachable", "pending", "cordoned", "draining", "engine", "unhealthy", "exhausted", "fabric", "fits"];
+const ORDER: readonly NodeOutcome[] = ["class", "gpus", "unreachable", "pending", "cordoned", "draining", "engine", "unhealthy", "disk", "exhausted", "fabric", "fits"];
 const NOT_READY: readonly NodeOutcome[] = ["unreachable", "pending", "cordoned", "draining"];
 
 /** What explain works on, computed once per call. */
@@ -47,6 +48,8 @@ interface World {
   model: ModelRow;
   /** the model's active replicas' nodes (spread avoids them) */
   nodesInUse: Set<string>;
+  /** whether some node has a standing for the model's Hub weights: then placement ranks by it */
+  hubModel: boolean;
 }
 
 interface NodeVerdict {
@@ -74,7 +77,9 @@ export function explainModel(input: ExplainInput, name: string): Explanation | u
     holder,
     model,
     nodesInUse: new Set(active.flatMap((r) => r.shards.map((s) => s.node))),
+    hubModel: false,
   };
+  w.hubModel = w.pnodes.some((n) => n.hubWeights?.has(name) === true);
   const profiles = [...model.spec.profiles].sort((a, b) => a.priority - b.priority).map((p) => explainProfile(w, p));
   return verdictOf(w, mine, profiles);
 }
@@ -105,7 +110,9 @@ function verdictOf(w: World, mine: readonly ReplicaRow[], profiles: ProfileExpla
   const fit = profiles.find((p) => p.verdict === "fits");
   const lead = desired === 0 ? `${model.name} is on demand with no replica now` : `${model.name} wants ${plural(need, "more replica")}`;
   if (fit) {
-    const at = fit.would_place!.map(shardText).join(" + ");
+    const leader = fit.would_place![0]!.node;
+    const cost = w.hubModel ? `; ${leader}: ${explainWeights(w.pnodes.find((n) => n.name === leader)?.hubWeights?.get(model.name))}` : "";
+    const at = fit.would_place!.map(shardText).join(" + ") + cost;
     const held = backoffNote(st, ctx.now, ctx.cfg);
     const then = desired === 0 ? "a request would start one" : held ? `it ${held}, then a reconcile places one` : "the next reconcile places one";
     return { ...base, status: "fits", summary: `${lead}; ${then} with profile ${fit.name} on ${at}`, suggestions: [{ kind: "none", message: "nothing is needed: it fits now" }] };
@@ -149,7 +156,7 @@ function explainProfile(w: World, p: Profile): ProfileExplanation {
   const res = place(w.pnodes, [requestFor(w, [p])]);
   const shards = res.placed[0]?.shards ?? null;
   const never = w.cap.nodes > 0 ? profileNeverFits(w.cap, p) : undefined;
-  const weightsOn = w.pnodes.filter((n) => n.weights.has(w.model.name)).map((n) => n.name).sort();
+  const weightsOn = w.pnodes.filter((n) => holdsWeights(w, n)).map((n) => n.name).sort();
   return {
     name: p.name,
     engine: p.engine,
@@ -182,11 +189,13 @@ function nodeVerdict(w: World, n: PlacementNode, p: Profile): NodeVerdict {
   if (lack !== undefined) return v("engine", `no ${p.engine}${lack ? `: ${lack}` : ""}`);
   const sick = mine.filter((g) => !g.healthy).length;
   if (mine.length - sick < p.gpus) return v("unhealthy", `${sick}/${mine.length} ${cls} unhealthy`);
+  const hub = n.hubWeights?.get(w.model.name);
+  if (hub?.noRoom !== undefined) return v("disk", hub.noRoom);
   // Whether it fits here is placement's answer for this node alone.
   const alone = place([n], [{ ...requestFor(w, [{ ...p, nodes: 1 }]), nodesInUse: new Set() }]).placed.length > 0;
   // A node of a multi-node replica must be whole (placement's pickMulti): no GPU of it used or unhealthy.
   const whole = n.gpus.every((g) => g.healthy && !g.used);
-  if (alone && (p.nodes <= 1 || whole)) return v("fits", `${mine.filter((g) => g.healthy && !g.used).length} ${cls} free${n.weights.has(w.model.name) ? ", has the weights" : ""}`);
+  if (alone && (p.nodes <= 1 || whole)) return v("fits", `${mine.filter((g) => g.healthy && !g.used).length} ${cls} free${weightsNote(w, n)}`);
   const used = mine.filter((g) => g.used).length;
   const other = n.gpus.filter((g) => g.class !== cls && (g.used || !g.healthy)).length;
   let what = `${used}/${mine.length} ${cls} used`;
@@ -195,6 +204,17 @@ function nodeVerdict(w: World, n: PlacementNode, p: Profile): NodeVerdict {
   const note = alone && !whole ? "; a multi-node replica needs the whole node" : "";
   const by = holdersOn(w, n.name);
   return v("exhausted", `${what}${by ? ` by ${by}` : ""}${note}`, what + note);
+}
+
+/** Whether node n holds the model's weights: all of a Hub revision's files, else what its heartbeat lists. */
+function holdsWeights(w: World, n: PlacementNode): boolean {
+  return w.hubModel ? n.hubWeights?.get(w.model.name)?.rank === 2 : n.weights.has(w.model.name);
+}
+
+/** Which weights preference applies to node n, and what getting them there costs (explainWeights). */
+function weightsNote(w: World, n: PlacementNode): string {
+  if (!w.hubModel) return n.weights.has(w.model.name) ? ", has the weights" : "";
+  return `; ${explainWeights(n.hubWeights?.get(w.model.name))}`;
 }
 
 /** Classes named in a node's detail: a node may report up to 256, one line must stay one line. */

@@ -19,6 +19,10 @@ import type { CatalogPort, EventsPort } from "./store-port";
 import { summarize } from "./summary";
 import type { UsageExchange } from "./usage-exchange";
 import { buildTablesPaced } from "./views";
+import type { WeightsPlanner } from "./weights-planner";
+import type { WeightsInFlight } from "../protocol/weights-admin";
+
+const weightsField = (w: WeightsInFlight | null | undefined) => (w ? { weights: w } : {});
 
 /**
  * What the summary says of the world beyond this store's rows, as last observed (never fetched
@@ -39,7 +43,11 @@ export interface FleetViewsOptions {
   config: ReconcileConfig;
   version: string;
   sources?: SummarySources;
+  /** Each node's standing for the Hub weights of each model, for explain (weights-planner.ts). */
+  weights?: Pick<WeightsPlanner, "placement">;
   scheduler: Scheduler;
+  /** What weights move now (weights-admin.ts), for the summary's Weights line. */
+  inFlight?: () => WeightsInFlight | null;
 }
 
 export class FleetViews {
@@ -81,6 +89,7 @@ export class FleetViews {
       summary: {
         ...summarize(tables, { version: this.o.version, evictions, ...(store ? { store: store.members, ...(store.error ? { storeError: store.error } : {}) } : {}), ...(controlPlanes ? { controlPlanes } : {}) }),
         head: load.view(),
+        ...weightsField(this.o.inFlight?.()),
       },
       tables,
     };
@@ -136,8 +145,10 @@ export class FleetViews {
   /** What a tick's reconcile step would read now, read without changing anything (no clock-jump bookkeeping). */
   private async explainInput(): Promise<ExplainInput> {
     const { memory, usage, load, clock } = this.o;
+    const snapshot = await memory.snapshot();
     return {
-      snapshot: await memory.snapshot(),
+      snapshot,
+      ...(this.o.weights ? { weights: this.o.weights.placement(snapshot.models) } : {}),
       now: this.o.scheduler.now(),
       lastUsed: usage.lastUsed,
       config: { ...this.o.config, nodeTimeoutMs: load.nodeTimeoutInForce() },

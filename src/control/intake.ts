@@ -16,6 +16,7 @@ import type { ClockWatch, Watched } from "./clock-watch";
 import { StoreUnavailableError } from "./errors";
 import { type HealthBefore, keepLastKnownGpus, nextHealth, storedHealth } from "./gpu-health";
 import type { LoadMonitor } from "./load";
+import type { WeightsPlanner } from "./weights-planner";
 import type { NodeMemory } from "./node-memory";
 import type { Projector } from "./projector";
 import { type NodeNews, newsPlan, unparkInto } from "./reconcile/news";
@@ -65,6 +66,8 @@ export interface NodeIntakeOptions {
   config: ReconcileConfig;
   scheduler: Scheduler;
   log: Logger;
+  /** What heartbeats say of weights goes to the weights plan (weights-planner.ts). */
+  weights?: Pick<WeightsPlanner, "note">;
 }
 
 export class NodeIntake {
@@ -111,6 +114,7 @@ export class NodeIntake {
   async heartbeat(hb: HeartbeatRequest): Promise<HeartbeatResponse> {
     // A node's heartbeats take their turns in the order they came: each is answered or queued
     // before the node's next one is looked at, so the store ends as its last one says.
+    this.o.weights?.note(hb);
     const before = this.nodeTurn.get(hb.node);
     let done = () => {};
     const mine = new Promise<void>((r) => (done = r));

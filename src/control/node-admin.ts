@@ -24,6 +24,8 @@ export interface NodeAdminOptions {
   wake: Waker;
   scheduler: Pick<Scheduler, "now">;
   log: Logger;
+  /** What the weights plan and `weights pull|rm` keep of a node (absent without a Hub). */
+  weights?: { forget(node: string): void };
 }
 
 export class NodeAdmin {
@@ -68,6 +70,7 @@ export class NodeAdmin {
       // What is kept in memory about it goes; its long polls are answered now.
       memory.forget(name);
       projector.forget(name);
+      this.o.weights?.forget(name);
       this.o.log.warn({ node: name, replicas: on.map((r) => r.id) }, "node deleted");
       projector.refreshAssignments(await memory.snapshot());
       this.o.wake.wake(true);

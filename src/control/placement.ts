@@ -5,6 +5,8 @@
 import { plural } from "../lib/format";
 import type { Profile } from "../protocol/catalog";
 import { versionLack, versionLackText } from "../protocol/engine-features";
+import { type FlatGpus, flattenGpus, linkTable } from "./placement-gpus";
+import { HELD, type ModelWeights, type NodeWeights, weightHolders } from "./weights-placement";
 
 export interface PlacementGpu {
   index: number;
@@ -29,6 +31,13 @@ export interface PlacementNode {
   gpus: PlacementGpu[];
   /** models whose weights are on this node */
   weights: ReadonlySet<string>;
+  /**
+   * Model → this node's standing for its weights from the Hub (weights-placement.ts). For a
+   * model any node has a standing for, the ranks replace `weights`: held › its fabric holds ›
+   * from the Hub, a preference among the nodes that fit; a node whose disk cannot take them
+   * (noRoom) is passed over with that reason.
+   */
+  hubWeights?: ReadonlyMap<string, NodeWeights>;
   /**
    * Engines this node's agent looked for and found no version of (not installed, the probe
    * failed), with why; profiles of those engines are not placed here. Absent, or an engine
@@ -138,8 +147,8 @@ class Fleet {
   readonly entClass: Int32Array;
   readonly entPos: Int32Array;
   readonly byName = new Map<string, number>();
-  /** requested model → ids of nodes holding its weights */
-  readonly weights: Map<string, number[]>;
+  /** requested model → how good each node is for its weights, and the nodes whose disk cannot take them */
+  readonly weights: Map<string, ModelWeights>;
   /** engine → ids of nodes whose agent found no version of it; why, per node id */
   readonly lacking: Map<string, number[]>;
   readonly lackWhy: (ReadonlyMap<string, string> | undefined)[];
@@ -277,6 +286,30 @@ class Fleet {
     }
   }
 
+  /**
+   * Takes the given ready nodes out of class ci's buckets, as hide does, for one request (its
+   * nodes whose disk cannot take the weights); returns those it took, for showAgain.
+   */
+  hideNodes(ci: ClassIndex, ids: readonly number[]): number[] {
+    const out: number[] = [];
+    for (const id of ids) {
+      if (!this.ready[id]) continue;
+      this.ready[id] = 0;
+      out.push(id);
+      const e = this.entryOf(id, ci.id);
+      if (e >= 0) clearBit(ci, this.busy[id] === 0 ? 1 : 0, ci.free[e]!, e);
+    }
+    return out;
+  }
+
+  showAgain(ci: ClassIndex, ids: readonly number[]): void {
+    for (const id of ids) {
+      this.ready[id] = 1;
+      const e = this.entryOf(id, ci.id);
+      if (e >= 0) setBit(ci, this.busy[id] === 0 ? 1 : 0, ci.free[e]!, e);
+    }
+  }
+
   unhide(ci: ClassIndex): void {
     for (const id of this.hidden) {
       this.ready[id] = 1;
@@ -348,127 +381,6 @@ function fabricIndex(nodes: readonly PlacementNode[]): { names: string[]; off: I
     off[id + 1] = list.length;
   });
   return { names, off, list: Int32Array.from(list) };
-}
-
-/** Requested model → ids of nodes holding its weights. */
-function weightHolders(nodes: readonly PlacementNode[], requests: readonly PlacementRequest[]): Map<string, number[]> {
-  const requested = new Set<string>();
-  for (const r of requests) requested.add(r.model);
-  const weights = new Map<string, number[]>();
-  const add = (model: string, id: number) => {
-    let list = weights.get(model);
-    if (!list) weights.set(model, (list = []));
-    list.push(id);
-  };
-  nodes.forEach((node, id) => {
-    // Whichever side is smaller: a node may hold hundreds of models while a tick asks about a few.
-    if (node.weights.size <= requested.size) {
-      for (const m of node.weights) if (requested.has(m)) add(m, id);
-    } else {
-      for (const m of requested) if (node.weights.has(m)) add(m, id);
-    }
-  });
-  return weights;
-}
-
-/** Every GPU flattened in node order (by index within a node): Fleet's numbering. */
-interface FlatGpus {
-  count: number;
-  /** node id's GPUs are off[id] … off[id + 1] - 1 */
-  off: Int32Array;
-  gClass: Int32Array;
-  gIndex: Int32Array;
-  /** 1 while healthy, unused and not blocked by a held GPU it shares memory with */
-  gFree: Uint8Array;
-  busy: Int32Array;
-  /** (GPU, the GPU whose memory it shares) pairs */
-  shares: number[];
-}
-
-/** A node's GPUs by index; the list itself when it is sorted already. */
-function byIndex(gpus: readonly PlacementGpu[]): readonly PlacementGpu[] {
-  for (let j = 1; j < gpus.length; j++) if (gpus[j - 1]!.index > gpus[j]!.index) return [...gpus].sort((a, b) => a.index - b.index);
-  return gpus;
-}
-
-/** Flattens the GPUs, numbering classes in order of first appearance into classId. */
-function flattenGpus(nodes: readonly PlacementNode[], classId: Map<string, number>): FlatGpus {
-  const n = nodes.length;
-  let count = 0;
-  for (const node of nodes) count += node.gpus.length;
-  const flat: FlatGpus = { count, off: new Int32Array(n + 1), gClass: new Int32Array(count), gIndex: new Int32Array(count), gFree: new Uint8Array(count), busy: new Int32Array(n), shares: [] };
-  const gUsed = new Uint8Array(count);
-  const { shares, gFree } = flat;
-  let p = 0;
-  for (let id = 0; id < n; id++) {
-    const gpus = byIndex(nodes[id]!.gpus);
-    const sharesFrom = shares.length;
-    sharedMemory(gpus, p, shares);
-    let busy = 0;
-    for (const g of gpus) {
-      let c = classId.get(g.class);
-      if (c === undefined) {
-        c = classId.size;
-        classId.set(g.class, c);
-      }
-      const ok = g.healthy && !g.used;
-      if (!ok) busy++;
-      flat.gClass[p] = c;
-      flat.gIndex[p] = g.index;
-      gFree[p] = ok ? 1 : 0;
-      gUsed[p] = g.used ? 1 : 0;
-      p++;
-    }
-    // A held GPU holds the memory it shares: the GPU instance standing for it, or every compute
-    // instance inside it. Blocked ones count as busy, so the node is not whole either.
-    for (let x = sharesFrom; x < shares.length; x += 2) {
-      const a = shares[x]!;
-      const b = shares[x + 1]!;
-      if (gUsed[a] && gFree[b]) {
-        gFree[b] = 0;
-        busy++;
-      }
-      if (gUsed[b] && gFree[a]) {
-        gFree[a] = 0;
-        busy++;
-      }
-    }
-    flat.busy[id] = busy;
-    flat.off[id + 1] = p;
-  }
-  return flat;
-}
-
-/** Appends (GPU, parent) pairs, as flattened positions from `base`, for GPUs naming another of the node as parent. */
-function sharedMemory(gpus: readonly PlacementGpu[], base: number, shares: number[]): void {
-  let uuidAt: Map<string, number> | undefined;
-  for (let j = 0; j < gpus.length; j++) {
-    const g = gpus[j]!;
-    if (g.parent == null) continue;
-    if (!uuidAt) {
-      uuidAt = new Map();
-      gpus.forEach((x, i) => uuidAt!.set(x.uuid, base + i));
-    }
-    const lead = uuidAt.get(g.parent);
-    if (lead !== undefined && lead !== base + j) shares.push(base + j, lead);
-  }
-}
-
-/** The share pairs as adjacency lists both ways: GPU p's are list[off[p]] … list[off[p + 1] - 1]. */
-function linkTable(shares: readonly number[], count: number): { off: Int32Array; list: Int32Array } {
-  const degree = new Int32Array(count + 1);
-  for (let x = 0; x < shares.length; x++) degree[shares[x]! + 1]!++;
-  for (let q = 0; q < count; q++) degree[q + 1]! += degree[q]!;
-  const off = degree.slice();
-  const list = new Int32Array(shares.length);
-  const fill = degree.slice(0, count);
-  for (let x = 0; x < shares.length; x += 2) {
-    const a = shares[x]!;
-    const b = shares[x + 1]!;
-    list[fill[a]!++] = b;
-    list[fill[b]!++] = a;
-  }
-  return { off, list };
 }
 
 /** Per class: entries (nodes having it) and GPUs; and entries over all classes. */
@@ -644,13 +556,26 @@ function leaderFirst(ci: ClassIndex, m: Marks, a: number, b: number): number {
   return m.hasWeights[ci.node[b]!]! - m.hasWeights[ci.node[a]!]! || a - b;
 }
 
+/** binpack among nodes with weights: the higher rank, then binpack's own order. */
+function binpackWeights(fleet: Fleet, ci: ClassIndex, m: Marks, a: number, b: number): number {
+  return m.hasWeights[ci.node[b]!]! - m.hasWeights[ci.node[a]!]! || binpackOne(fleet, ci, a, b);
+}
+
+/** spread among nodes with weights: away from the model's other replicas, then the higher rank, then the emptiest. */
+function spreadWeights(ci: ClassIndex, m: Marks, a: number, b: number): number {
+  return m.inUse[ci.node[a]!]! - m.inUse[ci.node[b]!]! || m.hasWeights[ci.node[b]!]! - m.hasWeights[ci.node[a]!]! || roomiest(ci, a, b);
+}
+
 /** What one request's scans need to know about its model, as flags indexed by node id. */
 interface Marks {
+  /** the node's weights rank for the model (0 none; see weightHolders) */
   hasWeights: Uint8Array;
   weightNodes: readonly number[];
   /** nodes running the model already, or given a replica of it in this call */
   inUse: Uint8Array;
   inUseNodes: readonly number[];
+  /** nodes whose disk cannot take the model's weights: not candidates */
+  noRoom: readonly number[];
 }
 
 /** The entry of class `ci` for one shard of k GPUs, or -1. */
@@ -658,13 +583,14 @@ function pickSingle(fleet: Fleet, ci: ClassIndex, k: number, spread: boolean, m:
   if (k >= ci.buckets) return -1;
   const { id: c, free, node } = ci;
 
-  // Nodes with the weights first: no download. They are few, so they are scanned directly.
+  // Nodes with the weights first (then, for Hub weights, nodes whose fabric has them): no
+  // download, or a fast copy. They are few, so they are scanned directly.
   let best = -1;
   for (const id of m.weightNodes) {
     if (!fleet.ready[id]) continue;
     const e = fleet.entryOf(id, c);
     if (e < 0 || free[e]! < k) continue;
-    if (best < 0 || (spread ? spreadOne(ci, m, e, best) : binpackOne(fleet, ci, e, best)) < 0) best = e;
+    if (best < 0 || (spread ? spreadWeights(ci, m, e, best) : binpackWeights(fleet, ci, m, e, best)) < 0) best = e;
   }
   if (best >= 0 && !(spread && m.inUse[node[best]!])) return best;
   const heldWithWeights = best;
@@ -725,9 +651,9 @@ function pickMulti(fleet: Fleet, ci: ClassIndex, k: number, n: number, spread: b
   for (let f = k; f < ci.buckets; f++) scanBuckets(ci, ci.buckets + f, -1, count);
 
   const better = (a: number, b: number): boolean => {
-    // Weights beyond n do not help this replica, so they count up to n.
-    const wa = Math.min(fabWeights[a]!, n);
-    const wb = Math.min(fabWeights[b]!, n);
+    // Weights beyond n nodes do not help this replica, so ranks count up to n nodes' worth.
+    const wa = Math.min(fabWeights[a]!, HELD * n);
+    const wb = Math.min(fabWeights[b]!, HELD * n);
     if (spread) {
       const fa = Math.min(fabFresh[a]!, n);
       const fb = Math.min(fabFresh[b]!, n);
@@ -758,7 +684,9 @@ function pickMulti(fleet: Fleet, ci: ClassIndex, k: number, n: number, spread: b
  * Places `count` replicas per request, requests in the order given, each placement taking its
  * GPUs from what later requests see. Per replica the first profile that fits wins. Order of
  * preference, ties always to the node name:
- * - binpack, one node: holds the weights › partly used (keeps whole nodes whole) › fewest free
+ * Weights: a node holding them ranks above one whose fabric holds them (Hub weights, see
+ * PlacementNode.hubWeights) above any other; a node whose disk cannot take them is no candidate.
+ * - binpack, one node: the higher weights rank › partly used (keeps whole nodes whole) › fewest free
  *   GPUs of the class that still fit;
  * - spread, one node: not running the model (nodesInUse, or placed in this call) › holds the
  *   weights › most free GPUs of the class; when every node with room runs it, one of those;
@@ -790,9 +718,11 @@ export function place(nodes: readonly PlacementNode[], requests: readonly Placem
     if (c === undefined) return null;
     const ci = fleet.classes[c]!;
     fleet.hide(ci, p);
+    const noRoom = m.noRoom.length > 0 ? fleet.hideNodes(ci, m.noRoom) : m.noRoom;
     try {
       return tryClass(ci, p, spread, m);
     } finally {
+      if (noRoom.length > 0) fleet.showAgain(ci, noRoom);
       fleet.unhide(ci);
     }
   }
@@ -811,8 +741,9 @@ export function place(nodes: readonly PlacementNode[], requests: readonly Placem
   for (const req of requests) {
     if (req.count <= 0) continue;
     const spread = req.placement === "spread";
-    const weightNodes = fleet.weights.get(req.model) ?? [];
-    for (const id of weightNodes) hasWeights[id] = 1;
+    const w = fleet.weights.get(req.model);
+    const weightNodes = w?.ids ?? [];
+    for (let x = 0; x < weightNodes.length; x++) hasWeights[weightNodes[x]!] = w!.ranks[x]!;
     const inUseNodes: number[] = [];
     const mark = (id: number) => {
       if (inUse[id] === 0) {
@@ -827,7 +758,7 @@ export function place(nodes: readonly PlacementNode[], requests: readonly Placem
       if (id !== undefined) mark(id);
     }
     for (const id of mine) mark(id);
-    const marks: Marks = { hasWeights, weightNodes, inUse, inUseNodes };
+    const marks: Marks = { hasWeights, weightNodes, inUse, inUseNodes, noRoom: w?.noRoom ?? [] };
 
     // Capacity only shrinks within a call, so a profile that failed once stays failed for the
     // rest of this request; skipping it keeps large counts cheap.
@@ -854,7 +785,8 @@ export function place(nodes: readonly PlacementNode[], requests: readonly Placem
     }
     if (done < req.count && !unplaceable.has(req.model)) {
       const prefix = done > 0 ? `placed ${done} of ${req.count}; ` : "";
-      unplaceable.set(req.model, prefix + reasons.explain(req.profiles));
+      const why = w && w.noRoom.length > 0 ? diskReason(fleet, req.profiles, w) : reasons.explain(req.profiles);
+      unplaceable.set(req.model, prefix + why);
     }
 
     for (const id of weightNodes) hasWeights[id] = 0;
@@ -887,6 +819,42 @@ class ReasonCache {
     this.cache.set(key, { generation: this.fleet.generation, text });
     return text;
   }
+}
+
+/** Nodes named in a disk reason before the rest are summed up. */
+const REASON_DISKS = 3;
+
+/**
+ * The reason for a model some nodes' disks cannot hold: "h100-2: disk: needs 134 GiB, 20 GiB
+ * free", then, when other ready nodes of the class remain, why none of those would do. Not
+ * cached: the nodes passed over are this model's own.
+ */
+function diskReason(fleet: Fleet, profiles: readonly Profile[], w: ModelWeights): string {
+  if (profiles.length === 0) return "the model has no profiles";
+  const one = (p: Profile): string => {
+    const c = fleet.classId.get(p.gpu_class);
+    if (c === undefined) return profileReason(fleet, p);
+    const ci = fleet.classes[c]!;
+    const named: string[] = [];
+    let more = 0;
+    w.noRoom.forEach((id, x) => {
+      if (!fleet.ready[id] || fleet.entryOf(id, c) < 0) return;
+      if (named.length < REASON_DISKS) named.push(`${fleet.names[id]}: ${w.why[x]}`);
+      else more++;
+    });
+    if (named.length === 0) return profileReason(fleet, p);
+    if (more > 0) named.push(`${plural(more, "more node")} without room`);
+    const hidden = fleet.hideNodes(ci, w.noRoom);
+    try {
+      let left = 0;
+      for (let b = 0; b < 2 * ci.buckets; b++) left += ci.size[b]!;
+      return left > 0 ? `${named.join("; ")}; ${profileReason(fleet, p)}` : named.join("; ");
+    } finally {
+      fleet.showAgain(ci, hidden);
+    }
+  };
+  if (profiles.length === 1) return one(profiles[0]!);
+  return profiles.map((p) => `${p.name}: ${one(p)}`).join("; ");
 }
 
 /** Groups of nodes lacking an engine named in a reason before the rest are summed up. */

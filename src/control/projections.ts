@@ -54,6 +54,8 @@ export function assignments(snapshot: Snapshot, config: ReconcileConfig, engineK
         gpus: s.gpus,
         engine_key: key,
         revision,
+        // Weights from the Hub: the agent fetches the revision's snapshot before the engine starts.
+        ...(spec.source?.startsWith("hf://") === true && revision !== null ? { source: spec.source } : {}),
         // Always given, so an agent's own default (shorter, on older agents) never cuts it short.
         start_timeout_ms: agentStartTimeout(profile, config),
         gpu_uuids: s.gpus.map((i) => uuids.get(`${s.node}\u0000${i}`) ?? `unknown-${i}`),

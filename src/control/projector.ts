@@ -7,7 +7,11 @@
 
 import type { Logger } from "pino";
 import type { Scheduler } from "../lib/scheduler";
-import type { HeartbeatResponse } from "../protocol/heartbeat";
+import type { Assignment, HeartbeatResponse } from "../protocol/heartbeat";
+import type { WeightsRemoval } from "../protocol/weights-admin";
+import type { Manifests } from "./manifests";
+import type { WeightsPlanner } from "./weights-planner";
+import { type HubOrders, weightsFor } from "./weights-orders";
 import { AssignmentBroker } from "./broker";
 import type { EngineKeys } from "./engine-keys";
 import type { EndpointSink } from "./interfaces";
@@ -31,6 +35,14 @@ export interface ProjectorOptions {
   interval: { intervalMs(): number };
   scheduler: Scheduler;
   log: Logger;
+  /** Weights from the Hub: the revisions' files and where each node fetches them (weights-orders.ts); absent: none are sent. */
+  weights?: {
+    manifests: Pick<Manifests, "get" | "needsToken">;
+    hub: HubOrders;
+    planner?: Pick<WeightsPlanner, "orders">;
+    /** `weights pull` and `weights rm` (weights-admin.ts): revisions a node is to hold with no replica there, and to remove. */
+    admin?: { seedsOf(node: string): { repo: string; revision: string }[]; removalsOf(node: string): WeightsRemoval[] };
+  };
 }
 
 export class Projector {
@@ -79,6 +91,11 @@ export class Projector {
     await this.publishKeys();
   }
 
+  /** A node's assignments now (the weights plan reads every node's). */
+  assignmentsOf(node: string): readonly Assignment[] {
+    return this.broker.current(node).assignments;
+  }
+
   /** A replica's engine key (engine-keys.ts). */
   engineKey(replicaId: string): string | null {
     return this.o.engineKeys.of(replicaId);
@@ -87,8 +104,26 @@ export class Projector {
   /** What the node should run now, as a heartbeat's answer carries it. */
   response(node: string): HeartbeatResponse {
     const { assignments, generation } = this.broker.current(node);
+    const w = this.o.weights;
+    let weights: { weights: HeartbeatResponse["weights"]; fetches?: HeartbeatResponse["fetches"] } | undefined;
+    if (w !== undefined) {
+      const all = weightsFor(assignments, w.manifests, w.hub, w.admin?.seedsOf(node));
+      // With a plan (peers of the fabric first), its orders; none said before the first plan (the
+      // agent keeps what it runs). Without a planner, every file from the Hub.
+      const fetches = w.planner !== undefined ? w.planner.orders(node) : all.fetches;
+      weights = { weights: all.weights, ...(fetches !== undefined ? { fetches } : {}) };
+    }
+    const remove = w?.admin?.removalsOf(node) ?? [];
     // The epoch the assignments come from: this one's when leading, the leader's when standing by (0: a single head node).
-    return { assignments, heartbeat_interval_ms: this.o.interval.intervalMs(), generation, generation_base: this.broker.base, epoch: this.o.leadership.get().epoch };
+    return {
+      assignments,
+      heartbeat_interval_ms: this.o.interval.intervalMs(),
+      generation,
+      generation_base: this.broker.base,
+      epoch: this.o.leadership.get().epoch,
+      ...(weights ?? {}),
+      ...(remove.length > 0 ? { remove } : {}),
+    };
   }
 
   /** Resolves when the node's assignments change from `generation`, or after waitMs (broker.ts). */

@@ -6,6 +6,7 @@ import { type FleetCapacity, fleetCapacity, modelNeverFits, neverText } from "./
 import { type DrainModelFacts, drainProgress } from "./drain";
 import { plural } from "../lib/format";
 import { runPaced, runSteps } from "../lib/steps";
+import { isFetching } from "./weights-progress";
 import type { EngineReport } from "../protocol/heartbeat";
 import type { GpuView, ModelView, NodeState, NodeView, ReplicaView, Tables } from "../protocol/views";
 import type { ModelRow, ModelStateRow, Snapshot } from "./types";
@@ -190,7 +191,8 @@ function replicaViews(snapshot: Snapshot, lastUsed: ReadonlyMap<string, number>,
     id: r.id,
     model: r.model,
     profile: r.profile,
-    state: r.state,
+    // Starting for the control loop; for the operator, waiting for its weights is a state of its own.
+    state: isFetching(r) ? "fetching" : r.state,
     shards: r.shards,
     endpoint: r.endpoint,
     idle_seconds: idleSeconds(r.id, lastUsed, now),

@@ -52,3 +52,19 @@ export function bearerToken(header: string | null | undefined): string | undefin
   const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
   return m?.[1];
 }
+
+/** A digest of a file's bytes fed as they arrive (weights checked against their listed sha256 or git blob sha1), hex at the end. */
+export interface ContentHash {
+  update(bytes: Uint8Array | string): void;
+  hex(): string;
+}
+
+export function contentHash(algo: "sha256" | "sha1"): ContentHash {
+  const h = createHash(algo);
+  return {
+    update(bytes) {
+      h.update(bytes);
+    },
+    hex: () => h.digest("hex"),
+  };
+}

@@ -6,6 +6,7 @@ import { Duration, Name, Printable } from "./common";
 import { EngineEnv } from "./engine-env";
 import { nearest } from "../lib/text";
 import { rendezvousProblem } from "./engine-ports";
+import { SourceField } from "./weights";
 
 export const ENGINES = ["vllm", "sglang", "llama.cpp", "fake"] as const;
 export const Engine = z.enum(ENGINES);
@@ -71,12 +72,21 @@ const ModelFields = z.strictObject({
   weight: z.number().positive().max(1000).default(1),
   placement: z.enum(["binpack", "spread"]).default("binpack"),
   /**
+   * Where the weights come from: hf://ORG/NAME (fetched from the Hub by the head node's plan, and
+   * copied between nodes of a fabric) or file:///PATH (placed on some node by an operator).
+   * Without it, weights are wherever an operator put them under each agent's models directory.
+   */
+  source: SourceField.optional(),
+  /**
    * The Hugging Face commit every replica loads (the snapshot of that name in the hub cache
    * layout); without it the head node picks the newest revision all of a replica's nodes have.
+   * With an hf:// source it may name a branch or tag (main when absent): the head node resolves
+   * it to its commit when the catalog is applied, and that commit is what is kept.
    */
   revision: z
     .string({ error: "must be a 40-character commit hash, as a string (quote it in YAML)" })
-    .regex(/^[0-9a-f]{40}$/, "must be the full 40-character lowercase commit hash (a branch, tag or short hash does not name one snapshot)")
+    .min(1)
+    .max(256)
     .optional(),
   /** In-flight requests per replica the load-based scaler aims for (router issue). */
   target_inflight: z.number().int().min(1).max(100000).optional(),
@@ -86,7 +96,18 @@ const ModelFields = z.strictObject({
 /** A model's minimum when its file gives none: an on-demand model waits to be asked for. */
 const defaultMin = (m: { on_demand: boolean }) => (m.on_demand ? 0 : 1);
 
+/** A commit hash: what a snapshot folder is named by. */
+const COMMIT = /^[0-9a-f]{40}$/;
+/** A branch or tag name as git allows it, roughly: no spaces, controls, "..", or leading "-". */
+const REF = /^(?!-)(?!.*\.\.)[A-Za-z0-9._\/-]{1,256}$/;
+
 export const ModelSpec = ModelFields.superRefine((m, ctx) => {
+  if (m.revision !== undefined) {
+    const hub = m.source?.startsWith("hf://") === true;
+    if (!hub && !COMMIT.test(m.revision))
+      ctx.addIssue({ code: "custom", path: ["revision"], message: "must be the full 40-character lowercase commit hash (a branch, tag or short hash does not name one snapshot; with an hf:// source it may)" });
+    else if (hub && !REF.test(m.revision)) ctx.addIssue({ code: "custom", path: ["revision"], message: "must be a commit hash, a branch or a tag name (letters, digits and . _ / -)" });
+  }
   const max = m.replicas?.max;
   const min = m.replicas?.min ?? defaultMin(m);
   if (max !== undefined && max < min) ctx.addIssue({ code: "custom", path: ["replicas", "max"], message: `max (${max}) is below min (${min})` });

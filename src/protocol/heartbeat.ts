@@ -7,6 +7,8 @@ import { sha256hex } from "../lib/digest";
 import { CATALOG_LIMITS, Engine, Profile } from "./catalog";
 import { Labels, Name, NodeAddress, Printable, PrintableMultiline, SegmentName } from "./common";
 import { EngineEnv } from "./engine-env";
+import { DiskReport, FetchOrder, TransferReport, WEIGHTS_LIMITS, WeightsHeld, WeightsManifest } from "./weights";
+import { WeightsRemoval, WeightsRemoved } from "./weights-admin";
 
 /** Limits that keep one heartbeat from costing the head node more than a fleet's worth. */
 export const HEARTBEAT_LIMITS = { gpus: 256, models: 4096, replicas: 1024, fabrics: 16 } as const;
@@ -72,7 +74,8 @@ export type EngineReport = z.infer<typeof EngineReport>;
 /** A Hugging Face commit hash: what a catalog `revision` and a snapshot folder are named by. */
 export const Revision = z.string().regex(/^[0-9a-f]{40}$/, "must be a 40-character lowercase hex commit hash");
 
-export const ReplicaRunState = z.enum(["starting", "ready", "failed", "stopped"]);
+/** "fetching": placed on a node without its weights, which it fetches before the engine starts. */
+export const ReplicaRunState = z.enum(["fetching", "starting", "ready", "failed", "stopped"]);
 export type ReplicaRunState = z.infer<typeof ReplicaRunState>;
 
 /** What the agent knows about one replica process it runs (or ran). */
@@ -87,6 +90,10 @@ export const ReplicaReport = z.object({
    * cost the node its heartbeat.
    */
   error: PrintableMultiline(REPLICA_ERROR_MAX).nullable().default(null),
+  /** While fetching: the revision's bytes present and in all, the rate (bytes/s), and where they come from ("hub" or nodes). */
+  fetch: z
+    .object({ done: z.number().int().nonnegative(), total: z.number().int().nonnegative(), rate: z.number().nonnegative(), from: Printable(256), error: PrintableMultiline(512).optional() })
+    .optional(),
 });
 export type ReplicaReport = z.infer<typeof ReplicaReport>;
 
@@ -138,6 +145,13 @@ export const HeartbeatRequest = z
      * has already joined. Absent from older agents: the head node then chooses one.
      */
     join_credential: NodeCredential.optional(),
+    /** Revisions fetched from a source (or partly), per file verified; absent from older agents. */
+    weights_held: z.array(WeightsHeld).max(WEIGHTS_LIMITS.revisions).optional(),
+    /** Transfers running now. */
+    transfers: z.array(TransferReport).max(WEIGHTS_LIMITS.transfers).optional(),
+    disk: DiskReport.optional(),
+    /** What became of the removals the head node asked for (`remove` in its answer), until it stops asking. */
+    weights_removed: z.array(WeightsRemoved).max(WEIGHTS_LIMITS.revisions).optional(),
   })
   .superRefine((hb, ctx) => {
     const seenIndex = new Map<number, number>();
@@ -183,6 +197,12 @@ export const Assignment = z.object({
    * are not in the hub cache layout (a plain folder or a .gguf file).
    */
   revision: Revision.nullable().default(null),
+  /**
+   * The catalog's `source` (hf://ORG/NAME): the weights are that repository's snapshot of
+   * `revision` in the Hub cache layout, fetched before the engine starts (the answer's `weights`
+   * lists its files). Absent: weights are where an operator put them, as before.
+   */
+  source: z.string().max(512).optional(),
   /** How long the engine has to become healthy (the profile's start_timeout), null for the agent's default. */
   start_timeout_ms: z.number().int().positive().nullable().default(null),
   /** Position within a multi-node replica; rank 0 is the leader and serves HTTP. */
@@ -261,6 +281,12 @@ export const HeartbeatResponse = z.object({
    * assignments from an older one: a leader that lost its lease cannot undo its successor's work.
    */
   epoch: z.number().int().min(0).max(EPOCH_MAX).optional(),
+  /** The revisions this node should hold (for its replicas, or seeded ahead of need), each with its files. */
+  weights: z.array(WeightsManifest).max(WEIGHTS_LIMITS.revisions).optional(),
+  /** The transfers it should run now (the head node's plan); one no longer listed is stopped, its bytes kept to resume. */
+  fetches: z.array(FetchOrder).max(WEIGHTS_LIMITS.orders).optional(),
+  /** Revisions to remove from the node's disk (`llmgw weights rm`); the agent removes only what llmgw fetched. */
+  remove: z.array(WeightsRemoval).max(WEIGHTS_LIMITS.revisions).optional(),
 });
 export type HeartbeatResponse = z.infer<typeof HeartbeatResponse>;
 

@@ -5,6 +5,7 @@
 // `llmgw status` loads no zod. Field names of the summary are the Go predecessor's.
 
 import { z } from "zod";
+import { WeightsInFlightSchema, WeightsNodeViewSchema } from "./weights-admin";
 import { ModelSpec, type ModelSpecInput } from "./catalog";
 
 /** "pending": joined under `serve --approve-nodes`, waiting for `llmgw nodes approve`. */
@@ -14,6 +15,8 @@ export const AdminStateSchema = z.enum(["none", "cordoned", "draining", "pending
 export type AdminState = z.infer<typeof AdminStateSchema>;
 export const ReplicaStateSchema = z.enum(["starting", "ready", "draining", "failed"]);
 export type ReplicaState = z.infer<typeof ReplicaStateSchema>;
+/** What the replica table shows: a starting replica still fetching its weights is `fetching`. */
+export const ReplicaViewStateSchema = z.enum(["fetching", "starting", "ready", "draining", "failed"]);
 
 /** A UTC time as the server writes it (`Date.toISOString()`). */
 const IsoTime = z.iso.datetime();
@@ -109,7 +112,7 @@ export const ReplicaViewSchema = z.object({
   id: z.string(),
   model: z.string(),
   profile: z.string(),
-  state: ReplicaStateSchema,
+  state: ReplicaViewStateSchema,
   shards: z.array(ShardViewSchema),
   endpoint: z.string().nullable(),
   /** Seconds since the router last sent it a request; negative when unknown. */
@@ -272,6 +275,8 @@ export const SummarySchema = z.object({
   router: RouterExposureSchema.optional(),
   /** How this head node admits new nodes: whether holding the join token is enough to get work. */
   node_admission: NodeAdmissionSchema.optional(),
+  /** What weights move now across the fleet (absent when nothing moves). */
+  weights: WeightsInFlightSchema.optional().describe("What weights move now across the fleet: files, bytes, aggregate rate, the slowest node's estimate; absent when nothing moves."),
   /** How far behind the head node is; always present from a head node that measures it. */
   head: HeadLoadSchema.optional().describe("How far behind the head node is; always present from a head node that measures it."),
 });
@@ -307,7 +312,11 @@ export type NodeActionResult = z.infer<typeof NodeActionResultSchema>;
 export const ModelSpecWireSchema = z.custom<ModelSpecInput>((v) => ModelSpec.safeParse(v).success, "not a valid model spec");
 
 /** `GET /models/{name}`: the table row and the spec behind it. */
-export const ModelDetailSchema = ModelViewSchema.extend({ spec: ModelSpecWireSchema });
+export const ModelDetailSchema = ModelViewSchema.extend({
+  spec: ModelSpecWireSchema,
+  /** With an hf:// source: each node's copy of the pinned revision (absent without a Hub or a source). */
+  weights: z.array(WeightsNodeViewSchema).optional().describe("With an hf:// source: each node's copy of the pinned revision: present, fetching (percent, rate, source) or absent."),
+});
 export type ModelDetail = z.infer<typeof ModelDetailSchema>;
 
 export const PutResultSchema = z.enum(["created", "configured", "unchanged"]);
@@ -457,7 +466,7 @@ export type ApiError = z.infer<typeof ApiErrorSchema>;
 // ---- placement explained (`GET /models/{name}/explain`, `POST /apply?dry_run=true`)
 
 /** Why a node was ruled out for a profile, or that it fits; in the order the rules are applied. */
-export const NodeOutcomeSchema = z.enum(["class", "gpus", "unreachable", "pending", "cordoned", "draining", "engine", "unhealthy", "exhausted", "fabric", "fits"]);
+export const NodeOutcomeSchema = z.enum(["class", "gpus", "unreachable", "pending", "cordoned", "draining", "engine", "unhealthy", "disk", "exhausted", "fabric", "fits"]);
 export type NodeOutcome = z.infer<typeof NodeOutcomeSchema>;
 
 /** The nodes one rule ruled out (or that fit), with the first few named. */

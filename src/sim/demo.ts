@@ -5,8 +5,10 @@
 // src/sim simulates what this machine lacks: the fake engine and the simulated fleet. It may
 // import protocol, config, lib and the router's error shape; never api, app, cli or store.
 
-import { resolve } from "node:path";
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
 import type { ModelSpecInput } from "../protocol/catalog";
+import { type FakeHub, startFakeHub } from "./fake-hub";
 
 export interface SimNode {
   name: string;
@@ -37,9 +39,21 @@ export function demoNodes(count?: number): SimNode[] {
   });
 }
 
-/** The demo catalog: a small model with min 2, an on-demand one, a two-node one, one that cannot fit, one that always fails. */
+/** The demo's model whose weights come from the demo's stand-in Hub. */
+export const DEMO_HUB_REPO = "demo/tiny-llm";
+
+/**
+ * The demo catalog: a small model with min 2, an on-demand one, a two-node one, one that cannot
+ * fit, one that always fails, and one whose weights its node fetches from the Hub first.
+ */
 export function demoCatalog(): ModelSpecInput[] {
   return [
+    {
+      name: "tiny-llm",
+      source: `hf://${DEMO_HUB_REPO}`,
+      replicas: { min: 1, max: 1 },
+      profiles: [{ name: "l40s", engine: "vllm", gpu_class: "L40S", gpus: 1 }],
+    },
     {
       name: "llama-3.1-8b",
       aliases: ["llama3-8b"],
@@ -72,6 +86,37 @@ export function demoCatalog(): ModelSpecInput[] {
       profiles: [{ name: "a100", engine: "vllm", gpu_class: "A100-80GB", gpus: 1, env: { LLMGW_FAKE_FAIL: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB" } }],
     },
   ];
+}
+
+/**
+ * The demo's stand-in Hub, in this process: one small generated model (a few MB, the same bytes
+ * every run) written under `dir`, served slowly enough that `llmgw replicas` shows its replica
+ * fetching for a few seconds before it starts. Under the demo's data dir rather than a temporary
+ * one: a demo killed with SIGKILL leaves nothing behind that the next one does not rewrite.
+ */
+export function startDemoHub(dir: string): FakeHub {
+  rmSync(dir, { recursive: true, force: true });
+  const model = join(dir, DEMO_HUB_REPO);
+  mkdirSync(model, { recursive: true });
+  writeFileSync(join(model, "config.json"), JSON.stringify({ architectures: ["LlamaForCausalLM"], model_type: "llama", hidden_size: 256, num_hidden_layers: 2 }));
+  writeFileSync(join(model, "tokenizer.json"), JSON.stringify({ version: "1.0", model: { type: "BPE", vocab: {} } }));
+  writeFileSync(join(model, "model.safetensors"), pseudoRandomBytes(6 * 1024 * 1024, 36));
+  return startFakeHub({ repos: [{ repo: DEMO_HUB_REPO, revisions: [{ dir: model, refs: ["main"] }] }], bytesPerSecond: 768 * 1024 });
+}
+
+/** Bytes that look like weights (no two blocks alike), the same for the same seed. */
+function pseudoRandomBytes(n: number, seed: number): Uint8Array {
+  const out = new Uint8Array(n);
+  const words = new Uint32Array(out.buffer, 0, n >>> 2);
+  let s = seed >>> 0;
+  for (let i = 0; i < words.length; i++) {
+    // xorshift32: fast enough for a few MB at start.
+    s ^= s << 13;
+    s ^= s >>> 17;
+    s ^= s << 5;
+    words[i] = s >>> 0;
+  }
+  return out;
 }
 
 /** How to run this program's fake engine: the compiled binary itself, or bun with src/main.ts. */

@@ -11,6 +11,7 @@ import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } 
 import { join } from "node:path";
 import { type Browser, type BrowserContext, type Page, chromium } from "playwright-core";
 import type { Summary } from "../../src/protocol/views";
+import { demoCatalog } from "../../src/sim/demo";
 import { run, scratchWithBinary, until } from "../helpers/binary";
 import { freePort } from "../helpers/ports";
 import { scratchDir } from "../helpers/tmp";
@@ -290,7 +291,7 @@ describe("the dashboard at /ui", () => {
     expect(await page.locator('[data-testid="version"]').textContent()).toBe(status().version);
     // The tables are there too, and the events newest first.
     expect(await page.locator('[data-testid="node-row"]').count()).toBe(4);
-    expect(await page.locator('[data-testid="model-row"]').count()).toBe(5);
+    expect(await page.locator('[data-testid="model-row"]').count()).toBe(demoCatalog().length);
     expect(await page.locator('[data-testid="replica-row"]').count()).toBeGreaterThanOrEqual(3);
     const ids = await page.locator('[data-testid="event"]').evaluateAll((els) => els.map((e) => Number(e.getAttribute("data-id"))));
     expect(ids.length).toBeGreaterThan(5);

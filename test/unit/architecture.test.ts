@@ -41,6 +41,8 @@ const FORBIDDEN: Record<string, string[]> = {
   protocol: ["agent", "api", "app", "cli", "config", "control", "router", "sim", "store"],
   // The HTTP/1.1 wire (server, engine client, what they share): lib only.
   http: ["agent", "api", "app", "cli", "config", "control", "protocol", "router", "sim", "store"],
+  // The Hugging Face Hub's API and cache layout, for the control plane and the agent: protocol and lib only.
+  hub: ["agent", "api", "app", "cli", "config", "control", "router", "sim", "store"],
   control: ["router", "store", "api", "app", "cli", "agent", "sim"],
   router: ["control", "store", "api", "app", "cli", "agent", "sim"],
   store: ["router", "api", "app", "cli", "agent", "sim"],
@@ -109,7 +111,7 @@ describe("no import circles", () => {
   }
 });
 
-const TIMED = ["router", "control", "agent", "app", "http"];
+const TIMED = ["router", "control", "agent", "app", "http", "hub"];
 
 describe("time only through the Scheduler", () => {
   for (const dir of TIMED) {

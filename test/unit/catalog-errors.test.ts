@@ -59,7 +59,7 @@ describe("did you mean", () => {
   });
   test("a key near nothing lists the keys known there", () => {
     expect(lines({ models: [{ name: "m", profiles: P, frobnicate: 1 }] })).toEqual([
-      "models[m].frobnicate: unknown key (expected one of: name, aliases, replicas, on_demand, idle_timeout, pool, weight, placement, revision, target_inflight, profiles)",
+      "models[m].frobnicate: unknown key (expected one of: name, aliases, replicas, on_demand, idle_timeout, pool, weight, placement, source, revision, target_inflight, profiles)",
     ]);
   });
   test("knownKeys walks arrays, defaults and the transform of a model", () => {

@@ -4,7 +4,7 @@
 import { describe, expect, test } from "bun:test";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { AgentConfig, ConfigError, ServeConfig, defaultText, loadConfig } from "../../src/config";
+import { AgentConfig, ConfigError, ServeConfig, defaultText, loadConfig, parseByteSize } from "../../src/config";
 import { UsageError, parseFlags } from "../../src/config/flags";
 import { SERVE_FLAGS } from "../../src/cli/serve";
 import { AGENT_FLAGS } from "../../src/cli/agent";
@@ -83,6 +83,23 @@ describe("agent configuration", () => {
     expect((await loadConfig(AgentConfig, { flags: { ...base, "engine-auth": "on" }, env: { LLMGW_ENGINE_AUTH: "off" } })).engine_auth).toBe(true);
     expect((await loadConfig(AgentConfig, { flags: base, env: { LLMGW_ENGINE_AUTH: "off" } })).engine_auth).toBe(false);
     expect((await loadConfig(AgentConfig, { flags: base, env: {}, configPath: file("agent.toml", "engine_auth = false\n") })).engine_auth).toBe(false);
+  });
+
+  test("--models-max-bytes, --weights-max-rate and --weights-max-transfers: sizes with SI or binary units, from a flag, the environment or a file", async () => {
+    const none = await loadConfig(AgentConfig, { flags: base, env: {} });
+    expect([none.models_max_bytes, none.weights_max_rate, none.weights_max_transfers]).toEqual([undefined, undefined, 4]);
+    const set = await loadConfig(AgentConfig, { flags: { ...base, "models-max-bytes": "1.5T", "weights-max-rate": "500M/s", "weights-max-transfers": "8" }, env: {} });
+    expect([set.models_max_bytes, set.weights_max_rate, set.weights_max_transfers]).toEqual([1.5e12, 500e6, 8]);
+    expect((await loadConfig(AgentConfig, { flags: base, env: { LLMGW_MODELS_MAX_BYTES: "64GiB" } })).models_max_bytes).toBe(64 * 2 ** 30);
+    expect((await loadConfig(AgentConfig, { flags: base, env: {}, configPath: file("sizes.toml", "models_max_bytes = 1000000000\nweights_max_rate = \"1Gi\"\n") })).weights_max_rate).toBe(2 ** 30);
+    expect([parseByteSize("500G"), parseByteSize("500 GB"), parseByteSize("12345"), parseByteSize("2k"), parseByteSize("1.5Ti")]).toEqual([500e9, 500e9, 12345, 2000, 1.5 * 2 ** 40]);
+    expect([parseByteSize("500G/s"), parseByteSize("500G/s", true), parseByteSize("0"), parseByteSize("-5G"), parseByteSize("5X"), parseByteSize("0.1")]).toEqual([undefined, 500e9, undefined, undefined, undefined, undefined]);
+    const err = (await loadConfig(AgentConfig, { flags: { ...base, "models-max-bytes": "lots", "weights-max-rate": "10k/s", "weights-max-transfers": "0" }, env: {} }).catch((e) => e)) as ConfigError;
+    expect(err.problems).toEqual([
+      'models_max_bytes (from flag --models-max-bytes): "lots" is not a size in bytes (use e.g. 500G, 1.5T or 64GiB: K M G T are powers of 1000, Ki Mi Gi Ti of 1024)',
+      "weights_max_rate (from flag --weights-max-rate): must be at least 1M/s: weights are gigabytes",
+      expect.stringContaining("weights_max_transfers (from flag --weights-max-transfers)"),
+    ]);
   });
 
   test("--server takes one URL or several: comma-separated from a flag, the environment or a file, or a list in a file", async () => {
@@ -195,6 +212,6 @@ describe("defaults in one place", () => {
       expect({ flag, help: (spec.help ?? "").includes(`default ${text}`) || (spec.help ?? "").includes(`default: ${text} on PATH`) }).toEqual({ flag, help: true });
       stated.push(flag);
     }
-    expect(stated.sort()).toEqual(["engine-auth", "engine-host", "health-interval", "inventory-interval", "llama-server", "log-format", "log-level", "logs-listen", "models-dir", "nvidia-smi", "sglang-python", "start-timeout", "state-dir", "stop-grace", "vllm"].sort());
+    expect(stated.sort()).toEqual(["engine-auth", "engine-host", "health-interval", "inventory-interval", "llama-server", "log-format", "log-level", "logs-listen", "models-dir", "nvidia-smi", "sglang-python", "start-timeout", "state-dir", "stop-grace", "vllm", "weights-max-transfers"].sort());
   });
 });

@@ -5,6 +5,7 @@
 import type { EngineReport } from "../../protocol/heartbeat";
 import type { NodeState } from "../../protocol/views";
 import type { Stall } from "../load";
+import type { WeightsStanding } from "../weights-placement";
 import { heardAt } from "../reachability";
 import { nodeState } from "../views";
 import type { ReconcileConfig } from "./config";
@@ -24,6 +25,8 @@ export interface ReconcileInput {
   engines?: ReadonlyMap<string, readonly EngineReport[]>;
   /** When the head node was not listening (load.ts): discounted from nodes' silence. */
   deaf?: readonly Stall[];
+  /** Per node, how good it is for each Hub model's weights (weights-placement.ts); absent: nothing known. */
+  weights?: WeightsStanding;
 }
 
 export interface ReconcileContext {
@@ -35,6 +38,7 @@ export interface ReconcileContext {
   jumpedAt: number;
   engines: ReadonlyMap<string, readonly EngineReport[]> | undefined;
   deaf: readonly Stall[];
+  weights: WeightsStanding | undefined;
   nodes: ReadonlyMap<string, NodeRow>;
   /** The nodes being drained (most often none): what onDrainingNode asks of every replica. */
   draining: ReadonlySet<string>;
@@ -45,7 +49,7 @@ export interface ReconcileContext {
   modelState: ReadonlyMap<string, ModelStateRow>;
 }
 
-export function contextOf({ snapshot, now, lastUsed, config, watchedSince = Number.NEGATIVE_INFINITY, jumpedAt = Number.NEGATIVE_INFINITY, engines, deaf = [] }: ReconcileInput): ReconcileContext {
+export function contextOf({ snapshot, now, lastUsed, config, watchedSince = Number.NEGATIVE_INFINITY, jumpedAt = Number.NEGATIVE_INFINITY, engines, deaf = [], weights }: ReconcileInput): ReconcileContext {
   const ctx: ReconcileContext = {
     snapshot,
     now,
@@ -55,6 +59,7 @@ export function contextOf({ snapshot, now, lastUsed, config, watchedSince = Numb
     jumpedAt,
     engines,
     deaf,
+    weights,
     nodes: new Map(snapshot.nodes.map((n) => [n.name, n])),
     draining: new Set(snapshot.nodes.filter((n) => n.adminState === "draining").map((n) => n.name)),
     nodeState: new Map(),

@@ -63,7 +63,7 @@ function weightsByNode(weights: readonly { node: string; model: string }[]): Map
 
 const NO_WEIGHTS: ReadonlySet<string> = new Set();
 
-/** The fleet as placement sees it: every node, its GPUs marked used when held, its weights, missing engines and engine versions. */
+/** The fleet as placement sees it: every node, its GPUs marked used when held, its weights (and its standing for Hub weights), missing engines and engine versions. */
 export function placementNodes(ctx: ReconcileContext, held: ReadonlySet<string>, portFull: ReadonlyMap<string, string> = new Map()): PlacementNode[] {
   const gpus = gpusByNode(ctx.snapshot.gpus);
   const weights = weightsByNode(ctx.snapshot.weights);
@@ -71,6 +71,7 @@ export function placementNodes(ctx: ReconcileContext, held: ReadonlySet<string>,
     const missing = missingEngines(ctx.engines?.get(n.name));
     const versions = reportedVersions(ctx.engines?.get(n.name));
     const full = portFull.has(n.name);
+    const hub = ctx.weights?.get(n.name);
     return {
       name: n.name,
       state: ctx.nodeState.get(n.name)!,
@@ -79,6 +80,7 @@ export function placementNodes(ctx: ReconcileContext, held: ReadonlySet<string>,
       weights: weights.get(n.name) ?? NO_WEIGHTS,
       ...(missing ? { missingEngines: missing } : {}),
       ...(versions ? { engineVersions: versions } : {}),
+      ...(hub ? { hubWeights: hub } : {}),
     };
   });
 }

@@ -22,7 +22,7 @@ export interface PlanEvent {
 
 export interface Plan {
   create: NewReplica[];
-  update: { id: string; patch: Partial<Pick<ReplicaRow, "state" | "error" | "readyAt" | "failures">> }[];
+  update: { id: string; patch: Partial<Pick<ReplicaRow, "state" | "error" | "readyAt" | "failures" | "createdAt">> }[];
   remove: string[];
   modelState: Map<string, Partial<Omit<ModelStateRow, "model">>>;
   nodeAdmin: { node: string; state: "none" | "cordoned" | "draining" }[];

@@ -14,6 +14,7 @@ import { recordFailure } from "./failures";
 import { type NodeNews, UNPARKED, newsPlan } from "./news";
 import type { Plan } from "./plan";
 import type { Snapshot } from "../types";
+import { FETCHING_NOTE, FETCHING_SLIDE_MS, fetchingNote } from "../weights-progress";
 
 export interface ReportsInput {
   snapshot: Pick<Snapshot, "replicas" | "modelState">;
@@ -62,7 +63,15 @@ export function processReports({ snapshot, node, reports, now, config: cfg, watc
       rep?.error ? fail(causeOf(rep.error), crashed, failureText(rep.error, r.id)) : fail(`engine failed on ${node}`, crashed);
     switch (r.state) {
       case "starting":
-        if (rep?.state === "failed") engineFailed(false);
+        // Failed while fetching its weights (a file failed its checksum from every source): no engine ran, no log to point at.
+        if (rep?.state === "failed" && rep.fetch !== undefined && rep.error) fail(rep.error);
+        else if (rep?.state === "failed") engineFailed(false);
+        else if (rep?.state === "fetching") {
+          // Waiting for its weights: its note says how far, and its start clock moves on (weights-progress.ts).
+          const note = rep.fetch !== undefined ? fetchingNote(rep.fetch) : FETCHING_NOTE;
+          const slide = now - r.createdAt >= FETCHING_SLIDE_MS;
+          if (note !== r.error || slide) plan.update.push({ id: r.id, patch: { error: note, ...(slide ? { createdAt: now } : {}) } });
+        }
         else if (rep?.state === "ready" && leader) {
           plan.update.push({ id: r.id, patch: { state: "ready", readyAt: now, error: null } });
           plan.events.push({ kind: "replica.ready", subject: `replica/${r.id}`, message: `replica ${r.id} of ${r.model} ready at ${r.endpoint ?? "?"}` });
