@@ -9,6 +9,7 @@ import type { Assignment, EngineReport } from "../protocol/heartbeat";
 import type { CatalogEntry, EndpointInfo } from "./interfaces";
 import { type ReconcileConfig, agentStartTimeout, parkedAfter, rendezvousPort, serverStartDeadline } from "./reconciler";
 import { commonRevision } from "./revisions";
+import { FETCHING_NOTE, isFetching } from "./weights-progress";
 import { FAILURE_TEXT_MAX, causeOf } from "./reconcile/engine-failure";
 import { oneLine } from "../lib/format";
 import type { ModelStateRow, ReplicaRow, Snapshot } from "./types";
@@ -207,13 +208,15 @@ export function catalog(snapshot: Snapshot, config: Pick<ReconcileConfig, "start
 }
 
 /** Per model, its oldest replica still starting that has a node: where it starts (the leader's node) and since when. */
-function startingByModel(snapshot: Snapshot): Map<string, { node: string; since: number }> {
-  const out = new Map<string, { node: string; since: number }>();
+function startingByModel(snapshot: Snapshot): Map<string, { node: string; since: number; fetching?: string }> {
+  const out = new Map<string, { node: string; since: number; fetching?: string }>();
   for (const r of snapshot.replicas) {
     const node = r.shards[0]?.node;
     if (r.state !== "starting" || node === undefined) continue;
     const seen = out.get(r.model);
-    if (seen === undefined || r.createdAt < seen.since) out.set(r.model, { node, since: r.createdAt });
+    // Waiting for its weights: how far, for the waiting clients' progress lines.
+    const fetching = isFetching(r) ? r.error!.slice(FETCHING_NOTE.length).replace(/^: /, "") : undefined;
+    if (seen === undefined || r.createdAt < seen.since) out.set(r.model, { node, since: r.createdAt, ...(fetching !== undefined ? { fetching } : {}) });
   }
   return out;
 }

@@ -29,7 +29,7 @@ const Catalog = z.object({
   created: z.number(),
   start_timeout_ms: z.number().optional(),
   unavailable: z.object({ kind: z.enum(["never", "parked"]), reason: z.string() }).optional(),
-  starting: z.object({ node: z.string(), since: z.number() }).optional(),
+  starting: z.object({ node: z.string(), since: z.number(), fetching: z.string().optional() }).optional(),
 });
 
 const Limits = z.object({

@@ -64,7 +64,7 @@ export interface CatalogEntry {
    * engine runs on (the leader's, for a multi-node replica) and since when (ms since epoch). The
    * router names the node in the progress comments of a streamed request it holds for it.
    */
-  starting?: { node: string; since: number };
+  starting?: { node: string; since: number; fetching?: string };
 }
 
 /**

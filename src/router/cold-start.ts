@@ -203,12 +203,20 @@ export class ColdStart {
     return this.ctx.catalog.get(name)?.starting?.node;
   }
 
+  /** How far the starting replica's weights are, while its node fetches them. */
+  private fetching(name: string): string | undefined {
+    return this.ctx.catalog.get(name)?.starting?.fetching;
+  }
+
   /**
    * The SSE comment a held stream is sent: the model, the node its replica starts on when the
    * control plane has said, and the seconds waited. One line, whatever the names hold.
    */
   private progressLine(name: string, since: number, node: string | undefined): Uint8Array {
     const secs = Math.round((this.ctx.scheduler.mono() - since) / 1000);
-    return enc.encode(`: ${safeText(`starting ${name}${node ? ` on ${node}` : ""}`).slice(0, 300)}, ${secs} s\n\n`);
+    const fetching = node !== undefined ? this.fetching(name) : undefined;
+    // ": fetching weights of llama-3.1-8b on h100-2: 42 % (56 GiB/134 GiB) from h100-3, 80 s".
+    const what = fetching !== undefined ? `fetching weights of ${name} on ${node}: ${fetching}` : `starting ${name}${node ? ` on ${node}` : ""}`;
+    return enc.encode(`: ${safeText(what).slice(0, 300)}, ${secs} s\n\n`);
   }
 }

@@ -102,6 +102,20 @@ describe("a streamed request held for a cold start", () => {
     expect(scheduler.pending).toBe(2);
   });
 
+  test("while the replica's node fetches its weights, the comments say how far, from where", async () => {
+    const { r, scheduler, held } = cold({ coldStartProgressMs: 5_000 });
+    const { res } = await held();
+    const body = reader(await res);
+    await until("the first comment", () => body.text().length > 0);
+    scheduler.advance(3_000);
+    r.setCatalog(cat({ starting: { node: "h100-2", since: 0, fetching: "42 % (56 GiB/134 GiB) from h100-3, 1.1 GiB/s, about 70s left" } }));
+    scheduler.advance(2_000);
+    await until("the fetching comment", () => body.text().includes("fetching"));
+    expect(body.text().split("\n\n").filter(Boolean).at(-1)).toBe(": fetching weights of m on h100-2: 42 % (56 GiB/134 GiB) from h100-3, 1.1 GiB/s, about 70s left, 5 s");
+    r.setEndpoints([ep("late", engine.url)]);
+    await body.done;
+  });
+
   test("a request not streamed, or to a path that does not stream SSE, waits silently as before", async () => {
     const { r, scheduler, held } = cold();
     const plain = await held(chat());
