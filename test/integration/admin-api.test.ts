@@ -50,7 +50,7 @@ describe("heartbeat", () => {
     expect(res.status).toBe(200);
     // The join token's heartbeat: answered with the node's own credential, this once.
     // A single head node answers epoch 0: the leader epoch of several control planes, which agents compare.
-    expect(await res.json()).toEqual({ assignments: [], heartbeat_interval_ms: 5000, generation: expect.any(Number), generation_base: expect.any(Number), epoch: 0, credential: expect.any(String) });
+    expect(await res.json()).toEqual({ assignments: [], heartbeat_interval_ms: 5000, generation: expect.any(Number), generation_base: expect.any(Number), epoch: 0, credential: expect.any(String), weights: [] });
     const node = (await (await s.admin("/api/v1/nodes/gpu-01")).json()) as NodeView;
     expect(node.state).toBe("ready");
     expect(node.gpus.map((g) => g.class)).toEqual([H, H]);
