@@ -12,22 +12,12 @@ import { join } from "node:path";
 import type { ModelView, ReplicaView } from "../../src/protocol/views";
 import { until } from "../helpers/binary";
 import { Cluster } from "../helpers/cluster";
-import { type HubProcess, startHubProcess } from "../helpers/fake-hub";
+import { type HubProcess, startHubProcess, pseudoRandomBytes as bytesOf } from "../helpers/fake-hub";
 import { freePort } from "../helpers/ports";
 import { scratchDir } from "../helpers/tmp";
 
 const PROFILE = { name: "h100", engine: "vllm", gpu_class: "H100-80GB", gpus: 2 };
 const MB = 1000 * 1000;
-
-function bytesOf(n: number, seed: number): Uint8Array {
-  const out = new Uint8Array(n);
-  let s = seed;
-  for (let i = 0; i < n; i++) {
-    s = (s * 1103515245 + 12345) >>> 0;
-    out[i] = s >>> 24;
-  }
-  return out;
-}
 
 /** A model's folder for the stand-in Hub: a config and one weights file of `size` bytes. */
 function modelDir(src: string, name: string, size: number, seed: number): string {

@@ -10,22 +10,12 @@ import { join } from "node:path";
 import type { WeightsRowView } from "../../src/protocol/weights-admin";
 import { run, until } from "../helpers/binary";
 import { Cluster } from "../helpers/cluster";
-import { type HubProcess, startHubProcess } from "../helpers/fake-hub";
+import { type HubProcess, startHubProcess, pseudoRandomBytes as bytesOf } from "../helpers/fake-hub";
 import { freePort } from "../helpers/ports";
 import { scratchDir } from "../helpers/tmp";
 
 const PROFILE = { name: "h100", engine: "vllm", gpu_class: "H100-80GB", gpus: 1 };
 const MB = 1024 * 1024;
-
-function bytesOf(n: number, seed: number): Uint8Array {
-  const out = new Uint8Array(n);
-  let s = seed;
-  for (let i = 0; i < n; i++) {
-    s = (s * 1103515245 + 12345) >>> 0;
-    out[i] = s >>> 24;
-  }
-  return out;
-}
 
 describe("weights as the operator sees them", () => {
   let hub: HubProcess;

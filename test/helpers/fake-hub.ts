@@ -36,3 +36,14 @@ export async function startHubProcess(o: FakeHubOptions): Promise<HubProcess> {
     stop: () => proc.kill("SIGKILL"),
   };
 }
+
+/** Bytes that look random and are the same for the same seed: a model file for the stand-in Hub. */
+export function pseudoRandomBytes(n: number, seed: number): Uint8Array {
+  const out = new Uint8Array(n);
+  let s = seed;
+  for (let i = 0; i < n; i++) {
+    s = (s * 1103515245 + 12345) >>> 0;
+    out[i] = s >>> 24;
+  }
+  return out;
+}

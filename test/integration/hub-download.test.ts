@@ -13,18 +13,9 @@ import { HubClient, HubError, nextLink } from "../../src/hub/client";
 import { ChecksumError, TransferError, blobPath, cacheEntry, downloadBlob, linkSnapshot } from "../../src/hub/download";
 import { type FakeHub, startFakeHub } from "../../src/sim/fake-hub";
 import { scratchDir } from "../helpers/tmp";
+import { pseudoRandomBytes as randomBytes } from "../helpers/fake-hub";
 
 const MB = 1024 * 1024;
-
-function randomBytes(n: number, seed: number): Uint8Array {
-  const out = new Uint8Array(n);
-  let s = seed;
-  for (let i = 0; i < n; i++) {
-    s = (s * 1103515245 + 12345) >>> 0;
-    out[i] = s >>> 24;
-  }
-  return out;
-}
 
 function writeModel(dir: string, seed: number): void {
   mkdirSync(join(dir, "tokenizer"), { recursive: true });
