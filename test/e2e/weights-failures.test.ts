@@ -64,7 +64,6 @@ describe("weights: checksum, disk bound", () => {
     await until("the agent registered", async () => (await c.nodes()).some((n) => n.name === "d1" && n.state === "ready"));
   }, 60_000);
   afterAll(async () => {
-    if (process.env.KEEP) Bun.spawnSync(["cp", "-r", c.dir, "/tmp/keep-wf"]);
     await c?.cleanup();
     hub?.stop();
   }, 30_000);
