@@ -23,6 +23,7 @@ const Facts = z.object({
   modelStart: z.number().int(),
   modelEnd: z.number().int(),
   streamOptions: z.enum(["usage", "other"]).optional(),
+  maxOutput: z.number().nonnegative().optional(),
 });
 
 const Reply = z.object({ status: z.number().int(), headers: z.record(z.string(), z.string()), body: z.string() });

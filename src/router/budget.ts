@@ -50,19 +50,14 @@ const MEAN_WEIGHT = 0.2;
 /** The paths whose answers are generated tokens: their reservation counts output. */
 const GENERATING = new Set(["/v1/chat/completions", "/v1/completions", "/v1/responses"]);
 
-const MAX_FIELD = /"(?:max_tokens|max_completion_tokens|max_output_tokens)"\s*:\s*(\d{1,12})/g;
-
 /**
- * What a request reserves of a token budget: its prompt (estimated from its size) and its most
- * output as its body names it (the largest such field, wherever it stands: reserving more is safe).
+ * What a request reserves of a token budget: its prompt (estimated from its body's size) and the
+ * most output its body names (BodyFacts.maxOutput, read when the body was parsed), or the default.
  */
-export function tokenReservation(path: string, body: Uint8Array): number {
-  const prompt = promptEstimate(body.byteLength);
+export function tokenReservation(path: string, bodyBytes: number, maxOutput: number | undefined): number {
+  const prompt = promptEstimate(bodyBytes);
   if (!GENERATING.has(path)) return prompt;
-  const text = Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString("latin1");
-  let max = -1;
-  for (const m of text.matchAll(MAX_FIELD)) max = Math.max(max, Number(m[1]));
-  return prompt + (max >= 0 ? max : DEFAULT_MAX_OUTPUT);
+  return prompt + (maxOutput !== undefined ? maxOutput : DEFAULT_MAX_OUTPUT);
 }
 
 /** A ledger take's counts of one account, kept until the store's figure includes them. */

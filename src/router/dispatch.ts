@@ -24,7 +24,7 @@ import { expiredKey, mayUse, modelNotFound } from "./key-rules";
 import { type Reply, jsonReply, openAIError, send } from "./errors";
 import type { RouterMetrics } from "./metrics";
 import type { ProxyRequest } from "./proxy";
-import type { BodyRead } from "./request-body";
+import type { BodyFacts, BodyRead } from "./request-body";
 import type { ResponseIds } from "./response-ids";
 
 /**
@@ -246,7 +246,7 @@ export class Dispatch {
     // Admitted (or refused) by its key's and team's limits before anything is sent or held.
     const adm = owner !== "" ? this.ctx.admission.of(owner) : undefined;
     // Its key's and team's budgets reserve its most before anything is sent (budget.ts).
-    const budget = owner !== "" ? this.reserve(ex, owner, facts.model, adm) : undefined;
+    const budget = owner !== "" ? this.reserve(ex, owner, facts, adm) : undefined;
     if (budget === null) return;
     let prompt = 0;
     if (adm !== undefined) {
@@ -269,12 +269,13 @@ export class Dispatch {
   }
 
   /** The reservation of a budgeted key's request; null: refused (answered here); undefined: no budget. */
-  private reserve(ex: ClientExchange, owner: string, model: string, adm: KeyState | undefined): Reservation | null | undefined {
+  private reserve(ex: ClientExchange, owner: string, facts: BodyFacts, adm: KeyState | undefined): Reservation | null | undefined {
     const b = this.ctx.budget;
     const of = b?.of(owner);
     if (b === undefined || of === undefined) return undefined;
-    const r = b.reserve(of, tokenReservation(ex.path, ex.body));
+    const r = b.reserve(of, tokenReservation(ex.path, ex.body.byteLength, facts.maxOutput));
     if (r instanceof Reservation) return r;
+    const model = facts.model;
     this.ctx.ledger.refused(owner, this.ctx.catalog.get(model)?.name ?? model);
     send(ex, withRateHeaders(r, adm, this.ctx.admission));
     return null;

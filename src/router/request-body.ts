@@ -21,6 +21,16 @@ export interface BodyFacts {
   modelEnd: number;
   /** A stream's `stream_options`: "usage" when it asks for include_usage, "other" when it has some without it; absent: none. */
   streamOptions?: "usage" | "other" | undefined;
+  /** The most output it asks for (`max_tokens`, `max_completion_tokens`, `max_output_tokens`, the largest), absent when it names none: what a budget reserves. */
+  maxOutput?: number | undefined;
+}
+
+/** The largest of a body's output maxima, or undefined when it names none. */
+function maxOutputOf(body: Record<string, unknown>): number | undefined {
+  let max: number | undefined;
+  for (const v of [body.max_tokens, body.max_completion_tokens, body.max_output_tokens])
+    if (typeof v === "number" && Number.isFinite(v) && v >= 0 && (max === undefined || v > max)) max = v;
+  return max;
 }
 
 /** A body read: its facts, or the reply refusing it. */
@@ -85,6 +95,7 @@ export function readBody(bytes: Uint8Array, limits: JsonLimits, scan: Scan = sca
       streamOptions,
       key: prefixKey(body),
       previousResponseId: typeof prev === "string" ? prev : undefined,
+      maxOutput: maxOutputOf(body),
       modelStart: scan.modelStart,
       modelEnd: scan.modelEnd,
     },

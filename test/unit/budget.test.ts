@@ -7,6 +7,7 @@ import { ManualScheduler } from "../../src/lib/scheduler";
 import { periodEnd, periodStart, periodStarts } from "../../src/protocol/budget-periods";
 import type { ApiKeyEntry, BudgetSpent } from "../../src/protocol/routing";
 import { Budget, DEFAULT_MAX_OUTPUT, Reservation, tokenReservation, withBudgetUse } from "../../src/router/budget";
+import { readBody } from "../../src/router/request-body";
 import type { Reply } from "../../src/router/errors";
 
 const enc = new TextEncoder();
@@ -51,16 +52,18 @@ describe("periods", () => {
 describe("tokenReservation", () => {
   test("the prompt's estimate and the most output the body names, or the default", () => {
     const body = (o: object) => enc.encode(JSON.stringify(o));
+    // As dispatch calls it: the body's size and the most output its parse found.
+    const reservation = (path: string, b: Uint8Array) => tokenReservation(path, b.byteLength, readBody(b, { maxDepth: 64, maxValues: 100_000 }).facts!.maxOutput);
     const b1 = body({ model: "m", max_tokens: 100, messages: [] });
-    expect(tokenReservation("/v1/chat/completions", b1)).toBe(Math.ceil(b1.byteLength / 4) + 100);
+    expect(reservation("/v1/chat/completions", b1)).toBe(Math.ceil(b1.byteLength / 4) + 100);
     const b2 = body({ model: "m", max_completion_tokens: 7 });
-    expect(tokenReservation("/v1/chat/completions", b2)).toBe(Math.ceil(b2.byteLength / 4) + 7);
+    expect(reservation("/v1/chat/completions", b2)).toBe(Math.ceil(b2.byteLength / 4) + 7);
     const b3 = body({ model: "m", input: "x", max_output_tokens: 50 });
-    expect(tokenReservation("/v1/responses", b3)).toBe(Math.ceil(b3.byteLength / 4) + 50);
+    expect(reservation("/v1/responses", b3)).toBe(Math.ceil(b3.byteLength / 4) + 50);
     const b4 = body({ model: "m", prompt: "x" });
-    expect(tokenReservation("/v1/completions", b4)).toBe(Math.ceil(b4.byteLength / 4) + DEFAULT_MAX_OUTPUT);
+    expect(reservation("/v1/completions", b4)).toBe(Math.ceil(b4.byteLength / 4) + DEFAULT_MAX_OUTPUT);
     // Embeddings generate nothing: their prompt alone.
-    expect(tokenReservation("/v1/embeddings", b4)).toBe(Math.ceil(b4.byteLength / 4));
+    expect(reservation("/v1/embeddings", b4)).toBe(Math.ceil(b4.byteLength / 4));
   });
 });
 
