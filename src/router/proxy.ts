@@ -301,9 +301,7 @@ class Attempt implements ExchangeHandler, Watch {
       this.lease.release();
       this.slotEnd();
       this.ctx.metrics.answered(this.model, 500);
-      this.ctx.ledger.answered(this.call.req.owner, this.model, 500, 0, 0, 0, false, this.call.gpu);
-      this.call.req.budget?.settle(0, this.call.gpu);
-      this.ctx.reconcile?.ended(this.lease.endpoint.id, this.model, 0, 0);
+      this.count(500, 0, 0, false, 0);
     }
     this.ctx.internalError(this.ex, e);
   }
@@ -583,13 +581,12 @@ class Attempt implements ExchangeHandler, Watch {
   }
 
   /** Its row in the ledger: the engine's usage, or for a stream cut short, the tokens it streamed. */
-  private count(status: number, prompt: number, completion: number, cut: boolean): void {
-    const cached = this.tokens.cached();
-    const used = (prompt > 0 ? prompt : 0) + completion;
-    this.ctx.ledger.answered(this.call.req.owner, this.model, status, prompt > 0 ? prompt : 0, completion, cached > 0 ? cached : 0, cut, this.call.gpu);
-    this.ctx.reconcile?.ended(this.lease.endpoint.id, this.model, prompt > 0 ? prompt : 0, completion);
+  private count(status: number, prompt: number, completion: number, cut: boolean, cached = this.tokens.cached()): void {
+    const p = prompt > 0 ? prompt : 0;
+    this.ctx.ledger.answered(this.call.req.owner, this.model, status, p, completion, cached > 0 ? cached : 0, cut, this.call.gpu);
+    this.ctx.reconcile?.ended(this.lease.endpoint.id, this.model, p, completion);
     // Settled in the same step as its ledger row: a take of the rows never splits the two (budget.ts).
-    this.call.req.budget?.settle(used, this.call.gpu);
+    this.call.req.budget?.settle(p + completion, this.call.gpu);
   }
 
   /** The slot on the replica is left: its share of the replica's GPUs meanwhile is the request's. */
