@@ -9,25 +9,10 @@ import { LedgerWriter } from "../../src/control/ledger-writer";
 import type { LedgerPort } from "../../src/control/store-port";
 import { FromRouter } from "../../src/protocol/router-link";
 import type { UsageRow } from "../../src/protocol/routing";
+import { usageRow } from "../helpers/usage-row";
 
 const HOUR = 3_600_000;
-const row = (over: Partial<UsageRow> = {}): UsageRow => ({
-  team: "t",
-  key: "k",
-  model: "m",
-  hour: 10 * HOUR,
-  requests: 1,
-  prompt_tokens: 10,
-  completion_tokens: 3,
-  cached_tokens: 0,
-  errors: 0,
-  errors_4xx: 0,
-  errors_5xx: 0,
-  refused: 0,
-  aborted: 0,
-  gpu_seconds: 0,
-  ...over,
-});
+const row = (over: Partial<UsageRow> = {}): UsageRow => usageRow({ team: "t", key: "k", hour: 10 * HOUR, prompt_tokens: 10, completion_tokens: 3, ...over });
 
 function fakeStore() {
   const written: UsageRow[][] = [];
