@@ -43,6 +43,8 @@ export const NEEDS: readonly Need[] = [
   { command: "ip", pkg: "iproute2", usedBy: "the floating address test (network namespaces, veth pairs)" },
   { command: "zsh", pkg: "zsh", usedBy: "test/integration/completion.test.ts (the zsh completion script, driven in a real zsh)" },
   { command: "script", pkg: "bsdutils", usedBy: "test/e2e/log-format.test.ts (serve on a pseudo-terminal)" },
+  { command: "qemu-aarch64-static", pkg: "qemu-user-static", usedBy: "test/e2e/arm64-smoke.test.ts (runs the arm64 release binary under user-mode emulation)" },
+  { command: "/usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1", pkg: "libc6-arm64-cross", usedBy: "test/e2e/arm64-smoke.test.ts (the arm64 loader and C library the emulated binary is linked against)" },
 ];
 
 export interface SetupEnv {

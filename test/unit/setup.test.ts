@@ -29,7 +29,7 @@ function provide(dir: string, command: string) {
   chmodSync(join(dir, command), 0o755);
 }
 
-const ALL_PKGS = "chromium prometheus systemd openssl procps postgresql util-linux patroni etcd-server python3-etcd keepalived iproute2 zsh bsdutils";
+const ALL_PKGS = "chromium prometheus systemd openssl procps postgresql util-linux patroni etcd-server python3-etcd keepalived iproute2 zsh bsdutils qemu-user-static libc6-arm64-cross";
 
 function env(path: string, over: Partial<SetupEnv> = {}): SetupEnv & { lines: string[]; ran: string[][] } {
   const lines: string[] = [];
