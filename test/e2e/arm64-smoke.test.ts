@@ -109,4 +109,45 @@ describe("the arm64 release binary under user-mode emulation", () => {
     expect(cmdline).toContain("fake-engine");
     console.log(`arm64 smoke: agent joined, replica ready and answered in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   }, 150_000);
+
+  test("an arm64 serve: its router thread and body worker, entrypoints of their own in the binary, start and answer", async () => {
+    const t0 = performance.now();
+    const head = join(dir, "arm-head");
+    const log = join(dir, "arm-serve.log");
+    const proc = Bun.spawn([arm, "serve", "--data-dir", head, "--admin-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--log-level", "warn"], {
+      cwd: dir,
+      env: { PATH: process.env.PATH ?? "", ...AARCH64_ENV },
+      stdout: Bun.file(log),
+      stderr: "pipe",
+    });
+    try {
+      const info = await until("the arm64 serve's server.json", () => {
+        if (proc.exitCode !== null) throw new Error(`the arm64 serve exited with ${proc.exitCode}`);
+        try {
+          return JSON.parse(readFileSync(join(head, "server.json"), "utf8")) as { router_url: string };
+        } catch {
+          return undefined;
+        }
+      }, { timeoutMs: 60_000, everyMs: 100 });
+      // /v1/models is answered by the router thread (router-worker.ts's bundle).
+      const models = await fetch(`${info.router_url}/v1/models`);
+      expect(models.status).toBe(200);
+      expect(((await models.json()) as { data: unknown[] }).data).toEqual([]);
+      // A body over 16 KiB is read by the body worker (body-worker.ts's bundle), which must find
+      // the model named in it; one it could not start would be logged and the body read inline.
+      const res = await fetch(`${info.router_url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: "not-in-the-catalog", messages: [{ role: "user", content: "x".repeat(32 * 1024) }] }),
+      });
+      expect(res.status).toBe(404);
+      expect(((await res.json()) as { error: { code: string } }).error.code).toBe("model_not_found");
+    } finally {
+      proc.kill("SIGTERM");
+      await proc.exited;
+    }
+    expect(readFileSync(log, "utf8")).not.toContain("worker");
+    expect(await new Response(proc.stderr).text()).not.toContain("worker");
+    console.log(`arm64 smoke: arm64 serve started and answered in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  }, 90_000);
 });
