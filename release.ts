@@ -73,7 +73,7 @@ export function runtimeFor(t: ReleaseTarget, cacheDir: string = RUNTIME_CACHE, l
   mkdirSync(cacheDir, { recursive: true });
   const tmp = mkdtempSync(join(cacheDir, ".fetch-"));
   try {
-    const packed = JSON.parse(sh(["npm", "pack", "--json", "--silent", `${t.runtimePackage}@${version}`], tmp)) as { filename: string }[];
+    const packed = JSON.parse(sh(["npm", "pack", "--json", "--silent", "--prefer-offline", `${t.runtimePackage}@${version}`], tmp)) as { filename: string }[];
     const tgz = join(tmp, packed[0]!.filename);
     if (!matchesIntegrity(readFileSync(tgz), integrity)) throw new Error(`${t.runtimePackage}@${version} from the registry does not match package-lock.json's integrity ${integrity}`);
     sh(["tar", "-xzf", tgz, "package/bin/bun"], tmp);
