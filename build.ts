@@ -38,9 +38,16 @@ export function gitCommit(exec: Exec = execSync): string {
   return status.code === 0 && status.stdout.trim() === "" ? sha : `${sha}-dirty`;
 }
 
-/** The stamp for a build here: LLMGW_VERSION overrides package.json's version. */
+/**
+ * The stamp for a build here: LLMGW_VERSION overrides package.json's version. It is checked
+ * here, where it comes in, because every binary prints it to terminals and scripts parse it.
+ */
 export function stampFor(env: Record<string, string | undefined> = process.env, exec: Exec = execSync): Stamp {
-  return { version: env.LLMGW_VERSION || pkg.version, commit: gitCommit(exec) };
+  const version = env.LLMGW_VERSION || pkg.version;
+  if (!/^[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}$/.test(version)) {
+    throw new Error(`LLMGW_VERSION ${JSON.stringify(version)} is not a version: use letters, digits and . + _ - (at most 64, starting with a letter or digit), e.g. 1.2.0 or 1.2.0-rc.1`);
+  }
+  return { version, commit: gitCommit(exec) };
 }
 
 export interface BuildOptions {
@@ -76,12 +83,12 @@ export async function buildBinary(o: BuildOptions): Promise<void> {
 
 if (import.meta.main) {
   const outfile = process.argv[2] ?? "dist/llmgw";
-  const stamp = stampFor();
   try {
+    const stamp = stampFor();
     await buildBinary({ outfile, stamp });
+    console.log(`built ${outfile} (llmgw ${stamp.version}, commit ${stamp.commit})`);
   } catch (e) {
     console.error((e as Error).message);
     process.exit(1);
   }
-  console.log(`built ${outfile} (llmgw ${stamp.version}, commit ${stamp.commit})`);
 }

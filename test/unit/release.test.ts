@@ -54,6 +54,14 @@ describe("the commit a build is stamped with", () => {
     expect(stampFor({ LLMGW_VERSION: "1.2.3-rc.1" }, clean)).toEqual({ version: "1.2.3-rc.1", commit: SHA });
     expect(stampFor({ LLMGW_VERSION: "" }, clean).version).toBe(pkg.version);
   });
+
+  test("an LLMGW_VERSION that is no version (spaces, escapes, too long) stops the build, saying what a version may hold", () => {
+    const clean = git({ head: { code: 0, stdout: SHA }, status: { code: 0, stdout: "" } });
+    for (const bad of ["1.2 beta", "1.2\x1b[31m", "-rc", "v".repeat(65)]) {
+      expect(() => stampFor({ LLMGW_VERSION: bad }, clean)).toThrow("is not a version: use letters, digits and . + _ -");
+    }
+    expect(stampFor({ LLMGW_VERSION: "2.0.0+build_7" }, clean).version).toBe("2.0.0+build_7");
+  });
 });
 
 describe("SHA256SUMS", () => {
