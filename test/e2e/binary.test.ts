@@ -30,7 +30,7 @@ describe("compiled binary", () => {
   test("version is stamped in", () => {
     const r = run(bin, ["version"], { cwd: dir });
     expect(r.code).toBe(0);
-    expect(r.stdout).toMatch(/^llmgw \d+\.\d+\.\d+\n$/);
+    expect(r.stdout).toMatch(/^llmgw \d+\.\d+\.\d+ \(commit ([0-9a-f]{40}(-dirty)?|unknown), linux-(x64|arm64), protocol \d+\)\n$/);
   });
 
   test("heartbeats go in; `status` beside the server prints their summary with no flags", async () => {
