@@ -79,9 +79,13 @@ export function runtimeFor(t: ReleaseTarget, cacheDir: string = RUNTIME_CACHE, l
     sh(["tar", "-xzf", tgz, "package/bin/bun"], tmp);
     mkdirSync(join(tmp, "out"));
     renameSync(join(tmp, "package/bin/bun"), join(tmp, "out/bun"));
-    // Renamed whole so a fetch cut short never leaves a half-written runtime in the cache.
-    rmSync(dir, { recursive: true, force: true });
-    renameSync(join(tmp, "out"), dir);
+    // Renamed whole so a fetch cut short never leaves a half-written runtime in the cache; a
+    // build beside this one that got there first has put the same checked bytes in place.
+    try {
+      renameSync(join(tmp, "out"), dir);
+    } catch (e) {
+      if (!existsSync(exe)) throw e;
+    }
     return exe;
   } finally {
     rmSync(tmp, { recursive: true, force: true });
