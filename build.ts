@@ -4,6 +4,7 @@
 // from). Bytecode with ESM output cuts start-up, which `llmgw status` pays on every call.
 // release.ts builds the release binaries for other platforms through the same buildBinary().
 
+import { realpathSync } from "node:fs";
 import { join } from "node:path";
 import pkg from "./package.json";
 
@@ -28,12 +29,14 @@ function execSync(cmd: string[]): { code: number; stdout: string } {
 
 /**
  * The commit HEAD names, "-dirty" when the work tree differs from it (a binary built from
- * uncommitted changes must not pass for the commit), "unknown" outside a git checkout.
+ * uncommitted changes must not pass for the commit), "unknown" outside a git checkout. A source
+ * tarball unpacked inside some other repository (a home directory kept in git) is not a
+ * checkout of llmgw: the repository's top level must be this directory.
  */
-export function gitCommit(exec: Exec = execSync): string {
-  const head = exec(["git", "rev-parse", "HEAD"]);
-  const sha = head.stdout.trim();
-  if (head.code !== 0 || !/^[0-9a-f]{40,64}$/.test(sha)) return "unknown";
+export function gitCommit(exec: Exec = execSync, dir: string = realpathSync(import.meta.dir)): string {
+  const head = exec(["git", "rev-parse", "--show-toplevel", "HEAD"]);
+  const [top, sha] = head.stdout.trim().split("\n");
+  if (head.code !== 0 || top !== dir || sha === undefined || !/^[0-9a-f]{40,64}$/.test(sha)) return "unknown";
   const status = exec(["git", "status", "--porcelain", "--untracked-files=no"]);
   return status.code === 0 && status.stdout.trim() === "" ? sha : `${sha}-dirty`;
 }
@@ -42,12 +45,12 @@ export function gitCommit(exec: Exec = execSync): string {
  * The stamp for a build here: LLMGW_VERSION overrides package.json's version. It is checked
  * here, where it comes in, because every binary prints it to terminals and scripts parse it.
  */
-export function stampFor(env: Record<string, string | undefined> = process.env, exec: Exec = execSync): Stamp {
+export function stampFor(env: Record<string, string | undefined> = process.env, exec: Exec = execSync, dir?: string): Stamp {
   const version = env.LLMGW_VERSION || pkg.version;
   if (!/^[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}$/.test(version)) {
     throw new Error(`LLMGW_VERSION ${JSON.stringify(version)} is not a version: use letters, digits and . + _ - (at most 64, starting with a letter or digit), e.g. 1.2.0 or 1.2.0-rc.1`);
   }
-  return { version, commit: gitCommit(exec) };
+  return { version, commit: gitCommit(exec, dir) };
 }
 
 export interface BuildOptions {

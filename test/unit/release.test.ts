@@ -12,6 +12,9 @@ import { renderVersion, versionInfo } from "../../src/cli/version";
 import { PROTOCOL_VERSION } from "../../src/protocol/version";
 
 const SHA = "6cb51fd967fa4dcbbeb1d569ccb2044fb8f89424";
+const DIR = "/src/llmgw";
+/** What `git rev-parse --show-toplevel HEAD` prints in a checkout of DIR. */
+const head = (sha = SHA, top = DIR) => ({ code: 0, stdout: `${top}\n${sha}\n` });
 
 /** A git that answers rev-parse and status as given, and records what it was asked. */
 function git(answers: { head?: { code: number; stdout: string }; status?: { code: number; stdout: string } }): Exec & { asked: string[][] } {
@@ -28,39 +31,41 @@ function git(answers: { head?: { code: number; stdout: string }; status?: { code
 
 describe("the commit a build is stamped with", () => {
   test("a clean checkout: HEAD's full hash", () => {
-    expect(gitCommit(git({ head: { code: 0, stdout: `${SHA}\n` }, status: { code: 0, stdout: "" } }))).toBe(SHA);
+    expect(gitCommit(git({ head: head(), status: { code: 0, stdout: "" } }), DIR)).toBe(SHA);
   });
 
   test("changes to tracked files: the hash with -dirty (untracked files, as in git describe --dirty, do not count)", () => {
-    const exec = git({ head: { code: 0, stdout: `${SHA}\n` }, status: { code: 0, stdout: " M src/main.ts\n" } });
-    expect(gitCommit(exec)).toBe(`${SHA}-dirty`);
+    const exec = git({ head: head(), status: { code: 0, stdout: " M src/main.ts\n" } });
+    expect(gitCommit(exec, DIR)).toBe(`${SHA}-dirty`);
     expect(exec.asked[1]).toEqual(["git", "status", "--porcelain", "--untracked-files=no"]);
   });
 
   test("status failing after rev-parse worked: -dirty, never a clean claim it cannot back", () => {
-    expect(gitCommit(git({ head: { code: 0, stdout: `${SHA}\n` }, status: { code: 1, stdout: "" } }))).toBe(`${SHA}-dirty`);
+    expect(gitCommit(git({ head: head(), status: { code: 1, stdout: "" } }), DIR)).toBe(`${SHA}-dirty`);
   });
 
   test("not a git checkout (a source tarball) or no git at all: unknown", () => {
-    expect(gitCommit(git({ head: { code: 128, stdout: "" } }))).toBe("unknown");
-    expect(gitCommit(git({ head: { code: 127, stdout: "" } }))).toBe("unknown");
+    expect(gitCommit(git({ head: { code: 128, stdout: "" } }), DIR)).toBe("unknown");
+    expect(gitCommit(git({ head: { code: 127, stdout: "" } }), DIR)).toBe("unknown");
     // Something on stdout that is not a hash (a wrapper's chatter) is not taken for one.
-    expect(gitCommit(git({ head: { code: 0, stdout: "HEAD\n" } }))).toBe("unknown");
+    expect(gitCommit(git({ head: { code: 0, stdout: "HEAD\n" } }), DIR)).toBe("unknown");
+    // A tarball unpacked inside another repository (a home directory kept in git): not its commit.
+    expect(gitCommit(git({ head: head(SHA, "/home/ops"), status: { code: 0, stdout: "" } }), DIR)).toBe("unknown");
   });
 
   test("the version is package.json's unless LLMGW_VERSION says otherwise", () => {
-    const clean = git({ head: { code: 0, stdout: SHA }, status: { code: 0, stdout: "" } });
-    expect(stampFor({}, clean)).toEqual({ version: pkg.version, commit: SHA });
-    expect(stampFor({ LLMGW_VERSION: "1.2.3-rc.1" }, clean)).toEqual({ version: "1.2.3-rc.1", commit: SHA });
-    expect(stampFor({ LLMGW_VERSION: "" }, clean).version).toBe(pkg.version);
+    const clean = git({ head: head(), status: { code: 0, stdout: "" } });
+    expect(stampFor({}, clean, DIR)).toEqual({ version: pkg.version, commit: SHA });
+    expect(stampFor({ LLMGW_VERSION: "1.2.3-rc.1" }, clean, DIR)).toEqual({ version: "1.2.3-rc.1", commit: SHA });
+    expect(stampFor({ LLMGW_VERSION: "" }, clean, DIR).version).toBe(pkg.version);
   });
 
   test("an LLMGW_VERSION that is no version (spaces, escapes, too long) stops the build, saying what a version may hold", () => {
-    const clean = git({ head: { code: 0, stdout: SHA }, status: { code: 0, stdout: "" } });
+    const clean = git({ head: head(), status: { code: 0, stdout: "" } });
     for (const bad of ["1.2 beta", "1.2\x1b[31m", "-rc", "v".repeat(65)]) {
-      expect(() => stampFor({ LLMGW_VERSION: bad }, clean)).toThrow("is not a version: use letters, digits and . + _ -");
+      expect(() => stampFor({ LLMGW_VERSION: bad }, clean, DIR)).toThrow("is not a version: use letters, digits and . + _ -");
     }
-    expect(stampFor({ LLMGW_VERSION: "2.0.0+build_7" }, clean).version).toBe("2.0.0+build_7");
+    expect(stampFor({ LLMGW_VERSION: "2.0.0+build_7" }, clean, DIR).version).toBe("2.0.0+build_7");
   });
 });
 
