@@ -32,6 +32,8 @@ export interface TransferNode {
   unusable?: string | undefined;
   /** Its agent's listener, scheme://host:port; undefined when it has none: then it never serves. */
   peerUrl: string | undefined;
+  /** Its listener's certificate (PEM) when peerUrl is https: what a node copying from it trusts. */
+  peerCert?: string | undefined;
   /** SHA-256 of its credential: the grants to copy from it are derived from it. */
   credentialSha256: string;
   held: readonly WeightsHeld[];
@@ -305,7 +307,7 @@ function orderFromPeer(ctx: Ctx, v: NodeView, m: WeightsManifest, f: WeightFile,
   const base = src.node.peerUrl!.replace(/\/+$/, "");
   const url = `${base}/weights/v1/${m.repo}/${m.revision}/${encodePath(f.path)}?expires=${ctx.expiresAt}`;
   const grant = transferGrant(src.node.credentialSha256, m.repo, m.revision, f.path, ctx.expiresAt);
-  v.orders.push({ repo: m.repo, revision: m.revision, file: f, from: { kind: "peer", node: src.name, url, grant } });
+  v.orders.push({ repo: m.repo, revision: m.revision, file: f, from: { kind: "peer", node: src.name, url, grant, ...(src.node.peerCert !== undefined ? { cert: src.node.peerCert } : {}) } });
   v.fetches++;
   src.serves++;
   markComing(ctx, revKey(m.repo, m.revision), f.path, v);

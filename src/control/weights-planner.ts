@@ -206,15 +206,17 @@ export class WeightsPlanner {
       digest = await this.o.store.credentialHashOf(n.name);
       if (digest !== undefined) this.digests.set(n.name, digest);
     }
-    // A listener serving HTTPS has a certificate of its own that the fetching node would have to
-    // trust: such a node does not serve weights to its peers yet.
-    const serves = port !== undefined && digest !== undefined && this.o.memory.logsCert(n.name) === undefined;
+    // A listener serving HTTPS sent its own certificate in its heartbeats (as for logs): the orders
+    // to copy from it carry that certificate, the one the copying node trusts.
+    const serves = port !== undefined && digest !== undefined;
+    const cert = this.o.memory.logsCert(n.name);
     const unusable = this.o.memory.unreachable.has(n.name) ? "unreachable" : n.adminState === "draining" ? "draining" : n.adminState === "pending" ? "pending approval" : undefined;
     return {
       name: n.name,
       fabrics: n.fabrics,
       ...(unusable !== undefined ? { unusable } : {}),
-      peerUrl: serves ? `http://${bracketHost(n.address)}:${port}` : undefined,
+      peerUrl: serves ? `${cert !== undefined ? "https" : "http"}://${bracketHost(n.address)}:${port}` : undefined,
+      ...(serves && cert !== undefined ? { peerCert: cert } : {}),
       credentialSha256: digest ?? "",
       held: r?.held ?? [],
       transfers: this.running(n.name, r),

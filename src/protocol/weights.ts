@@ -167,7 +167,14 @@ export type DiskReport = z.infer<typeof DiskReport>;
 /** Where a file is to be fetched from: the Hub (the token only when the repository needs it), or a peer of the fabric with a grant. */
 export const FetchSource = z.discriminatedUnion("kind", [
   z.object({ kind: z.literal("hub"), url: z.string().url().max(4096), token: z.string().min(1).max(512).optional() }),
-  z.object({ kind: z.literal("peer"), node: z.string().min(1).max(128), url: z.string().url().max(4096), grant: z.string().regex(/^[0-9a-f]{64}$/) }),
+  z.object({
+    kind: z.literal("peer"),
+    node: z.string().min(1).max(128),
+    url: z.string().url().max(4096),
+    grant: z.string().regex(/^[0-9a-f]{64}$/),
+    /** The peer's listener certificate (PEM) when it serves HTTPS, as its heartbeats sent it: the one certificate the copy trusts. */
+    cert: z.string().min(1).max(16_384).regex(/^-----BEGIN CERTIFICATE-----[A-Za-z0-9+/=\r\n-]+-----END CERTIFICATE-----\s*$/, "must be one PEM certificate").optional(),
+  }),
 ]);
 export type FetchSource = z.infer<typeof FetchSource>;
 

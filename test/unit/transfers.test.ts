@@ -325,6 +325,16 @@ describe("sources", () => {
     expect(p.status[0]).toMatchObject({ state: "blocked", reason: "node a takes no transfers now: unreachable" });
   });
 
+  test("a peer whose listener serves HTTPS: its orders carry its certificate, the one the copying node trusts; a plain one's carry none", () => {
+    const PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    const p = plan([{ ...node("a", { held: [F1, F2, F3], peerUrl: "https://10.0.0.1:7070" }), peerCert: PEM }, node("b")], ["b"]);
+    const orders = p.orders.get("b")!;
+    expect(orders).toHaveLength(3);
+    for (const o of orders) expect(o.from).toMatchObject({ kind: "peer", node: "a", cert: PEM });
+    const plain = plan([node("a", { held: [F1, F2, F3], peerUrl: "http://10.0.0.1:7070" }), node("b")], ["b"]);
+    for (const o of plain.orders.get("b")!) expect("cert" in o.from).toBe(false);
+  });
+
   test("a peer order's grant verifies with transferGrant for the serving node, the file and the URL's expiry", () => {
     const p = plan([node("a", { held: [F1, F2, F3], peerUrl: "https://10.0.0.1:7070/" }), node("b")], ["b"]);
     const expires = grantExpiry(NOW, HOUR);
