@@ -404,3 +404,25 @@ describe("placement's preference", () => {
     expect(p.get("z2")).toMatchObject({ rank: 0, cost: "fetch 3 GiB from the Hub" });
   });
 });
+
+describe("weights placed at a file:// source (never from the Hub)", () => {
+  const local = { ...hub, isLocal: (repo: string) => repo === REPO };
+
+  test("a node of another fabric copies from any node holding them; a node of the holder's fabric from that peer", () => {
+    const p = plan([node("a", { held: [F1, F2, F3] }), node("b"), node("c", { fabrics: ["f2"] })], ["b", "c"], { hub: local });
+    // Within the bounds on transfers and serves: the first files to each, every one from a.
+    const s = summary(p);
+    expect(s.a).toEqual([]);
+    expect(s.b!.length).toBeGreaterThan(0);
+    expect(s.c!.length).toBeGreaterThan(0);
+    for (const o of [...s.b!, ...s.c!]) expect(o).toEndWith("<-a");
+    for (const f of [F1, F2, F3]) expect(hubOrdersOf(p, f)).toEqual([]);
+    expect(placementPreference([node("a", { held: [F1, F2, F3] }), node("c", { fabrics: ["f2"] })], M, true).get("c")).toMatchObject({ rank: 0, cost: "copy 3 GiB from a, of another fabric" });
+  });
+
+  test("no node holding them: nothing is ordered, from the Hub least of all, and the status says so", () => {
+    const p = plan([node("b"), node("c", { fabrics: ["f2"] })], ["b", "c"], { hub: local });
+    expect(summary(p)).toEqual({ b: [], c: [] });
+    expect(p.status.find((s) => s.node === "b")?.reason).toContain(`no node that serves its peers holds ${F1}`);
+  });
+});
