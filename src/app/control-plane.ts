@@ -123,7 +123,7 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
     o.hub && manifests
       ? new WeightsPlanner({ manifests, hub: o.hub, local, memory, store, assignments: (n) => projector.assignmentsOf(n), scheduler, log: wlog, seeds: () => admin?.allSeeds() ?? [], observe: (hb, b, a) => admin?.observe(hb, b, a) })
       : undefined;
-  const admin: WeightsAdmin | undefined = planner && manifests ? new WeightsAdmin({ planner, manifests, memory, assignments: (n) => projector.assignmentsOf(n), events, store, scheduler, log: wlog }) : undefined;
+  const admin: WeightsAdmin | undefined = planner && manifests ? new WeightsAdmin({ planner, manifests, local, memory, assignments: (n) => projector.assignmentsOf(n), events, store, scheduler, log: wlog }) : undefined;
   const weights = o.hub && manifests ? { weights: { manifests, hub: o.hub, local, ...(planner ? { planner } : {}), ...(admin ? { admin } : {}) } } : {};
   const projector: Projector = new Projector({ ...(o.sink ? { sink: o.sink } : {}), config, engineKeys: new EngineKeys(o.engineSecret), memory, store, leadership, interval: load, scheduler, log, ...weights });
   const writer = new LedgerWriter({ ...(o.usage ? { source: o.usage } : {}), store, retentionMs: settings.usageRetentionMs, log });

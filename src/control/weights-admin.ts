@@ -9,7 +9,7 @@ import type { Logger } from "pino";
 import { errorText } from "../lib/format";
 import type { Scheduler } from "../lib/scheduler";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
-import type { WeightsManifest } from "../protocol/weights";
+import { type WeightsManifest, fileSourceRepo, sourceRepo } from "../protocol/weights";
 import type { WeightsInFlight, WeightsNodeView, WeightsPullBody, WeightsPullResult, WeightsRemoval, WeightsRemoveBody, WeightsRemoveResult, WeightsRowView } from "../protocol/weights-admin";
 import { ConflictError, InvalidRequestError, NotFoundError } from "./errors";
 import type { EventLog } from "./event-log";
@@ -28,24 +28,29 @@ export interface WeightsAdminOptions {
   /** Each node's assignments now (the projector's): a revision a replica uses is not removed. */
   assignments: (node: string) => readonly { id: string; source?: string | undefined; revision: string | null }[];
   events: Pick<EventLog, "event">;
+  /** Weights placed at file:// sources, as nodes found them (local-weights.ts): listed, pulled and removed (copies only) as the Hub's. */
+  local?: { revisionOf(source: string): string | undefined };
   /** Where pulls and removals are kept until done. */
   store: WeightsOrdersPort;
   scheduler: Pick<Scheduler, "now">;
   log: Logger;
 }
 
-/** The catalog models whose weights come from the Hub, pinned to a commit. */
-function hubModels(snap: Snapshot): { name: string; repo: string; revision: string }[] {
+/** The catalog models whose weights come from the Hub, pinned to a commit, and those placed at a file:// source some node found (`localRevision`). */
+function hubModels(snap: Snapshot, localRevision: (source: string) => string | undefined = () => undefined): { name: string; repo: string; revision: string }[] {
   const out: { name: string; repo: string; revision: string }[] = [];
   for (const m of snap.models) {
     const { source, revision } = m.spec;
     if (source?.startsWith("hf://") === true && revision !== undefined && /^[0-9a-f]{40}$/.test(revision)) out.push({ name: m.name, repo: source.slice(5), revision });
+    const found = source?.startsWith("file://") === true ? localRevision(source!) : undefined;
+    if (found !== undefined) out.push({ name: m.name, repo: fileSourceRepo(source!.slice("file://".length)), revision: found });
   }
   return out;
 }
 
 export class WeightsAdmin {
   private readonly requests: WeightsRequests;
+  private readonly localRevision = (source: string) => this.o.local?.revisionOf(source);
 
   constructor(private readonly o: WeightsAdminOptions) {
     this.requests = new WeightsRequests({ store: o.store, scheduler: o.scheduler, log: o.log, changed: () => void o.planner.remake() });
@@ -86,7 +91,7 @@ export class WeightsAdmin {
     const snap = await this.o.memory.snapshot();
     const held = new Map(snap.nodes.map((n) => [n.name, this.o.planner.reportOf(n.name)?.held ?? []] as const));
     const seeded = this.requests.seededKeys();
-    return weightsRows({ nodes: snap.nodes, models: hubModels(snap), status: this.o.planner.latest()?.status ?? [], held, manifest: (r, v) => this.o.manifests.known(r, v), seeded });
+    return weightsRows({ nodes: snap.nodes, models: hubModels(snap, this.localRevision), status: this.o.planner.latest()?.status ?? [], held, manifest: (r, v) => this.o.manifests.known(r, v), seeded });
   }
 
   /** Each node's copy of a model's pinned revision; undefined when its weights do not come from the Hub. */
@@ -102,9 +107,11 @@ export class WeightsAdmin {
   /** A model's weights onto a fabric's nodes or the nodes named, with no replica there. */
   async pull(body: WeightsPullBody): Promise<WeightsPullResult> {
     const snap = await this.o.memory.snapshot();
-    const model = hubModels(snap).find((m) => m.name === body.model);
+    const model = hubModels(snap, this.localRevision).find((m) => m.name === body.model);
     if (model === undefined) {
-      if (!snap.models.some((m) => m.name === body.model)) throw new NotFoundError(`model "${body.model}" not found`);
+      const found = snap.models.find((m) => m.name === body.model);
+      if (found === undefined) throw new NotFoundError(`model "${body.model}" not found`);
+      if (found.spec.source?.startsWith("file://") === true) throw new InvalidRequestError(`model "${body.model}": no node holds ${found.spec.source} (no agent found the directory): there is nothing to copy yet`, ["model"]);
       throw new InvalidRequestError(`model "${body.model}" has no source: hf://ORG/NAME pinned to a commit: llmgw fetches only weights from the Hub`, ["model"]);
     }
     let nodes: string[];
@@ -130,7 +137,7 @@ export class WeightsAdmin {
     const snap = await this.o.memory.snapshot();
     if (!snap.nodes.some((n) => n.name === body.node)) throw new NotFoundError(`node "${body.node}" not found`);
     const held = this.o.planner.reportOf(body.node)?.held ?? [];
-    const model = hubModels(snap).find((m) => m.name === body.model);
+    const model = hubModels(snap, this.localRevision).find((m) => m.name === body.model);
     let repo: string;
     let revisions: string[];
     if (model !== undefined) {
@@ -148,7 +155,7 @@ export class WeightsAdmin {
     const foreign = mine.filter((h) => !h.fetched);
     if (foreign.length > 0) throw new ConflictError(`${body.node} holds ${repo}@${foreign[0]!.revision.slice(0, 12)} but llmgw did not fetch it (an operator placed it): it is left alone; remove it on the node by hand`);
     for (const a of this.o.assignments(body.node))
-      if (a.source === `hf://${repo}` && a.revision !== null && revisions.includes(a.revision))
+      if (sourceRepo(a.source) === repo && a.revision !== null && revisions.includes(a.revision))
         throw new ConflictError(`replica ${a.id} on ${body.node} uses ${repo}@${a.revision.slice(0, 12)}: scale the model down or delete it first`);
     const at = this.o.scheduler.now();
     await this.requests.put(mine.map((h) => ({ node: body.node, repo, revision: h.revision, kind: "remove" as const, at })));
