@@ -41,6 +41,7 @@ import { Replicas } from "./replicas";
 import { WeightsFetcher } from "./weights-fetch";
 import { WeightsDisk } from "./weights-disk";
 import { type ByteRate, byteRate } from "./weights-rate";
+import { LocalWeightsFinder } from "./weights-local";
 import { WeightsStock } from "./weights-stock";
 import { WeightsRemover } from "./weights-remove";
 import { errorText } from "../lib/format";
@@ -105,6 +106,7 @@ export class NodeAgent {
   private readonly replicas: Replicas;
   private readonly fetcher: WeightsFetcher;
   private readonly weightsStock: WeightsStock;
+  private readonly local: LocalWeightsFinder;
   private readonly weightsRate: ByteRate;
   private readonly remover: WeightsRemover;
   private readonly stock: NodeStock;
@@ -150,6 +152,18 @@ export class NodeAgent {
     const rate = byteRate(opts.config.weights_max_rate, scheduler);
     const disk = new WeightsDisk({ modelsDir: opts.config.models_dir, maxBytes: opts.config.models_max_bytes ?? null, scheduler, log: this.log.child({ component: "weights" }) });
     this.weightsStock = new WeightsStock({ disk, log: this.log, pace, intervalMs: timing.inventoryIntervalMs });
+    this.local = new LocalWeightsFinder({
+      modelsDir: opts.config.models_dir,
+      stateDir: opts.config.state_dir,
+      scheduler,
+      log: this.log.child({ component: "weights" }),
+      intervalMs: timing.inventoryIntervalMs,
+      onChange: () => {
+        void this.weightsStock.refresh();
+        this.replicas.weightsChanged();
+        pace.heartbeatSoon();
+      },
+    });
     this.weightsRate = rate;
     this.fetcher = new WeightsFetcher({
       modelsDir: opts.config.models_dir,
@@ -158,6 +172,8 @@ export class NodeAgent {
       maxTransfers: opts.config.weights_max_transfers,
       throttle: (n) => rate.take(n),
       onWhole: (repo, revision, bytes) => {
+        // Weights an operator placed (file:// found here) are theirs: never marked fetched, so never evicted.
+        if (this.local.placedHere(repo, revision)) return;
         disk.recordFetch(repo, revision, bytes).catch((e) => this.log.warn({ repo, revision, err: errorText(e) }, "the record of fetched weights was not written"));
       },
       // Never evicted: what a replica here runs or waits for, what the head node wants here, what a peer copies now.
@@ -190,6 +206,7 @@ export class NodeAgent {
       apply: (set) => this.replicas.apply(set),
       // An older head node says nothing of weights: nothing is fetched, nothing stopped.
       weights: (res) => {
+        this.local.apply(res.local_sources);
         if (res.weights !== undefined || res.fetches !== undefined) this.fetcher.apply(res.weights ?? [], res.fetches);
         this.remover.apply(res.remove ?? []);
       },
@@ -308,6 +325,7 @@ export class NodeAgent {
       transfers: this.fetcher.transfers(),
       ...this.weightsStock.report(),
       ...this.remover.report(),
+      ...this.local.report(),
       logs_port: this.logs.port,
       logs_tls_cert: this.logs.tlsCert,
     };

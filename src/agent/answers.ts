@@ -23,7 +23,7 @@ export interface AnswersOptions {
   /** Applies an accepted set (one reconcile at a time; see Replicas.apply). */
   apply: (set: Assignment[]) => void;
   /** An accepted answer's weights and transfer orders (weights-fetch.ts); absent: none are run. */
-  weights?: (res: Pick<HeartbeatResponse, "weights" | "fetches" | "remove">) => void;
+  weights?: (res: Pick<HeartbeatResponse, "weights" | "fetches" | "remove" | "local_sources">) => void;
 }
 
 export class Answers {

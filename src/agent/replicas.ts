@@ -10,6 +10,7 @@ import type { AgentConfig } from "../config";
 import { errorText } from "../lib/format";
 import type { Scheduler } from "../lib/scheduler";
 import type { Assignment, ReplicaReport } from "../protocol/heartbeat";
+import { sourceRepo } from "../protocol/weights";
 import { HEALTH_TIMEOUT_MS, type Launch, renderLaunch } from "./engines";
 import { engineBins, type NodeStock } from "./node-stock";
 import type { Pace } from "./pace";
@@ -33,9 +34,9 @@ export interface ReplicasOptions {
   recordUse?: (repo: string, revision: string) => void;
 }
 
-/** The Hub repository of an assignment's weights, when they come from one. */
+/** The repository of an assignment's weights in the cache, when they come from a source (the Hub's, or a file:// one's as found on some node) pinned to a revision. */
 function hubRepo(a: Assignment): string | undefined {
-  return a.source?.startsWith("hf://") === true && a.revision !== null ? a.source.slice(5) : undefined;
+  return a.revision !== null ? sourceRepo(a.source) : undefined;
 }
 
 export class Replicas {

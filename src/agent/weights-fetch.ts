@@ -68,6 +68,19 @@ const fileKey = (o: Pick<FetchOrder, "repo" | "revision">, path: string) => `${o
 /** A source in a report: "hub", or the node it copies from. */
 const sourceName = (o: FetchOrder) => (o.from.kind === "hub" ? "hub" : o.from.node);
 
+/**
+ * The fetch a transfer uses: from a peer whose listener serves HTTPS, one that trusts exactly the
+ * certificate the head node relayed from that peer's heartbeats (it lists the peer's address),
+ * and nothing a CA signed; verification is never skipped.
+ */
+export function fetchFor(order: FetchOrder, base: typeof fetch | undefined): { fetch?: typeof fetch } {
+  const cert = order.from.kind === "peer" ? order.from.cert : undefined;
+  if (cert === undefined) return base !== undefined ? { fetch: base } : {};
+  const f = base ?? fetch;
+  const pinned = ((url: string | URL | Request, init?: RequestInit) => f(url, { ...init, tls: { ca: cert } } as RequestInit)) as typeof fetch;
+  return { fetch: pinned };
+}
+
 export class WeightsFetcher {
   private wants = new Map<string, WeightsManifest>();
   /** Revisions whose snapshot is linked, whole. */
@@ -280,7 +293,7 @@ export class WeightsFetcher {
           r.done += n;
         },
         ...(this.o.throttle ? { throttle: this.o.throttle } : {}),
-        ...(this.o.fetch ? { fetch: this.o.fetch } : {}),
+        ...fetchFor(order, this.o.fetch),
       });
       this.running.delete(k);
       // Linked at once: the node holds the file and serves it to its peers (the head node's plan

@@ -30,6 +30,8 @@ import type { RevisionResolver } from "../control/revision-pins";
 import { type ManifestSource, Manifests } from "../control/manifests";
 import type { HubOrders } from "../control/weights-orders";
 import { WeightsPlanner } from "../control/weights-planner";
+import type { HeartbeatRequest } from "../protocol/heartbeat";
+import { LocalManifests, withLocal } from "../control/local-weights";
 import { WeightsAdmin } from "../control/weights-admin";
 import type { StorePort, UnchangedHeartbeats } from "../control/store-port";
 import { Teams } from "../control/teams";
@@ -112,14 +114,17 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
   const memory = new NodeMemory({ store, log });
   const events = new EventLog({ store, scheduler });
   const usage = new UsageExchange({ ...(o.usage ? { source: o.usage } : {}), ...(o.shared ? { shared: o.shared } : {}), store, log });
-  const manifests = o.hub ? new Manifests({ hub: o.hub, scheduler, log }) : undefined;
+  const hubManifests = o.hub ? new Manifests({ hub: o.hub, scheduler, log }) : undefined;
   const wlog = log.child({ component: "weights" });
+  // Weights placed at file:// sources, as nodes report them: manifests beside the Hub's.
+  const local = new LocalManifests({ log: wlog, changed: () => void planner?.remake() });
+  const manifests = hubManifests ? withLocal(hubManifests, local) : undefined;
   const planner: WeightsPlanner | undefined =
     o.hub && manifests
-      ? new WeightsPlanner({ manifests, hub: o.hub, memory, store, assignments: (n) => projector.assignmentsOf(n), scheduler, log: wlog, seeds: () => admin?.allSeeds() ?? [], observe: (hb, b, a) => admin?.observe(hb, b, a) })
+      ? new WeightsPlanner({ manifests, hub: o.hub, local, memory, store, assignments: (n) => projector.assignmentsOf(n), scheduler, log: wlog, seeds: () => admin?.allSeeds() ?? [], observe: (hb, b, a) => admin?.observe(hb, b, a) })
       : undefined;
-  const admin: WeightsAdmin | undefined = planner && manifests ? new WeightsAdmin({ planner, manifests, memory, assignments: (n) => projector.assignmentsOf(n), events, log: wlog }) : undefined;
-  const weights = o.hub && manifests ? { weights: { manifests, hub: o.hub, ...(planner ? { planner } : {}), ...(admin ? { admin } : {}) } } : {};
+  const admin: WeightsAdmin | undefined = planner && manifests ? new WeightsAdmin({ planner, manifests, local, memory, assignments: (n) => projector.assignmentsOf(n), events, store, scheduler, log: wlog }) : undefined;
+  const weights = o.hub && manifests ? { weights: { manifests, hub: o.hub, local, ...(planner ? { planner } : {}), ...(admin ? { admin } : {}) } } : {};
   const projector: Projector = new Projector({ ...(o.sink ? { sink: o.sink } : {}), config, engineKeys: new EngineKeys(o.engineSecret), memory, store, leadership, interval: load, scheduler, log, ...weights });
   const writer = new LedgerWriter({ ...(o.usage ? { source: o.usage } : {}), store, retentionMs: settings.usageRetentionMs, log });
   // The budgets' spend is read once the tick's rows are written, so the figure holds them.
@@ -133,7 +138,10 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
   // Several routers on one store share each key's and team's rate limits (limit-shares.ts).
   const limits = o.shared && o.sink && o.usage ? new LimitShareExchange({ ...o.shared, source: o.usage, sink: o.sink, store, scheduler, log }) : undefined;
   const loop = new ControlLoop({ store, memory, projector, usage, ...(limits ? { limits } : {}), ledger, leadership, lock, clock, load, events, wake: wakeups, config, scaleDownDelayMs: settings.scaleDownDelayMs, ...(o.newId ? { newId: o.newId } : {}), ...(planner ? { weights: planner } : {}), scheduler, log });
-  const intake = new NodeIntake({ store, ...(o.fast ? { fast: o.fast } : {}), memory, projector, lock, clock, load, wake: wakeups, policy: settings.policy, config, scheduler, log, ...(planner ? { weights: planner } : {}) });
+  const intake = new NodeIntake({ store, ...(o.fast ? { fast: o.fast } : {}), memory, projector, lock, clock, load, wake: wakeups, policy: settings.policy, config, scheduler, log, ...(planner ? { weights: { note: (hb: HeartbeatRequest) => {
+          local.note(hb);
+          planner.note(hb);
+        } } } : {}) });
   return {
     identity: new NodeIdentity({ store, joinToken: o.joinToken ?? new JoinToken() }),
     intake,

@@ -29,7 +29,14 @@ export interface AssignmentProjection {
 }
 
 /** Every node's assignment set: the shards of replicas starting or ready whose model and profile still exist. */
-export function assignments(snapshot: Snapshot, config: ReconcileConfig, engineKey: EngineKeyOf, settledBefore: ReadonlyMap<string, string | null>): AssignmentProjection {
+export function assignments(
+  snapshot: Snapshot,
+  config: ReconcileConfig,
+  engineKey: EngineKeyOf,
+  settledBefore: ReadonlyMap<string, string | null>,
+  /** The revision a file:///PATH source's weights were found at on some node (local-weights.ts), undefined while none has them. */
+  localRevision: (source: string) => string | undefined = () => undefined,
+): AssignmentProjection {
   const byNode = new Map<string, Assignment[]>(snapshot.nodes.map((n) => [n.name, []]));
   const settled = new Map<string, string | null>();
   const models = new Map(snapshot.models.map((m) => [m.name, m.spec]));
@@ -40,7 +47,9 @@ export function assignments(snapshot: Snapshot, config: ReconcileConfig, engineK
     const spec = models.get(r.model);
     const profile = spec?.profiles.find((p) => p.name === r.profile);
     if (!spec || !profile || r.port === null) continue;
-    const revision = revisionFor(r, spec, snapshot, settledBefore, settled);
+    // Weights placed at a file:// source: the revision some node found them at, and the agents copy that.
+    const local = spec.source?.startsWith("file://") === true;
+    const revision = local ? (localRevision(spec.source!) ?? null) : revisionFor(r, spec, snapshot, settledBefore, settled);
     const key = engineKey(r.id);
     r.shards.forEach((s, rank) => {
       let list = byNode.get(s.node);
@@ -56,7 +65,7 @@ export function assignments(snapshot: Snapshot, config: ReconcileConfig, engineK
         engine_key: key,
         revision,
         // Weights from the Hub: the agent fetches the revision's snapshot before the engine starts.
-        ...(spec.source?.startsWith("hf://") === true && revision !== null ? { source: spec.source } : {}),
+        ...(spec.source !== undefined && revision !== null ? { source: spec.source } : {}),
         // Always given, so an agent's own default (shorter, on older agents) never cuts it short.
         start_timeout_ms: agentStartTimeout(profile, config),
         gpu_uuids: s.gpus.map((i) => uuids.get(`${s.node}\u0000${i}`) ?? `unknown-${i}`),

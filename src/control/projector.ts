@@ -42,6 +42,8 @@ export interface ProjectorOptions {
     planner?: Pick<WeightsPlanner, "orders">;
     /** `weights pull` and `weights rm` (weights-admin.ts): revisions a node is to hold with no replica there, and to remove. */
     admin?: { seedsOf(node: string): { repo: string; revision: string }[]; removalsOf(node: string): WeightsRemoval[] };
+    /** Weights operators placed at file:// sources, as nodes found them (local-weights.ts). */
+    local?: { revisionOf(source: string): string | undefined; version(): number };
   };
 }
 
@@ -66,6 +68,9 @@ export class Projector {
    * (see projections.ts). In memory: a restarted head node settles it again.
    */
   private replicaRevisions: ReadonlyMap<string, string | null> = new Map();
+  private localVersion = 0;
+  private sourcesOf: { snap: Snapshot; list: string[] } | undefined;
+  private readonly localRevision = (source: string) => this.o.weights?.local?.revisionOf(source);
   /** Of the group of heartbeats under way, the latest snapshot whose endpoints are yet to be published. */
   private endpointsDue: Snapshot | undefined;
 
@@ -114,6 +119,7 @@ export class Projector {
       weights = { weights: all.weights, ...(fetches !== undefined ? { fetches } : {}) };
     }
     const remove = w?.admin?.removalsOf(node) ?? [];
+    const local = w?.local !== undefined ? this.localSources() : [];
     // The epoch the assignments come from: this one's when leading, the leader's when standing by (0: a single head node).
     return {
       assignments,
@@ -123,6 +129,7 @@ export class Projector {
       epoch: this.o.leadership.get().epoch,
       ...(weights ?? {}),
       ...(remove.length > 0 ? { remove } : {}),
+      ...(local.length > 0 ? { local_sources: local } : {}),
     };
   }
 
@@ -172,7 +179,7 @@ export class Projector {
     const all = new Set(nodes);
     for (const r of replicas) for (const sh of r.shards) all.add(sh.node);
     const sub = { ...snapshot, nodes: snapshot.nodes.filter((n) => all.has(n.name)), gpus: snapshot.gpus.filter((g) => all.has(g.node)), replicas };
-    const { byNode, settled } = project.assignments(sub, this.o.config, this.o.engineKeys.of, this.replicaRevisions);
+    const { byNode, settled } = project.assignments(sub, this.o.config, this.o.engineKeys.of, this.replicaRevisions, this.localRevision);
     const live = new Set(snapshot.replicas.map((r) => r.id));
     const merged = new Map<string, string | null>();
     for (const [id, v] of this.replicaRevisions) if (live.has(id)) merged.set(id, v);
@@ -195,12 +202,16 @@ export class Projector {
     const prev = this.projectedFrom;
     const reported = this.o.memory.reported;
     this.projectedFrom = { snapshot, reported };
-    const touched = prev && prev.reported === reported ? project.touchedNodes(prev.snapshot, snapshot) : undefined;
+    // Weights found at a file:// source since (a revision now known): every node again.
+    const localVersion = this.o.weights?.local?.version() ?? 0;
+    const sameLocal = localVersion === this.localVersion;
+    this.localVersion = localVersion;
+    const touched = prev && prev.reported === reported && sameLocal ? project.touchedNodes(prev.snapshot, snapshot) : undefined;
     if (touched) {
       if (touched.size > 0) this.refreshNodes(snapshot, touched);
       return;
     }
-    const { byNode, settled } = project.assignments(snapshot, this.o.config, this.o.engineKeys.of, this.replicaRevisions);
+    const { byNode, settled } = project.assignments(snapshot, this.o.config, this.o.engineKeys.of, this.replicaRevisions, this.localRevision);
     this.replicaRevisions = settled;
     this.broker.offerAll(snapshot.nodes.map((n) => [n.name, byNode.get(n.name) ?? []] as const));
   }
@@ -231,8 +242,16 @@ export class Projector {
     await this.keys.publish(this.live ? this.o.sink : undefined);
   }
 
+  /** The catalog's file:// sources, as last projected: every agent looks for them on its disk. */
+  private localSources(): string[] {
+    const snap = this.projectedFrom?.snapshot;
+    if (snap === undefined) return [];
+    if (this.sourcesOf?.snap !== snap) this.sourcesOf = { snap, list: [...new Set(snap.models.map((m) => m.spec.source).filter((s): s is string => s?.startsWith("file://") === true))].sort() };
+    return this.sourcesOf.list;
+  }
+
   private keyOf(snap: Snapshot): string | undefined {
-    return snap.version === undefined ? undefined : `${snap.version}/${this.o.memory.reported}`;
+    return snap.version === undefined ? undefined : `${snap.version}/${this.o.memory.reported}/${this.o.weights?.local?.version() ?? 0}`;
   }
 
   private publish(snapshot: Snapshot): void {

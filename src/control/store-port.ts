@@ -10,7 +10,7 @@ import type { ShareRow, Shares } from "./limit-shares";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { UsageRow } from "../protocol/routing";
 import type { AdminState } from "../protocol/views";
-import type { ApiKeyRow, ChangeRead, KeyPatch, TeamPatch, TeamRow, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, GpuRow, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, RouterUsage, SharedTokenKind, Snapshot, StoreChange, TokenDigests } from "./types";
+import type { ApiKeyRow, ChangeRead, KeyPatch, TeamPatch, TeamRow, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, GpuRow, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, RouterUsage, SharedTokenKind, Snapshot, StoreChange, TokenDigests, WeightsOrderRow } from "./types";
 
 /** One join to write: the heartbeat, and its node's credential hash and whether it waits for approval. */
 export interface JoinWrite {
@@ -227,6 +227,19 @@ export interface NodeReportsPort {
   nodeReports(): Promise<NodeReportRow[]>;
 }
 
+/**
+ * The operator's pulls and removals of weights not done yet (weights-admin.ts): kept so a head
+ * node that restarts, or another control plane that comes to lead, carries them on.
+ */
+export interface WeightsOrdersPort {
+  /** Every order kept, by node, repository and revision. */
+  weightsOrders(): Promise<WeightsOrderRow[]>;
+  /** Writes the orders in one transaction, each replacing any of its node, repository and revision (a pull replaces a removal, and the reverse). */
+  putWeightsOrders(rows: readonly WeightsOrderRow[]): Promise<void>;
+  /** Deletes the orders named, each only while it is still of the kind given (a newer order of the other kind stays), in one transaction. */
+  deleteWeightsOrders(keys: readonly Omit<WeightsOrderRow, "at">[]): Promise<void>;
+}
+
 /** Another writer's commits: told of, and read alone. */
 export interface ChangeFeed {
   /**
@@ -284,6 +297,7 @@ export interface StorePort
     LimitSharesPort,
     LedgerPort,
     NodeReportsPort,
+    WeightsOrdersPort,
     ChangeFeed,
     SharedSecretsPort,
     BackupPort {}

@@ -32,6 +32,8 @@ export interface TransferNode {
   unusable?: string | undefined;
   /** Its agent's listener, scheme://host:port; undefined when it has none: then it never serves. */
   peerUrl: string | undefined;
+  /** Its listener's certificate (PEM) when peerUrl is https: what a node copying from it trusts. */
+  peerCert?: string | undefined;
   /** SHA-256 of its credential: the grants to copy from it are derived from it. */
   credentialSha256: string;
   held: readonly WeightsHeld[];
@@ -58,6 +60,8 @@ export interface HubAccess {
   endpoint: string;
   token?: string | undefined;
   needsToken(repo: string): boolean;
+  /** Weights placed at a file:// source (local-weights.ts): never fetched from the Hub, copied from any node holding them. */
+  isLocal?: (repo: string) => boolean;
 }
 
 export interface TransferInput {
@@ -305,7 +309,7 @@ function orderFromPeer(ctx: Ctx, v: NodeView, m: WeightsManifest, f: WeightFile,
   const base = src.node.peerUrl!.replace(/\/+$/, "");
   const url = `${base}/weights/v1/${m.repo}/${m.revision}/${encodePath(f.path)}?expires=${ctx.expiresAt}`;
   const grant = transferGrant(src.node.credentialSha256, m.repo, m.revision, f.path, ctx.expiresAt);
-  v.orders.push({ repo: m.repo, revision: m.revision, file: f, from: { kind: "peer", node: src.name, url, grant } });
+  v.orders.push({ repo: m.repo, revision: m.revision, file: f, from: { kind: "peer", node: src.name, url, grant, ...(src.node.peerCert !== undefined ? { cert: src.node.peerCert } : {}) } });
   v.fetches++;
   src.serves++;
   markComing(ctx, revKey(m.repo, m.revision), f.path, v);
@@ -463,6 +467,10 @@ function planFile(ctx: Ctx, m: WeightsManifest, f: WeightFile, needers: NodeView
     }
     else orderFromPeer(ctx, v, m, f, src);
   }
+  if (ctx.hub.isLocal?.(m.repo) === true) {
+    planFromAnyHolder(ctx, m, f, rest);
+    return;
+  }
   // The Hub, once per fabric: a node whose fabric is already getting the file waits for it.
   const coming = ctx.coming.get(fileKey(k, f.path));
   let candidates: NodeView[] = [];
@@ -486,6 +494,29 @@ function planFile(ctx: Ctx, m: WeightsManifest, f: WeightFile, needers: NodeView
       else next.push(v);
     }
     candidates = next;
+  }
+}
+
+/**
+ * A file placed at a file:// source, to nodes no peer of whose fabric holds it: copied from any
+ * node holding it, whatever its fabric (there is no Hub to fetch it from).
+ */
+function planFromAnyHolder(ctx: Ctx, m: WeightsManifest, f: WeightFile, needers: NodeView[]): void {
+  const k = revKey(m.repo, m.revision);
+  for (const v of needers) {
+    const holders = [...ctx.views.values()].filter((p) => p !== v && p.canServe && holds(p, k, f.path)).sort((a, b) => byString(a.name, b.name));
+    if (holders.length === 0) {
+      const coming = ctx.coming.get(fileKey(k, f.path));
+      wait(ctx, v, k, coming !== undefined ? `waiting for ${f.path} to arrive on a node, to copy it from there` : `no node that serves its peers holds ${f.path} (weights placed by hand are never fetched from the Hub)`);
+      continue;
+    }
+    if (v.fetches >= ctx.max.transfers) {
+      wait(ctx, v, k, `at most ${ctx.max.transfers} transfers at a time on ${v.name}`);
+      continue;
+    }
+    const src = pickHolder(ctx, holders, ctx.avoid.get(`${v.name}\u0000${fileKey(k, f.path)}`));
+    if (src === undefined) wait(ctx, v, k, `waiting for a source of ${f.path}: the nodes holding it serve the most transfers allowed (${ctx.max.serves})`);
+    else orderFromPeer(ctx, v, m, f, src);
   }
 }
 
@@ -609,7 +640,7 @@ export interface WeightsPreference {
 }
 
 /** Per node by name, its preference for the revision's weights, from what every node holds and fetches. */
-export function placementPreference(nodes: readonly TransferNode[], manifest: WeightsManifest): Map<string, WeightsPreference> {
+export function placementPreference(nodes: readonly TransferNode[], manifest: WeightsManifest, local = false): Map<string, WeightsPreference> {
   const k = revKey(manifest.repo, manifest.revision);
   const ctx = buildCtx({ manifests: [manifest], nodes, wants: [], hub: { endpoint: "", needsToken: () => false }, now: 0 });
   const out = new Map<string, WeightsPreference>();
@@ -621,6 +652,7 @@ export function placementPreference(nodes: readonly TransferNode[], manifest: We
     let laterBytes = 0;
     let hubBytes = 0;
     let laterFrom: NodeView | undefined;
+    let farFrom: NodeView | undefined;
     for (const f of manifest.files) {
       if (holds(v, k, f.path)) continue;
       const hs = servers.filter((p) => holds(p, k, f.path));
@@ -633,10 +665,15 @@ export function placementPreference(nodes: readonly TransferNode[], manifest: We
       if (getter !== undefined) {
         laterBytes += f.size;
         laterFrom ??= getter;
-      } else hubBytes += f.size;
+      } else {
+        hubBytes += f.size;
+        if (local) farFrom ??= [...ctx.views.values()].find((p) => p !== v && p.canServe && holds(p, k, f.path));
+      }
     }
     const parts: string[] = [];
-    if (hubBytes > 0) parts.push(`fetch ${bytes(hubBytes)} from the Hub`);
+    // Weights placed by hand have no Hub: what no peer of the fabric holds comes from a node of another.
+    if (hubBytes > 0 && local) parts.push(farFrom !== undefined ? `copy ${bytes(hubBytes)} from ${farFrom.name}, of another fabric` : `copy ${bytes(hubBytes)} from a node of another fabric`);
+    else if (hubBytes > 0) parts.push(`fetch ${bytes(hubBytes)} from the Hub`);
     if (copyBytes > 0) {
       const ranked = [...perHolder].sort((a, b) => b[1] - a[1] || byString(a[0].name, b[0].name));
       const top = ranked[0]![0];

@@ -277,6 +277,16 @@ export interface NodeReportRow {
   at: number;
 }
 
+/** An operator's `weights pull` (kind "pull") or `weights rm` ("remove") of one revision on one node, not done yet. */
+export interface WeightsOrderRow {
+  node: string;
+  repo: string;
+  revision: string;
+  kind: "pull" | "remove";
+  /** When it was asked for (ms since epoch). */
+  at: number;
+}
+
 /**
  * What another writer changed, as far as the store can tell: "seen" when only nodes' last
  * heartbeats moved; "reports" for node reports; "meta" for what the in-memory image does not

@@ -2,19 +2,22 @@
 // replica there: the plan fetches it like a replica's), `weights rm` (a node told to remove a
 // revision no replica of it uses, in its heartbeat answer, until it says what became of it),
 // the transfer events written as nodes' reports change, and the views of weights-views.ts.
-// Pulls and removals are kept in memory: a restarted head node forgets pulls not yet done (what
-// a node holds stays on its disk) and asks for no removal it had not been answered.
+// Pulls and removals are kept in the store until done (weights-requests.ts): a restarted head
+// node, or the control plane that leads after it, carries them on.
 
 import type { Logger } from "pino";
 import { errorText } from "../lib/format";
+import type { Scheduler } from "../lib/scheduler";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
-import type { WeightsManifest } from "../protocol/weights";
+import { type WeightsManifest, fileSourceRepo, sourceRepo } from "../protocol/weights";
 import type { WeightsInFlight, WeightsNodeView, WeightsPullBody, WeightsPullResult, WeightsRemoval, WeightsRemoveBody, WeightsRemoveResult, WeightsRowView } from "../protocol/weights-admin";
 import { ConflictError, InvalidRequestError, NotFoundError } from "./errors";
 import type { EventLog } from "./event-log";
 import type { NodeMemory } from "./node-memory";
+import type { WeightsOrdersPort } from "./store-port";
 import type { Snapshot } from "./types";
 import type { WeightsWant } from "./transfers";
+import { WeightsRequests } from "./weights-requests";
 import type { NodeWeights, WeightsPlanner } from "./weights-planner";
 import { transferEvents, weightsInFlight, weightsRows } from "./weights-views";
 
@@ -25,64 +28,70 @@ export interface WeightsAdminOptions {
   /** Each node's assignments now (the projector's): a revision a replica uses is not removed. */
   assignments: (node: string) => readonly { id: string; source?: string | undefined; revision: string | null }[];
   events: Pick<EventLog, "event">;
+  /** Weights placed at file:// sources, as nodes found them (local-weights.ts): listed, pulled and removed (copies only) as the Hub's. */
+  local?: { revisionOf(source: string): string | undefined };
+  /** Where pulls and removals are kept until done. */
+  store: WeightsOrdersPort;
+  scheduler: Pick<Scheduler, "now">;
   log: Logger;
 }
 
-const revKey = (repo: string, revision: string) => `${repo}@${revision}`;
-
-/** The catalog models whose weights come from the Hub, pinned to a commit. */
-function hubModels(snap: Snapshot): { name: string; repo: string; revision: string }[] {
+/** The catalog models whose weights come from the Hub, pinned to a commit, and those placed at a file:// source some node found (`localRevision`). */
+function hubModels(snap: Snapshot, localRevision: (source: string) => string | undefined = () => undefined): { name: string; repo: string; revision: string }[] {
   const out: { name: string; repo: string; revision: string }[] = [];
   for (const m of snap.models) {
     const { source, revision } = m.spec;
     if (source?.startsWith("hf://") === true && revision !== undefined && /^[0-9a-f]{40}$/.test(revision)) out.push({ name: m.name, repo: source.slice(5), revision });
+    const found = source?.startsWith("file://") === true ? localRevision(source!) : undefined;
+    if (found !== undefined) out.push({ name: m.name, repo: fileSourceRepo(source!.slice("file://".length)), revision: found });
   }
   return out;
 }
 
 export class WeightsAdmin {
-  /** node → repo@revision → the pulled revision. */
-  private readonly seeds = new Map<string, Map<string, WeightsWant>>();
-  /** node → repo@revision → a removal the node has not answered yet. */
-  private readonly removals = new Map<string, Map<string, WeightsRemoval>>();
+  private readonly requests: WeightsRequests;
+  private readonly localRevision = (source: string) => this.o.local?.revisionOf(source);
 
-  constructor(private readonly o: WeightsAdminOptions) {}
+  constructor(private readonly o: WeightsAdminOptions) {
+    this.requests = new WeightsRequests({ store: o.store, scheduler: o.scheduler, log: o.log, changed: () => void o.planner.remake() });
+    void this.requests.reload();
+  }
 
   seedsOf(node: string): WeightsWant[] {
-    return [...(this.seeds.get(node)?.values() ?? [])];
+    return this.requests.seedsOf(node);
   }
 
   allSeeds(): WeightsWant[] {
-    return [...this.seeds.values()].flatMap((m) => [...m.values()]);
+    return this.requests.allSeeds();
   }
 
   removalsOf(node: string): WeightsRemoval[] {
-    return [...(this.removals.get(node)?.values() ?? [])];
+    return this.requests.removalsOf(node);
   }
 
   /** A node's new report (weights-planner.ts observe): removal answers and transfer events. */
   observe(hb: HeartbeatRequest, before: NodeWeights | undefined, after: NodeWeights): void {
-    const pending = this.removals.get(hb.node);
     for (const r of hb.weights_removed ?? []) {
-      if (pending?.delete(revKey(r.repo, r.revision)) !== true) continue;
+      if (!this.requests.answered(hb.node, r.repo, r.revision)) continue;
       const what = `${r.repo}@${r.revision.slice(0, 12)}`;
       if (r.error === null) this.event("weights.removed", hb.node, `${hb.node} removed ${what}`);
       else this.event("weights.remove_refused", hb.node, `${hb.node} did not remove ${what}: ${r.error}`);
     }
     for (const e of transferEvents(hb.node, before, after, (r, v) => this.o.manifests.known(r, v))) this.event(e.kind, hb.node, e.message);
+    const held = (node: string) => (node === hb.node ? after.held : this.o.planner.reportOf(node)?.held);
+    for (const d of this.requests.clearDone(held, (r, v) => this.o.manifests.known(r, v)?.files.map((f) => f.path)))
+      this.o.log.info({ repo: d.repo, revision: d.revision, nodes: d.nodes }, "weights pull done: every node named holds the revision");
   }
 
   forget(node: string): void {
-    this.seeds.delete(node);
-    this.removals.delete(node);
+    this.requests.forget(node);
   }
 
   async list(): Promise<WeightsRowView[]> {
     const snap = await this.o.memory.snapshot();
     const held = new Map(snap.nodes.map((n) => [n.name, this.o.planner.reportOf(n.name)?.held ?? []] as const));
-    const seeded = new Set<string>();
-    for (const [node, m] of this.seeds) for (const k of m.keys()) seeded.add(`${node}\u0000${k}`);
-    return weightsRows({ nodes: snap.nodes, models: hubModels(snap), status: this.o.planner.latest()?.status ?? [], held, manifest: (r, v) => this.o.manifests.known(r, v), seeded });
+    const seeded = this.requests.seededKeys();
+    return weightsRows({ nodes: snap.nodes, models: hubModels(snap, this.localRevision), status: this.o.planner.latest()?.status ?? [], held, manifest: (r, v) => this.o.manifests.known(r, v), seeded });
   }
 
   /** Each node's copy of a model's pinned revision; undefined when its weights do not come from the Hub. */
@@ -98,9 +107,11 @@ export class WeightsAdmin {
   /** A model's weights onto a fabric's nodes or the nodes named, with no replica there. */
   async pull(body: WeightsPullBody): Promise<WeightsPullResult> {
     const snap = await this.o.memory.snapshot();
-    const model = hubModels(snap).find((m) => m.name === body.model);
+    const model = hubModels(snap, this.localRevision).find((m) => m.name === body.model);
     if (model === undefined) {
-      if (!snap.models.some((m) => m.name === body.model)) throw new NotFoundError(`model "${body.model}" not found`);
+      const found = snap.models.find((m) => m.name === body.model);
+      if (found === undefined) throw new NotFoundError(`model "${body.model}" not found`);
+      if (found.spec.source?.startsWith("file://") === true) throw new InvalidRequestError(`model "${body.model}": no node holds ${found.spec.source} (no agent found the directory): there is nothing to copy yet`, ["model"]);
       throw new InvalidRequestError(`model "${body.model}" has no source: hf://ORG/NAME pinned to a commit: llmgw fetches only weights from the Hub`, ["model"]);
     }
     let nodes: string[];
@@ -114,12 +125,8 @@ export class WeightsAdmin {
       nodes = [...new Set(body.nodes!)];
     }
     nodes.sort();
-    for (const node of nodes) {
-      let m = this.seeds.get(node);
-      if (m === undefined) this.seeds.set(node, (m = new Map()));
-      m.set(revKey(model.repo, model.revision), { node, repo: model.repo, revision: model.revision });
-      this.removals.get(node)?.delete(revKey(model.repo, model.revision));
-    }
+    const at = this.o.scheduler.now();
+    await this.requests.put(nodes.map((node) => ({ node, repo: model.repo, revision: model.revision, kind: "pull" as const, at })));
     void this.o.planner.remake();
     this.event("weights.pulled", `model/${model.name}`, `weights of ${model.name} (${model.repo}@${model.revision.slice(0, 12)}) wanted on ${nodes.join(", ")}`);
     return { model: model.name, repo: model.repo, revision: model.revision, nodes, message: `fetching the weights of ${model.name} onto ${nodes.join(", ")}: see \`llmgw weights ls\`` };
@@ -130,7 +137,7 @@ export class WeightsAdmin {
     const snap = await this.o.memory.snapshot();
     if (!snap.nodes.some((n) => n.name === body.node)) throw new NotFoundError(`node "${body.node}" not found`);
     const held = this.o.planner.reportOf(body.node)?.held ?? [];
-    const model = hubModels(snap).find((m) => m.name === body.model);
+    const model = hubModels(snap, this.localRevision).find((m) => m.name === body.model);
     let repo: string;
     let revisions: string[];
     if (model !== undefined) {
@@ -148,14 +155,10 @@ export class WeightsAdmin {
     const foreign = mine.filter((h) => !h.fetched);
     if (foreign.length > 0) throw new ConflictError(`${body.node} holds ${repo}@${foreign[0]!.revision.slice(0, 12)} but llmgw did not fetch it (an operator placed it): it is left alone; remove it on the node by hand`);
     for (const a of this.o.assignments(body.node))
-      if (a.source === `hf://${repo}` && a.revision !== null && revisions.includes(a.revision))
+      if (sourceRepo(a.source) === repo && a.revision !== null && revisions.includes(a.revision))
         throw new ConflictError(`replica ${a.id} on ${body.node} uses ${repo}@${a.revision.slice(0, 12)}: scale the model down or delete it first`);
-    let m = this.removals.get(body.node);
-    if (m === undefined) this.removals.set(body.node, (m = new Map()));
-    for (const h of mine) {
-      m.set(revKey(repo, h.revision), { repo, revision: h.revision });
-      this.seeds.get(body.node)?.delete(revKey(repo, h.revision));
-    }
+    const at = this.o.scheduler.now();
+    await this.requests.put(mine.map((h) => ({ node: body.node, repo, revision: h.revision, kind: "remove" as const, at })));
     const list = mine.map((h) => h.revision);
     this.event("weights.remove", `node/${body.node}`, `${body.node} asked to remove ${list.map((r) => `${repo}@${r.slice(0, 12)}`).join(", ")}`);
     return { node: body.node, repo, revisions: list, message: `${body.node} will remove ${repo} (${list.map((r) => r.slice(0, 12)).join(", ")}) at its next heartbeat: see \`llmgw events\`` };

@@ -4,7 +4,7 @@
 // nodes of a fabric.
 
 import type { Assignment } from "../protocol/heartbeat";
-import type { FetchOrder, WeightsManifest } from "../protocol/weights";
+import { type FetchOrder, type WeightsManifest, sourceRepo } from "../protocol/weights";
 import type { Manifests } from "./manifests";
 
 export interface HubOrders {
@@ -13,9 +13,9 @@ export interface HubOrders {
   readonly token: string | undefined;
 }
 
-/** The Hub repository of an assignment's weights, when they come from one and are pinned. */
+/** The repository of an assignment's weights, when they come from a source (hf://, or file:// once a node found it) and are pinned. */
 export function hubRepoOf(a: Pick<Assignment, "source" | "revision">): string | undefined {
-  return a.source?.startsWith("hf://") === true && a.revision !== null ? a.source.slice(5) : undefined;
+  return a.revision !== null ? sourceRepo(a.source) : undefined;
 }
 
 /** The revisions a node is to hold (its replicas', then `seeds`: pulled ahead of need) with their files, and orders to fetch every file from the Hub. */

@@ -16,8 +16,10 @@ export interface NodeWeights {
   rank: 0 | 1 | 2;
   /** For `explain`: "present", "copy 134 GiB from h100-3 in fabric f1", "fetch 134 GiB from the Hub". */
   cost: string;
-  /** Why its disk cannot take the weights ("disk: needs 134 GiB, 20 GiB free"): placement passes it over. */
+  /** Why its disk cannot take the weights ("disk: needs 134 GiB, 20 GiB free"), or why no node can have them: placement passes it over. */
   noRoom?: string;
+  /** Weights placed at a file:// source: rank 0 copies them from a node of another fabric, never the Hub. */
+  local?: boolean;
 }
 
 /** Node → model → its standing; only models with an hf:// source whose file list is known. */
@@ -39,23 +41,34 @@ export function weightsStanding(
   nodes: readonly TransferNode[],
   manifestOf: (repo: string, revision: string) => WeightsManifest | undefined,
   inUse: (node: string) => ReadonlySet<string>,
+  /** A file:///PATH source's weights as some node found them (local-weights.ts), undefined while none did. */
+  localOf: (source: string) => { repo: string; revision: string } | undefined = () => undefined,
 ): Map<string, Map<string, NodeWeights>> {
   const out = new Map<string, Map<string, NodeWeights>>();
   if (nodes.length === 0) return out;
   const withUse = nodes.map((n) => ({ ...n, inUse: inUse(n.name) }));
+  const put = (node: string, model: string, w: NodeWeights) => {
+    let mine = out.get(node);
+    if (!mine) out.set(node, (mine = new Map()));
+    mine.set(model, w);
+  };
   for (const m of models) {
-    const hub = hubWeightsOf(m.spec);
-    if (hub === undefined) continue;
+    const source = m.spec.source;
+    const local = source?.startsWith("file://") === true;
+    const hub = local ? localOf(source!) : hubWeightsOf(m.spec);
+    if (hub === undefined) {
+      // No node has reported the weights placed there: nowhere to copy them from, so no node can run it.
+      if (local) for (const n of withUse) put(n.name, m.name, { rank: 0, cost: "none", noRoom: `no node holds ${source} (no agent found the directory)`, local: true });
+      continue;
+    }
     const manifest = manifestOf(hub.repo, hub.revision);
     if (manifest === undefined) continue;
-    const prefs = placementPreference(withUse, manifest);
+    const prefs = placementPreference(withUse, manifest, local);
     for (const n of withUse) {
       const p = prefs.get(n.name);
       if (p === undefined) continue;
       const fit = weightsFit(n, manifest);
-      let mine = out.get(n.name);
-      if (!mine) out.set(n.name, (mine = new Map()));
-      mine.set(m.name, { rank: p.rank, cost: p.cost, ...(fit.fits ? {} : { noRoom: fit.reason }) });
+      put(n.name, m.name, { rank: p.rank, cost: p.cost, ...(fit.fits ? {} : { noRoom: fit.reason }), ...(local ? { local: true } : {}) });
     }
   }
   return out;
@@ -66,6 +79,7 @@ export function explainWeights(s: NodeWeights | undefined): string {
   if (s === undefined) return "weights: nothing known of this node's yet (from the Hub)";
   if (s.rank === 2) return "holds the weights (present)";
   if (s.rank === 1) return `its fabric holds the weights (${s.cost})`;
+  if (s.local === true) return `weights placed by hand, held in another fabric (${s.cost})`;
   return `weights from the Hub (${s.cost})`;
 }
 

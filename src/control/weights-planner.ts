@@ -11,7 +11,8 @@ import { bracketHost } from "../lib/net";
 import type { Scheduler } from "../lib/scheduler";
 import type { ModelSpec } from "../protocol/catalog";
 import type { Assignment, HeartbeatRequest } from "../protocol/heartbeat";
-import type { DiskReport, FetchOrder, TransferReport, WeightsHeld, WeightsManifest } from "../protocol/weights";
+import { type DiskReport, type FetchOrder, type TransferReport, type WeightsHeld, type WeightsManifest, fileSourceRepo } from "../protocol/weights";
+import { isLocalRepo } from "./local-weights";
 import type { Manifests } from "./manifests";
 import type { NodeMemory } from "./node-memory";
 import type { NodeRow } from "./types";
@@ -46,6 +47,8 @@ export interface WeightsPlannerOptions {
   log: Logger;
   /** Revisions wanted on nodes with no replica there (`weights pull`, weights-admin.ts). */
   seeds?: () => readonly WeightsWant[];
+  /** Weights placed at file:// sources, as nodes found them (local-weights.ts). */
+  local?: { revisionOf(source: string): string | undefined };
   /** Told of each node's weights report with the one it replaces (the transfer events, weights-admin.ts). */
   observe?: (hb: HeartbeatRequest, before: NodeWeights | undefined, after: NodeWeights) => void;
 }
@@ -130,7 +133,10 @@ export class WeightsPlanner {
       }
       return out;
     };
-    const value = weightsStanding(models, nodes, (repo, revision) => this.o.manifests.get(repo, revision), inUse);
+    const value = weightsStanding(models, nodes, (repo, revision) => this.o.manifests.get(repo, revision), inUse, (source) => {
+      const revision = this.o.local?.revisionOf(source);
+      return revision === undefined ? undefined : { repo: fileSourceRepo(source.slice("file://".length)), revision };
+    });
     this.standing = { at: now, models, value };
     return value;
   }
@@ -193,7 +199,7 @@ export class WeightsPlanner {
       manifests: [...manifests.values()],
       nodes,
       wants,
-      hub: { endpoint: this.o.hub.endpoint, token: this.o.hub.token, needsToken: (repo) => needs.get(repo) === true },
+      hub: { endpoint: this.o.hub.endpoint, token: this.o.hub.token, needsToken: (repo) => needs.get(repo) === true, isLocal: isLocalRepo },
       now,
     });
   }
@@ -206,15 +212,17 @@ export class WeightsPlanner {
       digest = await this.o.store.credentialHashOf(n.name);
       if (digest !== undefined) this.digests.set(n.name, digest);
     }
-    // A listener serving HTTPS has a certificate of its own that the fetching node would have to
-    // trust: such a node does not serve weights to its peers yet.
-    const serves = port !== undefined && digest !== undefined && this.o.memory.logsCert(n.name) === undefined;
+    // A listener serving HTTPS sent its own certificate in its heartbeats (as for logs): the orders
+    // to copy from it carry that certificate, the one the copying node trusts.
+    const serves = port !== undefined && digest !== undefined;
+    const cert = this.o.memory.logsCert(n.name);
     const unusable = this.o.memory.unreachable.has(n.name) ? "unreachable" : n.adminState === "draining" ? "draining" : n.adminState === "pending" ? "pending approval" : undefined;
     return {
       name: n.name,
       fabrics: n.fabrics,
       ...(unusable !== undefined ? { unusable } : {}),
-      peerUrl: serves ? `http://${bracketHost(n.address)}:${port}` : undefined,
+      peerUrl: serves ? `${cert !== undefined ? "https" : "http"}://${bracketHost(n.address)}:${port}` : undefined,
+      ...(serves && cert !== undefined ? { peerCert: cert } : {}),
       credentialSha256: digest ?? "",
       held: r?.held ?? [],
       transfers: this.running(n.name, r),

@@ -7,7 +7,7 @@ import { sha256hex } from "../lib/digest";
 import { CATALOG_LIMITS, Engine, Profile } from "./catalog";
 import { Labels, Name, NodeAddress, Printable, PrintableMultiline, SegmentName } from "./common";
 import { EngineEnv } from "./engine-env";
-import { DiskReport, FetchOrder, TransferReport, WEIGHTS_LIMITS, WeightsHeld, WeightsManifest } from "./weights";
+import { DiskReport, FetchOrder, LocalWeights, TransferReport, WEIGHTS_LIMITS, WeightsHeld, WeightsManifest } from "./weights";
 import { WeightsRemoval, WeightsRemoved } from "./weights-admin";
 
 /** Limits that keep one heartbeat from costing the head node more than a fleet's worth. */
@@ -152,6 +152,8 @@ export const HeartbeatRequest = z
     disk: DiskReport.optional(),
     /** What became of the removals the head node asked for (`remove` in its answer), until it stops asking. */
     weights_removed: z.array(WeightsRemoved).max(WEIGHTS_LIMITS.revisions).optional(),
+    /** The weights found at the file:///PATH sources the head node named (`local_sources`), each with its files' sizes and sha256. */
+    local_weights: z.array(LocalWeights).max(WEIGHTS_LIMITS.revisions).optional(),
   })
   .superRefine((hb, ctx) => {
     const seenIndex = new Map<number, number>();
@@ -287,6 +289,8 @@ export const HeartbeatResponse = z.object({
   fetches: z.array(FetchOrder).max(WEIGHTS_LIMITS.orders).optional(),
   /** Revisions to remove from the node's disk (`llmgw weights rm`); the agent removes only what llmgw fetched. */
   remove: z.array(WeightsRemoval).max(WEIGHTS_LIMITS.revisions).optional(),
+  /** The catalog's file:///PATH sources: the agent looks for each on its disk and reports what it finds (`local_weights`). */
+  local_sources: z.array(z.string().max(4096)).max(WEIGHTS_LIMITS.revisions).optional(),
 });
 export type HeartbeatResponse = z.infer<typeof HeartbeatResponse>;
 

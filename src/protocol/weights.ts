@@ -167,7 +167,14 @@ export type DiskReport = z.infer<typeof DiskReport>;
 /** Where a file is to be fetched from: the Hub (the token only when the repository needs it), or a peer of the fabric with a grant. */
 export const FetchSource = z.discriminatedUnion("kind", [
   z.object({ kind: z.literal("hub"), url: z.string().url().max(4096), token: z.string().min(1).max(512).optional() }),
-  z.object({ kind: z.literal("peer"), node: z.string().min(1).max(128), url: z.string().url().max(4096), grant: z.string().regex(/^[0-9a-f]{64}$/) }),
+  z.object({
+    kind: z.literal("peer"),
+    node: z.string().min(1).max(128),
+    url: z.string().url().max(4096),
+    grant: z.string().regex(/^[0-9a-f]{64}$/),
+    /** The peer's listener certificate (PEM) when it serves HTTPS, as its heartbeats sent it: the one certificate the copy trusts. */
+    cert: z.string().min(1).max(16_384).regex(/^-----BEGIN CERTIFICATE-----[A-Za-z0-9+/=\r\n-]+-----END CERTIFICATE-----\s*$/, "must be one PEM certificate").optional(),
+  }),
 ]);
 export type FetchSource = z.infer<typeof FetchSource>;
 
@@ -188,4 +195,37 @@ export type FetchOrder = z.infer<typeof FetchOrder>;
  */
 export function transferGrant(servingCredentialSha256: string, repo: string, revision: string, path: string, expiresAt: number): string {
   return sha256hex(`llmgw-grant\u0000${servingCredentialSha256}\u0000${repo}\u0000${revision}\u0000${path}\u0000${expiresAt}`);
+}
+
+// ---- file:///PATH: weights an operator placed on some node ---------------------------------
+
+/**
+ * The repository name weights of `file:///PATH` go by once an agent found them (in its models
+ * directory's Hub cache layout, in heartbeats, plans and orders): "llmgw-file/" and the folder's
+ * name with a digest of the whole path, so two folders of one name stay apart. Both sides derive it.
+ */
+export function fileSourceRepo(path: string): string {
+  const base = (path.replace(/\/+$/, "").split("/").pop() ?? "").replace(/[^A-Za-z0-9_.-]/g, "-").replace(/^[^A-Za-z0-9]+/, "").replace(/-{2,}/g, "-").replace(/[.-]+$/, "").slice(0, 64);
+  return `llmgw-file/${base === "" ? "" : `${base}-`}${sha256hex(`file://${path}`).slice(0, 12)}`;
+}
+
+/** The repository of a source's weights as the cache holds them: hf://ORG/NAME's, or file:///PATH's fileSourceRepo. */
+export function sourceRepo(source: string | undefined): string | undefined {
+  if (source === undefined || sourceProblem(source) !== undefined) return undefined;
+  return source.startsWith("hf://") ? source.slice(5) : fileSourceRepo(source.slice(7));
+}
+
+/** An agent's report of the weights it found at one file:///PATH the head node named: each file with its size and sha256. */
+export const LocalWeights = z.object({
+  source: z.string().max(4096).refine((s) => s.startsWith("file://") && sourceProblem(s) === undefined, "must be file:///ABSOLUTE/PATH"),
+  /** A digest of the listing (every path, size and sha256): what the copies are pinned to. */
+  revision: Revision,
+  files: z.array(WeightFile).max(WEIGHTS_LIMITS.filesPerRevision),
+});
+export type LocalWeights = z.infer<typeof LocalWeights>;
+
+/** The revision of a listing of files: a digest of every path, size and sha256, in path order. */
+export function localRevision(files: readonly Pick<WeightFile, "path" | "size" | "sha256">[]): string {
+  const lines = [...files].sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0)).map((f) => `${f.path}\u0000${f.size}\u0000${f.sha256 ?? ""}\n`);
+  return sha256hex(`llmgw-local\u0000${lines.join("")}`).slice(0, 40);
 }

@@ -3,8 +3,8 @@
 // inventory writes; the node registry; the catalog; API keys and events; what several control
 // planes share. Both dialects (index.ts, pg/index.ts) are this, each with parts of its own.
 
-import type { CatalogPort, ChangeFeed, EventsPort, FleetRead, InventoryWrites, JoinWrite, KeysPort, LedgerPort, LimitSharesPort, MembershipPort, NodeRegistry, NodeReportsPort, PlanWriter, ReplicaRead, SharedSecretsPort, StorePort, UsagePort, UsageTotal } from "../control/store-port";
-import type { ApiKeyRow, ChangeRead, KeyPatch, TeamPatch, TeamRow, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, GpuRow, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, RouterUsage, SharedTokenKind, Snapshot, StoreChange, TokenDigests } from "../control/types";
+import type { CatalogPort, ChangeFeed, EventsPort, FleetRead, InventoryWrites, JoinWrite, KeysPort, LedgerPort, LimitSharesPort, MembershipPort, NodeRegistry, NodeReportsPort, PlanWriter, ReplicaRead, SharedSecretsPort, StorePort, UsagePort, UsageTotal, WeightsOrdersPort } from "../control/store-port";
+import type { ApiKeyRow, ChangeRead, KeyPatch, TeamPatch, TeamRow, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, GpuRow, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, RouterUsage, SharedTokenKind, Snapshot, StoreChange, TokenDigests, WeightsOrderRow } from "../control/types";
 import type { ShareRow, Shares } from "../control/limit-shares";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
 import type { UsageRow } from "../protocol/routing";
@@ -20,6 +20,7 @@ export interface StoreParts {
   keys: KeysPort;
   shared: MembershipPort & UsagePort & LimitSharesPort & NodeReportsPort & SharedSecretsPort;
   ledger: LedgerPort;
+  weights: WeightsOrdersPort;
 }
 
 export abstract class StoreByRole implements StorePort {
@@ -197,6 +198,15 @@ export abstract class StoreByRole implements StorePort {
   }
   nodeReports(): Promise<NodeReportRow[]> {
     return this.parts.shared.nodeReports();
+  }
+  weightsOrders(): Promise<WeightsOrderRow[]> {
+    return this.parts.weights.weightsOrders();
+  }
+  putWeightsOrders(rows: readonly WeightsOrderRow[]): Promise<void> {
+    return this.parts.weights.putWeightsOrders(rows);
+  }
+  deleteWeightsOrders(keys: readonly Omit<WeightsOrderRow, "at">[]): Promise<void> {
+    return this.parts.weights.deleteWeightsOrders(keys);
   }
   sharedSecret(key: string, candidate: string): Promise<string> {
     return this.parts.shared.sharedSecret(key, candidate);

@@ -18,6 +18,7 @@ import type { HeartbeatRequest } from "../protocol/heartbeat";
 import { type StoreParts, StoreByRole } from "./by-role";
 import { guarded } from "./errors";
 import { embeddedMigrations } from "./migrations";
+import { SqliteWeightsOrders } from "./sqlite/weights-orders";
 import * as schema from "./schema";
 import { SqliteCatalog, SqliteRecords } from "./sqlite/catalog";
 import { SqliteKeys } from "./sqlite/keys";
@@ -58,7 +59,7 @@ export class Store extends StoreByRole {
     // Tokens an older version kept in clear: digests from the first open on.
     this.db.transaction((tx) => tokenRows(tx));
     const s: Sqlite = { db: this.db, sqlite: this.sqlite };
-    this.parts = { fleet: new SqliteFleet(s), inventory: new SqliteInventory(s), nodes: new SqliteNodes(s), catalog: new SqliteCatalog(s), records: new SqliteRecords(s), keys: new SqliteKeys(s), shared: new SqliteShared(s), ledger: new SqliteLedger(s) };
+    this.parts = { fleet: new SqliteFleet(s), inventory: new SqliteInventory(s), nodes: new SqliteNodes(s), catalog: new SqliteCatalog(s), records: new SqliteRecords(s), keys: new SqliteKeys(s), shared: new SqliteShared(s), ledger: new SqliteLedger(s), weights: new SqliteWeightsOrders(s) };
   }
 
   private migrate(): void {

@@ -266,3 +266,21 @@ export const changeCounter = sqliteTable("change_counter", {
   id: integer("id").primaryKey(),
   seq: integer("seq").notNull(),
 });
+
+/**
+ * What an operator asked of a node's weights and is not done yet (weights-admin.ts): "pull" (a
+ * revision wanted on the node with no replica there), "remove" (the node to delete a revision it
+ * holds). One per node and revision: a pull replaces a removal and the reverse. Kept here so a
+ * restarted head node, or another control plane leading after it, carries them on.
+ */
+export const weightsOrders = sqliteTable(
+  "weights_orders",
+  {
+    node: text("node").notNull(),
+    repo: text("repo").notNull(),
+    revision: text("revision").notNull(),
+    kind: text("kind", { enum: ["pull", "remove"] }).notNull(),
+    at: integer("at").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.node, t.repo, t.revision] })],
+);

@@ -653,6 +653,35 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
       });
     });
 
+    describe("weights orders", () => {
+      const R = "a".repeat(40);
+      test("pulls and removals kept until deleted, one per node and revision, read by another control plane; a delete of the other kind leaves a newer order", async () => {
+        expect(await s.weightsOrders()).toEqual([]);
+        await s.putWeightsOrders([
+          { node: "n2", repo: "org/m", revision: R, kind: "pull", at: NOW },
+          { node: "n1", repo: "org/m", revision: R, kind: "pull", at: NOW },
+          { node: "n1", repo: "org/x", revision: R, kind: "remove", at: NOW + 1 },
+        ]);
+        const other = await h.other();
+        expect(await other.weightsOrders()).toEqual([
+          { node: "n1", repo: "org/m", revision: R, kind: "pull", at: NOW },
+          { node: "n1", repo: "org/x", revision: R, kind: "remove", at: NOW + 1 },
+          { node: "n2", repo: "org/m", revision: R, kind: "pull", at: NOW },
+        ]);
+        // A removal of what was pulled replaces the pull; deleting "the pull" then leaves the removal.
+        await other.putWeightsOrders([{ node: "n2", repo: "org/m", revision: R, kind: "remove", at: NOW + 2 }]);
+        await s.deleteWeightsOrders([{ node: "n2", repo: "org/m", revision: R, kind: "pull" }, { node: "n1", repo: "org/m", revision: R, kind: "pull" }]);
+        expect(await s.weightsOrders()).toEqual([
+          { node: "n1", repo: "org/x", revision: R, kind: "remove", at: NOW + 1 },
+          { node: "n2", repo: "org/m", revision: R, kind: "remove", at: NOW + 2 },
+        ]);
+        await other.deleteWeightsOrders([{ node: "n1", repo: "org/x", revision: R, kind: "remove" }, { node: "n2", repo: "org/m", revision: R, kind: "remove" }]);
+        expect(await s.weightsOrders()).toEqual([]);
+        await s.putWeightsOrders([]);
+        await s.deleteWeightsOrders([]);
+      });
+    });
+
     describe("usage ledger", () => {
       const HOUR = 3_600_000;
       const H0 = NOW - (NOW % HOUR);

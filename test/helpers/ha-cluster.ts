@@ -124,10 +124,10 @@ export class HaCluster {
   }
   replicas = (name: string) => this.api<ReplicaView[]>(name, "/api/v1/replicas");
 
-  startAgent(node: string, server: string): Bun.Subprocess {
+  startAgent(node: string, server: string, extra: string[] = []): Bun.Subprocess {
     const p = Bun.spawn(
       [this.bin, "agent", "--server", server, "--token", JOIN_TOKEN, "--name", node, "--address", "127.0.0.1", "--engine-host", "127.0.0.1",
-        "--fabric", "f1", "--simulate", "H100-80GB:2", "--logs-listen", "127.0.0.1:0", "--state-dir", join(this.dir, `agent-${node}`), "--stop-grace", "1s", "--health-interval", "100ms", "--log-level", "info"],
+        "--fabric", "f1", "--simulate", "H100-80GB:2", "--logs-listen", "127.0.0.1:0", "--state-dir", join(this.dir, `agent-${node}`), "--stop-grace", "1s", "--health-interval", "100ms", "--log-level", "info", ...extra],
       { cwd: this.dir, env: { PATH: process.env.PATH ?? "" }, stdout: Bun.file(join(this.dir, `agent-${node}.log`)), stderr: Bun.file(join(this.dir, `agent-${node}.stderr`)) },
     );
     this.spawned.push(p);

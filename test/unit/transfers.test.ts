@@ -325,6 +325,16 @@ describe("sources", () => {
     expect(p.status[0]).toMatchObject({ state: "blocked", reason: "node a takes no transfers now: unreachable" });
   });
 
+  test("a peer whose listener serves HTTPS: its orders carry its certificate, the one the copying node trusts; a plain one's carry none", () => {
+    const PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    const p = plan([{ ...node("a", { held: [F1, F2, F3], peerUrl: "https://10.0.0.1:7070" }), peerCert: PEM }, node("b")], ["b"]);
+    const orders = p.orders.get("b")!;
+    expect(orders).toHaveLength(3);
+    for (const o of orders) expect(o.from).toMatchObject({ kind: "peer", node: "a", cert: PEM });
+    const plain = plan([node("a", { held: [F1, F2, F3], peerUrl: "http://10.0.0.1:7070" }), node("b")], ["b"]);
+    for (const o of plain.orders.get("b")!) expect("cert" in o.from).toBe(false);
+  });
+
   test("a peer order's grant verifies with transferGrant for the serving node, the file and the URL's expiry", () => {
     const p = plan([node("a", { held: [F1, F2, F3], peerUrl: "https://10.0.0.1:7070/" }), node("b")], ["b"]);
     const expires = grantExpiry(NOW, HOUR);
@@ -392,5 +402,27 @@ describe("placement's preference", () => {
     expect(p.get("y2")).toMatchObject({ rank: 1, cost: "copy 2 GiB from y1 in fabric f3; copy 1 GiB in fabric f3 once y1 has fetched it" });
     // A holder without a listener serves nobody.
     expect(p.get("z2")).toMatchObject({ rank: 0, cost: "fetch 3 GiB from the Hub" });
+  });
+});
+
+describe("weights placed at a file:// source (never from the Hub)", () => {
+  const local = { ...hub, isLocal: (repo: string) => repo === REPO };
+
+  test("a node of another fabric copies from any node holding them; a node of the holder's fabric from that peer", () => {
+    const p = plan([node("a", { held: [F1, F2, F3] }), node("b"), node("c", { fabrics: ["f2"] })], ["b", "c"], { hub: local });
+    // Within the bounds on transfers and serves: the first files to each, every one from a.
+    const s = summary(p);
+    expect(s.a).toEqual([]);
+    expect(s.b!.length).toBeGreaterThan(0);
+    expect(s.c!.length).toBeGreaterThan(0);
+    for (const o of [...s.b!, ...s.c!]) expect(o).toEndWith("<-a");
+    for (const f of [F1, F2, F3]) expect(hubOrdersOf(p, f)).toEqual([]);
+    expect(placementPreference([node("a", { held: [F1, F2, F3] }), node("c", { fabrics: ["f2"] })], M, true).get("c")).toMatchObject({ rank: 0, cost: "copy 3 GiB from a, of another fabric" });
+  });
+
+  test("no node holding them: nothing is ordered, from the Hub least of all, and the status says so", () => {
+    const p = plan([node("b"), node("c", { fabrics: ["f2"] })], ["b", "c"], { hub: local });
+    expect(summary(p)).toEqual({ b: [], c: [] });
+    expect(p.status.find((s) => s.node === "b")?.reason).toContain(`no node that serves its peers holds ${F1}`);
   });
 });

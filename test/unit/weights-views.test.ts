@@ -6,6 +6,8 @@ import { WeightsAdmin } from "../../src/control/weights-admin";
 import { weightsFor } from "../../src/control/weights-orders";
 import { transferEvents, weightsInFlight, weightsRows } from "../../src/control/weights-views";
 import pino from "pino";
+import { ManualScheduler } from "../../src/lib/scheduler";
+import { MemoryWeightsOrders } from "../helpers/weights-orders";
 import type { TransferReport, WeightsHeld, WeightsManifest } from "../../src/protocol/weights";
 
 const REV = "a".repeat(40);
@@ -194,6 +196,8 @@ describe("WeightsAdmin: pull and rm", () => {
       memory: { snapshot: async () => snap as never },
       assignments: (n) => assignments[n] ?? [],
       events: { event: async (kind, subject) => void events.push(`${kind} ${subject}`) },
+      store: new MemoryWeightsOrders(),
+      scheduler: new ManualScheduler(),
       log: pino({ level: "silent" }),
     });
     return { admin, events };

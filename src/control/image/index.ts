@@ -18,7 +18,7 @@ import type { AdminState } from "../../protocol/views";
 import { joinRefused } from "../admission";
 import type { JoinWrite, ReplicaRead, StorePort, UnchangedHeartbeats, UsageTotal } from "../store-port";
 import type { ShareRow, Shares } from "../limit-shares";
-import type { ApiKeyRow, ChangeRead, KeyPatch, TeamPatch, TeamRow, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, GpuRow, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, ReplicaRow, RouterUsage, SharedTokenKind, Snapshot, StoreChange, TokenDigests } from "../types";
+import type { ApiKeyRow, ChangeRead, KeyPatch, TeamPatch, TeamRow, ControlPlaneRecord, ControlPlaneRow, EventRow, Fence, GpuRow, Lease, ModelRow, ModelStateRow, ModelWrite, NewEvent, NodeReportRow, NodeTrust, PlanWrite, ReplicaRow, RouterUsage, SharedTokenKind, Snapshot, StoreChange, TokenDigests, WeightsOrderRow } from "../types";
 import { ImageMemory } from "./memory";
 import { type Collection, byKey, cmp, defined, dropModel, dropReplica, patchModelState, remember, setModel, setReplica, unchanged } from "./state";
 
@@ -403,6 +403,15 @@ export class StoreImage implements StorePort, UnchangedHeartbeats {
   }
   nodeReports(): Promise<NodeReportRow[]> {
     return this.inner.nodeReports();
+  }
+  weightsOrders(): Promise<WeightsOrderRow[]> {
+    return this.inner.weightsOrders();
+  }
+  putWeightsOrders(rows: readonly WeightsOrderRow[]): Promise<void> {
+    return this.inner.putWeightsOrders(rows);
+  }
+  deleteWeightsOrders(keys: readonly Omit<WeightsOrderRow, "at">[]): Promise<void> {
+    return this.inner.deleteWeightsOrders(keys);
   }
   sharedSecret(key: string, candidate: string): Promise<string> {
     return this.inner.sharedSecret(key, candidate);

@@ -14,6 +14,7 @@ import { PgInventory } from "./inventory";
 import { PgKeys } from "./keys";
 import { PgNodes } from "./nodes";
 import { PgShared } from "./shared";
+import { PgWeightsOrders } from "./weights-orders";
 import { PgLedger } from "./ledger";
 
 export { CHANNEL, type PgStoreOptions, withPrimaryTarget } from "./connection";
@@ -29,7 +30,7 @@ export class PgStore extends StoreByRole {
     super();
     this.instanceId = c.instanceId;
     this.where = c.where;
-    this.parts = { fleet: new PgFleet(c), inventory: new PgInventory(c), nodes: new PgNodes(c), catalog: new PgCatalog(c), records: new PgRecords(c), keys: new PgKeys(c), shared: new PgShared(c), ledger: new PgLedger(c) };
+    this.parts = { fleet: new PgFleet(c), inventory: new PgInventory(c), nodes: new PgNodes(c), catalog: new PgCatalog(c), records: new PgRecords(c), keys: new PgKeys(c), shared: new PgShared(c), ledger: new PgLedger(c), weights: new PgWeightsOrders(c) };
   }
 
   /** Connects and migrates; rejects with StoreUnavailableError when the server cannot be reached. */

@@ -214,3 +214,16 @@ export const changeCounter = pgTable("change_counter", {
   id: integer("id").primaryKey(),
   seq: ms("seq").notNull(),
 });
+
+/** Pulls and removals of weights not done yet (see ../schema.ts). */
+export const weightsOrders = pgTable(
+  "weights_orders",
+  {
+    node: text("node").notNull(),
+    repo: text("repo").notNull(),
+    revision: text("revision").notNull(),
+    kind: text("kind", { enum: ["pull", "remove"] }).notNull(),
+    at: ms("at").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.node, t.repo, t.revision] })],
+);
