@@ -338,8 +338,8 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
         await s.applyPlan(plan({ create: [replica("r2"), replica("r1")], events: [{ kind: "replica.created", subject: "r1", message: "created", data: { n: 1 } }] }), NOW);
         let snap = await s.snapshot();
         expect(snap.replicas).toEqual([
-          { id: "r1", model: "m1", profile: "default", state: "starting", shards: [{ node: "n1", gpus: [0] }], port: 20000, endpoint: "http://10.0.0.1:20000", failures: 0, error: null, createdAt: NOW, updatedAt: NOW, readyAt: null },
-          { id: "r2", model: "m1", profile: "default", state: "starting", shards: [{ node: "n1", gpus: [0] }], port: 20000, endpoint: "http://10.0.0.1:20000", failures: 0, error: null, createdAt: NOW, updatedAt: NOW, readyAt: null },
+          { id: "r1", model: "m1", profile: "default", state: "starting", shards: [{ node: "n1", gpus: [0] }], port: 20000, endpoint: "http://10.0.0.1:20000", failures: 0, error: null, createdAt: NOW, updatedAt: NOW, readyAt: null, launch: null, drainUntil: null },
+          { id: "r2", model: "m1", profile: "default", state: "starting", shards: [{ node: "n1", gpus: [0] }], port: 20000, endpoint: "http://10.0.0.1:20000", failures: 0, error: null, createdAt: NOW, updatedAt: NOW, readyAt: null, launch: null, drainUntil: null },
         ]);
         await s.applyPlan(
           plan({
@@ -352,7 +352,7 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
         );
         snap = await s.snapshot();
         expect(snap.replicas).toEqual([
-          { id: "r1", model: "m1", profile: "default", state: "ready", shards: [{ node: "n1", gpus: [0, 1] }], port: 20000, endpoint: "http://10.0.0.1:20000", failures: 1, error: "e", createdAt: NOW, updatedAt: NOW + 2, readyAt: NOW + 1 },
+          { id: "r1", model: "m1", profile: "default", state: "ready", shards: [{ node: "n1", gpus: [0, 1] }], port: 20000, endpoint: "http://10.0.0.1:20000", failures: 1, error: "e", createdAt: NOW, updatedAt: NOW + 2, readyAt: NOW + 1, launch: null, drainUntil: null },
         ]);
         expect(snap.modelState.map((m) => [m.model, m.scaleTarget])).toEqual([["m1", 3]]);
         expect(snap.nodes[0]!.adminState).toBe("draining");
