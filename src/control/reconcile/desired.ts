@@ -59,7 +59,7 @@ export function decideModel(ctx: ReconcileContext, b: PlanBuilder, m: ModelRow, 
 
   moveOffDraining(b, m.name, moving, readyStaying, desired);
   // A parked model is not rolled: nothing new of it would start.
-  const roll = parked ? undefined : rollModel(ctx, b, m, staying, desired);
+  const roll = parked ? undefined : rollModel(ctx, b, m, staying, desired, reps.some((r) => b.stateOf(r) === "draining"));
   if (roll?.rolling) readyStaying -= roll.stoppedReady + stopSurplus(ctx, b, m.name, roll.fresh, desired);
   else readyStaying -= stopSurplus(ctx, b, m.name, staying, desired);
   forgetFailed(b, reps, readyStaying >= desired && !parked);

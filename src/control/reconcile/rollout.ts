@@ -47,9 +47,10 @@ export function drainOld(ctx: Pick<ReconcileContext, "now" | "cfg">, b: PlanBuil
  * before fingerprints are stamped as current; outdated ones still starting stop at once (they
  * serve nothing, and a second change mid-roll makes the first change's new ones outdated);
  * outdated ready ones drain while the rest keep `desired` ready, and otherwise a surge replica is
- * asked for, one at a time.
+ * asked for, one at a time: not while another is starting or one of the model's replicas is still
+ * stopping (`stopping`).
  */
-export function rollModel(ctx: Pick<ReconcileContext, "now" | "cfg" | "lastUsed">, b: PlanBuilder, m: ModelRow, staying: readonly ReplicaRow[], desired: number): RollStep {
+export function rollModel(ctx: Pick<ReconcileContext, "now" | "cfg" | "lastUsed">, b: PlanBuilder, m: ModelRow, staying: readonly ReplicaRow[], desired: number, stopping = false): RollStep {
   const fresh: ReplicaRow[] = [];
   const old: ReplicaRow[] = [];
   for (const r of staying) {
@@ -81,9 +82,10 @@ export function rollModel(ctx: Pick<ReconcileContext, "now" | "cfg" | "lastUsed"
   for (const r of oldReady.slice(0, Math.max(0, excess)))
     drainOld(ctx, b, r, `replaced by a replica of the new spec (${freshReady} new ready, ${freshReady + oldReady.length - 1} ready without it, ${desired} wanted)`);
   if (excess > 0) return { rolling: true, fresh, stoppedReady: excess, surge: 0 };
-  // One at a time: a new replica on its way is waited for. Short of desired, the ordinary
-  // request places the replacement (on the new launch); at desired, one more is the surge.
-  const surge = freshStarting === 0 && freshReady + oldReady.length >= desired ? 1 : 0;
+  // One at a time: a new replica on its way, or an old one still finishing its requests, is
+  // waited for. Short of desired, the ordinary request places the replacement (on the new
+  // launch); at desired, one more is the surge.
+  const surge = freshStarting === 0 && !stopping && freshReady + oldReady.length >= desired ? 1 : 0;
   return { rolling: true, fresh, stoppedReady: 0, surge };
 }
 

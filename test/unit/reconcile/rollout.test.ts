@@ -27,6 +27,8 @@ class World {
   /** The fewest ready replicas seen after any step, and the most new ones starting at once. */
   minReady = Infinity;
   maxStartingNew = 0;
+  /** The most replicas in motion at once: new ones starting and old ones draining or stopping. */
+  maxInMotion = 0;
   private seq = 0;
 
   constructor(gpus: number, m: ReturnType<typeof spec>, existing: number, modelState: { scaleTarget?: number } = {}) {
@@ -72,7 +74,9 @@ class World {
   private watch(): void {
     this.minReady = Math.min(this.minReady, this.ready().length);
     const current = launchOf(this.snap.models[0]!.spec, "default");
-    this.maxStartingNew = Math.max(this.maxStartingNew, this.snap.replicas.filter((r) => r.state === "starting" && r.launch === current).length);
+    const startingNew = this.snap.replicas.filter((r) => r.state === "starting" && r.launch === current).length;
+    this.maxStartingNew = Math.max(this.maxStartingNew, startingNew);
+    this.maxInMotion = Math.max(this.maxInMotion, startingNew + this.snap.replicas.filter((r) => r.state === "draining").length);
   }
 
   ready(): ReplicaRow[] {
@@ -104,6 +108,8 @@ describe("rolling a model onto a new launch", () => {
     w.rollToEnd();
     expect(w.minReady).toBe(2);
     expect(w.maxStartingNew).toBe(1);
+    // The next new replica only once the old one it replaced has stopped.
+    expect(w.maxInMotion).toBe(1);
     expect(w.snap.replicas.map((r) => r.id).sort()).toEqual(["new1", "new2"]);
     // An event per replica replaced, each drained old replica stopped once its requests were done.
     expect(w.events.filter((e) => e.kind === "replica.replaced").map((e) => e.subject).sort()).toEqual(["replica/old0", "replica/old1"]);
