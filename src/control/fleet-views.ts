@@ -157,6 +157,7 @@ export class FleetViews {
       deaf: load.deafSpans(),
       watchedSince: clock.watchedSince,
       jumpedAt: Math.max(clock.jumpedAt, usage.since),
+      ...inflightField(usage.inflightByReplica()),
     };
   }
 }

@@ -6,6 +6,7 @@
 import { plural } from "../lib/format";
 import type { RolloutView } from "../protocol/views";
 import { launchOf, RESTART_MARK } from "./launch";
+import { ROLL_WAITS } from "./reconcile/rollout";
 import type { ModelRow, ModelStateRow, ReplicaRow } from "./types";
 
 /** The model's roll, or undefined when every replica runs its current launch and none is draining for a roll. */
@@ -20,10 +21,8 @@ export function rolloutView(m: ModelRow, st: ModelStateRow | undefined, reps: re
   const drains = draining.map((r) => ({ id: r.id, inflight: inflight ? (inflight.get(r.id) ?? 0) : null, seconds_left: Math.max(0, Math.ceil((r.drainUntil! - now) / 1000)) }));
   let waiting: string | null = null;
   if (st?.parked) waiting = "the model is parked; nothing new of it starts until it is unparked";
-  else if (old.length > 0 && starting === 0 && draining.length === 0) {
-    const ready = active.filter((r) => r.state === "ready").length;
-    if (ready - 1 < m.spec.replicas.min) waiting = `no room for a new replica, and stopping an old one would leave fewer than min ${m.spec.replicas.min} ready; free a GPU (or lower min) to go on`;
-  }
+  // The reconciler's own word, from the last step that could not place the surge replica.
+  else if (old.length > 0 && starting === 0 && draining.length === 0 && st?.unplaceableReason?.startsWith(ROLL_WAITS)) waiting = st.unplaceableReason.slice(ROLL_WAITS.length);
   const parts = [`${replaced} of ${desired} replaced`];
   if (starting > 0) parts.push(`${starting} starting (new)`);
   for (const d of drains) parts.push(`old replica ${d.id} draining (${d.inflight === null ? "requests in flight unknown" : `${plural(d.inflight, "request")} in flight`}, ${d.seconds_left} s left)`);

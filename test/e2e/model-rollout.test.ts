@@ -106,4 +106,22 @@ describe("rolling a model's replicas", () => {
     }, "models restart");
     expect((await c().events("replica.replaced")).length).toBe(4);
   }, 150_000);
+
+  test("a roll goes on where it stopped after serve restarts mid-way: it is kept in the store", async () => {
+    const before = await readyPids();
+    expect(before.ids.length).toBe(2);
+    expect(cli("models", "restart", MODEL).code).toBe(0);
+    // One old replica replaced, the other not yet: serve is killed there.
+    await until("one old replica replaced", async () => {
+      const mine = (await c().replicas()).filter((r) => r.model === MODEL);
+      return mine.filter((r) => before.ids.includes(r.id)).length === 1 && mine.filter((r) => r.state === "ready").length === 2;
+    }, 30_000);
+    process.kill(c().serve.pid, "SIGKILL");
+    await c().serve.proc.exited;
+    await c().startServe();
+    const w = await watchRoll(c(), (mine) => mine.length === 2 && mine.every((r) => r.state === "ready" && !before.ids.includes(r.id)));
+    expect(w.minReady).toBe(2);
+    for (const pid of before.pids) expect(running(pid)).toBe(false);
+    expect(cli("models", MODEL).stdout).not.toContain("rollout:");
+  }, 90_000);
 });

@@ -93,24 +93,31 @@ export function rollModel(ctx: Pick<ReconcileContext, "now" | "cfg" | "lastUsed"
  * After placement: a surge that found no room. The roll goes on without surge (one old replica
  * drains, its replacement is placed once its GPUs are free) only when the model keeps `min`
  * ready and no old replica is still draining (its GPUs come free soon; surge may fit then).
- * Otherwise the roll waits; `models NAME` says why (rolloutView). The surge's failure is not the
- * model's: it is taken out of the unplaceable reasons.
+ * Otherwise the roll waits, and its placement reason says so (ROLL_WAITS first: the model is
+ * not short, so it is not unplaceable; `models NAME` shows it as the roll's, rolloutView).
  */
 export function rollWithoutSurge(ctx: Pick<ReconcileContext, "now" | "cfg" | "models" | "lastUsed">, b: PlanBuilder, requests: readonly ModelRequest[], result: PlacementResult, byModel: ReadonlyMap<string, ReplicaRow[]>): void {
   const placed = new Set(result.placed.map((p) => p.model));
   for (const req of requests) {
     if (!req.surgeOnly || placed.has(req.model)) continue;
+    const why = result.unplaceable.get(req.model);
     result.unplaceable.delete(req.model);
     const m = ctx.models.get(req.model);
     if (!m) continue;
     const reps = (byModel.get(req.model) ?? []).filter((r) => !b.isRemoved(r));
-    if (reps.some((r) => b.stateOf(r) === "draining")) continue;
     const ready = reps.filter((r) => b.stateOf(r) === "ready");
     const old = ready.filter((r) => !isCurrent(m, r)).sort((x, y) => (ctx.lastUsed.get(x.id) ?? Number.POSITIVE_INFINITY) - (ctx.lastUsed.get(y.id) ?? Number.POSITIVE_INFINITY) || (x.id < y.id ? -1 : 1));
-    if (old.length === 0 || ready.length - 1 < m.spec.replicas.min) continue;
+    if (old.length === 0) continue;
+    if (ready.length - 1 < m.spec.replicas.min) {
+      result.unplaceable.set(req.model, `${ROLL_WAITS}no room for a new replica${why ? ` (${why})` : ""}, and stopping an old one would leave fewer than min ${m.spec.replicas.min} ready; free a GPU (or lower min) to go on`);
+      continue;
+    }
     drainOld(ctx, b, old[0]!, `no room for a surge replica; ${ready.length - 1} ready without it keep min ${m.spec.replicas.min}`);
   }
 }
+
+/** How a placement reason that is a roll's wait, not the model's shortage, begins. */
+export const ROLL_WAITS = "rollout waits: ";
 
 /**
  * Old replicas draining with a deadline: released (the agent told to stop them) once the router

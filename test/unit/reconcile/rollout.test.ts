@@ -6,6 +6,8 @@
 import { describe, expect, test } from "bun:test";
 import { RESTART_MARK, launchOf } from "../../../src/control/launch";
 import { reconcile } from "../../../src/control/reconciler";
+import { rolloutView } from "../../../src/control/rollout-view";
+import { explainModel } from "../../../src/control/explain";
 import type { Plan } from "../../../src/control/reconcile/plan";
 import type { ReplicaRow, Snapshot } from "../../../src/control/types";
 import { ManualScheduler } from "../../../src/lib/scheduler";
@@ -146,8 +148,17 @@ describe("rolling a model onto a new launch", () => {
       w.agents();
       expect(plan.create).toEqual([]);
       expect(plan.update.filter((u) => u.patch.state === "draining")).toEqual([]);
-      expect(plan.modelState.get("m")?.unplaceableReason ?? null).toBeNull();
     }
+    // Said as the roll's wait: the model is not short, so not unplaceable.
+    const st = w.snap.modelState[0]!;
+    expect(st.unplaceableReason).toStartWith("rollout waits: no room for a new replica");
+    const view = rolloutView(w.snap.models[0]!, st, w.snap.replicas, 2, w.clock.now());
+    expect(view?.text).toStartWith("0 of 2 replaced, waiting: no room for a new replica");
+    expect(view?.text).toContain("would leave fewer than min 2 ready");
+    // explain says the same, and that waiting is what happens.
+    const ex = explainModel({ snapshot: w.snap, now: w.clock.now(), lastUsed: new Map(), config: RECONCILE_DEFAULTS }, "m")!;
+    expect(ex.summary).toContain("rollout: 0 of 2 replaced, waiting: no room for a new replica");
+    expect(ex.suggestions[0]!.kind).toBe("wait");
     expect(w.ready().map((r) => r.id).sort()).toEqual(["old0", "old1"]);
     // A GPU comes free (a third node joins): the roll goes on.
     w.snap = { ...w.snap, nodes: [...w.snap.nodes, { ...w.snap.nodes[0]!, name: "n2" }], gpus: [...w.snap.gpus, { ...w.snap.gpus[0]!, node: "n2", uuid: "GPU-n2-0" }], weights: [...w.snap.weights, { node: "n2", model: "m" }] };
@@ -164,7 +175,11 @@ describe("rolling a model onto a new launch", () => {
     const drain = w.step();
     const drained = drain.update.find((u) => u.patch.state === "draining")!;
     expect(drained.patch.drainUntil).toBe(T0 + DRAIN_MS);
-    w.clock.advance(DRAIN_MS - 1);
+    // What `models NAME` says meanwhile: the old replica draining, its requests and time left.
+    w.clock.advance(8_000);
+    const during = rolloutView(w.snap.models[0]!, w.snap.modelState[0], w.snap.replicas, 2, w.clock.now(), w.inflight);
+    expect(during?.text).toBe(`1 of 2 replaced, old replica ${drained.id} draining (3 requests in flight, 22 s left)`);
+    w.clock.advance(DRAIN_MS - 8_000 - 1);
     w.step();
     w.agents();
     expect(w.snap.replicas.find((r) => r.id === drained.id)).toMatchObject({ state: "draining", drainUntil: T0 + DRAIN_MS });
