@@ -105,6 +105,10 @@ describe("rolling a model's replicas", () => {
       expect(r.stdout).toContain(`model/${MODEL} restarting: 2 replicas`);
     }, "models restart");
     expect((await c().events("replica.replaced")).length).toBe(4);
+
+    const unknown = cli("models", "restart", "no-such-model");
+    expect(unknown.code).not.toBe(0);
+    expect(unknown.stderr).toContain(`model "no-such-model" not found`);
   }, 150_000);
 
   test("a roll goes on where it stopped after serve restarts mid-way: it is kept in the store", async () => {
