@@ -64,11 +64,11 @@ class World {
     return plan;
   }
 
-  /** The agents: what is starting becomes ready; a draining replica no longer assigned (no drain deadline) stops. */
-  agents(): void {
+  /** The agents: what is starting becomes ready (or failed, with `fail`); a draining replica no longer assigned (no drain deadline) stops. */
+  agents(fail = false): void {
     this.snap = {
       ...this.snap,
-      replicas: this.snap.replicas.filter((r) => !(r.state === "draining" && r.drainUntil == null)).map((r) => (r.state === "starting" ? { ...r, state: "ready" as const } : r)),
+      replicas: this.snap.replicas.filter((r) => !(r.state === "draining" && r.drainUntil == null)).map((r) => (r.state === "starting" ? { ...r, state: fail ? ("failed" as const) : ("ready" as const) } : r)),
     };
     this.watch();
   }
@@ -116,6 +116,18 @@ describe("rolling a model onto a new launch", () => {
     // An event per replica replaced, each drained old replica stopped once its requests were done.
     expect(w.events.filter((e) => e.kind === "replica.replaced").map((e) => e.subject).sort()).toEqual(["replica/old0", "replica/old1"]);
     expect(w.events.filter((e) => e.kind === "replica.drained").every((e) => (e.data as { timed_out: boolean }).timed_out === false)).toBe(true);
+  });
+
+  test("a new spec whose replicas never become ready: the old ones keep serving, none is stopped", () => {
+    const w = new World(3, spec(["--a"]), 2);
+    w.setSpec(spec(["--broken"]));
+    for (let i = 0; i < 10; i++) {
+      w.step();
+      w.agents(true);
+    }
+    expect(w.ready().map((r) => r.id).sort()).toEqual(["old0", "old1"]);
+    expect(w.events.filter((e) => e.kind === "replica.replaced")).toEqual([]);
+    expect(w.minReady).toBe(2);
   });
 
   test("a change that alters nothing a replica is launched with (priority, replicas.max) rolls nothing", () => {
