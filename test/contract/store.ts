@@ -360,6 +360,18 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
         expect((await s.replicaSnapshot("n1")).replicas.map((r) => r.id)).toEqual(["r1"]);
       });
 
+      test("a replica's launch fingerprint and drain deadline (rolls): written at creation and by patches, cleared by null", async () => {
+        await s.applyHeartbeat(heartbeat({ name: "n1", gpus: ["H100-80GB"] }), NOW);
+        await s.applyPlan(plan({ create: [{ ...replica("r1"), launch: "abc123" }, replica("r2")] }), NOW);
+        let rows = (await s.snapshot()).replicas;
+        expect(rows.map((r) => [r.id, r.launch, r.drainUntil])).toEqual([["r1", "abc123", null], ["r2", null, null]]);
+        await s.applyPlan(plan({ update: [{ id: "r1", patch: { state: "draining", drainUntil: NOW + 30_000 } }, { id: "r2", patch: { launch: "restart" } }] }), NOW + 1);
+        rows = (await s.replicaSnapshot()).replicas;
+        expect(rows.map((r) => [r.id, r.state, r.launch, r.drainUntil])).toEqual([["r1", "draining", "abc123", NOW + 30_000], ["r2", "starting", "restart", null]]);
+        await s.applyPlan(plan({ update: [{ id: "r1", patch: { drainUntil: null } }] }), NOW + 2);
+        expect((await s.snapshot()).replicas.find((r) => r.id === "r1")?.drainUntil).toBeNull();
+      });
+
       test("applyPlan with many rows: a replica updated twice ends as both patches in order say; model state by several field sets; events in order, data kept or null", async () => {
         await s.applyHeartbeat(heartbeat({ name: "n1", gpus: ["H100-80GB"] }), NOW);
         const ids = Array.from({ length: 300 }, (_, i) => `r${String(i).padStart(3, "0")}`);
