@@ -7,6 +7,7 @@ import { getBunServer } from "hono/bun";
 import type { Logger } from "pino";
 import type { ApiKeys } from "../control/api-keys";
 import type { CatalogAdmin } from "../control/catalog-admin";
+import type { ModelRestart } from "../control/model-restart";
 import type { EventLog } from "../control/event-log";
 import type { FleetViews } from "../control/fleet-views";
 import type { Backups, LogSources } from "../control/log-sources";
@@ -16,7 +17,7 @@ import type { UsageViews } from "../control/usage-views";
 import { type ModelSpec, catalogPath, checkCatalogFile, inFileOrder, zodIssues } from "../protocol/catalog";
 import { ConflictError } from "../control/errors";
 import { SegmentName } from "../protocol/common";
-import type { ApplyDryRun, ApplyResult, Explanation, ModelDeleted, ModelDetail, ModelPutResult, NodeActionResult, NodeAdmission, RouterExposure, UnparkResult } from "../protocol/views";
+import type { ApplyDryRun, ApplyResult, Explanation, ModelDeleted, ModelDetail, ModelPutResult, NodeActionResult, NodeAdmission, RestartResult, RouterExposure, UnparkResult } from "../protocol/views";
 import { VERSION } from "../version";
 import { keyRoutes, teamRoutes, usageRoutes } from "./admin-keys";
 import { type WeightsControl, modelWeights, weightsRoutes } from "./admin-weights";
@@ -69,6 +70,7 @@ export interface JoinTokenRotation {
 export interface AdminControl {
   views: Pick<FleetViews, "summary" | "nodes" | "node" | "replicas" | "models" | "model" | "hasModel" | "explain" | "dryRunApply">;
   catalog: Pick<CatalogAdmin, "putModels" | "deleteModel" | "unpark" | "catalogConflicts">;
+  restarts: Pick<ModelRestart, "restart">;
   nodes: Pick<NodeAdmin, "setNodeAdminState" | "deleteNode" | "approveNode" | "allowNodeAddress" | "allowedAddresses">;
   keys: Pick<ApiKeys, "createApiKey" | "listApiKeys" | "updateApiKey" | "revokeApiKey">;
   teams: Pick<Teams, "createTeam" | "listTeams" | "team" | "updateTeam" | "deleteTeam">;
@@ -216,6 +218,12 @@ function catalogRoutes(app: Hono, ctl: AdminControl): void {
   app.post("/models/:name{.+}/unpark", async (c) => {
     const { model, changed } = await ctl.catalog.unpark(c.req.param("name"));
     return c.json({ name: model, changed, message: `model/${model} ${changed ? "unparked" : "was not parked"}` } satisfies UnparkResult);
+  });
+
+  app.post("/models/:name{.+}/restart", async (c) => {
+    const { model, replicas } = await ctl.restarts.restart(c.req.param("name"));
+    const message = replicas > 0 ? `model/${model} restarting: ${replicas} replica${replicas === 1 ? "" : "s"} to be replaced one at a time (llmgw models ${model} shows the progress)` : `model/${model} has no replicas running: nothing to restart`;
+    return c.json({ name: model, replicas, message } satisfies RestartResult);
   });
 
   /** A whole catalog file (as JSON): every model created or replaced, all or none. */

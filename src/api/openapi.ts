@@ -261,6 +261,18 @@ export const ROUTES = {
     ok: [{ status: 200, description: "Unparked, or it was not parked (`changed: false`).", schema: V.UnparkResultSchema }],
     errors: [401, 404, 503],
   },
+  restartModel: {
+    method: "post",
+    path: "/api/v1/models/{name}/restart",
+    summary: "Replace a model's replicas one at a time (a rolling restart)",
+    tags: ["models"],
+    auth: "admin",
+    description:
+      "As a catalog change to how replicas start would: a new replica is placed and becomes ready before an old one stops; an old one gets no new requests and stops once its requests in flight finish or the server's drain timeout passes. For after an engine upgrade on the nodes. The roll's progress is in the model's `rollout` (GET /api/v1/models/{name}).",
+    params: { name: MODEL_NAME },
+    ok: [{ status: 200, description: "The replicas running now are marked to be replaced.", schema: V.RestartResultSchema }],
+    errors: [401, 404, 503],
+  },
   apply: {
     method: "post",
     path: "/api/v1/apply",
@@ -576,6 +588,7 @@ const OUTPUTS: [z.ZodType, string][] = [
   [V.ModelPutResultSchema, "ModelPutResult"],
   [V.ModelDeletedSchema, "ModelDeleted"],
   [V.UnparkResultSchema, "UnparkResult"],
+  [V.RestartResultSchema, "RestartResult"],
   [V.ApplyResultSchema, "ApplyResult"],
   [V.ApplyDryRunSchema, "ApplyDryRun"],
   [V.ApplyAnswerSchema, "ApplyAnswer"],

@@ -275,6 +275,11 @@ export const ModelPage: FC<{ nonce: string; csrf?: string; flash?: Flash; d: Mod
           <Prose text={m.reason} />
         </p>
       )}
+      {m.rollout && (
+        <p class="alert warn" data-testid="model-rollout">
+          Rollout: <Prose text={m.rollout.text} />
+        </p>
+      )}
       <div class="grid">
         <Section id="model" title="Model">
           <Facts

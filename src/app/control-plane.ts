@@ -8,6 +8,7 @@ import type { Logger } from "pino";
 import { ApiKeys } from "../control/api-keys";
 import { BudgetSpend } from "../control/budget-spend";
 import { CatalogAdmin } from "../control/catalog-admin";
+import { ModelRestart } from "../control/model-restart";
 import { ClockWatch } from "../control/clock-watch";
 import { ControlLoop } from "../control/control-loop";
 import { EngineKeys } from "../control/engine-keys";
@@ -84,6 +85,8 @@ export interface ControlPlane {
   projector: Projector;
   memory: NodeMemory;
   catalog: CatalogAdmin;
+  /** `models restart`: a model's replicas rolled onto the same spec. */
+  restarts: ModelRestart;
   nodes: NodeAdmin;
   keys: ApiKeys;
   teams: Teams;
@@ -149,6 +152,7 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
     projector,
     memory,
     catalog: new CatalogAdmin({ store, events, lock, wake: wakeups, scheduler, log, ...(o.hub ? { hub: o.hub } : {}) }),
+    restarts: new ModelRestart({ store, events, lock, wake: wakeups, scheduler, log }),
     nodes: new NodeAdmin({ store, memory, projector, events, lock, wake: wakeups, scheduler, log, ...(planner && admin ? { weights: { forget: (n: string) => [planner, admin].forEach((p) => p.forget(n)) } } : {}) }),
     keys: new ApiKeys({ store, events, projector, scheduler, usage }),
     teams: new Teams({ store, events, projector, scheduler, usage }),

@@ -52,6 +52,7 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
   private shares: LimitShares | undefined;
   private used: ReadonlyMap<string, number> = new Map();
   private inflight: ReadonlyMap<string, number> = new Map();
+  private replicaInflight: ReadonlyMap<string, number> | undefined;
   /** Each limited key's and team's use, as of the last usage report. */
   private limits: readonly LimitUseEntry[] = [];
   /** The ledger's rows the thread handed over, until the control loop takes them. */
@@ -117,6 +118,7 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
           if (m.type === "usage") {
             this.used = new Map(m.lastUsed);
             this.inflight = new Map(m.inflightByModel);
+            this.replicaInflight = m.inflightByReplica ? new Map(m.inflightByReplica) : undefined;
             this.limits = m.limitUse ?? [];
             // Every answer's rows are kept, a late one's too: the thread has forgotten them.
             if (m.ledger !== undefined && m.ledger.length > 0) this.ledgerIn = this.ledgerIn.length === 0 ? m.ledger : mergeUsageRows([...this.ledgerIn, ...m.ledger]);
@@ -254,6 +256,11 @@ export class RouterLink implements EndpointSink, UsageSource, TrafficSource, Fle
 
   inflightByModel(): ReadonlyMap<string, number> {
     return this.inflight;
+  }
+
+  /** Undefined until the thread first answered: nothing is known yet. */
+  inflightByReplica(): ReadonlyMap<string, number> | undefined {
+    return this.replicaInflight;
   }
 
   takeLedger(): UsageRow[] {

@@ -76,7 +76,7 @@ function main(): void {
         // Models with nothing in flight are left out: a missing model reads as 0, and the
         // message (cloned and validated on the control plane's thread every tick) stays as small
         // as the traffic, not as the catalog.
-        return send({ type: "usage", id: m.id, lastUsed: [...router.lastUsed()], inflightByModel: [...router.inflightByModel()].filter(([, n]) => n > 0), limitUse: router.limitUse(), ledger: router.takeLedger(), ledger_gen: router.ledgerGen() });
+        return send({ type: "usage", id: m.id, lastUsed: [...router.lastUsed()], inflightByModel: [...router.inflightByModel()].filter(([, n]) => n > 0), inflightByReplica: [...router.inflightByReplica()], limitUse: router.limitUse(), ledger: router.takeLedger(), ledger_gen: router.ledgerGen() });
       case "traffic_request":
         return send({ type: "traffic", id: m.id, ...trafficOut.delta(router.trafficNow()) });
       case "ledger_check_request":

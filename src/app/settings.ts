@@ -32,6 +32,7 @@ export function controlSettings(config: ServeConfig): ControlSettings {
       reportGraceMs: Math.max(3 * config.heartbeat_interval, 5_000),
       basePort: config.engine_base_port,
       portCount: config.engine_port_range,
+      drainTimeoutMs: config.drain_timeout,
     },
     policy: { approveNodes: config.approve_nodes, maxNodes: config.max_nodes, heartbeatRate: config.heartbeat_rate, heartbeatBurst: config.heartbeat_burst },
     heartbeatIntervalMs: config.heartbeat_interval,

@@ -63,6 +63,7 @@ export function renderModelDetail(model: ModelDetail, replicas: ReplicaView[], e
   if (m.failures > 0 || (m.parked && crashes <= m.failures)) lines.push(`Failures:   ${m.failures} failed starts in a row${crashes <= m.failures ? unpark : ""}`);
   if (crashes > 0) lines.push(`Crashes:    ${crashes} soon after becoming ready, in a row${crashes > m.failures ? unpark : ""}`);
   lines.push(`Reason:     ${m.reason ? oneLine(m.reason, 400) : "-"}`);
+  if (m.rollout) lines.push(`Rollout:    ${oneLine(m.rollout.text, 400)}`);
   let out = lines.join("\n") + "\n";
   const profiles = m.spec?.profiles ?? [];
   if (profiles.length > 0) {

@@ -66,6 +66,12 @@ export const ServeConfig = z.strictObject({
   crash_window: Duration.refine((ms) => ms >= 1000, "must be at least 1s").prefault("10m"),
   /** How long a node may stay unreachable before its replicas are replaced elsewhere. */
   replace_after: Duration.prefault("30s"),
+  /**
+   * How long a replica replaced in a rolling restart (a catalog change to how it starts, or
+   * `models restart`) may go on finishing its requests in flight after the router stops sending
+   * it new ones, before it is stopped anyway.
+   */
+  drain_timeout: Duration.prefault("30s"),
   /** How long a model's load (target_inflight) must stay low before it scales down by one replica, so replicas do not flap. */
   scale_down_delay: Duration.prefault("1m"),
   /**

@@ -143,7 +143,7 @@ export class ControlLoop {
     await this.tickPause();
     // With several routers, nothing is known idle for longer than every live one has watched.
     const plan = await reconcilePaced(
-      { snapshot, now, lastUsed: usage.lastUsed, config, newId: this.o.newId ?? newId, engines: memory.engines, deaf, ...this.weightsOf(snapshot), ...seen, jumpedAt: Math.max(seen.jumpedAt, usage.since) },
+      { snapshot, now, lastUsed: usage.lastUsed, config, newId: this.o.newId ?? newId, engines: memory.engines, deaf, ...this.weightsOf(snapshot), ...this.inflightOf(), ...seen, jumpedAt: Math.max(seen.jumpedAt, usage.since) },
       () => this.tickPause(),
     );
     const write = combined(plan, scaled.changes, reach.events);
@@ -166,6 +166,12 @@ export class ControlLoop {
     this.lowSince = scaled.lowSince;
     memory.setUnreachable(reach.unreachable);
     return { plan, after };
+  }
+
+  /** The router's requests in flight per replica, for a roll's drains (usage-exchange.ts: when it is known). */
+  private inflightOf(): { inflight?: ReadonlyMap<string, number> } {
+    const inflight = this.o.usage.inflightByReplica();
+    return inflight ? { inflight } : {};
   }
 
   private weightsOf(snapshot: Snapshot): { weights?: WeightsStanding } {

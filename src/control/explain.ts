@@ -10,6 +10,7 @@
 // (placement.ts), "never" of capacity.ts, which replicas may be evicted of room.ts (known idle
 // only: unknown is not idle), and the fleet as placement sees it of reconcile/placements.ts.
 
+import { rolloutView } from "./rollout-view";
 import { plural } from "../lib/format";
 import type { ModelSpec, Profile } from "../protocol/catalog";
 import { ENGINE_NAMES, lackPhrase, versionLack } from "../protocol/engine-features";
@@ -102,8 +103,10 @@ function verdictOf(w: World, mine: readonly ReplicaRow[], profiles: ProfileExpla
   }
   if (need === 0 && (desired > 0 || staying > 0)) {
     const starting = staying - ready;
-    const summary = `${model.name} has what it wants: ${ready} of ${desired} ready${starting > 0 ? `, ${starting} starting` : ""}${where ? ` (${where})` : ""}; nothing is needed`;
-    return { ...base, status: "running", summary, suggestions: [{ kind: "none", message: "nothing is needed" }] };
+    const roll = rolloutView(model, st, mine, desired, ctx.now, ctx.inflight);
+    const summary = `${model.name} has what it wants: ${ready} of ${desired} ready${starting > 0 ? `, ${starting} starting` : ""}${where ? ` (${where})` : ""}; ${roll ? `rollout: ${roll.text}` : "nothing is needed"}`;
+    const wait = roll?.waiting ? { kind: "wait" as const, message: `the rollout waits: ${roll.waiting}` } : { kind: "none" as const, message: roll ? "nothing is needed: the rollout goes on by itself" : "nothing is needed" };
+    return { ...base, status: "running", summary, suggestions: [wait] };
   }
   const never = modelNeverFits(w.cap, spec);
   if (never !== undefined) return { ...base, status: "never", summary: `${model.name} ${neverText(never)}`, suggestions: [neverSuggestion(w, spec)] };

@@ -22,6 +22,7 @@ import { buildTablesPaced } from "./views";
 import type { WeightsPlanner } from "./weights-planner";
 import type { WeightsInFlight } from "../protocol/weights-admin";
 
+const inflightField = (inflight: ReadonlyMap<string, number> | undefined) => (inflight ? { inflight } : {});
 const weightsField = (w: WeightsInFlight | null | undefined) => (w ? { weights: w } : {});
 
 /**
@@ -37,7 +38,7 @@ export interface SummarySources {
 export interface FleetViewsOptions {
   store: Pick<CatalogPort, "modelByName" | "modelByAlias"> & Pick<EventsPort, "listEvents">;
   memory: Pick<NodeMemory, "snapshot" | "engines">;
-  usage: Pick<UsageExchange, "lastUsed" | "since" | "forTables">;
+  usage: Pick<UsageExchange, "lastUsed" | "since" | "forTables" | "inflightByReplica">;
   clock: Pick<ClockWatch, "watchedSince" | "jumpedAt">;
   load: Pick<LoadMonitor, "shedding" | "view" | "nodeTimeoutInForce" | "deafSpans">;
   config: ReconcileConfig;
@@ -61,7 +62,7 @@ export class FleetViews {
     const { memory, usage, scheduler } = this.o;
     const snapshot = await memory.snapshot();
     return buildTablesPaced(
-      { snapshot, now: scheduler.now(), lastUsed: usage.forTables(), nodeTimeoutMs: this.o.config.nodeTimeoutMs, watchedSince: this.o.clock.watchedSince, engines: memory.engines },
+      { snapshot, now: scheduler.now(), lastUsed: usage.forTables(), nodeTimeoutMs: this.o.config.nodeTimeoutMs, watchedSince: this.o.clock.watchedSince, engines: memory.engines, ...inflightField(usage.inflightByReplica()) },
       () => letIoIn(scheduler),
     );
   }
@@ -156,6 +157,7 @@ export class FleetViews {
       deaf: load.deafSpans(),
       watchedSince: clock.watchedSince,
       jumpedAt: Math.max(clock.jumpedAt, usage.since),
+      ...inflightField(usage.inflightByReplica()),
     };
   }
 }

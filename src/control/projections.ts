@@ -28,7 +28,10 @@ export interface AssignmentProjection {
   settled: Map<string, string | null>;
 }
 
-/** Every node's assignment set: the shards of replicas starting or ready whose model and profile still exist. */
+/**
+ * Every node's assignment set: the shards of replicas starting or ready whose model and profile
+ * still exist, and of replicas a roll is draining until their requests in flight finish.
+ */
 export function assignments(
   snapshot: Snapshot,
   config: ReconcileConfig,
@@ -43,7 +46,7 @@ export function assignments(
   const uuids = new Map(snapshot.gpus.map((g) => [`${g.node}\u0000${g.index}`, g.uuid]));
   const address = new Map(snapshot.nodes.map((n) => [n.name, n.address]));
   for (const r of snapshot.replicas) {
-    if (r.state !== "starting" && r.state !== "ready") continue;
+    if (r.state !== "starting" && r.state !== "ready" && !(r.state === "draining" && r.drainUntil != null)) continue;
     const spec = models.get(r.model);
     const profile = spec?.profiles.find((p) => p.name === r.profile);
     if (!spec || !profile || r.port === null) continue;

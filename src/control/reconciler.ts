@@ -20,6 +20,7 @@ import { type Plan, PlanBuilder } from "./reconcile/plan";
 import { byNeed, heldGpus, placeShort, placementNodes } from "./reconcile/placements";
 import { assignPorts, portFullNodes, portsInUse, withPortNote } from "./reconcile/ports";
 import { recordReasons } from "./reconcile/reasons";
+import { releaseDrained, rollWithoutSurge } from "./reconcile/rollout";
 import { makeRoom } from "./reconcile/room";
 import { stopUncatalogued } from "./reconcile/uncatalogued";
 import { runPaced, runSteps } from "../lib/steps";
@@ -58,6 +59,7 @@ function* reconcileSteps(input: ReconcileInput): Generator<void, Plan> {
   retireLostAndOverdue(ctx, b);
   stopUncatalogued(ctx, b);
   settleCrashes(ctx, b);
+  releaseDrained(ctx, b);
   const byModel = replicasByModel(ctx.snapshot.replicas, b);
   yield;
   // What each model wants against what it has.
@@ -76,6 +78,7 @@ function* reconcileSteps(input: ReconcileInput): Generator<void, Plan> {
   const result = placeShort(pnodes, requests);
   for (const [model, why] of result.unplaceable) result.unplaceable.set(model, withPortNote(why, portFull));
   if (requests.length > 0) yield;
+  rollWithoutSurge(ctx, b, requests, result, byModel);
   makeRoom(ctx, b, { requests, result, held, pnodes, byModel });
   assignPorts(ctx, b, result.placed, result.unplaceable, ports, input.newId);
   recordReasons(b, mstate, result.unplaceable, requests, satisfied);

@@ -53,6 +53,17 @@ export interface ReplicaRow {
   createdAt: number;
   updatedAt: number;
   readyAt: number | null;
+  /**
+   * The fingerprint of how the replica was launched (launch.ts): a catalog change that alters it,
+   * or `models restart`, makes the replica outdated and rolls it (reconcile/rollout.ts). Null: a
+   * replica from before fingerprints, stamped with its model's current one on the next step.
+   */
+  launch?: string | null;
+  /**
+   * A draining replica still finishing the requests it was sent, kept running until they end or
+   * this time (ms) passes (`serve --drain-timeout`); null: stop it now.
+   */
+  drainUntil?: number | null;
 }
 
 /** Per-model state the reconciler keeps between ticks: failures, parking, demand, placement. */
@@ -199,7 +210,7 @@ export interface NodeTrust {
 
 /** One reconcile plan as the store writes it, all or nothing. */
 export interface PlanWrite {
-  create: { id: string; model: string; profile: string; shards: Shard[]; port: number; endpoint: string }[];
+  create: { id: string; model: string; profile: string; shards: Shard[]; port: number; endpoint: string; launch?: string }[];
   update: { id: string; patch: Partial<Omit<ReplicaRow, "id">> }[];
   remove: string[];
   modelState: ReadonlyMap<string, Partial<Omit<ModelStateRow, "model">>>;

@@ -44,6 +44,15 @@ export class UsageExchange {
     return this.o.source?.inflightByModel();
   }
 
+  /**
+   * The router's requests in flight per replica; undefined when not known: no router, or it has
+   * not said, or several control planes (the other routers' requests are not reported, so a
+   * draining replica waits out the drain timeout).
+   */
+  inflightByReplica(): ReadonlyMap<string, number> | undefined {
+    return this.o.shared ? undefined : this.o.source?.inflightByReplica?.();
+  }
+
   /** Each limited key's and team's use of its limits on this control plane's router (as of the last refresh for a router thread). */
   limitUse(): readonly LimitUseEntry[] {
     return this.o.source?.limitUse?.() ?? [];

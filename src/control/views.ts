@@ -2,14 +2,15 @@
 // clock reading and the router's last-used map come in as arguments, so the same inputs give
 // the same tables, and the summary (summary.ts) is computed from these very tables.
 
+import { rolloutView } from "./rollout-view";
 import { type FleetCapacity, fleetCapacity, modelNeverFits, neverText } from "./capacity";
 import { type DrainModelFacts, drainProgress } from "./drain";
 import { plural } from "../lib/format";
 import { runPaced, runSteps } from "../lib/steps";
 import { isFetching } from "./weights-progress";
 import type { EngineReport } from "../protocol/heartbeat";
-import type { GpuView, ModelView, NodeState, NodeView, ReplicaView, Tables } from "../protocol/views";
-import type { ModelRow, ModelStateRow, Snapshot } from "./types";
+import type { GpuView, ModelView, NodeState, NodeView, ReplicaView, RolloutView, Tables } from "../protocol/views";
+import type { ModelRow, ModelStateRow, ReplicaRow, Snapshot } from "./types";
 
 export interface ViewInputs {
   snapshot: Snapshot;
@@ -22,6 +23,8 @@ export interface ViewInputs {
   watchedSince?: number;
   /** Per node, the engines its last heartbeat reported; absent when it has not said. */
   engines?: ReadonlyMap<string, readonly EngineReport[]>;
+  /** The router's requests in flight per replica, for a roll's draining replicas; absent: not known. */
+  inflight?: ReadonlyMap<string, number>;
 }
 
 /**
@@ -84,7 +87,7 @@ export function buildTablesPaced(inputs: ViewInputs, pause: () => Promise<void>)
   return runPaced(tableSteps(inputs), pause);
 }
 
-function* tableSteps({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSince = Number.NEGATIVE_INFINITY, engines }: ViewInputs): Generator<void, Tables> {
+function* tableSteps({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSince = Number.NEGATIVE_INFINITY, engines, inflight }: ViewInputs): Generator<void, Tables> {
   const { gpusByNode, memoryByNode } = gpuViews(snapshot);
   yield;
   const weightsByNode = new Map<string, string[]>();
@@ -127,7 +130,7 @@ function* tableSteps({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSince = Nu
   yield;
   const replicas = replicaViews(snapshot, lastUsed, now);
   yield;
-  return { nodes, replicas, models: modelViews(snapshot, now, engines) };
+  return { nodes, replicas, models: modelViews(snapshot, now, engines, inflight) };
 }
 
 /** What the drain judgement reads per model, only when some node is draining. */
@@ -203,8 +206,14 @@ function replicaViews(snapshot: Snapshot, lastUsed: ReadonlyMap<string, number>,
   }));
 }
 
-function modelViews(snapshot: Snapshot, now: number, engines: ViewInputs["engines"]): ModelView[] {
+function modelViews(snapshot: Snapshot, now: number, engines: ViewInputs["engines"], inflight: ViewInputs["inflight"]): ModelView[] {
   let cap: FleetCapacity | undefined;
+  const byModel = new Map<string, ReplicaRow[]>();
+  for (const r of snapshot.replicas) {
+    let l = byModel.get(r.model);
+    if (!l) byModel.set(r.model, (l = []));
+    l.push(r);
+  }
   const stateByModel = new Map(snapshot.modelState.map((s) => [s.model, s]));
   const countByModel = new Map<string, { ready: number; total: number }>();
   for (const r of snapshot.replicas) {
@@ -248,6 +257,9 @@ function modelViews(snapshot: Snapshot, now: number, engines: ViewInputs["engine
       unplaceable,
       never_fits: never !== undefined,
       revision: m.revision,
+      ...rolloutField(rolloutView(m, st, byModel.get(m.name) ?? [], desired, now, inflight)),
     };
   });
 }
+
+const rolloutField = (r: RolloutView | undefined) => (r ? { rollout: r } : {});

@@ -128,6 +128,8 @@ export const FromRouter = z.discriminatedUnion("type", [
     id: z.number().int(),
     lastUsed: Entries,
     inflightByModel: Entries,
+    /** Replicas with requests in flight (a roll stops a draining one once it has none); absent from an older router. */
+    inflightByReplica: Entries.optional(),
     limitUse: z
       .array(z.object({ of: z.enum(["key", "team"]), name: z.string(), rpm: z.number().optional(), tpm: z.number().optional(), concurrent: z.number(), budget_tokens: z.number().optional(), budget_gpu_hours: z.number().optional(), askedRequests: z.number().optional(), askedTokens: z.number().optional(), usedRequests: z.number().optional(), usedTokens: z.number().optional(), maxConcurrent: z.number().optional(), rpmLimit: z.number().optional(), tpmLimit: z.number().optional() }))
       .optional(),

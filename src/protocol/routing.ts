@@ -169,6 +169,11 @@ export interface UsageSource {
   lastUsed(): ReadonlyMap<string, number>;
   inflightByModel(): ReadonlyMap<string, number>;
   /**
+   * Replica id → requests in flight (an id absent: none), endpoints removed mid-request
+   * included: a roll stops a draining replica once it has none. Absent, or undefined: not known.
+   */
+  inflightByReplica?(): ReadonlyMap<string, number> | undefined;
+  /**
    * Fetches fresh snapshots when the router lives elsewhere (its own thread): the control loop
    * awaits this before it reads the two above. Absent for a router in the same thread.
    */

@@ -124,6 +124,20 @@ export const ReplicaViewSchema = z.object({
 });
 export type ReplicaView = z.infer<typeof ReplicaViewSchema>;
 
+/** A model's rolling restart under way (a catalog change to how its replicas start, or `models restart`). */
+export const RolloutViewSchema = z.object({
+  replaced: z.number().int().describe("Ready replicas of the current spec, up to `of`."),
+  of: z.number().int().describe("Replicas the model wants."),
+  starting: z.number().int().describe("Replicas of the current spec starting (one at a time)."),
+  old: z.number().int().describe("Replicas of an outdated spec still running and taking requests."),
+  draining: z
+    .array(z.object({ id: z.string(), inflight: z.number().int().nullable().describe("Requests in flight on it; null: not known (several control planes)."), seconds_left: z.number().int().describe("Seconds until it is stopped anyway (serve --drain-timeout).") }))
+    .describe("Old replicas taking no new requests, kept until their requests in flight finish."),
+  waiting: z.string().nullable().describe("Why the roll cannot go on now; null when it is under way."),
+  text: z.string().describe("All of it in one line, as `llmgw models NAME` prints it."),
+});
+export type RolloutView = z.infer<typeof RolloutViewSchema>;
+
 export const ModelViewSchema = z.object({
   name: z.string(),
   aliases: z.array(z.string()),
@@ -148,6 +162,8 @@ export const ModelViewSchema = z.object({
    */
   never_fits: z.boolean().describe("No node or fabric of this fleet could ever host it, even all free: waiting will not help."),
   revision: z.number().int(),
+  /** Present while its replicas are being replaced one at a time. */
+  rollout: RolloutViewSchema.optional().describe("Present while its replicas are being replaced one at a time (a catalog change to how they start, or `models restart`)."),
 });
 export type ModelView = z.infer<typeof ModelViewSchema>;
 
@@ -337,6 +353,14 @@ export const UnparkResultSchema = z.object({
   message: z.string(),
 });
 export type UnparkResult = z.infer<typeof UnparkResultSchema>;
+
+/** `POST /models/{name}/restart`. */
+export const RestartResultSchema = z.object({
+  name: z.string(),
+  replicas: z.number().int().describe("Replicas marked to be replaced, one at a time (0: none running, nothing to do)."),
+  message: z.string(),
+});
+export type RestartResult = z.infer<typeof RestartResultSchema>;
 
 /** `POST /apply`: one entry per model of the file, in its order. */
 export const ApplyResultSchema = z.object({

@@ -569,6 +569,14 @@ export class Balancer implements UsageSource {
     for (const s of this.orphans.values()) add(s);
     return out;
   }
+
+  /** Replica id → requests in flight, only those with any, including endpoints removed mid-request (a replica draining). */
+  inflightByReplica(): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const s of this.list) if (s.inflight > 0) out.set(s.id, s.inflight);
+    for (const s of this.orphans.values()) if (s.inflight > 0) out.set(s.id, s.inflight);
+    return out;
+  }
 }
 
 /** The same State objects in the same order (a State replaced for an id is another member). */

@@ -313,6 +313,10 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink, Ledg
     return this.balancer.inflightByModel();
   }
 
+  inflightByReplica(): ReadonlyMap<string, number> {
+    return this.balancer.inflightByReplica();
+  }
+
   /** Requests waiting for a slot on a model whose replicas are all at their max_inflight, per model (its name). */
   waitingForSlots(): ReadonlyMap<string, number> {
     return this.gate.waitingByModel();

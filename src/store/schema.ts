@@ -95,6 +95,8 @@ export const replicas = sqliteTable(
     createdAt: integer("created_at").notNull(),
     updatedAt: integer("updated_at").notNull(),
     readyAt: integer("ready_at"),
+    launch: text("launch"),
+    drainUntil: integer("drain_until"),
   },
   (t) => [index("replicas_model").on(t.model)],
 );

@@ -338,8 +338,8 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
         await s.applyPlan(plan({ create: [replica("r2"), replica("r1")], events: [{ kind: "replica.created", subject: "r1", message: "created", data: { n: 1 } }] }), NOW);
         let snap = await s.snapshot();
         expect(snap.replicas).toEqual([
-          { id: "r1", model: "m1", profile: "default", state: "starting", shards: [{ node: "n1", gpus: [0] }], port: 20000, endpoint: "http://10.0.0.1:20000", failures: 0, error: null, createdAt: NOW, updatedAt: NOW, readyAt: null },
-          { id: "r2", model: "m1", profile: "default", state: "starting", shards: [{ node: "n1", gpus: [0] }], port: 20000, endpoint: "http://10.0.0.1:20000", failures: 0, error: null, createdAt: NOW, updatedAt: NOW, readyAt: null },
+          { id: "r1", model: "m1", profile: "default", state: "starting", shards: [{ node: "n1", gpus: [0] }], port: 20000, endpoint: "http://10.0.0.1:20000", failures: 0, error: null, createdAt: NOW, updatedAt: NOW, readyAt: null, launch: null, drainUntil: null },
+          { id: "r2", model: "m1", profile: "default", state: "starting", shards: [{ node: "n1", gpus: [0] }], port: 20000, endpoint: "http://10.0.0.1:20000", failures: 0, error: null, createdAt: NOW, updatedAt: NOW, readyAt: null, launch: null, drainUntil: null },
         ]);
         await s.applyPlan(
           plan({
@@ -352,12 +352,24 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
         );
         snap = await s.snapshot();
         expect(snap.replicas).toEqual([
-          { id: "r1", model: "m1", profile: "default", state: "ready", shards: [{ node: "n1", gpus: [0, 1] }], port: 20000, endpoint: "http://10.0.0.1:20000", failures: 1, error: "e", createdAt: NOW, updatedAt: NOW + 2, readyAt: NOW + 1 },
+          { id: "r1", model: "m1", profile: "default", state: "ready", shards: [{ node: "n1", gpus: [0, 1] }], port: 20000, endpoint: "http://10.0.0.1:20000", failures: 1, error: "e", createdAt: NOW, updatedAt: NOW + 2, readyAt: NOW + 1, launch: null, drainUntil: null },
         ]);
         expect(snap.modelState.map((m) => [m.model, m.scaleTarget])).toEqual([["m1", 3]]);
         expect(snap.nodes[0]!.adminState).toBe("draining");
         expect((await s.listEvents({ limit: 5 })).map((e) => ({ kind: e.kind, data: e.data }))).toEqual([{ kind: "replica.created", data: { n: 1 } }]);
         expect((await s.replicaSnapshot("n1")).replicas.map((r) => r.id)).toEqual(["r1"]);
+      });
+
+      test("a replica's launch fingerprint and drain deadline (rolls): written at creation and by patches, cleared by null", async () => {
+        await s.applyHeartbeat(heartbeat({ name: "n1", gpus: ["H100-80GB"] }), NOW);
+        await s.applyPlan(plan({ create: [{ ...replica("r1"), launch: "abc123" }, replica("r2")] }), NOW);
+        let rows = (await s.snapshot()).replicas;
+        expect(rows.map((r) => [r.id, r.launch, r.drainUntil])).toEqual([["r1", "abc123", null], ["r2", null, null]]);
+        await s.applyPlan(plan({ update: [{ id: "r1", patch: { state: "draining", drainUntil: NOW + 30_000 } }, { id: "r2", patch: { launch: "restart" } }] }), NOW + 1);
+        rows = (await s.replicaSnapshot()).replicas;
+        expect(rows.map((r) => [r.id, r.state, r.launch, r.drainUntil])).toEqual([["r1", "draining", "abc123", NOW + 30_000], ["r2", "starting", "restart", null]]);
+        await s.applyPlan(plan({ update: [{ id: "r1", patch: { drainUntil: null } }] }), NOW + 2);
+        expect((await s.snapshot()).replicas.find((r) => r.id === "r1")?.drainUntil).toBeNull();
       });
 
       test("applyPlan with many rows: a replica updated twice ends as both patches in order say; model state by several field sets; events in order, data kept or null", async () => {

@@ -3,6 +3,7 @@
 import type { ModelSpecInput } from "../../src/protocol/catalog";
 import { ModelSpec } from "../../src/protocol/catalog";
 import type { GpuReport, HeartbeatRequest } from "../../src/protocol/heartbeat";
+import { launchOf } from "../../src/control/launch";
 import { type GpuRow, type ModelStateRow, type NodeRow, type ReplicaRow, type Snapshot, emptyModelState } from "../../src/control/types";
 
 export const T0 = Date.UTC(2026, 0, 1, 12, 0, 0);
@@ -106,7 +107,15 @@ export function snapshot(opts: {
       createdAt: now,
       updatedAt: now,
       readyAt: r.state === "ready" || r.state === undefined ? now : null,
+      // Launched with their model's spec as it stands: nothing to roll (reconcile/rollout.ts).
+      launch: launchOfModel(opts.models ?? [], r.model),
+      drainUntil: null,
     })),
     modelState: (opts.modelState ?? []).map((s) => ({ ...emptyModelState(s.model), ...s })),
   };
+}
+
+function launchOfModel(models: readonly ReturnType<typeof model>[], name: string): string | null {
+  const m = models.find((x) => x.name === name);
+  return m ? (launchOf(m, "default") ?? null) : null;
 }

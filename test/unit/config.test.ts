@@ -196,7 +196,7 @@ describe("defaults in one place", () => {
       expect(spec.help, flag).toContain(`(default ${defaultText(ServeConfig, key)}`);
       checked++;
     }
-    expect(checked).toBe(46);
+    expect(checked).toBe(47);
   });
   test("every agent flag of a key with a scalar default states that default, read from the schema", () => {
     const stated: string[] = [];

@@ -229,6 +229,15 @@ describe("describe model", () => {
     const sha = "0123456789abcdef0123456789abcdef01234567";
     expect(renderModelDetail(m({ revision: 3, spec: { profiles: [], revision: sha } }), [], [], plain)).toContain(`\nCatalog:    revision 3\nWeights:    Hugging Face revision ${sha}\n`);
   });
+  test("a model being rolled: describe has a Rollout line, the models table its progress as the reason", () => {
+    const text = "1 of 2 replaced, old replica r-1 draining (4 requests in flight, 22 s left)";
+    const rollout = { replaced: 1, of: 2, starting: 0, old: 1, draining: [{ id: "r-1", inflight: 4, seconds_left: 22 }], waiting: null, text };
+    expect(renderModelDetail(m({ ready: 2, desired: 2, rollout }), [], [], plain)).toContain(`\nRollout:    ${text}\n`);
+    expect(renderModelDetail(m({}), [], [], plain)).not.toContain("Rollout:");
+    expect(renderModels([m({ ready: 2, desired: 2, rollout })], plain, true)).toContain(`rollout: ${text}`);
+    // `models NAME` says it on a line of its own instead.
+    expect(renderModels([m({ ready: 2, desired: 2, rollout })], plain, true, Number.POSITIVE_INFINITY, true)).not.toContain("rollout:");
+  });
   test("a failed replica's GPUs are said to be released: a ready replica may hold them now", () => {
     const r = (id: string, state: ReplicaView["state"]): ReplicaView => ({
       id, model: "m", profile: "p", state, shards: [{ node: "gpu-01", gpus: [0] }], endpoint: null, idle_seconds: -1, failures: 0, error: state === "failed" ? "exited with code 1: boom" : null, created_at: "", ready_at: null,

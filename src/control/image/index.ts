@@ -237,7 +237,7 @@ export class StoreImage implements StorePort, UnchangedHeartbeats {
     await this.memory.write(() => this.inner.applyPlan(plan, now, fence));
     if (this.memory.loaded !== s) return;
     for (const r of plan.create)
-      setReplica(s, { id: r.id, model: r.model, profile: r.profile, state: "starting", shards: r.shards, port: r.port, endpoint: r.endpoint, failures: 0, error: null, createdAt: now, updatedAt: now, readyAt: null } as ReplicaRow);
+      setReplica(s, { id: r.id, model: r.model, profile: r.profile, state: "starting", shards: r.shards, port: r.port, endpoint: r.endpoint, failures: 0, error: null, createdAt: now, updatedAt: now, readyAt: null, launch: r.launch ?? null, drainUntil: null } as ReplicaRow);
     for (const u of plan.update) {
       const r = s.replicas.get(u.id);
       if (r) setReplica(s, { ...r, ...defined(u.patch), updatedAt: now });

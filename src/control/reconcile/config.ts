@@ -33,6 +33,11 @@ export interface ReconcileConfig {
    */
   basePort: number;
   portCount: number;
+  /**
+   * How long a replica replaced by a roll (reconcile/rollout.ts) may go on finishing the
+   * requests it was sent before it is stopped anyway (`serve --drain-timeout`).
+   */
+  drainTimeoutMs: number;
 }
 
 /**

@@ -27,6 +27,8 @@ export interface ReconcileInput {
   deaf?: readonly Stall[];
   /** Per node, how good it is for each Hub model's weights (weights-placement.ts); absent: nothing known. */
   weights?: WeightsStanding;
+  /** The router's requests in flight per replica (absent id: none); undefined: no router's word. */
+  inflight?: ReadonlyMap<string, number>;
 }
 
 export interface ReconcileContext {
@@ -39,6 +41,7 @@ export interface ReconcileContext {
   engines: ReadonlyMap<string, readonly EngineReport[]> | undefined;
   deaf: readonly Stall[];
   weights: WeightsStanding | undefined;
+  inflight: ReadonlyMap<string, number> | undefined;
   nodes: ReadonlyMap<string, NodeRow>;
   /** The nodes being drained (most often none): what onDrainingNode asks of every replica. */
   draining: ReadonlySet<string>;
@@ -49,7 +52,7 @@ export interface ReconcileContext {
   modelState: ReadonlyMap<string, ModelStateRow>;
 }
 
-export function contextOf({ snapshot, now, lastUsed, config, watchedSince = Number.NEGATIVE_INFINITY, jumpedAt = Number.NEGATIVE_INFINITY, engines, deaf = [], weights }: ReconcileInput): ReconcileContext {
+export function contextOf({ snapshot, now, lastUsed, config, watchedSince = Number.NEGATIVE_INFINITY, jumpedAt = Number.NEGATIVE_INFINITY, engines, deaf = [], weights, inflight }: ReconcileInput): ReconcileContext {
   const ctx: ReconcileContext = {
     snapshot,
     now,
@@ -60,6 +63,7 @@ export function contextOf({ snapshot, now, lastUsed, config, watchedSince = Numb
     engines,
     deaf,
     weights,
+    inflight,
     nodes: new Map(snapshot.nodes.map((n) => [n.name, n])),
     draining: new Set(snapshot.nodes.filter((n) => n.adminState === "draining").map((n) => n.name)),
     nodeState: new Map(),

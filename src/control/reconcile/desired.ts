@@ -7,12 +7,15 @@ import { desiredReplicas } from "../views";
 import { type ReconcileContext, onDrainingNode } from "./context";
 import { inBackoff } from "./failures";
 import type { PlanBuilder } from "./plan";
+import { rollModel } from "./rollout";
 import { type ModelRow, type ModelStateRow, type ReplicaRow, emptyModelState } from "../types";
 
 /** What one model is short, as placement takes it, with what orders it among the others. */
 export interface ModelRequest extends PlacementRequest {
   ready: number;
   desired: number;
+  /** Only a roll's surge replica is asked for (rollout.ts): its failing to fit is not the model's. */
+  surgeOnly?: boolean;
 }
 
 export interface ModelDecisions {
@@ -55,20 +58,25 @@ export function decideModel(ctx: ReconcileContext, b: PlanBuilder, m: ModelRow, 
   let readyStaying = staying.filter((r) => b.stateOf(r) === "ready").length;
 
   moveOffDraining(b, m.name, moving, readyStaying, desired);
-  readyStaying -= stopSurplus(ctx, b, m.name, staying, desired);
+  // A parked model is not rolled: nothing new of it would start.
+  const roll = parked ? undefined : rollModel(ctx, b, m, staying, desired, reps.some((r) => b.stateOf(r) === "draining"));
+  if (roll?.rolling) readyStaying -= roll.stoppedReady + stopSurplus(ctx, b, m.name, roll.fresh, desired);
+  else readyStaying -= stopSurplus(ctx, b, m.name, staying, desired);
   forgetFailed(b, reps, readyStaying >= desired && !parked);
 
   const need = desired - Math.min(staying.filter((r) => b.stateOf(r) !== "draining").length, desired);
-  if (need <= 0 || parked) return parked ? undefined : "satisfied";
+  const surge = roll?.surge ?? 0;
+  if (need + surge <= 0 || parked) return parked ? undefined : "satisfied";
   if (inBackoff(pending ? { ...(st ?? emptyModelState(m.name)), ...pending } : st, ctx.now, ctx.cfg)) return undefined;
   return {
     model: m.name,
-    count: need,
+    count: need + surge,
     profiles: m.spec.profiles,
     placement: m.spec.placement,
     nodesInUse: new Set(active.flatMap((r) => r.shards.map((s) => s.node))),
     ready: readyStaying,
     desired,
+    ...(need <= 0 ? { surgeOnly: true } : {}),
   };
 }
 

@@ -11,6 +11,8 @@ export interface NewReplica {
   shards: { node: string; gpus: number[] }[];
   port: number;
   endpoint: string;
+  /** How it is launched (launch.ts); absent: unknown, stamped on the next step. */
+  launch?: string;
 }
 
 export interface PlanEvent {
@@ -22,7 +24,7 @@ export interface PlanEvent {
 
 export interface Plan {
   create: NewReplica[];
-  update: { id: string; patch: Partial<Pick<ReplicaRow, "state" | "error" | "readyAt" | "failures" | "createdAt">> }[];
+  update: { id: string; patch: Partial<Pick<ReplicaRow, "state" | "error" | "readyAt" | "failures" | "createdAt" | "launch" | "drainUntil">> }[];
   remove: string[];
   modelState: Map<string, Partial<Omit<ModelStateRow, "model">>>;
   nodeAdmin: { node: string; state: "none" | "cordoned" | "draining" }[];

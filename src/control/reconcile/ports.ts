@@ -3,6 +3,7 @@
 // goes with it; one that cannot is unplaceable for this tick, saying why. Ports are counted by
 // address, not node: simulated nodes may share one, and so may nodes behind one NAT.
 
+import { launchOf } from "../launch";
 import { fnv1a } from "../../lib/hash";
 import { RENDEZVOUS_STRIDE, usesRendezvousBlock } from "../../protocol/engine-ports";
 import { bracketHost } from "../../lib/net";
@@ -172,7 +173,8 @@ export function assignPorts(ctx: ReconcileContext, b: PlanBuilder, placed: reado
       continue;
     }
     for (const a of addresses) book.take(a, port, block);
-    b.plan.create.push({ id, model: p.model, profile: p.profile, shards: p.shards, port, endpoint: `http://${bracketHost(addressOf(ctx, leader))}:${port}` });
+    const launch = launchOfModel(ctx, p.model, p.profile);
+    b.plan.create.push({ id, model: p.model, profile: p.profile, shards: p.shards, port, endpoint: `http://${bracketHost(addressOf(ctx, leader))}:${port}`, ...(launch !== undefined ? { launch } : {}) });
     const where = p.shards.map((s) => `${s.node}:${s.gpus.join(",")}`).join(" ");
     b.event({ kind: "replica.placed", subject: `replica/${id}`, message: `placed replica ${id} of ${p.model} on ${where} (profile ${p.profile})`, data: placedData(leader, lastFailed.get(p.model)) });
   }
@@ -208,4 +210,10 @@ export function placedNode(e: { message: string; data?: unknown }): string | und
   const d = e.data as { node?: unknown } | null | undefined;
   if (d && typeof d.node === "string" && d.node !== "") return d.node;
   return / on ([^\s:]+):/.exec(e.message)?.[1];
+}
+
+/** The launch fingerprint a new replica of the model on this profile is placed with. */
+function launchOfModel(ctx: Pick<ReconcileContext, "models">, model: string, profile: string): string | undefined {
+  const m = ctx.models.get(model);
+  return m ? launchOf(m.spec, profile) : undefined;
 }

@@ -59,7 +59,8 @@ export function makeRoom(ctx: ReconcileContext, b: PlanBuilder, { requests, resu
   const evictedFrom = new Map<string, number>();
   for (const req of requests) {
     const spec = ctx.models.get(req.model)?.spec;
-    if (!spec?.on_demand || (placedCount.get(req.model) ?? 0) > 0 || !result.unplaceable.has(req.model)) continue;
+    // A roll's surge takes free GPUs only: it never evicts another model's replica.
+    if (!spec?.on_demand || req.surgeOnly || (placedCount.get(req.model) ?? 0) > 0 || !result.unplaceable.has(req.model)) continue;
     const taken = new Set(held);
     for (const p of result.placed) for (const sh of p.shards) for (const g of sh.gpus) taken.add(gpuKey(sh.node, g));
     for (const c of evictionCandidates(ctx, b, req, spec, byModel, evictedFrom)) {

@@ -100,11 +100,11 @@ export class PgFleet implements FleetRead, PlanWriter, Pick<ChangeFeed, "changeC
       // Each part in one statement, its rows handed over as one JSON document: a plan of
       // thousands of rows is a few round trips, not one per row.
       if (plan.create.length > 0) {
-        const rows = plan.create.map((r) => ({ id: r.id, model: r.model, profile: r.profile, shards: r.shards, port: r.port, endpoint: r.endpoint }));
+        const rows = plan.create.map((r) => ({ id: r.id, model: r.model, profile: r.profile, shards: r.shards, port: r.port, endpoint: r.endpoint, launch: r.launch ?? null }));
         await tx.execute(
-          sql`INSERT INTO replicas (id, model, profile, state, shards, port, endpoint, created_at, updated_at)
-            SELECT v.id, v.model, v.profile, 'starting', v.shards, v.port, v.endpoint, ${now}::bigint, ${now}::bigint
-            FROM ${recordset(rows, "id text, model text, profile text, shards jsonb, port integer, endpoint text")}`,
+          sql`INSERT INTO replicas (id, model, profile, state, shards, port, endpoint, created_at, updated_at, launch)
+            SELECT v.id, v.model, v.profile, 'starting', v.shards, v.port, v.endpoint, ${now}::bigint, ${now}::bigint, v.launch
+            FROM ${recordset(rows, "id text, model text, profile text, shards jsonb, port integer, endpoint text, launch text")}`,
         );
       }
       await updateReplicas(tx, plan.update, now);

@@ -80,6 +80,8 @@ export const replicas = pgTable(
     createdAt: ms("created_at").notNull(),
     updatedAt: ms("updated_at").notNull(),
     readyAt: ms("ready_at"),
+    launch: text("launch"),
+    drainUntil: ms("drain_until"),
   },
   (t) => [index("replicas_model").on(t.model)],
 );

@@ -30,7 +30,7 @@ export const SNAPSHOT_SQL = {
   gpus: `SELECT node, idx AS "index", uuid, name, class, memory_mib AS "memoryMib", healthy, parent FROM gpus ORDER BY node COLLATE "C", idx`,
   weights: `SELECT node, model FROM weights ORDER BY node COLLATE "C", model COLLATE "C"`,
   models: `SELECT name, spec, revision, created_at AS "createdAt", updated_at AS "updatedAt" FROM models ORDER BY name COLLATE "C"`,
-  replicas: `SELECT id, model, profile, state, shards, port, endpoint, failures, error, created_at AS "createdAt", updated_at AS "updatedAt", ready_at AS "readyAt" FROM replicas ORDER BY id COLLATE "C"`,
+  replicas: `SELECT id, model, profile, state, shards, port, endpoint, failures, error, created_at AS "createdAt", updated_at AS "updatedAt", ready_at AS "readyAt", launch, drain_until AS "drainUntil" FROM replicas ORDER BY id COLLATE "C"`,
   modelState: `SELECT model, failures, crashes, parked, reason, last_failure_at AS "lastFailureAt", last_requested_at AS "lastRequestedAt", scale_target AS "scaleTarget", unplaceable_reason AS "unplaceableReason" FROM model_state ORDER BY model COLLATE "C"`,
 } as const;
 
@@ -46,7 +46,7 @@ export const CHANGE_SQL = {
   addresses: `SELECT node, address FROM node_addresses WHERE node = ANY($1::text[])`,
   models: `SELECT name, spec, revision, created_at AS "createdAt", updated_at AS "updatedAt" FROM models WHERE name = ANY($1::text[])`,
   modelState: `SELECT model, failures, crashes, parked, reason, last_failure_at AS "lastFailureAt", last_requested_at AS "lastRequestedAt", scale_target AS "scaleTarget", unplaceable_reason AS "unplaceableReason" FROM model_state WHERE model = ANY($1::text[])`,
-  replicas: `SELECT id, model, profile, state, shards, port, endpoint, failures, error, created_at AS "createdAt", updated_at AS "updatedAt", ready_at AS "readyAt" FROM replicas WHERE id = ANY($1::text[])`,
+  replicas: `SELECT id, model, profile, state, shards, port, endpoint, failures, error, created_at AS "createdAt", updated_at AS "updatedAt", ready_at AS "readyAt", launch, drain_until AS "drainUntil" FROM replicas WHERE id = ANY($1::text[])`,
   apiKeys: `SELECT name, hash, pool, created_at AS "createdAt", team, models, expires_at AS "expiresAt", updated_at AS "updatedAt", ${LIMIT_COLUMNS} FROM api_keys WHERE name = ANY($1::text[])`,
   teams: `SELECT name, created_at AS "createdAt", updated_at AS "updatedAt", ${LIMIT_COLUMNS} FROM teams WHERE name = ANY($1::text[])`,
 } as const;
@@ -119,6 +119,8 @@ export const REPLICA_COLUMNS: Record<string, [string, string]> = {
   error: ["error", "text"],
   createdAt: ["created_at", "bigint"],
   readyAt: ["ready_at", "bigint"],
+  launch: ["launch", "text"],
+  drainUntil: ["drain_until", "bigint"],
 };
 
 export const MODEL_STATE_COLUMNS: Record<string, [string, string]> = {

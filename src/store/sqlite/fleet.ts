@@ -46,7 +46,7 @@ export class SqliteFleet implements FleetRead, PlanWriter, Pick<ChangeFeed, "cha
         }
         for (const r of plan.create)
           tx.insert(schema.replicas)
-            .values({ id: r.id, model: r.model, profile: r.profile, state: "starting", shards: r.shards, port: r.port, endpoint: r.endpoint, createdAt: now, updatedAt: now })
+            .values({ id: r.id, model: r.model, profile: r.profile, state: "starting", shards: r.shards, port: r.port, endpoint: r.endpoint, createdAt: now, updatedAt: now, launch: r.launch ?? null })
             .run();
         for (const u of plan.update) tx.update(schema.replicas).set({ ...u.patch, updatedAt: now }).where(eq(schema.replicas.id, u.id)).run();
         if (plan.remove.length > 0) tx.delete(schema.replicas).where(inArray(schema.replicas.id, plan.remove)).run();
