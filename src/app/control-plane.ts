@@ -116,7 +116,7 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
   const wlog = log.child({ component: "weights" });
   const planner: WeightsPlanner | undefined =
     o.hub && manifests
-      ? new WeightsPlanner({ manifests, hub: o.hub, memory, store, assignments: (n) => projector.assignmentsOf(n), scheduler, log: wlog, seeds: () => admin?.allSeeds() ?? [], observe: (hb, b, a) => admin?.observe(hb, b, a) })
+      ? new WeightsPlanner({ manifests, hub: o.hub, memory, store, assignments: (n) => projector.assignmentsOf(n), scheduler, log: wlog, seeds: () => admin?.allSeeds() ?? [], observe: (hb, b, a) => admin?.observe(hb, b, a), ordersChanged: (nodes) => nodes.forEach((n) => projector.ordersChanged(n)) })
       : undefined;
   const admin: WeightsAdmin | undefined = planner && manifests ? new WeightsAdmin({ planner, manifests, memory, assignments: (n) => projector.assignmentsOf(n), events, log: wlog }) : undefined;
   const weights = o.hub && manifests ? { weights: { manifests, hub: o.hub, ...(planner ? { planner } : {}), ...(admin ? { admin } : {}) } } : {};

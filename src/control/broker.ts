@@ -60,6 +60,11 @@ export class AssignmentBroker {
     this.wake(node);
   }
 
+  /** Answers the node's long polls now with its set unchanged: something else in the answer changed (its weight orders). */
+  nudge(node: string): void {
+    this.wake(node);
+  }
+
   /** Forgets a node (deleted): its waiters are answered now. */
   forget(node: string): void {
     this.sets.delete(node);

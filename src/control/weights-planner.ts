@@ -48,9 +48,17 @@ export interface WeightsPlannerOptions {
   seeds?: () => readonly WeightsWant[];
   /** Told of each node's weights report with the one it replaces (the transfer events, weights-admin.ts). */
   observe?: (hb: HeartbeatRequest, before: NodeWeights | undefined, after: NodeWeights) => void;
+  /**
+   * Told of the nodes whose orders a new plan changed, so they hear of them now (their long poll
+   * is answered) rather than at their next heartbeat: a copy waiting for a file that just arrived
+   * in the fabric, or a link of a chain re-planned, starts within a round trip.
+   */
+  ordersChanged?: (nodes: readonly string[]) => void;
 }
 
 const fileKey = (o: FetchOrder) => `${o.repo}@${o.revision}/${o.file.path}`;
+/** What a node's orders say, to tell a changed list from the same one given again. */
+const ordersPrint = (orders: readonly FetchOrder[]) => orders.map((o) => `${fileKey(o)}<${o.from.url}`).join("\n");
 
 export class WeightsPlanner {
   private readonly reports = new Map<string, NodeWeights>();
@@ -189,6 +197,7 @@ export class WeightsPlanner {
     this.seen = nodes;
     const needs = new Map<string, boolean>();
     for (const m of manifests.values()) if (this.o.manifests.needsToken(m.repo, m.revision)) needs.set(m.repo, true);
+    const before = this.plan;
     this.plan = planTransfers({
       manifests: [...manifests.values()],
       nodes,
@@ -196,6 +205,9 @@ export class WeightsPlanner {
       hub: { endpoint: this.o.hub.endpoint, token: this.o.hub.token, needsToken: (repo) => needs.get(repo) === true },
       now,
     });
+    const changed: string[] = [];
+    for (const [node, orders] of this.plan.orders) if (ordersPrint(orders) !== ordersPrint(before?.orders.get(node) ?? [])) changed.push(node);
+    if (changed.length > 0) this.o.ordersChanged?.(changed);
   }
 
   private async node(n: NodeRow): Promise<TransferNode> {
