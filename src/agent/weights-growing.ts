@@ -15,7 +15,8 @@ export class GrowingFile {
   /** Bytes of the file on disk (from its first byte). */
   written: number;
   ended: GrowingEnd | undefined;
-  private readonly waiters = new Set<() => void>();
+  /** Readers waiting for more than `at` bytes. */
+  private readonly waiters = new Set<{ at: number; wake: () => void }>();
 
   constructor(
     readonly path: string,
@@ -46,17 +47,17 @@ export class GrowingFile {
     return new Promise((resolve) => {
       const done = (ok: boolean) => {
         timer.cancel();
-        this.waiters.delete(wake);
+        this.waiters.delete(w);
         resolve(ok);
       };
-      const wake = () => done(true);
+      const w = { at, wake: () => done(true) };
       const timer = scheduler.after(ms, () => done(false));
-      this.waiters.add(wake);
+      this.waiters.add(w);
     });
   }
 
   private wake(): void {
-    for (const w of [...this.waiters]) w();
+    for (const w of [...this.waiters]) if (this.written > w.at || this.ended !== undefined) w.wake();
   }
 }
 

@@ -25,6 +25,12 @@ export { WEIGHTS_PEER_PREFIX };
 const PIECE = 64 * 1024;
 /** Largest piece of a partial copy read at once without a rate limit. */
 const GROWING_PIECE = 1024 * 1024;
+/**
+ * Smallest piece of a partial copy sent while more is coming: a reader that caught up with the
+ * writer waits for this much rather than sending each small write on its own (per-piece costs
+ * add up along a chain).
+ */
+const GROWING_MIN_PIECE = 256 * 1024;
 /** How long a request waits for this node to begin fetching the file (the head node ordered both in one plan). */
 export const AWAIT_START_MS = 10_000;
 /** How long a serve of a partial copy waits for its next byte before it gives up (its source stalled). */
@@ -193,6 +199,8 @@ export class WeightsServer {
     const log = this.log;
     let pos = start;
     let closed = false;
+    /** Set after a wait that ran out with a few bytes come: they go as they are (a trickle). */
+    let trickle = false;
     const finish = () => {
       release();
       if (!closed) {
@@ -209,17 +217,24 @@ export class WeightsServer {
               return c.close();
             }
             const avail = Math.min(partial.written, end + 1) - pos;
-            if (avail > 0 && partial.ended !== "failed") {
+            const enough = trickle ? 1 : Math.min(end + 1 - pos, GROWING_MIN_PIECE, piece);
+            if (avail > 0 && partial.ended !== "failed" && (avail >= enough || partial.ended !== undefined)) {
               const buf = new Uint8Array(Math.min(avail, piece));
               const { bytesRead } = await handle.read(buf, 0, buf.byteLength, pos);
               if (bytesRead === 0) throw new Error(`${partial.path}: no bytes at ${pos} though ${partial.written} were written`);
               pos += bytesRead;
+              trickle = false;
               await rate.take(bytesRead);
               if (!closed) c.enqueue(bytesRead === buf.byteLength ? buf : buf.subarray(0, bytesRead));
               return;
             }
             if (partial.ended !== undefined && partial.ended !== "whole") throw new Error(`the copy this node was fetching ${partial.ended === "failed" ? "failed its checksum" : "stopped"} at ${partial.written} bytes`);
-            if (!(await partial.wait(pos, GROWING_STALL_MS, wait))) throw new Error(`no bytes arrived here for ${GROWING_STALL_MS / 1000} s`);
+            // Wait for more (a piece's worth, or the end): nothing for GROWING_STALL_MS and the source stalled.
+            const before = partial.written;
+            if (!(await partial.wait(pos + enough - 1, GROWING_STALL_MS, wait))) {
+              if (partial.written === before) throw new Error(`no bytes arrived here for ${GROWING_STALL_MS / 1000} s`);
+              trickle = true;
+            }
           }
         } catch (e) {
           if (closed) return;
