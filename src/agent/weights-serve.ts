@@ -152,12 +152,14 @@ export class WeightsServer {
     if (blob !== undefined) return { kind: "blob", ...blob };
     const after = this.o.scheduler.after;
     if (this.o.growing === undefined || after === undefined) return undefined;
-    const partial = await this.o.growing.await(repo, revision, path, AWAIT_START_MS, { after: (ms, fn) => after.call(this.o.scheduler, ms, fn) });
+    const wait = { after: (ms: number, fn: () => void) => after.call(this.o.scheduler, ms, fn) };
+    const partial = await this.o.growing.await(repo, revision, path, AWAIT_START_MS, wait);
     if (partial !== undefined && partial.ended === undefined) {
       try {
         return { kind: "growing", partial, handle: await open(partial.path, "r") };
       } catch {
-        // Renamed to its blob (whole) between the two looks: served from there.
+        // Renamed to its blob (whole) between the two looks: served from there once it is linked.
+        await partial.wait(partial.size, AWAIT_START_MS, wait);
       }
     }
     const now = await snapshotBlob(entry, revision, path);
