@@ -42,7 +42,8 @@ export interface WeightsPlannerOptions {
   store: { credentialHashOf(node: string): Promise<string | undefined> };
   /** Each node's assignments now (the projector's). */
   assignments: (node: string) => readonly Assignment[];
-  scheduler: Pick<Scheduler, "now">;
+  /** `after` makes a plan asked for too soon after the last one once that is old enough (without it, the next ask does). */
+  scheduler: Pick<Scheduler, "now"> & Partial<Pick<Scheduler, "after">>;
   log: Logger;
   /** Revisions wanted on nodes with no replica there (`weights pull`, weights-admin.ts). */
   seeds?: () => readonly WeightsWant[];
@@ -68,6 +69,7 @@ export class WeightsPlanner {
   private plan: TransferPlan | undefined;
   private madeAt = Number.NEGATIVE_INFINITY;
   private making: Promise<void> | null = null;
+  private due: { cancel(): void } | null = null;
   /** The nodes as the latest plan saw them (their reports are read fresh for placement). */
   private seen: TransferNode[] = [];
   private standing: { at: number; models: readonly unknown[]; value: WeightsStanding } | undefined;
@@ -100,6 +102,7 @@ export class WeightsPlanner {
   orders(node: string): FetchOrder[] | undefined {
     const now = this.o.scheduler.now();
     if (now - this.madeAt >= PLAN_EVERY_MS) void this.remake();
+    else this.remakeSoon(PLAN_EVERY_MS - (now - this.madeAt));
     const orders = this.plan?.orders.get(node);
     if (orders !== undefined && orders.length > 0) {
       let mine = this.handed.get(node);
@@ -141,6 +144,20 @@ export class WeightsPlanner {
     const value = weightsStanding(models, nodes, (repo, revision) => this.o.manifests.get(repo, revision), inUse);
     this.standing = { at: now, models, value };
     return value;
+  }
+
+  /**
+   * A plan asked for within PLAN_EVERY_MS of the last is made once that is old enough, not at the
+   * next heartbeat: what was asked about (a replica just placed, a file just arrived) reaches its
+   * nodes through ordersChanged within a fraction of a second.
+   */
+  private remakeSoon(ms: number): void {
+    const after = this.o.scheduler.after;
+    if (this.due !== null || after === undefined) return;
+    this.due = after.call(this.o.scheduler, ms, () => {
+      this.due = null;
+      void this.remake();
+    });
   }
 
   /** Makes the plan again (one at a time). */
