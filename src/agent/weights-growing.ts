@@ -83,6 +83,13 @@ export class GrowingFiles {
     if (this.files.get(k) === f) this.files.delete(k);
   }
 
+  /** Requests waiting now for a copy to begin. */
+  get awaiting(): number {
+    let n = 0;
+    for (const s of this.starting.values()) n += s.size;
+    return n;
+  }
+
   get(repo: string, revision: string, path: string): GrowingFile | undefined {
     return this.files.get(key(repo, revision, path));
   }

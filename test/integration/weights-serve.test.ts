@@ -251,7 +251,7 @@ describe("weights served to peers", () => {
       const auth = { authorization: `Bearer ${grantFor(SHARD, v2, expires)}` };
       // Asked before the fetch here begins: the request waits for it to begin.
       const asked = fetch(peerWeightsUrl(at, REPO, v2, SHARD, expires), { headers: auth });
-      await Bun.sleep(20);
+      await until("the request waiting for the copy to begin", () => growing.awaiting === 1);
       writeFileSync(`${blob}.incomplete`, want.subarray(0, MB));
       const g = growing.begin(REPO, v2, SHARD, `${blob}.incomplete`, file.size, MB);
       const res = await asked;
@@ -303,7 +303,7 @@ describe("weights served to peers", () => {
       // Nor is a file served that this node neither holds nor fetches (after a short wait for it to begin).
       const e3 = soon();
       const none = fetch(peerWeightsUrl(at, REPO, v1, SHARD, e3), { headers: { authorization: `Bearer ${grantFor(SHARD, v1, e3)}` } });
-      await Bun.sleep(20);
+      await until("the request waiting for a copy to begin", () => growing.awaiting === 1);
       await time.run(60_000);
       expect((await none).status).toBe(404);
     } finally {
