@@ -39,6 +39,7 @@ import { Pace } from "./pace";
 import { PREVIOUS_LOGS } from "./previous-logs";
 import { Replicas } from "./replicas";
 import { WeightsFetcher } from "./weights-fetch";
+import { GrowingFiles } from "./weights-growing";
 import { WeightsDisk } from "./weights-disk";
 import { type ByteRate, byteRate } from "./weights-rate";
 import { LocalWeightsFinder } from "./weights-local";
@@ -165,7 +166,10 @@ export class NodeAgent {
       },
     });
     this.weightsRate = rate;
+    // Partial copies the fetcher writes, which the listener serves to peers meanwhile.
+    const growing = new GrowingFiles();
     this.fetcher = new WeightsFetcher({
+      growing,
       modelsDir: opts.config.models_dir,
       scheduler,
       log: this.log.child({ component: "weights" }),
@@ -225,6 +229,7 @@ export class NodeAgent {
     });
     this.logs = new LogService({
       weightsRate: this.weightsRate,
+      growing,
       config: opts.config,
       log: this.log,
       node: this.name,

@@ -16,6 +16,7 @@ import type { Pace } from "./pace";
 import { PastLogKeeper, previousPathOf } from "./previous-logs";
 import { fileSafe, type ProcessSet } from "./runner";
 import { byteRate, type ByteRate } from "./weights-rate";
+import type { GrowingFiles } from "./weights-growing";
 import { WEIGHTS_PEER_PREFIX, WeightsServer } from "./weights-serve";
 
 export interface LogServiceOptions {
@@ -34,6 +35,8 @@ export interface LogServiceOptions {
   pace: Pace;
   /** The node's weight-transfer rate limit, shared with its fetches; one of its own from --weights-max-rate when not given. */
   weightsRate?: ByteRate;
+  /** The files the node is fetching, whose bytes so far peers may copy. */
+  growing?: GrowingFiles;
 }
 
 export class LogService {
@@ -58,6 +61,7 @@ export class LogService {
       maxServes: opts.config.weights_max_transfers,
       rate: opts.weightsRate ?? byteRate(opts.config.weights_max_rate, opts.scheduler),
       log: opts.log.child({ component: "weights-serve" }),
+      ...(opts.growing ? { growing: opts.growing } : {}),
     });
   }
 

@@ -15,12 +15,14 @@ import type { Logger } from "pino";
 import { errorText } from "../lib/format";
 import type { Scheduler } from "../lib/scheduler";
 import { ChecksumError, blobPath, cacheEntry, downloadBlob, linkSnapshot } from "../hub/download";
+import type { GrowingFile, GrowingFiles } from "./weights-growing";
 import { type MakeRoom, RoomGate, bytesToCome } from "./weights-room";
 import { type FetchOrder, type TransferReport, type WeightFile, type WeightsManifest, manifestBytes } from "../protocol/weights";
 
 export interface WeightsFetcherOptions {
   modelsDir: string;
-  scheduler: Pick<Scheduler, "now">;
+  /** `after` times out a transfer whose source sends nothing for stallMs (without it, none is). */
+  scheduler: Pick<Scheduler, "now"> & Partial<Pick<Scheduler, "after">>;
   log: Logger;
   /** Transfers at once (agent --weights-max-transfers). */
   maxTransfers?: number;
@@ -33,6 +35,10 @@ export interface WeightsFetcherOptions {
   fetch?: typeof fetch;
   /** Room on the disk for a revision's missing bytes before its first transfer; without it, none is asked for. */
   makeRoom?: MakeRoom;
+  /** Where the partial copies are told of as they grow, for peers copying from this node meanwhile. */
+  growing?: GrowingFiles;
+  /** A transfer whose source sends no byte for this long fails (default STALL_MS), and the head node plans another source. */
+  stallMs?: number;
 }
 
 interface Running {
@@ -46,7 +52,17 @@ interface Running {
   /** When it failed; a checksum failure is not tried again from the same source, others after RETRY_MS. */
   failedAt: number;
   checksum: boolean;
+  /** When its last byte arrived (or it started). */
+  lastAt: number;
+  /** Set when it was stopped for sending nothing for stallMs. */
+  stalled: boolean;
 }
+
+/**
+ * How long a transfer waits for its source's next byte: a peer that is itself receiving the file
+ * may pause while its own source does, but a chain behind a dead or wedged peer must come loose.
+ */
+export const STALL_MS = 30_000;
 
 /** How long a transfer that failed (not on its checksum) waits before the same order is tried again. */
 export const RETRY_MS = 15_000;
@@ -201,6 +217,28 @@ export class WeightsFetcher {
     return out.sort((a, b) => (a.repo + a.path < b.repo + b.path ? -1 : 1));
   }
 
+  private get stallMs(): number {
+    return this.o.stallMs ?? STALL_MS;
+  }
+
+  /** Stops the transfer when its source sends nothing for stallMs (a dead or wedged peer upstream). */
+  private watch(r: Running): { cancel(): void } | undefined {
+    const after = this.o.scheduler.after;
+    if (after === undefined) return undefined;
+    let timer: { cancel(): void };
+    const check = () => {
+      const idle = this.o.scheduler.now() - r.lastAt;
+      if (idle < this.stallMs) {
+        timer = after.call(this.o.scheduler, this.stallMs - idle, check);
+        return;
+      }
+      r.stalled = true;
+      r.abort.abort();
+    };
+    timer = after.call(this.o.scheduler, this.stallMs, check);
+    return { cancel: () => timer.cancel() };
+  }
+
   /** Stops every transfer (the agent is stopping); their bytes stay for a resume. */
   stop(): void {
     this.stopped = true;
@@ -277,11 +315,18 @@ export class WeightsFetcher {
   }
 
   private async run(k: string, order: FetchOrder): Promise<void> {
-    const r: Running = { order, abort: new AbortController(), done: 0, startedAt: this.o.scheduler.now(), error: null, active: true, failedAt: 0, checksum: false };
+    const now = this.o.scheduler.now();
+    const r: Running = { order, abort: new AbortController(), done: 0, startedAt: now, error: null, active: true, failedAt: 0, checksum: false, lastAt: now, stalled: false };
     this.running.set(k, r);
     const auth = order.from.kind === "hub" ? order.from.token : order.from.grant;
     const log = { repo: order.repo, revision: order.revision, file: order.file.path, from: sourceName(order) };
     this.o.log.info({ ...log, bytes: order.file.size }, "weights transfer started");
+    const growing = this.o.growing;
+    let partial: GrowingFile | undefined;
+    const ended = (how: "whole" | "failed" | "stopped") => {
+      if (partial !== undefined) growing?.finish(order.repo, order.revision, order.file.path, partial, how);
+    };
+    const watchdog = this.watch(r);
     try {
       await downloadBlob({
         url: order.from.url,
@@ -291,6 +336,12 @@ export class WeightsFetcher {
         signal: r.abort.signal,
         onBytes: (n) => {
           r.done += n;
+          r.lastAt = this.o.scheduler.now();
+          partial?.grow(n);
+        },
+        onAppend: (path, have) => {
+          if (partial !== undefined) ended("stopped");
+          partial = growing?.begin(order.repo, order.revision, order.file.path, path, order.file.size, have);
         },
         ...(this.o.throttle ? { throttle: this.o.throttle } : {}),
         ...fetchFor(order, this.o.fetch),
@@ -300,12 +351,16 @@ export class WeightsFetcher {
       // spreads a revision's files over a fabric's nodes, which then copy from each other). A
       // replica still waits for every file (ready()).
       await linkSnapshot(cacheEntry(this.o.modelsDir, order.repo), order.revision, [order.file]);
+      // Whole and linked: a peer reading the partial copy reads on to its end (the same file,
+      // renamed), new ones are served the blob.
+      ended("whole");
       this.o.log.info(log, "weights transfer finished");
       const w = this.wants.get(key(order.repo, order.revision));
       if (w !== undefined) await this.linkIfWhole(w);
     } catch (e) {
-      if (r.abort.signal.aborted) return;
-      const error = e instanceof ChecksumError ? e.message : errorText(e);
+      ended(e instanceof ChecksumError ? "failed" : "stopped");
+      if (r.abort.signal.aborted && !r.stalled) return;
+      const error = r.stalled ? `${order.file.path}: no bytes from ${sourceName(order)} for ${Math.round(this.stallMs / 1000)} s (stalled)` : e instanceof ChecksumError ? e.message : errorText(e);
       r.active = false;
       r.error = error;
       r.failedAt = this.o.scheduler.now();
@@ -314,6 +369,8 @@ export class WeightsFetcher {
       // checksum failure from it there is no other source to try.
       if (r.checksum && order.from.kind === "hub") this.unobtainable.set(key(order.repo, order.revision), `${error} (from the Hub; no other source holds it)`);
       this.o.log.warn({ ...log, err: error }, "weights transfer failed");
+    } finally {
+      watchdog?.cancel();
     }
     this.o.onChange?.();
     if (!this.stopped) this.startMore();

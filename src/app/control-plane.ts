@@ -124,7 +124,7 @@ export function buildControlPlane(o: ControlPlaneOptions): ControlPlane {
   const manifests = hubManifests ? withLocal(hubManifests, local) : undefined;
   const planner: WeightsPlanner | undefined =
     o.hub && manifests
-      ? new WeightsPlanner({ manifests, hub: o.hub, local, memory, store, assignments: (n) => projector.assignmentsOf(n), scheduler, log: wlog, seeds: () => admin?.allSeeds() ?? [], observe: (hb, b, a) => admin?.observe(hb, b, a) })
+      ? new WeightsPlanner({ manifests, hub: o.hub, local, memory, store, assignments: (n) => projector.assignmentsOf(n), scheduler, log: wlog, seeds: () => admin?.allSeeds() ?? [], observe: (hb, b, a) => admin?.observe(hb, b, a), ordersChanged: (nodes) => nodes.forEach((n) => projector.ordersChanged(n)) })
       : undefined;
   const admin: WeightsAdmin | undefined = planner && manifests ? new WeightsAdmin({ planner, manifests, local, memory, assignments: (n) => projector.assignmentsOf(n), events, store, scheduler, log: wlog }) : undefined;
   const weights = o.hub && manifests ? { weights: { manifests, hub: o.hub, local, ...(planner ? { planner } : {}), ...(admin ? { admin } : {}) } } : {};

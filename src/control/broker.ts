@@ -17,6 +17,8 @@ export const WAIT_JITTER = 1 / 16;
 export class AssignmentBroker {
   private readonly sets = new Map<string, { generation: number; fingerprint: string; assignments: Assignment[] }>();
   private readonly waiters = new Map<string, Set<() => void>>();
+  /** Nodes nudged while no long poll of theirs waited: the next one is answered at once. */
+  private readonly nudged = new Set<string>();
   /** Every node of the loaded state was offered its set once (offerAll): a node never offered since has nothing to run. */
   private complete = false;
 
@@ -60,9 +62,16 @@ export class AssignmentBroker {
     this.wake(node);
   }
 
+  /** Answers the node's long polls now with its set unchanged: something else in the answer changed (its weight orders). */
+  nudge(node: string): void {
+    if ((this.waiters.get(node)?.size ?? 0) > 0) this.wake(node);
+    else this.nudged.add(node);
+  }
+
   /** Forgets a node (deleted): its waiters are answered now. */
   forget(node: string): void {
     this.sets.delete(node);
+    this.nudged.delete(node);
     this.wake(node);
   }
 
@@ -72,6 +81,7 @@ export class AssignmentBroker {
    */
   async wait(node: string, generation: number, waitMs: number, signal?: AbortSignal): Promise<void> {
     if (this.current(node).generation !== generation || waitMs <= 0) return;
+    if (this.nudged.delete(node)) return;
     await new Promise<void>((resolve) => {
       let set = this.waiters.get(node);
       if (!set) this.waiters.set(node, (set = new Set()));

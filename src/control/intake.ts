@@ -355,6 +355,9 @@ export class NodeIntake {
    * the agent's own choice, sent again because the first answer was lost.
    */
   async join(hb: HeartbeatRequest): Promise<HeartbeatResponse> {
+    // What it holds from its first word: a transfer ordered on its long poll before its next
+    // heartbeat is then seen to begin (the weights events compare each report with the last).
+    this.o.weights?.note(hb);
     // A node joining again (its answer was lost) with a failing driver keeps its GPUs too.
     const taken = await this.lastKnown(hb);
     return new Promise<HeartbeatResponse>((resolve, reject) => {

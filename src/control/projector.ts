@@ -216,6 +216,11 @@ export class Projector {
     this.broker.offerAll(snapshot.nodes.map((n) => [n.name, byNode.get(n.name) ?? []] as const));
   }
 
+  /** The node's weight orders changed: its long polls are answered now, with them. */
+  ordersChanged(node: string): void {
+    this.broker.nudge(node);
+  }
+
   /** A deleted node: its long polls are answered now. */
   forget(node: string): void {
     this.broker.forget(node);

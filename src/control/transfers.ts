@@ -1,7 +1,11 @@
 // The head node's transfer plan: which node fetches which file of a model's weights, and from
 // where. A fabric downloads a file from the Hub once; its other nodes copy it from a node of the
-// fabric that holds it verified, spread over the holders, so a node that just finished a file
-// serves the next ones and copies form a tree. A pure function of what the nodes last reported:
+// fabric that holds it verified, spread over the holders, or, while nobody holds it yet, from a
+// node that is receiving it (the agent serves the bytes it has and the rest as they arrive), so
+// the copies run behind the one Hub download as a fan-out or a chain instead of after it. A
+// copy whose source failed is planned from another source; one whose bytes failed their
+// checksum from a peer is not fetched from that peer again (the Hub, when no other holds it).
+// A pure function of what the nodes last reported:
 // no I/O and no clock of its own (`now` is given), so the same reports give the same plan, and
 // the orders for transfers already running are given again unchanged (the agent keeps them).
 
@@ -254,7 +258,9 @@ interface Ctx {
   /** node\0repo@revision\0path of running transfers whose order is given again. */
   kept: Set<string>;
   /** node\0repo@revision\0path → the source whose transfer reported an error: another is chosen if there is one. */
-  avoid: Map<string, string>;
+  avoid: Map<string, { from: string; checksum: boolean }>;
+  /** repo@revision\0path → the nodes getting the file in this plan (kept or ordered): they serve what they have. */
+  receiving: Map<string, Set<NodeView>>;
   /** node\0repo@revision → why it is blocked or waiting (the first file's reason). */
   blocked: Map<string, string>;
   waiting: Map<string, string>;
@@ -292,6 +298,13 @@ function markComing(ctx: Ctx, k: string, path: string, v: NodeView): void {
   let s = ctx.coming.get(fk);
   if (!s) ctx.coming.set(fk, (s = new Set()));
   for (const f of v.fabrics) s.add(f);
+  let r = ctx.receiving.get(fk);
+  if (!r) ctx.receiving.set(fk, (r = new Set()));
+  r.add(v);
+}
+
+function receives(ctx: Ctx, v: NodeView, k: string, path: string): boolean {
+  return ctx.receiving.get(fileKey(k, path))?.has(v) ?? false;
 }
 
 function orderFromHub(ctx: Ctx, v: NodeView, m: WeightsManifest, f: WeightFile): void {
@@ -361,6 +374,7 @@ function buildCtx(input: TransferInput): Ctx {
     coming: new Map(),
     kept: new Set(),
     avoid: new Map(),
+    receiving: new Map(),
     blocked: new Map(),
     waiting: new Map(),
     fabrics: new Map(),
@@ -370,10 +384,14 @@ function buildCtx(input: TransferInput): Ctx {
 /**
  * Running transfers first, each given its order again as it runs (same source), so the agent
  * goes on with it: while the file is still wanted and not yet held, and its source still can
- * serve it. A transfer reporting an error is planned afresh, away from that source if another
- * can serve. Running transfers count against the bounds before anything new is ordered.
+ * serve it: it holds the file, or its own transfer of it is kept too. Chains are kept link by
+ * link from their root (the Hub or a holder), so a link behind one that stopped, or a cycle,
+ * is planned afresh. A transfer reporting an error is planned afresh, away from that source if
+ * another can serve. Running transfers count against the bounds before anything new is ordered.
  */
 function keepRunning(ctx: Ctx): void {
+  const pending: { v: NodeView; t: TransferReport; m: WeightsManifest; f: WeightFile; kk: string }[] = [];
+  const seen = new Set<string>();
   for (const v of ctx.views.values()) {
     if (!v.usable) continue;
     const running = [...v.node.transfers].sort((a, b) => byString(a.repo, b.repo) || byString(a.revision, b.revision) || byString(a.path, b.path));
@@ -381,20 +399,34 @@ function keepRunning(ctx: Ctx): void {
       const k = revKey(t.repo, t.revision);
       const m = ctx.manifests.get(k);
       const kk = `${v.name}\u0000${fileKey(k, t.path)}`;
-      if (m === undefined || ctx.kept.has(kk) || !ctx.wants.get(k)?.has(v.name) || holds(v, k, t.path) || ctx.blocked.has(nodeRev(v.name, k))) continue;
+      if (m === undefined || seen.has(kk) || !ctx.wants.get(k)?.has(v.name) || holds(v, k, t.path) || ctx.blocked.has(nodeRev(v.name, k))) continue;
+      seen.add(kk);
       const f = m.files.find((x) => x.path === t.path);
       if (f === undefined) continue;
-      if (t.error !== null) {
-        ctx.avoid.set(kk, t.from);
-        continue;
-      }
-      if (t.from === "hub") orderFromHub(ctx, v, m, f);
-      else {
+      if (t.error !== null) ctx.avoid.set(kk, { from: t.from, checksum: /checksum/i.test(t.error) });
+      else pending.push({ v, t, m, f, kk });
+    }
+  }
+  // Two Hub downloads of one file in a fabric (orders crossed in flight): the one furthest on is kept.
+  pending.sort((a, b) => b.t.done - a.t.done);
+  const fromHub = new Set<string>();
+  for (let more = true; more; ) {
+    more = false;
+    for (const { v, t, m, f, kk } of pending) {
+      if (ctx.kept.has(kk)) continue;
+      const k = revKey(t.repo, t.revision);
+      if (t.from === "hub") {
+        if (v.fabrics.some((x) => fromHub.has(fileKey(fileKey(k, t.path), x)))) continue;
+        for (const x of v.fabrics) fromHub.add(fileKey(fileKey(k, t.path), x));
+        orderFromHub(ctx, v, m, f);
+      } else {
         const src = ctx.views.get(t.from);
-        if (src === undefined || !src.canServe || !holds(src, k, t.path) || sharedFabric(v, src) === undefined) continue;
+        if (src === undefined || !src.canServe || sharedFabric(v, src) === undefined) continue;
+        if (!holds(src, k, t.path) && !receives(ctx, src, k, t.path)) continue;
         orderFromPeer(ctx, v, m, f, src);
       }
       ctx.kept.add(kk);
+      more = true;
     }
   }
 }
@@ -429,16 +461,20 @@ function holdBack(ctx: Ctx): void {
   }
 }
 
-/** The holder with the fewest serves in this plan (then by name), below the bound; `avoid` only when no other can. */
-function pickHolder(ctx: Ctx, holders: NodeView[], avoid: string | undefined): NodeView | undefined {
+/** The node with the fewest serves in this plan (then by name), below the bound, other than `avoid`. */
+function leastServing(ctx: Ctx, nodes: NodeView[], avoid: string | undefined): NodeView | undefined {
   let best: NodeView | undefined;
-  let fallback: NodeView | undefined;
-  for (const h of holders) {
-    if (h.serves >= ctx.max.serves) continue;
-    if (h.name === avoid) fallback = h;
-    else if (best === undefined || h.serves < best.serves) best = h;
-  }
-  return best ?? fallback;
+  for (const h of nodes) if (h.serves < ctx.max.serves && h.name !== avoid && (best === undefined || h.serves < best.serves)) best = h;
+  return best;
+}
+
+/**
+ * A holder first, else a node receiving the file; `avoid` (whose transfer failed) only when no
+ * other can serve now.
+ */
+function pickSource(ctx: Ctx, holders: NodeView[], receivers: NodeView[], avoid: string | undefined): NodeView | undefined {
+  const again = [...holders, ...receivers].find((h) => h.name === avoid && h.serves < ctx.max.serves);
+  return leastServing(ctx, holders, avoid) ?? leastServing(ctx, receivers, avoid) ?? again;
 }
 
 function fabricName(v: NodeView): string {
@@ -451,8 +487,18 @@ function planFile(ctx: Ctx, m: WeightsManifest, f: WeightFile, needers: NodeView
   const k = revKey(m.repo, m.revision);
   const rest: NodeView[] = [];
   for (const v of needers) {
-    const holders = peersOf(ctx, v).filter((p) => p.canServe && holds(p, k, f.path));
-    if (holders.length === 0) {
+    const peers = peersOf(ctx, v).filter((p) => p.canServe);
+    let holders = peers.filter((p) => holds(p, k, f.path));
+    let receivers = peers.filter((p) => !holds(p, k, f.path) && receives(ctx, p, k, f.path));
+    const avoid = ctx.avoid.get(`${v.name}\u0000${fileKey(k, f.path)}`);
+    // A peer's copy failed its checksum: never that peer again, nor a copy still coming (it may
+    // come from it); another holder, else the Hub, though the fabric has the file.
+    const badPeer = avoid?.checksum === true && avoid.from !== "hub";
+    if (badPeer) {
+      holders = holders.filter((p) => p.name !== avoid.from);
+      receivers = [];
+    }
+    if (holders.length + receivers.length === 0 && !badPeer) {
       rest.push(v);
       continue;
     }
@@ -460,27 +506,42 @@ function planFile(ctx: Ctx, m: WeightsManifest, f: WeightFile, needers: NodeView
       wait(ctx, v, k, `at most ${ctx.max.transfers} transfers at a time on ${v.name}`);
       continue;
     }
-    const src = pickHolder(ctx, holders, ctx.avoid.get(`${v.name}\u0000${fileKey(k, f.path)}`));
-    if (src === undefined) {
-      const who = holders.length === 1 ? `${holders[0]!.name}, which holds it in ${fabricName(v)}, serves` : `the ${holders.length} nodes holding it in ${fabricName(v)} serve`;
-      wait(ctx, v, k, `waiting for a source of ${f.path}: ${who} the most transfers allowed (${ctx.max.serves})`);
+    if (holders.length + receivers.length === 0) {
+      orderFromHub(ctx, v, m, f);
+      continue;
     }
-    else orderFromPeer(ctx, v, m, f, src);
+    const src = pickSource(ctx, holders, receivers, avoid?.from);
+    if (src === undefined) {
+      const all = [...holders, ...receivers];
+      const who = all.length === 1 ? `${all[0]!.name}, which ${holders.length > 0 ? "holds" : "is getting"} it in ${fabricName(v)}, serves` : `the ${all.length} nodes holding or getting it in ${fabricName(v)} serve`;
+      wait(ctx, v, k, `waiting for a source of ${f.path}: ${who} the most transfers allowed (${ctx.max.serves})`);
+    } else orderFromPeer(ctx, v, m, f, src);
   }
   if (ctx.hub.isLocal?.(m.repo) === true) {
     planFromAnyHolder(ctx, m, f, rest);
     return;
   }
-  // The Hub, once per fabric: a node whose fabric is already getting the file waits for it.
+  planFromHub(ctx, m, f, rest);
+}
+
+/**
+ * The Hub, once per fabric, for nodes no peer can serve the file: a node whose fabric is already
+ * getting it waits for it; of the others one per fabric fetches it from the Hub and the rest of
+ * that fabric copy it from that node as it arrives (or wait for it, when it serves no more).
+ */
+function planFromHub(ctx: Ctx, m: WeightsManifest, f: WeightFile, rest: NodeView[]): void {
+  const k = revKey(m.repo, m.revision);
   const coming = ctx.coming.get(fileKey(k, f.path));
+  const arriving = (v: NodeView) => `waiting for ${f.path} to arrive in ${fabricName(v)}, to copy it from there`;
   let candidates: NodeView[] = [];
   for (const v of rest) {
-    if (coming !== undefined && v.fabrics.some((x) => coming.has(x))) wait(ctx, v, k, `waiting for ${f.path} to arrive in ${fabricName(v)}, to copy it from there`);
+    if (coming !== undefined && v.fabrics.some((x) => coming.has(x))) wait(ctx, v, k, arriving(v));
     else candidates.push(v);
   }
   while (candidates.length > 0) {
     let pick: NodeView | undefined;
-    for (const v of candidates) if (v.fetches < ctx.max.transfers && (pick === undefined || v.fetches < pick.fetches)) pick = v;
+    // Fewest fetches, then fewest serves: the fabric's Hub downloads spread over its nodes, each serving its own.
+    for (const v of candidates) if (v.fetches < ctx.max.transfers && (pick === undefined || v.fetches < pick.fetches || (v.fetches === pick.fetches && v.serves < pick.serves))) pick = v;
     if (pick === undefined) {
       for (const v of candidates) wait(ctx, v, k, `at most ${ctx.max.transfers} transfers at a time on ${v.name}`);
       return;
@@ -490,8 +551,9 @@ function planFile(ctx: Ctx, m: WeightsManifest, f: WeightFile, needers: NodeView
     const next: NodeView[] = [];
     for (const v of candidates) {
       if (v === chosen) continue;
-      if (sharedFabric(v, chosen) !== undefined) wait(ctx, v, k, `waiting for ${f.path} to arrive in ${fabricName(v)}, to copy it from there`);
-      else next.push(v);
+      if (sharedFabric(v, chosen) === undefined) next.push(v);
+      else if (chosen.canServe && chosen.serves < ctx.max.serves && v.fetches < ctx.max.transfers) orderFromPeer(ctx, v, m, f, chosen);
+      else wait(ctx, v, k, arriving(v));
     }
     candidates = next;
   }
@@ -514,7 +576,10 @@ function planFromAnyHolder(ctx: Ctx, m: WeightsManifest, f: WeightFile, needers:
       wait(ctx, v, k, `at most ${ctx.max.transfers} transfers at a time on ${v.name}`);
       continue;
     }
-    const src = pickHolder(ctx, holders, ctx.avoid.get(`${v.name}\u0000${fileKey(k, f.path)}`));
+    // A holder whose copy failed its checksum here is not asked again while another holds it.
+    const avoid = ctx.avoid.get(`${v.name}\u0000${fileKey(k, f.path)}`);
+    const others = avoid?.checksum === true ? holders.filter((h) => h.name !== avoid.from) : holders;
+    const src = pickSource(ctx, others.length > 0 ? others : holders, [], avoid?.from);
     if (src === undefined) wait(ctx, v, k, `waiting for a source of ${f.path}: the nodes holding it serve the most transfers allowed (${ctx.max.serves})`);
     else orderFromPeer(ctx, v, m, f, src);
   }
@@ -601,8 +666,10 @@ function statuses(ctx: Ctx): WeightsStatus[] {
  * The plan for now: per node the fetch orders it is to run (the running ones again, unchanged,
  * and new ones within the bounds), per node and revision its status, per fabric what moves.
  * Rules: a file a node holds verified is never fetched again; a fabric gets a file from the Hub
- * through one node at a time, and only when no node of it holds the file; the others copy from
- * a holder of their fabric once there is one, the holder with the fewest serves first; a node
+ * through one node at a time, and only when no node of it holds the file (or when a peer's copy
+ * failed its checksum and no other node holds it); the others copy from a holder of their
+ * fabric, the holder with the fewest serves first, else from a node of it receiving the file
+ * (whose own transfer is in this plan: copies form a fan-out or a chain behind the Hub's); a node
  * in no fabric is a fabric of its own; a node whose disk cannot take the rest of a revision gets
  * no orders for it; an unusable node neither fetches nor serves, nor does a node without a
  * listener serve.

@@ -43,7 +43,8 @@ export interface WeightsPlannerOptions {
   store: { credentialHashOf(node: string): Promise<string | undefined> };
   /** Each node's assignments now (the projector's). */
   assignments: (node: string) => readonly Assignment[];
-  scheduler: Pick<Scheduler, "now">;
+  /** `after` makes a plan asked for too soon after the last one once that is old enough (without it, the next ask does). */
+  scheduler: Pick<Scheduler, "now"> & Partial<Pick<Scheduler, "after">>;
   log: Logger;
   /** Revisions wanted on nodes with no replica there (`weights pull`, weights-admin.ts). */
   seeds?: () => readonly WeightsWant[];
@@ -51,9 +52,17 @@ export interface WeightsPlannerOptions {
   local?: { revisionOf(source: string): string | undefined };
   /** Told of each node's weights report with the one it replaces (the transfer events, weights-admin.ts). */
   observe?: (hb: HeartbeatRequest, before: NodeWeights | undefined, after: NodeWeights) => void;
+  /**
+   * Told of the nodes whose orders a new plan changed, so they hear of them now (their long poll
+   * is answered) rather than at their next heartbeat: a copy waiting for a file that just arrived
+   * in the fabric, or a link of a chain re-planned, starts within a round trip.
+   */
+  ordersChanged?: (nodes: readonly string[]) => void;
 }
 
 const fileKey = (o: FetchOrder) => `${o.repo}@${o.revision}/${o.file.path}`;
+/** What a node's orders say, to tell a changed list from the same one given again. */
+const ordersPrint = (orders: readonly FetchOrder[]) => orders.map((o) => `${fileKey(o)}<${o.from.url}`).join("\n");
 
 export class WeightsPlanner {
   private readonly reports = new Map<string, NodeWeights>();
@@ -63,6 +72,7 @@ export class WeightsPlanner {
   private plan: TransferPlan | undefined;
   private madeAt = Number.NEGATIVE_INFINITY;
   private making: Promise<void> | null = null;
+  private due: { cancel(): void } | null = null;
   /** The nodes as the latest plan saw them (their reports are read fresh for placement). */
   private seen: TransferNode[] = [];
   private standing: { at: number; models: readonly unknown[]; value: WeightsStanding } | undefined;
@@ -95,6 +105,7 @@ export class WeightsPlanner {
   orders(node: string): FetchOrder[] | undefined {
     const now = this.o.scheduler.now();
     if (now - this.madeAt >= PLAN_EVERY_MS) void this.remake();
+    else this.remakeSoon(PLAN_EVERY_MS - (now - this.madeAt));
     const orders = this.plan?.orders.get(node);
     if (orders !== undefined && orders.length > 0) {
       let mine = this.handed.get(node);
@@ -139,6 +150,20 @@ export class WeightsPlanner {
     });
     this.standing = { at: now, models, value };
     return value;
+  }
+
+  /**
+   * A plan asked for within PLAN_EVERY_MS of the last is made once that is old enough, not at the
+   * next heartbeat: what was asked about (a replica just placed, a file just arrived) reaches its
+   * nodes through ordersChanged within a fraction of a second.
+   */
+  private remakeSoon(ms: number): void {
+    const after = this.o.scheduler.after;
+    if (this.due !== null || after === undefined) return;
+    this.due = after.call(this.o.scheduler, ms, () => {
+      this.due = null;
+      void this.remake();
+    });
   }
 
   /** Makes the plan again (one at a time). */
@@ -195,6 +220,7 @@ export class WeightsPlanner {
     this.seen = nodes;
     const needs = new Map<string, boolean>();
     for (const m of manifests.values()) if (this.o.manifests.needsToken(m.repo, m.revision)) needs.set(m.repo, true);
+    const before = this.plan;
     this.plan = planTransfers({
       manifests: [...manifests.values()],
       nodes,
@@ -202,6 +228,9 @@ export class WeightsPlanner {
       hub: { endpoint: this.o.hub.endpoint, token: this.o.hub.token, needsToken: (repo) => needs.get(repo) === true, isLocal: isLocalRepo },
       now,
     });
+    const changed: string[] = [];
+    for (const [node, orders] of this.plan.orders) if (ordersPrint(orders) !== ordersPrint(before?.orders.get(node) ?? [])) changed.push(node);
+    if (changed.length > 0) this.o.ordersChanged?.(changed);
   }
 
   private async node(n: NodeRow): Promise<TransferNode> {

@@ -52,8 +52,10 @@ export interface BlobDownload {
   /** The cache entry (cacheEntry) the blob goes into. */
   entry: string;
   file: WeightFile;
-  /** Each read's bytes as they are written (progress, rate). */
+  /** Each read's bytes once they are written (progress, rate, peers reading the partial copy). */
   onBytes?: (n: number) => void;
+  /** The partial copy is open for appending, `have` bytes in it already: its bytes may be read from now on. */
+  onAppend?: (partial: string, have: number) => void;
   /** Awaited after each read: a rate limit holds the transfer back here. */
   throttle?: (n: number) => Promise<void> | void;
   signal?: AbortSignal;
@@ -114,7 +116,7 @@ export async function downloadBlob(o: BlobDownload): Promise<number> {
       await res.body?.cancel();
       throw new TransferError(`${f.path}: the source has fewer bytes than the ${have} already here`, 416);
     }
-    moved = await writeBody(res, partial, hash, o);
+    moved = await writeBody(res, partial, have, hash, o);
     have += moved;
   }
   if (have !== f.size) throw new TransferError(`${f.path}: ${have} bytes arrived, the file has ${f.size}`);
@@ -156,9 +158,10 @@ async function fetchFollowing(o: BlobDownload, from: number): Promise<Response> 
 }
 
 /** Appends the body to `partial`, hashing it; the bytes written. */
-async function writeBody(res: Response, partial: string, hash: Hash, o: BlobDownload): Promise<number> {
+async function writeBody(res: Response, partial: string, have: number, hash: Hash, o: BlobDownload): Promise<number> {
   if (res.body === null) return 0;
   const out = await open(partial, "a");
+  o.onAppend?.(partial, have);
   let n = 0;
   try {
     for await (const chunk of res.body) {

@@ -11,7 +11,7 @@
 // temporary directory; says so and stops when there is less. About 2–5 minutes on 2 cores.
 //   bun build.ts && bun test/bench/weights.ts [--gb 2]
 
-import { closeSync, mkdirSync, openSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
+import { closeSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Cluster } from "../helpers/cluster";
@@ -75,18 +75,31 @@ function writeModel(dir: string): { files: string[]; bytes: number } {
   return { files, bytes: files.reduce((n, f) => n + statSync(join(dir, f)).size, 0) };
 }
 
-/** One plain curl of every file (following the Hub's redirects), to files on the same disk. */
-function curlAll(hubUrl: string, commit: string, files: string[], into: string): number {
+/** CPU seconds a live process has used (user + system), from /proc; 0 when it is gone. */
+function cpuSeconds(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(f[11]) + Number(f[12])) / 100;
+  } catch {
+    return 0;
+  }
+}
+
+/** One plain curl of every file (following the Hub's redirects), to files on the same disk: its wall and CPU time. */
+function curlAll(hubUrl: string, commit: string, files: string[], into: string): { ms: number; cpu: number } {
   const args = ["curl", "-sSfL"];
   for (const f of files) args.push("-o", join(into, f), `${hubUrl}/${REPO}/resolve/${commit}/${f}`);
   const t0 = performance.now();
   const p = Bun.spawnSync(args, { stdout: "ignore", stderr: "pipe" });
   const ms = performance.now() - t0;
   if (p.exitCode !== 0) throw new Error(`curl failed (${p.exitCode}): ${p.stderr.toString().slice(0, 300)}`);
-  return ms;
+  const cpu = p.resourceUsage ? (Number(p.resourceUsage.cpuTime.user) + Number(p.resourceUsage.cpuTime.system)) / 1e6 : 0;
+  return { ms, cpu };
 }
 
 let hub: HubProcess | undefined;
+let loadBefore = "?";
 let cluster: Cluster | undefined;
 let stopping = false;
 async function cleanup(): Promise<void> {
@@ -103,6 +116,7 @@ const watchdog = setTimeout(() => {
 }, DEADLINE_MS);
 
 async function main(): Promise<void> {
+  loadBefore = readFileSync("/proc/loadavg", "utf8").split(" ")[0] ?? "?";
   const need = SIZE * (NODES + 2) * 1.05;
   const free = freeBytes(tmpdir());
   log(`weights bench: ${(SIZE / GB).toFixed(1)} GB model to ${NODES} nodes of one fabric; ${(free / GB).toFixed(1)} GB free under ${tmpdir()}, ${(need / GB).toFixed(1)} GB needed`);
@@ -122,9 +136,12 @@ async function main(): Promise<void> {
   log(`  stand-in Hub up (files hashed) in ${secs(performance.now() - t0)}`);
 
   const curlDir = scratchDir("llmgw-wbench-curl-");
-  const curlMs = curlAll(hub.url, commit, model.files, curlDir);
+  const hubCpu0 = cpuSeconds(hub.pid);
+  const curl = curlAll(hub.url, commit, model.files, curlDir);
+  const curlMs = curl.ms;
+  const hubCpuCurl = cpuSeconds(hub.pid) - hubCpu0;
   rmSync(curlDir, { recursive: true, force: true });
-  log(`  one curl of the model from the Hub: ${secs(curlMs)} (${(model.bytes / GB / (curlMs / 1000)).toFixed(2)} GB/s)`);
+  log(`  one curl of the model from the Hub: ${secs(curlMs)} (${(model.bytes / GB / (curlMs / 1000)).toFixed(2)} GB/s; CPU: curl ${curl.cpu.toFixed(1)} s, Hub ${hubCpuCurl.toFixed(1)} s)`);
   const servedBefore = (await hub.served()).total;
 
   cluster = new Cluster(["--hf-endpoint", hub.url]);
@@ -138,6 +155,8 @@ async function main(): Promise<void> {
   }
   await until("the agents registered", async () => (await c.nodes()).filter((n) => n.state === "ready").length === NODES, { timeoutMs: 60_000, everyMs: 100 });
 
+  const cpuBefore = { hub: cpuSeconds(hub.pid), serve: cpuSeconds(c.serve.pid), agents: names.map((n) => cpuSeconds(c.agents.get(n)!.pid)) };
+  const applyAt = Date.now();
   t0 = performance.now();
   const status = await c.putModel("model", { source: `hf://${REPO}`, replicas: { min: NODES, max: NODES }, profiles: [{ name: "h100", engine: "vllm", gpu_class: "H100-80GB", gpus: 2 }] });
   if (status !== 201) throw new Error(`the catalog model was refused (${status})`);
@@ -153,6 +172,11 @@ async function main(): Promise<void> {
     { timeoutMs: DEADLINE_MS - 60_000, everyMs: 100 },
   );
   const clusterMs = performance.now() - t0;
+  const cpu = {
+    hub: cpuSeconds(hub.pid) - cpuBefore.hub,
+    serve: cpuSeconds(c.serve.pid) - cpuBefore.serve,
+    agents: names.map((n, i) => cpuSeconds(c.agents.get(n)!.pid) - cpuBefore.agents[i]!),
+  };
   const nodesUsed = new Set(ready.map((r) => r.shards[0]!.node)).size;
   const hubBytes = (await hub.served()).total - servedBefore;
 
@@ -175,14 +199,18 @@ async function main(): Promise<void> {
     }
   const count = (m: Map<string, number>) => `${m.get("hub") ?? 0} from the Hub, ${m.get("peer") ?? 0} from peers`;
   log(`  transfers started: ${count(moves.started)}; finished: ${count(moves.finished)}; failed: ${moves.failed} (files: ${model.files.length} × ${NODES} nodes)`);
-  log(`  from the first transfer: last Hub download done after ${secs(at.hubDone - at.first)}, last peer copy after ${secs(at.peerDone - at.first)}`);
+  log(`  first transfer ${secs(at.first - applyAt)} after the apply; from it, last Hub download done after ${secs(at.hubDone - at.first)}, last peer copy after ${secs(at.peerDone - at.first)}`);
+  const agentsCpu = cpu.agents.reduce((a, b) => a + b, 0);
+  // On one host every node's hashing, receiving, writing and serving share its cores: what a
+  // cluster spreads over four machines is summed here.
+  log(`  CPU seconds while moving it: agents ${agentsCpu.toFixed(1)} (${cpu.agents.map((x) => x.toFixed(1)).join(" + ")}), serve ${cpu.serve.toFixed(1)}, Hub ${cpu.hub.toFixed(1)}; ${navigator.hardwareConcurrency} cores; load average before ${loadBefore}`);
   const byteRatio = hubBytes / model.bytes;
   const timeRatio = clusterMs / curlMs;
   log(`  on all ${NODES} nodes (${nodesUsed} distinct): ${secs(clusterMs)} from the apply`);
   log("");
   log(`  hub bytes ÷ model size   ${byteRatio.toFixed(3)}   (goal 1.0)   ${byteRatio <= 1.0001 ? "met" : "missed"}`);
   log(`  time ÷ one curl          ${timeRatio.toFixed(2)}    (goal ≤ 1.5)  ${timeRatio <= 1.5 ? "met" : "missed"}`);
-  log(JSON.stringify({ bench: "weights", model_bytes: model.bytes, nodes: NODES, hub_bytes: hubBytes, hub_ratio: byteRatio, curl_ms: Math.round(curlMs), cluster_ms: Math.round(clusterMs), time_ratio: timeRatio }));
+  log(JSON.stringify({ bench: "weights", model_bytes: model.bytes, nodes: NODES, hub_bytes: hubBytes, hub_ratio: byteRatio, curl_ms: Math.round(curlMs), cluster_ms: Math.round(clusterMs), time_ratio: timeRatio, agents_cpu_s: Number(agentsCpu.toFixed(1)), curl_cpu_s: Number(curl.cpu.toFixed(1)) }));
 }
 
 try {

@@ -9,6 +9,8 @@ import { scratchDir } from "./tmp";
 
 export interface HubProcess {
   url: string;
+  /** Its process (the benchmark reads its CPU time). */
+  pid: number;
   served(): Promise<{ total: number; byFile: Record<string, number> }>;
   commit(repo: string, ref: string): Promise<string>;
   stop(): void;
@@ -31,6 +33,7 @@ export async function startHubProcess(o: FakeHubOptions): Promise<HubProcess> {
   const url = text.trim();
   return {
     url,
+    pid: proc.pid,
     served: async () => (await (await fetch(`${url}/_fake/served`)).json()) as { total: number; byFile: Record<string, number> },
     commit: async (repo, ref) => ((await (await fetch(`${url}/_fake/commit?repo=${encodeURIComponent(repo)}&ref=${encodeURIComponent(ref)}`)).json()) as { sha: string }).sha,
     stop: () => proc.kill("SIGKILL"),

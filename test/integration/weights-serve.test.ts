@@ -7,9 +7,10 @@
 // copies a file from the peer and verifies it.
 
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { appendFileSync, mkdirSync, readFileSync, renameSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { startLogServer } from "../../src/agent/logs";
+import { GrowingFiles } from "../../src/agent/weights-growing";
 import { RateLimiter } from "../../src/agent/weights-rate";
 import { snapshotBlob } from "../../src/agent/weights-disk";
 import { WeightsServer, byteRange } from "../../src/agent/weights-serve";
@@ -178,7 +179,7 @@ describe("weights served to peers", () => {
     symlinkSync(`../../blobs/${"a".repeat(64)}`, join(snap, "unfinished.safetensors"));
     for (const path of ["outside.safetensors", "borrowed.safetensors", "tok2/tokenizer.json", "plain.json", "partial.safetensors", "unfinished.safetensors", "absent.safetensors"]) {
       const res = await get(path, v2, grantFor(path, v2, expires), expires);
-      expect({ path, status: res.status, body: (await res.text()).trim() }).toEqual({ path, status: 404, body: "this node holds no whole verified copy of that file" });
+      expect({ path, status: res.status, body: (await res.text()).trim() }).toEqual({ path, status: 404, body: "this node holds no whole verified copy of that file, and is not fetching it" });
     }
     // What the check accepts: the link linkSnapshot made, to its whole blob.
     expect(await snapshotBlob(entry, v2, SHARD)).toEqual({ file: blobPath(entry, shardFile), size: 3 * MB });
@@ -231,6 +232,82 @@ describe("weights served to peers", () => {
       await after.text();
     } finally {
       server.stop(true);
+    }
+  });
+
+  test("a file still being fetched here is served as it arrives: its bytes so far, then the rest; a peer copies and verifies it", async () => {
+    const time = new ManualScheduler(clock.now());
+    const growing = new GrowingFiles();
+    const here = scratchDir("llmgw-peer-growing-");
+    const server = new WeightsServer({ modelsDir: here, credentialSha256: () => OWN, scheduler: time, growing });
+    const listen = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: (req) => server.handle(req) });
+    try {
+      const at = `http://127.0.0.1:${listen.port}`;
+      const file = files.find((f) => f.path === SHARD)!;
+      const want = readFileSync(join(root, "v2", SHARD));
+      const blob = blobPath(cacheEntry(here, REPO), file);
+      mkdirSync(join(blob, ".."), { recursive: true });
+      const expires = soon();
+      const auth = { authorization: `Bearer ${grantFor(SHARD, v2, expires)}` };
+      // Asked before the fetch here begins: the request waits for it to begin.
+      const asked = fetch(peerWeightsUrl(at, REPO, v2, SHARD, expires), { headers: auth });
+      await until("the request waiting for the copy to begin", () => growing.awaiting === 1);
+      writeFileSync(`${blob}.incomplete`, want.subarray(0, MB));
+      const g = growing.begin(REPO, v2, SHARD, `${blob}.incomplete`, file.size, MB);
+      const res = await asked;
+      expect(res.status).toBe(200);
+      const reader = res.body!.getReader();
+      let got = 0;
+      const parts: Uint8Array[] = [];
+      while (got < MB) {
+        const { value } = await reader.read();
+        parts.push(value!);
+        got += value!.byteLength;
+      }
+      // Nothing past what reached the disk.
+      expect(got).toBe(MB);
+      // A second peer resumes mid-file with Range, through downloadBlob as the fetcher uses it.
+      const dest = cacheEntry(scratchDir("llmgw-peer-dest-"), REPO);
+      mkdirSync(join(blobPath(dest, file), ".."), { recursive: true });
+      writeFileSync(`${blobPath(dest, file)}.incomplete`, want.subarray(0, MB / 2));
+      const copy = downloadBlob({ url: peerWeightsUrl(at, REPO, v2, SHARD, expires), headers: auth, entry: dest, file });
+      appendFileSync(`${blob}.incomplete`, want.subarray(MB, 2 * MB));
+      g.grow(MB);
+      appendFileSync(`${blob}.incomplete`, want.subarray(2 * MB));
+      renameSync(`${blob}.incomplete`, blob);
+      g.grow(file.size - 2 * MB);
+      // As the fetcher does: linked into the snapshot before the partial copy is let go.
+      await linkSnapshot(cacheEntry(here, REPO), v2, [file]);
+      growing.finish(REPO, v2, SHARD, g, "whole");
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        parts.push(value!);
+      }
+      expect(Buffer.concat(parts)).toEqual(want);
+      expect(await copy).toBe(file.size - MB / 2);
+      expect(readFileSync(blobPath(dest, file))).toEqual(want);
+      expect(server.serving).toBe(0);
+
+      // A copy here that fails its checksum ends the serve in an error: the peer's transfer fails too.
+      writeFileSync(`${blob}.incomplete`, want.subarray(0, MB));
+      const bad = growing.begin(REPO, "b".repeat(40), SHARD, `${blob}.incomplete`, file.size, MB);
+      const e2 = soon();
+      const res2 = await fetch(peerWeightsUrl(at, REPO, "b".repeat(40), SHARD, e2), { headers: { authorization: `Bearer ${grantFor(SHARD, "b".repeat(40), e2)}` } });
+      const r2 = res2.body!.getReader();
+      let got2 = 0;
+      while (got2 < MB) got2 += (await r2.read()).value!.byteLength;
+      growing.finish(REPO, "b".repeat(40), SHARD, bad, "failed");
+      expect(await r2.read().then(() => "more", (e) => `error: ${e}`)).toStartWith("error");
+      await until("the serve's slot to be freed", () => server.serving === 0);
+      // Nor is a file served that this node neither holds nor fetches (after a short wait for it to begin).
+      const e3 = soon();
+      const none = fetch(peerWeightsUrl(at, REPO, v1, SHARD, e3), { headers: { authorization: `Bearer ${grantFor(SHARD, v1, e3)}` } });
+      await until("the request waiting for a copy to begin", () => growing.awaiting === 1);
+      await time.run(60_000);
+      expect((await none).status).toBe(404);
+    } finally {
+      listen.stop(true);
     }
   });
 

@@ -172,6 +172,26 @@ describe("assignment broker", () => {
     expect(await settled(onForget)).toBe(true);
   });
 
+  test("a nudge (new weight orders) answers the node's waiting poll with its set unchanged, or its next poll at once when none waits", async () => {
+    const sched = new ManualScheduler(T0);
+    const b = new AssignmentBroker(0, sched, () => 0);
+    const settled = (p: Promise<void>) => Promise.race([p.then(() => true), sched.run(0).then(() => false)]);
+    b.offer("n", []);
+    const waiting = b.wait("n", 1, 10_000);
+    b.nudge("other");
+    expect(await settled(waiting)).toBe(false);
+    b.nudge("n");
+    expect(await settled(waiting)).toBe(true);
+    expect(b.current("n").generation).toBe(1);
+    // Nudged between two polls: the next is answered at once, the one after waits again.
+    b.nudge("n");
+    expect(await settled(b.wait("n", 1, 10_000))).toBe(true);
+    const later = b.wait("n", 1, 10_000);
+    expect(await settled(later)).toBe(false);
+    sched.advance(10_000);
+    expect(await settled(later)).toBe(true);
+  });
+
   test("polls that nothing wakes end spread over the last WAIT_JITTER of their wait, never after it", async () => {
     const sched = new ManualScheduler(T0);
     const draws = [0, 0.5, 0.999];

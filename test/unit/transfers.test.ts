@@ -79,21 +79,28 @@ function hubOrdersOf(p: TransferPlan, path: string): string[] {
 }
 
 describe("the Hub once per file per fabric, then copies inside the fabric", () => {
-  test("three nodes of one fabric: one Hub order per file, the others wait, then copy from the holder", () => {
+  test("three nodes of one fabric: one Hub order per file, the others copy it from that node as it arrives, then from the holder", () => {
     const first = plan([node("a"), node("b"), node("c")], ["a", "b", "c"]);
-    // One Hub download per file, spread over the fabric's nodes; no file asked of the Hub twice.
-    expect(summary(first)).toEqual({ a: [`${F1}<-hub`], b: [`${F2}<-hub`], c: [`${F3}<-hub`] });
+    // One Hub download per file, spread over the fabric's nodes; no file asked of the Hub twice;
+    // the others copy each file from the node getting it, at once (it serves what it has).
+    expect(summary(first)).toEqual({
+      a: [`${F1}<-hub`, `${F2}<-b`, `${F3}<-c`],
+      b: [`${F1}<-a`, `${F2}<-hub`, `${F3}<-c`],
+      c: [`${F1}<-a`, `${F2}<-b`, `${F3}<-hub`],
+    });
     for (const f of [F1, F2, F3]) expect(hubOrdersOf(first, f)).toHaveLength(1);
-    expect(first.fabrics).toEqual([{ fabric: "f1", hub_files: 3, hub_bytes: 3 * GB, peer_files: 0, peer_bytes: 0, waiting_files: 6 }]);
-    const waiting = first.status.find((s) => s.node === "b")!;
-    expect(waiting.reason).toContain(`waiting for ${F1} to arrive in fabric f1`);
+    expect(first.fabrics).toEqual([{ fabric: "f1", hub_files: 3, hub_bytes: 3 * GB, peer_files: 6, peer_bytes: 6 * GB, waiting_files: 0 }]);
+    // One serve each at most: the copies wait for the file to arrive, as before pipelining.
+    const one = plan([node("a"), node("b"), node("c")], ["a", "b", "c"], { options: { maxServesPerNode: 1 } });
+    for (const f of [F1, F2, F3]) expect(hubOrdersOf(one, f)).toHaveLength(1);
+    expect(one.status.find((s) => s.node === "c")!.reason).toContain("to arrive in fabric f1");
 
     // a has F1 now (b and c still fetch theirs): b and c copy F1 from a, nothing new from the Hub.
     const second = plan(
       [node("a", { held: [F1] }), node("b", { transfers: [{ path: F2, from: "hub" }] }), node("c", { transfers: [{ path: F3, from: "hub" }] })],
       ["a", "b", "c"],
     );
-    expect(summary(second)).toEqual({ a: [], b: [`${F1}<-a`, `${F2}<-hub`], c: [`${F1}<-a`, `${F3}<-hub`] });
+    expect(summary(second)).toEqual({ a: [`${F2}<-b`, `${F3}<-c`], b: [`${F1}<-a`, `${F2}<-hub`, `${F3}<-c`], c: [`${F1}<-a`, `${F2}<-b`, `${F3}<-hub`] });
     for (const orders of second.orders.values()) for (const o of orders) FetchOrder.parse(o);
   });
 
@@ -116,7 +123,7 @@ describe("the Hub once per file per fabric, then copies inside the fabric", () =
     const one = manifest([F1]);
     const nodes = [node("a", { fabrics: ["f1"] }), node("b", { fabrics: ["f1"] }), node("x", { fabrics: ["f2"] }), node("y", { fabrics: ["f2"] })];
     const p = planTransfers({ manifests: [one], nodes, wants: ["a", "b", "x", "y"].map((n) => ({ node: n, repo: REPO, revision: REV })), hub, now: NOW });
-    expect(summary(p)).toEqual({ a: [`${F1}<-hub`], b: [], x: [`${F1}<-hub`], y: [] });
+    expect(summary(p)).toEqual({ a: [`${F1}<-hub`], b: [`${F1}<-a`], x: [`${F1}<-hub`], y: [`${F1}<-x`] });
     // a holds it: b copies from a; f2 is not served by f1's holder, and downloads once itself.
     const q = planTransfers({
       manifests: [one],
@@ -125,10 +132,10 @@ describe("the Hub once per file per fabric, then copies inside the fabric", () =
       hub,
       now: NOW,
     });
-    expect(summary(q)).toEqual({ a: [], b: [`${F1}<-a`], x: [`${F1}<-hub`], y: [] });
+    expect(summary(q)).toEqual({ a: [], b: [`${F1}<-a`], x: [`${F1}<-hub`], y: [`${F1}<-x`] });
     expect(q.fabrics).toEqual([
       { fabric: "f1", hub_files: 0, hub_bytes: 0, peer_files: 1, peer_bytes: GB, waiting_files: 0 },
-      { fabric: "f2", hub_files: 1, hub_bytes: GB, peer_files: 0, peer_bytes: 0, waiting_files: 1 },
+      { fabric: "f2", hub_files: 1, hub_bytes: GB, peer_files: 1, peer_bytes: GB, waiting_files: 0 },
     ]);
   });
 
@@ -140,18 +147,106 @@ describe("the Hub once per file per fabric, then copies inside the fabric", () =
     expect(p.fabrics).toEqual([{ fabric: null, hub_files: 2, hub_bytes: 2 * GB, peer_files: 0, peer_bytes: 0, waiting_files: 0 }]);
   });
 
-  test("a node in two fabrics bridges them: it copies from one, and the other waits for it rather than asking the Hub", () => {
+  test("a node in two fabrics bridges them: it copies from one, and the other copies from it rather than asking the Hub", () => {
     const one = manifest([F1]);
     const nodes = [node("a", { fabrics: ["f1"], held: [F1] }), node("bridge", { fabrics: ["f1", "f2"] }), node("z", { fabrics: ["f2"] })];
     const p = planTransfers({ manifests: [one], nodes, wants: ["bridge", "z"].map((n) => ({ node: n, repo: REPO, revision: REV })), hub, now: NOW });
-    expect(summary(p)).toEqual({ a: [], bridge: [`${F1}<-a`], z: [] });
+    expect(summary(p)).toEqual({ a: [], bridge: [`${F1}<-a`], z: [`${F1}<-bridge`] });
   });
 
   test("a Hub download already running in the fabric is not started again elsewhere", () => {
     const p = plan([node("a", { transfers: [{ path: F1, from: "hub", done: GB / 2, rate: 1e8 }] }), node("b")], ["a", "b"]);
-    // The files not yet fetched go to whoever fetches least: b first, then a and b alike (a by name).
-    expect(summary(p)).toEqual({ a: [`${F1}<-hub`, `${F3}<-hub`], b: [`${F2}<-hub`] });
+    // b copies F1 from a as it arrives; the files not yet fetched go to whoever fetches least, then serves least.
+    expect(summary(p)).toEqual({ a: [`${F1}<-hub`, `${F2}<-b`, `${F3}<-hub`], b: [`${F1}<-a`, `${F2}<-hub`, `${F3}<-a`] });
     for (const f of [F1, F2, F3]) expect(hubOrdersOf(p, f)).toHaveLength(1);
+  });
+});
+
+describe("pipelined copies: from a node still receiving the file", () => {
+  const one = manifest([F1]);
+  const wantAll = (names: string[]) => names.map((n) => ({ node: n, repo: REPO, revision: REV }));
+  const plan1 = (nodes: TransferNode[], wants: string[], options = {}) => planTransfers({ manifests: [one], nodes, wants: wantAll(wants), hub, now: NOW, options });
+
+  test("a chain Hub -> a -> b -> c is given again link by link while it runs", () => {
+    const nodes = [node("a", { transfers: [{ path: F1, from: "hub", done: 3 * (GB / 4) }] }), node("b", { transfers: [{ path: F1, from: "a", done: GB / 2 }] }), node("c", { transfers: [{ path: F1, from: "b", done: GB / 4 }] })];
+    const p = plan1(nodes, ["a", "b", "c"]);
+    expect(summary(p)).toEqual({ a: [`${F1}<-hub`], b: [`${F1}<-a`], c: [`${F1}<-b`] });
+    expect(p.status.find((x) => x.node === "c")!.fetching).toMatchObject({ bytes_done: GB / 4, from: ["b"] });
+  });
+
+  test("a link whose source stopped getting the file is planned afresh; the fabric still asks the Hub once", () => {
+    // a's Hub download failed: b (copying from a) and c (from b) lose their root.
+    const nodes = [node("a", { transfers: [{ path: F1, from: "hub", error: "hub.example answered 502" }] }), node("b", { transfers: [{ path: F1, from: "a", done: 10 }] }), node("c", { transfers: [{ path: F1, from: "b", done: 5 }] })];
+    const p = plan1(nodes, ["a", "b", "c"]);
+    expect(hubOrdersOf(p, F1)).toHaveLength(1);
+    const s = summary(p);
+    for (const n of ["a", "b", "c"]) expect(s[n]).toHaveLength(1);
+    // Each copies from the one fetching from the Hub (or from a node copying from it): no cycle, one root.
+    const from = Object.fromEntries([...p.orders].map(([n, os]) => [n, os[0]!.from.kind === "hub" ? "hub" : (os[0]!.from as { node: string }).node]));
+    for (const n of ["a", "b", "c"]) {
+      const seen = new Set<string>();
+      let at = n;
+      while (at !== "hub") {
+        expect(seen.has(at)).toBe(false);
+        seen.add(at);
+        at = from[at]!;
+      }
+    }
+    // An unreachable link drops the ones behind it alike.
+    const gone = plan1([node("a", { unusable: "unreachable", transfers: [{ path: F1, from: "hub" }] }), node("b", { transfers: [{ path: F1, from: "a" }] }), node("c", { transfers: [{ path: F1, from: "b" }] })], ["b", "c"]);
+    expect(summary(gone)).toEqual({ a: [], b: [`${F1}<-hub`], c: [`${F1}<-b`] });
+  });
+
+  test("a cycle of copies (each from the other, nobody holding or fetching from the Hub) roots nowhere and is replaced", () => {
+    const p = plan1([node("a", { transfers: [{ path: F1, from: "b" }] }), node("b", { transfers: [{ path: F1, from: "a" }] })], ["a", "b"]);
+    expect(summary(p)).toEqual({ a: [`${F1}<-hub`], b: [`${F1}<-a`] });
+  });
+
+  test("a copy from a stalled peer is planned from another source; the fabric's Hub download is not repeated", () => {
+    const stalled = `${F1}: no bytes from a for 30 s (stalled)`;
+    const nodes = [node("a", { transfers: [{ path: F1, from: "hub", done: 100 }] }), node("b", { transfers: [{ path: F1, from: "a", error: stalled }] }), node("c", { transfers: [{ path: F1, from: "a", done: 50 }] })];
+    const p = plan1(nodes, ["a", "b", "c"]);
+    expect(summary(p)).toEqual({ a: [`${F1}<-hub`], b: [`${F1}<-c`], c: [`${F1}<-a`] });
+    expect(hubOrdersOf(p, F1)).toEqual(["a"]);
+    // The stalled peer stopped getting it (its own transfer stalled too): the fabric asks the Hub once again, and b copies behind it.
+    const both = plan1([node("a", { transfers: [{ path: F1, from: "hub", error: `${F1}: no bytes from hub for 30 s (stalled)` }] }), node("b", { transfers: [{ path: F1, from: "a", error: stalled }] })], ["a", "b"]);
+    expect(hubOrdersOf(both, F1)).toHaveLength(1);
+    expect(Object.values(summary(both)).flat()).toHaveLength(2);
+    // With no other source, the same one again (the agent waits a while before it retries it).
+    const only = plan1([node("a", { transfers: [{ path: F1, from: "hub", done: 100 }] }), node("b", { transfers: [{ path: F1, from: "a", error: stalled }] })], ["a", "b"]);
+    expect(summary(only)).toEqual({ a: [`${F1}<-hub`], b: [`${F1}<-a`] });
+  });
+
+  test("never two Hub downloads of a file in a fabric, however the transfers stand", () => {
+    const names = ["a", "b", "c", "d"];
+    const sources = ["hub", ...names];
+    // Every combination of each node's transfer of F1 (none, or from one source, running or failed).
+    const states: (Partial<TransferReport> | undefined)[] = [undefined, ...sources.flatMap((from) => [{ path: F1, from }, { path: F1, from, error: "connection reset" }])];
+    let plans = 0;
+    for (let i = 0; i < states.length ** 3; i++) {
+      const pick = [i % states.length, Math.floor(i / states.length) % states.length, Math.floor(i / states.length ** 2) % states.length];
+      const nodes = names.map((n, j) => {
+        const t = j < 3 ? states[pick[j]!] : undefined;
+        return node(n, t === undefined || t.from === n ? {} : { transfers: [t] });
+      });
+      const p = plan1(nodes, names);
+      expect(hubOrdersOf(p, F1).length).toBeLessThanOrEqual(1);
+      // And every node is fetching it or waiting for it: nothing wedged.
+      for (const n of names) expect(p.status.find((x) => x.node === n)!.state).toMatch(/fetching|waiting/);
+      plans++;
+    }
+    expect(plans).toBe(states.length ** 3);
+  });
+
+  test("a copy that failed its checksum from a peer is fetched from another holder, else from the Hub, never that peer again", () => {
+    const bad = { path: F1, from: "a", error: `${F1}: checksum mismatch (expected 00…, got 11…); the copy was deleted` };
+    const other = plan1([node("a", { held: [F1] }), node("b", { held: [F1] }), node("c", { transfers: [bad] })], ["c"]);
+    expect(summary(other).c).toEqual([`${F1}<-b`]);
+    const onlyA = plan1([node("a", { held: [F1] }), node("c", { transfers: [bad] })], ["c"]);
+    expect(summary(onlyA).c).toEqual([`${F1}<-hub`]);
+    // Nor a node still receiving it (its bytes may come from the same peer).
+    const receiving = plan1([node("a", { held: [F1] }), node("b", { transfers: [{ path: F1, from: "a" }] }), node("c", { transfers: [bad] })], ["b", "c"]);
+    expect(summary(receiving)).toEqual({ a: [], b: [`${F1}<-a`], c: [`${F1}<-hub`] });
   });
 });
 
@@ -294,14 +389,20 @@ describe("bounds", () => {
     expect(copying.status.find((s) => s.node === "a")!.reason).toBe("at most 4 transfers at a time on a");
   });
 
-  test("a node serves at most maxServesPerNode at once; the others wait rather than ask the Hub", () => {
+  test("a node serves at most maxServesPerNode at once; the others copy from those receiving it, or wait, rather than ask the Hub", () => {
     const one = manifest([F1]);
     const names = ["b", "c", "d", "e", "f", "g"];
     const p = planTransfers({ manifests: [one], nodes: [node("a", { held: [F1] }), ...names.map((n) => node(n))], wants: names.map((n) => ({ node: n, repo: REPO, revision: REV })), hub, now: NOW, options: { maxServesPerNode: 4 } });
-    const s = summary(p);
-    expect(names.filter((n) => s[n]!.length > 0)).toEqual(["b", "c", "d", "e"]);
+    expect(summary(p)).toEqual({ a: [], b: [`${F1}<-a`], c: [`${F1}<-a`], d: [`${F1}<-a`], e: [`${F1}<-a`], f: [`${F1}<-b`], g: [`${F1}<-c`] });
     expect(hubOrdersOf(p, F1)).toEqual([]);
-    expect(p.status.find((x) => x.node === "g")).toMatchObject({ state: "waiting" });
+    // One serve each: a chain, each node copying from the one before it.
+    const chain = planTransfers({ manifests: [one], nodes: [node("a", { held: [F1] }), ...names.map((n) => node(n))], wants: names.map((n) => ({ node: n, repo: REPO, revision: REV })), hub, now: NOW, options: { maxServesPerNode: 1 } });
+    expect(summary(chain)).toEqual({ a: [], b: [`${F1}<-a`], c: [`${F1}<-b`], d: [`${F1}<-c`], e: [`${F1}<-d`], f: [`${F1}<-e`], g: [`${F1}<-f`] });
+    // A node without a listener serves nobody: the one after it waits.
+    const deaf = planTransfers({ manifests: [one], nodes: [node("a", { held: [F1] }), node("b", { peerUrl: null }), node("c")], wants: ["b", "c"].map((n) => ({ node: n, repo: REPO, revision: REV })), hub, now: NOW, options: { maxServesPerNode: 1 } });
+    expect(summary(deaf)).toEqual({ a: [], b: [`${F1}<-a`], c: [] });
+    expect(hubOrdersOf(deaf, F1)).toEqual([]);
+    expect(deaf.status.find((x) => x.node === "c")).toMatchObject({ state: "waiting" });
   });
 
   test("options that are not whole numbers of at least 1 are refused", () => {
