@@ -153,12 +153,8 @@ export class NodeAgent {
     const rate = byteRate(opts.config.weights_max_rate, scheduler);
     const disk = new WeightsDisk({ modelsDir: opts.config.models_dir, maxBytes: opts.config.models_max_bytes ?? null, scheduler, log: this.log.child({ component: "weights" }) });
     this.weightsStock = new WeightsStock({ disk, log: this.log, pace, intervalMs: timing.inventoryIntervalMs });
-    this.local = new LocalWeightsFinder({
-      modelsDir: opts.config.models_dir,
-      stateDir: opts.config.state_dir,
-      scheduler,
-      log: this.log.child({ component: "weights" }),
-      intervalMs: timing.inventoryIntervalMs,
+    const wlog = this.log.child({ component: "weights" });
+    this.local = new LocalWeightsFinder({ modelsDir: opts.config.models_dir, stateDir: opts.config.state_dir, scheduler, log: wlog, intervalMs: timing.inventoryIntervalMs,
       onChange: () => {
         void this.weightsStock.refresh();
         this.replicas.weightsChanged();
@@ -188,9 +184,7 @@ export class NodeAgent {
         pace.heartbeatSoon();
       },
     });
-    this.remover = new WeightsRemover({
-      disk,
-      log: this.log.child({ component: "weights" }),
+    this.remover = new WeightsRemover({ disk, log: wlog,
       removed: (repo, revision) => {
         this.fetcher.forget(repo, revision);
         void this.weightsStock.refresh();
