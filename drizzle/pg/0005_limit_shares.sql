@@ -1,4 +1,4 @@
-CREATE TABLE "limit_shares" (
+CREATE TABLE IF NOT EXISTS "limit_shares" (
 	"router" text PRIMARY KEY NOT NULL,
 	"demand" jsonb NOT NULL,
 	"shares" jsonb NOT NULL,

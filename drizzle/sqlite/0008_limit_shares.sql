@@ -1,4 +1,4 @@
-CREATE TABLE `limit_shares` (
+CREATE TABLE IF NOT EXISTS `limit_shares` (
 	`router` text PRIMARY KEY NOT NULL,
 	`demand` text NOT NULL,
 	`shares` text NOT NULL,

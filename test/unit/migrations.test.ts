@@ -40,6 +40,13 @@ describe("embedded migrations", () => {
       expect(embeddedMigrations(dialect).map((m) => m.folderMillis)).toEqual(JOURNALS[dialect].map((e) => e.when));
     });
 
+    // Both migrators skip every entry not newer than the last one applied: an entry dated before
+    // its predecessor is never applied to a database that already had the predecessor.
+    test(`${dialect}: each journal entry is dated after the one before it`, () => {
+      const whens = JOURNALS[dialect].map((e) => e.when);
+      for (let i = 1; i < whens.length; i++) expect({ tag: JOURNALS[dialect][i]!.tag, after: whens[i]! > whens[i - 1]! }).toEqual({ tag: JOURNALS[dialect][i]!.tag, after: true });
+    });
+
     test(`${dialect}: the embedded text is byte-for-byte the file on disk`, () => {
       for (const [tag, text] of Object.entries(EMBEDDED[dialect])) expect(text).toBe(readFileSync(join(dirOf(dialect), `${tag}.sql`), "utf8"));
     });
@@ -51,6 +58,38 @@ describe("embedded migrations", () => {
     const store = new Store({ path: ":memory:", ...SQLITE_DEFAULTS });
     expect(schemaOf(store.sqlite)).toEqual(schemaOf(fromFolder));
     expect(embeddedMigrations().length).toBe(JOURNAL.length);
+  });
+
+  // A database made by an older release: the migrations it knew applied, with the dates it knew.
+  function olderDatabase(path: string, through: string, dated: Record<string, number> = {}): void {
+    const db = new Database(path);
+    const d = drizzle({ client: db }) as unknown as { dialect: { migrate(m: unknown, s: unknown, c: unknown): void }; session: unknown };
+    const known = embeddedMigrations().slice(0, JOURNAL.findIndex((e) => e.tag === through) + 1);
+    const tags = JOURNAL.map((e) => e.tag);
+    d.dialect.migrate(known.map((m, i) => ({ ...m, folderMillis: dated[tags[i]!] ?? m.folderMillis })), d.session, { migrationsFolder: "(embedded)" });
+    db.close();
+  }
+  const tables = (s: Store) => (s.sqlite.query("SELECT name FROM sqlite_master WHERE type = 'table'").all() as { name: string }[]).map((r) => r.name);
+
+  test("a database from the release before limit_shares gets every later table when opened", () => {
+    const path = join(scratchDir("llmgw-mig-"), "old.db");
+    olderDatabase(path, "0007_usage_hours");
+    const s = new Store({ path, ...SQLITE_DEFAULTS });
+    expect(tables(s)).toContain("limit_shares");
+    expect(schemaOf(s.sqlite)).toEqual(schemaOf(new Store({ path: ":memory:", ...SQLITE_DEFAULTS }).sqlite));
+    s.close();
+  });
+
+  test("a database that applied limit_shares under its first, earlier date opens and keeps its rows", () => {
+    const path = join(scratchDir("llmgw-mig-"), "old.db");
+    olderDatabase(path, "0008_limit_shares", { "0008_limit_shares": 1796587183636 });
+    const raw = new Database(path);
+    raw.run("INSERT INTO limit_shares (router, demand, shares, reported_at) VALUES ('r1', '{}', '{}', 1)");
+    raw.close();
+    const s = new Store({ path, ...SQLITE_DEFAULTS });
+    expect(s.sqlite.query("SELECT router FROM limit_shares").all()).toEqual([{ router: "r1" }]);
+    expect(schemaOf(s.sqlite)).toEqual(schemaOf(new Store({ path: ":memory:", ...SQLITE_DEFAULTS }).sqlite));
+    s.close();
   });
 
   test("opening an existing database again applies nothing twice and keeps its rows", () => {
