@@ -9,6 +9,7 @@ import { runPaced, runSteps } from "../lib/steps";
 import { isFetching } from "./weights-progress";
 import type { EngineReport } from "../protocol/heartbeat";
 import type { GpuView, ModelView, NodeState, NodeView, ReplicaView, Tables } from "../protocol/views";
+import { UNSTATED_PROTOCOL } from "../protocol/skew";
 import type { ModelRow, ModelStateRow, Snapshot } from "./types";
 
 export interface ViewInputs {
@@ -110,6 +111,7 @@ function* tableSteps({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSince = Nu
       fabrics: n.fabrics,
       labels: n.labels,
       agent_version: n.agentVersion,
+      agent_protocol: n.agentProtocol ?? UNSTATED_PROTOCOL,
       gpus,
       models: weightsByNode.get(n.name) ?? [],
       last_heartbeat: iso(n.lastHeartbeat),

@@ -14,6 +14,7 @@ import s0005 from "../../drizzle/sqlite/0005_crashes.sql" with { type: "text" };
 import s0006 from "../../drizzle/sqlite/0006_teams.sql" with { type: "text" };
 import s0007 from "../../drizzle/sqlite/0007_usage_hours.sql" with { type: "text" };
 import s0008 from "../../drizzle/sqlite/0008_limit_shares.sql" with { type: "text" };
+import s0010 from "../../drizzle/sqlite/0010_protocol.sql" with { type: "text" };
 import pgJournal from "../../drizzle/pg/meta/_journal.json";
 import p0000 from "../../drizzle/pg/0000_init.sql" with { type: "text" };
 import p0001 from "../../drizzle/pg/0001_changes.sql" with { type: "text" };
@@ -21,6 +22,7 @@ import p0002 from "../../drizzle/pg/0002_crashes.sql" with { type: "text" };
 import p0003 from "../../drizzle/pg/0003_teams.sql" with { type: "text" };
 import p0004 from "../../drizzle/pg/0004_usage_hours.sql" with { type: "text" };
 import p0005 from "../../drizzle/pg/0005_limit_shares.sql" with { type: "text" };
+import p0007 from "../../drizzle/pg/0007_protocol.sql" with { type: "text" };
 
 export type MigrationDialect = "sqlite" | "pg";
 
@@ -35,6 +37,7 @@ export const EMBEDDED: Record<MigrationDialect, Record<string, string>> = {
     "0006_teams": s0006,
     "0007_usage_hours": s0007,
     "0008_limit_shares": s0008,
+    "0010_protocol": s0010,
   },
   pg: {
     "0000_init": p0000,
@@ -43,6 +46,7 @@ export const EMBEDDED: Record<MigrationDialect, Record<string, string>> = {
     "0003_teams": p0003,
     "0004_usage_hours": p0004,
     "0005_limit_shares": p0005,
+    "0007_protocol": p0007,
   },
 };
 
