@@ -462,6 +462,8 @@ function routerFor(l: Listening, demand: DemandSink, adminToken: string): Router
     port: config.listen.port,
     scheduler,
     ...routerSettings(config),
+    // It starts knowing no model: requests wait for the control plane's first tables.
+    awaitTables: true,
     requireApiKey: config.require_api_key,
     adminToken,
     demand,
@@ -486,6 +488,8 @@ function routerWorkerData(l: Listening, adminToken: string): RouterWorkerData {
     host: config.listen.host,
     port: config.listen.port,
     ...routerSettings(config),
+    // It starts knowing no model: requests wait for the control plane's first tables.
+    awaitTables: true,
     requireApiKey: config.require_api_key,
     adminToken,
     ...(tls ? { tls: { cert: tls.certPath, key: tls.keyPath } } : {}),
