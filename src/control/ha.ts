@@ -162,7 +162,8 @@ export class LeaseKeeper {
     this.deadline?.cancel();
     this.change({ leading: false, epoch: was.epoch }, why);
     if (was.leading) await this.o.store.releaseLease(this.holder).catch(() => undefined);
-    this.o.onRound?.(this.last);
+    // Not the lease last taken (it may name this one): whoever reads the view reads it afresh.
+    this.o.onRound?.(undefined);
   }
 
   /** A plan write the store fenced: another leads now. */
