@@ -170,7 +170,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   let exposure: RouterExposure = { listen: `${config.listen.host}:${config.listen.port}`, api_key_required: config.require_api_key, open: false };
   let admission: NodeAdmission | undefined;
   const caps = listenerCaps(config, log);
-  const listening = { config, log, scheduler, tls, caps, shed: shedLogger(log, scheduler) };
+  const listening = { config, log, scheduler, tls, caps, shed: shedLogger(log, scheduler), awaitTables: loop };
   const settings = controlSettings(config);
   const { routing, control } = await routingAndControl(listening, { image, joinToken, dataDir, settings, adminToken: admin.token, engineSecret: shared?.engineSecret ?? secret.token, ha, patroni, member: () => member });
   patroni?.start();
@@ -423,6 +423,8 @@ interface Listening {
   tls: LoadedTls | undefined;
   caps: ListenerCaps;
   shed: ShedLog;
+  /** The router waits for the control plane's first tables (router/first-tables.ts): where a loop publishes them, not where a test ticks by hand. */
+  awaitTables: boolean;
 }
 
 /** Deadlines both listeners keep (on the scheduler each listener is given). */
@@ -463,7 +465,7 @@ function routerFor(l: Listening, demand: DemandSink, adminToken: string): Router
     scheduler,
     ...routerSettings(config),
     // It starts knowing no model: requests wait for the control plane's first tables.
-    awaitTables: true,
+    awaitTables: l.awaitTables,
     requireApiKey: config.require_api_key,
     adminToken,
     demand,
@@ -489,7 +491,7 @@ function routerWorkerData(l: Listening, adminToken: string): RouterWorkerData {
     port: config.listen.port,
     ...routerSettings(config),
     // It starts knowing no model: requests wait for the control plane's first tables.
-    awaitTables: true,
+    awaitTables: l.awaitTables,
     requireApiKey: config.require_api_key,
     adminToken,
     ...(tls ? { tls: { cert: tls.certPath, key: tls.keyPath } } : {}),

@@ -495,9 +495,18 @@ export class Conn implements ExchangeConn {
     if (this.pending === undefined) this.socket.end();
   }
 
-  /** Nothing under way on it: no request being read or answered, nothing left to write. */
+  /**
+   * Nothing under way on it: no request being answered or its body read, nothing left to write.
+   * A head still arriving counts as nothing: its client has had no byte of an answer and may send
+   * it again elsewhere, and a slow one must not hold a stopping server up.
+   */
   get quiet(): boolean {
-    return this.current === undefined && this.state === HEAD && this.pos >= this.buf.byteLength && this.pending === undefined;
+    return this.current === undefined && this.state === HEAD && this.pending === undefined;
+  }
+
+  /** The server closed its side and everything it wrote has gone to the socket: only the client's close is awaited. */
+  get closed(): boolean {
+    return this.closing && this.pending === undefined;
   }
 
   /** Abrupt: the socket is dropped now. */

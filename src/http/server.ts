@@ -362,7 +362,8 @@ export class Http1Server implements ConnHost {
     const end = this.scheduler.mono() + timeoutMs;
     for (;;) {
       for (const c of [...this.conns]) if (c.quiet) c.close();
-      if (this.conns.size === 0 || this.scheduler.mono() >= end) break;
+      // Closed by the server with every byte handed over: nothing is left to wait for on those.
+      if ([...this.conns].every((c) => c.closed) || this.scheduler.mono() >= end) break;
       await new Promise<void>((resolve) => this.scheduler.after(Math.min(everyMs, Math.max(1, end - this.scheduler.mono())), resolve));
     }
     const cut = this.conns.size;

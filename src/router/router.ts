@@ -155,6 +155,8 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink, Ledg
   /** The ledger's rows as Prometheus counters per team, key and model. */
   private readonly usageCounters: UsageCounters;
   private server: Http1Server | undefined;
+  /** stop() began: held requests are answered rather than held through the drain. */
+  private stopping = false;
   /** Requests waiting for the first tables (RouterOptions.awaitTables). */
   private readonly firstTables: FirstTables | undefined;
   private poller: EngineMetricsPoller | undefined;
@@ -228,7 +230,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink, Ledg
       log: o.log,
       admission,
       ledger,
-      serving: () => this.server !== undefined,
+      serving: () => this.server !== undefined && !this.stopping,
       proxy: toProxy,
       internalError,
     });
@@ -400,6 +402,11 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink, Ledg
    * left is cut. A client sees at most a refused connection, which it may retry before any byte.
    */
   async stop(drainMs = ROUTER_DRAIN_MS): Promise<void> {
+    // Requests held for the first tables or for a cold start will not see them now: answered
+    // before the drain, which waits only for requests on their way to an engine.
+    this.stopping = true;
+    this.firstTables?.close();
+    this.coldStart.wake();
     const server = this.server;
     if (server) {
       const inFlight = server.conns.size;
@@ -407,7 +414,6 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink, Ledg
       const cut = await server.drain(drainMs);
       if (cut > 0) this.o.log?.warn({ connections: cut, drain_timeout_ms: drainMs }, "router stopped: requests still in flight after the drain timeout were cut");
     }
-    this.firstTables?.close();
     this.poller?.stop();
     this.sweeper?.cancel();
     this.bodies.stop();
