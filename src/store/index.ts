@@ -65,7 +65,10 @@ export class Store extends StoreByRole {
   private migrate(): void {
     // A later release migrated this file: nothing runs backwards, and one head node cannot stand by.
     const ahead = schemaAheadReason(this.appliedMigration(), "sqlite");
-    if (ahead !== undefined) throw new Error(`${ahead}; this SQLite store is not opened`);
+    if (ahead !== undefined) {
+      this.sqlite.close();
+      throw new Error(`${ahead}; this SQLite store is not opened`);
+    }
     // Same path drizzle's bun-sqlite migrator takes after reading files; see migrations.ts.
     const dialect = (this.db as unknown as { dialect: { migrate(m: unknown, s: unknown, c: unknown): void } }).dialect;
     const session = (this.db as unknown as { session: unknown }).session;

@@ -10,6 +10,10 @@ import { acceptedRange, agentProtocolProblem, oldestAccepted, statedProtocol } f
 import { PROTOCOL_VERSION } from "../../src/protocol/version";
 import type { NodeView } from "../../src/protocol/views";
 import { newestKnown, schemaAheadReason } from "../../src/store/schema-age";
+import { Store } from "../../src/store";
+import { join } from "node:path";
+import { Database } from "bun:sqlite";
+import { scratchDir } from "../helpers/tmp";
 
 describe("agent protocols a control plane accepts", () => {
   test("its own and the one before; 1 is every release before the number", () => {
@@ -83,4 +87,16 @@ describe("a store's schema newer than this release", () => {
       expect(schemaAheadReason(4_102_444_800_000, dialect)).toContain("a migration of 2100-01-01 00:00:00 UTC is applied");
     }
   });
+});
+
+test("a SQLite store migrated by a later release is not opened (one head node cannot stand by), and is left as it was", () => {
+  const path = join(scratchDir("llmgw-skew-"), "llmgw.db");
+  new Store({ path, busyTimeoutMs: 1000 }).close();
+  const db = new Database(path);
+  db.run("INSERT INTO __drizzle_migrations (hash, created_at) VALUES ('from-a-later-release', 4102444800000)");
+  const rows = () => (db.query("SELECT count(*) AS n FROM __drizzle_migrations").get() as { n: number }).n;
+  const before = rows();
+  expect(() => new Store({ path, busyTimeoutMs: 1000 })).toThrow("the store's schema is newer than this release knows");
+  expect(rows()).toBe(before);
+  db.close();
 });
