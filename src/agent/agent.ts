@@ -25,6 +25,7 @@ import type { Logger } from "pino";
 import type { AgentConfig } from "../config";
 import { realScheduler, type Scheduler } from "../lib/scheduler";
 import { HeartbeatRequest, type ReplicaReport } from "../protocol/heartbeat";
+import { PROTOCOL_VERSION } from "../protocol/version";
 import { VERSION } from "../version";
 import { Answers } from "./answers";
 import { HeadConversation } from "./conversation";
@@ -330,8 +331,8 @@ export class NodeAgent {
     };
   }
 
-  private identity(): Pick<HeartbeatRequest, "node" | "address" | "agent_version" | "labels" | "fabrics"> {
-    return { node: this.name, address: this.address, agent_version: VERSION, labels: this.labels, fabrics: this.config.fabric };
+  private identity(): Pick<HeartbeatRequest, "node" | "address" | "agent_version" | "protocol" | "labels" | "fabrics"> {
+    return { node: this.name, address: this.address, agent_version: VERSION, protocol: PROTOCOL_VERSION, labels: this.labels, fabrics: this.config.fabric };
   }
 
   /** The parts of a heartbeat that only settings decide are checked here, naming the setting, not on the server. */

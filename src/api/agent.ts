@@ -5,12 +5,13 @@
 
 import { Hono, type Context } from "hono";
 import { getConnInfo } from "hono/bun";
-import { AGENT_CREDENTIAL_FILE, type NodePolicy, type Principal } from "../control/admission";
+import { AGENT_CREDENTIAL_FILE, type NodePolicy, type Principal, protocolRefusal } from "../control/admission";
 import type { NodeIntake } from "../control/intake";
 import type { NodeIdentity } from "../control/node-identity";
 import { canonicalAddress } from "../lib/net";
 import type { Scheduler } from "../lib/scheduler";
 import { AssignmentsQuery, HeartbeatRequest } from "../protocol/heartbeat";
+import { statedProtocol } from "../protocol/skew";
 import { bearerToken, markAuthenticated } from "./auth";
 import { HttpError, errorBody, parseJsonBody } from "./errors";
 import { TokenBuckets } from "./ratelimit";
@@ -40,6 +41,18 @@ function sourceAddress(c: Context): string | undefined {
 function unauthorized(c: Context, message: string): Response {
   c.header("WWW-Authenticate", 'Bearer realm="llmgw"');
   return c.json(errorBody("unauthorized", message), 401);
+}
+
+/**
+ * A heartbeat's body under its schema. A newer agent's message may not fit this control plane's
+ * schema at all: then its protocol, when it is one this control plane refuses, is the answer
+ * (which side to upgrade) rather than the schema's complaint.
+ */
+function parseHeartbeat(text: string): HeartbeatRequest {
+  const body = parseJsonBody(text);
+  const r = HeartbeatRequest.safeParse(body);
+  if (r.success) return r.data;
+  throw protocolRefusal(statedProtocol(body)) ?? r.error;
 }
 
 export function agentRoutes(ctl: AgentControl): Hono<Env> {
@@ -86,7 +99,7 @@ export function agentRoutes(ctl: AgentControl): Hono<Env> {
     // parse already made, so the common case skips the JSON parse and validation (the costliest
     // part of a heartbeat). Only a credentialed node's body is kept, one per node.
     const prior = principal.kind === "node" ? lastBody.get(principal.node) : undefined;
-    const hb = prior !== undefined && prior.text === text ? prior.hb : HeartbeatRequest.parse(parseJsonBody(text));
+    const hb = prior !== undefined && prior.text === text ? prior.hb : parseHeartbeat(text);
     if (principal.kind === "node" && prior?.hb !== hb) lastBody.set(principal.node, { text, hb });
     // A join counts against the name it joins as, refused or not: a flood of joins costs a parse.
     if (principal.kind === "join") {

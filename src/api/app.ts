@@ -67,7 +67,7 @@ export function buildAdminApp(o: AppOptions): Hono {
 
   app.get("/healthz", (c) => {
     const l = o.control.leadership.get();
-    const body = { status: l.leading ? ("ok" as const) : ("standing by" as const), version: o.version, leading: l.leading, epoch: l.epoch, ...(l.name ? { name: l.name } : {}) };
+    const body = { status: l.leading ? ("ok" as const) : ("standing by" as const), version: o.version, leading: l.leading, epoch: l.epoch, ...(l.name ? { name: l.name } : {}), ...(l.barred !== undefined ? { barred: l.barred } : {}) };
     // Only the leader check fails on a standby: it is healthy, it just does not lead.
     const leader = c.req.query("leader");
     const asked = leader !== undefined && leader !== "0" && leader !== "false";

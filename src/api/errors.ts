@@ -43,7 +43,7 @@ export class CatalogProblems extends Error {
 }
 
 /** The status of each admission refusal: who may not speak so is 403, a name or credential someone holds is 409. */
-const REFUSAL_STATUS: Record<RefusalCode, 403 | 409> = { forbidden: 403, credential_in_use: 409, node_exists: 409, node_limit: 403, address_mismatch: 403 };
+const REFUSAL_STATUS: Record<RefusalCode, 403 | 409> = { forbidden: 403, credential_in_use: 409, node_exists: 409, node_limit: 403, address_mismatch: 403, protocol_mismatch: 403 };
 
 export function issuePath(path: readonly PropertyKey[]): string {
   return path.length === 0 ? "(body)" : path.map(String).join(".");

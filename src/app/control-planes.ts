@@ -43,6 +43,8 @@ export interface MembershipOptions {
   renewMs: number;
   /** Told whenever the store may hold news beyond the image's rows (another's write, a lease round, the backstop): the shared join token is read again. */
   onStoreNews?: () => void;
+  /** Why this control plane must not lead now (the store's schema is newer than it knows), asked before every lease round. */
+  mayLead?: () => Promise<string | undefined>;
   /** `--floating-address`: probed on this control plane's admin port, with its scheme. */
   floating?: { address: string; port: number; scheme: "http" | "https"; ca?: string };
 }
@@ -164,7 +166,8 @@ export async function joinControlPlanes(o: MembershipOptions): Promise<ControlPl
       await register();
       const rows = await image.controlPlanes();
       const floating = o.floating ? { address: o.floating.address, up: floatingUp } : undefined;
-      view = controlPlanesView({ rows, lease: lease ?? (await image.readLease()), self, ttlMs: o.ttlMs, ...(floating ? { floating } : {}) });
+      const barred = keeper.barred();
+      view = controlPlanesView({ rows, lease: lease ?? (await image.readLease()), self, ttlMs: o.ttlMs, ...(floating ? { floating } : {}), ...(barred !== undefined ? { barred } : {}) });
     } catch {
       // The store does not answer: the last picture stays (the keeper logs the cause).
     } finally {
@@ -187,6 +190,7 @@ export async function joinControlPlanes(o: MembershipOptions): Promise<ControlPl
     ttlMs: o.ttlMs,
     renewMs: o.renewMs,
     onChange: (l) => leadership.set(l),
+    ...(o.mayLead ? { mayLead: o.mayLead } : {}),
     onRound: (lease) => {
       void refresh(lease);
       void probe();
@@ -225,7 +229,11 @@ export async function joinControlPlanes(o: MembershipOptions): Promise<ControlPl
   await register();
   await keeper.start();
   await refresh(keeper.lease());
-  log.info({ name: self, holder: keeper.holder, address: record.adminUrl, leading: keeper.leadership().leading, epoch: keeper.leadership().epoch, lease_ttl_ms: o.ttlMs, lease_renew_ms: o.renewMs }, keeper.leadership().leading ? "control plane leads" : "control plane stands by");
+  const barred = keeper.barred();
+  log.info(
+    { name: self, holder: keeper.holder, address: record.adminUrl, leading: keeper.leadership().leading, epoch: keeper.leadership().epoch, lease_ttl_ms: o.ttlMs, lease_renew_ms: o.renewMs, ...(barred !== undefined ? { barred } : {}) },
+    keeper.leadership().leading ? "control plane leads" : barred !== undefined ? `control plane stands by: ${barred}` : "control plane stands by",
+  );
 
   return {
     keeper,

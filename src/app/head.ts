@@ -39,6 +39,7 @@ import { RouterLink } from "./router-thread";
 import { routerSettings } from "./router-settings";
 import type { RouterWorkerData } from "./router-worker";
 import { type ShedLog, shedLogger } from "./router-shed";
+import { PROTOCOL_VERSION } from "../protocol/version";
 import { VERSION } from "../version";
 import { logOutput } from "../log";
 
@@ -169,7 +170,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   let exposure: RouterExposure = { listen: `${config.listen.host}:${config.listen.port}`, api_key_required: config.require_api_key, open: false };
   let admission: NodeAdmission | undefined;
   const caps = listenerCaps(config, log);
-  const listening = { config, log, scheduler, tls, caps, shed: shedLogger(log, scheduler) };
+  const listening = { config, log, scheduler, tls, caps, shed: shedLogger(log, scheduler), awaitTables: loop };
   const settings = controlSettings(config);
   const { routing, control } = await routingAndControl(listening, { image, joinToken, dataDir, settings, adminToken: admin.token, engineSecret: shared?.engineSecret ?? secret.token, ha, patroni, member: () => member });
   patroni?.start();
@@ -208,7 +209,7 @@ export async function startHead({ config, log, scheduler = realScheduler, loop =
   exposure = routerExposure(config.listen.host, routerPort, config.require_api_key);
   warnOpen(log, exposure, admission);
   // Among several control planes: joined (the lease asked once) before anyone is told where this one is.
-  member = ha ? await joinControlPlanes({ ...membershipOptions(config, { control, image, scheduler, log, adminPort, routerUrl, scheme, tls }), onStoreNews: () => follower?.poke() }) : undefined;
+  member = ha ? await joinControlPlanes({ ...membershipOptions(config, { control, image, scheduler, log, adminPort, routerUrl, scheme, tls, ...(opened.postgres ? { mayLead: () => opened.postgres!.schemaAhead() } : {}) }), onStoreNews: () => follower?.poke() }) : undefined;
   announce(listening, dataDir, { adminUrl, adminPort, routerUrl });
 
   const fleet = new FleetPublisher({ views: control.views, leadership: control.leadership, sink, scheduler, log });
@@ -345,7 +346,18 @@ async function startRouting(l: Listening, routing: Routing, undo: () => void): P
 /** This control plane among the others: its name, where it is reached, the lease's timings, the floating address. */
 function membershipOptions(
   config: ServeConfig,
-  o: { control: Pick<ControlPlane, "leadership" | "loop">; image: StoreImage; scheduler: Scheduler; log: Logger; adminPort: number; routerUrl: string; scheme: "http" | "https"; tls: LoadedTls | undefined },
+  o: {
+    control: Pick<ControlPlane, "leadership" | "loop">;
+    image: StoreImage;
+    scheduler: Scheduler;
+    log: Logger;
+    adminPort: number;
+    routerUrl: string;
+    scheme: "http" | "https";
+    tls: LoadedTls | undefined;
+    /** The store's schema check (PostgreSQL): barred from leading while it is newer than this release knows. */
+    mayLead?: () => Promise<string | undefined>;
+  },
 ): Parameters<typeof joinControlPlanes>[0] {
   const name = config.name ?? defaultName();
   const adminUrl = config.advertise_url?.replace(/\/+$/, "") ?? advertisedUrl(config.admin_listen.host, o.adminPort, o.scheme);
@@ -357,7 +369,8 @@ function membershipOptions(
     image: o.image,
     scheduler: o.scheduler,
     log: o.log,
-    record: { name, adminUrl, routerUrl: o.routerUrl, startedAt: o.scheduler.now() },
+    record: { name, adminUrl, routerUrl: o.routerUrl, startedAt: o.scheduler.now(), version: VERSION, protocol: PROTOCOL_VERSION },
+    ...(o.mayLead ? { mayLead: o.mayLead } : {}),
     instance: newInstanceId(),
     ttlMs: config.lease_ttl,
     renewMs: config.lease_renew,
@@ -410,6 +423,8 @@ interface Listening {
   tls: LoadedTls | undefined;
   caps: ListenerCaps;
   shed: ShedLog;
+  /** The router waits for the control plane's first tables (router/first-tables.ts): where a loop publishes them, not where a test ticks by hand. */
+  awaitTables: boolean;
 }
 
 /** Deadlines both listeners keep (on the scheduler each listener is given). */
@@ -449,6 +464,8 @@ function routerFor(l: Listening, demand: DemandSink, adminToken: string): Router
     port: config.listen.port,
     scheduler,
     ...routerSettings(config),
+    // It starts knowing no model: requests wait for the control plane's first tables.
+    awaitTables: l.awaitTables,
     requireApiKey: config.require_api_key,
     adminToken,
     demand,
@@ -473,6 +490,8 @@ function routerWorkerData(l: Listening, adminToken: string): RouterWorkerData {
     host: config.listen.host,
     port: config.listen.port,
     ...routerSettings(config),
+    // It starts knowing no model: requests wait for the control plane's first tables.
+    awaitTables: l.awaitTables,
     requireApiKey: config.require_api_key,
     adminToken,
     ...(tls ? { tls: { cert: tls.certPath, key: tls.keyPath } } : {}),

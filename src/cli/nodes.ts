@@ -30,7 +30,7 @@ export function renderNodes(list: NodeView[], style: Style, wide: boolean, now =
   const nodes = safeDeep(list);
   if (nodes.length === 0) return "No nodes yet. Start `llmgw agent` on a GPU node (see `llmgw agent --help`).\n";
   const headers = ["NAME", "STATE", "GPUS FREE", "UNHEALTHY", "CLASSES", "FABRICS", "MODELS", "HEARTBEAT"];
-  if (wide) headers.push("ADDRESS", "AGENT", "LABELS");
+  if (wide) headers.push("ADDRESS", "AGENT", "PROTOCOL", "LABELS");
   const W = wide ? Number.POSITIVE_INFINITY : width;
   const rows = nodes.map((n) => {
     const row: Cell[] = [
@@ -43,7 +43,7 @@ export function renderNodes(list: NodeView[], style: Style, wide: boolean, now =
       String(n.models.length),
       ago(n.last_heartbeat, now),
     ];
-    if (wide) row.push(n.address, n.agent_version, { items: Object.entries(n.labels).map(([k, v]) => `${k}=${v}`) });
+    if (wide) row.push(n.address, n.agent_version, n.agent_protocol === undefined ? "-" : String(n.agent_protocol), { items: Object.entries(n.labels).map(([k, v]) => `${k}=${v}`) });
     return row;
   });
   return table(headers, rows, { right: [2, 3, 6], width: W }) + "\n" + problems(nodes, style, W);
@@ -100,7 +100,7 @@ export function renderNode(node: NodeView, style: Style, now = Date.now()): stri
     `Address:    ${n.address}`,
     `Fabrics:    ${n.fabrics.join(", ") || "-"}`,
     `Labels:     ${Object.entries(n.labels).map(([k, v]) => `${k}=${v}`).join(", ") || "-"}`,
-    `Agent:      ${n.agent_version}, last heartbeat ${ago(n.last_heartbeat, now)}`,
+    `Agent:      ${n.agent_version}${n.agent_protocol === undefined ? "" : ` (protocol ${n.agent_protocol})`}, last heartbeat ${ago(n.last_heartbeat, now)}`,
     `Weights:    ${n.models.join(", ") || "-"}`,
     `GPUs:       ${n.gpu_free} free of ${n.gpu_total}${n.gpu_unhealthy ? `, ${n.gpu_unhealthy} unhealthy` : ""}${n.gpu_memory_mib ? `, ${Math.round(n.gpu_memory_mib / 1024)}GiB memory` : ""}`,
   ];

@@ -102,7 +102,7 @@ export function renderStatus(summary: Summary, style: Style, opts: { wide?: bool
   if (weights !== undefined) say(weights, 10);
   say(`Models    ${m.total} total · ${m.satisfied} satisfied · ${m.short ? paint(style, "yellow", `${m.short} short`) : "0 short"}`, 10);
 
-  const attention = [...haAttention(s), ...admissionAttention(s), ...keptGpusAttention(s), ...drainAttention(s, wide)];
+  const attention = [...haAttention(s), ...versionAttention(s), ...admissionAttention(s), ...keptGpusAttention(s), ...drainAttention(s, wide)];
   if (attention.length > 0) {
     out.push("", paint(style, "bold", paint(style, "red", "Attention")));
     for (const a of attention) say(`  ${a}`, 4);
@@ -216,6 +216,24 @@ export function haAttention(s: Summary): string[] {
       else if (m.lag > STORE_LAG_WARN) out.push(`store member ${m.name} is ${bytes(m.lag)} behind the leader`);
     }
   }
+  return out;
+}
+
+/**
+ * Mixed versions, one line each for agents and control planes: "agents on 2 versions: 0.2.0
+ * (protocol 2) ×3, 0.1.0 (protocol 1) ×1". An upgrade under way shows here until it is done; one
+ * left half done is what this line is for.
+ */
+export function versionAttention(s: Pick<Summary, "agent_versions" | "control_planes">): string[] {
+  const out: string[] = [];
+  const release = (version: string | undefined, protocol: number | undefined) => `${version ?? "unknown"} (protocol ${protocol ?? 1})`;
+  const agents = s.agent_versions ?? [];
+  if (agents.length > 1) out.push(`agents on ${agents.length} versions: ${agents.map((a) => `${release(a.version, a.protocol)} ×${a.nodes}`).join(", ")}: finish the upgrade (README, Upgrading)`);
+  const members = s.control_planes?.members ?? [];
+  const planes = new Map<string, number>();
+  for (const m of members) planes.set(release(m.version, m.protocol), (planes.get(release(m.version, m.protocol)) ?? 0) + 1);
+  if (planes.size > 1) out.push(`control planes on ${planes.size} versions: ${[...planes].map(([r, n]) => `${r} ×${n}`).join(", ")}: upgrade the standbys first, the leader last`);
+  for (const m of members) if (m.barred !== undefined) out.push(`control plane ${m.name} stands by and will not lead: ${oneLine(m.barred, 400)}`);
   return out;
 }
 

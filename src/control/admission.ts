@@ -8,6 +8,7 @@
 
 import { canonicalAddress } from "../lib/net";
 import type { HeartbeatRequest } from "../protocol/heartbeat";
+import { UNSTATED_PROTOCOL, agentProtocolProblem } from "../protocol/skew";
 import type { NodeTrust } from "./types";
 
 /** Who may join and how often a node may call: `serve --approve-nodes`, `--max-nodes`, `--heartbeat-rate`, `--heartbeat-burst`. */
@@ -39,7 +40,7 @@ export interface AdmissionCounts {
   nodes: number;
 }
 
-export type RefusalCode = "forbidden" | "credential_in_use" | "node_exists" | "node_limit" | "address_mismatch";
+export type RefusalCode = "forbidden" | "credential_in_use" | "node_exists" | "node_limit" | "address_mismatch" | "protocol_mismatch";
 
 /** A heartbeat refused for who sent it or what it claims; the message names the field and what to do. */
 export class AdmissionRefused extends Error {
@@ -66,8 +67,17 @@ export function nodeExists(node: string): AdmissionRefused {
  * (pass undefined otherwise). A join sent again with the credential the agent chose (its answer
  * was lost) holds that very credential and is taken as the same join.
  */
-export function admit(principal: Principal, hb: Pick<HeartbeatRequest, "node" | "address" | "join_credential">, trust: HeartbeatTrust, policy: Pick<NodePolicy, "maxNodes">, counts: AdmissionCounts | undefined): Admission {
+export function admit(
+  principal: Principal,
+  hb: Pick<HeartbeatRequest, "node" | "address" | "join_credential" | "protocol">,
+  trust: HeartbeatTrust,
+  policy: Pick<NodePolicy, "maxNodes">,
+  counts: AdmissionCounts | undefined,
+): Admission {
   const refuse = (code: RefusalCode, message: string): Admission => ({ accepted: false, refusal: new AdmissionRefused(code, message) });
+  // First: an agent this control plane cannot understand is told which side to upgrade, whatever else it says.
+  const skew = protocolRefusal(hb.protocol ?? UNSTATED_PROTOCOL, hb.node);
+  if (skew) return { accepted: false, refusal: skew };
   if (principal.kind === "node" && principal.node !== hb.node) return refuse("forbidden", `node: this credential belongs to node ${principal.node}, not ${hb.node}; a node speaks only for itself`);
   if (principal.kind === "join") {
     const holder = trust.credentialHolder;
@@ -91,6 +101,12 @@ export function admit(principal: Principal, hb: Pick<HeartbeatRequest, "node" | 
     );
   }
   return { accepted: true };
+}
+
+/** The refusal of an agent speaking a protocol this control plane does not accept (protocol/skew.ts), or undefined. */
+export function protocolRefusal(protocol: number, node?: string): AdmissionRefused | undefined {
+  const problem = agentProtocolProblem(protocol);
+  return problem === undefined ? undefined : new AdmissionRefused("protocol_mismatch", node === undefined ? problem : `${problem} (node ${node})`);
 }
 
 /** Whether a join needs the node count to be decided: only one for a name that does not exist. */

@@ -26,6 +26,8 @@ export interface Leadership {
   name?: string;
   /** The lease holder this process writes (leaseHolder()), when it is not the bare name: what its fenced writes carry. */
   holder?: string;
+  /** Why it stands by whatever the lease says (the store's schema is newer than it knows); absent when it may lead. */
+  barred?: string;
 }
 
 /** The lease holder of one process: its name and an id of its own, so two processes under one name are two holders. */
@@ -57,6 +59,11 @@ export interface LeaseKeeperOptions {
   onChange: (l: Leadership) => void;
   /** After every attempt, with the lease as the store answered (undefined when it did not). */
   onRound?: (lease: Lease | undefined) => void;
+  /**
+   * Asked before every attempt: why this control plane must not lead now (the store's schema is
+   * newer than it knows), or undefined. Barred, it stands by, gives up a lease it holds, and says why.
+   */
+  mayLead?: () => Promise<string | undefined>;
 }
 
 /** A standby tries again this long after the lease it saw should have lapsed. */
@@ -74,6 +81,8 @@ export class LeaseKeeper {
   private stopped = false;
   /** The cause of the failing renewals, logged once per episode. */
   private failing: string | undefined;
+  /** Why it may not lead (mayLead), while it may not. */
+  private barredWhy: string | undefined;
   readonly timeoutMs: number;
   readonly marginMs: number;
   /** What this keeper writes as the lease's holder. */
@@ -92,6 +101,10 @@ export class LeaseKeeper {
   /** The lease as the store last answered. */
   lease(): Lease | undefined {
     return this.last;
+  }
+  /** Why this control plane stands by whatever the lease says (mayLead), or undefined. */
+  barred(): string | undefined {
+    return this.barredWhy;
   }
 
   /** The first attempt now (resolved once answered), then one every renewMs. */
@@ -114,6 +127,9 @@ export class LeaseKeeper {
       this.failed(`the lease renewal took longer than ${this.timeoutMs} ms`);
     });
     try {
+      const barred = await this.bar();
+      if (round !== this.round || this.stopped) return;
+      if (barred !== undefined) return await this.standBy(barred);
       // Standing by, it asks to take the lease: a new term, a new epoch, even if the lease is still its own.
       const lease = await this.o.store.acquireLease(this.holder, this.o.ttlMs, !this.state.leading);
       if (round !== this.round || this.stopped) return;
@@ -125,6 +141,29 @@ export class LeaseKeeper {
       timeout.cancel();
       if (round === this.round) this.inFlight = false;
     }
+  }
+
+  /** What mayLead says; a check that fails bars nothing (the lease's own round finds a store that does not answer). */
+  private async bar(): Promise<string | undefined> {
+    const why = this.o.mayLead ? await this.o.mayLead().catch(() => undefined) : undefined;
+    if (why === this.barredWhy) return why;
+    if (why !== undefined) this.o.log.error({ name: this.o.name, why }, `control plane ${this.o.name} stands by and will not lead: ${why}`);
+    else this.o.log.info({ name: this.o.name }, `control plane ${this.o.name} may lead again`);
+    this.barredWhy = why;
+    const { barred: _, ...rest } = this.state;
+    this.state = { ...rest, ...(why !== undefined ? { barred: why } : {}) };
+    this.o.onChange(this.state);
+    return why;
+  }
+
+  /** Barred from leading: steps down (giving the lease up so a standby takes over at once) and stays a standby. */
+  private async standBy(why: string): Promise<void> {
+    const was = this.state;
+    this.deadline?.cancel();
+    this.change({ leading: false, epoch: was.epoch }, why);
+    if (was.leading) await this.o.store.releaseLease(this.holder).catch(() => undefined);
+    // Not the lease last taken (it may name this one): whoever reads the view reads it afresh.
+    this.o.onRound?.(undefined);
   }
 
   /** A plan write the store fenced: another leads now. */
@@ -197,7 +236,7 @@ export class LeaseKeeper {
     const prev = this.state;
     if (prev.leading === next.leading && prev.epoch === next.epoch) return;
     if (!next.leading) this.deadline?.cancel();
-    this.state = { ...next, ...this.who() };
+    this.state = { ...next, ...this.who(), ...(this.barredWhy !== undefined ? { barred: this.barredWhy } : {}) };
     this.o.onChange(this.state);
     if (prev.leading === next.leading) return;
     const { name } = this.o;
@@ -219,6 +258,8 @@ export interface ControlPlanesInput {
   self: string;
   ttlMs: number;
   floating?: { address: string; up: boolean };
+  /** Why the answering control plane stands by whatever the lease says (LeaseKeeper.barred()). */
+  barred?: string;
 }
 
 /**
@@ -232,7 +273,9 @@ export function controlPlanesView(i: ControlPlanesInput): Summary["control_plane
     name: r.name,
     address: r.adminUrl,
     state: r.name === holder ? "leading" : r.seenAgoMs <= i.ttlMs ? "standing by" : "not answering",
-    ...(r.name === i.self ? { this: true } : {}),
+    ...(r.version !== undefined ? { version: r.version } : {}),
+    ...(r.protocol !== undefined ? { protocol: r.protocol } : {}),
+    ...(r.name === i.self ? { this: true, ...(i.barred !== undefined ? { barred: i.barred } : {}) } : {}),
   }));
   return { members, ...(i.floating ? { floating: i.floating.address, floating_up: i.floating.up } : {}) };
 }

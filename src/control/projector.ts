@@ -54,7 +54,8 @@ export class Projector {
   private readonly keys: KeyPublisher;
   /** The sink is told from start() on: a router thread not started yet would lose what it was sent. */
   private live = false;
-  private lastEndpoints = "";
+  /** Undefined until the first publication: the first list goes out even when it is empty (a router waits for it, router/first-tables.ts). */
+  private lastEndpoints: string | undefined;
   private lastCatalog = "";
   /**
    * The snapshot version and reported-revisions count the assignments and endpoints were last
@@ -90,7 +91,7 @@ export class Projector {
     // What was projected before went nowhere: the next projection hands over everything.
     this.projectedAt = undefined;
     this.projectedFrom = undefined;
-    this.lastEndpoints = "";
+    this.lastEndpoints = undefined;
     this.lastCatalog = "";
     this.keys.reset();
     await this.publishKeys();

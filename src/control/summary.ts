@@ -3,6 +3,7 @@
 // different question asked of the same facts.
 
 import type { ClassUse, DiscoveryProblem, FabricUse, IdleReplica, ParkedModel, Summary, Tables, UnhealthyGpus } from "../protocol/views";
+import { UNSTATED_PROTOCOL } from "../protocol/skew";
 
 /** Nodes named per state that needs a person (the summary's node_names), bounded at any fleet size. */
 const NAMED_NODES = 20;
@@ -47,6 +48,19 @@ function stuckDrains(t: Tables): Pick<Summary, "stuck_drains"> {
     .map((n) => ({ node: n.name, remaining: n.drain!.remaining, never: n.drain!.never, reason: n.drain!.blocked! }))
     .sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0));
   return stuck.length > 0 ? { stuck_drains: stuck } : {};
+}
+
+/** Nodes per agent release and protocol, most first (then by version): two entries or more is mixed versions. */
+export function agentVersions(t: Pick<Tables, "nodes">): NonNullable<Summary["agent_versions"]> {
+  const by = new Map<string, { version: string; protocol: number; nodes: number }>();
+  for (const n of t.nodes) {
+    const protocol = n.agent_protocol ?? UNSTATED_PROTOCOL;
+    const key = `${n.agent_version}\u0000${protocol}`;
+    const e = by.get(key);
+    if (e) e.nodes++;
+    else by.set(key, { version: n.agent_version, protocol, nodes: 1 });
+  }
+  return [...by.values()].sort((a, b) => b.nodes - a.nodes || b.protocol - a.protocol || (a.version < b.version ? 1 : a.version > b.version ? -1 : 0));
 }
 
 export function summarize(t: Tables, extras: SummaryExtras): Summary {
@@ -160,6 +174,7 @@ export function summarize(t: Tables, extras: SummaryExtras): Summary {
     unhealthy_gpus: [...byReason.values()].sort((a, b) => b.gpus - a.gpus || (a.reason < b.reason ? -1 : 1)),
     gpu_discovery: discovery.sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0)),
     ...stuckDrains(t),
+    agent_versions: agentVersions(t),
   };
   if (extras.storeError) s.store_error = extras.storeError;
   return s;

@@ -19,6 +19,8 @@ export interface NodeRow {
   adminState: AdminState;
   lastHeartbeat: number;
   agentVersion: string;
+  /** The protocol its agent speaks; null: one that did not say (protocol 1). */
+  agentProtocol?: number | null;
   registeredAt: number;
 }
 
@@ -265,6 +267,9 @@ export interface ControlPlaneRecord {
   routerUrl: string;
   /** When this process started (ms since epoch). */
   startedAt: number;
+  /** Its release and the protocol it speaks (protocol/version.ts); absent from a release before they were kept. */
+  version?: string;
+  protocol?: number;
 }
 
 export interface ControlPlaneRow extends ControlPlaneRecord {

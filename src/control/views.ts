@@ -10,6 +10,7 @@ import { runPaced, runSteps } from "../lib/steps";
 import { isFetching } from "./weights-progress";
 import type { EngineReport } from "../protocol/heartbeat";
 import type { GpuView, ModelView, NodeState, NodeView, ReplicaView, RolloutView, Tables } from "../protocol/views";
+import { UNSTATED_PROTOCOL } from "../protocol/skew";
 import type { ModelRow, ModelStateRow, ReplicaRow, Snapshot } from "./types";
 
 export interface ViewInputs {
@@ -113,6 +114,7 @@ function* tableSteps({ snapshot, now, lastUsed, nodeTimeoutMs, watchedSince = Nu
       fabrics: n.fabrics,
       labels: n.labels,
       agent_version: n.agentVersion,
+      agent_protocol: n.agentProtocol ?? UNSTATED_PROTOCOL,
       gpus,
       models: weightsByNode.get(n.name) ?? [],
       last_heartbeat: iso(n.lastHeartbeat),

@@ -44,6 +44,8 @@ export interface ConnHost {
   vouch(c: Conn): void;
   /** `c` is gone: it no longer counts against the caps. */
   release(c: Conn): void;
+  /** The server is draining (Http1Server.drain): every answer says `connection: close`, and the connection closes after it. */
+  readonly draining?: boolean;
 }
 
 const TARGET = /^[\x21-\x7e]+$/;
@@ -279,7 +281,7 @@ export class Conn implements ExchangeConn {
     if (hosts > 1 || (!http10 && hosts === 0)) throw new Refusal(400, hosts > 1 ? "more than one Host header" : "HTTP/1.1 requests need a Host header", "bad_request");
     const headers = new RequestHeaders(f.names, f.values);
     const conn = f.connection;
-    this.keepAlive = http10 ? conn !== undefined && hasToken(conn.toLowerCase(), "keep-alive") : !(conn !== undefined && hasToken(conn.toLowerCase(), "close"));
+    this.keepAlive = this.server.draining !== true && (http10 ? conn !== undefined && hasToken(conn.toLowerCase(), "keep-alive") : !(conn !== undefined && hasToken(conn.toLowerCase(), "close")));
     let expect = false;
     const ex = f.expect;
     if (ex !== undefined) {
@@ -491,6 +493,20 @@ export class Conn implements ExchangeConn {
     // A client that never closes its side is cut after the idle timeout.
     this.deadline = this.server.time() + (this.pending === undefined ? this.server.idleTimeoutMs : this.server.sendTimeoutMs);
     if (this.pending === undefined) this.socket.end();
+  }
+
+  /**
+   * Nothing under way on it: no request being answered or its body read, nothing left to write.
+   * A head still arriving counts as nothing: its client has had no byte of an answer and may send
+   * it again elsewhere, and a slow one must not hold a stopping server up.
+   */
+  get quiet(): boolean {
+    return this.current === undefined && this.state === HEAD && this.pending === undefined;
+  }
+
+  /** The server closed its side and everything it wrote has gone to the socket: only the client's close is awaited. */
+  get closed(): boolean {
+    return this.closing && this.pending === undefined;
   }
 
   /** Abrupt: the socket is dropped now. */

@@ -345,6 +345,32 @@ export class Http1Server implements ConnHost {
   }
 
   /** Stops listening and drops every connection. */
+  /** Set by drain(): no connection is kept open past its answer. */
+  draining = false;
+
+  /**
+   * A graceful stop: no new connections (the port is free at once, for a new process), every
+   * connection closed as soon as nothing is under way on it, and the requests in flight answered
+   * until they end or `timeoutMs` passes; then stop() cuts what is left. Resolves with how many
+   * connections were cut.
+   */
+  async drain(timeoutMs: number, everyMs = 50): Promise<number> {
+    this.draining = true;
+    this.bunServer?.stop(false);
+    this.listener?.stop(false);
+    for (const c of this.conns) c.keepAlive = false;
+    const end = this.scheduler.mono() + timeoutMs;
+    for (;;) {
+      for (const c of [...this.conns]) if (c.quiet) c.close();
+      // Closed by the server with every byte handed over: nothing is left to wait for on those.
+      if ([...this.conns].every((c) => c.closed) || this.scheduler.mono() >= end) break;
+      await new Promise<void>((resolve) => this.scheduler.after(Math.min(everyMs, Math.max(1, end - this.scheduler.mono())), resolve));
+    }
+    const cut = this.conns.size;
+    this.stop();
+    return cut;
+  }
+
   stop(): void {
     this.bunServer?.stop(true);
     this.sweeper?.cancel();

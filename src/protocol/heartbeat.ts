@@ -112,6 +112,11 @@ export const HeartbeatRequest = z
     node: SegmentName,
     address: Printable(255).min(1),
     agent_version: Printable(64).default("unknown"),
+    /**
+     * The protocol the agent speaks (protocol/version.ts); absent from agents before the number
+     * existed, which speak 1. A control plane refuses one outside its accepted range (skew.ts).
+     */
+    protocol: z.number().int().min(0).max(65_535).optional(),
     labels: Labels.default({}),
     fabrics: z.array(Name).max(HEARTBEAT_LIMITS.fabrics).default([]),
     gpus: z.array(GpuReport).max(HEARTBEAT_LIMITS.gpus).default([]),

@@ -76,6 +76,7 @@ export const NodeViewSchema = z.object({
   fabrics: z.array(z.string()),
   labels: z.record(z.string(), z.string()),
   agent_version: z.string(),
+  agent_protocol: z.number().int().optional().describe("The protocol its agent speaks (1: an agent from before the number, which does not say); absent from older servers."),
   gpus: z.array(GpuViewSchema),
   /** Models whose weights this node holds. */
   models: z.array(z.string()).describe("Models whose weights this node holds."),
@@ -208,7 +209,15 @@ export const EvictionSchema = z
 export type Eviction = z.infer<typeof EvictionSchema>;
 export const StoreMemberSchema = z.object({ name: z.string(), host: z.string(), role: z.string(), state: z.string(), lag: z.number() });
 export type StoreMember = z.infer<typeof StoreMemberSchema>;
-export const ControlPlaneSchema = z.object({ name: z.string(), address: z.string(), state: z.string(), this: z.boolean().optional() });
+export const ControlPlaneSchema = z.object({
+  name: z.string(),
+  address: z.string(),
+  state: z.string(),
+  this: z.boolean().optional(),
+  version: z.string().optional().describe("Its release; absent from a release before control planes said it."),
+  protocol: z.number().int().optional().describe("The protocol it speaks (absent: a release before the number, protocol 1)."),
+  barred: z.string().optional().describe("On the answering control plane only: why it stands by whatever the lease says (the store's schema is newer than it knows)."),
+});
 export type ControlPlane = z.infer<typeof ControlPlaneSchema>;
 export const ControlPlanesSchema = z.object({ members: z.array(ControlPlaneSchema).optional(), floating: z.string().optional(), floating_up: z.boolean().optional() });
 export type ControlPlanes = z.infer<typeof ControlPlanesSchema>;
@@ -293,6 +302,11 @@ export const SummarySchema = z.object({
   node_admission: NodeAdmissionSchema.optional(),
   /** What weights move now across the fleet (absent when nothing moves). */
   weights: WeightsInFlightSchema.optional().describe("What weights move now across the fleet: files, bytes, aggregate rate, the slowest node's estimate; absent when nothing moves."),
+  /** Nodes per agent release and protocol, most first: more than one entry is an upgrade under way (or left half done). */
+  agent_versions: z
+    .array(z.object({ version: z.string(), protocol: z.number().int(), nodes: z.number().int() }))
+    .optional()
+    .describe("Nodes per agent release and protocol, most first; more than one entry is an upgrade under way or left half done."),
   /** How far behind the head node is; always present from a head node that measures it. */
   head: HeadLoadSchema.optional().describe("How far behind the head node is; always present from a head node that measures it."),
 });
@@ -455,6 +469,8 @@ export const HealthSchema = z.object({
   epoch: z.number().int().min(0),
   /** This control plane's name (`serve --name`). */
   name: z.string().optional(),
+  /** Why it stands by whatever the lease says (the store's schema is newer than this release knows); absent when it may lead. */
+  barred: z.string().optional(),
 });
 export type Health = z.infer<typeof HealthSchema>;
 

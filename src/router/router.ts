@@ -35,6 +35,7 @@ import { Catalog } from "./catalog";
 import { ColdStart } from "./cold-start";
 import { Deadlines } from "./deadlines";
 import { Dispatch } from "./dispatch";
+import { FirstTables } from "./first-tables";
 import { EngineMetricsPoller } from "./engine-metrics";
 import { openAIError, openAIErrorBody, send } from "./errors";
 import { AnswerHeaders } from "./headers";
@@ -51,6 +52,13 @@ import { UsageCounters } from "./usage-counters";
  * The router's settings, all required: their defaults live once, in the config schema
  * (ServeConfig), and app/router-settings.ts maps them here.
  */
+/**
+ * How long a stopping router answers the requests in flight before it cuts them (a long stream's
+ * whole answer, in most cases): within the 30 s systemd gives the unit `llmgw install serve`
+ * writes (TimeoutStopSec), with time left for the rest of the stop.
+ */
+export const ROUTER_DRAIN_MS = 25_000;
+
 export interface RouterOptions {
   host: string;
   port: number;
@@ -75,6 +83,12 @@ export interface RouterOptions {
    * model whose catalog entry says its replicas may take longer to start is waited for that long.
    */
   coldStartTimeoutMs: number;
+  /**
+   * Hold requests until the control plane has handed over the catalog and the endpoints once
+   * (first-tables.ts), for at most the cold-start timeout: a head node's router, which starts
+   * knowing no model. Off for a router fed by hand (tests, benches).
+   */
+  awaitTables?: boolean;
   /**
    * A streamed request (`"stream": true`) held for a cold start gets 200 and text/event-stream at
    * once, then an SSE comment line this often (and when the node of its replica becomes known)
@@ -141,6 +155,10 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink, Ledg
   /** The ledger's rows as Prometheus counters per team, key and model. */
   private readonly usageCounters: UsageCounters;
   private server: Http1Server | undefined;
+  /** stop() began: held requests are answered rather than held through the drain. */
+  private stopping = false;
+  /** Requests waiting for the first tables (RouterOptions.awaitTables). */
+  private readonly firstTables: FirstTables | undefined;
   private poller: EngineMetricsPoller | undefined;
   private sweeper: Timer | undefined;
   /** The sweep's interval, and so the deadlines' granularity (set at start). */
@@ -212,7 +230,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink, Ledg
       log: o.log,
       admission,
       ledger,
-      serving: () => this.server !== undefined,
+      serving: () => this.server !== undefined && !this.stopping,
       proxy: toProxy,
       internalError,
     });
@@ -232,6 +250,8 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink, Ledg
       proxy: toProxy,
       internalError,
     });
+    const dispatch = this.dispatch;
+    this.firstTables = o.awaitTables ? new FirstTables({ scheduler, waitMs: o.coldStartTimeoutMs, dispatch: (ex) => dispatch.handle(ex) }) : undefined;
   }
 
   // ---- EndpointSink / UsageSource ------------------------------------------------------
@@ -245,12 +265,14 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink, Ledg
     this.reconciler.retain(new Set(usable.map((e) => e.id)));
     this.gate.wake();
     this.coldStart.wake();
+    this.firstTables?.endpointsCame();
   }
 
   setCatalog(models: CatalogEntry[]): void {
     this.catalog.set(models);
     // A held request for a model that can no longer come up is answered now, not at its deadline.
     this.coldStart.wake();
+    this.firstTables?.catalogCame();
   }
 
   setApiKeys(keys: ApiKeyEntry[]): void {
@@ -350,7 +372,7 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink, Ledg
       ...o.listener,
       ...(o.tls ? { tls: { cert: Bun.file(o.tls.cert), key: Bun.file(o.tls.key) } } : {}),
       errorBody: (status, message, code) => openAIErrorBody(status, sizeRefusal(message, code), { code }),
-      handler: this.dispatch.handle.bind(this.dispatch),
+      handler: this.firstTables ? this.firstTables.handle.bind(this.firstTables) : this.dispatch.handle.bind(this.dispatch),
       onHandlerError: (err) => o.log?.warn({ err: (err as Error).message }, "router request failed"),
     };
     this.server = new Http1Server(listen);
@@ -378,7 +400,24 @@ export class Router implements EndpointSink, UsageSource, FleetMetricsSink, Ledg
     return { url: `http://${hostPort(o.host, port)}`, port };
   }
 
-  async stop(): Promise<void> {
+  /**
+   * Stops: the listener closes at once (a restarted head node can take the port while this one
+   * drains), the requests in flight are answered until they end or `drainMs` passes, then what is
+   * left is cut. A client sees at most a refused connection, which it may retry before any byte.
+   */
+  async stop(drainMs = ROUTER_DRAIN_MS): Promise<void> {
+    // Requests held for the first tables or for a cold start will not see them now: answered
+    // before the drain, which waits only for requests on their way to an engine.
+    this.stopping = true;
+    this.firstTables?.close();
+    this.coldStart.wake();
+    const server = this.server;
+    if (server) {
+      const inFlight = server.conns.size;
+      if (inFlight > 0) this.o.log?.info({ connections: inFlight, drain_timeout_ms: drainMs }, "router stopping: no new connections; answering the requests in flight");
+      const cut = await server.drain(drainMs);
+      if (cut > 0) this.o.log?.warn({ connections: cut, drain_timeout_ms: drainMs }, "router stopped: requests still in flight after the drain timeout were cut");
+    }
     this.poller?.stop();
     this.sweeper?.cancel();
     this.bodies.stop();

@@ -19,6 +19,7 @@ import { type StoreParts, StoreByRole } from "./by-role";
 import { guarded } from "./errors";
 import { embeddedMigrations } from "./migrations";
 import { SqliteWeightsOrders } from "./sqlite/weights-orders";
+import { schemaAheadReason } from "./schema-age";
 import * as schema from "./schema";
 import { SqliteCatalog, SqliteRecords } from "./sqlite/catalog";
 import { SqliteKeys } from "./sqlite/keys";
@@ -63,10 +64,24 @@ export class Store extends StoreByRole {
   }
 
   private migrate(): void {
+    // A later release migrated this file: nothing runs backwards, and one head node cannot stand by.
+    const ahead = schemaAheadReason(this.appliedMigration(), "sqlite");
+    if (ahead !== undefined) {
+      this.sqlite.close();
+      throw new Error(`${ahead}; this SQLite store is not opened`);
+    }
     // Same path drizzle's bun-sqlite migrator takes after reading files; see migrations.ts.
     const dialect = (this.db as unknown as { dialect: { migrate(m: unknown, s: unknown, c: unknown): void } }).dialect;
     const session = (this.db as unknown as { session: unknown }).session;
     dialect.migrate(embeddedMigrations(), session, { migrationsFolder: "(embedded)" });
+  }
+
+  /** The newest migration applied to this file (drizzle's created_at), undefined on a new one. */
+  private appliedMigration(): number | undefined {
+    const table = this.sqlite.query("SELECT 1 AS x FROM sqlite_master WHERE type = 'table' AND name = '__drizzle_migrations'").get();
+    if (table === null) return undefined;
+    const row = this.sqlite.query("SELECT max(created_at) AS at FROM __drizzle_migrations").get() as { at: number | string | null } | null;
+    return row?.at === null || row?.at === undefined ? undefined : Number(row.at);
   }
 
   close(): void {

@@ -15,6 +15,7 @@ import s0006 from "../../drizzle/sqlite/0006_teams.sql" with { type: "text" };
 import s0007 from "../../drizzle/sqlite/0007_usage_hours.sql" with { type: "text" };
 import s0008 from "../../drizzle/sqlite/0008_limit_shares.sql" with { type: "text" };
 import s0009 from "../../drizzle/sqlite/0009_weights_orders.sql" with { type: "text" };
+import s0010 from "../../drizzle/sqlite/0010_protocol.sql" with { type: "text" };
 import s0011 from "../../drizzle/sqlite/0011_replica_rollout.sql" with { type: "text" };
 import pgJournal from "../../drizzle/pg/meta/_journal.json";
 import p0000 from "../../drizzle/pg/0000_init.sql" with { type: "text" };
@@ -24,6 +25,7 @@ import p0003 from "../../drizzle/pg/0003_teams.sql" with { type: "text" };
 import p0004 from "../../drizzle/pg/0004_usage_hours.sql" with { type: "text" };
 import p0005 from "../../drizzle/pg/0005_limit_shares.sql" with { type: "text" };
 import p0006 from "../../drizzle/pg/0006_weights_orders.sql" with { type: "text" };
+import p0007 from "../../drizzle/pg/0007_protocol.sql" with { type: "text" };
 import p0008 from "../../drizzle/pg/0008_replica_rollout.sql" with { type: "text" };
 
 export type MigrationDialect = "sqlite" | "pg";
@@ -40,6 +42,7 @@ export const EMBEDDED: Record<MigrationDialect, Record<string, string>> = {
     "0007_usage_hours": s0007,
     "0008_limit_shares": s0008,
     "0009_weights_orders": s0009,
+    "0010_protocol": s0010,
     "0011_replica_rollout": s0011,
   },
   pg: {
@@ -50,6 +53,7 @@ export const EMBEDDED: Record<MigrationDialect, Record<string, string>> = {
     "0004_usage_hours": p0004,
     "0005_limit_shares": p0005,
     "0006_weights_orders": p0006,
+    "0007_protocol": p0007,
     "0008_replica_rollout": p0008,
   },
 };

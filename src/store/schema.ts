@@ -18,6 +18,8 @@ export const nodes = sqliteTable("nodes", {
   adminState: text("admin_state", { enum: ["none", "cordoned", "draining", "pending"] }).notNull().default("none"),
   lastHeartbeat: integer("last_heartbeat").notNull(),
   agentVersion: text("agent_version").notNull(),
+  /** The protocol its agent speaks (protocol/version.ts); null: an agent that did not say, protocol 1. */
+  agentProtocol: integer("agent_protocol"),
   registeredAt: integer("registered_at").notNull(),
   /**
    * SHA-256 (hex) of the node's own credential, handed out once on its first heartbeat; the
@@ -192,6 +194,9 @@ export const controlPlanes = sqliteTable("control_planes", {
   routerUrl: text("router_url").notNull(),
   startedAt: integer("started_at").notNull(),
   seenAt: integer("seen_at").notNull(),
+  /** Its release and protocol (protocol/version.ts); null from a release before they were kept. */
+  version: text("version"),
+  protocol: integer("protocol"),
 });
 
 /** Each router's last-used map, as it last reported it; the leader merges them (newest wins). */

@@ -51,16 +51,16 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
       test("a heartbeat creates a node with its GPUs and weights, then updates it and replaces them", async () => {
         expect(await s.applyHeartbeat(heartbeat({ name: "n1", gpus: ["H100-80GB", "H100-80GB"], models: ["a", "b", "a"] }), NOW, { credentialHash: "h1", pending: false })).toEqual({ created: true, taken: false });
         let snap = await s.snapshot();
-        expect(snap.nodes).toEqual([{ name: "n1", address: heartbeat({ name: "n1" }).address, labels: {}, fabrics: [], adminState: "none", lastHeartbeat: NOW, agentVersion: "0.1.0", registeredAt: NOW }]);
+        expect(snap.nodes).toEqual([{ name: "n1", address: heartbeat({ name: "n1" }).address, labels: {}, fabrics: [], adminState: "none", lastHeartbeat: NOW, agentVersion: "0.1.0", agentProtocol: null, registeredAt: NOW }]);
         expect(snap.gpus.map((g) => [g.node, g.index, g.uuid, g.healthy, g.parent, g.memoryMib])).toEqual([
           ["n1", 0, "GPU-n1-0", true, null, 81559],
           ["n1", 1, "GPU-n1-1", true, null, 81559],
         ]);
         expect(snap.weights).toEqual([{ node: "n1", model: "a" }, { node: "n1", model: "b" }]);
-        const hb = { ...heartbeat({ name: "n1", gpus: ["A100/3g"], unhealthy: [0], models: ["c"] }), address: "10.9.9.9", labels: { rack: "r1" }, fabrics: ["ib0"], agent_version: "0.2.0" };
+        const hb = { ...heartbeat({ name: "n1", gpus: ["A100/3g"], unhealthy: [0], models: ["c"] }), address: "10.9.9.9", labels: { rack: "r1" }, fabrics: ["ib0"], agent_version: "0.2.0", protocol: 2 };
         expect(await s.applyHeartbeat(hb, NOW + 5)).toEqual({ created: false, taken: false });
         snap = await s.snapshot();
-        expect(snap.nodes[0]).toEqual({ name: "n1", address: "10.9.9.9", labels: { rack: "r1" }, fabrics: ["ib0"], adminState: "none", lastHeartbeat: NOW + 5, agentVersion: "0.2.0", registeredAt: NOW });
+        expect(snap.nodes[0]).toEqual({ name: "n1", address: "10.9.9.9", labels: { rack: "r1" }, fabrics: ["ib0"], adminState: "none", lastHeartbeat: NOW + 5, agentVersion: "0.2.0", agentProtocol: 2, registeredAt: NOW });
         expect(snap.gpus).toEqual([{ node: "n1", index: 0, uuid: "MIG-n1-0", name: "A100/3g", class: "A100/3g", memoryMib: 81559, healthy: false, parent: "GPU-n1-card" }]);
         expect(snap.weights).toEqual([{ node: "n1", model: "c" }]);
         expect(await s.countNodes()).toBe(1);

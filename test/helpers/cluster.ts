@@ -4,7 +4,7 @@
 // withCluster() is the fixture: a describe states its flags, and gets a registered cluster.
 
 import { afterAll, beforeAll } from "bun:test";
-import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { chmodSync, copyFileSync, existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import type { EventView, ModelView, NodeView, ReplicaView } from "../../src/protocol/views";
 import { fakeEnginesOf, scratchWithBinary } from "./binary";
@@ -42,6 +42,8 @@ export class Cluster {
   private readonly enginePidsSeen = new Set<number>();
   private serveStarts = 0;
   private agentStarts = 0;
+  /** Other binaries copied in (another release's), whose processes cleanup() kills too. */
+  private readonly others = new Set<string>();
 
   constructor(flags: string[]) {
     ({ dir: this.dir, bin: this.bin } = scratchWithBinary());
@@ -53,11 +55,11 @@ export class Cluster {
     ];
   }
 
-  /** Like helpers/binary.ts startServe, with the logs in files (pipes nobody reads would fill up). */
-  async startServe(): Promise<void> {
+  /** Like helpers/binary.ts startServe, with the logs in files (pipes nobody reads would fill up). `bin`: another binary (an upgrade test's previous release). */
+  async startServe(bin = this.bin): Promise<void> {
     const n = ++this.serveStarts;
     const spawnedAt = Date.now() - 1000;
-    const proc = Bun.spawn([this.bin, "serve", ...this.serveArgs], {
+    const proc = Bun.spawn([bin, "serve", ...this.serveArgs], {
       cwd: this.dir,
       env: { PATH: process.env.PATH ?? "" },
       stdout: Bun.file(join(this.dir, `serve-${n}.log`)),
@@ -88,16 +90,25 @@ export class Cluster {
   }
 
   /** Each agent's engine-log listener on a port of its own: two on the default 8002 would clash, and `llmgw logs` would not reach one of them. */
-  startAgent(name: string, extra: string[] = []): Bun.Subprocess {
+  startAgent(name: string, extra: string[] = [], bin = this.bin): Bun.Subprocess {
     const n = ++this.agentStarts;
     const p = Bun.spawn(
-      [this.bin, "agent", "--server", this.serve.adminUrl, "--token", this.serve.joinToken, "--name", name, "--address", "127.0.0.1", "--engine-host", "127.0.0.1",
+      [bin, "agent", "--server", this.serve.adminUrl, "--token", this.serve.joinToken, "--name", name, "--address", "127.0.0.1", "--engine-host", "127.0.0.1",
         "--fabric", "f1", "--simulate", "H100-80GB:2", "--logs-listen", "127.0.0.1:0", "--state-dir", this.stateDir(name), "--stop-grace", "1s", "--health-interval", "100ms", "--log-level", "info", ...extra],
       { cwd: this.dir, env: { PATH: process.env.PATH ?? "" }, stdout: Bun.file(join(this.dir, `agent-${name}-${n}.log`)), stderr: Bun.file(join(this.dir, `agent-${name}-${n}.stderr`)) },
     );
     this.agents.set(name, p);
     this.spawned.push(p);
     return p;
+  }
+
+  /** A copy of another binary (a previous release's) in this cluster's directory, as `name`: its processes are this cluster's too. */
+  addBinary(path: string, name: string): string {
+    const bin = join(this.dir, name);
+    copyFileSync(path, bin);
+    chmodSync(bin, 0o755);
+    this.others.add(bin);
+    return bin;
   }
 
   stateDir(name: string): string {
@@ -162,12 +173,12 @@ export class Cluster {
   }
 
   /** `ps` lines of this cluster's binary running `cmd` (serve, agent). */
-  processesOf(cmd: string): number[] {
+  processesOf(cmd: string, bin = this.bin): number[] {
     const ps = Bun.spawnSync(["ps", "-eo", "pid=,stat=,args="], { stdout: "pipe" }).stdout.toString();
     return ps
       .split("\n")
       .map((l) => /^\s*(\d+)\s+(\S+)\s+(.*)$/.exec(l))
-      .filter((m): m is RegExpExecArray => m !== null && !m[2]!.startsWith("Z") && m[3]!.startsWith(`${this.bin} ${cmd} `))
+      .filter((m): m is RegExpExecArray => m !== null && !m[2]!.startsWith("Z") && m[3]!.startsWith(`${bin} ${cmd} `))
       .map((m) => Number(m[1]));
   }
 
@@ -202,7 +213,7 @@ export class Cluster {
     // Engines of agents killed with SIGKILL have nobody to stop them.
     for (const name of this.agents.keys()) this.stateFiles(name);
     this.engines();
-    for (const pid of [...this.enginePidsSeen, ...this.processesOf("fake-engine"), ...this.processesOf("agent"), ...this.processesOf("serve")]) {
+    for (const pid of [...this.enginePidsSeen, ...[this.bin, ...this.others].flatMap((b) => ["fake-engine", "agent", "serve"].flatMap((cmd) => this.processesOf(cmd, b)))]) {
       if (!running(pid)) continue;
       // Only our own: a pid seen earlier may have been reused by now.
       const args = (() => {
@@ -212,10 +223,10 @@ export class Cluster {
           return [];
         }
       })();
-      if (args[0] === this.bin) process.kill(pid, "SIGKILL");
+      if (args[0] === this.bin || this.others.has(args[0] ?? "")) process.kill(pid, "SIGKILL");
     }
     // The binary copy is 100+ MB; the logs stay for a look after a failure.
-    rmSync(this.bin, { force: true });
+    for (const b of [this.bin, ...this.others]) rmSync(b, { force: true });
   }
 }
 

@@ -86,7 +86,7 @@ async function stopAll(members: Member[]): Promise<void> {
   }
 }
 
-function member(leases: ClockLeases, name: string, o: { timeoutMs?: number; instance?: string } = {}): Member {
+function member(leases: ClockLeases, name: string, o: { timeoutMs?: number; instance?: string; mayLead?: () => Promise<string | undefined> } = {}): Member {
   const conn = leases.connection();
   const changes: Leadership[] = [];
   const keeper = new LeaseKeeper({ store: conn, scheduler: leases.clock, log: silent, name, ttlMs: TTL, renewMs: RENEW, onChange: (l) => changes.push(l), ...o });
@@ -113,6 +113,30 @@ function oneHolderPerEpoch(leases: ClockLeases, members: Member[]): void {
 }
 
 describe("LeaseKeeper on one store", () => {
+  test("barred from leading (the store's schema is newer than it knows): the leader steps down and gives the lease up, the barred standby never takes it, both say why; unbarred, one leads", async () => {
+    const leases = new ClockLeases(new ManualScheduler());
+    let why: string | undefined;
+    const mayLead = async () => why;
+    const a = member(leases, "a", { mayLead });
+    const b = member(leases, "b", { mayLead });
+    await a.keeper.start();
+    await b.keeper.start();
+    expect(a.keeper.leadership().leading).toBe(true);
+    why = "the store's schema is newer than this release knows";
+    await watchedRun(leases, [a, b], 10 * TTL);
+    for (const m of [a, b]) {
+      expect(m.keeper.leadership()).toMatchObject({ leading: false, barred: why });
+      expect(m.keeper.barred()).toBe(why);
+    }
+    // Given up at once, not left to lapse: nobody holds it.
+    expect(leases.row!.expiresAt).toBeLessThan(leases.clock.mono());
+    why = undefined;
+    await watchedRun(leases, [a, b], 2 * RENEW);
+    expect([a, b].filter((m) => m.keeper.leadership().leading).length).toBe(1);
+    expect([a, b].map((m) => m.keeper.leadership().barred)).toEqual([undefined, undefined]);
+    await stopAll([a, b]);
+  });
+
   test("the first takes the lease (epoch 1), the second stands by knowing that epoch; renewals keep it", async () => {
     const leases = new ClockLeases(new ManualScheduler());
     const a = member(leases, "a");

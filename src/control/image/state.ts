@@ -104,7 +104,7 @@ export function rebuilt(s: State, c: Base, dirty: ReadonlySet<Collection>, nodes
 /** True when the heartbeat says exactly what the node's rows already hold. */
 export function unchanged(s: State, hb: HeartbeatRequest): boolean {
   const n = s.nodes.get(hb.node);
-  if (!n || n.address !== hb.address || n.agentVersion !== hb.agent_version) return false;
+  if (!n || n.address !== hb.address || n.agentVersion !== hb.agent_version || (n.agentProtocol ?? null) !== (hb.protocol ?? null)) return false;
   if (!sameList(n.fabrics, hb.fabrics, (a, b) => a === b) || !sameRecord(n.labels, hb.labels)) return false;
   const gpus = s.gpus.get(hb.node) ?? [];
   const hg = [...hb.gpus].sort((a, b) => a.index - b.index);
@@ -126,6 +126,7 @@ export function remember(s: State, hb: HeartbeatRequest, now: number, seenAt: nu
     adminState: prev?.adminState ?? (join?.pending ? "pending" : "none"),
     lastHeartbeat: Math.max(now, seenAt ?? now),
     agentVersion: hb.agent_version,
+    agentProtocol: hb.protocol ?? null,
     registeredAt: join && s.credOf.get(hb.node) !== join.credentialHash ? now : (prev?.registeredAt ?? now),
   } as NodeRow);
   if (join) {

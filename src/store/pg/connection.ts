@@ -30,6 +30,7 @@ import { drizzle, type PostgresJsDatabase } from "drizzle-orm/postgres-js";
 import postgres from "postgres";
 import type { StoreChange } from "../../control/types";
 import { embeddedMigrations } from "../migrations";
+import { schemaAheadReason } from "../schema-age";
 import { TOKEN_KEYS, clearTokenMigration } from "../token-digests";
 import { PgDeadlineError, classify, hostsOf } from "./errors";
 import * as schema from "./schema";
@@ -154,6 +155,8 @@ export class PgConnection {
       await t.unsafe(`CREATE SCHEMA IF NOT EXISTS drizzle`);
       await t.unsafe(`CREATE TABLE IF NOT EXISTS drizzle.__drizzle_migrations (id SERIAL PRIMARY KEY, hash text NOT NULL, created_at bigint)`);
       const last = (await t.unsafe(`SELECT created_at FROM drizzle.__drizzle_migrations ORDER BY created_at DESC LIMIT 1`))[0] as { created_at: number | string } | undefined;
+      // A later release migrated this store: nothing runs backwards and nothing is written (schema-age.ts).
+      if (schemaAheadReason(last ? Number(last.created_at) : undefined, "pg") !== undefined) return;
       for (const m of migrations) {
         if (last && Number(last.created_at) >= m.folderMillis) continue;
         for (const stmt of m.sql) if (stmt.trim() !== "") await t.unsafe(stmt);
@@ -165,6 +168,13 @@ export class PgConnection {
       for (const r of put) await t`INSERT INTO meta (key, value) VALUES (${r.key}, ${r.value}) ON CONFLICT (key) DO NOTHING`;
       if (remove.length > 0) await t`DELETE FROM meta WHERE key = ANY(${remove}::text[])`;
     });
+  }
+
+  /** Why this binary must not lead this store (its schema is newer than it knows), or undefined. */
+  async schemaAhead(): Promise<string | undefined> {
+    const rows = (await this.call("read", () => this.client.unsafe(`SELECT max(created_at) AS at FROM drizzle.__drizzle_migrations`))) as unknown as { at: number | string | null }[];
+    const at = rows[0]?.at;
+    return schemaAheadReason(at === null || at === undefined ? undefined : Number(at), "pg");
   }
 
   async close(): Promise<void> {

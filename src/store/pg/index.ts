@@ -45,6 +45,11 @@ export class PgStore extends StoreByRole {
     return new PgStore(c);
   }
 
+  /** Why this binary must not lead this store: its schema is newer than it knows (schema-age.ts); undefined when it may. */
+  schemaAhead(): Promise<string | undefined> {
+    return this.c.schemaAhead();
+  }
+
   close(): Promise<void> {
     return this.c.close();
   }

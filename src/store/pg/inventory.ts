@@ -151,7 +151,7 @@ async function joinOne(tx: Tx, hb: HeartbeatRequest, now: number, join: { creden
     if (joinRefused(existing.credentialHash, join.credentialHash)) return { created: false, taken: true };
     await tx
       .update(schema.nodes)
-      .set({ address: hb.address, labels: hb.labels, fabrics: hb.fabrics, lastHeartbeat: now, agentVersion: hb.agent_version, ...(existing.credentialHash !== join.credentialHash ? { credentialHash: join.credentialHash, registeredAt: now } : {}) })
+      .set({ address: hb.address, labels: hb.labels, fabrics: hb.fabrics, lastHeartbeat: now, agentVersion: hb.agent_version, agentProtocol: hb.protocol ?? null, ...(existing.credentialHash !== join.credentialHash ? { credentialHash: join.credentialHash, registeredAt: now } : {}) })
       .where(eq(schema.nodes.name, hb.node));
   }
   await tx.delete(schema.gpus).where(eq(schema.gpus.node, hb.node));

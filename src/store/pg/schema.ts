@@ -18,6 +18,7 @@ export const nodes = pgTable("nodes", {
   adminState: text("admin_state", { enum: ["none", "cordoned", "draining", "pending"] }).notNull().default("none"),
   lastHeartbeat: ms("last_heartbeat").notNull(),
   agentVersion: text("agent_version").notNull(),
+  agentProtocol: integer("agent_protocol"),
   registeredAt: ms("registered_at").notNull(),
   credentialHash: text("credential_hash").unique(),
 });
@@ -160,6 +161,8 @@ export const controlPlanes = pgTable("control_planes", {
   routerUrl: text("router_url").notNull(),
   startedAt: ms("started_at").notNull(),
   seenAt: ms("seen_at").notNull(),
+  version: text("version"),
+  protocol: integer("protocol"),
 });
 
 export const routerUsage = pgTable("router_usage", {

@@ -7,6 +7,7 @@ import { FALLBACK, type ShareRow, type Shares } from "../../control/limit-shares
 import type { LimitSharesPort, MembershipPort, NodeReportsPort, SharedSecretsPort, UsagePort } from "../../control/store-port";
 import type { ControlPlaneRecord, ControlPlaneRow, Lease, NodeReportRow, RouterUsage, SharedTokenKind, TokenDigests } from "../../control/types";
 import { DIGEST_KEYS, TOKEN_KEYS, clearTokenMigration, digestsOf, nextDigest } from "../token-digests";
+import { releaseOf } from "../rows";
 import type { PgConnection } from "./connection";
 import * as schema from "./schema";
 import { DB_NOW, byBytes, readLeaseRow, tokenRows } from "./sql";
@@ -44,22 +45,24 @@ export class PgShared implements MembershipPort, UsagePort, LimitSharesPort, Nod
 
   upsertControlPlane(cp: ControlPlaneRecord): Promise<void> {
     return this.c.write("idempotent", "meta", async (tx) => {
-      await tx.execute(sql`INSERT INTO control_planes (name, admin_url, router_url, started_at, seen_at) VALUES (${cp.name}, ${cp.adminUrl}, ${cp.routerUrl}, ${cp.startedAt}::bigint, ${DB_NOW})
-        ON CONFLICT (name) DO UPDATE SET admin_url = excluded.admin_url, router_url = excluded.router_url, started_at = excluded.started_at, seen_at = excluded.seen_at`);
+      await tx.execute(sql`INSERT INTO control_planes (name, admin_url, router_url, started_at, seen_at, version, protocol) VALUES (${cp.name}, ${cp.adminUrl}, ${cp.routerUrl}, ${cp.startedAt}::bigint, ${DB_NOW}, ${cp.version ?? null}, ${cp.protocol ?? null}::integer)
+        ON CONFLICT (name) DO UPDATE SET admin_url = excluded.admin_url, router_url = excluded.router_url, started_at = excluded.started_at, seen_at = excluded.seen_at, version = excluded.version, protocol = excluded.protocol`);
     });
   }
 
   controlPlanes(): Promise<ControlPlaneRow[]> {
     return this.c.call("read", async () =>
       (
-        (await this.c.db.execute(sql`SELECT name, admin_url, router_url, started_at, ${DB_NOW} - seen_at AS ago FROM control_planes ORDER BY name COLLATE "C"`)) as unknown as {
+        (await this.c.db.execute(sql`SELECT name, admin_url, router_url, started_at, ${DB_NOW} - seen_at AS ago, version, protocol FROM control_planes ORDER BY name COLLATE "C"`)) as unknown as {
           name: string;
           admin_url: string;
           router_url: string;
           started_at: number;
           ago: number;
+          version: string | null;
+          protocol: number | null;
         }[]
-      ).map((r) => ({ name: r.name, adminUrl: r.admin_url, routerUrl: r.router_url, startedAt: Number(r.started_at), seenAgoMs: Number(r.ago) })),
+      ).map((r) => ({ name: r.name, adminUrl: r.admin_url, routerUrl: r.router_url, startedAt: Number(r.started_at), seenAgoMs: Number(r.ago), ...releaseOf(r) })),
     );
   }
 

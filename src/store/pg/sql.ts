@@ -26,7 +26,7 @@ export const byBytes = (col: SQL.Aliased | Parameters<typeof asc>[0]) => sql`${c
 
 // The snapshot's queries, written out: one round trip for all of them, rows shaped as the domain types.
 export const SNAPSHOT_SQL = {
-  nodes: `SELECT name, address, labels, fabrics, admin_state AS "adminState", last_heartbeat AS "lastHeartbeat", agent_version AS "agentVersion", registered_at AS "registeredAt" FROM nodes ORDER BY name COLLATE "C"`,
+  nodes: `SELECT name, address, labels, fabrics, admin_state AS "adminState", last_heartbeat AS "lastHeartbeat", agent_version AS "agentVersion", agent_protocol AS "agentProtocol", registered_at AS "registeredAt" FROM nodes ORDER BY name COLLATE "C"`,
   gpus: `SELECT node, idx AS "index", uuid, name, class, memory_mib AS "memoryMib", healthy, parent FROM gpus ORDER BY node COLLATE "C", idx`,
   weights: `SELECT node, model FROM weights ORDER BY node COLLATE "C", model COLLATE "C"`,
   models: `SELECT name, spec, revision, created_at AS "createdAt", updated_at AS "updatedAt" FROM models ORDER BY name COLLATE "C"`,
@@ -39,7 +39,7 @@ const LIMIT_COLUMNS = `rpm, tpm, max_concurrent AS "maxConcurrent", budget_token
 // changesSince's queries: the snapshot's columns, of the rows the changes name ($1, a text array).
 export const CHANGE_SQL = {
   changes: `SELECT seq, kind, key FROM changes WHERE seq > $1 ORDER BY seq LIMIT $2`,
-  nodes: `SELECT name, address, labels, fabrics, admin_state AS "adminState", last_heartbeat AS "lastHeartbeat", agent_version AS "agentVersion", registered_at AS "registeredAt" FROM nodes WHERE name = ANY($1::text[])`,
+  nodes: `SELECT name, address, labels, fabrics, admin_state AS "adminState", last_heartbeat AS "lastHeartbeat", agent_version AS "agentVersion", agent_protocol AS "agentProtocol", registered_at AS "registeredAt" FROM nodes WHERE name = ANY($1::text[])`,
   gpus: `SELECT node, idx AS "index", uuid, name, class, memory_mib AS "memoryMib", healthy, parent FROM gpus WHERE node = ANY($1::text[]) ORDER BY node COLLATE "C", idx`,
   weights: `SELECT node, model FROM weights WHERE node = ANY($1::text[]) ORDER BY node COLLATE "C", model COLLATE "C"`,
   credentials: `SELECT name AS node, credential_hash AS hash FROM nodes WHERE name = ANY($1::text[]) AND credential_hash IS NOT NULL`,
@@ -56,13 +56,13 @@ export const CHANGE_SQL = {
 // that says the same is left alone: no new row version) and the ones it no longer reports
 // deleted (rows apart from those upserted, so no two parts touch one row).
 export const HEARTBEATS_SQL = `WITH
-  v AS (SELECT * FROM jsonb_to_recordset($1::text::jsonb) AS v(name text, address text, labels jsonb, fabrics jsonb, agent_version text)),
+  v AS (SELECT * FROM jsonb_to_recordset($1::text::jsonb) AS v(name text, address text, labels jsonb, fabrics jsonb, agent_version text, agent_protocol integer)),
   g AS (SELECT * FROM jsonb_to_recordset($3::text::jsonb) AS g(node text, idx integer, uuid text, name text, class text, memory_mib integer, healthy boolean, parent text)),
   w AS (SELECT * FROM jsonb_to_recordset($4::text::jsonb) AS w(node text, model text)),
   up AS (
-    INSERT INTO nodes (name, address, labels, fabrics, admin_state, last_heartbeat, agent_version, registered_at)
-    SELECT v.name, v.address, v.labels, v.fabrics, 'none', $2::bigint, v.agent_version, $2::bigint FROM v
-    ON CONFLICT (name) DO UPDATE SET address = excluded.address, labels = excluded.labels, fabrics = excluded.fabrics, last_heartbeat = excluded.last_heartbeat, agent_version = excluded.agent_version
+    INSERT INTO nodes (name, address, labels, fabrics, admin_state, last_heartbeat, agent_version, agent_protocol, registered_at)
+    SELECT v.name, v.address, v.labels, v.fabrics, 'none', $2::bigint, v.agent_version, v.agent_protocol, $2::bigint FROM v
+    ON CONFLICT (name) DO UPDATE SET address = excluded.address, labels = excluded.labels, fabrics = excluded.fabrics, last_heartbeat = excluded.last_heartbeat, agent_version = excluded.agent_version, agent_protocol = excluded.agent_protocol
     RETURNING name, (xmax = 0) AS inserted),
   dg AS (DELETE FROM gpus USING v WHERE gpus.node = v.name AND NOT EXISTS (SELECT 1 FROM g WHERE g.node = gpus.node AND g.idx = gpus.idx)),
   ig AS (
@@ -96,7 +96,7 @@ export function byteOrder(a: string, b: string): number {
 /** A group of heartbeats' inventory as HEARTBEATS_SQL takes it: nodes, GPUs and weights, each one JSON document. */
 export function inventoryRows(hbs: readonly HeartbeatRequest[]): { nodes: string; gpus: string; weights: string } {
   return {
-    nodes: JSON.stringify(hbs.map((hb) => ({ name: hb.node, address: hb.address, labels: hb.labels, fabrics: hb.fabrics, agent_version: hb.agent_version }))),
+    nodes: JSON.stringify(hbs.map((hb) => ({ name: hb.node, address: hb.address, labels: hb.labels, fabrics: hb.fabrics, agent_version: hb.agent_version, agent_protocol: hb.protocol ?? null }))),
     gpus: JSON.stringify(hbs.flatMap((hb) => hb.gpus.map((g) => ({ node: hb.node, idx: g.index, uuid: g.uuid, name: g.name, class: g.class, memory_mib: g.memory_mib, healthy: g.healthy, parent: g.parent ?? null })))),
     weights: JSON.stringify(hbs.flatMap((hb) => [...new Set(hb.models)].map((m) => ({ node: hb.node, model: m })))),
   };

@@ -56,8 +56,8 @@ export class SqliteInventory implements InventoryWrites {
     const q = (text: string) => this.s.sqlite.prepare(text);
     this.hbStatements ??= {
       exists: q("SELECT 1 AS x FROM nodes WHERE name = ?"),
-      update: q("UPDATE nodes SET address = ?, labels = ?, fabrics = ?, last_heartbeat = ?, agent_version = ? WHERE name = ?"),
-      insert: q("INSERT INTO nodes (name, address, labels, fabrics, admin_state, last_heartbeat, agent_version, registered_at, credential_hash) VALUES (?, ?, ?, ?, 'none', ?, ?, ?, NULL)"),
+      update: q("UPDATE nodes SET address = ?, labels = ?, fabrics = ?, last_heartbeat = ?, agent_version = ?, agent_protocol = ? WHERE name = ?"),
+      insert: q("INSERT INTO nodes (name, address, labels, fabrics, admin_state, last_heartbeat, agent_version, agent_protocol, registered_at, credential_hash) VALUES (?, ?, ?, ?, 'none', ?, ?, ?, ?, NULL)"),
       deleteGpus: q("DELETE FROM gpus WHERE node = ?"),
       insertGpu: q("INSERT INTO gpus (node, idx, uuid, name, class, memory_mib, healthy, parent) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
       deleteWeights: q("DELETE FROM weights WHERE node = ?"),
@@ -76,8 +76,8 @@ export class SqliteInventory implements InventoryWrites {
             const labels = JSON.stringify(hb.labels);
             const fabrics = JSON.stringify(hb.fabrics);
             const existed = st.exists.get(hb.node) !== null;
-            if (existed) st.update.run(hb.address, labels, fabrics, now, hb.agent_version, hb.node);
-            else st.insert.run(hb.node, hb.address, labels, fabrics, now, hb.agent_version, now);
+            if (existed) st.update.run(hb.address, labels, fabrics, now, hb.agent_version, hb.protocol ?? null, hb.node);
+            else st.insert.run(hb.node, hb.address, labels, fabrics, now, hb.agent_version, hb.protocol ?? null, now);
             st.deleteGpus.run(hb.node);
             for (const g of hb.gpus) st.insertGpu.run(hb.node, g.index, g.uuid, g.name, g.class, g.memory_mib, g.healthy ? 1 : 0, g.parent ?? null);
             st.deleteWeights.run(hb.node);
@@ -116,7 +116,7 @@ function joinOne(tx: Tx, hb: HeartbeatRequest, now: number, join: { credentialHa
   if (existing) {
     if (joinRefused(existing.credentialHash, join.credentialHash)) return { created: false, taken: true };
     tx.update(schema.nodes)
-      .set({ address: hb.address, labels: hb.labels, fabrics: hb.fabrics, lastHeartbeat: now, agentVersion: hb.agent_version, ...(existing.credentialHash !== join.credentialHash ? { credentialHash: join.credentialHash, registeredAt: now } : {}) })
+      .set({ address: hb.address, labels: hb.labels, fabrics: hb.fabrics, lastHeartbeat: now, agentVersion: hb.agent_version, agentProtocol: hb.protocol ?? null, ...(existing.credentialHash !== join.credentialHash ? { credentialHash: join.credentialHash, registeredAt: now } : {}) })
       .where(eq(schema.nodes.name, hb.node))
       .run();
   } else {

@@ -7,6 +7,7 @@ import { FALLBACK, type ShareRow, type Shares } from "../../control/limit-shares
 import type { LimitSharesPort, MembershipPort, NodeReportsPort, SharedSecretsPort, UsagePort } from "../../control/store-port";
 import type { ControlPlaneRecord, ControlPlaneRow, Lease, NodeReportRow, RouterUsage, SharedTokenKind, TokenDigests } from "../../control/types";
 import { guarded } from "../errors";
+import { releaseOf } from "../rows";
 import { DIGEST_KEYS, digestsOf, nextDigest } from "../token-digests";
 import { DB_NOW, type Sqlite, readLeaseRow, schema, tokenRows } from "./db";
 
@@ -45,16 +46,18 @@ export class SqliteShared implements MembershipPort, UsagePort, LimitSharesPort,
 
   upsertControlPlane(cp: ControlPlaneRecord): Promise<void> {
     return guarded(() => {
-      this.s.db.run(sql`INSERT INTO control_planes (name, admin_url, router_url, started_at, seen_at) VALUES (${cp.name}, ${cp.adminUrl}, ${cp.routerUrl}, ${cp.startedAt}, ${DB_NOW})
-        ON CONFLICT (name) DO UPDATE SET admin_url = excluded.admin_url, router_url = excluded.router_url, started_at = excluded.started_at, seen_at = excluded.seen_at`);
+      this.s.db.run(sql`INSERT INTO control_planes (name, admin_url, router_url, started_at, seen_at, version, protocol) VALUES (${cp.name}, ${cp.adminUrl}, ${cp.routerUrl}, ${cp.startedAt}, ${DB_NOW}, ${cp.version ?? null}, ${cp.protocol ?? null})
+        ON CONFLICT (name) DO UPDATE SET admin_url = excluded.admin_url, router_url = excluded.router_url, started_at = excluded.started_at, seen_at = excluded.seen_at, version = excluded.version, protocol = excluded.protocol`);
     });
   }
 
   controlPlanes(): Promise<ControlPlaneRow[]> {
     return guarded(() =>
       this.s.db
-        .all<{ name: string; admin_url: string; router_url: string; started_at: number; ago: number }>(sql`SELECT name, admin_url, router_url, started_at, ${DB_NOW} - seen_at AS ago FROM control_planes ORDER BY name`)
-        .map((r) => ({ name: r.name, adminUrl: r.admin_url, routerUrl: r.router_url, startedAt: r.started_at, seenAgoMs: r.ago })),
+        .all<{ name: string; admin_url: string; router_url: string; started_at: number; ago: number; version: string | null; protocol: number | null }>(
+          sql`SELECT name, admin_url, router_url, started_at, ${DB_NOW} - seen_at AS ago, version, protocol FROM control_planes ORDER BY name`,
+        )
+        .map((r) => ({ name: r.name, adminUrl: r.admin_url, routerUrl: r.router_url, startedAt: r.started_at, seenAgoMs: r.ago, ...releaseOf(r) })),
     );
   }
 
