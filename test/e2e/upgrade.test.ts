@@ -4,7 +4,9 @@
 //      as this one; then this one restarted again (the next upgrade's stop, with streams in flight);
 //   2. both agents, the previous release's, upgraded one at a time with --keep-replicas: their
 //      engines adopted, none restarted (the same pids throughout), and `status` showing the mixed
-//      versions meanwhile.
+//      versions meanwhile;
+//   3. a model's args changed: its replicas rolled one at a time with surge (never fewer than its
+//      min ready, the old engines ending one by one), and no other model's engine restarted.
 // Every request succeeds, except what the previous release's own stop cut (it did not drain; the
 // test says how many); the counts per step are printed.
 
@@ -19,6 +21,8 @@ import { until } from "../helpers/until";
 const NODES = ["a", "b"];
 /** One replica on each node: an agent's upgrade leaves its replica serving from the engine it adopts. */
 const CHAT = { replicas: { min: 2 }, placement: "spread", profiles: [{ name: "h100", engine: "vllm", gpu_class: "H100-80GB", gpus: 1 }] };
+/** A model no step changes: its engine runs from the first step to the last. */
+const OTHER = { replicas: { min: 1 }, profiles: [{ name: "h100", engine: "vllm", gpu_class: "H100-80GB", gpus: 1 }] };
 
 describe("upgrade from the previous build: serve, then each agent with --keep-replicas, under a steady client", () => {
   let c: Cluster | undefined;
@@ -34,11 +38,12 @@ describe("upgrade from the previous build: serve, then each agent with --keep-re
     for (const n of NODES) cl.startAgent(n, ["--keep-replicas"], old);
     await until("2 nodes ready", async () => (await cl.nodes()).filter((n) => n.state === "ready").length === NODES.length, 30_000);
     expect(await cl.putModel("chat", CHAT)).toBe(201);
-    await until("2 ready replicas", async () => (await cl.readyOf("chat")).length === 2, 30_000);
+    expect(await cl.putModel("other", OTHER)).toBe(201);
+    await until("2 ready replicas", async () => (await cl.readyOf("chat")).length === 2 && (await cl.readyOf("other")).length === 1, 30_000);
     /** Replica id → engine pid, from the agents' own state files. */
     const engines = () => new Map(NODES.flatMap((n) => [...cl.stateFiles(n)].map(([id, s]) => [id, s.pid] as const)));
     const before = engines();
-    expect(before.size).toBe(2);
+    expect(before.size).toBe(3);
 
     const steady = new SteadyClient({ url: () => cl.serve.routerUrl, model: "chat" });
     const served = (phase: string, n = 8) => until(`${n} answers in "${phase}"`, () => steady.of(phase).succeeded >= n, 30_000);
@@ -97,6 +102,24 @@ describe("upgrade from the previous build: serve, then each agent with --keep-re
       }
     }
     const after = engines();
+
+    // 3. chat's args changed: rolled one at a time, every other engine left alone.
+    const rollPhase = "chat's args changed (rolled)";
+    steady.mark(rollPhase);
+    const oldChat = (await cl.readyOf("chat")).map((r) => r.id);
+    const oldChatPids = oldChat.map((id) => after.get(id)!);
+    expect(await cl.putModel("chat", { ...CHAT, profiles: [{ ...CHAT.profiles[0]!, args: ["--max-model-len", "8192"] }] })).toBe(200);
+    let fewestReady = Infinity;
+    const aliveSeen: number[] = [];
+    await until("chat rolled onto two new replicas", async () => {
+      const mine = (await cl.replicas()).filter((r) => r.model === "chat");
+      fewestReady = Math.min(fewestReady, mine.filter((r) => r.state === "ready").length);
+      const alive = oldChatPids.filter((p) => running(p)).length;
+      if (aliveSeen.at(-1) !== alive) aliveSeen.push(alive);
+      return mine.length === 2 && mine.every((r) => r.state === "ready" && !oldChat.includes(r.id)) && alive === 0;
+    }, 60_000);
+    await served(rollPhase);
+    const rolled = engines();
     await steady.stop();
 
     // In flight when the previous release's serve was stopped, and ended as it went.
@@ -110,8 +133,17 @@ describe("upgrade from the previous build: serve, then each agent with --keep-re
     expect(steady.of("serve new → new (drains)").failures).toBe(0);
     // Every engine adopted: the same replicas, the same processes, alive.
     expect([...after]).toEqual([...before]);
-    for (const pid of after.values()) expect(running(pid)).toBe(true);
+    // The roll: chat's two engines replaced one at a time, never below its min of 2 ready; the
+    // other model's engine untouched by the whole upgrade.
+    console.log(`chat rolled: fewest ready ${fewestReady}; old engines alive ${aliveSeen.join(" → ")}`);
+    expect(fewestReady).toBe(2);
+    expect(aliveSeen).toEqual([2, 1, 0]);
+    const otherId = (await cl.readyOf("other"))[0]!.id;
+    expect(rolled.get(otherId)).toBe(before.get(otherId));
+    expect(running(rolled.get(otherId)!)).toBe(true);
+    expect(rolled.size).toBe(3);
+    for (const id of oldChat) expect(rolled.has(id)).toBe(false);
     const status = JSON.parse(run(cl.bin, ["status", "-o", "json"], { cwd: cl.dir }).stdout) as Summary;
     expect(status.agent_versions).toEqual([{ version: current, protocol: 2, nodes: 2 }]);
-  }, 120_000);
+  }, 180_000);
 });
