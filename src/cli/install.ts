@@ -56,8 +56,7 @@ ${o.envFile ? `EnvironmentFile=-${o.envFile}\n` : ""}Environment=HOME=${o.dataDi
 WorkingDirectory=${o.dataDir}
 Restart=on-failure
 RestartSec=2s
-# The ${serve ? "server stops gracefully" : "agent stops its engines (SIGTERM, then SIGKILL)"} on SIGTERM; give it time.
-KillMode=mixed
+${killMode(o)}
 TimeoutStopSec=${serve ? "30s" : "90s"}
 LimitNOFILE=65536
 NoNewPrivileges=yes
@@ -74,6 +73,17 @@ ${serve ? "PrivateDevices=yes\n" : "# GPUs are devices: the agent and its engine
 [Install]
 WantedBy=multi-user.target
 `;
+}
+
+/**
+ * How systemd stops the service. An agent started with --keep-replicas leaves its engines running
+ * when it stops (an upgrade adopts them), so systemd must signal the agent alone, not its engines.
+ */
+function killMode(o: UnitOptions): string {
+  if (o.role === "serve") return "# The server stops gracefully on SIGTERM; give it time.\nKillMode=mixed";
+  if (o.args.includes("--keep-replicas"))
+    return "# --keep-replicas: only the agent is stopped; its engines keep serving and the next agent adopts them.\nKillMode=process";
+  return "# The agent stops its engines (SIGTERM, then SIGKILL) on SIGTERM; give it time.\nKillMode=mixed";
 }
 
 export const UNIT_DIR = "/etc/systemd/system";

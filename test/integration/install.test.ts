@@ -38,6 +38,16 @@ describe("llmgw install", () => {
     expect(verify(r.stdout, "llmgw-agent.service")).toEqual({ code: 0, out: "" });
   });
 
+  test("agent with --keep-replicas: systemd stops the agent alone (KillMode=process), so a restart leaves its engines to be adopted", () => {
+    const keep = run(BINARY, ["install", "agent", "--print", "--user", "root", "--", "--server", "http://10.0.0.1:8001", "--keep-replicas"], { cwd: tmpdir() });
+    expect(keep.code).toBe(0);
+    expect(keep.stdout).toContain("KillMode=process");
+    expect(keep.stdout).not.toContain("KillMode=mixed");
+    expect(verify(keep.stdout, "llmgw-agent.service")).toEqual({ code: 0, out: "" });
+    const plain = run(BINARY, ["install", "agent", "--print", "--user", "root", "--", "--server", "http://10.0.0.1:8001"], { cwd: tmpdir() });
+    expect(plain.stdout).toContain("KillMode=mixed");
+  });
+
   test("tokens on the command line are refused", () => {
     const r = run(BINARY, ["install", "agent", "--print", "--", "--token", "secret-secret-secret"], { cwd: tmpdir() });
     expect(r.code).toBe(2);
