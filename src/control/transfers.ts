@@ -40,6 +40,11 @@ export interface TransferNode {
   peerCert?: string | undefined;
   /** SHA-256 of its credential: the grants to copy from it are derived from it. */
   credentialSha256: string;
+  /**
+   * Its agent serves only whole verified files, not the part of a file it is still receiving
+   * (agents of protocol 1): it is a source once it holds a file, never while it fetches it.
+   */
+  wholeOnly?: boolean | undefined;
   held: readonly WeightsHeld[];
   transfers: readonly TransferReport[];
   /** Undefined when the agent did not say (an older agent): never a reason to hold back. */
@@ -303,8 +308,9 @@ function markComing(ctx: Ctx, k: string, path: string, v: NodeView): void {
   r.add(v);
 }
 
+/** Whether v is receiving the file and can serve its peers what it has of it so far. */
 function receives(ctx: Ctx, v: NodeView, k: string, path: string): boolean {
-  return ctx.receiving.get(fileKey(k, path))?.has(v) ?? false;
+  return v.node.wholeOnly !== true && (ctx.receiving.get(fileKey(k, path))?.has(v) ?? false);
 }
 
 function orderFromHub(ctx: Ctx, v: NodeView, m: WeightsManifest, f: WeightFile): void {

@@ -5,6 +5,7 @@
 // plan is made again off the answer path when it is older than PLAN_EVERY_MS (the Hub's file
 // lists and the nodes' credential digests it needs are read asynchronously).
 
+import { UNSTATED_PROTOCOL } from "../protocol/skew";
 import type { Logger } from "pino";
 import { errorText } from "../lib/format";
 import { bracketHost } from "../lib/net";
@@ -253,6 +254,8 @@ export class WeightsPlanner {
       peerUrl: serves ? `${cert !== undefined ? "https" : "http"}://${bracketHost(n.address)}:${port}` : undefined,
       ...(serves && cert !== undefined ? { peerCert: cert } : {}),
       credentialSha256: digest ?? "",
+      // Agents before protocol 2 serve whole files only (no copies from a file still arriving).
+      ...((n.agentProtocol ?? UNSTATED_PROTOCOL) < 2 ? { wholeOnly: true } : {}),
       held: r?.held ?? [],
       transfers: this.running(n.name, r),
       disk: r?.disk,

@@ -197,6 +197,15 @@ describe("pipelined copies: from a node still receiving the file", () => {
     expect(summary(gone)).toEqual({ a: [], b: [`${F1}<-hub`], c: [`${F1}<-b`] });
   });
 
+  test("an agent that serves whole files only (protocol 1) is a source once it holds the file, not while it receives it", () => {
+    const older = (o: NodeOpts) => ({ ...node("a", o), wholeOnly: true });
+    const receiving = plan1([older({ transfers: [{ path: F1, from: "hub", done: GB / 2 }] }), node("b")], ["a", "b"]);
+    expect(summary(receiving)).toEqual({ a: [`${F1}<-hub`], b: [] });
+    expect(hubOrdersOf(receiving, F1)).toHaveLength(1);
+    const holding = plan1([older({ held: [F1] }), node("b")], ["a", "b"]);
+    expect(summary(holding)).toEqual({ a: [], b: [`${F1}<-a`] });
+  });
+
   test("a cycle of copies (each from the other, nobody holding or fetching from the Hub) roots nowhere and is replaced", () => {
     const p = plan1([node("a", { transfers: [{ path: F1, from: "b" }] }), node("b", { transfers: [{ path: F1, from: "a" }] })], ["a", "b"]);
     expect(summary(p)).toEqual({ a: [`${F1}<-hub`], b: [`${F1}<-a`] });
