@@ -42,6 +42,7 @@ import { Replicas } from "./replicas";
 import { WeightsFetcher } from "./weights-fetch";
 import { GrowingFiles } from "./weights-growing";
 import { WeightsDisk } from "./weights-disk";
+import { blobName } from "../protocol/weights";
 import { type ByteRate, byteRate } from "./weights-rate";
 import { LocalWeightsFinder } from "./weights-local";
 import { WeightsStock } from "./weights-stock";
@@ -172,10 +173,11 @@ export class NodeAgent {
       log: this.log.child({ component: "weights" }),
       maxTransfers: opts.config.weights_max_transfers,
       throttle: (n) => rate.take(n),
-      onWhole: (repo, revision, bytes) => {
-        // Weights an operator placed (file:// found here) are theirs: never marked fetched, so never evicted.
+      onFile: (repo, revision, file) => disk.recordBlob(repo, blobName(file)).catch((e) => this.log.warn({ repo, revision, file: file.path, err: errorText(e) }, "the record of fetched weights was not written")),
+      onWhole: (repo, revision, bytes, blobs) => {
+        // Weights an operator placed (file:// found here, or by hand in the cache layout) are theirs: never marked fetched, so never evicted.
         if (this.local.placedHere(repo, revision)) return;
-        disk.recordFetch(repo, revision, bytes).catch((e) => this.log.warn({ repo, revision, err: errorText(e) }, "the record of fetched weights was not written"));
+        disk.recordFetch(repo, revision, bytes, blobs).catch((e) => this.log.warn({ repo, revision, err: errorText(e) }, "the record of fetched weights was not written"));
       },
       // Never evicted: what a replica here runs or waits for, what the head node wants here, what a peer copies now.
       makeRoom: (need) => disk.makeRoom(need, new Set([...this.replicas.revisionsInUse(), ...this.fetcher.wanted(), ...this.logs.weights.servingRevisions()])),

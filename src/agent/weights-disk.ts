@@ -1,8 +1,9 @@
 // The weights on this node's disk as llmgw keeps them: which revisions of which repositories it
 // holds in the Hugging Face cache under the models directory (each file counted only when its
 // link leads to a whole, verified blob of the same entry), which of them llmgw fetched (a marker
-// file per cache entry; an operator's own weights are never counted against the bound nor
-// removed), the free space, and making room for a transfer under `agent --models-max-bytes`:
+// file per cache entry, kept per blob as the fetcher writes them, so that a revision with a file
+// an operator placed is never taken for llmgw's, even after a restart mid-fetch; an operator's
+// own weights are never counted against the bound nor removed), the free space, and making room for a transfer under `agent --models-max-bytes`:
 // a pure plan picks the least recently used fetched revisions no replica uses, and their
 // snapshot and the blobs no other snapshot links to are removed.
 
@@ -23,6 +24,11 @@ export const BLOB_NAME = /^(?:[0-9a-f]{64}|[0-9a-f]{40})$/;
 const COMMIT = /^[0-9a-f]{40}$/;
 
 const Marker = z.object({
+  /**
+   * The blobs llmgw's fetcher wrote into this entry, recorded as each one is whole: a revision
+   * counts as fetched only when all its blobs are here (or it was recorded before).
+   */
+  blobs: z.array(z.string().regex(BLOB_NAME)).default([]),
   revisions: z.record(
     z.string().regex(COMMIT),
     z.object({ bytes: z.number().int().nonnegative(), fetched_at: z.number().int().nonnegative(), last_used: z.number().int().nonnegative().nullable() }),
@@ -82,9 +88,9 @@ export async function freeBytes(dir: string): Promise<number> {
 async function readMarker(entry: string): Promise<Marker> {
   try {
     const parsed = Marker.safeParse(JSON.parse(await readFile(join(entry, FETCHED_MARKER), "utf8")));
-    return parsed.success ? parsed.data : { revisions: {} };
+    return parsed.success ? parsed.data : { blobs: [], revisions: {} };
   } catch {
-    return { revisions: {} };
+    return { blobs: [], revisions: {} };
   }
 }
 
@@ -269,13 +275,41 @@ export class WeightsDisk {
     return { free_bytes: Math.max(0, Math.floor(await freeBytes(this.o.modelsDir))), kept_bytes: keptBytes(h), max_bytes: this.o.maxBytes };
   }
 
-  /** A revision llmgw fetched whole (after linkSnapshot): from now on it counts against the bound and may be removed to make room. */
-  recordFetch(repo: string, revision: string, bytes: number): Promise<void> {
-    if (!COMMIT.test(revision)) return Promise.reject(new Error(`${revision} is not a commit hash`));
-    const at = this.o.scheduler.now();
+  /** A blob the fetcher wrote whole into a repository's entry: part of what llmgw fetched, recorded before its revision is whole. */
+  recordBlob(repo: string, blob: string): Promise<void> {
+    if (!BLOB_NAME.test(blob)) return Promise.reject(new Error(`${blob} is not a blob name`));
     return this.update(repo, (m) => {
-      m.revisions[revision] = { bytes, fetched_at: at, last_used: m.revisions[revision]?.last_used ?? null };
+      if (m.blobs.includes(blob)) return false;
+      m.blobs.push(blob);
+      return true;
     });
+  }
+
+  /**
+   * A revision whole on disk (after linkSnapshot), with the blobs of its files: recorded as
+   * fetched by llmgw, counting against the bound and removable, only when it was already or
+   * every one of its blobs was written by the fetcher (recordBlob). A revision any of whose
+   * files an operator placed is theirs: not recorded, so never evicted nor removed. Resolves to
+   * whether it counts as fetched.
+   */
+  async recordFetch(repo: string, revision: string, bytes: number, blobs: readonly string[]): Promise<boolean> {
+    if (!COMMIT.test(revision)) throw new Error(`${revision} is not a commit hash`);
+    const at = this.o.scheduler.now();
+    let fetched = false;
+    let placed: string[] = [];
+    await this.update(repo, (m) => {
+      const r = m.revisions[revision];
+      if (r === undefined) {
+        const ours = new Set(m.blobs);
+        placed = blobs.filter((b) => !ours.has(b));
+        if (placed.length > 0) return false;
+      }
+      fetched = true;
+      m.revisions[revision] = { bytes, fetched_at: at, last_used: r?.last_used ?? null };
+      return true;
+    });
+    if (placed.length > 0) this.log.info({ repo, revision, placed: placed.length, blob: placed[0] }, "weights whole on disk with files llmgw did not fetch: kept as the operator's (never removed to make room)");
+    return fetched;
   }
 
   /**
@@ -318,18 +352,22 @@ export class WeightsDisk {
     await rm(join(entry, "snapshots", revision), { recursive: true, force: true });
     const linked = await linkedBlobs(entry, revision);
     let freed = 0;
+    const gone = new Set<string>();
     for (const b of await readdir(join(entry, "blobs")).catch(() => [])) {
       if (!BLOB_NAME.test(b) || linked.has(b)) continue;
       const path = join(entry, "blobs", b);
       freed += (await stat(path).catch(() => undefined))?.size ?? 0;
       await rm(path, { force: true });
+      gone.add(b);
     }
     for (const ref of await readdir(join(entry, "refs"), { recursive: true }).catch(() => [] as string[])) {
       const path = join(entry, "refs", ref);
       if ((await readFile(path, "utf8").catch(() => "")).trim() === revision) await rm(path, { force: true });
     }
+    // A blob removed is llmgw's no more: one placed under the same name later is the operator's.
     await this.update(repo, (m) => {
       delete m.revisions[revision];
+      m.blobs = m.blobs.filter((b) => !gone.has(b));
     });
     return freed;
   }

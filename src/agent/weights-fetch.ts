@@ -17,7 +17,7 @@ import type { Scheduler } from "../lib/scheduler";
 import { ChecksumError, blobPath, cacheEntry, downloadBlob, linkSnapshot } from "../hub/download";
 import type { GrowingFile, GrowingFiles } from "./weights-growing";
 import { type MakeRoom, RoomGate, bytesToCome } from "./weights-room";
-import { type FetchOrder, type TransferReport, type WeightFile, type WeightsManifest, manifestBytes } from "../protocol/weights";
+import { type FetchOrder, type TransferReport, type WeightFile, type WeightsManifest, blobName, manifestBytes } from "../protocol/weights";
 
 export interface WeightsFetcherOptions {
   modelsDir: string;
@@ -30,8 +30,13 @@ export interface WeightsFetcherOptions {
   throttle?: (n: number) => Promise<void> | void;
   /** Something changed that the head node should hear of soon (a file arrived, a revision became whole, a transfer failed). */
   onChange?: () => void;
-  /** A revision became whole (for the disk's record of what llmgw fetched). */
-  onWhole?: (repo: string, revision: string, bytes: number) => void;
+  /**
+   * A file this fetcher wrote is whole (awaited before its revision can be whole): the disk's
+   * record of what llmgw fetched, kept as it goes so that a restart mid-fetch loses none of it.
+   */
+  onFile?: (repo: string, revision: string, file: WeightFile) => Promise<void> | void;
+  /** A revision became whole, with its files' blobs (for the disk's record of what llmgw fetched, which decides whether it is). */
+  onWhole?: (repo: string, revision: string, bytes: number, blobs: string[]) => void;
   fetch?: typeof fetch;
   /** Room on the disk for a revision's missing bytes before its first transfer; without it, none is asked for. */
   makeRoom?: MakeRoom;
@@ -281,7 +286,7 @@ export class WeightsFetcher {
     try {
       await linkSnapshot(cacheEntry(this.o.modelsDir, w.repo), w.revision, w.files);
       this.linked.add(k);
-      this.o.onWhole?.(w.repo, w.revision, manifestBytes(w));
+      this.o.onWhole?.(w.repo, w.revision, manifestBytes(w), [...new Set(w.files.map(blobName))]);
       this.o.log.info({ repo: w.repo, revision: w.revision, files: w.files.length, bytes: manifestBytes(w) }, "weights whole and verified: snapshot linked");
       this.o.onChange?.();
     } catch (e) {
@@ -347,6 +352,7 @@ export class WeightsFetcher {
         ...fetchFor(order, this.o.fetch),
       });
       this.running.delete(k);
+      await this.o.onFile?.(order.repo, order.revision, order.file);
       // Linked at once: the node holds the file and serves it to its peers (the head node's plan
       // spreads a revision's files over a fabric's nodes, which then copy from each other). A
       // replica still waits for every file (ready()).

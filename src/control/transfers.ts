@@ -706,7 +706,7 @@ export function planTransfers(input: TransferInput): TransferPlan {
 export interface WeightsPreference {
   rank: 0 | 1 | 2;
   cost: string;
-  /** Bytes it lacks: copied from holders of its fabric, copied once a node of its fabric has them, from the Hub. */
+  /** Bytes it lacks: copied from holders of its fabric, copied from a node of its fabric as they arrive there, from the Hub. */
   copyBytes: number;
   laterBytes: number;
   hubBytes: number;
@@ -753,7 +753,8 @@ export function placementPreference(nodes: readonly TransferNode[], manifest: We
       const more = ranked.length > 1 ? ` (or ${ranked.length - 1} more)` : "";
       parts.push(`copy ${bytes(copyBytes)} from ${top.name}${more} in fabric ${sharedFabric(v, top)}`);
     }
-    if (laterFrom !== undefined) parts.push(`copy ${bytes(laterBytes)} in fabric ${sharedFabric(v, laterFrom)} once ${laterFrom.name} has fetched it`);
+    // Copies are pipelined: a peer serves what it has of a file while it still receives the rest.
+    if (laterFrom !== undefined) parts.push(`copy ${bytes(laterBytes)} from ${laterFrom.name} in fabric ${sharedFabric(v, laterFrom)} as it arrives there`);
     const rank = copyBytes + laterBytes + hubBytes === 0 ? 2 : hubBytes === 0 ? 1 : 0;
     out.set(v.name, { rank, cost: parts.length > 0 ? parts.join("; ") : "present", copyBytes, laterBytes, hubBytes });
   }

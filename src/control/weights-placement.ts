@@ -20,6 +20,8 @@ export interface NodeWeights {
   noRoom?: string;
   /** Weights placed at a file:// source: rank 0 copies them from a node of another fabric, never the Hub. */
   local?: boolean;
+  /** Some of what it lacks is still arriving at a node of its fabric, which serves it as it arrives (pipelined copies). */
+  arriving?: boolean;
 }
 
 /** Node → model → its standing; only models with an hf:// source whose file list is known. */
@@ -68,7 +70,7 @@ export function weightsStanding(
       const p = prefs.get(n.name);
       if (p === undefined) continue;
       const fit = weightsFit(n, manifest);
-      put(n.name, m.name, { rank: p.rank, cost: p.cost, ...(fit.fits ? {} : { noRoom: fit.reason }), ...(local ? { local: true } : {}) });
+      put(n.name, m.name, { rank: p.rank, cost: p.cost, ...(fit.fits ? {} : { noRoom: fit.reason }), ...(local ? { local: true } : {}), ...(p.laterBytes > 0 ? { arriving: true } : {}) });
     }
   }
   return out;
@@ -78,7 +80,7 @@ export function weightsStanding(
 export function explainWeights(s: NodeWeights | undefined): string {
   if (s === undefined) return "weights: nothing known of this node's yet (from the Hub)";
   if (s.rank === 2) return "holds the weights (present)";
-  if (s.rank === 1) return `its fabric holds the weights (${s.cost})`;
+  if (s.rank === 1) return `its fabric ${s.arriving === true ? "holds or is receiving" : "holds"} the weights (${s.cost})`;
   if (s.local === true) return `weights placed by hand, held in another fabric (${s.cost})`;
   return `weights from the Hub (${s.cost})`;
 }

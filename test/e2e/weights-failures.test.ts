@@ -9,6 +9,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { FETCHED_MARKER } from "../../src/agent/weights-disk";
 import type { ModelView, ReplicaView } from "../../src/protocol/views";
 import { until } from "../helpers/binary";
 import { Cluster } from "../helpers/cluster";
@@ -148,6 +149,8 @@ describe("weights: resume after the agent is killed mid-file", () => {
     const partial = join(c.dir, "models-r1", "models--org--slow", "blobs", `${sha}.incomplete`);
     const sizeOf = () => (existsSync(partial) ? statSync(partial).size : 0);
     await until("a third of the file here", () => sizeOf() > SIZE / 3, { timeoutMs: 30_000 });
+    // config.json is whole before the kill: the agent after the restart finds it on disk, and must know it fetched it.
+    await until("config.json fetched", () => c.agentLog("r1").some((l) => l.msg === "weights transfer finished" && (l as { file?: string }).file === "config.json"));
     const agent = c.agents.get("r1")!;
     agent.kill("SIGKILL");
     await agent.exited;
@@ -164,5 +167,10 @@ describe("weights: resume after the agent is killed mid-file", () => {
     expect(hubBytes).toBeGreaterThanOrEqual(SIZE);
     expect(hubBytes).toBeLessThan(1.2 * SIZE);
     expect(c.agentLog("r1").filter((l) => l.msg === "weights transfer finished" && (l as { file?: string }).file === "model.safetensors").length).toBe(1);
+    // Fetched by llmgw in two runs of the agent, every file of it: recorded as fetched (so removable to make room), not as an operator's.
+    const marker = join(c.dir, "models-r1", "models--org--slow", FETCHED_MARKER);
+    const commit = await hub.commit("org/slow", "main");
+    await until("the revision recorded as fetched", () => existsSync(marker) && commit in (JSON.parse(readFileSync(marker, "utf8")) as { revisions: Record<string, unknown> }).revisions);
+    expect(c.agentLog("r1").some((l) => l.msg?.startsWith("weights whole on disk with files llmgw did not fetch"))).toBe(false);
   }, 90_000);
 });

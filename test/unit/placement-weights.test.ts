@@ -153,6 +153,14 @@ describe("weightsStanding", () => {
     expect([...s.values()].every((m) => !m.has("local"))).toBe(true);
   });
 
+  test("a node whose fabric is still receiving the weights copies them from there as they arrive (pipelined), and explain says so", () => {
+    const getting: TransferNode = { ...tnode("h100-3", "f1"), transfers: [{ repo: REPO, revision: REV, path: "model.safetensors", size: 134 * GiB, done: 40 * GiB, rate: 1e9, from: "hub", error: null }] };
+    const st = weightsStanding(models, [tnode("h100-1", "f1"), getting], (repo, rev) => (repo === REPO && rev === REV ? manifest : undefined), () => new Set());
+    const w = st.get("h100-1")!.get("llama")!;
+    expect(w).toEqual({ rank: 1, cost: "copy 134 GiB from h100-3 in fabric f1 as it arrives there", arriving: true });
+    expect(explainWeights(w)).toBe("its fabric holds or is receiving the weights (copy 134 GiB from h100-3 in fabric f1 as it arrives there)");
+  });
+
   test("nothing while the file list is not known", () => {
     expect(weightsStanding(models, nodes, () => undefined, () => new Set()).size).toBe(0);
   });

@@ -509,7 +509,7 @@ describe("placement's preference", () => {
     expect(p.get("h100-2")).toMatchObject({ rank: 1, cost: "copy 3 GiB from h100-1 (or 1 more) in fabric f1" });
     expect(p.get("h100-3")).toMatchObject({ rank: 1, cost: "copy 1 GiB from h100-1 in fabric f1" });
     expect(p.get("x1")).toMatchObject({ rank: 0, cost: "fetch 3 GiB from the Hub", hubBytes: 3 * GB });
-    expect(p.get("y2")).toMatchObject({ rank: 1, cost: "copy 2 GiB from y1 in fabric f3; copy 1 GiB in fabric f3 once y1 has fetched it" });
+    expect(p.get("y2")).toMatchObject({ rank: 1, cost: "copy 2 GiB from y1 in fabric f3; copy 1 GiB from y1 in fabric f3 as it arrives there" });
     // A holder without a listener serves nobody.
     expect(p.get("z2")).toMatchObject({ rank: 0, cost: "fetch 3 GiB from the Hub" });
   });

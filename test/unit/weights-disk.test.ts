@@ -29,6 +29,12 @@ async function put(models: string, repo: string, commit: string, files: [path: s
   return entry;
 }
 
+/** What the fetcher and the agent do for a revision it fetched: each blob recorded as written, then the revision once whole. */
+async function fetched(disk: WeightsDisk, repo: string, commit: string, bytes: number, blobs: string[]) {
+  for (const b of blobs) await disk.recordBlob(repo, b);
+  expect(await disk.recordFetch(repo, commit, bytes, blobs)).toBe(true);
+}
+
 /** org/a at A1 and A2 sharing config.json's blob, org/b at B1, all fetched by llmgw; org/op placed by an operator. */
 async function layout() {
   const models = scratchDir("llmgw-disk-");
@@ -44,12 +50,12 @@ async function layout() {
   writeFileSync(join(a, "refs", "main"), A2);
   const clock = new ManualScheduler(0);
   const disk = new WeightsDisk({ modelsDir: models, maxBytes: 8000, scheduler: clock });
-  await disk.recordFetch("org/a", A1, 1010);
-  await disk.recordFetch("org/a", A2, 2010);
+  await fetched(disk, "org/a", A1, 1010, [C, X]);
+  await fetched(disk, "org/a", A2, 2010, [C, Y]);
   clock.advance(1000);
   await disk.recordUse("org/a", A1);
   clock.advance(2000);
-  await disk.recordFetch("org/b", B1, 4000);
+  await fetched(disk, "org/b", B1, 4000, [Z]);
   clock.advance(2000);
   await Promise.all([disk.recordUse("org/a", A2), disk.recordUse("org/op", O1)]);
   return { models, a, op, disk, clock };
@@ -142,6 +148,39 @@ describe("the models directory", () => {
     expect((await disk.makeRoom(1500, new Set())).remove).toEqual([]);
     expect(await disk.remove("org/op", O1).catch((e) => e.message)).toContain("was not fetched by llmgw");
     expect(existsSync(join(cacheEntry(models, "org/op"), "blobs", W))).toBe(true);
+  });
+
+  test("a revision counts as fetched only when the fetcher wrote every blob of it: one an operator placed in the cache layout is never recorded, so never evicted nor removed", async () => {
+    const models = scratchDir("llmgw-disk-");
+    const clock = new ManualScheduler(0);
+    const disk = () => new WeightsDisk({ modelsDir: models, maxBytes: 1000, scheduler: clock });
+    // Placed by hand, whole: the agent finds it whole when it first looks, and nothing of it was written by the fetcher.
+    await put(models, "org/hand", A1, [["config.json", C, 10], ["w.safetensors", X, 2000]]);
+    expect(await disk().recordFetch("org/hand", A1, 2010, [C, X])).toBe(false);
+    // Half placed by hand, half fetched: still the operator's.
+    await put(models, "org/half", A1, [["config.json", C, 10], ["w.safetensors", Y, 2000]]);
+    await disk().recordBlob("org/half", Y);
+    expect(await disk().recordFetch("org/half", A1, 2010, [C, Y])).toBe(false);
+    // Fetched in part, the agent restarted (a new WeightsDisk reads what the first recorded), the rest fetched after.
+    await put(models, "org/got", B1, [["config.json", C, 10], ["w.safetensors", Z, 300]]);
+    await disk().recordBlob("org/got", C);
+    const again = disk();
+    await again.recordBlob("org/got", Z);
+    expect(await again.recordFetch("org/got", B1, 310, [C, Z])).toBe(true);
+    const held = await scanHeld(models);
+    expect(held.map((h) => [h.repo, h.fetched])).toEqual([["org/got", true], ["org/half", false], ["org/hand", false]]);
+    expect(keptBytes(held)).toBe(310);
+    // Room for 900 more: only the fetched revision goes; the hand-placed ones (4 KB) stay.
+    const plan = await again.makeRoom(900, new Set());
+    expect(plan.remove.map((r) => r.repo)).toEqual(["org/got"]);
+    expect(await again.makeRoom(1000, new Set())).toMatchObject({ fits: true, remove: [] });
+    expect(await again.remove("org/hand", A1).catch((e) => e.message)).toContain("was not fetched by llmgw");
+    expect(existsSync(join(cacheEntry(models, "org/hand"), "blobs", X))).toBe(true);
+    expect(existsSync(join(cacheEntry(models, "org/half"), "blobs", Y))).toBe(true);
+    // A removed blob is llmgw's no more: the same bytes placed again by hand are the operator's.
+    expect(JSON.parse(readFileSync(join(cacheEntry(models, "org/got"), FETCHED_MARKER), "utf8")).blobs).toEqual([]);
+    await put(models, "org/got", B1, [["config.json", C, 10], ["w.safetensors", Z, 300]]);
+    expect(await again.recordFetch("org/got", B1, 310, [C, Z])).toBe(false);
   });
 
   test("free space is the file system's, also for a models directory not made yet", async () => {
