@@ -60,15 +60,19 @@ describe("weights placed by hand at a file:// source", () => {
     }, { timeoutMs: 40_000 });
     expect(ready.map((r) => r.shards[0]!.node).sort()).toEqual(["w1", "w2"]);
     // w2's copy is byte for byte the operator's, in the Hub cache layout under the source's repository.
-    const rows = JSON.parse(cli("weights", "ls", "-o", "json").stdout) as WeightsRowView[];
-    const row = rows.find((r) => r.repo === repo);
-    expect(row?.models).toEqual(["tiny"]);
-    expect(row?.nodes.map((n) => [n.node, n.state])).toEqual([["w1", "present"], ["w2", "present"]]);
+    // The head node hears of w2's whole copy with the agent's next stock of its disk, which may
+    // come a heartbeat after the replica's ready.
+    const row = await until("w2's copy present in weights ls", () => {
+      const r = (JSON.parse(cli("weights", "ls", "-o", "json").stdout) as WeightsRowView[]).find((x) => x.repo === repo);
+      return r?.nodes.every((n) => n.state === "present") === true ? r : undefined;
+    }, { timeoutMs: 10_000 });
+    expect(row.models).toEqual(["tiny"]);
+    expect(row.nodes.map((n) => [n.node, n.state])).toEqual([["w1", "present"], ["w2", "present"]]);
     // Where the operator placed them, they are theirs: llmgw does not remove them.
     const rm = cli("weights", "rm", repo, "--node", "w1");
     expect(rm.code).not.toBe(0);
     expect(rm.stderr).toContain("llmgw did not fetch it");
-    const snap = join(c.dir, "models-w2", `models--${repo.replace("/", "--")}`, "snapshots", row!.revision);
+    const snap = join(c.dir, "models-w2", `models--${repo.replace("/", "--")}`, "snapshots", row.revision);
     for (const f of ["config.json", "model.safetensors", "sub/tokenizer.json"]) expect(readFileSync(join(snap, f))).toEqual(readFileSync(join(`${placed}-elsewhere`, f)));
     const sources = c.agentLog("w2").filter((l) => l.msg === "weights transfer finished").map((l) => (l as { from?: string }).from);
     expect(sources.sort()).toEqual(["w1", "w1", "w1"]);
