@@ -65,6 +65,19 @@ describe("in-memory image", () => {
     expect(withR1.replicas.length).toBe(1);
   });
 
+  test("memory forgotten while a snapshot is being built: that snapshot is not kept for the next read", async () => {
+    const { store, m } = setup();
+    await m.applyHeartbeat(hb("n1"), T0);
+    await m.snapshot();
+    // A write past the image (as a test's back door, or a doubt after a failed write) and the
+    // forgetting that goes with it land while a snapshot waits for its load.
+    const pending = m.snapshot();
+    store.insertReplica({ id: "r9", model: "m1", profile: "p", state: "ready", shards: [{ node: "n1", gpus: [0] }], createdAt: T0, updatedAt: T0 });
+    m.invalidate();
+    await pending;
+    expect((await m.snapshot()).replicas.map((r) => r.id)).toEqual(["r9"]);
+  });
+
   test("snapshots handed out never change under their holder", async () => {
     const { m, clock } = setup();
     await m.applyHeartbeat(hb("n1"), T0);

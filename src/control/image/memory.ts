@@ -239,7 +239,10 @@ export class ImageMemory {
 
   /** One consistent read: arrays built once per change (copy on write), the nodes' alone when only last-seen times moved. */
   async snapshot(): Promise<Snapshot> {
-    const s = await this.load();
+    let s = await this.load();
+    // Memory forgotten while this waited (invalidate()): what it loaded is not memory any more, and
+    // a snapshot cached from it would be served after the next load too.
+    while (this.state !== s) s = await this.load();
     this.flushIfDue();
     if (this.cached && (this.nodesStale || this.dirty.size > 0)) this.cached = rebuilt(s, this.cached, this.dirty, this.nodesStale);
     this.nodesStale = false;
