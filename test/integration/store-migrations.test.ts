@@ -130,7 +130,7 @@ describe("both dialects' migrations build one schema", () => {
     const sql = postgres(pg.url, { max: 1, onnotice: () => {} });
     try {
       const shape = await pgShape(sql);
-      expect(Object.keys(liteShape).length).toBe(20);
+      expect(Object.keys(liteShape).length).toBe(21);
       expect(Object.keys(shape).sort()).toEqual(Object.keys(liteShape).sort());
       expect(asSqlite(shape)).toEqual(liteShape);
       // The comparison sees what matters: bigint ms times, jsonb, booleans, cascades.
