@@ -13,21 +13,12 @@ import { FETCHED_MARKER } from "../../src/agent/weights-disk";
 import type { ModelView, ReplicaView } from "../../src/protocol/views";
 import { until } from "../helpers/binary";
 import { Cluster } from "../helpers/cluster";
-import { type HubProcess, startHubProcess, pseudoRandomBytes as bytesOf } from "../helpers/fake-hub";
+import { type HubProcess, modelDir, startHubProcess, pseudoRandomBytes as bytesOf } from "../helpers/fake-hub";
 import { freePort } from "../helpers/ports";
 import { scratchDir } from "../helpers/tmp";
 
 const PROFILE = { name: "h100", engine: "vllm", gpu_class: "H100-80GB", gpus: 2 };
 const MB = 1000 * 1000;
-
-/** A model's folder for the stand-in Hub: a config and one weights file of `size` bytes. */
-function modelDir(src: string, name: string, size: number, seed: number): string {
-  const d = join(src, name);
-  mkdirSync(d);
-  writeFileSync(join(d, "config.json"), JSON.stringify({ architectures: ["LlamaForCausalLM"], name }));
-  writeFileSync(join(d, "model.safetensors"), bytesOf(size, seed));
-  return d;
-}
 
 const del = (c: Cluster, model: string) => fetch(`${c.serve.adminUrl}/api/v1/models/${model}`, { method: "DELETE", headers: { authorization: `Bearer ${c.serve.adminToken}` } }).then((r) => r.arrayBuffer());
 const modelView = async (c: Cluster, name: string) => (await c.api<ModelView[]>("/api/v1/models")).find((m) => m.name === name);

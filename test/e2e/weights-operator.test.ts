@@ -11,20 +11,12 @@ import { dirname, join } from "node:path";
 import type { ModelView, ReplicaView } from "../../src/protocol/views";
 import { until } from "../helpers/binary";
 import { Cluster } from "../helpers/cluster";
-import { type HubProcess, startHubProcess, pseudoRandomBytes as bytesOf } from "../helpers/fake-hub";
+import { type HubProcess, modelDir, startHubProcess } from "../helpers/fake-hub";
 import { freePort } from "../helpers/ports";
 import { scratchDir } from "../helpers/tmp";
 
 const PROFILE = { name: "h100", engine: "vllm", gpu_class: "H100-80GB", gpus: 1 };
 const MB = 1000 * 1000;
-
-function modelDir(src: string, name: string, size: number, seed: number): string {
-  const d = join(src, name);
-  mkdirSync(d);
-  writeFileSync(join(d, "config.json"), JSON.stringify({ architectures: ["LlamaForCausalLM"], name }));
-  writeFileSync(join(d, "model.safetensors"), bytesOf(size, seed));
-  return d;
-}
 
 /** Places a revision the way an operator copying a Hub cache would: each file's blob under the name the Hub lists, a snapshot of links to them. */
 async function placeByHand(hub: HubProcess, models: string, repo: string, dir: string): Promise<{ commit: string; snapshot: string }> {

@@ -2,7 +2,7 @@
 // synchronously (spawnSync) blocks its own event loop, so a Hub in the test's process could
 // not answer serve meanwhile.
 
-import { writeFileSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { FakeHubOptions } from "../../src/sim/fake-hub";
 import { scratchDir } from "./tmp";
@@ -49,4 +49,13 @@ export function pseudoRandomBytes(n: number, seed: number): Uint8Array {
     out[i] = s >>> 24;
   }
   return out;
+}
+
+/** A model's folder for the stand-in Hub: a config and one weights file of `size` bytes from `seed`. */
+export function modelDir(src: string, name: string, size: number, seed: number): string {
+  const d = join(src, name);
+  mkdirSync(d);
+  writeFileSync(join(d, "config.json"), JSON.stringify({ architectures: ["LlamaForCausalLM"], name }));
+  writeFileSync(join(d, "model.safetensors"), pseudoRandomBytes(size, seed));
+  return d;
 }
