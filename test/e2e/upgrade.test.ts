@@ -91,11 +91,11 @@ describe("upgrade from the previous build: serve, then each agent with --keep-re
         const s = JSON.parse(json.stdout) as Summary;
         expect(s.agent_versions).toEqual([
           { version: current, protocol: 2, nodes: 1 },
-          { version: previous.version, protocol: 1, nodes: 1 },
+          { version: previous.version, protocol: previous.protocol, nodes: 1 },
         ]);
         // Wrapped to the terminal's width: read as one line.
         const text = run(cl.bin, ["status"], { cwd: cl.dir }).stdout.replace(/\s+/g, " ");
-        expect(text).toContain(`agents on 2 versions: ${current} (protocol 2) ×1, ${previous.version} (protocol 1) ×1`);
+        expect(text).toContain(`agents on 2 versions: ${current} (protocol 2) ×1, ${previous.version} (protocol ${previous.protocol}) ×1`);
         const wide = run(cl.bin, ["nodes", "-o", "wide"], { cwd: cl.dir }).stdout;
         expect(wide).toContain("PROTOCOL");
         expect(wide).toMatch(new RegExp(`\\n${name} .*${current.replace(/\./g, "\\.")} +2 `));
