@@ -469,7 +469,7 @@ export const ROUTES = {
     method: "post",
     path: "/api/v1/weights/pull",
     summary: "Fetch a model's weights onto a fabric's nodes or the nodes named, ahead of need",
-    description: "The nodes fetch the model's pinned revision as for a replica (from the Hub once per fabric, then from peers). Kept in memory: a restarted head node forgets pulls (what a node already holds stays).",
+    description: "The nodes fetch the model's pinned revision as for a replica (from the Hub once per fabric, then from peers). Kept in the store until every node named holds the revision: a restarted head node, or the control plane leading after it, carries it on.",
     tags: ["fleet"],
     auth: "admin",
     body: W.WeightsPullBody,

@@ -26,7 +26,7 @@ export const command: Command = {
   },
   details: [
     "ls shows, per model and revision, each node's copy: present, fetching (percent, rate, source), waiting or blocked (with why, in -o wide), partial, or absent; the fabrics where a node holds it whole, its size and when a replica last used it.",
-    "pull fetches a model's pinned revision onto nodes with no replica of it, as for a replica (from the Hub once per fabric, then from peers). The head node keeps pulls in memory: after a restart of the head node, a pull not finished is forgotten (what the nodes hold stays on their disks); run it again.",
+    "pull fetches a model's pinned revision onto nodes with no replica of it, as for a replica (from the Hub once per fabric, then from peers). A pull is kept in the store until every node it names holds the revision, so a restarted head node (or the control plane that leads after it) carries it on.",
     "rm asks the node to remove the model's revision; MODEL may also be a repository ORG/NAME[@COMMIT], for weights no catalog model names any more. It is refused while a replica on that node uses them, and for weights llmgw did not fetch (an operator's files are left alone). The node removes them at its next heartbeat: `llmgw events` says when, or why not.",
   ].join("\n\n"),
   examples: ["llmgw weights ls", "llmgw weights pull llama-3.1-8b --fabric ib-a", "llmgw weights pull llama-3.1-8b --nodes h100-2,h100-3", "llmgw weights rm llama-3.1-8b --node h100-2"],

@@ -344,7 +344,6 @@ export class Http1Server implements ConnHost {
     if (this.lingering.size > 0) for (const [s, until] of this.lingering) if (now > until) s.terminate();
   }
 
-  /** Stops listening and drops every connection. */
   /** Set by drain(): no connection is kept open past its answer. */
   draining = false;
 
@@ -371,6 +370,7 @@ export class Http1Server implements ConnHost {
     return cut;
   }
 
+  /** Stops listening and drops every connection. */
   stop(): void {
     this.bunServer?.stop(true);
     this.sweeper?.cancel();

@@ -49,16 +49,16 @@ import { LedgerReconciler } from "./reconcile-ledger";
 import { UsageCounters } from "./usage-counters";
 
 /**
- * The router's settings, all required: their defaults live once, in the config schema
- * (ServeConfig), and app/router-settings.ts maps them here.
- */
-/**
  * How long a stopping router answers the requests in flight before it cuts them (a long stream's
  * whole answer, in most cases): within the 30 s systemd gives the unit `llmgw install serve`
  * writes (TimeoutStopSec), with time left for the rest of the stop.
  */
 export const ROUTER_DRAIN_MS = 25_000;
 
+/**
+ * The router's settings, all required: their defaults live once, in the config schema
+ * (ServeConfig), and app/router-settings.ts maps them here.
+ */
 export interface RouterOptions {
   host: string;
   port: number;
