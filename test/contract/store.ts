@@ -13,6 +13,7 @@ import type { StorePort } from "../../src/control/store-port";
 import type { PlanWrite, StoreChange } from "../../src/control/types";
 import type { UsageRow } from "../../src/protocol/routing";
 import { heartbeat, model } from "../helpers/fleet";
+import { usageRow } from "../helpers/usage-row";
 import { until } from "../helpers/until";
 
 export interface ContractStore {
@@ -697,23 +698,7 @@ export function storeContract(dialect: string, open: () => Promise<ContractStore
     describe("usage ledger", () => {
       const HOUR = 3_600_000;
       const H0 = NOW - (NOW % HOUR);
-      const row = (over: Partial<UsageRow>): UsageRow => ({
-        team: "search",
-        key: "svc",
-        model: "m1",
-        hour: H0,
-        requests: 1,
-        prompt_tokens: 10,
-        completion_tokens: 5,
-        cached_tokens: 2,
-        errors: 0,
-        errors_4xx: 0,
-        errors_5xx: 0,
-        refused: 0,
-        aborted: 0,
-        gpu_seconds: 0,
-        ...over,
-      });
+      const row = (over: Partial<UsageRow>): UsageRow => usageRow({ team: "search", key: "svc", model: "m1", hour: H0, prompt_tokens: 10, completion_tokens: 5, cached_tokens: 2, ...over });
 
       test("rows are added to the stored ones per team, key, model and hour, within a batch and across batches and control planes", async () => {
         await s.addUsage([row({}), row({ requests: 2, prompt_tokens: 7, errors: 1, errors_5xx: 1 }), row({ key: "", team: "", model: "m2", aborted: 1 })]);
